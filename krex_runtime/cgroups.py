@@ -1,0 +1,148 @@
+"""cgroup v2: a slice for the runtime's tenants and one cgroup per command.
+
+A command's cgroup holds its whole process tree, including grandchildren that
+start their own session or ignore SIGTERM, so ending a command is one write to
+`cgroup.kill`. The freezer (`cgroup.freeze`) uses the same cgroups.
+
+The slice lives below the runtime's own cgroup (a systemd unit with
+Delegate=yes owns that subtree) and is named after the run folder, so a
+restarted runtime finds what its previous run left.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import time
+from pathlib import Path
+
+
+def find_cgroup2_mount() -> Path | None:
+    """Where cgroup v2 is mounted: /sys/fs/cgroup on unified hosts,
+    /sys/fs/cgroup/unified on hybrid ones."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                if right.split(" ", 1)[0] == "cgroup2":
+                    return Path(left.split()[4])
+    except OSError:
+        return None
+    return None
+
+
+def own_cgroup() -> str:
+    """This process's cgroup v2 path ("/" when at the root)."""
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    return line[3:].strip() or "/"
+    except OSError:
+        pass
+    return "/"
+
+
+class CgroupSlice:
+    """The runtime's slice: creates, kills and removes per-command cgroups."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def open(cls, run_dir: Path) -> CgroupSlice | None:
+        """The slice for this run folder, or None where cgroup v2 is not writable."""
+        mount = find_cgroup2_mount()
+        if mount is None:
+            return None
+        tag = hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:10]
+        path = mount / own_cgroup().lstrip("/") / f"krex-{tag}"
+        try:
+            path.mkdir(exist_ok=True)
+            probe = path / "probe"
+            probe.mkdir(exist_ok=True)
+            probe.rmdir()
+        except OSError:
+            return None
+        return cls(path)
+
+    def create(self, name: str) -> Path:
+        path = self.path / name
+        path.mkdir(exist_ok=True)
+        return path
+
+    def leftovers(self) -> list[Path]:
+        """Command cgroups a previous run of this runtime left behind."""
+        return sorted(p for p in self.path.iterdir() if p.is_dir())
+
+    def remove(self) -> None:
+        for child in self.leftovers():
+            kill_and_remove(child)
+        try:
+            self.path.rmdir()
+        except OSError:
+            pass
+
+
+def procs(cgroup: Path) -> list[int]:
+    try:
+        return [int(x) for x in (cgroup / "cgroup.procs").read_text().split()]
+    except OSError:
+        return []
+
+
+def populated(cgroup: Path) -> bool:
+    try:
+        for line in (cgroup / "cgroup.events").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "populated":
+                return value.strip() == "1"
+    except OSError:
+        return False
+    return bool(procs(cgroup))
+
+
+def kill(cgroup: Path) -> None:
+    """SIGKILL every process in the cgroup and below (cgroup.kill, Linux >= 5.14;
+    signalling each member where that file is missing)."""
+    try:
+        (cgroup / "cgroup.kill").write_text("1")
+        return
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return
+    for _ in range(10):  # members may fork while being signalled
+        members = procs(cgroup)
+        if not members:
+            return
+        for pid in members:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+
+
+def kill_and_remove(cgroup: Path, timeout_s: float = 5.0) -> bool:
+    """Kill the cgroup's processes and remove it; False if it is still populated."""
+    kill(cgroup)
+    deadline = time.monotonic() + timeout_s
+    while populated(cgroup) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        cgroup.rmdir()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def thaw(cgroup: Path) -> None:
+    """Leave nothing frozen: a killed process in a frozen cgroup never dies."""
+    try:
+        (cgroup / "cgroup.freeze").write_text("0")
+    except OSError:
+        pass

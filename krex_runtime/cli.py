@@ -1,0 +1,226 @@
+"""`krex`: submit commands to this node's runtime, wait for them, inspect it.
+
+Exit status of `run` and `wait`: the command's own exit code; 128+N when a
+signal N ended it; 124 when it ran past its time limit; 125 when KREX itself
+failed (no runtime, request refused).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from krex_runtime import protocol
+from krex_runtime.control_client import ControlClient, RequestFailed, RuntimeUnavailable, how_to_start
+from krex_runtime.protocol import EXIT_KREX_ERROR
+from krex_runtime.trace import TraceError, read_trace, summarize
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="krex", description="Run benchmark commands on this node's KREX runtime.")
+    p.add_argument("--endpoint", help="control endpoint (default: KREX_ENDPOINT, else the run dir's socket)")
+    p.add_argument("--run-dir", help="the runtime's run dir (default: KREX_RUN_DIR, else the system default)")
+    sub = p.add_subparsers(dest="verb", required=True, metavar="COMMAND")
+
+    def command_options(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--gpu", type=int, help="run on this GPU index (default: the least-loaded)")
+        sp.add_argument("--timeout", type=float, metavar="S", help="wall-time limit in seconds")
+        sp.add_argument("--label", default="", help="a name shown in status and the trace")
+        sp.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
+
+    run = sub.add_parser("run", help="run a command, stream its output, exit with its exit code")
+    command_options(run)
+    run.add_argument("--json", action="store_true", help="end with one JSON result record on stdout")
+    submit = sub.add_parser("submit", help="queue a command and print its id")
+    command_options(submit)
+    wait = sub.add_parser("wait", help="wait for a command, stream its output, exit with its exit code")
+    wait.add_argument("id")
+    wait.add_argument("--json", action="store_true", help="print the result record instead of the output")
+    status = sub.add_parser("status", help="show the node: GPUs, queues, running commands")
+    status.add_argument("--json", action="store_true")
+    status.add_argument("--watch", type=float, nargs="?", const=1.0, metavar="S", help="refresh every S seconds")
+    cancel = sub.add_parser("cancel", help="cancel a queued or running command")
+    cancel.add_argument("id")
+    for verb, text in (("pause", "stop admitting commands"), ("resume", "admit commands again")):
+        sp = sub.add_parser(verb, help=text)
+        sp.add_argument("--gpu", type=int, help="only this GPU (default: the whole node)")
+    trace = sub.add_parser("trace", help="summarise a trace file")
+    trace.add_argument("file")
+    trace.add_argument("--json", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.run_dir:
+        os.environ["KREX_RUN_DIR"] = args.run_dir
+    if args.verb == "trace":
+        return trace_command(args)
+    try:
+        with ControlClient(args.endpoint) as client:
+            return VERBS[args.verb](client, args)
+    except RuntimeUnavailable as exc:
+        print(f"krex: {exc}; {how_to_start()}", file=sys.stderr)
+        return EXIT_KREX_ERROR
+    except RequestFailed as exc:
+        print(f"krex: {exc.reason} [{exc.code}]", file=sys.stderr)
+        return EXIT_KREX_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+def _submit_body(args: argparse.Namespace, attach: bool) -> dict[str, Any]:
+    argv = args.argv[1:] if args.argv and args.argv[0] == "--" else args.argv
+    if not argv:
+        raise SystemExit("krex: no command given (krex run -- CMD ARGS...)")
+    return {
+        "argv": argv,
+        "gpu": args.gpu,
+        "timeout_s": args.timeout,
+        "cwd": os.getcwd(),
+        "env": dict(os.environ),
+        "label": args.label,
+        "attach": attach,
+    }
+
+
+def run_command(client: ControlClient, args: argparse.Namespace) -> int:
+    return _follow(client, "submit", _submit_body(args, attach=True), args.json)
+
+
+def wait_command(client: ControlClient, args: argparse.Namespace) -> int:
+    return _follow(client, "wait", {"id": args.id, "attach": True}, args.json, show_output=not args.json)
+
+
+def _follow(client: ControlClient, type_: str, body: dict[str, Any], as_json: bool, show_output: bool = True) -> int:
+    """Stream a command's output; on Ctrl-C cancel it and report how it ended."""
+    command_id: str | None = None
+    outputs = {"stdout": sys.stdout, "stderr": sys.stderr}
+    stream = client.follow(type_, body)
+    while True:
+        try:
+            msg = next(stream)
+        except KeyboardInterrupt:
+            if command_id is not None:
+                client.send("cancel", {"id": command_id})
+                print(f"\nkrex: cancelling {command_id}", file=sys.stderr)
+            continue
+        except StopIteration:
+            return EXIT_KREX_ERROR
+        if msg["type"] == "reply":
+            command_id = msg["body"]["id"]
+        elif msg["type"] == protocol.PUSH_OUTPUT and show_output:
+            out = outputs[msg["body"]["stream"]]
+            out.write(msg["body"]["data"])
+            out.flush()
+        elif msg["type"] == protocol.PUSH_RESULT:
+            result = msg["body"]
+            if as_json:
+                sys.stdout.write(json.dumps(result) + "\n")
+            if result["state"] != "finished" or result.get("reason"):
+                print(f"krex: {result['id']} {result['state']}: {result.get('reason', '')}".rstrip(": "), file=sys.stderr)
+            return protocol.exit_status_of(result)
+
+
+def submit_command(client: ControlClient, args: argparse.Namespace) -> int:
+    reply = client.call("submit", _submit_body(args, attach=False))
+    print(reply["id"])
+    return 0
+
+
+def cancel_command(client: ControlClient, args: argparse.Namespace) -> int:
+    reply = client.call("cancel", {"id": args.id})
+    print(f"{reply['id']}: {reply['state']}")
+    return 0
+
+
+def pause_command(client: ControlClient, args: argparse.Namespace) -> int:
+    client.call(args.verb, {"gpu": args.gpu})
+    target = f"GPU {args.gpu}" if args.gpu is not None else "the node"
+    print(f"{'paused' if args.verb == 'pause' else 'resumed'} admission on {target}")
+    return 0
+
+
+def status_command(client: ControlClient, args: argparse.Namespace) -> int:
+    while True:
+        status = client.call("status")
+        if args.json:
+            print(json.dumps(status))
+        else:
+            if args.watch:
+                sys.stdout.write("\x1b[H\x1b[2J")
+            print(format_status(status))
+        if not args.watch:
+            return 0
+        time.sleep(args.watch)
+
+
+def format_status(status: dict[str, Any]) -> str:
+    flags = [f for f, on in (("PAUSED", status["paused"]), ("STOPPING", status["stopping"])) if on]
+    totals = status["totals"]
+    lines = [
+        f"node {status['node']}  policy {status['policy']}  pid {status['pid']}  "
+        f"up {status['uptime_s']:.0f}s  queued {status['queued']}  {' '.join(flags)}".rstrip(),
+        "submitted {s}  finished {f}  timeout {t}  cancelled {c}  failed {x}".format(
+            s=totals.get("submitted", 0),
+            f=totals.get("finished", 0),
+            t=totals.get("timeout", 0),
+            c=totals.get("cancelled", 0),
+            x=totals.get("failed", 0),
+        ),
+        "",
+        f"{'GPU':<4} {'NAME':<24} {'RUN':>5} {'SLOTS':>5} {'QUEUE':>5}  STATE   RUNNING",
+    ]
+    for g in status["gpus"]:
+        name = g["name"] + (" (sim)" if g["simulated"] and "simulated" not in g["name"] else "")
+        running = " ".join(g["running"][:6]) + (" ..." if len(g["running"]) > 6 else "")
+        lines.append(
+            f"{g['index']:<4} {name[:24]:<24} {len(g['running']):>5} {g['slots']:>5} {g['queued']:>5}  "
+            f"{'paused' if g['paused'] else 'open':<7} {running}"
+        )
+    return "\n".join(lines)
+
+
+def trace_command(args: argparse.Namespace) -> int:
+    try:
+        summary = summarize(read_trace(Path(args.file)))
+    except TraceError as exc:
+        print(f"krex: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    print(f"trace of {summary['node']}: policy {summary['policy']}, {summary['gpus']} GPU(s)")
+    print(f"{summary['events']} events over {summary['span_s']:.1f} s")
+    for key, value in sorted(summary["totals"].items()):
+        print(f"  {key:<10} {value}")
+    for name in ("queue_wait_s", "run_s"):
+        q = summary[name]
+        if q:
+            print(f"  {name:<13} n={q['n']} p50={q['p50']:.3f} p95={q['p95']:.3f} max={q['max']:.3f}")
+    print("  peak running per GPU: " + ", ".join(f"{k}:{v}" for k, v in summary["peak_running_per_gpu"].items()))
+    if summary["unfinished"]:
+        print(f"  {summary['unfinished']} command(s) started but never finished in this trace")
+    return 0
+
+
+VERBS = {
+    "run": run_command,
+    "submit": submit_command,
+    "wait": wait_command,
+    "status": status_command,
+    "cancel": cancel_command,
+    "pause": pause_command,
+    "resume": pause_command,
+}
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    sys.exit(main())

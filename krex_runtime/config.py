@@ -1,0 +1,150 @@
+"""The runtime's configuration: TOML files loaded into frozen dataclasses.
+
+Every field is documented in docs/configuration.md; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+from krex_runtime.typed import ShapeError, from_dict
+
+Policy = Literal["command", "ungated", "krex"]
+POLICIES: tuple[str, ...] = ("command", "ungated", "krex")
+
+
+class ConfigError(Exception):
+    """A config that cannot be used; the message is one line for the operator."""
+
+
+@dataclass(frozen=True)
+class RuntimeSection:
+    run_dir: str = ""
+    lock_dir: str = ""
+    trace_path: str = ""
+    policy: Policy = "ungated"
+    control_tcp: str = ""
+    telemetry_tcp: str = ""
+    access_group: str = ""
+    snapshot_interval_s: float = 1.0
+    on_shutdown: Literal["cancel", "finish"] = "cancel"
+    shutdown_grace_s: float = 10.0
+    max_message_bytes: int = 1 << 20
+
+
+@dataclass(frozen=True)
+class GpuSection:
+    simulated: int = 0
+    simulated_device: str = "default"
+    simulated_log: str = ""
+    visible: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class DispatcherSection:
+    slots_per_gpu: int = 4
+    max_queued: int = 100_000
+    default_timeout_s: float = 3600.0
+    kill_grace_s: float = 2.0
+    keep_finished: int = 10_000
+
+
+@dataclass(frozen=True)
+class TenantSection:
+    preload: bool = True
+    cgroups: Literal["auto", "off"] = "auto"
+    output_dir: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Config:
+    runtime: RuntimeSection = field(default_factory=RuntimeSection)
+    gpus: GpuSection = field(default_factory=GpuSection)
+    dispatcher: DispatcherSection = field(default_factory=DispatcherSection)
+    tenants: TenantSection = field(default_factory=TenantSection)
+    source: str = "(built-in defaults)"
+
+    @property
+    def digest(self) -> str:
+        """A short fingerprint of the effective config, recorded in the trace header."""
+        return hashlib.sha256(repr(replace(self, source="")).encode()).hexdigest()[:16]
+
+
+def load_config(path: str | os.PathLike[str] | None) -> Config:
+    """Load and validate a config file; None gives the built-in defaults."""
+    if path is None:
+        return validate(Config())
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
+    data.pop("source", None)
+    try:
+        config = from_dict(Config, data)
+    except ShapeError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return validate(replace(config, source=str(path)))
+
+
+def validate(config: Config) -> Config:
+    """Checks a type alone cannot express; returns the config unchanged."""
+    where = config.source
+    checks = [
+        (config.dispatcher.slots_per_gpu >= 1, "dispatcher.slots_per_gpu must be at least 1"),
+        (config.dispatcher.max_queued >= 1, "dispatcher.max_queued must be at least 1"),
+        (config.dispatcher.default_timeout_s > 0, "dispatcher.default_timeout_s must be positive"),
+        (config.dispatcher.kill_grace_s >= 0, "dispatcher.kill_grace_s must not be negative"),
+        (config.dispatcher.keep_finished >= 1, "dispatcher.keep_finished must be at least 1"),
+        (config.gpus.simulated >= 0, "gpus.simulated must not be negative"),
+        (all(i >= 0 for i in config.gpus.visible), "gpus.visible holds GPU indices (>= 0)"),
+        (config.runtime.snapshot_interval_s > 0, "runtime.snapshot_interval_s must be positive"),
+        (config.runtime.shutdown_grace_s >= 0, "runtime.shutdown_grace_s must not be negative"),
+        (config.runtime.max_message_bytes >= 4096, "runtime.max_message_bytes must be at least 4096"),
+        (
+            not config.runtime.control_tcp or config.runtime.control_tcp.startswith("tcp://"),
+            "runtime.control_tcp must be a tcp:// endpoint",
+        ),
+        (
+            not config.runtime.telemetry_tcp or config.runtime.telemetry_tcp.startswith("tcp://"),
+            "runtime.telemetry_tcp must be a tcp:// endpoint",
+        ),
+        (
+            config.gpus.simulated_device.replace("-", "").replace("_", "").isalnum(),
+            "gpus.simulated_device may hold only letters, digits, '-' and '_'",
+        ),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(f"{where}: {message}")
+    return config
+
+
+def default_run_dir() -> Path:
+    """/run/krex for a system service, else a per-user folder."""
+    if os.geteuid() == 0:
+        return Path("/run/krex")
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(xdg) / "krex" if xdg else Path(f"/tmp/krex-{os.geteuid()}")
+
+
+def resolve_run_dir(config: Config) -> Path:
+    return Path(config.runtime.run_dir) if config.runtime.run_dir else default_run_dir()
+
+
+def resolve_lock_dir(config: Config) -> Path:
+    """Locks are node-wide: two runtimes with different run folders still collide here."""
+    if config.runtime.lock_dir:
+        return Path(config.runtime.lock_dir)
+    return Path("/run/lock/krex") if os.geteuid() == 0 else Path(f"/tmp/krex-locks-{os.geteuid()}")

@@ -1,0 +1,315 @@
+"""Admission: a FIFO queue, per-GPU slots, GPU choice, and the life of each command.
+
+Order is FIFO per GPU: a command pinned to a busy GPU holds back later commands
+for that GPU only; a command that may go anywhere takes the least-loaded GPU
+with a free slot, and when none is free it holds back everything behind it.
+The policy sets the slots: `command` allows one command per GPU (the
+exclusive baseline), `ungated` and `krex` allow `slots_per_gpu`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import secrets
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from krex_runtime.cgroups import CgroupSlice
+from krex_runtime.command_process import CommandProcess, LaunchSpec, Outcome
+from krex_runtime.config import Config
+from krex_runtime.gpus import Gpu
+from krex_runtime.protocol import ErrorCode, ProtocolError, SubmitBody
+
+Emit = Callable[[dict[str, Any]], None]
+TenantEnv = Callable[["Job", Gpu], dict[str, str]]
+
+
+@dataclass
+class Job:
+    id: str
+    argv: list[str]
+    gpu_request: int | None
+    timeout_s: float
+    cwd: str
+    env: dict[str, str]
+    label: str
+    submitted_at: float
+    state: str = "queued"
+    gpu: int | None = None
+    tenant_id: int | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    process: CommandProcess | None = None
+    outcome: Outcome | None = None
+    stdout_path: Path | None = None
+    stderr_path: Path | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def result(self) -> dict[str, Any]:
+        """The record `krex run --json` and `krex wait --json` print."""
+        o = self.outcome
+        started = self.started_at
+        finished = self.finished_at
+        return {
+            "id": self.id,
+            "label": self.label,
+            "gpu": self.gpu,
+            "state": self.state,
+            "exit_code": o.exit_code if o else None,
+            "signal": o.signal if o else None,
+            "reason": o.reason if o else "",
+            "submitted_at": self.submitted_at,
+            "started_at": started,
+            "finished_at": finished,
+            "queue_s": (started if started is not None else finished or self.submitted_at) - self.submitted_at,
+            "run_s": (finished - started) if started is not None and finished is not None else None,
+            "total_s": (finished - self.submitted_at) if finished is not None else None,
+            "stdout_path": str(self.stdout_path) if self.stdout_path else None,
+            "stderr_path": str(self.stderr_path) if self.stderr_path else None,
+        }
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        config: Config,
+        gpus: list[Gpu],
+        emit: Emit,
+        tenant_env: TenantEnv,
+        output_dir: Path,
+        cgroup_slice: CgroupSlice | None,
+        on_output: Callable[[Job, str, bytes], None],
+        on_finished: Callable[[Job], None],
+    ) -> None:
+        self.config = config
+        self.gpus = {g.index: g for g in gpus}
+        self.slots = 1 if config.runtime.policy == "command" else config.dispatcher.slots_per_gpu
+        self.queue: deque[Job] = deque()
+        self.jobs: dict[str, Job] = {}
+        self.running: dict[int, set[str]] = {g.index: set() for g in gpus}
+        self.paused_node = False
+        self.paused_gpus: set[int] = set()
+        self.closed = False
+        self._emit = emit
+        self._tenant_env = tenant_env
+        self._output_dir = output_dir
+        self._slice = cgroup_slice
+        self._on_output = on_output
+        self._on_finished = on_finished
+        self._finished: deque[str] = deque()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._nonce = secrets.token_hex(2)
+        self._ids = itertools.count(1)
+        self._tenant_ids = itertools.count(1)
+
+    # --- requests ---------------------------------------------------------
+
+    def submit(self, body: SubmitBody) -> Job:
+        if self.closed:
+            raise ProtocolError(ErrorCode.REFUSED, "the runtime is shutting down and admits no new command")
+        if not body.argv or not body.argv[0]:
+            raise ProtocolError(ErrorCode.BAD_REQUEST, "argv must name a program")
+        if body.gpu is not None and body.gpu not in self.gpus:
+            known = ", ".join(str(i) for i in sorted(self.gpus))
+            raise ProtocolError(ErrorCode.BAD_REQUEST, f"this node has no GPU {body.gpu} (it has: {known})")
+        if body.timeout_s is not None and body.timeout_s <= 0:
+            raise ProtocolError(ErrorCode.BAD_REQUEST, "timeout_s must be positive")
+        if len(self.queue) >= self.config.dispatcher.max_queued:
+            raise ProtocolError(ErrorCode.QUEUE_FULL, f"admission queue is full ({len(self.queue)} commands)")
+        job = Job(
+            id=f"{self._nonce}-{next(self._ids)}",
+            argv=list(body.argv),
+            gpu_request=body.gpu,
+            timeout_s=body.timeout_s or self.config.dispatcher.default_timeout_s,
+            cwd=body.cwd,
+            env=dict(body.env),
+            label=body.label,
+            submitted_at=time.time(),
+        )
+        self.jobs[job.id] = job
+        self.queue.append(job)
+        self._emit(
+            {
+                "type": "command_queued",
+                "id": job.id,
+                "argv": job.argv,
+                "gpu": job.gpu_request,
+                "timeout_s": job.timeout_s,
+                "label": job.label,
+            }
+        )
+        self.pump()
+        return job
+
+    def find(self, command_id: str) -> Job:
+        job = self.jobs.get(command_id)
+        if job is None:
+            raise ProtocolError(ErrorCode.NOT_FOUND, f"no command {command_id!r} (unknown, or finished long ago)")
+        return job
+
+    def cancel(self, command_id: str, reason: str = "cancelled by request") -> Job:
+        job = self.find(command_id)
+        if job.state == "queued":
+            self.queue.remove(job)
+            self._finish(job, Outcome("cancelled", None, None, reason), "cancelled")
+        elif job.state == "running" and job.process is not None:
+            job.process.cancel(reason)
+        return job
+
+    def pause(self, gpu: int | None) -> None:
+        self._check_gpu(gpu)
+        if gpu is None:
+            self.paused_node = True
+        else:
+            self.paused_gpus.add(gpu)
+        self._emit({"type": "admission_paused", "gpu": gpu})
+
+    def resume(self, gpu: int | None) -> None:
+        self._check_gpu(gpu)
+        if gpu is None:
+            self.paused_node = False
+        else:
+            self.paused_gpus.discard(gpu)
+        self._emit({"type": "admission_resumed", "gpu": gpu})
+        self.pump()
+
+    def _check_gpu(self, gpu: int | None) -> None:
+        if gpu is not None and gpu not in self.gpus:
+            raise ProtocolError(ErrorCode.BAD_REQUEST, f"this node has no GPU {gpu}")
+
+    # --- placement ----------------------------------------------------------
+
+    def pump(self) -> None:
+        """Start every queued command that may start now, in FIFO order."""
+        if self.closed or self.paused_node:
+            return
+        blocked: set[int] = set(self.paused_gpus)
+        for job in list(self.queue):
+            if len(blocked) == len(self.gpus):
+                break
+            if job.gpu_request is not None:
+                gpu = job.gpu_request if job.gpu_request not in blocked and self._free(job.gpu_request) else None
+                if gpu is None:
+                    blocked.add(job.gpu_request)
+                    continue
+            else:
+                candidates = [i for i in self.gpus if i not in blocked and self._free(i)]
+                if not candidates:
+                    break
+                gpu = min(candidates, key=lambda i: (len(self.running[i]), i))
+            self.queue.remove(job)
+            self._start(job, gpu)
+
+    def _free(self, gpu: int) -> bool:
+        return len(self.running[gpu]) < self.slots
+
+    def _start(self, job: Job, gpu_index: int) -> None:
+        gpu = self.gpus[gpu_index]
+        job.state, job.gpu, job.tenant_id = "running", gpu_index, next(self._tenant_ids)
+        job.stdout_path = self._output_dir / f"{job.id}.stdout"
+        job.stderr_path = self._output_dir / f"{job.id}.stderr"
+        self.running[gpu_index].add(job.id)
+        task = asyncio.create_task(self._run(job, gpu))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, job: Job, gpu: Gpu) -> None:
+        cgroup = self._slice.create(f"cmd-{job.id}") if self._slice is not None else None
+        assert job.stdout_path is not None and job.stderr_path is not None
+        spec = LaunchSpec(
+            command_id=job.id,
+            argv=job.argv,
+            cwd=job.cwd,
+            env=self._tenant_env(job, gpu),
+            timeout_s=job.timeout_s,
+            kill_grace_s=self.config.dispatcher.kill_grace_s,
+            stdout_path=job.stdout_path,
+            stderr_path=job.stderr_path,
+            cgroup=cgroup,
+        )
+        process = CommandProcess(spec, lambda stream, data: self._on_output(job, stream, data))
+        job.process = process
+        failure = await process.start()
+        if failure is not None:
+            if cgroup is not None:
+                cgroup.rmdir()
+            self._finish(job, failure, failure.state, started=False)
+            return
+        job.started_at = time.time()
+        self._emit(
+            {"type": "command_started", "id": job.id, "gpu": gpu.index, "pid": process.pid, "tenant_id": job.tenant_id}
+        )
+        try:
+            outcome = await process.wait()
+        except Exception as exc:  # never leave a slot taken by a command we lost track of
+            outcome = Outcome("failed", None, None, f"runtime error while running: {exc!r}")
+        self._finish(job, outcome, outcome.state)
+
+    def _finish(self, job: Job, outcome: Outcome, state: str, started: bool = True) -> None:
+        job.outcome, job.state, job.finished_at = outcome, state, time.time()
+        if job.gpu is not None:
+            self.running[job.gpu].discard(job.id)
+        self._emit(
+            {
+                "type": "command_finished",
+                "id": job.id,
+                "state": state,
+                "exit_code": outcome.exit_code,
+                "signal": outcome.signal,
+                "reason": outcome.reason,
+                "gpu": job.gpu,
+            }
+        )
+        job.done.set()
+        self._on_finished(job)
+        self._finished.append(job.id)
+        while len(self._finished) > self.config.dispatcher.keep_finished:
+            self.jobs.pop(self._finished.popleft(), None)
+        self.pump()
+
+    # --- shutdown -----------------------------------------------------------
+
+    async def shutdown(self, mode: str, grace_s: float) -> None:
+        """Stop admission; cancel what is queued; finish or cancel what runs."""
+        self.closed = True
+        while self.queue:
+            job = self.queue.popleft()
+            self._finish(job, Outcome("cancelled", None, None, "runtime shutting down"), "cancelled")
+        running = [j for j in self.jobs.values() if j.state == "running"]
+        if mode == "finish" and running:
+            await asyncio.wait([asyncio.create_task(j.done.wait()) for j in running], timeout=grace_s)
+        for job in running:
+            if job.process is not None and not job.done.is_set():
+                job.process.cancel("runtime shutting down")
+        if self._tasks:
+            await asyncio.wait(set(self._tasks))
+
+
+def base_tenant_env(
+    job: Job,
+    gpu: Gpu,
+    extra: dict[str, str],
+    endpoint: str,
+    run_dir: Path,
+) -> dict[str, str]:
+    """The environment every tenant gets, before library and simulator settings."""
+    env = dict(os.environ)
+    env.update(extra)
+    env.update(job.env)
+    env.update(
+        {
+            "CUDA_VISIBLE_DEVICES": gpu.visible_devices,
+            "KREX_GPU": str(gpu.index),
+            "KREX_GPU_UUID": gpu.uuid,
+            "KREX_COMMAND_ID": job.id,
+            "KREX_TENANT_ID": str(job.tenant_id),
+            "KREX_ENDPOINT": endpoint,
+            "KREX_RUN_DIR": str(run_dir),
+        }
+    )
+    return env

@@ -1,0 +1,69 @@
+"""`krex-runtime`: the headless service of one GPU node, in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from dataclasses import replace
+
+from krex_runtime.config import POLICIES, Config, ConfigError, load_config, validate
+from krex_runtime.gpus import GpuDiscoveryError, discover
+from krex_runtime.locks import ClaimError
+from krex_runtime.service import RuntimeService, StartupError
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="krex-runtime",
+        description="Serve this node's GPUs to benchmark commands, exclusive only inside marked regions.",
+    )
+    p.add_argument("--config", metavar="FILE", help="TOML config (see docs/configuration.md)")
+    p.add_argument("--sim", type=int, metavar="N", help="serve N simulated GPUs instead of the real ones")
+    p.add_argument("--policy", choices=POLICIES, help="override runtime.policy")
+    p.add_argument("--run-dir", metavar="DIR", help="override runtime.run_dir (sockets, trace, output)")
+    p.add_argument("--trace", metavar="FILE", help="override runtime.trace_path")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return p.parse_args(argv)
+
+
+def effective_config(args: argparse.Namespace) -> Config:
+    config = load_config(args.config)
+    runtime = config.runtime
+    if args.policy:
+        runtime = replace(runtime, policy=args.policy)
+    if args.run_dir:
+        runtime = replace(runtime, run_dir=args.run_dir)
+    if args.trace:
+        runtime = replace(runtime, trace_path=args.trace)
+    if args.sim is not None and args.sim < 1:
+        raise ConfigError("--sim needs at least 1 GPU")
+    return validate(replace(config, runtime=runtime))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s krex-runtime %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        config = effective_config(args)
+        if config.runtime.policy == "krex":
+            raise ConfigError(
+                "policy 'krex' needs the region manager, which this build does not include yet; "
+                "use 'ungated' or 'command'"
+            )
+        gpus = discover(config, args.sim)
+        service = RuntimeService(config, gpus)
+        asyncio.run(service.run())
+    except (ConfigError, GpuDiscoveryError, ClaimError, StartupError) as exc:
+        print(f"krex-runtime: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

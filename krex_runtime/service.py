@@ -1,0 +1,407 @@
+"""The krex-runtime service: sockets, handler table, events, trace, shutdown.
+
+Every state change goes through `emit`: it numbers the event, folds it into the
+node state with the one reducer, appends it to the trace and publishes it. The
+control socket answers requests through a handler table; the read-only socket
+serves the same table without the handlers that change anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import grp
+import logging
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import zmq
+import zmq.asyncio
+
+from krex_runtime import cgroups, endpoints, native_build, protocol
+from krex_runtime import state as node_state
+from krex_runtime.cgroups import CgroupSlice
+from krex_runtime.config import Config, resolve_lock_dir, resolve_run_dir
+from krex_runtime.dispatcher import Dispatcher, Job, base_tenant_env
+from krex_runtime.gpus import Gpu
+from krex_runtime.locks import Claim, claim
+from krex_runtime.protocol import ErrorCode, ProtocolError, Request
+from krex_runtime.trace import TraceWriter
+
+log = logging.getLogger("krex.runtime")
+
+Handler = Callable[["Peer", Request], Awaitable[Any]]
+
+
+class StartupError(Exception):
+    """The runtime cannot start; the message is one line for the operator."""
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Who sent a request: the socket it came on and its routing frames."""
+
+    socket: zmq.asyncio.Socket
+    route: tuple[bytes, ...]
+    read_only: bool
+
+
+@dataclass
+class Attachment:
+    peer: Peer
+    request_id: str
+    decoders: dict[str, codecs.IncrementalDecoder]
+
+
+class RuntimeService:
+    def __init__(self, config: Config, gpus: list[Gpu]) -> None:
+        self.config = config
+        self.gpus = gpus
+        self.run_dir = resolve_run_dir(config)
+        self.state = node_state.NodeState()
+        self._seq = 0
+        self._claims: list[Claim] = []
+        self._attached: dict[str, list[Attachment]] = {}
+        self._stop = asyncio.Event()
+        self._stop_reason = ""
+        self.ctx = zmq.asyncio.Context()
+        self.handlers: dict[str, Handler] = {
+            "hello": self._hello,
+            "status": self._status,
+            "snapshot": self._snapshot,
+            "wait": self._wait,
+            "submit": self._submit,
+            "cancel": self._cancel,
+            "pause": self._pause,
+            "resume": self._resume,
+        }
+        self.changing = frozenset({"submit", "cancel", "pause", "resume"})
+
+    # --- start-up -----------------------------------------------------------
+
+    def _prepare(self) -> None:
+        self._make_run_dir()
+        info = f"krex-runtime pid {os.getpid()} (run dir {self.run_dir})"
+        self._claims.append(claim(self.run_dir / "runtime.lock", f"run dir {self.run_dir}", info))
+        lock_dir = resolve_lock_dir(self.config)
+        for gpu in self.gpus:
+            self._claims.append(claim(lock_dir / f"gpu-{gpu.uuid}.lock", f"GPU {gpu.index} ({gpu.uuid})", info))
+        for name in (endpoints.CONTROL_SOCKET, endpoints.CONTROL_READ_ONLY_SOCKET, endpoints.TELEMETRY_SOCKET):
+            (self.run_dir / name).unlink(missing_ok=True)
+        self.output_dir = Path(self.config.tenants.output_dir) if self.config.tenants.output_dir else self.run_dir / "output"
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        self.library = native_build.interception_library()
+        if self.config.tenants.preload and not self.library.exists():
+            raise StartupError(
+                f"the interception library {self.library} is not built: run `make -C native` "
+                "(or set tenants.preload = false to run tenants unprotected)"
+            )
+        self.cgroup_slice = CgroupSlice.open(self.run_dir) if self.config.tenants.cgroups == "auto" else None
+        if self.cgroup_slice is not None:
+            for leftover in self.cgroup_slice.leftovers():
+                log.warning("ending a command cgroup left by a previous run: %s", leftover)
+                cgroups.kill_and_remove(leftover)
+
+    def _make_run_dir(self) -> None:
+        """Only the owner (and the access group, when configured) may reach the sockets."""
+        group = self.config.runtime.access_group
+        mode = 0o770 if group else 0o700
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            os.chmod(self.run_dir, mode)
+            if group:
+                os.chown(self.run_dir, -1, grp.getgrnam(group).gr_gid)
+        except KeyError:
+            raise StartupError(f"runtime.access_group names an unknown group {group!r}") from None
+        except OSError as exc:
+            raise StartupError(f"cannot prepare run dir {self.run_dir}: {exc.strerror}") from None
+
+    def _bind(self) -> None:
+        max_bytes = self.config.runtime.max_message_bytes
+        self.control = self.ctx.socket(zmq.ROUTER)
+        self.control_ro = self.ctx.socket(zmq.ROUTER)
+        self.pub = self.ctx.socket(zmq.PUB)
+        for sock in (self.control, self.control_ro):
+            # zmq drops larger messages by closing the peer; keep that far above our own
+            # limit so an oversized request still gets a `too_large` reply.
+            sock.setsockopt(zmq.MAXMSGSIZE, max(max_bytes * 16, 64 << 20))
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+            sock.setsockopt(zmq.LINGER, 0)
+        self.pub.setsockopt(zmq.LINGER, 0)
+        self.pub.setsockopt(zmq.SNDHWM, 100_000)
+        self.control.bind(endpoints.control(self.run_dir))
+        self.control_ro.bind(endpoints.control_read_only(self.run_dir))
+        self.pub.bind(endpoints.telemetry(self.run_dir))
+        os.chmod(self.run_dir / endpoints.CONTROL_READ_ONLY_SOCKET, 0o666)
+        if self.config.runtime.control_tcp:
+            self.control.bind(self.config.runtime.control_tcp)
+        if self.config.runtime.telemetry_tcp:
+            self.pub.bind(self.config.runtime.telemetry_tcp)
+
+    def _open_trace(self) -> None:
+        path = Path(self.config.runtime.trace_path) if self.config.runtime.trace_path else self.run_dir / "trace.jsonl"
+        self.trace_path = path
+        self.trace = TraceWriter(
+            path,
+            {
+                "node": socket.gethostname(),
+                "started_at": time.time(),
+                "policy": self.config.runtime.policy,
+                "config_digest": self.config.digest,
+                "config_source": self.config.source,
+                "gpus": [self._gpu_record(g) for g in self.gpus],
+            },
+        )
+
+    def _gpu_record(self, gpu: Gpu) -> dict[str, Any]:
+        slots = 1 if self.config.runtime.policy == "command" else self.config.dispatcher.slots_per_gpu
+        return {
+            "index": gpu.index,
+            "uuid": gpu.uuid,
+            "name": gpu.name,
+            "memory_total": gpu.memory_total,
+            "simulated": gpu.simulated,
+            "slots": slots,
+            "cpus": list(gpu.cpus),
+        }
+
+    # --- events -------------------------------------------------------------
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self._seq += 1
+        event = {"seq": self._seq, "t": time.time(), **event}
+        node_state.apply(self.state, event)
+        self.trace.write(event)
+        self.pub.send_multipart([protocol.TOPIC_EVENT, protocol.encode(event)])
+
+    def publish_snapshot(self) -> None:
+        self.pub.send_multipart([protocol.TOPIC_SNAPSHOT, protocol.encode(self._snapshot_body())])
+
+    def _snapshot_body(self) -> dict[str, Any]:
+        return {"seq": self.state.seq, "state": node_state.to_snapshot(self.state)}
+
+    # --- tenants ------------------------------------------------------------
+
+    def tenant_env(self, job: Job, gpu: Gpu) -> dict[str, str]:
+        env = base_tenant_env(job, gpu, self.config.tenants.env, endpoints.control(self.run_dir), self.run_dir)
+        if self.config.tenants.preload:
+            env["LD_PRELOAD"] = " ".join(p for p in (str(self.library), env.get("LD_PRELOAD", "")) if p)
+        if gpu.simulated:
+            sim_dir = str(native_build.simulated_driver_dir())
+            env["LD_LIBRARY_PATH"] = ":".join(p for p in (sim_dir, env.get("LD_LIBRARY_PATH", "")) if p)
+            env["KREX_SIM_DEVICE"] = self.config.gpus.simulated_device
+            env["KREX_SIM_GPUS"] = str(len(self.gpus))
+            if self.config.gpus.simulated_log:
+                env["KREX_SIM_LOG"] = self.config.gpus.simulated_log
+        return env
+
+    def _on_output(self, job: Job, stream: str, data: bytes) -> None:
+        for att in self._attached.get(job.id, []):
+            text = att.decoders[stream].decode(data)
+            if text:
+                self._push(att, protocol.PUSH_OUTPUT, {"id": job.id, "stream": stream, "data": text})
+
+    def _on_finished(self, job: Job) -> None:
+        for att in self._attached.pop(job.id, []):
+            self._push(att, protocol.PUSH_RESULT, job.result())
+
+    def _push(self, att: Attachment, type_: str, body: Any) -> None:
+        self._send(att.peer, protocol.push(type_, att.request_id, body))
+
+    def _attach(self, peer: Peer, req: Request, job: Job) -> None:
+        """Replay the output so far, then stream the rest (or the result at once)."""
+        att = Attachment(peer, req.id, {s: codecs.getincrementaldecoder("utf-8")("replace") for s in ("stdout", "stderr")})
+        for stream, path in (("stdout", job.stdout_path), ("stderr", job.stderr_path)):
+            if path is not None and path.exists():
+                text = att.decoders[stream].decode(path.read_bytes())
+                if text:
+                    self._push(att, protocol.PUSH_OUTPUT, {"id": job.id, "stream": stream, "data": text})
+        if job.done.is_set():
+            self._push(att, protocol.PUSH_RESULT, job.result())
+        else:
+            self._attached.setdefault(job.id, []).append(att)
+
+    # --- handlers -------------------------------------------------------------
+
+    async def _hello(self, peer: Peer, req: Request) -> Any:
+        return {
+            "protocol": protocol.VERSION,
+            "node": self.state.node,
+            "policy": self.config.runtime.policy,
+            "read_only": peer.read_only,
+            "telemetry": endpoints.telemetry(self.run_dir),
+            "gpus": [self._gpu_record(g) for g in self.gpus],
+        }
+
+    async def _status(self, peer: Peer, req: Request) -> Any:
+        d = self.dispatcher
+        return {
+            "node": self.state.node,
+            "policy": self.config.runtime.policy,
+            "pid": os.getpid(),
+            "uptime_s": time.time() - self.state.started_at,
+            "paused": d.paused_node,
+            "stopping": d.closed,
+            "queued": len(d.queue),
+            "trace": str(self.trace_path),
+            "cgroups": str(self.cgroup_slice.path) if self.cgroup_slice else None,
+            "totals": dict(self.state.totals),
+            "gpus": [
+                {
+                    **self._gpu_record(g),
+                    "running": sorted(d.running[g.index]),
+                    "queued": sum(1 for j in d.queue if j.gpu_request == g.index),
+                    "paused": g.index in d.paused_gpus,
+                }
+                for g in self.gpus
+            ],
+        }
+
+    async def _snapshot(self, peer: Peer, req: Request) -> Any:
+        return self._snapshot_body()
+
+    async def _submit(self, peer: Peer, req: Request) -> Any:
+        job = self.dispatcher.submit(req.body)
+        if req.body.attach:
+            self._attach(peer, req, job)
+        return {"id": job.id, "state": job.state}
+
+    async def _wait(self, peer: Peer, req: Request) -> Any:
+        job = self.dispatcher.find(req.body.id)
+        if req.body.attach:
+            self._attach(peer, req, job)
+            return {"id": job.id, "state": job.state}
+        await job.done.wait()
+        return job.result()
+
+    async def _cancel(self, peer: Peer, req: Request) -> Any:
+        job = self.dispatcher.cancel(req.body.id)
+        return {"id": job.id, "state": job.state}
+
+    async def _pause(self, peer: Peer, req: Request) -> Any:
+        self.dispatcher.pause(req.body.gpu)
+        return {"paused": req.body.gpu if req.body.gpu is not None else "node"}
+
+    async def _resume(self, peer: Peer, req: Request) -> Any:
+        self.dispatcher.resume(req.body.gpu)
+        return {"resumed": req.body.gpu if req.body.gpu is not None else "node"}
+
+    # --- control loop -----------------------------------------------------------
+
+    async def _serve(self, sock: zmq.asyncio.Socket, read_only: bool) -> None:
+        while True:
+            frames = await sock.recv_multipart(copy=True)
+            if len(frames) < 2:
+                continue
+            peer = Peer(sock, tuple(frames[:-1]), read_only)
+            # Each request runs on its own so a `wait` never blocks the socket.
+            asyncio.create_task(self._handle(peer, frames[-1]))
+
+    async def _handle(self, peer: Peer, frame: bytes) -> None:
+        req_id = None
+        try:
+            req = protocol.decode_request(frame, self.config.runtime.max_message_bytes)
+            req_id = req.id
+            if peer.read_only and req.type in self.changing:
+                raise ProtocolError(ErrorCode.REFUSED, f"'{req.type}' is refused on the read-only control socket")
+            body = await self.handlers[req.type](peer, req)
+            self._send(peer, protocol.reply_ok(req_id, body))
+        except ProtocolError as exc:
+            self._send(peer, protocol.reply_error(req_id or protocol.request_id_of(frame), exc.code, exc.reason))
+        except Exception as exc:
+            log.exception("request failed")
+            self._send(peer, protocol.reply_error(req_id, ErrorCode.INTERNAL, f"internal error: {exc!r}"))
+
+    def _send(self, peer: Peer, msg: dict[str, Any]) -> None:
+        try:
+            peer.socket.send_multipart([*peer.route, protocol.encode(msg)], flags=zmq.NOBLOCK)
+        except zmq.ZMQError as exc:  # a peer that went away must not disturb the service
+            log.debug("dropping a message to a departed peer: %s", exc)
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.runtime.snapshot_interval_s)
+            self.publish_snapshot()
+
+    # --- run --------------------------------------------------------------------
+
+    def request_stop(self, reason: str) -> None:
+        self._stop_reason = reason
+        self._stop.set()
+
+    async def run(self) -> None:
+        try:
+            self._prepare()
+        except Exception:
+            self._release()
+            raise
+        self._bind()
+        self._open_trace()
+        self.dispatcher = Dispatcher(
+            self.config,
+            self.gpus,
+            self.emit,
+            self.tenant_env,
+            self.output_dir,
+            self.cgroup_slice,
+            self._on_output,
+            self._on_finished,
+        )
+        self.emit(
+            {
+                "type": "runtime_started",
+                "node": socket.gethostname(),
+                "policy": self.config.runtime.policy,
+                "pid": os.getpid(),
+                "keep_finished": self.config.dispatcher.keep_finished,
+                "gpus": [self._gpu_record(g) for g in self.gpus],
+                "cgroups": str(self.cgroup_slice.path) if self.cgroup_slice else None,
+            }
+        )
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop, signal.Signals(sig).name)
+        tasks = [
+            asyncio.create_task(self._serve(self.control, read_only=False)),
+            asyncio.create_task(self._serve(self.control_ro, read_only=True)),
+            asyncio.create_task(self._tick()),
+        ]
+        log.info(
+            "serving %d %sGPU(s) under policy '%s' at %s",
+            len(self.gpus),
+            "simulated " if self.gpus and self.gpus[0].simulated else "",
+            self.config.runtime.policy,
+            endpoints.control(self.run_dir),
+        )
+        log.info("cgroups: %s", self.cgroup_slice.path if self.cgroup_slice else "not writable here; using process groups")
+        try:
+            await self._stop.wait()
+            log.info("stopping (%s): %s running commands", self._stop_reason, self.config.runtime.on_shutdown)
+            self.emit({"type": "runtime_stopping", "reason": self._stop_reason})
+            await self.dispatcher.shutdown(self.config.runtime.on_shutdown, self.config.runtime.shutdown_grace_s)
+            self.emit({"type": "runtime_stopped"})
+        finally:
+            for task in tasks:
+                task.cancel()
+            self._close()
+
+    def _close(self) -> None:
+        self.trace.close()
+        for sock in (self.control, self.control_ro, self.pub):
+            sock.close(linger=0)
+        self.ctx.term()
+        for name in (endpoints.CONTROL_SOCKET, endpoints.CONTROL_READ_ONLY_SOCKET, endpoints.TELEMETRY_SOCKET):
+            (self.run_dir / name).unlink(missing_ok=True)
+        if self.cgroup_slice is not None:
+            self.cgroup_slice.remove()
+        self._release()
+
+    def _release(self) -> None:
+        for c in self._claims:
+            c.release()
+        self._claims.clear()

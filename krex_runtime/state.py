@@ -1,0 +1,247 @@
+"""Node state and the one reducer that folds events into it.
+
+The runtime applies every event it emits here to build its snapshots; the
+console applies the events it receives, and replay applies a trace's events,
+with this same function. Events are plain dicts (they are JSON lines in the
+trace); docs/trace-format.md lists them.
+
+`apply` updates the state in place and returns it: with hundreds of thousands
+of commands a day, copying the whole state per event would cost more than the
+event. Callers that need an older state keep a deep copy.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+# How many finished commands a state remembers (the rest are only in the trace).
+DEFAULT_KEEP_FINISHED = 10_000
+
+
+@dataclass
+class GpuState:
+    index: int
+    uuid: str
+    name: str
+    memory_total: int
+    simulated: bool
+    slots: int
+    cpus: list[int] = field(default_factory=list)
+    running: list[str] = field(default_factory=list)
+    queued: int = 0
+    paused: bool = False
+    started: int = 0
+    finished: int = 0
+
+
+@dataclass
+class CommandInfo:
+    id: str
+    argv: list[str]
+    label: str = ""
+    gpu_request: int | None = None
+    timeout_s: float | None = None
+    state: str = "queued"
+    gpu: int | None = None
+    pid: int | None = None
+    tenant_id: int | None = None
+    submitted_at: float = 0.0
+    started_at: float | None = None
+    finished_at: float | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str = ""
+
+
+@dataclass
+class NodeState:
+    node: str = ""
+    policy: str = ""
+    pid: int = 0
+    started_at: float = 0.0
+    stopping: bool = False
+    paused: bool = False
+    seq: int = 0
+    time: float = 0.0
+    gpus: dict[int, GpuState] = field(default_factory=dict)
+    commands: dict[str, CommandInfo] = field(default_factory=dict)
+    queue: list[str] = field(default_factory=list)
+    totals: dict[str, int] = field(default_factory=dict)
+    keep_finished: int = DEFAULT_KEEP_FINISHED
+    finished_order: deque[str] = field(default_factory=deque)
+
+
+class UnknownEvent(ValueError):
+    pass
+
+
+def _runtime_started(s: NodeState, e: dict[str, Any]) -> None:
+    s.node, s.policy, s.pid, s.started_at = e["node"], e["policy"], e["pid"], e["t"]
+    s.keep_finished = e.get("keep_finished", DEFAULT_KEEP_FINISHED)
+    s.stopping = False
+    s.gpus = {
+        g["index"]: GpuState(
+            index=g["index"],
+            uuid=g["uuid"],
+            name=g["name"],
+            memory_total=g["memory_total"],
+            simulated=g["simulated"],
+            slots=g["slots"],
+            cpus=list(g.get("cpus", [])),
+        )
+        for g in e["gpus"]
+    }
+
+
+def _command_queued(s: NodeState, e: dict[str, Any]) -> None:
+    s.commands[e["id"]] = CommandInfo(
+        id=e["id"],
+        argv=list(e["argv"]),
+        label=e.get("label", ""),
+        gpu_request=e.get("gpu"),
+        timeout_s=e.get("timeout_s"),
+        submitted_at=e["t"],
+    )
+    s.queue.append(e["id"])
+    _count(s, "submitted")
+    if e.get("gpu") in s.gpus:
+        s.gpus[e["gpu"]].queued += 1
+
+
+def _command_started(s: NodeState, e: dict[str, Any]) -> None:
+    cmd = s.commands[e["id"]]
+    _leave_queue(s, cmd)
+    cmd.state, cmd.gpu, cmd.pid, cmd.tenant_id, cmd.started_at = "running", e["gpu"], e["pid"], e["tenant_id"], e["t"]
+    gpu = s.gpus[e["gpu"]]
+    gpu.running.append(cmd.id)
+    gpu.started += 1
+
+
+def _command_finished(s: NodeState, e: dict[str, Any]) -> None:
+    cmd = s.commands.get(e["id"])
+    if cmd is None:
+        return
+    if cmd.state == "queued":
+        _leave_queue(s, cmd)
+    elif cmd.state == "running" and cmd.gpu in s.gpus:
+        gpu = s.gpus[cmd.gpu]
+        if cmd.id in gpu.running:
+            gpu.running.remove(cmd.id)
+        gpu.finished += 1
+    cmd.state, cmd.finished_at = e["state"], e["t"]
+    cmd.exit_code, cmd.signal, cmd.reason = e.get("exit_code"), e.get("signal"), e.get("reason", "")
+    _count(s, e["state"])
+    s.finished_order.append(cmd.id)
+    while len(s.finished_order) > s.keep_finished:
+        s.commands.pop(s.finished_order.popleft(), None)
+
+
+def _admission_paused(s: NodeState, e: dict[str, Any]) -> None:
+    _set_paused(s, e.get("gpu"), True)
+
+
+def _admission_resumed(s: NodeState, e: dict[str, Any]) -> None:
+    _set_paused(s, e.get("gpu"), False)
+
+
+def _runtime_stopping(s: NodeState, e: dict[str, Any]) -> None:
+    s.stopping = True
+
+
+def _runtime_stopped(s: NodeState, e: dict[str, Any]) -> None:
+    s.stopping = True
+    for gpu in s.gpus.values():
+        gpu.running.clear()
+
+
+def _set_paused(s: NodeState, gpu: int | None, paused: bool) -> None:
+    if gpu is None:
+        s.paused = paused
+    elif gpu in s.gpus:
+        s.gpus[gpu].paused = paused
+
+
+def _leave_queue(s: NodeState, cmd: CommandInfo) -> None:
+    try:
+        s.queue.remove(cmd.id)
+    except ValueError:
+        return
+    if cmd.gpu_request in s.gpus:
+        s.gpus[cmd.gpu_request].queued -= 1
+
+
+def _count(s: NodeState, key: str) -> None:
+    s.totals[key] = s.totals.get(key, 0) + 1
+
+
+REDUCERS: dict[str, Callable[[NodeState, dict[str, Any]], None]] = {
+    "runtime_started": _runtime_started,
+    "command_queued": _command_queued,
+    "command_started": _command_started,
+    "command_finished": _command_finished,
+    "admission_paused": _admission_paused,
+    "admission_resumed": _admission_resumed,
+    "runtime_stopping": _runtime_stopping,
+    "runtime_stopped": _runtime_stopped,
+}
+
+
+def apply(state: NodeState, event: dict[str, Any]) -> NodeState:
+    """Fold one event into `state` (in place) and return it."""
+    reducer = REDUCERS.get(event.get("type", ""))
+    if reducer is None:
+        raise UnknownEvent(f"unknown event type {event.get('type')!r}")
+    reducer(state, event)
+    state.seq = event.get("seq", state.seq)
+    state.time = event.get("t", state.time)
+    return state
+
+
+def to_snapshot(state: NodeState) -> dict[str, Any]:
+    """Plain data for the PUB socket and the snapshot request."""
+    return {
+        "node": state.node,
+        "policy": state.policy,
+        "pid": state.pid,
+        "started_at": state.started_at,
+        "stopping": state.stopping,
+        "paused": state.paused,
+        "seq": state.seq,
+        "time": state.time,
+        "gpus": [vars(g) | {"running": list(g.running), "cpus": list(g.cpus)} for g in state.gpus.values()],
+        "commands": [vars(c) | {"argv": list(c.argv)} for c in state.commands.values()],
+        "queue": list(state.queue),
+        "totals": dict(state.totals),
+        "keep_finished": state.keep_finished,
+    }
+
+
+def from_snapshot(data: dict[str, Any]) -> NodeState:
+    """Rebuild a state from a snapshot, so a late subscriber can apply newer events."""
+    commands = {c["id"]: CommandInfo(**c) for c in data["commands"]}
+    finished = sorted(
+        (c for c in commands.values() if c.finished_at is not None), key=lambda c: c.finished_at or 0.0
+    )
+    return NodeState(
+        node=data["node"],
+        policy=data["policy"],
+        pid=data["pid"],
+        started_at=data["started_at"],
+        stopping=data["stopping"],
+        paused=data["paused"],
+        seq=data["seq"],
+        time=data["time"],
+        gpus={g["index"]: GpuState(**g) for g in data["gpus"]},
+        commands=commands,
+        queue=list(data["queue"]),
+        totals=dict(data["totals"]),
+        keep_finished=data["keep_finished"],
+        finished_order=deque(c.id for c in finished),
+    )
+
+
+def clone(state: NodeState) -> NodeState:
+    return copy.deepcopy(state)
