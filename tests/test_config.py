@@ -1,0 +1,97 @@
+"""Config files: strict, typed, one clear line for every mistake."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, REPO
+from krex_runtime.config import Config, ConfigError, load_config
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.toml")), ids=lambda p: p.name)
+def test_shipped_configs_load(path: Path) -> None:
+    config = load_config(path)
+    assert config.source == str(path)
+
+
+def test_default_file_matches_the_built_in_defaults() -> None:
+    from dataclasses import replace
+
+    assert replace(load_config(REPO / "configs" / "default.toml"), source="") == replace(Config(), source="")
+
+
+def test_every_field_is_documented() -> None:
+    import dataclasses
+
+    doc = (REPO / "docs" / "configuration.md").read_text()
+    for section in dataclasses.fields(Config):
+        if section.name == "source":
+            continue
+        for f in dataclasses.fields(getattr(Config(), section.name)):
+            assert f"`{section.name}.{f.name}`" in doc, f"{section.name}.{f.name} is not documented"
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    return path
+
+
+def test_unknown_key_names_file_key_and_closest(tmp_path: Path) -> None:
+    path = _write(tmp_path, "[dispatcher]\nslots_per_gpus = 3\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == f"{path}: dispatcher.slots_per_gpus: unknown key (did you mean 'slots_per_gpu'?)"
+
+
+def test_unknown_section(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"dispatch: unknown key \(did you mean 'dispatcher'\?\)"):
+        load_config(_write(tmp_path, "[dispatch]\nslots_per_gpu = 3\n"))
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[dispatcher]\nslots_per_gpu = 'four'\n", "dispatcher.slots_per_gpu: expected an integer, got a string"),
+        ("[dispatcher]\nslots_per_gpu = true\n", "dispatcher.slots_per_gpu: expected an integer, got a boolean"),
+        ("[runtime]\npolicy = 'fast'\n", "runtime.policy: expected one of 'command', 'ungated', 'krex', got 'fast'"),
+        ("[dispatcher]\nslots_per_gpu = 0\n", "dispatcher.slots_per_gpu must be at least 1"),
+        ("[gpus]\nvisible = [0, 'one']\n", "gpus.visible[1]: expected an integer, got a string"),
+        ("[tenants]\nenv = { A = 1 }\n", "tenants.env.A: expected a string, got an integer"),
+        ("[runtime]\ncontrol_tcp = 'ipc:///x'\n", "runtime.control_tcp must be a tcp:// endpoint"),
+        ("runtime = 3\n", "runtime: expected a table, got an integer"),
+        ("[runtime\n", "not valid TOML"),
+    ],
+)
+def test_bad_values(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(_write(tmp_path, text))
+    assert message in str(err.value)
+    assert str(_write(tmp_path, text)) in str(err.value)
+
+
+def test_runtime_reports_a_broken_config_in_one_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, "[tenants]\npreloads = false\n")
+    done = subprocess.run([str(BIN / "krex-runtime"), "--config", str(path), "--sim", "1"], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr.strip() == f"krex-runtime: {path}: tenants.preloads: unknown key (did you mean 'preload'?)"
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(BIN / "krex-runtime"), "--config", str(tmp_path / "nope.toml")], capture_output=True, text=True
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip() == f"krex-runtime: {tmp_path / 'nope.toml'}: config file not found"
+
+
+def test_no_gpu_suggests_sim(tmp_path: Path) -> None:
+    path = _write(tmp_path, f"[runtime]\nrun_dir = '{tmp_path}/run'\nlock_dir = '{tmp_path}/locks'\n")
+    done = subprocess.run([str(BIN / "krex-runtime"), "--config", str(path)], capture_output=True, text=True, timeout=60)
+    if done.returncode == 0:
+        pytest.skip("this machine has a GPU")
+    assert done.returncode == 1
+    assert "--sim" in done.stderr and len(done.stderr.strip().splitlines()) == 1
