@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Prepare a checkout: a virtual environment in .venv with KREX and its test
+# tools installed, and the native libraries built. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python=${PYTHON:-python3}
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "setup: KREX needs Python >= 3.11 (set PYTHON=/path/to/python3.11)" >&2
+  exit 1
+fi
+for tool in make cc; do
+  command -v "$tool" >/dev/null || { echo "setup: '$tool' is needed to build native/ (apt-get install build-essential)" >&2; exit 1; }
+done
+
+if [ ! -x .venv/bin/python ]; then
+  "$python" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+make -s -C native all
+make -s -C native asan
