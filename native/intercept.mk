@@ -1,1 +1,57 @@
-# Filled in by the interception library.
+# The interception library (libkrex.so): gate client, drain helper, resolver
+# interposition, generated wrappers of the gated driver entry points, and the
+# C region API. Included by native/Makefile (CC, CFLAGS, BUILD come from it).
+#
+#   make -C native                      build/libkrex.so
+#   make -C native asan                 build/asan/libkrex.so (ASan + UBSan)
+#   make -C native gated-table          regenerate src/intercept_gated_table.c
+#   make -C native check-gated-table    fail if it is out of date with cuda.h
+#   make -C native intercept-tests      C test programs under $(BUILD)/tests
+#
+# The library does not link libcuda: it finds the driver at run time.
+CUDA_INCLUDE ?= /usr/local/cuda/include
+PYTHON ?= python3
+
+KREX_SRCS := $(sort $(wildcard src/intercept*.c src/gate*.c src/drain*.c)) src/region_api.c
+KREX_OBJDIR := $(BUILD)/obj-krex
+KREX_OBJS := $(patsubst src/%.c,$(KREX_OBJDIR)/%.o,$(KREX_SRCS))
+KREX_HDRS := include/krex.h include/krex_gate.h src/intercept.h src/intercept_internal.h
+KREX_CFLAGS = $(CFLAGS) -I$(CUDA_INCLUDE) -fvisibility=hidden
+
+.PHONY: gated-table check-gated-table intercept-tests
+all: $(BUILD)/libkrex.so
+
+$(BUILD)/libkrex.so: $(KREX_OBJS)
+	$(CC) $(KREX_CFLAGS) -shared -o $@ $(KREX_OBJS) -ldl -pthread
+
+$(KREX_OBJDIR)/%.o: src/%.c $(KREX_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(KREX_CFLAGS) -c -o $@ $<
+
+gated-table:
+	$(PYTHON) tools/gen_gated_table.py --cuda-include $(CUDA_INCLUDE) --cc $(CC)
+
+check-gated-table:
+	$(PYTHON) tools/gen_gated_table.py --cuda-include $(CUDA_INCLUDE) --cc $(CC) --check
+
+# Test programs: linked against the simulated driver ($(BUILD)/sim) where they
+# call the driver directly, the way a program built with -lcuda does.
+KREX_TEST_DIR := $(BUILD)/tests
+KREX_TEST_CFLAGS = $(CFLAGS) -I$(CUDA_INCLUDE)
+intercept-tests: $(KREX_TEST_DIR)/gate_layout $(KREX_TEST_DIR)/linked_tenant $(KREX_TEST_DIR)/resolver_probe $(KREX_TEST_DIR)/region_client
+
+$(KREX_TEST_DIR)/gate_layout: tests/gate_layout.c include/krex_gate.h
+	@mkdir -p $(dir $@)
+	$(CC) $(KREX_TEST_CFLAGS) -o $@ $<
+
+$(KREX_TEST_DIR)/linked_tenant: tests/linked_tenant.c $(BUILD)/sim/libcuda.so.1
+	@mkdir -p $(dir $@)
+	$(CC) $(KREX_TEST_CFLAGS) -o $@ $< -L$(BUILD)/sim -l:libcuda.so.1 -Wl,-rpath,'$$ORIGIN/../sim' -pthread
+
+$(KREX_TEST_DIR)/resolver_probe: tests/resolver_probe.c
+	@mkdir -p $(dir $@)
+	$(CC) $(KREX_TEST_CFLAGS) -o $@ $< -ldl
+
+$(KREX_TEST_DIR)/region_client: tests/region_client.c include/krex.h
+	@mkdir -p $(dir $@)
+	$(CC) $(KREX_TEST_CFLAGS) -o $@ $< -ldl

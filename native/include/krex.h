@@ -1,0 +1,37 @@
+/*
+ * krex.h - the public C API of KREX for benchmark code.
+ *
+ * Bracket the timing loop with krex_region_enter() / krex_region_exit().
+ * Under the KREX runtime (KREX_REGION_SOCKET set) enter blocks until the
+ * runtime grants this process exclusive use of its GPU: other tenants are
+ * gated, drained and frozen. Outside the runtime both are no-ops returning 0,
+ * so the same program runs standalone.
+ *
+ * Link with -lkrex, or rely on the runtime preloading libkrex.so (declare the
+ * functions weak and check for NULL to support both).
+ */
+#ifndef KREX_H
+#define KREX_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Blocks until this process holds the region of its GPU. Returns 0 on success
+ * (or when not running under the runtime), or a negative errno:
+ *   -ECONNREFUSED / -ENOENT  the runtime's region socket cannot be reached
+ *   -EPROTO                  the runtime answered something unexpected
+ *   -EBUSY                   this process already holds or requested the region
+ *   -ETIMEDOUT, -EPERM, ...  the runtime refused (see docs/native.md)
+ * Thread-safe; one region per process at a time. */
+int krex_region_enter(void);
+
+/* Releases the region. 0 on success or when not under the runtime; -EINVAL if
+ * this process does not hold the region; other negative errno as above. */
+int krex_region_exit(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KREX_H */

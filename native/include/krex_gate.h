@@ -1,0 +1,152 @@
+/*
+ * krex_gate.h - the contract between the KREX runtime and the interception
+ * library preloaded into tenants: the layout of a per-GPU gate in shared
+ * memory and the protocol around it.
+ *
+ * The runtime creates one gate file per GPU (krex_runtime/gate.py mirrors this
+ * header and a test compares the two: change a layout only together with
+ * KREX_GATE_VERSION). Tenants find it through KREX_GATE_PATH and identify
+ * themselves with KREX_TENANT_ID.
+ *
+ * Plain C types only; every field is naturally aligned and padding is spelt
+ * out, so the Python mirror needs no compiler knowledge. Shared words are
+ * accessed with __atomic builtins (C) or single aligned stores (Python).
+ *
+ * Protocol (tenant thread, before each gated driver call):
+ *   1. in_call += 1                      (seq_cst read-modify-write)
+ *   2. w = gate_word                     (seq_cst)
+ *   3. if (w & KREX_GATE_CLOSED) and holder != my tenant id and the runtime's
+ *      heartbeat is fresh: in_call -= 1, park (spin, then FUTEX_WAIT on
+ *      gate_word != w, bounded by park_wait_ns so the heartbeat is re-read),
+ *      then start again at 1.
+ *   4. call the real driver; in_call -= 1.
+ * Runtime, to give the GPU to tenant H:
+ *   holder = H; gate_word = (gate_word + 2) | CLOSED; generation += 1;
+ *   full barrier; wait until in_call == 0 in every live entry whose tenant is
+ *   not H; for each such entry drain_req += 1 and FUTEX_WAKE(drain_req); wait
+ *   (bounded) until drain_ack == drain_req. To reopen: gate_word = (gate_word
+ *   + 2) & ~CLOSED; holder = KREX_GATE_NO_HOLDER; FUTEX_WAKE(gate_word, all).
+ * Steps 1-2 against the runtime's store-then-load make the check race-free:
+ * either the runtime sees the thread inside, or the thread sees the gate shut.
+ */
+#ifndef KREX_GATE_H
+#define KREX_GATE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KREX_GATE_MAGIC 0x45544147584552ull /* "REXGATE\0" read as little-endian u64 */
+#define KREX_GATE_VERSION 1u
+
+/* Environment read by the library. */
+#define KREX_ENV_GATE_PATH "KREX_GATE_PATH"          /* gate file of this tenant's GPU */
+#define KREX_ENV_TENANT_ID "KREX_TENANT_ID"          /* integer tenant id */
+#define KREX_ENV_INTERCEPT_STATS "KREX_INTERCEPT_STATS" /* per-process call counts at exit */
+#define KREX_ENV_DRAIN_TIMEOUT_MS "KREX_DRAIN_TIMEOUT_MS" /* overrides drain_timeout_ns */
+#define KREX_ENV_REGION_SOCKET "KREX_REGION_SOCKET"  /* region channel (krex.h) */
+
+#define KREX_GATE_MAX_PROCS 1024u
+#define KREX_GATE_NO_HOLDER (-1)
+
+/* gate_word: bit 0 says closed; the other bits count changes, so a parked
+ * thread's FUTEX_WAIT(gate_word, w) returns as soon as anything changed. */
+#define KREX_GATE_CLOSED 1u
+
+/* Defaults the runtime writes at creation (the library falls back to them
+ * when a field is 0). */
+#define KREX_GATE_DEFAULT_STALE_NS 3000000000ull      /* heartbeat bound: 3 s */
+#define KREX_GATE_DEFAULT_PARK_WAIT_NS 50000000ull    /* re-check heartbeat every 50 ms */
+#define KREX_GATE_DEFAULT_SPIN_NS 20000ull            /* spin 20 us before sleeping */
+#define KREX_GATE_DEFAULT_DRAIN_TIMEOUT_NS 10000000000ull /* drain gives up after 10 s */
+
+/* Process entry states. Claimed FREE -> CLAIMING by CAS, filled in, then
+ * published LIVE. A LIVE entry whose pid is dead is reaped by CAS LIVE ->
+ * CLAIMING by whoever notices (the library when it needs a slot, the runtime). */
+#define KREX_PROC_FREE 0u
+#define KREX_PROC_CLAIMING 1u
+#define KREX_PROC_LIVE 2u
+
+/* drain_result values, written before drain_ack. */
+#define KREX_DRAIN_OK 0u
+#define KREX_DRAIN_TIMED_OUT 1u  /* a context did not finish within the bound */
+#define KREX_DRAIN_ERROR 2u      /* a synchronise failed (sticky error, dead context) */
+
+/* Classes of gated calls, counted per process in shared memory. The generated
+ * table (native/src/intercept_gated_table.c) assigns each function one. */
+enum krex_call_class {
+    KREX_CLASS_LAUNCH = 0,    /* kernel launches (cuLaunchKernel*, cooperative, legacy) */
+    KREX_CLASS_HOST_FUNC = 1, /* cuLaunchHostFunc, cuStreamAddCallback */
+    KREX_CLASS_GRAPH = 2,     /* cuGraphLaunch, cuGraphUpload */
+    KREX_CLASS_MEMCPY = 3,
+    KREX_CLASS_MEMSET = 4,
+    KREX_CLASS_EVENT = 5,     /* cuEventRecord*, cuStreamWaitEvent */
+    KREX_CLASS_STREAM_MEMOP = 6, /* cuStreamWaitValue*, WriteValue*, BatchMemOp */
+    KREX_CLASS_MEM_ASYNC = 7, /* stream-ordered allocation, prefetch, discard */
+    KREX_CLASS_CONTEXT = 8,   /* context creation, primary context retain */
+    KREX_CLASS_MODULE = 9,    /* module and library loading */
+    KREX_CLASS_OTHER = 10,    /* other stream submissions (external semaphores, ...) */
+    KREX_CLASS_COUNT = 11,
+};
+#define KREX_CLASS_SLOTS 16 /* room in the entry; classes beyond COUNT read 0 */
+
+/* One entry per process that made a gated call. 256 bytes, its own cache
+ * lines, so one process's counters do not slow another's. */
+struct krex_gate_proc {
+    uint32_t state;          /* KREX_PROC_*; CAS only */
+    int32_t pid;
+    int64_t tenant_id;
+    uint64_t start_time;     /* /proc/<pid>/stat field 22, to tell pid reuse */
+    uint32_t in_call;        /* threads inside a gated driver call now */
+    uint32_t parked;         /* threads parked at the gate now */
+    uint32_t drain_req;      /* runtime bumps it; futex the drain thread waits on */
+    uint32_t drain_ack;      /* library copies drain_req here when drained; futex */
+    uint32_t drain_result;   /* KREX_DRAIN_* of the last acknowledged drain */
+    uint32_t uses_cuda;      /* 1 once a context was seen in this process */
+    uint32_t contexts;       /* contexts the drain thread synchronises */
+    uint32_t fail_open;      /* 1 once the library let a call through a stale gate */
+    uint64_t calls_total;    /* gated calls, all classes */
+    uint64_t parks_total;    /* times a thread parked */
+    uint64_t drains_total;   /* drains acknowledged */
+    uint64_t calls[KREX_CLASS_SLOTS]; /* gated calls per enum krex_call_class */
+    uint8_t reserved[48];
+};
+
+/* The gate header, followed at procs_offset by max_procs process entries. */
+struct krex_gate_header {
+    uint64_t magic;          /* KREX_GATE_MAGIC, written last at creation */
+    uint32_t version;        /* KREX_GATE_VERSION */
+    uint32_t header_size;    /* sizeof(struct krex_gate_header) */
+    uint32_t proc_size;      /* sizeof(struct krex_gate_proc) */
+    uint32_t max_procs;
+    uint32_t procs_offset;   /* byte offset of procs[0] */
+    uint32_t gate_word;      /* futex: KREX_GATE_CLOSED | change count */
+    int64_t holder;          /* tenant allowed through while closed, or NO_HOLDER */
+    uint64_t generation;     /* bumped at every close */
+    uint64_t heartbeat_ns;   /* runtime's CLOCK_MONOTONIC stamp */
+    uint64_t stale_after_ns; /* heartbeat older than this: the gate fails open */
+    uint64_t park_wait_ns;   /* longest single futex sleep of a parked thread */
+    uint64_t spin_ns;        /* spin this long before sleeping */
+    uint64_t drain_timeout_ns; /* drain thread gives up after this */
+    int32_t runtime_pid;     /* diagnostics */
+    uint32_t reserved0;
+    uint64_t closed_at_ns;   /* CLOCK_MONOTONIC of the last close (diagnostics) */
+    uint64_t opened_at_ns;   /* CLOCK_MONOTONIC of the last open (diagnostics) */
+    uint8_t reserved[144];
+};
+
+#ifndef __cplusplus
+_Static_assert(sizeof(struct krex_gate_proc) == 256, "gate process entry is 256 bytes");
+_Static_assert(sizeof(struct krex_gate_header) == 256, "gate header is 256 bytes");
+#endif
+
+/* Size of a gate file with n process entries. */
+#define KREX_GATE_FILE_SIZE(n) (sizeof(struct krex_gate_header) + (uint64_t)(n) * sizeof(struct krex_gate_proc))
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KREX_GATE_H */

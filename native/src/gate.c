@@ -1,0 +1,277 @@
+/*
+ * Gate client: every gated driver call passes here first (krex_gate_enter)
+ * and after (krex_gate_leave). The protocol is in include/krex_gate.h; in
+ * short: announce (in_call += 1), then look at the gate; if it is closed for
+ * us, withdraw and park *before* entering the driver, so a parked thread holds
+ * no driver lock.
+ *
+ * Nothing here may hang a tenant because of the runtime: a missing, foreign
+ * or malformed gate file means "run ungated" (said once on stderr), and a
+ * stale runtime heartbeat lets parked threads through (said once as well).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "intercept.h"
+
+enum { GATE_UNKNOWN = 0, GATE_ATTACHED = 1, GATE_NONE = 2 };
+
+static int gate_status;                   /* GATE_*, settled once per process */
+static struct krex_gate_header *gate;     /* the mapping, when attached */
+static struct krex_gate_proc *self_entry; /* our entry, once registered */
+static int64_t my_tenant = KREX_GATE_NO_HOLDER;
+static int stale_reported;
+static pthread_mutex_t attach_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- attaching ------------------------------------------------------------ */
+
+static bool attach(void)
+{
+    const char *path = getenv(KREX_ENV_GATE_PATH);
+    if (path == NULL || *path == '\0')
+        return false;
+    const char *tenant = getenv(KREX_ENV_TENANT_ID);
+    char *end = NULL;
+    long long t = tenant ? strtoll(tenant, &end, 10) : 0;
+    if (tenant == NULL || end == tenant || *end != '\0') {
+        krex_log("%s is set but %s is not an integer; this process is never the region holder",
+                 KREX_ENV_GATE_PATH, KREX_ENV_TENANT_ID);
+        t = KREX_GATE_NO_HOLDER;
+    }
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        krex_log("cannot open gate %s: %s; running ungated", path, strerror(errno));
+        return false;
+    }
+    struct stat st;
+    void *m = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(struct krex_gate_header))
+        m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) {
+        krex_log("cannot map gate %s; running ungated", path);
+        return false;
+    }
+    struct krex_gate_header *h = m;
+    bool ok = __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == KREX_GATE_MAGIC &&
+              h->version == KREX_GATE_VERSION && h->header_size == sizeof(struct krex_gate_header) &&
+              h->proc_size == sizeof(struct krex_gate_proc) && h->procs_offset >= h->header_size &&
+              (uint64_t)h->procs_offset + (uint64_t)h->max_procs * h->proc_size <= (uint64_t)st.st_size;
+    if (!ok) {
+        krex_log("gate %s has another layout (version %u, this library %u); running ungated", path,
+                 h->version, KREX_GATE_VERSION);
+        munmap(m, (size_t)st.st_size);
+        return false;
+    }
+    gate = h;
+    my_tenant = t;
+    return true;
+}
+
+/* ---- process entries ------------------------------------------------------ */
+
+/* Field 22 of /proc/<pid>/stat: start time in clock ticks since boot; with the
+ * pid it names a process for good (pids are reused, start times are not). */
+static uint64_t start_time_of(int pid)
+{
+    char path[64], text[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    text[n] = '\0';
+    char *p = strrchr(text, ')'); /* the command name may hold spaces */
+    if (p == NULL)
+        return 0;
+    /* after ")": field 3 is the state; field 22 is 19 fields further */
+    for (int field = 2; field < 22 && p != NULL; field++)
+        p = strchr(p + 1, ' ');
+    return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+static bool entry_is_dead(const struct krex_gate_proc *e)
+{
+    int pid = __atomic_load_n(&e->pid, __ATOMIC_RELAXED);
+    if (pid <= 0)
+        return true;
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return true;
+    uint64_t st = start_time_of(pid);
+    return st != 0 && st != e->start_time;
+}
+
+static struct krex_gate_proc *entry_at(unsigned i)
+{
+    return (struct krex_gate_proc *)((char *)gate + gate->procs_offset + (size_t)i * gate->proc_size);
+}
+
+static void fill(struct krex_gate_proc *e, int pid, uint64_t start_time)
+{
+    /* Everything but state, which we own (CLAIMING) until we publish LIVE. */
+    memset((char *)e + sizeof e->state, 0, sizeof *e - sizeof e->state);
+    e->pid = pid;
+    e->tenant_id = my_tenant;
+    e->start_time = start_time;
+    __atomic_store_n(&e->state, KREX_PROC_LIVE, __ATOMIC_RELEASE);
+}
+
+static struct krex_gate_proc *claim_entry(void)
+{
+    int pid = (int)getpid();
+    uint64_t st = start_time_of(pid);
+    /* First pass: a free entry. Second pass: reap the entry of a dead process. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (unsigned i = 0; i < gate->max_procs; i++) {
+            struct krex_gate_proc *e = entry_at(i);
+            uint32_t want = pass == 0 ? KREX_PROC_FREE : KREX_PROC_LIVE;
+            if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) != want)
+                continue;
+            if (pass == 1 && !entry_is_dead(e))
+                continue;
+            if (__atomic_compare_exchange_n(&e->state, &want, KREX_PROC_CLAIMING, false, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_RELAXED)) {
+                fill(e, pid, st);
+                return e;
+            }
+        }
+    }
+    krex_log("gate full (%u processes); this process runs ungated", gate->max_procs);
+    return NULL;
+}
+
+struct krex_gate_proc *krex_gate_entry(void)
+{
+    struct krex_gate_proc *e = __atomic_load_n(&self_entry, __ATOMIC_ACQUIRE);
+    if (e != NULL || __atomic_load_n(&gate_status, __ATOMIC_ACQUIRE) == GATE_NONE)
+        return e;
+    pthread_mutex_lock(&attach_lock);
+    if (gate_status == GATE_UNKNOWN)
+        __atomic_store_n(&gate_status, attach() ? GATE_ATTACHED : GATE_NONE, __ATOMIC_RELEASE);
+    if (gate_status == GATE_ATTACHED && self_entry == NULL) {
+        e = claim_entry();
+        if (e != NULL) {
+            __atomic_store_n(&self_entry, e, __ATOMIC_RELEASE);
+            krex_drain_start(e);
+        } else {
+            __atomic_store_n(&gate_status, GATE_NONE, __ATOMIC_RELEASE);
+        }
+    }
+    e = self_entry;
+    pthread_mutex_unlock(&attach_lock);
+    return e;
+}
+
+const struct krex_gate_header *krex_gate_header(void)
+{
+    return gate_status == GATE_ATTACHED ? gate : NULL;
+}
+
+/* ---- passing and parking -------------------------------------------------- */
+
+static uint64_t field_or(uint64_t v, uint64_t fallback)
+{
+    return v ? v : fallback;
+}
+
+/* A dead or hung runtime must never hang tenants. */
+static bool heartbeat_stale(struct krex_gate_proc *e)
+{
+    uint64_t beat = __atomic_load_n(&gate->heartbeat_ns, __ATOMIC_ACQUIRE);
+    uint64_t bound = field_or(__atomic_load_n(&gate->stale_after_ns, __ATOMIC_RELAXED),
+                              KREX_GATE_DEFAULT_STALE_NS);
+    uint64_t now = krex_now_ns();
+    if (now <= beat || now - beat <= bound)
+        return false;
+    if (!__atomic_exchange_n(&stale_reported, 1, __ATOMIC_ACQ_REL))
+        krex_log("runtime heartbeat stale for %llu ms; gate failing open",
+                 (unsigned long long)((now - beat) / 1000000ull));
+    if (!__atomic_load_n(&e->fail_open, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&e->fail_open, 1, __ATOMIC_RELAXED);
+        krex_stats_note("fail_open");
+    }
+    return true;
+}
+
+static bool closed_for_us(uint32_t word)
+{
+    return (word & KREX_GATE_CLOSED) && __atomic_load_n(&gate->holder, __ATOMIC_SEQ_CST) != my_tenant;
+}
+
+/* Waits until the gate word moves away from `word` or the heartbeat goes
+ * stale. Spins briefly first: a region is often short and a futex round trip
+ * is not free. */
+static void park(struct krex_gate_proc *e, uint32_t word)
+{
+    __atomic_fetch_add(&e->parked, 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add(&e->parks_total, 1, __ATOMIC_RELAXED);
+    krex_stats_note("parked");
+    uint64_t spin_until = krex_now_ns() + field_or(gate->spin_ns, KREX_GATE_DEFAULT_SPIN_NS);
+    while (__atomic_load_n(&gate->gate_word, __ATOMIC_ACQUIRE) == word && krex_now_ns() < spin_until)
+        __builtin_ia32_pause();
+    while (__atomic_load_n(&gate->gate_word, __ATOMIC_ACQUIRE) == word && !heartbeat_stale(e))
+        krex_futex_wait(&gate->gate_word, word, field_or(gate->park_wait_ns, KREX_GATE_DEFAULT_PARK_WAIT_NS));
+    __atomic_fetch_sub(&e->parked, 1, __ATOMIC_SEQ_CST);
+}
+
+int krex_gate_enter(unsigned i)
+{
+    if (krex_depth++ > 0)
+        return KREX_TOKEN_NESTED;
+    krex_stats_count(i);
+    struct krex_gate_proc *e = krex_gate_entry();
+    if (e == NULL)
+        return KREX_TOKEN_COUNTED;
+    unsigned klass = (unsigned)krex_gated_fns[i].klass;
+    __atomic_fetch_add(&e->calls[klass < KREX_CLASS_SLOTS ? klass : KREX_CLASS_OTHER], 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&e->calls_total, 1, __ATOMIC_RELAXED);
+    for (;;) {
+        /* Announce first, then look: against the runtime's "close, then read
+         * in_call" this leaves no window where both miss each other. */
+        __atomic_fetch_add(&e->in_call, 1, __ATOMIC_SEQ_CST);
+        uint32_t word = __atomic_load_n(&gate->gate_word, __ATOMIC_SEQ_CST);
+        if (!closed_for_us(word) || heartbeat_stale(e))
+            return KREX_TOKEN_IN_CALL;
+        __atomic_fetch_sub(&e->in_call, 1, __ATOMIC_SEQ_CST);
+        park(e, word);
+    }
+}
+
+void krex_gate_leave(unsigned i, int token)
+{
+    (void)i;
+    if (token == KREX_TOKEN_IN_CALL) {
+        __atomic_fetch_sub(&self_entry->in_call, 1, __ATOMIC_SEQ_CST);
+        krex_drain_note_context();
+    }
+    krex_depth--;
+}
+
+/* ---- fork ----------------------------------------------------------------- */
+
+/* The child shares the parent's mapping but is another process: it registers
+ * itself anew at its first gated call and starts its own drain helper. */
+static void after_fork_in_child(void)
+{
+    pthread_mutex_init(&attach_lock, NULL);
+    __atomic_store_n(&self_entry, NULL, __ATOMIC_RELEASE);
+    stale_reported = 0;
+    krex_drain_after_fork();
+    krex_stats_after_fork();
+}
+
+__attribute__((constructor)) static void gate_init(void)
+{
+    pthread_atfork(NULL, NULL, after_fork_in_child);
+}

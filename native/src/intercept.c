@@ -1,0 +1,225 @@
+/*
+ * Interception core: find the real dlsym and the real driver, and map each
+ * real gated entry point to our wrapper, so that whatever resolver a program
+ * uses (dlsym, cuGetProcAddress, cudaGetDriverEntryPoint) hands out wrappers.
+ *
+ * Mapping by pointer identity, not by name, is what makes per-thread-stream
+ * and versioned variants right: cuGetProcAddress("cuLaunchKernel", v,
+ * PER_THREAD_DEFAULT_STREAM) returns the address of cuLaunchKernel_ptsz, and
+ * that address maps to the wrapper with cuLaunchKernel_ptsz's signature.
+ *
+ * This library never links libcuda: the driver is found at run time, once the
+ * program itself has loaded it.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "intercept.h"
+
+KREX_TLS int krex_depth;
+
+/* ---- libc's dlsym --------------------------------------------------------- */
+
+typedef void *(*dlsym_fn)(void *, const char *);
+static dlsym_fn real_dlsym_ptr;
+
+void *krex_real_dlsym(void *handle, const char *name)
+{
+    dlsym_fn f = __atomic_load_n(&real_dlsym_ptr, __ATOMIC_ACQUIRE);
+    if (f == NULL) {
+        /* dlvsym is not interposed; versions: glibc 2.34 moved dlsym into libc. */
+        f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+        if (f == NULL)
+            f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+        if (f == NULL)
+            return NULL;
+        __atomic_store_n(&real_dlsym_ptr, f, __ATOMIC_RELEASE);
+    }
+    return f(handle, name);
+}
+
+/* ---- the real driver ------------------------------------------------------ */
+
+static void *driver_handle; /* dlopen("libcuda.so.1", NOLOAD), once loaded */
+
+static void *driver(void)
+{
+    void *h = __atomic_load_n(&driver_handle, __ATOMIC_ACQUIRE);
+    if (h != NULL)
+        return h;
+    /* NOLOAD: we never load the driver ourselves; a program that has not
+     * loaded it cannot be submitting work. */
+    h = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
+    if (h != NULL)
+        __atomic_store_n(&driver_handle, h, __ATOMIC_RELEASE);
+    return h;
+}
+
+void *krex_driver_symbol(const char *name)
+{
+    void *h = driver();
+    krex_depth++;
+    void *p = h != NULL ? krex_real_dlsym(h, name) : krex_real_dlsym(RTLD_NEXT, name);
+    krex_depth--;
+    return p;
+}
+
+/* ---- real pointer -> wrapper ---------------------------------------------- */
+
+/* Open addressing on the real pointer; written once under map_lock, then read
+ * without locks once map_ready is set. */
+#define MAP_SLOTS 1024u /* power of two, > 2 * (gated + resolvers) */
+struct map_slot {
+    void *real;
+    void *wrapper;
+};
+static struct map_slot map[MAP_SLOTS];
+static void *gated_real[KREX_GATED_MAX];
+static int map_ready;
+static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The resolvers we wrap (intercept_procaddr.c); their real pointers map too. */
+CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                     CUdriverProcAddressQueryResult *symbolStatus);
+
+static unsigned slot_of(const void *p)
+{
+    uintptr_t x = (uintptr_t)p;
+    x ^= x >> 17;
+    x *= 0x9e3779b97f4a7c15ull;
+    return (unsigned)(x >> 40) & (MAP_SLOTS - 1);
+}
+
+static void map_put(void *real, void *wrapper)
+{
+    if (real == NULL || real == wrapper)
+        return;
+    for (unsigned s = slot_of(real);; s = (s + 1) & (MAP_SLOTS - 1)) {
+        if (map[s].real == NULL || map[s].real == real) {
+            map[s].real = real;
+            map[s].wrapper = wrapper;
+            return;
+        }
+    }
+}
+
+static void *map_get(const void *real)
+{
+    for (unsigned s = slot_of(real);; s = (s + 1) & (MAP_SLOTS - 1)) {
+        if (map[s].real == real)
+            return map[s].wrapper;
+        if (map[s].real == NULL)
+            return NULL;
+    }
+}
+
+/* Builds the map once the driver is loaded; false while it is not. */
+static bool map_build(void)
+{
+    if (__atomic_load_n(&map_ready, __ATOMIC_ACQUIRE))
+        return true;
+    void *h = driver();
+    if (h == NULL)
+        return false;
+    krex_depth++;
+    pthread_mutex_lock(&map_lock);
+    if (!map_ready) {
+        unsigned n = krex_gated_count < KREX_GATED_MAX ? krex_gated_count : KREX_GATED_MAX;
+        for (unsigned i = 0; i < n; i++) {
+            void *real = krex_real_dlsym(h, krex_gated_fns[i].name);
+            gated_real[i] = real;
+            map_put(real, krex_gated_fns[i].wrapper);
+        }
+        map_put(krex_real_dlsym(h, "cuGetProcAddress"), (void *)cuGetProcAddress);
+        map_put(krex_real_dlsym(h, "cuGetProcAddress_v2"), (void *)cuGetProcAddress_v2);
+        __atomic_store_n(&map_ready, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&map_lock);
+    krex_depth--;
+    return true;
+}
+
+void *krex_gated_real(unsigned i)
+{
+    if (i >= KREX_GATED_MAX)
+        return NULL;
+    if (!map_build()) {
+        /* Driver not found by name (an unusual soname): the next object in
+         * the search order that defines the symbol is the real one. */
+        krex_depth++;
+        void *p = krex_real_dlsym(RTLD_NEXT, krex_gated_fns[i].name);
+        krex_depth--;
+        return p;
+    }
+    return gated_real[i];
+}
+
+bool krex_is_cu_name(const char *name)
+{
+    return name != NULL && name[0] == 'c' && name[1] == 'u' && name[2] >= 'A' && name[2] <= 'Z';
+}
+
+static bool is_our_wrapper(const void *p)
+{
+    for (unsigned i = 0; i < krex_gated_count; i++)
+        if (krex_gated_fns[i].wrapper == p)
+            return true;
+    return p == (void *)cuGetProcAddress || p == (void *)cuGetProcAddress_v2;
+}
+
+/* Binary search: is `name` (an exact exported name) gated? */
+static bool is_gated_name(const char *name)
+{
+    unsigned lo = 0, hi = krex_gated_count;
+    while (lo < hi) {
+        unsigned mid = (lo + hi) / 2;
+        int c = strcmp(krex_gated_fns[mid].name, name);
+        if (c == 0)
+            return true;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return false;
+}
+
+void *krex_swap(const char *name, void *real)
+{
+    if (real == NULL || !krex_is_cu_name(name) || strcmp(name, "cuGetExportTable") == 0)
+        return real;
+    if (!map_build())
+        return real;
+    void *w = map_get(real);
+    if (w != NULL) {
+        krex_stats_note("swapped");
+        return w;
+    }
+    /* A gated name whose pointer we do not know is work we would miss:
+     * count it so tests and the GPU suite can insist on zero. */
+    if (is_gated_name(name) && !is_our_wrapper(real)) {
+        krex_stats_note("unmapped");
+        krex_log("no wrapper for %s at %p; its calls bypass the gate", name, real);
+    }
+    return real;
+}
+
+/* ---- the exported dlsym --------------------------------------------------- */
+
+/* Handles are passed on unchanged; only the returned pointer may be swapped.
+ * Known limit: RTLD_NEXT from a caller is resolved relative to this library
+ * (the next object after it), not relative to the caller. */
+KREX_EXPORT void *dlsym(void *handle, const char *name)
+{
+    void *p = krex_real_dlsym(handle, name);
+    if (p == NULL || krex_depth > 0 || !krex_is_cu_name(name))
+        return p;
+    krex_depth++;
+    void *out = krex_swap(name, p);
+    krex_depth--;
+    return out;
+}

@@ -1,0 +1,86 @@
+/*
+ * Internal interfaces between the files of the interception library
+ * (libkrex.so). Not installed, not a contract: include/krex_gate.h is the
+ * contract with the runtime, include/krex.h the public API.
+ *
+ * Files, one concern each:
+ *   intercept.c             real dlsym, the driver handle, real pointer -> wrapper map,
+ *                           the exported dlsym
+ *   intercept_procaddr.c    cuGetProcAddress(_v2), cudaGetDriverEntryPoint(ByVersion)
+ *   intercept_gated_table.c GENERATED typed wrappers of the gated entry points
+ *   intercept_stats.c       per-process call counts, dumped at exit
+ *   intercept_log.c         one-line messages to stderr
+ *   gate.c                  gate client: attach, register, pass / park, heartbeat
+ *   gate_futex.c            futex and clock helpers
+ *   drain.c                 drain helper thread, contexts seen
+ *   region_api.c            krex_region_enter / krex_region_exit
+ *
+ * Declares no CUDA types, so that the cudart shim can include it next to
+ * cuda_runtime_api.h.
+ */
+#ifndef KREX_INTERCEPT_INTERNAL_H
+#define KREX_INTERCEPT_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "krex_gate.h"
+
+#define KREX_EXPORT __attribute__((visibility("default")))
+#define KREX_TLS __thread __attribute__((tls_model("initial-exec")))
+
+/* ---- intercept.c ---------------------------------------------------------- */
+/* libc's dlsym, bypassing our own export. */
+void *krex_real_dlsym(void *handle, const char *name);
+/* A symbol of the real driver (never one of our wrappers), or NULL when the
+ * driver is not loaded or lacks it. */
+void *krex_driver_symbol(const char *name);
+/* Given what a resolver returned for `name`, the pointer to hand out: our
+ * wrapper when `real` is a gated entry point (or a resolver), else `real`. */
+void *krex_swap(const char *name, void *real);
+/* Names the library considers: cu[A-Z]... */
+bool krex_is_cu_name(const char *name);
+/* Real pointer behind the i-th gated wrapper (resolved once). */
+void *krex_gated_real(unsigned i);
+
+/* Thread-local re-entrancy depth: while it is non-zero on a thread, wrappers
+ * and resolvers pass straight through (calls made by the driver itself, by our
+ * own initialisation, or by the drain helper). */
+extern KREX_TLS int krex_depth;
+
+/* ---- intercept_stats.c ---------------------------------------------------- */
+#define KREX_GATED_MAX 512
+void krex_stats_count(unsigned i);
+void krex_stats_note(const char *what); /* a named event counter (swaps, unmapped) */
+void krex_stats_after_fork(void);     /* the child counts its own calls only */
+
+/* ---- intercept_log.c ------------------------------------------------------ */
+void krex_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- gate.c --------------------------------------------------------------- */
+/* Tokens returned by krex_gate_enter, handed back to krex_gate_leave. */
+#define KREX_TOKEN_NESTED 0 /* re-entrant call: nothing done */
+#define KREX_TOKEN_COUNTED 1 /* counted, no gate */
+#define KREX_TOKEN_IN_CALL 2 /* counted and inside the gate (in_call held) */
+int krex_gate_enter(unsigned i);
+void krex_gate_leave(unsigned i, int token);
+/* This process's entry, or NULL when not under a gate. */
+struct krex_gate_proc *krex_gate_entry(void);
+const struct krex_gate_header *krex_gate_header(void);
+
+/* ---- gate_futex.c --------------------------------------------------------- */
+uint64_t krex_now_ns(void); /* CLOCK_MONOTONIC */
+/* Sleeps while *word == expected, at most timeout_ns (0: no bound). Shared,
+ * not FUTEX_PRIVATE: the other side is another process. */
+void krex_futex_wait(uint32_t *word, uint32_t expected, uint64_t timeout_ns);
+void krex_futex_wake_all(uint32_t *word);
+
+/* ---- drain.c -------------------------------------------------------------- */
+/* Starts the drain helper for this process's entry (idempotent). */
+void krex_drain_start(struct krex_gate_proc *entry);
+/* Records the calling thread's current context for later drains. */
+void krex_drain_note_context(void);
+/* Forget everything after fork(): the child has no helper and no contexts. */
+void krex_drain_after_fork(void);
+
+#endif /* KREX_INTERCEPT_INTERNAL_H */

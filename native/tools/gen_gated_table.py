@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Generate the table of gated CUDA driver entry points from cuda.h.
+
+Every driver function by which work reaches a GPU (launches, copies, memsets,
+event records, stream memory operations, stream-ordered allocation, context
+creation, module loading) gets a typed wrapper per exported variant (_v2,
+_v3, _ptsz, _ptds, legacy) that passes the gate around the real call.
+
+The variants are read from cuda.h preprocessed with __CUDA_API_VERSION_INTERNAL,
+the mode in which the header declares every exported symbol under its real
+name (versioned, per-thread-stream and legacy), exactly as the driver's own
+build sees it. Selection is by name pattern on the base name (the name with
+_ptsz/_ptds and _vN removed), so a new variant of a gated function in a newer
+header is picked up without editing a list.
+
+    gen_gated_table.py [--cuda-include DIR] [--cc CC] [--output FILE] [--check]
+
+--check exits 1 when FILE differs from what would be generated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+# (class, base-name pattern). First match wins; order matters (host functions
+# before the general launch rule).
+CLASSES: list[tuple[str, str]] = [
+    ("KREX_CLASS_HOST_FUNC", r"cuLaunchHostFunc|cuStreamAddCallback"),
+    ("KREX_CLASS_LAUNCH", r"cuLaunch\w*"),
+    ("KREX_CLASS_GRAPH", r"cuGraphLaunch|cuGraphUpload"),
+    ("KREX_CLASS_MEMCPY", r"cuMemcpy\w*"),
+    ("KREX_CLASS_MEMSET", r"cuMemset\w*"),
+    ("KREX_CLASS_EVENT", r"cuEventRecord\w*|cuStreamWaitEvent"),
+    ("KREX_CLASS_STREAM_MEMOP", r"cuStreamWaitValue\w*|cuStreamWriteValue\w*|cuStreamBatchMemOp"),
+    (
+        "KREX_CLASS_MEM_ASYNC",
+        r"cuMemAllocAsync|cuMemFreeAsync|cuMemAllocFromPoolAsync|cuMemPrefetch\w*Async"
+        r"|cuMemDiscard\w*Async|cuMemBatchDecompressAsync",
+    ),
+    ("KREX_CLASS_CONTEXT", r"cuCtxCreate|cuDevicePrimaryCtxRetain"),
+    ("KREX_CLASS_MODULE", r"cuModuleLoad\w*|cuLibraryLoad\w*"),
+    ("KREX_CLASS_OTHER", r"cuSignalExternalSemaphoresAsync|cuWaitExternalSemaphoresAsync|cuMemMapArrayAsync"),
+]
+
+PROTOTYPE = re.compile(r"\bCUresult\s+(cu[A-Z]\w*)\s*\(([^;{]*?)\)\s*;", re.S)
+IDENT = re.compile(r"[A-Za-z_]\w*")
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    base: str
+    klass: str
+    params: str  # normalised parameter list
+    args: tuple[str, ...]
+
+
+def base_name(name: str) -> str:
+    base = re.sub(r"_(ptsz|ptds)$", "", name)
+    return re.sub(r"_v\d+$", "", base)
+
+
+def classify(base: str) -> str | None:
+    for klass, pattern in CLASSES:
+        if re.fullmatch(pattern, base):
+            return klass
+    return None
+
+
+def split_params(params: str) -> list[str]:
+    out, depth, cur = [], 0, []
+    for ch in params:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    tail = "".join(cur).strip()
+    if tail:
+        out.append(tail)
+    return out
+
+
+def param_name(param: str, where: str) -> str:
+    fp = re.search(r"\(\s*\*\s*([A-Za-z_]\w*)\s*\)", param)  # function pointer
+    if fp:
+        return fp.group(1)
+    idents = IDENT.findall(re.sub(r"\[.*?\]", "", param))
+    if len(idents) < 2:
+        raise SystemExit(f"gen_gated_table: parameter without a name in {where}: {param!r}")
+    return idents[-1]
+
+
+def preprocess(cc: str, include: str) -> str:
+    with tempfile.NamedTemporaryFile("w", suffix=".c", delete=False) as f:
+        f.write("#include <cuda.h>\n")
+        src = f.name
+    try:
+        return subprocess.run(
+            [cc, "-E", "-P", "-D__CUDA_API_VERSION_INTERNAL", f"-I{include}", src],
+            check=True, capture_output=True, text=True,
+        ).stdout
+    finally:
+        os.unlink(src)
+
+
+def collect(text: str) -> list[Variant]:
+    seen: dict[str, Variant] = {}
+    for m in PROTOTYPE.finditer(text):
+        name, params = m.group(1), " ".join(m.group(2).split())
+        klass = classify(base_name(name))
+        if klass is None:
+            continue
+        plist = [] if params in ("", "void") else split_params(params)
+        v = Variant(name, base_name(name), klass, params,
+                    tuple(param_name(p, name) for p in plist))
+        if name in seen and seen[name].params != v.params:
+            raise SystemExit(f"gen_gated_table: {name} declared with two signatures")
+        seen[name] = v
+    return [seen[n] for n in sorted(seen)]
+
+
+def cuda_version(text: str, include: str) -> str:
+    with open(os.path.join(include, "cuda.h"), encoding="utf-8", errors="replace") as f:
+        m = re.search(r"#define\s+CUDA_VERSION\s+(\d+)", f.read())
+    return m.group(1) if m else "unknown"
+
+
+def render(variants: list[Variant], version: str) -> str:
+    bases = sorted({v.base for v in variants})
+    out = [
+        "/*",
+        " * GENERATED by native/tools/gen_gated_table.py from cuda.h (CUDA_VERSION",
+        f" * {version}). Do not edit; run `make -C native gated-table` to regenerate.",
+        " *",
+        f" * {len(variants)} gated entry points ({len(bases)} functions and their",
+        " * exported variants). Each wrapper passes the gate around the real call;",
+        " * programs linked with -lcuda reach them by symbol interposition, the rest",
+        " * through dlsym / cuGetProcAddress (real pointer -> wrapper, intercept.c).",
+        " */",
+        "#include \"intercept.h\"",
+        "",
+    ]
+    for i, v in enumerate(variants):
+        call_args = ", ".join(v.args)
+        out += [
+            f"#undef {v.name}",
+            f"typedef CUresult (CUDAAPI *krex_pfn_{v.name})({v.params});",
+            f"CUresult CUDAAPI {v.name}({v.params})",
+            "{",
+            f"    krex_pfn_{v.name} real = (krex_pfn_{v.name})krex_gated_real({i});",
+            "    if (real == NULL)",
+            "        return CUDA_ERROR_NOT_FOUND;",
+            f"    int token = krex_gate_enter({i});",
+            f"    CUresult r = real({call_args});",
+            f"    krex_gate_leave({i}, token);",
+            "    return r;",
+            "}",
+            "",
+        ]
+    out.append(f"const unsigned krex_gated_count = {len(variants)};")
+    out.append("")
+    out.append("const struct krex_gated_fn krex_gated_fns[] = {")
+    for v in variants:
+        out.append(f"    {{\"{v.name}\", {v.klass}, (void *){v.name}}},")
+    out.append("};")
+    out.append("")
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cuda-include", default=os.environ.get("CUDA_INCLUDE", "/usr/local/cuda/include"))
+    ap.add_argument("--cc", default=os.environ.get("CC", "cc"))
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--output", default=os.path.join(here, "..", "src", "intercept_gated_table.c"))
+    ap.add_argument("--check", action="store_true", help="compare instead of writing")
+    ns = ap.parse_args()
+
+    text = preprocess(ns.cc, ns.cuda_include)
+    variants = collect(text)
+    if not variants:
+        raise SystemExit("gen_gated_table: no gated prototypes found; wrong cuda.h?")
+    rendered = render(variants, cuda_version(text, ns.cuda_include))
+    if ns.check:
+        try:
+            with open(ns.output, encoding="utf-8") as f:
+                current = f.read()
+        except FileNotFoundError:
+            current = ""
+        if current != rendered:
+            sys.stdout.writelines(difflib.unified_diff(
+                current.splitlines(True), rendered.splitlines(True), ns.output, "generated"))
+            print(f"{ns.output} is out of date with {ns.cuda_include}/cuda.h", file=sys.stderr)
+            return 1
+        return 0
+    with open(ns.output, "w", encoding="utf-8") as f:
+        f.write(rendered)
+    print(f"wrote {ns.output}: {len(variants)} gated entry points")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
