@@ -17,7 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from krex_runtime import protocol
-from krex_runtime.control_client import ControlClient, RequestFailed, RuntimeUnavailable, how_to_start
+from krex_runtime.control_client import (
+    ControlClient,
+    RequestFailed,
+    RuntimeUnavailable,
+    how_to_start,
+)
 from krex_runtime.protocol import EXIT_KREX_ERROR
 from krex_runtime.trace import TraceError, read_trace, summarize
 

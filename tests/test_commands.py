@@ -11,8 +11,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import tenant_processes
 
-from conftest import Runtime, tenant_processes, wait_until
+from krex_runtime.local_runtime import Runtime, wait_until
 from krex_runtime.trace import read_trace
 
 PY = sys.executable
@@ -230,8 +231,9 @@ def test_sigterm_leaves_no_process_behind(make_runtime, tmp_path: Path) -> None:
 
 
 def test_no_runtime_gives_one_line(tmp_path: Path) -> None:
-    from conftest import BIN
     import subprocess
+
+    from krex_runtime.local_runtime import BIN
 
     env = {**os.environ, "KREX_RUN_DIR": str(tmp_path / "nothing")}
     done = subprocess.run([str(BIN / "krex"), "status"], env=env, capture_output=True, text=True)
@@ -247,7 +249,8 @@ def test_second_runtime_on_the_same_gpus_refuses(make_runtime, tmp_path: Path) -
     second.write_config()
     second.config_path.write_text(second.config_path.read_text().replace(str(second.root / "locks"), str(first.root / "locks")))
     import subprocess
-    from conftest import BIN
+
+    from krex_runtime.local_runtime import BIN
 
     done = subprocess.run(
         [str(BIN / "krex-runtime"), "--config", str(second.config_path), "--sim", "2"], capture_output=True, text=True, timeout=60

@@ -6,9 +6,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
-from conftest import BIN, REPO
 from krex_runtime.config import Config, ConfigError, load_config
+from krex_runtime.local_runtime import BIN
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.toml")), ids=lambda p: p.name)

@@ -7,9 +7,9 @@ import time
 
 import zmq
 
-from conftest import Runtime
 from krex_runtime import protocol
 from krex_runtime import state as node_state
+from krex_runtime.local_runtime import Runtime
 from krex_runtime.trace import read_trace, replay
 
 

@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from conftest import BIN, Runtime
+from krex_runtime.local_runtime import BIN, Runtime
 from krex_runtime.trace import FORMAT, FORMAT_VERSION, read_trace
 
 
