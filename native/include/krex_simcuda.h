@@ -1,0 +1,174 @@
+/*
+ * krex_simcuda.h - contract of the KREX *simulated* CUDA driver.
+ *
+ * The simulator is a libcuda.so.1 for machines without a GPU. It executes
+ * "kernels" by sleeping for their simulated duration on a simulated device
+ * shared by every process of the machine. Nothing here is a GPU figure.
+ *
+ * This header is a contract: krex_runtime/simcuda.py mirrors the shared
+ * memory layout and the execution-log record with the struct module, and a
+ * test compares the two. Change a layout only together with its version.
+ *
+ * Plain C types only (no cuda.h) so that tools can include it anywhere.
+ */
+#ifndef KREX_SIMCUDA_H
+#define KREX_SIMCUDA_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------
+ * Kernel parameter convention
+ *
+ * Every function of every simulated module is a valid kernel. Its launch
+ * arguments (cuLaunchKernel / cuLaunchKernelEx kernelParams) mean:
+ *
+ *   kernelParams[0]  -> uint64_t   solo duration in nanoseconds: how long the
+ *                                  kernel runs alone on the device (its work).
+ *                                  Missing (kernelParams == NULL) means 0.
+ *   kernelParams[1]  -> CUdeviceptr (optional; 0 = none) of a uint64_t that
+ *                                  the kernel atomically increments by one
+ *                                  when it completes.
+ *
+ * Both values are read at launch time, as the real driver copies arguments.
+ * Grid and block dimensions are recorded in the log; they do not change the
+ * duration.
+ * ------------------------------------------------------------------------- */
+#define KREX_SIM_PARAM_DURATION_NS 0
+#define KREX_SIM_PARAM_COUNTER_PTR 1
+
+/* ---------------------------------------------------------------------------
+ * Environment
+ * ------------------------------------------------------------------------- */
+#define KREX_SIM_ENV_DEVICE "KREX_SIM_DEVICE"     /* shared device name, default "default" */
+#define KREX_SIM_ENV_GPUS "KREX_SIM_GPUS"         /* devices, read by the creator, default 1 */
+#define KREX_SIM_ENV_LOG "KREX_SIM_LOG"           /* execution log file, unset = no log */
+#define KREX_SIM_ENV_TENANT "KREX_TENANT_ID"      /* integer written into log records */
+#define KREX_SIM_ENV_MEM_MB "KREX_SIM_MEM_MB"     /* memory per device, read by the creator */
+#define KREX_SIM_ENV_COPY_MBPS "KREX_SIM_COPY_MBPS" /* copy/memset bandwidth, MB/s (1e6 B/s) */
+
+#define KREX_SIM_DEFAULT_DEVICE_NAME "default"
+#define KREX_SIM_DEFAULT_MEM_MB 81920u    /* 80 GiB */
+#define KREX_SIM_DEFAULT_COPY_MBPS 1000u  /* 1 GB/s: 1 byte costs 1 ns of solo time */
+
+/* The shared device lives in POSIX shared memory: shm_open(KREX_SIM_SHM_PREFIX
+ * name), i.e. the file /dev/shm/krex-sim-<name> on Linux. */
+#define KREX_SIM_SHM_PREFIX "/krex-sim-"
+#define KREX_SIM_SHM_DIR "/dev/shm"
+
+/* ---------------------------------------------------------------------------
+ * Shared memory layout (version 1). Little-endian, natural alignment, no
+ * implicit padding: every struct spells its padding out.
+ * ------------------------------------------------------------------------- */
+#define KREX_SIM_SHM_MAGIC 0x314d49535845524bull /* "KREXSIM1" read as little-endian u64 */
+#define KREX_SIM_SHM_VERSION 1u
+#define KREX_SIM_MAX_DEVICES 16
+#define KREX_SIM_MAX_PROCS 512
+
+/* One slot per process that called cuInit. Processes claim a free slot (pid 0)
+ * with a compare-and-swap; a slot whose pid is dead (or is a zombie, or whose
+ * start time differs: pid reuse) is reaped by whoever notices. Counters of a
+ * dead process therefore stop counting as soon as it is noticed. */
+#define KREX_SIM_SLOT_FREE 0
+#define KREX_SIM_SLOT_BUSY (-1) /* being claimed or reaped: owned by one process */
+
+struct krex_sim_proc_slot {
+    int32_t pid;                 /* owner, KREX_SIM_SLOT_FREE or KREX_SIM_SLOT_BUSY */
+    uint32_t lock_word;          /* futex: 0 running, 1 checkpoint-locked */
+    uint64_t start_time;         /* owner's start time (/proc/<pid>/stat field 22) */
+    int32_t locker_pid;          /* who locked it (diagnostics), 0 when unlocked */
+    uint32_t in_call;            /* owner threads inside a gated driver call */
+    uint32_t inflight;           /* owner's stream items queued or executing */
+    uint32_t drain_seq;          /* futex: bumped when in_call or inflight drops to 0 */
+    int32_t tenant_id;           /* KREX_TENANT_ID of the owner */
+    uint32_t reserved0;
+    uint32_t active[KREX_SIM_MAX_DEVICES];   /* owner's items executing now, per device */
+    uint64_t mem_used[KREX_SIM_MAX_DEVICES]; /* owner's allocated bytes, per device */
+    uint8_t reserved1[24];
+};
+
+struct krex_sim_device_info {
+    uint8_t uuid[16];
+    char name[64];
+    uint64_t total_mem;
+    uint64_t reserved[5];
+};
+
+struct krex_sim_shm {
+    uint64_t magic;              /* KREX_SIM_SHM_MAGIC once initialised */
+    uint32_t version;            /* KREX_SIM_SHM_VERSION */
+    uint32_t ready;              /* 1 once fully initialised (written last) */
+    uint32_t num_devices;        /* fixed by the creating process */
+    uint32_t max_procs;          /* KREX_SIM_MAX_PROCS */
+    uint32_t copy_mbps;          /* fixed by the creating process */
+    uint32_t reserved0;
+    uint64_t reserved1[5];
+    struct krex_sim_device_info devices[KREX_SIM_MAX_DEVICES];
+    struct krex_sim_proc_slot procs[KREX_SIM_MAX_PROCS];
+};
+
+/* The number of kernels/copies active on device d is the sum of
+ * procs[i].active[d] over slots whose pid is alive. */
+
+/* ---------------------------------------------------------------------------
+ * Execution log (version 1)
+ *
+ * With KREX_SIM_LOG set, each process appends one record per executed
+ * kernel / copy / memset and per checkpoint lock / unlock, with a single
+ * write() on an O_APPEND descriptor, so records of concurrent processes never
+ * interleave. Times are CLOCK_MONOTONIC nanoseconds (comparable across the
+ * processes of one boot).
+ * ------------------------------------------------------------------------- */
+#define KREX_SIM_LOG_MAGIC 0x474c534bu /* "KSLG" little-endian */
+#define KREX_SIM_LOG_VERSION 1u
+#define KREX_SIM_LOG_NAME_LEN 40
+
+enum krex_sim_log_kind {
+    KREX_SIM_LOG_KERNEL = 1,
+    KREX_SIM_LOG_MEMCPY_HTOD = 2,
+    KREX_SIM_LOG_MEMCPY_DTOH = 3,
+    KREX_SIM_LOG_MEMCPY_DTOD = 4,
+    KREX_SIM_LOG_MEMSET = 5,
+    /* Checkpoint lock: pid is the locker, target_pid the locked process,
+     * start_ns when the lock was requested, end_ns when it returned (the
+     * target's submitted work had finished). */
+    KREX_SIM_LOG_LOCK = 6,
+    /* start_ns == end_ns == the moment the target was unlocked. */
+    KREX_SIM_LOG_UNLOCK = 7,
+    /* A lock that gave up after timeoutMs; the target is not locked. */
+    KREX_SIM_LOG_LOCK_TIMEOUT = 8,
+    KREX_SIM_LOG_HOST_FUNC = 9,
+};
+
+struct krex_sim_log_record {
+    uint32_t magic;          /* KREX_SIM_LOG_MAGIC */
+    uint16_t version;        /* KREX_SIM_LOG_VERSION */
+    uint16_t kind;           /* enum krex_sim_log_kind */
+    int32_t pid;             /* process that executed (or locked) */
+    int32_t tenant_id;       /* KREX_TENANT_ID of that process, 0 if unset */
+    int32_t device;          /* physical simulated device index, -1 for locks */
+    int32_t target_pid;      /* lock records: the locked process; else 0 */
+    uint64_t stream_id;      /* process-unique stream id (cuStreamGetId) */
+    uint64_t start_ns;       /* CLOCK_MONOTONIC */
+    uint64_t end_ns;         /* CLOCK_MONOTONIC */
+    uint64_t solo_ns;        /* duration it would have alone on the device */
+    uint64_t bytes;          /* copies and memsets; 0 for kernels */
+    uint32_t grid[3];
+    uint32_t block[3];
+    char name[KREX_SIM_LOG_NAME_LEN]; /* kernel name, NUL-padded, may be truncated */
+} __attribute__((packed));
+
+#ifndef __cplusplus
+_Static_assert(sizeof(struct krex_sim_log_record) == 128, "log record is 128 bytes");
+_Static_assert(sizeof(struct krex_sim_proc_slot) == 256, "process slot is 256 bytes");
+_Static_assert(sizeof(struct krex_sim_device_info) == 128, "device info is 128 bytes");
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KREX_SIMCUDA_H */

@@ -1,0 +1,187 @@
+/*
+ * Internal interfaces between the files of the simulated CUDA driver.
+ * Not installed, not a contract: see include/krex_simcuda.h for that.
+ *
+ * Files, one concern each:
+ *   simcuda_device.c      shared simulated device: shm, process slots, reaping,
+ *                         contention (processor sharing), memory accounting
+ *   simcuda_stream.c      streams, events, per-stream worker threads
+ *   simcuda_lock.c        checkpoint lock: the target-side gate and the locker
+ *   simcuda_log.c         execution log writer
+ *   simcuda_api.c         driver entry points (init, devices, contexts, ...)
+ *   simcuda_procaddr.c    cuGetProcAddress table
+ *   simcuda_unsupported.c entry points that answer CUDA_ERROR_NOT_SUPPORTED
+ */
+#ifndef KREX_SIMCUDA_INTERNAL_H
+#define KREX_SIMCUDA_INTERNAL_H
+
+/* Declares the legacy and per-thread-stream entry points as well, so that
+ * every exported definition is checked against its cuda.h prototype. */
+#define __CUDA_API_VERSION_INTERNAL 1
+/* cuda.h then wraps its prototypes in `visibility push(default)`: exactly the
+ * driver API is exported; everything else is hidden (-fvisibility=hidden). */
+#define __CUDA_API_PUSH_VISIBILITY_DEFAULT 1
+#include <cuda.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "krex_simcuda.h"
+
+#define SIM_DRIVER_VERSION 13000
+
+/* ---- time ---------------------------------------------------------------- */
+uint64_t sim_now_ns(void); /* CLOCK_MONOTONIC */
+
+/* ---- process state (simcuda_device.c) ------------------------------------ */
+struct sim_process {
+    struct krex_sim_shm *shm;           /* mapped shared device, NULL until attached */
+    struct krex_sim_proc_slot *slot;    /* our slot, NULL until cuInit */
+    int pid;
+    int tenant_id;
+    int visible_count;                  /* devices after CUDA_VISIBLE_DEVICES */
+    int visible[KREX_SIM_MAX_DEVICES];  /* visible ordinal -> physical index */
+    uint64_t copy_ns_per_mb;            /* simulated ns per 1e6 bytes */
+};
+extern struct sim_process sim_proc;
+
+/* Maps the shared device named by KREX_SIM_DEVICE (creating it race-free if
+ * needed). Idempotent, thread-safe. Does not claim a slot. */
+CUresult sim_attach(void);
+/* cuInit: attach, claim our slot, compute visible devices. Idempotent. */
+CUresult sim_init(void);
+bool sim_initialized(void);
+/* The process was forked after initialising: the child may not use CUDA. */
+bool sim_forked(void);
+
+/* Slot of a live process, or NULL. */
+struct krex_sim_proc_slot *sim_find_slot(int pid);
+bool sim_slot_alive(const struct krex_sim_proc_slot *slot, int pid);
+/* Number of items active on a physical device, counting live processes only. */
+uint32_t sim_device_active(int phys);
+uint64_t sim_device_mem_used(int phys);
+
+/* Run `solo_ns` of work on physical device `phys`, sharing the device with
+ * every other active item: returns after the work is done. */
+void sim_device_run(int phys, uint64_t solo_ns);
+uint64_t sim_copy_solo_ns(uint64_t bytes);
+
+/* futex helpers on shared memory (not FUTEX_PRIVATE: other processes wait too) */
+void sim_futex_wait(uint32_t *word, uint32_t expected, uint64_t timeout_ns);
+void sim_futex_wake_all(uint32_t *word);
+
+/* ---- execution log (simcuda_log.c) ---------------------------------------- */
+void sim_log_record(const struct krex_sim_log_record *rec);
+void sim_log_fill_common(struct krex_sim_log_record *rec, uint16_t kind);
+
+/* ---- checkpoint gate (simcuda_lock.c) ------------------------------------- */
+/* Every gated entry point brackets its work with these: while the process is
+ * checkpoint-locked, sim_api_enter blocks. It returns the slot it counted
+ * the call in (NULL before cuInit), which sim_api_leave must be given. */
+struct krex_sim_proc_slot *sim_api_enter(void);
+CUresult sim_api_leave(struct krex_sim_proc_slot *slot, CUresult result);
+#define SIM_GATED(call)                                                                                      \
+    do {                                                                                                     \
+        struct krex_sim_proc_slot *gate_slot_ = sim_api_enter();                                             \
+        return sim_api_leave(gate_slot_, (call));                                                            \
+    } while (0)
+/* Work accounting the locker waits on. */
+void sim_inflight_add(void);
+void sim_inflight_done(void);
+
+/* ---- contexts, streams, events (simcuda_stream.c) ------------------------ */
+#define SIM_MAGIC_CTX 0x4b435458u
+#define SIM_MAGIC_STREAM 0x4b535452u
+#define SIM_MAGIC_EVENT 0x4b45564eu
+#define SIM_MAGIC_MODULE 0x4b4d4f44u
+#define SIM_MAGIC_FUNC 0x4b46554eu
+#define SIM_MAGIC_DEAD 0xdeadbeefu
+
+struct CUctx_st {
+    uint32_t magic;
+    int ordinal;                /* visible device ordinal */
+    int phys;                   /* physical simulated device */
+    bool primary;
+    unsigned int flags;
+    unsigned long long id;
+    pthread_mutex_t mu;         /* guards the fields below */
+    pthread_cond_t idle;        /* signalled when pending drops to 0 */
+    uint64_t pending;           /* items queued or executing on its streams */
+    struct CUstream_st *null_stream; /* default stream, created lazily */
+};
+
+struct sim_item;
+
+struct CUstream_st {
+    uint32_t magic;
+    struct CUctx_st *ctx;
+    unsigned long long id;
+    unsigned int flags;
+    int priority;
+    pthread_mutex_t mu;         /* guards the fields below */
+    pthread_cond_t changed;     /* work queued, item finished, destroyed */
+    struct sim_item *head, *tail;
+    uint64_t pending;           /* queued + executing */
+    bool worker_started;
+    bool destroyed;
+};
+
+struct CUevent_st {
+    uint32_t magic;
+    unsigned int flags;
+    /* guarded by the process-wide event lock in simcuda_stream.c */
+    unsigned int refs;          /* the handle + queued items naming it */
+    uint64_t recorded_seq;      /* bumped by each cuEventRecord */
+    uint64_t completed_seq;     /* last record the stream reached */
+    uint64_t time_ns;           /* when the latest record was reached */
+};
+
+struct CUfunc_st {
+    uint32_t magic;
+    struct CUmod_st *module;
+    struct CUfunc_st *next;
+    char name[KREX_SIM_LOG_NAME_LEN];
+};
+
+struct CUmod_st {
+    uint32_t magic;
+    pthread_mutex_t mu;
+    struct CUfunc_st *functions;
+};
+
+struct sim_kernel_args {
+    char name[KREX_SIM_LOG_NAME_LEN];
+    uint64_t solo_ns;
+    uint64_t *counter;          /* NULL = none */
+    uint32_t grid[3];
+    uint32_t block[3];
+};
+
+CUcontext sim_ctx_current(void);
+/* Resolves NULL / CU_STREAM_LEGACY / CU_STREAM_PER_THREAD to the default stream
+ * of the current context; validates real handles. */
+CUresult sim_stream_resolve(CUstream in, struct CUstream_st **out);
+CUresult sim_ctx_init(struct CUctx_st *ctx, int ordinal, bool primary, unsigned int flags);
+CUresult sim_ctx_synchronize(struct CUctx_st *ctx);
+
+CUresult sim_stream_create(struct CUctx_st *ctx, unsigned int flags, int priority, CUstream *out);
+CUresult sim_stream_destroy(CUstream stream);
+CUresult sim_stream_synchronize(struct CUstream_st *s);
+CUresult sim_stream_query(struct CUstream_st *s);
+
+CUresult sim_enqueue_kernel(struct CUstream_st *s, const struct sim_kernel_args *args);
+CUresult sim_enqueue_copy(struct CUstream_st *s, void *dst, const void *src, uint64_t bytes, uint16_t kind);
+CUresult sim_enqueue_memset(struct CUstream_st *s, void *dst, uint32_t value, unsigned int elem_size, uint64_t count);
+CUresult sim_enqueue_host_func(struct CUstream_st *s, CUhostFn fn, void *user_data);
+CUresult sim_enqueue_callback(struct CUstream_st *s, CUstreamCallback fn, void *user_data);
+
+CUresult sim_event_create(unsigned int flags, CUevent *out);
+CUresult sim_event_destroy(CUevent ev);
+CUresult sim_event_record(CUevent ev, struct CUstream_st *s);
+CUresult sim_event_query(CUevent ev);
+CUresult sim_event_synchronize(CUevent ev);
+CUresult sim_event_elapsed(float *ms, CUevent start, CUevent end);
+CUresult sim_stream_wait_event(struct CUstream_st *s, CUevent ev);
+
+#endif /* KREX_SIMCUDA_INTERNAL_H */
