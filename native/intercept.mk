@@ -52,6 +52,6 @@ $(KREX_TEST_DIR)/resolver_probe: tests/resolver_probe.c
 	@mkdir -p $(dir $@)
 	$(CC) $(KREX_TEST_CFLAGS) -o $@ $< -ldl
 
-$(KREX_TEST_DIR)/region_client: tests/region_client.c include/krex.h
+$(KREX_TEST_DIR)/region_client: tests/region_client.c include/krex.h $(BUILD)/libkrex.so
 	@mkdir -p $(dir $@)
-	$(CC) $(KREX_TEST_CFLAGS) -o $@ $< -ldl
+	$(CC) $(KREX_TEST_CFLAGS) -o $@ $< -L$(BUILD) -l:libkrex.so -Wl,-rpath,'$$ORIGIN/..'

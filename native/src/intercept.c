@@ -26,7 +26,7 @@ KREX_TLS int krex_depth;
 typedef void *(*dlsym_fn)(void *, const char *);
 static dlsym_fn real_dlsym_ptr;
 
-void *krex_real_dlsym(void *handle, const char *name)
+KREX_NO_SANITIZE void *krex_real_dlsym(void *handle, const char *name)
 {
     dlsym_fn f = __atomic_load_n(&real_dlsym_ptr, __ATOMIC_ACQUIRE);
     if (f == NULL) {
@@ -158,7 +158,7 @@ void *krex_gated_real(unsigned i)
     return gated_real[i];
 }
 
-bool krex_is_cu_name(const char *name)
+KREX_NO_SANITIZE bool krex_is_cu_name(const char *name)
 {
     return name != NULL && name[0] == 'c' && name[1] == 'u' && name[2] >= 'A' && name[2] <= 'Z';
 }
@@ -213,10 +213,10 @@ void *krex_swap(const char *name, void *real)
 /* Handles are passed on unchanged; only the returned pointer may be swapped.
  * Known limit: RTLD_NEXT from a caller is resolved relative to this library
  * (the next object after it), not relative to the caller. */
-KREX_EXPORT void *dlsym(void *handle, const char *name)
+KREX_EXPORT KREX_NO_SANITIZE void *dlsym(void *handle, const char *name)
 {
     void *p = krex_real_dlsym(handle, name);
-    if (p == NULL || krex_depth > 0 || !krex_is_cu_name(name))
+    if (p == NULL || !krex_is_cu_name(name) || krex_depth > 0)
         return p;
     krex_depth++;
     void *out = krex_swap(name, p);

@@ -28,10 +28,13 @@
 
 #define KREX_EXPORT __attribute__((visibility("default")))
 #define KREX_TLS __thread __attribute__((tls_model("initial-exec")))
+/* For code the sanitizer runtimes run before they are initialised: ASan looks
+ * up the functions it intercepts with dlsym, and ours is that dlsym. */
+#define KREX_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
 
 /* ---- intercept.c ---------------------------------------------------------- */
 /* libc's dlsym, bypassing our own export. */
-void *krex_real_dlsym(void *handle, const char *name);
+KREX_NO_SANITIZE void *krex_real_dlsym(void *handle, const char *name);
 /* A symbol of the real driver (never one of our wrappers), or NULL when the
  * driver is not loaded or lacks it. */
 void *krex_driver_symbol(const char *name);
@@ -39,7 +42,7 @@ void *krex_driver_symbol(const char *name);
  * wrapper when `real` is a gated entry point (or a resolver), else `real`. */
 void *krex_swap(const char *name, void *real);
 /* Names the library considers: cu[A-Z]... */
-bool krex_is_cu_name(const char *name);
+KREX_NO_SANITIZE bool krex_is_cu_name(const char *name);
 /* Real pointer behind the i-th gated wrapper (resolved once). */
 void *krex_gated_real(unsigned i);
 

@@ -1,0 +1,62 @@
+"""The runtime's gate API on its own (no tenants): creation, closing, reopening."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from krex_runtime import gate
+
+
+def test_create_and_attach_agree(tmp_path: Path) -> None:
+    path = tmp_path / "gpu0.gate"
+    with gate.Gate.create(path, max_procs=8, stale_after_s=1.5, drain_timeout_s=2.0) as g:
+        assert path.stat().st_size == gate.file_size(8)
+        assert not g.is_closed and g.holder == gate.NO_HOLDER
+        with gate.Gate.attach(path) as other:
+            assert other.max_procs == 8
+            assert other._hget("stale_after_ns") == 1_500_000_000
+            assert other._hget("drain_timeout_ns") == 2_000_000_000
+            assert other._hget("runtime_pid") == os.getpid()
+            assert other.processes() == []
+
+
+def test_close_and_open_move_the_gate_word(tmp_path: Path) -> None:
+    with gate.Gate.create(tmp_path / "g") as g:
+        w0, gen0 = g.gate_word, g.generation
+        assert g.close_gate(7) == gen0 + 1
+        assert g.is_closed and g.holder == 7
+        w1 = g.gate_word
+        assert w1 != w0 and w1 & gate.CLOSED
+        g.open_gate()
+        assert not g.is_closed and g.holder == gate.NO_HOLDER
+        assert g.gate_word not in (w0, w1)  # a parked thread's FUTEX_WAIT(w1) returns
+        with pytest.raises(ValueError):
+            g.close_gate(gate.NO_HOLDER)
+
+
+def test_heartbeat_is_monotonic_ns(tmp_path: Path) -> None:
+    with gate.Gate.create(tmp_path / "g") as g:
+        before = time.monotonic_ns()
+        g.stamp_heartbeat()
+        assert before <= g.heartbeat_ns <= time.monotonic_ns()
+
+
+def test_attach_refuses_foreign_files(tmp_path: Path) -> None:
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"\0" * gate.file_size(4))
+    with pytest.raises(gate.GateError, match="bad magic"):
+        gate.Gate.attach(junk)
+    with pytest.raises(gate.GateError):
+        gate.Gate.attach(tmp_path / "missing")
+
+
+def test_drain_with_no_tenants_is_immediate(tmp_path: Path) -> None:
+    with gate.Gate.create(tmp_path / "g") as g:
+        g.close_gate(1)
+        assert g.wait_quiescent(1, 0.1) == []
+        assert g.drain(1, 0.1) == []
+        g.open_gate()

@@ -1,0 +1,56 @@
+"""The generated table of gated entry points is up to date with cuda.h."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from krex_native import NATIVE, REPO
+
+CUDA_INCLUDE = os.environ.get("CUDA_INCLUDE", "/usr/local/cuda/include")
+TABLE = NATIVE / "src" / "intercept_gated_table.c"
+
+
+@pytest.mark.skipif(not Path(CUDA_INCLUDE, "cuda.h").exists(), reason="no cuda.h")
+def test_generated_table_is_up_to_date() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(NATIVE / "tools" / "gen_gated_table.py"), "--check", "--cuda-include", CUDA_INCLUDE],
+        capture_output=True, text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+
+
+def table_names() -> list[str]:
+    return re.findall(r'^    \{"(cu\w+)", KREX_CLASS_', TABLE.read_text(), re.M)
+
+
+def test_table_covers_every_submission_family() -> None:
+    names = set(table_names())
+    for must in (
+        "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
+        "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernelMultiDevice", "cuLaunchHostFunc",
+        "cuStreamAddCallback", "cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync",
+        "cuGraphLaunch", "cuGraphLaunch_ptsz", "cuGraphUpload",
+        "cuMemcpy", "cuMemcpyAsync_ptsz", "cuMemcpyHtoD_v2", "cuMemcpyHtoD_v2_ptds", "cuMemcpyHtoD",
+        "cuMemcpy3DPeerAsync", "cuMemcpyBatchAsync_v2", "cuMemsetD8_v2", "cuMemsetD2D32Async",
+        "cuEventRecord", "cuEventRecordWithFlags_ptsz", "cuStreamWaitEvent", "cuStreamWaitValue32_v2",
+        "cuStreamWriteValue64", "cuStreamBatchMemOp_v2", "cuMemAllocAsync", "cuMemFreeAsync_ptsz",
+        "cuMemAllocFromPoolAsync", "cuMemPrefetchAsync_v2", "cuCtxCreate_v4", "cuDevicePrimaryCtxRetain",
+        "cuModuleLoadData", "cuModuleLoadDataEx", "cuLibraryLoadData",
+    ):
+        assert must in names, must
+    for never in ("cuGetProcAddress", "cuGetExportTable", "cuCtxSynchronize", "cuStreamSynchronize",
+                  "cuMemAlloc_v2", "cuInit"):
+        assert never not in names, never
+
+
+def test_docs_state_the_table_size() -> None:
+    n = len(table_names())
+    header = re.search(r"(\d+) gated entry points", TABLE.read_text())
+    assert header and int(header.group(1)) == n
+    assert f"{n} gated entry points" in (REPO / "docs" / "native.md").read_text()
