@@ -100,6 +100,7 @@ PROC_FIELDS: tuple[tuple[str, type, int], ...] = (
     ("parks_total", ctypes.c_uint64, 64),
     ("drains_total", ctypes.c_uint64, 72),
     ("calls", ctypes.c_uint64 * CLASS_SLOTS, 80),
+    ("drain_ack_ns", ctypes.c_uint64, 208),
 )
 PROC_SIZE = 256
 
@@ -190,6 +191,7 @@ class ProcEntry:
     calls_total: int
     parks_total: int
     drains_total: int
+    drain_ack_ns: int
     calls: dict[str, int]
     alive: bool
 
@@ -408,6 +410,7 @@ class Gate:
             drain_ack=get("drain_ack"), drain_result=get("drain_result"),
             uses_cuda=bool(get("uses_cuda")), contexts=get("contexts"), fail_open=bool(get("fail_open")),
             calls_total=get("calls_total"), parks_total=get("parks_total"), drains_total=get("drains_total"),
+            drain_ack_ns=get("drain_ack_ns"),
             calls={name: calls_arr[i] for i, name in enumerate(CALL_CLASSES)},
             alive=state == PROC_LIVE and process_alive(pid, start),
         )

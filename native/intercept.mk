@@ -22,7 +22,7 @@ KREX_CFLAGS = $(CFLAGS) -I$(CUDA_INCLUDE) -fvisibility=hidden
 all: $(BUILD)/libkrex.so
 
 $(BUILD)/libkrex.so: $(KREX_OBJS)
-	$(CC) $(KREX_CFLAGS) -shared -o $@ $(KREX_OBJS) -ldl -pthread
+	$(CC) $(KREX_CFLAGS) -shared -Wl,-soname,libkrex.so -o $@ $(KREX_OBJS) -ldl -pthread
 
 $(KREX_OBJDIR)/%.o: src/%.c $(KREX_HDRS)
 	@mkdir -p $(dir $@)

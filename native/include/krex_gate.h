@@ -111,7 +111,8 @@ struct krex_gate_proc {
     uint64_t parks_total;    /* times a thread parked */
     uint64_t drains_total;   /* drains acknowledged */
     uint64_t calls[KREX_CLASS_SLOTS]; /* gated calls per enum krex_call_class */
-    uint8_t reserved[48];
+    uint64_t drain_ack_ns;   /* CLOCK_MONOTONIC when the last drain was acknowledged */
+    uint8_t reserved[40];
 };
 
 /* The gate header, followed at procs_offset by max_procs process entries. */

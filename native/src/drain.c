@@ -189,6 +189,7 @@ static void *coordinator_main(void *arg)
         uint32_t result = drain_now();
         __atomic_store_n(&e->drain_result, result, __ATOMIC_RELAXED);
         __atomic_fetch_add(&e->drains_total, 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&e->drain_ack_ns, krex_now_ns(), __ATOMIC_RELAXED);
         krex_stats_note("drains");
         __atomic_store_n(&e->drain_ack, req, __ATOMIC_SEQ_CST);
         krex_futex_wake_all(&e->drain_ack);

@@ -26,6 +26,6 @@ int main(void)
     H(park_wait_ns); H(spin_ns); H(drain_timeout_ns); H(runtime_pid); H(closed_at_ns); H(opened_at_ns);
     P(state); P(pid); P(tenant_id); P(start_time); P(in_call); P(parked); P(drain_req);
     P(drain_ack); P(drain_result); P(uses_cuda); P(contexts); P(fail_open); P(calls_total);
-    P(parks_total); P(drains_total); P(calls);
+    P(parks_total); P(drains_total); P(calls); P(drain_ack_ns);
     return 0;
 }

@@ -66,10 +66,9 @@ int main(void)
     /* per-thread default stream: the _ptsz variant, which must map by identity */
     p = NULL;
     CUresult r = gpa("cuLaunchKernel", &p, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st);
-    void *krex = dlopen("libkrex.so", RTLD_NOLOAD | RTLD_LAZY);
-    void *ptsz_wrapper = krex ? dlsym(krex, "cuLaunchKernel_ptsz") : NULL;
-    printf("getproc-ptsz cuLaunchKernel %s %s\n", r == CUDA_SUCCESS ? where(p) : "error",
-           p != NULL && p == ptsz_wrapper ? "is-ptsz-wrapper" : "not-ptsz-wrapper");
+    Dl_info info;
+    const char *sym = p != NULL && dladdr(p, &info) && info.dli_sname ? info.dli_sname : "?";
+    printf("getproc-ptsz cuLaunchKernel %s %s\n", r == CUDA_SUCCESS ? where(p) : "error", sym);
     /* the resolver handed out for cuGetProcAddress is itself a wrapper: asking it again swaps too */
     gpa_v2_fn gpa2 = NULL;
     gpa("cuGetProcAddress", (void **)&gpa2, 12000, 0, &st);

@@ -48,8 +48,9 @@ class Build:
         env["LD_LIBRARY_PATH"] = f"{self.sim_dir}:{env.get('LD_LIBRARY_PATH', '')}".rstrip(":")
         if preload:
             libs = [str(self.libkrex)]
-            if self.variant == "asan" and python_host:
-                # An uninstrumented host must load the ASan runtime first.
+            if self.variant == "asan":
+                # The ASan runtime must come first in the initial library list,
+                # before the preloaded library, whatever the host program.
                 libs.insert(0, asan_runtime())
             env["LD_PRELOAD"] = " ".join(libs)
         if self.variant == "asan":

@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 from krex_native import Build, check_sanitizers
@@ -40,6 +41,12 @@ class LineServer:
                         break
                     f.write(answer.encode() + b"\n")
             self.lines.append("<closed>")
+
+    def wait_closed(self, connections: int) -> None:
+        """The server notices a hang-up after the client exits: wait for it."""
+        deadline = time.monotonic() + 30
+        while self.lines.count("<closed>") < connections and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def close(self) -> None:
         self.sock.close()
@@ -76,6 +83,7 @@ def test_speaks_the_line_protocol(lib_build: Build, tmp_path: Path) -> None:
     try:
         out, _ = run_client(lib_build, "enter", "exit", "enter", "exit",
                             KREX_REGION_SOCKET=str(server.path), KREX_TENANT_ID="42")
+        server.wait_closed(1)
     finally:
         server.close()
     assert out == ["enter 0", "exit 0", "enter 0", "exit 0"]
@@ -121,6 +129,7 @@ def test_unreachable_runtime_and_dropped_connection(lib_build: Build, tmp_path: 
     server = LineServer(tmp_path / "drop.sock", reply)
     try:
         out, _ = run_client(lib_build, "enter", "enter", KREX_REGION_SOCKET=str(server.path))
+        server.wait_closed(2)
     finally:
         server.close()
     assert out == ["enter %d" % -errno.ECONNRESET] * 2  # reconnects for the second try
