@@ -182,8 +182,9 @@ struct krex_sim_proc_slot *sim_find_slot(int pid)
         return NULL;
     for (int i = 0; i < KREX_SIM_MAX_PROCS; i++) {
         struct krex_sim_proc_slot *slot = &sim_proc.shm->procs[i];
-        if (__atomic_load_n(&slot->pid, __ATOMIC_ACQUIRE) == pid)
-            return sim_slot_alive(slot, pid) ? slot : NULL;
+        /* A dead earlier owner of a reused pid may still hold a slot: keep looking. */
+        if (__atomic_load_n(&slot->pid, __ATOMIC_ACQUIRE) == pid && sim_slot_alive(slot, pid))
+            return slot;
     }
     return NULL;
 }

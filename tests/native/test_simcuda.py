@@ -552,6 +552,39 @@ def test_get_proc_address_returns_working_simulator_functions(sim: Sim):
     assert [r.name for r in sim.records(sc.KIND_KERNEL)] == ["via_proc_address"]
 
 
+def test_contexts_and_stream_destroy(sim: Sim):
+    sim.run("""
+        s = sc.SimCuda(device=1)
+        d = s.drv
+        H = sc._HANDLE
+        ctx, cur, popped = H(), H(), H()
+        d("cuCtxCreate_v4", ctypes.byref(ctx), None, 0, 0)      # created contexts become current
+        d("cuCtxGetCurrent", ctypes.byref(cur))
+        assert cur.value == ctx.value
+        dev = ctypes.c_int()
+        d("cuCtxGetDevice", ctypes.byref(dev))
+        assert dev.value == 0
+        d("cuCtxPushCurrent_v2", s.ctx)
+        d("cuCtxGetDevice", ctypes.byref(dev))
+        assert dev.value == 1
+        st = s.stream()
+        c = s.counter()
+        for _ in range(3):
+            s.launch(20 * 1000 * 1000, stream=st, counter=c, name="orphaned")
+        s.destroy_stream(st)                  # returns at once; the work still runs
+        d("cuCtxSynchronize_v2", s.ctx)
+        assert s.read_u64(c) == 3
+        d("cuCtxPopCurrent_v2", ctypes.byref(popped))
+        assert popped.value == s.ctx.value
+        d("cuCtxDestroy_v2", ctx)
+        assert d.raw("cuCtxDestroy_v2", ctx) == 201           # CUDA_ERROR_INVALID_CONTEXT
+        d("cuCtxGetCurrent", ctypes.byref(cur))                # destroying popped it
+        assert cur.value == s.ctx.value
+    """, KREX_SIM_GPUS="2")
+    orphaned = [r for r in sim.records(sc.KIND_KERNEL) if r.name == "orphaned"]
+    assert len(orphaned) == 3 and {r.device for r in orphaned} == {1}
+
+
 def test_errors_before_init_and_without_context(sim: Sim):
     sim.run("""
         d = sc.Driver()
@@ -589,6 +622,7 @@ def test_mixed_workload_under_asan(sim: Sim, sim_asan_dir: Path):
     target = sim.spawn("""
         import threading
         s = sc.SimCuda()
+        assert "build/asan/sim/libcuda.so.1" in open("/proc/self/maps").read()
         def worker(i):
             s.make_current()
             st = s.stream()
