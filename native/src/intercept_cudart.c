@@ -28,6 +28,22 @@ KREX_EXPORT int cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void *
                                                       unsigned int cudaVersion, unsigned long long flags,
                                                       void *driverStatus);
 
+/* The next definition: libcudart in the global scope, or one loaded with
+ * RTLD_LOCAL (Python extensions are), which RTLD_NEXT cannot see. */
+static void *next_cudart(const char *name)
+{
+    void *p = krex_real_dlsym(RTLD_NEXT, name);
+    static const char *const sonames[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"};
+    for (size_t i = 0; p == NULL && i < sizeof sonames / sizeof sonames[0]; i++) {
+        void *h = dlopen(sonames[i], RTLD_NOLOAD | RTLD_LAZY);
+        if (h != NULL) {
+            p = krex_real_dlsym(h, name);
+            dlclose(h);
+        }
+    }
+    return p;
+}
+
 static void swap_result(int rc, const char *symbol, void **funcPtr)
 {
     if (rc == 0 && funcPtr != NULL && *funcPtr != NULL && krex_is_cu_name(symbol)) {
@@ -40,7 +56,7 @@ static void swap_result(int rc, const char *symbol, void **funcPtr)
 static int entry(const char *name, const char *symbol, void **funcPtr, unsigned long long flags,
                  void *driverStatus)
 {
-    entry_fn real = (entry_fn)krex_real_dlsym(RTLD_NEXT, name);
+    entry_fn real = (entry_fn)next_cudart(name);
     if (real == NULL)
         return CUDA_ERROR_SYMBOL_NOT_FOUND;
     krex_depth++;
@@ -53,7 +69,7 @@ static int entry(const char *name, const char *symbol, void **funcPtr, unsigned 
 static int entry_by_version(const char *name, const char *symbol, void **funcPtr, unsigned int cudaVersion,
                             unsigned long long flags, void *driverStatus)
 {
-    entry_by_version_fn real = (entry_by_version_fn)krex_real_dlsym(RTLD_NEXT, name);
+    entry_by_version_fn real = (entry_by_version_fn)next_cudart(name);
     if (real == NULL)
         return CUDA_ERROR_SYMBOL_NOT_FOUND;
     krex_depth++;
