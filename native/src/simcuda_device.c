@@ -346,7 +346,7 @@ static CUresult attach_locked(void)
         rc = CUDA_ERROR_INVALID_DEVICE;
         goto out;
     }
-    sim_proc.shm = shm;
+    __atomic_store_n(&sim_proc.shm, shm, __ATOMIC_RELEASE);
 out:
     flock(fd, LOCK_UN);
     close(fd);
@@ -438,7 +438,8 @@ static CUresult claim_slot(void)
             slot->tenant_id = sim_proc.tenant_id;
             __atomic_store_n(&slot->start_time, start_time, __ATOMIC_RELEASE);
             __atomic_store_n(&slot->pid, sim_proc.pid, __ATOMIC_RELEASE);
-            sim_proc.slot = slot;
+            /* Threads already inside the driver may read it without the mutex. */
+            __atomic_store_n(&sim_proc.slot, slot, __ATOMIC_RELEASE);
             return CUDA_SUCCESS;
         }
         reap_dead(true);

@@ -29,7 +29,7 @@ static void signal_drain(struct krex_sim_proc_slot *slot)
 
 struct krex_sim_proc_slot *sim_api_enter(void)
 {
-    struct krex_sim_proc_slot *slot = sim_proc.slot;
+    struct krex_sim_proc_slot *slot = __atomic_load_n(&sim_proc.slot, __ATOMIC_ACQUIRE);
     if (!slot || sim_forked())
         return NULL;
     __atomic_add_fetch(&slot->in_call, 1, __ATOMIC_SEQ_CST);
