@@ -35,6 +35,7 @@ class LaunchSpec:
     stdout_path: Path
     stderr_path: Path
     cgroup: Path | None
+    cpus: tuple[int, ...] = ()  # tenant cores; () leaves the affinity as it is
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class CommandProcess:
                 cwd=spec.cwd or None,
                 env=spec.env,
                 start_new_session=True,
-                preexec_fn=_joiner(spec.cgroup),
+                preexec_fn=_joiner(spec.cgroup, spec.cpus),
             )
         except FileNotFoundError as exc:
             return Outcome("failed", 127, None, f"cannot start: {exc.strerror}: {exc.filename}")
@@ -129,19 +130,23 @@ class CommandProcess:
                 self._sink(name, chunk)
 
 
-def _joiner(cgroup: Path | None) -> Callable[[], None] | None:
-    """Runs in the child between fork and exec: join the command's cgroup.
-    Only raw os calls here; the child must not take Python-level locks."""
-    if cgroup is None:
+def _joiner(cgroup: Path | None, cpus: tuple[int, ...]) -> Callable[[], None] | None:
+    """Runs in the child between fork and exec: join the command's cgroup and
+    take the tenant cores. Only raw os calls here; the child must not take
+    Python-level locks."""
+    if cgroup is None and not cpus:
         return None
-    procs_file = os.fsencode(cgroup / "cgroup.procs")
+    procs_file = os.fsencode(cgroup / "cgroup.procs") if cgroup is not None else None
 
     def join() -> None:
-        fd = os.open(procs_file, os.O_WRONLY)
-        try:
-            os.write(fd, b"0")
-        finally:
-            os.close(fd)
+        if procs_file is not None:
+            fd = os.open(procs_file, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+        if cpus:
+            os.sched_setaffinity(0, cpus)
 
     return join
 

@@ -63,11 +63,27 @@ class TenantSection:
 
 
 @dataclass(frozen=True)
+class RegionSection:
+    gate_backend: Literal["preload", "driver-lock"] = "preload"
+    protection: Literal["gpu+cpu", "gpu-only"] = "gpu+cpu"
+    hold_limit_s: float = 60.0
+    on_hold_limit: Literal["revoke", "kill"] = "revoke"
+    quiesce_timeout_s: float = 5.0
+    drain_timeout_s: float = 10.0
+    heartbeat_interval_s: float = 0.5
+    stale_after_s: float = 3.0
+    reserved_cores_per_gpu: int = 1
+    cpu_slices: dict[str, list[int]] = field(default_factory=dict)
+    lease_ttl_s: float = 3600.0
+
+
+@dataclass(frozen=True)
 class Config:
     runtime: RuntimeSection = field(default_factory=RuntimeSection)
     gpus: GpuSection = field(default_factory=GpuSection)
     dispatcher: DispatcherSection = field(default_factory=DispatcherSection)
     tenants: TenantSection = field(default_factory=TenantSection)
+    regions: RegionSection = field(default_factory=RegionSection)
     source: str = "(built-in defaults)"
 
     @property
@@ -120,6 +136,17 @@ def validate(config: Config) -> Config:
             not config.runtime.telemetry_tcp or config.runtime.telemetry_tcp.startswith("tcp://"),
             "runtime.telemetry_tcp must be a tcp:// endpoint",
         ),
+        (config.regions.hold_limit_s > 0, "regions.hold_limit_s must be positive"),
+        (config.regions.quiesce_timeout_s > 0, "regions.quiesce_timeout_s must be positive"),
+        (config.regions.drain_timeout_s > 0, "regions.drain_timeout_s must be positive"),
+        (config.regions.heartbeat_interval_s > 0, "regions.heartbeat_interval_s must be positive"),
+        (
+            config.regions.stale_after_s >= 2 * config.regions.heartbeat_interval_s,
+            "regions.stale_after_s must be at least twice regions.heartbeat_interval_s",
+        ),
+        (config.regions.reserved_cores_per_gpu >= 0, "regions.reserved_cores_per_gpu must not be negative"),
+        (all(k.isdigit() for k in config.regions.cpu_slices), "regions.cpu_slices keys are GPU indices (\"0\", \"1\", ...)"),
+        (config.regions.lease_ttl_s > 0, "regions.lease_ttl_s must be positive"),
         (
             config.gpus.simulated_device.replace("-", "").replace("_", "").isalnum(),
             "gpus.simulated_device may hold only letters, digits, '-' and '_'",

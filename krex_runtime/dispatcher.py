@@ -17,7 +17,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from krex_runtime.cgroups import CgroupSlice
 from krex_runtime.command_process import CommandProcess, LaunchSpec, Outcome
@@ -27,6 +27,8 @@ from krex_runtime.protocol import ErrorCode, ProtocolError, SubmitBody
 
 Emit = Callable[[dict[str, Any]], None]
 TenantEnv = Callable[["Job", Gpu], dict[str, str]]
+# Takes a whole-device lease for a command and returns the release function.
+LeaseTaker = Callable[["Job"], Awaitable[Callable[[], None]]]
 
 
 @dataclass
@@ -48,6 +50,8 @@ class Job:
     outcome: Outcome | None = None
     stdout_path: Path | None = None
     stderr_path: Path | None = None
+    cgroup: Path | None = None
+    lease: bool = False
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     def result(self) -> dict[str, Any]:
@@ -69,6 +73,7 @@ class Job:
             "queue_s": (started if started is not None else finished or self.submitted_at) - self.submitted_at,
             "run_s": (finished - started) if started is not None and finished is not None else None,
             "total_s": (finished - self.submitted_at) if finished is not None else None,
+            "lease": self.lease,
             "stdout_path": str(self.stdout_path) if self.stdout_path else None,
             "stderr_path": str(self.stderr_path) if self.stderr_path else None,
         }
@@ -85,6 +90,8 @@ class Dispatcher:
         cgroup_slice: CgroupSlice | None,
         on_output: Callable[[Job, str, bytes], None],
         on_finished: Callable[[Job], None],
+        tenant_cores: Callable[[int], tuple[int, ...]] = lambda gpu: (),
+        take_lease: LeaseTaker | None = None,
     ) -> None:
         self.config = config
         self.gpus = {g.index: g for g in gpus}
@@ -101,6 +108,9 @@ class Dispatcher:
         self._slice = cgroup_slice
         self._on_output = on_output
         self._on_finished = on_finished
+        self._tenant_cores = tenant_cores
+        self._take_lease = take_lease
+        self.leased_gpus: set[int] = set()
         self._finished: deque[str] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
         self._nonce = secrets.token_hex(2)
@@ -119,6 +129,8 @@ class Dispatcher:
             raise ProtocolError(ErrorCode.BAD_REQUEST, f"this node has no GPU {body.gpu} (it has: {known})")
         if body.timeout_s is not None and body.timeout_s <= 0:
             raise ProtocolError(ErrorCode.BAD_REQUEST, "timeout_s must be positive")
+        if body.lease and self._take_lease is None:
+            raise ProtocolError(ErrorCode.REFUSED, "leases need policy 'krex'")
         if len(self.queue) >= self.config.dispatcher.max_queued:
             raise ProtocolError(ErrorCode.QUEUE_FULL, f"admission queue is full ({len(self.queue)} commands)")
         job = Job(
@@ -130,6 +142,7 @@ class Dispatcher:
             env=dict(body.env),
             label=body.label,
             submitted_at=time.time(),
+            lease=body.lease,
         )
         self.jobs[job.id] = job
         self.queue.append(job)
@@ -141,6 +154,7 @@ class Dispatcher:
                 "gpu": job.gpu_request,
                 "timeout_s": job.timeout_s,
                 "label": job.label,
+                "lease": job.lease,
             }
         )
         self.pump()
@@ -178,6 +192,9 @@ class Dispatcher:
         self._emit({"type": "admission_resumed", "gpu": gpu})
         self.pump()
 
+    def running_on(self, gpu: int) -> list[Job]:
+        return [self.jobs[i] for i in self.running[gpu] if i in self.jobs and self.jobs[i].process is not None]
+
     def _check_gpu(self, gpu: int | None) -> None:
         if gpu is not None and gpu not in self.gpus:
             raise ProtocolError(ErrorCode.BAD_REQUEST, f"this node has no GPU {gpu}")
@@ -188,7 +205,7 @@ class Dispatcher:
         """Start every queued command that may start now, in FIFO order."""
         if self.closed or self.paused_node:
             return
-        blocked: set[int] = set(self.paused_gpus)
+        blocked: set[int] = self.paused_gpus | self.leased_gpus
         for job in list(self.queue):
             if len(blocked) == len(self.gpus):
                 break
@@ -219,7 +236,27 @@ class Dispatcher:
         task.add_done_callback(self._tasks.discard)
 
     async def _run(self, job: Job, gpu: Gpu) -> None:
+        release_lease: Callable[[], None] | None = None
+        if job.lease:
+            assert self._take_lease is not None
+            self.leased_gpus.add(gpu.index)
+            try:
+                release_lease = await self._take_lease(job)
+            except Exception as exc:
+                self.leased_gpus.discard(gpu.index)
+                self._finish(job, Outcome("failed", None, None, f"lease refused: {exc}"), "failed", started=False)
+                return
+        try:
+            await self._run_process(job, gpu)
+        finally:
+            if release_lease is not None:
+                release_lease()
+                self.leased_gpus.discard(gpu.index)
+                self.pump()
+
+    async def _run_process(self, job: Job, gpu: Gpu) -> None:
         cgroup = self._slice.create(f"cmd-{job.id}") if self._slice is not None else None
+        job.cgroup = cgroup
         assert job.stdout_path is not None and job.stderr_path is not None
         spec = LaunchSpec(
             command_id=job.id,
@@ -231,6 +268,7 @@ class Dispatcher:
             stdout_path=job.stdout_path,
             stderr_path=job.stderr_path,
             cgroup=cgroup,
+            cpus=self._tenant_cores(gpu.index),
         )
         process = CommandProcess(spec, lambda stream, data: self._on_output(job, stream, data))
         job.process = process

@@ -51,11 +51,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         config = effective_config(args)
-        if config.runtime.policy == "krex":
-            raise ConfigError(
-                "policy 'krex' needs the region manager, which this build does not include yet; "
-                "use 'ungated' or 'command'"
-            )
         gpus = discover(config, args.sim)
         service = RuntimeService(config, gpus)
         asyncio.run(service.run())

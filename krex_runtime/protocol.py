@@ -69,6 +69,7 @@ class SubmitBody:
     env: dict[str, str] = field(default_factory=dict)
     label: str = ""
     attach: bool = False  # stream output and the result to this client
+    lease: bool = False  # run with the whole GPU leased to it (policy krex)
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,17 @@ class CommandRef:
 class WaitBody:
     id: str
     attach: bool = True  # replay output so far, then stream the rest
+
+
+@dataclass(frozen=True)
+class LeaseBody:
+    gpu: int
+    ttl_s: float | None = None
+
+
+@dataclass(frozen=True)
+class GpuRef:
+    gpu: int
 
 
 @dataclass(frozen=True)
@@ -96,6 +108,8 @@ REQUESTS: dict[str, type] = {
     "cancel": CommandRef,
     "pause": PauseBody,
     "resume": PauseBody,
+    "lease": LeaseBody,
+    "release": GpuRef,
 }
 
 # Pushed to a client that attached to a command, after the reply to its request.

@@ -23,7 +23,7 @@ from typing import Any, Awaitable, Callable
 import zmq
 import zmq.asyncio
 
-from krex_runtime import cgroups, endpoints, native_build, protocol
+from krex_runtime import cgroups, endpoints, native_build, protocol, region_setup
 from krex_runtime import state as node_state
 from krex_runtime.cgroups import CgroupSlice
 from krex_runtime.config import Config, resolve_lock_dir, resolve_run_dir
@@ -31,11 +31,17 @@ from krex_runtime.dispatcher import Dispatcher, Job, base_tenant_env
 from krex_runtime.gpus import Gpu
 from krex_runtime.locks import Claim, claim
 from krex_runtime.protocol import ErrorCode, ProtocolError, Request
+from krex_runtime.region_channel import RegionChannel, TenantIdentity
+from krex_runtime.region_manager import OPERATOR, RegionRefused, Tenant
+from krex_runtime.region_setup import RegionMachinery
 from krex_runtime.trace import TraceWriter
 
 log = logging.getLogger("krex.runtime")
 
 Handler = Callable[["Peer", Request], Awaitable[Any]]
+
+
+REGION_SOCKET = "region.sock"
 
 
 class StartupError(Exception):
@@ -79,8 +85,14 @@ class RuntimeService:
             "cancel": self._cancel,
             "pause": self._pause,
             "resume": self._resume,
+            "lease": self._lease,
+            "release": self._release_lease,
         }
-        self.changing = frozenset({"submit", "cancel", "pause", "resume"})
+        self.changing = frozenset({"submit", "cancel", "pause", "resume", "lease", "release"})
+        self.regions: RegionMachinery | None = None
+        self.channel: RegionChannel | None = None
+        self.recovered: list[str] = []
+        self._operator_leases: dict[int, Any] = {}
 
     # --- start-up -----------------------------------------------------------
 
@@ -102,6 +114,9 @@ class RuntimeService:
                 "(or set tenants.preload = false to run tenants unprotected)"
             )
         self.cgroup_slice = CgroupSlice.open(self.run_dir) if self.config.tenants.cgroups == "auto" else None
+        self.recovered = region_setup.recover(self.run_dir, self.cgroup_slice)
+        for line in self.recovered:
+            log.warning("recovery: %s", line)
         if self.cgroup_slice is not None:
             for leftover in self.cgroup_slice.leftovers():
                 log.warning("ending a command cgroup left by a previous run: %s", leftover)
@@ -173,6 +188,7 @@ class RuntimeService:
     # --- events -------------------------------------------------------------
 
     def emit(self, event: dict[str, Any]) -> None:
+        assert "seq" not in event and "t" not in event, "seq and t belong to the runtime"
         self._seq += 1
         event = {"seq": self._seq, "t": time.time(), **event}
         node_state.apply(self.state, event)
@@ -191,6 +207,9 @@ class RuntimeService:
         env = base_tenant_env(job, gpu, self.config.tenants.env, endpoints.control(self.run_dir), self.run_dir)
         if self.config.tenants.preload:
             env["LD_PRELOAD"] = " ".join(p for p in (str(self.library), env.get("LD_PRELOAD", "")) if p)
+        if self.regions is not None:
+            env["KREX_GATE_PATH"] = str(region_setup.gate_path(self.run_dir, gpu.index))
+            env["KREX_REGION_SOCKET"] = str(self.run_dir / REGION_SOCKET)
         if gpu.simulated:
             sim_dir = str(native_build.simulated_driver_dir())
             env["LD_LIBRARY_PATH"] = ":".join(p for p in (sim_dir, env.get("LD_LIBRARY_PATH", "")) if p)
@@ -250,6 +269,7 @@ class RuntimeService:
             "queued": len(d.queue),
             "trace": str(self.trace_path),
             "cgroups": str(self.cgroup_slice.path) if self.cgroup_slice else None,
+            "regions": self.regions.describe() if self.regions else None,
             "totals": dict(self.state.totals),
             "gpus": [
                 {
@@ -290,6 +310,101 @@ class RuntimeService:
     async def _resume(self, peer: Peer, req: Request) -> Any:
         self.dispatcher.resume(req.body.gpu)
         return {"resumed": req.body.gpu if req.body.gpu is not None else "node"}
+
+    async def _lease(self, peer: Peer, req: Request) -> Any:
+        regions = self._regions_or_refuse()
+        gpu = self._gpu_or_refuse(req.body.gpu)
+        if gpu in self._operator_leases:
+            raise ProtocolError(ErrorCode.REFUSED, f"GPU {gpu} is already leased")
+        ttl = req.body.ttl_s if req.body.ttl_s is not None else self.config.regions.lease_ttl_s
+        if ttl <= 0:
+            raise ProtocolError(ErrorCode.BAD_REQUEST, "ttl_s must be positive")
+        self.dispatcher.leased_gpus.add(gpu)
+        region = regions.manager.new_request(gpu, "lease", OPERATOR, "", 0, 0, ttl)
+        self._operator_leases[gpu] = region
+        try:
+            await region.granted
+        except RegionRefused as exc:
+            self._end_operator_lease(gpu)
+            raise ProtocolError(ErrorCode.REFUSED, f"lease of GPU {gpu} refused: {exc.reason}") from None
+        asyncio.create_task(self._watch_lease(gpu, region))
+        return {"gpu": gpu, "region": region.seq, "ttl_s": ttl, "expires_at": time.time() + ttl}
+
+    async def _watch_lease(self, gpu: int, region: Any) -> None:
+        await region.released.wait()
+        if self._operator_leases.get(gpu) is region:
+            self._end_operator_lease(gpu)
+
+    def _end_operator_lease(self, gpu: int) -> None:
+        self._operator_leases.pop(gpu, None)
+        self.dispatcher.leased_gpus.discard(gpu)
+        self.dispatcher.pump()
+
+    async def _release_lease(self, peer: Peer, req: Request) -> Any:
+        regions = self._regions_or_refuse()
+        gpu = self._gpu_or_refuse(req.body.gpu)
+        region = self._operator_leases.get(gpu)
+        if region is None:
+            raise ProtocolError(ErrorCode.NOT_FOUND, f"GPU {gpu} is not leased")
+        if region.granted.done():
+            regions.manager.gpus[gpu].release(region, "released by operator")
+        else:
+            regions.manager.gpus[gpu].withdraw(region, "released by operator before it was granted")
+        self._end_operator_lease(gpu)
+        return {"gpu": gpu, "released": True}
+
+    async def _take_lease(self, job: Job) -> Any:
+        """A command that asked for the whole GPU: granted before it starts."""
+        assert self.regions is not None and job.gpu is not None
+        region = self.regions.manager.new_request(job.gpu, "lease", job.tenant_id or 0, job.id, 0, 0, job.timeout_s)
+        await region.granted
+        gpu_regions = self.regions.manager.gpus[job.gpu]
+        return lambda: gpu_regions.release(region, "command ended")
+
+    def _regions_or_refuse(self) -> RegionMachinery:
+        if self.regions is None:
+            raise ProtocolError(ErrorCode.REFUSED, f"leases need policy 'krex' (this runtime runs '{self.config.runtime.policy}')")
+        return self.regions
+
+    def _gpu_or_refuse(self, gpu: int) -> int:
+        if not any(g.index == gpu for g in self.gpus):
+            raise ProtocolError(ErrorCode.BAD_REQUEST, f"this node has no GPU {gpu}")
+        return gpu
+
+    # --- tenants of regions -------------------------------------------------------
+
+    def tenants_of(self, gpu: int) -> list[Tenant]:
+        return [
+            Tenant(j.tenant_id or 0, j.id, j.process.pid, j.cgroup)
+            for j in self.dispatcher.running_on(gpu)
+            if j.process is not None and j.process.pid is not None
+        ]
+
+    def identify(self, pid: int) -> TenantIdentity | None:
+        """The running command a process belongs to, by the kernel's word (its
+        environment as set at spawn), never by what the process claims."""
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        except OSError:
+            return None
+        command_id = env.get(b"KREX_COMMAND_ID", b"").decode()
+        job = self.dispatcher.jobs.get(command_id)
+        if job is None or job.state != "running" or job.gpu is None or job.tenant_id is None:
+            return None
+        return TenantIdentity(job.tenant_id, job.id, job.gpu)
+
+    def kill_command(self, command_id: str, reason: str) -> None:
+        try:
+            self.dispatcher.cancel(command_id, reason)
+        except ProtocolError:
+            pass
+
+    async def _heartbeat(self) -> None:
+        assert self.regions is not None
+        while True:
+            self.regions.manager.stamp_heartbeats()
+            await asyncio.sleep(self.config.regions.heartbeat_interval_s)
 
     # --- control loop -----------------------------------------------------------
 
@@ -351,7 +466,16 @@ class RuntimeService:
             self.cgroup_slice,
             self._on_output,
             self._on_finished,
+            tenant_cores=self._tenant_cores,
+            take_lease=self._take_lease if self.config.runtime.policy == "krex" else None,
         )
+        if self.config.runtime.policy == "krex":
+            self.regions = region_setup.build(
+                self.config, self.run_dir, self.gpus, self.cgroup_slice, self.tenants_of, self.emit, self.kill_command
+            )
+            self.channel = RegionChannel(
+                self.run_dir / REGION_SOCKET, self.regions.manager, self.identify, self.config.regions.hold_limit_s
+            )
         self.emit(
             {
                 "type": "runtime_started",
@@ -361,6 +485,8 @@ class RuntimeService:
                 "keep_finished": self.config.dispatcher.keep_finished,
                 "gpus": [self._gpu_record(g) for g in self.gpus],
                 "cgroups": str(self.cgroup_slice.path) if self.cgroup_slice else None,
+                "regions": self.regions.describe() if self.regions else None,
+                "recovered": self.recovered,
             }
         )
         loop = asyncio.get_running_loop()
@@ -371,6 +497,18 @@ class RuntimeService:
             asyncio.create_task(self._serve(self.control_ro, read_only=True)),
             asyncio.create_task(self._tick()),
         ]
+        if self.regions is not None and self.channel is not None:
+            self.regions.manager.start()
+            await self.channel.start()
+            tasks.append(asyncio.create_task(self._heartbeat()))
+            described = self.regions.describe()
+            log.info(
+                "regions: gate backend %s, freezer %s, reserved cores %s%s",
+                described["gate_backend"],
+                described["freezer"],
+                described["reserved_cores"],
+                f" ({self.regions.cpus.note})" if self.regions.cpus.note else "",
+            )
         log.info(
             "serving %d %sGPU(s) under policy '%s' at %s",
             len(self.gpus),
@@ -383,6 +521,10 @@ class RuntimeService:
             await self._stop.wait()
             log.info("stopping (%s): %s running commands", self._stop_reason, self.config.runtime.on_shutdown)
             self.emit({"type": "runtime_stopping", "reason": self._stop_reason})
+            self.dispatcher.closed = True
+            if self.regions is not None and self.channel is not None:
+                await self.channel.close()
+                await self.regions.manager.shutdown()
             await self.dispatcher.shutdown(self.config.runtime.on_shutdown, self.config.runtime.shutdown_grace_s)
             self.emit({"type": "runtime_stopped"})
         finally:
@@ -390,8 +532,16 @@ class RuntimeService:
                 task.cancel()
             self._close()
 
+    def _tenant_cores(self, gpu: int) -> tuple[int, ...]:
+        return self.regions.cpus.tenant_cores(gpu) if self.regions is not None else ()
+
     def _close(self) -> None:
         self.trace.close()
+        if self.regions is not None:
+            for gpu, gate in self.regions.gates.items():
+                gate.open_gate()
+                gate.detach()
+                region_setup.gate_path(self.run_dir, gpu).unlink(missing_ok=True)
         for sock in (self.control, self.control_ro, self.pub):
             sock.close(linger=0)
         self.ctx.term()

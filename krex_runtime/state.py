@@ -35,6 +35,15 @@ class GpuState:
     paused: bool = False
     started: int = 0
     finished: int = 0
+    region_holder: int | None = None  # tenant id; 0 is an operator's lease
+    region_kind: str = ""
+    region_command: str = ""
+    region_seq: int | None = None
+    region_since: float | None = None
+    region_queue: list[dict[str, Any]] = field(default_factory=list)
+    frozen: list[int] = field(default_factory=list)
+    regions_granted: int = 0
+    last_region: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -157,6 +166,41 @@ def _runtime_stopped(s: NodeState, e: dict[str, Any]) -> None:
         gpu.running.clear()
 
 
+def _region_requested(s: NodeState, e: dict[str, Any]) -> None:
+    entry = {"seq": e["region"], "tenant_id": e["tenant_id"], "kind": e["kind"]}
+    queue = s.gpus[e["gpu"]].region_queue
+    if e["kind"] == "lease":
+        leases = sum(1 for q in queue if q["kind"] == "lease")
+        queue.insert(leases, entry)
+    else:
+        queue.append(entry)
+
+
+def _region_granted(s: NodeState, e: dict[str, Any]) -> None:
+    gpu = s.gpus[e["gpu"]]
+    _drop_request(gpu, e["region"])
+    gpu.region_holder, gpu.region_kind, gpu.region_command = e["tenant_id"], e["kind"], e.get("command_id", "")
+    gpu.region_seq, gpu.region_since, gpu.frozen = e["region"], e["t"], list(e.get("frozen", []))
+    gpu.regions_granted += 1
+    gpu.last_region = {k: v for k, v in e.items() if k.endswith("_s")} | {"region": e["region"], "tenant_id": e["tenant_id"]}
+
+
+def _region_released(s: NodeState, e: dict[str, Any]) -> None:
+    gpu = s.gpus[e["gpu"]]
+    if gpu.region_seq == e["region"]:
+        gpu.last_region = gpu.last_region | {k: v for k, v in e.items() if k.endswith("_s")} | {"reason": e["reason"]}
+        gpu.region_holder, gpu.region_kind, gpu.region_command = None, "", ""
+        gpu.region_seq, gpu.region_since, gpu.frozen = None, None, []
+
+
+def _region_withdrawn(s: NodeState, e: dict[str, Any]) -> None:
+    _drop_request(s.gpus[e["gpu"]], e["region"])
+
+
+def _drop_request(gpu: GpuState, region: int) -> None:
+    gpu.region_queue = [q for q in gpu.region_queue if q["seq"] != region]
+
+
 def _set_paused(s: NodeState, gpu: int | None, paused: bool) -> None:
     if gpu is None:
         s.paused = paused
@@ -184,6 +228,10 @@ REDUCERS: dict[str, Callable[[NodeState, dict[str, Any]], None]] = {
     "command_finished": _command_finished,
     "admission_paused": _admission_paused,
     "admission_resumed": _admission_resumed,
+    "region_requested": _region_requested,
+    "region_granted": _region_granted,
+    "region_released": _region_released,
+    "region_withdrawn": _region_withdrawn,
     "runtime_stopping": _runtime_stopping,
     "runtime_stopped": _runtime_stopped,
 }
@@ -211,7 +259,7 @@ def to_snapshot(state: NodeState) -> dict[str, Any]:
         "paused": state.paused,
         "seq": state.seq,
         "time": state.time,
-        "gpus": [vars(g) | {"running": list(g.running), "cpus": list(g.cpus)} for g in state.gpus.values()],
+        "gpus": [copy.deepcopy(vars(g)) for g in state.gpus.values()],
         "commands": [vars(c) | {"argv": list(c.argv)} for c in state.commands.values()],
         "queue": list(state.queue),
         "totals": dict(state.totals),
