@@ -254,7 +254,7 @@ def run_gated(argv: list[str], libkrex: Path, tmp_path: Path) -> tuple[str, list
 def test_framework_launches_seen_and_parked(program: str, libkrex: Path, tmp_path: Path) -> None:
     if importlib.util.find_spec(NEEDS[program]) is None:
         pytest.skip(f"{NEEDS[program]} not installed")
-    script = tmp_path / f"{program}.py"
+    script = tmp_path / f"krex_program_{program}.py"  # not "triton.py": it would shadow the package
     script.write_text(PRELUDE + PROGRAMS[program] + EPILOGUE)
     last, stats, err = run_gated([sys.executable, str(script), str(N)], libkrex, tmp_path)
     result = json.loads(last)
