@@ -3,7 +3,9 @@
  * "the library saw N launches". Counted in process memory for every gated
  * call (under a gate or not); at exit, with KREX_INTERCEPT_STATS set, one JSON
  * line is appended to that file (one write() on O_APPEND: lines of several
- * processes never interleave; "%p" in the path is replaced by the pid).
+ * processes never interleave; "%p" in the path is replaced by the pid). A
+ * process that made no gated call and resolved no driver entry point writes
+ * nothing.
  *
  *   {"pid": 123, "tenant": "7", "calls": {"cuLaunchKernel": 10, ...},
  *    "classes": {"launch": 10, ...}, "events": {"swapped": 3, "unmapped": 0}}
@@ -89,6 +91,15 @@ __attribute__((destructor)) static void stats_dump(void)
 {
     const char *tmpl = getenv(KREX_ENV_INTERCEPT_STATS);
     if (tmpl == NULL || *tmpl == '\0')
+        return;
+    /* Helper processes that never touched the driver (compilers, shells under
+     * the same preload) leave no line. */
+    bool any = false;
+    for (unsigned i = 0; i < KREX_GATED_MAX && !any; i++)
+        any = __atomic_load_n(&counts[i], __ATOMIC_RELAXED) != 0;
+    for (unsigned e = 0; e < N_EVENTS && !any; e++)
+        any = __atomic_load_n(&events[e], __ATOMIC_RELAXED) != 0;
+    if (!any)
         return;
     const char *tenant = getenv(KREX_ENV_TENANT_ID);
     uint64_t per_class[KREX_CLASS_COUNT] = {0};
