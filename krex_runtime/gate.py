@@ -400,7 +400,7 @@ class Gate:
     # -- processes --
 
     def entry(self, index: int) -> ProcEntry:
-        get = lambda name: self._pget(index, name).value  # noqa: E731
+        get = lambda name: self._pget(index, name).value
         calls_arr = self._pget(index, "calls")
         pid, start = get("pid"), get("start_time")
         state = get("state")

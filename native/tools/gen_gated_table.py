@@ -49,7 +49,7 @@ CLASSES: list[tuple[str, str]] = [
     ("KREX_CLASS_OTHER", r"cuSignalExternalSemaphoresAsync|cuWaitExternalSemaphoresAsync|cuMemMapArrayAsync"),
 ]
 
-PROTOTYPE = re.compile(r"\bCUresult\s+(cu[A-Z]\w*)\s*\(([^;{]*?)\)\s*;", re.S)
+PROTOTYPE = re.compile(r"\bCUresult\s+(cu[A-Z]\w*)\s*\(([^;{]*?)\)\s*;", re.DOTALL)
 IDENT = re.compile(r"[A-Za-z_]\w*")
 
 

@@ -31,7 +31,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from krex_runtime import gate  # noqa: E402
+from krex_runtime import gate
 
 
 def _has_gpu() -> bool:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import ctypes
 import subprocess
 
-from krex_runtime import gate
-
 from krex_native import Build
+
+from krex_runtime import gate
 
 
 def c_layout(build: Build) -> dict[str, tuple[int, int]]:

@@ -17,8 +17,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 from krex_native import Build, check_sanitizers, read_stats

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from krex_native import NATIVE, REPO
 
 CUDA_INCLUDE = os.environ.get("CUDA_INCLUDE", "/usr/local/cuda/include")
@@ -26,7 +25,7 @@ def test_generated_table_is_up_to_date() -> None:
 
 
 def table_names() -> list[str]:
-    return re.findall(r'^    \{"(cu\w+)", KREX_CLASS_', TABLE.read_text(), re.M)
+    return re.findall(r'^    \{"(cu\w+)", KREX_CLASS_', TABLE.read_text(), re.MULTILINE)
 
 
 def test_table_covers_every_submission_family() -> None:
