@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--gpu", type=int, help="run on this GPU index (default: the least-loaded)")
         sp.add_argument("--timeout", type=float, metavar="S", help="wall-time limit in seconds")
         sp.add_argument("--label", default="", help="a name shown in status and the trace")
+        sp.add_argument("--lease", action="store_true", help="run with the whole GPU leased to the command (policy krex)")
         sp.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
 
     run = sub.add_parser("run", help="run a command, stream its output, exit with its exit code")
@@ -55,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     for verb, text in (("pause", "stop admitting commands"), ("resume", "admit commands again")):
         sp = sub.add_parser(verb, help=text)
         sp.add_argument("--gpu", type=int, help="only this GPU (default: the whole node)")
+    lease = sub.add_parser("lease", help="take a whole GPU: wait for its region, gate, drain and freeze its tenants")
+    lease.add_argument("gpu", type=int)
+    lease.add_argument("--ttl", type=float, metavar="S", help="release by itself after S seconds (default: config)")
+    lease.add_argument("--wait", type=float, default=600.0, metavar="S", help="give up waiting after S seconds")
+    release = sub.add_parser("release", help="end a lease: thaw, reopen and admit again")
+    release.add_argument("gpu", type=int)
     trace = sub.add_parser("trace", help="summarise a trace file")
     trace.add_argument("file")
     trace.add_argument("--json", action="store_true")
@@ -92,6 +99,7 @@ def _submit_body(args: argparse.Namespace, attach: bool) -> dict[str, Any]:
         "env": dict(os.environ),
         "label": args.label,
         "attach": attach,
+        "lease": args.lease,
     }
 
 
@@ -149,6 +157,19 @@ def pause_command(client: ControlClient, args: argparse.Namespace) -> int:
     client.call(args.verb, {"gpu": args.gpu})
     target = f"GPU {args.gpu}" if args.gpu is not None else "the node"
     print(f"{'paused' if args.verb == 'pause' else 'resumed'} admission on {target}")
+    return 0
+
+
+def lease_command(client: ControlClient, args: argparse.Namespace) -> int:
+    reply = client.call("lease", {"gpu": args.gpu, "ttl_s": args.ttl}, timeout_s=args.wait)
+    until = time.strftime("%H:%M:%S", time.localtime(reply["expires_at"]))
+    print(f"leased GPU {reply['gpu']} until {until} (krex release {reply['gpu']} to end it)")
+    return 0
+
+
+def release_command(client: ControlClient, args: argparse.Namespace) -> int:
+    client.call("release", {"gpu": args.gpu})
+    print(f"released GPU {args.gpu}")
     return 0
 
 
@@ -223,6 +244,8 @@ VERBS = {
     "cancel": cancel_command,
     "pause": pause_command,
     "resume": pause_command,
+    "lease": lease_command,
+    "release": release_command,
 }
 
 

@@ -85,7 +85,8 @@ class RegionChannel:
                     if req is None:
                         await _send(writer, "ERROR EINVAL this process holds no region")
                         continue
-                    self.manager.gpus[who.gpu].release(req, "released")
+                    if req.kind == "region":
+                        self.manager.gpus[who.gpu].release(req, "released")
                     if req.revoked:
                         await _send(writer, f"ERROR ETIMEDOUT {req.reason}")
                     else:
@@ -96,7 +97,7 @@ class RegionChannel:
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
-            if req is not None:
+            if req is not None and req.kind == "region":
                 self.manager.gpus[req.gpu].withdraw(req, "tenant disconnected")
             writer.close()
 
@@ -123,6 +124,10 @@ class RegionChannel:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, who: TenantIdentity, tid: int
     ) -> tuple[Request | None, bool]:
         """The granted request (None if refused), and whether the peer is still there."""
+        lease = self.manager.gpus[who.gpu].leased_to(who.tenant_id)
+        if lease is not None:  # inside its own lease a region is a no-op
+            await _send(writer, f"GRANTED {lease.seq}")
+            return lease, True
         req = self.manager.new_request(
             who.gpu, "region", who.tenant_id, who.command_id, _peer_pid(writer), tid, self._hold_limit_s
         )

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from krex_runtime import cpu_slices
 from krex_runtime.cpu_slices import CpuPlan
-from krex_runtime.freezer import Freezer, FreezeError, Target, is_stopped
+from krex_runtime.freezer import FreezeError, Freezer, Target, is_stopped
 from krex_runtime.gate import Gate
 from krex_runtime.gate_backends import DrainReport, GateBackend
 
@@ -127,6 +127,11 @@ class GpuRegions:
     def _served(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
             log.critical("GPU %d: the region loop died", self.gpu, exc_info=task.exception())
+
+    def leased_to(self, tenant_id: int) -> Request | None:
+        """The lease this tenant holds on the GPU: its regions are already exclusive."""
+        h = self.holder
+        return h if h is not None and h.kind == "lease" and h.tenant_id == tenant_id else None
 
     # --- requests -------------------------------------------------------------
 
@@ -260,6 +265,7 @@ class GpuRegions:
         else:
             req.reason = f"held past the {req.limit_s:g} s limit: region revoked"
         req.revoked = True
+        req.released.set()  # what the holder does next changes nothing
         log.warning("GPU %d region %d (tenant %d): %s", self.gpu, req.seq, req.tenant_id, req.reason)
 
     # --- entry and exit (worker thread) ---------------------------------------------

@@ -24,7 +24,12 @@ from krex_runtime.freezer import CgroupV2Freezer, Freezer, SignalFreezer
 from krex_runtime.gate import Gate, GateError
 from krex_runtime.gate_backends import DriverLockBackend, GateBackend, PreloadBackend
 from krex_runtime.gpus import Gpu
-from krex_runtime.region_manager import GpuRegions, RegionManager, RegionSettings, Tenant
+from krex_runtime.region_manager import (
+    GpuRegions,
+    RegionManager,
+    RegionSettings,
+    Tenant,
+)
 
 log = logging.getLogger("krex.regions")
 

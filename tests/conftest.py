@@ -6,13 +6,13 @@ import subprocess
 from pathlib import Path
 from typing import Any, Iterator
 
-import psutil
 import pytest
+from runtime_helpers import REPO, tenant_processes
 
 from krex_runtime import native_build
+from krex_runtime.cgroups import CgroupSlice
 from krex_runtime.local_runtime import Runtime
-
-REPO = Path(__file__).resolve().parent.parent
+from krex_runtime.simcuda import remove_device
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -45,19 +45,6 @@ def native_built() -> Path:
     return lib
 
 
-def tenant_processes(run_dir: Path) -> list[psutil.Process]:
-    """Live processes started by the runtime of `run_dir` (by their KREX_RUN_DIR)."""
-    found = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if proc.environ().get("KREX_RUN_DIR") == str(run_dir) and proc.status() != psutil.STATUS_ZOMBIE:
-                if "KREX_COMMAND_ID" in proc.environ():
-                    found.append(proc)
-        except psutil.Error:
-            continue
-    return found
-
-
 @pytest.fixture
 def make_runtime(tmp_path: Path, native_built: Path) -> Iterator[Any]:
     """Start runtimes with `make_runtime(policy=..., slots=...)`; all are stopped and
@@ -77,7 +64,10 @@ def make_runtime(tmp_path: Path, native_built: Path) -> Iterator[Any]:
         for p in leftovers:
             p.kill()
         assert not leftovers, f"processes left behind: {leftovers}"
-        Path(f"/dev/shm/krex-sim-{rt.device}").unlink(missing_ok=True)
+        remove_device(rt.device)
+        leftover_slice = CgroupSlice.open(rt.run_dir)  # a runtime killed on purpose leaves its slice
+        if leftover_slice is not None:
+            leftover_slice.remove()
 
 
 @pytest.fixture

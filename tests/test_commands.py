@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import tenant_processes
+from runtime_helpers import tenant_processes
 
 from krex_runtime.local_runtime import Runtime, wait_until
 from krex_runtime.trace import read_trace

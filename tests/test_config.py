@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from runtime_helpers import REPO
 
 from krex_runtime.config import Config, ConfigError, load_config
 from krex_runtime.local_runtime import BIN

@@ -1,25 +1,43 @@
 """A tenant that measures a simulated kernel inside regions, like a benchmark's timing loop.
 
-argv: regions kernel_us repeats [pause_ms]. Prints one JSON line per region:
-{"region": n, "times_ms": [...]}; exits 0.
+Prints one JSON line per region: {"region": n, "times_ms": [...]}; exits 0.
+Between regions it can leave `--noise` kernels queued (so a region's entry has
+other work of the node to drain), and it can hold each region `--hold-s` longer.
 """
 
+import argparse
 import json
 import random
-import sys
 import time
 
-from krex_runtime.client import region
+from krex_runtime.client import RegionError, region
 from krex_runtime.simcuda import SimCuda
 
-regions, kernel_us, repeats = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
-pause_ms = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
+p = argparse.ArgumentParser()
+p.add_argument("--regions", type=int, default=3)
+p.add_argument("--kernel-us", type=float, default=1000)
+p.add_argument("--repeats", type=int, default=5)
+p.add_argument("--pause-ms", type=float, default=0.0)
+p.add_argument("--noise", type=int, default=0, help="kernels left queued before each region")
+p.add_argument("--noise-us", type=float, default=500)
+p.add_argument("--hold-s", type=float, default=0.0)
+args = p.parse_args()
+
 cuda = SimCuda()
-cuda.time_kernel(int(kernel_us * 1000), repeats=1)  # warm: first launch sets up the stream
+noise_stream = cuda.stream()
+cuda.time_kernel(int(args.kernel_us * 1000), repeats=1)  # warm: the first launch sets up the stream
 rng = random.Random()
-for n in range(regions):
-    if pause_ms:
-        time.sleep(rng.uniform(0, pause_ms) / 1000)
-    with region():
-        times = cuda.time_kernel(int(kernel_us * 1000), repeats=repeats)
+for n in range(args.regions):
+    if args.pause_ms:
+        time.sleep(rng.uniform(0, args.pause_ms) / 1000)
+    for _ in range(args.noise):
+        cuda.launch(int(args.noise_us * 1000), stream=noise_stream)
+    try:
+        with region():
+            times = cuda.time_kernel(int(args.kernel_us * 1000), repeats=args.repeats)
+            time.sleep(args.hold_s)
+    except RegionError as exc:
+        print(json.dumps({"region": n, "error": exc.code, "reason": exc.reason}), flush=True)
+        continue
     print(json.dumps({"region": n, "times_ms": times}), flush=True)
+cuda.synchronize()

@@ -1,0 +1,102 @@
+"""Invariants of the region protocol, checked from a run's trace and the
+simulator's execution log (the ground truth of what executed when)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from krex_runtime import cgroups
+from krex_runtime.gate import Gate
+from krex_runtime.simcuda import (
+    KIND_KERNEL,
+    KIND_MEMCPY_DTOD,
+    KIND_MEMCPY_DTOH,
+    KIND_MEMCPY_HTOD,
+    KIND_MEMSET,
+    read_execution_log,
+)
+from krex_runtime.trace import read_trace
+
+WORK_KINDS = {KIND_KERNEL, KIND_MEMCPY_HTOD, KIND_MEMCPY_DTOH, KIND_MEMCPY_DTOD, KIND_MEMSET}
+
+
+@dataclass
+class HeldRegion:
+    gpu: int
+    region: int
+    tenant_id: int
+    granted_ns: int
+    released_ns: int
+
+
+def regions_of(trace_path: Path) -> tuple[list[dict], list[HeldRegion]]:
+    events = read_trace(trace_path).events
+    granted: dict[int, dict] = {}
+    held = []
+    for e in events:
+        if e["type"] == "region_granted":
+            granted[e["region"]] = e
+        elif e["type"] == "region_released" and e["region"] in granted:
+            g = granted.pop(e["region"])
+            held.append(HeldRegion(g["gpu"], g["region"], g["tenant_id"], g["granted_mono_ns"], e["released_mono_ns"]))
+    assert not granted, f"regions granted but never released: {sorted(granted)}"
+    return events, held
+
+
+def check_one_holder_per_gpu(events: list[dict]) -> None:
+    holder: dict[int, int | None] = {}
+    for e in events:
+        if e["type"] == "region_granted":
+            assert holder.get(e["gpu"]) is None, f"two holders on GPU {e['gpu']}: {holder[e['gpu']]} and {e['region']}"
+            holder[e["gpu"]] = e["region"]
+        elif e["type"] == "region_released":
+            assert holder.get(e["gpu"]) == e["region"]
+            holder[e["gpu"]] = None
+
+
+def check_fifo(events: list[dict]) -> None:
+    """Regions are granted in the order they were requested, per GPU (leases go first)."""
+    requested: dict[int, list[int]] = {}
+    granted: dict[int, list[int]] = {}
+    withdrawn = {e["region"] for e in events if e["type"] == "region_withdrawn"}
+    for e in events:
+        if e["type"] == "region_requested" and e["kind"] == "region" and e["region"] not in withdrawn:
+            requested.setdefault(e["gpu"], []).append(e["region"])
+        elif e["type"] == "region_granted" and e["kind"] == "region":
+            granted.setdefault(e["gpu"], []).append(e["region"])
+    for gpu, order in granted.items():
+        assert order == requested[gpu][: len(order)], f"GPU {gpu}: granted {order}, requested {requested[gpu]}"
+
+
+def tenant_gpus(events: list[dict]) -> dict[int, int]:
+    return {e["tenant_id"]: e["gpu"] for e in events if e["type"] == "command_started"}
+
+
+def check_exclusive(events: list[dict], held: list[HeldRegion], sim_log: Path) -> int:
+    """No other tenant's work of the same GPU executed while a region was held.
+    Returns how many work records the check looked at."""
+    gpus = tenant_gpus(events)
+    records = [r for r in read_execution_log(sim_log) if r.kind in WORK_KINDS]
+    for region in held:
+        for r in records:
+            if r.tenant_id == region.tenant_id or gpus.get(r.tenant_id) != region.gpu:
+                continue
+            assert not (r.start_ns < region.released_ns and r.end_ns > region.granted_ns), (
+                f"tenant {r.tenant_id} ran {r.kind_name} [{r.start_ns}, {r.end_ns}] during region {region.region} "
+                f"of tenant {region.tenant_id} [{region.granted_ns}, {region.released_ns}] on GPU {region.gpu}"
+            )
+    return len(records)
+
+
+def check_nothing_left(run_dir: Path, cgroup_root: Path | None) -> None:
+    """Every gate open with nobody parked, no cgroup of ours frozen."""
+    for path in sorted((run_dir / "gates").glob("*.gate")):
+        with Gate.attach(path) as gate:
+            assert not gate.is_closed, f"{path.name} is still closed"
+            assert gate.parked() == 0, f"{path.name}: threads still parked"
+    if cgroup_root is not None and cgroup_root.exists():
+        for group in cgroup_root.iterdir():
+            if group.is_dir():
+                assert "frozen 1" not in (group / "cgroup.events").read_text(), f"{group} is still frozen"
+                assert cgroups.populated(group) is not None

@@ -1,0 +1,413 @@
+"""Regions end to end: a real runtime under policy krex, real tenants with the
+interception library preloaded on the simulated driver, real cgroups.
+
+Fault tests state their bound: everything is thawed and reopened within
+RECOVERY_BOUND_S of the fault (the heartbeat bound used here is 1 s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from region_checks import (
+    check_exclusive,
+    check_fifo,
+    check_nothing_left,
+    check_one_holder_per_gpu,
+    regions_of,
+)
+from runtime_helpers import REPO, tenant_processes
+
+from krex_runtime import native_build
+from krex_runtime.freezer import is_stopped
+from krex_runtime.gate import Gate
+from krex_runtime.local_runtime import Runtime, wait_until
+from krex_runtime.simcuda import active_count, read_execution_log, remove_device
+from krex_runtime.trace import read_trace
+
+PY = sys.executable
+TENANTS = REPO / "tests" / "tenants"
+RECOVERY_BOUND_S = 10.0
+BACKENDS = ["preload", "driver-lock"]
+
+
+def regions_config(backend: str = "preload", **settings: object) -> str:
+    lines = [f'gate_backend = "{backend}"', "stale_after_s = 1.0", "heartbeat_interval_s = 0.2"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
+    return "[regions]\n" + "\n".join(lines) + "\n"
+
+
+def krex_runtime(make_runtime, backend: str = "preload", sim: int = 1, slots: int = 16, **settings: object) -> Runtime:
+    return make_runtime(policy="krex", sim=sim, slots=slots, extra_config=regions_config(backend, **settings))
+
+
+def submit(rt: Runtime, *argv: str, gpu: int | None = None) -> str:
+    pin = ["--gpu", str(gpu)] if gpu is not None else []
+    done = rt.krex("submit", *pin, "--", *argv)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def busy(rt: Runtime, gpu: int = 0, kernel_us: float = 2000, depth: int = 4, threads: int = 1) -> str:
+    return submit(rt, PY, str(TENANTS / "busy.py"), str(kernel_us), str(depth), str(threads), gpu=gpu)
+
+
+def output(rt: Runtime, command_id: str) -> str:
+    path = rt.run_dir / "output" / f"{command_id}.stdout"
+    return path.read_text() if path.exists() else ""
+
+
+def wait_ready(rt: Runtime, *ids: str) -> None:
+    for command_id in ids:
+        wait_until(lambda: "ready" in output(rt, command_id), 60, f"tenant {command_id} to start submitting")
+
+
+def snapshot(rt: Runtime) -> dict:
+    with rt.client() as c:
+        return c.call("snapshot")["state"]
+
+
+def gpu_state(rt: Runtime, gpu: int = 0) -> dict:
+    return next(g for g in snapshot(rt)["gpus"] if g["index"] == gpu)
+
+
+def command_pid(rt: Runtime, command_id: str) -> int:
+    return next(c["pid"] for c in snapshot(rt)["commands"] if c["id"] == command_id)
+
+
+def cgroup_root(rt: Runtime) -> Path | None:
+    with rt.client() as c:
+        root = c.call("status")["cgroups"]
+    return Path(root) if root else None
+
+
+def frozen_cgroups(root: Path | None) -> list[str]:
+    if root is None or not root.exists():
+        return []
+    return [g.name for g in root.iterdir() if g.is_dir() and "frozen 1" in (g / "cgroup.events").read_text()]
+
+
+def trace_events(rt: Runtime, kind: str) -> list[dict]:
+    return [e for e in read_trace(rt.trace_path).events if e["type"] == kind]
+
+
+def region_results(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def finish(rt: Runtime, *ids: str) -> None:
+    for command_id in ids:
+        rt.krex("cancel", command_id)
+    for command_id in ids:
+        rt.krex("wait", "--json", command_id)
+
+
+# --- basics -------------------------------------------------------------------
+
+
+def test_region_is_a_noop_without_the_runtime(tmp_path: Path, native_built: Path) -> None:
+    device = f"noop{os.getpid()}"
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("KREX_") and k != "LD_PRELOAD"
+    } | {"LD_LIBRARY_PATH": str(native_build.simulated_driver_dir()), "KREX_SIM_DEVICE": device}
+    try:
+        done = subprocess.run(
+            [PY, str(TENANTS / "regions.py"), "--regions", "2", "--kernel-us", "200"],
+            env=env, capture_output=True, text=True, timeout=60,
+        )
+    finally:
+        remove_device(device)
+    assert done.returncode == 0, done.stderr
+    assert [r["region"] for r in region_results(done.stdout)] == [0, 1]
+
+
+def test_region_decorator_and_c_api_under_the_runtime(make_runtime, native_built: Path) -> None:
+    rt = krex_runtime(make_runtime)
+    script = (
+        "from krex_runtime.client import region\n"
+        "@region()\n"
+        "def measure():\n"
+        "    return 42\n"
+        "print(measure(), measure())\n"
+    )
+    done = rt.krex("run", "--", PY, "-c", script)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "42 42"
+    tool = native_build.native_dir() / "tests" / "region_client"
+    done = rt.krex("run", "--", str(tool), "enter", "exit", "exit", "enter", "exit")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:5] == ["enter 0", "exit 0", f"exit {-22}", "enter 0", "exit 0"]
+    rt.stop()
+    assert len(trace_events(rt, "region_granted")) == 4
+
+
+def test_strangers_are_refused_on_the_region_channel(make_runtime) -> None:
+    rt = krex_runtime(make_runtime)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(str(rt.run_dir / "region.sock"))
+        s.sendall(f"HELLO 1 1 {os.getpid()}\n".encode())
+        assert s.makefile().readline().startswith("ERROR EPERM")
+    for bad in (b"GARBAGE\n", b"HELLO 9 1 1\n", b"\xff" * 2000 + b"\n"):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(str(rt.run_dir / "region.sock"))
+            s.sendall(bad)
+            reply = s.makefile(errors="replace").readline()
+            assert reply == "" or reply.startswith("ERROR")
+    assert rt.krex("run", "--", PY, "-c", "from krex_runtime.client import region\nwith region(): pass").returncode == 0
+
+
+# --- the invariant suite ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stress_sixteen_tenants_per_gpu(make_runtime, backend: str) -> None:
+    rt = krex_runtime(make_runtime, backend, sim=2, slots=16)
+    ids = []
+    for i in range(32):
+        ids.append(
+            submit(
+                rt, PY, str(TENANTS / "regions.py"), "--regions", "4", "--kernel-us", "300", "--repeats", "3",
+                "--pause-ms", "30", "--noise", str(i % 4), "--noise-us", "400", gpu=i % 2,
+            )
+        )
+    for command_id in ids:
+        done = rt.krex("wait", command_id)
+        assert done.returncode == 0, done.stderr
+        results = region_results(done.stdout)
+        assert [r.get("error") for r in results] == [None] * 4, results
+    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    rt.stop()
+    events, held = regions_of(rt.trace_path)
+    assert len(held) == 128
+    check_one_holder_per_gpu(events)
+    check_fifo(events)
+    assert check_exclusive(events, held, rt.root / "sim.log") > 128 * 3
+
+
+# --- faults -------------------------------------------------------------------------
+
+
+def _holding(rt: Runtime, hold_s: float = 1000) -> str:
+    holder = submit(rt, PY, str(TENANTS / "regions.py"), "--regions", "1", "--kernel-us", "200", "--hold-s", str(hold_s))
+    wait_until(lambda: gpu_state(rt)["region_holder"] is not None, 60, "the region to be granted")
+    return holder
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sigkill_of_the_holder(make_runtime, backend: str) -> None:
+    rt = krex_runtime(make_runtime, backend)
+    others = [busy(rt) for _ in range(3)]
+    wait_ready(rt, *others)
+    holder = _holding(rt)
+    root = cgroup_root(rt)
+    assert len(frozen_cgroups(root)) == 3
+    os.kill(command_pid(rt, holder), signal.SIGKILL)
+    wait_until(lambda: gpu_state(rt)["region_holder"] is None, RECOVERY_BOUND_S, "the region to be released")
+    assert trace_events(rt, "region_released")[-1]["reason"] == "tenant disconnected"
+    check_nothing_left(rt.run_dir, root)
+    assert frozen_cgroups(root) == []
+    finish(rt, *others)
+
+
+def test_sigkill_of_a_waiting_tenant(make_runtime) -> None:
+    rt = krex_runtime(make_runtime)
+    holder = _holding(rt)
+    # No GPU work before the request: a tenant's kernels would park at the closed gate.
+    waiter = submit(rt, PY, "-c", "from krex_runtime.client import region\nwith region(): pass")
+    wait_until(lambda: len(gpu_state(rt)["region_queue"]) == 1, 60, "the second request to queue")
+    os.kill(command_pid(rt, waiter), signal.SIGKILL)
+    wait_until(lambda: gpu_state(rt)["region_queue"] == [], RECOVERY_BOUND_S, "the request to be withdrawn")
+    assert trace_events(rt, "region_withdrawn")[-1]["reason"] == "tenant disconnected while waiting"
+    finish(rt, holder)
+    wait_until(lambda: gpu_state(rt)["region_holder"] is None, RECOVERY_BOUND_S, "the holder's release")
+    check_nothing_left(rt.run_dir, cgroup_root(rt))
+
+
+def test_sigkill_of_the_runtime_then_restart(make_runtime) -> None:
+    rt = krex_runtime(make_runtime)
+    others = [busy(rt) for _ in range(2)]
+    wait_ready(rt, *others)
+    _holding(rt)
+    root = cgroup_root(rt)
+    assert len(frozen_cgroups(root)) == 2
+    rt.stop(signal.SIGKILL)
+    assert len(frozen_cgroups(root)) == 2  # the freeze outlives the runtime...
+    rt.start()  # ...until the next start thaws and reopens what it finds
+    started = trace_events(rt, "runtime_started")[-1]
+    assert "reopened gpu0.gate" in started["recovered"]
+    assert sum(1 for line in started["recovered"] if line.startswith("thawed")) == 3
+    assert frozen_cgroups(root) == []
+    wait_until(lambda: tenant_processes(rt.run_dir) == [], RECOVERY_BOUND_S, "the orphaned tenants to end")
+    check_nothing_left(rt.run_dir, root)
+    assert rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "1").returncode == 0
+
+
+def test_gate_fails_open_when_the_runtime_dies(make_runtime) -> None:
+    # gpu-only protection: nothing frozen, so the gated tenants show the fail-open path.
+    rt = krex_runtime(make_runtime, protection="gpu-only")
+    others = [busy(rt, threads=2) for _ in range(2)]
+    wait_ready(rt, *others)
+    pids = [command_pid(rt, c) for c in others]
+    _holding(rt)
+    gate = Gate.attach(rt.run_dir / "gates" / "gpu0.gate")
+    wait_until(lambda: gate.parked() > 0, 30, "the other tenants to park")
+    rt.stop(signal.SIGKILL)
+    killed_ns = time.monotonic_ns()
+    wait_until(lambda: gate.parked() == 0, RECOVERY_BOUND_S, "parked threads to fail open")
+    gate.detach()
+    log = rt.root / "sim.log"
+    wait_until(
+        lambda: any(r.pid in pids and r.start_ns > killed_ns for r in read_execution_log(log)),
+        RECOVERY_BOUND_S,
+        "the tenants' work to run again",
+    )
+    for proc in tenant_processes(rt.run_dir):  # orphans of the killed runtime
+        proc.kill()
+
+
+@pytest.mark.parametrize("action", ["revoke", "kill"])
+def test_holder_over_the_hold_limit(make_runtime, action: str) -> None:
+    rt = krex_runtime(make_runtime, hold_limit_s=1.0, on_hold_limit=action)
+    others = [busy(rt) for _ in range(2)]
+    wait_ready(rt, *others)
+    holder = submit(rt, PY, str(TENANTS / "regions.py"), "--regions", "1", "--hold-s", "4")
+    done = rt.krex("wait", "--json", holder)
+    released = trace_events(rt, "region_released")[-1]
+    assert "limit" in released["reason"]
+    if action == "revoke":
+        result = json.loads(done.stdout)
+        assert result["state"] == "finished" and result["exit_code"] == 0
+        assert region_results(output(rt, holder))[0]["error"] == "ETIMEDOUT"
+    else:
+        assert json.loads(done.stdout)["state"] == "cancelled"
+    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    assert frozen_cgroups(cgroup_root(rt)) == []
+    finish(rt, *others)
+
+
+def _active(device: str) -> int:
+    try:
+        return active_count(device)
+    except FileNotFoundError:  # the first tenant has not created the device yet
+        return 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_tenant_that_never_drains(make_runtime, backend: str) -> None:
+    rt = krex_runtime(make_runtime, backend, drain_timeout_s=1.0)
+    hog = busy(rt, kernel_us=600e6, depth=1)  # one 10-minute kernel
+    wait_until(lambda: _active(rt.device) >= 1, 30, "the hog's kernel to run")
+    done = rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "1")
+    assert done.returncode == 0, done.stderr
+    assert region_results(done.stdout)[0]["error"] == "ETIMEDOUT"
+    withdrawn = trace_events(rt, "region_withdrawn")[-1]
+    assert "did not drain" in withdrawn["reason"]
+    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    assert frozen_cgroups(cgroup_root(rt)) == []
+    finish(rt, hog)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_tenant_that_was_already_stopped(make_runtime, backend: str) -> None:
+    rt = krex_runtime(make_runtime, backend)
+    others = [busy(rt) for _ in range(2)]
+    wait_ready(rt, *others)
+    stopped = command_pid(rt, others[0])
+    os.kill(stopped, signal.SIGSTOP)
+    wait_until(lambda: is_stopped(stopped), 10, "the tenant to stop")
+    done = rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "2")
+    assert done.returncode == 0, done.stderr
+    assert all("times_ms" in r for r in region_results(done.stdout))
+    granted = trace_events(rt, "region_granted")[-1]
+    assert granted["drain"].get(str(stopped)) in ("stopped", None)
+    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    assert frozen_cgroups(cgroup_root(rt)) == []
+    assert is_stopped(stopped)  # we froze and thawed it; it stays as someone else left it
+    os.kill(stopped, signal.SIGCONT)
+    finish(rt, *others)
+
+
+# --- fidelity ---------------------------------------------------------------------------
+
+
+def _median_ms(text: str) -> float:
+    return statistics.median(t for r in region_results(text) for t in r["times_ms"])
+
+
+def test_fidelity_inside_a_region_and_inflation_without(make_runtime) -> None:
+    kernel = ["--regions", "2", "--kernel-us", "20000", "--repeats", "5"]
+    protected = krex_runtime(make_runtime, slots=17)
+    solo = _median_ms(protected.krex("run", "--", PY, str(TENANTS / "regions.py"), *kernel).stdout)
+    tenants = [busy(protected, kernel_us=2000) for _ in range(15)]
+    wait_ready(protected, *tenants)
+    inside = _median_ms(protected.krex("run", "--", PY, str(TENANTS / "regions.py"), *kernel).stdout)
+    finish(protected, *tenants)
+    protected.stop()
+
+    shared = make_runtime("ungated", policy="ungated", sim=1, slots=17)
+    tenants = [busy(shared, kernel_us=2000) for _ in range(15)]
+    wait_ready(shared, *tenants)
+    unprotected = _median_ms(shared.krex("run", "--", PY, str(TENANTS / "regions.py"), *kernel).stdout)
+    finish(shared, *tenants)
+    print(f"solo {solo:.3f} ms, inside a region {inside:.3f} ms, ungated {unprotected:.3f} ms")
+    assert abs(inside / solo - 1) < 0.02
+    assert unprotected / solo > 2.0
+
+
+# --- leases ---------------------------------------------------------------------------
+
+
+def test_operator_lease_and_release(make_runtime) -> None:
+    rt = krex_runtime(make_runtime)
+    others = [busy(rt) for _ in range(2)]
+    wait_ready(rt, *others)
+    leased = rt.krex("lease", "0", "--ttl", "60")
+    assert leased.returncode == 0, leased.stderr
+    state = gpu_state(rt)
+    assert state["region_holder"] == 0 and state["region_kind"] == "lease"
+    assert len(frozen_cgroups(cgroup_root(rt))) == 2
+    queued = submit(rt, "true", gpu=0)
+    assert snapshot(rt)["queue"] == [queued]
+    assert rt.krex("lease", "0").returncode == 125  # already leased
+    assert rt.krex("release", "0").returncode == 0
+    assert rt.krex("wait", queued).returncode == 0
+    wait_until(lambda: gpu_state(rt)["region_holder"] is None, RECOVERY_BOUND_S, "the lease to end")
+    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    assert frozen_cgroups(cgroup_root(rt)) == []
+    finish(rt, *others)
+
+
+def test_lease_ttl_expires(make_runtime) -> None:
+    rt = krex_runtime(make_runtime)
+    assert rt.krex("lease", "0", "--ttl", "1").returncode == 0
+    wait_until(lambda: gpu_state(rt)["region_holder"] is None, RECOVERY_BOUND_S, "the lease to expire")
+    assert trace_events(rt, "region_released")[-1]["reason"] == "lease expired"
+    assert rt.krex("run", "--gpu", "0", "--", "true").returncode == 0
+    check_nothing_left(rt.run_dir, cgroup_root(rt))
+
+
+def test_command_with_a_lease(make_runtime) -> None:
+    rt = krex_runtime(make_runtime)
+    others = [busy(rt) for _ in range(2)]
+    wait_ready(rt, *others)
+    done = rt.krex("run", "--lease", "--json", "--", PY, str(TENANTS / "regions.py"), "--regions", "1")
+    assert done.returncode == 0, done.stderr
+    granted = [e for e in trace_events(rt, "region_granted") if e["kind"] == "lease"]
+    assert len(granted) == 1 and len(granted[0]["frozen"]) == 2
+    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    finish(rt, *others)
+
+
+def test_lease_needs_policy_krex(make_runtime) -> None:
+    rt = make_runtime(policy="ungated")
+    done = rt.krex("lease", "0")
+    assert done.returncode == 125 and "policy 'krex'" in done.stderr
