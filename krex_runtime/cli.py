@@ -201,14 +201,25 @@ def format_status(status: dict[str, Any]) -> str:
             x=totals.get("failed", 0),
         ),
         "",
-        f"{'GPU':<4} {'NAME':<24} {'RUN':>5} {'SLOTS':>5} {'QUEUE':>5}  STATE   RUNNING",
+        f"{'GPU':<4} {'NAME':<22} {'RUN':>4} {'SLOT':>4} {'QUEUE':>5}  {'REGION':<14} {'RQ':>3} {'FRZ':>3} "
+        f"{'GRANTED':>7} {'ENTER ms':>8}  STATE",
     ]
+    now = time.time()
     for g in status["gpus"]:
         name = g["name"] + (" (sim)" if g["simulated"] and "simulated" not in g["name"] else "")
-        running = " ".join(g["running"][:6]) + (" ..." if len(g["running"]) > 6 else "")
+        holder = g.get("region_holder")
+        if holder is None:
+            region = "-"
+        elif g.get("region_kind") == "lease":
+            region = f"lease {now - (g.get('region_since') or now):.0f}s"
+        else:
+            region = f"t{holder} {now - (g.get('region_since') or now):.1f}s"
+        enter = g.get("last_region", {}).get("enter_s")
+        state = "paused" if g["paused"] else "leased" if g.get("leased") else "open"
         lines.append(
-            f"{g['index']:<4} {name[:24]:<24} {len(g['running']):>5} {g['slots']:>5} {g['queued']:>5}  "
-            f"{'paused' if g['paused'] else 'open':<7} {running}"
+            f"{g['index']:<4} {name[:22]:<22} {len(g['running']):>4} {g['slots']:>4} {g['queued']:>5}  "
+            f"{region:<14} {g.get('region_queue', 0):>3} {len(g.get('frozen', [])):>3} "
+            f"{g.get('regions_granted', 0):>7} {enter * 1000 if enter is not None else float('nan'):>8.1f}  {state}"
         )
     return "\n".join(lines)
 

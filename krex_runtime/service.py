@@ -277,6 +277,14 @@ class RuntimeService:
                     "running": sorted(d.running[g.index]),
                     "queued": sum(1 for j in d.queue if j.gpu_request == g.index),
                     "paused": g.index in d.paused_gpus,
+                    "leased": g.index in d.leased_gpus,
+                    "region_holder": self.state.gpus[g.index].region_holder,
+                    "region_kind": self.state.gpus[g.index].region_kind,
+                    "region_since": self.state.gpus[g.index].region_since,
+                    "region_queue": len(self.state.gpus[g.index].region_queue),
+                    "frozen": list(self.state.gpus[g.index].frozen),
+                    "regions_granted": self.state.gpus[g.index].regions_granted,
+                    "last_region": dict(self.state.gpus[g.index].last_region),
                 }
                 for g in self.gpus
             ],
