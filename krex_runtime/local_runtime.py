@@ -34,7 +34,7 @@ def wait_until(predicate: Any, timeout_s: float = 30.0, what: str = "condition")
 
 @dataclass
 class Runtime:
-    """A krex-runtime process on simulated GPUs, in its own folders."""
+    """A krex-runtime process on simulated GPUs (sim=0: the node's real GPUs), in its own folders."""
 
     root: Path
     sim: int = 2
@@ -89,7 +89,7 @@ cgroups = "{self.cgroups}"
         self.root.mkdir(parents=True, exist_ok=True)
         self.write_config()
         self.proc = subprocess.Popen(
-            [str(BIN / "krex-runtime"), "--config", str(self.config_path), "--sim", str(self.sim)],
+            [str(BIN / "krex-runtime"), "--config", str(self.config_path), *(["--sim", str(self.sim)] if self.sim else [])],
             stdout=self.log_path.open("ab"),
             stderr=subprocess.STDOUT,
         )

@@ -321,12 +321,19 @@ class GpuRegions:
             self.gate.open_gate()
             raise
         stats["enter_s"] = t[-1] - t[0]
+        # Calls the other tenants have made so far, per the interception counters:
+        # the same figure at release proves none of them submitted meanwhile.
+        stats["others_calls"] = self._others_calls(holder)
         # CLOCK_MONOTONIC, as the simulator's execution log and the gate use.
         stats["granted_mono_ns"] = time.monotonic_ns()
         return Entry(targets, frozen, report, pinned, stats)
 
+    def _others_calls(self, holder: int) -> int:
+        return sum(e.calls_total for e in self.gate.others(holder))
+
     def _exit(self, req: Request, entry: Entry) -> dict[str, Any]:
         released_mono_ns = time.monotonic_ns()
+        others_calls = self._others_calls(req.tenant_id)
         t0 = time.monotonic()
         if entry.pinned:
             cpu_slices.pin_thread(req.tid, self.cpus.tenant_cores(self.gpu))
@@ -338,7 +345,13 @@ class GpuRegions:
             log.warning("GPU %d: processes stopped by someone else stay driver-locked: %s", self.gpu, left_locked)
         self.gate.open_gate()
         t3 = time.monotonic()
-        return {"unpin_s": t1 - t0, "thaw_s": t2 - t1, "open_s": t3 - t2, "released_mono_ns": released_mono_ns}
+        return {
+            "unpin_s": t1 - t0,
+            "thaw_s": t2 - t1,
+            "open_s": t3 - t2,
+            "released_mono_ns": released_mono_ns,
+            "others_calls": others_calls,
+        }
 
     async def shutdown(self) -> None:
         """Withdraw everything queued and release the holder; the gate ends open."""

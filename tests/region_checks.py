@@ -28,6 +28,8 @@ class HeldRegion:
     tenant_id: int
     granted_ns: int
     released_ns: int
+    calls_at_grant: int
+    calls_at_release: int
 
 
 def regions_of(trace_path: Path) -> tuple[list[dict], list[HeldRegion]]:
@@ -39,7 +41,12 @@ def regions_of(trace_path: Path) -> tuple[list[dict], list[HeldRegion]]:
             granted[e["region"]] = e
         elif e["type"] == "region_released" and e["region"] in granted:
             g = granted.pop(e["region"])
-            held.append(HeldRegion(g["gpu"], g["region"], g["tenant_id"], g["granted_mono_ns"], e["released_mono_ns"]))
+            held.append(
+                HeldRegion(
+                    g["gpu"], g["region"], g["tenant_id"], g["granted_mono_ns"], e["released_mono_ns"],
+                    g["others_calls"], e["others_calls"],
+                )
+            )
     assert not granted, f"regions granted but never released: {sorted(granted)}"
     return events, held
 
@@ -71,6 +78,17 @@ def check_fifo(events: list[dict]) -> None:
 
 def tenant_gpus(events: list[dict]) -> dict[int, int]:
     return {e["tenant_id"]: e["gpu"] for e in events if e["type"] == "command_started"}
+
+
+def check_no_submissions_while_held(held: list[HeldRegion]) -> None:
+    """The interception counters of the other tenants did not move while a region
+    was held (the GPU's ground truth, where no execution log exists). A tenant
+    that exits during a region takes its counts with it, so the figure may drop."""
+    for region in held:
+        assert region.calls_at_release <= region.calls_at_grant, (
+            f"other tenants made {region.calls_at_release - region.calls_at_grant} GPU calls during region "
+            f"{region.region} on GPU {region.gpu}"
+        )
 
 
 def check_exclusive(events: list[dict], held: list[HeldRegion], sim_log: Path) -> int:

@@ -21,6 +21,7 @@ import pytest
 from region_checks import (
     check_exclusive,
     check_fifo,
+    check_no_submissions_while_held,
     check_nothing_left,
     check_one_holder_per_gpu,
     regions_of,
@@ -190,6 +191,7 @@ def test_stress_sixteen_tenants_per_gpu(make_runtime, backend: str) -> None:
     assert len(held) == 128
     check_one_holder_per_gpu(events)
     check_fifo(events)
+    check_no_submissions_while_held(held)
     assert check_exclusive(events, held, rt.root / "sim.log") > 128 * 3
 
 

@@ -107,7 +107,7 @@ struct krex_gate_proc {
     uint32_t uses_cuda;      /* 1 once a context was seen in this process */
     uint32_t contexts;       /* contexts the drain thread synchronises */
     uint32_t fail_open;      /* 1 once the library let a call through a stale gate */
-    uint64_t calls_total;    /* gated calls, all classes */
+    uint64_t calls_total;    /* gated calls that passed the gate, all classes */
     uint64_t parks_total;    /* times a thread parked */
     uint64_t drains_total;   /* drains acknowledged */
     uint64_t calls[KREX_CLASS_SLOTS]; /* gated calls per enum krex_call_class */

@@ -234,15 +234,18 @@ int krex_gate_enter(unsigned i)
     if (e == NULL)
         return KREX_TOKEN_COUNTED;
     unsigned klass = (unsigned)krex_gated_fns[i].klass;
-    __atomic_fetch_add(&e->calls[klass < KREX_CLASS_SLOTS ? klass : KREX_CLASS_OTHER], 1, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&e->calls_total, 1, __ATOMIC_RELAXED);
     for (;;) {
         /* Announce first, then look: against the runtime's "close, then read
          * in_call" this leaves no window where both miss each other. */
         __atomic_fetch_add(&e->in_call, 1, __ATOMIC_SEQ_CST);
         uint32_t word = __atomic_load_n(&gate->gate_word, __ATOMIC_SEQ_CST);
-        if (!closed_for_us(word) || heartbeat_stale(e))
+        if (!closed_for_us(word) || heartbeat_stale(e)) {
+            /* Counted as it passes, so the counters say what reached the
+             * driver: a region's holder can check nobody else's did. */
+            __atomic_fetch_add(&e->calls[klass < KREX_CLASS_SLOTS ? klass : KREX_CLASS_OTHER], 1, __ATOMIC_RELAXED);
+            __atomic_fetch_add(&e->calls_total, 1, __ATOMIC_RELAXED);
             return KREX_TOKEN_IN_CALL;
+        }
         __atomic_fetch_sub(&e->in_call, 1, __ATOMIC_SEQ_CST);
         park(e, word);
     }
