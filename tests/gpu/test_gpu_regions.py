@@ -1,0 +1,154 @@
+"""The region invariant suite on a real GPU: PyTorch tenants, the real driver,
+both gate backends. Where the simulator has an execution log, the GPU has the
+interception counters: the other tenants' calls must not move while a region
+is held. Skipped without a GPU (marker `gpu`).
+
+    python -m pytest -m gpu tests/gpu/test_gpu_regions.py -s
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import sys
+
+import pytest
+
+from krex_runtime.freezer import is_stopped
+from krex_runtime.local_runtime import Runtime, wait_until
+from region_checks import (
+    check_fifo,
+    check_no_submissions_while_held,
+    check_nothing_left,
+    check_one_holder_per_gpu,
+    regions_of,
+)
+from runtime_helpers import REPO, tenant_processes
+from test_regions import (
+    RECOVERY_BOUND_S,
+    cgroup_root,
+    command_pid,
+    finish,
+    frozen_cgroups,
+    gpu_state,
+    output,
+    region_results,
+    regions_config,
+    submit,
+    trace_events,
+    wait_ready,
+)
+
+pytestmark = pytest.mark.gpu
+PY = sys.executable
+TENANTS = REPO / "tests" / "tenants"
+BACKENDS = ["preload", "driver-lock"]
+
+
+def gpu_runtime(make_runtime, backend: str = "preload", slots: int = 17, **settings: object) -> Runtime:
+    return make_runtime(policy="krex", sim=0, slots=slots, extra_config=regions_config(backend, **settings))
+
+
+def torch_busy(rt: Runtime, n: int = 4096, depth: int = 4) -> str:
+    return submit(rt, PY, str(TENANTS / "torch_busy.py"), str(n), str(depth), gpu=0)
+
+
+def torch_regions(rt: Runtime, *args: str) -> str:
+    return submit(rt, PY, str(TENANTS / "torch_regions.py"), *args, gpu=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gpu_stress_sixteen_tenants(make_runtime, backend: str) -> None:
+    rt = gpu_runtime(make_runtime, backend, slots=16)
+    ids = [
+        torch_regions(rt, "--regions", "4", "--n", "2048", "--repeats", "3", "--pause-ms", "50", "--noise", str(i % 4))
+        for i in range(16)
+    ]
+    for command_id in ids:
+        done = rt.krex("wait", command_id, timeout=600)
+        assert done.returncode == 0, done.stderr
+        assert [r.get("error") for r in region_results(done.stdout)] == [None] * 4
+    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    rt.stop()
+    events, held = regions_of(rt.trace_path)
+    assert len(held) == 64
+    check_one_holder_per_gpu(events)
+    check_fifo(events)
+    check_no_submissions_while_held(held)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gpu_fidelity_inside_a_region(make_runtime, backend: str) -> None:
+    rt = gpu_runtime(make_runtime, backend)
+    bench = ["--regions", "3", "--n", "12288", "--repeats", "5"]
+    solo_out = rt.krex("run", "--gpu", "0", "--", PY, str(TENANTS / "torch_regions.py"), *bench, timeout=600)
+    solo = statistics.median(t for r in region_results(solo_out.stdout) for t in r["times_ms"])
+    others = [torch_busy(rt) for _ in range(15)]
+    wait_ready(rt, *others)
+    inside_out = rt.krex("run", "--gpu", "0", "--", PY, str(TENANTS / "torch_regions.py"), *bench, timeout=600)
+    inside = statistics.median(t for r in region_results(inside_out.stdout) for t in r["times_ms"])
+    finish(rt, *others)
+    print(f"[{backend}] 12288^2 bf16 matmul: solo {solo:.3f} ms, inside a region with 15 busy tenants {inside:.3f} ms")
+    assert abs(inside / solo - 1) < 0.05
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gpu_sigkill_of_the_holder(make_runtime, backend: str) -> None:
+    rt = gpu_runtime(make_runtime, backend)
+    others = [torch_busy(rt) for _ in range(3)]
+    wait_ready(rt, *others)
+    holder = torch_regions(rt, "--regions", "1", "--hold-s", "1000")
+    wait_until(lambda: gpu_state(rt)["region_holder"] is not None, 120, "the region to be granted")
+    assert len(frozen_cgroups(cgroup_root(rt))) == 3
+    os.kill(command_pid(rt, holder), signal.SIGKILL)
+    wait_until(lambda: gpu_state(rt)["region_holder"] is None, RECOVERY_BOUND_S, "the region to be released")
+    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    assert frozen_cgroups(cgroup_root(rt)) == []
+    finish(rt, *others)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gpu_a_tenant_that_was_already_stopped(make_runtime, backend: str) -> None:
+    rt = gpu_runtime(make_runtime, backend)
+    others = [torch_busy(rt) for _ in range(2)]
+    wait_ready(rt, *others)
+    stopped = command_pid(rt, others[0])
+    os.kill(stopped, signal.SIGSTOP)
+    wait_until(lambda: is_stopped(stopped), 10, "the tenant to stop")
+    done = rt.krex("run", "--gpu", "0", "--", PY, str(TENANTS / "torch_regions.py"), "--regions", "2", timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert all("times_ms" in r for r in region_results(done.stdout))
+    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    assert is_stopped(stopped)
+    os.kill(stopped, signal.SIGCONT)
+    finish(rt, *others)
+
+
+def test_gpu_a_tenant_that_never_drains(make_runtime) -> None:
+    rt = gpu_runtime(make_runtime, drain_timeout_s=1.0, quiesce_timeout_s=1.0)
+    hog = torch_busy(rt, n=16384, depth=400)  # ~8 s of queued matmuls per batch
+    wait_until(lambda: gpu_state(rt)["running"], 60, "the hog to start")
+    wait_until(lambda: "ready" in output(rt, hog), 120, "the hog's first batch")
+    done = rt.krex("run", "--gpu", "0", "--", PY, str(TENANTS / "torch_regions.py"), "--regions", "1", timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert region_results(done.stdout)[0].get("error") == "ETIMEDOUT"
+    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    assert frozen_cgroups(cgroup_root(rt)) == []
+    finish(rt, hog)
+
+
+def test_gpu_sigkill_of_the_runtime_then_restart(make_runtime) -> None:
+    rt = gpu_runtime(make_runtime)
+    others = [torch_busy(rt) for _ in range(2)]
+    wait_ready(rt, *others)
+    torch_regions(rt, "--regions", "1", "--hold-s", "1000")
+    wait_until(lambda: gpu_state(rt)["region_holder"] is not None, 120, "the region to be granted")
+    root = cgroup_root(rt)
+    rt.stop(signal.SIGKILL)
+    assert len(frozen_cgroups(root)) == 2
+    rt.start()
+    assert frozen_cgroups(root) == []
+    assert "reopened gpu0.gate" in trace_events(rt, "runtime_started")[-1]["recovered"]
+    wait_until(lambda: tenant_processes(rt.run_dir) == [], RECOVERY_BOUND_S, "orphaned tenants to end")
+    check_nothing_left(rt.run_dir, root)
