@@ -19,6 +19,14 @@ from typing import Any
 from krex_runtime.control_client import ControlClient
 
 BIN = Path(sys.executable).parent
+_MODULES = {"krex": "krex_runtime.cli", "krex-runtime": "krex_runtime.main"}
+
+
+def command(name: str) -> list[str]:
+    """How to run one of KREX's commands from this Python: the installed script,
+    or the module where the package is used from a checkout without installing."""
+    script = BIN / name
+    return [str(script)] if script.exists() else [sys.executable, "-m", _MODULES[name]]
 
 
 def wait_until(predicate: Any, timeout_s: float = 30.0, what: str = "condition") -> Any:
@@ -89,7 +97,7 @@ cgroups = "{self.cgroups}"
         self.root.mkdir(parents=True, exist_ok=True)
         self.write_config()
         self.proc = subprocess.Popen(
-            [str(BIN / "krex-runtime"), "--config", str(self.config_path), *(["--sim", str(self.sim)] if self.sim else [])],
+            [*command("krex-runtime"), "--config", str(self.config_path), *(["--sim", str(self.sim)] if self.sim else [])],
             stdout=self.log_path.open("ab"),
             stderr=subprocess.STDOUT,
         )
@@ -117,7 +125,7 @@ cgroups = "{self.cgroups}"
 
     def krex(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [str(BIN / "krex"), *args], env=self.env, capture_output=True, text=True, timeout=timeout
+            [*command("krex"), *args], env=self.env, capture_output=True, text=True, timeout=timeout
         )
 
     def stop(self, sig: int = signal.SIGTERM) -> int:

@@ -233,10 +233,10 @@ def test_sigterm_leaves_no_process_behind(make_runtime, tmp_path: Path) -> None:
 def test_no_runtime_gives_one_line(tmp_path: Path) -> None:
     import subprocess
 
-    from krex_runtime.local_runtime import BIN
+    from krex_runtime.local_runtime import command
 
     env = {**os.environ, "KREX_RUN_DIR": str(tmp_path / "nothing")}
-    done = subprocess.run([str(BIN / "krex"), "status"], env=env, capture_output=True, text=True)
+    done = subprocess.run([*command("krex"), "status"], env=env, capture_output=True, text=True)
     assert done.returncode == 125
     assert len(done.stderr.strip().splitlines()) == 1
     assert "no krex runtime" in done.stderr and "krex-runtime" in done.stderr
@@ -250,10 +250,10 @@ def test_second_runtime_on_the_same_gpus_refuses(make_runtime, tmp_path: Path) -
     second.config_path.write_text(second.config_path.read_text().replace(str(second.root / "locks"), str(first.root / "locks")))
     import subprocess
 
-    from krex_runtime.local_runtime import BIN
+    from krex_runtime.local_runtime import command
 
     done = subprocess.run(
-        [str(BIN / "krex-runtime"), "--config", str(second.config_path), "--sim", "2"], capture_output=True, text=True, timeout=60
+        [*command("krex-runtime"), "--config", str(second.config_path), "--sim", "2"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 1
     assert "already claimed by krex-runtime pid" in done.stderr

@@ -9,7 +9,7 @@ import pytest
 from runtime_helpers import REPO
 
 from krex_runtime.config import Config, ConfigError, load_config
-from krex_runtime.local_runtime import BIN
+from krex_runtime.local_runtime import command
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.toml")), ids=lambda p: p.name)
@@ -76,14 +76,14 @@ def test_bad_values(tmp_path: Path, text: str, message: str) -> None:
 
 def test_runtime_reports_a_broken_config_in_one_line(tmp_path: Path) -> None:
     path = _write(tmp_path, "[tenants]\npreloads = false\n")
-    done = subprocess.run([str(BIN / "krex-runtime"), "--config", str(path), "--sim", "1"], capture_output=True, text=True)
+    done = subprocess.run([*command("krex-runtime"), "--config", str(path), "--sim", "1"], capture_output=True, text=True)
     assert done.returncode == 1
     assert done.stderr.strip() == f"krex-runtime: {path}: tenants.preloads: unknown key (did you mean 'preload'?)"
 
 
 def test_missing_config_file(tmp_path: Path) -> None:
     done = subprocess.run(
-        [str(BIN / "krex-runtime"), "--config", str(tmp_path / "nope.toml")], capture_output=True, text=True
+        [*command("krex-runtime"), "--config", str(tmp_path / "nope.toml")], capture_output=True, text=True
     )
     assert done.returncode == 1
     assert done.stderr.strip() == f"krex-runtime: {tmp_path / 'nope.toml'}: config file not found"
@@ -91,7 +91,7 @@ def test_missing_config_file(tmp_path: Path) -> None:
 
 def test_no_gpu_suggests_sim(tmp_path: Path) -> None:
     path = _write(tmp_path, f"[runtime]\nrun_dir = '{tmp_path}/run'\nlock_dir = '{tmp_path}/locks'\n")
-    done = subprocess.run([str(BIN / "krex-runtime"), "--config", str(path)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([*command("krex-runtime"), "--config", str(path)], capture_output=True, text=True, timeout=60)
     if done.returncode == 0:
         pytest.skip("this machine has a GPU")
     assert done.returncode == 1

@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from krex_runtime.local_runtime import BIN, Runtime
+from krex_runtime.local_runtime import Runtime, command
 from krex_runtime.trace import FORMAT, FORMAT_VERSION, read_trace
 
 
@@ -27,12 +27,12 @@ def test_trace_summary_cli(runtime: Runtime) -> None:
     for code in (0, 1, 0):
         runtime.krex("run", "--", "sh", "-c", f"exit {code}")
     runtime.stop()
-    done = subprocess.run([str(BIN / "krex"), "trace", "--json", str(runtime.trace_path)], capture_output=True, text=True)
+    done = subprocess.run([*command("krex"), "trace", "--json", str(runtime.trace_path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["totals"]["finished"] == 3 and summary["totals"]["submitted"] == 3
     assert summary["run_s"]["n"] == 3
-    text = subprocess.run([str(BIN / "krex"), "trace", str(runtime.trace_path)], capture_output=True, text=True)
+    text = subprocess.run([*command("krex"), "trace", str(runtime.trace_path)], capture_output=True, text=True)
     assert "policy ungated" in text.stdout
 
 
@@ -40,7 +40,7 @@ def test_broken_line_is_reported_with_its_number(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     header = json.dumps({"format": FORMAT, "version": FORMAT_VERSION, "gpus": []})
     path.write_text(header + "\n" + json.dumps({"seq": 1, "t": 0, "type": "runtime_stopping"}) + "\n{oops\n")
-    done = subprocess.run([str(BIN / "krex"), "trace", str(path)], capture_output=True, text=True)
+    done = subprocess.run([*command("krex"), "trace", str(path)], capture_output=True, text=True)
     assert done.returncode == 1
     assert done.stderr.startswith(f"krex: {path}:3: line does not parse as JSON")
 
@@ -48,7 +48,7 @@ def test_broken_line_is_reported_with_its_number(tmp_path: Path) -> None:
 def test_not_a_trace(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_text('{"hello": 1}\n')
-    done = subprocess.run([str(BIN / "krex"), "trace", str(path)], capture_output=True, text=True)
+    done = subprocess.run([*command("krex"), "trace", str(path)], capture_output=True, text=True)
     assert done.returncode == 1 and f"{path}:1: not a KREX trace" in done.stderr
-    missing = subprocess.run([str(BIN / "krex"), "trace", str(tmp_path / "none")], capture_output=True, text=True)
+    missing = subprocess.run([*command("krex"), "trace", str(tmp_path / "none")], capture_output=True, text=True)
     assert missing.returncode == 1 and "cannot open trace" in missing.stderr

@@ -14,9 +14,6 @@ import statistics
 import sys
 
 import pytest
-
-from krex_runtime.freezer import is_stopped
-from krex_runtime.local_runtime import Runtime, wait_until
 from region_checks import (
     check_fifo,
     check_no_submissions_while_held,
@@ -39,6 +36,9 @@ from test_regions import (
     trace_events,
     wait_ready,
 )
+
+from krex_runtime.freezer import is_stopped
+from krex_runtime.local_runtime import Runtime, wait_until
 
 pytestmark = pytest.mark.gpu
 PY = sys.executable
