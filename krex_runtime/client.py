@@ -53,6 +53,7 @@ class _Channel:
         self._pid = 0
         self.holding = False
         self.region_seq: int | None = None
+        self.flags: list[str] = []
 
     def _connect(self, path: str) -> None:
         if self._sock is not None and self._pid == os.getpid():
@@ -99,8 +100,10 @@ class _Channel:
             if self.holding:
                 raise RegionError("EBUSY", "this process already holds its region")
             self._connect(path)
-            seq = self._transact(f"ENTER {threading.get_native_id()}", "GRANTED")
-            self.holding, self.region_seq = True, int(seq) if seq.isdigit() else None
+            granted = self._transact(f"ENTER {threading.get_native_id()}", "GRANTED").split()
+            self.holding = True
+            self.region_seq = int(granted[0]) if granted and granted[0].isdigit() else None
+            self.flags = granted[1].split(",") if len(granted) > 1 else []
 
     def exit(self) -> None:
         with self._lock:
@@ -122,13 +125,18 @@ class region(contextlib.ContextDecorator):
 
     Raises RegionError when the runtime refuses the region, and on exit when
     the runtime revoked it (the hold limit passed): measurements taken inside
-    a revoked region are not protected and should be discarded.
+    a revoked region are not protected and should be discarded. `flags`
+    names conditions at entry that make a measurement suspect (the GPU
+    throttling, or its clock far from the baseline's).
     """
+
+    flags: list[str] = []  # set on entry: e.g. "throttled:hw_thermal" when the GPU throttles
 
     def __enter__(self) -> region:
         path = os.environ.get(SOCKET_ENV)
         if path:
             _channel.enter(path)
+            self.flags = list(_channel.flags)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -78,12 +78,24 @@ class RegionSection:
 
 
 @dataclass(frozen=True)
+class TelemetrySection:
+    sample_interval_s: float = 1.0
+    canary: bool = True
+    canary_period_s: float = 10.0
+    canary_outside: bool = True
+    canary_target_ms: float = 1.0
+    canary_window: int = 30
+    clock_tolerance: float = 0.10
+
+
+@dataclass(frozen=True)
 class Config:
     runtime: RuntimeSection = field(default_factory=RuntimeSection)
     gpus: GpuSection = field(default_factory=GpuSection)
     dispatcher: DispatcherSection = field(default_factory=DispatcherSection)
     tenants: TenantSection = field(default_factory=TenantSection)
     regions: RegionSection = field(default_factory=RegionSection)
+    telemetry: TelemetrySection = field(default_factory=TelemetrySection)
     source: str = "(built-in defaults)"
 
     @property
@@ -147,6 +159,11 @@ def validate(config: Config) -> Config:
         (config.regions.reserved_cores_per_gpu >= 0, "regions.reserved_cores_per_gpu must not be negative"),
         (all(k.isdigit() for k in config.regions.cpu_slices), "regions.cpu_slices keys are GPU indices (\"0\", \"1\", ...)"),
         (config.regions.lease_ttl_s > 0, "regions.lease_ttl_s must be positive"),
+        (config.telemetry.sample_interval_s > 0, "telemetry.sample_interval_s must be positive"),
+        (config.telemetry.canary_period_s > 0, "telemetry.canary_period_s must be positive"),
+        (config.telemetry.canary_target_ms > 0, "telemetry.canary_target_ms must be positive"),
+        (config.telemetry.canary_window >= 1, "telemetry.canary_window must be at least 1"),
+        (0 < config.telemetry.clock_tolerance < 1, "telemetry.clock_tolerance is a fraction between 0 and 1"),
         (
             config.gpus.simulated_device.replace("-", "").replace("_", "").isalnum(),
             "gpus.simulated_device may hold only letters, digits, '-' and '_'",

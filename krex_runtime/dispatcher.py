@@ -52,6 +52,7 @@ class Job:
     stderr_path: Path | None = None
     cgroup: Path | None = None
     lease: bool = False
+    internal: bool = False  # started by the runtime itself (a canary): takes no slot
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     def result(self) -> dict[str, Any]:
@@ -218,12 +219,36 @@ class Dispatcher:
                 candidates = [i for i in self.gpus if i not in blocked and self._free(i)]
                 if not candidates:
                     break
-                gpu = min(candidates, key=lambda i: (len(self.running[i]), i))
+                gpu = min(candidates, key=lambda i: (self._load(i), i))
             self.queue.remove(job)
             self._start(job, gpu)
 
     def _free(self, gpu: int) -> bool:
-        return len(self.running[gpu]) < self.slots
+        return self._load(gpu) < self.slots
+
+    def _load(self, gpu: int) -> int:
+        return sum(1 for i in self.running[gpu] if not self.jobs[i].internal)
+
+    def start_internal(self, argv: list[str], gpu: int, label: str) -> Job:
+        """A tenant the runtime runs for itself: no queue, no slot, but a tenant
+        like any other for gates, regions and freezing."""
+        job = Job(
+            id=f"{self._nonce}-{label}{next(self._ids)}",
+            argv=argv,
+            gpu_request=gpu,
+            timeout_s=10 * 365 * 86400.0,
+            cwd="",
+            env={},
+            label=label,
+            submitted_at=time.time(),
+            internal=True,
+        )
+        self.jobs[job.id] = job
+        self._emit(
+            {"type": "command_queued", "id": job.id, "argv": argv, "gpu": gpu, "timeout_s": None, "label": label, "lease": False}
+        )
+        self._start(job, gpu)
+        return job
 
     def _start(self, job: Job, gpu_index: int) -> None:
         gpu = self.gpus[gpu_index]

@@ -50,6 +50,9 @@ class Runtime:
     slots: int = 4
     cgroups: str = "auto"
     extra_config: str = ""
+    canary: bool = False
+    canary_period_s: float = 0.5
+    runtime_env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     device: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:10]}")
 
@@ -89,6 +92,11 @@ kill_grace_s = 0.5
 
 [tenants]
 cgroups = "{self.cgroups}"
+
+[telemetry]
+canary = {str(self.canary).lower()}
+sample_interval_s = 0.5
+canary_period_s = {self.canary_period_s}
 {self.extra_config}
 """
         )
@@ -99,6 +107,7 @@ cgroups = "{self.cgroups}"
         self.proc = subprocess.Popen(
             [*command("krex-runtime"), "--config", str(self.config_path), *(["--sim", str(self.sim)] if self.sim else [])],
             stdout=self.log_path.open("ab"),
+            env={**os.environ, **self.runtime_env},
             stderr=subprocess.STDOUT,
         )
         wait_until(self._answers, 30, "the runtime to answer")

@@ -149,7 +149,8 @@ class RegionChannel:
         except RegionRefused as exc:
             await _send(writer, f"ERROR {exc.code} {exc.reason}")
             return None, True
-        await _send(writer, f"GRANTED {req.seq}")
+        flags = ",".join(req.flags)
+        await _send(writer, f"GRANTED {req.seq} {flags}".rstrip())
         return req, True
 
 

@@ -80,6 +80,7 @@ class Request:
     withdrawn: bool = False
     revoked: bool = False
     reason: str = ""
+    flags: list[str] = field(default_factory=list)  # why its measurements may be off
 
 
 @dataclass
@@ -117,6 +118,8 @@ class GpuRegions:
         self._kill_command = kill_command
         self.queue: deque[Request] = deque()
         self.holder: Request | None = None
+        # SM clock, throttle reasons and flags now; set by the telemetry.
+        self.clock_probe: Callable[[int], dict[str, Any]] = lambda gpu: {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -216,6 +219,7 @@ class GpuRegions:
                 req.granted.exception()
             return
         self.holder = req
+        req.flags = list(entry.stats.get("flags") or [])
         self._emit(
             {
                 "type": "region_granted",
@@ -321,6 +325,7 @@ class GpuRegions:
             self.gate.open_gate()
             raise
         stats["enter_s"] = t[-1] - t[0]
+        stats.update(self.clock_probe(self.gpu))
         # Calls the other tenants have made so far, per the interception counters:
         # the same figure at release proves none of them submitted meanwhile.
         stats["others_calls"] = self._others_calls(holder)

@@ -34,6 +34,7 @@ from krex_runtime.protocol import ErrorCode, ProtocolError, Request
 from krex_runtime.region_channel import RegionChannel, TenantIdentity
 from krex_runtime.region_manager import OPERATOR, RegionRefused, Tenant
 from krex_runtime.region_setup import RegionMachinery
+from krex_runtime.telemetry import CANARY_RESTART_S, Telemetry
 from krex_runtime.trace import TraceWriter
 
 log = logging.getLogger("krex.runtime")
@@ -93,6 +94,8 @@ class RuntimeService:
         self.channel: RegionChannel | None = None
         self.recovered: list[str] = []
         self._operator_leases: dict[int, Any] = {}
+        self.telemetry: Telemetry | None = None
+        self.canaries: dict[int, Job] = {}
 
     # --- start-up -----------------------------------------------------------
 
@@ -220,6 +223,8 @@ class RuntimeService:
         return env
 
     def _on_output(self, job: Job, stream: str, data: bytes) -> None:
+        if job.internal and stream == "stdout" and self.telemetry is not None and job.gpu is not None:
+            self.telemetry.canary_output(job.gpu, job.id, data)
         for att in self._attached.get(job.id, []):
             text = att.decoders[stream].decode(data)
             if text:
@@ -228,6 +233,15 @@ class RuntimeService:
     def _on_finished(self, job: Job) -> None:
         for att in self._attached.pop(job.id, []):
             self._push(att, protocol.PUSH_RESULT, job.result())
+        if job.internal and job.gpu is not None and self.canaries.get(job.gpu) is job and not self.dispatcher.closed:
+            log.warning("GPU %d canary ended (%s); restarting it in %g s", job.gpu, job.outcome, CANARY_RESTART_S)
+            asyncio.get_running_loop().call_later(CANARY_RESTART_S, self._start_canary, job.gpu)
+
+    def _start_canary(self, gpu: int) -> None:
+        if self.telemetry is None or self.dispatcher.closed:
+            return
+        target = next(g for g in self.gpus if g.index == gpu)
+        self.canaries[gpu] = self.dispatcher.start_internal(self.telemetry.canary_argv(target), gpu, "canary")
 
     def _push(self, att: Attachment, type_: str, body: Any) -> None:
         self._send(att.peer, protocol.push(type_, att.request_id, body))
@@ -484,6 +498,10 @@ class RuntimeService:
             self.channel = RegionChannel(
                 self.run_dir / REGION_SOCKET, self.regions.manager, self.identify, self.config.regions.hold_limit_s
             )
+        self.telemetry = Telemetry(self.config, self.gpus, self.emit, self.regions.gates if self.regions else {})
+        if self.regions is not None:
+            for gpu_regions in self.regions.manager.gpus.values():
+                gpu_regions.clock_probe = self.telemetry.clock_now
         self.emit(
             {
                 "type": "runtime_started",
@@ -505,6 +523,10 @@ class RuntimeService:
             asyncio.create_task(self._serve(self.control_ro, read_only=True)),
             asyncio.create_task(self._tick()),
         ]
+        tasks.append(asyncio.create_task(self.telemetry.run()))
+        if self.config.telemetry.canary:
+            for gpu in self.gpus:
+                self._start_canary(gpu.index)
         if self.regions is not None and self.channel is not None:
             self.regions.manager.start()
             await self.channel.start()
@@ -545,6 +567,8 @@ class RuntimeService:
 
     def _close(self) -> None:
         self.trace.close()
+        if self.telemetry is not None:
+            self.telemetry.close()
         if self.regions is not None:
             for gpu, gate in self.regions.gates.items():
                 gate.open_gate()

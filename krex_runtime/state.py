@@ -44,6 +44,10 @@ class GpuState:
     frozen: list[int] = field(default_factory=list)
     regions_granted: int = 0
     last_region: dict[str, Any] = field(default_factory=dict)
+    telemetry: dict[str, Any] = field(default_factory=dict)
+    parked: int | None = None
+    draining: int | None = None
+    canary: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -182,7 +186,12 @@ def _region_granted(s: NodeState, e: dict[str, Any]) -> None:
     gpu.region_holder, gpu.region_kind, gpu.region_command = e["tenant_id"], e["kind"], e.get("command_id", "")
     gpu.region_seq, gpu.region_since, gpu.frozen = e["region"], e["t"], list(e.get("frozen", []))
     gpu.regions_granted += 1
-    gpu.last_region = {k: v for k, v in e.items() if k.endswith("_s")} | {"region": e["region"], "tenant_id": e["tenant_id"]}
+    gpu.last_region = {k: v for k, v in e.items() if k.endswith("_s")} | {
+        "region": e["region"],
+        "tenant_id": e["tenant_id"],
+        "sm_clock_mhz": e.get("sm_clock_mhz"),
+        "flags": list(e.get("flags") or []),
+    }
 
 
 def _region_released(s: NodeState, e: dict[str, Any]) -> None:
@@ -199,6 +208,59 @@ def _region_withdrawn(s: NodeState, e: dict[str, Any]) -> None:
 
 def _drop_request(gpu: GpuState, region: int) -> None:
     gpu.region_queue = [q for q in gpu.region_queue if q["seq"] != region]
+
+
+def _telemetry(s: NodeState, e: dict[str, Any]) -> None:
+    for key, sample in e["gpus"].items():
+        gpu = s.gpus.get(int(key))
+        if gpu is None:
+            continue
+        gpu.parked, gpu.draining = sample.get("parked"), sample.get("draining")
+        gpu.telemetry = {k: v for k, v in sample.items() if k not in ("parked", "draining")}
+
+
+def _canary_baseline(s: NodeState, e: dict[str, Any]) -> None:
+    s.gpus[e["gpu"]].canary = {
+        "baseline_compute_ms": e["compute_ms"],
+        "baseline_memory_ms": e["memory_ms"],
+        "baseline_sm_clock_mhz": e.get("sm_clock_mhz"),
+        "window": e.get("window", 30),
+        "inside": [],
+        "outside": [],
+        "inside_ms": [],
+        "outside_ms": [],
+        "inside_p50": None,
+        "inside_p95": None,
+        "outside_p50": None,
+        "outside_p95": None,
+        "contention": None,
+        "samples": 0,
+        "flagged": 0,
+    }
+
+
+def _canary_sample(s: NodeState, e: dict[str, Any]) -> None:
+    """Inflation = measured / baseline - 1 for both reference kernels; the window
+    keeps the last `window` samples of each place (inside, outside a region)."""
+    c = s.gpus[e["gpu"]].canary
+    if not c or e.get("compute_ms") is None or e.get("memory_ms") is None:
+        return
+    where = "outside" if e.get("where") == "outside" else "inside"
+    values = [e["compute_ms"] / c["baseline_compute_ms"] - 1, e["memory_ms"] / c["baseline_memory_ms"] - 1]
+    keep = 2 * c["window"]
+    c[where] = (c[where] + values)[-keep:]
+    c[f"{where}_ms"] = (c[f"{where}_ms"] + [e["compute_ms"], e["memory_ms"]])[-keep:]
+    c[f"{where}_p50"], c[f"{where}_p95"] = _quantile(c[where], 0.5), _quantile(c[where], 0.95)
+    if c["inside_ms"] and c["outside_ms"]:
+        c["contention"] = _quantile(c["outside_ms"], 0.5) / _quantile(c["inside_ms"], 0.5)
+    c["samples"] += 1
+    if e.get("flagged"):
+        c["flagged"] += 1
+
+
+def _quantile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
 
 
 def _set_paused(s: NodeState, gpu: int | None, paused: bool) -> None:
@@ -232,6 +294,9 @@ REDUCERS: dict[str, Callable[[NodeState, dict[str, Any]], None]] = {
     "region_granted": _region_granted,
     "region_released": _region_released,
     "region_withdrawn": _region_withdrawn,
+    "telemetry": _telemetry,
+    "canary_baseline": _canary_baseline,
+    "canary_sample": _canary_sample,
     "runtime_stopping": _runtime_stopping,
     "runtime_stopped": _runtime_stopped,
 }

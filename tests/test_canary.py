@@ -1,0 +1,105 @@
+"""Telemetry on simulated GPUs: the canary's inflation estimate, metrics with
+injected failures, flags for throttled regions, and replay of it all."""
+
+from __future__ import annotations
+
+import sys
+
+from krex_runtime.local_runtime import Runtime, wait_until
+from krex_runtime.trace import read_trace
+from krex_runtime import state as node_state
+from runtime_helpers import REPO
+
+PY = sys.executable
+TENANTS = REPO / "tests" / "tenants"
+METRICS = ("util_pct", "mem_used", "mem_total", "sm_clock_mhz", "mem_clock_mhz", "temp_c", "power_w", "throttle")
+
+
+def gpu0(rt: Runtime) -> dict:
+    with rt.client() as c:
+        return c.call("snapshot")["state"]["gpus"][0]
+
+
+def busy_tenants(rt: Runtime, n: int) -> list[str]:
+    ids = []
+    for _ in range(n):
+        done = rt.krex("submit", "--gpu", "0", "--", PY, str(TENANTS / "busy.py"), "2000", "4")
+        assert done.returncode == 0, done.stderr
+        ids.append(done.stdout.strip())
+    return ids
+
+
+def canary_after(rt: Runtime, samples: int) -> dict:
+    wait_until(lambda: gpu0(rt)["canary"].get("samples", 0) >= samples, 120, f"{samples} canary samples")
+    return gpu0(rt)["canary"]
+
+
+def test_canary_is_near_zero_under_krex_and_positive_under_ungated(make_runtime) -> None:
+    protected = make_runtime("krex", policy="krex", sim=1, slots=8, canary=True)
+    busy_tenants(protected, 6)
+    canary = canary_after(protected, 12)
+    print("krex:", {k: v for k, v in canary.items() if not isinstance(v, list)})
+    assert canary["inside_p50"] < 0.05
+    assert canary["outside_p50"] > 1.0  # the same kernels outside a region: what sharing costs
+    assert canary["contention"] > 2.0
+    protected.stop()
+
+    shared = make_runtime("ungated", policy="ungated", sim=1, slots=8, canary=True)
+    busy_tenants(shared, 6)
+    canary = canary_after(shared, 12)
+    print("ungated:", {k: v for k, v in canary.items() if not isinstance(v, list)})
+    assert canary["inside_p50"] > 1.0  # no region protects it here
+
+
+def test_metrics_are_published_and_simulated_is_labelled(make_runtime) -> None:
+    rt = make_runtime(policy="krex", sim=1)
+    wait_until(lambda: gpu0(rt)["telemetry"], 30, "a telemetry sample")
+    telemetry = gpu0(rt)["telemetry"]
+    assert telemetry["simulated"] is True
+    assert all(telemetry[m] is not None for m in METRICS)
+    assert gpu0(rt)["parked"] == 0 and gpu0(rt)["draining"] == 0
+
+
+def test_injected_metric_failures_show_na_and_the_service_runs_on(make_runtime) -> None:
+    rt = make_runtime(policy="krex", sim=1, canary=True, runtime_env={"KREX_TELEMETRY_FAULTS": "sm_clock_mhz,temp_c"})
+    wait_until(lambda: gpu0(rt)["telemetry"], 30, "a telemetry sample")
+    telemetry = gpu0(rt)["telemetry"]
+    assert telemetry["sm_clock_mhz"] is None and telemetry["temp_c"] is None
+    assert telemetry["power_w"] is not None
+    canary_after(rt, 2)
+    assert rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "1").returncode == 0
+    status = rt.krex("status")
+    assert status.returncode == 0 and "KREX simulated GPU" in status.stdout
+
+    everything = make_runtime("all", policy="krex", sim=1, runtime_env={"KREX_TELEMETRY_FAULTS": "all"})
+    wait_until(lambda: gpu0(everything)["telemetry"], 30, "a telemetry sample")
+    assert all(gpu0(everything)["telemetry"][m] is None for m in METRICS)
+    assert everything.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "1").returncode == 0
+
+
+def test_throttled_region_is_flagged_to_its_tenant_and_in_the_trace(make_runtime) -> None:
+    rt = make_runtime(policy="krex", sim=1, runtime_env={"KREX_SIM_THROTTLE": "hw_thermal"})
+    script = "from krex_runtime.client import region\nwith region() as r:\n    print(','.join(r.flags))\n"
+    done = rt.krex("run", "--", PY, "-c", script)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "throttled:hw_thermal"
+    rt.stop()
+    granted = [e for e in read_trace(rt.trace_path).events if e["type"] == "region_granted"]
+    assert granted[-1]["flags"] == ["throttled:hw_thermal"] and granted[-1]["sm_clock_mhz"] == 1980
+
+
+def test_replay_shows_what_the_live_state_showed(make_runtime) -> None:
+    rt = make_runtime(policy="krex", sim=1, slots=8, canary=True)
+    busy_tenants(rt, 3)
+    canary_after(rt, 4)
+    with rt.client() as c:
+        live = c.call("snapshot")
+    state = node_state.NodeState()
+    for event in read_trace(rt.trace_path).events:
+        if event["seq"] > live["seq"]:
+            break
+        node_state.apply(state, event)
+    replayed = node_state.to_snapshot(state)["gpus"][0]
+    shown = live["state"]["gpus"][0]
+    for key in ("telemetry", "canary", "parked", "draining", "last_region", "regions_granted"):
+        assert replayed[key] == shown[key], key
