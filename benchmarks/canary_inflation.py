@@ -37,14 +37,14 @@ def run(root: Path, policy: str, sim: bool, samples: int, period: float) -> dict
         with rt.client(timeout_s=30) as c:
             ids = [c.call("submit", {"argv": busy, "gpu": 0})["id"] for _ in range(15)]
         outputs = [rt.run_dir / "output" / f"{i}.stdout" for i in ids]
-        wait_until(lambda: all(p.exists() and "ready" in p.read_text() for p in outputs), 300, "busy tenants")
+        wait_until(lambda: all(p.exists() and "ready" in p.read_text() for p in outputs), 300, "busy tenants", interval_s=0.5)
 
         def canary() -> dict:
             with rt.client() as c:
                 return c.call("snapshot")["state"]["gpus"][0]
 
         start = canary()["canary"].get("samples", 0)
-        wait_until(lambda: canary()["canary"].get("samples", 0) >= start + samples, 600, "canary samples")
+        wait_until(lambda: canary()["canary"].get("samples", 0) >= start + samples, 600, "canary samples", interval_s=1.0)
         gpu = canary()
     finally:
         rt.stop()

@@ -52,7 +52,7 @@ def measure(root: Path, sim: bool, backend: str, others: int, regions: int) -> d
         with rt.client(timeout_s=30) as c:
             busy = [c.call("submit", {"argv": busy_argv(sim), "gpu": 0})["id"] for _ in range(others)]
         outputs = [rt.run_dir / "output" / f"{b}.stdout" for b in busy]
-        wait_until(lambda: all(p.exists() and "ready" in p.read_text() for p in outputs), 300, "busy tenants")
+        wait_until(lambda: all(p.exists() and "ready" in p.read_text() for p in outputs), 300, "busy tenants", interval_s=0.5)
         probe = rt.krex(
             "run", "--gpu", "0", "--", PY, str(HERE / "tenants" / "latency_probe.py"),
             "--regions", str(regions), "--device", "sim" if sim else "torch", timeout=900,

@@ -29,14 +29,14 @@ def command(name: str) -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", _MODULES[name]]
 
 
-def wait_until(predicate: Any, timeout_s: float = 30.0, what: str = "condition") -> Any:
+def wait_until(predicate: Any, timeout_s: float = 30.0, what: str = "condition", interval_s: float = 0.02) -> Any:
     """Poll until `predicate()` is truthy; AssertionError after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(0.02)
+        time.sleep(interval_s)
     raise AssertionError(f"timed out waiting for {what}")
 
 
