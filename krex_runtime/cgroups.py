@@ -32,14 +32,31 @@ def find_cgroup2_mount() -> Path | None:
     return None
 
 
-def own_cgroup() -> str:
-    """This process's cgroup v2 path ("/" when at the root)."""
+def find_v1_freezer_mount() -> Path | None:
+    """Where the cgroup v1 freezer hierarchy is mounted, on hosts that have one."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                fields = right.split()
+                if fields and fields[0] == "cgroup" and "freezer" in fields[-1].split(","):
+                    return Path(left.split()[4])
+    except OSError:
+        return None
+    return None
+
+
+def own_cgroup(controller: str = "") -> str:
+    """This process's cgroup path ("/" when at the root): in the v2 hierarchy,
+    or in the v1 hierarchy of `controller`."""
     try:
         with open("/proc/self/cgroup", encoding="utf-8") as f:
             for line in f:
-                if line.startswith("0::"):
-                    return line[3:].strip() or "/"
-    except OSError:
+                hierarchy, controllers, path = line.rstrip("\n").split(":", 2)
+                v2_line = hierarchy == "0" and controllers == ""
+                if (controller and controller in controllers.split(",")) or (not controller and v2_line):
+                    return path or "/"
+    except (OSError, ValueError):
         pass
     return "/"
 
@@ -47,17 +64,19 @@ def own_cgroup() -> str:
 class CgroupSlice:
     """The runtime's slice: creates, kills and removes per-command cgroups."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, version: int = 2) -> None:
         self.path = path
+        self.version = version  # 2: cgroup v2; 1: the v1 freezer hierarchy
 
     @classmethod
-    def open(cls, run_dir: Path) -> CgroupSlice | None:
-        """The slice for this run folder, or None where cgroup v2 is not writable."""
-        mount = find_cgroup2_mount()
+    def open(cls, run_dir: Path, version: int = 2) -> CgroupSlice | None:
+        """The slice for this run folder, or None where that hierarchy is not writable."""
+        mount = find_cgroup2_mount() if version == 2 else find_v1_freezer_mount()
         if mount is None:
             return None
         tag = hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:10]
-        path = mount / own_cgroup().lstrip("/") / f"krex-{tag}"
+        own = own_cgroup() if version == 2 else own_cgroup("freezer")
+        path = mount / own.lstrip("/") / f"krex-{tag}"
         try:
             path.mkdir(exist_ok=True)
             probe = path / "probe"
@@ -65,7 +84,7 @@ class CgroupSlice:
             probe.rmdir()
         except OSError:
             return None
-        return cls(path)
+        return cls(path, version)
 
     def create(self, name: str) -> Path:
         path = self.path / name
@@ -99,7 +118,7 @@ def populated(cgroup: Path) -> bool:
             if key == "populated":
                 return value.strip() == "1"
     except OSError:
-        return False
+        pass  # cgroup v1 has no cgroup.events: its member list says it
     return bool(procs(cgroup))
 
 
@@ -127,6 +146,7 @@ def kill(cgroup: Path) -> None:
 
 def kill_and_remove(cgroup: Path, timeout_s: float = 5.0) -> bool:
     """Kill the cgroup's processes and remove it; False if it is still populated."""
+    thaw(cgroup)
     kill(cgroup)
     deadline = time.monotonic() + timeout_s
     while populated(cgroup) and time.monotonic() < deadline:
@@ -141,8 +161,10 @@ def kill_and_remove(cgroup: Path, timeout_s: float = 5.0) -> bool:
 
 
 def thaw(cgroup: Path) -> None:
-    """Leave nothing frozen: a killed process in a frozen cgroup never dies."""
-    try:
-        (cgroup / "cgroup.freeze").write_text("0")
-    except OSError:
-        pass
+    """Leave nothing frozen (a v1-frozen process does not even die of SIGKILL
+    until thawed)."""
+    for name, value in (("cgroup.freeze", "0"), ("freezer.state", "THAWED")):
+        try:
+            (cgroup / name).write_text(value)
+        except OSError:
+            pass

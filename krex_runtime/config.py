@@ -57,7 +57,7 @@ class DispatcherSection:
 @dataclass(frozen=True)
 class TenantSection:
     preload: bool = True
-    cgroups: Literal["auto", "off"] = "auto"
+    cgroups: Literal["auto", "v2", "v1", "off"] = "auto"
     output_dir: str = ""
     env: dict[str, str] = field(default_factory=dict)
 

@@ -32,8 +32,7 @@ class Target:
 
     command_id: str
     pid: int
-    cgroup_v2: Path | None = None
-    cgroup_v1: Path | None = None
+    cgroup: Path | None = None  # in the hierarchy of the freezer that uses it
     stopped_by_us: set[int] = field(default_factory=set)
 
 
@@ -65,7 +64,7 @@ class CgroupV2Freezer(Freezer):
     name = "cgroup-v2"
 
     def freeze(self, targets: list[Target]) -> None:
-        groups = [t.cgroup_v2 for t in targets if t.cgroup_v2 is not None]
+        groups = [t.cgroup for t in targets if t.cgroup is not None]
         for g in groups:  # all writes first: the kernel freezes them in parallel
             _write(g / "cgroup.freeze", "1")
         deadline = time.monotonic() + FREEZE_TIMEOUT_S
@@ -77,8 +76,8 @@ class CgroupV2Freezer(Freezer):
 
     def thaw(self, targets: list[Target]) -> None:
         for t in targets:
-            if t.cgroup_v2 is not None:
-                _write(t.cgroup_v2 / "cgroup.freeze", "0")
+            if t.cgroup is not None:
+                _write(t.cgroup / "cgroup.freeze", "0")
 
 
 def _frozen_v2(cgroup: Path) -> bool:
@@ -93,7 +92,7 @@ class CgroupV1Freezer(Freezer):
     name = "cgroup-v1"
 
     def freeze(self, targets: list[Target]) -> None:
-        groups = [t.cgroup_v1 for t in targets if t.cgroup_v1 is not None]
+        groups = [t.cgroup for t in targets if t.cgroup is not None]
         for g in groups:
             _write(g / "freezer.state", "FROZEN")
         deadline = time.monotonic() + FREEZE_TIMEOUT_S
@@ -105,8 +104,8 @@ class CgroupV1Freezer(Freezer):
 
     def thaw(self, targets: list[Target]) -> None:
         for t in targets:
-            if t.cgroup_v1 is not None:
-                _write(t.cgroup_v1 / "freezer.state", "THAWED")
+            if t.cgroup is not None:
+                _write(t.cgroup / "freezer.state", "THAWED")
 
 
 class SignalFreezer(Freezer):
@@ -114,7 +113,7 @@ class SignalFreezer(Freezer):
 
     def freeze(self, targets: list[Target]) -> None:
         for t in targets:
-            members = process_tree.members(t.pid, t.command_id, t.cgroup_v2)
+            members = process_tree.members(t.pid, t.command_id, t.cgroup)
             t.stopped_by_us = {p for p in members if not is_stopped(p)}
             for pid in t.stopped_by_us:
                 _kill(pid, signal.SIGSTOP)
@@ -154,16 +153,10 @@ def _read(path: Path) -> str:
         return ""
 
 
-def v1_freezer_root() -> Path | None:
-    """The cgroup v1 freezer hierarchy, where mounted and writable."""
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8") as f:
-            for line in f:
-                left, _, right = line.partition(" - ")
-                fstype, _, rest = right.partition(" ")
-                if fstype == "cgroup" and "freezer" in rest.split()[-1].split(","):
-                    root = Path(left.split()[4])
-                    return root if os.access(root, os.W_OK) else None
-    except OSError:
-        return None
-    return None
+def freezer_for(cgroup_version: int | None) -> Freezer:
+    """The best freezer the tenants' cgroups allow."""
+    if cgroup_version == 2:
+        return CgroupV2Freezer()
+    if cgroup_version == 1:
+        return CgroupV1Freezer()
+    return SignalFreezer()

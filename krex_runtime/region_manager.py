@@ -307,7 +307,7 @@ class GpuRegions:
             frozen: list[int] = []
             if self.settings.protection == "gpu+cpu" or req.kind == "lease":
                 others = [t for t in self._tenants_of(self.gpu) if t.tenant_id != req.tenant_id]
-                targets = [Target(t.command_id, t.pid, cgroup_v2=t.cgroup) for t in others]
+                targets = [Target(t.command_id, t.pid, cgroup=t.cgroup) for t in others]
                 frozen = [t.tenant_id for t in others]
                 try:
                     self.freezer.freeze(targets)

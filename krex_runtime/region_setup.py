@@ -20,7 +20,7 @@ from krex_runtime import cgroups, cuda_checkpoint, native_build
 from krex_runtime.cgroups import CgroupSlice
 from krex_runtime.config import Config
 from krex_runtime.cpu_slices import CpuPlan, plan
-from krex_runtime.freezer import CgroupV2Freezer, Freezer, SignalFreezer
+from krex_runtime.freezer import Freezer, freezer_for
 from krex_runtime.gate import Gate, GateError
 from krex_runtime.gate_backends import DriverLockBackend, GateBackend, PreloadBackend
 from krex_runtime.gpus import Gpu
@@ -104,7 +104,7 @@ def build(
         backend = DriverLockBackend(driver)
     else:
         backend = PreloadBackend()
-    freezer: Freezer = CgroupV2Freezer() if cgroup_slice is not None else SignalFreezer()
+    freezer: Freezer = freezer_for(cgroup_slice.version if cgroup_slice is not None else None)
     overrides = {int(k): tuple(v) for k, v in rc.cpu_slices.items()}
     cpus = plan(gpus, rc.reserved_cores_per_gpu if rc.protection == "gpu+cpu" else 0, overrides)
     settings = RegionSettings(

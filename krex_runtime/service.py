@@ -116,7 +116,7 @@ class RuntimeService:
                 f"the interception library {self.library} is not built: run `make -C native` "
                 "(or set tenants.preload = false to run tenants unprotected)"
             )
-        self.cgroup_slice = CgroupSlice.open(self.run_dir) if self.config.tenants.cgroups == "auto" else None
+        self.cgroup_slice = self._open_cgroups()
         self.recovered = region_setup.recover(self.run_dir, self.cgroup_slice)
         for line in self.recovered:
             log.warning("recovery: %s", line)
@@ -124,6 +124,18 @@ class RuntimeService:
             for leftover in self.cgroup_slice.leftovers():
                 log.warning("ending a command cgroup left by a previous run: %s", leftover)
                 cgroups.kill_and_remove(leftover)
+
+    def _open_cgroups(self) -> CgroupSlice | None:
+        """cgroup v2 where writable, else the v1 freezer hierarchy (auto), or as configured."""
+        choice = self.config.tenants.cgroups
+        versions = {"auto": (2, 1), "v2": (2,), "v1": (1,), "off": ()}[choice]
+        for version in versions:
+            found = CgroupSlice.open(self.run_dir, version)
+            if found is not None:
+                return found
+        if choice in ("v2", "v1"):
+            log.warning("tenants.cgroups = %s: that hierarchy is not writable here; using process groups", choice)
+        return None
 
     def _make_run_dir(self) -> None:
         """Only the owner (and the access group, when configured) may reach the sockets."""
@@ -546,7 +558,10 @@ class RuntimeService:
             self.config.runtime.policy,
             endpoints.control(self.run_dir),
         )
-        log.info("cgroups: %s", self.cgroup_slice.path if self.cgroup_slice else "not writable here; using process groups")
+        log.info(
+            "cgroups: %s",
+            f"v{self.cgroup_slice.version} at {self.cgroup_slice.path}" if self.cgroup_slice else "none; using process groups",
+        )
         try:
             await self._stop.wait()
             log.info("stopping (%s): %s running commands", self._stop_reason, self.config.runtime.on_shutdown)

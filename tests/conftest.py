@@ -65,9 +65,10 @@ def make_runtime(tmp_path: Path, native_built: Path) -> Iterator[Any]:
             p.kill()
         assert not leftovers, f"processes left behind: {leftovers}"
         remove_device(rt.device)
-        leftover_slice = CgroupSlice.open(rt.run_dir)  # a runtime killed on purpose leaves its slice
-        if leftover_slice is not None:
-            leftover_slice.remove()
+        for version in (2, 1):  # a runtime killed on purpose leaves its slice
+            leftover_slice = CgroupSlice.open(rt.run_dir, version)
+            if leftover_slice is not None:
+                leftover_slice.remove()
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from region_checks import (
     check_no_submissions_while_held,
     check_nothing_left,
     check_one_holder_per_gpu,
+    is_frozen,
     regions_of,
 )
 from runtime_helpers import REPO, tenant_processes
@@ -94,7 +95,7 @@ def cgroup_root(rt: Runtime) -> Path | None:
 def frozen_cgroups(root: Path | None) -> list[str]:
     if root is None or not root.exists():
         return []
-    return [g.name for g in root.iterdir() if g.is_dir() and "frozen 1" in (g / "cgroup.events").read_text()]
+    return [g.name for g in root.iterdir() if g.is_dir() and is_frozen(g)]
 
 
 def trace_events(rt: Runtime, kind: str) -> list[dict]:
@@ -336,6 +337,35 @@ def test_a_tenant_that_was_already_stopped(make_runtime, backend: str) -> None:
     assert is_stopped(stopped)  # we froze and thawed it; it stays as someone else left it
     os.kill(stopped, signal.SIGCONT)
     finish(rt, *others)
+
+
+def _tree_frozen(rt: Runtime, freezer: str, command_id: str) -> bool:
+    pid = command_pid(rt, command_id)
+    if freezer == "sigstop":
+        return is_stopped(pid)
+    return is_frozen(cgroup_root(rt) / f"cmd-{command_id}")
+
+
+@pytest.mark.parametrize("cgroups, freezer", [("v2", "cgroup-v2"), ("v1", "cgroup-v1"), ("off", "sigstop")])
+def test_each_freezer_holds_and_releases_the_others(make_runtime, cgroups: str, freezer: str) -> None:
+    rt = make_runtime(policy="krex", sim=1, slots=8, cgroups=cgroups, extra_config=regions_config())
+    with rt.client() as c:
+        assert c.call("status")["regions"]["freezer"] == freezer
+    others = [busy(rt) for _ in range(3)]
+    wait_ready(rt, *others)
+    holder = _holding(rt)
+    assert all(_tree_frozen(rt, freezer, o) for o in others)
+    os.kill(command_pid(rt, holder), signal.SIGKILL)
+    wait_until(lambda: gpu_state(rt)["region_holder"] is None, RECOVERY_BOUND_S, "the region to be released")
+    assert not any(_tree_frozen(rt, freezer, o) for o in others)
+    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    done = rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "3", "--noise", "2")
+    assert done.returncode == 0, done.stderr
+    finish(rt, *others)
+    rt.stop()
+    events, held = regions_of(rt.trace_path)
+    check_no_submissions_while_held(held)
+    check_exclusive(events, held, rt.root / "sim.log")
 
 
 # --- fidelity ---------------------------------------------------------------------------
