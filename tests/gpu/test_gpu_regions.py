@@ -152,3 +152,29 @@ def test_gpu_sigkill_of_the_runtime_then_restart(make_runtime) -> None:
     assert "reopened gpu0.gate" in trace_events(rt, "runtime_started")[-1]["recovered"]
     wait_until(lambda: tenant_processes(rt.run_dir) == [], RECOVERY_BOUND_S, "orphaned tenants to end")
     check_nothing_left(rt.run_dir, root)
+
+
+def test_gpu_sigkill_of_a_waiting_tenant(make_runtime) -> None:
+    rt = gpu_runtime(make_runtime)
+    holder = torch_regions(rt, "--regions", "1", "--hold-s", "1000")
+    wait_until(lambda: gpu_state(rt)["region_holder"] is not None, 120, "the region to be granted")
+    waiter = submit(rt, PY, "-c", "from krex_runtime.client import region\nwith region(): pass", gpu=0)
+    wait_until(lambda: len(gpu_state(rt)["region_queue"]) == 1, 60, "the second request to queue")
+    os.kill(command_pid(rt, waiter), signal.SIGKILL)
+    wait_until(lambda: gpu_state(rt)["region_queue"] == [], RECOVERY_BOUND_S, "the request to be withdrawn")
+    finish(rt, holder)
+    wait_until(lambda: gpu_state(rt)["region_holder"] is None, RECOVERY_BOUND_S, "the holder's release")
+    check_nothing_left(rt.run_dir, cgroup_root(rt))
+
+
+def test_gpu_holder_over_the_hold_limit(make_runtime) -> None:
+    rt = gpu_runtime(make_runtime, hold_limit_s=1.0)
+    others = [torch_busy(rt) for _ in range(2)]
+    wait_ready(rt, *others)
+    holder = torch_regions(rt, "--regions", "1", "--hold-s", "4")
+    assert rt.krex("wait", holder, timeout=300).returncode == 0
+    assert "limit" in trace_events(rt, "region_released")[-1]["reason"]
+    assert region_results(output(rt, holder))[0]["error"] == "ETIMEDOUT"
+    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    assert frozen_cgroups(cgroup_root(rt)) == []
+    finish(rt, *others)
