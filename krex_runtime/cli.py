@@ -38,6 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--timeout", type=float, metavar="S", help="wall-time limit in seconds")
         sp.add_argument("--label", default="", help="a name shown in status and the trace")
         sp.add_argument("--lease", action="store_true", help="run with the whole GPU leased to the command (policy krex)")
+        sp.add_argument(
+            "--mode",
+            choices=["process", "pooled"],
+            default="process",
+            help="process: its own process tree; pooled: a Python entry point run in a warm context process",
+        )
         sp.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
 
     run = sub.add_parser("run", help="run a command, stream its output, exit with its exit code")
@@ -62,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     lease.add_argument("--wait", type=float, default=600.0, metavar="S", help="give up waiting after S seconds")
     release = sub.add_parser("release", help="end a lease: thaw, reopen and admit again")
     release.add_argument("gpu", type=int)
+    recycle = sub.add_parser("recycle", help="replace a GPU's context processes after their current command")
+    recycle.add_argument("gpu", type=int)
+    recycle.add_argument("--now", action="store_true", help="at once: busy ones are killed and their commands fail")
     trace = sub.add_parser("trace", help="summarise a trace file")
     trace.add_argument("file")
     trace.add_argument("--json", action="store_true")
@@ -100,6 +109,7 @@ def _submit_body(args: argparse.Namespace, attach: bool) -> dict[str, Any]:
         "label": args.label,
         "attach": attach,
         "lease": args.lease,
+        "mode": args.mode,
     }
 
 
@@ -170,6 +180,13 @@ def lease_command(client: ControlClient, args: argparse.Namespace) -> int:
 def release_command(client: ControlClient, args: argparse.Namespace) -> int:
     client.call("release", {"gpu": args.gpu})
     print(f"released GPU {args.gpu}")
+    return 0
+
+
+def recycle_command(client: ControlClient, args: argparse.Namespace) -> int:
+    reply = client.call("recycle", {"gpu": args.gpu, "now": args.now})
+    when = "now" if reply["now"] else "after their current command"
+    print(f"recycling {reply['workers']} context process(es) of GPU {reply['gpu']} {when}")
     return 0
 
 
@@ -246,6 +263,7 @@ VERBS = {
     "resume": pause_command,
     "lease": lease_command,
     "release": release_command,
+    "recycle": recycle_command,
 }
 
 

@@ -78,12 +78,24 @@ class RegionSection:
 
 
 @dataclass(frozen=True)
+class PoolSection:
+    size_per_gpu: int = 0
+    preload: tuple[str, ...] = ()
+    context: Literal["auto", "driver", "torch", "none"] = "auto"
+    max_commands: int = 100
+    health_check: bool = True
+    start_timeout_s: float = 120.0
+    clean_timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
 class Config:
     runtime: RuntimeSection = field(default_factory=RuntimeSection)
     gpus: GpuSection = field(default_factory=GpuSection)
     dispatcher: DispatcherSection = field(default_factory=DispatcherSection)
     tenants: TenantSection = field(default_factory=TenantSection)
     regions: RegionSection = field(default_factory=RegionSection)
+    pool: PoolSection = field(default_factory=PoolSection)
     source: str = "(built-in defaults)"
 
     @property
@@ -147,6 +159,11 @@ def validate(config: Config) -> Config:
         (config.regions.reserved_cores_per_gpu >= 0, "regions.reserved_cores_per_gpu must not be negative"),
         (all(k.isdigit() for k in config.regions.cpu_slices), "regions.cpu_slices keys are GPU indices (\"0\", \"1\", ...)"),
         (config.regions.lease_ttl_s > 0, "regions.lease_ttl_s must be positive"),
+        (config.pool.size_per_gpu >= 0, "pool.size_per_gpu must not be negative"),
+        (config.pool.max_commands >= 1, "pool.max_commands must be at least 1"),
+        (config.pool.start_timeout_s > 0, "pool.start_timeout_s must be positive"),
+        (config.pool.clean_timeout_s > 0, "pool.clean_timeout_s must be positive"),
+        (all(m and not m.startswith(".") for m in config.pool.preload), "pool.preload holds absolute module names"),
         (
             config.gpus.simulated_device.replace("-", "").replace("_", "").isalnum(),
             "gpus.simulated_device may hold only letters, digits, '-' and '_'",
