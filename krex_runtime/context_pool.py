@@ -172,10 +172,14 @@ class ContextPool:
                 worker.retire_after = "recycled by operator"
         return len(mine)
 
-    async def shutdown(self) -> None:
+    def stop_replacing(self) -> None:
+        """From runtime shutdown on: context processes that end are not replaced."""
         self._closing = True
         if self._creator is not None:
             self._creator.cancel()
+
+    async def shutdown(self) -> None:
+        self.stop_replacing()
         for worker in list(self.workers.values()):
             self._retire(worker, "shutdown", "runtime stopping", replace=False)
         if self._tasks:

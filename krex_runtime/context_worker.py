@@ -384,7 +384,7 @@ def _run_entry(entry: dict[str, Any], env: dict[str, str]) -> None:
             raise SystemExit(2)
         sys.path[:0] = [os.path.dirname(os.path.realpath(script)), *extra]
         sys.argv[:] = [target, *args]
-        runpy.run_path(target, run_name="__main__")
+        runpy.run_path(script, run_name="__main__")  # __file__ absolute, as for `python script.py`
     elif kind == "module":
         sys.path[:0] = [os.getcwd(), *extra]
         sys.argv[:] = [target, *args]

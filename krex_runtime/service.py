@@ -557,6 +557,8 @@ class RuntimeService:
             log.info("stopping (%s): %s running commands", self._stop_reason, self.config.runtime.on_shutdown)
             self.emit({"type": "runtime_stopping", "reason": self._stop_reason})
             self.dispatcher.closed = True
+            if self.pool is not None:
+                self.pool.stop_replacing()
             if self.regions is not None and self.channel is not None:
                 await self.channel.close()
                 await self.regions.manager.shutdown()
