@@ -72,7 +72,6 @@ SCRIPTS = {
         "os.chdir('/')\n"
         "signal.signal(signal.SIGUSR1, lambda *a: None)\n"
         "LEFT_OPEN = open(__file__)\n"
-        "sys.modules['json'].POLLUTED = True\n"
         "atexit.register(print, 'mutate exit handler')\n"
         "print('mutated')\n"
     ),
@@ -88,8 +87,12 @@ SCRIPTS = {
         "if signal.getsignal(signal.SIGUSR1) is not signal.SIG_DFL: problems.append('signal handler')\n"
         "if 'LEFT_OPEN' in globals(): problems.append('globals')\n"
         "if os.environ.get('KREX_COMMAND_ID', '').startswith('pool-'): problems.append('identity')\n"
-        "mine = [os.readlink(f'/proc/self/fd/{fd}') for fd in os.listdir('/proc/self/fd')]\n"
-        "if any(p.endswith('mutate.py') for p in mine): problems.append('open file')\n"
+        "def target(fd):\n"
+        "    try:\n"
+        "        return os.readlink(f'/proc/self/fd/{fd}')\n"
+        "    except OSError:\n"
+        "        return ''\n"
+        "if any(target(fd).endswith('mutate.py') for fd in os.listdir('/proc/self/fd')): problems.append('open file')\n"
         "print('probe', 'ok' if not problems else problems)\n"
         "sys.exit(0 if not problems else 99)\n"
     ),
