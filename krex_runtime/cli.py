@@ -218,13 +218,15 @@ def format_status(status: dict[str, Any]) -> str:
             x=totals.get("failed", 0),
         ),
         "",
-        f"{'GPU':<4} {'NAME':<24} {'RUN':>5} {'SLOTS':>5} {'QUEUE':>5}  STATE   RUNNING",
+        f"{'GPU':<4} {'NAME':<24} {'RUN':>5} {'SLOTS':>5} {'QUEUE':>5} {'POOL':>7}  STATE   RUNNING",
     ]
     for g in status["gpus"]:
         name = g["name"] + (" (sim)" if g["simulated"] and "simulated" not in g["name"] else "")
         running = " ".join(g["running"][:6]) + (" ..." if len(g["running"]) > 6 else "")
+        pool = g.get("pool") or {}
+        pool_text = f"{pool.get('idle', 0)}/{pool['size']}" if pool.get("size") else "-"
         lines.append(
-            f"{g['index']:<4} {name[:24]:<24} {len(g['running']):>5} {g['slots']:>5} {g['queued']:>5}  "
+            f"{g['index']:<4} {name[:24]:<24} {len(g['running']):>5} {g['slots']:>5} {g['queued']:>5} {pool_text:>7}  "
             f"{'paused' if g['paused'] else 'open':<7} {running}"
         )
     return "\n".join(lines)

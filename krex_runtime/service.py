@@ -286,6 +286,7 @@ class RuntimeService:
                     "running": sorted(d.running[g.index]),
                     "queued": sum(1 for j in d.queue if j.gpu_request == g.index),
                     "paused": g.index in d.paused_gpus,
+                    "pool": {k: v for k, v in self.state.gpus[g.index].pool.items() if k != "workers"},
                 }
                 for g in self.gpus
             ],
