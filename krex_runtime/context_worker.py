@@ -261,6 +261,7 @@ class Baseline:
         importlib.invalidate_caches()
         gc.collect()
         self._close_fds()
+        _reap_children()
         left = [t for t in threading.enumerate() if t not in self.threads and t.is_alive() and not t.daemon]
         if left:
             return "left a non-daemon thread running: " + ", ".join(t.name for t in left)
@@ -295,6 +296,18 @@ class Baseline:
                 os.close(fd)
             except OSError:
                 pass
+
+
+def _reap_children() -> None:
+    """Children the command left are ended by the runtime; collect their exit
+    statuses so they do not pile up as zombies of a long-lived process."""
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def _open_fds() -> set[int]:

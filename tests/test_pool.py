@@ -167,7 +167,7 @@ def check_result(result: dict[str, Any], expected: dict[str, Any], label: str) -
 
 
 def test_five_hundred_pooled_commands_keep_the_pool_whole_and_clean(make_runtime, scripts: Path) -> None:
-    rt = pooled_runtime(make_runtime)
+    rt = pooled_runtime(make_runtime, pool={"max_commands": 1000})
     local = threading.local()
 
     def one(i: int) -> tuple[int, str, dict[str, Any], dict[str, Any]]:
@@ -232,6 +232,15 @@ def subprocess_in(rt: Runtime, cwd: Path, *args: str) -> Any:
     from krex_runtime.local_runtime import BIN
 
     return subprocess.run([str(BIN / "krex"), *args], env=rt.env, cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_context_process_is_replaced_after_max_commands(make_runtime) -> None:
+    rt = pooled_runtime(make_runtime, sim=1, pool={"size": 1, "max_commands": 3})
+    for i in range(7):
+        done = rt.krex("run", "--mode", "pooled", "--", PY, "-c", f"print({i})")
+        assert done.returncode == 0 and done.stdout == f"{i}\n", done.stderr
+    wait_until(lambda: pool_settled(rt, 1), 30, "the pool to be whole again")
+    assert pools(rt)[0]["reasons"] == {"max_commands": 2}
 
 
 def test_pooled_argv_that_is_not_python_is_refused(make_runtime, scripts: Path) -> None:
@@ -302,8 +311,9 @@ def test_context_process_killed_from_outside_is_replaced(make_runtime) -> None:
     assert done.returncode == 0 and done.stdout == "still serving\n"
 
 
-def test_cancel_ends_a_pooled_command_and_its_context(make_runtime, tmp_path: Path) -> None:
-    rt = pooled_runtime(make_runtime, pool={"size": 1})
+@pytest.mark.parametrize("cgroups", ["auto", "off"])
+def test_cancel_ends_a_pooled_command_and_its_context(make_runtime, tmp_path: Path, cgroups: str) -> None:
+    rt = pooled_runtime(make_runtime, pool={"size": 1}, cgroups=cgroups)
     marker = tmp_path / "started"
     code = f"import pathlib, subprocess, time; subprocess.Popen(['sleep', '600']); pathlib.Path({str(marker)!r}).touch(); time.sleep(600)"
     command_id = rt.krex("submit", "--mode", "pooled", "--gpu", "0", "--", PY, "-c", code).stdout.strip()
@@ -312,6 +322,8 @@ def test_cancel_ends_a_pooled_command_and_its_context(make_runtime, tmp_path: Pa
     result = json.loads(rt.krex("wait", "--json", command_id).stdout)
     assert result["state"] == "cancelled"
     wait_until(lambda: pool_settled(rt, 1), 60, "the pool to be whole again")
+    # The command's child went with its context process.
+    assert [p for p in tenant_processes(rt.run_dir) if p.name() == "sleep"] == []
 
 
 def test_runtime_stop_ends_every_context_process(make_runtime, tmp_path: Path) -> None:
@@ -352,3 +364,24 @@ def test_pooled_command_takes_regions_as_itself(make_runtime) -> None:
     granted = [e for e in read_trace(rt.trace_path).events if e["type"] == "region_granted"]
     assert [e["command_id"] for e in granted] == ids
     assert re.fullmatch(r"pool-\w+-g0-\d+", json.loads(done.stdout.splitlines()[-1])["worker"])
+
+
+@pytest.mark.parametrize("cgroups", ["auto", "off"])
+def test_children_a_pooled_command_leaves_are_ended(make_runtime, cgroups: str) -> None:
+    rt = pooled_runtime(make_runtime, pool={"size": 1}, cgroups=cgroups)
+    code = "import subprocess; p = subprocess.Popen(['sleep', '600']); print(p.pid)"
+    done = rt.krex("run", "--mode", "pooled", "--gpu", "0", "--", PY, "-c", code)
+    assert done.returncode == 0, done.stderr
+    child = int(done.stdout)
+    wait_until(lambda: not _alive(child), 10, "the stray child to be ended")
+    wait_until(lambda: pool_settled(rt, 1), 30, "the context process to be idle again")
+    assert pools(rt)[0]["replaced"] == 0
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
