@@ -9,7 +9,8 @@ context pool preloading torch, and measures for each mode:
   - the command's own import and first-kernel times, and submit-to-result;
   - throughput of --n short commands submitted at once.
 
-Prints a table. Real GPUs need torch and the native library (make -C native).
+Prints a table. Needs the runtime's dependencies (pyzmq, psutil, nvidia-ml-py; not
+textual); real GPUs also need torch and the native library (make -C native).
 With --sim it runs on one simulated GPU with a simcuda command instead of
 torch: the figures are then this machine's, not a GPU's.
 
