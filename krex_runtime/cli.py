@@ -38,6 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--timeout", type=float, metavar="S", help="wall-time limit in seconds")
         sp.add_argument("--label", default="", help="a name shown in status and the trace")
         sp.add_argument("--lease", action="store_true", help="run with the whole GPU leased to the command (policy krex)")
+        sp.add_argument(
+            "--mode",
+            choices=["process", "pooled"],
+            default="process",
+            help="process: its own process tree; pooled: a Python entry point run in a warm context process",
+        )
         sp.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
 
     run = sub.add_parser("run", help="run a command, stream its output, exit with its exit code")
@@ -62,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     lease.add_argument("--wait", type=float, default=600.0, metavar="S", help="give up waiting after S seconds")
     release = sub.add_parser("release", help="end a lease: thaw, reopen and admit again")
     release.add_argument("gpu", type=int)
+    recycle = sub.add_parser("recycle", help="replace a GPU's context processes after their current command")
+    recycle.add_argument("gpu", type=int)
+    recycle.add_argument("--now", action="store_true", help="at once: busy ones are killed and their commands fail")
     trace = sub.add_parser("trace", help="summarise a trace file")
     trace.add_argument("file")
     trace.add_argument("--json", action="store_true")
@@ -100,6 +109,7 @@ def _submit_body(args: argparse.Namespace, attach: bool) -> dict[str, Any]:
         "label": args.label,
         "attach": attach,
         "lease": args.lease,
+        "mode": args.mode,
     }
 
 
@@ -173,6 +183,13 @@ def release_command(client: ControlClient, args: argparse.Namespace) -> int:
     return 0
 
 
+def recycle_command(client: ControlClient, args: argparse.Namespace) -> int:
+    reply = client.call("recycle", {"gpu": args.gpu, "now": args.now})
+    when = "now" if reply["now"] else "after their current command"
+    print(f"recycling {reply['workers']} context process(es) of GPU {reply['gpu']} {when}")
+    return 0
+
+
 def status_command(client: ControlClient, args: argparse.Namespace) -> int:
     while True:
         status = client.call("status")
@@ -201,7 +218,7 @@ def format_status(status: dict[str, Any]) -> str:
             x=totals.get("failed", 0),
         ),
         "",
-        f"{'GPU':<4} {'NAME':<22} {'RUN':>4} {'SLOT':>4} {'QUEUE':>5}  {'REGION':<14} {'RQ':>3} {'FRZ':>3} "
+        f"{'GPU':<4} {'NAME':<22} {'RUN':>4} {'SLOT':>4} {'QUEUE':>5} {'POOL':>5}  {'REGION':<14} {'RQ':>3} {'FRZ':>3} "
         f"{'GRANTED':>7} {'ENTER ms':>8}  STATE",
     ]
     now = time.time()
@@ -216,8 +233,10 @@ def format_status(status: dict[str, Any]) -> str:
             region = f"t{holder} {now - (g.get('region_since') or now):.1f}s"
         enter = g.get("last_region", {}).get("enter_s")
         state = "paused" if g["paused"] else "leased" if g.get("leased") else "open"
+        pool = g.get("pool") or {}
+        pool_text = f"{pool.get('idle', 0)}/{pool['size']}" if pool.get("size") else "-"
         lines.append(
-            f"{g['index']:<4} {name[:22]:<22} {len(g['running']):>4} {g['slots']:>4} {g['queued']:>5}  "
+            f"{g['index']:<4} {name[:22]:<22} {len(g['running']):>4} {g['slots']:>4} {g['queued']:>5} {pool_text:>5}  "
             f"{region:<14} {g.get('region_queue', 0):>3} {len(g.get('frozen', [])):>3} "
             f"{g.get('regions_granted', 0):>7} {enter * 1000 if enter is not None else float('nan'):>8.1f}  {state}"
         )
@@ -257,6 +276,7 @@ VERBS = {
     "resume": pause_command,
     "lease": lease_command,
     "release": release_command,
+    "recycle": recycle_command,
 }
 
 

@@ -93,13 +93,13 @@ class CommandProcess:
         cancelled = asyncio.create_task(self._cancel.wait())
         done, _ = await asyncio.wait({exited, cancelled}, timeout=spec.timeout_s, return_when=asyncio.FIRST_COMPLETED)
         if exited in done:
-            outcome = _outcome_of(proc.returncode)
+            outcome = outcome_of(proc.returncode)
         elif cancelled in done:
             await self._end_tree(exited)
-            outcome = Outcome("cancelled", None, _signal_of(proc.returncode), self._cancel_reason)
+            outcome = Outcome("cancelled", None, signal_of(proc.returncode), self._cancel_reason)
         else:
             await self._end_tree(exited)
-            outcome = Outcome("timeout", None, _signal_of(proc.returncode), f"exceeded its {spec.timeout_s:g} s limit")
+            outcome = Outcome("timeout", None, signal_of(proc.returncode), f"exceeded its {spec.timeout_s:g} s limit")
         cancelled.cancel()
         # Leftovers of a finished command (daemonised grandchildren) go too.
         process_tree.kill_tree(proc.pid, spec.command_id, spec.cgroup)
@@ -123,11 +123,25 @@ class CommandProcess:
         await exited
 
     async def _pump(self, stream: asyncio.StreamReader, name: str, path: Path) -> None:
-        with path.open("wb") as f:
-            while chunk := await stream.read(READ_CHUNK):
-                f.write(chunk)
-                f.flush()
-                self._sink(name, chunk)
+        await pump_output(stream, name, path, self._sink)
+
+
+async def pump_output(stream: asyncio.StreamReader, name: str, path: Path, sink: OutputSink) -> None:
+    """Copy one output stream to its file and to whoever is attached, until EOF.
+    Pooled commands use it too, so their output reaches clients the same way."""
+    with path.open("wb") as f:
+        while chunk := await stream.read(READ_CHUNK):
+            f.write(chunk)
+            f.flush()
+            sink(name, chunk)
+
+
+async def pipe_reader(fd: int) -> asyncio.StreamReader:
+    """An asyncio reader over the read end of a pipe (which it takes over)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=READ_CHUNK * 4)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0))
+    return reader
 
 
 def _joiner(cgroup: Path | None, cpus: tuple[int, ...]) -> Callable[[], None] | None:
@@ -151,11 +165,11 @@ def _joiner(cgroup: Path | None, cpus: tuple[int, ...]) -> Callable[[], None] | 
     return join
 
 
-def _signal_of(returncode: int | None) -> int | None:
+def signal_of(returncode: int | None) -> int | None:
     return -returncode if returncode is not None and returncode < 0 else None
 
 
-def _outcome_of(returncode: int | None) -> Outcome:
+def outcome_of(returncode: int | None) -> Outcome:
     if returncode is not None and returncode < 0:
         name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
         return Outcome("finished", None, -returncode, f"killed by {name}")

@@ -89,6 +89,17 @@ class TelemetrySection:
 
 
 @dataclass(frozen=True)
+class PoolSection:
+    size_per_gpu: int = 0
+    preload: tuple[str, ...] = ()
+    context: Literal["auto", "driver", "torch", "none"] = "auto"
+    max_commands: int = 100
+    health_check: bool = True
+    start_timeout_s: float = 120.0
+    clean_timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
 class Config:
     runtime: RuntimeSection = field(default_factory=RuntimeSection)
     gpus: GpuSection = field(default_factory=GpuSection)
@@ -96,6 +107,7 @@ class Config:
     tenants: TenantSection = field(default_factory=TenantSection)
     regions: RegionSection = field(default_factory=RegionSection)
     telemetry: TelemetrySection = field(default_factory=TelemetrySection)
+    pool: PoolSection = field(default_factory=PoolSection)
     source: str = "(built-in defaults)"
 
     @property
@@ -164,6 +176,11 @@ def validate(config: Config) -> Config:
         (config.telemetry.canary_target_ms > 0, "telemetry.canary_target_ms must be positive"),
         (config.telemetry.canary_window >= 1, "telemetry.canary_window must be at least 1"),
         (0 < config.telemetry.clock_tolerance < 1, "telemetry.clock_tolerance is a fraction between 0 and 1"),
+        (config.pool.size_per_gpu >= 0, "pool.size_per_gpu must not be negative"),
+        (config.pool.max_commands >= 1, "pool.max_commands must be at least 1"),
+        (config.pool.start_timeout_s > 0, "pool.start_timeout_s must be positive"),
+        (config.pool.clean_timeout_s > 0, "pool.clean_timeout_s must be positive"),
+        (all(m and not m.startswith(".") for m in config.pool.preload), "pool.preload holds absolute module names"),
         (
             config.gpus.simulated_device.replace("-", "").replace("_", "").isalnum(),
             "gpus.simulated_device may hold only letters, digits, '-' and '_'",

@@ -22,7 +22,9 @@ from typing import Any, Awaitable, Callable
 from krex_runtime.cgroups import CgroupSlice
 from krex_runtime.command_process import CommandProcess, LaunchSpec, Outcome
 from krex_runtime.config import Config
+from krex_runtime.context_pool import ContextPool, ContextWorker, PooledRun
 from krex_runtime.gpus import Gpu
+from krex_runtime.pooled_entry import EntryError, parse_entry
 from krex_runtime.protocol import ErrorCode, ProtocolError, SubmitBody
 
 Emit = Callable[[dict[str, Any]], None]
@@ -46,13 +48,16 @@ class Job:
     tenant_id: int | None = None
     started_at: float | None = None
     finished_at: float | None = None
-    process: CommandProcess | None = None
+    process: CommandProcess | PooledRun | None = None
     outcome: Outcome | None = None
     stdout_path: Path | None = None
     stderr_path: Path | None = None
     cgroup: Path | None = None
     lease: bool = False
     internal: bool = False  # started by the runtime itself (a canary): takes no slot
+    mode: str = "process"  # process | pooled
+    entry: dict[str, Any] | None = None  # pooled: what the context process runs
+    worker: str | None = None  # pooled: the context process that runs it
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     def result(self) -> dict[str, Any]:
@@ -75,6 +80,8 @@ class Job:
             "run_s": (finished - started) if started is not None and finished is not None else None,
             "total_s": (finished - self.submitted_at) if finished is not None else None,
             "lease": self.lease,
+            "mode": self.mode,
+            "worker": self.worker,
             "stdout_path": str(self.stdout_path) if self.stdout_path else None,
             "stderr_path": str(self.stderr_path) if self.stderr_path else None,
         }
@@ -117,6 +124,10 @@ class Dispatcher:
         self._nonce = secrets.token_hex(2)
         self._ids = itertools.count(1)
         self._tenant_ids = itertools.count(1)
+        self.pool: ContextPool | None = None  # set by the service when pool.size_per_gpu > 0
+
+    def new_tenant_id(self) -> int:
+        return next(self._tenant_ids)
 
     # --- requests ---------------------------------------------------------
 
@@ -132,6 +143,14 @@ class Dispatcher:
             raise ProtocolError(ErrorCode.BAD_REQUEST, "timeout_s must be positive")
         if body.lease and self._take_lease is None:
             raise ProtocolError(ErrorCode.REFUSED, "leases need policy 'krex'")
+        entry = None
+        if body.mode == "pooled":
+            if self.pool is None:
+                raise ProtocolError(ErrorCode.REFUSED, "pooled commands need a context pool (pool.size_per_gpu >= 1)")
+            try:
+                entry = parse_entry(list(body.argv)).to_dict()
+            except EntryError as exc:
+                raise ProtocolError(ErrorCode.BAD_REQUEST, str(exc)) from None
         if len(self.queue) >= self.config.dispatcher.max_queued:
             raise ProtocolError(ErrorCode.QUEUE_FULL, f"admission queue is full ({len(self.queue)} commands)")
         job = Job(
@@ -144,6 +163,8 @@ class Dispatcher:
             label=body.label,
             submitted_at=time.time(),
             lease=body.lease,
+            mode=body.mode,
+            entry=entry,
         )
         self.jobs[job.id] = job
         self.queue.append(job)
@@ -156,6 +177,7 @@ class Dispatcher:
                 "timeout_s": job.timeout_s,
                 "label": job.label,
                 "lease": job.lease,
+                "mode": job.mode,
             }
         )
         self.pump()
@@ -211,24 +233,28 @@ class Dispatcher:
             if len(blocked) == len(self.gpus):
                 break
             if job.gpu_request is not None:
-                gpu = job.gpu_request if job.gpu_request not in blocked and self._free(job.gpu_request) else None
+                free = job.gpu_request not in blocked and self._free(job.gpu_request, job)
+                gpu = job.gpu_request if free else None
                 if gpu is None:
                     blocked.add(job.gpu_request)
                     continue
             else:
-                candidates = [i for i in self.gpus if i not in blocked and self._free(i)]
+                candidates = [i for i in self.gpus if i not in blocked and self._free(i, job)]
                 if not candidates:
                     break
                 gpu = min(candidates, key=lambda i: (self._load(i), i))
             self.queue.remove(job)
             self._start(job, gpu)
 
-    def _free(self, gpu: int) -> bool:
-        return self._load(gpu) < self.slots
+    def _free(self, gpu: int, job: Job) -> bool:
+        """A slot, and for a pooled command a ready context process: it never waits
+        for one to be created while another is idle elsewhere."""
+        if self._load(gpu) >= self.slots:
+            return False
+        return job.mode != "pooled" or (self.pool is not None and self.pool.has_idle(gpu))
 
     def _load(self, gpu: int) -> int:
         return sum(1 for i in self.running[gpu] if not self.jobs[i].internal)
-
     def start_internal(self, argv: list[str], gpu: int, label: str) -> Job:
         """A tenant the runtime runs for itself: no queue, no slot, but a tenant
         like any other for gates, regions and freezing."""
@@ -252,15 +278,24 @@ class Dispatcher:
 
     def _start(self, job: Job, gpu_index: int) -> None:
         gpu = self.gpus[gpu_index]
-        job.state, job.gpu, job.tenant_id = "running", gpu_index, next(self._tenant_ids)
+        job.state, job.gpu = "running", gpu_index
+        worker = None
+        if job.mode == "pooled":
+            assert self.pool is not None
+            worker = self.pool.take(gpu_index, job.id)
+            # The context process's tenant id: its interception library and
+            # gate slot were set up under it.
+            job.tenant_id, job.worker = worker.tenant_id, worker.id
+        else:
+            job.tenant_id = self.new_tenant_id()
         job.stdout_path = self._output_dir / f"{job.id}.stdout"
         job.stderr_path = self._output_dir / f"{job.id}.stderr"
         self.running[gpu_index].add(job.id)
-        task = asyncio.create_task(self._run(job, gpu))
+        task = asyncio.create_task(self._run(job, gpu, worker))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, job: Job, gpu: Gpu) -> None:
+    async def _run(self, job: Job, gpu: Gpu, worker: ContextWorker | None = None) -> None:
         release_lease: Callable[[], None] | None = None
         if job.lease:
             assert self._take_lease is not None
@@ -272,7 +307,10 @@ class Dispatcher:
                 self._finish(job, Outcome("failed", None, None, f"lease refused: {exc}"), "failed", started=False)
                 return
         try:
-            await self._run_process(job, gpu)
+            if worker is not None:
+                await self._run_pooled(job, gpu, worker)
+            else:
+                await self._run_process(job, gpu)
         finally:
             if release_lease is not None:
                 release_lease()
@@ -309,6 +347,37 @@ class Dispatcher:
         )
         try:
             outcome = await process.wait()
+        except Exception as exc:  # never leave a slot taken by a command we lost track of
+            outcome = Outcome("failed", None, None, f"runtime error while running: {exc!r}")
+        self._finish(job, outcome, outcome.state)
+
+    async def _run_pooled(self, job: Job, gpu: Gpu, worker: ContextWorker) -> None:
+        assert self.pool is not None and job.entry is not None
+        assert job.stdout_path is not None and job.stderr_path is not None
+        job.process, job.cgroup = worker.run, worker.cgroup
+        job.started_at = time.time()
+        self._emit(
+            {
+                "type": "command_started",
+                "id": job.id,
+                "gpu": gpu.index,
+                "pid": worker.pid,
+                "tenant_id": job.tenant_id,
+                "worker": worker.id,
+            }
+        )
+        try:
+            outcome = await self.pool.run(
+                worker,
+                job.id,
+                job.entry,
+                job.cwd,
+                self._tenant_env(job, gpu),
+                job.timeout_s,
+                job.stdout_path,
+                job.stderr_path,
+                lambda stream, data: self._on_output(job, stream, data),
+            )
         except Exception as exc:  # never leave a slot taken by a command we lost track of
             outcome = Outcome("failed", None, None, f"runtime error while running: {exc!r}")
         self._finish(job, outcome, outcome.state)
@@ -354,23 +423,27 @@ class Dispatcher:
 
 
 def base_tenant_env(
-    job: Job,
+    command_id: str,
+    tenant_id: int | None,
+    command_env: dict[str, str],
     gpu: Gpu,
     extra: dict[str, str],
     endpoint: str,
     run_dir: Path,
 ) -> dict[str, str]:
-    """The environment every tenant gets, before library and simulator settings."""
+    """The environment every tenant gets, before library and simulator settings.
+    A context process gets it too, under its own id (its commands' ids are
+    mapped to it by the runtime, never read from its environment)."""
     env = dict(os.environ)
     env.update(extra)
-    env.update(job.env)
+    env.update(command_env)
     env.update(
         {
             "CUDA_VISIBLE_DEVICES": gpu.visible_devices,
             "KREX_GPU": str(gpu.index),
             "KREX_GPU_UUID": gpu.uuid,
-            "KREX_COMMAND_ID": job.id,
-            "KREX_TENANT_ID": str(job.tenant_id),
+            "KREX_COMMAND_ID": command_id,
+            "KREX_TENANT_ID": str(tenant_id),
             "KREX_ENDPOINT": endpoint,
             "KREX_RUN_DIR": str(run_dir),
         }

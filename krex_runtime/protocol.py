@@ -70,6 +70,7 @@ class SubmitBody:
     label: str = ""
     attach: bool = False  # stream output and the result to this client
     lease: bool = False  # run with the whole GPU leased to it (policy krex)
+    mode: Literal["process", "pooled"] = "process"  # pooled: in a persistent context process
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,12 @@ class GpuRef:
 
 
 @dataclass(frozen=True)
+class RecycleBody:
+    gpu: int
+    now: bool = False  # kill busy context processes at once (their commands fail)
+
+
+@dataclass(frozen=True)
 class PauseBody:
     gpu: int | None = None  # None: the whole node
 
@@ -110,6 +117,7 @@ REQUESTS: dict[str, type] = {
     "resume": PauseBody,
     "lease": LeaseBody,
     "release": GpuRef,
+    "recycle": RecycleBody,
 }
 
 # Pushed to a client that attached to a command, after the reply to its request.

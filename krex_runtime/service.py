@@ -27,6 +27,7 @@ from krex_runtime import cgroups, endpoints, native_build, protocol, region_setu
 from krex_runtime import state as node_state
 from krex_runtime.cgroups import CgroupSlice
 from krex_runtime.config import Config, resolve_lock_dir, resolve_run_dir
+from krex_runtime.context_pool import ContextPool
 from krex_runtime.dispatcher import Dispatcher, Job, base_tenant_env
 from krex_runtime.gpus import Gpu
 from krex_runtime.locks import Claim, claim
@@ -88,8 +89,10 @@ class RuntimeService:
             "resume": self._resume,
             "lease": self._lease,
             "release": self._release_lease,
+            "recycle": self._recycle,
         }
-        self.changing = frozenset({"submit", "cancel", "pause", "resume", "lease", "release"})
+        self.changing = frozenset({"submit", "cancel", "pause", "resume", "lease", "release", "recycle"})
+        self.pool: ContextPool | None = None
         self.regions: RegionMachinery | None = None
         self.channel: RegionChannel | None = None
         self.recovered: list[str] = []
@@ -198,6 +201,7 @@ class RuntimeService:
             "simulated": gpu.simulated,
             "slots": slots,
             "cpus": list(gpu.cpus),
+            "pool_size": self.config.pool.size_per_gpu,
         }
 
     # --- events -------------------------------------------------------------
@@ -219,7 +223,12 @@ class RuntimeService:
     # --- tenants ------------------------------------------------------------
 
     def tenant_env(self, job: Job, gpu: Gpu) -> dict[str, str]:
-        env = base_tenant_env(job, gpu, self.config.tenants.env, endpoints.control(self.run_dir), self.run_dir)
+        return self.identity_env(job.id, job.tenant_id, job.env, gpu)
+
+    def identity_env(self, command_id: str, tenant_id: int | None, command_env: dict[str, str], gpu: Gpu) -> dict[str, str]:
+        env = base_tenant_env(
+            command_id, tenant_id, command_env, gpu, self.config.tenants.env, endpoints.control(self.run_dir), self.run_dir
+        )
         if self.config.tenants.preload:
             env["LD_PRELOAD"] = " ".join(p for p in (str(self.library), env.get("LD_PRELOAD", "")) if p)
         if self.regions is not None:
@@ -311,6 +320,7 @@ class RuntimeService:
                     "frozen": list(self.state.gpus[g.index].frozen),
                     "regions_granted": self.state.gpus[g.index].regions_granted,
                     "last_region": dict(self.state.gpus[g.index].last_region),
+                    "pool": {k: v for k, v in self.state.gpus[g.index].pool.items() if k != "workers"},
                 }
                 for g in self.gpus
             ],
@@ -344,6 +354,13 @@ class RuntimeService:
     async def _resume(self, peer: Peer, req: Request) -> Any:
         self.dispatcher.resume(req.body.gpu)
         return {"resumed": req.body.gpu if req.body.gpu is not None else "node"}
+
+    async def _recycle(self, peer: Peer, req: Request) -> Any:
+        gpu = self._gpu_or_refuse(req.body.gpu)
+        if self.pool is None:
+            raise ProtocolError(ErrorCode.REFUSED, "this runtime has no context pool (pool.size_per_gpu = 0)")
+        count = self.pool.recycle(gpu, req.body.now)
+        return {"gpu": gpu, "now": req.body.now, "workers": count}
 
     async def _lease(self, peer: Peer, req: Request) -> Any:
         regions = self._regions_or_refuse()
@@ -423,6 +440,9 @@ class RuntimeService:
         except OSError:
             return None
         command_id = env.get(b"KREX_COMMAND_ID", b"").decode()
+        if self.pool is not None and self.pool.is_worker(command_id):
+            # A context process is whichever pooled command it runs now.
+            command_id = self.pool.job_of(command_id) or ""
         job = self.dispatcher.jobs.get(command_id)
         if job is None or job.state != "running" or job.gpu is None or job.tenant_id is None:
             return None
@@ -514,6 +534,19 @@ class RuntimeService:
         if self.regions is not None:
             for gpu_regions in self.regions.manager.gpus.values():
                 gpu_regions.clock_probe = self.telemetry.clock_now
+        if self.config.pool.size_per_gpu > 0:
+            self.pool = ContextPool(
+                self.config,
+                self.gpus,
+                self.emit,
+                lambda worker_id, tenant_id, gpu: self.identity_env(worker_id, tenant_id, {}, gpu),
+                self.cgroup_slice,
+                self.dispatcher.new_tenant_id,
+                self._tenant_cores,
+                self.run_dir / "pool",
+                self.dispatcher.pump,
+            )
+            self.dispatcher.pool = self.pool
         self.emit(
             {
                 "type": "runtime_started",
@@ -562,15 +595,22 @@ class RuntimeService:
             "cgroups: %s",
             f"v{self.cgroup_slice.version} at {self.cgroup_slice.path}" if self.cgroup_slice else "none; using process groups",
         )
+        if self.pool is not None:
+            self.pool.start()
+            log.info("context pool: %d per GPU, preloading %s", self.pool.size, list(self.config.pool.preload) or "nothing")
         try:
             await self._stop.wait()
             log.info("stopping (%s): %s running commands", self._stop_reason, self.config.runtime.on_shutdown)
             self.emit({"type": "runtime_stopping", "reason": self._stop_reason})
             self.dispatcher.closed = True
+            if self.pool is not None:
+                self.pool.stop_replacing()
             if self.regions is not None and self.channel is not None:
                 await self.channel.close()
                 await self.regions.manager.shutdown()
             await self.dispatcher.shutdown(self.config.runtime.on_shutdown, self.config.runtime.shutdown_grace_s)
+            if self.pool is not None:
+                await self.pool.shutdown()
             self.emit({"type": "runtime_stopped"})
         finally:
             for task in tasks:

@@ -48,6 +48,9 @@ class GpuState:
     parked: int | None = None
     draining: int | None = None
     canary: dict[str, Any] = field(default_factory=dict)
+    # The context pool: {"size", "idle", "busy", "warming", "cleaning", "replaced",
+    # "reasons": {cause: count}, "workers": {id: {state, pid, tenant_id, served, command}}}
+    pool: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -67,6 +70,8 @@ class CommandInfo:
     exit_code: int | None = None
     signal: int | None = None
     reason: str = ""
+    mode: str = "process"
+    worker: str | None = None
 
 
 @dataclass
@@ -104,6 +109,7 @@ def _runtime_started(s: NodeState, e: dict[str, Any]) -> None:
             simulated=g["simulated"],
             slots=g["slots"],
             cpus=list(g.get("cpus", [])),
+            pool=_empty_pool(g.get("pool_size", 0)),
         )
         for g in e["gpus"]
     }
@@ -117,6 +123,7 @@ def _command_queued(s: NodeState, e: dict[str, Any]) -> None:
         gpu_request=e.get("gpu"),
         timeout_s=e.get("timeout_s"),
         submitted_at=e["t"],
+        mode=e.get("mode", "process"),
     )
     s.queue.append(e["id"])
     _count(s, "submitted")
@@ -128,6 +135,7 @@ def _command_started(s: NodeState, e: dict[str, Any]) -> None:
     cmd = s.commands[e["id"]]
     _leave_queue(s, cmd)
     cmd.state, cmd.gpu, cmd.pid, cmd.tenant_id, cmd.started_at = "running", e["gpu"], e["pid"], e["tenant_id"], e["t"]
+    cmd.worker = e.get("worker")
     gpu = s.gpus[e["gpu"]]
     gpu.running.append(cmd.id)
     gpu.started += 1
@@ -204,6 +212,73 @@ def _region_released(s: NodeState, e: dict[str, Any]) -> None:
 
 def _region_withdrawn(s: NodeState, e: dict[str, Any]) -> None:
     _drop_request(s.gpus[e["gpu"]], e["region"])
+
+
+POOL_STATES = ("warming", "idle", "busy", "cleaning")
+
+
+def _empty_pool(size: int) -> dict[str, Any]:
+    return {"size": size, **{k: 0 for k in POOL_STATES}, "replaced": 0, "reasons": {}, "workers": {}}
+
+
+def _pool_of(s: NodeState, e: dict[str, Any]) -> dict[str, Any]:
+    gpu = s.gpus[e["gpu"]]
+    if not gpu.pool:
+        gpu.pool = _empty_pool(0)
+    return gpu.pool
+
+
+def _set_worker(s: NodeState, e: dict[str, Any], state: str, **fields: Any) -> None:
+    pool = _pool_of(s, e)
+    worker = pool["workers"].setdefault(
+        e["worker"], {"state": state, "pid": None, "tenant_id": None, "served": 0, "command": None}
+    )
+    worker["state"] = state
+    worker.update(fields)
+    _count_pool(pool)
+
+
+def _count_pool(pool: dict[str, Any]) -> None:
+    for k in POOL_STATES:
+        pool[k] = 0
+    for w in pool["workers"].values():
+        pool[w["state"]] = pool.get(w["state"], 0) + 1
+
+
+def _pool_worker_started(s: NodeState, e: dict[str, Any]) -> None:
+    _set_worker(s, e, "warming", pid=e["pid"], tenant_id=e["tenant_id"])
+
+
+def _pool_worker_ready(s: NodeState, e: dict[str, Any]) -> None:
+    _set_worker(s, e, "idle", startup_s=e.get("startup_s"))
+
+
+def _pool_worker_busy(s: NodeState, e: dict[str, Any]) -> None:
+    _set_worker(s, e, "busy", command=e["command"])
+
+
+def _pool_worker_cleaning(s: NodeState, e: dict[str, Any]) -> None:
+    pool = _pool_of(s, e)
+    served = pool["workers"].get(e["worker"], {}).get("served", 0) + 1
+    _set_worker(s, e, "cleaning", command=None, served=served)
+
+
+def _pool_worker_idle(s: NodeState, e: dict[str, Any]) -> None:
+    _set_worker(s, e, "idle", served=e.get("served", 0))
+
+
+def _pool_worker_replaced(s: NodeState, e: dict[str, Any]) -> None:
+    pool = _pool_of(s, e)
+    pool["workers"].pop(e["worker"], None)
+    pool["replaced"] += 1
+    pool["reasons"][e["cause"]] = pool["reasons"].get(e["cause"], 0) + 1
+    _count_pool(pool)
+
+
+def _pool_worker_stopped(s: NodeState, e: dict[str, Any]) -> None:
+    pool = _pool_of(s, e)
+    pool["workers"].pop(e["worker"], None)
+    _count_pool(pool)
 
 
 def _drop_request(gpu: GpuState, region: int) -> None:
@@ -297,6 +372,13 @@ REDUCERS: dict[str, Callable[[NodeState, dict[str, Any]], None]] = {
     "telemetry": _telemetry,
     "canary_baseline": _canary_baseline,
     "canary_sample": _canary_sample,
+    "pool_worker_started": _pool_worker_started,
+    "pool_worker_ready": _pool_worker_ready,
+    "pool_worker_busy": _pool_worker_busy,
+    "pool_worker_cleaning": _pool_worker_cleaning,
+    "pool_worker_idle": _pool_worker_idle,
+    "pool_worker_replaced": _pool_worker_replaced,
+    "pool_worker_stopped": _pool_worker_stopped,
     "runtime_stopping": _runtime_stopping,
     "runtime_stopped": _runtime_stopped,
 }

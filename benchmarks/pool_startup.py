@@ -1,0 +1,219 @@
+"""Start-up cost of a GPU command: process mode vs pooled mode, in one run.
+
+Starts its own krex-runtime (policy ungated) on this node's GPUs, with a
+context pool preloading torch, and measures for each mode:
+  - start-to-first-kernel latency: from the client's submit to the end of the
+    command's first kernel (one small matmul + synchronize), as printed by the
+    command itself (same machine, same wall clock), over --samples commands
+    run one after another;
+  - the command's own import and first-kernel times, and submit-to-result;
+  - throughput of --n short commands submitted at once.
+
+Prints a table. Needs the runtime's dependencies (pyzmq, psutil, nvidia-ml-py; not
+textual); real GPUs also need torch and the native library (make -C native).
+With --sim it runs on one simulated GPU with a simcuda command instead of
+torch: the figures are then this machine's, not a GPU's.
+
+Usage: PYTHONPATH=. python3 benchmarks/pool_startup.py [--gpus 0] [--n 64] [--samples 8] [--sim]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from krex_runtime.control_client import ControlClient
+
+TORCH_COMMAND = """\
+import json, time
+t0 = time.time()
+import torch
+t1 = time.time()
+a = torch.randn(256, 256, device="cuda")
+b = a @ a
+torch.cuda.synchronize()
+t2 = time.time()
+print(json.dumps({"start": t0, "imported": t1, "first_kernel": t2}))
+"""
+
+SIM_COMMAND = """\
+import json, time
+t0 = time.time()
+from krex_runtime.simcuda import SimCuda
+t1 = time.time()
+cuda = SimCuda()
+cuda.launch(100_000)
+cuda.synchronize()
+t2 = time.time()
+print(json.dumps({"start": t0, "imported": t1, "first_kernel": t2}))
+"""
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sim", action="store_true", help="one simulated GPU and a simcuda command (no torch)")
+    p.add_argument("--gpus", default="0", help="GPU indices to serve, comma-separated (default: 0)")
+    p.add_argument("--n", type=int, default=64, help="commands in the throughput run")
+    p.add_argument("--samples", type=int, default=8, help="sequential commands for the latency figures")
+    p.add_argument("--slots", type=int, default=4, help="dispatcher slots and context processes per GPU")
+    p.add_argument("--no-preload", action="store_true", help="run tenants without the interception library")
+    p.add_argument("--keep", action="store_true", help="keep the run folder (trace, output) and print it")
+    return p.parse_args()
+
+
+def write_config(root: Path, args: argparse.Namespace, device: str) -> Path:
+    preload = ["krex_runtime.simcuda"] if args.sim else ["torch"]
+    visible = "[]" if args.sim else "[" + ", ".join(str(int(g)) for g in args.gpus.split(",")) + "]"
+    path = root / "krex.toml"
+    path.write_text(
+        f"""
+[runtime]
+run_dir = "{root / 'run'}"
+lock_dir = "{root / 'locks'}"
+policy = "ungated"
+
+[gpus]
+visible = {visible}
+simulated_device = "{device}"
+
+[dispatcher]
+slots_per_gpu = {args.slots}
+
+[tenants]
+preload = {"false" if args.no_preload else "true"}
+
+[pool]
+size_per_gpu = {args.slots}
+preload = {json.dumps(preload)}
+max_commands = 1000
+"""
+    )
+    return path
+
+
+def start_runtime(root: Path, config: Path, sim: bool) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "krex_runtime.main", "--config", str(config)] + (["--sim", "1"] if sim else [])
+    proc = subprocess.Popen(cmd, stdout=(root / "runtime.log").open("ab"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"krex-runtime exited:\n{(root / 'runtime.log').read_text()}")
+        if (root / "run" / "control.sock").exists():
+            try:
+                with client(root, 1.0) as c:
+                    c.call("hello")
+                return proc
+            except Exception:
+                pass
+        time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("krex-runtime did not answer within 60 s")
+
+
+def client(root: Path, timeout_s: float = 600.0) -> ControlClient:
+    return ControlClient(f"ipc://{root / 'run' / 'control.sock'}", timeout_s=timeout_s)
+
+
+def wait_pool_warm(root: Path, size: int) -> float:
+    t0 = time.monotonic()
+    with client(root) as c:
+        while True:
+            gpus = c.call("snapshot")["state"]["gpus"]
+            if all(g["pool"]["idle"] >= size for g in gpus):
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > 900:
+                raise SystemExit(f"the pool did not warm up within 900 s: {[g['pool'] for g in gpus]}")
+            time.sleep(0.2)
+
+
+def body(script: Path, mode: str) -> dict[str, Any]:
+    return {"argv": [sys.executable, str(script)], "mode": mode, "cwd": str(script.parent), "env": dict(os.environ)}
+
+
+def one_command(c: ControlClient, script: Path, mode: str) -> dict[str, float]:
+    submitted = time.time()
+    command_id = c.call("submit", body(script, mode))["id"]
+    result = c.call("wait", {"id": command_id, "attach": False}, timeout_s=600)
+    done = time.time()
+    if result["state"] != "finished" or result["exit_code"] != 0:
+        err = Path(result["stderr_path"]).read_text()[-2000:]
+        raise SystemExit(f"{mode} command failed: {result['state']} {result['exit_code']} {result['reason']}\n{err}")
+    stamps = json.loads(Path(result["stdout_path"]).read_text().strip().splitlines()[-1])
+    return {
+        "first_kernel_s": stamps["first_kernel"] - submitted,
+        "startup_s": stamps["start"] - submitted,
+        "import_s": stamps["imported"] - stamps["start"],
+        "kernel_s": stamps["first_kernel"] - stamps["imported"],
+        "total_s": done - submitted,
+    }
+
+
+def throughput(c: ControlClient, script: Path, mode: str, n: int) -> float:
+    t0 = time.perf_counter()
+    ids = [c.call("submit", body(script, mode))["id"] for _ in range(n)]
+    for command_id in ids:
+        result = c.call("wait", {"id": command_id, "attach": False}, timeout_s=1800)
+        if result["state"] != "finished" or result["exit_code"] != 0:
+            raise SystemExit(f"{mode} command {command_id} failed: {result}")
+    return n / (time.perf_counter() - t0)
+
+
+def main() -> int:
+    args = parse_args()
+    root = Path(tempfile.mkdtemp(prefix="krex-pool-bench-"))
+    device = f"bench{uuid.uuid4().hex[:8]}"
+    script = root / "command.py"
+    script.write_text(SIM_COMMAND if args.sim else TORCH_COMMAND)
+    proc = start_runtime(root, write_config(root, args, device), args.sim)
+    try:
+        gpus = 1 if args.sim else len(args.gpus.split(","))
+        warm_s = wait_pool_warm(root, args.slots)
+        rows = []
+        with client(root) as c:
+            for mode in ("process", "pooled"):
+                one_command(c, script, mode)  # warm file caches and the pool's first use
+                samples = [one_command(c, script, mode) for _ in range(args.samples)]
+                rate = throughput(c, script, mode, args.n)
+                med = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
+                best = min(s["first_kernel_s"] for s in samples)
+                rows.append((mode, med, best, rate))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=120)
+        if args.sim:
+            from krex_runtime.simcuda import remove_device
+
+            remove_device(device)
+    kind = "simulated GPU, simcuda command" if args.sim else f"{gpus} GPU(s), torch command"
+    print(f"pool start-up benchmark: {kind}; {platform.node()}, Python {platform.python_version()}")
+    print(f"pool of {args.slots} per GPU warm after {warm_s:.2f} s; latency: median of {args.samples}, one at a time")
+    print()
+    print(f"{'mode':<8} {'first kernel':>12} {'best':>8} {'to start':>9} {'import':>8} {'kernel':>8} {'result':>8} {f'{args.n} cmds/s':>10}")
+    for mode, med, best, rate in rows:
+        print(
+            f"{mode:<8} {med['first_kernel_s']:>11.3f}s {best:>7.3f}s {med['startup_s']:>8.3f}s {med['import_s']:>7.3f}s "
+            f"{med['kernel_s']:>7.3f}s {med['total_s']:>7.3f}s {rate:>10.1f}"
+        )
+    print()
+    print("first kernel: submit -> end of the first kernel; to start: submit -> the command's first line;")
+    print("import: its import of the framework (near zero when pooled: preloaded); result: submit -> result received.")
+    if args.keep:
+        print(f"run folder kept: {root}")
+    else:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
