@@ -23,7 +23,7 @@ TENANTS = Path(__file__).resolve().parent.parent / "tests" / "tenants"
 PY = sys.executable
 
 
-def run(root: Path, policy: str, sim: bool, samples: int, period: float) -> dict:
+def run(root: Path, policy: str, sim: bool, samples: int, period: float, target_ms: float) -> dict:
     rt = Runtime(
         root / policy,
         sim=1 if sim else 0,
@@ -31,6 +31,7 @@ def run(root: Path, policy: str, sim: bool, samples: int, period: float) -> dict
         slots=16,
         canary=True,
         canary_period_s=period,
+        canary_target_ms=target_ms,
     ).start()
     try:
         busy = [PY, str(TENANTS / ("busy.py" if sim else "torch_busy.py")), "2000" if sim else "4096", "4"]
@@ -57,13 +58,14 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--sim", action="store_true")
     p.add_argument("--samples", type=int, default=20, help="canary samples (inside + outside) per policy")
+    p.add_argument("--target-ms", type=float, default=1.0, help="canary kernel length (telemetry.canary_target_ms)")
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [run(Path(tmp), policy, args.sim, args.samples, 0.5) for policy in ("krex", "ungated")]
+        rows = [run(Path(tmp), policy, args.sim, args.samples, 0.5, args.target_ms) for policy in ("krex", "ungated")]
     where = "simulated GPU" if args.sim else "GPU 0"
     c0 = rows[0]["canary"]
-    print(f"# canary inflation at concurrency 16 — {platform.node()}, {where}; baseline compute "
+    print(f"# canary inflation at concurrency 16 — {platform.node()}, {where}; target {args.target_ms:g} ms; baseline compute "
           f"{c0['baseline_compute_ms']:.3f} ms, memory {c0['baseline_memory_ms']:.3f} ms")
     print(f"{'policy':<9} {'inside p50':>11} {'inside p95':>11} {'outside p50':>12} {'outside p95':>12} "
           f"{'contention':>11} {'samples':>8} {'flagged':>8}")

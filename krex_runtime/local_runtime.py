@@ -52,6 +52,7 @@ class Runtime:
     extra_config: str = ""
     canary: bool = False
     canary_period_s: float = 0.5
+    canary_target_ms: float = 1.0
     runtime_env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     device: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:10]}")
@@ -97,6 +98,7 @@ cgroups = "{self.cgroups}"
 canary = {str(self.canary).lower()}
 sample_interval_s = 0.5
 canary_period_s = {self.canary_period_s}
+canary_target_ms = {self.canary_target_ms}
 {self.extra_config}
 """
         )
