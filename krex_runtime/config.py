@@ -35,6 +35,7 @@ class RuntimeSection:
     on_shutdown: Literal["cancel", "finish"] = "cancel"
     shutdown_grace_s: float = 10.0
     max_message_bytes: int = 1 << 20
+    snapshot_finished: int = 1000
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,7 @@ def validate(config: Config) -> Config:
         (all(i >= 0 for i in config.gpus.visible), "gpus.visible holds GPU indices (>= 0)"),
         (config.runtime.snapshot_interval_s > 0, "runtime.snapshot_interval_s must be positive"),
         (config.runtime.shutdown_grace_s >= 0, "runtime.shutdown_grace_s must not be negative"),
+        (config.runtime.snapshot_finished >= 1, "runtime.snapshot_finished must be at least 1"),
         (config.runtime.max_message_bytes >= 4096, "runtime.max_message_bytes must be at least 4096"),
         (
             not config.runtime.control_tcp or config.runtime.control_tcp.startswith("tcp://"),

@@ -553,7 +553,7 @@ class RuntimeService:
                 "node": socket.gethostname(),
                 "policy": self.config.runtime.policy,
                 "pid": os.getpid(),
-                "keep_finished": self.config.dispatcher.keep_finished,
+                "keep_finished": self.config.runtime.snapshot_finished,
                 "gpus": [self._gpu_record(g) for g in self.gpus],
                 "cgroups": str(self.cgroup_slice.path) if self.cgroup_slice else None,
                 "regions": self.regions.describe() if self.regions else None,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 # How many finished commands a state remembers (the rest are only in the trace).
-DEFAULT_KEEP_FINISHED = 10_000
+DEFAULT_KEEP_FINISHED = 1000
 
 
 @dataclass
