@@ -31,7 +31,7 @@ from krex_console.feed import FeedStatus, FeedStatusChanged, LiveFeed, ReplayFee
 from krex_console.model import ConsoleModel
 from krex_console.views.commands import CommandDetailScreen, CommandsTable
 from krex_console.views.events import EventsTable
-from krex_console.views.gpu_detail import GpuDetailScreen, describe_gpu
+from krex_console.views.gpu_detail import GpuDetailScreen, summarize_gpu
 from krex_console.views.overview import OverviewTable
 from krex_runtime import endpoints
 from krex_runtime.trace import TraceError, read_trace
@@ -178,7 +178,7 @@ class KrexConsole(App[None]):
 
     def refresh_overview_summary(self) -> None:
         gpu = self.query_one(OverviewTable).selected_gpu()
-        text = describe_gpu(self.model, gpu) if gpu is not None else "no GPU yet"
+        text = summarize_gpu(self.model, gpu) if gpu is not None else "no GPU yet"
         self.query_one("#overview-summary", Static).update(text)
 
     def status_text(self) -> str:

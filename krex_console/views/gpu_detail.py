@@ -58,6 +58,27 @@ def describe_gpu(model: ConsoleModel, gpu: GpuState) -> str:
     return "\n".join(lines)
 
 
+def summarize_gpu(model: ConsoleModel, gpu: GpuState) -> str:
+    """The overview's panel for the highlighted GPU: what its row has no room for."""
+    t = getattr(gpu, "telemetry", None)
+    canary = getattr(gpu, "canary", None)
+    pool = getattr(gpu, "pool", None)
+    throttle = fmt.get(t, "throttle")
+    holder_cmd = f"  command {gpu.region_command}" if gpu.region_command else ""
+    return "\n".join([
+        f"[b]GPU {gpu.index}[/b]  {gpu.uuid}  {gpu.name}{'  [i](simulated)[/i]' if gpu.simulated else ''}{holder_cmd}"
+        f"  frozen {','.join(f't{x}' for x in gpu.frozen) or '-'}",
+        f"canary outside p50/p95 {fmt.inflation(fmt.get(canary, 'outside_p50'))}/"
+        f"{fmt.inflation(fmt.get(canary, 'outside_p95'))}  contention {fmt.inflation(fmt.get(canary, 'contention'))}"
+        f"  power {fmt.value(fmt.get(t, 'power_w'), 'W')}  mem clock {fmt.value(fmt.get(t, 'mem_clock_mhz'), 'MHz')}"
+        f"  throttle {', '.join(throttle) if isinstance(throttle, list) and throttle else ('none' if isinstance(throttle, list) else fmt.NA)}",
+        "pool " + (
+            "  ".join(f"{k} {count_text(fmt.get(pool, k))}" for k in ("size", "idle", "busy", "warming", "replaced"))
+            if isinstance(pool, dict) else fmt.NA
+        ) + f"  regions {gpu.regions_granted}  started {gpu.started}  finished {gpu.finished}",
+    ])
+
+
 def count_text(v: Any) -> str:
     return fmt.NA if v is None else str(v)
 

@@ -56,3 +56,19 @@ def submit(rt: Runtime, argv: list[str], **body: Any) -> str:
 
 async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     return await asyncio.to_thread(fn, *args)
+
+
+def run_async(test: Callable[..., Any]) -> Callable[..., Any]:
+    """Run an async test on a fresh event loop (the suite has no asyncio plugin)."""
+    import functools
+
+    @functools.wraps(test)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return asyncio.run(test(*args, **kwargs))
+
+    return wrapper
+
+
+def shown_actions(app: App[Any]) -> set[str]:
+    """The actions the footer offers on the current screen (check_action applied)."""
+    return {active.binding.action for active in app.screen.active_bindings.values()}
