@@ -38,6 +38,9 @@ STALE_AFTER_S = 3.0
 RECONNECT_EVERY_S = 1.0
 # At most this many messages are folded before the worker yields to the UI.
 FOLD_BATCH = 5000
+# Posts come at most this often: what arrives in between is folded into one
+# state, so a fast stream costs the UI a bounded number of messages.
+POST_EVERY_S = 0.05
 
 
 class FeedStatus:
@@ -218,14 +221,30 @@ class LiveFeed:
 
     async def _resync(self, client: ControlClient) -> None:
         snap = await in_daemon_thread(client.call, "snapshot")
-        self.state = node_state.from_snapshot(snap["state"])
-        self.log.clear()
-        self.snapshots_taken += 1
+        self._rebase(node_state.from_snapshot(snap["state"]))
         self._post_state(0)
 
+    def _rebase(self, state: node_state.NodeState) -> None:
+        """Take a snapshot as the new state. The audit log keeps what it has
+        (a gap only loses the dropped events) unless the runtime is another one."""
+        if (state.pid, state.started_at) != (self.state.pid, self.state.started_at):
+            self.log.clear()
+        self.state = state
+        self.snapshots_taken += 1
+
     async def _follow(self, sub: zmq.asyncio.Socket, client: ControlClient) -> None:
+        folded = 0  # events applied since the last post
+        last_post = time.monotonic()
         while True:
-            if not await sub.poll(int(self.stale_after_s * 1000)):
+            if folded:
+                wait_s = max(0.0, POST_EVERY_S - (time.monotonic() - last_post))
+            else:
+                wait_s = self.stale_after_s
+            if not await sub.poll(int(wait_s * 1000)):
+                if folded:
+                    self._post_state(folded)
+                    folded, last_post = 0, time.monotonic()
+                    continue
                 self._set_status(FeedStatus.STALE, f"no telemetry for {self.stale_after_s:g} s")
                 # A runtime that still answers is only quiet on PUB; one that
                 # does not is gone: raising ends the session and reconnects.
@@ -233,17 +252,20 @@ class LiveFeed:
                 continue
             if self.status != FeedStatus.LIVE:
                 self._set_status(FeedStatus.LIVE)
-            folded, resync = 0, False
-            while folded < FOLD_BATCH and sub.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            batch, resync = 0, False
+            while batch < FOLD_BATCH and sub.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                 topic, frame = await sub.recv_multipart()
-                folded += 1
+                batch += 1
                 if self._take(topic, json.loads(frame)):
                     resync = True
                     break
+            folded += batch
             if resync:
                 await self._resync(client)
-            else:
+                folded, last_post = 0, time.monotonic()
+            elif time.monotonic() - last_post >= POST_EVERY_S:
                 self._post_state(folded)
+                folded, last_post = 0, time.monotonic()
             await asyncio.sleep(0)  # let the UI run between batches
 
     def _take(self, topic: bytes, body: dict[str, Any]) -> bool:
@@ -255,9 +277,7 @@ class LiveFeed:
             # before it, so a snapshot ahead of us means events were dropped.
             # Either way the published snapshot is the new base state.
             if restarted or body.get("seq", 0) > self.state.seq:
-                self.state = node_state.from_snapshot(published)
-                self.log.clear()
-                self.snapshots_taken += 1
+                self._rebase(node_state.from_snapshot(published))
             return False
         seq = body.get("seq", 0)
         if body.get("type") == "runtime_started" and body.get("pid") != self.state.pid:

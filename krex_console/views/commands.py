@@ -180,6 +180,8 @@ class CommandDetailScreen(GatedActions, Screen[None]):
             self.query_one(Log).write_line("(replay: a trace holds no command output)")
 
     def refresh_from(self, model: ConsoleModel) -> None:
+        if not self.is_mounted:
+            return
         cmd = model.state.commands.get(self.command_id)
         if cmd is None:
             text = f"command {self.command_id}: not in the node's state (it may have aged out)"

@@ -132,6 +132,7 @@ class GpuDetailScreen(GatedActions, Screen[None]):
     def __init__(self, uuid: str) -> None:
         super().__init__()
         self.uuid = uuid
+        self._ready = False  # the app's refresh tick may come before on_mount has made the columns
 
     def compose(self) -> ComposeResult:
         yield self.app.make_status_bar()
@@ -153,9 +154,12 @@ class GpuDetailScreen(GatedActions, Screen[None]):
                            ("wait", "Wait"), ("drain", "Drain"), ("freeze", "Freeze"), ("enter", "Entry"),
                            ("hold", "Hold"), ("thaw", "Thaw"), ("frozen", "Frozen"), ("reason", "Reason")):
             regions.add_column(label, key=key)
+        self._ready = True
         self.refresh_from(self.app.model)
 
     def refresh_from(self, model: ConsoleModel) -> None:
+        if not self._ready:
+            return
         gpu = gpu_by_uuid(model.state, self.uuid)
         summary = self.query_one("#gpu-summary", Static)
         if gpu is None:

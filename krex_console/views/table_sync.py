@@ -44,7 +44,7 @@ def sync_rows(table: DataTable[Any], rows: Sequence[Row]) -> None:
             old = table.get_row(key)
             for column, new, was in zip(column_keys, cells, old):
                 if not _same(new, was):
-                    table.update_cell(key, column, new)
+                    table.update_cell(key, column, new, update_width=True)
         for key, cells in rows[len(current) :]:
             table.add_row(*cells, key=key)
         return

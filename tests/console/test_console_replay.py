@@ -112,8 +112,7 @@ async def test_pause_step_speed_seek_keys() -> None:
         assert comparable(feed.state) == comparable(replay(trace, until=feed.start + 0.7))
         # Play to the end at top speed.
         feed.set_speed(64)
-        await pilot.press("space")
-        assert not feed.paused
+        await pilot.press("space")  # (at this speed it may reach the end within one tick)
         await wait_for(pilot, lambda: feed.index == len(trace.events), what="the end of the trace")
         await wait_for(pilot, lambda: feed.paused, what="the player to stop at the end")
         assert comparable(app.model.state) == comparable(replay(trace))
