@@ -2,7 +2,9 @@
 speed and seek; and text snapshots of the main views at two terminal sizes.
 
 Snapshots are plain text (tests/console/snapshots/*.txt) so a change shows as
-a readable diff; regenerate them with KREX_UPDATE_SNAPSHOTS=1.
+a readable diff; regenerate them with KREX_UPDATE_SNAPSHOTS=1. (Not
+pytest-textual-snapshot: its current release pins syrupy 4.8, which needs
+pytest < 9, and this suite runs on pytest 9.)
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 from console_helpers import rendered, run_async, screen_text, shown_actions, wait_for
 
-from krex_console.app import KrexConsole, build_parser, make_app
+from krex_console.app import KrexConsole, build_parser, endpoints_for, make_app
 from krex_console.dialogs import ConfirmDialog
 from krex_console.feed import ReplayFeed
 from krex_console.model import gpu_figures
@@ -140,3 +142,16 @@ def test_replay_command_line_starts_at_a_time() -> None:
     app = make_app(build_parser().parse_args(["--replay", str(TRACE), "--at", "0.9", "--paused"]))
     assert app.replay is not None and app.replay.paused
     assert app.replay.clock == pytest.approx(app.replay.start + 0.9)
+
+
+def test_command_line_finds_the_runtime_like_the_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KREX_ENDPOINT", raising=False)
+    monkeypatch.setenv("KREX_RUN_DIR", str(tmp_path))
+    assert endpoints_for(build_parser().parse_args([])) == (
+        f"ipc://{tmp_path}/control.sock", f"ipc://{tmp_path}/telemetry.sock")
+    assert endpoints_for(build_parser().parse_args(["--read-only"])) == (
+        f"ipc://{tmp_path}/control-ro.sock", f"ipc://{tmp_path}/telemetry.sock")
+    monkeypatch.setenv("KREX_ENDPOINT", "ipc:///elsewhere/control.sock")
+    assert endpoints_for(build_parser().parse_args([]))[1] == "ipc:///elsewhere/telemetry.sock"
+    app = make_app(build_parser().parse_args(["--connect", "ipc:///x/control.sock", "--read-only"]))
+    assert app.read_only and app.control_endpoint == "ipc:///x/control-ro.sock" and not app.actions_allowed
