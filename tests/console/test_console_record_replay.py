@@ -15,7 +15,7 @@ from krex_runtime.local_runtime import Runtime
 from krex_runtime.trace import read_trace
 
 WORKLOAD = [sys.executable, "-m", "krex_runtime.demo_candidate", "--import-s", "0.2", "--compile-s", "0.05",
-            "--repeats", "40", "--kernel-us"]
+            "--repeats", "60", "--kernel-us", "5000"]
 
 
 def overview_rows(app: KrexConsole) -> dict[str, list[str]]:
@@ -36,16 +36,16 @@ async def _record_and_replay(rt: Runtime) -> None:
     captured: list[tuple[int, float, dict[str, list[str]]]] = []
     async with live.run_test(size=(160, 40)) as pilot:
         await wait_for(pilot, lambda: live.status == FeedStatus.LIVE and live.model.state.gpus)
-        for i, kernel_us in enumerate([2000, 5000, 1000, 5000, 2000, 5000]):
-            submit(rt, [*WORKLOAD, str(kernel_us)], label=f"cand-{i}")
+        for i in range(6):
+            submit(rt, WORKLOAD, label=f"cand-{i}")
         while len(captured) < 3:
-            await wait_for(pilot, lambda: interesting(live), 30, "a region held while others run")
+            await wait_for(pilot, lambda: interesting(live), 60, "a region held while others run")
             # Within one synchronous stretch the feed cannot move the state, and
             # the views age things by the state's own time, as replay does.
             live.model.now = live.model.state.time
             captured.append((live.model.state.seq, live.model.state.time, overview_rows(live)))
             await pilot.pause(0.15)
-        await wait_for(pilot, lambda: live.model.state.totals.get("finished", 0) == 6, 60, "the workload")
+        await wait_for(pilot, lambda: live.model.state.totals.get("finished", 0) == 6, 90, "the workload")
 
     feed = ReplayFeed(read_trace(rt.trace_path), checkpoint_every=16)
     feed.paused = True
