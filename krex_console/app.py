@@ -13,6 +13,7 @@ own reducer (krex_runtime.state.apply); it never imports runtime internals.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -381,8 +382,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def endpoints_for(args: argparse.Namespace) -> tuple[str, str]:
     """The control and telemetry endpoints, found the way the `krex` CLI finds them."""
-    import os
-
     if args.run_dir:
         os.environ["KREX_RUN_DIR"] = args.run_dir
     control = args.connect or endpoints.client_control()

@@ -9,13 +9,12 @@ import re
 import shutil
 import subprocess
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 from runtime_helpers import REPO
 
-from krex_runtime.config import resolve_lock_dir, load_config
+from krex_runtime.config import load_config, resolve_lock_dir
 
 DEMO_RUN_DIR = REPO / ".demo" / "run"
 DEMO_GPUS = 4
