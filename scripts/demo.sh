@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything and start the demo: a runtime on 4 simulated GPUs under
-# policy krex, a synthetic kernel-agent workload, and the live view.
-# Ctrl-C ends all three. Files of the run are kept in .demo/.
+# policy krex, a synthetic kernel-agent workload, and the operator console
+# (krex-console). Quitting the console (q or Ctrl-C) ends all three. Files
+# of the run are kept in .demo/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -27,4 +28,4 @@ for _ in $(seq 100); do
 done
 .venv/bin/python -m krex_runtime.demo_workload --inflight 12 >"$demo/workload.log" 2>&1 &
 workload=$!
-.venv/bin/krex status --watch 1
+.venv/bin/krex-console

@@ -1,0 +1,420 @@
+"""`krex-console`: the operator's terminal UI for one node's KREX runtime.
+
+    krex-console                      # this node's runtime (KREX_ENDPOINT / KREX_RUN_DIR / default)
+    krex-console --connect ENDPOINT   # another runtime
+    krex-console --read-only          # the read-only control socket; no actions
+    krex-console --replay TRACE       # play a recorded trace through the same views
+
+The console is a thin client: it speaks the runtime's protocol
+(krex_runtime.protocol / control_client) and folds events with the runtime's
+own reducer (krex_runtime.state.apply); it never imports runtime internals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
+
+from krex_console import actions
+from krex_console.dialogs import ConfirmDialog, HelpScreen, SeekDialog
+from krex_console.feed import FeedStatus, FeedStatusChanged, LiveFeed, ReplayFeed, StateChanged
+from krex_console.model import ConsoleModel
+from krex_console.views.commands import CommandDetailScreen, CommandsTable
+from krex_console.views.events import EventsTable
+from krex_console.views.gpu_detail import GpuDetailScreen, summarize_gpu
+from krex_console.views.overview import OverviewTable
+from krex_runtime import endpoints
+from krex_runtime.trace import TraceError, read_trace
+
+RENDER_EVERY_S = 0.1  # at most 10 repaints a second, however fast events come
+AGE_EVERY_S = 1.0  # live hold times and run times tick even with no events
+REPLAY_ACTIONS = frozenset({"toggle_play", "step", "faster", "slower", "seek", "jump"})
+FILTERABLE_TABS = {"commands": CommandsTable, "events": EventsTable}
+
+
+class StatusBar(Static):
+    """Mode, connection (live / stale / disconnected) and node totals."""
+
+    DEFAULT_CSS = "StatusBar { height: 1; background: $panel; padding: 0 1; }"
+
+
+class FilterInput(Input):
+    DEFAULT_CSS = "FilterInput { display: none; height: 3; } FilterInput.shown { display: block; }"
+
+
+class KrexConsole(App[None]):
+    TITLE = "krex-console"
+    CSS = """
+    TabbedContent { height: 1fr; }
+    TabPane { padding: 0; }
+    DataTable { height: 1fr; }
+    #overview-summary { height: auto; max-height: 50%; border: round $accent; padding: 0 1; }
+    """
+    BINDINGS = [
+        Binding("1", "show_tab('overview')", "Overview"),
+        Binding("2", "show_tab('commands')", "Commands"),
+        Binding("3", "show_tab('events')", "Events"),
+        Binding("slash", "filter", "Filter"),
+        Binding("question_mark", "help", "Help"),
+        Binding("escape", "back", "Back", show=False),
+        Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        Binding("space", "toggle_play", "Play/pause"),
+        Binding("n", "step", "Step"),
+        Binding("plus,equals_sign", "faster", "Faster"),
+        Binding("minus", "slower", "Slower"),
+        Binding("g", "seek", "Seek"),
+        Binding("left_square_bracket", "jump(-10)", "-10 s", show=False),
+        Binding("right_square_bracket", "jump(10)", "+10 s", show=False),
+    ]
+
+    def __init__(
+        self,
+        control: str | None = None,
+        telemetry: str | None = None,
+        read_only: bool = False,
+        replay: ReplayFeed | None = None,
+    ) -> None:
+        super().__init__()
+        self.model = ConsoleModel()
+        self.read_only = read_only
+        self.replay = replay
+        if replay is not None:
+            replay.post = self.post_message
+        self.control_endpoint = None if replay is not None else control
+        self.live: LiveFeed | None = None
+        if replay is None:
+            assert control is not None and telemetry is not None
+            self.live = LiveFeed(control, telemetry, self.post_message)
+        self.status = FeedStatus.REPLAY if replay is not None else FeedStatus.CONNECTING
+        self.status_detail = ""
+        self.last_outcome: actions.ActionOutcome | None = None
+        self.renders = 0
+        self._dirty = True
+        self._last_render = 0.0
+
+    # --- layout ---------------------------------------------------------------
+
+    def make_status_bar(self) -> StatusBar:
+        return StatusBar(self.status_text(), classes="status")
+
+    def compose(self) -> ComposeResult:
+        yield self.make_status_bar()
+        with TabbedContent(initial="overview", id="tabs"):
+            with TabPane("1 Overview", id="overview"):
+                with Vertical():
+                    yield OverviewTable()
+                    yield Static(id="overview-summary")
+            with TabPane("2 Commands", id="commands"):
+                with Vertical():
+                    yield FilterInput(placeholder="filter: words, state:running, gpu:1 (Enter keeps, Esc clears)",
+                                      id="commands-filter")
+                    yield CommandsTable()
+            with TabPane("3 Events", id="events"):
+                with Vertical():
+                    yield FilterInput(placeholder="filter: words, e.g. region gpu:1 (Enter keeps, Esc clears)",
+                                      id="events-filter")
+                    yield EventsTable()
+        yield Footer()
+
+    def on_mount(self) -> None:
+        feed = self.replay if self.replay is not None else self.live
+        assert feed is not None
+        self.run_worker(feed.run(), name="feed", group="feed", exclusive=True)
+        self.set_interval(RENDER_EVERY_S, self._render_tick)
+        self.query_one(OverviewTable).focus()
+
+    # --- the feed -------------------------------------------------------------
+
+    def on_state_changed(self, message: StateChanged) -> None:
+        m = self.model
+        m.state, m.log = message.state, message.log
+        m.now = message.now if self.replay is not None else time.time()
+        m.history.sample(m.state)
+        self._dirty = True
+
+    def on_feed_status_changed(self, message: FeedStatusChanged) -> None:
+        self.status, self.status_detail = message.status, message.detail
+        if message.read_only and not self.read_only:
+            self.read_only = True  # the runtime says this socket is read-only: hide the actions too
+            self.refresh_bindings()
+        self._dirty = True
+
+    def _render_tick(self) -> None:
+        if self.replay is None and time.monotonic() - self._last_render >= AGE_EVERY_S:
+            self.model.now = time.time()
+            self._dirty = True
+        if self._dirty:
+            self.refresh_views()
+
+    def refresh_views(self) -> None:
+        self._dirty = False
+        self._last_render = time.monotonic()
+        self.renders += 1
+        for bar in self.screen.query(StatusBar):
+            bar.update(self.status_text())
+        screen = self.screen
+        if isinstance(screen, (GpuDetailScreen, CommandDetailScreen)):
+            screen.refresh_from(self.model)
+            return
+        if screen is not self.screen_stack[0]:
+            return  # a dialog is open: the views refresh when it closes
+        active = self.query_one("#tabs", TabbedContent).active
+        table = {"overview": OverviewTable, "commands": CommandsTable, "events": EventsTable}.get(active)
+        if table is not None:
+            self.query_one(table).refresh_from(self.model)
+        if active == "overview":
+            self.refresh_overview_summary()
+
+    def refresh_overview_summary(self) -> None:
+        gpu = self.query_one(OverviewTable).selected_gpu()
+        text = summarize_gpu(self.model, gpu) if gpu is not None else "no GPU yet"
+        self.query_one("#overview-summary", Static).update(text)
+
+    def status_text(self) -> str:
+        s = self.model.state
+        totals = s.totals
+        running = sum(len(g.running) for g in s.gpus.values())
+        slots = sum(g.slots for g in s.gpus.values())
+        node = (
+            f"node [b]{s.node or '?'}[/b]  policy {s.policy or '?'}  seq {s.seq}  GPUs {len(s.gpus)}"
+            f"  running {running}/{slots}  queued {len(s.queue)}  done {sum(totals.get(k, 0) for k in ('finished', 'timeout', 'cancelled', 'failed'))}"
+            f"{'  [b red]NODE PAUSED[/]' if s.paused else ''}{'  [b red]STOPPING[/]' if s.stopping else ''}"
+        )
+        if self.replay is not None:
+            return f"[b reverse] REPLAY [/] {self.replay.describe()}  {node}"
+        badge = {
+            FeedStatus.LIVE: "[b green]● LIVE[/]",
+            FeedStatus.CONNECTING: "[b yellow]◌ CONNECTING[/]",
+            FeedStatus.STALE: f"[b yellow]◌ STALE[/] ({self.status_detail})",
+            FeedStatus.DISCONNECTED: f"[b red]✖ DISCONNECTED[/] ({self.status_detail}; retrying)",
+        }.get(self.status, self.status)
+        return f"{badge}{'  [b magenta]READ-ONLY[/]' if self.read_only else ''}  {node}"
+
+    # --- navigation -------------------------------------------------------------
+
+    def action_show_tab(self, tab: str) -> None:
+        if self.screen is not self.screen_stack[0]:
+            return
+        self.query_one("#tabs", TabbedContent).active = tab
+        self._focus_table(tab)
+        self.refresh_views()
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if event.pane.id:
+            self._focus_table(event.pane.id)
+        self._dirty = True
+
+    def _focus_table(self, tab: str) -> None:
+        table = {"overview": OverviewTable, "commands": CommandsTable, "events": EventsTable}[tab]
+        self.query_one(table).focus()
+
+    def open_gpu(self, uuid: str) -> None:
+        self.push_screen(GpuDetailScreen(uuid))
+
+    def open_command(self, command_id: str) -> None:
+        self.push_screen(CommandDetailScreen(command_id))
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_filter(self) -> None:
+        if self.screen is not self.screen_stack[0]:
+            return
+        tab = self.query_one("#tabs", TabbedContent).active
+        if tab not in FILTERABLE_TABS:
+            self.action_show_tab("commands")
+            tab = "commands"
+        box = self.query_one(f"#{tab}-filter", FilterInput)
+        box.add_class("shown")
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if isinstance(event.input, FilterInput):
+            tab = (event.input.id or "").removesuffix("-filter")
+            self.query_one(FILTERABLE_TABS[tab]).query_text = event.value
+            self._dirty = True
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if isinstance(event.input, FilterInput):
+            tab = (event.input.id or "").removesuffix("-filter")
+            if not event.value:
+                event.input.remove_class("shown")
+            self._focus_table(tab)
+
+    def action_back(self) -> None:
+        """Esc: close a filter (clearing it), else leave a detail screen."""
+        if self.screen is not self.screen_stack[0]:
+            self.pop_screen()
+            return
+        for box in self.query(FilterInput):
+            if box.has_class("shown"):
+                box.value = ""
+                box.remove_class("shown")
+                tab = (box.id or "").removesuffix("-filter")
+                self.query_one(FILTERABLE_TABS[tab]).query_text = ""
+                self._focus_table(tab)
+                self._dirty = True
+
+    # --- actions: gated in the UI here, and again by the runtime ------------------
+
+    @property
+    def actions_allowed(self) -> bool:
+        return self.replay is None and not self.read_only and self.control_endpoint is not None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in REPLAY_ACTIONS:
+            return self.replay is not None
+        if action in actions.CHANGING_ACTIONS:
+            return self.actions_allowed
+        return True
+
+    def confirm_and_perform(self, plan: actions.PlannedAction) -> None:
+        if not self.actions_allowed:  # bindings are hidden; this guards the palette and callers
+            self.notify("actions are off in read-only mode and in replay", severity="warning")
+            return
+
+        def answered(confirmed: bool | None) -> None:
+            if confirmed:
+                self.perform(plan)
+            else:
+                self.notify(f"cancelled: {plan.question}", timeout=2)
+
+        self.push_screen(ConfirmDialog(plan), answered)
+
+    def perform(self, plan: actions.PlannedAction) -> None:
+        """Send the request on a daemon thread: a lease may wait minutes for its
+        region, and must neither freeze the screen nor hold up quitting."""
+        endpoint = self.control_endpoint
+        assert endpoint is not None
+        if plan.request == "lease":
+            self.notify(f"{plan.verb} {plan.target}: waiting for its region…", timeout=4)
+
+        def run() -> None:
+            outcome = actions.perform(endpoint, plan)
+            try:
+                self.call_from_thread(self._action_done, outcome)
+            except RuntimeError:
+                pass  # the console quit while the request was out
+
+        threading.Thread(target=run, name=f"krex-action-{plan.request}", daemon=True).start()
+
+    def _action_done(self, outcome: actions.ActionOutcome) -> None:
+        self.last_outcome = outcome
+        self.notify(outcome.message, severity="information" if outcome.ok else "error",
+                    timeout=4 if outcome.ok else 10)
+
+    # --- replay -------------------------------------------------------------------
+
+    def action_toggle_play(self) -> None:
+        if self.replay is not None:
+            self.replay.toggle_pause()
+
+    def action_step(self) -> None:
+        if self.replay is not None:
+            self.replay.step()
+
+    def action_faster(self) -> None:
+        if self.replay is not None:
+            self.replay.set_speed(self.replay.speed * 2)
+
+    def action_slower(self) -> None:
+        if self.replay is not None:
+            self.replay.set_speed(self.replay.speed / 2)
+
+    def action_jump(self, seconds: float) -> None:
+        if self.replay is not None:
+            self.replay.seek(self.replay.clock + seconds)
+
+    def action_seek(self) -> None:
+        replay = self.replay
+        if replay is None:
+            return
+
+        def chosen(offset: float | None) -> None:
+            if offset is not None:
+                replay.seek_offset(offset)
+
+        self.push_screen(SeekDialog(replay.end - replay.start), chosen)
+
+    # --- command palette ------------------------------------------------------------
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Overview", "The node overview: a row per GPU", lambda: self.action_show_tab("overview"))
+        yield SystemCommand("Commands", "Commands, filterable and sortable", lambda: self.action_show_tab("commands"))
+        yield SystemCommand("Events", "The audit log of events", lambda: self.action_show_tab("events"))
+        if self.replay is not None:
+            yield SystemCommand("Replay: play / pause", "Play or pause the trace", self.action_toggle_play)
+            yield SystemCommand("Replay: step", "Apply one more event", self.action_step)
+            yield SystemCommand("Replay: seek", "Go to a time in the trace", self.action_seek)
+        if self.actions_allowed:
+            for gpu in list(self.model.state.gpus.values()):
+                for build in (actions.lease, actions.release, actions.recycle, actions.toggle_admission):
+                    plan = build(gpu)
+                    yield SystemCommand(f"{plan.verb} {plan.target}", plan.detail,
+                                        lambda plan=plan: self.confirm_and_perform(plan))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="krex-console", description="The operator console of a KREX node.")
+    p.add_argument("--connect", metavar="ENDPOINT", help="control endpoint (default: this node's runtime)")
+    p.add_argument("--telemetry", metavar="ENDPOINT", help="telemetry endpoint (default: beside the control socket)")
+    p.add_argument("--run-dir", metavar="DIR", help="the runtime's run dir (default: KREX_RUN_DIR, else the system default)")
+    p.add_argument("--read-only", action="store_true", help="use the read-only control socket; no actions")
+    p.add_argument("--replay", metavar="TRACE", help="play a recorded trace instead of a live runtime")
+    p.add_argument("--at", type=float, default=0.0, metavar="S", help="replay: start S seconds into the trace")
+    p.add_argument("--speed", type=float, default=1.0, help="replay: speed factor (default 1)")
+    p.add_argument("--paused", action="store_true", help="replay: start paused")
+    return p
+
+
+def endpoints_for(args: argparse.Namespace) -> tuple[str, str]:
+    """The control and telemetry endpoints, found the way the `krex` CLI finds them."""
+    if args.run_dir:
+        os.environ["KREX_RUN_DIR"] = args.run_dir
+    control = args.connect or endpoints.client_control()
+    if args.read_only and control.startswith("ipc://") and control.endswith("/" + endpoints.CONTROL_SOCKET):
+        control = control[: -len(endpoints.CONTROL_SOCKET)] + endpoints.CONTROL_READ_ONLY_SOCKET
+    telemetry = args.telemetry or endpoints.client_telemetry(control)
+    return control, telemetry
+
+
+def make_app(args: argparse.Namespace) -> KrexConsole:
+    if args.replay:
+        feed = ReplayFeed(read_trace(Path(args.replay)))
+        feed.speed = args.speed
+        feed.paused = args.paused
+        if args.at:
+            feed.seek_offset(args.at)
+        return KrexConsole(replay=feed)
+    control, telemetry = endpoints_for(args)
+    if not telemetry:
+        raise SystemExit("krex-console: no telemetry endpoint for a non-ipc control endpoint: give --telemetry")
+    return KrexConsole(control=control, telemetry=telemetry, read_only=args.read_only)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        app = make_app(args)
+    except TraceError as exc:
+        print(f"krex-console: {exc}", file=sys.stderr)
+        return 1
+    app.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Modal dialogs: confirm (names its target, Cancel is the default), seek, help."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static
+
+from krex_console.actions import PlannedAction
+
+
+class ConfirmDialog(ModalScreen[bool]):
+    """Asks before a changing action. Cancel has the focus, so Enter (and Esc)
+    leave the node as it is; confirming takes a deliberate Tab or click."""
+
+    DEFAULT_CSS = """
+    ConfirmDialog { align: center middle; }
+    ConfirmDialog > Vertical {
+        width: 70; max-width: 95%; height: auto; border: thick $error; background: $surface; padding: 1 2;
+    }
+    ConfirmDialog #question { text-style: bold; }
+    ConfirmDialog #detail { color: $text-muted; margin: 1 0; }
+    ConfirmDialog Horizontal { height: auto; align-horizontal: right; }
+    ConfirmDialog Button { margin-left: 2; }
+    """
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, action: PlannedAction) -> None:
+        super().__init__()
+        self.action_plan = action
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(self.action_plan.question, id="question")
+            yield Static(self.action_plan.detail, id="detail")
+            with Horizontal():
+                yield Button("Cancel", id="cancel", variant="primary")
+                yield Button(self.action_plan.verb.split()[0], id="confirm", variant="error")
+
+    def on_mount(self) -> None:
+        self.query_one("#cancel", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "confirm")
+
+    def action_cancel(self) -> None:
+        self.dismiss(False)
+
+
+class SeekDialog(ModalScreen["float | None"]):
+    """Asks for a replay position in seconds from the start of the trace."""
+
+    DEFAULT_CSS = """
+    SeekDialog { align: center middle; }
+    SeekDialog > Vertical { width: 60; height: auto; border: thick $accent; background: $surface; padding: 1 2; }
+    """
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, span_s: float) -> None:
+        super().__init__()
+        self.span_s = span_s
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(f"Seek to (seconds from the trace start, 0 to {self.span_s:.1f}):")
+            yield Input(placeholder="e.g. 12.5", id="seek-to")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        try:
+            self.dismiss(float(event.value))
+        except ValueError:
+            self.notify(f"not a number of seconds: {event.value!r}", severity="error")
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+HELP_TEXT = """\
+[b]Views[/b]
+  1  node overview (a row per GPU)     2  commands     3  events (audit log)
+  enter  open the selected GPU / command          esc  back
+  /  filter (commands, events)   s  sort commands   ctrl+p  command palette
+
+[b]Actions[/b] (live, not read-only; each asks first, Cancel is the default)
+  l  lease the GPU        u  release its lease     c  recycle its contexts
+  p  pause / resume admission on the GPU           k  kill the command
+
+[b]Replay[/b]
+  space  play / pause     n  step one event       + / -  speed
+  g  seek to a time       [ / ]  back / forward 10 s
+
+  q or ctrl+c  quit       ?  this help
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > Vertical { width: 84; max-width: 98%; height: auto; border: thick $accent; background: $surface; padding: 1 2; }
+    """
+    BINDINGS = [Binding("escape,question_mark,q", "close", "Close")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(HELP_TEXT, id="help-text")
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,394 @@
+"""The console's two feeds: a live runtime and a recorded trace.
+
+Both build the node state with the runtime's one reducer
+(`krex_runtime.state.apply`) and post typed messages to the app. Each feed is
+one async worker on the app's event loop, so the state it mutates is only
+ever read between its awaits and needs no copying or locking. When events
+arrive faster than the screen can show them the worker drains everything
+queued, folds it into the state, and posts one `StateChanged`; the message
+also replaces an older one still waiting in the app's queue (`can_replace`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import json
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import zmq
+import zmq.asyncio
+from textual.message import Message
+
+from krex_runtime import protocol
+from krex_runtime import state as node_state
+from krex_runtime.control_client import ControlClient, RequestFailed, RuntimeUnavailable
+from krex_runtime.trace import Trace
+
+# How many events and region records the console remembers (the trace has all).
+KEEP_EVENTS = 5000
+KEEP_REGIONS_PER_GPU = 200
+# The runtime publishes a snapshot every `snapshot_interval_s` (well under a
+# second), so this much silence on the PUB socket means the feed is stale.
+STALE_AFTER_S = 3.0
+RECONNECT_EVERY_S = 1.0
+# At most this many messages are folded before the worker yields to the UI.
+FOLD_BATCH = 5000
+# Posts come at most this often: what arrives in between is folded into one
+# state, so a fast stream costs the UI a bounded number of messages.
+POST_EVERY_S = 0.05
+
+
+class FeedStatus:
+    CONNECTING = "connecting"
+    LIVE = "live"
+    STALE = "stale"
+    DISCONNECTED = "disconnected"
+    REPLAY = "replay"
+
+
+@dataclass
+class RegionRecord:
+    """One region as the timeline shows it: granted, then (maybe) released."""
+
+    gpu: int
+    region: int
+    kind: str
+    tenant_id: int
+    command_id: str
+    granted_t: float
+    stats: dict[str, Any]
+    frozen: list[int]
+    released_t: float | None = None
+    reason: str = ""
+
+
+class EventLog:
+    """The recent events (the audit log) and region records built from them."""
+
+    def __init__(self) -> None:
+        self.events: deque[dict[str, Any]] = deque(maxlen=KEEP_EVENTS)
+        self.regions: dict[int, OrderedDict[int, RegionRecord]] = {}
+        self.generation = 0  # bumped when the log restarts, so views rebuild
+
+    def clear(self) -> None:
+        self.events.clear()
+        self.regions.clear()
+        self.generation += 1
+
+    def add(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+        kind = event.get("type")
+        if kind == "region_granted":
+            per_gpu = self.regions.setdefault(event["gpu"], OrderedDict())
+            per_gpu[event["region"]] = RegionRecord(
+                gpu=event["gpu"],
+                region=event["region"],
+                kind=event.get("kind", ""),
+                tenant_id=event.get("tenant_id", -1),
+                command_id=event.get("command_id", ""),
+                granted_t=event.get("t", 0.0),
+                stats={k: v for k, v in event.items() if k.endswith("_s")},
+                frozen=list(event.get("frozen", [])),
+            )
+            while len(per_gpu) > KEEP_REGIONS_PER_GPU:
+                per_gpu.popitem(last=False)
+        elif kind == "region_released":
+            record = self.regions.get(event["gpu"], {}).get(event["region"])
+            if record is not None:
+                record.stats |= {k: v for k, v in event.items() if k.endswith("_s")}
+                record.released_t = event.get("t")
+                record.reason = event.get("reason", "")
+
+    def regions_of_gpu(self, gpu: int) -> list[RegionRecord]:
+        return list(self.regions.get(gpu, {}).values())
+
+    def regions_of_command(self, command_id: str) -> list[RegionRecord]:
+        return [r for per_gpu in self.regions.values() for r in per_gpu.values() if r.command_id == command_id]
+
+
+class StateChanged(Message):
+    """The newest state of a feed. `now` is the clock the views age things by:
+    the wall clock live, the replay position in replay."""
+
+    def __init__(self, state: node_state.NodeState, log: EventLog, now: float, folded: int) -> None:
+        super().__init__()
+        self.state = state
+        self.log = log
+        self.now = now
+        self.folded = folded
+
+    def can_replace(self, message: Message) -> bool:
+        # Only the newest state matters; the state object is shared anyway.
+        return isinstance(message, StateChanged)
+
+
+class FeedStatusChanged(Message):
+    def __init__(self, status: str, detail: str = "", read_only: bool | None = None) -> None:
+        super().__init__()
+        self.status = status
+        self.detail = detail
+        self.read_only = read_only
+
+
+Post = Callable[[Message], Any]
+
+
+async def in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run a blocking call off the event loop on a daemon thread. Unlike
+    asyncio.to_thread, a call still waiting on a dead runtime does not hold
+    up the console's exit (the default executor is joined at shutdown)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def run() -> None:
+        result, error = None, None
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # handed to the awaiting coroutine
+            error = exc
+        try:
+            loop.call_soon_threadsafe(_settle, future, result, error)
+        except RuntimeError:
+            pass  # the console has exited meanwhile: nobody is waiting
+
+    threading.Thread(target=run, name="krex-console-call", daemon=True).start()
+    return await future
+
+
+def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
+
+
+class LiveFeed:
+    """Snapshot + events from a runtime (docs/protocol.md, "Telemetry"):
+    subscribe first, then ask for a snapshot, then apply every event with a
+    higher sequence number; on a gap, or when the runtime restarted, take a
+    new snapshot. Reconnects until the app stops it."""
+
+    def __init__(self, control: str, telemetry: str, post: Post, stale_after_s: float = STALE_AFTER_S) -> None:
+        self.control = control
+        self.telemetry = telemetry
+        self.post = post
+        self.stale_after_s = stale_after_s
+        self.state = node_state.NodeState()
+        self.log = EventLog()
+        self.status = FeedStatus.CONNECTING
+        self.snapshots_taken = 0
+        self.posts = 0
+        self.events_applied = 0
+        self._ctx = zmq.asyncio.Context.instance()
+
+    def _set_status(self, status: str, detail: str = "", read_only: bool | None = None) -> None:
+        if status != self.status or read_only is not None or detail:
+            self.status = status
+            self.post(FeedStatusChanged(status, detail, read_only))
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self._session()
+            except (RuntimeUnavailable, RequestFailed, zmq.ZMQError, OSError) as exc:
+                self._set_status(FeedStatus.DISCONNECTED, str(exc))
+            await asyncio.sleep(RECONNECT_EVERY_S)
+
+    async def _session(self) -> None:
+        sub = self._ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.LINGER, 0)
+        sub.setsockopt(zmq.SUBSCRIBE, protocol.TOPIC_EVENT)
+        sub.setsockopt(zmq.SUBSCRIBE, protocol.TOPIC_SNAPSHOT)
+        try:
+            sub.connect(self.telemetry)
+            client = ControlClient(self.control, timeout_s=5.0)
+            try:
+                hello = await in_daemon_thread(client.call, "hello", {"client": "krex-console"})
+                await self._resync(client)
+                self._set_status(FeedStatus.LIVE, f"{hello.get('node', '')}", read_only=bool(hello.get("read_only")))
+                await self._follow(sub, client)
+            finally:
+                client.close()
+        finally:
+            sub.close(linger=0)
+
+    async def _resync(self, client: ControlClient) -> None:
+        snap = await in_daemon_thread(client.call, "snapshot")
+        self._rebase(node_state.from_snapshot(snap["state"]))
+        self._post_state(0)
+
+    def _rebase(self, state: node_state.NodeState) -> None:
+        """Take a snapshot as the new state. The audit log keeps what it has
+        (a gap only loses the dropped events) unless the runtime is another one."""
+        if (state.pid, state.started_at) != (self.state.pid, self.state.started_at):
+            self.log.clear()
+        self.state = state
+        self.snapshots_taken += 1
+
+    async def _follow(self, sub: zmq.asyncio.Socket, client: ControlClient) -> None:
+        folded = 0  # events applied since the last post
+        last_post = time.monotonic()
+        while True:
+            if folded:
+                wait_s = max(0.0, POST_EVERY_S - (time.monotonic() - last_post))
+            else:
+                wait_s = self.stale_after_s
+            if not await sub.poll(int(wait_s * 1000)):
+                if folded:
+                    self._post_state(folded)
+                    folded, last_post = 0, time.monotonic()
+                    continue
+                self._set_status(FeedStatus.STALE, f"no telemetry for {self.stale_after_s:g} s")
+                # A runtime that still answers is only quiet on PUB; one that
+                # does not is gone: raising ends the session and reconnects.
+                await in_daemon_thread(client.call, "hello", {"client": "krex-console"}, 2.0)
+                continue
+            if self.status != FeedStatus.LIVE:
+                self._set_status(FeedStatus.LIVE)
+            batch, resync = 0, False
+            while batch < FOLD_BATCH and sub.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                topic, frame = await sub.recv_multipart()
+                batch += 1
+                if self._take(topic, json.loads(frame)):
+                    resync = True
+                    break
+            folded += batch
+            if resync:
+                await self._resync(client)
+                folded, last_post = 0, time.monotonic()
+            elif time.monotonic() - last_post >= POST_EVERY_S:
+                self._post_state(folded)
+                folded, last_post = 0, time.monotonic()
+            await asyncio.sleep(0)  # let the UI run between batches
+
+    def _take(self, topic: bytes, body: dict[str, Any]) -> bool:
+        """Fold one PUB message into the state; True when a new snapshot must be requested."""
+        if topic == protocol.TOPIC_SNAPSHOT:
+            published = body.get("state", {})
+            restarted = (published.get("pid"), published.get("started_at")) != (self.state.pid, self.state.started_at)
+            # PUB keeps order: every event up to this snapshot's seq came
+            # before it, so a snapshot ahead of us means events were dropped.
+            # Either way the published snapshot is the new base state.
+            if restarted or body.get("seq", 0) > self.state.seq:
+                self._rebase(node_state.from_snapshot(published))
+            return False
+        seq = body.get("seq", 0)
+        if body.get("type") == "runtime_started" and body.get("pid") != self.state.pid:
+            return True
+        if seq <= self.state.seq:
+            return False
+        if seq != self.state.seq + 1:
+            return True
+        node_state.apply(self.state, body)
+        self.log.add(body)
+        self.events_applied += 1
+        return False
+
+    def _post_state(self, folded: int) -> None:
+        self.posts += 1
+        self.post(StateChanged(self.state, self.log, time.time(), folded))
+
+
+class ReplayFeed:
+    """A trace played through the same reducer: play, pause, step, speed, seek.
+
+    Seeking restores the nearest earlier checkpoint (a `state.clone()` kept
+    every `checkpoint_every` events while playing forward) and applies the
+    events from there, so a seek never re-reads the trace from the start."""
+
+    TICK_S = 0.1
+
+    def __init__(self, trace: Trace, post: Post | None = None, checkpoint_every: int = 500) -> None:
+        self.trace = trace
+        self.post: Post = post or (lambda message: None)  # the app attaches itself
+        self.events = trace.events
+        self.times = [e.get("t", 0.0) for e in self.events]
+        self.start = self.times[0] if self.times else trace.header.get("started_at", 0.0)
+        self.end = self.times[-1] if self.times else self.start
+        self.checkpoint_every = checkpoint_every
+        self.checkpoints: dict[int, node_state.NodeState] = {0: node_state.NodeState()}
+        self.state = node_state.NodeState()
+        self.log = EventLog()
+        self.index = 0  # events[:index] are in the state
+        self.clock = self.start
+        self.speed = 1.0
+        self.paused = False
+
+    async def run(self) -> None:
+        self.post(FeedStatusChanged(FeedStatus.REPLAY, self.describe()))
+        self._post_state()
+        while True:
+            await asyncio.sleep(self.TICK_S)
+            if not self.paused and self.index < len(self.events):
+                self._advance_to(self.clock + self.TICK_S * self.speed)
+                self._post_state()
+            elif not self.paused:
+                self.paused = True
+                self.post(FeedStatusChanged(FeedStatus.REPLAY, self.describe()))
+
+    def describe(self) -> str:
+        where = f"+{self.clock - self.start:.1f}s/{self.end - self.start:.1f}s"
+        return f"{'paused' if self.paused else 'playing'} x{self.speed:g} {where} event {self.index}/{len(self.events)}"
+
+    def _apply_next(self) -> None:
+        event = self.events[self.index]
+        node_state.apply(self.state, event)
+        self.log.add(event)
+        self.index += 1
+        if self.index % self.checkpoint_every == 0 and self.index not in self.checkpoints:
+            self.checkpoints[self.index] = node_state.clone(self.state)
+
+    def _advance_to(self, t: float) -> None:
+        while self.index < len(self.events) and self.times[self.index] <= t:
+            self._apply_next()
+        self.clock = min(max(t, self.start), self.end)
+
+    def seek(self, t: float) -> None:
+        """Show the state at trace time `t` (events with time <= t applied)."""
+        target = bisect.bisect_right(self.times, t)
+        if target < self.index or target - self.index > self.checkpoint_every:
+            base = max(i for i in self.checkpoints if i <= target)
+            self.state = node_state.clone(self.checkpoints[base])
+            self.index = base
+            self.log.clear()
+            # The audit log and region timeline show the events before the
+            # checkpoint too, as they would have after playing up to here.
+            for event in self.events[max(0, base - KEEP_EVENTS) : base]:
+                self.log.add(event)
+        self._advance_to(t)
+        self.clock = min(max(t, self.start), self.end)
+        self._post_state()
+        self.post(FeedStatusChanged(FeedStatus.REPLAY, self.describe()))
+
+    def seek_offset(self, seconds: float) -> None:
+        self.seek(self.start + seconds)
+
+    def step(self) -> None:
+        """Apply exactly one more event and pause there."""
+        self.paused = True
+        if self.index < len(self.events):
+            self._apply_next()
+            self.clock = self.times[self.index - 1]
+        self._post_state()
+        self.post(FeedStatusChanged(FeedStatus.REPLAY, self.describe()))
+
+    def toggle_pause(self) -> None:
+        self.paused = not self.paused
+        if not self.paused and self.index >= len(self.events):
+            self.seek(self.start)  # play again from the start, like a player
+            self.paused = False
+        self.post(FeedStatusChanged(FeedStatus.REPLAY, self.describe()))
+
+    def set_speed(self, speed: float) -> None:
+        self.speed = min(64.0, max(0.125, speed))
+        self.post(FeedStatusChanged(FeedStatus.REPLAY, self.describe()))
+
+    def _post_state(self) -> None:
+        self.post(StateChanged(self.state, self.log, self.clock, 0))

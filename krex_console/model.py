@@ -1,0 +1,130 @@
+"""What the views show, derived from the reducer's state and nothing else.
+
+`gpu_figures` is the one place a GPU's row is computed, so the overview, the
+GPU detail and the tests that compare a live view with its replay all read
+the same figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from krex_console import format as fmt
+from krex_console.feed import EventLog
+from krex_runtime.state import CommandInfo, GpuState, NodeState
+
+OPERATOR_TENANT = 0  # the region holder id of an operator's lease (state.py)
+TELEMETRY_SERIES = ("util_pct", "mem_used", "sm_clock_mhz", "temp_c")
+HISTORY_LEN = 32
+
+
+class MetricHistory:
+    """Recent telemetry per GPU UUID for the sparklines, one sample per
+    second of node time (so replay at any speed draws the same lines)."""
+
+    def __init__(self) -> None:
+        self._series: dict[tuple[str, str], list[tuple[int, float | None]]] = {}
+
+    def clear(self) -> None:
+        self._series.clear()
+
+    def sample(self, state: NodeState) -> None:
+        second = int(state.time)
+        for gpu in state.gpus.values():
+            telemetry = getattr(gpu, "telemetry", None)
+            for name in TELEMETRY_SERIES:
+                series = self._series.setdefault((gpu.uuid, name), [])
+                value = fmt.number(fmt.get(telemetry, name))
+                if series and series[-1][0] == second:
+                    series[-1] = (second, value)
+                elif series and series[-1][0] > second:  # the clock went back: a seek
+                    series[:] = [(second, value)]
+                else:
+                    series.append((second, value))
+                    del series[:-HISTORY_LEN]
+
+    def values(self, uuid: str, name: str) -> list[float | None]:
+        return [v for _, v in self._series.get((uuid, name), [])]
+
+
+@dataclass
+class ConsoleModel:
+    state: NodeState = field(default_factory=NodeState)
+    log: EventLog = field(default_factory=EventLog)
+    now: float = 0.0
+    history: MetricHistory = field(default_factory=MetricHistory)
+
+
+def holder_text(state: NodeState, gpu: GpuState) -> str:
+    if gpu.region_holder is None:
+        return "-"
+    if gpu.region_holder == OPERATOR_TENANT and gpu.region_kind == "lease":
+        return "operator lease"
+    label = ""
+    cmd = state.commands.get(gpu.region_command) if gpu.region_command else None
+    if cmd is not None and cmd.label:
+        label = f" {cmd.label}"
+    kind = " lease" if gpu.region_kind == "lease" else ""
+    return f"t{gpu.region_holder}{label}{kind}"
+
+
+def lease_text(gpu: GpuState) -> str:
+    if gpu.region_kind == "lease" and gpu.region_holder is not None:
+        return "operator" if gpu.region_holder == OPERATOR_TENANT else f"t{gpu.region_holder}"
+    if any(q.get("kind") == "lease" for q in gpu.region_queue):
+        return "pending"
+    return "-"
+
+
+def admission_text(state: NodeState, gpu: GpuState) -> str:
+    if state.paused:
+        return "node paused"
+    return "paused" if gpu.paused else "open"
+
+
+def count_text(v: Any) -> str:
+    return fmt.NA if v is None else str(v)
+
+
+def gpu_figures(state: NodeState, gpu: GpuState, now: float) -> dict[str, str]:
+    """Every per-GPU figure the overview shows, as text ("n/a" when absent)."""
+    telemetry = getattr(gpu, "telemetry", None)
+    canary = getattr(gpu, "canary", None)
+    hold = now - gpu.region_since if gpu.region_since is not None else None
+    return {
+        "gpu": f"{gpu.index} {gpu.name}{' (sim)' if gpu.simulated else ''}",
+        "uuid": gpu.uuid,
+        "holder": holder_text(state, gpu),
+        "hold": fmt.duration(hold) if hold is not None else "-",
+        "region_queue": str(len(gpu.region_queue)),
+        "admission_queue": str(gpu.queued),
+        "running": f"{len(gpu.running)}/{gpu.slots}",
+        "parked": count_text(getattr(gpu, "parked", None)),
+        "draining": count_text(getattr(gpu, "draining", None)),
+        "frozen": str(len(gpu.frozen)),
+        "inflation_p50": fmt.inflation(fmt.get(canary, "inside_p50")),
+        "inflation_p95": fmt.inflation(fmt.get(canary, "inside_p95")),
+        "util": fmt.percent(fmt.get(telemetry, "util_pct")),
+        "memory": fmt.memory(fmt.get(telemetry, "mem_used"), fmt.get(telemetry, "mem_total")),
+        "sm_clock": fmt.value(fmt.get(telemetry, "sm_clock_mhz"), "MHz"),
+        "temp": fmt.value(fmt.get(telemetry, "temp_c"), "C"),
+        "lease": lease_text(gpu),
+        "admission": admission_text(state, gpu),
+    }
+
+
+def tenant_state(gpu: GpuState, cmd: CommandInfo) -> str:
+    """What a running command is doing with respect to its GPU's region."""
+    if cmd.tenant_id is not None and cmd.tenant_id == gpu.region_holder:
+        return "holding region"
+    if cmd.tenant_id in gpu.frozen:
+        return "frozen"
+    for position, request in enumerate(gpu.region_queue, start=1):
+        if request.get("tenant_id") == cmd.tenant_id:
+            return f"waiting for region (#{position})"
+    return "running"
+
+
+def gpu_by_uuid(state: NodeState, uuid: str) -> GpuState | None:
+    return next((g for g in state.gpus.values() if g.uuid == uuid), None)

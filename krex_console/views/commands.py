@@ -1,0 +1,246 @@
+"""Commands: filterable, sortable, keyed by command id; Enter drills down to a
+command's output tail and region statistics."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Label, Log, Static
+from textual.worker import get_current_worker
+
+from krex_console import actions
+from krex_console import format as fmt
+from krex_console.model import ConsoleModel
+from krex_console.views.overview import GatedActions
+from krex_console.views.table_sync import selected_key, sync_rows
+from krex_runtime import protocol
+from krex_runtime.control_client import ControlClient, RuntimeUnavailable
+from krex_runtime.state import CommandInfo
+
+if TYPE_CHECKING:
+    from krex_console.app import KrexConsole
+
+MAX_ROWS = 1000  # newest first; older ones are in the trace
+OUTPUT_LINES = 500
+
+STATE_STYLE = {
+    "queued": "yellow", "running": "bold green", "finished": "", "timeout": "bold red",
+    "cancelled": "magenta", "failed": "bold red",
+}
+
+
+def _run_s(cmd: CommandInfo, now: float) -> float | None:
+    if cmd.started_at is None:
+        return None
+    return (cmd.finished_at if cmd.finished_at is not None else now) - cmd.started_at
+
+
+SORTS: list[tuple[str, Callable[[CommandInfo, float], Any], bool]] = [
+    ("newest", lambda c, now: c.submitted_at, True),
+    ("state", lambda c, now: (c.state, -c.submitted_at), False),
+    ("gpu", lambda c, now: (c.gpu if c.gpu is not None else -1, -c.submitted_at), False),
+    ("run time", lambda c, now: _run_s(c, now) or 0.0, True),
+    ("label", lambda c, now: (c.label, c.submitted_at), False),
+]
+
+
+def matches(cmd: CommandInfo, query: str) -> bool:
+    """`state:running gpu:1 cand` — every word must match (field:value or a substring)."""
+    for word in query.lower().split():
+        field, _, wanted = word.partition(":")
+        if wanted and field == "state":
+            if not cmd.state.startswith(wanted):
+                return False
+        elif wanted and field == "gpu":
+            if str(cmd.gpu) != wanted:
+                return False
+        elif word not in f"{cmd.id} {cmd.label} {cmd.state} {' '.join(cmd.argv)}".lower():
+            return False
+    return True
+
+
+def command_row(cmd: CommandInfo, now: float) -> list[Any]:
+    exit_text = "-" if cmd.exit_code is None and cmd.signal is None else (
+        f"sig {cmd.signal}" if cmd.signal else str(cmd.exit_code))
+    return [
+        cmd.id,
+        cmd.label,
+        Text(cmd.state, style=STATE_STYLE.get(cmd.state, "")),
+        "-" if cmd.gpu is None else str(cmd.gpu),
+        "-" if cmd.tenant_id is None else f"t{cmd.tenant_id}",
+        fmt.duration(_run_s(cmd, now)) if cmd.started_at is not None else "-",
+        exit_text,
+        fmt.argv_text(cmd.argv, 50),
+    ]
+
+
+class CommandsTable(GatedActions, DataTable[Any]):
+    BINDINGS = [
+        Binding("enter", "select_cursor", "Details"),
+        Binding("s", "cycle_sort", "Sort"),
+        Binding("k", "kill", "Kill"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__(id="commands-table", cursor_type="row", zebra_stripes=True)
+        self.query_text = ""
+        self.sort_index = 0
+
+    def on_mount(self) -> None:
+        for key, label in (("id", "ID"), ("label", "Label"), ("state", "State"), ("gpu", "GPU"),
+                           ("tenant", "Tenant"), ("run", "Run time"), ("exit", "Exit"), ("argv", "Command line")):
+            self.add_column(label, key=key)
+
+    @property
+    def sort_name(self) -> str:
+        return SORTS[self.sort_index][0]
+
+    def refresh_from(self, model: ConsoleModel) -> None:
+        name, key, reverse = SORTS[self.sort_index]
+        now = model.now
+        shown = [c for c in model.state.commands.values() if not self.query_text or matches(c, self.query_text)]
+        shown.sort(key=lambda c: key(c, now), reverse=reverse)
+        sync_rows(self, [(c.id, command_row(c, now)) for c in shown[:MAX_ROWS]])
+
+    def selected_command(self) -> CommandInfo | None:
+        cid = selected_key(self)
+        return self.app.model.state.commands.get(cid) if cid else None
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        cmd = self.selected_command()
+        if cmd is not None:
+            self.app.open_command(cmd.id)
+
+    def action_cycle_sort(self) -> None:
+        self.sort_index = (self.sort_index + 1) % len(SORTS)
+        self.app.notify(f"commands sorted by {self.sort_name}", timeout=2)
+        self.refresh_from(self.app.model)
+
+    def action_kill(self) -> None:
+        cmd = self.selected_command()
+        if cmd is not None:
+            self.app.confirm_and_perform(actions.kill(cmd))
+
+
+def region_summary(model: ConsoleModel, command_id: str) -> str:
+    records = model.log.regions_of_command(command_id)
+    if not records:
+        return "regions: none seen (the console sees regions granted since it connected)"
+    def total(key: str) -> float:
+        return sum(fmt.number(r.stats.get(key)) or 0.0 for r in records)
+    n = len(records)
+    return (
+        f"regions {n}: hold {fmt.duration(total('hold_s'))} total, wait {fmt.duration(total('wait_s') / n)} mean,"
+        f" entry {fmt.duration(total('enter_s') / n)} mean (drain {fmt.duration(total('drain_s') / n)},"
+        f" freeze {fmt.duration(total('freeze_s') / n)}), exit thaw {fmt.duration(total('thaw_s') / n)} mean;"
+        f" froze {sum(len(r.frozen) for r in records)} tenant(s)"
+    )
+
+
+class CommandDetailScreen(GatedActions, Screen[None]):
+    """A command's record, its region statistics and the tail of its output.
+
+    The output comes from `wait` with attach (the output so far, then live
+    output until the result), on a connection of its own in a thread."""
+
+    DEFAULT_CSS = """
+    CommandDetailScreen #command-summary { height: auto; padding: 0 1; border: round $accent; }
+    CommandDetailScreen Log { height: 1fr; border: round $panel; }
+    CommandDetailScreen Label { padding: 0 1; text-style: bold; }
+    """
+    BINDINGS = [Binding("escape", "back", "Back"), Binding("k", "kill", "Kill")]
+
+    app: "KrexConsole"
+
+    def __init__(self, command_id: str) -> None:
+        super().__init__()
+        self.command_id = command_id
+        self.result: dict[str, Any] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield self.app.make_status_bar()
+        with Vertical():
+            yield Static(id="command-summary")
+            yield Label(f"Output of {self.command_id} (last {OUTPUT_LINES} lines)")
+            yield Log(id="output", max_lines=OUTPUT_LINES)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.refresh_from(self.app.model)
+        if self.app.control_endpoint is not None:
+            self.follow_output(self.app.control_endpoint)
+        else:
+            self.query_one(Log).write_line("(replay: a trace holds no command output)")
+
+    def refresh_from(self, model: ConsoleModel) -> None:
+        if not self.is_mounted:
+            return
+        cmd = model.state.commands.get(self.command_id)
+        if cmd is None:
+            text = f"command {self.command_id}: not in the node's state (it may have aged out)"
+        else:
+            run = _run_s(cmd, model.now)
+            lines = [
+                f"[b]{cmd.id}[/b]  {cmd.label}  state {cmd.state}  gpu {'-' if cmd.gpu is None else cmd.gpu}"
+                f"  tenant {'-' if cmd.tenant_id is None else cmd.tenant_id}  pid {cmd.pid or '-'}"
+                f"  run {fmt.duration(run) if run is not None else '-'}"
+                f"  exit {cmd.exit_code if cmd.exit_code is not None else '-'}"
+                f"{f'  signal {cmd.signal}' if cmd.signal else ''}{f'  reason {cmd.reason}' if cmd.reason else ''}",
+                fmt.argv_text(cmd.argv, 200),
+                region_summary(model, cmd.id),
+            ]
+            if self.result is not None:
+                lines.append(f"stdout {self.result.get('stdout_path') or fmt.NA}"
+                             f"  stderr {self.result.get('stderr_path') or fmt.NA}")
+            text = "\n".join(lines)
+        self.query_one("#command-summary", Static).update(text)
+
+    @work(thread=True, exclusive=True, group="output")
+    def follow_output(self, endpoint: str) -> None:
+        # Polls in short steps rather than blocking in ControlClient.follow:
+        # a thread worker that never returns would hold up the app's exit.
+        worker = get_current_worker()
+        try:
+            with ControlClient(endpoint, timeout_s=10) as client:
+                request_id = client.send("wait", {"id": self.command_id, "attach": True})
+                while not worker.is_cancelled:
+                    msg = client.receive(0.25)
+                    if msg is None or msg.get("re") != request_id:
+                        continue
+                    if msg["type"] == "reply" and not msg.get("ok"):
+                        error = msg.get("error") or {}
+                        self.app.call_from_thread(self._write, f"(no output: {error.get('code')}: {error.get('reason')})\n")
+                        return
+                    if msg["type"] == protocol.PUSH_OUTPUT:
+                        self.app.call_from_thread(self._write, msg["body"]["data"])
+                    elif msg["type"] == protocol.PUSH_RESULT:
+                        self.app.call_from_thread(self._finished, msg["body"])
+                        return
+        except RuntimeUnavailable as exc:
+            self.app.call_from_thread(self._write, f"\n(output unavailable: {exc})\n")
+
+    def _write(self, text: str) -> None:
+        if self.is_mounted:
+            self.query_one(Log).write(text)
+
+    def _finished(self, result: dict[str, Any]) -> None:
+        if not self.is_mounted:
+            return
+        self.result = result
+        self.query_one(Log).write(f"\n(ended: {result.get('state')}, exit {result.get('exit_code')})\n")
+        self.refresh_from(self.app.model)
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def action_kill(self) -> None:
+        cmd = self.app.model.state.commands.get(self.command_id)
+        if cmd is not None:
+            self.app.confirm_and_perform(actions.kill(cmd))

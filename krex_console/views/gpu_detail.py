@@ -1,0 +1,205 @@
+"""GPU detail: one GPU's figures, its tenants, and a timeline of recent regions."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Label, Static
+
+from krex_console import actions
+from krex_console import format as fmt
+from krex_console.feed import RegionRecord
+from krex_console.model import ConsoleModel, gpu_by_uuid, gpu_figures, tenant_state
+from krex_console.views.overview import GatedActions
+from krex_console.views.table_sync import sync_rows
+from krex_runtime.state import GpuState
+
+if TYPE_CHECKING:
+    from krex_console.app import KrexConsole
+
+TIMELINE_ROWS = 50
+BAR_WIDTH = 12
+
+
+def describe_gpu(model: ConsoleModel, gpu: GpuState) -> str:
+    f = gpu_figures(model.state, gpu, model.now)
+    t = getattr(gpu, "telemetry", None)
+    canary = getattr(gpu, "canary", None)
+    pool = getattr(gpu, "pool", None)
+    throttle = fmt.get(t, "throttle")
+    sim = fmt.get(t, "simulated")
+    lines = [
+        f"[b]GPU {gpu.index}[/b]  {gpu.uuid}  {gpu.name}{'  [i](simulated)[/i]' if gpu.simulated else ''}"
+        f"  memory {fmt.bytes_(gpu.memory_total)}  cpus {','.join(map(str, gpu.cpus)) or fmt.NA}",
+        f"region holder {f['holder']}  hold {f['hold']}  region queue {f['region_queue']}"
+        f"  admission queue {f['admission_queue']}  lease {f['lease']}  admission {f['admission']}",
+        f"running {f['running']}  parked {f['parked']}  draining {f['draining']}  frozen {f['frozen']}"
+        f" {gpu.frozen if gpu.frozen else ''}  started {gpu.started}  finished {gpu.finished}"
+        f"  regions {gpu.regions_granted}",
+        f"inflation inside p50/p95 {f['inflation_p50']}/{f['inflation_p95']}"
+        f"  outside p50/p95 {fmt.inflation(fmt.get(canary, 'outside_p50'))}/{fmt.inflation(fmt.get(canary, 'outside_p95'))}"
+        f"  contention {fmt.inflation(fmt.get(canary, 'contention'))}"
+        f"  flagged {fmt.get(canary, 'flagged') if fmt.get(canary, 'flagged') is not None else fmt.NA}",
+        f"util {f['util']}  memory {f['memory']}  SM {f['sm_clock']}"
+        f"  mem clock {fmt.value(fmt.get(t, 'mem_clock_mhz'), 'MHz')}  temp {f['temp']}"
+        f"  power {fmt.value(fmt.get(t, 'power_w'), 'W')}"
+        f"  throttle {', '.join(throttle) if isinstance(throttle, list) and throttle else ('none' if isinstance(throttle, list) else fmt.NA)}"
+        f"{'  [i](simulated telemetry)[/i]' if sim else ''}",
+        "pool " + (
+            "  ".join(f"{k} {count_text(fmt.get(pool, k))}" for k in ("size", "idle", "busy", "warming", "replaced"))
+            if isinstance(pool, dict) else fmt.NA
+        ),
+    ]
+    return "\n".join(lines)
+
+
+def summarize_gpu(model: ConsoleModel, gpu: GpuState) -> str:
+    """The overview's panel for the highlighted GPU: what its row has no room for."""
+    t = getattr(gpu, "telemetry", None)
+    canary = getattr(gpu, "canary", None)
+    pool = getattr(gpu, "pool", None)
+    throttle = fmt.get(t, "throttle")
+    holder_cmd = f"  command {gpu.region_command}" if gpu.region_command else ""
+    return "\n".join([
+        f"[b]GPU {gpu.index}[/b]  {gpu.uuid}  {gpu.name}{'  [i](simulated)[/i]' if gpu.simulated else ''}{holder_cmd}"
+        f"  frozen {','.join(f't{x}' for x in gpu.frozen) or '-'}",
+        f"canary outside p50/p95 {fmt.inflation(fmt.get(canary, 'outside_p50'))}/"
+        f"{fmt.inflation(fmt.get(canary, 'outside_p95'))}  contention {fmt.inflation(fmt.get(canary, 'contention'))}"
+        f"  power {fmt.value(fmt.get(t, 'power_w'), 'W')}  mem clock {fmt.value(fmt.get(t, 'mem_clock_mhz'), 'MHz')}"
+        f"  throttle {', '.join(throttle) if isinstance(throttle, list) and throttle else ('none' if isinstance(throttle, list) else fmt.NA)}",
+        "pool " + (
+            "  ".join(f"{k} {count_text(fmt.get(pool, k))}" for k in ("size", "idle", "busy", "warming", "replaced"))
+            if isinstance(pool, dict) else fmt.NA
+        ) + f"  regions {gpu.regions_granted}  started {gpu.started}  finished {gpu.finished}",
+    ])
+
+
+def count_text(v: Any) -> str:
+    return fmt.NA if v is None else str(v)
+
+
+def region_row(model: ConsoleModel, r: RegionRecord, longest: float) -> list[Any]:
+    s = r.stats
+    hold = s.get("hold_s")
+    if hold is None and r.released_t is None:
+        hold = model.now - r.granted_t  # still held
+    who = "operator" if r.kind == "lease" and r.tenant_id == 0 else f"t{r.tenant_id}"
+    cmd = model.state.commands.get(r.command_id) if r.command_id else None
+    if cmd is not None and cmd.label:
+        who += f" {cmd.label}"
+    filled = int(round((fmt.number(hold) or 0.0) / longest * BAR_WIDTH)) if longest > 0 else 0
+    bar = Text("█" * filled, style="yellow" if r.released_t is None else "green")
+    return [
+        str(r.region),
+        f"{fmt.duration(model.now - r.granted_t)} ago",
+        who,
+        r.kind,
+        fmt.duration(s.get("wait_s")),
+        fmt.duration(s.get("drain_s")),
+        fmt.duration(s.get("freeze_s")),
+        fmt.duration(s.get("enter_s")),
+        Text.assemble(fmt.duration(hold), " ", bar),
+        fmt.duration(s.get("thaw_s")),
+        ",".join(map(str, r.frozen)) or "-",
+        r.reason or ("holding" if r.released_t is None else ""),
+    ]
+
+
+class GpuDetailScreen(GatedActions, Screen[None]):
+    """Opened from the overview; keyed by UUID, so it follows the same GPU
+    whatever order the rows are in. Esc goes back."""
+
+    DEFAULT_CSS = """
+    GpuDetailScreen #gpu-summary { height: auto; padding: 0 1; border: round $accent; }
+    GpuDetailScreen DataTable { height: 1fr; }
+    GpuDetailScreen Label { padding: 0 1; text-style: bold; }
+    """
+    BINDINGS = [
+        Binding("escape", "back", "Back"),
+        Binding("l", "lease", "Lease"),
+        Binding("u", "release", "Release"),
+        Binding("c", "recycle", "Recycle"),
+        Binding("p", "toggle_admission", "Pause/resume"),
+    ]
+
+    app: "KrexConsole"
+
+    def __init__(self, uuid: str) -> None:
+        super().__init__()
+        self.uuid = uuid
+        self._ready = False  # the app's refresh tick may come before on_mount has made the columns
+
+    def compose(self) -> ComposeResult:
+        yield self.app.make_status_bar()
+        with Vertical():
+            yield Static(id="gpu-summary")
+            yield Label("Tenants (running commands)")
+            yield DataTable(id="tenants", cursor_type="row")
+            yield Label("Recent regions (newest first): wait, drain, freeze, entry, hold, thaw")
+            yield DataTable(id="regions", cursor_type="row")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        tenants = self.query_one("#tenants", DataTable)
+        for key, label in (("id", "Command"), ("label", "Label"), ("tenant", "Tenant"), ("pid", "PID"),
+                           ("state", "State"), ("age", "Running for"), ("argv", "Command line")):
+            tenants.add_column(label, key=key)
+        regions = self.query_one("#regions", DataTable)
+        for key, label in (("region", "Region"), ("at", "Granted"), ("who", "Holder"), ("kind", "Kind"),
+                           ("wait", "Wait"), ("drain", "Drain"), ("freeze", "Freeze"), ("enter", "Entry"),
+                           ("hold", "Hold"), ("thaw", "Thaw"), ("frozen", "Frozen"), ("reason", "Reason")):
+            regions.add_column(label, key=key)
+        self._ready = True
+        self.refresh_from(self.app.model)
+
+    def refresh_from(self, model: ConsoleModel) -> None:
+        if not self._ready:
+            return
+        gpu = gpu_by_uuid(model.state, self.uuid)
+        summary = self.query_one("#gpu-summary", Static)
+        if gpu is None:
+            summary.update(f"GPU {self.uuid} is not in the node's state (yet)")
+            return
+        summary.update(describe_gpu(model, gpu))
+        tenants = []
+        for cid in gpu.running:
+            cmd = model.state.commands.get(cid)
+            if cmd is None:
+                continue
+            age = model.now - cmd.started_at if cmd.started_at is not None else None
+            tenants.append((cid, [cid, cmd.label, f"t{cmd.tenant_id}", count_text(cmd.pid), tenant_state(gpu, cmd),
+                                  fmt.duration(age), fmt.argv_text(cmd.argv, 50)]))
+        sync_rows(self.query_one("#tenants", DataTable), tenants)
+        records = model.log.regions_of_gpu(gpu.index)[-TIMELINE_ROWS:][::-1]
+        longest = max((fmt.number(r.stats.get("hold_s")) or 0.0 for r in records), default=0.0)
+        longest = max([longest] + [model.now - r.granted_t for r in records if r.released_t is None])
+        sync_rows(self.query_one("#regions", DataTable),
+                  [(str(r.region), region_row(model, r, longest)) for r in records])
+
+    def selected_gpu(self) -> GpuState | None:
+        return gpu_by_uuid(self.app.model.state, self.uuid)
+
+    def _gpu_action(self, build: Any) -> None:
+        gpu = self.selected_gpu()
+        if gpu is not None:
+            self.app.confirm_and_perform(build(gpu))
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def action_lease(self) -> None:
+        self._gpu_action(actions.lease)
+
+    def action_release(self) -> None:
+        self._gpu_action(actions.release)
+
+    def action_recycle(self) -> None:
+        self._gpu_action(actions.recycle)
+
+    def action_toggle_admission(self) -> None:
+        self._gpu_action(actions.toggle_admission)

@@ -1,0 +1,74 @@
+"""Helpers for the console tests: screen text, waiting on the app, workloads."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import sys
+import time
+from typing import Any, Callable
+
+from rich.console import Console
+from textual.app import App
+
+from krex_console.app import KrexConsole
+from krex_runtime.local_runtime import Runtime
+
+CANDIDATE = [sys.executable, "-m", "krex_runtime.demo_candidate", "--import-s", "0.1", "--compile-s", "0.05",
+             "--kernel-us", "500", "--repeats", "10"]
+
+
+def screen_text(app: App[Any]) -> str:
+    """The screen as plain text, rendered the way App.export_screenshot does."""
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True,
+                      color_system="truecolor", record=True, legacy_windows=False, safe_box=False)
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
+    return console.export_text()
+
+
+async def wait_for(pilot: Any, predicate: Callable[[], Any], timeout_s: float = 20.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        await pilot.pause(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def rendered(pilot: Any) -> None:
+    """Let the app take the newest state and repaint."""
+    app: KrexConsole = pilot.app
+    app.refresh_views()
+    await pilot.pause()
+
+
+def live_app(rt: Runtime, read_only: bool = False) -> KrexConsole:
+    control = f"ipc://{rt.run_dir / ('control-ro.sock' if read_only else 'control.sock')}"
+    return KrexConsole(control=control, telemetry=f"ipc://{rt.run_dir / 'telemetry.sock'}", read_only=read_only)
+
+
+def submit(rt: Runtime, argv: list[str], **body: Any) -> str:
+    with rt.client() as client:
+        return client.call("submit", {"argv": argv, **body})["id"]
+
+
+async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    return await asyncio.to_thread(fn, *args)
+
+
+def run_async(test: Callable[..., Any]) -> Callable[..., Any]:
+    """Run an async test on a fresh event loop (the suite has no asyncio plugin)."""
+    import functools
+
+    @functools.wraps(test)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return asyncio.run(test(*args, **kwargs))
+
+    return wrapper
+
+
+def shown_actions(app: App[Any]) -> set[str]:
+    """The actions the footer offers on the current screen (check_action applied)."""
+    return {active.binding.action for active in app.screen.active_bindings.values()}

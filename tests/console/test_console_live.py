@@ -1,0 +1,379 @@
+"""The console against real runtimes on simulated GPUs: every view, every
+action (confirmed, cancelled, refused), the feed's reconnect and folding."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from console_helpers import CANDIDATE, live_app, rendered, run_async, screen_text, shown_actions, submit, wait_for
+from textual.widgets import Button, DataTable, Log
+
+from krex_console import actions
+from krex_console.app import FilterInput
+from krex_console.dialogs import ConfirmDialog
+from krex_console.feed import FeedStatus
+from krex_console.views.commands import CommandDetailScreen, CommandsTable
+from krex_console.views.events import EventsTable
+from krex_console.views.gpu_detail import GpuDetailScreen
+from krex_console.views.overview import OverviewTable
+from krex_console.views.table_sync import select_key, selected_key
+from krex_runtime import state as node_state
+from krex_runtime.local_runtime import Runtime
+
+TALKER = ["sh", "-c", "echo hello-from-tenant; echo oops >&2; exec sleep 60"]
+
+
+def runtime_state(rt: Runtime) -> node_state.NodeState:
+    with rt.client() as client:
+        return node_state.from_snapshot(client.call("snapshot")["state"])
+
+
+async def confirm_dialog(pilot: Any) -> ConfirmDialog:
+    dialog = await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmDialog) and pilot.app.screen,
+                            what="the confirm dialog")
+    await pilot.pause()
+    return dialog
+
+
+async def answer(pilot: Any, confirm: bool) -> None:
+    """Enter on the dialog as it opens (Cancel has the focus), or Tab to the action first."""
+    if confirm:
+        await pilot.press("tab")
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: not isinstance(pilot.app.screen, ConfirmDialog), what="the dialog to close")
+
+
+async def select_gpu(pilot: Any, uuid: str) -> None:
+    table = pilot.app.query_one(OverviewTable)
+    await wait_for(pilot, lambda: select_key(table, uuid), what=f"row {uuid}")
+    await pilot.pause()
+
+
+@run_async
+async def _views(rt: Runtime) -> None:
+    app = live_app(rt)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.status == FeedStatus.LIVE, what="the live feed")
+        talker = submit(rt, TALKER, label="talker", gpu=1)
+        for i in range(3):
+            submit(rt, CANDIDATE, label=f"cand-{i}", gpu=0)
+        await wait_for(pilot, lambda: app.model.state.totals.get("finished", 0) >= 3, 30, "3 candidates")
+        await rendered(pilot)
+
+        # Overview: one row per GPU, keyed by UUID.
+        overview = app.query_one(OverviewTable)
+        uuids = {g.index: g.uuid for g in app.model.state.gpus.values()}
+        assert [k.value for k in overview.rows] == [uuids[0], uuids[1]]
+        assert "● LIVE" in screen_text(app)
+
+        # GPU detail of GPU 0: its recent regions, with their entry costs.
+        await select_gpu(pilot, uuids[0])
+        await pilot.press("enter")
+        detail = await wait_for(pilot, lambda: isinstance(app.screen, GpuDetailScreen) and app.screen)
+        assert detail.uuid == uuids[0]
+        await rendered(pilot)
+        regions = detail.query_one("#regions", DataTable)
+        assert regions.row_count >= 3
+        assert "Drain" in screen_text(app) and " cand-0 " in screen_text(app)
+        await pilot.press("escape")
+        # GPU detail of GPU 1: the talker is its tenant.
+        await select_gpu(pilot, uuids[1])
+        await pilot.press("enter")
+        detail = await wait_for(pilot, lambda: isinstance(app.screen, GpuDetailScreen) and app.screen)
+        await rendered(pilot)
+        tenants = detail.query_one("#tenants", DataTable)
+        assert [k.value for k in tenants.rows] == [talker]
+        assert "running" in screen_text(app)
+        await pilot.press("escape")
+        assert app.screen is app.screen_stack[0]
+
+        # Commands: filter, sort, drill down to the output tail.
+        await pilot.press("2")
+        commands = app.query_one(CommandsTable)
+        await pilot.press("slash", *"talker")
+        await rendered(pilot)
+        assert [k.value for k in commands.rows] == [talker]
+        await pilot.press("enter")  # keep the filter, back to the table
+        assert commands.has_focus
+        await pilot.press("enter")
+        screen = await wait_for(pilot, lambda: isinstance(app.screen, CommandDetailScreen) and app.screen)
+        log = screen.query_one(Log)
+        await wait_for(pilot, lambda: "hello-from-tenant" in "\n".join(log.lines), what="the output tail")
+        assert "oops" in "\n".join(log.lines)
+        await pilot.press("escape", "escape")  # leave the detail, then clear the filter
+        await rendered(pilot)
+        assert commands.row_count == 4 and not app.query_one("#commands-filter", FilterInput).has_class("shown")
+        await pilot.press("slash", *"state:fin gpu:0", "enter")
+        await rendered(pilot)
+        assert commands.row_count == 3
+        await pilot.press("escape")
+        await pilot.press("s")
+        assert commands.sort_name == "state"
+        await rendered(pilot)
+        # A finished candidate's detail: its region statistics and its output file.
+        cand = next(c.id for c in app.model.state.commands.values() if c.label == "cand-0")
+        select_key(commands, cand)
+        await pilot.press("enter")
+        screen = await wait_for(pilot, lambda: isinstance(app.screen, CommandDetailScreen) and app.screen)
+        await wait_for(pilot, lambda: screen.result is not None, what="the result record")
+        await rendered(pilot)
+        text = screen_text(app)
+        assert "regions 1: hold" in text and ".stdout" in text
+        await pilot.press("escape")
+
+        # Events: the audit log, filterable.
+        await pilot.press("3")
+        await rendered(pilot)
+        events = app.query_one(EventsTable)
+        assert events.row_count >= 10
+        await pilot.press("slash", *"region_granted", "enter")
+        await rendered(pilot)
+        kinds = {str(events.get_row(k)[2]) for k in events.rows}
+        assert kinds == {"region_granted"} and events.row_count == 3
+        await pilot.press("escape")
+
+        # Kill: the dialog names the command and defaults to Cancel.
+        await pilot.press("2")
+        await rendered(pilot)
+        select_key(commands, talker)
+        await pilot.press("k")
+        dialog = await confirm_dialog(pilot)
+        assert f"Kill command {talker} (talker)?" in screen_text(app)
+        assert dialog.focused is dialog.query_one("#cancel", Button)
+        await answer(pilot, confirm=False)
+        await pilot.pause(0.3)
+        assert runtime_state(rt).commands[talker].state == "running"
+        await pilot.press("k")
+        await confirm_dialog(pilot)
+        await answer(pilot, confirm=True)
+        await wait_for(pilot, lambda: runtime_state(rt).commands[talker].state == "cancelled", what="the kill")
+        await wait_for(pilot, lambda: app.model.state.commands[talker].state == "cancelled")
+        assert app.last_outcome is not None and app.last_outcome.ok
+
+
+def test_every_view_against_a_live_runtime(make_runtime: Any) -> None:
+    _views(make_runtime(policy="krex", slots=3))
+
+
+@run_async
+async def _gpu_actions(rt: Runtime) -> None:
+    app = live_app(rt)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.status == FeedStatus.LIVE and app.model.state.gpus)
+        await rendered(pilot)
+        gpu1 = app.model.state.gpus[1]
+        await select_gpu(pilot, gpu1.uuid)
+        assert {"lease", "release", "recycle", "toggle_admission"} <= shown_actions(app)
+
+        # Lease: Enter on the fresh dialog cancels; Tab + Enter leases.
+        await pilot.press("l")
+        dialog = await confirm_dialog(pilot)
+        assert f"Lease GPU 1 ({gpu1.uuid})?" in screen_text(app)
+        assert dialog.focused is dialog.query_one("#cancel", Button)
+        await answer(pilot, confirm=False)
+        await pilot.pause(0.3)
+        assert runtime_state(rt).gpus[1].region_holder is None
+        await pilot.press("l")
+        await confirm_dialog(pilot)
+        await answer(pilot, confirm=True)
+        await wait_for(pilot, lambda: runtime_state(rt).gpus[1].region_kind == "lease", what="the lease")
+        assert runtime_state(rt).gpus[1].region_holder == 0
+        await wait_for(pilot, lambda: app.last_outcome is not None and app.last_outcome.ok)
+        await wait_for(pilot, lambda: app.model.state.gpus[1].region_kind == "lease", what="the lease event")
+        await rendered(pilot)
+        assert "operator lease" in screen_text(app), screen_text(app)
+
+        # Release, from the GPU's detail screen this time.
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, GpuDetailScreen))
+        await pilot.press("u")
+        await confirm_dialog(pilot)
+        assert f"Release GPU 1 ({gpu1.uuid})?" in screen_text(app)
+        await answer(pilot, confirm=True)
+        await wait_for(pilot, lambda: runtime_state(rt).gpus[1].region_holder is None, what="the release")
+        await pilot.press("escape")
+
+        # Pause and resume admission.
+        await pilot.press("p")
+        await confirm_dialog(pilot)
+        assert f"Pause admission on GPU 1 ({gpu1.uuid})?" in screen_text(app)
+        await answer(pilot, confirm=True)
+        await wait_for(pilot, lambda: runtime_state(rt).gpus[1].paused, what="the pause")
+        await wait_for(pilot, lambda: app.model.state.gpus[1].paused)
+        await rendered(pilot)
+        assert "paused" in screen_text(app)
+        await pilot.press("p")
+        await confirm_dialog(pilot)
+        assert "Resume admission on GPU 1" in screen_text(app)
+        await answer(pilot, confirm=True)
+        await wait_for(pilot, lambda: not runtime_state(rt).gpus[1].paused, what="the resume")
+
+        # Recycle: sent as is; a runtime without the context pool says it does not know it.
+        app.last_outcome = None
+        await pilot.press("c")
+        await confirm_dialog(pilot)
+        assert f"Recycle contexts of GPU 1 ({gpu1.uuid})?" in screen_text(app)
+        await answer(pilot, confirm=True)
+        outcome = await wait_for(pilot, lambda: app.last_outcome)
+        assert outcome.action.request == "recycle" and outcome.action.body == {"gpu": 1, "now": True}
+        if not outcome.ok:
+            assert outcome.code == "unknown_type"
+            # The error reply is shown to the operator, as an error toast.
+            shown = [n for n in app._notifications if n.severity == "error"]  # the toasts on screen
+            assert any("recycle" in n.message and "unknown_type" in n.message for n in shown)
+
+        # The command palette offers the same actions, naming their GPU.
+        await pilot.press("ctrl+p")
+        await pilot.press(*"Lease GPU 0")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await confirm_dialog(pilot)
+        assert f"Lease GPU 0 ({app.model.state.gpus[0].uuid})?" in screen_text(app)
+        await pilot.press("escape")
+        await pilot.pause(0.2)
+        assert runtime_state(rt).gpus[0].region_holder is None
+
+        # Help, and Esc backs out of it.
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert "recycle its contexts" in screen_text(app)
+        await pilot.press("escape")
+
+
+def test_gpu_actions_are_confirmed_then_performed(make_runtime: Any) -> None:
+    _gpu_actions(make_runtime(policy="krex"))
+
+
+@run_async
+async def _read_only(rt: Runtime) -> None:
+    sleeper = submit(rt, ["sleep", "30"], label="sleeper")
+    for app in (live_app(rt, read_only=True), live_app(rt, read_only=False)):
+        # The second app asked for the writable socket but was pointed at the
+        # read-only one: the runtime's hello says so and the actions go too.
+        if not app.read_only:
+            app.live.control = f"ipc://{rt.run_dir / 'control-ro.sock'}"
+            app.control_endpoint = app.live.control
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: app.status == FeedStatus.LIVE and app.model.state.gpus and app.read_only)
+            await rendered(pilot)
+            assert "READ-ONLY" in screen_text(app)
+            assert not shown_actions(app) & actions.CHANGING_ACTIONS
+            for key in ("l", "u", "c", "p"):
+                await pilot.press(key)
+                await pilot.pause()
+                assert not isinstance(app.screen, ConfirmDialog)
+            await pilot.press("2")
+            await rendered(pilot)
+            select_key(app.query_one(CommandsTable), sleeper)
+            await pilot.press("k")
+            await pilot.pause()
+            assert not isinstance(app.screen, ConfirmDialog)
+            assert "Lease" not in screen_text(app).splitlines()[-1]
+
+    # The runtime's side: every changing request is refused on the read-only socket.
+    state = runtime_state(rt)
+    gpu0, cmd = state.gpus[0], state.commands[sleeper]
+    read_only = f"ipc://{rt.run_dir / 'control-ro.sock'}"
+    for plan in (actions.lease(gpu0), actions.release(gpu0), actions.toggle_admission(gpu0), actions.kill(cmd)):
+        outcome = actions.perform(read_only, plan)
+        assert not outcome.ok and outcome.code == "refused", outcome
+    assert not actions.perform(read_only, actions.recycle(gpu0)).ok
+    after = runtime_state(rt)
+    assert after.commands[sleeper].state == "running" and not after.gpus[0].paused
+    assert after.gpus[0].region_holder is None
+
+
+def test_read_only_hides_actions_and_the_runtime_refuses_them(make_runtime: Any) -> None:
+    _read_only(make_runtime(policy="krex"))
+
+
+@run_async
+async def _reconnect(rt: Runtime) -> None:
+    app = live_app(rt)
+    assert app.live is not None
+    app.live.stale_after_s = 0.8
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.status == FeedStatus.LIVE and app.model.state.pid)
+        first_pid = app.model.state.pid
+        snapshots = app.live.snapshots_taken
+        await pilot.pause()
+        threading.Thread(target=rt.stop).start()
+        await wait_for(pilot, lambda: app.status in (FeedStatus.STALE, FeedStatus.DISCONNECTED), 15, "stale")
+        await wait_for(pilot, lambda: app.status == FeedStatus.DISCONNECTED, 15, "disconnected")
+        await rendered(pilot)
+        assert "DISCONNECTED" in screen_text(app)
+        await pilot.pause(0.2)
+        rt.start()
+        assert rt.proc is not None
+        await wait_for(pilot, lambda: app.model.state.pid == rt.proc.pid and app.status == FeedStatus.LIVE,
+                       20, "the new runtime's snapshot")
+        assert app.model.state.pid != first_pid and app.live.snapshots_taken > snapshots
+        submit(rt, ["true"])
+        await wait_for(pilot, lambda: app.model.state.totals.get("finished", 0) == 1, what="events after reconnect")
+        await rendered(pilot)
+        assert "● LIVE" in screen_text(app)
+
+
+def test_feed_reconnects_when_the_runtime_restarts(make_runtime: Any) -> None:
+    _reconnect(make_runtime(policy="krex"))
+
+
+def _toggle_admission(rt: Runtime, count: int, every_s: float) -> float:
+    """Pause and resume GPU 0 `count` times (two events each); returns events/s."""
+    with rt.client() as client:
+        started = time.monotonic()
+        for i in range(count):
+            client.call("pause" if i % 2 == 0 else "resume", {"gpu": 0})
+            if every_s:
+                time.sleep(every_s)
+        return count / (time.monotonic() - started)
+
+
+@run_async
+async def _fold(rt: Runtime) -> None:
+    app = live_app(rt)
+    assert app.live is not None
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.status == FeedStatus.LIVE and app.model.state.gpus)
+        await rendered(pilot)
+        overview = app.query_one(OverviewTable)
+        rebuilt = []
+        overview.clear = lambda *a, **k: rebuilt.append(1) or DataTable.clear(overview, *a, **k)  # type: ignore[method-assign]
+        uuid0 = app.model.state.gpus[0].uuid
+        select_key(overview, uuid0)
+
+        # 10 events/s: every row is updated in place (no rebuild, no flicker),
+        # at most one repaint per render period.
+        renders = app.renders
+        slow = threading.Thread(target=_toggle_admission, args=(rt, 20, 0.1))
+        started = time.monotonic()
+        slow.start()
+        while slow.is_alive():
+            await pilot.pause(0.05)
+        await pilot.pause(0.3)
+        elapsed = time.monotonic() - started
+        assert not rebuilt and selected_key(overview) == uuid0
+        assert app.renders - renders <= elapsed / 0.1 + 3
+
+        # As fast as one client can go (about 1000 events/s here): the feed
+        # folds batches into one post each and ends on the runtime's state.
+        applied, posts = app.live.events_applied, app.live.posts
+        result: list[float] = []
+        fast = threading.Thread(target=lambda: result.append(_toggle_admission(rt, 3000, 0)))
+        fast.start()
+        while fast.is_alive():
+            await pilot.pause(0.05)
+        final = runtime_state(rt)
+        await wait_for(pilot, lambda: app.model.state.seq >= final.seq, 20, "the console to catch up")
+        events = app.live.events_applied - applied
+        assert events >= 3000 - 5 or app.live.snapshots_taken > 1
+        assert app.live.posts - posts < events / 3, (app.live.posts - posts, events, result)
+        comparable = node_state.to_snapshot(app.model.state) | {"time": 0}
+        assert comparable == node_state.to_snapshot(final) | {"time": 0}
+        print(f"fast stream: {result[0]:.0f} events/s, {events} applied in {app.live.posts - posts} posts")
+
+
+def test_feed_keeps_up_by_folding(make_runtime: Any) -> None:
+    _fold(make_runtime(policy="krex"))

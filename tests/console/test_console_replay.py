@@ -1,0 +1,157 @@
+"""Replay: a committed trace through the same views, with play, pause, step,
+speed and seek; and text snapshots of the main views at two terminal sizes.
+
+Snapshots are plain text (tests/console/snapshots/*.txt) so a change shows as
+a readable diff; regenerate them with KREX_UPDATE_SNAPSHOTS=1. (Not
+pytest-textual-snapshot: its current release pins syrupy 4.8, which needs
+pytest < 9, and this suite runs on pytest 9.)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from console_helpers import rendered, run_async, screen_text, shown_actions, wait_for
+
+from krex_console.app import KrexConsole, build_parser, endpoints_for, make_app
+from krex_console.dialogs import ConfirmDialog
+from krex_console.feed import ReplayFeed
+from krex_console.model import gpu_figures
+from krex_console.views.gpu_detail import GpuDetailScreen
+from krex_runtime import state as node_state
+from krex_runtime.trace import read_trace, replay
+
+TRACE = Path(__file__).parent / "data" / "small-trace.jsonl"
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+LEASE_HELD_AT = 0.9  # seconds into the fixture: GPU 1 leased by the operator, commands running
+
+
+def replay_app(at: float | None = None, checkpoint_every: int = 500) -> KrexConsole:
+    feed = ReplayFeed(read_trace(TRACE), checkpoint_every=checkpoint_every)
+    feed.paused = True
+    if at is not None:
+        feed.seek_offset(at)
+    return KrexConsole(replay=feed)
+
+
+def comparable(state: node_state.NodeState) -> dict:
+    return node_state.to_snapshot(state)
+
+
+def check_snapshot(name: str, text: str) -> None:
+    path = SNAPSHOTS / f"{name}.txt"
+    if os.environ.get("KREX_UPDATE_SNAPSHOTS"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"no snapshot {path.name}: run with KREX_UPDATE_SNAPSHOTS=1 and review it"
+    assert text == path.read_text(), f"{name} differs from {path} (KREX_UPDATE_SNAPSHOTS=1 to accept)"
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
+@run_async
+async def test_snapshots_of_the_main_views(size: tuple[int, int]) -> None:
+    app = replay_app(at=LEASE_HELD_AT)
+    tag = f"{size[0]}x{size[1]}"
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: app.model.state.seq > 0, what="the replayed state")
+        await rendered(pilot)
+        await pilot.press("down")  # GPU 1: the leased one
+        await rendered(pilot)
+        check_snapshot(f"overview-{tag}", screen_text(app))
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, GpuDetailScreen), what="the GPU detail")
+        await rendered(pilot)
+        check_snapshot(f"gpu-detail-{tag}", screen_text(app))
+        await pilot.press("escape", "2")
+        await rendered(pilot)
+        check_snapshot(f"commands-{tag}", screen_text(app))
+        await pilot.press("3")
+        await rendered(pilot)
+        check_snapshot(f"events-{tag}", screen_text(app))
+
+
+@run_async
+async def test_replay_shows_the_state_at_the_seek_time() -> None:
+    trace = read_trace(TRACE)
+    app = replay_app(at=LEASE_HELD_AT)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.model.state.seq > 0)
+        assert app.replay is not None
+        expected = replay(trace, until=app.replay.start + LEASE_HELD_AT)
+        assert comparable(app.model.state) == comparable(expected)
+        gpu1 = app.model.state.gpus[1]
+        figures = gpu_figures(app.model.state, gpu1, app.model.now)
+        assert figures["holder"] == "operator lease" and figures["lease"] == "operator"
+        assert figures["hold"] != "-" and figures["util"] == "n/a" and figures["inflation_p50"] == "n/a"
+
+
+@run_async
+async def test_pause_step_speed_seek_keys() -> None:
+    trace = read_trace(TRACE)
+    app = replay_app(checkpoint_every=5)
+    feed = app.replay
+    assert feed is not None
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.2)
+        assert feed.index == 0 and feed.paused
+        await pilot.press("n", "n", "n")
+        assert feed.index == 3 and app.model.state.seq == 3 and feed.paused
+        await pilot.press("plus", "plus")
+        assert feed.speed == 4
+        await pilot.press("minus")
+        assert feed.speed == 2
+        # Seek forward past several checkpoints, then back: both equal a fresh replay.
+        await pilot.press("g")
+        await pilot.press(*"1.0", "enter")
+        await wait_for(pilot, lambda: feed.clock == pytest.approx(feed.start + 1.0))
+        assert comparable(feed.state) == comparable(replay(trace, until=feed.start + 1.0))
+        assert len(feed.checkpoints) > 1
+        await pilot.press("left_square_bracket")  # back 10 s: to the start
+        assert feed.index == 0 and feed.state.seq == 0
+        feed.seek_offset(0.7)
+        assert comparable(feed.state) == comparable(replay(trace, until=feed.start + 0.7))
+        # Play to the end at top speed.
+        feed.set_speed(64)
+        await pilot.press("space")  # (at this speed it may reach the end within one tick)
+        await wait_for(pilot, lambda: feed.index == len(trace.events), what="the end of the trace")
+        await wait_for(pilot, lambda: feed.paused, what="the player to stop at the end")
+        assert comparable(app.model.state) == comparable(replay(trace))
+
+
+@run_async
+async def test_actions_are_hidden_in_replay() -> None:
+    app = replay_app(at=LEASE_HELD_AT)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.model.state.seq > 0)
+        await rendered(pilot)
+        shown = shown_actions(app)
+        assert "seek" in shown and "toggle_play" in shown
+        assert not shown & {"lease", "release", "recycle", "toggle_admission"}
+        for key in ("l", "u", "c", "p"):
+            await pilot.press(key)
+            assert not isinstance(app.screen, ConfirmDialog)
+        await pilot.press("2")
+        await pilot.press("k")
+        assert not isinstance(app.screen, ConfirmDialog)
+        assert not app.actions_allowed
+
+
+def test_replay_command_line_starts_at_a_time() -> None:
+    app = make_app(build_parser().parse_args(["--replay", str(TRACE), "--at", "0.9", "--paused"]))
+    assert app.replay is not None and app.replay.paused
+    assert app.replay.clock == pytest.approx(app.replay.start + 0.9)
+
+
+def test_command_line_finds_the_runtime_like_the_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KREX_ENDPOINT", raising=False)
+    monkeypatch.setenv("KREX_RUN_DIR", str(tmp_path))
+    assert endpoints_for(build_parser().parse_args([])) == (
+        f"ipc://{tmp_path}/control.sock", f"ipc://{tmp_path}/telemetry.sock")
+    assert endpoints_for(build_parser().parse_args(["--read-only"])) == (
+        f"ipc://{tmp_path}/control-ro.sock", f"ipc://{tmp_path}/telemetry.sock")
+    monkeypatch.setenv("KREX_ENDPOINT", "ipc:///elsewhere/control.sock")
+    assert endpoints_for(build_parser().parse_args([]))[1] == "ipc:///elsewhere/telemetry.sock"
+    app = make_app(build_parser().parse_args(["--connect", "ipc:///x/control.sock", "--read-only"]))
+    assert app.read_only and app.control_endpoint == "ipc:///x/control-ro.sock" and not app.actions_allowed
