@@ -193,6 +193,15 @@ async def _gpu_actions(rt: Runtime) -> None:
         assert f"Release GPU 1 ({gpu1.uuid})?" in screen_text(app)
         await answer(pilot, confirm=True)
         await wait_for(pilot, lambda: runtime_state(rt).gpus[1].region_holder is None, what="the release")
+
+        # Releasing it again: the runtime's error reply reaches the operator as an error toast.
+        app.last_outcome = None
+        await pilot.press("u")
+        await confirm_dialog(pilot)
+        await answer(pilot, confirm=True)
+        outcome = await wait_for(pilot, lambda: app.last_outcome)
+        assert not outcome.ok and outcome.code == "not_found"
+        assert any(n.severity == "error" and "not leased" in n.message for n in app._notifications)
         await pilot.press("escape")
 
         # Pause and resume admission.
@@ -210,19 +219,19 @@ async def _gpu_actions(rt: Runtime) -> None:
         await answer(pilot, confirm=True)
         await wait_for(pilot, lambda: not runtime_state(rt).gpus[1].paused, what="the resume")
 
-        # Recycle: sent as is; a runtime without the context pool says it does not know it.
+        # Recycle: every context process of GPU 1 is replaced.
         app.last_outcome = None
+        replaced_before = runtime_state(rt).gpus[1].pool.get("replaced", 0)
         await pilot.press("c")
         await confirm_dialog(pilot)
         assert f"Recycle contexts of GPU 1 ({gpu1.uuid})?" in screen_text(app)
         await answer(pilot, confirm=True)
         outcome = await wait_for(pilot, lambda: app.last_outcome)
         assert outcome.action.request == "recycle" and outcome.action.body == {"gpu": 1, "now": True}
-        if not outcome.ok:
-            assert outcome.code == "unknown_type"
-            # The error reply is shown to the operator, as an error toast.
-            shown = [n for n in app._notifications if n.severity == "error"]  # the toasts on screen
-            assert any("recycle" in n.message and "unknown_type" in n.message for n in shown)
+        assert outcome.ok, outcome
+        await wait_for(
+            pilot, lambda: runtime_state(rt).gpus[1].pool.get("replaced", 0) > replaced_before, what="the recycle"
+        )
 
         # The command palette offers the same actions, naming their GPU.
         await pilot.press("ctrl+p")
@@ -243,7 +252,7 @@ async def _gpu_actions(rt: Runtime) -> None:
 
 
 def test_gpu_actions_are_confirmed_then_performed(make_runtime: Any) -> None:
-    _gpu_actions(make_runtime(policy="krex"))
+    _gpu_actions(make_runtime(policy="krex", extra_config="[pool]\nsize_per_gpu = 1\n"))
 
 
 @run_async
