@@ -17,5 +17,10 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+# native/ needs cuda.h (prototypes only; nothing links CUDA). Without a CUDA
+# toolkit, take the headers from NVIDIA's runtime wheel into the venv.
+if [ -z "${CUDA_INCLUDE:-}" ] && [ ! -f /usr/local/cuda/include/cuda.h ]; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check 'nvidia-cuda-runtime>=13,<14'
+fi
 make -s -C native all
 make -s -C native asan
