@@ -56,6 +56,12 @@ def inflation(fraction: Any) -> str:
     return NA if v is None else f"{v * 100:+.1f}%"
 
 
+def factor(value: Any) -> str:
+    """A ratio such as the canary's contention factor (outside / inside)."""
+    v = number(value)
+    return NA if v is None else f"{v:.2f}x"
+
+
 def bytes_(value: Any) -> str:
     v = number(value)
     if v is None:

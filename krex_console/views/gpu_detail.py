@@ -43,17 +43,14 @@ def describe_gpu(model: ConsoleModel, gpu: GpuState) -> str:
         f"  regions {gpu.regions_granted}",
         f"inflation inside p50/p95 {f['inflation_p50']}/{f['inflation_p95']}"
         f"  outside p50/p95 {fmt.inflation(fmt.get(canary, 'outside_p50'))}/{fmt.inflation(fmt.get(canary, 'outside_p95'))}"
-        f"  contention {fmt.inflation(fmt.get(canary, 'contention'))}"
+        f"  contention {fmt.factor(fmt.get(canary, 'contention'))}"
         f"  flagged {fmt.get(canary, 'flagged') if fmt.get(canary, 'flagged') is not None else fmt.NA}",
         f"util {f['util']}  memory {f['memory']}  SM {f['sm_clock']}"
         f"  mem clock {fmt.value(fmt.get(t, 'mem_clock_mhz'), 'MHz')}  temp {f['temp']}"
         f"  power {fmt.value(fmt.get(t, 'power_w'), 'W')}"
         f"  throttle {', '.join(throttle) if isinstance(throttle, list) and throttle else ('none' if isinstance(throttle, list) else fmt.NA)}"
         f"{'  [i](simulated telemetry)[/i]' if sim else ''}",
-        "pool " + (
-            "  ".join(f"{k} {count_text(fmt.get(pool, k))}" for k in ("size", "idle", "busy", "warming", "replaced"))
-            if isinstance(pool, dict) else fmt.NA
-        ),
+        "pool " + pool_text(pool),
     ]
     return "\n".join(lines)
 
@@ -69,18 +66,24 @@ def summarize_gpu(model: ConsoleModel, gpu: GpuState) -> str:
         f"[b]GPU {gpu.index}[/b]  {gpu.uuid}  {gpu.name}{'  [i](simulated)[/i]' if gpu.simulated else ''}{holder_cmd}"
         f"  frozen {','.join(f't{x}' for x in gpu.frozen) or '-'}",
         f"canary outside p50/p95 {fmt.inflation(fmt.get(canary, 'outside_p50'))}/"
-        f"{fmt.inflation(fmt.get(canary, 'outside_p95'))}  contention {fmt.inflation(fmt.get(canary, 'contention'))}"
+        f"{fmt.inflation(fmt.get(canary, 'outside_p95'))}  contention {fmt.factor(fmt.get(canary, 'contention'))}"
         f"  power {fmt.value(fmt.get(t, 'power_w'), 'W')}  mem clock {fmt.value(fmt.get(t, 'mem_clock_mhz'), 'MHz')}"
         f"  throttle {', '.join(throttle) if isinstance(throttle, list) and throttle else ('none' if isinstance(throttle, list) else fmt.NA)}",
-        "pool " + (
-            "  ".join(f"{k} {count_text(fmt.get(pool, k))}" for k in ("size", "idle", "busy", "warming", "replaced"))
-            if isinstance(pool, dict) else fmt.NA
-        ) + f"  regions {gpu.regions_granted}  started {gpu.started}  finished {gpu.finished}",
+        "pool " + pool_text(pool) + f"  regions {gpu.regions_granted}  started {gpu.started}  finished {gpu.finished}",
     ])
 
 
 def count_text(v: Any) -> str:
     return fmt.NA if v is None else str(v)
+
+
+def pool_text(pool: Any) -> str:
+    """The context pool in one line: "off" for a GPU without one."""
+    if not isinstance(pool, dict):
+        return fmt.NA
+    if not pool.get("size"):
+        return "off"
+    return "  ".join(f"{k} {count_text(fmt.get(pool, k))}" for k in ("size", "idle", "busy", "warming", "replaced"))
 
 
 def region_row(model: ConsoleModel, r: RegionRecord, longest: float) -> list[Any]:

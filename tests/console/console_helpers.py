@@ -27,6 +27,21 @@ def screen_text(app: App[Any]) -> str:
     return console.export_text()
 
 
+async def settled_screen(pilot: Any, attempts: int = 40) -> str:
+    """The screen once two captures a moment apart agree: layout work that
+    finishes a frame later (column widths, scrollbars) must not leak into a
+    snapshot."""
+    app = pilot.app
+    text = screen_text(app)
+    for _ in range(attempts):
+        await pilot.pause(0.05)
+        again = screen_text(app)
+        if again == text:
+            return text
+        text = again
+    return text
+
+
 async def wait_for(pilot: Any, predicate: Callable[[], Any], timeout_s: float = 20.0, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

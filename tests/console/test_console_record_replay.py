@@ -3,6 +3,8 @@ figures at the same trace time as the live console showed."""
 
 from __future__ import annotations
 
+import re
+
 import sys
 from typing import Any
 
@@ -18,11 +20,16 @@ WORKLOAD = [sys.executable, "-m", "krex_runtime.demo_candidate", "--import-s", "
             "--repeats", "60", "--kernel-us", "5000"]
 
 
+SPARKLINE = re.compile(r"\s*[▁▂▃▄▅▆▇█]+$")
+
+
 def overview_rows(app: KrexConsole) -> dict[str, list[str]]:
-    """The overview as shown, cell by cell, keyed by GPU UUID."""
+    """The overview's figures as shown, cell by cell, keyed by GPU UUID. A
+    sparkline is the history this console happened to watch (a replay that
+    seeks has seen less of it), so the comparison takes the figure beside it."""
     app.refresh_views()
     table = app.query_one(OverviewTable)
-    return {key.value: [str(cell) for cell in table.get_row(key)] for key in table.rows}
+    return {key.value: [SPARKLINE.sub("", str(cell)) for cell in table.get_row(key)] for key in table.rows}
 
 
 def interesting(app: KrexConsole) -> bool:

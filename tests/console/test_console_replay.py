@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
-from console_helpers import rendered, run_async, screen_text, shown_actions, wait_for
+from console_helpers import rendered, run_async, screen_text, settled_screen, shown_actions, wait_for
 
 from krex_console.app import KrexConsole, build_parser, endpoints_for, make_app
 from krex_console.dialogs import ConfirmDialog
@@ -59,17 +59,17 @@ async def test_snapshots_of_the_main_views(size: tuple[int, int]) -> None:
         await rendered(pilot)
         await pilot.press("down")  # GPU 1: the leased one
         await rendered(pilot)
-        check_snapshot(f"overview-{tag}", screen_text(app))
+        check_snapshot(f"overview-{tag}", await settled_screen(pilot))
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, GpuDetailScreen), what="the GPU detail")
         await rendered(pilot)
-        check_snapshot(f"gpu-detail-{tag}", screen_text(app))
+        check_snapshot(f"gpu-detail-{tag}", await settled_screen(pilot))
         await pilot.press("escape", "2")
         await rendered(pilot)
-        check_snapshot(f"commands-{tag}", screen_text(app))
+        check_snapshot(f"commands-{tag}", await settled_screen(pilot))
         await pilot.press("3")
         await rendered(pilot)
-        check_snapshot(f"events-{tag}", screen_text(app))
+        check_snapshot(f"events-{tag}", await settled_screen(pilot))
 
 
 @run_async
