@@ -25,15 +25,15 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from krex_runtime.control_client import ControlClient
+from krex_runtime.local_runtime import Runtime
+from krex_runtime.simcuda import remove_device
 
 TORCH_COMMAND = """\
 import json, time
@@ -72,62 +72,22 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def write_config(root: Path, args: argparse.Namespace, device: str) -> Path:
+def start_runtime(root: Path, args: argparse.Namespace) -> Runtime:
     preload = ["krex_runtime.simcuda"] if args.sim else ["torch"]
-    visible = "[]" if args.sim else "[" + ", ".join(str(int(g)) for g in args.gpus.split(",")) + "]"
-    path = root / "krex.toml"
-    path.write_text(
-        f"""
-[runtime]
-run_dir = "{root / 'run'}"
-lock_dir = "{root / 'locks'}"
-policy = "ungated"
-
-[gpus]
-visible = {visible}
-simulated_device = "{device}"
-
-[dispatcher]
-slots_per_gpu = {args.slots}
-
-[tenants]
-preload = {"false" if args.no_preload else "true"}
-
-[pool]
-size_per_gpu = {args.slots}
-preload = {json.dumps(preload)}
-max_commands = 1000
-"""
-    )
-    return path
+    return Runtime(
+        root,
+        sim=1 if args.sim else 0,
+        policy="ungated",
+        slots=args.slots,
+        visible=() if args.sim else tuple(int(g) for g in args.gpus.split(",")),
+        preload=not args.no_preload,
+        extra_config=f"[pool]\nsize_per_gpu = {args.slots}\npreload = {json.dumps(preload)}\nmax_commands = 1000\n",
+    ).start()
 
 
-def start_runtime(root: Path, config: Path, sim: bool) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "krex_runtime.main", "--config", str(config)] + (["--sim", "1"] if sim else [])
-    proc = subprocess.Popen(cmd, stdout=(root / "runtime.log").open("ab"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"krex-runtime exited:\n{(root / 'runtime.log').read_text()}")
-        if (root / "run" / "control.sock").exists():
-            try:
-                with client(root, 1.0) as c:
-                    c.call("hello")
-                return proc
-            except Exception:
-                pass
-        time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("krex-runtime did not answer within 60 s")
-
-
-def client(root: Path, timeout_s: float = 600.0) -> ControlClient:
-    return ControlClient(f"ipc://{root / 'run' / 'control.sock'}", timeout_s=timeout_s)
-
-
-def wait_pool_warm(root: Path, size: int) -> float:
+def wait_pool_warm(rt: Runtime, size: int) -> float:
     t0 = time.monotonic()
-    with client(root) as c:
+    with rt.client(timeout_s=600) as c:
         while True:
             gpus = c.call("snapshot")["state"]["gpus"]
             if all(g["pool"]["idle"] >= size for g in gpus):
@@ -172,15 +132,14 @@ def throughput(c: ControlClient, script: Path, mode: str, n: int) -> float:
 def main() -> int:
     args = parse_args()
     root = Path(tempfile.mkdtemp(prefix="krex-pool-bench-"))
-    device = f"bench{uuid.uuid4().hex[:8]}"
     script = root / "command.py"
     script.write_text(SIM_COMMAND if args.sim else TORCH_COMMAND)
-    proc = start_runtime(root, write_config(root, args, device), args.sim)
+    rt = start_runtime(root / "node", args)
     try:
         gpus = 1 if args.sim else len(args.gpus.split(","))
-        warm_s = wait_pool_warm(root, args.slots)
+        warm_s = wait_pool_warm(rt, args.slots)
         rows = []
-        with client(root) as c:
+        with rt.client(timeout_s=600) as c:
             for mode in ("process", "pooled"):
                 one_command(c, script, mode)  # warm file caches and the pool's first use
                 samples = [one_command(c, script, mode) for _ in range(args.samples)]
@@ -189,12 +148,9 @@ def main() -> int:
                 best = min(s["first_kernel_s"] for s in samples)
                 rows.append((mode, med, best, rate))
     finally:
-        proc.terminate()
-        proc.wait(timeout=120)
+        rt.stop()
         if args.sim:
-            from krex_runtime.simcuda import remove_device
-
-            remove_device(device)
+            remove_device(rt.device)
     kind = "simulated GPU, simcuda command" if args.sim else f"{gpus} GPU(s), torch command"
     print(f"pool start-up benchmark: {kind}; {platform.node()}, Python {platform.python_version()}")
     print(f"pool of {args.slots} per GPU warm after {warm_s:.2f} s; latency: median of {args.samples}, one at a time")

@@ -51,6 +51,8 @@ class Runtime:
     cgroups: str = "auto"
     extra_config: str = ""
     canary: bool = False
+    visible: tuple[int, ...] = ()  # real GPUs to serve; () = all
+    preload: bool = True
     canary_period_s: float = 0.5
     canary_target_ms: float = 1.0
     runtime_env: dict[str, str] = field(default_factory=dict)
@@ -84,6 +86,7 @@ snapshot_interval_s = 0.2
 shutdown_grace_s = 2.0
 
 [gpus]
+visible = {list(self.visible)}
 simulated_device = "{self.device}"
 simulated_log = "{self.root / 'sim.log'}"
 
@@ -93,6 +96,7 @@ kill_grace_s = 0.5
 
 [tenants]
 cgroups = "{self.cgroups}"
+preload = {str(self.preload).lower()}
 
 [telemetry]
 canary = {str(self.canary).lower()}
