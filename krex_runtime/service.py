@@ -30,10 +30,11 @@ from krex_runtime.config import Config, resolve_lock_dir, resolve_run_dir
 from krex_runtime.context_pool import ContextPool
 from krex_runtime.dispatcher import Dispatcher, Job, base_tenant_env
 from krex_runtime.gpus import Gpu
+from krex_runtime.leases import LeaseDesk
 from krex_runtime.locks import Claim, claim
 from krex_runtime.protocol import ErrorCode, ProtocolError, Request
 from krex_runtime.region_channel import RegionChannel, TenantIdentity
-from krex_runtime.region_manager import OPERATOR, RegionRefused, Tenant
+from krex_runtime.region_manager import Tenant
 from krex_runtime.region_setup import RegionMachinery
 from krex_runtime.telemetry import CANARY_RESTART_S, Telemetry
 from krex_runtime.trace import TraceWriter
@@ -96,7 +97,7 @@ class RuntimeService:
         self.regions: RegionMachinery | None = None
         self.channel: RegionChannel | None = None
         self.recovered: list[str] = []
-        self._operator_leases: dict[int, Any] = {}
+        self.leases: LeaseDesk | None = None
         self.telemetry: Telemetry | None = None
         self.canaries: dict[int, Job] = {}
 
@@ -363,59 +364,18 @@ class RuntimeService:
         return {"gpu": gpu, "now": req.body.now, "workers": count}
 
     async def _lease(self, peer: Peer, req: Request) -> Any:
-        regions = self._regions_or_refuse()
-        gpu = self._gpu_or_refuse(req.body.gpu)
-        if gpu in self._operator_leases:
-            raise ProtocolError(ErrorCode.REFUSED, f"GPU {gpu} is already leased")
-        ttl = req.body.ttl_s if req.body.ttl_s is not None else self.config.regions.lease_ttl_s
-        if ttl <= 0:
-            raise ProtocolError(ErrorCode.BAD_REQUEST, "ttl_s must be positive")
-        self.dispatcher.leased_gpus.add(gpu)
-        region = regions.manager.new_request(gpu, "lease", OPERATOR, "", 0, 0, ttl)
-        self._operator_leases[gpu] = region
-        try:
-            await region.granted
-        except RegionRefused as exc:
-            self._end_operator_lease(gpu)
-            raise ProtocolError(ErrorCode.REFUSED, f"lease of GPU {gpu} refused: {exc.reason}") from None
-        asyncio.create_task(self._watch_lease(gpu, region))
-        return {"gpu": gpu, "region": region.seq, "ttl_s": ttl, "expires_at": time.time() + ttl}
-
-    async def _watch_lease(self, gpu: int, region: Any) -> None:
-        await region.released.wait()
-        if self._operator_leases.get(gpu) is region:
-            self._end_operator_lease(gpu)
-
-    def _end_operator_lease(self, gpu: int) -> None:
-        self._operator_leases.pop(gpu, None)
-        self.dispatcher.leased_gpus.discard(gpu)
-        self.dispatcher.pump()
+        return await self._leases_or_refuse().lease(self._gpu_or_refuse(req.body.gpu), req.body.ttl_s)
 
     async def _release_lease(self, peer: Peer, req: Request) -> Any:
-        regions = self._regions_or_refuse()
-        gpu = self._gpu_or_refuse(req.body.gpu)
-        region = self._operator_leases.get(gpu)
-        if region is None:
-            raise ProtocolError(ErrorCode.NOT_FOUND, f"GPU {gpu} is not leased")
-        if region.granted.done():
-            regions.manager.gpus[gpu].release(region, "released by operator")
-        else:
-            regions.manager.gpus[gpu].withdraw(region, "released by operator before it was granted")
-        self._end_operator_lease(gpu)
-        return {"gpu": gpu, "released": True}
+        return self._leases_or_refuse().release(self._gpu_or_refuse(req.body.gpu))
 
     async def _take_lease(self, job: Job) -> Any:
-        """A command that asked for the whole GPU: granted before it starts."""
-        assert self.regions is not None and job.gpu is not None
-        region = self.regions.manager.new_request(job.gpu, "lease", job.tenant_id or 0, job.id, 0, 0, job.timeout_s)
-        await region.granted
-        gpu_regions = self.regions.manager.gpus[job.gpu]
-        return lambda: gpu_regions.release(region, "command ended")
+        return await self._leases_or_refuse().for_command(job)
 
-    def _regions_or_refuse(self) -> RegionMachinery:
-        if self.regions is None:
+    def _leases_or_refuse(self) -> LeaseDesk:
+        if self.leases is None:
             raise ProtocolError(ErrorCode.REFUSED, f"leases need policy 'krex' (this runtime runs '{self.config.runtime.policy}')")
-        return self.regions
+        return self.leases
 
     def _gpu_or_refuse(self, gpu: int) -> int:
         if not any(g.index == gpu for g in self.gpus):
@@ -527,6 +487,7 @@ class RuntimeService:
             self.regions = region_setup.build(
                 self.config, self.run_dir, self.gpus, self.cgroup_slice, self.tenants_of, self.emit, self.kill_command
             )
+            self.leases = LeaseDesk(self.regions.manager, self.dispatcher, self.config.regions.lease_ttl_s)
             self.channel = RegionChannel(
                 self.run_dir / REGION_SOCKET, self.regions.manager, self.identify, self.config.regions.hold_limit_s
             )
