@@ -51,6 +51,8 @@ class Runtime:
     cgroups: str = "auto"
     extra_config: str = ""
     canary: bool = False
+    on_shutdown: str = "cancel"
+    shutdown_grace_s: float = 2.0
     visible: tuple[int, ...] = ()  # real GPUs to serve; () = all
     preload: bool = True
     canary_period_s: float = 0.5
@@ -83,7 +85,8 @@ run_dir = "{self.run_dir}"
 lock_dir = "{self.root / 'locks'}"
 policy = "{self.policy}"
 snapshot_interval_s = 0.2
-shutdown_grace_s = 2.0
+on_shutdown = "{self.on_shutdown}"
+shutdown_grace_s = {self.shutdown_grace_s}
 
 [gpus]
 visible = {list(self.visible)}

@@ -81,6 +81,7 @@ class Request:
     revoked: bool = False
     reason: str = ""
     flags: list[str] = field(default_factory=list)  # why its measurements may be off
+    entry: Entry | None = None  # what its entry took, once granted
 
 
 @dataclass
@@ -177,7 +178,15 @@ class GpuRegions:
     def release(self, req: Request, reason: str = "released") -> None:
         if self.holder is req and not req.released.is_set():
             req.reason = reason
+            # Unpin before the holder is answered: its thread must not go on
+            # working on the reserved cores the next holder will measure on.
+            self._unpin(req)
             req.released.set()
+
+    def _unpin(self, req: Request) -> None:
+        if req.entry is not None and req.entry.pinned:
+            cpu_slices.pin_thread(req.tid, self.cpus.tenant_cores(self.gpu))
+            req.entry.pinned = False
 
     # --- the serving loop ---------------------------------------------------------
 
@@ -219,6 +228,7 @@ class GpuRegions:
                 req.granted.exception()
             return
         self.holder = req
+        req.entry = entry
         req.flags = list(entry.stats.get("flags") or [])
         self._emit(
             {
@@ -340,8 +350,7 @@ class GpuRegions:
         released_mono_ns = time.monotonic_ns()
         others_calls = self._others_calls(req.tenant_id)
         t0 = time.monotonic()
-        if entry.pinned:
-            cpu_slices.pin_thread(req.tid, self.cpus.tenant_cores(self.gpu))
+        self._unpin(req)  # done already when the holder released it itself
         t1 = time.monotonic()
         self.freezer.thaw(entry.targets)
         t2 = time.monotonic()

@@ -259,3 +259,14 @@ def test_second_runtime_on_the_same_gpus_refuses(make_runtime, tmp_path: Path) -
     assert "already claimed by krex-runtime pid" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert first.krex("run", "--", "true").returncode == 0
+
+
+
+def test_sigterm_with_on_shutdown_finish_lets_commands_end(make_runtime) -> None:
+    rt = make_runtime(on_shutdown="finish", shutdown_grace_s=30.0)
+    command_id = rt.krex("submit", "--", "sh", "-c", "sleep 1; echo done").stdout.strip()
+    wait_until(lambda: rt.client().call("status")["gpus"][0]["running"] or rt.client().call("status")["gpus"][1]["running"])
+    assert rt.stop() == 0
+    finished = [e for e in read_trace(rt.trace_path).events if e["type"] == "command_finished"]
+    assert [(e["id"], e["state"], e["exit_code"]) for e in finished] == [(command_id, "finished", 0)]
+    assert (rt.run_dir / "output" / f"{command_id}.stdout").read_text() == "done\n"

@@ -446,3 +446,25 @@ def test_lease_needs_policy_krex(make_runtime) -> None:
     rt = make_runtime(policy="ungated")
     done = rt.krex("lease", "0")
     assert done.returncode == 125 and "policy 'krex'" in done.stderr
+
+
+def test_tenants_never_run_on_reserved_cores_and_the_holder_only_while_it_holds(make_runtime) -> None:
+    rt = krex_runtime(make_runtime)
+    with rt.client() as c:
+        described = c.call("status")["regions"]
+    reserved, tenant = described["reserved_cores"]["0"], described["tenant_cores"]["0"]
+    if not reserved:
+        pytest.skip(described["cpu_note"])
+    script = (
+        "import os\n"
+        "from krex_runtime.client import region\n"
+        "print(sorted(os.sched_getaffinity(0)))\n"
+        "with region():\n"
+        "    print(sorted(os.sched_getaffinity(0)))\n"
+        "print(sorted(os.sched_getaffinity(0)))\n"
+    )
+    done = rt.krex("run", "--", PY, "-c", script)
+    assert done.returncode == 0, done.stderr
+    before, inside, after = (json.loads(line) for line in done.stdout.splitlines())
+    assert before == tenant and after == tenant and inside == reserved
+    assert not set(tenant) & set(reserved)
