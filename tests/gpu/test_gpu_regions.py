@@ -81,7 +81,7 @@ def test_gpu_stress_sixteen_tenants(make_runtime, backend: str) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_gpu_fidelity_inside_a_region(make_runtime, backend: str) -> None:
     rt = gpu_runtime(make_runtime, backend)
-    bench = ["--regions", "3", "--n", "12288", "--repeats", "5"]
+    bench = ["--regions", "3", "--n", "12288", "--repeats", "5", "--warm-s", "2"]
     solo_out = rt.krex("run", "--gpu", "0", "--", PY, str(TENANTS / "torch_regions.py"), *bench, timeout=600)
     solo = statistics.median(t for r in region_results(solo_out.stdout) for t in r["times_ms"])
     others = [torch_busy(rt) for _ in range(15)]

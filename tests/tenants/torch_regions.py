@@ -19,13 +19,19 @@ p.add_argument("--repeats", type=int, default=5)
 p.add_argument("--pause-ms", type=float, default=0.0)
 p.add_argument("--noise", type=int, default=0, help="matmuls left queued before each region")
 p.add_argument("--hold-s", type=float, default=0.0)
+p.add_argument("--warm-s", type=float, default=0.0, help="keep the GPU busy this long before measuring")
 args = p.parse_args()
 
 a = torch.randn(args.n, args.n, device="cuda", dtype=torch.bfloat16)
 b = torch.randn(args.n, args.n, device="cuda", dtype=torch.bfloat16)
-for _ in range(3):  # warm: cuBLAS picks its kernel, the clocks come up
+# Warm: cuBLAS picks its kernel and an idle GPU's clocks come up (an idle
+# H200 sits at a few hundred MHz; a baseline taken cold is not a baseline).
+deadline = time.monotonic() + args.warm_s
+while True:
     a @ b
-torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    if time.monotonic() >= deadline:
+        break
 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 rng = random.Random()
 for n in range(args.regions):
