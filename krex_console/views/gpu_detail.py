@@ -11,11 +11,10 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Label, Static
 
-from krex_console import actions
 from krex_console import format as fmt
 from krex_console.feed import RegionRecord
 from krex_console.model import ConsoleModel, gpu_by_uuid, gpu_figures, tenant_state
-from krex_console.views.overview import GatedActions
+from krex_console.views.overview import GpuActions
 from krex_console.views.table_sync import sync_rows
 from krex_runtime.state import GpuState
 
@@ -113,7 +112,7 @@ def region_row(model: ConsoleModel, r: RegionRecord, longest: float) -> list[Any
     ]
 
 
-class GpuDetailScreen(GatedActions, Screen[None]):
+class GpuDetailScreen(GpuActions, Screen[None]):
     """Opened from the overview; keyed by UUID, so it follows the same GPU
     whatever order the rows are in. Esc goes back."""
 
@@ -187,22 +186,6 @@ class GpuDetailScreen(GatedActions, Screen[None]):
     def selected_gpu(self) -> GpuState | None:
         return gpu_by_uuid(self.app.model.state, self.uuid)
 
-    def _gpu_action(self, build: Any) -> None:
-        gpu = self.selected_gpu()
-        if gpu is not None:
-            self.app.confirm_and_perform(build(gpu))
-
     def action_back(self) -> None:
         self.app.pop_screen()
 
-    def action_lease(self) -> None:
-        self._gpu_action(actions.lease)
-
-    def action_release(self) -> None:
-        self._gpu_action(actions.release)
-
-    def action_recycle(self) -> None:
-        self._gpu_action(actions.recycle)
-
-    def action_toggle_admission(self) -> None:
-        self._gpu_action(actions.toggle_admission)

@@ -89,7 +89,32 @@ class GatedActions:
         return True
 
 
-class OverviewTable(GatedActions, DataTable[Any]):
+class GpuActions(GatedActions):
+    """The GPU actions, for whatever view has a selected GPU: each one is
+    confirmed by a dialog naming the GPU before it is performed."""
+
+    def selected_gpu(self) -> GpuState | None:
+        raise NotImplementedError
+
+    def _gpu_action(self, build: Any) -> None:
+        gpu = self.selected_gpu()
+        if gpu is not None:
+            self.app.confirm_and_perform(build(gpu))
+
+    def action_lease(self) -> None:
+        self._gpu_action(actions.lease)
+
+    def action_release(self) -> None:
+        self._gpu_action(actions.release)
+
+    def action_recycle(self) -> None:
+        self._gpu_action(actions.recycle)
+
+    def action_toggle_admission(self) -> None:
+        self._gpu_action(actions.toggle_admission)
+
+
+class OverviewTable(GpuActions, DataTable[Any]):
     BINDINGS = [
         Binding("enter", "select_cursor", "GPU detail"),
         Binding("l", "lease", "Lease"),
@@ -124,19 +149,3 @@ class OverviewTable(GatedActions, DataTable[Any]):
         if gpu is not None:
             self.app.open_gpu(gpu.uuid)
 
-    def _gpu_action(self, build: Any) -> None:
-        gpu = self.selected_gpu()
-        if gpu is not None:
-            self.app.confirm_and_perform(build(gpu))
-
-    def action_lease(self) -> None:
-        self._gpu_action(actions.lease)
-
-    def action_release(self) -> None:
-        self._gpu_action(actions.release)
-
-    def action_recycle(self) -> None:
-        self._gpu_action(actions.recycle)
-
-    def action_toggle_admission(self) -> None:
-        self._gpu_action(actions.toggle_admission)
