@@ -136,9 +136,7 @@ class Dispatcher:
             raise ProtocolError(ErrorCode.REFUSED, "the runtime is shutting down and admits no new command")
         if not body.argv or not body.argv[0]:
             raise ProtocolError(ErrorCode.BAD_REQUEST, "argv must name a program")
-        if body.gpu is not None and body.gpu not in self.gpus:
-            known = ", ".join(str(i) for i in sorted(self.gpus))
-            raise ProtocolError(ErrorCode.BAD_REQUEST, f"this node has no GPU {body.gpu} (it has: {known})")
+        self.check_gpu(body.gpu)
         if body.timeout_s is not None and body.timeout_s <= 0:
             raise ProtocolError(ErrorCode.BAD_REQUEST, "timeout_s must be positive")
         if body.lease and self._take_lease is None:
@@ -199,7 +197,7 @@ class Dispatcher:
         return job
 
     def pause(self, gpu: int | None) -> None:
-        self._check_gpu(gpu)
+        self.check_gpu(gpu)
         if gpu is None:
             self.paused_node = True
         else:
@@ -207,7 +205,7 @@ class Dispatcher:
         self._emit({"type": "admission_paused", "gpu": gpu})
 
     def resume(self, gpu: int | None) -> None:
-        self._check_gpu(gpu)
+        self.check_gpu(gpu)
         if gpu is None:
             self.paused_node = False
         else:
@@ -218,9 +216,11 @@ class Dispatcher:
     def running_on(self, gpu: int) -> list[Job]:
         return [self.jobs[i] for i in self.running[gpu] if i in self.jobs and self.jobs[i].process is not None]
 
-    def _check_gpu(self, gpu: int | None) -> None:
+    def check_gpu(self, gpu: int | None) -> None:
+        """A bad_request unless this node has `gpu` (None: any GPU)."""
         if gpu is not None and gpu not in self.gpus:
-            raise ProtocolError(ErrorCode.BAD_REQUEST, f"this node has no GPU {gpu}")
+            known = ", ".join(str(i) for i in sorted(self.gpus))
+            raise ProtocolError(ErrorCode.BAD_REQUEST, f"this node has no GPU {gpu} (it has: {known})")
 
     # --- placement ----------------------------------------------------------
 

@@ -357,17 +357,22 @@ class RuntimeService:
         return {"resumed": req.body.gpu if req.body.gpu is not None else "node"}
 
     async def _recycle(self, peer: Peer, req: Request) -> Any:
-        gpu = self._gpu_or_refuse(req.body.gpu)
+        gpu = req.body.gpu
+        self.dispatcher.check_gpu(gpu)
         if self.pool is None:
             raise ProtocolError(ErrorCode.REFUSED, "this runtime has no context pool (pool.size_per_gpu = 0)")
         count = self.pool.recycle(gpu, req.body.now)
         return {"gpu": gpu, "now": req.body.now, "workers": count}
 
     async def _lease(self, peer: Peer, req: Request) -> Any:
-        return await self._leases_or_refuse().lease(self._gpu_or_refuse(req.body.gpu), req.body.ttl_s)
+        leases = self._leases_or_refuse()
+        self.dispatcher.check_gpu(req.body.gpu)
+        return await leases.lease(req.body.gpu, req.body.ttl_s)
 
     async def _release_lease(self, peer: Peer, req: Request) -> Any:
-        return self._leases_or_refuse().release(self._gpu_or_refuse(req.body.gpu))
+        leases = self._leases_or_refuse()
+        self.dispatcher.check_gpu(req.body.gpu)
+        return leases.release(req.body.gpu)
 
     async def _take_lease(self, job: Job) -> Any:
         return await self._leases_or_refuse().for_command(job)
@@ -376,11 +381,6 @@ class RuntimeService:
         if self.leases is None:
             raise ProtocolError(ErrorCode.REFUSED, f"leases need policy 'krex' (this runtime runs '{self.config.runtime.policy}')")
         return self.leases
-
-    def _gpu_or_refuse(self, gpu: int) -> int:
-        if not any(g.index == gpu for g in self.gpus):
-            raise ProtocolError(ErrorCode.BAD_REQUEST, f"this node has no GPU {gpu}")
-        return gpu
 
     # --- tenants of regions -------------------------------------------------------
 

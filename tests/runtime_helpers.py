@@ -3,9 +3,12 @@ name is not unique across the test folders)."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import psutil
+
+from krex_runtime import gate
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -21,3 +24,21 @@ def tenant_processes(run_dir: Path) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return found
+
+
+class Heartbeat:
+    """The runtime's heartbeat on a gate, stamped from a thread until stopped:
+    for tests that drive a gate without a runtime."""
+
+    def __init__(self, g: gate.Gate) -> None:
+        self.g, self.stop_event = g, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop_event.wait(0.05):
+            self.g.stamp_heartbeat()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join()

@@ -131,21 +131,21 @@ def test_cancel_of_a_queued_command(make_runtime) -> None:
     assert json.loads(rt.krex("wait", "--json", first).stdout)["state"] == "cancelled"
 
 
-def _intervals(trace_path: Path) -> dict[int, list[tuple[float, float, int]]]:
+def _intervals(trace_path: Path) -> dict[int, list[tuple[int, int]]]:
     """(start seq, end seq) of every command per GPU, from the trace alone."""
     starts: dict[str, tuple[int, int]] = {}
-    per_gpu: dict[int, list[tuple[float, float, int]]] = {}
+    per_gpu: dict[int, list[tuple[int, int]]] = {}
     for event in read_trace(trace_path).events:
         if event["type"] == "command_started":
             starts[event["id"]] = (event["gpu"], event["seq"])
         elif event["type"] == "command_finished" and event["id"] in starts:
             gpu, begin = starts.pop(event["id"])
-            per_gpu.setdefault(gpu, []).append((begin, event["seq"], 0))
+            per_gpu.setdefault(gpu, []).append((begin, event["seq"]))
     return per_gpu
 
 
-def _peak(intervals: list[tuple[float, float, int]]) -> int:
-    points = sorted([(b, 1) for b, _, _ in intervals] + [(e, -1) for _, e, _ in intervals])
+def _peak(intervals: list[tuple[int, int]]) -> int:
+    points = sorted([(b, 1) for b, _ in intervals] + [(e, -1) for _, e in intervals])
     peak = level = 0
     for _, step in points:
         level += step
@@ -153,15 +153,23 @@ def _peak(intervals: list[tuple[float, float, int]]) -> int:
     return peak
 
 
-def _release_when(rt: Runtime, go: Path, running: int) -> None:
-    wait_until(lambda: sum(len(g["running"]) for g in rt.client().call("status")["gpus"]) >= running, what="slots to fill")
+def _running(rt: Runtime) -> list[int]:
+    with rt.client() as c:
+        return [len(g["running"]) for g in c.call("status")["gpus"]]
+
+
+def _submit_held(rt: Runtime, go: Path, n: int, running: int) -> list[str]:
+    """n commands that run until `go` exists; returns once `running` of them have started."""
+    hold = f"while [ ! -e {go} ]; do sleep 0.02; done"
+    ids = [rt.krex("submit", "--", "sh", "-c", hold).stdout.strip() for _ in range(n)]
+    wait_until(lambda: sum(_running(rt)) >= running, what="slots to fill")
+    return ids
 
 
 def test_command_policy_runs_one_per_gpu(make_runtime, tmp_path: Path) -> None:
     rt = make_runtime(sim=2, policy="command", slots=4)
     go = tmp_path / "go"
-    ids = [rt.krex("submit", "--", "sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done").stdout.strip() for _ in range(8)]
-    _release_when(rt, go, 2)
+    ids = _submit_held(rt, go, 8, running=2)
     status = rt.client().call("status")
     assert [len(g["running"]) for g in status["gpus"]] == [1, 1]
     assert status["queued"] == 6
@@ -177,8 +185,7 @@ def test_command_policy_runs_one_per_gpu(make_runtime, tmp_path: Path) -> None:
 def test_ungated_policy_fills_the_slots(make_runtime, tmp_path: Path) -> None:
     rt = make_runtime(sim=1, policy="ungated", slots=3)
     go = tmp_path / "go"
-    ids = [rt.krex("submit", "--", "sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done").stdout.strip() for _ in range(7)]
-    _release_when(rt, go, 3)
+    ids = _submit_held(rt, go, 7, running=3)
     status = rt.client().call("status")
     assert len(status["gpus"][0]["running"]) == 3 and status["queued"] == 4
     go.touch()
@@ -265,7 +272,7 @@ def test_second_runtime_on_the_same_gpus_refuses(make_runtime, tmp_path: Path) -
 def test_sigterm_with_on_shutdown_finish_lets_commands_end(make_runtime) -> None:
     rt = make_runtime(on_shutdown="finish", shutdown_grace_s=30.0)
     command_id = rt.krex("submit", "--", "sh", "-c", "sleep 1; echo done").stdout.strip()
-    wait_until(lambda: rt.client().call("status")["gpus"][0]["running"] or rt.client().call("status")["gpus"][1]["running"])
+    wait_until(lambda: sum(_running(rt)) == 1, what="the command to start")
     assert rt.stop() == 0
     finished = [e for e in read_trace(rt.trace_path).events if e["type"] == "command_finished"]
     assert [(e["id"], e["state"], e["exit_code"]) for e in finished] == [(command_id, "finished", 0)]

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
-from console_helpers import rendered, run_async, screen_text, settled_screen, shown_actions, wait_for
+from console_helpers import rendered, run_async, settled_screen, shown_actions, wait_for
 
 from krex_console.app import KrexConsole, build_parser, endpoints_for, make_app
 from krex_console.dialogs import ConfirmDialog

@@ -23,7 +23,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -31,7 +30,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+from runtime_helpers import Heartbeat
+
 from krex_runtime import gate
+from krex_runtime.local_runtime import wait_until
 
 
 def _has_gpu() -> bool:
@@ -182,28 +184,6 @@ def counted_kernels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-class Heartbeat:
-    def __init__(self, g: gate.Gate) -> None:
-        self.g, self.stop_event = g, threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self.stop_event.wait(0.05):
-            self.g.stamp_heartbeat()
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.thread.join()
-
-
-def wait_for(what: str, predicate, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for: {what}"
-        time.sleep(0.01)
-
-
 def entry_of(g: gate.Gate, pid: int) -> gate.ProcEntry | None:
     return next((e for e in g.processes() if e.pid == pid), None)
 
@@ -230,7 +210,7 @@ def run_gated(argv: list[str], libkrex: Path, tmp_path: Path) -> tuple[str, list
             e = entry_of(g, proc.pid)
             return e is not None and e.parked >= 1
 
-        wait_for("the program parks", parked)
+        wait_until(parked, 60, "the program parks", interval_s=0.01)
         e = entry_of(g, proc.pid)
         assert e.in_call == 0
         before = e.calls_total

@@ -15,45 +15,21 @@ import itertools
 import os
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from krex_native import Build, check_sanitizers, read_stats
+from runtime_helpers import Heartbeat
 
 from krex_runtime import gate, simcuda
+from krex_runtime.local_runtime import wait_until
 
 TENANT = 1
 HOLDER = 99
 THREADS = 4
 _names = itertools.count()
-
-
-def wait_for(what: str, predicate: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for: {what}")
-        time.sleep(0.01)
-
-
-class Heartbeat:
-    """The runtime's heartbeat, stamped from a thread until stopped."""
-
-    def __init__(self, g: gate.Gate) -> None:
-        self.g, self.stop_event = g, threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self.stop_event.wait(0.05):
-            self.g.stamp_heartbeat()
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.thread.join()
 
 
 class Tenant:
@@ -152,8 +128,8 @@ def test_tenant_parks_drains_and_resumes(kind: str, build: Build, tmp_path: Path
     tenant = start_tenant(kind, build, tmp_path, gate_path, sim_device, kernel_ns=2_000_000)
     pid = tenant.proc.pid
     try:
-        wait_for("tenant registered", lambda: any(e.pid == pid for e in g.processes()))
-        wait_for("some launches", lambda: the_entry(g, pid).calls["launch"] >= 8)
+        wait_until(lambda: any(e.pid == pid for e in g.processes()), 60, "tenant registered", interval_s=0.01)
+        wait_until(lambda: the_entry(g, pid).calls["launch"] >= 8, 60, "some launches", interval_s=0.01)
 
         g.close_gate(HOLDER)
         assert g.wait_quiescent(HOLDER, 30.0) == []
@@ -162,7 +138,7 @@ def test_tenant_parks_drains_and_resumes(kind: str, build: Build, tmp_path: Path
         drained = the_entry(g, pid)
 
         # Parked within one submission: every thread waits at the gate, none inside.
-        wait_for("all threads parked", lambda: the_entry(g, pid).parked == THREADS)
+        wait_until(lambda: the_entry(g, pid).parked == THREADS, 60, "all threads parked", interval_s=0.01)
         assert the_entry(g, pid).in_call == 0
         before = the_entry(g, pid).calls_total
         time.sleep(0.3)
@@ -170,8 +146,8 @@ def test_tenant_parks_drains_and_resumes(kind: str, build: Build, tmp_path: Path
 
         reopened_ns = time.monotonic_ns()  # taken before the reopening store
         g.open_gate()
-        wait_for("progress after reopening", lambda: the_entry(g, pid).calls_total > before + THREADS)
-        wait_for("nobody parked", lambda: the_entry(g, pid).parked == 0)
+        wait_until(lambda: the_entry(g, pid).calls_total > before + THREADS, 60, "progress after reopening", interval_s=0.01)
+        wait_until(lambda: the_entry(g, pid).parked == 0, 60, "nobody parked", interval_s=0.01)
         last = tenant.finish()
     finally:
         beat.stop()
@@ -208,15 +184,15 @@ def test_stale_heartbeat_releases_parked_threads(build: Build, tmp_path: Path, s
     tenant = start_tenant("c", build, tmp_path, gate_path, sim_device, kernel_ns=200_000)
     pid = tenant.proc.pid
     try:
-        wait_for("tenant registered", lambda: any(e.pid == pid for e in g.processes()))
+        wait_until(lambda: any(e.pid == pid for e in g.processes()), 60, "tenant registered", interval_s=0.01)
         g.close_gate(HOLDER)
         assert g.wait_quiescent(HOLDER, 30.0) == []
-        wait_for("all threads parked", lambda: the_entry(g, pid).parked == THREADS)
+        wait_until(lambda: the_entry(g, pid).parked == THREADS, 60, "all threads parked", interval_s=0.01)
         before = the_entry(g, pid).calls_total
         beat.stop()  # the runtime "dies": nobody stamps the heartbeat any more
-        wait_for("progress through the stale gate", lambda: the_entry(g, pid).calls_total > before + THREADS)
+        wait_until(lambda: the_entry(g, pid).calls_total > before + THREADS, 60, "progress through the stale gate", interval_s=0.01)
         assert g.is_closed
-        wait_for("nobody parked", lambda: the_entry(g, pid).parked == 0)
+        wait_until(lambda: the_entry(g, pid).parked == 0, 60, "nobody parked", interval_s=0.01)
         assert the_entry(g, pid).fail_open
         tenant.finish()
     finally:
