@@ -307,24 +307,26 @@ class RuntimeService:
             "cgroups": str(self.cgroup_slice.path) if self.cgroup_slice else None,
             "regions": self.regions.describe() if self.regions else None,
             "totals": dict(self.state.totals),
-            "gpus": [
-                {
-                    **self._gpu_record(g),
-                    "running": sorted(d.running[g.index]),
-                    "queued": sum(1 for j in d.queue if j.gpu_request == g.index),
-                    "paused": g.index in d.paused_gpus,
-                    "leased": g.index in d.leased_gpus,
-                    "region_holder": self.state.gpus[g.index].region_holder,
-                    "region_kind": self.state.gpus[g.index].region_kind,
-                    "region_since": self.state.gpus[g.index].region_since,
-                    "region_queue": len(self.state.gpus[g.index].region_queue),
-                    "frozen": list(self.state.gpus[g.index].frozen),
-                    "regions_granted": self.state.gpus[g.index].regions_granted,
-                    "last_region": dict(self.state.gpus[g.index].last_region),
-                    "pool": {k: v for k, v in self.state.gpus[g.index].pool.items() if k != "workers"},
-                }
-                for g in self.gpus
-            ],
+            "gpus": [self._gpu_status(g, self.state.gpus[g.index]) for g in self.gpus],
+        }
+
+    def _gpu_status(self, gpu: Gpu, state: node_state.GpuState) -> dict[str, Any]:
+        """One GPU for `status`: its record, and its figures from the node state
+        (the reducer's, as every client sees them)."""
+        return {
+            **self._gpu_record(gpu),
+            "running": sorted(state.running),
+            "queued": state.queued,
+            "paused": state.paused,
+            "leased": gpu.index in self.dispatcher.leased_gpus,
+            "region_holder": state.region_holder,
+            "region_kind": state.region_kind,
+            "region_since": state.region_since,
+            "region_queue": len(state.region_queue),
+            "frozen": list(state.frozen),
+            "regions_granted": state.regions_granted,
+            "last_region": dict(state.last_region),
+            "pool": {k: v for k, v in state.pool.items() if k != "workers"},
         }
 
     async def _snapshot(self, peer: Peer, req: Request) -> Any:
