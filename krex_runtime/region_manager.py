@@ -165,12 +165,7 @@ class GpuRegions:
         req.withdrawn, req.reason = True, reason
         if req in self.queue:
             self.queue.remove(req)
-            self._emit(
-                {"type": "region_withdrawn", "gpu": self.gpu, "region": req.seq, "tenant_id": req.tenant_id, "reason": reason}
-            )
-            if not req.granted.done():
-                req.granted.set_exception(RegionRefused("ECANCELED", reason))
-                req.granted.exception()  # retrieved: nobody may be awaiting it
+            self._refuse(req, RegionRefused("ECANCELED", reason))
         elif self.holder is req:
             req.released.set()
         # A request in the middle of its entry is released when the entry ends.
@@ -182,6 +177,13 @@ class GpuRegions:
             # working on the reserved cores the next holder will measure on.
             self._unpin(req)
             req.released.set()
+
+    def _refuse(self, req: Request, exc: RegionRefused) -> None:
+        """The request ends ungranted: say so in the trace and to whoever waits."""
+        self._emit(
+            {"type": "region_withdrawn", "gpu": self.gpu, "region": req.seq, "tenant_id": req.tenant_id, "reason": exc.reason}
+        )
+        _fail(req, exc)
 
     def _unpin(self, req: Request) -> None:
         if req.entry is not None and req.entry.pinned:
@@ -203,9 +205,7 @@ class GpuRegions:
                 log.exception("GPU %d: region %d failed; reopening the gate", self.gpu, req.seq)
                 self.holder = None
                 self.gate.open_gate()
-                if not req.granted.done():
-                    req.granted.set_exception(RegionRefused("EIO", "runtime error while serving the region"))
-                    req.granted.exception()
+                _fail(req, RegionRefused("EIO", "runtime error while serving the region"))
 
     async def _serve_one(self, req: Request) -> None:
         try:
@@ -214,18 +214,7 @@ class GpuRegions:
             if not isinstance(exc, RegionRefused):
                 log.exception("GPU %d: region %d entry failed", self.gpu, req.seq)
                 exc = RegionRefused("EIO", f"runtime error during entry: {exc!r}")
-            self._emit(
-                {
-                    "type": "region_withdrawn",
-                    "gpu": self.gpu,
-                    "region": req.seq,
-                    "tenant_id": req.tenant_id,
-                    "reason": exc.reason,
-                }
-            )
-            if not req.granted.done():
-                req.granted.set_exception(exc)
-                req.granted.exception()
+            self._refuse(req, exc)
             return
         self.holder = req
         req.entry = entry
@@ -378,6 +367,12 @@ class GpuRegions:
         if self._task is not None:
             self._task.cancel()
         self.gate.open_gate()
+
+
+def _fail(req: Request, exc: RegionRefused) -> None:
+    if not req.granted.done():
+        req.granted.set_exception(exc)
+        req.granted.exception()  # retrieved: nobody may be awaiting it
 
 
 class RegionManager:
