@@ -408,8 +408,10 @@ def test_killed_process_does_not_wedge_the_device(sim: Sim):
 TARGET = """
 s = sc.SimCuda()
 me = os.getpid()
+# Queued work long enough to still be running when the locker (a new Python
+# process) gets to lock, however loaded the machine.
 for _ in range(3):
-    s.launch(100 * 1000 * 1000, name="before_lock")
+    s.launch(1000 * 1000 * 1000, name="before_lock")
 print("ready", flush=True)
 # Wait (without driver calls) until we are locked, then try to launch: the
 # launch must block until the unlock.
@@ -455,7 +457,8 @@ def test_checkpoint_lock_drains_and_blocks_until_unlock(stack: Sim):
     # ... nothing of the target ran while locked, and the blocked launch ran after.
     assert not [r for r in mine if lock[0].end_ns < r.start_ns < unlock[0].start_ns]
     assert after[0].start_ns >= unlock[0].start_ns
-    assert float(out) > 100, "the lock waited for queued work"
+    # The lock began while that work was still queued, and returned after it (above).
+    assert lock[0].start_ns < max(r.end_ns for r in before), "the lock waited for queued work"
 
 
 def test_checkpoint_lock_timeout_and_refusals(sim: Sim):
@@ -647,6 +650,10 @@ def test_mixed_workload_under_asan(sim: Sim, sim_asan_dir: Path):
         for _ in range(3):
             s.launch(50 * 1000 * 1000)
         print("ready", flush=True)
+        # Stay until the locker has locked us: it may start after this work is done.
+        me = os.getpid()
+        while not any(p.pid == me and p.locked for p in sc.read_device().slots):
+            time.sleep(0.002)
         s.synchronize()
         s.close()
     """, **env)
