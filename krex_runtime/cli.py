@@ -71,18 +71,31 @@ def build_parser() -> argparse.ArgumentParser:
     recycle = sub.add_parser("recycle", help="replace a GPU's context processes after their current command")
     recycle.add_argument("gpu", type=int)
     recycle.add_argument("--now", action="store_true", help="at once: busy ones are killed and their commands fail")
+    bench = sub.add_parser("bench", help="run the evaluation workload under each policy (krex bench --help)", add_help=False)
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER)
     trace = sub.add_parser("trace", help="summarise a trace file")
     trace.add_argument("file")
     trace.add_argument("--json", action="store_true")
     return p
 
 
+def bench_command(argv: list[str]) -> int:
+    from bench.cli import main as bench_main  # the evaluation is not part of the runtime
+
+    return bench_main(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # its own options, --help included, belong to it
+        return bench_command(argv[1:])
     args = build_parser().parse_args(argv)
     if args.run_dir:
         os.environ["KREX_RUN_DIR"] = args.run_dir
     if args.verb == "trace":
         return trace_command(args)
+    if args.verb == "bench":
+        return bench_command(args.bench_args)
     try:
         with ControlClient(args.endpoint) as client:
             return VERBS[args.verb](client, args)

@@ -1,0 +1,167 @@
+"""The evaluation's figures, from the commands' results (pure Python, no GPU).
+
+- throughput: commands per minute, and its ratio to native (and to ungated at
+  the same concurrency);
+- timing inflation: a candidate's median under a setup over its median under
+  native, minus one; p50 and p95 per bucket of the native kernel duration;
+- ranking fidelity: over every pair of candidates of one problem, how often
+  the setup orders the pair differently from native (the flip rate), grouped
+  by how far apart native measured them; and Kendall's tau-b per problem.
+
+The native repeat goes through the same functions: its figures are the noise
+floor the others are read against.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from itertools import combinations
+from typing import Any
+
+BUCKETS = ((">10 ms", 10.0, math.inf), ("1-10 ms", 1.0, 10.0), ("0.1-1 ms", 0.1, 1.0), ("<0.1 ms", 0.0, 0.1))
+GAP_GROUPS = (("<2%", 0.0, 0.02), ("2-5%", 0.02, 0.05), ("5-10%", 0.05, 0.10), (">=10%", 0.10, math.inf))
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def medians(run: dict[str, Any]) -> dict[str, float]:
+    """Candidate key -> its median time in this run (ok results only)."""
+    return {f"{r['problem']}/{r['candidate']}": r["median_ms"] for r in run.get("results", []) if r.get("ok")}
+
+
+def throughput_per_min(run: dict[str, Any]) -> float:
+    wall = run.get("wall_s")
+    return len(run.get("results", [])) / wall * 60 if wall else math.nan
+
+
+def bucket_of(ms: float) -> str:
+    for name, lo, hi in BUCKETS:
+        if lo <= ms < hi:
+            return name
+    raise ValueError(f"no bucket for {ms} ms")
+
+
+def inflation(run: dict[str, float], native: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Per bucket: n, p50 and p95 of (run / native - 1), as fractions."""
+    per_bucket: dict[str, list[float]] = {name: [] for name, _, _ in BUCKETS}
+    for key, base in native.items():
+        if key in run and base > 0:
+            per_bucket[bucket_of(base)].append(run[key] / base - 1)
+    return {
+        name: {"n": len(v), "p50": percentile(v, 0.5), "p95": percentile(v, 0.95)} for name, v in per_bucket.items()
+    }
+
+
+def _problems(times: dict[str, float]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for key in sorted(times):
+        out.setdefault(key.split("/", 1)[0], []).append(key)
+    return out
+
+
+def flips(run: dict[str, float], native: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Per native gap group: pairs, flipped pairs and the flip rate."""
+    counts = {name: [0, 0] for name, _, _ in GAP_GROUPS}
+    for keys in _problems(native).values():
+        for a, b in combinations([k for k in keys if k in run], 2):
+            na, nb = native[a], native[b]
+            gap = abs(na - nb) / min(na, nb)
+            group = next(name for name, lo, hi in GAP_GROUPS if lo <= gap < hi)
+            counts[group][0] += 1
+            if (na - nb) * (run[a] - run[b]) < 0:
+                counts[group][1] += 1
+    return {
+        name: {"pairs": pairs, "flips": flipped, "rate": flipped / pairs if pairs else math.nan}
+        for name, (pairs, flipped) in counts.items()
+    }
+
+
+def kendall_tau_b(x: list[float], y: list[float]) -> float:
+    """Kendall's tau-b of two paired samples (ties in either count as neither)."""
+    concordant = discordant = ties_x = ties_y = 0
+    for i, j in combinations(range(len(x)), 2):
+        dx, dy = x[i] - x[j], y[i] - y[j]
+        if dx == 0 and dy == 0:
+            continue
+        if dx == 0:
+            ties_x += 1
+        elif dy == 0:
+            ties_y += 1
+        elif dx * dy > 0:
+            concordant += 1
+        else:
+            discordant += 1
+    denominator = math.sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y))
+    return (concordant - discordant) / denominator if denominator else math.nan
+
+
+def taus(run: dict[str, float], native: dict[str, float]) -> dict[str, float]:
+    out = {}
+    for problem, keys in _problems(native).items():
+        common = [k for k in keys if k in run]
+        out[problem] = kendall_tau_b([native[k] for k in common], [run[k] for k in common]) if len(common) > 1 else math.nan
+    return out
+
+
+def clocks(run: dict[str, Any]) -> dict[str, float]:
+    seen = [r["sm_clock_mhz"] for r in run.get("results", []) if r.get("sm_clock_mhz")]
+    if not seen:
+        return {"median": math.nan, "min": math.nan, "max": math.nan}
+    return {"median": statistics.median(seen), "min": min(seen), "max": max(seen)}
+
+
+def phase_shares(run: dict[str, Any]) -> dict[str, float]:
+    """Each phase's share of the commands' summed phase time."""
+    sums: dict[str, float] = {}
+    for r in run.get("results", []):
+        for phase, seconds in r.get("phases_s", {}).items():
+            sums[phase] = sums.get(phase, 0.0) + seconds
+    total = sum(sums.values())
+    return {phase: s / total for phase, s in sums.items()} if total else {}
+
+
+def summarize(data: dict[str, Any]) -> dict[str, Any]:
+    """Every run's figures against native (and ungated at its concurrency)."""
+    runs = [r for r in data["runs"] if "results" in r]
+    by_label = {r["setup"]["label"]: r for r in runs}
+    native_run = by_label.get("native")
+    if native_run is None:
+        raise ValueError("the results have no native run: every figure is relative to it")
+    native = medians(native_run)
+    native_rate = throughput_per_min(native_run)
+    rows = []
+    for run in runs:
+        setup = run["setup"]
+        times = medians(run)
+        rate = throughput_per_min(run)
+        ungated = by_label.get(f"ungated c{setup['concurrency']}")
+        row = {
+            "label": setup["label"],
+            "setup": setup,
+            "commands": run.get("commands", 0),
+            "ok": len(run["results"]),
+            "failed": len(run["failures"]),
+            "wall_s": run.get("wall_s"),
+            "pool_warm_s": run.get("pool_warm_s"),
+            "throughput_per_min": rate,
+            "vs_native": rate / native_rate if native_rate else math.nan,
+            "vs_ungated": rate / throughput_per_min(ungated) if ungated and setup["kind"] == "krex" else math.nan,
+            "inflation": inflation(times, native),
+            "flips": flips(times, native),
+            "tau_b": taus(times, native),
+            "sm_clock_mhz": clocks(run),
+            "phase_shares": phase_shares(run),
+        }
+        rows.append(row)
+    skipped = [r["setup"]["label"] for r in data["runs"] if "skipped" in r]
+    errors = {r["setup"]["label"]: r["error"] for r in data["runs"] if "error" in r}
+    return {"rows": rows, "skipped": skipped, "errors": errors}

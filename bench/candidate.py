@@ -1,0 +1,133 @@
+"""One benchmark command: `python -m bench.candidate PROBLEM CANDIDATE`.
+
+Shaped like a kernel agent's command: import torch and triton, build the
+candidate (its Triton kernel compiles on first launch), check it against a
+reference on fresh random inputs, then time it inside `region()`: warm-up,
+an L2 flush before every repeat, CUDA events around each launch, the median
+of the repeats. Prints one JSON line with the median, the SM clock read
+during the measurement and the time each phase took.
+
+Every command compiles its kernels from scratch (a fresh TRITON_CACHE_DIR
+unless the caller gave one), as an agent's new candidates do.
+"""
+
+from __future__ import annotations
+
+import time
+
+STARTED = time.time()  # before the heavy imports: they are part of the command
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+
+L2_FLUSH_BYTES = 256 << 20  # several times the H200's 50 MB L2
+WARMUP_S = 0.05  # long enough for an idle GPU's clocks to come up
+
+
+def sm_clock_mhz() -> int | None:
+    """The SM clock of this command's GPU now (None where NVML cannot say)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        uuid = os.environ.get("KREX_GPU_UUID")
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid) if uuid else pynvml.nvmlDeviceGetHandleByIndex(0)
+        return int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+    except Exception:
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.candidate", description=__doc__)
+    p.add_argument("problem")
+    p.add_argument("candidate")
+    p.add_argument("--repeats", type=int, default=0, help="timed repeats (default: the problem's)")
+    p.add_argument("--seed", type=int, default=None)
+    args = p.parse_args(argv)
+
+    own_cache = "TRITON_CACHE_DIR" not in os.environ
+    if own_cache:
+        os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="krex-bench-triton-")
+    try:
+        return measure(args)
+    finally:
+        if own_cache:
+            shutil.rmtree(os.environ.pop("TRITON_CACHE_DIR"), ignore_errors=True)
+
+
+def measure(args: argparse.Namespace) -> int:
+    import torch
+    import triton  # noqa: F401  (imported as every candidate does, kernel or not)
+
+    from bench import kernels, workload
+    from krex_runtime.client import region
+
+    imported = time.time()
+    cand = workload.candidate(args.problem, args.candidate)
+    repeats = args.repeats or workload.BY_NAME[args.problem].repeats
+    if args.seed is not None:
+        torch.manual_seed(args.seed)
+    built = kernels.build(cand)
+    built.run()  # the first launch compiles
+    torch.cuda.synchronize()
+    compiled = time.time()
+
+    built.poison()
+    error = kernels.relative_error(built.run(), built.reference)
+    torch.cuda.synchronize()
+    checked = time.time()
+    result: dict[str, object] = {"problem": cand.problem, "candidate": cand.name, "rel_error": error}
+    if not error <= built.tolerance:
+        result.update(ok=False, reason=f"relative error {error:.3g} over the tolerance {built.tolerance:g}")
+        print(json.dumps(result), flush=True)
+        return 1
+
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    with region() as held:
+        entered = time.time()
+        warm_until = time.monotonic() + WARMUP_S
+        warm_runs = 0
+        while warm_runs < 3 or time.monotonic() < warm_until:
+            built.run()
+            torch.cuda.synchronize()
+            warm_runs += 1
+        for start, end in zip(starts, ends):
+            flush.zero_()
+            start.record()
+            built.run()
+            end.record()
+        torch.cuda.synchronize()
+        clock = sm_clock_mhz()
+    timed = time.time()
+    times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    result.update(
+        ok=True,
+        median_ms=statistics.median(times),
+        min_ms=min(times),
+        repeats=repeats,
+        warm_runs=warm_runs,
+        sm_clock_mhz=clock,
+        region_flags=list(held.flags),
+        phases_s={
+            "import": imported - STARTED,
+            "build_compile": compiled - imported,
+            "check": checked - compiled,
+            "region_wait": entered - checked,
+            "timing": timed - entered,
+        },
+        started=STARTED,
+        ended=time.time(),
+    )
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""`krex bench`: run the evaluation, or report on results already measured.
+
+    krex bench run [--scale S] [--concurrency 4,8,16] [--variants ...] [--budget-s N] [--out DIR] [--sim]
+    krex bench report RESULTS.json [--out DIR]
+    krex bench list
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from bench import report, runner, setups, workload
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="krex bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="verb", required=True, metavar="COMMAND")
+    run = sub.add_parser("run", help="run the workload under every setup, then write the report")
+    run.add_argument("--gpu", type=int, default=0, help="GPU index to run on (default 0)")
+    run.add_argument("--sim", action="store_true", help="one simulated GPU and simulated candidates (no torch)")
+    run.add_argument("--scale", type=float, default=1.0, help="share of each problem's candidates, in (0, 1]")
+    run.add_argument("--problems", default="", help="comma-separated problems (default: all; see `krex bench list`)")
+    run.add_argument("--concurrency", default="4,8,16", help="comma-separated concurrencies (default 4,8,16)")
+    run.add_argument(
+        "--variants",
+        default="all",
+        help="krex variants BACKEND/MODE/PROTECTION, comma-separated, or `all` or `none` (default all)",
+    )
+    run.add_argument(
+        "--native", type=int, choices=(0, 1, 2), default=2, help="native runs: 2 = native and its repeat (default)"
+    )
+    run.add_argument("--no-ungated", action="store_true", help="skip the ungated setups")
+    run.add_argument("--merge", type=Path, help="add these results' runs (e.g. an earlier native run) to this one")
+    run.add_argument("--budget-s", type=float, default=0.0, help="start no setup after this many seconds")
+    run.add_argument("--seed", type=int, default=1, help="submission order")
+    run.add_argument("--out", type=Path, default=Path("bench-results"), help="folder for results.json and the report")
+    run.add_argument("--work-dir", type=Path, default=Path("/tmp/krex-bench"), help="runtimes' folders")
+    run.add_argument("--keep", action="store_true", help="keep each setup's run folder (traces, output)")
+    rep = sub.add_parser("report", help="write the report (markdown, JSON, PNG) for results.json files")
+    rep.add_argument("results", type=Path, nargs="+", help="results.json; several are merged (one native run needed)")
+    rep.add_argument("--out", type=Path, default=None, help="folder (default: beside the first results file)")
+    sub.add_parser("list", help="list the problems, their candidates and the krex variants")
+    return p
+
+
+def merged(paths: list[Path]) -> dict:
+    data = json.loads(paths[0].read_text())
+    for path in paths[1:]:
+        more = json.loads(path.read_text())
+        if more["workload"] != data["workload"] and set(more["workload"]) != set(data["workload"]):
+            raise SystemExit(f"krex bench: {path} ran another workload than {paths[0]}; results cannot be merged")
+        data["runs"] += more["runs"]
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    if args.verb == "list":
+        for problem in workload.PROBLEMS:
+            print(f"{problem.name}: {problem.summary} ({problem.repeats} repeats)")
+            print("  " + " ".join(c.name for c in problem.candidates))
+        print("krex variants: " + " ".join(setups.VARIANTS))
+        return 0
+    if args.verb == "report":
+        data = merged(args.results)
+        out = args.out or args.results[0].parent
+        for path in report.write(data, out):
+            print(path)
+        return 0
+    try:
+        concurrency = tuple(int(c) for c in args.concurrency.split(",") if c)
+        variants = {"all": setups.VARIANTS, "none": ()}.get(args.variants) or tuple(args.variants.split(","))
+        plan = setups.matrix(concurrency, variants, native=args.native, ungated=not args.no_ungated)
+        problems = [p for p in args.problems.split(",") if p] or None
+        for p in problems or []:
+            if p not in workload.BY_NAME:
+                raise ValueError(f"unknown problem {p!r}; problems: {', '.join(workload.BY_NAME)}")
+        opts = runner.Options(
+            gpu=args.gpu, sim=args.sim, scale=args.scale, problems=problems, seed=args.seed,
+            budget_s=args.budget_s, keep=args.keep, root=args.work_dir,
+        )  # fmt: skip
+        runner.commands(opts)  # a bad scale is reported before anything starts
+    except ValueError as exc:
+        print(f"krex bench: {exc}", file=sys.stderr)
+        return 2
+    results = args.out / "results.json"
+    print(f"krex bench: {len(plan)} setups x {len(runner.commands(opts))} commands; results in {results}", flush=True)
+    data = runner.run(plan, opts, results, progress=lambda line: print(line, flush=True), argv=["krex", "bench", *argv])
+    if args.merge:
+        data["runs"] = json.loads(args.merge.read_text())["runs"] + data["runs"]
+        results.write_text(json.dumps(data, indent=1))
+    try:
+        written = report.write(data, args.out)
+    except ValueError as exc:  # e.g. no native run to compare with
+        print(f"krex bench: results kept in {results}; no report: {exc}", file=sys.stderr)
+        return 1
+    print(Path(written[0]).read_text())
+    failed = any("error" in r or r.get("failures") for r in data["runs"])
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

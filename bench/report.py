@@ -1,0 +1,150 @@
+"""The evaluation report: markdown tables, the summary as JSON, and a PNG chart."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from bench.analysis import BUCKETS, GAP_GROUPS, summarize
+
+
+def _pct(x: float | None, digits: int = 1) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 100:+.{digits}f}%"
+
+
+def _num(x: float | None, fmt: str = ".1f") -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return lines
+
+
+def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
+    m = data["machine"]
+    out = [f"# KREX evaluation, {data['date']}", ""]
+    if data["simulated"]:
+        out += ["**Simulated GPU: these figures are the simulator's, not a GPU's.**", ""]
+    out += [
+        f"- Machine: {m.get('host')}, {m.get('gpu')}, driver {m.get('driver', 'n/a')}, {m.get('cpus')} CPUs; "
+        f"Python {m.get('python')}, torch {m.get('torch')}, triton {m.get('triton')}",
+        f"- Workload: {len(data['workload'])} commands (scale {data['scale']}), submitted at once per setup",
+        f"- Command: `{' '.join(data['argv'])}`",
+        "",
+        "## Throughput",
+        "",
+    ]
+    rows = summary["rows"]
+    out += _table(
+        ["setup", "ok", "failed", "wall s", "cmds/min", "x native", "of ungated", "SM MHz median (min-max)", "pool warm s"],
+        [
+            [
+                r["label"],
+                str(r["ok"]),
+                str(r["failed"]),
+                _num(r["wall_s"]),
+                _num(r["throughput_per_min"]),
+                _num(r["vs_native"], ".2f"),
+                "n/a" if math.isnan(r["vs_ungated"]) else f"{r['vs_ungated'] * 100:.0f}%",
+                f"{_num(r['sm_clock_mhz']['median'], '.0f')} ({_num(r['sm_clock_mhz']['min'], '.0f')}-"
+                f"{_num(r['sm_clock_mhz']['max'], '.0f')})",
+                _num(r["pool_warm_s"]),
+            ]
+            for r in rows
+        ],
+    )
+    out += ["", "## Timing inflation against native (p50 / p95, candidates per bucket)", ""]
+    out += _table(
+        ["setup", *[f"{name} (n)" for name, _, _ in BUCKETS]],
+        [
+            [r["label"]]
+            + [
+                f"{_pct(r['inflation'][b]['p50'], 2)} / {_pct(r['inflation'][b]['p95'], 2)} ({r['inflation'][b]['n']})"
+                for b, _, _ in BUCKETS
+            ]
+            for r in rows
+            if r["label"] != "native"
+        ],
+    )
+    out += ["", "## Ranking against native: flip rate by native gap (flips/pairs), Kendall tau-b per problem", ""]
+    problems = sorted({p for r in rows for p in r["tau_b"]})
+    out += _table(
+        ["setup", *[f"gap {name}" for name, _, _ in GAP_GROUPS], *[f"tau {p}" for p in problems]],
+        [
+            [r["label"]]
+            + [
+                (f"{r['flips'][g]['rate'] * 100:.0f}% " if r["flips"][g]["pairs"] else "n/a ")
+                + f"({r['flips'][g]['flips']}/{r['flips'][g]['pairs']})"
+                for g, _, _ in GAP_GROUPS
+            ]
+            + [_num(r["tau_b"].get(p), ".2f") for p in problems]
+            for r in rows
+            if r["label"] != "native"
+        ],
+    )
+    native = next(r for r in rows if r["label"] == "native")
+    if native["phase_shares"]:
+        out += ["", "## Where a native command's time goes", ""]
+        out += _table(
+            list(native["phase_shares"]), [[f"{v * 100:.1f}%" for v in native["phase_shares"].values()]]
+        )
+    if summary["skipped"]:
+        out += ["", f"Skipped (time budget): {', '.join(summary['skipped'])}"]
+    for label, error in summary["errors"].items():
+        out += ["", f"Error in {label}: {error}"]
+    failures = [(run["setup"]["label"], f) for run in data["runs"] for f in run.get("failures", [])]
+    if failures:
+        out += ["", "## Failed commands", ""]
+        out += [f"- {label}: {f['key']} {f['state']} exit {f['exit_code']} {f['reason'] or ''}".rstrip() for label, f in failures]
+    return "\n".join(out) + "\n"
+
+
+def chart(summary: dict[str, Any], path: Path, title: str) -> bool:
+    """A PNG of throughput and p95 inflation per setup; False where matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    rows = [r for r in summary["rows"] if r["label"] != "native-repeat"]
+    labels = [r["label"] for r in rows]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(8, 0.55 * len(rows)), 9), constrained_layout=True)
+    colors = ["#555555" if r["setup"]["kind"] == "native" else "#d62728" if r["setup"]["kind"] == "ungated" else "#1f77b4" for r in rows]
+    top.bar(range(len(rows)), [r["vs_native"] for r in rows], color=colors)
+    top.axhline(1.0, color="black", linewidth=0.8)
+    top.set_ylabel("throughput / native")
+    top.set_xticks(range(len(rows)), labels, rotation=60, ha="right", fontsize=8)
+    top.set_title(title)
+    width = 0.8 / len(BUCKETS)
+    for i, (bucket, _, _) in enumerate(BUCKETS):
+        values = [r["inflation"][bucket]["p95"] * 100 for r in rows]
+        bottom.bar([x + i * width for x in range(len(rows))], values, width=width, label=bucket)
+    bottom.axhline(0.0, color="black", linewidth=0.8)
+    bottom.set_ylabel("p95 timing inflation vs native (%)")
+    bottom.set_yscale("symlog", linthresh=1.0)
+    bottom.set_xticks([x + 0.4 - width / 2 for x in range(len(rows))], labels, rotation=60, ha="right", fontsize=8)
+    bottom.legend(title="native kernel time", fontsize=8)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def write(data: dict[str, Any], out_dir: Path, stem: str = "report") -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = summarize(data)
+    md = out_dir / f"{stem}.md"
+    md.write_text(markdown(data, summary))
+    js = out_dir / f"{stem}.json"
+    js.write_text(json.dumps({"date": data["date"], "machine": data["machine"], "simulated": data["simulated"], **summary}, indent=1))
+    written = [md, js]
+    png = out_dir / f"{stem}.png"
+    kind = "simulated GPU" if data["simulated"] else data["machine"].get("gpu", "GPU")
+    if chart(summary, png, f"KREX evaluation, {kind}, {data['date']}"):
+        written.append(png)
+    return written

@@ -1,0 +1,225 @@
+"""Run the workload under each setup and keep every command's result.
+
+Each setup gets a krex-runtime of its own (krex_runtime/local_runtime.py) on
+one GPU, configured for the setup; all the workload's commands are submitted
+at once and waited for. Results are written after every setup, so a run cut
+short by its time budget still leaves what it measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable
+
+from bench import workload
+from bench.setups import Setup
+from krex_runtime.local_runtime import Runtime
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+COMMAND_TIMEOUT_S = 600.0
+
+
+@dataclass
+class Options:
+    gpu: int = 0
+    sim: bool = False
+    scale: float = 1.0
+    problems: list[str] | None = None
+    seed: int = 1
+    budget_s: float = 0.0  # > 0: skip the setups that would start after this long
+    keep: bool = False
+    root: Path = field(default_factory=lambda: Path("/tmp/krex-bench"))
+
+
+def commands(opts: Options) -> list[workload.Candidate]:
+    """The workload in submission order: problems interleaved, the same order for every setup."""
+    picked = workload.select(opts.scale, opts.problems)
+    random.Random(opts.seed).shuffle(picked)
+    return picked
+
+
+def machine(opts: Options) -> dict[str, Any]:
+    info: dict[str, Any] = {"host": platform.node(), "python": platform.python_version(), "cpus": os.cpu_count()}
+    for package in ("torch", "triton"):
+        try:
+            info[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            info[package] = None
+    if opts.sim:
+        info["gpu"] = "simulated GPU (krex simulator)"
+        return info
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(opts.gpu)
+        name = pynvml.nvmlDeviceGetName(handle)
+        info["gpu"] = name.decode() if isinstance(name, bytes) else name
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        info["driver"] = driver.decode() if isinstance(driver, bytes) else driver
+        info["sm_clock_max_mhz"] = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
+    except Exception as exc:  # the report shows what could not be read
+        info["gpu"] = f"n/a ({exc})"
+    return info
+
+
+def runtime_for(setup: Setup, opts: Options, folder: Path) -> Runtime:
+    pool = ""
+    if setup.mode == "pooled":
+        modules = ["krex_runtime.simcuda"] if opts.sim else ["torch", "triton"]
+        pool = (
+            f"[pool]\nsize_per_gpu = {setup.concurrency}\npreload = {json.dumps(modules)}\n"
+            f'context = "{"driver" if opts.sim else "torch"}"\nmax_commands = 1000\n'
+        )
+    regions = (
+        f'[regions]\ngate_backend = "{setup.gate_backend}"\nprotection = "{setup.protection}"\n'
+        "hold_limit_s = 120.0\n"
+    )
+    return Runtime(
+        folder,
+        sim=1 if opts.sim else 0,
+        policy=setup.policy,
+        slots=setup.concurrency,
+        visible=() if opts.sim else (opts.gpu,),
+        # Baselines run their commands as they would without KREX: no interception library.
+        preload=setup.kind == "krex",
+        extra_config=regions + pool,
+    )
+
+
+def argv_for(c: workload.Candidate, opts: Options) -> list[str]:
+    module = "bench.sim_candidate" if opts.sim else "bench.candidate"
+    return [sys.executable, "-m", module, c.problem, c.name]
+
+
+def wait_pool_warm(rt: Runtime, size: int, timeout_s: float = 600.0) -> float:
+    t0 = time.monotonic()
+    with rt.client(timeout_s=60) as client:
+        while True:
+            gpus = client.call("snapshot")["state"]["gpus"]
+            if all(g["pool"]["idle"] >= size for g in gpus):
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout_s:
+                raise RuntimeError(f"the context pool was not warm after {timeout_s:.0f} s: {[g['pool'] for g in gpus]}")
+            time.sleep(0.2)
+
+
+def read_result(result: dict[str, Any]) -> dict[str, Any] | None:
+    try:
+        lines = Path(result["stdout_path"]).read_text().strip().splitlines()
+        return json.loads(lines[-1]) if lines else None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def tail(path: str | None, limit: int = 1500) -> str:
+    try:
+        return Path(path).read_text(errors="replace")[-limit:] if path else ""
+    except OSError:
+        return ""
+
+
+def run_setup(setup: Setup, work: list[workload.Candidate], opts: Options, folder: Path) -> dict[str, Any]:
+    record: dict[str, Any] = {"setup": setup.to_dict(), "results": [], "failures": []}
+    rt = runtime_for(setup, opts, folder)
+    rt.start()
+    try:
+        if setup.mode == "pooled":
+            record["pool_warm_s"] = wait_pool_warm(rt, setup.concurrency)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")])}
+        with rt.client(timeout_s=60) as client:
+            t0 = time.time()
+            ids = []
+            for i, c in enumerate(work):
+                body = {
+                    "argv": argv_for(c, opts),
+                    "mode": setup.mode,
+                    "cwd": str(PROJECT_ROOT),
+                    "env": {**env, "TRITON_CACHE_DIR": str(folder / "triton" / str(i))},
+                    "label": c.key,
+                    "timeout_s": COMMAND_TIMEOUT_S,
+                }
+                ids.append((c, client.call("submit", body)["id"]))
+            last = t0
+            for c, command_id in ids:
+                res = client.call("wait", {"id": command_id, "attach": False}, timeout_s=COMMAND_TIMEOUT_S + 60)
+                last = max(last, time.time())
+                line = read_result(res)
+                if res["state"] == "finished" and res.get("exit_code") == 0 and line and line.get("ok"):
+                    record["results"].append(line)
+                else:
+                    record["failures"].append(
+                        {
+                            "key": c.key,
+                            "state": res["state"],
+                            "exit_code": res.get("exit_code"),
+                            "reason": res.get("reason"),
+                            "line": line,
+                            "stderr": tail(res.get("stderr_path")),
+                        }
+                    )
+        record["wall_s"] = last - t0
+        record["commands"] = len(work)
+    finally:
+        rt.stop()
+        if opts.sim:
+            from krex_runtime.simcuda import remove_device
+
+            remove_device(rt.device)
+    return record
+
+
+def run(
+    setups: list[Setup],
+    opts: Options,
+    out: Path,
+    progress: Callable[[str], None] = print,
+    argv: list[str] | None = None,
+) -> dict[str, Any]:
+    work = commands(opts)
+    data: dict[str, Any] = {
+        "format": "krex-bench",
+        "version": 1,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "simulated": opts.sim,
+        "machine": machine(opts),
+        "scale": opts.scale,
+        "workload": [c.key for c in work],
+        "argv": argv if argv is not None else sys.argv,
+        "runs": [],
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    opts.root.mkdir(parents=True, exist_ok=True)
+    for n, setup in enumerate(setups):
+        elapsed = time.monotonic() - started
+        if opts.budget_s and elapsed > opts.budget_s:
+            data["runs"].append({"setup": setup.to_dict(), "skipped": f"time budget of {opts.budget_s:.0f} s spent"})
+            progress(f"[{n + 1}/{len(setups)}] {setup.label}: skipped (budget spent)")
+            continue
+        folder = opts.root / f"{n:02d}"  # short: the runtime's socket paths must fit sun_path
+        t0 = time.monotonic()
+        try:
+            record = run_setup(setup, work, opts, folder)
+        except Exception as exc:  # one broken setup must not lose the others' results
+            record = {"setup": setup.to_dict(), "error": f"{type(exc).__name__}: {exc}"}
+        data["runs"].append(record)
+        out.write_text(json.dumps(data, indent=1))
+        progress(
+            f"[{n + 1}/{len(setups)}] {setup.label}: "
+            + (record.get("error") or f"{len(record['results'])} ok, {len(record['failures'])} failed")
+            + f" in {time.monotonic() - t0:.1f} s"
+        )
+        if not opts.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+    out.write_text(json.dumps(data, indent=1))
+    return data

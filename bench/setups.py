@@ -1,0 +1,78 @@
+"""The setups one evaluation compares: how the same workload is run.
+
+  native         one command at a time, the GPU to itself (policy `command`)
+  native-repeat  the same again: the noise floor of every comparison
+  ungated        `concurrency` commands at once, no protection
+  krex           `concurrency` commands at once, regions protected; one setup
+                 per gate backend x mode x protection variant
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+BACKENDS = ("preload", "driver-lock")
+MODES = ("process", "pooled")
+PROTECTIONS = ("gpu+cpu", "gpu-only")
+VARIANTS = tuple(f"{b}/{m}/{p}" for b in BACKENDS for m in MODES for p in PROTECTIONS)
+DEFAULT_CONCURRENCY = (4, 8, 16)
+
+
+@dataclass(frozen=True)
+class Setup:
+    kind: str  # native | native-repeat | ungated | krex
+    concurrency: int = 1
+    gate_backend: str = "preload"
+    mode: str = "process"
+    protection: str = "gpu+cpu"
+
+    @property
+    def policy(self) -> str:
+        return {"native": "command", "native-repeat": "command", "ungated": "ungated", "krex": "krex"}[self.kind]
+
+    @property
+    def variant(self) -> str:
+        return f"{self.gate_backend}/{self.mode}/{self.protection}"
+
+    @property
+    def label(self) -> str:
+        if self.kind in ("native", "native-repeat"):
+            return self.kind
+        if self.kind == "ungated":
+            return f"ungated c{self.concurrency}"
+        return f"krex {self.variant} c{self.concurrency}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "label": self.label, "policy": self.policy}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Setup:
+        return Setup(d["kind"], d["concurrency"], d["gate_backend"], d["mode"], d["protection"])
+
+
+def parse_variant(text: str) -> tuple[str, str, str]:
+    parts = text.split("/")
+    if len(parts) != 3 or parts[0] not in BACKENDS or parts[1] not in MODES or parts[2] not in PROTECTIONS:
+        raise ValueError(f"krex variant {text!r} is not BACKEND/MODE/PROTECTION; choose from {', '.join(VARIANTS)}")
+    return parts[0], parts[1], parts[2]
+
+
+def matrix(
+    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY,
+    variants: tuple[str, ...] = VARIANTS,
+    native: int = 2,
+    ungated: bool = True,
+) -> list[Setup]:
+    """Native first (`native` runs: the baseline every other setup is compared
+    with, then its repeat), then per concurrency ungated and each krex variant."""
+    setups = [Setup("native"), Setup("native-repeat")][:native]
+    for c in concurrency:
+        if c < 1:
+            raise ValueError(f"concurrency must be >= 1, got {c}")
+        if ungated:
+            setups.append(Setup("ungated", c))
+        for text in variants:
+            backend, mode, protection = parse_variant(text)
+            setups.append(Setup("krex", c, backend, mode, protection))
+    return setups

@@ -1,0 +1,168 @@
+"""The workload: benchmark problems, each with candidate implementations.
+
+A command benchmarks one candidate the way a kernel agent does: start Python,
+import torch and triton, build the candidate (compiling its Triton kernel),
+check it against a reference, then time it inside `region()` and print one
+JSON line (bench/candidate.py). Kernel durations on an H200 span the report's
+buckets: fp32 matmul > 10 ms, bf16 matmul 1-10 ms, softmax 0.1-1 ms, RMSNorm
+and GELU < 0.1 ms.
+
+This module is data only (no torch): the runner and the report read it on
+machines without a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Candidate:
+    problem: str
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.problem}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Problem:
+    name: str
+    summary: str
+    # Timed repeats per command: about 0.3-0.5 s of timing on an H200, near a
+    # tenth of a command, as in agents' benchmark commands.
+    repeats: int
+    candidates: tuple[Candidate, ...]
+
+
+def _candidates(problem: str, table: list[tuple[str, dict[str, Any]]]) -> tuple[Candidate, ...]:
+    return tuple(Candidate(problem, name, params) for name, params in table)
+
+
+def _tiles(m: int, n: int, k: int, warps: int, stages: int, group: int = 8) -> dict[str, Any]:
+    return {"impl": "triton", "block_m": m, "block_n": n, "block_k": k, "warps": warps, "stages": stages, "group_m": group}
+
+
+PROBLEMS: tuple[Problem, ...] = (
+    Problem(
+        "matmul_fp32",
+        "C = A @ B, 8192^3 float32 in IEEE precision (no tensor-core shortcuts)",
+        repeats=15,
+        candidates=_candidates(
+            "matmul_fp32",
+            [
+                ("torch", {"impl": "torch"}),
+                ("t128x128x32w8s3", _tiles(128, 128, 32, 8, 3)),
+                ("t128x64x32w4s4", _tiles(128, 64, 32, 4, 4)),
+                ("t64x128x32w4s4", _tiles(64, 128, 32, 4, 4)),
+                ("t64x64x32w4s3", _tiles(64, 64, 32, 4, 3)),
+                ("t128x128x16w8s2", _tiles(128, 128, 16, 8, 2)),
+                ("t64x64x64w4s2", _tiles(64, 64, 64, 4, 2)),
+                ("t128x128x32w8s3g1", _tiles(128, 128, 32, 8, 3, group=1)),
+            ],
+        ),
+    ),
+    Problem(
+        "matmul_bf16",
+        "C = A @ B, 8192^3 bfloat16 with float32 accumulation",
+        repeats=120,
+        candidates=_candidates(
+            "matmul_bf16",
+            [
+                ("torch", {"impl": "torch"}),
+                ("t128x256x64w8s3", _tiles(128, 256, 64, 8, 3)),
+                ("t128x128x64w8s4", _tiles(128, 128, 64, 8, 4)),
+                ("t128x128x32w4s4", _tiles(128, 128, 32, 4, 4)),
+                ("t64x128x64w4s4", _tiles(64, 128, 64, 4, 4)),
+                ("t64x64x64w4s3", _tiles(64, 64, 64, 4, 3)),
+                ("t32x64x32w4s2", _tiles(32, 64, 32, 4, 2)),
+                ("t128x128x64w8s4g1", _tiles(128, 128, 64, 8, 4, group=1)),
+            ],
+        ),
+    ),
+    Problem(
+        "softmax",
+        "row softmax of a 16384 x 8192 float32 matrix",
+        repeats=800,
+        candidates=_candidates(
+            "softmax",
+            [
+                ("torch", {"impl": "torch"}),
+                ("torch_unfused", {"impl": "torch_unfused"}),
+                ("row_w4", {"impl": "triton_row", "warps": 4}),
+                ("row_w8", {"impl": "triton_row", "warps": 8}),
+                ("row_w16", {"impl": "triton_row", "warps": 16}),
+                ("online_b1024w4", {"impl": "triton_online", "block": 1024, "warps": 4}),
+                ("online_b2048w8", {"impl": "triton_online", "block": 2048, "warps": 8}),
+                ("online_b4096w8", {"impl": "triton_online", "block": 4096, "warps": 8}),
+            ],
+        ),
+    ),
+    Problem(
+        "rmsnorm",
+        "RMSNorm over rows of a 4096 x 4096 bfloat16 matrix, with a weight",
+        repeats=3000,
+        candidates=_candidates(
+            "rmsnorm",
+            [
+                ("torch_eager", {"impl": "torch_eager"}),
+                ("torch_fn", {"impl": "torch_fn"}),
+                ("row_w1", {"impl": "triton_row", "warps": 1}),
+                ("row_w2", {"impl": "triton_row", "warps": 2}),
+                ("row_w4", {"impl": "triton_row", "warps": 4}),
+                ("row_w8", {"impl": "triton_row", "warps": 8}),
+                ("row_w16", {"impl": "triton_row", "warps": 16}),
+                ("rows4_w8", {"impl": "triton_rows", "rows": 4, "warps": 8}),
+            ],
+        ),
+    ),
+    Problem(
+        "gelu",
+        "GELU (tanh form) of 8M float32 values",
+        repeats=3000,
+        candidates=_candidates(
+            "gelu",
+            [
+                ("torch", {"impl": "torch"}),
+                ("torch_unfused", {"impl": "torch_unfused"}),
+                ("b256w2", {"impl": "triton", "block": 256, "warps": 2}),
+                ("b512w4", {"impl": "triton", "block": 512, "warps": 4}),
+                ("b1024w4", {"impl": "triton", "block": 1024, "warps": 4}),
+                ("b2048w8", {"impl": "triton", "block": 2048, "warps": 8}),
+                ("b4096w8", {"impl": "triton", "block": 4096, "warps": 8}),
+                ("b8192w16", {"impl": "triton", "block": 8192, "warps": 16}),
+            ],
+        ),
+    ),
+)
+
+BY_NAME = {p.name: p for p in PROBLEMS}
+
+
+def candidate(problem: str, name: str) -> Candidate:
+    try:
+        found = BY_NAME[problem]
+    except KeyError:
+        raise KeyError(f"unknown problem {problem!r}; problems: {', '.join(BY_NAME)}") from None
+    for c in found.candidates:
+        if c.name == name:
+            return c
+    raise KeyError(f"problem {problem!r} has no candidate {name!r}; candidates: {', '.join(c.name for c in found.candidates)}")
+
+
+def select(scale: float, problems: list[str] | None = None) -> list[Candidate]:
+    """The workload at `scale`: every chosen problem keeps ceil(scale * its
+    candidates) of them (at least 2, so rankings exist), taken in catalogue
+    order so two runs at one scale benchmark the same candidates."""
+    if not 0 < scale <= 1:
+        raise ValueError(f"scale must be in (0, 1], got {scale}")
+    chosen = [BY_NAME[p] for p in problems] if problems else list(PROBLEMS)
+    picked: list[Candidate] = []
+    for problem in chosen:
+        keep = max(2, math.ceil(scale * len(problem.candidates)))
+        picked.extend(problem.candidates[:keep])
+    return picked

@@ -1,0 +1,140 @@
+"""The evaluation (`krex bench`): its statistics, and a whole run on a simulated GPU."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench import analysis, setups, workload
+from krex_runtime.local_runtime import command
+
+
+def test_kendall_tau_b_matches_hand_counts() -> None:
+    assert analysis.kendall_tau_b([1, 2, 3, 4], [10, 20, 30, 40]) == 1.0
+    assert analysis.kendall_tau_b([1, 2, 3, 4], [40, 30, 20, 10]) == -1.0
+    # one swapped pair of six: (5 - 1) / 6
+    assert analysis.kendall_tau_b([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(4 / 6)
+    # a tie in y: 5 concordant, 0 discordant, 1 tie in y: 5 / sqrt(6 * 5)
+    assert analysis.kendall_tau_b([1, 2, 3, 4], [1, 2, 2, 4]) == pytest.approx(5 / math.sqrt(30))
+    assert math.isnan(analysis.kendall_tau_b([1, 1], [2, 2]))
+
+
+def test_flips_are_grouped_by_the_native_gap() -> None:
+    native = {"p/a": 1.00, "p/b": 1.01, "p/c": 1.30, "q/a": 5.0, "q/b": 5.2}
+    run = {"p/a": 1.02, "p/b": 1.01, "p/c": 1.31, "q/a": 5.3, "q/b": 5.2}
+    out = analysis.flips(run, native)
+    assert out["<2%"] == {"pairs": 1, "flips": 1, "rate": 1.0}  # a/b, 1% apart, reordered
+    assert out["2-5%"] == {"pairs": 1, "flips": 1, "rate": 1.0}  # q: 4% apart, reordered
+    assert out[">=10%"]["pairs"] == 2 and out[">=10%"]["flips"] == 0
+    assert out["5-10%"]["pairs"] == 0 and math.isnan(out["5-10%"]["rate"])
+
+
+def test_inflation_buckets_by_native_time_and_ignores_missing_candidates() -> None:
+    native = {"m/a": 20.0, "m/b": 2.0, "s/a": 0.5, "g/a": 0.02, "g/b": 0.03}
+    run = {"m/a": 22.0, "m/b": 2.0, "s/a": 0.55, "g/a": 0.021}
+    out = analysis.inflation(run, native)
+    assert out[">10 ms"] == {"n": 1, "p50": pytest.approx(0.1), "p95": pytest.approx(0.1)}
+    assert out["1-10 ms"]["p50"] == 0.0
+    assert out["0.1-1 ms"]["p95"] == pytest.approx(0.1)
+    assert out["<0.1 ms"]["n"] == 1  # g/b never finished in the run
+
+
+def test_percentile_interpolates_like_numpy() -> None:
+    assert analysis.percentile([1, 2, 3, 4, 5], 0.5) == 3
+    assert analysis.percentile([1, 2, 3, 4], 0.95) == pytest.approx(3.85)
+    assert math.isnan(analysis.percentile([], 0.5))
+
+
+def test_workload_covers_the_buckets_and_scales_deterministically() -> None:
+    full = workload.select(1.0)
+    assert len(full) == sum(len(p.candidates) for p in workload.PROBLEMS)
+    assert len({c.key for c in full}) == len(full)
+    half = workload.select(0.5)
+    assert [c.key for c in half] == [c.key for c in workload.select(0.5)]
+    assert all(sum(1 for c in half if c.problem == p.name) >= 2 for p in workload.PROBLEMS)
+    with pytest.raises(ValueError, match="scale"):
+        workload.select(0.0)
+    with pytest.raises(KeyError, match="no candidate"):
+        workload.candidate("gelu", "nope")
+
+
+def test_the_matrix_has_every_variant_at_every_concurrency() -> None:
+    plan = setups.matrix((4, 16))
+    labels = [s.label for s in plan]
+    assert labels[:2] == ["native", "native-repeat"]
+    assert len(plan) == 2 + 2 * (1 + len(setups.VARIANTS))
+    assert "krex driver-lock/pooled/gpu-only c16" in labels
+    with pytest.raises(ValueError, match="BACKEND/MODE/PROTECTION"):
+        setups.matrix((4,), ("preload/process",))
+
+
+def krex_bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*command("krex"), "bench", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_bad_arguments_are_refused_before_anything_starts(tmp_path: Path) -> None:
+    for args, message in (
+        (["--scale", "0"], "scale must be in (0, 1]"),
+        (["--variants", "preload/sometimes/gpu+cpu"], "is not BACKEND/MODE/PROTECTION"),
+        (["--problems", "fft"], "unknown problem 'fft'"),
+    ):
+        done = krex_bench("run", "--sim", "--out", str(tmp_path), *args)
+        assert done.returncode == 2, done.stderr
+        assert message in done.stderr
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = krex_bench(
+        "run", "--sim", "--scale", "0.25", "--problems", "matmul_bf16,gelu", "--concurrency", "2",
+        "--variants", "preload/process/gpu+cpu,driver-lock/pooled/gpu-only", "--out", str(out),
+        "--work-dir", str(tmp_path / "work"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads((out / "results.json").read_text())
+    labels = [r["setup"]["label"] for r in data["runs"]]
+    assert labels == [
+        "native", "native-repeat", "ungated c2", "krex preload/process/gpu+cpu c2", "krex driver-lock/pooled/gpu-only c2"
+    ]  # fmt: skip
+    for run in data["runs"]:
+        assert run["failures"] == [] and len(run["results"]) == 4, run
+        assert {r["problem"] for r in run["results"]} == {"matmul_bf16", "gelu"}
+    assert data["simulated"] is True
+    report = (out / "report.md").read_text()
+    assert "Simulated GPU: these figures are the simulator's, not a GPU's." in report
+    assert "| krex driver-lock/pooled/gpu-only c2 | 4 | 0 |" in report
+    summary = json.loads((out / "report.json").read_text())
+    krex = next(r for r in summary["rows"] if r["label"] == "krex preload/process/gpu+cpu c2")
+    assert krex["ok"] == 4 and krex["throughput_per_min"] > 0
+    assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The report can be made again from the results alone, and runs can be merged.
+    again = krex_bench("report", str(out / "results.json"), "--out", str(tmp_path / "again"))
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "again" / "report.md").read_text() == report
+
+
+def test_a_report_without_a_native_run_says_why(tmp_path: Path) -> None:
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"workload": [], "runs": [], "simulated": True, "machine": {}, "date": "", "scale": 1, "argv": []}))
+    done = krex_bench("report", str(results))
+    assert done.returncode != 0
+    assert "no native run" in done.stderr
+
+
+@pytest.mark.gpu
+def test_a_small_gpu_run_has_every_command_ok(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = krex_bench(
+        "run", "--scale", "0.25", "--problems", "softmax,gelu", "--native", "1", "--concurrency", "4",
+        "--variants", "preload/process/gpu+cpu", "--out", str(out), "--work-dir", str(tmp_path / "work"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads((out / "results.json").read_text())
+    for run in data["runs"]:
+        assert run["failures"] == [] and len(run["results"]) == 4, run
+        assert all(r["sm_clock_mhz"] for r in run["results"])
