@@ -21,7 +21,8 @@ the HELLO must come within `regions.channel_hello_timeout_s`; a connection may
 send `regions.channel_max_messages_per_s` lines a second; connections are
 capped per uid and in total. Past a bound the peer gets an ERROR line that
 says which, and (except for the first message over the rate) is disconnected,
-which gives back whatever it held.
+which gives back whatever it held. A peer that leaves its replies unread for
+SEND_TIMEOUT_S is disconnected too.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ log = logging.getLogger("krex.region_channel")
 PROTOCOL = 2
 MAX_LINE = 256  # bytes before the newline; the longest valid line is about 110
 HELLO_USAGE = f"HELLO {PROTOCOL} <tenant_id> <pid> <token>"
+# Clients read each reply before they send again: one that leaves its replies
+# unread this long is not a client, and its connection is dropped.
+SEND_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -58,13 +62,8 @@ class TenantIdentity:
 Identify = Callable[[int], TenantIdentity | None]
 
 
-class Refusal(Exception):
+class Refusal(RegionRefused):
     """Ends a connection: the peer gets `ERROR <code> <reason>`, then the connection closes."""
-
-    def __init__(self, code: str, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason
 
 
 class RateLimit:
@@ -183,8 +182,11 @@ class RegionChannel:
         return who
 
     def _authenticate(self, pid: int, tenant: str, claimed_pid: str, token: str) -> TenantIdentity:
-        """The tenant `pid` is, if it names that tenant and shows its token; the reasons
-        never quote the token shown."""
+        """The tenant `pid` is, if it names that tenant and shows its token. The reasons
+        quote what the peer sent only once it is known to be a number (they are
+        logged), and never the token."""
+        if not claimed_pid.isdigit() or not tenant.lstrip("-").isdigit():
+            raise Refusal("EPROTO", f"expected {HELLO_USAGE}, the pid and tenant id as numbers")
         if claimed_pid != str(pid):
             raise Refusal("EPERM", f"the pid in HELLO ({claimed_pid[:16]}) is not the connecting process ({pid})")
         who = self._identify(pid)
@@ -311,8 +313,14 @@ async def _read_line(reader: asyncio.StreamReader) -> str | None:
 
 
 async def _send(writer: asyncio.StreamWriter, line: str) -> None:
-    writer.write(line.encode() + b"\n")
-    await writer.drain()
+    data = line.encode()
+    if len(data) > MAX_LINE:  # a reason naming many tenants: lines are bounded both ways
+        data = data[: MAX_LINE - 3] + b"..."
+    writer.write(data + b"\n")
+    try:
+        await asyncio.wait_for(writer.drain(), SEND_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        raise ConnectionAbortedError("the peer does not read its replies") from None
 
 
 async def _try_send(writer: asyncio.StreamWriter, line: str) -> None:

@@ -28,6 +28,7 @@ from runtime_helpers import (
     frozen_cgroups,
     gpu_state,
     krex_runtime,
+    regions_config,
     snapshot,
     submit,
     trace_events,
@@ -160,6 +161,27 @@ def test_nobody_but_the_holder_can_release_or_take_its_region(make_runtime, tmp_
         assert secret not in log and secret not in rt.trace_path.read_text() and secret not in published
         assert secret not in json.dumps([another_tenant, strange])
 
+
+
+
+def test_without_cgroups_a_tenant_is_its_command_and_descendants(make_runtime, tmp_path: Path) -> None:
+    rt = make_runtime(policy="krex", sim=1, slots=4, cgroups="off", extra_config=regions_config())
+    steps = steps_file(rt, [*HOLD, [0, "EXIT\n"]])
+    child = f"import subprocess, sys\nsys.exit(subprocess.call([sys.executable, {PROBE!r}, {steps!r}]))"
+    done = rt.krex("run", "--", PY, "-c", child)
+    assert done.returncode == 0, done.stderr
+    replies = json.loads(done.stdout.splitlines()[-1])
+    assert replies[0] == "OK" and replies[1].startswith("GRANTED ") and replies[2].startswith("RELEASED ")
+
+    go = tmp_path / "go"
+    sitting = submit(rt, PY, PROBE, steps_file(rt, [["wait", str(go)]]))
+    pid = wait_until(lambda: command_pid(rt, sitting), 60, "the tenant to start")
+    env = psutil.Process(pid).environ()
+    forged = {k: env[k] for k in ("KREX_COMMAND_ID", "KREX_TENANT_ID", "KREX_REGION_TOKEN")}
+    strange = stranger(rt, [0, "{hello}\n"], **forged)
+    assert strange[0].startswith("ERROR EPERM pid ") and "is not a process of a command running under" in strange[0]
+    go.touch()
+    assert rt.krex("wait", sitting).returncode == 0
 
 
 # --- what a peer can cost ----------------------------------------------------------------

@@ -24,6 +24,9 @@
 #include "intercept_internal.h"
 #include "krex.h"
 
+/* The longest line the server sends, without its newline. */
+#define REPLY_MAX 256
+
 static pthread_mutex_t region_lock = PTHREAD_MUTEX_INITIALIZER;
 static int region_fd = -1;
 static pid_t region_pid;   /* the process that owns region_fd (fork check) */
@@ -148,7 +151,7 @@ static int connect_channel(const char *path)
     region_pid = getpid();
     const char *tenant = getenv(KREX_ENV_TENANT_ID);
     const char *token = getenv(KREX_ENV_REGION_TOKEN);
-    char hello[256], reply[256];
+    char hello[256], reply[REPLY_MAX + 1];
     int len = snprintf(hello, sizeof hello, "HELLO 2 %s %d %s\n", tenant && *tenant ? tenant : "-1", (int)getpid(),
                        token && *token ? token : "-");
     /* Longer than any valid HELLO: the environment is not the runtime's. */
@@ -168,7 +171,7 @@ KREX_EXPORT int krex_region_enter(void)
     if (rc == 0 && holding)
         rc = -EBUSY;
     if (rc == 0) {
-        char request[64], reply[256];
+        char request[64], reply[REPLY_MAX + 1];
         snprintf(request, sizeof request, "ENTER %ld\n", (long)syscall(SYS_gettid));
         rc = transact(request, "GRANTED", reply, sizeof reply);
         holding = rc == 0;
@@ -187,7 +190,7 @@ KREX_EXPORT int krex_region_exit(void)
     if (region_fd < 0 || region_pid != getpid() || !holding) {
         rc = -EINVAL;
     } else {
-        char reply[256];
+        char reply[REPLY_MAX + 1];
         rc = transact("EXIT\n", "RELEASED", reply, sizeof reply);
         holding = false; /* whatever the answer, the server no longer counts us as holder */
     }

@@ -63,6 +63,16 @@ def run_client(build: Build, *ops: str, **env: str) -> tuple[list[str], str]:
     return proc.stdout.splitlines(), proc.stderr
 
 
+def enter_against(build: Build, path: Path, reply) -> list[str]:
+    """What one krex_region_enter returns against a test server answering with `reply`."""
+    server = LineServer(path, reply)
+    try:
+        out, _ = run_client(build, "enter", KREX_REGION_SOCKET=str(path))
+    finally:
+        server.close()
+    return out
+
+
 def test_noop_without_runtime(lib_build: Build) -> None:
     out, _ = run_client(lib_build, "enter", "exit", "enter", "exit")
     assert out == ["enter 0", "exit 0", "enter 0", "exit 0"]
@@ -140,15 +150,10 @@ def test_token_from_the_environment_and_a_refused_hello(lib_build: Build, tmp_pa
     finally:
         server.close()
 
-    def accept(line: str) -> str:
-        return "OK" if line.startswith("HELLO ") else "ERROR EMSGSIZE line longer than 256 bytes"
+    def accept(line: str) -> str:  # the refusal as long as the server ever sends: 256 bytes
+        return "OK" if line.startswith("HELLO ") else "ERROR EMSGSIZE line longer than 256 bytes".ljust(256, ".")
 
-    server = LineServer(tmp_path / "m.sock", accept)
-    try:
-        out, _ = run_client(lib_build, "enter", KREX_REGION_SOCKET=str(server.path))
-    finally:
-        server.close()
-    assert out == ["enter %d" % -errno.EMSGSIZE]
+    assert enter_against(lib_build, tmp_path / "m.sock", accept) == ["enter %d" % -errno.EMSGSIZE]
 
 
 def test_unreachable_runtime_and_dropped_connection(lib_build: Build, tmp_path: Path) -> None:
@@ -170,12 +175,7 @@ def test_unreachable_runtime_and_dropped_connection(lib_build: Build, tmp_path: 
     def garbage(line: str) -> str:
         return "HELLO THERE"
 
-    server = LineServer(tmp_path / "bad.sock", garbage)
-    try:
-        out, _ = run_client(lib_build, "enter", KREX_REGION_SOCKET=str(server.path))
-    finally:
-        server.close()
-    assert out == ["enter %d" % -errno.EPROTO]
+    assert enter_against(lib_build, tmp_path / "bad.sock", garbage) == ["enter %d" % -errno.EPROTO]
 
 
 def test_refused_when_nobody_listens(lib_build: Build, tmp_path: Path) -> None:
