@@ -30,8 +30,9 @@ from typing import Any, Callable, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-PROTOCOL = 1
+PROTOCOL = 2
 SOCKET_ENV = "KREX_REGION_SOCKET"
+TOKEN_ENV = "KREX_REGION_TOKEN"  # the tenant's secret for HELLO (krex_runtime/region_tokens.py)
 
 
 class RegionError(RuntimeError):
@@ -67,8 +68,13 @@ class _Channel:
             sock.close()
             raise RegionError("ECONNREFUSED", f"cannot reach the region channel {path}: {exc.strerror}") from None
         self._sock, self._file, self._pid = sock, sock.makefile("rwb", buffering=0), os.getpid()
-        tenant = os.environ.get("KREX_TENANT_ID", "-1")
-        self._transact(f"HELLO {PROTOCOL} {tenant} {os.getpid()}", "OK")
+        tenant = os.environ.get("KREX_TENANT_ID") or "-1"
+        token = os.environ.get(TOKEN_ENV) or "-"
+        try:
+            self._transact(f"HELLO {PROTOCOL} {tenant} {os.getpid()} {token}", "OK")
+        except RegionError:
+            self._drop()  # the runtime hangs up on a refused HELLO: the next try starts over
+            raise
 
     def _transact(self, line: str, want: str) -> str:
         assert self._file is not None

@@ -76,6 +76,10 @@ class RegionSection:
     reserved_cores_per_gpu: int = 1
     cpu_slices: dict[str, list[int]] = field(default_factory=dict)
     lease_ttl_s: float = 3600.0
+    channel_hello_timeout_s: float = 5.0
+    channel_max_messages_per_s: int = 1000
+    channel_max_connections: int = 256
+    channel_max_connections_per_uid: int = 128
 
 
 @dataclass(frozen=True)
@@ -173,6 +177,13 @@ def validate(config: Config) -> Config:
         (config.regions.reserved_cores_per_gpu >= 0, "regions.reserved_cores_per_gpu must not be negative"),
         (all(k.isdigit() for k in config.regions.cpu_slices), "regions.cpu_slices keys are GPU indices (\"0\", \"1\", ...)"),
         (config.regions.lease_ttl_s > 0, "regions.lease_ttl_s must be positive"),
+        (config.regions.channel_hello_timeout_s > 0, "regions.channel_hello_timeout_s must be positive"),
+        (config.regions.channel_max_messages_per_s >= 1, "regions.channel_max_messages_per_s must be at least 1"),
+        (config.regions.channel_max_connections >= 1, "regions.channel_max_connections must be at least 1"),
+        (
+            1 <= config.regions.channel_max_connections_per_uid <= config.regions.channel_max_connections,
+            "regions.channel_max_connections_per_uid must be between 1 and regions.channel_max_connections",
+        ),
         (config.telemetry.sample_interval_s > 0, "telemetry.sample_interval_s must be positive"),
         (config.telemetry.canary_period_s > 0, "telemetry.canary_period_s must be positive"),
         (config.telemetry.canary_target_ms > 0, "telemetry.canary_target_ms must be positive"),

@@ -64,10 +64,18 @@ def plan(gpus: list[Gpu], reserved_per_gpu: int, overrides: dict[int, tuple[int,
     return CpuPlan(slices=slices, note=note)
 
 
-def pin_thread(tid: int, cores: tuple[int, ...]) -> bool:
-    """Pin one thread (by its Linux tid) to `cores`; False if it is gone."""
+def is_thread_of(pid: int, tid: int) -> bool:
+    """Whether `tid` is a thread of process `pid` now."""
+    return os.path.exists(f"/proc/{pid}/task/{tid}")
+
+
+def pin_thread(pid: int, tid: int, cores: tuple[int, ...]) -> bool:
+    """Pin one thread of process `pid` (by its Linux tid) to `cores`; False if it
+    is gone. A tid a tenant names is checked to be its own: it could be anyone's."""
     if not cores:
         return True
+    if not is_thread_of(pid, tid):
+        return False
     try:
         os.sched_setaffinity(tid, cores)
     except (ProcessLookupError, PermissionError, OSError):

@@ -39,6 +39,18 @@ def members(pid: int, command_id: str, cgroup: Path | None) -> set[int]:
     return found
 
 
+def contains(pid: int, cgroup: Path | None, member: int) -> bool:
+    """Whether `member` is in the tree of the command whose process is `pid`: in
+    its cgroup, or without one, `pid` itself or a descendant. Stricter than
+    `members`: an environment is no proof of where a process comes from."""
+    if cgroup is not None:
+        return member in cgroups.procs(cgroup)
+    try:
+        return member == pid or any(p.pid == pid for p in psutil.Process(member).parents())
+    except psutil.Error:
+        return False
+
+
 def signal_tree(pid: int, command_id: str, cgroup: Path | None, sig: int) -> None:
     """Send `sig` to the command's process group and every member of its tree."""
     try:

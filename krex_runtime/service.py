@@ -23,7 +23,7 @@ from typing import Any, Awaitable, Callable
 import zmq
 import zmq.asyncio
 
-from krex_runtime import cgroups, endpoints, native_build, protocol, region_setup
+from krex_runtime import cgroups, endpoints, native_build, process_tree, protocol, region_setup
 from krex_runtime import state as node_state
 from krex_runtime.cgroups import CgroupSlice
 from krex_runtime.config import Config, resolve_lock_dir, resolve_run_dir
@@ -36,6 +36,7 @@ from krex_runtime.protocol import ErrorCode, ProtocolError, Request
 from krex_runtime.region_channel import RegionChannel, TenantIdentity
 from krex_runtime.region_manager import Tenant
 from krex_runtime.region_setup import RegionMachinery
+from krex_runtime.region_tokens import TOKEN_ENV
 from krex_runtime.telemetry import CANARY_RESTART_S, Telemetry
 from krex_runtime.trace import TraceWriter
 
@@ -235,6 +236,8 @@ class RuntimeService:
         if self.regions is not None:
             env["KREX_GATE_PATH"] = str(region_setup.gate_path(self.run_dir, gpu.index))
             env["KREX_REGION_SOCKET"] = str(self.run_dir / REGION_SOCKET)
+        if self.channel is not None and tenant_id is not None:
+            env[TOKEN_ENV] = self.channel.tokens.token_for(tenant_id)
         if gpu.simulated:
             sim_dir = str(native_build.simulated_driver_dir())
             env["LD_LIBRARY_PATH"] = ":".join(p for p in (sim_dir, env.get("LD_LIBRARY_PATH", "")) if p)
@@ -394,8 +397,10 @@ class RuntimeService:
         ]
 
     def identify(self, pid: int) -> TenantIdentity | None:
-        """The running command a process belongs to, by the kernel's word (its
-        environment as set at spawn), never by what the process claims."""
+        """The running command a process belongs to, by the kernel's word, never
+        by what the process claims: its environment names the command, and it
+        must be inside that command's process tree (an environment is easily
+        forged; a cgroup is joined only with write access to it)."""
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
                 env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
@@ -407,6 +412,9 @@ class RuntimeService:
             command_id = self.pool.job_of(command_id) or ""
         job = self.dispatcher.jobs.get(command_id)
         if job is None or job.state != "running" or job.gpu is None or job.tenant_id is None:
+            return None
+        root = job.process.pid if job.process is not None else None
+        if root is None or not process_tree.contains(root, job.cgroup, pid):
             return None
         return TenantIdentity(job.tenant_id, job.id, job.gpu)
 
@@ -490,9 +498,7 @@ class RuntimeService:
                 self.config, self.run_dir, self.gpus, self.cgroup_slice, self.tenants_of, self.emit, self.kill_command
             )
             self.leases = LeaseDesk(self.regions.manager, self.dispatcher, self.config.regions.lease_ttl_s)
-            self.channel = RegionChannel(
-                self.run_dir / REGION_SOCKET, self.regions.manager, self.identify, self.config.regions.hold_limit_s
-            )
+            self.channel = RegionChannel(self.run_dir / REGION_SOCKET, self.regions.manager, self.identify, self.config.regions)
         self.telemetry = Telemetry(self.config, self.gpus, self.emit, self.regions.gates if self.regions else {})
         if self.regions is not None:
             for gpu_regions in self.regions.manager.gpus.values():

@@ -3,12 +3,17 @@ name is not unique across the test folders)."""
 
 from __future__ import annotations
 
+import json
+import sys
 import threading
 from pathlib import Path
 
 import psutil
+from region_checks import is_frozen
 
 from krex_runtime import gate
+from krex_runtime.local_runtime import Runtime, wait_until
+from krex_runtime.trace import read_trace
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -42,3 +47,80 @@ class Heartbeat:
     def stop(self) -> None:
         self.stop_event.set()
         self.thread.join()
+
+
+# --- runtimes under policy krex and their tenants -----------------------------------
+
+PY = sys.executable
+TENANTS = REPO / "tests" / "tenants"
+
+
+def regions_config(backend: str = "preload", **settings: object) -> str:
+    lines = [f'gate_backend = "{backend}"', "stale_after_s = 1.0", "heartbeat_interval_s = 0.2"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
+    return "[regions]\n" + "\n".join(lines) + "\n"
+
+
+def krex_runtime(make_runtime, backend: str = "preload", sim: int = 1, slots: int = 16, **settings: object) -> Runtime:
+    return make_runtime(policy="krex", sim=sim, slots=slots, extra_config=regions_config(backend, **settings))
+
+
+def submit(rt: Runtime, *argv: str, gpu: int | None = None) -> str:
+    pin = ["--gpu", str(gpu)] if gpu is not None else []
+    done = rt.krex("submit", *pin, "--", *argv)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def busy(rt: Runtime, gpu: int = 0, kernel_us: float = 2000, depth: int = 4, threads: int = 1) -> str:
+    return submit(rt, PY, str(TENANTS / "busy.py"), str(kernel_us), str(depth), str(threads), gpu=gpu)
+
+
+def output(rt: Runtime, command_id: str) -> str:
+    path = rt.run_dir / "output" / f"{command_id}.stdout"
+    return path.read_text() if path.exists() else ""
+
+
+def wait_ready(rt: Runtime, *ids: str) -> None:
+    for command_id in ids:
+        wait_until(lambda: "ready" in output(rt, command_id), 60, f"tenant {command_id} to start submitting")
+
+
+def snapshot(rt: Runtime) -> dict:
+    with rt.client() as c:
+        return c.call("snapshot")["state"]
+
+
+def gpu_state(rt: Runtime, gpu: int = 0) -> dict:
+    return next(g for g in snapshot(rt)["gpus"] if g["index"] == gpu)
+
+
+def command_pid(rt: Runtime, command_id: str) -> int:
+    return next(c["pid"] for c in snapshot(rt)["commands"] if c["id"] == command_id)
+
+
+def cgroup_root(rt: Runtime) -> Path | None:
+    with rt.client() as c:
+        root = c.call("status")["cgroups"]
+    return Path(root) if root else None
+
+
+def frozen_cgroups(root: Path | None) -> list[str]:
+    if root is None or not root.exists():
+        return []
+    return [g.name for g in root.iterdir() if g.is_dir() and is_frozen(g)]
+
+
+def trace_events(rt: Runtime, kind: str) -> list[dict]:
+    return [e for e in read_trace(rt.trace_path).events if e["type"] == kind]
+
+
+def region_results(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def finish(rt: Runtime, *ids: str) -> None:
+    for command_id in ids:
+        rt.krex("cancel", command_id)
+    for command_id in ids:
+        rt.krex("wait", "--json", command_id)

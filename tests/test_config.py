@@ -63,6 +63,10 @@ def test_unknown_section(tmp_path: Path) -> None:
         ("[gpus]\nvisible = [0, 'one']\n", "gpus.visible[1]: expected an integer, got a string"),
         ("[tenants]\nenv = { A = 1 }\n", "tenants.env.A: expected a string, got an integer"),
         ("[runtime]\ncontrol_tcp = 'ipc:///x'\n", "runtime.control_tcp must be a tcp:// endpoint"),
+        (
+            "[regions]\nchannel_max_connections = 8\nchannel_max_connections_per_uid = 9\n",
+            "regions.channel_max_connections_per_uid must be between 1 and regions.channel_max_connections",
+        ),
         ("runtime = 3\n", "runtime: expected a table, got an integer"),
         ("[runtime\n", "not valid TOML"),
     ],

@@ -10,10 +10,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,90 +26,34 @@ from region_checks import (
     is_frozen,
     regions_of,
 )
-from runtime_helpers import REPO, tenant_processes
+from runtime_helpers import (
+    PY,
+    TENANTS,
+    busy,
+    cgroup_root,
+    command_pid,
+    finish,
+    frozen_cgroups,
+    gpu_state,
+    krex_runtime,
+    output,
+    region_results,
+    regions_config,
+    snapshot,
+    submit,
+    tenant_processes,
+    trace_events,
+    wait_ready,
+)
 
 from krex_runtime import native_build
 from krex_runtime.freezer import is_stopped
 from krex_runtime.gate import Gate
 from krex_runtime.local_runtime import Runtime, wait_until
 from krex_runtime.simcuda import active_count, read_execution_log, remove_device
-from krex_runtime.trace import read_trace
 
-PY = sys.executable
-TENANTS = REPO / "tests" / "tenants"
 RECOVERY_BOUND_S = 10.0
 BACKENDS = ["preload", "driver-lock"]
-
-
-def regions_config(backend: str = "preload", **settings: object) -> str:
-    lines = [f'gate_backend = "{backend}"', "stale_after_s = 1.0", "heartbeat_interval_s = 0.2"]
-    lines += [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
-    return "[regions]\n" + "\n".join(lines) + "\n"
-
-
-def krex_runtime(make_runtime, backend: str = "preload", sim: int = 1, slots: int = 16, **settings: object) -> Runtime:
-    return make_runtime(policy="krex", sim=sim, slots=slots, extra_config=regions_config(backend, **settings))
-
-
-def submit(rt: Runtime, *argv: str, gpu: int | None = None) -> str:
-    pin = ["--gpu", str(gpu)] if gpu is not None else []
-    done = rt.krex("submit", *pin, "--", *argv)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
-
-
-def busy(rt: Runtime, gpu: int = 0, kernel_us: float = 2000, depth: int = 4, threads: int = 1) -> str:
-    return submit(rt, PY, str(TENANTS / "busy.py"), str(kernel_us), str(depth), str(threads), gpu=gpu)
-
-
-def output(rt: Runtime, command_id: str) -> str:
-    path = rt.run_dir / "output" / f"{command_id}.stdout"
-    return path.read_text() if path.exists() else ""
-
-
-def wait_ready(rt: Runtime, *ids: str) -> None:
-    for command_id in ids:
-        wait_until(lambda: "ready" in output(rt, command_id), 60, f"tenant {command_id} to start submitting")
-
-
-def snapshot(rt: Runtime) -> dict:
-    with rt.client() as c:
-        return c.call("snapshot")["state"]
-
-
-def gpu_state(rt: Runtime, gpu: int = 0) -> dict:
-    return next(g for g in snapshot(rt)["gpus"] if g["index"] == gpu)
-
-
-def command_pid(rt: Runtime, command_id: str) -> int:
-    return next(c["pid"] for c in snapshot(rt)["commands"] if c["id"] == command_id)
-
-
-def cgroup_root(rt: Runtime) -> Path | None:
-    with rt.client() as c:
-        root = c.call("status")["cgroups"]
-    return Path(root) if root else None
-
-
-def frozen_cgroups(root: Path | None) -> list[str]:
-    if root is None or not root.exists():
-        return []
-    return [g.name for g in root.iterdir() if g.is_dir() and is_frozen(g)]
-
-
-def trace_events(rt: Runtime, kind: str) -> list[dict]:
-    return [e for e in read_trace(rt.trace_path).events if e["type"] == kind]
-
-
-def region_results(text: str) -> list[dict]:
-    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
-
-
-def finish(rt: Runtime, *ids: str) -> None:
-    for command_id in ids:
-        rt.krex("cancel", command_id)
-    for command_id in ids:
-        rt.krex("wait", "--json", command_id)
 
 
 # --- basics -------------------------------------------------------------------
@@ -151,21 +93,6 @@ def test_region_decorator_and_c_api_under_the_runtime(make_runtime, native_built
     assert done.stdout.split("\n")[:5] == ["enter 0", "exit 0", f"exit {-22}", "enter 0", "exit 0"]
     rt.stop()
     assert len(trace_events(rt, "region_granted")) == 4
-
-
-def test_strangers_are_refused_on_the_region_channel(make_runtime) -> None:
-    rt = krex_runtime(make_runtime)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.connect(str(rt.run_dir / "region.sock"))
-        s.sendall(f"HELLO 1 1 {os.getpid()}\n".encode())
-        assert s.makefile().readline().startswith("ERROR EPERM")
-    for bad in (b"GARBAGE\n", b"HELLO 9 1 1\n", b"\xff" * 2000 + b"\n"):
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.connect(str(rt.run_dir / "region.sock"))
-            s.sendall(bad)
-            reply = s.makefile(errors="replace").readline()
-            assert reply == "" or reply.startswith("ERROR")
-    assert rt.krex("run", "--", PY, "-c", "from krex_runtime.client import region\nwith region(): pass").returncode == 0
 
 
 # --- the invariant suite ----------------------------------------------------------

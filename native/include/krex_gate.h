@@ -47,6 +47,7 @@ extern "C" {
 #define KREX_ENV_INTERCEPT_STATS "KREX_INTERCEPT_STATS" /* per-process call counts at exit */
 #define KREX_ENV_DRAIN_TIMEOUT_MS "KREX_DRAIN_TIMEOUT_MS" /* overrides drain_timeout_ns */
 #define KREX_ENV_REGION_SOCKET "KREX_REGION_SOCKET"  /* region channel (krex.h) */
+#define KREX_ENV_REGION_TOKEN "KREX_REGION_TOKEN"    /* this tenant's secret for the channel's HELLO */
 
 #define KREX_GATE_MAX_PROCS 1024u
 #define KREX_GATE_NO_HOLDER (-1)

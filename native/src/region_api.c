@@ -4,11 +4,12 @@
  * One Unix stream connection per process to the runtime (KREX_REGION_SOCKET),
  * opened at the first enter and kept; a text-line protocol, documented in
  * docs/native.md ("Region channel"):
- *   client: HELLO 1 <tenant_id> <pid>   server: OK | ERROR <code> <reason>
- *   client: ENTER <tid>                 server: GRANTED <seq> | ERROR <code> <reason>
- *   client: EXIT                        server: RELEASED <seq> | ERROR <code> <reason>
- * Closing the connection withdraws a queued request and releases a held
- * region, so a crashed tenant never keeps the GPU.
+ *   client: HELLO 2 <tenant_id> <pid> <token>  server: OK | ERROR <code> <reason>
+ *   client: ENTER <tid>                        server: GRANTED <seq> | ERROR <code> <reason>
+ *   client: EXIT                               server: RELEASED <seq> | ERROR <code> <reason>
+ * The token is the tenant's secret from KREX_REGION_TOKEN; it goes nowhere
+ * but the HELLO line. Closing the connection withdraws a queued request and
+ * releases a held region, so a crashed tenant never keeps the GPU.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -22,6 +23,9 @@
 
 #include "intercept_internal.h"
 #include "krex.h"
+
+/* The longest line the server sends, without its newline. */
+#define REPLY_MAX 256
 
 static pthread_mutex_t region_lock = PTHREAD_MUTEX_INITIALIZER;
 static int region_fd = -1;
@@ -89,6 +93,7 @@ static int error_code(const char *line)
         {"EBUSY", EBUSY},       {"EINVAL", EINVAL},       {"EPERM", EPERM},   {"EACCES", EACCES},
         {"ETIMEDOUT", ETIMEDOUT}, {"ECANCELED", ECANCELED}, {"ESRCH", ESRCH},   {"EPROTO", EPROTO},
         {"EAGAIN", EAGAIN},     {"ENOENT", ENOENT},       {"ENODEV", ENODEV}, {"ESHUTDOWN", ESHUTDOWN},
+        {"EMSGSIZE", EMSGSIZE},
     };
     char name[32] = "";
     if (sscanf(line, "ERROR %31s", name) != 1)
@@ -145,9 +150,12 @@ static int connect_channel(const char *path)
     region_fd = fd;
     region_pid = getpid();
     const char *tenant = getenv(KREX_ENV_TENANT_ID);
-    char hello[96], reply[256];
-    snprintf(hello, sizeof hello, "HELLO 1 %s %d\n", tenant && *tenant ? tenant : "-1", (int)getpid());
-    int rc = transact(hello, "OK", reply, sizeof reply);
+    const char *token = getenv(KREX_ENV_REGION_TOKEN);
+    char hello[256], reply[REPLY_MAX + 1];
+    int len = snprintf(hello, sizeof hello, "HELLO 2 %s %d %s\n", tenant && *tenant ? tenant : "-1", (int)getpid(),
+                       token && *token ? token : "-");
+    /* Longer than any valid HELLO: the environment is not the runtime's. */
+    int rc = len < 0 || (size_t)len >= sizeof hello ? -EINVAL : transact(hello, "OK", reply, sizeof reply);
     if (rc != 0)
         disconnect();
     return rc;
@@ -163,7 +171,7 @@ KREX_EXPORT int krex_region_enter(void)
     if (rc == 0 && holding)
         rc = -EBUSY;
     if (rc == 0) {
-        char request[64], reply[256];
+        char request[64], reply[REPLY_MAX + 1];
         snprintf(request, sizeof request, "ENTER %ld\n", (long)syscall(SYS_gettid));
         rc = transact(request, "GRANTED", reply, sizeof reply);
         holding = rc == 0;
@@ -182,7 +190,7 @@ KREX_EXPORT int krex_region_exit(void)
     if (region_fd < 0 || region_pid != getpid() || !holding) {
         rc = -EINVAL;
     } else {
-        char reply[256];
+        char reply[REPLY_MAX + 1];
         rc = transact("EXIT\n", "RELEASED", reply, sizeof reply);
         holding = false; /* whatever the answer, the server no longer counts us as holder */
     }

@@ -52,12 +52,25 @@ class LineServer:
         self.sock.close()
 
 
+TOKEN = "0123456789abcdef" * 4  # a region token's shape: 64 hex digits
+
+
 def run_client(build: Build, *ops: str, **env: str) -> tuple[list[str], str]:
     proc = subprocess.run([str(build.tool("region_client")), *ops], capture_output=True, text=True,
                           env=build.env(preload=False, **env), timeout=60)
     check_sanitizers(proc.stderr)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.splitlines(), proc.stderr
+
+
+def enter_against(build: Build, path: Path, reply) -> list[str]:
+    """What one krex_region_enter returns against a test server answering with `reply`."""
+    server = LineServer(path, reply)
+    try:
+        out, _ = run_client(build, "enter", KREX_REGION_SOCKET=str(path))
+    finally:
+        server.close()
+    return out
 
 
 def test_noop_without_runtime(lib_build: Build) -> None:
@@ -82,14 +95,14 @@ def test_speaks_the_line_protocol(lib_build: Build, tmp_path: Path) -> None:
     server = LineServer(tmp_path / "region.sock", reply)
     try:
         out, _ = run_client(lib_build, "enter", "exit", "enter", "exit",
-                            KREX_REGION_SOCKET=str(server.path), KREX_TENANT_ID="42")
+                            KREX_REGION_SOCKET=str(server.path), KREX_TENANT_ID="42", KREX_REGION_TOKEN=TOKEN)
         server.wait_closed(1)
     finally:
         server.close()
     assert out == ["enter 0", "exit 0", "enter 0", "exit 0"]
     hello, *rest = server.lines
     words = hello.split()
-    assert words[:3] == ["HELLO", "1", "42"] and int(words[3]) > 0
+    assert words[:3] == ["HELLO", "2", "42"] and int(words[3]) > 0 and words[4:] == [TOKEN]
     # one connection for the whole process; ENTER carries the measuring thread's tid
     assert [r.split()[0] for r in rest] == ["ENTER", "EXIT", "ENTER", "EXIT", "<closed>"]
     assert int(rest[0].split()[1]) > 0
@@ -119,6 +132,30 @@ def test_local_misuse_and_server_errors(lib_build: Build, tmp_path: Path) -> Non
         server.close()
 
 
+def test_token_from_the_environment_and_a_refused_hello(lib_build: Build, tmp_path: Path) -> None:
+    def refuse(line: str) -> str:
+        return "ERROR EPERM wrong region token for tenant 3"
+
+    server = LineServer(tmp_path / "r.sock", refuse)
+    try:
+        env = dict(KREX_REGION_SOCKET=str(server.path), KREX_TENANT_ID="3")
+        out, _ = run_client(lib_build, "enter", "enter", **env)  # no token: "-" in its place
+        assert out == ["enter %d" % -errno.EPERM] * 2
+        server.wait_closed(2)  # a refused HELLO ends the connection: the next enter says HELLO again
+        assert server.lines == [f"HELLO 2 3 {server.lines[0].split()[3]} -", "<closed>"] * 2
+        out, _ = run_client(lib_build, "enter", KREX_REGION_TOKEN="f" * 300, **env)
+        assert out == ["enter %d" % -errno.EINVAL]  # longer than any HELLO: not sent
+        server.wait_closed(3)
+        assert server.lines[4:] == ["<closed>"]
+    finally:
+        server.close()
+
+    def accept(line: str) -> str:  # the refusal as long as the server ever sends: 256 bytes
+        return "OK" if line.startswith("HELLO ") else "ERROR EMSGSIZE line longer than 256 bytes".ljust(256, ".")
+
+    assert enter_against(lib_build, tmp_path / "m.sock", accept) == ["enter %d" % -errno.EMSGSIZE]
+
+
 def test_unreachable_runtime_and_dropped_connection(lib_build: Build, tmp_path: Path) -> None:
     out, _ = run_client(lib_build, "enter", KREX_REGION_SOCKET=str(tmp_path / "nobody.sock"))
     assert out == ["enter %d" % -errno.ENOENT]
@@ -138,12 +175,7 @@ def test_unreachable_runtime_and_dropped_connection(lib_build: Build, tmp_path: 
     def garbage(line: str) -> str:
         return "HELLO THERE"
 
-    server = LineServer(tmp_path / "bad.sock", garbage)
-    try:
-        out, _ = run_client(lib_build, "enter", KREX_REGION_SOCKET=str(server.path))
-    finally:
-        server.close()
-    assert out == ["enter %d" % -errno.EPROTO]
+    assert enter_against(lib_build, tmp_path / "bad.sock", garbage) == ["enter %d" % -errno.EPROTO]
 
 
 def test_refused_when_nobody_listens(lib_build: Build, tmp_path: Path) -> None:
