@@ -48,7 +48,7 @@ class GpuSection:
 
 @dataclass(frozen=True)
 class DispatcherSection:
-    slots_per_gpu: int = 4
+    slots_per_gpu: int = 16  # measured: docs/BENCHMARKS.md, "Evaluation"
     max_queued: int = 100_000
     default_timeout_s: float = 3600.0
     kill_grace_s: float = 2.0
