@@ -6,10 +6,13 @@ a cgroup of its own, so the region manager gates, drains and freezes it. It
 imports the configured modules and creates its CUDA context once; then it runs
 pooled commands one at a time.
 
-Creating a context takes a node-wide driver lock, so creations are serialised
-node-wide (one queue, one creator): started all at once they convoy and each
-takes several times longer. Replacements are queued the moment a process
-retires, so the pool is warm again before the next command needs it.
+Context processes start in parallel (their imports are CPU work: torch and
+triton take seconds each), but creating a CUDA context takes a node-wide
+driver lock, so the contexts themselves are created one at a time: a process
+reports `imported`, waits for its turn, then creates its context. Created all
+at once they convoy and each takes several times longer. Replacements are
+queued the moment a process retires, so the pool is warm again before the
+next command needs it.
 
 A context process is replaced when it crashed, when its command timed out or
 was cancelled (its whole tree is ended), when it fails its cleanup or health
@@ -129,6 +132,8 @@ class ContextPool:
         self._closing = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._creator: asyncio.Task[None] | None = None
+        self._starting = asyncio.Semaphore(max(1, os.cpu_count() or 1))
+        self._context_turn = asyncio.Lock()  # one CUDA context creation at a time, node-wide
 
     # --- the dispatcher's view ------------------------------------------------
 
@@ -299,6 +304,10 @@ class ContextPool:
             gpu = await self._create.get()
             if self._closing:
                 return
+            self._spawn(self._start_worker_guarded(gpu))
+
+    async def _start_worker_guarded(self, gpu: int) -> None:
+        async with self._starting:  # at most a CPU's worth of imports at once
             try:
                 await self._start_worker(gpu)
             except Exception:  # one failed creation must not stop the pool
@@ -355,6 +364,14 @@ class ContextPool:
         reply = await self._next_message(worker, self.settings.start_timeout_s)
         if worker.state != "warming":
             return  # recycled or stopped while it started
+        if reply is not None and reply.get("type") == "imported":
+            async with self._context_turn:
+                if worker.state != "warming":
+                    return
+                await self._send(worker, {"type": "create"}, [])
+                reply = await self._next_message(worker, self.settings.start_timeout_s)
+            if worker.state != "warming":
+                return
         if reply is not None and reply.get("type") == "ready":
             self._failures[gpu_index] = 0
             worker.state = "idle"

@@ -10,6 +10,8 @@ same way as a process command's.
 
 Control messages are JSON lines:
     runtime -> worker: {"type": "run", "id", "entry", "cwd", "env"}  (+ 2 fds)
+    worker -> runtime: {"type": "imported", "import_s"}              (start-up)
+    runtime -> worker: {"type": "create"}                  (its turn to create its context)
     worker -> runtime: {"type": "ready", "startup_s", "context"}
                        {"type": "failed", "reason"}                 (start-up)
                        {"type": "done", "exit_code", "signal", "state", "reason"}
@@ -512,6 +514,16 @@ def serve(spec: dict[str, Any]) -> None:
     try:
         for name in spec["preload"]:
             importlib.import_module(name)
+        # Imports run in parallel with other context processes; the context
+        # waits for the runtime's go, one creation at a time node-wide.
+        _send(sock, {"type": "imported", "import_s": time.monotonic() - t0})
+        go, fds = _receive(sock)
+        for fd in fds:
+            os.close(fd)
+        if go is None:
+            os._exit(0)
+        if go.get("type") != "create":
+            raise RuntimeError(f"expected the runtime's create message, got {go.get('type')!r}")
         context = CONTEXTS[spec["context"]]()
         context.check()
     except BaseException as exc:
