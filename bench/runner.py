@@ -101,18 +101,6 @@ def argv_for(c: workload.Candidate, opts: Options) -> list[str]:
     return [sys.executable, "-m", module, c.problem, c.name]
 
 
-def wait_pool_warm(rt: Runtime, size: int, timeout_s: float = 600.0) -> float:
-    t0 = time.monotonic()
-    with rt.client(timeout_s=60) as client:
-        while True:
-            gpus = client.call("snapshot")["state"]["gpus"]
-            if all(g["pool"]["idle"] >= size for g in gpus):
-                return time.monotonic() - t0
-            if time.monotonic() - t0 > timeout_s:
-                raise RuntimeError(f"the context pool was not warm after {timeout_s:.0f} s: {[g['pool'] for g in gpus]}")
-            time.sleep(0.2)
-
-
 def read_result(result: dict[str, Any]) -> dict[str, Any] | None:
     try:
         lines = Path(result["stdout_path"]).read_text().strip().splitlines()
@@ -134,7 +122,7 @@ def run_setup(setup: Setup, work: list[workload.Candidate], opts: Options, folde
     rt.start()
     try:
         if setup.mode == "pooled":
-            record["pool_warm_s"] = wait_pool_warm(rt, setup.concurrency)
+            record["pool_warm_s"] = rt.wait_pool_warm(setup.concurrency)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")])}
         with rt.client(timeout_s=60) as client:
             t0 = time.time()

@@ -85,18 +85,6 @@ def start_runtime(root: Path, args: argparse.Namespace) -> Runtime:
     ).start()
 
 
-def wait_pool_warm(rt: Runtime, size: int) -> float:
-    t0 = time.monotonic()
-    with rt.client(timeout_s=600) as c:
-        while True:
-            gpus = c.call("snapshot")["state"]["gpus"]
-            if all(g["pool"]["idle"] >= size for g in gpus):
-                return time.monotonic() - t0
-            if time.monotonic() - t0 > 900:
-                raise SystemExit(f"the pool did not warm up within 900 s: {[g['pool'] for g in gpus]}")
-            time.sleep(0.2)
-
-
 def body(script: Path, mode: str) -> dict[str, Any]:
     return {"argv": [sys.executable, str(script)], "mode": mode, "cwd": str(script.parent), "env": dict(os.environ)}
 
@@ -137,7 +125,7 @@ def main() -> int:
     rt = start_runtime(root / "node", args)
     try:
         gpus = 1 if args.sim else len(args.gpus.split(","))
-        warm_s = wait_pool_warm(rt, args.slots)
+        warm_s = rt.wait_pool_warm(args.slots)
         rows = []
         with rt.client(timeout_s=600) as c:
             for mode in ("process", "pooled"):

@@ -138,6 +138,18 @@ canary_target_ms = {self.canary_target_ms}
     def env(self) -> dict[str, str]:
         return {**os.environ, "KREX_RUN_DIR": str(self.run_dir)}
 
+    def wait_pool_warm(self, size: int, timeout_s: float = 900.0) -> float:
+        """Seconds until every GPU has `size` idle context processes."""
+        t0 = time.monotonic()
+        with self.client(timeout_s=60) as client:
+            while True:
+                gpus = client.call("snapshot")["state"]["gpus"]
+                if all(g["pool"]["idle"] >= size for g in gpus):
+                    return time.monotonic() - t0
+                if time.monotonic() - t0 > timeout_s:
+                    raise AssertionError(f"the context pool was not warm after {timeout_s:.0f} s: {[g['pool'] for g in gpus]}")
+                time.sleep(0.2)
+
     def client(self, timeout_s: float = 10.0) -> ControlClient:
         return ControlClient(f"ipc://{self.run_dir / 'control.sock'}", timeout_s=timeout_s)
 
