@@ -4,10 +4,12 @@ every changing request, and commands run as an unprivileged user."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import grp
 import json
 import os
+import pwd
 import shutil
 import socket
 import stat
@@ -23,9 +25,17 @@ import pytest
 import zmq
 from runtime_helpers import REPO
 
+from krex_console.feed import FeedStatus, LiveFeed
 from krex_runtime import access, endpoints, protocol
 from krex_runtime.config import Config, RuntimeSection
-from krex_runtime.control_client import CLIENT_KEY_ENV, SERVER_KEY_ENV, ControlClient, RequestFailed, RuntimeUnavailable, use_curve
+from krex_runtime.control_client import (
+    CLIENT_KEY_ENV,
+    SERVER_KEY_ENV,
+    ControlClient,
+    RequestFailed,
+    RuntimeUnavailable,
+    use_curve,
+)
 from krex_runtime.local_runtime import Runtime, command, wait_until
 from krex_runtime.trace import read_trace
 
@@ -77,7 +87,7 @@ def accounts() -> Iterator[Accounts]:
                 check=True, capture_output=True,
             )
             made_users.append(name)
-            entry = __import__("pwd").getpwnam(name)
+            entry = pwd.getpwnam(name)
             found[role] = Account(name, entry.pw_uid, entry.pw_gid, tuple(os.getgrouplist(name, entry.pw_gid)))
         yield Accounts(groups["operators"], groups["watchers"], **found)
     finally:
@@ -260,6 +270,8 @@ def test_tcp_admits_only_authorized_curve_keys(make_runtime: Any, tmp_path: Path
     finally:
         sub.close(linger=0)
 
+    assert asyncio.run(console_feed_status(control, telemetry)) == FeedStatus.LIVE
+
     monkeypatch.setenv(CLIENT_KEY_ENV, str(intruder_secret))
     with ControlClient(control) as client:
         client.send("hello")
@@ -277,6 +289,20 @@ def test_tcp_admits_only_authorized_curve_keys(make_runtime: Any, tmp_path: Path
     done = rt.krex("--curve-client-key", str(agent_secret), "--endpoint", control, "status", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["paused"] is False
+
+
+async def console_feed_status(control: str, telemetry: str) -> str:
+    """The console's live feed on tcp endpoints: its status once it holds the node's state."""
+    feed = LiveFeed(control, telemetry, lambda message: None)
+    task = asyncio.create_task(feed.run())
+    try:
+        for _ in range(400):
+            if feed.status == FeedStatus.LIVE and feed.state.gpus:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        task.cancel()
+    return feed.status
 
 
 def start_fails(rt: Runtime, edit: Callable[[str], str] = lambda text: text) -> str:
