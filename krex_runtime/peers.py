@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-import psutil
 import zmq
 
 
@@ -42,10 +41,18 @@ def lineage(pid: int) -> Iterator[int]:
     while pid > 1 and pid not in seen:
         seen.add(pid)
         yield pid
-        try:
-            pid = psutil.Process(pid).ppid()
-        except psutil.Error:
-            return
+        pid = parent_of(pid)
+
+
+def parent_of(pid: int) -> int:
+    """The parent's pid (0 when the process is gone), from /proc/<pid>/stat:
+    the fourth field, counted after the command name, which may hold spaces."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read()
+    except OSError:
+        return 0
+    return int(text[text.rindex(b")") + 2 :].split()[1])
 
 
 def command_id_of(pid: int) -> str:
