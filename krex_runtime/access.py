@@ -73,19 +73,19 @@ def tenant_user(config: Config) -> TenantUser | None:
     that keep tenants away from root and from the control socket."""
     settings = config.tenants
     euid = os.geteuid()
+    uid = euid
     if settings.user:
         try:
             entry = pwd.getpwnam(settings.user)
         except KeyError:
             raise AccessError(f"tenants.user names an unknown user {settings.user!r}") from None
-    else:
-        entry = pwd.getpwuid(euid)
-    if entry.pw_uid == 0 and not settings.allow_root:
+        uid = entry.pw_uid
+    if uid == 0 and not settings.allow_root:
         raise AccessError(
             "tenants would run as root: set tenants.user to an unprivileged user (e.g. a dedicated "
             "'krex-tenant'), or tenants.allow_root = true to accept it"
         )
-    if entry.pw_uid == euid:
+    if uid == euid:
         return None
     if euid != 0:
         raise AccessError(f"tenants.user = {settings.user!r} needs a runtime started as root (this one runs as uid {euid})")

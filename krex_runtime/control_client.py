@@ -122,12 +122,16 @@ def check_reachable(endpoint: str) -> None:
     if not endpoint.startswith("ipc://"):
         return
     path = Path(endpoint[len("ipc://") :])
-    if not path.exists():
-        raise RuntimeUnavailable(f"no krex runtime at {endpoint}")
+    try:
+        gid = path.stat().st_gid
+    except FileNotFoundError:
+        raise RuntimeUnavailable(f"no krex runtime at {endpoint}") from None
+    except PermissionError:
+        raise RuntimeUnavailable(f"permission denied on {endpoint}: its folder is closed to you") from None
     if not os.access(path, os.R_OK | os.W_OK):
         try:
-            group = f" (group {grp.getgrgid(path.stat().st_gid).gr_name})"
-        except (KeyError, OSError):
+            group = f" (group {grp.getgrgid(gid).gr_name})"
+        except KeyError:
             group = ""
         raise RuntimeUnavailable(f"permission denied on {endpoint}: only its owner and group{group} may use it")
 

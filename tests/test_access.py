@@ -221,6 +221,8 @@ def test_read_only_group_and_an_owner_only_control_socket(accounts: Accounts, op
     assert as_user(accounts.watcher, connect(rt.run_dir / endpoints.CONTROL_SOCKET)) == "EACCES"
     for account in (accounts.stranger, accounts.operator):
         assert as_user(account, connect(rt.run_dir / endpoints.CONTROL_READ_ONLY_SOCKET)) == "EACCES"
+    closed = as_user(accounts.stranger, call(endpoints.control_read_only(rt.run_dir), "status"))
+    assert closed.endswith("control-ro.sock: its folder is closed to you")
 
 
 # --- 2. tcp only with CURVE ----------------------------------------------------------------
@@ -333,6 +335,9 @@ def test_start_up_refusals(tmp_path: Path) -> None:
 
     line = start_fails(Runtime(tmp_path / "root"), lambda text: text.replace("allow_root = true", "allow_root = false"))
     assert line.startswith("krex-runtime: tenants would run as root: set tenants.user to an unprivileged user")
+
+    line = start_fails(Runtime(tmp_path / "nobody-known", tenant_user="no-such-user-krex"))
+    assert line == "krex-runtime: tenants.user names an unknown user 'no-such-user-krex'"
 
 
 def test_a_tenant_user_among_the_operators_is_refused(accounts: Accounts, tmp_path: Path) -> None:
