@@ -26,7 +26,7 @@ from textual.message import Message
 
 from krex_runtime import protocol
 from krex_runtime import state as node_state
-from krex_runtime.control_client import ControlClient, RequestFailed, RuntimeUnavailable
+from krex_runtime.control_client import ControlClient, RequestFailed, RuntimeUnavailable, check_reachable, use_curve
 from krex_runtime.trace import Trace
 
 # How many events and region records the console remembers (the trace has all).
@@ -207,6 +207,8 @@ class LiveFeed:
         sub.setsockopt(zmq.SUBSCRIBE, protocol.TOPIC_EVENT)
         sub.setsockopt(zmq.SUBSCRIBE, protocol.TOPIC_SNAPSHOT)
         try:
+            check_reachable(self.telemetry)
+            use_curve(sub, self.telemetry)
             sub.connect(self.telemetry)
             client = ControlClient(self.control, timeout_s=5.0)
             try:

@@ -46,11 +46,11 @@ def find_v1_freezer_mount() -> Path | None:
     return None
 
 
-def own_cgroup(controller: str = "") -> str:
-    """This process's cgroup path ("/" when at the root): in the v2 hierarchy,
-    or in the v1 hierarchy of `controller`."""
+def own_cgroup(controller: str = "", pid: int | str = "self") -> str:
+    """A process's cgroup path (this one's by default; "/" when at the root):
+    in the v2 hierarchy, or in the v1 hierarchy of `controller`."""
     try:
-        with open("/proc/self/cgroup", encoding="utf-8") as f:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:
             for line in f:
                 hierarchy, controllers, path = line.rstrip("\n").split(":", 2)
                 v2_line = hierarchy == "0" and controllers == ""
@@ -64,9 +64,10 @@ def own_cgroup(controller: str = "") -> str:
 class CgroupSlice:
     """The runtime's slice: creates, kills and removes per-command cgroups."""
 
-    def __init__(self, path: Path, version: int = 2) -> None:
+    def __init__(self, path: Path, version: int = 2, mount: Path | None = None) -> None:
         self.path = path
         self.version = version  # 2: cgroup v2; 1: the v1 freezer hierarchy
+        self.mount = mount  # where the hierarchy is mounted (to place other processes)
 
     @classmethod
     def open(cls, run_dir: Path, version: int = 2) -> CgroupSlice | None:
@@ -84,7 +85,14 @@ class CgroupSlice:
             probe.rmdir()
         except OSError:
             return None
-        return cls(path, version)
+        return cls(path, version, mount)
+
+    def holds(self, pid: int) -> bool:
+        """Whether the process is in this slice (in any command's cgroup)."""
+        if self.mount is None:
+            return False
+        own = own_cgroup("freezer" if self.version == 1 else "", pid)
+        return (self.mount / own.lstrip("/")).is_relative_to(self.path)
 
     def create(self, name: str) -> Path:
         path = self.path / name

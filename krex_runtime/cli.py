@@ -16,8 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from krex_runtime import protocol
+from krex_runtime import curve, protocol
 from krex_runtime.control_client import (
+    CLIENT_KEY_ENV,
+    SERVER_KEY_ENV,
     ControlClient,
     RequestFailed,
     RuntimeUnavailable,
@@ -31,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="krex", description="Run benchmark commands on this node's KREX runtime.")
     p.add_argument("--endpoint", help="control endpoint (default: KREX_ENDPOINT, else the run dir's socket)")
     p.add_argument("--run-dir", help="the runtime's run dir (default: KREX_RUN_DIR, else the system default)")
+    p.add_argument("--curve-client-key", metavar="FILE", help=f"tcp: your NAME.key_secret (default: {CLIENT_KEY_ENV})")
+    p.add_argument("--curve-server-key", metavar="FILE", help=f"tcp: the runtime's public NAME.key (default: {SERVER_KEY_ENV})")
     sub = p.add_subparsers(dest="verb", required=True, metavar="COMMAND")
 
     def command_options(sp: argparse.ArgumentParser) -> None:
@@ -76,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     trace = sub.add_parser("trace", help="summarise a trace file")
     trace.add_argument("file")
     trace.add_argument("--json", action="store_true")
+    keys = sub.add_parser("keys", help="CURVE key pairs for tcp endpoints")
+    keys_verbs = keys.add_subparsers(dest="keys_verb", required=True, metavar="ACTION")
+    create = keys_verbs.add_parser("create", help="write DIR/NAME.key (public) and DIR/NAME.key_secret (owner only)")
+    create.add_argument("dir")
+    create.add_argument("--name", default="client", help="file name of the pair (default: client)")
     return p
 
 
@@ -92,10 +101,16 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.run_dir:
         os.environ["KREX_RUN_DIR"] = args.run_dir
+    if args.curve_client_key:
+        os.environ[CLIENT_KEY_ENV] = args.curve_client_key
+    if args.curve_server_key:
+        os.environ[SERVER_KEY_ENV] = args.curve_server_key
     if args.verb == "trace":
         return trace_command(args)
     if args.verb == "bench":
         return bench_command(args.bench_args)
+    if args.verb == "keys":
+        return keys_command(args)
     try:
         with ControlClient(args.endpoint) as client:
             return VERBS[args.verb](client, args)
@@ -276,6 +291,17 @@ def trace_command(args: argparse.Namespace) -> int:
     print("  peak running per GPU: " + ", ".join(f"{k}:{v}" for k, v in summary["peak_running_per_gpu"].items()))
     if summary["unfinished"]:
         print(f"  {summary['unfinished']} command(s) started but never finished in this trace")
+    return 0
+
+
+def keys_command(args: argparse.Namespace) -> int:
+    try:
+        public, secret = curve.create_key_pair(Path(args.dir), args.name)
+    except (curve.CurveError, OSError) as exc:
+        print(f"krex: {exc}", file=sys.stderr)
+        return 1
+    print(f"public key {public} (give it to the runtime: runtime.curve_clients, or to clients: {SERVER_KEY_ENV})")
+    print(f"secret key {secret} (keep it: runtime.curve_server_key, or {CLIENT_KEY_ENV})")
     return 0
 
 

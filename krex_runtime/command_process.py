@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from krex_runtime import cgroups, process_tree
+from krex_runtime.access import RunAs
 
 READ_CHUNK = 64 * 1024
 READER_DRAIN_TIMEOUT_S = 5.0
@@ -36,6 +37,7 @@ class LaunchSpec:
     stderr_path: Path
     cgroup: Path | None
     cpus: tuple[int, ...] = ()  # tenant cores; () leaves the affinity as it is
+    run_as: RunAs | None = None  # None: as the runtime, with its umask
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,7 @@ class CommandProcess:
                 cwd=spec.cwd or None,
                 env=spec.env,
                 start_new_session=True,
-                preexec_fn=_joiner(spec.cgroup, spec.cpus),
+                preexec_fn=child_setup(spec.cgroup, spec.cpus, spec.run_as),
             )
         except FileNotFoundError as exc:
             return Outcome("failed", 127, None, f"cannot start: {exc.strerror}: {exc.filename}")
@@ -144,15 +146,16 @@ async def pipe_reader(fd: int) -> asyncio.StreamReader:
     return reader
 
 
-def _joiner(cgroup: Path | None, cpus: tuple[int, ...]) -> Callable[[], None] | None:
-    """Runs in the child between fork and exec: join the command's cgroup and
-    take the tenant cores. Only raw os calls here; the child must not take
+def child_setup(cgroup: Path | None, cpus: tuple[int, ...], run_as: RunAs | None) -> Callable[[], None] | None:
+    """Runs in the child between fork and exec: join the command's cgroup, take
+    the tenant cores, then become the tenants' user (last: joining needs the
+    runtime's rights). Only raw os calls here; the child must not take
     Python-level locks."""
-    if cgroup is None and not cpus:
+    if cgroup is None and not cpus and run_as is None:
         return None
     procs_file = os.fsencode(cgroup / "cgroup.procs") if cgroup is not None else None
 
-    def join() -> None:
+    def setup() -> None:
         if procs_file is not None:
             fd = os.open(procs_file, os.O_WRONLY)
             try:
@@ -161,8 +164,14 @@ def _joiner(cgroup: Path | None, cpus: tuple[int, ...]) -> Callable[[], None] | 
                 os.close(fd)
         if cpus:
             os.sched_setaffinity(0, cpus)
+        if run_as is not None:
+            os.umask(run_as.umask)
+            if run_as.user is not None:
+                os.setgroups([])
+                os.setgid(run_as.user.gid)
+                os.setuid(run_as.user.uid)
 
-    return join
+    return setup
 
 
 def signal_of(returncode: int | None) -> int | None:

@@ -31,6 +31,9 @@ class RuntimeSection:
     control_tcp: str = ""
     telemetry_tcp: str = ""
     access_group: str = ""
+    read_only_group: str = ""
+    curve_server_key: str = ""
+    curve_clients: str = ""
     snapshot_interval_s: float = 1.0
     on_shutdown: Literal["cancel", "finish"] = "cancel"
     shutdown_grace_s: float = 10.0
@@ -61,6 +64,8 @@ class TenantSection:
     cgroups: Literal["auto", "v2", "v1", "off"] = "auto"
     output_dir: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    user: str = ""
+    allow_root: bool = False
 
 
 @dataclass(frozen=True)

@@ -35,12 +35,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from krex_runtime import cgroups, process_tree
+from krex_runtime.access import RunAs
 from krex_runtime.cgroups import CgroupSlice
 from krex_runtime.command_process import (
     READER_DRAIN_TIMEOUT_S,
     Outcome,
     OutputSink,
-    _joiner,
+    child_setup,
     outcome_of,
     pipe_reader,
     pump_output,
@@ -112,6 +113,7 @@ class ContextPool:
         tenant_cores: Callable[[int], tuple[int, ...]],
         log_dir: Path,
         on_idle: Callable[[], None],
+        run_as: RunAs | None = None,
     ) -> None:
         self.settings = config.pool
         self.kill_grace_s = config.dispatcher.kill_grace_s
@@ -125,6 +127,7 @@ class ContextPool:
         self._tenant_cores = tenant_cores
         self._log_dir = log_dir
         self._on_idle = on_idle
+        self._run_as = run_as
         self._create: asyncio.Queue[int] = asyncio.Queue()
         self._failures: dict[int, int] = {g.index: 0 for g in gpus}
         self._ids = itertools.count(1)
@@ -341,7 +344,7 @@ class ContextPool:
                 env=self._worker_env(worker_id, tenant_id, gpu),
                 start_new_session=True,
                 pass_fds=(worker_end.fileno(),),
-                preexec_fn=_joiner(cgroup, self._tenant_cores(gpu_index)),
+                preexec_fn=child_setup(cgroup, self._tenant_cores(gpu_index), self._run_as),
             )
         except OSError as exc:
             runtime_end.close()

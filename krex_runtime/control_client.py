@@ -6,18 +6,24 @@ runtime's internals.
 
 from __future__ import annotations
 
+import grp
 import os
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
 import zmq
+import zmq.auth
 
 from krex_runtime import protocol
 from krex_runtime.endpoints import client_control
 
 PING_AFTER_S = 1.0
 DEAD_AFTER_S = 5.0
+# tcp endpoints are served with CURVE only (docs/deployment.md): a client names
+# its own key pair and the runtime's public key.
+CLIENT_KEY_ENV = "KREX_CURVE_CLIENT_KEY"  # this client's NAME.key_secret
+SERVER_KEY_ENV = "KREX_CURVE_SERVER_KEY"  # the runtime's NAME.key
 
 
 class RuntimeUnavailable(Exception):
@@ -38,9 +44,12 @@ class ControlClient:
         self._ctx = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
-        if self.endpoint.startswith("ipc://") and not Path(self.endpoint[len("ipc://") :]).exists():
+        try:
+            check_reachable(self.endpoint)
+            use_curve(self._sock, self.endpoint)
+        except RuntimeUnavailable:
             self._sock.close()
-            raise RuntimeUnavailable(f"no krex runtime at {self.endpoint}")
+            raise
         self._sock.connect(self.endpoint)
 
     def close(self) -> None:
@@ -105,6 +114,48 @@ class ControlClient:
                 yield {"type": msg["type"], "body": msg["body"]}
                 if msg["type"] == protocol.PUSH_RESULT:
                     return
+
+
+def check_reachable(endpoint: str) -> None:
+    """An ipc endpoint this user cannot use fails here, with the reason, rather
+    than as a runtime that never answers."""
+    if not endpoint.startswith("ipc://"):
+        return
+    path = Path(endpoint[len("ipc://") :])
+    try:
+        gid = path.stat().st_gid
+    except FileNotFoundError:
+        raise RuntimeUnavailable(f"no krex runtime at {endpoint}") from None
+    except PermissionError:
+        raise RuntimeUnavailable(f"permission denied on {endpoint}: its folder is closed to you") from None
+    if not os.access(path, os.R_OK | os.W_OK):
+        try:
+            group = f" (group {grp.getgrgid(gid).gr_name})"
+        except KeyError:
+            group = ""
+        raise RuntimeUnavailable(f"permission denied on {endpoint}: only its owner and group{group} may use it")
+
+
+def use_curve(sock: zmq.Socket, endpoint: str) -> None:
+    """Give a socket bound for a tcp endpoint this client's CURVE keys."""
+    if not endpoint.startswith("tcp://"):
+        return
+    client_file, server_file = os.environ.get(CLIENT_KEY_ENV, ""), os.environ.get(SERVER_KEY_ENV, "")
+    if not client_file or not server_file:
+        raise RuntimeUnavailable(
+            f"{endpoint} is served with CURVE only: set {CLIENT_KEY_ENV} (your NAME.key_secret) "
+            f"and {SERVER_KEY_ENV} (the runtime's public NAME.key)"
+        )
+    try:
+        public, secret = zmq.auth.load_certificate(client_file)
+        server_public, _ = zmq.auth.load_certificate(server_file)
+    except (OSError, ValueError) as exc:
+        raise RuntimeUnavailable(f"cannot load CURVE keys: {exc}") from None
+    if secret is None:
+        raise RuntimeUnavailable(f"{CLIENT_KEY_ENV}={client_file} holds no secret key (give the NAME.key_secret file)")
+    sock.curve_secretkey = secret
+    sock.curve_publickey = public
+    sock.curve_serverkey = server_public
 
 
 def _body_of(msg: dict[str, Any]) -> Any:

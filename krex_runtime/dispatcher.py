@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+from krex_runtime.access import RunAs
 from krex_runtime.cgroups import CgroupSlice
 from krex_runtime.command_process import CommandProcess, LaunchSpec, Outcome
 from krex_runtime.config import Config
@@ -100,6 +101,7 @@ class Dispatcher:
         on_finished: Callable[[Job], None],
         tenant_cores: Callable[[int], tuple[int, ...]] = lambda gpu: (),
         take_lease: LeaseTaker | None = None,
+        run_as: RunAs | None = None,
     ) -> None:
         self.config = config
         self.gpus = {g.index: g for g in gpus}
@@ -118,6 +120,7 @@ class Dispatcher:
         self._on_finished = on_finished
         self._tenant_cores = tenant_cores
         self._take_lease = take_lease
+        self._run_as = run_as
         self.leased_gpus: set[int] = set()
         self._finished: deque[str] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -332,6 +335,7 @@ class Dispatcher:
             stderr_path=job.stderr_path,
             cgroup=cgroup,
             cpus=self._tenant_cores(gpu.index),
+            run_as=self._run_as,
         )
         process = CommandProcess(spec, lambda stream, data: self._on_output(job, stream, data))
         job.process = process

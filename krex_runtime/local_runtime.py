@@ -58,6 +58,8 @@ class Runtime:
     canary_period_s: float = 0.5
     canary_target_ms: float = 1.0
     runtime_env: dict[str, str] = field(default_factory=dict)
+    runtime_extra: str = ""  # more lines of [runtime]
+    tenant_user: str = ""  # tenants.user; "": as whoever starts the runtime, root included
     proc: subprocess.Popen[bytes] | None = None
     device: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:10]}")
 
@@ -87,6 +89,7 @@ policy = "{self.policy}"
 snapshot_interval_s = 0.2
 on_shutdown = "{self.on_shutdown}"
 shutdown_grace_s = {self.shutdown_grace_s}
+{self.runtime_extra}
 
 [gpus]
 visible = {list(self.visible)}
@@ -100,6 +103,8 @@ kill_grace_s = 0.5
 [tenants]
 cgroups = "{self.cgroups}"
 preload = {str(self.preload).lower()}
+user = "{self.tenant_user}"
+allow_root = true
 
 [telemetry]
 canary = {str(self.canary).lower()}

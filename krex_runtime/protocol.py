@@ -36,6 +36,7 @@ class ErrorCode:
     BAD_REQUEST = "bad_request"  # body does not fit the request type
     NOT_FOUND = "not_found"
     REFUSED = "refused"  # read-only client, shutting down, paused target
+    FORBIDDEN = "forbidden"  # a changing request from a tenant of the runtime
     QUEUE_FULL = "queue_full"
     INTERNAL = "internal"
 

@@ -10,20 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import grp
 import logging
 import os
 import signal
 import socket
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+import psutil
 import zmq
 import zmq.asyncio
 
-from krex_runtime import cgroups, endpoints, native_build, process_tree, protocol, region_setup
+import krex_runtime
+from krex_runtime import access, cgroups, curve, endpoints, native_build, peers, process_tree, protocol, region_setup
 from krex_runtime import state as node_state
 from krex_runtime.cgroups import CgroupSlice
 from krex_runtime.config import Config, resolve_lock_dir, resolve_run_dir
@@ -32,6 +34,7 @@ from krex_runtime.dispatcher import Dispatcher, Job, base_tenant_env
 from krex_runtime.gpus import Gpu
 from krex_runtime.leases import LeaseDesk
 from krex_runtime.locks import Claim, claim
+from krex_runtime.peers import Credentials
 from krex_runtime.protocol import ErrorCode, ProtocolError, Request
 from krex_runtime.region_channel import RegionChannel, TenantIdentity
 from krex_runtime.region_manager import Tenant
@@ -54,11 +57,14 @@ class StartupError(Exception):
 
 @dataclass(frozen=True)
 class Peer:
-    """Who sent a request: the socket it came on and its routing frames."""
+    """Who sent a request: the socket it came on, its routing frames, and on
+    ipc the kernel's word on the sending process (None where libzmq has none)."""
 
     socket: zmq.asyncio.Socket
     route: tuple[bytes, ...]
     read_only: bool
+    credentials: Credentials | None = None
+    remote: bool = False  # came over tcp, from a client with an authorized CURVE key
 
 
 @dataclass
@@ -101,11 +107,26 @@ class RuntimeService:
         self.leases: LeaseDesk | None = None
         self.telemetry: Telemetry | None = None
         self.canaries: dict[int, Job] = {}
+        self.tenant_user: access.TenantUser | None = None
+        self.run_as = access.RunAs(None, 0o022)
+        self.curve_keys: curve.ServerKeys | None = None
+        self.authenticator: Any = None
+        self.remote_control: zmq.asyncio.Socket | None = None
+        self.remote_pub: zmq.asyncio.Socket | None = None
 
     # --- start-up -----------------------------------------------------------
 
     def _prepare(self) -> None:
-        self._make_run_dir()
+        # Nothing the runtime creates is open to other users until it says so;
+        # tenants get the umask it was started with back.
+        umask = os.umask(access.RUNTIME_UMASK)
+        try:
+            self.tenant_user = access.tenant_user(self.config)
+            self.curve_keys = curve.server_keys(self.config.runtime)
+            access.prepare_run_dir(self.run_dir, access.run_dir_access(self.config, self.tenant_user is not None))
+        except (access.AccessError, curve.CurveError) as exc:
+            raise StartupError(str(exc)) from None
+        self.run_as = access.RunAs(self.tenant_user, umask)
         info = f"krex-runtime pid {os.getpid()} (run dir {self.run_dir})"
         self._claims.append(claim(self.run_dir / "runtime.lock", f"run dir {self.run_dir}", info))
         lock_dir = resolve_lock_dir(self.config)
@@ -121,6 +142,11 @@ class RuntimeService:
                 f"the interception library {self.library} is not built: run `make -C native` "
                 "(or set tenants.preload = false to run tenants unprotected)"
             )
+        if self.tenant_user is not None:
+            try:
+                access.check_tenant_can_read(self.tenant_user, self._tenant_files())
+            except access.AccessError as exc:
+                raise StartupError(str(exc)) from None
         self.cgroup_slice = self._open_cgroups()
         self.recovered = region_setup.recover(self.run_dir, self.cgroup_slice)
         for line in self.recovered:
@@ -142,41 +168,61 @@ class RuntimeService:
             log.warning("tenants.cgroups = %s: that hierarchy is not writable here; using process groups", choice)
         return None
 
-    def _make_run_dir(self) -> None:
-        """Only the owner (and the access group, when configured) may reach the sockets."""
-        group = self.config.runtime.access_group
-        mode = 0o770 if group else 0o700
-        try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            os.chmod(self.run_dir, mode)
-            if group:
-                os.chown(self.run_dir, -1, grp.getgrnam(group).gr_gid)
-        except KeyError:
-            raise StartupError(f"runtime.access_group names an unknown group {group!r}") from None
-        except OSError as exc:
-            raise StartupError(f"cannot prepare run dir {self.run_dir}: {exc.strerror}") from None
+    def _tenant_files(self) -> list[Path]:
+        """What a tenant running as another user must be able to read."""
+        files = [self.library] if self.config.tenants.preload else []
+        if self.gpus and self.gpus[0].simulated:
+            files.append(native_build.simulated_driver_dir())
+        if self.config.pool.size_per_gpu > 0:
+            files += [Path(sys.executable), Path(krex_runtime.__file__).parent]
+        return files
 
     def _bind(self) -> None:
-        max_bytes = self.config.runtime.max_message_bytes
-        self.control = self.ctx.socket(zmq.ROUTER)
-        self.control_ro = self.ctx.socket(zmq.ROUTER)
-        self.pub = self.ctx.socket(zmq.PUB)
-        for sock in (self.control, self.control_ro):
-            # zmq drops larger messages by closing the peer; keep that far above our own
-            # limit so an oversized request still gets a `too_large` reply.
-            sock.setsockopt(zmq.MAXMSGSIZE, max(max_bytes * 16, 64 << 20))
-            sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
-            sock.setsockopt(zmq.LINGER, 0)
-        self.pub.setsockopt(zmq.LINGER, 0)
-        self.pub.setsockopt(zmq.SNDHWM, 100_000)
+        """The ipc sockets, each with its owner, group and mode (access.py); tcp
+        endpoints on sockets of their own, served with CURVE only."""
+        self.control = self._router()
+        self.control_ro = self._router()
+        self.pub = self._publisher()
         self.control.bind(endpoints.control(self.run_dir))
         self.control_ro.bind(endpoints.control_read_only(self.run_dir))
         self.pub.bind(endpoints.telemetry(self.run_dir))
-        os.chmod(self.run_dir / endpoints.CONTROL_READ_ONLY_SOCKET, 0o666)
+        read_only = access.read_only_access(self.config)
+        access.apply(self.run_dir / endpoints.CONTROL_SOCKET, access.control_access(self.config))
+        access.apply(self.run_dir / endpoints.CONTROL_READ_ONLY_SOCKET, read_only)
+        access.apply(self.run_dir / endpoints.TELEMETRY_SOCKET, read_only)
+        keys = self.curve_keys
+        if keys is None:
+            return
+        self.authenticator = curve.start_authenticator(self.ctx, keys)
         if self.config.runtime.control_tcp:
-            self.control.bind(self.config.runtime.control_tcp)
+            self.remote_control = self._router(keys)
+            self.remote_control.bind(self.config.runtime.control_tcp)
         if self.config.runtime.telemetry_tcp:
-            self.pub.bind(self.config.runtime.telemetry_tcp)
+            self.remote_pub = self._publisher(keys)
+            self.remote_pub.bind(self.config.runtime.telemetry_tcp)
+
+    def _router(self, keys: curve.ServerKeys | None = None) -> zmq.asyncio.Socket:
+        sock = self.ctx.socket(zmq.ROUTER)
+        # zmq drops larger messages by closing the peer; keep that far above our own
+        # limit so an oversized request still gets a `too_large` reply.
+        sock.setsockopt(zmq.MAXMSGSIZE, max(self.config.runtime.max_message_bytes * 16, 64 << 20))
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        sock.setsockopt(zmq.LINGER, 0)
+        if keys is not None:
+            curve.serve_with(sock, keys)
+        return sock
+
+    def _publisher(self, keys: curve.ServerKeys | None = None) -> zmq.asyncio.Socket:
+        sock = self.ctx.socket(zmq.PUB)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 100_000)
+        if keys is not None:
+            curve.serve_with(sock, keys)
+        return sock
+
+    @property
+    def _publishers(self) -> list[zmq.asyncio.Socket]:
+        return [self.pub] if self.remote_pub is None else [self.pub, self.remote_pub]
 
     def _open_trace(self) -> None:
         path = Path(self.config.runtime.trace_path) if self.config.runtime.trace_path else self.run_dir / "trace.jsonl"
@@ -214,10 +260,14 @@ class RuntimeService:
         event = {"seq": self._seq, "t": time.time(), **event}
         node_state.apply(self.state, event)
         self.trace.write(event)
-        self.pub.send_multipart([protocol.TOPIC_EVENT, protocol.encode(event)])
+        frames = [protocol.TOPIC_EVENT, protocol.encode(event)]
+        for pub in self._publishers:
+            pub.send_multipart(frames)
 
     def publish_snapshot(self) -> None:
-        self.pub.send_multipart([protocol.TOPIC_SNAPSHOT, protocol.encode(self._snapshot_body())])
+        frames = [protocol.TOPIC_SNAPSHOT, protocol.encode(self._snapshot_body())]
+        for pub in self._publishers:
+            pub.send_multipart(frames)
 
     def _snapshot_body(self) -> dict[str, Any]:
         return {"seq": self.state.seq, "state": node_state.to_snapshot(self.state)}
@@ -228,9 +278,12 @@ class RuntimeService:
         return self.identity_env(job.id, job.tenant_id, job.env, gpu)
 
     def identity_env(self, command_id: str, tenant_id: int | None, command_env: dict[str, str], gpu: Gpu) -> dict[str, str]:
+        # Tenants may only read: they are pointed at the read-only socket.
         env = base_tenant_env(
-            command_id, tenant_id, command_env, gpu, self.config.tenants.env, endpoints.control(self.run_dir), self.run_dir
+            command_id, tenant_id, command_env, gpu, self.config.tenants.env, endpoints.control_read_only(self.run_dir),
+            self.run_dir,
         )
+        env.update(access.tenants_env(self.tenant_user))
         if self.config.tenants.preload:
             env["LD_PRELOAD"] = " ".join(p for p in (str(self.library), env.get("LD_PRELOAD", "")) if p)
         if self.regions is not None:
@@ -401,12 +454,7 @@ class RuntimeService:
         by what the process claims: its environment names the command, and it
         must be inside that command's process tree (an environment is easily
         forged; a cgroup is joined only with write access to it)."""
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-        except OSError:
-            return None
-        command_id = env.get(b"KREX_COMMAND_ID", b"").decode()
+        command_id = peers.command_id_of(pid)
         if self.pool is not None and self.pool.is_worker(command_id):
             # A context process is whichever pooled command it runs now.
             command_id = self.pool.job_of(command_id) or ""
@@ -417,6 +465,39 @@ class RuntimeService:
         if root is None or not process_tree.contains(root, job.cgroup, pid):
             return None
         return TenantIdentity(job.tenant_id, job.id, job.gpu)
+
+    def tenancy_of(self, pid: int) -> str:
+        """Why process `pid` counts as a tenant of this runtime ("" when it does
+        not): it, or an ancestor, is in a command cgroup, or was started as a
+        command or context process of this runtime. A process that is gone
+        cannot be told from a tenant and counts as one."""
+        if not psutil.pid_exists(pid):
+            return f"process {pid} has exited, so it cannot be told from a tenant"
+        for member in peers.lineage(pid):
+            whose = f"process {pid}" + (f" descends from process {member}, which" if member != pid else "")
+            command_id = peers.command_id_of(member)
+            if command_id in self.dispatcher.jobs or (self.pool is not None and self.pool.is_worker(command_id)):
+                return f"{whose} belongs to {command_id}"
+            if self.cgroup_slice is not None and self.cgroup_slice.holds(member):
+                return f"{whose} runs in a command cgroup of this runtime"
+        return ""
+
+    def _refuse_tenants(self, peer: Peer, what: str) -> None:
+        """Changing requests come from operators, never from tenants, even ones
+        running as the runtime's own user."""
+        if peer.remote:
+            return  # a tcp client proved an authorized CURVE key
+        creds = peer.credentials
+        if creds is None:
+            raise ProtocolError(
+                ErrorCode.FORBIDDEN, f"'{what}' needs the sender's identity, and libzmq reports no ipc peer credentials here"
+            )
+        if self.tenant_user is not None and creds.uid == self.tenant_user.uid:
+            why = f"process {creds.pid} runs as the tenants' user {self.tenant_user.name}"
+        else:
+            why = self.tenancy_of(creds.pid)
+        if why:
+            raise ProtocolError(ErrorCode.FORBIDDEN, f"'{what}' is forbidden to tenants of this runtime: {why}")
 
     def kill_command(self, command_id: str, reason: str) -> None:
         try:
@@ -432,22 +513,25 @@ class RuntimeService:
 
     # --- control loop -----------------------------------------------------------
 
-    async def _serve(self, sock: zmq.asyncio.Socket, read_only: bool) -> None:
+    async def _serve(self, sock: zmq.asyncio.Socket, read_only: bool, remote: bool = False) -> None:
         while True:
-            frames = await sock.recv_multipart(copy=True)
+            frames = await sock.recv_multipart(copy=False)
             if len(frames) < 2:
                 continue
-            peer = Peer(sock, tuple(frames[:-1]), read_only)
+            credentials = None if remote else peers.ipc_credentials(frames[-1])
+            peer = Peer(sock, tuple(f.bytes for f in frames[:-1]), read_only, credentials, remote)
             # Each request runs on its own so a `wait` never blocks the socket.
-            asyncio.create_task(self._handle(peer, frames[-1]))
+            asyncio.create_task(self._handle(peer, frames[-1].bytes))
 
     async def _handle(self, peer: Peer, frame: bytes) -> None:
         req_id = None
         try:
             req = protocol.decode_request(frame, self.config.runtime.max_message_bytes)
             req_id = req.id
-            if peer.read_only and req.type in self.changing:
-                raise ProtocolError(ErrorCode.REFUSED, f"'{req.type}' is refused on the read-only control socket")
+            if req.type in self.changing:
+                if peer.read_only:
+                    raise ProtocolError(ErrorCode.REFUSED, f"'{req.type}' is refused on the read-only control socket")
+                self._refuse_tenants(peer, req.type)
             body = await self.handlers[req.type](peer, req)
             self._send(peer, protocol.reply_ok(req_id, body))
         except ProtocolError as exc:
@@ -492,11 +576,13 @@ class RuntimeService:
             self._on_finished,
             tenant_cores=self._tenant_cores,
             take_lease=self._take_lease if self.config.runtime.policy == "krex" else None,
+            run_as=self.run_as,
         )
         if self.config.runtime.policy == "krex":
             self.regions = region_setup.build(
                 self.config, self.run_dir, self.gpus, self.cgroup_slice, self.tenants_of, self.emit, self.kill_command
             )
+            self._open_gates_to_tenants()
             self.leases = LeaseDesk(self.regions.manager, self.dispatcher, self.config.regions.lease_ttl_s)
             self.channel = RegionChannel(self.run_dir / REGION_SOCKET, self.regions.manager, self.identify, self.config.regions)
         self.telemetry = Telemetry(self.config, self.gpus, self.emit, self.regions.gates if self.regions else {})
@@ -514,6 +600,7 @@ class RuntimeService:
                 self._tenant_cores,
                 self.run_dir / "pool",
                 self.dispatcher.pump,
+                self.run_as,
             )
             self.dispatcher.pool = self.pool
         self.emit(
@@ -537,6 +624,8 @@ class RuntimeService:
             asyncio.create_task(self._serve(self.control_ro, read_only=True)),
             asyncio.create_task(self._tick()),
         ]
+        if self.remote_control is not None:
+            tasks.append(asyncio.create_task(self._serve(self.remote_control, read_only=False, remote=True)))
         tasks.append(asyncio.create_task(self.telemetry.run()))
         if self.config.telemetry.canary:
             for gpu in self.gpus:
@@ -544,6 +633,7 @@ class RuntimeService:
         if self.regions is not None and self.channel is not None:
             self.regions.manager.start()
             await self.channel.start()
+            access.open_to_tenants(self.run_dir / REGION_SOCKET, self.tenant_user, 0o660)
             tasks.append(asyncio.create_task(self._heartbeat()))
             described = self.regions.describe()
             log.info(
@@ -586,6 +676,12 @@ class RuntimeService:
                 task.cancel()
             self._close()
 
+    def _open_gates_to_tenants(self) -> None:
+        assert self.regions is not None
+        access.open_to_tenants(self.run_dir / region_setup.GATES_DIR, self.tenant_user, 0o710)
+        for gpu in self.regions.gates:
+            access.open_to_tenants(region_setup.gate_path(self.run_dir, gpu), self.tenant_user, 0o660)
+
     def _tenant_cores(self, gpu: int) -> tuple[int, ...]:
         return self.regions.cpus.tenant_cores(gpu) if self.regions is not None else ()
 
@@ -598,8 +694,11 @@ class RuntimeService:
                 gate.open_gate()
                 gate.detach()
                 region_setup.gate_path(self.run_dir, gpu).unlink(missing_ok=True)
-        for sock in (self.control, self.control_ro, self.pub):
-            sock.close(linger=0)
+        if self.authenticator is not None:
+            self.authenticator.stop()
+        for sock in (self.control, self.control_ro, self.pub, self.remote_control, self.remote_pub):
+            if sock is not None:
+                sock.close(linger=0)
         self.ctx.term()
         for name in (endpoints.CONTROL_SOCKET, endpoints.CONTROL_READ_ONLY_SOCKET, endpoints.TELEMETRY_SOCKET):
             (self.run_dir / name).unlink(missing_ok=True)

@@ -48,11 +48,12 @@ def native_built() -> Path:
 @pytest.fixture
 def make_runtime(tmp_path: Path, native_built: Path) -> Iterator[Any]:
     """Start runtimes with `make_runtime(policy=..., slots=...)`; all are stopped and
-    checked for leftovers at the end of the test."""
+    checked for leftovers at the end of the test. `parent` puts the runtime's
+    folder elsewhere than the test's own (which only root may enter)."""
     started: list[Runtime] = []
 
-    def make(name: str = "rt", **kwargs: Any) -> Runtime:
-        rt = Runtime(tmp_path / name, **kwargs).start()
+    def make(name: str = "rt", parent: Path | None = None, **kwargs: Any) -> Runtime:
+        rt = Runtime((parent or tmp_path) / name, **kwargs).start()
         started.append(rt)
         return rt
 
