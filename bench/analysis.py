@@ -85,6 +85,17 @@ def flips(run: dict[str, float], native: dict[str, float]) -> dict[str, dict[str
     }
 
 
+def flips_over(run: dict[str, dict[str, float]], repeat: dict[str, dict[str, float]]) -> float:
+    """The largest excess, in percentage points, of a run's flip rate over the
+    native repeat's in any gap group both have pairs in (the noise floor)."""
+    excess = [
+        (run[g]["rate"] - repeat[g]["rate"]) * 100
+        for g, _, _ in GAP_GROUPS
+        if run[g]["pairs"] and repeat[g]["pairs"]
+    ]
+    return max(excess) if excess else math.nan
+
+
 def kendall_tau_b(x: list[float], y: list[float]) -> float:
     """Kendall's tau-b of two paired samples (ties in either count as neither)."""
     concordant = discordant = ties_x = ties_y = 0
@@ -162,6 +173,9 @@ def summarize(data: dict[str, Any]) -> dict[str, Any]:
             "phase_shares": phase_shares(run),
         }
         rows.append(row)
+    repeat = next((r for r in rows if r["label"] == "native-repeat"), None)
+    for row in rows:
+        row["flips_over_repeat_pts"] = flips_over(row["flips"], repeat["flips"]) if repeat else math.nan
     skipped = [r["setup"]["label"] for r in data["runs"] if "skipped" in r]
     errors = {r["setup"]["label"]: r["error"] for r in data["runs"] if "error" in r}
     return {"rows": rows, "skipped": skipped, "errors": errors}

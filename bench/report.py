@@ -73,7 +73,7 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
     out += ["", "## Ranking against native: flip rate by native gap (flips/pairs), Kendall tau-b per problem", ""]
     problems = sorted({p for r in rows for p in r["tau_b"]})
     out += _table(
-        ["setup", *[f"gap {name}" for name, _, _ in GAP_GROUPS], *[f"tau {p}" for p in problems]],
+        ["setup", *[f"gap {name}" for name, _, _ in GAP_GROUPS], "worst vs repeat", *[f"tau {p}" for p in problems]],
         [
             [r["label"]]
             + [
@@ -81,6 +81,7 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
                 + f"({r['flips'][g]['flips']}/{r['flips'][g]['pairs']})"
                 for g, _, _ in GAP_GROUPS
             ]
+            + [_num(r["flips_over_repeat_pts"], "+.0f") + (" pts" if not math.isnan(r["flips_over_repeat_pts"]) else "")]
             + [_num(r["tau_b"].get(p), ".2f") for p in problems]
             for r in rows
             if r["label"] != "native"

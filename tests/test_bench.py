@@ -138,3 +138,17 @@ def test_a_small_gpu_run_has_every_command_ok(tmp_path: Path) -> None:
     for run in data["runs"]:
         assert run["failures"] == [] and len(run["results"]) == 4, run
         assert all(r["sm_clock_mhz"] for r in run["results"])
+
+
+def test_flips_over_the_repeat_is_the_worst_group_excess() -> None:
+    def groups(**rates: tuple[int, int]) -> dict[str, dict[str, float]]:
+        out = {name: {"pairs": 0, "flips": 0, "rate": math.nan} for name, _, _ in analysis.GAP_GROUPS}
+        for name, (pairs, flipped) in rates.items():
+            key = {"small": "<2%", "mid": "2-5%", "big": ">=10%"}[name]
+            out[key] = {"pairs": pairs, "flips": flipped, "rate": flipped / pairs}
+        return out
+
+    run = groups(small=(4, 2), mid=(2, 0), big=(10, 1))
+    repeat = groups(small=(4, 1), mid=(2, 0))
+    assert analysis.flips_over(run, repeat) == pytest.approx(25.0)  # <2%: 50% against 25%; >=10% has no repeat pairs
+    assert math.isnan(analysis.flips_over(run, groups()))
