@@ -87,6 +87,20 @@ class Job:
         }
 
 
+def check_spawnable(body: SubmitBody) -> None:
+    """A bad_request for what no process can be started with: the kernel takes
+    argv, cwd and the environment as C strings, and an environment name holds
+    no '='."""
+    texts = [("argv", a) for a in body.argv] + [("cwd", body.cwd)]
+    texts += [("env", f"{k}={v}") for k, v in body.env.items()]
+    for where, text in texts:
+        if "\0" in text:
+            raise ProtocolError(ErrorCode.BAD_REQUEST, f"{where} holds a NUL character: {text[:60]!r}")
+    for name in body.env:
+        if not name or "=" in name:
+            raise ProtocolError(ErrorCode.BAD_REQUEST, f"env name {name[:60]!r} is empty or holds '='")
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -136,6 +150,7 @@ class Dispatcher:
             raise ProtocolError(ErrorCode.REFUSED, "the runtime is shutting down and admits no new command")
         if not body.argv or not body.argv[0]:
             raise ProtocolError(ErrorCode.BAD_REQUEST, "argv must name a program")
+        check_spawnable(body)
         self.check_gpu(body.gpu)
         if body.timeout_s is not None and body.timeout_s <= 0:
             raise ProtocolError(ErrorCode.BAD_REQUEST, "timeout_s must be positive")

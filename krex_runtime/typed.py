@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import sys
 import types
 import typing
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+_FLOAT_MAX = int(sys.float_info.max)
 
 
 class ShapeError(ValueError):
@@ -105,6 +109,11 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ShapeError(path, f"expected a number, got {_type_name(value)}")
+        # NaN and the infinities pass every `> 0` or `< limit` check the wrong way.
+        if isinstance(value, int) and abs(value) > _FLOAT_MAX:
+            raise ShapeError(path, "expected a number, got an integer too large for one")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ShapeError(path, f"expected a finite number, got {value}")
         return float(value)
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):

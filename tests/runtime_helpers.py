@@ -9,6 +9,9 @@ from pathlib import Path
 import psutil
 
 from krex_runtime import gate
+from krex_runtime.cgroups import CgroupSlice
+from krex_runtime.local_runtime import Runtime
+from krex_runtime.simcuda import remove_device
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -24,6 +27,22 @@ def tenant_processes(run_dir: Path) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return found
+
+
+def stop_and_check(rt: Runtime) -> None:
+    """Stop a test's runtime (if still running), assert it stopped cleanly and left
+    no process behind, and remove its simulated device and cgroup slice."""
+    if rt.proc is not None and rt.proc.poll() is None:
+        assert rt.stop() == 0, rt.log_path.read_text()
+    leftovers = tenant_processes(rt.run_dir)
+    for p in leftovers:
+        p.kill()
+    assert not leftovers, f"processes left behind: {leftovers}"
+    remove_device(rt.device)
+    for version in (2, 1):  # a runtime killed on purpose leaves its slice
+        leftover_slice = CgroupSlice.open(rt.run_dir, version)
+        if leftover_slice is not None:
+            leftover_slice.remove()
 
 
 class Heartbeat:
