@@ -64,10 +64,14 @@ def plan(gpus: list[Gpu], reserved_per_gpu: int, overrides: dict[int, tuple[int,
     return CpuPlan(slices=slices, note=note)
 
 
-def pin_thread(tid: int, cores: tuple[int, ...]) -> bool:
-    """Pin one thread (by its Linux tid) to `cores`; False if it is gone."""
+def pin_thread(pid: int, tid: int, cores: tuple[int, ...]) -> bool:
+    """Pin one thread of process `pid` (by its Linux tid) to `cores`; False if it
+    is gone, or is not a thread of `pid`: the tid comes from the tenant's own
+    word, and the runtime may pin any thread of the machine."""
     if not cores:
         return True
+    if not os.path.isdir(f"/proc/{pid}/task/{tid}"):
+        return False
     try:
         os.sched_setaffinity(tid, cores)
     except (ProcessLookupError, PermissionError, OSError):

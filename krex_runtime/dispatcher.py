@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Callable
 
 from krex_runtime.cgroups import CgroupSlice
 from krex_runtime.command_process import CommandProcess, LaunchSpec, Outcome
-from krex_runtime.config import Config
+from krex_runtime.config import Config, environment_problem
 from krex_runtime.context_pool import ContextPool, ContextWorker, PooledRun
 from krex_runtime.gpus import Gpu
 from krex_runtime.pooled_entry import EntryError, parse_entry
@@ -89,16 +89,13 @@ class Job:
 
 def check_spawnable(body: SubmitBody) -> None:
     """A bad_request for what no process can be started with: the kernel takes
-    argv, cwd and the environment as C strings, and an environment name holds
-    no '='."""
-    texts = [("argv", a) for a in body.argv] + [("cwd", body.cwd)]
-    texts += [("env", f"{k}={v}") for k, v in body.env.items()]
-    for where, text in texts:
+    argv, cwd and the environment as C strings."""
+    for where, text in [("argv", a) for a in body.argv] + [("cwd", body.cwd)]:
         if "\0" in text:
             raise ProtocolError(ErrorCode.BAD_REQUEST, f"{where} holds a NUL character: {text[:60]!r}")
-    for name in body.env:
-        if not name or "=" in name:
-            raise ProtocolError(ErrorCode.BAD_REQUEST, f"env name {name[:60]!r} is empty or holds '='")
+    problem = environment_problem(body.env)
+    if problem is not None:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"env: {problem}")
 
 
 class Dispatcher:

@@ -187,7 +187,7 @@ class GpuRegions:
 
     def _unpin(self, req: Request) -> None:
         if req.entry is not None and req.entry.pinned:
-            cpu_slices.pin_thread(req.tid, self.cpus.tenant_cores(self.gpu))
+            cpu_slices.pin_thread(req.pid, req.tid, self.cpus.tenant_cores(self.gpu))
             req.entry.pinned = False
 
     # --- the serving loop ---------------------------------------------------------
@@ -315,7 +315,7 @@ class GpuRegions:
             stats["freeze_s"] = lap()
             pinned = False
             if req.tid and self.settings.protection == "gpu+cpu":
-                pinned = cpu_slices.pin_thread(req.tid, self.cpus.reserved_cores(self.gpu))
+                pinned = cpu_slices.pin_thread(req.pid, req.tid, self.cpus.reserved_cores(self.gpu))
             stats["pin_s"] = lap()
         except BaseException:
             # Give back everything this entry took, whatever went wrong.

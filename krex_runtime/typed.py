@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import math
+import re
 import sys
 import types
 import typing
@@ -101,7 +103,7 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
             raise ShapeError(path, f"expected a table, got {_type_name(value)}")
         key_t, val_t = args if args else (Any, Any)
         return {
-            _convert(key_t, k, f"{path}.{k}"): _convert(val_t, v, f"{path}.{k}")
+            _convert(key_t, k, _join(path, str(k))): _convert(val_t, v, _join(path, str(k)))
             for k, v in value.items()
         }
     if dataclasses.is_dataclass(hint):
@@ -126,7 +128,17 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
     raise TypeError(f"{path}: unsupported field type {hint!r}")
 
 
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def key_text(key: str) -> str:
+    """A key as a message shows it: bare when TOML would write it bare, else
+    quoted with escapes, so a key of any characters stays on one line."""
+    return key if _BARE_KEY.fullmatch(key) else json.dumps(key)
+
+
 def _join(path: str, key: str) -> str:
+    key = key_text(key)
     return f"{path}.{key}" if path else key
 
 
