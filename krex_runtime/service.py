@@ -168,14 +168,21 @@ class RuntimeService:
             sock.setsockopt(zmq.LINGER, 0)
         self.pub.setsockopt(zmq.LINGER, 0)
         self.pub.setsockopt(zmq.SNDHWM, 100_000)
-        self.control.bind(endpoints.control(self.run_dir))
-        self.control_ro.bind(endpoints.control_read_only(self.run_dir))
-        self.pub.bind(endpoints.telemetry(self.run_dir))
+        binds = [
+            (self.control, endpoints.control(self.run_dir)),
+            (self.control_ro, endpoints.control_read_only(self.run_dir)),
+            (self.pub, endpoints.telemetry(self.run_dir)),
+            (self.control, self.config.runtime.control_tcp),
+            (self.pub, self.config.runtime.telemetry_tcp),
+        ]
+        for sock, endpoint in binds:
+            if not endpoint:
+                continue
+            try:
+                sock.bind(endpoint)
+            except zmq.ZMQError as exc:
+                raise StartupError(f"cannot serve on {endpoint}: {exc}") from None
         os.chmod(self.run_dir / endpoints.CONTROL_READ_ONLY_SOCKET, 0o666)
-        if self.config.runtime.control_tcp:
-            self.control.bind(self.config.runtime.control_tcp)
-        if self.config.runtime.telemetry_tcp:
-            self.pub.bind(self.config.runtime.telemetry_tcp)
 
     def _open_trace(self) -> None:
         path = Path(self.config.runtime.trace_path) if self.config.runtime.trace_path else self.run_dir / "trace.jsonl"
@@ -468,10 +475,10 @@ class RuntimeService:
     async def run(self) -> None:
         try:
             self._prepare()
+            self._bind()
         except Exception:
             self._release()
             raise
-        self._bind()
         self._open_trace()
         self.dispatcher = Dispatcher(
             self.config,

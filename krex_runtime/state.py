@@ -13,9 +13,9 @@ event. Callers that need an older state keep a deep copy.
 from __future__ import annotations
 
 import copy
+import math
 from collections import deque
 from dataclasses import dataclass, field
-import math
 from typing import Any, Callable
 
 # How many finished commands a state remembers (the rest are only in the trace).
@@ -110,7 +110,6 @@ _STR: tuple[type, ...] = (str,)
 _NULL: tuple[type, ...] = (type(None),)
 _LIST: tuple[type, ...] = (list,)
 _DICT: tuple[type, ...] = (dict,)
-_ANY: tuple[type, ...] = (object,)
 
 # Per field, the types it may hold; a name ending in "?" may be absent. Only
 # what the reducer (and the views built on it) reads is listed: other fields
@@ -125,7 +124,9 @@ EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "command_queued": {
         "id": _STR, "argv": _LIST, "label?": _STR, "gpu?": _INT + _NULL, "timeout_s?": _NUM + _NULL, "mode?": _STR,
     },
-    "command_started": {"id": _STR, "gpu": _INT, "pid": _INT + _NULL, "tenant_id": _INT + _NULL, "worker?": _STR + _NULL},
+    "command_started": {
+        "id": _STR, "gpu": _INT, "pid": _INT + _NULL, "tenant_id": _INT + _NULL, "worker?": _STR + _NULL,
+    },
     "command_finished": {
         "id": _STR, "state": _STR, "exit_code?": _INT + _NULL, "signal?": _INT + _NULL, "reason?": _STR,
     },
@@ -177,7 +178,7 @@ def check_event(event: Any) -> None:
 
 
 _TYPE_NAMES = {int: "integer", float: "number", str: "string", bool: "boolean", list: "list", dict: "object",
-               type(None): "null", object: "anything"}
+               type(None): "null"}
 
 
 def check_fields(where: str, record: dict[str, Any], fields: dict[str, tuple[type, ...]]) -> None:

@@ -113,9 +113,8 @@ def _check_header(path: Path, lineno: int, record: dict[str, Any]) -> None:
     if record.get("format") != FORMAT:
         raise TraceError(f"{path}:{lineno}: not a KREX trace (header has no \"format\": \"{FORMAT}\")")
     if record.get("version") != FORMAT_VERSION:
-        raise TraceError(
-            f"{path}:{lineno}: trace format version {record.get('version')!r} is not supported (expected {FORMAT_VERSION})"
-        )
+        version = record.get("version")
+        raise TraceError(f"{path}:{lineno}: trace format version {version!r} is not supported (expected {FORMAT_VERSION})")
     try:
         node_state.check_fields("header", record, _HEADER_FIELDS)
     except node_state.EventError as exc:

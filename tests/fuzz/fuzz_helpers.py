@@ -97,3 +97,21 @@ def mangled_fields(draw: st.DrawFn, cls: type) -> dict[str, Any]:
     for key in draw(st.lists(TEXT, max_size=2)):
         data[key] = draw(JUNK)
     return data
+
+
+@st.composite
+def mutated(draw: st.DrawFn, base: bytes, inserts: st.SearchStrategy[bytes] = st.binary(min_size=1, max_size=8)) -> bytes:
+    """`base` with a few bytes flipped, runs cut or `inserts` inserted, or the rest cut off."""
+    out = bytearray(base)
+    for _ in range(draw(st.integers(1, 5))):
+        pos = draw(st.integers(0, len(out)))
+        op = draw(st.sampled_from(["flip", "cut", "insert", "truncate"]))
+        if op == "flip" and pos < len(out):
+            out[pos] = draw(st.integers(0, 255))
+        elif op == "cut":
+            del out[pos : pos + draw(st.integers(1, 16))]
+        elif op == "insert":
+            out[pos:pos] = draw(inserts)
+        else:
+            del out[pos:]
+    return bytes(out)
