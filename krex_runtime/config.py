@@ -117,7 +117,8 @@ class Config:
     regions: RegionSection = field(default_factory=RegionSection)
     telemetry: TelemetrySection = field(default_factory=TelemetrySection)
     pool: PoolSection = field(default_factory=PoolSection)
-    source: str = "(built-in defaults)"
+    # Where the config came from: set by load_config, never read from a file.
+    source: str = field(default="(built-in defaults)", metadata={"internal": True})
 
     @property
     def digest(self) -> str:
@@ -141,7 +142,6 @@ def load_config(path: str | os.PathLike[str] | None) -> Config:
         raise ConfigError(f"{path}: not valid TOML: not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
-    data.pop("source", None)
     try:
         config = from_dict(Config, data)
     except ShapeError as exc:

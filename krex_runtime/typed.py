@@ -43,7 +43,8 @@ def from_dict(cls: type[T], data: Any, path: str = "") -> T:
     """Build `cls` from `data`, refusing unknown keys and wrong types."""
     if not isinstance(data, dict):
         raise ShapeError(path, f"expected a table, got {_type_name(data)}")
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    # An "internal" field is set by the program, never read from data (nor suggested).
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init and not f.metadata.get("internal")}
     hints = typing.get_type_hints(cls)
     for key in data:
         if key not in fields:

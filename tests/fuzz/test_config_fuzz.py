@@ -127,6 +127,8 @@ def documents() -> st.SearchStrategy[dict[str, Any]]:
 @example({"tenants": {"env": {"A=B": "1"}}})
 @example({"runtime": {"run_dir": "/tmp/\x00"}})
 @example({"tenants": {"env": {"A_ms": "1"}}})
+@example({"rc": []}).via("a key close to one that is not the file's")
+@example({"source": "x"})
 def test_documents_load_or_name_the_key(config_file: Path, data: dict[str, Any]) -> None:
     result = load_or_refuse(config_file, toml_document(data).encode())
     if isinstance(result, Config):

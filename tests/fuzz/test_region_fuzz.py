@@ -30,6 +30,7 @@ from region_checks import check_nothing_left
 from runtime_helpers import REPO, stop_and_check
 
 from krex_runtime.local_runtime import Runtime, wait_until
+from krex_runtime.trace import read_trace
 
 PY = sys.executable
 DONOR = REPO / "tests" / "tenants" / "region_donor.py"
@@ -83,6 +84,20 @@ def donor(rt: Runtime) -> Iterator[Donor]:
     yield d
     d.stop()
     assert rt.krex("wait", d.command_id).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def bystander(rt: Runtime) -> Iterator[str]:
+    """Another tenant of the GPU, kept busy: every region the fuzzer enters gates,
+    drains and freezes it, and it must be let go every time."""
+    done = rt.krex("submit", "--gpu", "0", "--", PY, str(REPO / "tests" / "tenants" / "busy.py"), "2000", "4")
+    assert done.returncode == 0, done.stderr
+    command_id = done.stdout.strip()
+    stdout = rt.run_dir / "output" / f"{command_id}.stdout"
+    wait_until(lambda: stdout.exists() and "ready" in stdout.read_text(), 60, "the bystander to run")
+    yield command_id
+    rt.krex("cancel", command_id)
+    rt.krex("wait", command_id)
 
 
 @pytest.fixture(scope="module")
@@ -184,8 +199,8 @@ def exchange(conn: socket.socket, chunks: list[bytes]) -> list[str]:
 @example([b"\xff" * 2000 + b"\n"])
 @example([VALID_HELLO, b"x" * 2000 + b"\n"])
 @example([VALID_HELLO, b"ENTER " + OWN_TID])
-def test_region_channel_answers_or_closes(rt: Runtime, donor: Donor, sentinel: subprocess.Popen[bytes],
-                                          chunks: list[bytes]) -> None:
+def test_region_channel_answers_or_closes(rt: Runtime, donor: Donor, bystander: str,
+                                          sentinel: subprocess.Popen[bytes], chunks: list[bytes]) -> None:
     foreign_affinity = os.sched_getaffinity(sentinel.pid)
     conn, identity = donor.connect()
     with conn:
@@ -197,8 +212,10 @@ def test_region_channel_answers_or_closes(rt: Runtime, donor: Donor, sentinel: s
     assert os.sched_getaffinity(sentinel.pid) == foreign_affinity, "a thread outside the tenant was pinned"
 
 
-def test_a_legitimate_tenant_still_enters_and_exits(rt: Runtime, donor: Donor) -> None:
+def test_a_legitimate_tenant_still_enters_and_exits(rt: Runtime, donor: Donor, bystander: str) -> None:
     """Runs after the fuzzer in this module."""
+    granted = [e for e in read_trace(rt.trace_path).events if e["type"] == "region_granted"]
+    assert any(e["frozen"] for e in granted), "no region the fuzzer entered froze the bystander"
     script = "from krex_runtime.client import region\nwith region() as r:\n    print('inside')\n"
     done = rt.krex("run", "--", PY, "-c", script)
     assert done.returncode == 0 and done.stdout == "inside\n", done.stderr
