@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeUnavailable as exc:
         print(f"krex: {exc}; {how_to_start()}", file=sys.stderr)
         return EXIT_KREX_ERROR
-    except RequestFailed as exc:
+    except (RequestFailed, protocol.ProtocolError) as exc:  # ProtocolError: a reply that is not one
         print(f"krex: {exc.reason} [{exc.code}]", file=sys.stderr)
         return EXIT_KREX_ERROR
     except KeyboardInterrupt:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -78,7 +79,7 @@ class CommandProcess:
             return Outcome("failed", 127, None, f"cannot start: {exc.strerror}: {exc.filename}")
         except PermissionError as exc:
             return Outcome("failed", 126, None, f"cannot start: {exc.strerror}: {exc.filename}")
-        except OSError as exc:
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:  # ValueError: a NUL in a string
             return Outcome("failed", None, None, f"cannot start: {exc}")
         self.pid = self._proc.pid
         return None

@@ -5,12 +5,13 @@ Every field is documented in docs/configuration.md; keep the two in step.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from krex_runtime.typed import ShapeError, from_dict
 
@@ -20,6 +21,13 @@ POLICIES: tuple[str, ...] = ("command", "ungated", "krex")
 
 class ConfigError(Exception):
     """A config that cannot be used; the message is one line for the operator."""
+
+
+# Every duration (a key ending in _s or _ms) at most this: about 31 years, so that in
+# nanoseconds it still fits the 64-bit fields of the gate and the simulator.
+MAX_DURATION_S = 1e9
+# zmq takes the message limit as a 64-bit size and the runtime sets 16 times it.
+MAX_MESSAGE_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -118,7 +126,8 @@ class Config:
     regions: RegionSection = field(default_factory=RegionSection)
     telemetry: TelemetrySection = field(default_factory=TelemetrySection)
     pool: PoolSection = field(default_factory=PoolSection)
-    source: str = "(built-in defaults)"
+    # Where the config came from: set by load_config, never read from a file.
+    source: str = field(default="(built-in defaults)", metadata={"internal": True})
 
     @property
     def digest(self) -> str:
@@ -138,9 +147,10 @@ def load_config(path: str | os.PathLike[str] | None) -> Config:
         raise ConfigError(f"{path}: config file not found") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
-    data.pop("source", None)
     try:
         config = from_dict(Config, data)
     except ShapeError as exc:
@@ -151,7 +161,17 @@ def load_config(path: str | os.PathLike[str] | None) -> Config:
 def validate(config: Config) -> Config:
     """Checks a type alone cannot express; returns the config unchanged."""
     where = config.source
+    for key, value in _settings(config):
+        if isinstance(value, str) and "\0" in value:
+            raise ConfigError(f"{where}: {key} holds a NUL character")
+        seconds = None
+        if isinstance(value, float):
+            seconds = value if key.endswith("_s") else value / 1000 if key.endswith("_ms") else None
+        if seconds is not None and seconds > MAX_DURATION_S:
+            raise ConfigError(f"{where}: {key} must be at most {MAX_DURATION_S:g} seconds")
+    env_problem = environment_problem(config.tenants.env)
     checks = [
+        (env_problem is None, f"tenants.env: {env_problem}"),
         (config.dispatcher.slots_per_gpu >= 1, "dispatcher.slots_per_gpu must be at least 1"),
         (config.dispatcher.max_queued >= 1, "dispatcher.max_queued must be at least 1"),
         (config.dispatcher.default_timeout_s > 0, "dispatcher.default_timeout_s must be positive"),
@@ -162,7 +182,10 @@ def validate(config: Config) -> Config:
         (config.runtime.snapshot_interval_s > 0, "runtime.snapshot_interval_s must be positive"),
         (config.runtime.shutdown_grace_s >= 0, "runtime.shutdown_grace_s must not be negative"),
         (config.runtime.snapshot_finished >= 1, "runtime.snapshot_finished must be at least 1"),
-        (config.runtime.max_message_bytes >= 4096, "runtime.max_message_bytes must be at least 4096"),
+        (
+            4096 <= config.runtime.max_message_bytes <= MAX_MESSAGE_BYTES,
+            f"runtime.max_message_bytes must be between 4096 and {MAX_MESSAGE_BYTES}",
+        ),
         (
             not config.runtime.control_tcp or config.runtime.control_tcp.startswith("tcp://"),
             "runtime.control_tcp must be a tcp:// endpoint",
@@ -180,7 +203,10 @@ def validate(config: Config) -> Config:
             "regions.stale_after_s must be at least twice regions.heartbeat_interval_s",
         ),
         (config.regions.reserved_cores_per_gpu >= 0, "regions.reserved_cores_per_gpu must not be negative"),
-        (all(k.isdigit() for k in config.regions.cpu_slices), "regions.cpu_slices keys are GPU indices (\"0\", \"1\", ...)"),
+        (
+            all(k.isascii() and k.isdigit() for k in config.regions.cpu_slices),
+            "regions.cpu_slices keys are GPU indices (\"0\", \"1\", ...)",
+        ),
         (config.regions.lease_ttl_s > 0, "regions.lease_ttl_s must be positive"),
         (config.regions.channel_hello_timeout_s > 0, "regions.channel_hello_timeout_s must be positive"),
         (config.regions.channel_max_messages_per_s >= 1, "regions.channel_max_messages_per_s must be at least 1"),
@@ -208,6 +234,31 @@ def validate(config: Config) -> Config:
         if not ok:
             raise ConfigError(f"{where}: {message}")
     return config
+
+
+def environment_problem(env: dict[str, str]) -> str | None:
+    """Why no process can be started with `env` (None: it can): the kernel
+    takes it as C strings `NAME=value`."""
+    for name, value in env.items():
+        if not name or "=" in name:
+            return f"environment name {name[:60]!r} is empty or holds '='"
+        if "\0" in name or "\0" in value:
+            return f"environment variable {name[:60]!r} holds a NUL character"
+    return None
+
+
+def _settings(config: Config) -> list[tuple[str, Any]]:
+    """Every setting as (dotted key, value); list items and table values each on their own."""
+    found: list[tuple[str, Any]] = []
+    for section in dataclasses.fields(config):
+        if section.name == "source":
+            continue
+        for f in dataclasses.fields(getattr(config, section.name)):
+            key, value = f"{section.name}.{f.name}", getattr(getattr(config, section.name), f.name)
+            items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, tuple) else ()
+            found.append((key, value))
+            found += [(f"{key}.{k}" if isinstance(value, dict) else f"{key}[{k}]", v) for k, v in items]
+    return found
 
 
 def default_run_dir() -> Path:

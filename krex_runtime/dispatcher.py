@@ -22,7 +22,7 @@ from typing import Any, Awaitable, Callable
 from krex_runtime.access import RunAs
 from krex_runtime.cgroups import CgroupSlice
 from krex_runtime.command_process import CommandProcess, LaunchSpec, Outcome
-from krex_runtime.config import Config
+from krex_runtime.config import Config, environment_problem
 from krex_runtime.context_pool import ContextPool, ContextWorker, PooledRun
 from krex_runtime.gpus import Gpu
 from krex_runtime.pooled_entry import EntryError, parse_entry
@@ -88,6 +88,17 @@ class Job:
         }
 
 
+def check_spawnable(body: SubmitBody) -> None:
+    """A bad_request for what no process can be started with: the kernel takes
+    argv, cwd and the environment as C strings."""
+    for where, text in [("argv", a) for a in body.argv] + [("cwd", body.cwd)]:
+        if "\0" in text:
+            raise ProtocolError(ErrorCode.BAD_REQUEST, f"{where} holds a NUL character: {text[:60]!r}")
+    problem = environment_problem(body.env)
+    if problem is not None:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"env: {problem}")
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -139,6 +150,7 @@ class Dispatcher:
             raise ProtocolError(ErrorCode.REFUSED, "the runtime is shutting down and admits no new command")
         if not body.argv or not body.argv[0]:
             raise ProtocolError(ErrorCode.BAD_REQUEST, "argv must name a program")
+        check_spawnable(body)
         self.check_gpu(body.gpu)
         if body.timeout_s is not None and body.timeout_s <= 0:
             raise ProtocolError(ErrorCode.BAD_REQUEST, "timeout_s must be positive")

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 
 from krex_runtime.config import Config
+from krex_runtime.simcuda import MAX_DEVICES
 
 SIMULATED_MEMORY_BYTES = 80 << 30
 
@@ -36,6 +37,10 @@ class Gpu:
 
 
 def simulated_gpus(count: int, device_name: str) -> list[Gpu]:
+    if count > MAX_DEVICES:
+        raise GpuDiscoveryError(
+            f"{count} simulated GPUs asked for (gpus.simulated or --sim); the simulator has at most {MAX_DEVICES}"
+        )
     cpus = tuple(sorted(os.sched_getaffinity(0)))
     return [
         Gpu(

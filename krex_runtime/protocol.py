@@ -171,14 +171,21 @@ class Request:
     body: Any
 
 
+def load_json(frame: bytes) -> Any:
+    """One JSON document, or ProtocolError(bad_message) whatever the bytes."""
+    try:
+        return json.loads(frame)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, the int digit limit
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"not JSON: {exc}") from None
+    except RecursionError:
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "not JSON: nested too deeply") from None
+
+
 def decode_request(frame: bytes, max_bytes: int) -> Request:
     """Parse and validate one control request; raises ProtocolError with a reply code."""
     if len(frame) > max_bytes:
         raise ProtocolError(ErrorCode.TOO_LARGE, f"message of {len(frame)} bytes exceeds {max_bytes}")
-    try:
-        msg = json.loads(frame)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"not JSON: {exc}") from None
+    msg = load_json(frame)
     if not isinstance(msg, dict):
         raise ProtocolError(ErrorCode.BAD_MESSAGE, "a message must be a JSON object")
     version = msg.get("v")
@@ -202,8 +209,8 @@ def decode_request(frame: bytes, max_bytes: int) -> Request:
 def request_id_of(frame: bytes) -> str | None:
     """Best effort: the id of a message that failed validation, so the error names it."""
     try:
-        msg = json.loads(frame)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        msg = load_json(frame)
+    except ProtocolError:
         return None
     if isinstance(msg, dict) and isinstance(msg.get("id"), str):
         return msg["id"]
@@ -211,8 +218,10 @@ def request_id_of(frame: bytes) -> str | None:
 
 
 def decode_reply(frame: bytes) -> dict[str, Any]:
-    msg = json.loads(frame)
-    if not isinstance(msg, dict) or msg.get("v") != VERSION:
+    msg = load_json(frame)
+    if not isinstance(msg, dict):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "the runtime replied with something other than a JSON object")
+    if msg.get("v") != VERSION:
         raise ProtocolError(ErrorCode.UNSUPPORTED_VERSION, f"runtime replied with protocol {msg.get('v')!r}")
     return msg
 

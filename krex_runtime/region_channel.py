@@ -185,7 +185,7 @@ class RegionChannel:
         """The tenant `pid` is, if it names that tenant and shows its token. The reasons
         quote what the peer sent only once it is known to be a number (they are
         logged), and never the token."""
-        if not claimed_pid.isdigit() or not tenant.lstrip("-").isdigit():
+        if not (claimed_pid + tenant).isascii() or not claimed_pid.isdigit() or not tenant.lstrip("-").isdigit():
             raise Refusal("EPROTO", f"expected {HELLO_USAGE}, the pid and tenant id as numbers")
         if claimed_pid != str(pid):
             raise Refusal("EPERM", f"the pid in HELLO ({claimed_pid[:16]}) is not the connecting process ({pid})")
@@ -225,7 +225,7 @@ class RegionChannel:
         if conn.req is not None:
             await _send(conn.writer, "ERROR EBUSY this connection already holds or awaits its region")
             return True
-        if not arg.isdigit():
+        if not (arg.isascii() and arg.isdigit()):  # str.isdigit alone takes digits int() cannot read
             await _send(conn.writer, "ERROR EINVAL ENTER needs a thread id")
             return True
         if int(arg) and not cpu_slices.is_thread_of(conn.pid, int(arg)):

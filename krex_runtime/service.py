@@ -183,9 +183,9 @@ class RuntimeService:
         self.control = self._router()
         self.control_ro = self._router()
         self.pub = self._publisher()
-        self.control.bind(endpoints.control(self.run_dir))
-        self.control_ro.bind(endpoints.control_read_only(self.run_dir))
-        self.pub.bind(endpoints.telemetry(self.run_dir))
+        _bind_to(self.control, endpoints.control(self.run_dir))
+        _bind_to(self.control_ro, endpoints.control_read_only(self.run_dir))
+        _bind_to(self.pub, endpoints.telemetry(self.run_dir))
         read_only = access.read_only_access(self.config)
         access.apply(self.run_dir / endpoints.CONTROL_SOCKET, access.control_access(self.config))
         access.apply(self.run_dir / endpoints.CONTROL_READ_ONLY_SOCKET, read_only)
@@ -196,10 +196,10 @@ class RuntimeService:
         self.authenticator = curve.start_authenticator(self.ctx, keys)
         if self.config.runtime.control_tcp:
             self.remote_control = self._router(keys)
-            self.remote_control.bind(self.config.runtime.control_tcp)
+            _bind_to(self.remote_control, self.config.runtime.control_tcp)
         if self.config.runtime.telemetry_tcp:
             self.remote_pub = self._publisher(keys)
-            self.remote_pub.bind(self.config.runtime.telemetry_tcp)
+            _bind_to(self.remote_pub, self.config.runtime.telemetry_tcp)
 
     def _router(self, keys: curve.ServerKeys | None = None) -> zmq.asyncio.Socket:
         sock = self.ctx.socket(zmq.ROUTER)
@@ -560,10 +560,10 @@ class RuntimeService:
     async def run(self) -> None:
         try:
             self._prepare()
+            self._bind()
         except Exception:
             self._release()
             raise
-        self._bind()
         self._open_trace()
         self.dispatcher = Dispatcher(
             self.config,
@@ -710,3 +710,12 @@ class RuntimeService:
         for c in self._claims:
             c.release()
         self._claims.clear()
+
+
+def _bind_to(sock: zmq.asyncio.Socket, endpoint: str) -> None:
+    """Bind, or stop the start-up with one line that names the endpoint (an ipc
+    path too long for sun_path, a tcp address in use...)."""
+    try:
+        sock.bind(endpoint)
+    except zmq.ZMQError as exc:
+        raise StartupError(f"cannot serve on {endpoint}: {exc}") from None

@@ -13,6 +13,7 @@ event. Callers that need an older state keep a deep copy.
 from __future__ import annotations
 
 import copy
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -92,13 +93,126 @@ class NodeState:
     finished_order: deque[str] = field(default_factory=deque)
 
 
-class UnknownEvent(ValueError):
+class EventError(ValueError):
+    """An event the reducer cannot fold: a field missing or of the wrong type, or
+    a GPU or command the state does not know (the message says which)."""
+
+
+class UnknownEvent(EventError):
     pass
+
+
+# --- the shape of each event (docs/trace-format.md), checked by check_event ----
+
+_INT: tuple[type, ...] = (int,)
+_NUM: tuple[type, ...] = (int, float)
+_STR: tuple[type, ...] = (str,)
+_NULL: tuple[type, ...] = (type(None),)
+_LIST: tuple[type, ...] = (list,)
+_DICT: tuple[type, ...] = (dict,)
+
+# Per field, the types it may hold; a name ending in "?" may be absent. Only
+# what the reducer (and the views built on it) reads is listed: other fields
+# pass as they are.
+_GPU_RECORD = {
+    "index": _INT, "uuid": _STR, "name": _STR, "memory_total": _INT, "simulated": (bool,), "slots": _INT,
+    "cpus?": _LIST, "pool_size?": _INT,
+}
+_POOL = {"gpu": _INT, "worker": _STR}
+EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
+    "runtime_started": {"node": _STR, "policy": _STR, "pid": _INT, "gpus": _LIST, "keep_finished?": _INT},
+    "command_queued": {
+        "id": _STR, "argv": _LIST, "label?": _STR, "gpu?": _INT + _NULL, "timeout_s?": _NUM + _NULL, "mode?": _STR,
+    },
+    "command_started": {
+        "id": _STR, "gpu": _INT, "pid": _INT + _NULL, "tenant_id": _INT + _NULL, "worker?": _STR + _NULL,
+    },
+    "command_finished": {
+        "id": _STR, "state": _STR, "exit_code?": _INT + _NULL, "signal?": _INT + _NULL, "reason?": _STR,
+    },
+    "admission_paused": {"gpu?": _INT + _NULL},
+    "admission_resumed": {"gpu?": _INT + _NULL},
+    "region_requested": {"gpu": _INT, "region": _INT, "tenant_id": _INT + _NULL, "kind": _STR},
+    "region_granted": {
+        "gpu": _INT, "region": _INT, "tenant_id": _INT + _NULL, "kind": _STR, "command_id?": _STR,
+        "frozen?": _LIST, "flags?": _LIST + _NULL,
+    },
+    "region_released": {"gpu": _INT, "region": _INT, "reason": _STR},
+    "region_withdrawn": {"gpu": _INT, "region": _INT},
+    "telemetry": {"gpus": _DICT},
+    "canary_baseline": {"gpu": _INT, "compute_ms": _NUM, "memory_ms": _NUM, "window?": _INT},
+    "canary_sample": {"gpu": _INT, "compute_ms?": _NUM + _NULL, "memory_ms?": _NUM + _NULL, "where?": _STR},
+    "pool_worker_started": _POOL | {"pid": _INT + _NULL, "tenant_id": _INT + _NULL},
+    "pool_worker_ready": _POOL,
+    "pool_worker_busy": _POOL | {"command": _STR + _NULL},
+    "pool_worker_cleaning": _POOL,
+    "pool_worker_idle": _POOL | {"served?": _INT},
+    "pool_worker_replaced": _POOL | {"cause": _STR},
+    "pool_worker_stopped": _POOL,
+    "runtime_stopping": {},
+    "runtime_stopped": {},
+}
+_EVERY_EVENT = {"seq": _INT, "t": _NUM, "type": _STR}
+
+
+def check_event(event: Any) -> None:
+    """EventError unless `event` has the fields its type needs, of the right types.
+    For data from outside (a trace file); the runtime's own events are trusted."""
+    if not isinstance(event, dict):
+        raise EventError("an event must be a JSON object")
+    check_fields("event", event, _EVERY_EVENT)
+    fields = EVENT_FIELDS.get(event["type"])
+    if fields is None:
+        raise UnknownEvent(f"unknown event type {event['type']!r}")
+    check_fields(event["type"], event, fields)
+    if event["type"] == "runtime_started":
+        for i, gpu in enumerate(event["gpus"]):
+            if not isinstance(gpu, dict):
+                raise EventError(f"runtime_started: gpus[{i}] must be an object")
+            check_fields(f"runtime_started: gpus[{i}]", gpu, _GPU_RECORD)
+    if event["type"] in ("command_queued", "region_granted"):
+        key = "argv" if event["type"] == "command_queued" else "frozen"
+        want = str if key == "argv" else int
+        if not all(isinstance(v, want) and not isinstance(v, bool) for v in event.get(key, [])):
+            raise EventError(f"{event['type']}: '{key}' must hold only {_TYPE_NAMES[want]}s")
+
+
+_TYPE_NAMES = {int: "integer", float: "number", str: "string", bool: "boolean", list: "list", dict: "object",
+               type(None): "null"}
+
+
+def check_fields(where: str, record: dict[str, Any], fields: dict[str, tuple[type, ...]]) -> None:
+    for name, types in fields.items():
+        key = name.rstrip("?")
+        if key not in record:
+            if name.endswith("?"):
+                continue
+            raise EventError(f"{where}: field '{key}' is missing")
+        value = record[key]
+        # bool is an int to Python, never to a trace; a number must be finite.
+        wrong = isinstance(value, bool) and bool not in types or not isinstance(value, types)
+        if wrong or isinstance(value, float) and not math.isfinite(value):
+            wanted = " or ".join(_TYPE_NAMES[t] for t in types)
+            raise EventError(f"{where}: field '{key}' must be {wanted}, not {_describe(value)}")
+
+
+def _describe(value: Any) -> str:
+    return f"{value!r}"[:40] if not isinstance(value, (list, dict)) else _TYPE_NAMES[type(value)]
+
+
+def _gpu(s: NodeState, e: dict[str, Any]) -> GpuState:
+    """The event's GPU, which a runtime_started before it must have announced."""
+    gpu = s.gpus.get(e["gpu"])
+    if gpu is None:
+        raise EventError(f"{e['type']}: GPU {e['gpu']!r} is not one of this runtime's ({sorted(s.gpus)})")
+    return gpu
 
 
 def _runtime_started(s: NodeState, e: dict[str, Any]) -> None:
     s.node, s.policy, s.pid, s.started_at = e["node"], e["policy"], e["pid"], e["t"]
     s.keep_finished = e.get("keep_finished", DEFAULT_KEEP_FINISHED)
+    if s.keep_finished < 0:
+        raise EventError(f"runtime_started: keep_finished {s.keep_finished} is negative")
     s.stopping = False
     s.gpus = {
         g["index"]: GpuState(
@@ -132,11 +246,13 @@ def _command_queued(s: NodeState, e: dict[str, Any]) -> None:
 
 
 def _command_started(s: NodeState, e: dict[str, Any]) -> None:
-    cmd = s.commands[e["id"]]
+    cmd = s.commands.get(e["id"])
+    if cmd is None:
+        raise EventError(f"command_started: command {e['id']!r} was never queued (or is long finished)")
+    gpu = _gpu(s, e)
     _leave_queue(s, cmd)
     cmd.state, cmd.gpu, cmd.pid, cmd.tenant_id, cmd.started_at = "running", e["gpu"], e["pid"], e["tenant_id"], e["t"]
     cmd.worker = e.get("worker")
-    gpu = s.gpus[e["gpu"]]
     gpu.running.append(cmd.id)
     gpu.started += 1
 
@@ -180,7 +296,7 @@ def _runtime_stopped(s: NodeState, e: dict[str, Any]) -> None:
 
 def _region_requested(s: NodeState, e: dict[str, Any]) -> None:
     entry = {"seq": e["region"], "tenant_id": e["tenant_id"], "kind": e["kind"]}
-    queue = s.gpus[e["gpu"]].region_queue
+    queue = _gpu(s, e).region_queue
     if e["kind"] == "lease":
         leases = sum(1 for q in queue if q["kind"] == "lease")
         queue.insert(leases, entry)
@@ -189,7 +305,7 @@ def _region_requested(s: NodeState, e: dict[str, Any]) -> None:
 
 
 def _region_granted(s: NodeState, e: dict[str, Any]) -> None:
-    gpu = s.gpus[e["gpu"]]
+    gpu = _gpu(s, e)
     _drop_request(gpu, e["region"])
     gpu.region_holder, gpu.region_kind, gpu.region_command = e["tenant_id"], e["kind"], e.get("command_id", "")
     gpu.region_seq, gpu.region_since, gpu.frozen = e["region"], e["t"], list(e.get("frozen", []))
@@ -203,7 +319,7 @@ def _region_granted(s: NodeState, e: dict[str, Any]) -> None:
 
 
 def _region_released(s: NodeState, e: dict[str, Any]) -> None:
-    gpu = s.gpus[e["gpu"]]
+    gpu = _gpu(s, e)
     if gpu.region_seq == e["region"]:
         gpu.last_region = gpu.last_region | {k: v for k, v in e.items() if k.endswith("_s")} | {"reason": e["reason"]}
         gpu.region_holder, gpu.region_kind, gpu.region_command = None, "", ""
@@ -211,7 +327,7 @@ def _region_released(s: NodeState, e: dict[str, Any]) -> None:
 
 
 def _region_withdrawn(s: NodeState, e: dict[str, Any]) -> None:
-    _drop_request(s.gpus[e["gpu"]], e["region"])
+    _drop_request(_gpu(s, e), e["region"])
 
 
 POOL_STATES = ("warming", "idle", "busy", "cleaning")
@@ -222,7 +338,7 @@ def _empty_pool(size: int) -> dict[str, Any]:
 
 
 def _pool_of(s: NodeState, e: dict[str, Any]) -> dict[str, Any]:
-    gpu = s.gpus[e["gpu"]]
+    gpu = _gpu(s, e)
     if not gpu.pool:
         gpu.pool = _empty_pool(0)
     return gpu.pool
@@ -287,6 +403,8 @@ def _drop_request(gpu: GpuState, region: int) -> None:
 
 def _telemetry(s: NodeState, e: dict[str, Any]) -> None:
     for key, sample in e["gpus"].items():
+        if not (key.isascii() and key.isdigit()) or not isinstance(sample, dict):
+            raise EventError(f"telemetry: gpus must map GPU indices to objects, not {key!r}: {_describe(sample)}")
         gpu = s.gpus.get(int(key))
         if gpu is None:
             continue
@@ -295,7 +413,7 @@ def _telemetry(s: NodeState, e: dict[str, Any]) -> None:
 
 
 def _canary_baseline(s: NodeState, e: dict[str, Any]) -> None:
-    s.gpus[e["gpu"]].canary = {
+    _gpu(s, e).canary = {
         "baseline_compute_ms": e["compute_ms"],
         "baseline_memory_ms": e["memory_ms"],
         "baseline_sm_clock_mhz": e.get("sm_clock_mhz"),
@@ -317,17 +435,20 @@ def _canary_baseline(s: NodeState, e: dict[str, Any]) -> None:
 def _canary_sample(s: NodeState, e: dict[str, Any]) -> None:
     """Inflation = measured / baseline - 1 for both reference kernels; the window
     keeps the last `window` samples of each place (inside, outside a region)."""
-    c = s.gpus[e["gpu"]].canary
+    c = _gpu(s, e).canary
     if not c or e.get("compute_ms") is None or e.get("memory_ms") is None:
         return
+    if c["baseline_compute_ms"] <= 0 or c["baseline_memory_ms"] <= 0:
+        return  # no usable baseline: inflation is not known
     where = "outside" if e.get("where") == "outside" else "inside"
     values = [e["compute_ms"] / c["baseline_compute_ms"] - 1, e["memory_ms"] / c["baseline_memory_ms"] - 1]
     keep = 2 * c["window"]
     c[where] = (c[where] + values)[-keep:]
     c[f"{where}_ms"] = (c[f"{where}_ms"] + [e["compute_ms"], e["memory_ms"]])[-keep:]
     c[f"{where}_p50"], c[f"{where}_p95"] = _quantile(c[where], 0.5), _quantile(c[where], 0.95)
-    if c["inside_ms"] and c["outside_ms"]:
-        c["contention"] = _quantile(c["outside_ms"], 0.5) / _quantile(c["inside_ms"], 0.5)
+    inside = _quantile(c["inside_ms"], 0.5) if c["inside_ms"] else 0
+    if inside > 0 and c["outside_ms"]:
+        c["contention"] = _quantile(c["outside_ms"], 0.5) / inside
     c["samples"] += 1
     if e.get("flagged"):
         c["flagged"] += 1

@@ -50,52 +50,81 @@ class Trace:
 
 
 def iter_trace(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, record) pairs; the first record is the header."""
+    """(line number, record) pairs; the first record is the header (the first
+    line that is not blank).
+
+    Every event is checked as it is read: its fields (state.check_event), its
+    `seq` (one more than the last), and that the reducer folds it; so whatever
+    this yields replays, and whatever does not names its line."""
     try:
-        f = path.open("r", encoding="utf-8", errors="strict")
+        f = path.open("rb")
     except OSError as exc:
         raise TraceError(f"{path}: cannot open trace: {exc.strerror}") from None
+    state = node_state.NodeState()
+    header_seen = False
     with f:
-        lineno = 0
-        try:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
+        # Bytes, decoded line by line: a text reader decodes ahead in chunks and
+        # would blame a bad byte on an earlier line.
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise TraceError(f"{path}:{lineno}: line is not UTF-8") from None
+            if not line.strip():
+                continue
+            record = _parse_line(path, lineno, line)
+            if not header_seen:
+                _check_header(path, lineno, record)
+                header_seen = True
+            else:
                 try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise TraceError(f"{path}:{lineno}: line does not parse as JSON ({exc.msg})") from None
-                if not isinstance(record, dict):
-                    raise TraceError(f"{path}:{lineno}: a trace line must be a JSON object")
-                if lineno == 1:
-                    _check_header(path, record)
-                elif not isinstance(record.get("type"), str):
-                    raise TraceError(f"{path}:{lineno}: event has no 'type'")
-                yield lineno, record
-        except UnicodeDecodeError:
-            raise TraceError(f"{path}:{lineno + 1}: line is not UTF-8") from None
-        if lineno == 0:
-            raise TraceError(f"{path}: trace is empty (no header line)")
+                    node_state.check_event(record)
+                    if record["seq"] != state.seq + 1:
+                        raise node_state.EventError(
+                            f"event seq {record['seq']} follows seq {state.seq} (events missing or out of order)"
+                        )
+                    node_state.apply(state, record)
+                except node_state.EventError as exc:
+                    raise TraceError(f"{path}:{lineno}: {exc}") from None
+            yield lineno, record
+    if not header_seen:
+        raise TraceError(f"{path}: trace is empty (no header line)")
 
 
-def _check_header(path: Path, record: dict[str, Any]) -> None:
+def _parse_line(path: Path, lineno: int, line: str) -> dict[str, Any]:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{path}:{lineno}: line does not parse as JSON ({exc.msg})") from None
+    except (ValueError, RecursionError) as exc:  # a number with too many digits, nesting too deep
+        raise TraceError(f"{path}:{lineno}: line does not parse as JSON ({exc})") from None
+    if not isinstance(record, dict):
+        raise TraceError(f"{path}:{lineno}: a trace line must be a JSON object")
+    return record
+
+
+# Header fields a reader uses, and their types (the rest is for people).
+_HEADER_FIELDS: dict[str, tuple[type, ...]] = {
+    "node?": (str,), "policy?": (str,), "started_at?": (int, float), "gpus?": (list,),
+}
+
+
+def _check_header(path: Path, lineno: int, record: dict[str, Any]) -> None:
     if record.get("format") != FORMAT:
-        raise TraceError(f"{path}:1: not a KREX trace (header has no \"format\": \"{FORMAT}\")")
+        raise TraceError(f"{path}:{lineno}: not a KREX trace (header has no \"format\": \"{FORMAT}\")")
     if record.get("version") != FORMAT_VERSION:
-        raise TraceError(
-            f"{path}:1: trace format version {record.get('version')!r} is not supported (expected {FORMAT_VERSION})"
-        )
+        version = record.get("version")
+        raise TraceError(f"{path}:{lineno}: trace format version {version!r} is not supported (expected {FORMAT_VERSION})")
+    try:
+        node_state.check_fields("header", record, _HEADER_FIELDS)
+    except node_state.EventError as exc:
+        raise TraceError(f"{path}:{lineno}: {exc}") from None
 
 
 def read_trace(path: Path) -> Trace:
-    header: dict[str, Any] = {}
-    events = []
-    for lineno, record in iter_trace(path):
-        if lineno == 1:
-            header = record
-        else:
-            events.append(record)
-    return Trace(header, events)
+    records = iter_trace(path)
+    _, header = next(records)
+    return Trace(header, [record for _, record in records])
 
 
 def replay(trace: Trace, until: float | None = None) -> node_state.NodeState:

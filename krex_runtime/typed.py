@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
+import math
+import re
+import sys
 import types
 import typing
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+_FLOAT_MAX = int(sys.float_info.max)
 
 
 class ShapeError(ValueError):
@@ -37,7 +43,8 @@ def from_dict(cls: type[T], data: Any, path: str = "") -> T:
     """Build `cls` from `data`, refusing unknown keys and wrong types."""
     if not isinstance(data, dict):
         raise ShapeError(path, f"expected a table, got {_type_name(data)}")
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    # An "internal" field is set by the program, never read from data (nor suggested).
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init and not f.metadata.get("internal")}
     hints = typing.get_type_hints(cls)
     for key in data:
         if key not in fields:
@@ -97,7 +104,7 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
             raise ShapeError(path, f"expected a table, got {_type_name(value)}")
         key_t, val_t = args if args else (Any, Any)
         return {
-            _convert(key_t, k, f"{path}.{k}"): _convert(val_t, v, f"{path}.{k}")
+            _convert(key_t, k, _join(path, str(k))): _convert(val_t, v, _join(path, str(k)))
             for k, v in value.items()
         }
     if dataclasses.is_dataclass(hint):
@@ -105,6 +112,11 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ShapeError(path, f"expected a number, got {_type_name(value)}")
+        # NaN and the infinities pass every `> 0` or `< limit` check the wrong way.
+        if isinstance(value, int) and abs(value) > _FLOAT_MAX:
+            raise ShapeError(path, "expected a number, got an integer too large for one")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ShapeError(path, f"expected a finite number, got {value}")
         return float(value)
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -117,7 +129,17 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
     raise TypeError(f"{path}: unsupported field type {hint!r}")
 
 
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def key_text(key: str) -> str:
+    """A key as a message shows it: bare when TOML would write it bare, else
+    quoted with escapes, so a key of any characters stays on one line."""
+    return key if _BARE_KEY.fullmatch(key) else json.dumps(key)
+
+
 def _join(path: str, key: str) -> str:
+    key = key_text(key)
     return f"{path}.{key}" if path else key
 
 

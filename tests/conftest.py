@@ -7,12 +7,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from runtime_helpers import REPO, tenant_processes
+from runtime_helpers import REPO, stop_and_check
 
 from krex_runtime import native_build
-from krex_runtime.cgroups import CgroupSlice
 from krex_runtime.local_runtime import Runtime
-from krex_runtime.simcuda import remove_device
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -59,17 +57,7 @@ def make_runtime(tmp_path: Path, native_built: Path) -> Iterator[Any]:
 
     yield make
     for rt in started:
-        if rt.proc is not None and rt.proc.poll() is None:
-            assert rt.stop() == 0, rt.log_path.read_text()
-        leftovers = tenant_processes(rt.run_dir)
-        for p in leftovers:
-            p.kill()
-        assert not leftovers, f"processes left behind: {leftovers}"
-        remove_device(rt.device)
-        for version in (2, 1):  # a runtime killed on purpose leaves its slice
-            leftover_slice = CgroupSlice.open(rt.run_dir, version)
-            if leftover_slice is not None:
-                leftover_slice.remove()
+        stop_and_check(rt)
 
 
 @pytest.fixture

@@ -12,7 +12,9 @@ import psutil
 from region_checks import is_frozen
 
 from krex_runtime import gate
+from krex_runtime.cgroups import CgroupSlice
 from krex_runtime.local_runtime import Runtime, wait_until
+from krex_runtime.simcuda import remove_device
 from krex_runtime.trace import read_trace
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,6 +31,22 @@ def tenant_processes(run_dir: Path) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return found
+
+
+def stop_and_check(rt: Runtime) -> None:
+    """Stop a test's runtime (if still running), assert it stopped cleanly and left
+    no process behind, and remove its simulated device and cgroup slice."""
+    if rt.proc is not None and rt.proc.poll() is None:
+        assert rt.stop() == 0, rt.log_path.read_text()
+    leftovers = tenant_processes(rt.run_dir)
+    for p in leftovers:
+        p.kill()
+    assert not leftovers, f"processes left behind: {leftovers}"
+    remove_device(rt.device)
+    for version in (2, 1):  # a runtime killed on purpose leaves its slice
+        leftover_slice = CgroupSlice.open(rt.run_dir, version)
+        if leftover_slice is not None:
+            leftover_slice.remove()
 
 
 class Heartbeat:

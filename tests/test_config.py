@@ -100,3 +100,24 @@ def test_no_gpu_suggests_sim(tmp_path: Path) -> None:
         pytest.skip("this machine has a GPU")
     assert done.returncode == 1
     assert "--sim" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_an_endpoint_the_runtime_cannot_serve_is_one_line(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        f"[runtime]\nrun_dir = '{tmp_path}/run'\nlock_dir = '{tmp_path}/locks'\ncontrol_tcp = 'tcp://no such host:x'\n",
+    )
+    done = subprocess.run([*command("krex-runtime"), "--config", str(path), "--sim", "1"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip().startswith("krex-runtime: cannot serve on tcp://no such host:x: "), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_more_simulated_gpus_than_the_simulator_has(tmp_path: Path) -> None:
+    path = _write(tmp_path, f"[runtime]\nrun_dir = '{tmp_path}/run'\nlock_dir = '{tmp_path}/locks'\n[gpus]\nsimulated = 17\n")
+    done = subprocess.run([*command("krex-runtime"), "--config", str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "krex-runtime: 17 simulated GPUs asked for (gpus.simulated or --sim); the simulator has at most 16"
+    )

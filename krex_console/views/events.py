@@ -36,8 +36,9 @@ def detail(event: dict[str, Any]) -> str:
         if isinstance(value, float):
             value = f"{value:.4g}"
         parts.append(f"{key}={value}")
-    if "argv" in event:
-        parts.append(" ".join(event["argv"]))
+    argv = event.get("argv")
+    if argv:  # a command's; shown as it would be typed, whatever a trace holds
+        parts.append(" ".join(map(str, argv)) if isinstance(argv, list) else str(argv))
     text = " ".join(str(p) for p in parts)
     return text if len(text) <= 120 else text[:119] + "…"
 
