@@ -132,7 +132,9 @@ def _command_queued(s: NodeState, e: dict[str, Any]) -> None:
 
 
 def _command_started(s: NodeState, e: dict[str, Any]) -> None:
-    cmd = s.commands[e["id"]]
+    cmd = s.commands.get(e["id"])
+    if cmd is None:  # its command_queued fell into a trace gap
+        return
     _leave_queue(s, cmd)
     cmd.state, cmd.gpu, cmd.pid, cmd.tenant_id, cmd.started_at = "running", e["gpu"], e["pid"], e["tenant_id"], e["t"]
     cmd.worker = e.get("worker")
@@ -212,6 +214,12 @@ def _region_released(s: NodeState, e: dict[str, Any]) -> None:
 
 def _region_withdrawn(s: NodeState, e: dict[str, Any]) -> None:
     _drop_request(s.gpus[e["gpu"]], e["region"])
+
+
+def _trace_gap(s: NodeState, e: dict[str, Any]) -> None:
+    """Events the runtime could not write (a full disk): the replayed state
+    after this point may miss what they said, and says how many there were."""
+    s.totals["trace_events_lost"] = s.totals.get("trace_events_lost", 0) + e["lost"]
 
 
 POOL_STATES = ("warming", "idle", "busy", "cleaning")
@@ -381,6 +389,7 @@ REDUCERS: dict[str, Callable[[NodeState, dict[str, Any]], None]] = {
     "pool_worker_stopped": _pool_worker_stopped,
     "runtime_stopping": _runtime_stopping,
     "runtime_stopped": _runtime_stopped,
+    "trace_gap": _trace_gap,
 }
 
 

@@ -9,7 +9,7 @@ from typing import Any, Iterator
 import pytest
 from runtime_helpers import REPO, tenant_processes
 
-from krex_runtime import native_build
+from krex_runtime import hygiene, native_build
 from krex_runtime.cgroups import CgroupSlice
 from krex_runtime.local_runtime import Runtime
 from krex_runtime.simcuda import remove_device
@@ -47,9 +47,11 @@ def native_built() -> Path:
 
 @pytest.fixture
 def make_runtime(tmp_path: Path, native_built: Path) -> Iterator[Any]:
-    """Start runtimes with `make_runtime(policy=..., slots=...)`; all are stopped and
-    checked for leftovers at the end of the test."""
+    """Start runtimes with `make_runtime(policy=..., slots=...)`; all are stopped at
+    the end of the test, and each one that stopped cleanly must have left nothing
+    on the node (processes, cgroups, gates, sockets, held locks, shared memory)."""
     started: list[Runtime] = []
+    before = hygiene.baseline()
 
     def make(name: str = "rt", **kwargs: Any) -> Runtime:
         rt = Runtime(tmp_path / name, **kwargs).start()
@@ -57,18 +59,24 @@ def make_runtime(tmp_path: Path, native_built: Path) -> Iterator[Any]:
         return rt
 
     yield make
+    problems = []
     for rt in started:
-        if rt.proc is not None and rt.proc.poll() is None:
-            assert rt.stop() == 0, rt.log_path.read_text()
-        leftovers = tenant_processes(rt.run_dir)
-        for p in leftovers:
+        if rt.proc is not None and rt.proc.poll() is None and rt.stop() != 0:
+            problems.append(f"{rt.root.name}: runtime did not stop cleanly:\n{rt.log_path.read_text()}")
+        orphans = tenant_processes(rt.run_dir)
+        for p in orphans:
             p.kill()
-        assert not leftovers, f"processes left behind: {leftovers}"
+        if orphans:
+            problems.append(f"{rt.root.name}: processes left behind: {orphans}")
         remove_device(rt.device)
+    for rt in started:
+        if rt.proc is not None and rt.proc.returncode == 0:
+            problems += [f"{rt.root.name}: {line}" for line in hygiene.leftovers(rt.run_dir, rt.lock_dir, before)]
         for version in (2, 1):  # a runtime killed on purpose leaves its slice
             leftover_slice = CgroupSlice.open(rt.run_dir, version)
             if leftover_slice is not None:
                 leftover_slice.remove()
+    assert not problems, "\n".join(problems)
 
 
 @pytest.fixture
