@@ -59,6 +59,7 @@ class Runtime:
     canary_target_ms: float = 1.0
     runtime_env: dict[str, str] = field(default_factory=dict)
     trace_file: Path | None = None  # None: <run_dir>/trace.jsonl
+    keep_finished: int | None = None  # finished commands kept in memory (node state, dispatcher); None: defaults
     proc: subprocess.Popen[bytes] | None = None
     device: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:10]}")
 
@@ -92,6 +93,7 @@ policy = "{self.policy}"
 snapshot_interval_s = 0.2
 on_shutdown = "{self.on_shutdown}"
 shutdown_grace_s = {self.shutdown_grace_s}
+{f"snapshot_finished = {self.keep_finished}" if self.keep_finished else ""}
 
 [gpus]
 visible = {list(self.visible)}
@@ -101,6 +103,7 @@ simulated_log = "{self.root / 'sim.log'}"
 [dispatcher]
 slots_per_gpu = {self.slots}
 kill_grace_s = 0.5
+{f"keep_finished = {self.keep_finished}" if self.keep_finished else ""}
 
 [tenants]
 cgroups = "{self.cgroups}"
