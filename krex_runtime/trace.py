@@ -57,6 +57,8 @@ class TraceWriter:
         self._write_owed()
 
     def write(self, record: dict[str, Any]) -> None:
+        # Each event tries again (a failing write costs one syscall), so nothing
+        # is dropped once space returns, the runtime's last events included.
         if self._write_owed() and self._append(record):
             return
         if not self.lost:
