@@ -11,7 +11,7 @@ from runtime_helpers import REPO, tenant_processes
 
 from krex_runtime import hygiene, native_build
 from krex_runtime.cgroups import CgroupSlice
-from krex_runtime.local_runtime import Runtime
+from krex_runtime.local_runtime import Runtime, wait_until
 from krex_runtime.simcuda import remove_device
 
 
@@ -51,16 +51,21 @@ def make_runtime(tmp_path: Path, native_built: Path) -> Iterator[Any]:
     the end of the test, and each one that stopped cleanly must have left nothing
     on the node (processes, cgroups, gates, sockets, held locks, shared memory)."""
     started: list[Runtime] = []
+    fds: dict[int, dict[int, str]] = {}  # runtime pid -> its descriptors once it answered
     before = hygiene.baseline()
 
     def make(name: str = "rt", **kwargs: Any) -> Runtime:
         rt = Runtime(tmp_path / name, **kwargs).start()
         started.append(rt)
+        assert rt.proc is not None
+        fds[rt.proc.pid] = hygiene.open_fds(rt.proc.pid)
         return rt
 
     yield make
     problems = []
     for rt in started:
+        if rt.proc is not None and rt.proc.poll() is None and rt.proc.pid in fds:
+            problems += [f"{rt.root.name}: {line}" for line in _idle_hygiene(rt, fds[rt.proc.pid])]
         if rt.proc is not None and rt.proc.poll() is None and rt.stop() != 0:
             problems.append(f"{rt.root.name}: runtime did not stop cleanly:\n{rt.log_path.read_text()}")
         orphans = tenant_processes(rt.run_dir)
@@ -77,6 +82,22 @@ def make_runtime(tmp_path: Path, native_built: Path) -> Iterator[Any]:
             if leftover_slice is not None:
                 leftover_slice.remove()
     assert not problems, "\n".join(problems)
+
+
+def _idle_hygiene(rt: Runtime, fds_at_start: dict[int, str]) -> list[str]:
+    """A runtime the test left idle (nothing running or queued) holds nothing
+    back and has no more descriptors than when it started."""
+    with rt.client() as c:
+        status = c.call("status")
+    if status["queued"] or any(g["running"] for g in status["gpus"]):
+        return []
+    assert rt.proc is not None
+    try:
+        wait_until(lambda: not hygiene.held_back(rt.run_dir), 10, "nothing held back")
+        wait_until(lambda: not hygiene.grown_fds(rt.proc.pid, fds_at_start), 10, "descriptors back")
+    except AssertionError:
+        return hygiene.held_back(rt.run_dir) + hygiene.grown_fds(rt.proc.pid, fds_at_start)
+    return []
 
 
 @pytest.fixture
