@@ -175,9 +175,9 @@ class Soak:
         recovered = started[0].get("recovered", []) if started else []
         pids = [self.commands[c].pid for c in life.commands if self.commands[c].pid is not None]
         try:
-            wait_until(lambda: not any(_alive(p) for p in pids), 30, "the killed runtime's tenants to end", 0.2)
+            wait_until(lambda: not any(hygiene.alive(p) for p in pids), 30, "the killed runtime's tenants to end", 0.2)
         except AssertionError:
-            self.fail(f"life {life.number}: tenants still alive after the restart: {[p for p in pids if _alive(p)]}")
+            self.fail(f"life {life.number}: tenants still alive after the restart: {[p for p in pids if hygiene.alive(p)]}")
         self.recovered_lines.extend(recovered)
 
     def account(self, life: Life) -> None:
@@ -437,15 +437,6 @@ def rss_summary(samples: list[dict[str, Any]], min_span_min: float) -> dict[str,
         summary["slope_kib_per_min"] = sum((t - mt) * (y - my) for t, y in zip(ts, ys)) / sum((t - mt) ** 2 for t in ts)
         summary["slope_life"] = longest
     return summary
-
-
-def _alive(pid: int | None) -> bool:
-    if pid is None:
-        return False
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def _kill(pid: int | None) -> None:

@@ -99,18 +99,28 @@ def is_frozen(group: Path) -> bool:
         return False  # removed while we looked
 
 
-def krex_processes(run_dir: Path, runtime_pid: int | None = None) -> list[psutil.Process]:
+def krex_processes(run_dir: Path) -> list[psutil.Process]:
     """Live processes started for the runtime of `run_dir` (their KREX_RUN_DIR
-    says so: commands, context processes, canaries), but not `runtime_pid`."""
+    says so: commands, context processes, canaries)."""
     found = []
     for proc in psutil.process_iter(["pid"]):
         try:
-            if proc.pid != runtime_pid and proc.status() != psutil.STATUS_ZOMBIE:
+            if proc.status() != psutil.STATUS_ZOMBIE:
                 if proc.environ().get(ENV_RUN_DIR) == str(run_dir) and _started_by_runtime(proc):
                     found.append(proc)
         except psutil.Error:
             continue
     return found
+
+
+def alive(pid: int | None) -> bool:
+    """A process that exists and is not a zombie."""
+    if pid is None:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def open_fds(pid: int) -> dict[int, str]:
