@@ -42,13 +42,22 @@ def test_trace_summary_cli(runtime: Runtime) -> None:
     assert "policy ungated" in text.stdout
 
 
-def test_broken_line_is_reported_with_its_number(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "tail, message",
+    [
+        ("\n{oops\n", "line does not parse as JSON"),
+        ('\n{"seq": 2, "t"', "the last line is incomplete (its write was cut short: a crash or a full disk); "
+                             "the 2 line(s) before it are intact"),
+    ],
+    ids=["broken", "torn"],
+)
+def test_broken_line_is_reported_with_its_number(tmp_path: Path, tail: str, message: str) -> None:
     path = tmp_path / "t.jsonl"
     header = json.dumps({"format": FORMAT, "version": FORMAT_VERSION, "gpus": []})
-    path.write_text(header + "\n" + json.dumps({"seq": 1, "t": 0, "type": "runtime_stopping"}) + "\n{oops\n")
+    path.write_text(header + "\n" + json.dumps({"seq": 1, "t": 0, "type": "runtime_stopping"}) + tail)
     done = subprocess.run([*command("krex"), "trace", str(path)], capture_output=True, text=True)
     assert done.returncode == 1
-    assert done.stderr.startswith(f"krex: {path}:3: line does not parse as JSON")
+    assert done.stderr.startswith(f"krex: {path}:3: {message}")
 
 
 def test_not_a_trace(tmp_path: Path) -> None:
@@ -58,18 +67,6 @@ def test_not_a_trace(tmp_path: Path) -> None:
     assert done.returncode == 1 and f"{path}:1: not a KREX trace" in done.stderr
     missing = subprocess.run([*command("krex"), "trace", str(tmp_path / "none")], capture_output=True, text=True)
     assert missing.returncode == 1 and "cannot open trace" in missing.stderr
-
-
-def test_torn_last_line_is_reported_as_such(tmp_path: Path) -> None:
-    path = tmp_path / "t.jsonl"
-    header = json.dumps({"format": FORMAT, "version": FORMAT_VERSION, "gpus": []})
-    path.write_text(header + "\n" + json.dumps({"seq": 1, "t": 0, "type": "runtime_stopping"}) + '\n{"seq": 2, "t"')
-    done = subprocess.run([*command("krex"), "trace", str(path)], capture_output=True, text=True)
-    assert done.returncode == 1
-    assert done.stderr.strip() == (
-        f"krex: {path}:3: the last line is incomplete (its write was cut short: a crash or a full disk); "
-        "the 2 line(s) before it are intact"
-    )
 
 
 def test_a_version_1_trace_still_reads(tmp_path: Path) -> None:
