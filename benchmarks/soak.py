@@ -50,6 +50,7 @@ HERE = Path(__file__).resolve().parent
 TENANTS = HERE.parent / "tests" / "tenants"
 PY = sys.executable
 HOLD_LIMIT_S = 1.5
+KEEP_FINISHED = 200
 TENANT_FAULTS = ("kill_in_region", "kill_outside_region", "hang_past_hold_limit", "hang_past_timeout", "cancel")
 RESTART_FAULTS = ("restart_sigkill", "restart_sigterm")
 
@@ -99,7 +100,7 @@ class Soak:
             shutdown_grace_s=2.0,
             # Small history: memory reaches its steady state early, so growth
             # after that is a leak rather than the bounded history filling up.
-            keep_finished=200,
+            keep_finished=KEEP_FINISHED,
             extra_config=(
                 "[regions]\nstale_after_s = 1.0\nheartbeat_interval_s = 0.2\n"
                 f'hold_limit_s = {HOLD_LIMIT_S}\non_hold_limit = "revoke"\n'
@@ -116,6 +117,7 @@ class Soak:
         self.fd_samples: list[int] = []
         self.refused = 0
         self.recovered_lines: list[str] = []
+        self.output_files = 0
         self.t0 = time.monotonic()
         self.client: ControlClient | None = None
         self.sub: zmq.Socket | None = None
@@ -361,6 +363,11 @@ class Soak:
         self.sample()
         self.end_runtime("end")
         remove_device(self.rt.device)
+        # Output files leave with the history: the last life keeps at most its last KEEP_FINISHED commands'.
+        own = set(life.commands)
+        self.output_files = sum(1 for f in (self.rt.run_dir / "output").iterdir() if f.stem in own)
+        if self.output_files > 2 * KEEP_FINISHED:
+            self.fail(f"life {life.number}: {self.output_files} output files kept (history: {KEEP_FINISHED} commands)")
 
     # --- results --------------------------------------------------------------------------
 
@@ -393,6 +400,7 @@ class Soak:
             "recovered": dict(Counter(line.split()[0] for line in self.recovered_lines)),
             "fds": {"start": self.fd_samples[0], "max": max(self.fd_samples), "end": self.fd_samples[-1]}
             if self.fd_samples else {},
+            "output_files_last_life": self.output_files,
             "rss": rss,
             "rss_samples": self.rss,
             "failures": self.failures,
