@@ -23,8 +23,6 @@ from krex_runtime.gate import Gate, GateError
 from krex_runtime.region_setup import GATES_DIR
 from krex_runtime.simcuda import SHM_DIR, SHM_FILE_PREFIX
 
-ENV_RUN_DIR = "KREX_RUN_DIR"
-
 
 @dataclass(frozen=True)
 class Baseline:
@@ -100,13 +98,15 @@ def is_frozen(group: Path) -> bool:
 
 
 def krex_processes(run_dir: Path) -> list[psutil.Process]:
-    """Live processes started for the runtime of `run_dir` (their KREX_RUN_DIR
-    says so: commands, context processes, canaries)."""
+    """Live processes started for the runtime of `run_dir`: commands, context
+    processes, canaries. The krex CLI runs with KREX_RUN_DIR too (to find the
+    sockets); what the runtime starts also carries a command or worker id."""
     found = []
     for proc in psutil.process_iter(["pid"]):
         try:
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                if proc.environ().get(ENV_RUN_DIR) == str(run_dir) and _started_by_runtime(proc):
+            env = proc.environ()
+            if env.get("KREX_RUN_DIR") == str(run_dir) and "KREX_COMMAND_ID" in env:
+                if proc.status() != psutil.STATUS_ZOMBIE:
                     found.append(proc)
         except psutil.Error:
             continue
@@ -141,12 +141,6 @@ def grown_fds(pid: int, before: dict[int, str]) -> list[str]:
     if len(now) <= len(before):
         return []
     return [f"fd {fd} -> {target}" for fd, target in sorted(now.items()) if before.get(fd) != target]
-
-
-def _started_by_runtime(proc: psutil.Process) -> bool:
-    # The krex CLI runs with KREX_RUN_DIR too (to find the sockets); the
-    # runtime marks what it starts with a command or worker id.
-    return "KREX_COMMAND_ID" in proc.environ()
 
 
 def _descendants() -> list[psutil.Process]:
