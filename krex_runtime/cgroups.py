@@ -61,6 +61,17 @@ def own_cgroup(controller: str = "", pid: int | str = "self") -> str:
     return "/"
 
 
+def slice_path(run_dir: Path, version: int = 2) -> Path | None:
+    """Where the slice of this run folder lives (whether or not it exists), or
+    None where that hierarchy is not mounted."""
+    mount = find_cgroup2_mount() if version == 2 else find_v1_freezer_mount()
+    if mount is None:
+        return None
+    tag = hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:10]
+    own = own_cgroup() if version == 2 else own_cgroup("freezer")
+    return mount / own.lstrip("/") / f"krex-{tag}"
+
+
 class CgroupSlice:
     """The runtime's slice: creates, kills and removes per-command cgroups."""
 
@@ -72,12 +83,9 @@ class CgroupSlice:
     @classmethod
     def open(cls, run_dir: Path, version: int = 2) -> CgroupSlice | None:
         """The slice for this run folder, or None where that hierarchy is not writable."""
-        mount = find_cgroup2_mount() if version == 2 else find_v1_freezer_mount()
-        if mount is None:
+        path = slice_path(run_dir, version)
+        if path is None:
             return None
-        tag = hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:10]
-        own = own_cgroup() if version == 2 else own_cgroup("freezer")
-        path = mount / own.lstrip("/") / f"krex-{tag}"
         try:
             path.mkdir(exist_ok=True)
             probe = path / "probe"

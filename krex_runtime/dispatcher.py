@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import os
 import secrets
 import time
@@ -27,6 +28,8 @@ from krex_runtime.context_pool import ContextPool, ContextWorker, PooledRun
 from krex_runtime.gpus import Gpu
 from krex_runtime.pooled_entry import EntryError, parse_entry
 from krex_runtime.protocol import ErrorCode, ProtocolError, SubmitBody
+
+log = logging.getLogger("krex.dispatcher")
 
 Emit = Callable[[dict[str, Any]], None]
 TenantEnv = Callable[["Job", Gpu], dict[str, str]]
@@ -417,7 +420,9 @@ class Dispatcher:
         self._on_finished(job)
         self._finished.append(job.id)
         while len(self._finished) > self.config.dispatcher.keep_finished:
-            self.jobs.pop(self._finished.popleft(), None)
+            forgotten = self.jobs.pop(self._finished.popleft(), None)
+            if forgotten is not None:
+                _remove_output(forgotten)
         self.pump()
 
     # --- shutdown -----------------------------------------------------------
@@ -465,3 +470,15 @@ def base_tenant_env(
         }
     )
     return env
+
+
+def _remove_output(job: Job) -> None:
+    """A command that left the history can no longer be waited on or attached
+    to; its output files go with it, so the output folder (often on a RAM-backed
+    /run) stays bounded however many commands a node runs."""
+    for path in (job.stdout_path, job.stderr_path):
+        if path is not None:
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as exc:
+                log.warning("cannot remove %s: %s", path, exc.strerror)

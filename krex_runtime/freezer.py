@@ -11,11 +11,13 @@ stopped after thaw: with signals we only continue what we stopped.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from krex_runtime import process_tree
 
@@ -75,9 +77,7 @@ class CgroupV2Freezer(Freezer):
                 time.sleep(0.0002)
 
     def thaw(self, targets: list[Target]) -> None:
-        for t in targets:
-            if t.cgroup is not None:
-                _write(t.cgroup / "cgroup.freeze", "0")
+        _thaw_each(targets, lambda t: _write(t.cgroup / "cgroup.freeze", "0") if t.cgroup is not None else None)
 
 
 def _frozen_v2(cgroup: Path) -> bool:
@@ -103,9 +103,7 @@ class CgroupV1Freezer(Freezer):
                 time.sleep(0.0002)
 
     def thaw(self, targets: list[Target]) -> None:
-        for t in targets:
-            if t.cgroup is not None:
-                _write(t.cgroup / "freezer.state", "THAWED")
+        _thaw_each(targets, lambda t: _write(t.cgroup / "freezer.state", "THAWED") if t.cgroup is not None else None)
 
 
 class SignalFreezer(Freezer):
@@ -139,11 +137,27 @@ def _kill(pid: int, sig: int) -> None:
         pass
 
 
+def _thaw_each(targets: list[Target], thaw_one: Callable[[Target], None]) -> None:
+    """Thaw every target even when one fails (one left frozen must not keep the
+    others frozen); then raise the first failure."""
+    first: OSError | None = None
+    for t in targets:
+        try:
+            thaw_one(t)
+        except OSError as exc:
+            first = first or exc
+    if first is not None:
+        raise first
+
+
 def _write(path: Path, value: str) -> None:
     try:
         path.write_text(value)
-    except FileNotFoundError:
-        pass  # the command ended and its cgroup went with it
+    except OSError as exc:
+        # ENOENT: the command ended and its cgroup went with it; ENODEV: the
+        # cgroup is being removed (its files exist but refuse writes).
+        if exc.errno not in (errno.ENOENT, errno.ENODEV):
+            raise
 
 
 def _read(path: Path) -> str:

@@ -60,6 +60,8 @@ class Runtime:
     runtime_env: dict[str, str] = field(default_factory=dict)
     runtime_extra: str = ""  # more lines of [runtime]
     tenant_user: str = ""  # tenants.user; "": as whoever starts the runtime, root included
+    trace_file: Path | None = None  # None: <run_dir>/trace.jsonl
+    keep_finished: int | None = None  # finished commands kept in memory (node state, dispatcher); None: defaults
     proc: subprocess.Popen[bytes] | None = None
     device: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:10]}")
 
@@ -69,7 +71,11 @@ class Runtime:
 
     @property
     def trace_path(self) -> Path:
-        return self.run_dir / "trace.jsonl"
+        return self.trace_file or self.run_dir / "trace.jsonl"
+
+    @property
+    def lock_dir(self) -> Path:
+        return self.root / "locks"
 
     @property
     def config_path(self) -> Path:
@@ -84,12 +90,13 @@ class Runtime:
             f"""
 [runtime]
 run_dir = "{self.run_dir}"
-lock_dir = "{self.root / 'locks'}"
+lock_dir = "{self.lock_dir}"
 policy = "{self.policy}"
 snapshot_interval_s = 0.2
 on_shutdown = "{self.on_shutdown}"
 shutdown_grace_s = {self.shutdown_grace_s}
 {self.runtime_extra}
+{f"snapshot_finished = {self.keep_finished}" if self.keep_finished else ""}
 
 [gpus]
 visible = {list(self.visible)}
@@ -99,6 +106,7 @@ simulated_log = "{self.root / 'sim.log'}"
 [dispatcher]
 slots_per_gpu = {self.slots}
 kill_grace_s = 0.5
+{f"keep_finished = {self.keep_finished}" if self.keep_finished else ""}
 
 [tenants]
 cgroups = "{self.cgroups}"
@@ -118,12 +126,19 @@ canary_target_ms = {self.canary_target_ms}
     def start(self) -> Runtime:
         self.root.mkdir(parents=True, exist_ok=True)
         self.write_config()
-        self.proc = subprocess.Popen(
-            [*command("krex-runtime"), "--config", str(self.config_path), *(["--sim", str(self.sim)] if self.sim else [])],
-            stdout=self.log_path.open("ab"),
-            env={**os.environ, **self.runtime_env},
-            stderr=subprocess.STDOUT,
-        )
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    *command("krex-runtime"),
+                    "--config",
+                    str(self.config_path),
+                    *(["--sim", str(self.sim)] if self.sim else []),
+                    *(["--trace", str(self.trace_file)] if self.trace_file else []),
+                ],
+                stdout=log,
+                env={**os.environ, **self.runtime_env},
+                stderr=subprocess.STDOUT,
+            )
         wait_until(self._answers, 30, "the runtime to answer")
         return self
 

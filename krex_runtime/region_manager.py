@@ -341,7 +341,12 @@ class GpuRegions:
         t0 = time.monotonic()
         self._unpin(req)  # done already when the holder released it itself
         t1 = time.monotonic()
-        self.freezer.thaw(entry.targets)
+        try:
+            self.freezer.thaw(entry.targets)
+        except OSError as exc:
+            # The freezer tried every tenant; the release goes on, so the gate
+            # opens, the release is recorded and the next request is served.
+            log.error("GPU %d region %d: a tenant could not be thawed: %s", self.gpu, req.seq, exc)
         t2 = time.monotonic()
         left_locked = self.backend.release(entry.report)
         if left_locked:

@@ -360,6 +360,7 @@ class RuntimeService:
             "stopping": d.closed,
             "queued": len(d.queue),
             "trace": str(self.trace_path),
+            "trace_events_lost": self.trace.lost_total,
             "cgroups": str(self.cgroup_slice.path) if self.cgroup_slice else None,
             "regions": self.regions.describe() if self.regions else None,
             "totals": dict(self.state.totals),

@@ -151,8 +151,10 @@ EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "pool_worker_stopped": _POOL,
     "runtime_stopping": {},
     "runtime_stopped": {},
+    "trace_gap": {"lost": _INT, "first_seq": _INT + _NULL, "last_seq": _INT + _NULL},
 }
 _EVERY_EVENT = {"seq": _INT, "t": _NUM, "type": _STR}
+_GAP_RECORD = {"t": _NUM, "type": _STR}  # written by the trace, not emitted: no seq
 
 
 def check_event(event: Any) -> None:
@@ -160,7 +162,7 @@ def check_event(event: Any) -> None:
     For data from outside (a trace file); the runtime's own events are trusted."""
     if not isinstance(event, dict):
         raise EventError("an event must be a JSON object")
-    check_fields("event", event, _EVERY_EVENT)
+    check_fields("event", event, _GAP_RECORD if event.get("type") == "trace_gap" else _EVERY_EVENT)
     fields = EVENT_FIELDS.get(event["type"])
     if fields is None:
         raise UnknownEvent(f"unknown event type {event['type']!r}")
@@ -248,6 +250,8 @@ def _command_queued(s: NodeState, e: dict[str, Any]) -> None:
 def _command_started(s: NodeState, e: dict[str, Any]) -> None:
     cmd = s.commands.get(e["id"])
     if cmd is None:
+        if s.totals.get("trace_events_lost"):
+            return  # its command_queued fell into a trace gap
         raise EventError(f"command_started: command {e['id']!r} was never queued (or is long finished)")
     gpu = _gpu(s, e)
     _leave_queue(s, cmd)
@@ -328,6 +332,15 @@ def _region_released(s: NodeState, e: dict[str, Any]) -> None:
 
 def _region_withdrawn(s: NodeState, e: dict[str, Any]) -> None:
     _drop_request(_gpu(s, e), e["region"])
+
+
+def _trace_gap(s: NodeState, e: dict[str, Any]) -> None:
+    """Events the runtime could not write (a full disk): the replayed state
+    after this point may miss what they said, and says how many there were.
+    The gap has no seq of its own; the next event follows its last lost one."""
+    s.totals["trace_events_lost"] = s.totals.get("trace_events_lost", 0) + e["lost"]
+    if e.get("last_seq") is not None:
+        s.seq = e["last_seq"]
 
 
 POOL_STATES = ("warming", "idle", "busy", "cleaning")
@@ -502,6 +515,7 @@ REDUCERS: dict[str, Callable[[NodeState, dict[str, Any]], None]] = {
     "pool_worker_stopped": _pool_worker_stopped,
     "runtime_stopping": _runtime_stopping,
     "runtime_stopped": _runtime_stopped,
+    "trace_gap": _trace_gap,
 }
 
 

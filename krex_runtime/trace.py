@@ -1,21 +1,29 @@
 """The append-only JSONL trace: a header line, then one event per line.
 
 docs/trace-format.md is the specification. Reading reports a line that does
-not parse with its line number instead of guessing past it.
+not parse with its line number instead of guessing past it (and says so when
+it is a torn last line).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import Any, Iterator
 
 from krex_runtime import state as node_state
 
 FORMAT = "krex-trace"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Version 2 added the `trace_gap` record; a version 1 trace is a valid version 2 one.
+READABLE_VERSIONS = (1, 2)
+GAP = "trace_gap"
+
+log = logging.getLogger("krex.trace")
 
 
 class TraceError(Exception):
@@ -23,24 +31,110 @@ class TraceError(Exception):
 
 
 class TraceWriter:
-    """Appends events; each line is written whole and flushed, so a killed
-    runtime leaves a trace that ends on a complete line."""
+    """Appends events, one whole line per write to an O_APPEND descriptor.
+
+    Losing the trace must never stop the node: when a write fails (a full
+    disk, EIO, any OSError) the writer logs one error, cuts off the part of
+    the line that reached the file (so the trace still ends on a complete
+    line), counts the events it could not write, and tries again with each
+    later event. The first write that succeeds after a failure is preceded by
+    a `trace_gap` record saying how many events (which seq numbers) are
+    missing. Lines written before the failure are never touched.
+    """
 
     def __init__(self, path: Path, header: dict[str, Any]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._file: IO[str] = path.open("w", encoding="utf-8")
-        self.write({"format": FORMAT, "version": FORMAT_VERSION, **header})
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        self._size = 0  # bytes of complete lines in the file
+        self._torn = False  # a partly written line could not be cut off yet
+        self._failing = False
+        self._header: dict[str, Any] | None = {"format": FORMAT, "version": FORMAT_VERSION, **header}
+        self.lost = 0  # events not written since the last successful write
+        self.lost_total = 0
+        self._first_lost: dict[str, Any] = {}
+        self._last_lost: dict[str, Any] = {}
+        self._write_owed()
 
     def write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
-        self._file.flush()
+        # Each event tries again (a failing write costs one syscall), so nothing
+        # is dropped once space returns, the runtime's last events included.
+        if self._write_owed() and self._append(record):
+            return
+        if not self.lost:
+            self._first_lost = record
+        self._last_lost = record
+        self.lost += 1
+        self.lost_total += 1
+
+    def _write_owed(self) -> bool:
+        """Cut a torn line, write the header and the gap record where still owed;
+        False while the file cannot take them."""
+        if self._torn:
+            self._cut_torn_line()
+            if self._torn:
+                return False
+        if self._header is not None:
+            if not self._append(self._header):
+                return False
+            self._header = None
+        if self.lost:
+            gap = {
+                "type": GAP,
+                "t": time.time(),
+                "lost": self.lost,
+                "first_seq": self._first_lost.get("seq"),
+                "last_seq": self._last_lost.get("seq"),
+                "since": self._first_lost.get("t"),
+            }
+            if not self._append(gap):
+                return False
+            log.warning("trace %s: writing again; %d event(s) were lost (seq %s to %s)",
+                        self.path, self.lost, gap["first_seq"], gap["last_seq"])
+            self.lost = 0
+        return True
+
+    def _append(self, record: dict[str, Any]) -> bool:
+        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        view = memoryview(line)
+        try:
+            while view:
+                view = view[os.write(self._fd, view):]
+        except OSError as exc:
+            if len(view) < len(line):
+                self._torn = True
+                self._cut_torn_line()
+            if not self._failing:
+                self._failing = True
+                log.error("trace %s: cannot write (%s); the runtime keeps serving, counts the events it cannot "
+                          "record and writes again when it can", self.path, exc.strerror or exc)
+            return False
+        self._size += len(line)
+        self._failing = False
+        return True
+
+    def _cut_torn_line(self) -> None:
+        """Remove the part of a line a failed write left (truncating needs no
+        space). Until that works nothing more is appended; a reader meeting a
+        torn last line says so."""
+        try:
+            os.ftruncate(self._fd, self._size)
+            self._torn = False
+        except OSError:
+            pass
 
     def close(self) -> None:
-        if not self._file.closed:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
+        if self._fd < 0:
+            return
+        self._write_owed()
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            log.error("trace %s: cannot flush to disk (%s)", self.path, exc.strerror)
+        if self.lost:
+            log.error("trace %s: the last %d event(s) were never written", self.path, self.lost)
+        os.close(self._fd)
+        self._fd = -1
 
 
 @dataclass
@@ -79,7 +173,7 @@ def iter_trace(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             else:
                 try:
                     node_state.check_event(record)
-                    if record["seq"] != state.seq + 1:
+                    if record["type"] != GAP and record["seq"] != state.seq + 1:
                         raise node_state.EventError(
                             f"event seq {record['seq']} follows seq {state.seq} (events missing or out of order)"
                         )
@@ -95,6 +189,11 @@ def _parse_line(path: Path, lineno: int, line: str) -> dict[str, Any]:
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
+        if not line.endswith("\n"):
+            raise TraceError(
+                f"{path}:{lineno}: the last line is incomplete (its write was cut short: a crash or a "
+                f"full disk); the {lineno - 1} line(s) before it are intact"
+            ) from None
         raise TraceError(f"{path}:{lineno}: line does not parse as JSON ({exc.msg})") from None
     except (ValueError, RecursionError) as exc:  # a number with too many digits, nesting too deep
         raise TraceError(f"{path}:{lineno}: line does not parse as JSON ({exc})") from None
@@ -112,9 +211,11 @@ _HEADER_FIELDS: dict[str, tuple[type, ...]] = {
 def _check_header(path: Path, lineno: int, record: dict[str, Any]) -> None:
     if record.get("format") != FORMAT:
         raise TraceError(f"{path}:{lineno}: not a KREX trace (header has no \"format\": \"{FORMAT}\")")
-    if record.get("version") != FORMAT_VERSION:
+    if record.get("version") not in READABLE_VERSIONS:
         version = record.get("version")
-        raise TraceError(f"{path}:{lineno}: trace format version {version!r} is not supported (expected {FORMAT_VERSION})")
+        raise TraceError(
+            f"{path}:{lineno}: trace format version {version!r} is not supported (this reader knows {list(READABLE_VERSIONS)})"
+        )
     try:
         node_state.check_fields("header", record, _HEADER_FIELDS)
     except node_state.EventError as exc:

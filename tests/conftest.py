@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from runtime_helpers import REPO, stop_and_check
+from runtime_helpers import REPO, stop_and_check, tenant_processes
 
-from krex_runtime import native_build
-from krex_runtime.local_runtime import Runtime
+from krex_runtime import hygiene, native_build
+from krex_runtime.cgroups import CgroupSlice
+from krex_runtime.local_runtime import Runtime, wait_until
+from krex_runtime.simcuda import remove_device
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -45,19 +47,63 @@ def native_built() -> Path:
 
 @pytest.fixture
 def make_runtime(tmp_path: Path, native_built: Path) -> Iterator[Any]:
-    """Start runtimes with `make_runtime(policy=..., slots=...)`; all are stopped and
-    checked for leftovers at the end of the test. `parent` puts the runtime's
-    folder elsewhere than the test's own (which only root may enter)."""
+    """Start runtimes with `make_runtime(policy=..., slots=...)`; all are stopped at
+    the end of the test, and each one that stopped cleanly must have left nothing
+    on the node (processes, cgroups, gates, sockets, held locks, shared memory).
+    `parent` puts the runtime's folder elsewhere than the test's own (which only
+    root may enter)."""
     started: list[Runtime] = []
+    fds: dict[int, dict[int, str]] = {}  # runtime pid -> its descriptors once it answered
+    before = hygiene.baseline()
 
     def make(name: str = "rt", parent: Path | None = None, **kwargs: Any) -> Runtime:
         rt = Runtime((parent or tmp_path) / name, **kwargs).start()
         started.append(rt)
+        assert rt.proc is not None
+        fds[rt.proc.pid] = hygiene.open_fds(rt.proc.pid)
         return rt
 
     yield make
+    problems = []
     for rt in started:
-        stop_and_check(rt)
+        if rt.proc is not None and rt.proc.poll() is None and rt.proc.pid in fds:
+            problems += [f"{rt.root.name}: {line}" for line in _idle_hygiene(rt, fds[rt.proc.pid])]
+        if rt.proc is not None and rt.proc.poll() is None and rt.stop() != 0:
+            problems.append(f"{rt.root.name}: runtime did not stop cleanly:\n{rt.log_path.read_text()}")
+        orphans = tenant_processes(rt.run_dir)
+        for p in orphans:
+            p.kill()
+        if orphans:
+            problems.append(f"{rt.root.name}: processes left behind: {orphans}")
+        remove_device(rt.device)
+    for rt in started:
+        if rt.proc is not None and rt.proc.returncode == 0:
+            problems += [f"{rt.root.name}: {line}" for line in hygiene.leftovers(rt.run_dir, rt.lock_dir, before)]
+        for version in (2, 1):  # a runtime killed on purpose leaves its slice
+            leftover_slice = CgroupSlice.open(rt.run_dir, version)
+            if leftover_slice is not None:
+                leftover_slice.remove()
+    assert not problems, "\n".join(problems)
+
+
+def _idle_hygiene(rt: Runtime, fds_at_start: dict[int, str]) -> list[str]:
+    """A runtime the test left idle (nothing running or queued) holds nothing
+    back and has no more descriptors than when it started (where it has no
+    context pool: the pool's processes warm up after the start, with channels
+    of their own; test_pool checks its descriptors once warm)."""
+    with rt.client() as c:
+        status = c.call("status")
+    if status["queued"] or any(g["running"] for g in status["gpus"]):
+        return []
+    assert rt.proc is not None
+    pid = rt.proc.pid
+    pooled = any(g["pool_size"] for g in status["gpus"])
+    try:
+        wait_until(lambda: not hygiene.held_back(rt.run_dir), 10, "nothing held back")
+        wait_until(lambda: pooled or not hygiene.grown_fds(pid, fds_at_start), 10, "descriptors back")
+    except AssertionError:
+        return hygiene.held_back(rt.run_dir) + ([] if pooled else hygiene.grown_fds(pid, fds_at_start))
+    return []
 
 
 @pytest.fixture

@@ -16,21 +16,14 @@ from krex_runtime.cgroups import CgroupSlice
 from krex_runtime.local_runtime import Runtime, wait_until
 from krex_runtime.simcuda import remove_device
 from krex_runtime.trace import read_trace
+from krex_runtime.hygiene import krex_processes
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def tenant_processes(run_dir: Path) -> list[psutil.Process]:
     """Live processes started by the runtime of `run_dir` (by their KREX_RUN_DIR)."""
-    found = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if proc.environ().get("KREX_RUN_DIR") == str(run_dir) and proc.status() != psutil.STATUS_ZOMBIE:
-                if "KREX_COMMAND_ID" in proc.environ():
-                    found.append(proc)
-        except psutil.Error:
-            continue
-    return found
+    return krex_processes(run_dir)
 
 
 def stop_and_check(rt: Runtime) -> None:

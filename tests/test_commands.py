@@ -277,3 +277,11 @@ def test_sigterm_with_on_shutdown_finish_lets_commands_end(make_runtime) -> None
     finished = [e for e in read_trace(rt.trace_path).events if e["type"] == "command_finished"]
     assert [(e["id"], e["state"], e["exit_code"]) for e in finished] == [(command_id, "finished", 0)]
     assert (rt.run_dir / "output" / f"{command_id}.stdout").read_text() == "done\n"
+
+
+def test_output_files_leave_with_the_history(make_runtime) -> None:
+    rt = make_runtime(keep_finished=3)
+    ids = [json.loads(rt.krex("run", "--json", "--", "echo", str(i)).stdout.splitlines()[-1])["id"] for i in range(6)]
+    kept = sorted(p.name for p in (rt.run_dir / "output").iterdir())
+    assert kept == sorted(f"{c}.{stream}" for c in ids[3:] for stream in ("stdout", "stderr"))
+    assert (rt.run_dir / "output" / f"{ids[-1]}.stdout").read_text() == "5\n"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from runtime_helpers import REPO
 
+from krex_runtime import hygiene
 from krex_runtime.config import Config, ConfigError, load_config
 from krex_runtime.local_runtime import command
 
@@ -79,10 +80,14 @@ def test_bad_values(tmp_path: Path, text: str, message: str) -> None:
 
 
 def test_runtime_reports_a_broken_config_in_one_line(tmp_path: Path) -> None:
-    path = _write(tmp_path, "[tenants]\npreloads = false\n")
+    before = hygiene.baseline()
+    run_dir, lock_dir = tmp_path / "run", tmp_path / "locks"
+    text = f"[runtime]\nrun_dir = '{run_dir}'\nlock_dir = '{lock_dir}'\n[tenants]\npreloads = false\n"
+    path = _write(tmp_path, text)
     done = subprocess.run([*command("krex-runtime"), "--config", str(path), "--sim", "1"], capture_output=True, text=True)
     assert done.returncode == 1
     assert done.stderr.strip() == f"krex-runtime: {path}: tenants.preloads: unknown key (did you mean 'preload'?)"
+    assert hygiene.leftovers(run_dir, lock_dir, before) == [] and not run_dir.exists()
 
 
 def test_missing_config_file(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from runtime_helpers import tenant_processes
 
+from krex_runtime import hygiene
 from krex_runtime.control_client import ControlClient, RequestFailed
 from krex_runtime.local_runtime import Runtime, wait_until
 from krex_runtime.trace import read_trace
@@ -236,11 +237,15 @@ def subprocess_in(rt: Runtime, cwd: Path, *args: str) -> Any:
 
 def test_context_process_is_replaced_after_max_commands(make_runtime) -> None:
     rt = pooled_runtime(make_runtime, sim=1, pool={"size": 1, "max_commands": 3})
+    assert rt.proc is not None
+    warm_fds = hygiene.open_fds(rt.proc.pid)
     for i in range(7):
         done = rt.krex("run", "--mode", "pooled", "--", PY, "-c", f"print({i})")
         assert done.returncode == 0 and done.stdout == f"{i}\n", done.stderr
     wait_until(lambda: pool_settled(rt, 1), 30, "the pool to be whole again")
     assert pools(rt)[0]["reasons"] == {"max_commands": 2}
+    # A replaced context process takes its channels with it.
+    wait_until(lambda: not hygiene.grown_fds(rt.proc.pid, warm_fds), 10, "the runtime's descriptors back")
 
 
 def test_pooled_argv_that_is_not_python_is_refused(make_runtime, scripts: Path) -> None:

@@ -114,7 +114,7 @@ def test_stress_sixteen_tenants_per_gpu(make_runtime, backend: str) -> None:
         assert done.returncode == 0, done.stderr
         results = region_results(done.stdout)
         assert [r.get("error") for r in results] == [None] * 4, results
-    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    check_nothing_left(rt.run_dir)
     rt.stop()
     events, held = regions_of(rt.trace_path)
     assert len(held) == 128
@@ -144,7 +144,7 @@ def test_sigkill_of_the_holder(make_runtime, backend: str) -> None:
     os.kill(command_pid(rt, holder), signal.SIGKILL)
     wait_until(lambda: gpu_state(rt)["region_holder"] is None, RECOVERY_BOUND_S, "the region to be released")
     assert trace_events(rt, "region_released")[-1]["reason"] == "tenant disconnected"
-    check_nothing_left(rt.run_dir, root)
+    check_nothing_left(rt.run_dir)
     assert frozen_cgroups(root) == []
     finish(rt, *others)
 
@@ -160,7 +160,7 @@ def test_sigkill_of_a_waiting_tenant(make_runtime) -> None:
     assert trace_events(rt, "region_withdrawn")[-1]["reason"] == "tenant disconnected while waiting"
     finish(rt, holder)
     wait_until(lambda: gpu_state(rt)["region_holder"] is None, RECOVERY_BOUND_S, "the holder's release")
-    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    check_nothing_left(rt.run_dir)
 
 
 def test_sigkill_of_the_runtime_then_restart(make_runtime) -> None:
@@ -178,7 +178,7 @@ def test_sigkill_of_the_runtime_then_restart(make_runtime) -> None:
     assert sum(1 for line in started["recovered"] if line.startswith("thawed")) == 3
     assert frozen_cgroups(root) == []
     wait_until(lambda: tenant_processes(rt.run_dir) == [], RECOVERY_BOUND_S, "the orphaned tenants to end")
-    check_nothing_left(rt.run_dir, root)
+    check_nothing_left(rt.run_dir)
     assert rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "1").returncode == 0
 
 
@@ -222,7 +222,7 @@ def test_holder_over_the_hold_limit(make_runtime, action: str) -> None:
         assert region_results(output(rt, holder))[0]["error"] == "ETIMEDOUT"
     else:
         assert json.loads(done.stdout)["state"] == "cancelled"
-    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    check_nothing_left(rt.run_dir)
     assert frozen_cgroups(cgroup_root(rt)) == []
     finish(rt, *others)
 
@@ -244,7 +244,7 @@ def test_a_tenant_that_never_drains(make_runtime, backend: str) -> None:
     assert region_results(done.stdout)[0]["error"] == "ETIMEDOUT"
     withdrawn = trace_events(rt, "region_withdrawn")[-1]
     assert "did not drain" in withdrawn["reason"]
-    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    check_nothing_left(rt.run_dir)
     assert frozen_cgroups(cgroup_root(rt)) == []
     finish(rt, hog)
 
@@ -262,10 +262,10 @@ def test_a_tenant_that_was_already_stopped(make_runtime, backend: str) -> None:
     assert all("times_ms" in r for r in region_results(done.stdout))
     granted = trace_events(rt, "region_granted")[-1]
     assert granted["drain"].get(str(stopped)) in ("stopped", None)
-    check_nothing_left(rt.run_dir, cgroup_root(rt))
     assert frozen_cgroups(cgroup_root(rt)) == []
     assert is_stopped(stopped)  # we froze and thawed it; it stays as someone else left it
     os.kill(stopped, signal.SIGCONT)
+    check_nothing_left(rt.run_dir)
     finish(rt, *others)
 
 
@@ -288,7 +288,7 @@ def test_each_freezer_holds_and_releases_the_others(make_runtime, cgroups: str, 
     os.kill(command_pid(rt, holder), signal.SIGKILL)
     wait_until(lambda: gpu_state(rt)["region_holder"] is None, RECOVERY_BOUND_S, "the region to be released")
     assert not any(_tree_frozen(rt, freezer, o) for o in others)
-    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    check_nothing_left(rt.run_dir)
     done = rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "3", "--noise", "2")
     assert done.returncode == 0, done.stderr
     finish(rt, *others)
@@ -343,7 +343,7 @@ def test_operator_lease_and_release(make_runtime) -> None:
     assert rt.krex("release", "0").returncode == 0
     assert rt.krex("wait", queued).returncode == 0
     wait_until(lambda: gpu_state(rt)["region_holder"] is None, RECOVERY_BOUND_S, "the lease to end")
-    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    check_nothing_left(rt.run_dir)
     assert frozen_cgroups(cgroup_root(rt)) == []
     finish(rt, *others)
 
@@ -354,7 +354,7 @@ def test_lease_ttl_expires(make_runtime) -> None:
     wait_until(lambda: gpu_state(rt)["region_holder"] is None, RECOVERY_BOUND_S, "the lease to expire")
     assert trace_events(rt, "region_released")[-1]["reason"] == "lease expired"
     assert rt.krex("run", "--gpu", "0", "--", "true").returncode == 0
-    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    check_nothing_left(rt.run_dir)
 
 
 def test_command_with_a_lease(make_runtime) -> None:
@@ -365,7 +365,7 @@ def test_command_with_a_lease(make_runtime) -> None:
     assert done.returncode == 0, done.stderr
     granted = [e for e in trace_events(rt, "region_granted") if e["kind"] == "lease"]
     assert len(granted) == 1 and len(granted[0]["frozen"]) == 2
-    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    check_nothing_left(rt.run_dir)
     finish(rt, *others)
 
 

@@ -69,7 +69,7 @@ def test_gpu_stress_sixteen_tenants(make_runtime, backend: str) -> None:
         done = rt.krex("wait", command_id, timeout=600)
         assert done.returncode == 0, done.stderr
         assert [r.get("error") for r in region_results(done.stdout)] == [None] * 4
-    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    check_nothing_left(rt.run_dir)
     rt.stop()
     events, held = regions_of(rt.trace_path)
     assert len(held) == 64
@@ -109,7 +109,7 @@ def test_gpu_sigkill_of_the_holder(make_runtime, backend: str) -> None:
     assert len(frozen_cgroups(cgroup_root(rt))) == 3
     os.kill(command_pid(rt, holder), signal.SIGKILL)
     wait_until(lambda: gpu_state(rt)["region_holder"] is None, RECOVERY_BOUND_S, "the region to be released")
-    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    check_nothing_left(rt.run_dir)
     assert frozen_cgroups(cgroup_root(rt)) == []
     finish(rt, *others)
 
@@ -125,7 +125,7 @@ def test_gpu_a_tenant_that_was_already_stopped(make_runtime, backend: str) -> No
     done = rt.krex("run", "--gpu", "0", "--", PY, str(TENANTS / "torch_regions.py"), "--regions", "2", timeout=600)
     assert done.returncode == 0, done.stderr
     assert all("times_ms" in r for r in region_results(done.stdout))
-    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    check_nothing_left(rt.run_dir)
     assert is_stopped(stopped)
     os.kill(stopped, signal.SIGCONT)
     finish(rt, *others)
@@ -139,7 +139,7 @@ def test_gpu_a_tenant_that_never_drains(make_runtime) -> None:
     done = rt.krex("run", "--gpu", "0", "--", PY, str(TENANTS / "torch_regions.py"), "--regions", "1", timeout=600)
     assert done.returncode == 0, done.stderr
     assert region_results(done.stdout)[0].get("error") == "ETIMEDOUT"
-    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    check_nothing_left(rt.run_dir)
     assert frozen_cgroups(cgroup_root(rt)) == []
     finish(rt, hog)
 
@@ -157,7 +157,7 @@ def test_gpu_sigkill_of_the_runtime_then_restart(make_runtime) -> None:
     assert frozen_cgroups(root) == []
     assert "reopened gpu0.gate" in trace_events(rt, "runtime_started")[-1]["recovered"]
     wait_until(lambda: tenant_processes(rt.run_dir) == [], RECOVERY_BOUND_S, "orphaned tenants to end")
-    check_nothing_left(rt.run_dir, root)
+    check_nothing_left(rt.run_dir)
 
 
 def test_gpu_sigkill_of_a_waiting_tenant(make_runtime) -> None:
@@ -170,7 +170,7 @@ def test_gpu_sigkill_of_a_waiting_tenant(make_runtime) -> None:
     wait_until(lambda: gpu_state(rt)["region_queue"] == [], RECOVERY_BOUND_S, "the request to be withdrawn")
     finish(rt, holder)
     wait_until(lambda: gpu_state(rt)["region_holder"] is None, RECOVERY_BOUND_S, "the holder's release")
-    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    check_nothing_left(rt.run_dir)
 
 
 def test_gpu_holder_over_the_hold_limit(make_runtime) -> None:
@@ -181,6 +181,6 @@ def test_gpu_holder_over_the_hold_limit(make_runtime) -> None:
     assert rt.krex("wait", holder, timeout=300).returncode == 0
     assert "limit" in trace_events(rt, "region_released")[-1]["reason"]
     assert region_results(output(rt, holder))[0]["error"] == "ETIMEDOUT"
-    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    check_nothing_left(rt.run_dir)
     assert frozen_cgroups(cgroup_root(rt)) == []
     finish(rt, *others)
