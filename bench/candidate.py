@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure(args: argparse.Namespace) -> int:
     import torch
-    import triton  # noqa: F401  (imported as every candidate does, kernel or not)
+    import triton  # noqa: F401 (imported as every candidate does, kernel or not)
 
     from bench import kernels, workload
     from krex_runtime.client import region

@@ -83,6 +83,7 @@ class CgroupSlice:
     @classmethod
     def open(cls, run_dir: Path, version: int = 2) -> CgroupSlice | None:
         """The slice for this run folder, or None where that hierarchy is not writable."""
+        mount = find_cgroup2_mount() if version == 2 else find_v1_freezer_mount()
         path = slice_path(run_dir, version)
         if path is None:
             return None

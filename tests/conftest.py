@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from runtime_helpers import REPO, stop_and_check, tenant_processes
+from runtime_helpers import REPO, tenant_processes
 
 from krex_runtime import hygiene, native_build
 from krex_runtime.cgroups import CgroupSlice
