@@ -74,7 +74,7 @@ def stranger(rt: Runtime, *steps: list, **env: str) -> list:
 def legitimate_region_works(rt: Runtime, after: str) -> None:
     done = rt.krex("run", "--", PY, "-c", "from krex_runtime.client import region\nwith region(): pass")
     assert done.returncode == 0, f"after {after}: {done.stderr}"
-    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    check_nothing_left(rt.run_dir)
     assert frozen_cgroups(cgroup_root(rt)) == [], f"after {after}"
     assert gpu_state(rt)["region_queue"] == [], f"after {after}"
 

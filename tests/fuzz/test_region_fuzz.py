@@ -110,12 +110,6 @@ def sentinel() -> Iterator[subprocess.Popen[bytes]]:
     proc.wait()
 
 
-def cgroup_root(rt: Runtime) -> Path | None:
-    with rt.client() as c:
-        root = c.call("status")["cgroups"]
-    return Path(root) if root else None
-
-
 def region_idle(rt: Runtime) -> bool:
     with rt.client() as c:
         gpu = c.call("status")["gpus"][0]
@@ -209,7 +203,7 @@ def test_region_channel_answers_or_closes(rt: Runtime, donor: Donor, bystander: 
     for reply in replies:
         assert reply.endswith("\n") and REPLY.fullmatch(reply[:-1]), f"not a protocol line: {reply!r}"
     wait_until(lambda: region_idle(rt), 15, "the region to be given back")
-    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    check_nothing_left(rt.run_dir)
     assert os.sched_getaffinity(sentinel.pid) == foreign_affinity, "a thread outside the tenant was pinned"
 
 
@@ -226,7 +220,7 @@ def test_a_legitimate_tenant_still_enters_and_exits(rt: Runtime, donor: Donor, b
     assert replies[0] == "OK\n" and replies[1].startswith("GRANTED "), replies
     assert replies[2] == f"RELEASED {replies[1].split()[1]}\n", replies
     wait_until(lambda: region_idle(rt), 15, "the region to be given back")
-    check_nothing_left(rt.run_dir, cgroup_root(rt))
+    check_nothing_left(rt.run_dir)
 
 
 def test_enter_with_a_digit_int_cannot_read_gets_an_error(rt: Runtime, donor: Donor) -> None:
