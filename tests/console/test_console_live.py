@@ -91,7 +91,8 @@ async def _views(rt: Runtime) -> None:
 
         # Commands: filter, sort, drill down to the output tail.
         await pilot.press("2")
-        commands = app.query_one(CommandsTable)
+        commands = await wait_for(pilot, lambda: app.query(CommandsTable).first() if app.query(CommandsTable) else None,
+                                  what="the commands view")
         await pilot.press("slash", *"talker")
         await rendered(pilot)
         assert [k.value for k in commands.rows] == [talker]
