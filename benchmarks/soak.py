@@ -84,6 +84,7 @@ class Life:
     ended_by: str = ""  # "sigkill", "sigterm", "end"
     commands: list[str] = field(default_factory=list)
     fds_idle: dict[int, str] = field(default_factory=dict)
+    killed_at: float = 0.0  # time.time() of the signal that ended it
 
 
 class Soak:
@@ -152,6 +153,7 @@ class Soak:
         self.drain_events(0.0)
         self.client.close()
         self.sub.close()
+        life.killed_at = time.time()
         code = self.rt.stop(signal.SIGKILL if how == "sigkill" else signal.SIGTERM)
         if how != "sigkill" and code != 0:
             self.fail(f"life {life.number}: runtime exited with {code} on SIGTERM")
@@ -175,11 +177,17 @@ class Soak:
         """After a SIGKILL: the new start thawed what was frozen and ended the old tenants."""
         started = [e for e in read_trace(self.lives[-1].trace).events if e["type"] == "runtime_started"]
         recovered = started[0].get("recovered", []) if started else []
-        pids = [self.commands[c].pid for c in life.commands if self.commands[c].pid is not None]
+        # Only the commands in flight at the kill, and only the processes that
+        # existed then: pids are reused (pid_max is often 32768).
+        pids = [self.commands[c].pid for c in life.commands if self.commands[c].outcome == "ended by restart"]
+
+        def survivors() -> list[int]:
+            return [p for p in pids if hygiene.alive(p) and _started_before(p, life.killed_at)]
+
         try:
-            wait_until(lambda: not any(hygiene.alive(p) for p in pids), 30, "the killed runtime's tenants to end", 0.2)
+            wait_until(lambda: not survivors(), 30, "the killed runtime's tenants to end", 0.2)
         except AssertionError:
-            self.fail(f"life {life.number}: tenants still alive after the restart: {[p for p in pids if hygiene.alive(p)]}")
+            self.fail(f"life {life.number}: tenants still alive after the restart: {survivors()}")
         self.recovered_lines.extend(recovered)
 
     def account(self, life: Life) -> None:
@@ -445,6 +453,13 @@ def rss_summary(samples: list[dict[str, Any]], min_span_min: float) -> dict[str,
         summary["slope_kib_per_min"] = sum((t - mt) * (y - my) for t, y in zip(ts, ys)) / sum((t - mt) ** 2 for t in ts)
         summary["slope_life"] = longest
     return summary
+
+
+def _started_before(pid: int | None, when: float) -> bool:
+    try:
+        return psutil.Process(pid).create_time() <= when
+    except psutil.Error:
+        return False
 
 
 def _kill(pid: int | None) -> None:
