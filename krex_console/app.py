@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+from textual.css.query import NoMatches
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -170,12 +171,17 @@ class KrexConsole(App[None]):
             return
         if screen is not self.screen_stack[0]:
             return  # a dialog is open: the views refresh when it closes
-        active = self.query_one("#tabs", TabbedContent).active
-        table = {"overview": OverviewTable, "commands": CommandsTable, "events": EventsTable}.get(active)
-        if table is not None:
-            self.query_one(table).refresh_from(self.model)
-        if active == "overview":
-            self.refresh_overview_summary()
+        try:
+            active = self.query_one("#tabs", TabbedContent).active
+            table = {"overview": OverviewTable, "commands": CommandsTable, "events": EventsTable}.get(active)
+            if table is not None:
+                self.query_one(table).refresh_from(self.model)
+            if active == "overview":
+                self.refresh_overview_summary()
+        except NoMatches:
+            # The render timer can fire while the views are still being mounted
+            # or already taken down (start-up, exit): nothing to draw this tick.
+            self._dirty = True
 
     def refresh_overview_summary(self) -> None:
         gpu = self.query_one(OverviewTable).selected_gpu()
