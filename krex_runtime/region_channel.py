@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import socket
 import struct
 import time
@@ -110,8 +109,9 @@ class RegionChannel:
 
     async def start(self) -> None:
         self.path.unlink(missing_ok=True)
+        # Created under the runtime's umask (027); the service then opens it to
+        # the tenants' user alone (access.open_to_tenants). Tokens guard the rest.
         self._server = await asyncio.start_unix_server(self._serve_client, path=str(self.path), limit=MAX_LINE)
-        os.chmod(self.path, 0o666)  # the run dir's mode guards access; tokens guard the rest
 
     async def close(self) -> None:
         if self._server is not None:

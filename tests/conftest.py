@@ -38,8 +38,9 @@ def _has_gpu() -> bool:
 
 @pytest.fixture(scope="session")
 def native_built() -> Path:
-    """Build native/ once per test session (the README's test command did too)."""
-    subprocess.run(["make", "-s", "-C", str(REPO / "native")], check=True)
+    """Build native/ once per test session (the README's test command did too),
+    with the C region client that tenants in the region tests run."""
+    subprocess.run(["make", "-s", "-C", str(REPO / "native"), "all", "build/tests/region_client"], check=True)
     lib = native_build.interception_library()
     assert lib.exists(), f"make did not produce {lib}"
     return lib
