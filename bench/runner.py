@@ -1,6 +1,6 @@
 """Run the workload under each setup and keep every command's result.
 
-Each setup gets a krex-runtime of its own (krex_runtime/local_runtime.py) on
+Each setup gets a krex-runtime of its own (krex_runtime/testing/local_runtime.py) on
 one GPU, configured for the setup; all the workload's commands are submitted
 at once and waited for. Results are written after every setup, so a run cut
 short by its time budget still leaves what it measured.
@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from bench import workload
 from bench.setups import Setup
-from krex_runtime.local_runtime import Runtime
+from krex_runtime.testing.local_runtime import Runtime
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 COMMAND_TIMEOUT_S = 600.0
@@ -75,7 +75,7 @@ def machine(opts: Options) -> dict[str, Any]:
 def runtime_for(setup: Setup, opts: Options, folder: Path) -> Runtime:
     pool = ""
     if setup.mode == "pooled":
-        modules = ["krex_runtime.simcuda"] if opts.sim else ["torch", "triton"]
+        modules = ["krex_runtime.sim.simcuda"] if opts.sim else ["torch", "triton"]
         pool = (
             f"[pool]\nsize_per_gpu = {setup.concurrency}\npreload = {json.dumps(modules)}\n"
             f'context = "{"driver" if opts.sim else "torch"}"\nmax_commands = 1000\n'
@@ -160,7 +160,7 @@ def run_setup(setup: Setup, work: list[workload.Candidate], opts: Options, folde
     finally:
         rt.stop()
         if opts.sim:
-            from krex_runtime.simcuda import remove_device
+            from krex_runtime.sim.simcuda import remove_device
 
             remove_device(rt.device)
     return record

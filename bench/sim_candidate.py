@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench import workload
     from krex_runtime.client import region
-    from krex_runtime.simcuda import SimCuda
+    from krex_runtime.sim.simcuda import SimCuda
 
     imported = time.time()
     cand = workload.candidate(args.problem, args.candidate)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from krex_runtime import gate
+from krex_runtime.regions import gate
 
 
 def main() -> int:

@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from krex_runtime.control_client import ControlClient
-from krex_runtime.local_runtime import Runtime
-from krex_runtime.simcuda import remove_device
+from krex_runtime.wire.control_client import ControlClient
+from krex_runtime.testing.local_runtime import Runtime
+from krex_runtime.sim.simcuda import remove_device
 
 TORCH_COMMAND = """\
 import json, time
@@ -50,7 +50,7 @@ print(json.dumps({"start": t0, "imported": t1, "first_kernel": t2}))
 SIM_COMMAND = """\
 import json, time
 t0 = time.time()
-from krex_runtime.simcuda import SimCuda
+from krex_runtime.sim.simcuda import SimCuda
 t1 = time.time()
 cuda = SimCuda()
 cuda.launch(100_000)
@@ -73,7 +73,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def start_runtime(root: Path, args: argparse.Namespace) -> Runtime:
-    preload = ["krex_runtime.simcuda"] if args.sim else ["torch"]
+    preload = ["krex_runtime.sim.simcuda"] if args.sim else ["torch"]
     return Runtime(
         root,
         sim=1 if args.sim else 0,

@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from krex_runtime.local_runtime import Runtime, wait_until
-from krex_runtime.simcuda import remove_device
-from krex_runtime.trace import read_trace
+from krex_runtime.testing.local_runtime import Runtime, wait_until
+from krex_runtime.sim.simcuda import remove_device
+from krex_runtime.wire.trace import read_trace
 
 HERE = Path(__file__).resolve().parent
 TENANTS = HERE.parent / "tests" / "tenants"

@@ -40,11 +40,12 @@ from typing import Any
 import psutil
 import zmq
 
-from krex_runtime import endpoints, hygiene, protocol
-from krex_runtime.control_client import ControlClient, RequestFailed, RuntimeUnavailable
-from krex_runtime.local_runtime import Runtime, wait_until
-from krex_runtime.simcuda import remove_device
-from krex_runtime.trace import TraceError, read_trace, replay
+from krex_runtime.wire import endpoints, protocol
+from krex_runtime.testing import hygiene
+from krex_runtime.wire.control_client import ControlClient, RequestFailed, RuntimeUnavailable
+from krex_runtime.testing.local_runtime import Runtime, wait_until
+from krex_runtime.sim.simcuda import remove_device
+from krex_runtime.wire.trace import TraceError, read_trace, replay
 
 HERE = Path(__file__).resolve().parent
 TENANTS = HERE.parent / "tests" / "tenants"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from krex_runtime.control_client import ControlClient, RequestFailed, RuntimeUnavailable
-from krex_runtime.state import CommandInfo, GpuState
+from krex_runtime.wire.control_client import ControlClient, RequestFailed, RuntimeUnavailable
+from krex_runtime.wire.state import CommandInfo, GpuState
 
 # A lease waits for the GPU's region queue; give it time before calling it lost.
 LEASE_WAIT_S = 600.0

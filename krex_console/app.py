@@ -6,8 +6,8 @@
     krex-console --replay TRACE       # play a recorded trace through the same views
 
 The console is a thin client: it speaks the runtime's protocol
-(krex_runtime.protocol / control_client) and folds events with the runtime's
-own reducer (krex_runtime.state.apply); it never imports runtime internals.
+(krex_runtime.wire.protocol / control_client) and folds events with the runtime's
+own reducer (krex_runtime.wire.state.apply); it never imports runtime internals.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from krex_console.views.commands import CommandDetailScreen, CommandsTable
 from krex_console.views.events import EventsTable
 from krex_console.views.gpu_detail import GpuDetailScreen, summarize_gpu
 from krex_console.views.overview import OverviewTable
-from krex_runtime import endpoints
-from krex_runtime.trace import TraceError, read_trace
+from krex_runtime.wire import endpoints
+from krex_runtime.wire.trace import TraceError, read_trace
 
 RENDER_EVERY_S = 0.1  # at most 10 repaints a second, however fast events come
 AGE_EVERY_S = 1.0  # live hold times and run times tick even with no events

@@ -1,7 +1,7 @@
 """The console's two feeds: a live runtime and a recorded trace.
 
 Both build the node state with the runtime's one reducer
-(`krex_runtime.state.apply`) and post typed messages to the app. Each feed is
+(`krex_runtime.wire.state.apply`) and post typed messages to the app. Each feed is
 one async worker on the app's event loop, so the state it mutates is only
 ever read between its awaits and needs no copying or locking. When events
 arrive faster than the screen can show them the worker drains everything
@@ -24,10 +24,10 @@ import zmq
 import zmq.asyncio
 from textual.message import Message
 
-from krex_runtime import protocol
-from krex_runtime import state as node_state
-from krex_runtime.control_client import ControlClient, RequestFailed, RuntimeUnavailable, check_reachable, use_curve
-from krex_runtime.trace import Trace
+from krex_runtime.wire import protocol
+from krex_runtime.wire import state as node_state
+from krex_runtime.wire.control_client import ControlClient, RequestFailed, RuntimeUnavailable, check_reachable, use_curve
+from krex_runtime.wire.trace import Trace
 
 # How many events and region records the console remembers (the trace has all).
 KEEP_EVENTS = 5000

@@ -8,6 +8,7 @@ failed (no runtime, request refused).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -16,8 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from krex_runtime import curve, protocol
-from krex_runtime.control_client import (
+from krex_runtime.service import curve
+from krex_runtime.wire import protocol, verbs
+from krex_runtime.wire.control_client import (
     CLIENT_KEY_ENV,
     SERVER_KEY_ENV,
     ControlClient,
@@ -25,8 +27,8 @@ from krex_runtime.control_client import (
     RuntimeUnavailable,
     how_to_start,
 )
-from krex_runtime.protocol import EXIT_KREX_ERROR
-from krex_runtime.trace import TraceError, read_trace, summarize
+from krex_runtime.wire.protocol import EXIT_KREX_ERROR
+from krex_runtime.wire.trace import TraceError, read_trace, summarize
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,28 +55,20 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a command, stream its output, exit with its exit code")
     command_options(run)
     run.add_argument("--json", action="store_true", help="end with one JSON result record on stdout")
-    submit = sub.add_parser("submit", help="queue a command and print its id")
+    submit = sub.add_parser("submit", help=verbs.SUBMIT.summary)
     command_options(submit)
-    wait = sub.add_parser("wait", help="wait for a command, stream its output, exit with its exit code")
+    wait = sub.add_parser("wait", help=verbs.WAIT.summary)
     wait.add_argument("id")
     wait.add_argument("--json", action="store_true", help="print the result record instead of the output")
-    status = sub.add_parser("status", help="show the node: GPUs, queues, running commands")
+    status = sub.add_parser("status", help=verbs.STATUS.summary)
     status.add_argument("--json", action="store_true")
     status.add_argument("--watch", type=float, nargs="?", const=1.0, metavar="S", help="refresh every S seconds")
-    cancel = sub.add_parser("cancel", help="cancel a queued or running command")
-    cancel.add_argument("id")
-    for verb, text in (("pause", "stop admitting commands"), ("resume", "admit commands again")):
-        sp = sub.add_parser(verb, help=text)
-        sp.add_argument("--gpu", type=int, help="only this GPU (default: the whole node)")
-    lease = sub.add_parser("lease", help="take a whole GPU: wait for its region, gate, drain and freeze its tenants")
-    lease.add_argument("gpu", type=int)
-    lease.add_argument("--ttl", type=float, metavar="S", help="release by itself after S seconds (default: config)")
-    lease.add_argument("--wait", type=float, default=600.0, metavar="S", help="give up waiting after S seconds")
-    release = sub.add_parser("release", help="end a lease: thaw, reopen and admit again")
-    release.add_argument("gpu", type=int)
-    recycle = sub.add_parser("recycle", help="replace a GPU's context processes after their current command")
-    recycle.add_argument("gpu", type=int)
-    recycle.add_argument("--now", action="store_true", help="at once: busy ones are killed and their commands fail")
+    for verb in verbs.VERBS.values():
+        if verb.on_cli:
+            sp = sub.add_parser(verb.name, help=verb.summary)
+            for arg in verb.args:
+                sp.add_argument(*arg.flags, **arg.options)
+            sp.add_argument("--wait", type=float, default=verb.wait_s, metavar="S", help="give up waiting after S seconds")
     bench = sub.add_parser("bench", help="run the evaluation workload under each policy (krex bench --help)", add_help=False)
     bench.add_argument("bench_args", nargs=argparse.REMAINDER)
     trace = sub.add_parser("trace", help="summarise a trace file")
@@ -113,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         return keys_command(args)
     try:
         with ControlClient(args.endpoint) as client:
-            return VERBS[args.verb](client, args)
+            return LOOPS.get(args.verb, verb_command)(client, args)
     except RuntimeUnavailable as exc:
         print(f"krex: {exc}; {how_to_start()}", file=sys.stderr)
         return EXIT_KREX_ERROR
@@ -185,37 +179,9 @@ def submit_command(client: ControlClient, args: argparse.Namespace) -> int:
     return 0
 
 
-def cancel_command(client: ControlClient, args: argparse.Namespace) -> int:
-    reply = client.call("cancel", {"id": args.id})
-    print(f"{reply['id']}: {reply['state']}")
-    return 0
 
 
-def pause_command(client: ControlClient, args: argparse.Namespace) -> int:
-    client.call(args.verb, {"gpu": args.gpu})
-    target = f"GPU {args.gpu}" if args.gpu is not None else "the node"
-    print(f"{'paused' if args.verb == 'pause' else 'resumed'} admission on {target}")
-    return 0
 
-
-def lease_command(client: ControlClient, args: argparse.Namespace) -> int:
-    reply = client.call("lease", {"gpu": args.gpu, "ttl_s": args.ttl}, timeout_s=args.wait)
-    until = time.strftime("%H:%M:%S", time.localtime(reply["expires_at"]))
-    print(f"leased GPU {reply['gpu']} until {until} (krex release {reply['gpu']} to end it)")
-    return 0
-
-
-def release_command(client: ControlClient, args: argparse.Namespace) -> int:
-    client.call("release", {"gpu": args.gpu})
-    print(f"released GPU {args.gpu}")
-    return 0
-
-
-def recycle_command(client: ControlClient, args: argparse.Namespace) -> int:
-    reply = client.call("recycle", {"gpu": args.gpu, "now": args.now})
-    when = "now" if reply["now"] else "after their current command"
-    print(f"recycling {reply['workers']} context process(es) of GPU {reply['gpu']} {when}")
-    return 0
 
 
 def status_command(client: ControlClient, args: argparse.Namespace) -> int:
@@ -305,18 +271,23 @@ def keys_command(args: argparse.Namespace) -> int:
     return 0
 
 
-VERBS = {
+# Verbs whose `krex` command does more than send a body and print the reply.
+LOOPS = {
     "run": run_command,
     "submit": submit_command,
     "wait": wait_command,
     "status": status_command,
-    "cancel": cancel_command,
-    "pause": pause_command,
-    "resume": pause_command,
-    "lease": lease_command,
-    "release": release_command,
-    "recycle": recycle_command,
 }
+
+
+def verb_command(client: ControlClient, args: argparse.Namespace) -> int:
+    """A plain verb of the table: its args make its body, its `says` the output."""
+    verb = verbs.VERBS[args.verb]
+    body = {f.name: getattr(args, f.name) for f in dataclasses.fields(verb.body) if hasattr(args, f.name)}
+    reply = client.call(verb.name, body, timeout_s=args.wait)
+    assert verb.says is not None
+    print(verb.says(reply))
+    return 0
 
 
 if __name__ == "__main__":

@@ -8,10 +8,10 @@ import logging
 import sys
 from dataclasses import replace
 
-from krex_runtime.config import POLICIES, Config, ConfigError, load_config, validate
-from krex_runtime.gpus import GpuDiscoveryError, discover
-from krex_runtime.locks import ClaimError
-from krex_runtime.service import RuntimeService, StartupError
+from krex_runtime.node.config import POLICIES, Config, ConfigError, load_config, validate
+from krex_runtime.node.gpus import GpuDiscoveryError, discover
+from krex_runtime.node.locks import ClaimError
+from krex_runtime.service.runtime import RuntimeService, StartupError
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

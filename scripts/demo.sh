@@ -26,6 +26,6 @@ for _ in $(seq 100); do
   kill -0 "$runtime" 2>/dev/null || { cat "$demo/runtime.log" >&2; exit 1; }
   sleep 0.1
 done
-.venv/bin/python -m krex_runtime.demo_workload --inflight 12 >"$demo/workload.log" 2>&1 &
+.venv/bin/python -m krex_runtime.demo.workload --inflight 12 >"$demo/workload.log" 2>&1 &
 workload=$!
 .venv/bin/krex-console

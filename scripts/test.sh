@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 set +e
-.venv/bin/python -m pytest -ra "$@"
+.venv/bin/lint-imports --no-cache && .venv/bin/python -m pytest -ra "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then

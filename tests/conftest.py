@@ -9,10 +9,11 @@ from typing import Any, Iterator
 import pytest
 from runtime_helpers import REPO, tenant_processes
 
-from krex_runtime import hygiene, native_build
-from krex_runtime.cgroups import CgroupSlice
-from krex_runtime.local_runtime import Runtime, wait_until
-from krex_runtime.simcuda import remove_device
+from krex_runtime.testing import hygiene
+from krex_runtime.node import native_build
+from krex_runtime.commands.cgroups import CgroupSlice
+from krex_runtime.testing.local_runtime import Runtime, wait_until
+from krex_runtime.sim.simcuda import remove_device
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

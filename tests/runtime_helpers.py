@@ -11,12 +11,12 @@ from pathlib import Path
 import psutil
 from region_checks import is_frozen
 
-from krex_runtime import gate
-from krex_runtime.cgroups import CgroupSlice
-from krex_runtime.local_runtime import Runtime, wait_until
-from krex_runtime.simcuda import remove_device
-from krex_runtime.trace import read_trace
-from krex_runtime.hygiene import krex_processes
+from krex_runtime.regions import gate
+from krex_runtime.commands.cgroups import CgroupSlice
+from krex_runtime.testing.local_runtime import Runtime, wait_until
+from krex_runtime.sim.simcuda import remove_device
+from krex_runtime.wire.trace import read_trace
+from krex_runtime.testing.hygiene import krex_processes
 
 REPO = Path(__file__).resolve().parent.parent
 

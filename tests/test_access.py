@@ -26,9 +26,10 @@ import zmq
 from runtime_helpers import REPO
 
 from krex_console.feed import FeedStatus, LiveFeed
-from krex_runtime import access, endpoints, protocol
-from krex_runtime.config import Config, RuntimeSection
-from krex_runtime.control_client import (
+from krex_runtime.node import access
+from krex_runtime.wire import endpoints, protocol
+from krex_runtime.node.config import Config, RuntimeSection
+from krex_runtime.wire.control_client import (
     CLIENT_KEY_ENV,
     SERVER_KEY_ENV,
     ControlClient,
@@ -36,8 +37,8 @@ from krex_runtime.control_client import (
     RuntimeUnavailable,
     use_curve,
 )
-from krex_runtime.local_runtime import Runtime, command, wait_until
-from krex_runtime.trace import read_trace
+from krex_runtime.testing.local_runtime import Runtime, command, wait_until
+from krex_runtime.wire.trace import read_trace
 
 KREX = command("krex")
 
@@ -417,11 +418,11 @@ def test_a_detached_tenant_without_its_environment_is_known_by_its_cgroup(make_r
 
 
 def test_a_pooled_command_is_refused_changes(make_runtime: Any, tmp_path: Path) -> None:
-    rt = make_runtime(extra_config='\n[pool]\nsize_per_gpu = 1\npreload = ["krex_runtime.simcuda"]\n', sim=1)
+    rt = make_runtime(extra_config='\n[pool]\nsize_per_gpu = 1\npreload = ["krex_runtime.sim.simcuda"]\n', sim=1)
     script = tmp_path / "pause.py"
     script.write_text(
         "import os\n"
-        "from krex_runtime.control_client import ControlClient, RequestFailed\n"
+        "from krex_runtime.wire.control_client import ControlClient, RequestFailed\n"
         "with ControlClient(f\"ipc://{os.environ['KREX_RUN_DIR']}/control.sock\") as c:\n"
         "    print(c.call('status')['paused'])\n"
         "    try:\n"
@@ -455,7 +456,7 @@ def tenant_python(account: Account) -> str:
     """An interpreter the tenant user can run with the krex client importable
     (the test's own may live where that user cannot reach, e.g. under /root)."""
     for exe in (sys.executable, "/usr/bin/python3"):
-        if runs_as(account, exe, "import krex_runtime.client, krex_runtime.simcuda"):
+        if runs_as(account, exe, "import krex_runtime.client, krex_runtime.sim.simcuda"):
             return exe
     pytest.skip(f"no Python that {account.name} can run with {REPO} importable")
 
@@ -510,7 +511,7 @@ def test_commands_run_as_the_tenant_user(accounts: Accounts, open_root: Path, ma
 
 def test_context_processes_run_as_the_tenant_user(accounts: Accounts, open_root: Path, make_runtime: Any) -> None:
     tenant = accounts.tenant
-    pool = '\n[pool]\nsize_per_gpu = 1\npreload = ["krex_runtime.simcuda"]\n'
+    pool = '\n[pool]\nsize_per_gpu = 1\npreload = ["krex_runtime.sim.simcuda"]\n'
     if not runs_as(tenant, sys.executable, "import krex_runtime"):
         # This Python lives where the tenant user cannot reach: the runtime
         # must say so at start rather than start context processes that fail.

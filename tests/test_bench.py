@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench import analysis, setups, workload
-from krex_runtime.local_runtime import command
+from krex_runtime.testing.local_runtime import command
 
 
 def test_kendall_tau_b_matches_hand_counts() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import sys
 
-from krex_runtime.local_runtime import Runtime, wait_until
-from krex_runtime.trace import read_trace
-from krex_runtime import state as node_state
+from krex_runtime.testing.local_runtime import Runtime, wait_until
+from krex_runtime.wire.trace import read_trace
+from krex_runtime.wire import state as node_state
 from runtime_helpers import REPO
 
 PY = sys.executable

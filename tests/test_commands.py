@@ -13,8 +13,8 @@ import psutil
 import pytest
 from runtime_helpers import tenant_processes
 
-from krex_runtime.local_runtime import Runtime, wait_until
-from krex_runtime.trace import read_trace
+from krex_runtime.testing.local_runtime import Runtime, wait_until
+from krex_runtime.wire.trace import read_trace
 
 PY = sys.executable
 
@@ -240,7 +240,7 @@ def test_sigterm_leaves_no_process_behind(make_runtime, tmp_path: Path) -> None:
 def test_no_runtime_gives_one_line(tmp_path: Path) -> None:
     import subprocess
 
-    from krex_runtime.local_runtime import command
+    from krex_runtime.testing.local_runtime import command
 
     env = {**os.environ, "KREX_RUN_DIR": str(tmp_path / "nothing")}
     done = subprocess.run([*command("krex"), "status"], env=env, capture_output=True, text=True)
@@ -257,7 +257,7 @@ def test_second_runtime_on_the_same_gpus_refuses(make_runtime, tmp_path: Path) -
     second.config_path.write_text(second.config_path.read_text().replace(str(second.root / "locks"), str(first.root / "locks")))
     import subprocess
 
-    from krex_runtime.local_runtime import command
+    from krex_runtime.testing.local_runtime import command
 
     done = subprocess.run(
         [*command("krex-runtime"), "--config", str(second.config_path), "--sim", "2"], capture_output=True, text=True, timeout=60

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from runtime_helpers import REPO
 
-from krex_runtime import hygiene
-from krex_runtime.config import Config, ConfigError, load_config
-from krex_runtime.local_runtime import command
+from krex_runtime.testing import hygiene
+from krex_runtime.node.config import Config, ConfigError, load_config
+from krex_runtime.testing.local_runtime import command
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.toml")), ids=lambda p: p.name)

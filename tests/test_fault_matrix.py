@@ -36,11 +36,11 @@ from test_regions import (
     wait_ready,
 )
 
-from krex_runtime import hygiene
-from krex_runtime.cgroups import CgroupSlice
-from krex_runtime.freezer import CgroupV2Freezer, Target
-from krex_runtime.local_runtime import Runtime, wait_until
-from krex_runtime.trace import read_trace
+from krex_runtime.testing import hygiene
+from krex_runtime.commands.cgroups import CgroupSlice
+from krex_runtime.regions.freezer import CgroupV2Freezer, Target
+from krex_runtime.testing.local_runtime import Runtime, wait_until
+from krex_runtime.wire.trace import read_trace
 
 # fault -> the tests that provoke it and check its outcome.
 MATRIX = {

@@ -8,8 +8,8 @@ import sys
 RUNTIME_MODULES = [
     "krex_runtime.main",
     "krex_runtime.cli",
-    "krex_runtime.service",
-    "krex_runtime.control_client",
+    "krex_runtime.service.runtime",
+    "krex_runtime.wire.control_client",
 ]
 
 

@@ -16,17 +16,17 @@ from typing import Any
 import pytest
 from runtime_helpers import tenant_processes
 
-from krex_runtime import hygiene
-from krex_runtime.control_client import ControlClient, RequestFailed
-from krex_runtime.local_runtime import Runtime, wait_until
-from krex_runtime.trace import read_trace
+from krex_runtime.testing import hygiene
+from krex_runtime.wire.control_client import ControlClient, RequestFailed
+from krex_runtime.testing.local_runtime import Runtime, wait_until
+from krex_runtime.wire.trace import read_trace
 
 PY = sys.executable
 SIZE = 4
 
 
 def pool_config(size: int = SIZE, max_commands: int = 50) -> str:
-    return f'\n[pool]\nsize_per_gpu = {size}\npreload = ["krex_runtime.simcuda"]\nmax_commands = {max_commands}\n'
+    return f'\n[pool]\nsize_per_gpu = {size}\npreload = ["krex_runtime.sim.simcuda"]\nmax_commands = {max_commands}\n'
 
 
 def pooled_runtime(make_runtime: Any, **kwargs: Any) -> Runtime:
@@ -58,7 +58,7 @@ SCRIPTS = {
     "syntax.py": "def broken(:\n    pass\n",
     "buffered.py": "import atexit, sys\natexit.register(print, 'at exit')\nsys.stdout.write('no newline')\n",
     "leak.py": (
-        "from krex_runtime.simcuda import SimCuda\n"
+        "from krex_runtime.sim.simcuda import SimCuda\n"
         "cuda = SimCuda()\n"
         "ptrs = [cuda.alloc(1 << 20) for _ in range(4)]\n"
         "cuda.launch(1000)\ncuda.synchronize()\nprint('leaked', len(ptrs))\n"
@@ -230,7 +230,7 @@ def test_pooled_mode_looks_like_process_mode_from_outside(make_runtime, scripts:
 def subprocess_in(rt: Runtime, cwd: Path, *args: str) -> Any:
     import subprocess
 
-    from krex_runtime.local_runtime import BIN
+    from krex_runtime.testing.local_runtime import BIN
 
     return subprocess.run([str(BIN / "krex"), *args], env=rt.env, cwd=cwd, capture_output=True, text=True, timeout=120)
 
@@ -353,7 +353,7 @@ def test_pooled_command_takes_regions_as_itself(make_runtime) -> None:
     code = (
         "import os\n"
         "from krex_runtime.client import region\n"
-        "from krex_runtime.simcuda import SimCuda\n"
+        "from krex_runtime.sim.simcuda import SimCuda\n"
         "cuda = SimCuda()\n"
         "with region():\n"
         "    cuda.time_kernel(100000, repeats=2)\n"

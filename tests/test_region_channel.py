@@ -35,7 +35,7 @@ from runtime_helpers import (
     wait_ready,
 )
 
-from krex_runtime.local_runtime import Runtime, wait_until
+from krex_runtime.testing.local_runtime import Runtime, wait_until
 
 PROBE = str(TENANTS / "channel_probe.py")
 HOLD = [[0, "{hello}\n"], [0, "ENTER {tid}\n"]]  # a tenant's HELLO, then its region

@@ -46,11 +46,11 @@ from runtime_helpers import (
     wait_ready,
 )
 
-from krex_runtime import native_build
-from krex_runtime.freezer import is_stopped
-from krex_runtime.gate import Gate
-from krex_runtime.local_runtime import Runtime, wait_until
-from krex_runtime.simcuda import active_count, read_execution_log, remove_device
+from krex_runtime.node import native_build
+from krex_runtime.regions.freezer import is_stopped
+from krex_runtime.regions.gate import Gate
+from krex_runtime.testing.local_runtime import Runtime, wait_until
+from krex_runtime.sim.simcuda import active_count, read_execution_log, remove_device
 
 RECOVERY_BOUND_S = 10.0
 BACKENDS = ["preload", "driver-lock"]

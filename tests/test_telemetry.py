@@ -7,10 +7,10 @@ import time
 
 import zmq
 
-from krex_runtime import protocol
-from krex_runtime import state as node_state
-from krex_runtime.local_runtime import Runtime
-from krex_runtime.trace import read_trace, replay
+from krex_runtime.wire import protocol
+from krex_runtime.wire import state as node_state
+from krex_runtime.testing.local_runtime import Runtime
+from krex_runtime.wire.trace import read_trace, replay
 
 
 def _comparable(state: node_state.NodeState) -> dict:

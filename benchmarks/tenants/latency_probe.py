@@ -24,7 +24,7 @@ if args.device == "torch":
         x.add_(1)
         torch.cuda.synchronize()
 else:
-    from krex_runtime.simcuda import SimCuda
+    from krex_runtime.sim.simcuda import SimCuda
 
     cuda = SimCuda()
 

@@ -19,9 +19,9 @@ from krex_console import format as fmt
 from krex_console.model import ConsoleModel
 from krex_console.views.overview import GatedActions
 from krex_console.views.table_sync import selected_key, sync_rows
-from krex_runtime import protocol
-from krex_runtime.control_client import ControlClient, RuntimeUnavailable
-from krex_runtime.state import CommandInfo
+from krex_runtime.wire import protocol
+from krex_runtime.wire.control_client import ControlClient, RuntimeUnavailable
+from krex_runtime.wire.state import CommandInfo
 
 if TYPE_CHECKING:
     from krex_console.app import KrexConsole

@@ -16,7 +16,7 @@ from krex_console.feed import RegionRecord
 from krex_console.model import ConsoleModel, gpu_by_uuid, gpu_figures, tenant_state
 from krex_console.views.overview import GpuActions
 from krex_console.views.table_sync import sync_rows
-from krex_runtime.state import GpuState
+from krex_runtime.wire.state import GpuState
 
 if TYPE_CHECKING:
     from krex_console.app import KrexConsole

@@ -12,7 +12,7 @@ from krex_console import actions
 from krex_console import format as fmt
 from krex_console.model import ConsoleModel, gpu_by_uuid, gpu_figures
 from krex_console.views.table_sync import selected_key, sync_rows
-from krex_runtime.state import GpuState
+from krex_runtime.wire.state import GpuState
 
 if TYPE_CHECKING:
     from krex_console.app import KrexConsole

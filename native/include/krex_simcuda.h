@@ -5,7 +5,7 @@
  * "kernels" by sleeping for their simulated duration on a simulated device
  * shared by every process of the machine. Nothing here is a GPU figure.
  *
- * This header is a contract: krex_runtime/simcuda.py mirrors the shared
+ * This header is a contract: krex_runtime/sim/simcuda.py mirrors the shared
  * memory layout and the execution-log record with the struct module, and a
  * test compares the two. Change a layout only together with its version.
  *

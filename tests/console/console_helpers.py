@@ -12,9 +12,9 @@ from rich.console import Console
 from textual.app import App
 
 from krex_console.app import KrexConsole
-from krex_runtime.local_runtime import Runtime
+from krex_runtime.testing.local_runtime import Runtime
 
-CANDIDATE = [sys.executable, "-m", "krex_runtime.demo_candidate", "--import-s", "0.1", "--compile-s", "0.05",
+CANDIDATE = [sys.executable, "-m", "krex_runtime.demo.candidate", "--import-s", "0.1", "--compile-s", "0.05",
              "--kernel-us", "500", "--repeats", "10"]
 
 

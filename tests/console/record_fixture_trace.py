@@ -17,12 +17,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from krex_runtime.local_runtime import Runtime, wait_until
-from krex_runtime.simcuda import remove_device
+from krex_runtime.testing.local_runtime import Runtime, wait_until
+from krex_runtime.sim.simcuda import remove_device
 
 OUT = Path(__file__).parent / "data" / "small-trace.jsonl"
 EPOCH = 1_800_000_000.0
-CANDIDATE = ["-m", "krex_runtime.demo_candidate", "--import-s", "0.3", "--compile-s", "0.05", "--repeats", "10"]
+CANDIDATE = ["-m", "krex_runtime.demo.candidate", "--import-s", "0.3", "--compile-s", "0.05", "--repeats", "10"]
 
 
 def record(root: Path) -> Path:

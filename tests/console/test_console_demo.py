@@ -14,7 +14,7 @@ import psutil
 import pytest
 from runtime_helpers import REPO
 
-from krex_runtime.config import load_config, resolve_lock_dir
+from krex_runtime.node.config import load_config, resolve_lock_dir
 
 DEMO_RUN_DIR = REPO / ".demo" / "run"
 DEMO_GPUS = 4

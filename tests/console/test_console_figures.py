@@ -10,7 +10,7 @@ from krex_console.model import MetricHistory, gpu_figures
 from krex_console.views.gpu_detail import summarize_gpu
 from krex_console.model import ConsoleModel
 from krex_console.views.overview import gpu_row
-from krex_runtime.trace import read_trace, replay
+from krex_runtime.wire.trace import read_trace, replay
 
 TRACE = Path(__file__).parent / "data" / "small-trace.jsonl"
 

@@ -13,10 +13,10 @@ from console_helpers import live_app, rendered, run_async, submit, wait_for
 from krex_console.app import KrexConsole
 from krex_console.feed import FeedStatus, ReplayFeed
 from krex_console.views.overview import OverviewTable
-from krex_runtime.local_runtime import Runtime
-from krex_runtime.trace import read_trace
+from krex_runtime.testing.local_runtime import Runtime
+from krex_runtime.wire.trace import read_trace
 
-WORKLOAD = [sys.executable, "-m", "krex_runtime.demo_candidate", "--import-s", "0.2", "--compile-s", "0.05",
+WORKLOAD = [sys.executable, "-m", "krex_runtime.demo.candidate", "--import-s", "0.2", "--compile-s", "0.05",
             "--repeats", "60", "--kernel-us", "5000"]
 
 

@@ -20,8 +20,8 @@ from krex_console.dialogs import ConfirmDialog
 from krex_console.feed import ReplayFeed
 from krex_console.model import gpu_figures
 from krex_console.views.gpu_detail import GpuDetailScreen
-from krex_runtime import state as node_state
-from krex_runtime.trace import read_trace, replay
+from krex_runtime.wire import state as node_state
+from krex_runtime.wire.trace import read_trace, replay
 
 TRACE = Path(__file__).parent / "data" / "small-trace.jsonl"
 SNAPSHOTS = Path(__file__).parent / "snapshots"

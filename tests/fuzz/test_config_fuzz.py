@@ -18,8 +18,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from runtime_helpers import REPO
 
-from krex_runtime.config import MAX_DURATION_S, Config, ConfigError, load_config
-from krex_runtime.typed import closest_key, key_text
+from krex_runtime.node.config import MAX_DURATION_S, Config, ConfigError, load_config
+from krex_runtime.wire.typed import closest_key, key_text
 
 SECTIONS = {f.name: f.type for f in dataclasses.fields(Config) if f.name != "source"}
 SECTION_TYPES = typing.get_type_hints(Config)

@@ -20,11 +20,11 @@ from hypothesis import assume, event, example, given
 from hypothesis import strategies as st
 from runtime_helpers import stop_and_check
 
-from krex_runtime import protocol
-from krex_runtime.local_runtime import Runtime, wait_until
-from krex_runtime.protocol import FINAL_STATES, REQUESTS, ErrorCode, ProtocolError, Request
-from krex_runtime.service import RuntimeService
-from krex_runtime.trace import read_trace
+from krex_runtime.wire import protocol
+from krex_runtime.testing.local_runtime import Runtime, wait_until
+from krex_runtime.wire.protocol import FINAL_STATES, REQUESTS, ErrorCode, ProtocolError, Request
+from krex_runtime.service.runtime import RuntimeService
+from krex_runtime.wire.trace import read_trace
 
 MAX_BYTES = 1 << 20  # runtime.max_message_bytes, the default
 CODES = {v for k, v in vars(ErrorCode).items() if not k.startswith("_")}
@@ -277,7 +277,7 @@ def test_state_is_untouched_after_fuzzing(rt: Runtime, control: Wire) -> None:
 
 
 def test_handler_table_serves_every_request_type() -> None:
-    from krex_runtime.config import validate, Config
+    from krex_runtime.node.config import validate, Config
 
     service = RuntimeService(validate(Config()), [])
     try:

@@ -10,9 +10,9 @@ from fuzz_helpers import JUNK, TEXT, budget, mangled_fields, valid_fields
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from krex_runtime import protocol
-from krex_runtime.protocol import REQUESTS, ErrorCode, ProtocolError, Request
-from krex_runtime.typed import to_dict
+from krex_runtime.wire import protocol
+from krex_runtime.wire.protocol import REQUESTS, ErrorCode, ProtocolError, Request
+from krex_runtime.wire.typed import to_dict
 
 MAX_BYTES = 4096
 CODES = {v for k, v in vars(ErrorCode).items() if not k.startswith("_")}

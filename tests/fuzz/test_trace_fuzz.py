@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from krex_console.feed import EventLog, ReplayFeed
 from krex_console.model import gpu_figures
 from krex_console.views.events import detail, subject
-from krex_runtime import state as node_state
-from krex_runtime.local_runtime import command
-from krex_runtime.trace import FORMAT, FORMAT_VERSION, TraceError, read_trace, replay, summarize
+from krex_runtime.wire import state as node_state
+from krex_runtime.testing.local_runtime import command
+from krex_runtime.wire.trace import FORMAT, FORMAT_VERSION, TraceError, read_trace, replay, summarize
 
 HERE = Path(__file__).resolve().parent
 # Two real recorded traces: the console's fixture, and one with every kind of event.

@@ -37,8 +37,8 @@ from test_regions import (
     wait_ready,
 )
 
-from krex_runtime.freezer import is_stopped
-from krex_runtime.local_runtime import Runtime, wait_until
+from krex_runtime.regions.freezer import is_stopped
+from krex_runtime.testing.local_runtime import Runtime, wait_until
 
 pytestmark = pytest.mark.gpu
 PY = sys.executable

@@ -1,4 +1,4 @@
-"""krex_runtime/gate.py mirrors native/include/krex_gate.h byte for byte."""
+"""krex_runtime/regions/gate.py mirrors native/include/krex_gate.h byte for byte."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 
 from krex_native import Build
 
-from krex_runtime import gate
+from krex_runtime.regions import gate
 
 
 def c_layout(build: Build) -> dict[str, tuple[int, int]]:

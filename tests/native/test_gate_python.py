@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from krex_runtime import gate
+from krex_runtime.regions import gate
 
 
 def test_create_and_attach_agree(tmp_path: Path) -> None:

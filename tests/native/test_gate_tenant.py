@@ -2,7 +2,7 @@
 
 A tenant with 4 submitting threads (a C program linked with -lcuda, and a
 Python program using ctypes) runs with libkrex.so preloaded; the test plays
-the runtime through krex_runtime/gate.py: close, wait until nobody is inside
+the runtime through krex_runtime/regions/gate.py: close, wait until nobody is inside
 a driver call, drain, check that the tenant is parked and makes no progress,
 reopen, check that it finishes. The simulator's execution log is the witness
 of what ran when. No timing assertions: every wait is a bounded poll for a
@@ -23,8 +23,9 @@ import pytest
 from krex_native import Build, check_sanitizers, read_stats
 from runtime_helpers import Heartbeat
 
-from krex_runtime import gate, simcuda
-from krex_runtime.local_runtime import wait_until
+from krex_runtime.regions import gate
+from krex_runtime.sim import simcuda
+from krex_runtime.testing.local_runtime import wait_until
 
 TENANT = 1
 HOLDER = 99
@@ -63,7 +64,7 @@ def sim_device() -> Iterator[str]:
 
 PY_TENANT = r"""
 import sys, threading
-from krex_runtime.simcuda import SimCuda, CU_STREAM_NON_BLOCKING
+from krex_runtime.sim.simcuda import SimCuda, CU_STREAM_NON_BLOCKING
 cuda = SimCuda()
 stop = threading.Event()
 counts = [0] * 4

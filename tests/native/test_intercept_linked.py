@@ -8,7 +8,7 @@ from pathlib import Path
 
 from krex_native import Build, check_sanitizers, read_stats
 
-from krex_runtime import simcuda
+from krex_runtime.sim import simcuda
 
 
 def run_linked(build: Build, tmp_path: Path, threads: int, iterations: int, **env: str):

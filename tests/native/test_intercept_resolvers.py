@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from krex_native import Build, check_sanitizers
 
-from krex_runtime import simcuda
+from krex_runtime.sim import simcuda
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from krex_runtime import simcuda as sc
+from krex_runtime.sim import simcuda as sc
 
 REPO = Path(__file__).resolve().parents[2]
 NATIVE = REPO / "native"
@@ -29,7 +29,7 @@ MS = 1_000_000
 
 PREAMBLE = """
 import ctypes, os, sys, time, struct
-from krex_runtime import simcuda as sc
+from krex_runtime.sim import simcuda as sc
 
 def wait_go():
     # Barrier: report ready, then start when the test creates GO_FILE.

@@ -7,7 +7,7 @@ stdout once its first batch completed.
 import sys
 import threading
 
-from krex_runtime.simcuda import SimCuda
+from krex_runtime.sim.simcuda import SimCuda
 
 kernel_ns = int(float(sys.argv[1]) * 1000)
 depth = int(sys.argv[2]) if len(sys.argv) > 2 else 4

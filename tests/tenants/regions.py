@@ -11,7 +11,7 @@ import random
 import time
 
 from krex_runtime.client import RegionError, region
-from krex_runtime.simcuda import SimCuda
+from krex_runtime.sim.simcuda import SimCuda
 
 p = argparse.ArgumentParser()
 p.add_argument("--regions", type=int, default=3)

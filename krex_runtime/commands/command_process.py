@@ -1,0 +1,186 @@
+"""Running one command as a process tree: spawn, capture, time limit, cancel.
+
+Each command gets its own session (so its own process group) and, where cgroup
+v2 is writable, its own cgroup joined before exec, so that not even an early
+fork escapes. Output goes to files and to whoever is attached. When the main
+process exits, whatever it left running is ended too: a benchmark command's
+stray children must not keep using the GPU after the command is reported done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from krex_runtime.commands import cgroups, process_tree
+from krex_runtime.node.access import RunAs
+
+READ_CHUNK = 64 * 1024
+READER_DRAIN_TIMEOUT_S = 5.0
+
+OutputSink = Callable[[str, bytes], None]
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    command_id: str
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    timeout_s: float
+    kill_grace_s: float
+    stdout_path: Path
+    stderr_path: Path
+    cgroup: Path | None
+    cpus: tuple[int, ...] = ()  # tenant cores; () leaves the affinity as it is
+    run_as: RunAs | None = None  # None: as the runtime, with its umask
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: str  # finished | timeout | cancelled | failed
+    exit_code: int | None
+    signal: int | None
+    reason: str
+
+
+class CommandProcess:
+    def __init__(self, spec: LaunchSpec, sink: OutputSink) -> None:
+        self.spec = spec
+        self.pid: int | None = None
+        self._sink = sink
+        self._cancel = asyncio.Event()
+        self._cancel_reason = ""
+
+    def cancel(self, reason: str) -> None:
+        self._cancel_reason = reason
+        self._cancel.set()
+
+    async def start(self) -> Outcome | None:
+        """Spawn the process; an Outcome when it could not be started."""
+        spec = self.spec
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *spec.argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=spec.cwd or None,
+                env=spec.env,
+                start_new_session=True,
+                preexec_fn=child_setup(spec.cgroup, spec.cpus, spec.run_as),
+            )
+        except FileNotFoundError as exc:
+            return Outcome("failed", 127, None, f"cannot start: {exc.strerror}: {exc.filename}")
+        except PermissionError as exc:
+            return Outcome("failed", 126, None, f"cannot start: {exc.strerror}: {exc.filename}")
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:  # ValueError: a NUL in a string
+            return Outcome("failed", None, None, f"cannot start: {exc}")
+        self.pid = self._proc.pid
+        return None
+
+    async def wait(self) -> Outcome:
+        """Run to the end: exit, time limit or cancel, then end the whole tree."""
+        spec, proc = self.spec, self._proc
+        assert proc.stdout is not None and proc.stderr is not None
+        readers = [
+            asyncio.create_task(self._pump(proc.stdout, "stdout", spec.stdout_path)),
+            asyncio.create_task(self._pump(proc.stderr, "stderr", spec.stderr_path)),
+        ]
+        exited = asyncio.create_task(proc.wait())
+        cancelled = asyncio.create_task(self._cancel.wait())
+        done, _ = await asyncio.wait({exited, cancelled}, timeout=spec.timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        if exited in done:
+            outcome = outcome_of(proc.returncode)
+        elif cancelled in done:
+            await self._end_tree(exited)
+            outcome = Outcome("cancelled", None, signal_of(proc.returncode), self._cancel_reason)
+        else:
+            await self._end_tree(exited)
+            outcome = Outcome("timeout", None, signal_of(proc.returncode), f"exceeded its {spec.timeout_s:g} s limit")
+        cancelled.cancel()
+        # Leftovers of a finished command (daemonised grandchildren) go too.
+        process_tree.kill_tree(proc.pid, spec.command_id, spec.cgroup)
+        await asyncio.wait(readers, timeout=READER_DRAIN_TIMEOUT_S)
+        for r in readers:
+            r.cancel()
+        if spec.cgroup is not None:
+            await asyncio.to_thread(cgroups.kill_and_remove, spec.cgroup)
+        return outcome
+
+    async def _end_tree(self, exited: asyncio.Task[int]) -> None:
+        """SIGTERM the tree, give it the grace period, then SIGKILL what is left."""
+        spec, pid = self.spec, self._proc.pid
+        process_tree.signal_tree(pid, spec.command_id, spec.cgroup, signal.SIGTERM)
+        deadline = asyncio.get_running_loop().time() + spec.kill_grace_s
+        while asyncio.get_running_loop().time() < deadline:
+            if exited.done() and not process_tree.alive(pid, spec.command_id, spec.cgroup):
+                break
+            await asyncio.sleep(0.02)
+        process_tree.kill_tree(pid, spec.command_id, spec.cgroup)
+        await exited
+
+    async def _pump(self, stream: asyncio.StreamReader, name: str, path: Path) -> None:
+        await pump_output(stream, name, path, self._sink)
+
+
+async def pump_output(stream: asyncio.StreamReader, name: str, path: Path, sink: OutputSink) -> None:
+    """Copy one output stream to its file and to whoever is attached, until EOF.
+    Pooled commands use it too, so their output reaches clients the same way."""
+    with path.open("wb") as f:
+        while chunk := await stream.read(READ_CHUNK):
+            f.write(chunk)
+            f.flush()
+            sink(name, chunk)
+
+
+async def pipe_reader(fd: int) -> asyncio.StreamReader:
+    """An asyncio reader over the read end of a pipe (which it takes over)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=READ_CHUNK * 4)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0))
+    return reader
+
+
+def child_setup(cgroup: Path | None, cpus: tuple[int, ...], run_as: RunAs | None) -> Callable[[], None] | None:
+    """Runs in the child between fork and exec: join the command's cgroup, take
+    the tenant cores, then become the tenants' user (last: joining needs the
+    runtime's rights). Only raw os calls here; the child must not take
+    Python-level locks."""
+    if cgroup is None and not cpus and run_as is None:
+        return None
+    procs_file = os.fsencode(cgroup / "cgroup.procs") if cgroup is not None else None
+
+    def setup() -> None:
+        if procs_file is not None:
+            fd = os.open(procs_file, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        if run_as is not None:
+            os.umask(run_as.umask)
+            if run_as.user is not None:
+                os.setgroups([])
+                os.setgid(run_as.user.gid)
+                os.setuid(run_as.user.uid)
+
+    return setup
+
+
+def signal_of(returncode: int | None) -> int | None:
+    return -returncode if returncode is not None and returncode < 0 else None
+
+
+def outcome_of(returncode: int | None) -> Outcome:
+    if returncode is not None and returncode < 0:
+        name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
+        return Outcome("finished", None, -returncode, f"killed by {name}")
+    return Outcome("finished", returncode, None, "")

@@ -1,0 +1,492 @@
+"""Per-GPU pools of persistent context processes, and pooled commands run in them.
+
+A context process (krex_runtime/tenant/context_worker.py) is a tenant like any
+process command: the interception library preloaded, its GPU's environment,
+a cgroup of its own, so the region manager gates, drains and freezes it. It
+imports the configured modules and creates its CUDA context once; then it runs
+pooled commands one at a time.
+
+Context processes start in parallel (their imports are CPU work: torch and
+triton take seconds each), but creating a CUDA context takes a node-wide
+driver lock, so the contexts themselves are created one at a time: a process
+reports `imported`, waits for its turn, then creates its context. Created all
+at once they convoy and each takes several times longer. Replacements are
+queued the moment a process retires, so the pool is warm again before the
+next command needs it.
+
+A context process is replaced when it crashed, when its command timed out or
+was cancelled (its whole tree is ended), when it fails its cleanup or health
+check, when it has served `pool.max_commands` commands, and on `recycle`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from krex_runtime.commands import cgroups, process_tree
+from krex_runtime.node.access import RunAs
+from krex_runtime.commands.cgroups import CgroupSlice
+from krex_runtime.commands.command_process import (
+    READER_DRAIN_TIMEOUT_S,
+    Outcome,
+    OutputSink,
+    child_setup,
+    outcome_of,
+    pipe_reader,
+    pump_output,
+    signal_of,
+)
+from krex_runtime.node.config import Config
+from krex_runtime.node.gpus import Gpu
+
+log = logging.getLogger("krex.pool")
+
+Emit = Callable[[dict[str, Any]], None]
+# (worker id, tenant id, GPU) -> the environment of a context process
+WorkerEnv = Callable[[str, int, Gpu], dict[str, str]]
+
+RETRY_BASE_S = 0.5
+RETRY_MAX_S = 30.0
+LINE_LIMIT = 1 << 20
+
+
+@dataclass
+class ContextWorker:
+    id: str
+    gpu: int
+    tenant_id: int
+    cgroup: Path | None
+    proc: asyncio.subprocess.Process
+    sock: socket.socket
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    exited: asyncio.Task[int]
+    state: str = "warming"  # warming | idle | busy | cleaning | retired
+    served: int = 0
+    job_id: str | None = None
+    run: PooledRun | None = None
+    retire_after: str = ""  # set by `recycle`: replace once the current command is done
+    inbox: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+class PooledRun:
+    """A pooled command while it runs: what the dispatcher holds as `job.process`."""
+
+    def __init__(self, worker: ContextWorker) -> None:
+        self.worker = worker
+        self.pid: int | None = worker.pid
+        self.cancelled = asyncio.Event()
+        self.reason = ""
+        self.state = "cancelled"
+        self.cause = "cancelled"
+
+    def cancel(self, reason: str, state: str = "cancelled", cause: str = "cancelled") -> None:
+        if not self.cancelled.is_set():
+            self.reason, self.state, self.cause = reason, state, cause
+            self.cancelled.set()
+
+
+class ContextPool:
+    def __init__(
+        self,
+        config: Config,
+        gpus: list[Gpu],
+        emit: Emit,
+        worker_env: WorkerEnv,
+        cgroup_slice: CgroupSlice | None,
+        new_tenant_id: Callable[[], int],
+        tenant_cores: Callable[[int], tuple[int, ...]],
+        log_dir: Path,
+        on_idle: Callable[[], None],
+        run_as: RunAs | None = None,
+    ) -> None:
+        self.settings = config.pool
+        self.kill_grace_s = config.dispatcher.kill_grace_s
+        self.gpus = {g.index: g for g in gpus}
+        self.size = config.pool.size_per_gpu
+        self.workers: dict[str, ContextWorker] = {}
+        self._emit = emit
+        self._worker_env = worker_env
+        self._slice = cgroup_slice
+        self._new_tenant_id = new_tenant_id
+        self._tenant_cores = tenant_cores
+        self._log_dir = log_dir
+        self._on_idle = on_idle
+        self._run_as = run_as
+        self._create: asyncio.Queue[int] = asyncio.Queue()
+        self._failures: dict[int, int] = {g.index: 0 for g in gpus}
+        self._ids = itertools.count(1)
+        self._nonce = secrets.token_hex(2)
+        self._closing = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._creator: asyncio.Task[None] | None = None
+        self._starting = asyncio.Semaphore(max(1, os.cpu_count() or 1))
+        self._context_turn = asyncio.Lock()  # one CUDA context creation at a time, node-wide
+
+    # --- the dispatcher's view ------------------------------------------------
+
+    def start(self) -> None:
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+        for _ in range(self.size):
+            for gpu in self.gpus:
+                self._create.put_nowait(gpu)
+        self._creator = asyncio.create_task(self._creation_loop())
+
+    def has_idle(self, gpu: int) -> bool:
+        return any(w.gpu == gpu and w.state == "idle" for w in self.workers.values())
+
+    def take(self, gpu: int, command_id: str) -> ContextWorker:
+        """Hand an idle context process of `gpu` to a command (has_idle said there is one)."""
+        worker = min((w for w in self.workers.values() if w.gpu == gpu and w.state == "idle"), key=lambda w: w.served)
+        worker.state, worker.job_id = "busy", command_id
+        worker.run = PooledRun(worker)
+        self._emit({"type": "pool_worker_busy", "gpu": gpu, "worker": worker.id, "command": command_id})
+        return worker
+
+    def job_of(self, worker_id: str) -> str | None:
+        """The command a context process runs now (the region channel asks by its id)."""
+        worker = self.workers.get(worker_id)
+        return worker.job_id if worker is not None and worker.state == "busy" else None
+
+    def is_worker(self, command_id: str) -> bool:
+        return command_id.startswith(f"pool-{self._nonce}-")
+
+    def recycle(self, gpu: int, now: bool) -> int:
+        """Replace every context process of `gpu`: after its current command, or at once."""
+        mine = [w for w in self.workers.values() if w.gpu == gpu]
+        for worker in mine:
+            if worker.state in ("idle", "warming"):
+                self._retire(worker, "recycled", "recycled by operator")
+            elif now and worker.state == "busy" and worker.run is not None:
+                worker.run.cancel("recycled", state="failed", cause="recycled")
+            elif now:
+                self._retire(worker, "recycled", "recycled by operator")
+            else:
+                worker.retire_after = "recycled by operator"
+        return len(mine)
+
+    def stop_replacing(self) -> None:
+        """From runtime shutdown on: context processes that end are not replaced."""
+        self._closing = True
+        if self._creator is not None:
+            self._creator.cancel()
+
+    async def shutdown(self) -> None:
+        self.stop_replacing()
+        for worker in list(self.workers.values()):
+            self._retire(worker, "shutdown", "runtime stopping", replace=False)
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=30)
+
+    # --- running one command --------------------------------------------------------
+
+    async def run(
+        self,
+        worker: ContextWorker,
+        command_id: str,
+        entry: dict[str, Any],
+        cwd: str,
+        env: dict[str, str],
+        timeout_s: float,
+        stdout_path: Path,
+        stderr_path: Path,
+        sink: OutputSink,
+    ) -> Outcome:
+        run = worker.run
+        assert run is not None
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            await self._send(worker, {"type": "run", "id": command_id, "entry": entry, "cwd": cwd, "env": env}, [out_w, err_w])
+        except OSError as exc:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            self._retire(worker, "exited", f"context process unreachable: {exc}")
+            return Outcome("failed", None, None, f"context process unreachable: {exc}")
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        readers = [
+            asyncio.create_task(pump_output(await pipe_reader(out_r), "stdout", stdout_path, sink)),
+            asyncio.create_task(pump_output(await pipe_reader(err_r), "stderr", stderr_path, sink)),
+        ]
+        message = asyncio.create_task(worker.inbox.get())
+        cancelled = asyncio.create_task(run.cancelled.wait())
+        done, _ = await asyncio.wait(
+            {message, worker.exited, cancelled}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+        reply = message.result() if message in done else None
+        if reply is not None and reply.get("type") == "done":
+            worker.served += 1
+            outcome = Outcome(reply["state"], reply["exit_code"], reply["signal"], reply["reason"])
+            self._end_leftovers(worker, command_id)
+            self._after_command(worker, command_id)
+        elif message in done or worker.exited in done:
+            returncode = await worker.exited
+            outcome = outcome_of(returncode)
+            self._retire(worker, "exited", f"context process ended with its command ({_describe(returncode)})")
+        elif cancelled in done:
+            returncode = await self._end_tree(worker)
+            outcome = Outcome(run.state, None, signal_of(returncode), run.reason)
+            why = "recycled by operator" if run.cause == "recycled" else f"its command was cancelled ({run.reason})"
+            self._retire(worker, run.cause, why)
+        else:
+            returncode = await self._end_tree(worker)
+            outcome = Outcome("timeout", None, signal_of(returncode), f"exceeded its {timeout_s:g} s limit")
+            self._retire(worker, "timeout", f"its command exceeded its {timeout_s:g} s limit")
+        for task in (message, cancelled):
+            task.cancel()
+        await asyncio.wait(readers, timeout=READER_DRAIN_TIMEOUT_S)
+        for r in readers:
+            r.cancel()
+        return outcome
+
+    def _after_command(self, worker: ContextWorker, command_id: str) -> None:
+        worker.state, worker.job_id, worker.run = "cleaning", None, None
+        self._emit({"type": "pool_worker_cleaning", "gpu": worker.gpu, "worker": worker.id, "command": command_id})
+        if worker.served >= self.settings.max_commands:
+            self._retire(worker, "max_commands", f"served {worker.served} commands")
+            return
+        self._spawn(self._await_clean(worker))
+
+    async def _await_clean(self, worker: ContextWorker) -> None:
+        reply = await self._next_message(worker, self.settings.clean_timeout_s)
+        if worker.state != "cleaning":
+            return
+        if reply is None:
+            if worker.exited.done():
+                self._retire(worker, "exited", f"context process died in cleanup ({_describe(worker.exited.result())})")
+            else:
+                self._retire(worker, "clean_timeout", f"no cleanup report within {self.settings.clean_timeout_s:g} s")
+        elif not reply.get("ok"):
+            self._retire(worker, reply.get("cause") or "cleanup", reply.get("reason", ""))
+        elif worker.retire_after:
+            self._retire(worker, "recycled", worker.retire_after)
+        else:
+            worker.state = "idle"
+            self._emit({"type": "pool_worker_idle", "gpu": worker.gpu, "worker": worker.id, "served": worker.served})
+            self._on_idle()
+
+    def _end_leftovers(self, worker: ContextWorker, command_id: str) -> None:
+        """Processes the command started and left running go, as they would with a process command."""
+        for pid in process_tree.members(worker.pid, command_id, worker.cgroup) - {worker.pid}:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    async def _end_tree(self, worker: ContextWorker) -> int:
+        """SIGTERM the context process's tree, the grace period, then SIGKILL."""
+        process_tree.signal_tree(worker.pid, worker.id, worker.cgroup, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(worker.exited), self.kill_grace_s)
+        except asyncio.TimeoutError:
+            pass
+        process_tree.kill_tree(worker.pid, worker.id, worker.cgroup)
+        return await worker.exited
+
+    # --- creating and retiring context processes ------------------------------------------
+
+    async def _creation_loop(self) -> None:
+        while True:
+            gpu = await self._create.get()
+            if self._closing:
+                return
+            self._spawn(self._start_worker_guarded(gpu))
+
+    async def _start_worker_guarded(self, gpu: int) -> None:
+        async with self._starting:  # at most a CPU's worth of imports at once
+            try:
+                await self._start_worker(gpu)
+            except Exception:  # one failed creation must not stop the pool
+                log.exception("starting a context process on GPU %d", gpu)
+                self._retry_later(gpu)
+
+    async def _start_worker(self, gpu_index: int) -> None:
+        gpu = self.gpus[gpu_index]
+        worker_id = f"pool-{self._nonce}-g{gpu_index}-{next(self._ids)}"
+        tenant_id = self._new_tenant_id()
+        cgroup = self._slice.create(worker_id) if self._slice is not None else None
+        runtime_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        spec = {
+            "control_fd": worker_end.fileno(),
+            "preload": list(self.settings.preload),
+            "context": self._context_kind(gpu),
+            "health_check": self.settings.health_check,
+        }
+        log_file = (self._log_dir / f"{worker_id}.log").open("ab")
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-P",
+                "-m",
+                "krex_runtime.tenant.context_worker",
+                json.dumps(spec),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+                cwd="/",
+                env=self._worker_env(worker_id, tenant_id, gpu),
+                start_new_session=True,
+                pass_fds=(worker_end.fileno(),),
+                preexec_fn=child_setup(cgroup, self._tenant_cores(gpu_index), self._run_as),
+            )
+        except OSError as exc:
+            runtime_end.close()
+            if cgroup is not None:
+                cgroup.rmdir()
+            log.error("cannot start a context process on GPU %d: %s", gpu_index, exc)
+            self._retry_later(gpu_index)
+            return
+        finally:
+            worker_end.close()
+            log_file.close()
+        reader, writer = await asyncio.open_unix_connection(sock=runtime_end, limit=LINE_LIMIT)
+        worker = ContextWorker(
+            worker_id, gpu_index, tenant_id, cgroup, proc, runtime_end, reader, writer, asyncio.create_task(proc.wait())
+        )
+        self.workers[worker_id] = worker
+        self._spawn(self._listen(worker))
+        worker.exited.add_done_callback(lambda _t: self._on_exit(worker))
+        self._emit({"type": "pool_worker_started", "gpu": gpu_index, "worker": worker_id, "pid": proc.pid, "tenant_id": tenant_id})
+        reply = await self._next_message(worker, self.settings.start_timeout_s)
+        if worker.state != "warming":
+            return  # recycled or stopped while it started
+        if reply is not None and reply.get("type") == "imported":
+            async with self._context_turn:
+                if worker.state != "warming":
+                    return
+                await self._send(worker, {"type": "create"}, [])
+                reply = await self._next_message(worker, self.settings.start_timeout_s)
+            if worker.state != "warming":
+                return
+        if reply is not None and reply.get("type") == "ready":
+            self._failures[gpu_index] = 0
+            worker.state = "idle"
+            self._emit(
+                {
+                    "type": "pool_worker_ready",
+                    "gpu": gpu_index,
+                    "worker": worker_id,
+                    "startup_s": reply.get("startup_s"),
+                    "context": reply.get("context", ""),
+                }
+            )
+            self._on_idle()
+            return
+        if reply is not None:
+            why = reply.get("reason", "start-up failed")
+        elif worker.exited.done():
+            why = f"exited during start-up ({_describe(worker.exited.result())})"
+        else:
+            why = f"not ready within {self.settings.start_timeout_s:g} s"
+        log.warning("context process %s on GPU %d failed to start: %s (log: %s)", worker_id, gpu_index, why,
+                    self._log_dir / f"{worker_id}.log")
+        self._failures[gpu_index] += 1
+        self._retire(worker, "start_failed", why)
+
+    def _context_kind(self, gpu: Gpu) -> str:
+        if self.settings.context != "auto":
+            return "sim" if gpu.simulated and self.settings.context == "driver" else self.settings.context
+        if gpu.simulated:
+            return "sim"
+        return "torch" if "torch" in self.settings.preload else "driver"
+
+    def _retire(self, worker: ContextWorker, cause: str, reason: str, replace: bool = True) -> None:
+        """End a context process and its tree; queue its replacement."""
+        if worker.state == "retired":
+            return
+        worker.state = "retired"
+        self.workers.pop(worker.id, None)
+        if worker.run is not None:
+            worker.run.cancel(reason, state="failed", cause=cause)
+        self._spawn(self._bury(worker))
+        if replace and not self._closing:
+            self._emit({"type": "pool_worker_replaced", "gpu": worker.gpu, "worker": worker.id, "cause": cause, "reason": reason})
+            if cause == "start_failed":
+                self._retry_later(worker.gpu)
+            else:
+                self._create.put_nowait(worker.gpu)
+        else:
+            self._emit({"type": "pool_worker_stopped", "gpu": worker.gpu, "worker": worker.id, "reason": reason})
+
+    def _retry_later(self, gpu: int) -> None:
+        """A GPU whose context processes fail to start is retried with growing pauses."""
+        delay = min(RETRY_MAX_S, RETRY_BASE_S * 2 ** max(0, self._failures[gpu] - 1))
+        asyncio.get_running_loop().call_later(delay, lambda: None if self._closing else self._create.put_nowait(gpu))
+
+    async def _bury(self, worker: ContextWorker) -> None:
+        process_tree.kill_tree(worker.pid, worker.id, worker.cgroup)
+        try:
+            await asyncio.wait_for(asyncio.shield(worker.exited), 10)
+        except asyncio.TimeoutError:
+            log.warning("context process %s did not exit after SIGKILL", worker.id)
+        worker.writer.close()
+        if worker.cgroup is not None:
+            await asyncio.to_thread(cgroups.kill_and_remove, worker.cgroup)
+
+    def _on_exit(self, worker: ContextWorker) -> None:
+        """A context process that dies while idle (killed from outside) is replaced."""
+        if worker.state == "idle" and not self._closing:
+            returncode = worker.exited.result() if not worker.exited.cancelled() else None
+            self._retire(worker, "exited", f"context process exited while idle ({_describe(returncode)})")
+
+    # --- the control channel ---------------------------------------------------------
+
+    async def _listen(self, worker: ContextWorker) -> None:
+        try:
+            while line := await worker.reader.readline():
+                try:
+                    worker.inbox.put_nowait(json.loads(line))
+                except json.JSONDecodeError:
+                    log.warning("context process %s sent a bad line: %r", worker.id, line[:200])
+        except (ConnectionError, ValueError):
+            pass
+        worker.inbox.put_nowait(None)
+
+    async def _next_message(self, worker: ContextWorker, timeout_s: float) -> dict[str, Any] | None:
+        """The next message, or None when the process died or went quiet for `timeout_s`."""
+        get = asyncio.create_task(worker.inbox.get())
+        done, _ = await asyncio.wait({get, worker.exited}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        if get in done:
+            return get.result()
+        get.cancel()
+        return None
+
+    async def _send(self, worker: ContextWorker, msg: dict[str, Any], fds: list[int]) -> None:
+        data = json.dumps(msg).encode() + b"\n"
+        # The descriptors travel with the first bytes; the worker reads the
+        # whole line before it acts, so the rest may follow through the stream.
+        sent = socket.send_fds(worker.sock, [data[:4096]], fds)
+        if sent < len(data):
+            worker.writer.write(data[sent:])
+            await worker.writer.drain()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def _describe(returncode: int | None) -> str:
+    if returncode is None:
+        return "unknown status"
+    if returncode < 0:
+        sig = -returncode
+        return f"killed by {signal.Signals(sig).name if sig in signal.valid_signals() else sig}"
+    return f"exit code {returncode}"

@@ -1,0 +1,62 @@
+"""A synthetic kernel-agent workload for the demo: keeps N candidates in flight.
+
+    python -m krex_runtime.demo.workload [--inflight 12] [--count 0]
+
+Each candidate is `python -m krex_runtime.demo.candidate` with a random kernel
+size; results are printed as they finish. Stops on Ctrl-C or after --count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import threading
+
+from krex_runtime.wire.control_client import ControlClient, RequestFailed, RuntimeUnavailable
+
+
+def worker(n: int, args: argparse.Namespace, stop: threading.Event, done: list[int]) -> None:
+    rng = random.Random(n)
+    with ControlClient(timeout_s=10) as client:
+        while not stop.is_set():
+            if args.count and len(done) >= args.count:
+                return
+            kernel_us = rng.choice([200, 500, 1000, 2000, 5000])
+            argv = [
+                sys.executable, "-m", "krex_runtime.demo.candidate",
+                "--kernel-us", str(kernel_us),
+                "--import-s", f"{rng.uniform(0.5, 2.0):.2f}",
+                "--compile-s", f"{rng.uniform(0.05, 0.3):.2f}",
+            ]
+            try:
+                reply = client.call("submit", {"argv": argv, "label": f"cand-{n}-{len(done)}", "timeout_s": 120})
+                result = client.call("wait", {"id": reply["id"], "attach": False}, timeout_s=600)
+            except (RequestFailed, RuntimeUnavailable) as exc:
+                print(f"workload: {exc}", file=sys.stderr, flush=True)
+                stop.wait(1.0)
+                continue
+            done.append(1)
+            print(f"{result['id']} gpu {result['gpu']} {result['state']} exit {result['exit_code']} "
+                  f"{result['run_s'] or 0:.2f}s", flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--inflight", type=int, default=12)
+    p.add_argument("--count", type=int, default=0, help="stop after this many (0: run until interrupted)")
+    args = p.parse_args()
+    stop = threading.Event()
+    done: list[int] = []
+    threads = [threading.Thread(target=worker, args=(n, args, stop, done), daemon=True) for n in range(args.inflight)]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:
+        stop.set()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""Who may reach the runtime's files and sockets, and as whom its tenants run.
+
+The runtime runs with umask 027, so nothing it creates is open to other users
+by accident; access is then granted file by file:
+
+    control.sock           owner, and runtime.access_group (0660), else owner only (0600)
+    control-ro.sock,       as control.sock; or runtime.read_only_group (0660),
+    telemetry.sock         or every local user when that is "*" (0666)
+    region.sock, gates/    the tenants' user, when tenants run as another user
+    the run dir            owner rwx; its group (access_group, else read_only_group)
+                           r-x and setgid, so the trace and outputs are theirs
+                           to read; others --x only when someone outside that
+                           group must reach a socket in it (never a listing)
+
+Commands and context processes run as `tenants.user` (its primary group, no
+supplementary groups) with the umask the runtime was started with. A runtime
+started as root refuses to run them as root unless `tenants.allow_root`.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import stat
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from krex_runtime.node.config import Config
+
+RUNTIME_UMASK = 0o027
+EVERYONE = "*"
+
+
+class AccessError(Exception):
+    """A setting of access that cannot work; the message is one line for the operator."""
+
+
+@dataclass(frozen=True)
+class TenantUser:
+    """The account tenants run as when it is not the runtime's own."""
+
+    name: str
+    uid: int
+    gid: int
+    home: str
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """What a tenant process takes on between fork and exec."""
+
+    user: TenantUser | None  # None: the runtime's own user
+    umask: int
+
+
+@dataclass(frozen=True)
+class FileAccess:
+    mode: int
+    gid: int  # -1: leave the group as it is
+
+
+def group_id(name: str, key: str) -> int:
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        raise AccessError(f"{key} names an unknown group {name!r}") from None
+
+
+def tenant_user(config: Config) -> TenantUser | None:
+    """The account tenants run as (None: the runtime's own), after the checks
+    that keep tenants away from root and from the control socket."""
+    settings = config.tenants
+    euid = os.geteuid()
+    uid = euid
+    if settings.user:
+        try:
+            entry = pwd.getpwnam(settings.user)
+        except KeyError:
+            raise AccessError(f"tenants.user names an unknown user {settings.user!r}") from None
+        uid = entry.pw_uid
+    if uid == 0 and not settings.allow_root:
+        raise AccessError(
+            "tenants would run as root: set tenants.user to an unprivileged user (e.g. a dedicated "
+            "'krex-tenant'), or tenants.allow_root = true to accept it"
+        )
+    if uid == euid:
+        return None
+    if euid != 0:
+        raise AccessError(f"tenants.user = {settings.user!r} needs a runtime started as root (this one runs as uid {euid})")
+    user = TenantUser(entry.pw_name, entry.pw_uid, entry.pw_gid, entry.pw_dir)
+    operators = config.runtime.access_group
+    if operators:
+        gid = group_id(operators, "runtime.access_group")
+        if user.gid == gid or user.name in grp.getgrgid(gid).gr_mem:
+            raise AccessError(
+                f"tenants.user {user.name!r} is a member of runtime.access_group {operators!r}: "
+                "its commands could reach the control socket"
+            )
+    return user
+
+
+def check_tenant_can_read(user: TenantUser, paths: list[Path]) -> None:
+    """Tenants run files of the runtime's installation (the interception
+    library, the simulated driver, the runtime's Python for context
+    processes); one it cannot read would leave it unprotected or unstartable."""
+    if not paths:
+        return
+    probe = 'for p; do test -r "$p" || echo "$p"; done'
+    done = subprocess.run(
+        ["/bin/sh", "-c", probe, "sh", *map(str, paths)],
+        user=user.uid, group=user.gid, extra_groups=[], capture_output=True, text=True, timeout=30,
+    )
+    unreadable = done.stdout.split()
+    if done.returncode != 0 or unreadable:
+        what = unreadable[0] if unreadable else done.stderr.strip()
+        raise AccessError(f"tenants.user {user.name!r} cannot read {what}: install KREX where that user can read it")
+
+
+def tenants_env(user: TenantUser | None) -> dict[str, str]:
+    """The variables that name the account a tenant runs as."""
+    if user is None:
+        return {}
+    return {"HOME": user.home, "USER": user.name, "LOGNAME": user.name}
+
+
+# --- the run dir and its sockets ---------------------------------------------------
+
+
+def control_access(config: Config) -> FileAccess:
+    group = config.runtime.access_group
+    return FileAccess(0o660, group_id(group, "runtime.access_group")) if group else FileAccess(0o600, -1)
+
+
+def read_only_access(config: Config) -> FileAccess:
+    """The read-only control socket and the telemetry socket."""
+    group = config.runtime.read_only_group
+    if group == EVERYONE:
+        return FileAccess(0o666, -1)
+    if group:
+        return FileAccess(0o660, group_id(group, "runtime.read_only_group"))
+    return control_access(config)
+
+
+def run_dir_access(config: Config, tenants_apart: bool) -> FileAccess:
+    access, read_only = config.runtime.access_group, config.runtime.read_only_group
+    groups = {g for g in (access, read_only) if g and g != EVERYONE}
+    dir_group = access or (read_only if read_only != EVERYONE else "")
+    others_pass = tenants_apart or read_only == EVERYONE or len(groups) > 1
+    mode = 0o700 | (stat.S_ISGID | 0o050 if dir_group else 0) | (0o001 if others_pass else 0)
+    return FileAccess(mode, group_id(dir_group, "runtime.access_group") if dir_group else -1)
+
+
+def prepare_run_dir(run_dir: Path, access: FileAccess) -> None:
+    """Create the run dir, or take over the one there, as the runtime's own;
+    whatever a previous run left in it is closed to other users."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        info = os.lstat(run_dir)
+        if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+            raise AccessError(f"run dir {run_dir} is not a directory (a symlink is refused)")
+        if info.st_uid != os.geteuid():
+            raise AccessError(f"run dir {run_dir} belongs to uid {info.st_uid}, not to the runtime's user (uid {os.geteuid()})")
+        apply(run_dir, access)
+        for entry in run_dir.iterdir():
+            entry_info = os.lstat(entry)
+            if not stat.S_ISLNK(entry_info.st_mode) and entry_info.st_mode & 0o007:
+                os.chmod(entry, stat.S_IMODE(entry_info.st_mode) & ~0o007)
+    except OSError as exc:
+        raise AccessError(f"cannot prepare run dir {run_dir}: {exc.strerror}") from None
+
+
+def apply(path: Path, access: FileAccess) -> None:
+    """Group first, then mode: a file never has the new mode with the old group."""
+    if access.gid != -1:
+        os.chown(path, -1, access.gid)
+    os.chmod(path, access.mode)
+
+
+def open_to_tenants(path: Path, user: TenantUser | None, mode: int) -> None:
+    """Something tenants open themselves (the region socket, the gates):
+    `mode` for the owner and the tenants' group when tenants run as another
+    user, else the owner's bits of it alone."""
+    apply(path, FileAccess(mode, user.gid) if user is not None else FileAccess(mode & 0o700, -1))

@@ -1,0 +1,341 @@
+"""The region channel: a Unix socket on which tenants ask for their GPU alone.
+
+One connection per tenant process, one ASCII line per message (docs/native.md,
+"Region channel"; the C client is native/src/region_api.c, the Python one
+krex_runtime/tenant/region.py):
+
+    HELLO 2 <tenant_id> <pid> <token>  ->  OK | ERROR <errno name> <reason>
+    ENTER <tid>                        ->  GRANTED <seq> [<flags>] | ERROR ...
+    EXIT                               ->  RELEASED <seq> | ERROR ...
+
+Who a peer is comes from the kernel (SO_PEERCRED), not from what it claims:
+its pid must be the one it names and belong to the process tree of a running
+command (`identify`), whose tenant id it must name and whose token
+(krex_runtime/regions/tokens.py) it must show. A connection only ever acts on
+its own request, and a process has at most one request, queued or held,
+across all its connections. A connection that closes while waiting or
+holding withdraws or releases its request.
+
+What a peer can cost is bounded: a line is at most MAX_LINE bytes of ASCII;
+the HELLO must come within `regions.channel_hello_timeout_s`; a connection may
+send `regions.channel_max_messages_per_s` lines a second; connections are
+capped per uid and in total. Past a bound the peer gets an ERROR line that
+says which, and (except for the first message over the rate) is disconnected,
+which gives back whatever it held. A peer that leaves its replies unread for
+SEND_TIMEOUT_S is disconnected too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from krex_runtime.regions import cpu_slices
+from krex_runtime.node.config import RegionSection
+from krex_runtime.regions.manager import RegionManager, RegionRefused, Request
+from krex_runtime.regions.tokens import RegionTokens
+
+log = logging.getLogger("krex.region_channel")
+
+PROTOCOL = 2
+MAX_LINE = 256  # bytes before the newline; the longest valid line is about 110
+HELLO_USAGE = f"HELLO {PROTOCOL} <tenant_id> <pid> <token>"
+# Clients read each reply before they send again: one that leaves its replies
+# unread this long is not a client, and its connection is dropped.
+SEND_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class TenantIdentity:
+    tenant_id: int
+    command_id: str
+    gpu: int
+
+
+Identify = Callable[[int], TenantIdentity | None]
+
+
+class Refusal(RegionRefused):
+    """Ends a connection: the peer gets `ERROR <code> <reason>`, then the connection closes."""
+
+
+class RateLimit:
+    """A token bucket: `per_s` messages a second, in bursts of up to a second's worth."""
+
+    def __init__(self, per_s: int) -> None:
+        self.per_s = per_s
+        self._allowance = float(per_s)
+        self._at = time.monotonic()
+        self.refused = 0  # messages refused since the last one let through
+
+    def allow(self) -> bool:
+        now = time.monotonic()
+        self._allowance = min(float(self.per_s), self._allowance + (now - self._at) * self.per_s)
+        self._at = now
+        if self._allowance < 1:
+            self.refused += 1
+            return False
+        self._allowance -= 1
+        self.refused = 0
+        return True
+
+
+@dataclass(eq=False)
+class Connection:
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    pid: int
+    uid: int
+    rate: RateLimit
+    who: TenantIdentity | None = None
+    req: Request | None = None  # its request, from ENTER until it is released or ends ungranted
+
+
+class RegionChannel:
+    def __init__(self, path: Path, manager: RegionManager, identify: Identify, settings: RegionSection) -> None:
+        self.path = path
+        self.manager = manager
+        self.tokens = RegionTokens()
+        self._identify = identify
+        self._settings = settings
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[Connection] = set()
+
+    async def start(self) -> None:
+        self.path.unlink(missing_ok=True)
+        # Created under the runtime's umask (027); the service then opens it to
+        # the tenants' user alone (access.open_to_tenants). Tokens guard the rest.
+        self._server = await asyncio.start_unix_server(self._serve_client, path=str(self.path), limit=MAX_LINE)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        self.path.unlink(missing_ok=True)
+
+    # --- one connection ---------------------------------------------------------------
+
+    async def _serve_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        pid, uid = _peer_credentials(writer)
+        conn = Connection(reader, writer, pid, uid, RateLimit(self._settings.channel_max_messages_per_s))
+        try:
+            crowded = self._crowded(uid)
+            if crowded:
+                raise Refusal("EAGAIN", crowded)
+            self._connections.add(conn)
+            conn.who = await self._hello(conn)
+            await _send(writer, "OK")
+            while await self._serve_message(conn):
+                pass
+        except Refusal as exc:
+            await _try_send(writer, f"ERROR {exc.code} {exc.reason}")
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except Exception:  # a bug in one connection must not take the channel down
+            log.exception("region channel: connection of pid %d failed", pid)
+        finally:
+            self._connections.discard(conn)
+            req, conn.req = conn.req, None
+            if req is not None and req.kind == "region":
+                self.manager.gpus[req.gpu].withdraw(req, "tenant disconnected")
+            writer.close()
+
+    def _crowded(self, uid: int) -> str:
+        """Why one more connection from `uid` is refused ("" if it is not)."""
+        total, per_uid = self._settings.channel_max_connections, self._settings.channel_max_connections_per_uid
+        if len(self._connections) >= total:
+            return f"the region channel has its limit of {total} connections"
+        if sum(1 for c in self._connections if c.uid == uid) >= per_uid:
+            return f"uid {uid} has its limit of {per_uid} region channel connections"
+        return ""
+
+    async def _hello(self, conn: Connection) -> TenantIdentity:
+        timeout_s = self._settings.channel_hello_timeout_s
+        try:
+            line = await asyncio.wait_for(_read_line(conn.reader), timeout_s)
+        except asyncio.TimeoutError:
+            raise Refusal("ETIMEDOUT", f"no HELLO line within {timeout_s:g} s") from None
+        if line is None:
+            raise ConnectionResetError
+        parts = line.split()
+        if len(parts) < 2 or parts[0] != "HELLO":
+            raise Refusal("EPROTO", f"expected {HELLO_USAGE}")
+        if parts[1] != str(PROTOCOL):
+            raise Refusal(
+                "EPROTO",
+                f"region protocol {parts[1][:16]!r} is not supported: this runtime speaks {PROTOCOL}; "
+                "use the client (libkrex.so, krex_runtime.client) of the same KREX version",
+            )
+        if len(parts) != 5:
+            raise Refusal("EPROTO", f"expected {HELLO_USAGE}")
+        _, _, tenant, claimed_pid, token = parts
+        try:
+            who = self._authenticate(conn.pid, tenant, claimed_pid, token)
+        except Refusal as exc:
+            log.warning("region channel: refused pid %d (uid %d): %s", conn.pid, conn.uid, exc.reason)
+            raise
+        return who
+
+    def _authenticate(self, pid: int, tenant: str, claimed_pid: str, token: str) -> TenantIdentity:
+        """The tenant `pid` is, if it names that tenant and shows its token. The reasons
+        quote what the peer sent only once it is known to be a number (they are
+        logged), and never the token."""
+        if not (claimed_pid + tenant).isascii() or not claimed_pid.isdigit() or not tenant.lstrip("-").isdigit():
+            raise Refusal("EPROTO", f"expected {HELLO_USAGE}, the pid and tenant id as numbers")
+        if claimed_pid != str(pid):
+            raise Refusal("EPERM", f"the pid in HELLO ({claimed_pid[:16]}) is not the connecting process ({pid})")
+        who = self._identify(pid)
+        if who is None:
+            raise Refusal("EPERM", f"pid {pid} is not a process of a command running under this runtime")
+        if tenant != str(who.tenant_id):
+            raise Refusal("EPERM", f"pid {pid} is not a process of tenant {tenant[:16]}")
+        if not self.tokens.matches(who.tenant_id, token):
+            raise Refusal("EPERM", f"wrong region token for tenant {who.tenant_id} (the runtime passes it in KREX_REGION_TOKEN)")
+        return who
+
+    async def _serve_message(self, conn: Connection) -> bool:
+        """Answers one message; False when the peer has gone."""
+        line = await _read_line(conn.reader)
+        if line is None:
+            return False
+        if not conn.rate.allow():
+            limit = f"rate limit of {conn.rate.per_s} messages/s"
+            if conn.rate.refused > 1:
+                raise Refusal("EAGAIN", f"{limit} exceeded again: disconnecting")
+            await _send(conn.writer, f"ERROR EAGAIN {limit} exceeded: message ignored, slow down")
+            return True
+        word, _, arg = line.partition(" ")
+        if word == "ENTER":
+            return await self._on_enter(conn, arg)
+        if word == "EXIT":
+            await self._on_exit(conn)
+        elif not word:
+            await _send(conn.writer, "ERROR EPROTO empty line")
+        else:
+            await _send(conn.writer, f"ERROR EPROTO unknown message {word[:32]!r}")
+        return True
+
+    async def _on_enter(self, conn: Connection, arg: str) -> bool:
+        assert conn.who is not None
+        if conn.req is not None:
+            await _send(conn.writer, "ERROR EBUSY this connection already holds or awaits its region")
+            return True
+        if not (arg.isascii() and arg.isdigit()):  # str.isdigit alone takes digits int() cannot read
+            await _send(conn.writer, "ERROR EINVAL ENTER needs a thread id")
+            return True
+        if int(arg) and not cpu_slices.is_thread_of(conn.pid, int(arg)):
+            # The runtime pins that thread: it must be the requester's own.
+            await _send(conn.writer, f"ERROR EINVAL thread {arg[:16]} is not a thread of process {conn.pid}")
+            return True
+        if any(c.req is not None and c.pid == conn.pid for c in self._connections):
+            # Two requests of one process would queue behind each other: the
+            # second could only be granted once the first is released.
+            await _send(conn.writer, f"ERROR EBUSY process {conn.pid} already holds or awaits a region on another connection")
+            return True
+        if self._identify(conn.pid) != conn.who:
+            # A context process outlives its commands: the connection is the ended one's.
+            raise Refusal("EPERM", f"command {conn.who.command_id}, for which this connection was opened, is no longer running")
+        return await self._enter(conn, int(arg))
+
+    async def _on_exit(self, conn: Connection) -> None:
+        assert conn.who is not None
+        req, conn.req = conn.req, None
+        if req is None:
+            await _send(conn.writer, "ERROR EINVAL this connection holds no region")
+            return
+        if req.kind == "region":
+            self.manager.gpus[conn.who.gpu].release(req, "released")
+        if req.revoked:
+            await _send(conn.writer, f"ERROR ETIMEDOUT {req.reason}")
+        else:
+            await _send(conn.writer, f"RELEASED {req.seq}")
+
+    async def _enter(self, conn: Connection, tid: int) -> bool:
+        """Queues the request and answers when it is granted or refused; False when the peer has gone."""
+        assert conn.who is not None
+        who, writer = conn.who, conn.writer
+        lease = self.manager.gpus[who.gpu].leased_to(who.tenant_id)
+        if lease is not None:  # inside its own lease a region is a no-op
+            conn.req = lease
+            await _send(writer, f"GRANTED {lease.seq}")
+            return True
+        req = conn.req = self.manager.new_request(
+            who.gpu, "region", who.tenant_id, who.command_id, conn.pid, tid, self._settings.hold_limit_s
+        )
+        # While waiting, the only thing the peer may do is go away.
+        gone = asyncio.create_task(conn.reader.read(1))
+        try:
+            done, _ = await asyncio.wait({req.granted, gone}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            gone.cancel()
+            raise
+        if req.granted not in done:
+            conn.req = None
+            if gone.exception() is None and gone.result():
+                self.manager.gpus[who.gpu].withdraw(req, "tenant sent a message while waiting")
+                raise Refusal("EPROTO", "nothing may be sent while ENTER waits: request withdrawn")
+            self.manager.gpus[who.gpu].withdraw(req, "tenant disconnected while waiting")
+            return False
+        gone.cancel()
+        # The reader allows one waiter: let the cancelled read finish leaving.
+        await asyncio.wait({gone})
+        try:
+            req.granted.result()
+        except RegionRefused as exc:
+            conn.req = None
+            await _send(writer, f"ERROR {exc.code} {exc.reason}")
+            return True
+        flags = ",".join(req.flags)
+        await _send(writer, f"GRANTED {req.seq} {flags}".rstrip())
+        return True
+
+
+async def _read_line(reader: asyncio.StreamReader) -> str | None:
+    """The next line, without its newline; None at the end of input (a partial
+    last line included). A line that is too long or not ASCII text is refused."""
+    try:
+        raw = await reader.readuntil(b"\n")
+    except asyncio.IncompleteReadError:
+        return None
+    except asyncio.LimitOverrunError:
+        raise Refusal("EMSGSIZE", f"line longer than {MAX_LINE} bytes") from None
+    if b"\0" in raw:
+        raise Refusal("EPROTO", "NUL byte in a line")
+    try:
+        return raw.decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise Refusal("EPROTO", "a line is not ASCII text") from None
+
+
+async def _send(writer: asyncio.StreamWriter, line: str) -> None:
+    data = line.encode()
+    if len(data) > MAX_LINE:  # a reason naming many tenants: lines are bounded both ways
+        data = data[: MAX_LINE - 3] + b"..."
+    writer.write(data + b"\n")
+    try:
+        await asyncio.wait_for(writer.drain(), SEND_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        raise ConnectionAbortedError("the peer does not read its replies") from None
+
+
+async def _try_send(writer: asyncio.StreamWriter, line: str) -> None:
+    """The last word to a peer that may be gone already."""
+    try:
+        await _send(writer, line)
+    except ConnectionError:
+        pass
+
+
+def _peer_credentials(writer: asyncio.StreamWriter) -> tuple[int, int]:
+    """(pid, uid) of the peer, by the kernel's word; (0, -1) if unknown."""
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return 0, -1
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, _ = struct.unpack("3i", creds)
+    return pid, uid

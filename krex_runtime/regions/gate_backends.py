@@ -1,0 +1,92 @@
+"""How the other tenants of a GPU are stopped from submitting and drained.
+
+Both backends first close the preload gate (a tenant that has not initialised
+CUDA yet cannot be locked by the driver, so it must meet the gate) and wait
+until no other tenant is inside a gated call. Then:
+  - `preload` asks each process's drain thread (native library) to synchronise
+    its contexts and waits for the acknowledgements;
+  - `driver-lock` takes the driver's process checkpoint lock of each other
+    process that uses CUDA, from parallel threads, which returns once that
+    process's submitted work is done; the locks are dropped after the thaw.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from krex_runtime.regions.driver_lock import CUDA_SUCCESS, CheckpointDriver
+from krex_runtime.regions.freezer import is_stopped
+from krex_runtime.regions.gate import Gate
+
+
+@dataclass
+class DrainReport:
+    """What draining found: `stuck` names processes that did not finish in time."""
+
+    outcomes: dict[int, str] = field(default_factory=dict)  # pid -> ok | timed_out | error | no_ack | exited | stopped
+    locked: list[int] = field(default_factory=list)
+
+    @property
+    def stuck(self) -> dict[int, str]:
+        return {pid: r for pid, r in self.outcomes.items() if r not in ("ok", "exited", "stopped")}
+
+
+class GateBackend:
+    name = ""
+
+    def drain(self, gate: Gate, holder: int, timeout_s: float) -> DrainReport:
+        raise NotImplementedError
+
+    def release(self, report: DrainReport) -> list[int]:
+        """Undo what drain took (after the thaw); returns pids it had to leave as they are."""
+        return []
+
+
+class PreloadBackend(GateBackend):
+    name = "preload"
+
+    def drain(self, gate: Gate, holder: int, timeout_s: float) -> DrainReport:
+        report = DrainReport()
+        # A stopped process cannot acknowledge: it has no thread running. Its
+        # submitted work still finishes on the device; the freezer holds it.
+        requests = [r for r in gate.request_drain(holder) if not _note_stopped(report, r.pid)]
+        for outcome in gate.wait_drained(requests, timeout_s):
+            report.outcomes[outcome.pid] = outcome.result
+        return report
+
+
+class DriverLockBackend(GateBackend):
+    name = "driver-lock"
+
+    def __init__(self, driver: CheckpointDriver) -> None:
+        self.driver = driver
+        self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="krex-lock")
+
+    def drain(self, gate: Gate, holder: int, timeout_s: float) -> DrainReport:
+        report = DrainReport()
+        pids = [e.pid for e in gate.others(holder) if e.uses_cuda and not _note_stopped(report, e.pid)]
+        results = list(self._pool.map(lambda pid: self.driver.lock(pid, timeout_s), pids))
+        for pid, rc in zip(pids, results):
+            if rc == CUDA_SUCCESS:
+                report.locked.append(pid)
+                report.outcomes[pid] = "ok"
+            else:
+                report.outcomes[pid] = "timed_out" if rc == 909 else f"error {rc}"
+        return report
+
+    def release(self, report: DrainReport) -> list[int]:
+        # Never unlock a stopped process (the driver call hangs). After our thaw
+        # only someone else can have stopped it; it stays locked and is reported.
+        pids = [pid for pid in report.locked if not is_stopped(pid)]
+        left = [pid for pid in report.locked if pid not in pids]
+        list(self._pool.map(self.driver.unlock, pids))
+        report.locked = []
+        return left
+
+
+def _note_stopped(report: DrainReport, pid: int) -> bool:
+    if is_stopped(pid):
+        report.outcomes[pid] = "stopped"
+        return True
+    return False

@@ -1,0 +1,74 @@
+"""Whole-device leases: an operator's (`krex lease` / `krex release`) and a
+command's (`krex run --lease`).
+
+A lease is a region request of kind "lease" (region_manager.py): it goes
+ahead of queued regions, freezes every other tenant of the GPU and is held
+until released or its TTL passes. While a GPU is leased, admission to it
+stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Callable
+
+from krex_runtime.commands.dispatcher import Dispatcher, Job
+from krex_runtime.wire.protocol import ErrorCode, ProtocolError
+from krex_runtime.regions.manager import OPERATOR, RegionManager, RegionRefused, Request
+
+
+class LeaseDesk:
+    def __init__(self, manager: RegionManager, dispatcher: Dispatcher, default_ttl_s: float) -> None:
+        self.manager = manager
+        self.dispatcher = dispatcher
+        self.default_ttl_s = default_ttl_s
+        self._operator: dict[int, Request] = {}
+
+    async def lease(self, gpu: int, ttl_s: float | None) -> dict[str, Any]:
+        """Wait for the GPU and hold it for the operator; refuses a second lease."""
+        if gpu in self._operator:
+            raise ProtocolError(ErrorCode.REFUSED, f"GPU {gpu} is already leased")
+        ttl = ttl_s if ttl_s is not None else self.default_ttl_s
+        if ttl <= 0:
+            raise ProtocolError(ErrorCode.BAD_REQUEST, "ttl_s must be positive")
+        self.dispatcher.leased_gpus.add(gpu)
+        region = self.manager.new_request(gpu, "lease", OPERATOR, "", 0, 0, ttl)
+        self._operator[gpu] = region
+        try:
+            await region.granted
+        except RegionRefused as exc:
+            self._end(gpu)
+            raise ProtocolError(ErrorCode.REFUSED, f"lease of GPU {gpu} refused: {exc.reason}") from None
+        asyncio.create_task(self._watch(gpu, region))
+        return {"gpu": gpu, "region": region.seq, "ttl_s": ttl, "expires_at": time.time() + ttl}
+
+    def release(self, gpu: int) -> dict[str, Any]:
+        region = self._operator.get(gpu)
+        if region is None:
+            raise ProtocolError(ErrorCode.NOT_FOUND, f"GPU {gpu} is not leased")
+        if region.granted.done():
+            self.manager.gpus[gpu].release(region, "released by operator")
+        else:
+            self.manager.gpus[gpu].withdraw(region, "released by operator before it was granted")
+        self._end(gpu)
+        return {"gpu": gpu, "released": True}
+
+    async def for_command(self, job: Job) -> Callable[[], None]:
+        """The whole GPU for one command, granted before it starts; returns the release."""
+        assert job.gpu is not None
+        region = self.manager.new_request(job.gpu, "lease", job.tenant_id or 0, job.id, 0, 0, job.timeout_s)
+        await region.granted
+        gpu_regions = self.manager.gpus[job.gpu]
+        return lambda: gpu_regions.release(region, "command ended")
+
+    async def _watch(self, gpu: int, region: Request) -> None:
+        """A TTL that passes ends the operator's lease like a release does."""
+        await region.released.wait()
+        if self._operator.get(gpu) is region:
+            self._end(gpu)
+
+    def _end(self, gpu: int) -> None:
+        self._operator.pop(gpu, None)
+        self.dispatcher.leased_gpus.discard(gpu)
+        self.dispatcher.pump()

@@ -1,0 +1,123 @@
+"""Building the region machinery of a node from its config, and recovering
+what a previous run of the runtime left behind.
+
+Recovery comes first: a runtime that died while a region was held leaves
+tenants frozen (cgroup freeze outlives its writer) and a gate file closed
+(its tenants fail open once the heartbeat goes stale, but only then). On
+start we thaw every leftover cgroup and reopen every leftover gate before
+anything else happens.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from krex_runtime.commands import cgroups
+from krex_runtime.regions import driver_lock as cuda_checkpoint
+from krex_runtime.node import native_build
+from krex_runtime.commands.cgroups import CgroupSlice
+from krex_runtime.node.config import Config
+from krex_runtime.regions.cpu_slices import CpuPlan, plan
+from krex_runtime.regions.freezer import Freezer, freezer_for
+from krex_runtime.regions.gate import Gate, GateError
+from krex_runtime.regions.gate_backends import DriverLockBackend, GateBackend, PreloadBackend
+from krex_runtime.node.gpus import Gpu
+from krex_runtime.regions.manager import (
+    GpuRegions,
+    RegionManager,
+    RegionSettings,
+    Tenant,
+)
+
+log = logging.getLogger("krex.regions")
+
+GATES_DIR = "gates"
+
+
+@dataclass
+class RegionMachinery:
+    manager: RegionManager
+    gates: dict[int, Gate]
+    backend: GateBackend
+    freezer: Freezer
+    cpus: CpuPlan
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "gate_backend": self.backend.name,
+            "freezer": self.freezer.name,
+            "cpu_note": self.cpus.note,
+            "reserved_cores": {str(g): list(s.reserved) for g, s in self.cpus.slices.items()},
+            "tenant_cores": {str(g): list(s.cores) for g, s in self.cpus.slices.items()},
+        }
+
+
+def gate_path(run_dir: Path, gpu: int) -> Path:
+    return run_dir / GATES_DIR / f"gpu{gpu}.gate"
+
+
+def recover(run_dir: Path, cgroup_slice: CgroupSlice | None) -> list[str]:
+    """Thaw and reopen whatever a previous run left; returns what was done."""
+    done = []
+    gates_dir = run_dir / GATES_DIR
+    if gates_dir.is_dir():
+        for path in sorted(gates_dir.glob("*.gate")):
+            try:
+                with Gate.attach(path) as gate:
+                    if gate.is_closed:
+                        gate.open_gate()
+                        done.append(f"reopened {path.name}")
+            except GateError as exc:
+                done.append(f"removed unusable {path.name} ({exc})")
+            path.unlink(missing_ok=True)
+    if cgroup_slice is not None:
+        for leftover in cgroup_slice.leftovers():
+            cgroups.thaw(leftover)
+            done.append(f"thawed {leftover.name}")
+    return done
+
+
+def build(
+    config: Config,
+    run_dir: Path,
+    gpus: list[Gpu],
+    cgroup_slice: CgroupSlice | None,
+    tenants_of: Callable[[int], list[Tenant]],
+    emit: Callable[[dict[str, Any]], None],
+    kill_command: Callable[[str, str], None],
+) -> RegionMachinery:
+    rc = config.regions
+    (run_dir / GATES_DIR).mkdir(mode=0o755, exist_ok=True)
+    gates = {
+        g.index: Gate.create(gate_path(run_dir, g.index), stale_after_s=rc.stale_after_s, drain_timeout_s=rc.drain_timeout_s)
+        for g in gpus
+    }
+    backend: GateBackend
+    if rc.gate_backend == "driver-lock":
+        simulated = gpus and gpus[0].simulated
+        if simulated:
+            os.environ["KREX_SIM_DEVICE"] = config.gpus.simulated_device
+            os.environ["KREX_SIM_GPUS"] = str(len(gpus))
+        driver = cuda_checkpoint.load(native_build.simulated_driver_dir() if simulated else None)
+        backend = DriverLockBackend(driver)
+    else:
+        backend = PreloadBackend()
+    freezer: Freezer = freezer_for(cgroup_slice.version if cgroup_slice is not None else None)
+    overrides = {int(k): tuple(v) for k, v in rc.cpu_slices.items()}
+    cpus = plan(gpus, rc.reserved_cores_per_gpu if rc.protection == "gpu+cpu" else 0, overrides)
+    settings = RegionSettings(
+        protection=rc.protection,
+        hold_limit_s=rc.hold_limit_s,
+        on_hold_limit=rc.on_hold_limit,
+        quiesce_timeout_s=rc.quiesce_timeout_s,
+        drain_timeout_s=rc.drain_timeout_s,
+    )
+    regions = {
+        g.index: GpuRegions(g.index, gates[g.index], backend, freezer, cpus, settings, tenants_of, emit, kill_command)
+        for g in gpus
+    }
+    return RegionMachinery(RegionManager(regions), gates, backend, freezer, cpus)

@@ -1,0 +1,413 @@
+"""Where a region gets granted: per GPU, a FIFO of requests and at most one holder.
+
+Entry, for tenant T on GPU g (each step timed and traced):
+  close the gate -> wait until no other tenant is inside a gated call ->
+  drain (backend) -> freeze the other tenants' trees -> pin T's measuring
+  thread to g's reserved cores -> GRANTED.
+Exit: unpin -> thaw -> release the backend's locks -> reopen the gate -> next.
+
+A whole-device lease is a request of kind "lease": it goes ahead of queued
+regions (after the current holder), always freezes, and is held until
+released or its TTL passes. The blocking steps run in a worker thread per GPU
+so the service's event loop keeps answering while a GPU drains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from krex_runtime.regions import cpu_slices
+from krex_runtime.regions.cpu_slices import CpuPlan
+from krex_runtime.regions.freezer import FreezeError, Freezer, Target, is_stopped
+from krex_runtime.regions.gate import Gate
+from krex_runtime.regions.gate_backends import DrainReport, GateBackend
+
+log = logging.getLogger("krex.regions")
+
+# The holder id a gate names during an operator's lease: tenant ids start at 1,
+# so no process passes.
+OPERATOR = 0
+
+
+class RegionRefused(Exception):
+    """The region could not be granted; `code` is an errno name for the channel."""
+
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """A running command on a GPU, as the region manager sees it."""
+
+    tenant_id: int
+    command_id: str
+    pid: int
+    cgroup: Path | None
+
+
+@dataclass(frozen=True)
+class RegionSettings:
+    protection: str  # "gpu+cpu" | "gpu-only"
+    hold_limit_s: float
+    on_hold_limit: str  # "revoke" | "kill"
+    quiesce_timeout_s: float
+    drain_timeout_s: float
+
+
+@dataclass
+class Request:
+    seq: int
+    gpu: int
+    kind: str  # "region" | "lease"
+    tenant_id: int
+    command_id: str
+    pid: int
+    tid: int
+    limit_s: float | None
+    requested_at: float = field(default_factory=time.monotonic)
+    granted: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+    withdrawn: bool = False
+    revoked: bool = False
+    reason: str = ""
+    flags: list[str] = field(default_factory=list)  # why its measurements may be off
+    entry: Entry | None = None  # what its entry took, once granted
+
+
+@dataclass
+class Entry:
+    """What an entry took, so the exit gives exactly that back."""
+
+    targets: list[Target]
+    frozen_tenants: list[int]
+    report: DrainReport
+    pinned: bool
+    stats: dict[str, Any]
+
+
+class GpuRegions:
+    def __init__(
+        self,
+        gpu: int,
+        gate: Gate,
+        backend: GateBackend,
+        freezer: Freezer,
+        cpus: CpuPlan,
+        settings: RegionSettings,
+        tenants_of: Callable[[int], list[Tenant]],
+        emit: Callable[[dict[str, Any]], None],
+        kill_command: Callable[[str, str], None],
+    ) -> None:
+        self.gpu = gpu
+        self.gate = gate
+        self.backend = backend
+        self.freezer = freezer
+        self.cpus = cpus
+        self.settings = settings
+        self._tenants_of = tenants_of
+        self._emit = emit
+        self._kill_command = kill_command
+        self.queue: deque[Request] = deque()
+        self.holder: Request | None = None
+        # SM clock, throttle reasons and flags now; set by the telemetry.
+        self.clock_probe: Callable[[int], dict[str, Any]] = lambda gpu: {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._serve(), name=f"regions-gpu{self.gpu}")
+        self._task.add_done_callback(self._served)
+
+    def _served(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.critical("GPU %d: the region loop died", self.gpu, exc_info=task.exception())
+
+    def leased_to(self, tenant_id: int) -> Request | None:
+        """The lease this tenant holds on the GPU: its regions are already exclusive."""
+        h = self.holder
+        return h if h is not None and h.kind == "lease" and h.tenant_id == tenant_id else None
+
+    # --- requests -------------------------------------------------------------
+
+    def submit(self, req: Request) -> None:
+        if req.kind == "lease":
+            # Operators go first, behind the current holder only.
+            leases = sum(1 for r in self.queue if r.kind == "lease")
+            self.queue.insert(leases, req)
+        else:
+            self.queue.append(req)
+        self._emit(
+            {
+                "type": "region_requested",
+                "gpu": self.gpu,
+                "region": req.seq,
+                "kind": req.kind,
+                "tenant_id": req.tenant_id,
+                "command_id": req.command_id,
+            }
+        )
+        self._wake.set()
+
+    def withdraw(self, req: Request, reason: str) -> None:
+        """The requester went away or gave up: drop it, or release what it holds."""
+        if req.withdrawn or req.released.is_set():
+            return
+        req.withdrawn, req.reason = True, reason
+        if req in self.queue:
+            self.queue.remove(req)
+            self._refuse(req, RegionRefused("ECANCELED", reason))
+        elif self.holder is req:
+            req.released.set()
+        # A request in the middle of its entry is released when the entry ends.
+
+    def release(self, req: Request, reason: str = "released") -> None:
+        if self.holder is req and not req.released.is_set():
+            req.reason = reason
+            # Unpin before the holder is answered: its thread must not go on
+            # working on the reserved cores the next holder will measure on.
+            self._unpin(req)
+            req.released.set()
+
+    def _refuse(self, req: Request, exc: RegionRefused) -> None:
+        """The request ends ungranted: say so in the trace and to whoever waits."""
+        self._emit(
+            {"type": "region_withdrawn", "gpu": self.gpu, "region": req.seq, "tenant_id": req.tenant_id, "reason": exc.reason}
+        )
+        _fail(req, exc)
+
+    def _unpin(self, req: Request) -> None:
+        if req.entry is not None and req.entry.pinned:
+            cpu_slices.pin_thread(req.pid, req.tid, self.cpus.tenant_cores(self.gpu))
+            req.entry.pinned = False
+
+    # --- the serving loop ---------------------------------------------------------
+
+    async def _serve(self) -> None:
+        while True:
+            while not self.queue:
+                self._wake.clear()
+                await self._wake.wait()
+            req = self.queue.popleft()
+            try:
+                await self._serve_one(req)
+            except Exception:
+                # A bug must not leave the gate shut, tenants frozen or the queue stuck.
+                log.exception("GPU %d: region %d failed; reopening the gate", self.gpu, req.seq)
+                self.holder = None
+                self.gate.open_gate()
+                _fail(req, RegionRefused("EIO", "runtime error while serving the region"))
+
+    async def _serve_one(self, req: Request) -> None:
+        try:
+            entry = await asyncio.to_thread(self._enter, req)
+        except Exception as exc:
+            if not isinstance(exc, RegionRefused):
+                log.exception("GPU %d: region %d entry failed", self.gpu, req.seq)
+                exc = RegionRefused("EIO", f"runtime error during entry: {exc!r}")
+            self._refuse(req, exc)
+            return
+        self.holder = req
+        req.entry = entry
+        req.flags = list(entry.stats.get("flags") or [])
+        self._emit(
+            {
+                "type": "region_granted",
+                "gpu": self.gpu,
+                "region": req.seq,
+                "kind": req.kind,
+                "tenant_id": req.tenant_id,
+                "command_id": req.command_id,
+                "frozen": entry.frozen_tenants,
+                "drain": {str(pid): r for pid, r in entry.report.outcomes.items()},
+                **entry.stats,
+            }
+        )
+        if req.withdrawn:
+            req.released.set()
+        elif not req.granted.done():
+            req.granted.set_result(None)
+        granted_at = time.monotonic()
+        try:
+            await asyncio.wait_for(req.released.wait(), timeout=req.limit_s)
+        except asyncio.TimeoutError:
+            self._overrun(req)
+        hold_s = time.monotonic() - granted_at
+        try:
+            exit_stats = await asyncio.to_thread(self._exit, req, entry)
+        finally:
+            self.holder = None
+        self._emit(
+            {
+                "type": "region_released",
+                "gpu": self.gpu,
+                "region": req.seq,
+                "kind": req.kind,
+                "tenant_id": req.tenant_id,
+                "reason": req.reason or "released",
+                "hold_s": hold_s,
+                **exit_stats,
+            }
+        )
+
+    def _overrun(self, req: Request) -> None:
+        if req.kind == "lease":
+            req.reason = "lease expired"
+        elif self.settings.on_hold_limit == "kill":
+            req.reason = f"held past the {req.limit_s:g} s limit: command killed"
+            self._kill_command(req.command_id, req.reason)
+        else:
+            req.reason = f"held past the {req.limit_s:g} s limit: region revoked"
+        req.revoked = True
+        req.released.set()  # what the holder does next changes nothing
+        log.warning("GPU %d region %d (tenant %d): %s", self.gpu, req.seq, req.tenant_id, req.reason)
+
+    # --- entry and exit (worker thread) ---------------------------------------------
+
+    def _enter(self, req: Request) -> Entry:
+        t = [time.monotonic()]
+
+        def lap() -> float:
+            t.append(time.monotonic())
+            return t[-1] - t[-2]
+
+        stats: dict[str, Any] = {"wait_s": t[0] - req.requested_at}
+        holder = req.tenant_id  # OPERATOR for an operator's lease: nobody passes
+        self.gate.close_gate(holder)
+        stats["close_s"] = lap()
+        busy = [e for e in self.gate.wait_quiescent(holder, self.settings.quiesce_timeout_s) if not is_stopped(e.pid)]
+        stats["quiesce_s"] = lap()
+        report = DrainReport()
+        targets: list[Target] = []
+        try:
+            if busy:
+                raise RegionRefused(
+                    "ETIMEDOUT",
+                    "tenants still inside a GPU call after "
+                    f"{self.settings.quiesce_timeout_s:g} s: " + ", ".join(f"pid {e.pid}" for e in busy),
+                )
+            report = self.backend.drain(self.gate, holder, self.settings.drain_timeout_s)
+            stats["drain_s"] = lap()
+            if report.stuck:
+                raise RegionRefused(
+                    "ETIMEDOUT",
+                    "tenants did not drain within "
+                    f"{self.settings.drain_timeout_s:g} s: " + ", ".join(f"pid {p} ({r})" for p, r in report.stuck.items()),
+                )
+            frozen: list[int] = []
+            if self.settings.protection == "gpu+cpu" or req.kind == "lease":
+                others = [t for t in self._tenants_of(self.gpu) if t.tenant_id != req.tenant_id]
+                targets = [Target(t.command_id, t.pid, cgroup=t.cgroup) for t in others]
+                frozen = [t.tenant_id for t in others]
+                try:
+                    self.freezer.freeze(targets)
+                except FreezeError as exc:
+                    raise RegionRefused("EAGAIN", f"could not freeze the other tenants: {exc}") from None
+            stats["freeze_s"] = lap()
+            pinned = False
+            if req.tid and self.settings.protection == "gpu+cpu":
+                pinned = cpu_slices.pin_thread(req.pid, req.tid, self.cpus.reserved_cores(self.gpu))
+            stats["pin_s"] = lap()
+        except BaseException:
+            # Give back everything this entry took, whatever went wrong.
+            self.freezer.thaw(targets)
+            self.backend.release(report)
+            self.gate.open_gate()
+            raise
+        stats["enter_s"] = t[-1] - t[0]
+        stats.update(self.clock_probe(self.gpu))
+        # Calls the other tenants have made so far, per the interception counters:
+        # the same figure at release proves none of them submitted meanwhile.
+        stats["others_calls"] = self._others_calls(holder)
+        # CLOCK_MONOTONIC, as the simulator's execution log and the gate use.
+        stats["granted_mono_ns"] = time.monotonic_ns()
+        return Entry(targets, frozen, report, pinned, stats)
+
+    def _others_calls(self, holder: int) -> int:
+        return sum(e.calls_total for e in self.gate.others(holder))
+
+    def _exit(self, req: Request, entry: Entry) -> dict[str, Any]:
+        released_mono_ns = time.monotonic_ns()
+        others_calls = self._others_calls(req.tenant_id)
+        t0 = time.monotonic()
+        self._unpin(req)  # done already when the holder released it itself
+        t1 = time.monotonic()
+        try:
+            self.freezer.thaw(entry.targets)
+        except OSError as exc:
+            # The freezer tried every tenant; the release goes on, so the gate
+            # opens, the release is recorded and the next request is served.
+            log.error("GPU %d region %d: a tenant could not be thawed: %s", self.gpu, req.seq, exc)
+        t2 = time.monotonic()
+        left_locked = self.backend.release(entry.report)
+        if left_locked:
+            log.warning("GPU %d: processes stopped by someone else stay driver-locked: %s", self.gpu, left_locked)
+        self.gate.open_gate()
+        t3 = time.monotonic()
+        return {
+            "unpin_s": t1 - t0,
+            "thaw_s": t2 - t1,
+            "open_s": t3 - t2,
+            "released_mono_ns": released_mono_ns,
+            "others_calls": others_calls,
+        }
+
+    async def shutdown(self) -> None:
+        """Withdraw everything queued and release the holder; the gate ends open."""
+        for req in list(self.queue):
+            self.withdraw(req, "runtime shutting down")
+        if self.holder is not None:
+            self.release(self.holder, "runtime shutting down")
+        while self.holder is not None:
+            await asyncio.sleep(0.005)
+        if self._task is not None:
+            self._task.cancel()
+        self.gate.open_gate()
+
+
+def _fail(req: Request, exc: RegionRefused) -> None:
+    if not req.granted.done():
+        req.granted.set_exception(exc)
+        req.granted.exception()  # retrieved: nobody may be awaiting it
+
+
+class RegionManager:
+    """The GPUs' region queues, with one numbering of requests for the node."""
+
+    def __init__(self, regions: dict[int, GpuRegions]) -> None:
+        self.gpus = regions
+        self._seq = itertools.count(1)
+
+    def start(self) -> None:
+        for r in self.gpus.values():
+            r.start()
+
+    def new_request(
+        self,
+        gpu: int,
+        kind: str,
+        tenant_id: int,
+        command_id: str,
+        pid: int,
+        tid: int,
+        limit_s: float | None,
+    ) -> Request:
+        req = Request(next(self._seq), gpu, kind, tenant_id, command_id, pid, tid, limit_s)
+        self.gpus[gpu].submit(req)
+        return req
+
+    def stamp_heartbeats(self) -> None:
+        for r in self.gpus.values():
+            r.gate.stamp_heartbeat()
+
+    async def shutdown(self) -> None:
+        await asyncio.gather(*(r.shutdown() for r in self.gpus.values()))

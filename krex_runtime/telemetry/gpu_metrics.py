@@ -1,0 +1,159 @@
+"""Per-GPU metrics: NVML on real GPUs, the simulator's device on simulated ones.
+
+Every metric is read on its own; one that fails or is missing is None (shown
+as "n/a"), never an exception out of the sampler. Simulated GPUs report
+values derived from the simulated device, with `simulated: true`.
+
+KREX_TELEMETRY_FAULTS (comma-separated metric names, or "all") makes those
+metrics fail, to exercise the n/a path on purpose; KREX_SIM_THROTTLE makes a
+simulated GPU report throttle reasons.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable
+
+from krex_runtime.node.gpus import Gpu
+
+METRICS = ("util_pct", "mem_used", "mem_total", "sm_clock_mhz", "mem_clock_mhz", "temp_c", "power_w", "throttle", "processes")
+
+# NVML throttle reasons that mean the GPU runs below its clocks for a reason a
+# measurement should know about (idle and application-clock settings are not).
+THROTTLE_REASONS = {
+    0x0000000000000002: "applications_clocks",
+    0x0000000000000004: "sw_power_cap",
+    0x0000000000000008: "hw_slowdown",
+    0x0000000000000010: "sync_boost",
+    0x0000000000000020: "sw_thermal",
+    0x0000000000000040: "hw_thermal",
+    0x0000000000000080: "hw_power_brake",
+    0x0000000000000100: "display_clocks",
+}
+SIMULATED_SM_CLOCK_MHZ = 1980
+SIMULATED_MEM_CLOCK_MHZ = 3201
+
+
+def injected_faults() -> set[str]:
+    raw = os.environ.get("KREX_TELEMETRY_FAULTS", "")
+    names = {n.strip() for n in raw.split(",") if n.strip()}
+    return set(METRICS) if "all" in names else names
+
+
+def _read(name: str, faults: set[str], fn: Callable[[], Any]) -> Any:
+    if name in faults:
+        return None
+    try:
+        return fn()
+    except Exception:  # any NVML or /proc failure is a missing value
+        return None
+
+
+class NvmlSampler:
+    def __init__(self, gpus: list[Gpu]) -> None:
+        import pynvml
+
+        self.nvml = pynvml
+        pynvml.nvmlInit()
+        self.handles = {g.index: pynvml.nvmlDeviceGetHandleByIndex(g.index) for g in gpus}
+
+    def sample(self, gpu: int) -> dict[str, Any]:
+        nv, h, faults = self.nvml, self.handles[gpu], injected_faults()
+        memory = _read("mem_used", faults, lambda: nv.nvmlDeviceGetMemoryInfo(h))
+        return {
+            "util_pct": _read("util_pct", faults, lambda: nv.nvmlDeviceGetUtilizationRates(h).gpu),
+            "mem_used": int(memory.used) if memory is not None else None,
+            "mem_total": _read("mem_total", faults, lambda: int(nv.nvmlDeviceGetMemoryInfo(h).total)),
+            "sm_clock_mhz": _read("sm_clock_mhz", faults, lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+            "mem_clock_mhz": _read("mem_clock_mhz", faults, lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
+            "temp_c": _read("temp_c", faults, lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
+            "power_w": _read("power_w", faults, lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0),
+            "throttle": _read("throttle", faults, lambda: throttle_names(nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))),
+            "processes": _read(
+                "processes", faults, lambda: len(nv.nvmlDeviceGetComputeRunningProcesses(h))
+            ),
+            "simulated": False,
+        }
+
+    def close(self) -> None:
+        try:
+            self.nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def throttle_names(mask: int) -> list[str]:
+    return [name for bit, name in THROTTLE_REASONS.items() if mask & bit]
+
+
+class SimulatedSampler:
+    """Values derived from the simulated device; labelled simulated."""
+
+    def __init__(self, device_name: str, memory_total: int) -> None:
+        self.device_name = device_name
+        self.memory_total = memory_total
+
+    def sample(self, gpu: int) -> dict[str, Any]:
+        faults = injected_faults()
+        active = _read("util_pct", faults, lambda: self._active(gpu))
+        busy = 1.0 if active else 0.0
+        return {
+            "util_pct": 100 * busy if active is not None else None,
+            "mem_used": None if "mem_used" in faults else 0,
+            "mem_total": None if "mem_total" in faults else self.memory_total,
+            "sm_clock_mhz": None if "sm_clock_mhz" in faults else SIMULATED_SM_CLOCK_MHZ,
+            "mem_clock_mhz": None if "mem_clock_mhz" in faults else SIMULATED_MEM_CLOCK_MHZ,
+            "temp_c": None if "temp_c" in faults else 30 + 40 * busy,
+            "power_w": None if "power_w" in faults else 100 + 500 * busy,
+            "throttle": None if "throttle" in faults else simulated_throttle(),
+            "processes": active,
+            "simulated": True,
+        }
+
+    def _active(self, gpu: int) -> int:
+        from krex_runtime.sim import simcuda
+
+        try:
+            return simcuda.active_count(self.device_name, gpu)
+        except FileNotFoundError:  # no tenant has opened the simulated device yet
+            return 0
+
+    def close(self) -> None:
+        pass
+
+
+def simulated_throttle() -> list[str]:
+    """KREX_SIM_THROTTLE names throttle reasons a simulated GPU reports, so the
+    flagging of throttled measurements can be exercised without a GPU."""
+    return [r for r in os.environ.get("KREX_SIM_THROTTLE", "").split(",") if r]
+
+
+class UnavailableSampler:
+    """NVML could not be opened: every metric is n/a, and the service goes on."""
+
+    def sample(self, gpu: int) -> dict[str, Any]:
+        return {m: None for m in METRICS} | {"simulated": False}
+
+    def close(self) -> None:
+        pass
+
+
+def open_sampler(gpus: list[Gpu], simulated_device: str) -> Any:
+    if gpus and gpus[0].simulated:
+        return SimulatedSampler(simulated_device, gpus[0].memory_total)
+    try:
+        return NvmlSampler(gpus)
+    except Exception:
+        return UnavailableSampler()
+
+
+def sample_all(sampler: Any, gpus: list[Gpu]) -> dict[str, dict[str, Any]]:
+    t = time.time()
+    out = {}
+    for g in gpus:
+        try:
+            out[str(g.index)] = sampler.sample(g.index) | {"time": t}
+        except Exception:
+            out[str(g.index)] = {m: None for m in METRICS} | {"simulated": g.simulated, "time": t}
+    return out

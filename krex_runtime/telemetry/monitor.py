@@ -1,0 +1,135 @@
+"""What operators need to trust the measurements: GPU metrics, gate counts and
+the canary's inflation estimate, all as events (so replay shows them too).
+
+  telemetry        every sample interval: per GPU, the metrics (gpu_metrics)
+                   and how many tenant threads are parked or draining;
+  canary_baseline  a canary's idle-GPU times of its reference kernels;
+  canary_sample    one measurement, inside or outside a region.
+
+The window statistics (inflation p50/p95, contention factor) are computed by
+the reducer from these events, so the live state and replay agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from typing import Any, Callable
+
+from krex_runtime.telemetry import gpu_metrics
+from krex_runtime.node.config import Config
+from krex_runtime.regions.gate import Gate
+from krex_runtime.node.gpus import Gpu
+
+log = logging.getLogger("krex.telemetry")
+
+CANARY_RESTART_S = 5.0
+
+
+def gate_counts(gate: Gate) -> dict[str, int]:
+    procs = gate.processes()
+    return {
+        "parked": sum(e.parked for e in procs),
+        "draining": sum(1 for e in procs if e.drain_req != e.drain_ack),
+    }
+
+
+class Telemetry:
+    def __init__(
+        self,
+        config: Config,
+        gpus: list[Gpu],
+        emit: Callable[[dict[str, Any]], None],
+        gates: dict[int, Gate],
+    ) -> None:
+        self.config = config
+        self.gpus = gpus
+        self._emit = emit
+        self.gates = gates
+        self.sampler = gpu_metrics.open_sampler(gpus, config.gpus.simulated_device)
+        self.latest: dict[int, dict[str, Any]] = {}
+        self.baseline_clock: dict[int, float] = {}
+        self._partial: dict[str, str] = {}
+
+    def clock_now(self, gpu: int) -> dict[str, Any]:
+        """SM clock, throttle reasons and what is wrong with them, right now
+        (recorded at every region entry)."""
+        try:
+            sample = self.sampler.sample(gpu)
+        except Exception:
+            sample = {}
+        clock = {"sm_clock_mhz": sample.get("sm_clock_mhz"), "throttle": sample.get("throttle")}
+        return clock | {"flags": self.flags(gpu, clock)}
+
+    def flags(self, gpu: int, clock: dict[str, Any]) -> list[str]:
+        """Why a measurement taken at this clock should not be trusted: the GPU
+        throttles, or runs far from the clock its baseline was taken at."""
+        flags = [f"throttled:{reason}" for reason in clock.get("throttle") or []]
+        base, now = self.baseline_clock.get(gpu), clock.get("sm_clock_mhz")
+        if base and now and abs(now / base - 1) > self.config.telemetry.clock_tolerance:
+            flags.append(f"clock:{now:.0f}MHz-vs-baseline-{base:.0f}MHz")
+        return flags
+
+    async def run(self) -> None:
+        interval = self.config.telemetry.sample_interval_s
+        while True:
+            metrics = await asyncio.to_thread(gpu_metrics.sample_all, self.sampler, self.gpus)
+            for key, sample in metrics.items():
+                gate = self.gates.get(int(key))
+                counts = gate_counts(gate) if gate is not None else {"parked": None, "draining": None}
+                sample.update(counts)
+                self.latest[int(key)] = sample
+            self._emit({"type": "telemetry", "gpus": metrics})
+            await asyncio.sleep(interval)
+
+    # --- canaries -----------------------------------------------------------------
+
+    def canary_argv(self, gpu: Gpu) -> list[str]:
+        t = self.config.telemetry
+        argv = [
+            sys.executable, "-m", "krex_runtime.tenant.canary",
+            "--device", "sim" if gpu.simulated else "torch",
+            "--period", str(t.canary_period_s),
+            "--target-ms", str(t.canary_target_ms),
+            "--warm-s", "0.2" if gpu.simulated else "2.0",
+        ]
+        return argv + (["--outside"] if t.canary_outside else [])
+
+    def canary_output(self, gpu: int, command_id: str, data: bytes) -> None:
+        """Fold a canary's stdout, line by line, into events."""
+        text = self._partial.pop(command_id, "") + data.decode(errors="replace")
+        *lines, rest = text.split("\n")
+        if rest:
+            self._partial[command_id] = rest
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                log.warning("GPU %d canary wrote a line that is not JSON: %r", gpu, line[:200])
+                continue
+            clock = self.clock_now(gpu)
+            common = {
+                "gpu": gpu,
+                "compute_ms": record.get("compute_ms"),
+                "memory_ms": record.get("memory_ms"),
+                "sm_clock_mhz": clock.get("sm_clock_mhz"),
+                "throttle": clock.get("throttle"),
+            }
+            if record.get("type") == "baseline":
+                if clock["sm_clock_mhz"]:
+                    self.baseline_clock[gpu] = clock["sm_clock_mhz"]
+                self._emit({"type": "canary_baseline", "window": self.config.telemetry.canary_window, **common})
+            elif record.get("type") == "sample":
+                self._emit(
+                    {
+                        "type": "canary_sample",
+                        "where": record.get("where", "inside"),
+                        "flagged": bool(clock["flags"]),
+                        **common,
+                    }
+                )
+
+    def close(self) -> None:
+        self.sampler.close()

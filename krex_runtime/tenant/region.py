@@ -1,0 +1,150 @@
+"""Critical regions for benchmark code: `with region(): <timing loop>`.
+
+Under the KREX runtime, entering a region blocks until this process holds its
+GPU alone: the runtime gates, drains and freezes the other tenants of that GPU
+and pins the calling thread to reserved cores. Outside the runtime (no
+KREX_REGION_SOCKET) a region is a no-op, so a candidate runs standalone too.
+
+Standard library only: this module is imported by every candidate.
+
+    from krex_runtime.client import region
+
+    with region():
+        times = [timed_run() for _ in range(100)]
+
+    @region()
+    def measure(): ...
+
+The wire protocol (docs/native.md, "Region channel") is shared with the C API
+in native/include/krex.h: one Unix-socket connection per process, one line per
+message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+from typing import Any, Callable, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+PROTOCOL = 2
+SOCKET_ENV = "KREX_REGION_SOCKET"
+TOKEN_ENV = "KREX_REGION_TOKEN"  # the tenant's secret for HELLO (krex_runtime/regions/tokens.py)
+
+
+class RegionError(RuntimeError):
+    """The runtime refused or revoked a region; `code` is an errno name."""
+
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(f"{code}: {reason}" if reason else code)
+        self.code = code
+        self.reason = reason
+
+
+class _Channel:
+    """This process's connection to the runtime's region channel."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._file: Any = None
+        self._pid = 0
+        self.holding = False
+        self.region_seq: int | None = None
+        self.flags: list[str] = []
+
+    def _connect(self, path: str) -> None:
+        if self._sock is not None and self._pid == os.getpid():
+            return
+        # After a fork the connection belongs to the parent: open our own.
+        self._sock, self._file, self.holding = None, None, False
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(path)
+        except OSError as exc:
+            sock.close()
+            raise RegionError("ECONNREFUSED", f"cannot reach the region channel {path}: {exc.strerror}") from None
+        self._sock, self._file, self._pid = sock, sock.makefile("rwb", buffering=0), os.getpid()
+        tenant = os.environ.get("KREX_TENANT_ID") or "-1"
+        token = os.environ.get(TOKEN_ENV) or "-"
+        try:
+            self._transact(f"HELLO {PROTOCOL} {tenant} {os.getpid()} {token}", "OK")
+        except RegionError:
+            self._drop()  # the runtime hangs up on a refused HELLO: the next try starts over
+            raise
+
+    def _transact(self, line: str, want: str) -> str:
+        assert self._file is not None
+        try:
+            self._file.write(line.encode() + b"\n")
+            reply = self._file.readline().decode().rstrip("\n")
+        except OSError as exc:
+            self._drop()
+            raise RegionError("ECONNRESET", f"region channel broke: {exc}") from None
+        if not reply:
+            self._drop()
+            raise RegionError("ECONNRESET", "the runtime closed the region channel")
+        word, _, rest = reply.partition(" ")
+        if word == want:
+            return rest
+        if word == "ERROR":
+            code, _, reason = rest.partition(" ")
+            raise RegionError(code, reason)
+        self._drop()
+        raise RegionError("EPROTO", f"unexpected reply {reply!r}")
+
+    def _drop(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+        self._sock, self._file, self.holding = None, None, False
+
+    def enter(self, path: str) -> None:
+        with self._lock:
+            if self.holding:
+                raise RegionError("EBUSY", "this process already holds its region")
+            self._connect(path)
+            granted = self._transact(f"ENTER {threading.get_native_id()}", "GRANTED").split()
+            self.holding = True
+            self.region_seq = int(granted[0]) if granted and granted[0].isdigit() else None
+            self.flags = granted[1].split(",") if len(granted) > 1 else []
+
+    def exit(self) -> None:
+        with self._lock:
+            if not self.holding:
+                raise RegionError("EINVAL", "this process does not hold its region")
+            self.holding = False
+            self._transact("EXIT", "RELEASED")
+
+
+_channel = _Channel()
+
+
+def under_runtime() -> bool:
+    return bool(os.environ.get(SOCKET_ENV))
+
+
+class region(contextlib.ContextDecorator):
+    """Exclusive use of this process's GPU for the duration of the block.
+
+    Raises RegionError when the runtime refuses the region, and on exit when
+    the runtime revoked it (the hold limit passed): measurements taken inside
+    a revoked region are not protected and should be discarded. `flags`
+    names conditions at entry that make a measurement suspect (the GPU
+    throttling, or its clock far from the baseline's).
+    """
+
+    flags: list[str] = []  # set on entry: e.g. "throttled:hw_thermal" when the GPU throttles
+
+    def __enter__(self) -> region:
+        path = os.environ.get(SOCKET_ENV)
+        if path:
+            _channel.enter(path)
+            self.flags = list(_channel.flags)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if os.environ.get(SOCKET_ENV):
+            _channel.exit()

@@ -1,0 +1,3 @@
+"""What a client, the console or a trace reader may import: the control
+protocol and its typed bodies, endpoints, the control client, the event
+reducer and the trace. Nothing here imports the service."""

@@ -1,0 +1,64 @@
+"""The body of each control request: one frozen dataclass per shape
+(docs/protocol.md). A body that does not fit is refused with `bad_request`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+
+@dataclass(frozen=True)
+class HelloBody:
+    client: str = ""
+
+
+@dataclass(frozen=True)
+class EmptyBody:
+    pass
+
+
+@dataclass(frozen=True)
+class SubmitBody:
+    argv: list[str]
+    gpu: int | None = None
+    timeout_s: float | None = None
+    cwd: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    label: str = ""
+    attach: bool = False  # stream output and the result to this client
+    lease: bool = False  # run with the whole GPU leased to it (policy krex)
+    mode: Literal["process", "pooled"] = "process"  # pooled: in a persistent context process
+
+
+@dataclass(frozen=True)
+class CommandRef:
+    id: str
+
+
+@dataclass(frozen=True)
+class WaitBody:
+    id: str
+    attach: bool = True  # replay output so far, then stream the rest
+
+
+@dataclass(frozen=True)
+class LeaseBody:
+    gpu: int
+    ttl_s: float | None = None
+
+
+@dataclass(frozen=True)
+class GpuRef:
+    gpu: int
+
+
+@dataclass(frozen=True)
+class RecycleBody:
+    gpu: int
+    now: bool = False  # kill busy context processes at once (their commands fail)
+
+
+@dataclass(frozen=True)
+class PauseBody:
+    gpu: int | None = None  # None: the whole node

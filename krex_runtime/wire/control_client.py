@@ -1,0 +1,171 @@
+"""A client of the control socket, shared by the `krex` CLI and the console.
+
+It speaks only the protocol (krex_runtime.wire.protocol); it knows nothing of the
+runtime's internals.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import zmq
+import zmq.auth
+
+from krex_runtime.wire import protocol
+from krex_runtime.wire.endpoints import client_control
+
+PING_AFTER_S = 1.0
+DEAD_AFTER_S = 5.0
+# tcp endpoints are served with CURVE only (docs/deployment.md): a client names
+# its own key pair and the runtime's public key.
+CLIENT_KEY_ENV = "KREX_CURVE_CLIENT_KEY"  # this client's NAME.key_secret
+SERVER_KEY_ENV = "KREX_CURVE_SERVER_KEY"  # the runtime's NAME.key
+
+
+class RuntimeUnavailable(Exception):
+    """No runtime answers at the endpoint."""
+
+
+class RequestFailed(Exception):
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+class ControlClient:
+    def __init__(self, endpoint: str | None = None, timeout_s: float = 5.0) -> None:
+        self.endpoint = endpoint or client_control()
+        self.timeout_s = timeout_s
+        self._ctx = zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        try:
+            check_reachable(self.endpoint)
+            use_curve(self._sock, self.endpoint)
+        except RuntimeUnavailable:
+            self._sock.close()
+            raise
+        self._sock.connect(self.endpoint)
+
+    def close(self) -> None:
+        self._sock.close(linger=0)
+
+    def __enter__(self) -> ControlClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send(self, type_: str, body: Any = None) -> str:
+        msg = protocol.request(type_, body)
+        self._sock.send(protocol.encode(msg))
+        return msg["id"]
+
+    def send_raw(self, frame: bytes) -> None:
+        """For tests of malformed input: put bytes on the wire as they are."""
+        self._sock.send(frame)
+
+    def receive(self, timeout_s: float) -> dict[str, Any] | None:
+        if not self._sock.poll(int(timeout_s * 1000)):
+            return None
+        return protocol.decode_reply(self._sock.recv())
+
+    def call(self, type_: str, body: Any = None, timeout_s: float | None = None) -> Any:
+        """Send one request and return its reply body; raise on an error reply."""
+        req_id = self.send(type_, body)
+        deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.timeout_s)
+        while True:
+            left = deadline - time.monotonic()
+            msg = self.receive(max(0.0, left)) if left > 0 else None
+            if msg is None:
+                raise RuntimeUnavailable(f"no reply from the krex runtime at {self.endpoint}")
+            if msg.get("re") == req_id and msg.get("type") == "reply":
+                return _body_of(msg)
+
+    def follow(self, type_: str, body: Any) -> Iterator[dict[str, Any]]:
+        """Send a request that attaches to a command and yield what is pushed:
+        the reply first, then `output` messages, ending with the `result`.
+        Pings the runtime when it is quiet, so a dead runtime is noticed."""
+        req_id = self.send(type_, body)
+        ping_id: str | None = None
+        ping_sent = 0.0
+        while True:
+            msg = self.receive(PING_AFTER_S)
+            now = time.monotonic()
+            if msg is None:
+                if ping_id is None:
+                    ping_id, ping_sent = self.send("hello", {"client": "krex-follow"}), now
+                elif now - ping_sent > DEAD_AFTER_S:
+                    raise RuntimeUnavailable(f"the krex runtime at {self.endpoint} stopped answering")
+                continue
+            if msg.get("re") == ping_id:
+                ping_id = None
+                continue
+            if msg.get("re") != req_id:
+                continue
+            if msg["type"] == "reply":
+                yield {"type": "reply", "body": _body_of(msg)}
+            else:
+                yield {"type": msg["type"], "body": msg["body"]}
+                if msg["type"] == protocol.PUSH_RESULT:
+                    return
+
+
+def check_reachable(endpoint: str) -> None:
+    """An ipc endpoint this user cannot use fails here, with the reason, rather
+    than as a runtime that never answers."""
+    if not endpoint.startswith("ipc://"):
+        return
+    path = Path(endpoint[len("ipc://") :])
+    try:
+        gid = path.stat().st_gid
+    except FileNotFoundError:
+        raise RuntimeUnavailable(f"no krex runtime at {endpoint}") from None
+    except PermissionError:
+        raise RuntimeUnavailable(f"permission denied on {endpoint}: its folder is closed to you") from None
+    if not os.access(path, os.R_OK | os.W_OK):
+        try:
+            group = f" (group {grp.getgrgid(gid).gr_name})"
+        except KeyError:
+            group = ""
+        raise RuntimeUnavailable(f"permission denied on {endpoint}: only its owner and group{group} may use it")
+
+
+def use_curve(sock: zmq.Socket, endpoint: str) -> None:
+    """Give a socket bound for a tcp endpoint this client's CURVE keys."""
+    if not endpoint.startswith("tcp://"):
+        return
+    client_file, server_file = os.environ.get(CLIENT_KEY_ENV, ""), os.environ.get(SERVER_KEY_ENV, "")
+    if not client_file or not server_file:
+        raise RuntimeUnavailable(
+            f"{endpoint} is served with CURVE only: set {CLIENT_KEY_ENV} (your NAME.key_secret) "
+            f"and {SERVER_KEY_ENV} (the runtime's public NAME.key)"
+        )
+    try:
+        public, secret = zmq.auth.load_certificate(client_file)
+        server_public, _ = zmq.auth.load_certificate(server_file)
+    except (OSError, ValueError) as exc:
+        raise RuntimeUnavailable(f"cannot load CURVE keys: {exc}") from None
+    if secret is None:
+        raise RuntimeUnavailable(f"{CLIENT_KEY_ENV}={client_file} holds no secret key (give the NAME.key_secret file)")
+    sock.curve_secretkey = secret
+    sock.curve_publickey = public
+    sock.curve_serverkey = server_public
+
+
+def _body_of(msg: dict[str, Any]) -> Any:
+    if msg.get("ok"):
+        return msg.get("body", {})
+    err = msg.get("error") or {}
+    raise RequestFailed(err.get("code", "unknown"), err.get("reason", "request failed"))
+
+
+def how_to_start() -> str:
+    run_dir = os.environ.get("KREX_RUN_DIR")
+    where = f" --run-dir {run_dir}" if run_dir else ""
+    return f"start one with `krex-runtime{where}` (or `krex-runtime --sim 2{where}` on a machine without GPUs)"

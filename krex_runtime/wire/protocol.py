@@ -1,0 +1,176 @@
+"""The control and telemetry protocol: one versioned message spec (docs/protocol.md).
+
+Every message is one JSON object in one ZeroMQ frame:
+
+    {"v": 1, "type": "...", "id": "...", "time": 1732870000.123, "body": {...}}
+
+Replies carry "re" (the request's id) and either "ok": true with a body or
+"ok": false with {"code", "reason"}. The verb table (verbs.py) maps each
+request type to the dataclass its body must fit; the runtime's handlers are
+keyed by the same verbs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from krex_runtime.wire.typed import ShapeError, from_dict, to_dict
+from krex_runtime.wire.verbs import VERBS
+
+VERSION = 1
+
+# Exit codes of `krex run` / `krex wait` when the command itself gave none.
+EXIT_TIMEOUT = 124
+EXIT_KREX_ERROR = 125
+EXIT_SIGNAL_BASE = 128
+
+
+class ErrorCode:
+    BAD_MESSAGE = "bad_message"  # not JSON, not an object, envelope fields missing
+    TOO_LARGE = "too_large"
+    UNSUPPORTED_VERSION = "unsupported_version"
+    UNKNOWN_TYPE = "unknown_type"
+    BAD_REQUEST = "bad_request"  # body does not fit the request type
+    NOT_FOUND = "not_found"
+    REFUSED = "refused"  # read-only client, shutting down, paused target
+    FORBIDDEN = "forbidden"  # a changing request from a tenant of the runtime
+    QUEUE_FULL = "queue_full"
+    INTERNAL = "internal"
+
+
+class ProtocolError(Exception):
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(f"{code}: {reason}")
+        self.code = code
+        self.reason = reason
+
+
+# Pushed to a client that attached to a command, after the reply to its request.
+PUSH_OUTPUT = "output"
+PUSH_RESULT = "result"
+
+# Telemetry topics on the PUB socket (first frame of each message).
+TOPIC_EVENT = b"event"
+TOPIC_SNAPSHOT = b"snapshot"
+
+_ids = itertools.count(1)
+_id_prefix = f"{os.getpid():x}"
+
+
+def new_id() -> str:
+    return f"{_id_prefix}-{next(_ids)}"
+
+
+def envelope(type_: str, body: Any, **extra: Any) -> dict[str, Any]:
+    msg = {"v": VERSION, "type": type_, "id": new_id(), "time": time.time(), "body": to_dict(body)}
+    msg.update(extra)
+    return msg
+
+
+def encode(msg: dict[str, Any]) -> bytes:
+    return json.dumps(msg, separators=(",", ":")).encode()
+
+
+def request(type_: str, body: Any = None) -> dict[str, Any]:
+    return envelope(type_, body if body is not None else {})
+
+
+def reply_ok(req_id: str | None, body: Any = None) -> dict[str, Any]:
+    return envelope("reply", body if body is not None else {}, re=req_id, ok=True)
+
+
+def reply_error(req_id: str | None, code: str, reason: str) -> dict[str, Any]:
+    msg = envelope("reply", {}, re=req_id, ok=False, error={"code": code, "reason": reason})
+    return msg
+
+
+def push(type_: str, req_id: str, body: Any) -> dict[str, Any]:
+    return envelope(type_, body, re=req_id)
+
+
+@dataclass(frozen=True)
+class Request:
+    type: str
+    id: str
+    body: Any
+
+
+def load_json(frame: bytes) -> Any:
+    """One JSON document, or ProtocolError(bad_message) whatever the bytes."""
+    try:
+        return json.loads(frame)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, the int digit limit
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"not JSON: {exc}") from None
+    except RecursionError:
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "not JSON: nested too deeply") from None
+
+
+def decode_request(frame: bytes, max_bytes: int) -> Request:
+    """Parse and validate one control request; raises ProtocolError with a reply code."""
+    if len(frame) > max_bytes:
+        raise ProtocolError(ErrorCode.TOO_LARGE, f"message of {len(frame)} bytes exceeds {max_bytes}")
+    msg = load_json(frame)
+    if not isinstance(msg, dict):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "a message must be a JSON object")
+    version = msg.get("v")
+    if version != VERSION:
+        raise ProtocolError(
+            ErrorCode.UNSUPPORTED_VERSION, f"protocol version {version!r} is not supported (this runtime speaks {VERSION})"
+        )
+    type_, req_id = msg.get("type"), msg.get("id")
+    if not isinstance(type_, str) or not isinstance(req_id, str):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "'type' and 'id' must be strings")
+    verb = VERBS.get(type_)
+    if verb is None:
+        raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"unknown request type {type_!r}")
+    try:
+        body = from_dict(verb.body, msg.get("body", {}), "body")
+    except ShapeError as exc:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, str(exc)) from None
+    return Request(type_, req_id, body)
+
+
+def request_id_of(frame: bytes) -> str | None:
+    """Best effort: the id of a message that failed validation, so the error names it."""
+    try:
+        msg = load_json(frame)
+    except ProtocolError:
+        return None
+    if isinstance(msg, dict) and isinstance(msg.get("id"), str):
+        return msg["id"]
+    return None
+
+
+def decode_reply(frame: bytes) -> dict[str, Any]:
+    msg = load_json(frame)
+    if not isinstance(msg, dict):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "the runtime replied with something other than a JSON object")
+    if msg.get("v") != VERSION:
+        raise ProtocolError(ErrorCode.UNSUPPORTED_VERSION, f"runtime replied with protocol {msg.get('v')!r}")
+    return msg
+
+
+# --- the result record of a finished command ----------------------------------
+
+CommandState = Literal["queued", "running", "finished", "timeout", "cancelled", "failed"]
+FINAL_STATES: frozenset[str] = frozenset({"finished", "timeout", "cancelled", "failed"})
+
+
+def exit_status_of(result: dict[str, Any]) -> int:
+    """The exit status `krex run` / `krex wait` give for a command's result."""
+    if result["state"] == "timeout":
+        return EXIT_TIMEOUT
+    if result.get("signal"):
+        return EXIT_SIGNAL_BASE + int(result["signal"])
+    if result.get("exit_code") is not None:
+        return int(result["exit_code"])
+    return EXIT_KREX_ERROR
+
+
+# Each request type's body dataclass, from the verb table.
+REQUESTS: dict[str, type] = {name: verb.body for name, verb in VERBS.items()}

@@ -1,0 +1,292 @@
+"""The append-only JSONL trace: a header line, then one event per line.
+
+docs/trace-format.md is the specification. Reading reports a line that does
+not parse with its line number instead of guessing past it (and says so when
+it is a torn last line).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from krex_runtime.wire import state as node_state
+
+FORMAT = "krex-trace"
+FORMAT_VERSION = 2
+# Version 2 added the `trace_gap` record; a version 1 trace is a valid version 2 one.
+READABLE_VERSIONS = (1, 2)
+GAP = "trace_gap"
+
+log = logging.getLogger("krex.trace")
+
+
+class TraceError(Exception):
+    """A trace that cannot be read; the message names the file and line."""
+
+
+class TraceWriter:
+    """Appends events, one whole line per write to an O_APPEND descriptor.
+
+    Losing the trace must never stop the node: when a write fails (a full
+    disk, EIO, any OSError) the writer logs one error, cuts off the part of
+    the line that reached the file (so the trace still ends on a complete
+    line), counts the events it could not write, and tries again with each
+    later event. The first write that succeeds after a failure is preceded by
+    a `trace_gap` record saying how many events (which seq numbers) are
+    missing. Lines written before the failure are never touched.
+    """
+
+    def __init__(self, path: Path, header: dict[str, Any]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        self._size = 0  # bytes of complete lines in the file
+        self._torn = False  # a partly written line could not be cut off yet
+        self._failing = False
+        self._header: dict[str, Any] | None = {"format": FORMAT, "version": FORMAT_VERSION, **header}
+        self.lost = 0  # events not written since the last successful write
+        self.lost_total = 0
+        self._first_lost: dict[str, Any] = {}
+        self._last_lost: dict[str, Any] = {}
+        self._write_owed()
+
+    def write(self, record: dict[str, Any]) -> None:
+        # Each event tries again (a failing write costs one syscall), so nothing
+        # is dropped once space returns, the runtime's last events included.
+        if self._write_owed() and self._append(record):
+            return
+        if not self.lost:
+            self._first_lost = record
+        self._last_lost = record
+        self.lost += 1
+        self.lost_total += 1
+
+    def _write_owed(self) -> bool:
+        """Cut a torn line, write the header and the gap record where still owed;
+        False while the file cannot take them."""
+        if self._torn:
+            self._cut_torn_line()
+            if self._torn:
+                return False
+        if self._header is not None:
+            if not self._append(self._header):
+                return False
+            self._header = None
+        if self.lost:
+            gap = {
+                "type": GAP,
+                "t": time.time(),
+                "lost": self.lost,
+                "first_seq": self._first_lost.get("seq"),
+                "last_seq": self._last_lost.get("seq"),
+                "since": self._first_lost.get("t"),
+            }
+            if not self._append(gap):
+                return False
+            log.warning("trace %s: writing again; %d event(s) were lost (seq %s to %s)",
+                        self.path, self.lost, gap["first_seq"], gap["last_seq"])
+            self.lost = 0
+        return True
+
+    def _append(self, record: dict[str, Any]) -> bool:
+        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        view = memoryview(line)
+        try:
+            while view:
+                view = view[os.write(self._fd, view):]
+        except OSError as exc:
+            if len(view) < len(line):
+                self._torn = True
+                self._cut_torn_line()
+            if not self._failing:
+                self._failing = True
+                log.error("trace %s: cannot write (%s); the runtime keeps serving, counts the events it cannot "
+                          "record and writes again when it can", self.path, exc.strerror or exc)
+            return False
+        self._size += len(line)
+        self._failing = False
+        return True
+
+    def _cut_torn_line(self) -> None:
+        """Remove the part of a line a failed write left (truncating needs no
+        space). Until that works nothing more is appended; a reader meeting a
+        torn last line says so."""
+        try:
+            os.ftruncate(self._fd, self._size)
+            self._torn = False
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        if self._fd < 0:
+            return
+        self._write_owed()
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            log.error("trace %s: cannot flush to disk (%s)", self.path, exc.strerror)
+        if self.lost:
+            log.error("trace %s: the last %d event(s) were never written", self.path, self.lost)
+        os.close(self._fd)
+        self._fd = -1
+
+
+@dataclass
+class Trace:
+    header: dict[str, Any]
+    events: list[dict[str, Any]]
+
+
+def iter_trace(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) pairs; the first record is the header (the first
+    line that is not blank).
+
+    Every event is checked as it is read: its fields (state.check_event), its
+    `seq` (one more than the last), and that the reducer folds it; so whatever
+    this yields replays, and whatever does not names its line."""
+    try:
+        f = path.open("rb")
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot open trace: {exc.strerror}") from None
+    state = node_state.NodeState()
+    header_seen = False
+    with f:
+        # Bytes, decoded line by line: a text reader decodes ahead in chunks and
+        # would blame a bad byte on an earlier line.
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise TraceError(f"{path}:{lineno}: line is not UTF-8") from None
+            if not line.strip():
+                continue
+            record = _parse_line(path, lineno, line)
+            if not header_seen:
+                _check_header(path, lineno, record)
+                header_seen = True
+            else:
+                try:
+                    node_state.check_event(record)
+                    if record["type"] != GAP and record["seq"] != state.seq + 1:
+                        raise node_state.EventError(
+                            f"event seq {record['seq']} follows seq {state.seq} (events missing or out of order)"
+                        )
+                    node_state.apply(state, record)
+                except node_state.EventError as exc:
+                    raise TraceError(f"{path}:{lineno}: {exc}") from None
+            yield lineno, record
+    if not header_seen:
+        raise TraceError(f"{path}: trace is empty (no header line)")
+
+
+def _parse_line(path: Path, lineno: int, line: str) -> dict[str, Any]:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        if not line.endswith("\n"):
+            raise TraceError(
+                f"{path}:{lineno}: the last line is incomplete (its write was cut short: a crash or a "
+                f"full disk); the {lineno - 1} line(s) before it are intact"
+            ) from None
+        raise TraceError(f"{path}:{lineno}: line does not parse as JSON ({exc.msg})") from None
+    except (ValueError, RecursionError) as exc:  # a number with too many digits, nesting too deep
+        raise TraceError(f"{path}:{lineno}: line does not parse as JSON ({exc})") from None
+    if not isinstance(record, dict):
+        raise TraceError(f"{path}:{lineno}: a trace line must be a JSON object")
+    return record
+
+
+# Header fields a reader uses, and their types (the rest is for people).
+_HEADER_FIELDS: dict[str, tuple[type, ...]] = {
+    "node?": (str,), "policy?": (str,), "started_at?": (int, float), "gpus?": (list,),
+}
+
+
+def _check_header(path: Path, lineno: int, record: dict[str, Any]) -> None:
+    if record.get("format") != FORMAT:
+        raise TraceError(f"{path}:{lineno}: not a KREX trace (header has no \"format\": \"{FORMAT}\")")
+    if record.get("version") not in READABLE_VERSIONS:
+        version = record.get("version")
+        raise TraceError(
+            f"{path}:{lineno}: trace format version {version!r} is not supported (this reader knows {list(READABLE_VERSIONS)})"
+        )
+    try:
+        node_state.check_fields("header", record, _HEADER_FIELDS)
+    except node_state.EventError as exc:
+        raise TraceError(f"{path}:{lineno}: {exc}") from None
+
+
+def read_trace(path: Path) -> Trace:
+    records = iter_trace(path)
+    _, header = next(records)
+    return Trace(header, [record for _, record in records])
+
+
+def replay(trace: Trace, until: float | None = None) -> node_state.NodeState:
+    """The node state at trace time `until` (the end when None)."""
+    state = node_state.NodeState()
+    for event in trace.events:
+        if until is not None and event.get("t", 0.0) > until:
+            break
+        node_state.apply(state, event)
+    return state
+
+
+def summarize(trace: Trace) -> dict[str, Any]:
+    """Figures `krex trace FILE` prints: counts, durations, per-GPU concurrency."""
+    state = node_state.NodeState()
+    started: dict[str, float] = {}
+    queue_waits: list[float] = []
+    run_times: list[float] = []
+    running: dict[int, int] = {}
+    peak: dict[int, int] = {}
+    by_type: dict[str, int] = {}
+    for event in trace.events:
+        by_type[event["type"]] = by_type.get(event["type"], 0) + 1
+        kind, t = event["type"], event.get("t", 0.0)
+        if kind == "command_started":
+            cmd = state.commands.get(event["id"])
+            if cmd is not None:
+                queue_waits.append(t - cmd.submitted_at)
+            started[event["id"]] = t
+            gpu = event["gpu"]
+            running[gpu] = running.get(gpu, 0) + 1
+            peak[gpu] = max(peak.get(gpu, 0), running[gpu])
+        elif kind == "command_finished" and event["id"] in started:
+            run_times.append(t - started.pop(event["id"]))
+            cmd = state.commands.get(event["id"])
+            if cmd is not None and cmd.gpu is not None:
+                running[cmd.gpu] -= 1
+        node_state.apply(state, event)
+    first = trace.events[0].get("t", 0.0) if trace.events else 0.0
+    last = trace.events[-1].get("t", 0.0) if trace.events else 0.0
+    return {
+        "node": trace.header.get("node", "?"),
+        "policy": trace.header.get("policy", "?"),
+        "gpus": len(trace.header.get("gpus", [])),
+        "events": len(trace.events),
+        "span_s": last - first,
+        "events_by_type": by_type,
+        "totals": dict(state.totals),
+        "queue_wait_s": _quantiles(queue_waits),
+        "run_s": _quantiles(run_times),
+        "peak_running_per_gpu": {str(k): v for k, v in sorted(peak.items())},
+        "unfinished": len(started),
+    }
+
+
+def _quantiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    ordered = sorted(values)
+
+    def q(p: float) -> float:
+        return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+
+    return {"n": len(ordered), "p50": q(0.50), "p95": q(0.95), "max": ordered[-1]}

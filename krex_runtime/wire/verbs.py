@@ -1,0 +1,139 @@
+"""One table of the control protocol's verbs: each verb's body, whether it
+changes state, its `krex` command line and how `krex` prints its reply, and
+what the console's confirm dialog says of it.
+
+Everything that lists verbs derives from this table: the protocol's body
+registry (protocol.REQUESTS), the set refused on the read-only socket and to
+tenants (CHANGING), the CLI's subcommands, the console's actions. The runtime
+keys its handlers by these verbs (krex_runtime/service/handlers.py) and
+refuses to start if a verb has no handler or a handler no verb.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from krex_runtime.wire.bodies import (
+    CommandRef,
+    EmptyBody,
+    GpuRef,
+    HelloBody,
+    LeaseBody,
+    PauseBody,
+    RecycleBody,
+    SubmitBody,
+    WaitBody,
+)
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument of the verb's `krex` subcommand (argparse's add_argument).
+    Its dest is the body field it fills."""
+
+    flags: tuple[str, ...]
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Verb:
+    name: str  # the request type on the wire
+    body: type  # the dataclass its body must fit
+    changes_state: bool  # refused on the read-only socket and to tenants
+    summary: str  # one line: `krex --help` and docs/protocol.md
+    args: tuple[Arg, ...] = ()  # `krex NAME ...`; every dest is a body field
+    says: Callable[[dict[str, Any]], str] | None = None  # `krex NAME` prints this of the reply
+    confirm: str = ""  # what the console's confirm dialog explains; "" when the console does not offer it
+    wait_s: float = 10.0  # how long a client waits for the reply
+
+    @property
+    def on_cli(self) -> bool:
+        """A plain `krex NAME`: send the body its args make, print what `says` says."""
+        return self.says is not None
+
+
+def _paused(reply: dict[str, Any]) -> str:
+    return f"paused admission on {_scope(reply['paused'])}"
+
+
+def _resumed(reply: dict[str, Any]) -> str:
+    return f"resumed admission on {_scope(reply['resumed'])}"
+
+
+def _scope(target: Any) -> str:
+    return "the node" if target == "node" else f"GPU {target}"
+
+
+def _leased(reply: dict[str, Any]) -> str:
+    until = time.strftime("%H:%M:%S", time.localtime(reply["expires_at"]))
+    return f"leased GPU {reply['gpu']} until {until} (krex release {reply['gpu']} to end it)"
+
+
+def _recycling(reply: dict[str, Any]) -> str:
+    when = "now" if reply["now"] else "after their current command"
+    return f"recycling {reply['workers']} context process(es) of GPU {reply['gpu']} {when}"
+
+
+# A lease waits for the GPU's region queue; give it time before calling it lost.
+LEASE_WAIT_S = 600.0
+
+_GPU_SCOPE = Arg(("--gpu",), {"type": int, "help": "only this GPU (default: the whole node)"})
+
+HELLO = Verb("hello", HelloBody, False, "the runtime's protocol version, node, policy and GPUs")
+STATUS = Verb("status", EmptyBody, False, "show the node: GPUs, queues, running commands")
+SNAPSHOT = Verb("snapshot", EmptyBody, False, "the node state as the reducer folds it, with its sequence number")
+SUBMIT = Verb("submit", SubmitBody, True, "queue a command and print its id")
+WAIT = Verb("wait", WaitBody, False, "wait for a command, stream its output, exit with its exit code")
+CANCEL = Verb(
+    "cancel", CommandRef, True, "cancel a queued or running command",
+    args=(Arg(("id",)),),
+    says=lambda reply: f"{reply['id']}: {reply['state']}",
+    confirm="Ends its whole process tree.",
+)
+PAUSE = Verb(
+    "pause", PauseBody, True, "stop admitting commands",
+    args=(_GPU_SCOPE,), says=_paused,
+    confirm="No new command starts on this GPU; running ones continue.",
+)
+RESUME = Verb(
+    "resume", PauseBody, True, "admit commands again",
+    args=(_GPU_SCOPE,), says=_resumed,
+    confirm="Queued commands may start on this GPU again.",
+)
+LEASE = Verb(
+    "lease", LeaseBody, True, "take a whole GPU: wait for its region, gate, drain and freeze its tenants",
+    args=(
+        Arg(("gpu",), {"type": int}),
+        Arg(("--ttl",), {"dest": "ttl_s", "type": float, "metavar": "S",
+                         "help": "release by itself after S seconds (default: config)"}),
+    ),
+    says=_leased,
+    confirm="Waits for the GPU's region, then gates, drains and freezes its tenants until released "
+    "or the lease expires (regions.lease_ttl_s).",
+    wait_s=LEASE_WAIT_S,
+)
+RELEASE = Verb(
+    "release", GpuRef, True, "end a lease: thaw, reopen and admit again",
+    args=(Arg(("gpu",), {"type": int}),),
+    says=lambda reply: f"released GPU {reply['gpu']}",
+    confirm="Ends the operator's lease: thaw, reopen the gate, admit again.",
+)
+RECYCLE = Verb(
+    "recycle", RecycleBody, True, "replace a GPU's context processes after their current command",
+    args=(
+        Arg(("gpu",), {"type": int}),
+        Arg(("--now",), {"action": "store_true", "help": "at once: busy ones are killed and their commands fail"}),
+    ),
+    says=_recycling,
+    confirm="Replaces the pooled context processes of this GPU now.",
+)
+
+VERBS: dict[str, Verb] = {
+    verb.name: verb
+    for verb in (HELLO, STATUS, SNAPSHOT, SUBMIT, WAIT, CANCEL, PAUSE, RESUME, LEASE, RELEASE, RECYCLE)
+}
+
+# Refused on the read-only control socket and to tenants of the runtime.
+CHANGING: frozenset[str] = frozenset(name for name, verb in VERBS.items() if verb.changes_state)
