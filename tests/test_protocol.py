@@ -117,3 +117,24 @@ def test_read_only_socket_refuses_changes(runtime: Runtime) -> None:
             with pytest.raises(Exception) as err:
                 client.call(type_, body)
             assert getattr(err.value, "code", None) == "refused"
+
+
+def test_the_protocol_doc_lists_every_verb_as_the_verb_table_defines_it() -> None:
+    """docs/protocol.md's request table names each verb of wire/verbs.py, with
+    'refused' on the read-only socket exactly for the verbs that change state."""
+    import re
+    from pathlib import Path
+
+    from krex_runtime.wire import verbs
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "protocol.md").read_text()
+    rows: dict[str, str] = {}
+    for line in doc.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        names = re.findall(r"`([a-z]+)`", cells[0]) if line.startswith("| `") else []
+        for name in names:
+            rows[name] = cells[-1]
+    documented = {name: rows[name] for name in rows if name in verbs.VERBS}
+    assert set(documented) == set(verbs.VERBS)
+    for name, verb in verbs.VERBS.items():
+        assert documented[name] == ("refused" if verb.changes_state else "yes"), name

@@ -30,13 +30,10 @@ import secrets
 import signal
 import socket
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from krex_runtime.commands import cgroups, process_tree
-from krex_runtime.node.access import RunAs
-from krex_runtime.commands.cgroups import CgroupSlice
 from krex_runtime.commands.command_process import (
     READER_DRAIN_TIMEOUT_S,
     Outcome,
@@ -47,58 +44,18 @@ from krex_runtime.commands.command_process import (
     pump_output,
     signal_of,
 )
+from krex_runtime.commands.context_process import ContextWorker, PooledRun, describe_exit
+from krex_runtime.commands.environment import TenantSetup
 from krex_runtime.node.config import Config
 from krex_runtime.node.gpus import Gpu
+from krex_runtime.node.sink import EventSink
 
 log = logging.getLogger("krex.pool")
 
-Emit = Callable[[dict[str, Any]], None]
-# (worker id, tenant id, GPU) -> the environment of a context process
-WorkerEnv = Callable[[str, int, Gpu], dict[str, str]]
 
 RETRY_BASE_S = 0.5
 RETRY_MAX_S = 30.0
 LINE_LIMIT = 1 << 20
-
-
-@dataclass
-class ContextWorker:
-    id: str
-    gpu: int
-    tenant_id: int
-    cgroup: Path | None
-    proc: asyncio.subprocess.Process
-    sock: socket.socket
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-    exited: asyncio.Task[int]
-    state: str = "warming"  # warming | idle | busy | cleaning | retired
-    served: int = 0
-    job_id: str | None = None
-    run: PooledRun | None = None
-    retire_after: str = ""  # set by `recycle`: replace once the current command is done
-    inbox: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-
-class PooledRun:
-    """A pooled command while it runs: what the dispatcher holds as `job.process`."""
-
-    def __init__(self, worker: ContextWorker) -> None:
-        self.worker = worker
-        self.pid: int | None = worker.pid
-        self.cancelled = asyncio.Event()
-        self.reason = ""
-        self.state = "cancelled"
-        self.cause = "cancelled"
-
-    def cancel(self, reason: str, state: str = "cancelled", cause: str = "cancelled") -> None:
-        if not self.cancelled.is_set():
-            self.reason, self.state, self.cause = reason, state, cause
-            self.cancelled.set()
 
 
 class ContextPool:
@@ -106,28 +63,20 @@ class ContextPool:
         self,
         config: Config,
         gpus: list[Gpu],
-        emit: Emit,
-        worker_env: WorkerEnv,
-        cgroup_slice: CgroupSlice | None,
-        new_tenant_id: Callable[[], int],
-        tenant_cores: Callable[[int], tuple[int, ...]],
+        sink: EventSink,
+        setup: TenantSetup,
         log_dir: Path,
         on_idle: Callable[[], None],
-        run_as: RunAs | None = None,
     ) -> None:
         self.settings = config.pool
         self.kill_grace_s = config.dispatcher.kill_grace_s
         self.gpus = {g.index: g for g in gpus}
         self.size = config.pool.size_per_gpu
         self.workers: dict[str, ContextWorker] = {}
-        self._emit = emit
-        self._worker_env = worker_env
-        self._slice = cgroup_slice
-        self._new_tenant_id = new_tenant_id
-        self._tenant_cores = tenant_cores
+        self._emit = sink.emit
+        self._setup = setup
         self._log_dir = log_dir
-        self._on_idle = on_idle
-        self._run_as = run_as
+        self._on_idle = on_idle  # the dispatcher's: a queued pooled command may start now
         self._create: asyncio.Queue[int] = asyncio.Queue()
         self._failures: dict[int, int] = {g.index: 0 for g in gpus}
         self._ids = itertools.count(1)
@@ -212,7 +161,7 @@ class ContextPool:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
-            await self._send(worker, {"type": "run", "id": command_id, "entry": entry, "cwd": cwd, "env": env}, [out_w, err_w])
+            await worker.send({"type": "run", "id": command_id, "entry": entry, "cwd": cwd, "env": env}, [out_w, err_w])
         except OSError as exc:
             for fd in (out_r, err_r):
                 os.close(fd)
@@ -239,7 +188,7 @@ class ContextPool:
         elif message in done or worker.exited in done:
             returncode = await worker.exited
             outcome = outcome_of(returncode)
-            self._retire(worker, "exited", f"context process ended with its command ({_describe(returncode)})")
+            self._retire(worker, "exited", f"context process ended with its command ({describe_exit(returncode)})")
         elif cancelled in done:
             returncode = await self._end_tree(worker)
             outcome = Outcome(run.state, None, signal_of(returncode), run.reason)
@@ -265,12 +214,12 @@ class ContextPool:
         self._spawn(self._await_clean(worker))
 
     async def _await_clean(self, worker: ContextWorker) -> None:
-        reply = await self._next_message(worker, self.settings.clean_timeout_s)
+        reply = await worker.next_message(self.settings.clean_timeout_s)
         if worker.state != "cleaning":
             return
         if reply is None:
             if worker.exited.done():
-                self._retire(worker, "exited", f"context process died in cleanup ({_describe(worker.exited.result())})")
+                self._retire(worker, "exited", f"context process died in cleanup ({describe_exit(worker.exited.result())})")
             else:
                 self._retire(worker, "clean_timeout", f"no cleanup report within {self.settings.clean_timeout_s:g} s")
         elif not reply.get("ok"):
@@ -320,8 +269,9 @@ class ContextPool:
     async def _start_worker(self, gpu_index: int) -> None:
         gpu = self.gpus[gpu_index]
         worker_id = f"pool-{self._nonce}-g{gpu_index}-{next(self._ids)}"
-        tenant_id = self._new_tenant_id()
-        cgroup = self._slice.create(worker_id) if self._slice is not None else None
+        tenant_id = self._setup.new_tenant_id()
+        slice_ = self._setup.cgroups
+        cgroup = slice_.create(worker_id) if slice_ is not None else None
         runtime_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         spec = {
             "control_fd": worker_end.fileno(),
@@ -341,10 +291,10 @@ class ContextPool:
                 stdout=log_file,
                 stderr=log_file,
                 cwd="/",
-                env=self._worker_env(worker_id, tenant_id, gpu),
+                env=self._setup.env.build(worker_id, tenant_id, {}, gpu),
                 start_new_session=True,
                 pass_fds=(worker_end.fileno(),),
-                preexec_fn=child_setup(cgroup, self._tenant_cores(gpu_index), self._run_as),
+                preexec_fn=child_setup(cgroup, self._setup.cores_of(gpu_index), self._setup.run_as),
             )
         except OSError as exc:
             runtime_end.close()
@@ -361,18 +311,18 @@ class ContextPool:
             worker_id, gpu_index, tenant_id, cgroup, proc, runtime_end, reader, writer, asyncio.create_task(proc.wait())
         )
         self.workers[worker_id] = worker
-        self._spawn(self._listen(worker))
+        self._spawn(worker.listen())
         worker.exited.add_done_callback(lambda _t: self._on_exit(worker))
         self._emit({"type": "pool_worker_started", "gpu": gpu_index, "worker": worker_id, "pid": proc.pid, "tenant_id": tenant_id})
-        reply = await self._next_message(worker, self.settings.start_timeout_s)
+        reply = await worker.next_message(self.settings.start_timeout_s)
         if worker.state != "warming":
             return  # recycled or stopped while it started
         if reply is not None and reply.get("type") == "imported":
             async with self._context_turn:
                 if worker.state != "warming":
                     return
-                await self._send(worker, {"type": "create"}, [])
-                reply = await self._next_message(worker, self.settings.start_timeout_s)
+                await worker.send({"type": "create"}, [])
+                reply = await worker.next_message(self.settings.start_timeout_s)
             if worker.state != "warming":
                 return
         if reply is not None and reply.get("type") == "ready":
@@ -392,7 +342,7 @@ class ContextPool:
         if reply is not None:
             why = reply.get("reason", "start-up failed")
         elif worker.exited.done():
-            why = f"exited during start-up ({_describe(worker.exited.result())})"
+            why = f"exited during start-up ({describe_exit(worker.exited.result())})"
         else:
             why = f"not ready within {self.settings.start_timeout_s:g} s"
         log.warning("context process %s on GPU %d failed to start: %s (log: %s)", worker_id, gpu_index, why,
@@ -444,49 +394,9 @@ class ContextPool:
         """A context process that dies while idle (killed from outside) is replaced."""
         if worker.state == "idle" and not self._closing:
             returncode = worker.exited.result() if not worker.exited.cancelled() else None
-            self._retire(worker, "exited", f"context process exited while idle ({_describe(returncode)})")
-
-    # --- the control channel ---------------------------------------------------------
-
-    async def _listen(self, worker: ContextWorker) -> None:
-        try:
-            while line := await worker.reader.readline():
-                try:
-                    worker.inbox.put_nowait(json.loads(line))
-                except json.JSONDecodeError:
-                    log.warning("context process %s sent a bad line: %r", worker.id, line[:200])
-        except (ConnectionError, ValueError):
-            pass
-        worker.inbox.put_nowait(None)
-
-    async def _next_message(self, worker: ContextWorker, timeout_s: float) -> dict[str, Any] | None:
-        """The next message, or None when the process died or went quiet for `timeout_s`."""
-        get = asyncio.create_task(worker.inbox.get())
-        done, _ = await asyncio.wait({get, worker.exited}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-        if get in done:
-            return get.result()
-        get.cancel()
-        return None
-
-    async def _send(self, worker: ContextWorker, msg: dict[str, Any], fds: list[int]) -> None:
-        data = json.dumps(msg).encode() + b"\n"
-        # The descriptors travel with the first bytes; the worker reads the
-        # whole line before it acts, so the rest may follow through the stream.
-        sent = socket.send_fds(worker.sock, [data[:4096]], fds)
-        if sent < len(data):
-            worker.writer.write(data[sent:])
-            await worker.writer.drain()
+            self._retire(worker, "exited", f"context process exited while idle ({describe_exit(returncode)})")
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-def _describe(returncode: int | None) -> str:
-    if returncode is None:
-        return "unknown status"
-    if returncode < 0:
-        sig = -returncode
-        return f"killed by {signal.Signals(sig).name if sig in signal.valid_signals() else sig}"
-    return f"exit code {returncode}"

@@ -12,95 +12,42 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import os
 import secrets
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Callable, Protocol
 
-from krex_runtime.node.access import RunAs
-from krex_runtime.commands.cgroups import CgroupSlice
 from krex_runtime.commands.command_process import CommandProcess, LaunchSpec, Outcome
-from krex_runtime.node.config import Config, environment_problem
-from krex_runtime.commands.context_pool import ContextPool, ContextWorker, PooledRun
+from krex_runtime.node.config import Config
+from krex_runtime.commands.context_pool import ContextPool
+from krex_runtime.commands.job import Job, check_spawnable
+from krex_runtime.commands.context_process import ContextWorker
+from krex_runtime.commands.environment import TenantSetup
+from krex_runtime.commands.tenants import TenantRegistry
 from krex_runtime.node.gpus import Gpu
+from krex_runtime.node.sink import EventSink
 from krex_runtime.tenant.pooled_entry import EntryError, parse_entry
 from krex_runtime.wire.bodies import SubmitBody
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 
 log = logging.getLogger("krex.dispatcher")
 
-Emit = Callable[[dict[str, Any]], None]
-TenantEnv = Callable[["Job", Gpu], dict[str, str]]
-# Takes a whole-device lease for a command and returns the release function.
-LeaseTaker = Callable[["Job"], Awaitable[Callable[[], None]]]
 
 
-@dataclass
-class Job:
-    id: str
-    argv: list[str]
-    gpu_request: int | None
-    timeout_s: float
-    cwd: str
-    env: dict[str, str]
-    label: str
-    submitted_at: float
-    state: str = "queued"
-    gpu: int | None = None
-    tenant_id: int | None = None
-    started_at: float | None = None
-    finished_at: float | None = None
-    process: CommandProcess | PooledRun | None = None
-    outcome: Outcome | None = None
-    stdout_path: Path | None = None
-    stderr_path: Path | None = None
-    cgroup: Path | None = None
-    lease: bool = False
-    internal: bool = False  # started by the runtime itself (a canary): takes no slot
-    mode: str = "process"  # process | pooled
-    entry: dict[str, Any] | None = None  # pooled: what the context process runs
-    worker: str | None = None  # pooled: the context process that runs it
-    done: asyncio.Event = field(default_factory=asyncio.Event)
+class CommandWatcher(Protocol):
+    """Who follows commands besides the trace: clients attached to their
+    output, the canary keeper. Output is not an event (it is not traced)."""
 
-    def result(self) -> dict[str, Any]:
-        """The record `krex run --json` and `krex wait --json` print."""
-        o = self.outcome
-        started = self.started_at
-        finished = self.finished_at
-        return {
-            "id": self.id,
-            "label": self.label,
-            "gpu": self.gpu,
-            "state": self.state,
-            "exit_code": o.exit_code if o else None,
-            "signal": o.signal if o else None,
-            "reason": o.reason if o else "",
-            "submitted_at": self.submitted_at,
-            "started_at": started,
-            "finished_at": finished,
-            "queue_s": (started if started is not None else finished or self.submitted_at) - self.submitted_at,
-            "run_s": (finished - started) if started is not None and finished is not None else None,
-            "total_s": (finished - self.submitted_at) if finished is not None else None,
-            "lease": self.lease,
-            "mode": self.mode,
-            "worker": self.worker,
-            "stdout_path": str(self.stdout_path) if self.stdout_path else None,
-            "stderr_path": str(self.stderr_path) if self.stderr_path else None,
-        }
+    def output(self, job: Job, stream: str, data: bytes) -> None: ...
+
+    def finished(self, job: Job) -> None: ...
 
 
-def check_spawnable(body: SubmitBody) -> None:
-    """A bad_request for what no process can be started with: the kernel takes
-    argv, cwd and the environment as C strings."""
-    for where, text in [("argv", a) for a in body.argv] + [("cwd", body.cwd)]:
-        if "\0" in text:
-            raise ProtocolError(ErrorCode.BAD_REQUEST, f"{where} holds a NUL character: {text[:60]!r}")
-    problem = environment_problem(body.env)
-    if problem is not None:
-        raise ProtocolError(ErrorCode.BAD_REQUEST, f"env: {problem}")
+class CommandLeases(Protocol):
+    """Whole-device leases for commands submitted with `lease` (policy krex)."""
+
+    async def for_command(self, job: Job) -> Callable[[], None]: ...
 
 
 class Dispatcher:
@@ -108,44 +55,39 @@ class Dispatcher:
         self,
         config: Config,
         gpus: list[Gpu],
-        emit: Emit,
-        tenant_env: TenantEnv,
+        sink: EventSink,
+        setup: TenantSetup,
+        tenants: TenantRegistry,
+        watcher: CommandWatcher,
         output_dir: Path,
-        cgroup_slice: CgroupSlice | None,
-        on_output: Callable[[Job, str, bytes], None],
-        on_finished: Callable[[Job], None],
-        tenant_cores: Callable[[int], tuple[int, ...]] = lambda gpu: (),
-        take_lease: LeaseTaker | None = None,
-        run_as: RunAs | None = None,
+        pool_dir: Path,
+        leases: CommandLeases | None = None,
     ) -> None:
         self.config = config
         self.gpus = {g.index: g for g in gpus}
         self.slots = 1 if config.runtime.policy == "command" else config.dispatcher.slots_per_gpu
         self.queue: deque[Job] = deque()
         self.jobs: dict[str, Job] = {}
-        self.running: dict[int, set[str]] = {g.index: set() for g in gpus}
+        self.running: dict[int, set[str]] = {g.index: set() for g in gpus}  # slots taken, by command id
         self.paused_node = False
         self.paused_gpus: set[int] = set()
         self.closed = False
-        self._emit = emit
-        self._tenant_env = tenant_env
+        self._emit = sink.emit
+        self._setup = setup
+        self._tenants = tenants
+        self._watcher = watcher
         self._output_dir = output_dir
-        self._slice = cgroup_slice
-        self._on_output = on_output
-        self._on_finished = on_finished
-        self._tenant_cores = tenant_cores
-        self._take_lease = take_lease
-        self._run_as = run_as
+        self._leases = leases
         self.leased_gpus: set[int] = set()
         self._finished: deque[str] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
         self._nonce = secrets.token_hex(2)
         self._ids = itertools.count(1)
-        self._tenant_ids = itertools.count(1)
-        self.pool: ContextPool | None = None  # set by the service when pool.size_per_gpu > 0
-
-    def new_tenant_id(self) -> int:
-        return next(self._tenant_ids)
+        # The context pool serves this dispatcher's pooled commands; an idle
+        # context process may let a queued command start.
+        self.pool: ContextPool | None = (
+            ContextPool(config, gpus, sink, setup, pool_dir, on_idle=self.pump) if config.pool.size_per_gpu > 0 else None
+        )
 
     # --- requests ---------------------------------------------------------
 
@@ -158,7 +100,7 @@ class Dispatcher:
         self.check_gpu(body.gpu)
         if body.timeout_s is not None and body.timeout_s <= 0:
             raise ProtocolError(ErrorCode.BAD_REQUEST, "timeout_s must be positive")
-        if body.lease and self._take_lease is None:
+        if body.lease and self._leases is None:
             raise ProtocolError(ErrorCode.REFUSED, "leases need policy 'krex'")
         entry = None
         if body.mode == "pooled":
@@ -232,9 +174,6 @@ class Dispatcher:
         self._emit({"type": "admission_resumed", "gpu": gpu})
         self.pump()
 
-    def running_on(self, gpu: int) -> list[Job]:
-        return [self.jobs[i] for i in self.running[gpu] if i in self.jobs and self.jobs[i].process is not None]
-
     def check_gpu(self, gpu: int | None) -> None:
         """A bad_request unless this node has `gpu` (None: any GPU)."""
         if gpu is not None and gpu not in self.gpus:
@@ -306,10 +245,11 @@ class Dispatcher:
             # gate slot were set up under it.
             job.tenant_id, job.worker = worker.tenant_id, worker.id
         else:
-            job.tenant_id = self.new_tenant_id()
+            job.tenant_id = self._setup.new_tenant_id()
         job.stdout_path = self._output_dir / f"{job.id}.stdout"
         job.stderr_path = self._output_dir / f"{job.id}.stderr"
         self.running[gpu_index].add(job.id)
+        self._tenants.add(gpu_index, job)
         task = asyncio.create_task(self._run(job, gpu, worker))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -317,10 +257,10 @@ class Dispatcher:
     async def _run(self, job: Job, gpu: Gpu, worker: ContextWorker | None = None) -> None:
         release_lease: Callable[[], None] | None = None
         if job.lease:
-            assert self._take_lease is not None
+            assert self._leases is not None
             self.leased_gpus.add(gpu.index)
             try:
-                release_lease = await self._take_lease(job)
+                release_lease = await self._leases.for_command(job)
             except Exception as exc:
                 self.leased_gpus.discard(gpu.index)
                 self._finish(job, Outcome("failed", None, None, f"lease refused: {exc}"), "failed", started=False)
@@ -337,23 +277,24 @@ class Dispatcher:
                 self.pump()
 
     async def _run_process(self, job: Job, gpu: Gpu) -> None:
-        cgroup = self._slice.create(f"cmd-{job.id}") if self._slice is not None else None
+        cgroups = self._setup.cgroups
+        cgroup = cgroups.create(f"cmd-{job.id}") if cgroups is not None else None
         job.cgroup = cgroup
         assert job.stdout_path is not None and job.stderr_path is not None
         spec = LaunchSpec(
             command_id=job.id,
             argv=job.argv,
             cwd=job.cwd,
-            env=self._tenant_env(job, gpu),
+            env=self._env_of(job, gpu),
             timeout_s=job.timeout_s,
             kill_grace_s=self.config.dispatcher.kill_grace_s,
             stdout_path=job.stdout_path,
             stderr_path=job.stderr_path,
             cgroup=cgroup,
-            cpus=self._tenant_cores(gpu.index),
-            run_as=self._run_as,
+            cpus=self._setup.cores_of(gpu.index),
+            run_as=self._setup.run_as,
         )
-        process = CommandProcess(spec, lambda stream, data: self._on_output(job, stream, data))
+        process = CommandProcess(spec, lambda stream, data: self._watcher.output(job, stream, data))
         job.process = process
         failure = await process.start()
         if failure is not None:
@@ -392,11 +333,11 @@ class Dispatcher:
                 job.id,
                 job.entry,
                 job.cwd,
-                self._tenant_env(job, gpu),
+                self._env_of(job, gpu),
                 job.timeout_s,
                 job.stdout_path,
                 job.stderr_path,
-                lambda stream, data: self._on_output(job, stream, data),
+                lambda stream, data: self._watcher.output(job, stream, data),
             )
         except Exception as exc:  # never leave a slot taken by a command we lost track of
             outcome = Outcome("failed", None, None, f"runtime error while running: {exc!r}")
@@ -406,6 +347,7 @@ class Dispatcher:
         job.outcome, job.state, job.finished_at = outcome, state, time.time()
         if job.gpu is not None:
             self.running[job.gpu].discard(job.id)
+            self._tenants.discard(job.gpu, job.id)
         self._emit(
             {
                 "type": "command_finished",
@@ -418,7 +360,7 @@ class Dispatcher:
             }
         )
         job.done.set()
-        self._on_finished(job)
+        self._watcher.finished(job)
         self._finished.append(job.id)
         while len(self._finished) > self.config.dispatcher.keep_finished:
             forgotten = self.jobs.pop(self._finished.popleft(), None)
@@ -426,7 +368,14 @@ class Dispatcher:
                 _remove_output(forgotten)
         self.pump()
 
+    def _env_of(self, job: Job, gpu: Gpu) -> dict[str, str]:
+        return self._setup.env.build(job.id, job.tenant_id, job.env, gpu)
+
     # --- shutdown -----------------------------------------------------------
+
+    def stop_admitting(self) -> None:
+        """Refuse new commands from now on (the runtime is stopping)."""
+        self.closed = True
 
     async def shutdown(self, mode: str, grace_s: float) -> None:
         """Stop admission; cancel what is queued; finish or cancel what runs."""
@@ -442,35 +391,6 @@ class Dispatcher:
                 job.process.cancel("runtime shutting down")
         if self._tasks:
             await asyncio.wait(set(self._tasks))
-
-
-def base_tenant_env(
-    command_id: str,
-    tenant_id: int | None,
-    command_env: dict[str, str],
-    gpu: Gpu,
-    extra: dict[str, str],
-    endpoint: str,
-    run_dir: Path,
-) -> dict[str, str]:
-    """The environment every tenant gets, before library and simulator settings.
-    A context process gets it too, under its own id (its commands' ids are
-    mapped to it by the runtime, never read from its environment)."""
-    env = dict(os.environ)
-    env.update(extra)
-    env.update(command_env)
-    env.update(
-        {
-            "CUDA_VISIBLE_DEVICES": gpu.visible_devices,
-            "KREX_GPU": str(gpu.index),
-            "KREX_GPU_UUID": gpu.uuid,
-            "KREX_COMMAND_ID": command_id,
-            "KREX_TENANT_ID": str(tenant_id),
-            "KREX_ENDPOINT": endpoint,
-            "KREX_RUN_DIR": str(run_dir),
-        }
-    )
-    return env
 
 
 def _remove_output(job: Job) -> None:

@@ -98,10 +98,12 @@ class Connection:
 
 
 class RegionChannel:
-    def __init__(self, path: Path, manager: RegionManager, identify: Identify, settings: RegionSection) -> None:
+    def __init__(
+        self, path: Path, manager: RegionManager, identify: Identify, settings: RegionSection, tokens: RegionTokens
+    ) -> None:
         self.path = path
         self.manager = manager
-        self.tokens = RegionTokens()
+        self.tokens = tokens
         self._identify = identify
         self._settings = settings
         self._server: asyncio.AbstractServer | None = None

@@ -13,12 +13,32 @@ import asyncio
 import time
 from typing import Any, Callable
 
-from krex_runtime.commands.dispatcher import Dispatcher, Job
+from krex_runtime.commands.dispatcher import Dispatcher
+from krex_runtime.commands.job import Job
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 from krex_runtime.regions.manager import OPERATOR, RegionManager, RegionRefused, Request
 
 
+class CommandLeases:
+    """Whole-device leases for commands submitted with `lease`: the dispatcher
+    takes one before such a command starts."""
+
+    def __init__(self, manager: RegionManager) -> None:
+        self.manager = manager
+
+    async def for_command(self, job: Job) -> Callable[[], None]:
+        """The whole GPU for one command, granted before it starts; returns the release."""
+        assert job.gpu is not None
+        region = self.manager.new_request(job.gpu, "lease", job.tenant_id or 0, job.id, 0, 0, job.timeout_s)
+        await region.granted
+        gpu_regions = self.manager.gpus[job.gpu]
+        return lambda: gpu_regions.release(region, "command ended")
+
+
 class LeaseDesk:
+    """Operators' leases (`krex lease`): held until released or expired, with
+    admission to the GPU stopped meanwhile."""
+
     def __init__(self, manager: RegionManager, dispatcher: Dispatcher, default_ttl_s: float) -> None:
         self.manager = manager
         self.dispatcher = dispatcher
@@ -53,14 +73,6 @@ class LeaseDesk:
             self.manager.gpus[gpu].withdraw(region, "released by operator before it was granted")
         self._end(gpu)
         return {"gpu": gpu, "released": True}
-
-    async def for_command(self, job: Job) -> Callable[[], None]:
-        """The whole GPU for one command, granted before it starts; returns the release."""
-        assert job.gpu is not None
-        region = self.manager.new_request(job.gpu, "lease", job.tenant_id or 0, job.id, 0, 0, job.timeout_s)
-        await region.granted
-        gpu_regions = self.manager.gpus[job.gpu]
-        return lambda: gpu_regions.release(region, "command ended")
 
     async def _watch(self, gpu: int, region: Request) -> None:
         """A TTL that passes ends the operator's lease like a release does."""

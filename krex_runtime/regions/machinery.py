@@ -14,10 +14,10 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from krex_runtime.commands import cgroups
-from krex_runtime.regions import driver_lock as cuda_checkpoint
+from krex_runtime.regions import driver_lock
 from krex_runtime.node import native_build
 from krex_runtime.commands.cgroups import CgroupSlice
 from krex_runtime.node.config import Config
@@ -26,11 +26,13 @@ from krex_runtime.regions.freezer import Freezer, freezer_for
 from krex_runtime.regions.gate import Gate, GateError
 from krex_runtime.regions.gate_backends import DriverLockBackend, GateBackend, PreloadBackend
 from krex_runtime.node.gpus import Gpu
+from krex_runtime.node.sink import EventSink
+from krex_runtime.commands.tenants import TenantRegistry
 from krex_runtime.regions.manager import (
     GpuRegions,
     RegionManager,
+    ClockProbe,
     RegionSettings,
-    Tenant,
 )
 
 log = logging.getLogger("krex.regions")
@@ -81,14 +83,23 @@ def recover(run_dir: Path, cgroup_slice: CgroupSlice | None) -> list[str]:
     return done
 
 
+def cpu_plan(config: Config, gpus: list[Gpu]) -> CpuPlan:
+    """Each GPU's CPU slice: the cores its tenants run on, and the cores
+    reserved for its region holder's measuring thread (gpu+cpu protection)."""
+    rc = config.regions
+    overrides = {int(k): tuple(v) for k, v in rc.cpu_slices.items()}
+    return plan(gpus, rc.reserved_cores_per_gpu if rc.protection == "gpu+cpu" else 0, overrides)
+
+
 def build(
     config: Config,
     run_dir: Path,
     gpus: list[Gpu],
     cgroup_slice: CgroupSlice | None,
-    tenants_of: Callable[[int], list[Tenant]],
-    emit: Callable[[dict[str, Any]], None],
-    kill_command: Callable[[str, str], None],
+    cpus: CpuPlan,
+    tenants: TenantRegistry,
+    sink: EventSink,
+    clock_probe: ClockProbe,
 ) -> RegionMachinery:
     rc = config.regions
     (run_dir / GATES_DIR).mkdir(mode=0o755, exist_ok=True)
@@ -102,13 +113,11 @@ def build(
         if simulated:
             os.environ["KREX_SIM_DEVICE"] = config.gpus.simulated_device
             os.environ["KREX_SIM_GPUS"] = str(len(gpus))
-        driver = cuda_checkpoint.load(native_build.simulated_driver_dir() if simulated else None)
+        driver = driver_lock.load(native_build.simulated_driver_dir() if simulated else None)
         backend = DriverLockBackend(driver)
     else:
         backend = PreloadBackend()
     freezer: Freezer = freezer_for(cgroup_slice.version if cgroup_slice is not None else None)
-    overrides = {int(k): tuple(v) for k, v in rc.cpu_slices.items()}
-    cpus = plan(gpus, rc.reserved_cores_per_gpu if rc.protection == "gpu+cpu" else 0, overrides)
     settings = RegionSettings(
         protection=rc.protection,
         hold_limit_s=rc.hold_limit_s,
@@ -117,7 +126,7 @@ def build(
         drain_timeout_s=rc.drain_timeout_s,
     )
     regions = {
-        g.index: GpuRegions(g.index, gates[g.index], backend, freezer, cpus, settings, tenants_of, emit, kill_command)
+        g.index: GpuRegions(g.index, gates[g.index], backend, freezer, cpus, settings, tenants, sink, clock_probe)
         for g in gpus
     }
     return RegionMachinery(RegionManager(regions), gates, backend, freezer, cpus)

@@ -20,14 +20,18 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
+from krex_runtime.commands.tenants import TenantRegistry
+from krex_runtime.node.sink import EventSink
 from krex_runtime.regions import cpu_slices
 from krex_runtime.regions.cpu_slices import CpuPlan
 from krex_runtime.regions.freezer import FreezeError, Freezer, Target, is_stopped
 from krex_runtime.regions.gate import Gate
 from krex_runtime.regions.gate_backends import DrainReport, GateBackend
+
+# GPU index -> its SM clock, throttle reasons and what is wrong with them now.
+ClockProbe = Callable[[int], dict[str, Any]]
 
 log = logging.getLogger("krex.regions")
 
@@ -43,16 +47,6 @@ class RegionRefused(Exception):
         super().__init__(reason)
         self.code = code
         self.reason = reason
-
-
-@dataclass(frozen=True)
-class Tenant:
-    """A running command on a GPU, as the region manager sees it."""
-
-    tenant_id: int
-    command_id: str
-    pid: int
-    cgroup: Path | None
 
 
 @dataclass(frozen=True)
@@ -104,9 +98,9 @@ class GpuRegions:
         freezer: Freezer,
         cpus: CpuPlan,
         settings: RegionSettings,
-        tenants_of: Callable[[int], list[Tenant]],
-        emit: Callable[[dict[str, Any]], None],
-        kill_command: Callable[[str, str], None],
+        tenants: TenantRegistry,
+        sink: EventSink,
+        clock_probe: ClockProbe,
     ) -> None:
         self.gpu = gpu
         self.gate = gate
@@ -114,13 +108,12 @@ class GpuRegions:
         self.freezer = freezer
         self.cpus = cpus
         self.settings = settings
-        self._tenants_of = tenants_of
-        self._emit = emit
-        self._kill_command = kill_command
+        self._tenants = tenants
+        self._emit = sink.emit
         self.queue: deque[Request] = deque()
         self.holder: Request | None = None
-        # SM clock, throttle reasons and flags now; set by the telemetry.
-        self.clock_probe: Callable[[int], dict[str, Any]] = lambda gpu: {}
+        # SM clock, throttle reasons and flags now, recorded at every entry.
+        self.clock_probe = clock_probe
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -264,7 +257,7 @@ class GpuRegions:
             req.reason = "lease expired"
         elif self.settings.on_hold_limit == "kill":
             req.reason = f"held past the {req.limit_s:g} s limit: command killed"
-            self._kill_command(req.command_id, req.reason)
+            self._tenants.end(req.command_id, req.reason)
         else:
             req.reason = f"held past the {req.limit_s:g} s limit: region revoked"
         req.revoked = True
@@ -305,7 +298,7 @@ class GpuRegions:
                 )
             frozen: list[int] = []
             if self.settings.protection == "gpu+cpu" or req.kind == "lease":
-                others = [t for t in self._tenants_of(self.gpu) if t.tenant_id != req.tenant_id]
+                others = [t for t in self._tenants.of_gpu(self.gpu) if t.tenant_id != req.tenant_id]
                 targets = [Target(t.command_id, t.pid, cgroup=t.cgroup) for t in others]
                 frozen = [t.tenant_id for t in others]
                 try:

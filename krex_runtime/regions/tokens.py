@@ -1,7 +1,7 @@
 """Region tokens: the secret a tenant shows on the region channel.
 
 At start the runtime draws a random key; tenant T's token is
-HMAC-SHA256(key, T) in hex, handed to T in its environment (TOKEN_ENV) and
+HMAC-SHA256(key, T) in hex, handed to T in its environment (KREX_REGION_TOKEN) and
 nowhere else. Tokens are unguessable without the key and differ between
 tenants, and deriving them means there is nothing to store or to forget when
 a tenant ends: a token of an ended tenant opens nothing, because the channel
@@ -21,8 +21,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-
-TOKEN_ENV = "KREX_REGION_TOKEN"
 
 
 class RegionTokens:

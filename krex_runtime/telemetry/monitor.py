@@ -16,9 +16,11 @@ import asyncio
 import json
 import logging
 import sys
-from typing import Any, Callable
+from typing import Any
 
+from krex_runtime.node.sink import EventSink
 from krex_runtime.telemetry import gpu_metrics
+from krex_runtime.telemetry.clocks import Clocks
 from krex_runtime.node.config import Config
 from krex_runtime.regions.gate import Gate
 from krex_runtime.node.gpus import Gpu
@@ -41,36 +43,18 @@ class Telemetry:
         self,
         config: Config,
         gpus: list[Gpu],
-        emit: Callable[[dict[str, Any]], None],
+        sink: EventSink,
         gates: dict[int, Gate],
+        clocks: Clocks,
     ) -> None:
         self.config = config
         self.gpus = gpus
-        self._emit = emit
+        self._emit = sink.emit
         self.gates = gates
-        self.sampler = gpu_metrics.open_sampler(gpus, config.gpus.simulated_device)
+        self.clocks = clocks
+        self.sampler = clocks.sampler
         self.latest: dict[int, dict[str, Any]] = {}
-        self.baseline_clock: dict[int, float] = {}
         self._partial: dict[str, str] = {}
-
-    def clock_now(self, gpu: int) -> dict[str, Any]:
-        """SM clock, throttle reasons and what is wrong with them, right now
-        (recorded at every region entry)."""
-        try:
-            sample = self.sampler.sample(gpu)
-        except Exception:
-            sample = {}
-        clock = {"sm_clock_mhz": sample.get("sm_clock_mhz"), "throttle": sample.get("throttle")}
-        return clock | {"flags": self.flags(gpu, clock)}
-
-    def flags(self, gpu: int, clock: dict[str, Any]) -> list[str]:
-        """Why a measurement taken at this clock should not be trusted: the GPU
-        throttles, or runs far from the clock its baseline was taken at."""
-        flags = [f"throttled:{reason}" for reason in clock.get("throttle") or []]
-        base, now = self.baseline_clock.get(gpu), clock.get("sm_clock_mhz")
-        if base and now and abs(now / base - 1) > self.config.telemetry.clock_tolerance:
-            flags.append(f"clock:{now:.0f}MHz-vs-baseline-{base:.0f}MHz")
-        return flags
 
     async def run(self) -> None:
         interval = self.config.telemetry.sample_interval_s
@@ -109,7 +93,7 @@ class Telemetry:
             except json.JSONDecodeError:
                 log.warning("GPU %d canary wrote a line that is not JSON: %r", gpu, line[:200])
                 continue
-            clock = self.clock_now(gpu)
+            clock = self.clocks.now(gpu)
             common = {
                 "gpu": gpu,
                 "compute_ms": record.get("compute_ms"),
@@ -119,7 +103,7 @@ class Telemetry:
             }
             if record.get("type") == "baseline":
                 if clock["sm_clock_mhz"]:
-                    self.baseline_clock[gpu] = clock["sm_clock_mhz"]
+                    self.clocks.baseline[gpu] = clock["sm_clock_mhz"]
                 self._emit({"type": "canary_baseline", "window": self.config.telemetry.canary_window, **common})
             elif record.get("type") == "sample":
                 self._emit(

@@ -28,11 +28,11 @@ import socket
 import threading
 from typing import Any, Callable, TypeVar
 
+from krex_runtime.tenant import env
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 PROTOCOL = 2
-SOCKET_ENV = "KREX_REGION_SOCKET"
-TOKEN_ENV = "KREX_REGION_TOKEN"  # the tenant's secret for HELLO (krex_runtime/regions/tokens.py)
 
 
 class RegionError(RuntimeError):
@@ -68,8 +68,8 @@ class _Channel:
             sock.close()
             raise RegionError("ECONNREFUSED", f"cannot reach the region channel {path}: {exc.strerror}") from None
         self._sock, self._file, self._pid = sock, sock.makefile("rwb", buffering=0), os.getpid()
-        tenant = os.environ.get("KREX_TENANT_ID") or "-1"
-        token = os.environ.get(TOKEN_ENV) or "-"
+        tenant = os.environ.get(env.TENANT_ID) or "-1"
+        token = os.environ.get(env.REGION_TOKEN) or "-"
         try:
             self._transact(f"HELLO {PROTOCOL} {tenant} {os.getpid()} {token}", "OK")
         except RegionError:
@@ -123,7 +123,7 @@ _channel = _Channel()
 
 
 def under_runtime() -> bool:
-    return bool(os.environ.get(SOCKET_ENV))
+    return bool(os.environ.get(env.REGION_SOCKET))
 
 
 class region(contextlib.ContextDecorator):
@@ -139,12 +139,12 @@ class region(contextlib.ContextDecorator):
     flags: list[str] = []  # set on entry: e.g. "throttled:hw_thermal" when the GPU throttles
 
     def __enter__(self) -> region:
-        path = os.environ.get(SOCKET_ENV)
+        path = os.environ.get(env.REGION_SOCKET)
         if path:
             _channel.enter(path)
             self.flags = list(_channel.flags)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if os.environ.get(SOCKET_ENV):
+        if os.environ.get(env.REGION_SOCKET):
             _channel.exit()

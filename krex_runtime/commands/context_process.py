@@ -1,0 +1,96 @@
+"""One context process as the runtime sees it: its handle, the pooled command
+it runs now, and its control channel (one JSON line per message, with the
+command's output pipes passed as descriptors)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("krex.pool")
+
+
+@dataclass
+class ContextWorker:
+    id: str
+    gpu: int
+    tenant_id: int
+    cgroup: Path | None
+    proc: asyncio.subprocess.Process
+    sock: socket.socket
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    exited: asyncio.Task[int]
+    state: str = "warming"  # warming | idle | busy | cleaning | retired
+    served: int = 0
+    job_id: str | None = None
+    run: PooledRun | None = None
+    retire_after: str = ""  # set by `recycle`: replace once the current command is done
+    inbox: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    # --- its control channel ------------------------------------------------------
+
+    async def listen(self) -> None:
+        try:
+            while line := await self.reader.readline():
+                try:
+                    self.inbox.put_nowait(json.loads(line))
+                except json.JSONDecodeError:
+                    log.warning("context process %s sent a bad line: %r", self.id, line[:200])
+        except (ConnectionError, ValueError):
+            pass
+        self.inbox.put_nowait(None)
+
+    async def next_message(self, timeout_s: float) -> dict[str, Any] | None:
+        """The next message, or None when the process died or went quiet for `timeout_s`."""
+        get = asyncio.create_task(self.inbox.get())
+        done, _ = await asyncio.wait({get, self.exited}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        if get in done:
+            return get.result()
+        get.cancel()
+        return None
+
+    async def send(self, msg: dict[str, Any], fds: list[int]) -> None:
+        data = json.dumps(msg).encode() + b"\n"
+        # The descriptors travel with the first bytes; the worker reads the
+        # whole line before it acts, so the rest may follow through the stream.
+        sent = socket.send_fds(self.sock, [data[:4096]], fds)
+        if sent < len(data):
+            self.writer.write(data[sent:])
+            await self.writer.drain()
+
+
+class PooledRun:
+    """A pooled command while it runs: what the dispatcher holds as `job.process`."""
+
+    def __init__(self, worker: ContextWorker) -> None:
+        self.worker = worker
+        self.pid: int | None = worker.pid
+        self.cancelled = asyncio.Event()
+        self.reason = ""
+        self.state = "cancelled"
+        self.cause = "cancelled"
+
+    def cancel(self, reason: str, state: str = "cancelled", cause: str = "cancelled") -> None:
+        if not self.cancelled.is_set():
+            self.reason, self.state, self.cause = reason, state, cause
+            self.cancelled.set()
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "unknown status"
+    if returncode < 0:
+        sig = -returncode
+        return f"killed by {signal.Signals(sig).name if sig in signal.valid_signals() else sig}"
+    return f"exit code {returncode}"

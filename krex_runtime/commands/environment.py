@@ -1,0 +1,99 @@
+"""What every tenant process is started with: its environment, cgroup slice,
+cores and user. One builder serves commands and context processes alike.
+
+The environment names the tenant's command and GPU, points it at the
+read-only control socket (tenants may only read), preloads the interception
+library, and under policy krex hands it its GPU's gate, the region socket and
+its region token. The variable names come from krex_runtime/tenant/env.py,
+which the tenant-side code reads.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from krex_runtime.commands.cgroups import CgroupSlice
+from krex_runtime.node.access import RunAs
+from krex_runtime.node.gpus import Gpu
+from krex_runtime.tenant import env as names
+
+
+class TokenSource(Protocol):
+    def token_for(self, tenant_id: int) -> str: ...
+
+
+@dataclass(frozen=True)
+class RegionAccess:
+    """Where tenants find regions (policy krex only)."""
+
+    gates: dict[int, Path]  # GPU index -> its gate file
+    socket: Path
+    tokens: TokenSource
+
+
+@dataclass(frozen=True)
+class TenantEnvironment:
+    extra: dict[str, str]  # tenants.env of the configuration
+    endpoint: str  # the read-only control socket
+    run_dir: Path
+    user_env: dict[str, str]  # HOME, USER... of the tenants' user, when one is set
+    library: Path | None  # the interception library to preload (None: tenants run unprotected)
+    regions: RegionAccess | None
+    simulator: dict[str, str]  # simulated GPUs: the simulator's settings (empty on real GPUs)
+    simulator_dir: Path | None
+
+    def build(self, command_id: str, tenant_id: int | None, command_env: dict[str, str], gpu: Gpu) -> dict[str, str]:
+        """The environment of one tenant. A context process gets it too, under
+        its own id (its commands' ids are mapped to it by the runtime, never
+        read from its environment)."""
+        env = dict(os.environ)
+        env.update(self.extra)
+        env.update(command_env)
+        env.update(
+            {
+                "CUDA_VISIBLE_DEVICES": gpu.visible_devices,
+                names.GPU: str(gpu.index),
+                names.GPU_UUID: gpu.uuid,
+                names.COMMAND_ID: command_id,
+                names.TENANT_ID: str(tenant_id),
+                names.ENDPOINT: self.endpoint,
+                names.RUN_DIR: str(self.run_dir),
+            }
+        )
+        env.update(self.user_env)
+        if self.library is not None:
+            env["LD_PRELOAD"] = _prepend(str(self.library), env.get("LD_PRELOAD", ""), " ")
+        if self.regions is not None:
+            env[names.GATE_PATH] = str(self.regions.gates[gpu.index])
+            env[names.REGION_SOCKET] = str(self.regions.socket)
+            if tenant_id is not None:
+                env[names.REGION_TOKEN] = self.regions.tokens.token_for(tenant_id)
+        if gpu.simulated and self.simulator_dir is not None:
+            env["LD_LIBRARY_PATH"] = _prepend(str(self.simulator_dir), env.get("LD_LIBRARY_PATH", ""), ":")
+            env.update(self.simulator)
+        return env
+
+
+def _prepend(first: str, rest: str, sep: str) -> str:
+    return sep.join(p for p in (first, rest) if p)
+
+
+@dataclass
+class TenantSetup:
+    """Everything a tenant process is started with besides its command."""
+
+    env: TenantEnvironment
+    cgroups: CgroupSlice | None
+    cores: dict[int, tuple[int, ...]]  # GPU index -> the cores its tenants may use (empty: any)
+    run_as: RunAs | None
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def new_tenant_id(self) -> int:
+        return next(self._ids)
+
+    def cores_of(self, gpu: int) -> tuple[int, ...]:
+        return self.cores.get(gpu, ())

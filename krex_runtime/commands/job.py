@@ -1,0 +1,89 @@
+"""A command as the dispatcher holds it, from submission to its result record,
+and the checks a submission must pass before any process is started for it."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from krex_runtime.commands.command_process import CommandProcess, Outcome
+from krex_runtime.commands.context_process import PooledRun
+from krex_runtime.node.config import environment_problem
+from krex_runtime.wire.bodies import SubmitBody
+from krex_runtime.wire.protocol import ErrorCode, ProtocolError
+
+
+@dataclass
+class Job:
+    id: str
+    argv: list[str]
+    gpu_request: int | None
+    timeout_s: float
+    cwd: str
+    env: dict[str, str]
+    label: str
+    submitted_at: float
+    state: str = "queued"
+    gpu: int | None = None
+    tenant_id: int | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    process: CommandProcess | PooledRun | None = None
+    outcome: Outcome | None = None
+    stdout_path: Path | None = None
+    stderr_path: Path | None = None
+    cgroup: Path | None = None
+    lease: bool = False
+    internal: bool = False  # started by the runtime itself (a canary): takes no slot
+    mode: str = "process"  # process | pooled
+    entry: dict[str, Any] | None = None  # pooled: what the context process runs
+    worker: str | None = None  # pooled: the context process that runs it
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def cancel(self, reason: str) -> None:
+        """End a running command's process tree (see Dispatcher.cancel for any state)."""
+        if self.process is not None:
+            self.process.cancel(reason)
+
+    def result(self) -> dict[str, Any]:
+        """The record `krex run --json` and `krex wait --json` print."""
+        o = self.outcome
+        started = self.started_at
+        finished = self.finished_at
+        return {
+            "id": self.id,
+            "label": self.label,
+            "gpu": self.gpu,
+            "state": self.state,
+            "exit_code": o.exit_code if o else None,
+            "signal": o.signal if o else None,
+            "reason": o.reason if o else "",
+            "submitted_at": self.submitted_at,
+            "started_at": started,
+            "finished_at": finished,
+            "queue_s": (started if started is not None else finished or self.submitted_at) - self.submitted_at,
+            "run_s": (finished - started) if started is not None and finished is not None else None,
+            "total_s": (finished - self.submitted_at) if finished is not None else None,
+            "lease": self.lease,
+            "mode": self.mode,
+            "worker": self.worker,
+            "stdout_path": str(self.stdout_path) if self.stdout_path else None,
+            "stderr_path": str(self.stderr_path) if self.stderr_path else None,
+        }
+
+
+def check_spawnable(body: SubmitBody) -> None:
+    """A bad_request for what no process can be started with: the kernel takes
+    argv, cwd and the environment as C strings."""
+    for where, text in [("argv", a) for a in body.argv] + [("cwd", body.cwd)]:
+        if "\0" in text:
+            raise ProtocolError(ErrorCode.BAD_REQUEST, f"{where} holds a NUL character: {text[:60]!r}")
+    problem = environment_problem(body.env)
+    if problem is not None:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"env: {problem}")

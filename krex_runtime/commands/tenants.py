@@ -1,0 +1,65 @@
+"""The running tenants of each GPU, as the region manager needs them: whom to
+gate, drain and freeze when another tenant of the GPU takes a region, and whom
+to end when a region outlives its hold limit.
+
+The dispatcher keeps it (a command is here from its start to its finish); the
+region manager only reads it. Both are built around it, so neither needs the
+other to exist first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """A running command on a GPU, as the region manager sees it."""
+
+    tenant_id: int
+    command_id: str
+    pid: int
+    cgroup: Path | None
+
+
+class Running(Protocol):
+    """What the registry reads of a running command (the dispatcher's Job)."""
+
+    id: str
+    gpu: int | None
+    tenant_id: int | None
+    cgroup: Path | None
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def cancel(self, reason: str) -> None: ...
+
+
+class TenantRegistry:
+    def __init__(self, gpus: list[int]) -> None:
+        self._running: dict[int, dict[str, Running]] = {gpu: {} for gpu in gpus}
+
+    def add(self, gpu: int, command: Running) -> None:
+        self._running[gpu][command.id] = command
+
+    def discard(self, gpu: int, command_id: str) -> None:
+        self._running[gpu].pop(command_id, None)
+
+    def of_gpu(self, gpu: int) -> list[Tenant]:
+        """The GPU's running tenants that have a process now."""
+        return [
+            Tenant(c.tenant_id or 0, c.id, c.pid, c.cgroup)
+            for c in list(self._running.get(gpu, {}).values())
+            if c.pid is not None
+        ]
+
+    def end(self, command_id: str, reason: str) -> None:
+        """End a running command's whole process tree (a region past its hold limit)."""
+        for running in self._running.values():
+            command = running.get(command_id)
+            if command is not None:
+                command.cancel(reason)
+                return

@@ -1,0 +1,40 @@
+"""The node's event sink: every state change goes through `emit`.
+
+It numbers the event, folds it into the node state with the one reducer (the
+same one the console and replay use), appends it to the trace and publishes
+it. Snapshots (the state with its sequence number) go out periodically and on
+request, so a late subscriber converges (docs/protocol.md).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from krex_runtime.wire import protocol
+from krex_runtime.wire import state as node_state
+from krex_runtime.wire.trace import TraceWriter
+
+Publish = Callable[[bytes, Any], None]
+
+
+class EventLog:
+    def __init__(self, trace: TraceWriter, publish: Publish) -> None:
+        self.state = node_state.NodeState()
+        self.trace = trace
+        self._publish = publish
+        self._seq = 0
+
+    def emit(self, event: dict[str, Any]) -> None:
+        assert "seq" not in event and "t" not in event, "seq and t belong to the runtime"
+        self._seq += 1
+        event = {"seq": self._seq, "t": time.time(), **event}
+        node_state.apply(self.state, event)
+        self.trace.write(event)
+        self._publish(protocol.TOPIC_EVENT, event)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"seq": self.state.seq, "state": node_state.to_snapshot(self.state)}
+
+    def publish_snapshot(self) -> None:
+        self._publish(protocol.TOPIC_SNAPSHOT, self.snapshot())

@@ -1,0 +1,185 @@
+"""The runtime's handler of each verb of the control protocol.
+
+The verbs themselves (body, whether they change state, CLI wording) are
+defined once in krex_runtime/wire/verbs.py; this module gives each its
+handler, and the server refuses to start unless every verb has exactly one.
+Refusals (read-only socket, tenants) happen before a handler runs
+(service/server.py); handlers refuse what the node cannot do.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from krex_runtime.node.gpus import Gpu
+from krex_runtime.regions.leases import LeaseDesk
+from krex_runtime.service.event_log import EventLog
+from krex_runtime.service.node import Node
+from krex_runtime.service.server import Handler, Peer
+from krex_runtime.wire import endpoints, protocol, verbs
+from krex_runtime.wire import state as node_state
+from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request
+
+
+@dataclass
+class Context:
+    """What handlers read and act on."""
+
+    node: Node
+    log: EventLog
+    run_dir: Path
+    cgroups: str | None  # the command cgroups' folder, for status
+
+
+Verb = Callable[[Context, Peer, Request], Awaitable[Any]]
+HANDLERS: dict[str, Verb] = {}
+
+
+def handles(verb: verbs.Verb) -> Callable[[Verb], Verb]:
+    def register(fn: Verb) -> Verb:
+        assert verb.name not in HANDLERS, f"two handlers for {verb.name}"
+        HANDLERS[verb.name] = fn
+        return fn
+
+    return register
+
+
+def table(ctx: Context) -> dict[str, Handler]:
+    """The handlers bound to this node, keyed by verb name."""
+    return {name: _bound(fn, ctx) for name, fn in HANDLERS.items()}
+
+
+def _bound(fn: Verb, ctx: Context) -> Handler:
+    async def handle(peer: Peer, req: Request) -> Any:
+        return await fn(ctx, peer, req)
+
+    return handle
+
+
+@handles(verbs.HELLO)
+async def hello(ctx: Context, peer: Peer, req: Request) -> Any:
+    return {
+        "protocol": protocol.VERSION,
+        "node": ctx.log.state.node,
+        "policy": ctx.node.config.runtime.policy,
+        "read_only": peer.read_only,
+        "telemetry": endpoints.telemetry(ctx.run_dir),
+        "gpus": [ctx.node.gpu_record(g) for g in ctx.node.gpus],
+    }
+
+
+@handles(verbs.STATUS)
+async def status(ctx: Context, peer: Peer, req: Request) -> Any:
+    d, state = ctx.node.dispatcher, ctx.log.state
+    return {
+        "node": state.node,
+        "policy": ctx.node.config.runtime.policy,
+        "pid": os.getpid(),
+        "uptime_s": time.time() - state.started_at,
+        "paused": d.paused_node,
+        "stopping": d.closed,
+        "queued": len(d.queue),
+        "trace": str(ctx.log.trace.path),
+        "trace_events_lost": ctx.log.trace.lost_total,
+        "cgroups": ctx.cgroups,
+        "regions": ctx.node.describe_regions(),
+        "totals": dict(state.totals),
+        "gpus": [_gpu_status(ctx, g, state.gpus[g.index]) for g in ctx.node.gpus],
+    }
+
+
+def _gpu_status(ctx: Context, gpu: Gpu, state: node_state.GpuState) -> dict[str, Any]:
+    """One GPU for `status`: its record, and its figures from the node state
+    (the reducer's, as every client sees them)."""
+    return {
+        **ctx.node.gpu_record(gpu),
+        "running": sorted(state.running),
+        "queued": state.queued,
+        "paused": state.paused,
+        "leased": gpu.index in ctx.node.dispatcher.leased_gpus,
+        "region_holder": state.region_holder,
+        "region_kind": state.region_kind,
+        "region_since": state.region_since,
+        "region_queue": len(state.region_queue),
+        "frozen": list(state.frozen),
+        "regions_granted": state.regions_granted,
+        "last_region": dict(state.last_region),
+        "pool": {k: v for k, v in state.pool.items() if k != "workers"},
+    }
+
+
+@handles(verbs.SNAPSHOT)
+async def snapshot(ctx: Context, peer: Peer, req: Request) -> Any:
+    return ctx.log.snapshot()
+
+
+@handles(verbs.SUBMIT)
+async def submit(ctx: Context, peer: Peer, req: Request) -> Any:
+    job = ctx.node.dispatcher.submit(req.body)
+    if req.body.attach:
+        ctx.node.attachments.attach(peer, req.id, job)
+    return {"id": job.id, "state": job.state}
+
+
+@handles(verbs.WAIT)
+async def wait(ctx: Context, peer: Peer, req: Request) -> Any:
+    job = ctx.node.dispatcher.find(req.body.id)
+    if req.body.attach:
+        ctx.node.attachments.attach(peer, req.id, job)
+        return {"id": job.id, "state": job.state}
+    await job.done.wait()
+    return job.result()
+
+
+@handles(verbs.CANCEL)
+async def cancel(ctx: Context, peer: Peer, req: Request) -> Any:
+    job = ctx.node.dispatcher.cancel(req.body.id)
+    return {"id": job.id, "state": job.state}
+
+
+@handles(verbs.PAUSE)
+async def pause(ctx: Context, peer: Peer, req: Request) -> Any:
+    ctx.node.dispatcher.pause(req.body.gpu)
+    return {"paused": req.body.gpu if req.body.gpu is not None else "node"}
+
+
+@handles(verbs.RESUME)
+async def resume(ctx: Context, peer: Peer, req: Request) -> Any:
+    ctx.node.dispatcher.resume(req.body.gpu)
+    return {"resumed": req.body.gpu if req.body.gpu is not None else "node"}
+
+
+@handles(verbs.RECYCLE)
+async def recycle(ctx: Context, peer: Peer, req: Request) -> Any:
+    gpu, pool = req.body.gpu, ctx.node.dispatcher.pool
+    ctx.node.dispatcher.check_gpu(gpu)
+    if pool is None:
+        raise ProtocolError(ErrorCode.REFUSED, "this runtime has no context pool (pool.size_per_gpu = 0)")
+    count = pool.recycle(gpu, req.body.now)
+    return {"gpu": gpu, "now": req.body.now, "workers": count}
+
+
+@handles(verbs.LEASE)
+async def lease(ctx: Context, peer: Peer, req: Request) -> Any:
+    leases = _leases_or_refuse(ctx)
+    ctx.node.dispatcher.check_gpu(req.body.gpu)
+    return await leases.lease(req.body.gpu, req.body.ttl_s)
+
+
+@handles(verbs.RELEASE)
+async def release(ctx: Context, peer: Peer, req: Request) -> Any:
+    leases = _leases_or_refuse(ctx)
+    ctx.node.dispatcher.check_gpu(req.body.gpu)
+    return leases.release(req.body.gpu)
+
+
+def _leases_or_refuse(ctx: Context) -> LeaseDesk:
+    if ctx.node.leases is None:
+        raise ProtocolError(
+            ErrorCode.REFUSED, f"leases need policy 'krex' (this runtime runs '{ctx.node.config.runtime.policy}')"
+        )
+    return ctx.node.leases

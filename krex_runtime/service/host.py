@@ -1,0 +1,132 @@
+"""What the runtime claims and prepares on its host before it serves: the run
+folder and its access, the claims that keep a second runtime off these GPUs,
+the tenants' user, the CURVE keys, the command cgroups, and the recovery of
+whatever a previous run left frozen or gated."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import krex_runtime
+from krex_runtime.commands import cgroups
+from krex_runtime.commands.cgroups import CgroupSlice
+from krex_runtime.node import access, native_build
+from krex_runtime.node.config import Config, resolve_lock_dir, resolve_run_dir
+from krex_runtime.node.gpus import Gpu
+from krex_runtime.node.locks import Claim, claim
+from krex_runtime.regions import machinery
+from krex_runtime.service import curve
+from krex_runtime.wire import endpoints
+
+log = logging.getLogger("krex.runtime")
+
+
+class StartupError(Exception):
+    """The runtime cannot start; the message is one line for the operator."""
+
+
+@dataclass
+class Host:
+    run_dir: Path
+    output_dir: Path
+    library: Path  # the interception library tenants preload
+    tenant_user: access.TenantUser | None
+    run_as: access.RunAs
+    curve_keys: curve.ServerKeys | None
+    cgroup_slice: CgroupSlice | None
+    recovered: list[str]  # what recovery did, one line each
+    claims: list[Claim] = field(default_factory=list)
+
+    def release(self) -> None:
+        for c in self.claims:
+            c.release()
+        self.claims.clear()
+
+
+def prepare(config: Config, gpus: list[Gpu]) -> Host:
+    """Claim the run folder and the GPUs, and make the host ready for tenants;
+    StartupError (with every claim released) when it cannot."""
+    run_dir = resolve_run_dir(config)
+    # Nothing the runtime creates is open to other users until it says so;
+    # tenants get the umask it was started with back.
+    umask = os.umask(access.RUNTIME_UMASK)
+    try:
+        tenant_user = access.tenant_user(config)
+        curve_keys = curve.server_keys(config.runtime)
+        access.prepare_run_dir(run_dir, access.run_dir_access(config, tenant_user is not None))
+    except (access.AccessError, curve.CurveError) as exc:
+        raise StartupError(str(exc)) from None
+    claims: list[Claim] = []
+    try:
+        info = f"krex-runtime pid {os.getpid()} (run dir {run_dir})"
+        claims.append(claim(run_dir / "runtime.lock", f"run dir {run_dir}", info))
+        lock_dir = resolve_lock_dir(config)
+        for gpu in gpus:
+            claims.append(claim(lock_dir / f"gpu-{gpu.uuid}.lock", f"GPU {gpu.index} ({gpu.uuid})", info))
+        return _prepare_claimed(config, gpus, run_dir, tenant_user, access.RunAs(tenant_user, umask), curve_keys, claims)
+    except BaseException:
+        for c in claims:
+            c.release()
+        raise
+
+
+def _prepare_claimed(
+    config: Config,
+    gpus: list[Gpu],
+    run_dir: Path,
+    tenant_user: access.TenantUser | None,
+    run_as: access.RunAs,
+    curve_keys: curve.ServerKeys | None,
+    claims: list[Claim],
+) -> Host:
+    for name in (endpoints.CONTROL_SOCKET, endpoints.CONTROL_READ_ONLY_SOCKET, endpoints.TELEMETRY_SOCKET):
+        (run_dir / name).unlink(missing_ok=True)
+    output_dir = Path(config.tenants.output_dir) if config.tenants.output_dir else run_dir / "output"
+    output_dir.mkdir(parents=True, exist_ok=True)
+    library = native_build.interception_library()
+    if config.tenants.preload and not library.exists():
+        raise StartupError(
+            f"the interception library {library} is not built: run `make -C native` "
+            "(or set tenants.preload = false to run tenants unprotected)"
+        )
+    if tenant_user is not None:
+        try:
+            access.check_tenant_can_read(tenant_user, _tenant_files(config, gpus, library))
+        except access.AccessError as exc:
+            raise StartupError(str(exc)) from None
+    cgroup_slice = _open_cgroups(config, run_dir)
+    recovered = machinery.recover(run_dir, cgroup_slice)
+    for line in recovered:
+        log.warning("recovery: %s", line)
+    if cgroup_slice is not None:
+        for leftover in cgroup_slice.leftovers():
+            log.warning("ending a command cgroup left by a previous run: %s", leftover)
+            cgroups.kill_and_remove(leftover)
+    return Host(run_dir, output_dir, library, tenant_user, run_as, curve_keys, cgroup_slice, recovered, claims)
+
+
+def _open_cgroups(config: Config, run_dir: Path) -> CgroupSlice | None:
+    """cgroup v2 where writable, else the v1 freezer hierarchy (auto), or as configured."""
+    choice = config.tenants.cgroups
+    versions = {"auto": (2, 1), "v2": (2,), "v1": (1,), "off": ()}[choice]
+    for version in versions:
+        found = CgroupSlice.open(run_dir, version)
+        if found is not None:
+            return found
+    if choice in ("v2", "v1"):
+        log.warning("tenants.cgroups = %s: that hierarchy is not writable here; using process groups", choice)
+    return None
+
+
+def _tenant_files(config: Config, gpus: list[Gpu], library: Path) -> list[Path]:
+    """What a tenant running as another user must be able to read."""
+    files = [library] if config.tenants.preload else []
+    if gpus and gpus[0].simulated:
+        files.append(native_build.simulated_driver_dir())
+    if config.pool.size_per_gpu > 0:
+        files += [Path(sys.executable), Path(krex_runtime.__file__).parent]
+    return files

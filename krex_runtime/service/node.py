@@ -1,0 +1,158 @@
+"""The node's components, built in one place, each given at construction what
+it needs (nothing is patched in afterwards).
+
+Order, and why:
+  tenant registry    the dispatcher fills it, the region manager reads it:
+                     built first, neither needs the other;
+  clocks             telemetry's clock reader, which region entry records;
+  regions            gates, gate backend, freezer, CPU slices, the manager
+                     (policy krex only);
+  telemetry          reads the gates, folds canary output;
+  tenant setup       the one environment builder, cgroups, cores, user;
+  dispatcher         with its context pool and the command leases;
+  operator leases    need the dispatcher to stop admission;
+  tenancy, channel   identify a region channel peer by the dispatcher's jobs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from krex_runtime.commands.dispatcher import Dispatcher
+from krex_runtime.commands.environment import RegionAccess, TenantEnvironment, TenantSetup
+from krex_runtime.commands.tenants import TenantRegistry
+from krex_runtime.node import access, native_build
+from krex_runtime.node.config import Config
+from krex_runtime.node.gpus import Gpu
+from krex_runtime.node.sink import EventSink
+from krex_runtime.regions import machinery
+from krex_runtime.regions.channel import RegionChannel
+from krex_runtime.regions.leases import CommandLeases, LeaseDesk
+from krex_runtime.regions.machinery import RegionMachinery
+from krex_runtime.regions.tokens import RegionTokens
+from krex_runtime.service.followers import Attachments, CanaryKeeper, Followers
+from krex_runtime.service.host import Host
+from krex_runtime.service.server import ControlServer
+from krex_runtime.service.tenancy import Tenancy
+from krex_runtime.telemetry import gpu_metrics
+from krex_runtime.telemetry.clocks import Clocks
+from krex_runtime.telemetry.monitor import Telemetry
+from krex_runtime.tenant import env as names
+from krex_runtime.wire import endpoints
+
+REGION_SOCKET = "region.sock"
+
+
+@dataclass
+class Node:
+    config: Config
+    gpus: list[Gpu]
+    dispatcher: Dispatcher
+    telemetry: Telemetry
+    attachments: Attachments
+    tenancy: Tenancy
+    canaries: CanaryKeeper | None
+    regions: RegionMachinery | None  # policy krex only, as are leases and the channel
+    leases: LeaseDesk | None
+    channel: RegionChannel | None
+
+    def gpu_record(self, gpu: Gpu) -> dict[str, Any]:
+        """A GPU as the trace header, runtime_started, hello and status show it."""
+        return gpu_record(self.config, gpu)
+
+    def describe_regions(self) -> dict[str, Any] | None:
+        return self.regions.describe() if self.regions is not None else None
+
+
+def gpu_record(config: Config, gpu: Gpu) -> dict[str, Any]:
+    slots = 1 if config.runtime.policy == "command" else config.dispatcher.slots_per_gpu
+    return {
+        "index": gpu.index,
+        "uuid": gpu.uuid,
+        "name": gpu.name,
+        "memory_total": gpu.memory_total,
+        "simulated": gpu.simulated,
+        "slots": slots,
+        "cpus": list(gpu.cpus),
+        "pool_size": config.pool.size_per_gpu,
+    }
+
+
+def build(config: Config, gpus: list[Gpu], host: Host, sink: EventSink, server: ControlServer) -> Node:
+    krex = config.runtime.policy == "krex"
+    tenants = TenantRegistry([g.index for g in gpus])
+    clocks = Clocks(gpu_metrics.open_sampler(gpus, config.gpus.simulated_device), config.telemetry.clock_tolerance)
+    regions: RegionMachinery | None = None
+    region_access: RegionAccess | None = None
+    tokens = RegionTokens()
+    if krex:
+        cpus = machinery.cpu_plan(config, gpus)
+        regions = machinery.build(config, host.run_dir, gpus, host.cgroup_slice, cpus, tenants, sink, clocks.now)
+        gates = {g.index: machinery.gate_path(host.run_dir, g.index) for g in gpus}
+        region_access = RegionAccess(gates, host.run_dir / REGION_SOCKET, tokens)
+    telemetry = Telemetry(config, gpus, sink, regions.gates if regions is not None else {}, clocks)
+    setup = TenantSetup(
+        env=tenant_environment(config, gpus, host, region_access),
+        cgroups=host.cgroup_slice,
+        cores={g.index: regions.cpus.tenant_cores(g.index) for g in gpus} if regions is not None else {},
+        run_as=host.run_as,
+    )
+    attachments = Attachments(server)
+    canaries = CanaryKeeper(telemetry, gpus) if config.telemetry.canary else None
+    dispatcher = Dispatcher(
+        config,
+        gpus,
+        sink,
+        setup,
+        tenants,
+        Followers(attachments, canaries),
+        host.output_dir,
+        host.run_dir / "pool",
+        leases=CommandLeases(regions.manager) if regions is not None else None,
+    )
+    tenancy = Tenancy(dispatcher, host.cgroup_slice, host.tenant_user)
+    leases = channel = None
+    if regions is not None and region_access is not None:
+        leases = LeaseDesk(regions.manager, dispatcher, config.regions.lease_ttl_s)
+        channel = RegionChannel(region_access.socket, regions.manager, tenancy.identify, config.regions, tokens)
+    return Node(config, gpus, dispatcher, telemetry, attachments, tenancy, canaries, regions, leases, channel)
+
+
+def tenant_environment(config: Config, gpus: list[Gpu], host: Host, regions: RegionAccess | None) -> TenantEnvironment:
+    simulator: dict[str, str] = {}
+    if gpus and gpus[0].simulated:
+        simulator = {names.SIM_DEVICE: config.gpus.simulated_device, names.SIM_GPUS: str(len(gpus))}
+        if config.gpus.simulated_log:
+            simulator[names.SIM_LOG] = config.gpus.simulated_log
+    return TenantEnvironment(
+        extra=dict(config.tenants.env),
+        # Tenants may only read: they are pointed at the read-only socket.
+        endpoint=endpoints.control_read_only(host.run_dir),
+        run_dir=host.run_dir,
+        user_env=access.tenants_env(host.tenant_user),
+        library=host.library if config.tenants.preload else None,
+        regions=regions,
+        simulator=simulator,
+        simulator_dir=native_build.simulated_driver_dir() if simulator else None,
+    )
+
+
+def open_regions_to_tenants(node: Node, host: Host) -> None:
+    """The gates (and, once the channel listens, its socket) are for tenants,
+    who may run as another user."""
+    if node.regions is None:
+        return
+    access.open_to_tenants(host.run_dir / machinery.GATES_DIR, host.tenant_user, 0o710)
+    for gpu in node.regions.gates:
+        access.open_to_tenants(machinery.gate_path(host.run_dir, gpu), host.tenant_user, 0o660)
+
+
+def close_regions(node: Node, host: Host) -> None:
+    """Reopen and remove every gate: nothing stays gated after the runtime."""
+    if node.regions is None:
+        return
+    for gpu, gate in node.regions.gates.items():
+        gate.open_gate()
+        gate.detach()
+        machinery.gate_path(host.run_dir, gpu).unlink(missing_ok=True)

@@ -1,0 +1,77 @@
+"""Who is a tenant: which running command a process belongs to (for the
+region channel), and whether the sender of a changing request is a tenant of
+this runtime (refused: changes come from operators only).
+
+Always by the kernel's word, never by what a process claims: its environment
+names its command, and it must be inside that command's process tree (an
+environment is easily forged; a cgroup is joined only with write access to it).
+"""
+
+from __future__ import annotations
+
+import psutil
+
+from krex_runtime.commands import process_tree
+from krex_runtime.commands.cgroups import CgroupSlice
+from krex_runtime.commands.dispatcher import Dispatcher
+from krex_runtime.node.access import TenantUser
+from krex_runtime.regions.channel import TenantIdentity
+from krex_runtime.service import peers
+from krex_runtime.service.server import Peer
+from krex_runtime.wire.protocol import ErrorCode, ProtocolError
+
+
+class Tenancy:
+    def __init__(self, dispatcher: Dispatcher, cgroup_slice: CgroupSlice | None, tenant_user: TenantUser | None) -> None:
+        self._dispatcher = dispatcher
+        self._slice = cgroup_slice
+        self._tenant_user = tenant_user
+
+    def identify(self, pid: int) -> TenantIdentity | None:
+        """The running command process `pid` belongs to (None: none of ours)."""
+        command_id = peers.command_id_of(pid)
+        pool = self._dispatcher.pool
+        if pool is not None and pool.is_worker(command_id):
+            # A context process is whichever pooled command it runs now.
+            command_id = pool.job_of(command_id) or ""
+        job = self._dispatcher.jobs.get(command_id)
+        if job is None or job.state != "running" or job.gpu is None or job.tenant_id is None:
+            return None
+        root = job.process.pid if job.process is not None else None
+        if root is None or not process_tree.contains(root, job.cgroup, pid):
+            return None
+        return TenantIdentity(job.tenant_id, job.id, job.gpu)
+
+    def tenancy_of(self, pid: int) -> str:
+        """Why process `pid` counts as a tenant of this runtime ("" when it does
+        not): it, or an ancestor, is in a command cgroup, or was started as a
+        command or context process of this runtime. A process that is gone
+        cannot be told from a tenant and counts as one."""
+        if not psutil.pid_exists(pid):
+            return f"process {pid} has exited, so it cannot be told from a tenant"
+        pool = self._dispatcher.pool
+        for member in peers.lineage(pid):
+            whose = f"process {pid}" + (f" descends from process {member}, which" if member != pid else "")
+            command_id = peers.command_id_of(member)
+            if command_id in self._dispatcher.jobs or (pool is not None and pool.is_worker(command_id)):
+                return f"{whose} belongs to {command_id}"
+            if self._slice is not None and self._slice.holds(member):
+                return f"{whose} runs in a command cgroup of this runtime"
+        return ""
+
+    def refuse_tenants(self, peer: Peer, what: str) -> None:
+        """Changing requests come from operators, never from tenants, even ones
+        running as the runtime's own user."""
+        if peer.remote:
+            return  # a tcp client proved an authorized CURVE key
+        creds = peer.credentials
+        if creds is None:
+            raise ProtocolError(
+                ErrorCode.FORBIDDEN, f"'{what}' needs the sender's identity, and libzmq reports no ipc peer credentials here"
+            )
+        if self._tenant_user is not None and creds.uid == self._tenant_user.uid:
+            why = f"process {creds.pid} runs as the tenants' user {self._tenant_user.name}"
+        else:
+            why = self.tenancy_of(creds.pid)
+        if why:
+            raise ProtocolError(ErrorCode.FORBIDDEN, f"'{what}' is forbidden to tenants of this runtime: {why}")

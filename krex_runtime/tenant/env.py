@@ -1,0 +1,19 @@
+"""The environment variables a tenant gets from the runtime, by name.
+
+Standard library only and free of logic: the runtime's environment builder
+(krex_runtime/commands/environment.py) writes these and the tenant-side code
+(the region client, the context worker) reads them, so both name them here.
+"""
+
+GPU = "KREX_GPU"  # the GPU index on this node
+GPU_UUID = "KREX_GPU_UUID"
+COMMAND_ID = "KREX_COMMAND_ID"  # the command (or context process) this process belongs to
+TENANT_ID = "KREX_TENANT_ID"  # its tenant id: gate slot, region requests
+ENDPOINT = "KREX_ENDPOINT"  # the runtime's read-only control socket
+RUN_DIR = "KREX_RUN_DIR"
+GATE_PATH = "KREX_GATE_PATH"  # the GPU's gate in shared memory (policy krex)
+REGION_SOCKET = "KREX_REGION_SOCKET"  # where region() asks (policy krex); absent: region() is a no-op
+REGION_TOKEN = "KREX_REGION_TOKEN"  # the tenant's secret for the region channel's HELLO
+SIM_DEVICE = "KREX_SIM_DEVICE"  # simulated GPUs: the simulated device model
+SIM_GPUS = "KREX_SIM_GPUS"
+SIM_LOG = "KREX_SIM_LOG"
