@@ -6,10 +6,11 @@ CUDA_INCLUDE ?= /usr/local/cuda/include
 
 SIMCUDA_DIR := $(BUILD)/sim
 SIMCUDA_LIB := $(SIMCUDA_DIR)/libcuda.so.1
-SIMCUDA_SRCS := $(sort $(wildcard src/simcuda*.c))
-SIMCUDA_OBJS := $(patsubst src/%.c,$(SIMCUDA_DIR)/obj/%.o,$(SIMCUDA_SRCS))
+SIMCUDA_SRC_DIR := src/simcuda
+SIMCUDA_SRCS := $(sort $(wildcard $(SIMCUDA_SRC_DIR)/*.c))
+SIMCUDA_OBJS := $(patsubst $(SIMCUDA_SRC_DIR)/%.c,$(SIMCUDA_DIR)/obj/%.o,$(SIMCUDA_SRCS))
 SIMCUDA_GEN := $(SIMCUDA_DIR)/gen/simcuda_errors.inc
-SIMCUDA_DEPS := include/krex_simcuda.h src/simcuda_internal.h $(SIMCUDA_GEN) simcuda.mk
+SIMCUDA_DEPS := include/krex_simcuda.h $(wildcard $(SIMCUDA_SRC_DIR)/*.h) $(SIMCUDA_GEN) simcuda.mk
 SIMCUDA_CFLAGS = $(CFLAGS) -I$(CUDA_INCLUDE) -I$(SIMCUDA_DIR)/gen -fvisibility=hidden
 
 .PHONY: sim sim-asan
@@ -39,7 +40,7 @@ $(SIMCUDA_GEN): $(CUDA_INCLUDE)/cuda.h simcuda.mk
 	@test -s $@.tmp || { echo "no CUresult enum found in $<" >&2; rm -f $@.tmp; exit 1; }
 	mv $@.tmp $@
 
-$(SIMCUDA_DIR)/obj/%.o: src/%.c $(SIMCUDA_DEPS)
+$(SIMCUDA_DIR)/obj/%.o: $(SIMCUDA_SRC_DIR)/%.c $(SIMCUDA_DEPS)
 	@mkdir -p $(@D)
 	$(CC) $(SIMCUDA_CFLAGS) -c $< -o $@
 

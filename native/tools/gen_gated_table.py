@@ -184,7 +184,7 @@ def main() -> int:
     ap.add_argument("--cuda-include", default=os.environ.get("CUDA_INCLUDE", "/usr/local/cuda/include"))
     ap.add_argument("--cc", default=os.environ.get("CC", "cc"))
     here = os.path.dirname(os.path.abspath(__file__))
-    ap.add_argument("--output", default=os.path.join(here, "..", "src", "intercept_gated_table.c"))
+    ap.add_argument("--output", default=os.path.join(here, "..", "src", "intercept", "intercept_gated_table.c"))
     ap.add_argument("--check", action="store_true", help="compare instead of writing")
     ns = ap.parse_args()
 
