@@ -57,11 +57,6 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
     SIM_GATED(primary_release(dev));
 }
 
-CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
-{
-    SIM_GATED(primary_release(dev));
-}
-
 static CUresult primary_reset(CUdevice dev)
 {
     CHECK_INIT();
@@ -73,11 +68,6 @@ static CUresult primary_reset(CUdevice dev)
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev)
-{
-    SIM_GATED(primary_reset(dev));
-}
-
-CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
     SIM_GATED(primary_reset(dev));
 }
@@ -118,11 +108,6 @@ CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
     SIM_GATED(primary_set_flags(dev, flags));
 }
 
-CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
-{
-    SIM_GATED(primary_set_flags(dev, flags));
-}
-
 static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
     CHECK_INIT();
@@ -144,11 +129,6 @@ static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
 }
 
 CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
-{
-    SIM_GATED(ctx_create(pctx, flags, dev));
-}
-
-CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
     SIM_GATED(ctx_create(pctx, flags, dev));
 }
@@ -181,11 +161,6 @@ static CUresult ctx_destroy(CUcontext ctx)
 }
 
 CUresult CUDAAPI cuCtxDestroy(CUcontext ctx)
-{
-    SIM_GATED(ctx_destroy(ctx));
-}
-
-CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
 {
     SIM_GATED(ctx_destroy(ctx));
 }
@@ -230,11 +205,6 @@ CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx)
     SIM_GATED(ctx_push(ctx));
 }
 
-CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx)
-{
-    SIM_GATED(ctx_push(ctx));
-}
-
 static CUresult ctx_pop(CUcontext *pctx)
 {
     CHECK_INIT();
@@ -242,11 +212,6 @@ static CUresult ctx_pop(CUcontext *pctx)
 }
 
 CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx)
-{
-    SIM_GATED(ctx_pop(pctx));
-}
-
-CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *pctx)
 {
     SIM_GATED(ctx_pop(pctx));
 }

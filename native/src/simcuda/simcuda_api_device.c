@@ -100,11 +100,6 @@ CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
     SIM_GATED(device_get_uuid(uuid, dev));
 }
 
-CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
-{
-    SIM_GATED(device_get_uuid(uuid, dev));
-}
-
 static CUresult device_total_mem(size_t *bytes, CUdevice dev)
 {
     CHECK_INIT();

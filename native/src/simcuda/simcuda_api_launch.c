@@ -208,15 +208,6 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned in
     SIM_GATED(launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream, kernelParams, extra));
 }
 
-CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
-                                     unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
-                                     unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
-                                     void **kernelParams, void **extra)
-{
-    (void)sharedMemBytes;
-    SIM_GATED(launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream, kernelParams, extra));
-}
-
 static CUresult launch_ex(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
     if (!config)
@@ -230,24 +221,10 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, vo
     SIM_GATED(launch_ex(config, f, kernelParams, extra));
 }
 
-CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
-{
-    SIM_GATED(launch_ex(config, f, kernelParams, extra));
-}
-
 CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                            unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
                                            unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                                            void **kernelParams)
-{
-    (void)sharedMemBytes;
-    SIM_GATED(launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream, kernelParams, NULL));
-}
-
-CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
-                                                unsigned int gridDimZ, unsigned int blockDimX,
-                                                unsigned int blockDimY, unsigned int blockDimZ,
-                                                unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
     (void)sharedMemBytes;
     SIM_GATED(launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream, kernelParams, NULL));
@@ -268,11 +245,6 @@ CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
     SIM_GATED(launch_host_func(hStream, fn, userData));
 }
 
-CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
-{
-    SIM_GATED(launch_host_func(hStream, fn, userData));
-}
-
 static CUresult stream_add_callback(CUstream stream, CUstreamCallback fn, void *data, unsigned int flags)
 {
     CHECK_INIT();
@@ -284,12 +256,6 @@ static CUresult stream_add_callback(CUstream stream, CUstreamCallback fn, void *
 }
 
 CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
-{
-    SIM_GATED(stream_add_callback(hStream, callback, userData, flags));
-}
-
-CUresult CUDAAPI cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void *userData,
-                                          unsigned int flags)
 {
     SIM_GATED(stream_add_callback(hStream, callback, userData, flags));
 }

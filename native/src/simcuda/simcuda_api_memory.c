@@ -195,17 +195,7 @@ CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, siz
     SIM_GATED(copy_sync(DEVPTR(dstDevice), srcHost, ByteCount, KREX_SIM_LOG_MEMCPY_HTOD));
 }
 
-CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
-{
-    SIM_GATED(copy_sync(DEVPTR(dstDevice), srcHost, ByteCount, KREX_SIM_LOG_MEMCPY_HTOD));
-}
-
 CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    SIM_GATED(copy_sync(dstHost, DEVPTR(srcDevice), ByteCount, KREX_SIM_LOG_MEMCPY_DTOH));
-}
-
-CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
     SIM_GATED(copy_sync(dstHost, DEVPTR(srcDevice), ByteCount, KREX_SIM_LOG_MEMCPY_DTOH));
 }
@@ -215,17 +205,7 @@ CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, s
     SIM_GATED(copy_sync(DEVPTR(dstDevice), DEVPTR(srcDevice), ByteCount, KREX_SIM_LOG_MEMCPY_DTOD));
 }
 
-CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    SIM_GATED(copy_sync(DEVPTR(dstDevice), DEVPTR(srcDevice), ByteCount, KREX_SIM_LOG_MEMCPY_DTOD));
-}
-
 CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
-{
-    SIM_GATED(copy_sync(DEVPTR(dst), DEVPTR(src), ByteCount, KREX_SIM_LOG_MEMCPY_DTOD));
-}
-
-CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
     SIM_GATED(copy_sync(DEVPTR(dst), DEVPTR(src), ByteCount, KREX_SIM_LOG_MEMCPY_DTOD));
 }
@@ -235,18 +215,7 @@ CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost
     SIM_GATED(copy_async(DEVPTR(dstDevice), srcHost, ByteCount, hStream, KREX_SIM_LOG_MEMCPY_HTOD));
 }
 
-CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
-                                           CUstream hStream)
-{
-    SIM_GATED(copy_async(DEVPTR(dstDevice), srcHost, ByteCount, hStream, KREX_SIM_LOG_MEMCPY_HTOD));
-}
-
 CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
-{
-    SIM_GATED(copy_async(dstHost, DEVPTR(srcDevice), ByteCount, hStream, KREX_SIM_LOG_MEMCPY_DTOH));
-}
-
-CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
     SIM_GATED(copy_async(dstHost, DEVPTR(srcDevice), ByteCount, hStream, KREX_SIM_LOG_MEMCPY_DTOH));
 }
@@ -257,18 +226,7 @@ CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevi
     SIM_GATED(copy_async(DEVPTR(dstDevice), DEVPTR(srcDevice), ByteCount, hStream, KREX_SIM_LOG_MEMCPY_DTOD));
 }
 
-CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
-                                           CUstream hStream)
-{
-    SIM_GATED(copy_async(DEVPTR(dstDevice), DEVPTR(srcDevice), ByteCount, hStream, KREX_SIM_LOG_MEMCPY_DTOD));
-}
-
 CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
-{
-    SIM_GATED(copy_async(DEVPTR(dst), DEVPTR(src), ByteCount, hStream, KREX_SIM_LOG_MEMCPY_DTOD));
-}
-
-CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
     SIM_GATED(copy_async(DEVPTR(dst), DEVPTR(src), ByteCount, hStream, KREX_SIM_LOG_MEMCPY_DTOD));
 }
@@ -302,17 +260,7 @@ CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N
     SIM_GATED(memset_sync(dstDevice, uc, 1, N));
 }
 
-CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
-{
-    SIM_GATED(memset_sync(dstDevice, uc, 1, N));
-}
-
 CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
-{
-    SIM_GATED(memset_sync(dstDevice, us, 2, N));
-}
-
-CUresult CUDAAPI cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
     SIM_GATED(memset_sync(dstDevice, us, 2, N));
 }
@@ -322,17 +270,7 @@ CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N
     SIM_GATED(memset_sync(dstDevice, ui, 4, N));
 }
 
-CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
-{
-    SIM_GATED(memset_sync(dstDevice, ui, 4, N));
-}
-
 CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
-{
-    SIM_GATED(memset_async(dstDevice, uc, 1, N, hStream));
-}
-
-CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
     SIM_GATED(memset_async(dstDevice, uc, 1, N, hStream));
 }
@@ -342,17 +280,7 @@ CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size
     SIM_GATED(memset_async(dstDevice, us, 2, N, hStream));
 }
 
-CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
-{
-    SIM_GATED(memset_async(dstDevice, us, 2, N, hStream));
-}
-
 CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
-{
-    SIM_GATED(memset_async(dstDevice, ui, 4, N, hStream));
-}
-
-CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
     SIM_GATED(memset_async(dstDevice, ui, 4, N, hStream));
 }

@@ -39,11 +39,6 @@ CUresult CUDAAPI cuStreamDestroy(CUstream hStream)
     SIM_GATED(stream_destroy(hStream));
 }
 
-CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
-{
-    SIM_GATED(stream_destroy(hStream));
-}
-
 static CUresult stream_synchronize(CUstream stream)
 {
     CHECK_INIT();
@@ -53,11 +48,6 @@ static CUresult stream_synchronize(CUstream stream)
 }
 
 CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
-{
-    SIM_GATED(stream_synchronize(hStream));
-}
-
-CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream)
 {
     SIM_GATED(stream_synchronize(hStream));
 }
@@ -75,11 +65,6 @@ CUresult CUDAAPI cuStreamQuery(CUstream hStream)
     SIM_GATED(stream_query(hStream));
 }
 
-CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream)
-{
-    SIM_GATED(stream_query(hStream));
-}
-
 static CUresult stream_wait_event(CUstream stream, CUevent ev, unsigned int flags)
 {
     CHECK_INIT();
@@ -91,11 +76,6 @@ static CUresult stream_wait_event(CUstream stream, CUevent ev, unsigned int flag
 }
 
 CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
-{
-    SIM_GATED(stream_wait_event(hStream, hEvent, Flags));
-}
-
-CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
     SIM_GATED(stream_wait_event(hStream, hEvent, Flags));
 }
@@ -183,11 +163,6 @@ CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *ca
     SIM_GATED(stream_is_capturing(hStream, captureStatus));
 }
 
-CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
-{
-    SIM_GATED(stream_is_capturing(hStream, captureStatus));
-}
-
 /* ---- events ------------------------------------------------------------------------- */
 
 static CUresult event_create(CUevent *phEvent, unsigned int flags)
@@ -218,18 +193,7 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
     SIM_GATED(event_record(hEvent, hStream));
 }
 
-CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
-{
-    SIM_GATED(event_record(hEvent, hStream));
-}
-
 CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
-{
-    (void)flags;
-    SIM_GATED(event_record(hEvent, hStream));
-}
-
-CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
     (void)flags;
     SIM_GATED(event_record(hEvent, hStream));
@@ -268,11 +232,6 @@ CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUeven
     SIM_GATED(event_elapsed(pMilliseconds, hStart, hEnd));
 }
 
-CUresult CUDAAPI cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
-{
-    SIM_GATED(event_elapsed(pMilliseconds, hStart, hEnd));
-}
-
 static CUresult event_destroy(CUevent ev)
 {
     CHECK_INIT();
@@ -280,11 +239,6 @@ static CUresult event_destroy(CUevent ev)
 }
 
 CUresult CUDAAPI cuEventDestroy(CUevent hEvent)
-{
-    SIM_GATED(event_destroy(hEvent));
-}
-
-CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent)
 {
     SIM_GATED(event_destroy(hEvent));
 }

@@ -15,12 +15,17 @@
  *   simcuda_api_launch.c  entry points: modules, launches, host functions
  *   simcuda_api_stream.c  entry points: streams, events
  *   simcuda_procaddr.c    cuGetProcAddress
- *   simcuda_unsupported.c entry points that answer CUDA_ERROR_NOT_SUPPORTED
+ *   simcuda_entry_points.txt  the entry points not written by hand: aliases (the
+ *                         same function under a _v2/_ptsz/_ptds name) and those
+ *                         answering CUDA_ERROR_NOT_SUPPORTED; from it the build
+ *                         generates their wrappers and the cuGetProcAddress
+ *                         table (tools/gen_simcuda_entry_points.py)
  *
  * The entry points (simcuda_api_*.c) are thin gated wrappers (SIM_GATED: the
  * checkpoint lock can hold them) around static implementations, which never
  * call exported functions, so a preloaded interception library sees exactly
- * the application's calls.
+ * the application's calls. (A generated alias calls its entry point, but the
+ * library is linked with -Bsymbolic-functions: that call stays inside it.)
  */
 #ifndef KREX_SIMCUDA_INTERNAL_H
 #define KREX_SIMCUDA_INTERNAL_H
