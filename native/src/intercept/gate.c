@@ -106,7 +106,7 @@ void krex_gate_leave(unsigned i, int token)
 {
     (void)i;
     if (token == KREX_TOKEN_IN_CALL) {
-        __atomic_fetch_sub(&registered_entry()->in_call, 1, __ATOMIC_SEQ_CST);
+        __atomic_fetch_sub(&krex_gate_self()->in_call, 1, __ATOMIC_SEQ_CST);
         krex_drain_note_context();
     }
     krex_depth--;

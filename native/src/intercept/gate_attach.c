@@ -171,6 +171,11 @@ struct krex_gate_proc *krex_gate_register(bool *registered_now)
     return e;
 }
 
+struct krex_gate_proc *krex_gate_self(void)
+{
+    return __atomic_load_n(&self_entry, __ATOMIC_ACQUIRE);
+}
+
 struct krex_gate_header *krex_gate_header(void)
 {
     return gate_status == GATE_ATTACHED ? gate : NULL;

@@ -65,6 +65,8 @@ void krex_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* This process's entry, attaching the gate and claiming the entry at the first
  * call; NULL when not under a gate. *registered_now says this call claimed it. */
 struct krex_gate_proc *krex_gate_register(bool *registered_now);
+/* This process's entry if it has one already (never attaches), else NULL. */
+struct krex_gate_proc *krex_gate_self(void);
 /* The attached gate, or NULL. */
 struct krex_gate_header *krex_gate_header(void);
 int64_t krex_gate_tenant(void); /* KREX_TENANT_ID as read when attaching */
