@@ -4,7 +4,7 @@
 #
 #   make -C native                      build/libkrex.so
 #   make -C native asan                 build/asan/libkrex.so (ASan + UBSan)
-#   make -C native gated-table          regenerate src/intercept_gated_table.c
+#   make -C native gated-table          regenerate src/intercept/intercept_gated_table.c
 #   make -C native check-gated-table    fail if it is out of date with cuda.h
 #   make -C native intercept-tests      C test programs under $(BUILD)/tests
 #
@@ -12,10 +12,11 @@
 CUDA_INCLUDE ?= /usr/local/cuda/include
 PYTHON ?= python3
 
-KREX_SRCS := $(sort $(wildcard src/intercept*.c src/gate*.c src/drain*.c)) src/region_api.c
+KREX_SRC_DIR := src/intercept
+KREX_SRCS := $(sort $(wildcard $(KREX_SRC_DIR)/*.c))
 KREX_OBJDIR := $(BUILD)/obj-krex
-KREX_OBJS := $(patsubst src/%.c,$(KREX_OBJDIR)/%.o,$(KREX_SRCS))
-KREX_HDRS := include/krex.h include/krex_gate.h src/intercept.h src/intercept_internal.h
+KREX_OBJS := $(patsubst $(KREX_SRC_DIR)/%.c,$(KREX_OBJDIR)/%.o,$(KREX_SRCS))
+KREX_HDRS := include/krex.h include/krex_gate.h $(wildcard $(KREX_SRC_DIR)/*.h)
 KREX_CFLAGS = $(CFLAGS) -I$(CUDA_INCLUDE) -fvisibility=hidden
 
 .PHONY: gated-table check-gated-table intercept-tests
@@ -24,7 +25,7 @@ all: $(BUILD)/libkrex.so
 $(BUILD)/libkrex.so: $(KREX_OBJS)
 	$(CC) $(KREX_CFLAGS) -shared -Wl,-soname,libkrex.so -o $@ $(KREX_OBJS) -ldl -pthread
 
-$(KREX_OBJDIR)/%.o: src/%.c $(KREX_HDRS)
+$(KREX_OBJDIR)/%.o: $(KREX_SRC_DIR)/%.c $(KREX_HDRS) intercept.mk
 	@mkdir -p $(dir $@)
 	$(CC) $(KREX_CFLAGS) -c -o $@ $<
 

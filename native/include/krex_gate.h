@@ -76,7 +76,7 @@ extern "C" {
 #define KREX_DRAIN_ERROR 2u      /* a synchronise failed (sticky error, dead context) */
 
 /* Classes of gated calls, counted per process in shared memory. The generated
- * table (native/src/intercept_gated_table.c) assigns each function one. */
+ * table (native/src/intercept/intercept_gated_table.c) assigns each function one. */
 enum krex_call_class {
     KREX_CLASS_LAUNCH = 0,    /* kernel launches (cuLaunchKernel*, cooperative, legacy) */
     KREX_CLASS_HOST_FUNC = 1, /* cuLaunchHostFunc, cuStreamAddCallback */

@@ -24,10 +24,10 @@ import argparse
 import difflib
 import os
 import re
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
+
+from cuda_header import PROTOTYPE, base_name, cuda_version, param_name, preprocess, split_params
 
 # (class, base-name pattern). First match wins; order matters (host functions
 # before the general launch rule).
@@ -49,9 +49,6 @@ CLASSES: list[tuple[str, str]] = [
     ("KREX_CLASS_OTHER", r"cuSignalExternalSemaphoresAsync|cuWaitExternalSemaphoresAsync|cuMemMapArrayAsync"),
 ]
 
-PROTOTYPE = re.compile(r"\bCUresult\s+(cu[A-Z]\w*)\s*\(([^;{]*?)\)\s*;", re.DOTALL)
-IDENT = re.compile(r"[A-Za-z_]\w*")
-
 
 @dataclass(frozen=True)
 class Variant:
@@ -62,57 +59,11 @@ class Variant:
     args: tuple[str, ...]
 
 
-def base_name(name: str) -> str:
-    base = re.sub(r"_(ptsz|ptds)$", "", name)
-    return re.sub(r"_v\d+$", "", base)
-
-
 def classify(base: str) -> str | None:
     for klass, pattern in CLASSES:
         if re.fullmatch(pattern, base):
             return klass
     return None
-
-
-def split_params(params: str) -> list[str]:
-    out, depth, cur = [], 0, []
-    for ch in params:
-        if ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    tail = "".join(cur).strip()
-    if tail:
-        out.append(tail)
-    return out
-
-
-def param_name(param: str, where: str) -> str:
-    fp = re.search(r"\(\s*\*\s*([A-Za-z_]\w*)\s*\)", param)  # function pointer
-    if fp:
-        return fp.group(1)
-    idents = IDENT.findall(re.sub(r"\[.*?\]", "", param))
-    if len(idents) < 2:
-        raise SystemExit(f"gen_gated_table: parameter without a name in {where}: {param!r}")
-    return idents[-1]
-
-
-def preprocess(cc: str, include: str) -> str:
-    with tempfile.NamedTemporaryFile("w", suffix=".c", delete=False) as f:
-        f.write("#include <cuda.h>\n")
-        src = f.name
-    try:
-        return subprocess.run(
-            [cc, "-E", "-P", "-D__CUDA_API_VERSION_INTERNAL", f"-I{include}", src],
-            check=True, capture_output=True, text=True,
-        ).stdout
-    finally:
-        os.unlink(src)
 
 
 def collect(text: str) -> list[Variant]:
@@ -129,12 +80,6 @@ def collect(text: str) -> list[Variant]:
             raise SystemExit(f"gen_gated_table: {name} declared with two signatures")
         seen[name] = v
     return [seen[n] for n in sorted(seen)]
-
-
-def cuda_version(text: str, include: str) -> str:
-    with open(os.path.join(include, "cuda.h"), encoding="utf-8", errors="replace") as f:
-        m = re.search(r"#define\s+CUDA_VERSION\s+(\d+)", f.read())
-    return m.group(1) if m else "unknown"
 
 
 def render(variants: list[Variant], version: str) -> str:
@@ -184,7 +129,7 @@ def main() -> int:
     ap.add_argument("--cuda-include", default=os.environ.get("CUDA_INCLUDE", "/usr/local/cuda/include"))
     ap.add_argument("--cc", default=os.environ.get("CC", "cc"))
     here = os.path.dirname(os.path.abspath(__file__))
-    ap.add_argument("--output", default=os.path.join(here, "..", "src", "intercept_gated_table.c"))
+    ap.add_argument("--output", default=os.path.join(here, "..", "src", "intercept", "intercept_gated_table.c"))
     ap.add_argument("--check", action="store_true", help="compare instead of writing")
     ns = ap.parse_args()
 
@@ -192,7 +137,7 @@ def main() -> int:
     variants = collect(text)
     if not variants:
         raise SystemExit("gen_gated_table: no gated prototypes found; wrong cuda.h?")
-    rendered = render(variants, cuda_version(text, ns.cuda_include))
+    rendered = render(variants, cuda_version(ns.cuda_include))
     if ns.check:
         try:
             with open(ns.output, encoding="utf-8") as f:

@@ -12,7 +12,7 @@ import pytest
 from krex_native import NATIVE, REPO
 
 CUDA_INCLUDE = os.environ.get("CUDA_INCLUDE", "/usr/local/cuda/include")
-TABLE = NATIVE / "src" / "intercept_gated_table.c"
+TABLE = NATIVE / "src" / "intercept" / "intercept_gated_table.c"
 
 
 @pytest.mark.skipif(not Path(CUDA_INCLUDE, "cuda.h").exists(), reason="no cuda.h")

@@ -1,4 +1,4 @@
-"""Tests of the simulated CUDA driver (native/src/simcuda*.c).
+"""Tests of the simulated CUDA driver (native/src/simcuda/).
 
 Every test runs real processes against the built libcuda.so.1, each on its
 own shared simulated device (KREX_SIM_DEVICE from the test's tmp_path), and

@@ -1,13 +1,11 @@
 /*
- * Gate client: every gated driver call passes here first (krex_gate_enter)
- * and after (krex_gate_leave). The protocol is in include/krex_gate.h; in
- * short: announce (in_call += 1), then look at the gate; if it is closed for
- * us, withdraw and park *before* entering the driver, so a parked thread holds
- * no driver lock.
+ * The gate file of this process's GPU: attaching it (mapping the file the
+ * runtime created, checking its layout) and claiming this process's entry in
+ * it. The layer under the gate client (gate.c) and the drain helper (drain.c),
+ * which both read the mapping; it calls neither.
  *
- * Nothing here may hang a tenant because of the runtime: a missing, foreign
- * or malformed gate file means "run ungated" (said once on stderr), and a
- * stale runtime heartbeat lets parked threads through (said once as well).
+ * A missing, foreign or malformed gate file means "run ungated" (said once on
+ * stderr): nothing here may hang a tenant because of the runtime.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "intercept.h"
+#include "intercept_internal.h"
 
 enum { GATE_UNKNOWN = 0, GATE_ATTACHED = 1, GATE_NONE = 2 };
 
@@ -28,7 +26,6 @@ static int gate_status;                   /* GATE_*, settled once per process */
 static struct krex_gate_header *gate;     /* the mapping, when attached */
 static struct krex_gate_proc *self_entry; /* our entry, once registered */
 static int64_t my_tenant = KREX_GATE_NO_HOLDER;
-static int stale_reported;
 static pthread_mutex_t attach_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- attaching ------------------------------------------------------------ */
@@ -151,8 +148,9 @@ static struct krex_gate_proc *claim_entry(void)
     return NULL;
 }
 
-struct krex_gate_proc *krex_gate_entry(void)
+struct krex_gate_proc *krex_gate_register(bool *registered_now)
 {
+    *registered_now = false;
     struct krex_gate_proc *e = __atomic_load_n(&self_entry, __ATOMIC_ACQUIRE);
     if (e != NULL || __atomic_load_n(&gate_status, __ATOMIC_ACQUIRE) == GATE_NONE)
         return e;
@@ -163,7 +161,7 @@ struct krex_gate_proc *krex_gate_entry(void)
         e = claim_entry();
         if (e != NULL) {
             __atomic_store_n(&self_entry, e, __ATOMIC_RELEASE);
-            krex_drain_start(e);
+            *registered_now = true;
         } else {
             __atomic_store_n(&gate_status, GATE_NONE, __ATOMIC_RELEASE);
         }
@@ -173,108 +171,25 @@ struct krex_gate_proc *krex_gate_entry(void)
     return e;
 }
 
-const struct krex_gate_header *krex_gate_header(void)
+struct krex_gate_proc *krex_gate_self(void)
+{
+    return __atomic_load_n(&self_entry, __ATOMIC_ACQUIRE);
+}
+
+struct krex_gate_header *krex_gate_header(void)
 {
     return gate_status == GATE_ATTACHED ? gate : NULL;
 }
 
-/* ---- passing and parking -------------------------------------------------- */
-
-static uint64_t field_or(uint64_t v, uint64_t fallback)
+int64_t krex_gate_tenant(void)
 {
-    return v ? v : fallback;
+    return my_tenant;
 }
 
-/* A dead or hung runtime must never hang tenants. */
-static bool heartbeat_stale(struct krex_gate_proc *e)
-{
-    uint64_t beat = __atomic_load_n(&gate->heartbeat_ns, __ATOMIC_ACQUIRE);
-    uint64_t bound = field_or(__atomic_load_n(&gate->stale_after_ns, __ATOMIC_RELAXED),
-                              KREX_GATE_DEFAULT_STALE_NS);
-    uint64_t now = krex_now_ns();
-    if (now <= beat || now - beat <= bound)
-        return false;
-    if (!__atomic_exchange_n(&stale_reported, 1, __ATOMIC_ACQ_REL))
-        krex_log("runtime heartbeat stale for %llu ms; gate failing open",
-                 (unsigned long long)((now - beat) / 1000000ull));
-    if (!__atomic_load_n(&e->fail_open, __ATOMIC_RELAXED)) {
-        __atomic_store_n(&e->fail_open, 1, __ATOMIC_RELAXED);
-        krex_stats_note("fail_open");
-    }
-    return true;
-}
-
-static bool closed_for_us(uint32_t word)
-{
-    return (word & KREX_GATE_CLOSED) && __atomic_load_n(&gate->holder, __ATOMIC_SEQ_CST) != my_tenant;
-}
-
-/* Waits until the gate word moves away from `word` or the heartbeat goes
- * stale. Spins briefly first: a region is often short and a futex round trip
- * is not free. */
-static void park(struct krex_gate_proc *e, uint32_t word)
-{
-    __atomic_fetch_add(&e->parked, 1, __ATOMIC_SEQ_CST);
-    __atomic_fetch_add(&e->parks_total, 1, __ATOMIC_RELAXED);
-    krex_stats_note("parked");
-    uint64_t spin_until = krex_now_ns() + field_or(gate->spin_ns, KREX_GATE_DEFAULT_SPIN_NS);
-    while (__atomic_load_n(&gate->gate_word, __ATOMIC_ACQUIRE) == word && krex_now_ns() < spin_until)
-        __builtin_ia32_pause();
-    while (__atomic_load_n(&gate->gate_word, __ATOMIC_ACQUIRE) == word && !heartbeat_stale(e))
-        krex_futex_wait(&gate->gate_word, word, field_or(gate->park_wait_ns, KREX_GATE_DEFAULT_PARK_WAIT_NS));
-    __atomic_fetch_sub(&e->parked, 1, __ATOMIC_SEQ_CST);
-}
-
-int krex_gate_enter(unsigned i)
-{
-    if (krex_depth++ > 0)
-        return KREX_TOKEN_NESTED;
-    krex_stats_count(i);
-    struct krex_gate_proc *e = krex_gate_entry();
-    if (e == NULL)
-        return KREX_TOKEN_COUNTED;
-    unsigned klass = (unsigned)krex_gated_fns[i].klass;
-    for (;;) {
-        /* Announce first, then look: against the runtime's "close, then read
-         * in_call" this leaves no window where both miss each other. */
-        __atomic_fetch_add(&e->in_call, 1, __ATOMIC_SEQ_CST);
-        uint32_t word = __atomic_load_n(&gate->gate_word, __ATOMIC_SEQ_CST);
-        if (!closed_for_us(word) || heartbeat_stale(e)) {
-            /* Counted as it passes, so the counters say what reached the
-             * driver: a region's holder can check nobody else's did. */
-            __atomic_fetch_add(&e->calls[klass < KREX_CLASS_SLOTS ? klass : KREX_CLASS_OTHER], 1, __ATOMIC_RELAXED);
-            __atomic_fetch_add(&e->calls_total, 1, __ATOMIC_RELAXED);
-            return KREX_TOKEN_IN_CALL;
-        }
-        __atomic_fetch_sub(&e->in_call, 1, __ATOMIC_SEQ_CST);
-        park(e, word);
-    }
-}
-
-void krex_gate_leave(unsigned i, int token)
-{
-    (void)i;
-    if (token == KREX_TOKEN_IN_CALL) {
-        __atomic_fetch_sub(&self_entry->in_call, 1, __ATOMIC_SEQ_CST);
-        krex_drain_note_context();
-    }
-    krex_depth--;
-}
-
-/* ---- fork ----------------------------------------------------------------- */
-
-/* The child shares the parent's mapping but is another process: it registers
- * itself anew at its first gated call and starts its own drain helper. */
-static void after_fork_in_child(void)
+/* The child shares the parent's mapping but is another process: it claims an
+ * entry of its own at its first gated call. */
+void krex_gate_attach_after_fork(void)
 {
     pthread_mutex_init(&attach_lock, NULL);
     __atomic_store_n(&self_entry, NULL, __ATOMIC_RELEASE);
-    stale_reported = 0;
-    krex_drain_after_fork();
-    krex_stats_after_fork();
-}
-
-__attribute__((constructor)) static void gate_init(void)
-{
-    pthread_atfork(NULL, NULL, after_fork_in_child);
 }

@@ -5,12 +5,27 @@
  * Files, one concern each:
  *   simcuda_device.c      shared simulated device: shm, process slots, reaping,
  *                         contention (processor sharing), memory accounting
+ *   simcuda_context.c     each thread's context stack, context init, pending work
  *   simcuda_stream.c      streams, events, per-stream worker threads
  *   simcuda_lock.c        checkpoint lock: the target-side gate and the locker
  *   simcuda_log.c         execution log writer
- *   simcuda_api.c         driver entry points (init, devices, contexts, ...)
- *   simcuda_procaddr.c    cuGetProcAddress table
- *   simcuda_unsupported.c entry points that answer CUDA_ERROR_NOT_SUPPORTED
+ *   simcuda_api_device.c  entry points: init, version, devices, error names
+ *   simcuda_api_context.c entry points: primary contexts, contexts
+ *   simcuda_api_memory.c  entry points: allocations, copies, memsets
+ *   simcuda_api_launch.c  entry points: modules, launches, host functions
+ *   simcuda_api_stream.c  entry points: streams, events
+ *   simcuda_procaddr.c    cuGetProcAddress
+ *   simcuda_entry_points.txt  the entry points not written by hand: aliases (the
+ *                         same function under a _v2/_ptsz/_ptds name) and those
+ *                         answering CUDA_ERROR_NOT_SUPPORTED; from it the build
+ *                         generates their wrappers and the cuGetProcAddress
+ *                         table (tools/gen_simcuda_entry_points.py)
+ *
+ * The entry points (simcuda_api_*.c) are thin gated wrappers (SIM_GATED: the
+ * checkpoint lock can hold them) around static implementations, which never
+ * call exported functions, so a preloaded interception library sees exactly
+ * the application's calls. (A generated alias calls its entry point, but the
+ * library is linked with -Bsymbolic-functions: that call stays inside it.)
  */
 #ifndef KREX_SIMCUDA_INTERNAL_H
 #define KREX_SIMCUDA_INTERNAL_H
@@ -90,7 +105,23 @@ CUresult sim_api_leave(struct krex_sim_proc_slot *slot, CUresult result);
 void sim_inflight_add(void);
 void sim_inflight_done(void);
 
-/* ---- contexts, streams, events (simcuda_stream.c) ------------------------ */
+/* ---- entry points (simcuda_api_*.c) ---------------------------------------- */
+/* First thing of every entry point that needs cuInit (a forked child may not
+ * use the parent's driver state). */
+#define CHECK_INIT()                                                                                         \
+    do {                                                                                                     \
+        if (sim_forked())                                                                                    \
+            return CUDA_ERROR_NOT_INITIALIZED;                                                               \
+        if (!sim_initialized())                                                                              \
+            return CUDA_ERROR_NOT_INITIALIZED;                                                               \
+    } while (0)
+
+static inline bool sim_valid_ordinal(CUdevice dev)
+{
+    return dev >= 0 && dev < sim_proc.visible_count;
+}
+
+/* ---- contexts, streams, events (simcuda_context.c, simcuda_stream.c) ------ */
 #define SIM_MAGIC_CTX 0x4b435458u
 #define SIM_MAGIC_STREAM 0x4b535452u
 #define SIM_MAGIC_EVENT 0x4b45564eu
@@ -158,13 +189,22 @@ struct sim_kernel_args {
     uint32_t block[3];
 };
 
-CUcontext sim_ctx_current(void);
+/* simcuda_context.c: the calling thread's context stack */
+bool sim_ctx_valid(CUcontext ctx);
+CUcontext sim_ctx_current(void); /* its top, NULL when empty or destroyed */
+CUresult sim_ctx_push(CUcontext ctx);
+CUresult sim_ctx_pop(CUcontext *pctx); /* the raw top; pctx may be NULL */
+CUresult sim_ctx_set_current(CUcontext ctx); /* replaces the top; NULL pops */
+void sim_ctx_forget(CUcontext ctx); /* removes every occurrence (destroyed) */
+CUresult sim_ctx_init(struct CUctx_st *ctx, int ordinal, bool primary, unsigned int flags);
+CUresult sim_ctx_synchronize(struct CUctx_st *ctx); /* waits until pending is 0 */
+void sim_ctx_pending_add(struct CUctx_st *ctx);
+void sim_ctx_pending_done(struct CUctx_st *ctx);
+
+/* simcuda_stream.c */
 /* Resolves NULL / CU_STREAM_LEGACY / CU_STREAM_PER_THREAD to the default stream
  * of the current context; validates real handles. */
 CUresult sim_stream_resolve(CUstream in, struct CUstream_st **out);
-CUresult sim_ctx_init(struct CUctx_st *ctx, int ordinal, bool primary, unsigned int flags);
-CUresult sim_ctx_synchronize(struct CUctx_st *ctx);
-
 CUresult sim_stream_create(struct CUctx_st *ctx, unsigned int flags, int priority, CUstream *out);
 CUresult sim_stream_destroy(CUstream stream);
 CUresult sim_stream_synchronize(struct CUstream_st *s);

@@ -60,47 +60,6 @@ static pthread_cond_t ev_cv = PTHREAD_COND_INITIALIZER;
 
 static unsigned long long next_stream_id = 1;
 
-/* ---- contexts -------------------------------------------------------------- */
-
-CUresult sim_ctx_init(struct CUctx_st *ctx, int ordinal, bool primary, unsigned int flags)
-{
-    static unsigned long long next_ctx_id = 1;
-    memset(ctx, 0, sizeof *ctx);
-    ctx->ordinal = ordinal;
-    ctx->phys = sim_proc.visible[ordinal];
-    ctx->primary = primary;
-    ctx->flags = flags;
-    ctx->id = __atomic_fetch_add(&next_ctx_id, 1, __ATOMIC_RELAXED);
-    pthread_mutex_init(&ctx->mu, NULL);
-    pthread_cond_init(&ctx->idle, NULL);
-    __atomic_store_n(&ctx->magic, SIM_MAGIC_CTX, __ATOMIC_RELEASE);
-    return CUDA_SUCCESS;
-}
-
-CUresult sim_ctx_synchronize(struct CUctx_st *ctx)
-{
-    pthread_mutex_lock(&ctx->mu);
-    while (ctx->pending)
-        pthread_cond_wait(&ctx->idle, &ctx->mu);
-    pthread_mutex_unlock(&ctx->mu);
-    return CUDA_SUCCESS;
-}
-
-static void ctx_pending_add(struct CUctx_st *ctx)
-{
-    pthread_mutex_lock(&ctx->mu);
-    ctx->pending++;
-    pthread_mutex_unlock(&ctx->mu);
-}
-
-static void ctx_pending_done(struct CUctx_st *ctx)
-{
-    pthread_mutex_lock(&ctx->mu);
-    if (--ctx->pending == 0)
-        pthread_cond_broadcast(&ctx->idle);
-    pthread_mutex_unlock(&ctx->mu);
-}
-
 /* ---- events ----------------------------------------------------------------- */
 
 static void event_unref_locked(struct CUevent_st *ev)
@@ -322,7 +281,7 @@ static void *stream_worker(void *arg)
         pthread_cond_broadcast(&s->changed);
         pthread_mutex_unlock(&s->mu);
         free(it);
-        ctx_pending_done(ctx);
+        sim_ctx_pending_done(ctx);
         sim_inflight_done();
         pthread_mutex_lock(&s->mu);
     }
@@ -351,13 +310,13 @@ static int start_worker(struct CUstream_st *s)
 static CUresult enqueue(struct CUstream_st *s, struct sim_item *it)
 {
     it->next = NULL;
-    ctx_pending_add(s->ctx);
+    sim_ctx_pending_add(s->ctx);
     sim_inflight_add();
     pthread_mutex_lock(&s->mu);
     if (!s->worker_started) {
         if (start_worker(s) != 0) {
             pthread_mutex_unlock(&s->mu);
-            ctx_pending_done(s->ctx);
+            sim_ctx_pending_done(s->ctx);
             sim_inflight_done();
             free(it);
             return CUDA_ERROR_OUT_OF_MEMORY;

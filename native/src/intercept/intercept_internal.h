@@ -10,7 +10,8 @@
  *   intercept_gated_table.c GENERATED typed wrappers of the gated entry points
  *   intercept_stats.c       per-process call counts, dumped at exit
  *   intercept_log.c         one-line messages to stderr
- *   gate.c                  gate client: attach, register, pass / park, heartbeat
+ *   gate_attach.c           the gate file: attach, claim this process's entry
+ *   gate.c                  gate client: register (+ drain helper), pass / park, heartbeat
  *   gate_futex.c            futex and clock helpers
  *   drain.c                 drain helper thread, contexts seen
  *   region_api.c            krex_region_enter / krex_region_exit
@@ -60,6 +61,17 @@ void krex_stats_after_fork(void);     /* the child counts its own calls only */
 /* ---- intercept_log.c ------------------------------------------------------ */
 void krex_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* ---- gate_attach.c -------------------------------------------------------- */
+/* This process's entry, attaching the gate and claiming the entry at the first
+ * call; NULL when not under a gate. *registered_now says this call claimed it. */
+struct krex_gate_proc *krex_gate_register(bool *registered_now);
+/* This process's entry if it has one already (never attaches), else NULL. */
+struct krex_gate_proc *krex_gate_self(void);
+/* The attached gate, or NULL. */
+struct krex_gate_header *krex_gate_header(void);
+int64_t krex_gate_tenant(void); /* KREX_TENANT_ID as read when attaching */
+void krex_gate_attach_after_fork(void);
+
 /* ---- gate.c --------------------------------------------------------------- */
 /* Tokens returned by krex_gate_enter, handed back to krex_gate_leave. */
 #define KREX_TOKEN_NESTED 0 /* re-entrant call: nothing done */
@@ -67,9 +79,6 @@ void krex_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define KREX_TOKEN_IN_CALL 2 /* counted and inside the gate (in_call held) */
 int krex_gate_enter(unsigned i);
 void krex_gate_leave(unsigned i, int token);
-/* This process's entry, or NULL when not under a gate. */
-struct krex_gate_proc *krex_gate_entry(void);
-const struct krex_gate_header *krex_gate_header(void);
 
 /* ---- gate_futex.c --------------------------------------------------------- */
 uint64_t krex_now_ns(void); /* CLOCK_MONOTONIC */

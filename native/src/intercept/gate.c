@@ -1,0 +1,130 @@
+/*
+ * Gate client: every gated driver call passes here first (krex_gate_enter)
+ * and after (krex_gate_leave). The protocol is in include/krex_gate.h; in
+ * short: announce (in_call += 1), then look at the gate; if it is closed for
+ * us, withdraw and park *before* entering the driver, so a parked thread holds
+ * no driver lock.
+ *
+ * Attaching the gate file and claiming our entry is gate_attach.c's; this
+ * file adds what a registered process does: start its drain helper, note the
+ * contexts its calls used, pass or park. A stale runtime heartbeat lets
+ * parked threads through (said once on stderr): a dead runtime never hangs
+ * tenants.
+ */
+#include <pthread.h>
+
+#include "intercept.h"
+
+static int stale_reported;
+
+/* ---- registering ---------------------------------------------------------- */
+
+static struct krex_gate_proc *registered_entry(void)
+{
+    bool registered_now;
+    struct krex_gate_proc *e = krex_gate_register(&registered_now);
+    if (registered_now)
+        krex_drain_start(e);
+    return e;
+}
+
+/* ---- passing and parking -------------------------------------------------- */
+
+static uint64_t field_or(uint64_t v, uint64_t fallback)
+{
+    return v ? v : fallback;
+}
+
+/* A dead or hung runtime must never hang tenants. */
+static bool heartbeat_stale(const struct krex_gate_header *gate, struct krex_gate_proc *e)
+{
+    uint64_t beat = __atomic_load_n(&gate->heartbeat_ns, __ATOMIC_ACQUIRE);
+    uint64_t bound = field_or(__atomic_load_n(&gate->stale_after_ns, __ATOMIC_RELAXED),
+                              KREX_GATE_DEFAULT_STALE_NS);
+    uint64_t now = krex_now_ns();
+    if (now <= beat || now - beat <= bound)
+        return false;
+    if (!__atomic_exchange_n(&stale_reported, 1, __ATOMIC_ACQ_REL))
+        krex_log("runtime heartbeat stale for %llu ms; gate failing open",
+                 (unsigned long long)((now - beat) / 1000000ull));
+    if (!__atomic_load_n(&e->fail_open, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&e->fail_open, 1, __ATOMIC_RELAXED);
+        krex_stats_note("fail_open");
+    }
+    return true;
+}
+
+static bool closed_for_us(const struct krex_gate_header *gate, uint32_t word)
+{
+    return (word & KREX_GATE_CLOSED) && __atomic_load_n(&gate->holder, __ATOMIC_SEQ_CST) != krex_gate_tenant();
+}
+
+/* Waits until the gate word moves away from `word` or the heartbeat goes
+ * stale. Spins briefly first: a region is often short and a futex round trip
+ * is not free. */
+static void park(struct krex_gate_header *gate, struct krex_gate_proc *e, uint32_t word)
+{
+    __atomic_fetch_add(&e->parked, 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add(&e->parks_total, 1, __ATOMIC_RELAXED);
+    krex_stats_note("parked");
+    uint64_t spin_until = krex_now_ns() + field_or(gate->spin_ns, KREX_GATE_DEFAULT_SPIN_NS);
+    while (__atomic_load_n(&gate->gate_word, __ATOMIC_ACQUIRE) == word && krex_now_ns() < spin_until)
+        __builtin_ia32_pause();
+    while (__atomic_load_n(&gate->gate_word, __ATOMIC_ACQUIRE) == word && !heartbeat_stale(gate, e))
+        krex_futex_wait(&gate->gate_word, word, field_or(gate->park_wait_ns, KREX_GATE_DEFAULT_PARK_WAIT_NS));
+    __atomic_fetch_sub(&e->parked, 1, __ATOMIC_SEQ_CST);
+}
+
+int krex_gate_enter(unsigned i)
+{
+    if (krex_depth++ > 0)
+        return KREX_TOKEN_NESTED;
+    krex_stats_count(i);
+    struct krex_gate_proc *e = registered_entry();
+    if (e == NULL)
+        return KREX_TOKEN_COUNTED;
+    struct krex_gate_header *gate = krex_gate_header();
+    unsigned klass = (unsigned)krex_gated_fns[i].klass;
+    for (;;) {
+        /* Announce first, then look: against the runtime's "close, then read
+         * in_call" this leaves no window where both miss each other. */
+        __atomic_fetch_add(&e->in_call, 1, __ATOMIC_SEQ_CST);
+        uint32_t word = __atomic_load_n(&gate->gate_word, __ATOMIC_SEQ_CST);
+        if (!closed_for_us(gate, word) || heartbeat_stale(gate, e)) {
+            /* Counted as it passes, so the counters say what reached the
+             * driver: a region's holder can check nobody else's did. */
+            __atomic_fetch_add(&e->calls[klass < KREX_CLASS_SLOTS ? klass : KREX_CLASS_OTHER], 1, __ATOMIC_RELAXED);
+            __atomic_fetch_add(&e->calls_total, 1, __ATOMIC_RELAXED);
+            return KREX_TOKEN_IN_CALL;
+        }
+        __atomic_fetch_sub(&e->in_call, 1, __ATOMIC_SEQ_CST);
+        park(gate, e, word);
+    }
+}
+
+void krex_gate_leave(unsigned i, int token)
+{
+    (void)i;
+    if (token == KREX_TOKEN_IN_CALL) {
+        __atomic_fetch_sub(&krex_gate_self()->in_call, 1, __ATOMIC_SEQ_CST);
+        krex_drain_note_context();
+    }
+    krex_depth--;
+}
+
+/* ---- fork ----------------------------------------------------------------- */
+
+/* The child registers itself anew at its first gated call and starts its own
+ * drain helper. */
+static void after_fork_in_child(void)
+{
+    krex_gate_attach_after_fork();
+    stale_reported = 0;
+    krex_drain_after_fork();
+    krex_stats_after_fork();
+}
+
+__attribute__((constructor)) static void gate_init(void)
+{
+    pthread_atfork(NULL, NULL, after_fork_in_child);
+}
