@@ -1,7 +1,7 @@
 """The region channel: a Unix socket on which tenants ask for their GPU alone.
 
 One connection per tenant process, one ASCII line per message (docs/native.md,
-"Region channel"; the C client is native/src/region_api.c, the Python one
+"Region channel"; the C client is native/src/intercept/region_api.c, the Python one
 krex_runtime/tenant/region.py):
 
     HELLO 2 <tenant_id> <pid> <token>  ->  OK | ERROR <errno name> <reason>
