@@ -2,8 +2,12 @@
 
 An action is built from the target the operator selected (a GPU by UUID, a
 command by id), shown in a confirm dialog that names that target, and only
-then sent. The runtime checks again: a read-only client is refused there
-whatever the console shows (docs/protocol.md, `refused`).
+then sent. What it sends, what the dialog explains of it and how long the
+console waits for the reply come from the runtime's verb table
+(krex_runtime.wire.verbs); so does whether it changes state, which is what
+hides its key in read-only mode and in replay. The runtime checks again: a
+read-only client is refused there whatever the console shows
+(docs/protocol.md, `refused`).
 """
 
 from __future__ import annotations
@@ -11,30 +15,48 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from krex_runtime.wire import verbs
 from krex_runtime.wire.control_client import ControlClient, RequestFailed, RuntimeUnavailable
 from krex_runtime.wire.state import CommandInfo, GpuState
+from krex_runtime.wire.verbs import Verb
 
-# A lease waits for the GPU's region queue; give it time before calling it lost.
-LEASE_WAIT_S = 600.0
+# The verbs each key action (as bound to keys: action_lease, ...) may send.
+ACTION_VERBS: dict[str, tuple[Verb, ...]] = {
+    "lease": (verbs.LEASE,),
+    "release": (verbs.RELEASE,),
+    "recycle": (verbs.RECYCLE,),
+    "toggle_admission": (verbs.PAUSE, verbs.RESUME),
+    "kill": (verbs.CANCEL,),
+}
 
-# Action names as bound to keys; check_action hides these in read-only and replay.
-CHANGING_ACTIONS = frozenset({"lease", "release", "recycle", "toggle_admission", "kill"})
+# Key actions that send a changing verb: check_action hides these in read-only and replay.
+CHANGING_ACTIONS = frozenset(
+    action for action, sent in ACTION_VERBS.items() if any(verb.changes_state for verb in sent)
+)
 
 
 @dataclass(frozen=True)
 class PlannedAction:
     """One request to the runtime, with the words the confirm dialog shows."""
 
-    verb: str  # "Lease", "Release", ...
+    title: str  # "Lease", "Pause admission on", ...: the question starts with it
     target: str  # "GPU 1 (GPU-SIM-demo-1)", "command 3f2a-17 (cand-0-3)"
-    request: str
+    request: str  # the verb's name on the wire
     body: dict[str, Any] = field(default_factory=dict)
     detail: str = ""
     wait_s: float = 10.0
 
     @property
     def question(self) -> str:
-        return f"{self.verb} {self.target}?"
+        return f"{self.title} {self.target}?"
+
+
+def plan(verb: Verb, title: str, target: str, body: dict[str, Any], note: str = "") -> PlannedAction:
+    """The action that sends `verb` with `body`; its dialog explains what the
+    verb table says of it, then `note` (what the console adds of the target)."""
+    verb.body(**body)  # a body the verb does not take fails here, not at the runtime
+    detail = f"{verb.confirm} {note}" if note else verb.confirm
+    return PlannedAction(title, target, verb.name, body, detail=detail, wait_s=verb.wait_s)
 
 
 @dataclass(frozen=True)
@@ -48,8 +70,8 @@ class ActionOutcome:
     @property
     def message(self) -> str:
         if self.ok:
-            return f"{self.action.verb} {self.action.target}: done"
-        return f"{self.action.verb} {self.action.target} failed: {self.code}: {self.reason}"
+            return f"{self.action.title} {self.action.target}: done"
+        return f"{self.action.title} {self.action.target} failed: {self.code}: {self.reason}"
 
 
 def gpu_target(gpu: GpuState) -> str:
@@ -57,42 +79,27 @@ def gpu_target(gpu: GpuState) -> str:
 
 
 def lease(gpu: GpuState) -> PlannedAction:
-    return PlannedAction(
-        "Lease", gpu_target(gpu), "lease", {"gpu": gpu.index},
-        detail="Waits for the GPU's region, then gates, drains and freezes its tenants until released "
-        "or the lease expires (regions.lease_ttl_s).",
-        wait_s=LEASE_WAIT_S,
-    )
+    return plan(verbs.LEASE, "Lease", gpu_target(gpu), {"gpu": gpu.index})
 
 
 def release(gpu: GpuState) -> PlannedAction:
-    return PlannedAction(
-        "Release", gpu_target(gpu), "release", {"gpu": gpu.index},
-        detail="Ends the operator's lease: thaw, reopen the gate, admit again.",
-    )
+    return plan(verbs.RELEASE, "Release", gpu_target(gpu), {"gpu": gpu.index})
 
 
 def recycle(gpu: GpuState) -> PlannedAction:
-    return PlannedAction(
-        "Recycle contexts of", gpu_target(gpu), "recycle", {"gpu": gpu.index, "now": True},
-        detail="Replaces the pooled context processes of this GPU now.",
-    )
+    return plan(verbs.RECYCLE, "Recycle contexts of", gpu_target(gpu), {"gpu": gpu.index, "now": True})
 
 
 def toggle_admission(gpu: GpuState) -> PlannedAction:
     if gpu.paused:
-        return PlannedAction("Resume admission on", gpu_target(gpu), "resume", {"gpu": gpu.index},
-                             detail="Queued commands may start on this GPU again.")
-    return PlannedAction("Pause admission on", gpu_target(gpu), "pause", {"gpu": gpu.index},
-                         detail="No new command starts on this GPU; running ones continue.")
+        return plan(verbs.RESUME, "Resume admission on", gpu_target(gpu), {"gpu": gpu.index})
+    return plan(verbs.PAUSE, "Pause admission on", gpu_target(gpu), {"gpu": gpu.index})
 
 
 def kill(command: CommandInfo) -> PlannedAction:
     name = f" ({command.label})" if command.label else ""
-    return PlannedAction(
-        "Kill", f"command {command.id}{name}", "cancel", {"id": command.id},
-        detail=f"Ends its whole process tree (state now: {command.state}).",
-    )
+    return plan(verbs.CANCEL, "Kill", f"command {command.id}{name}", {"id": command.id},
+                note=f"State now: {command.state}.")
 
 
 def perform(endpoint: str, action: PlannedAction) -> ActionOutcome:

@@ -8,6 +8,10 @@
 The console is a thin client: it speaks the runtime's protocol
 (krex_runtime.wire.protocol / control_client) and folds events with the runtime's
 own reducer (krex_runtime.wire.state.apply); it never imports runtime internals.
+
+The app decides; the views ask. A view posts a message (messages.py: open a
+GPU or a command, request an action) that bubbles up to the handlers here,
+and never imports this module.
 """
 
 from __future__ import annotations
@@ -30,28 +34,21 @@ from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 from krex_console import actions
 from krex_console.dialogs import ConfirmDialog, HelpScreen, SeekDialog
 from krex_console.feed import FeedStatus, FeedStatusChanged, LiveFeed, ReplayFeed, StateChanged
-from krex_console.model import ConsoleModel
+from krex_console.messages import GpuHighlighted, OpenCommand, OpenGpu, RequestAction
+from krex_console.model import ConsoleModel, gpu_by_uuid
 from krex_console.views.commands import CommandDetailScreen, CommandsTable
 from krex_console.views.events import EventsTable
 from krex_console.views.gpu_detail import GpuDetailScreen, summarize_gpu
 from krex_console.views.overview import OverviewTable
+from krex_console.widgets import FilterInput, StatusBar
 from krex_runtime.wire import endpoints
+from krex_runtime.wire.state import GpuState
 from krex_runtime.wire.trace import TraceError, read_trace
 
 RENDER_EVERY_S = 0.1  # at most 10 repaints a second, however fast events come
 AGE_EVERY_S = 1.0  # live hold times and run times tick even with no events
 REPLAY_ACTIONS = frozenset({"toggle_play", "step", "faster", "slower", "seek", "jump"})
 FILTERABLE_TABS = {"commands": CommandsTable, "events": EventsTable}
-
-
-class StatusBar(Static):
-    """Mode, connection (live / stale / disconnected) and node totals."""
-
-    DEFAULT_CSS = "StatusBar { height: 1; background: $panel; padding: 0 1; }"
-
-
-class FilterInput(Input):
-    DEFAULT_CSS = "FilterInput { display: none; height: 3; } FilterInput.shown { display: block; }"
 
 
 class KrexConsole(App[None]):
@@ -107,21 +104,18 @@ class KrexConsole(App[None]):
 
     # --- layout ---------------------------------------------------------------
 
-    def make_status_bar(self) -> StatusBar:
-        return StatusBar(self.status_text(), classes="status")
-
     def compose(self) -> ComposeResult:
-        yield self.make_status_bar()
+        yield StatusBar(self.status_text())
         with TabbedContent(initial="overview", id="tabs"):
             with TabPane("1 Overview", id="overview"):
                 with Vertical():
-                    yield OverviewTable()
+                    yield OverviewTable(self.model, gate=self)
                     yield Static(id="overview-summary")
             with TabPane("2 Commands", id="commands"):
                 with Vertical():
                     yield FilterInput(placeholder="filter: words, state:running, gpu:1 (Enter keeps, Esc clears)",
                                       id="commands-filter")
-                    yield CommandsTable()
+                    yield CommandsTable(self.model, gate=self)
             with TabPane("3 Events", id="events"):
                 with Vertical():
                     yield FilterInput(placeholder="filter: words, e.g. region gpu:1 (Enter keeps, Esc clears)",
@@ -184,9 +178,14 @@ class KrexConsole(App[None]):
             self._dirty = True
 
     def refresh_overview_summary(self) -> None:
-        gpu = self.query_one(OverviewTable).selected_gpu()
+        self._show_summary(self.query_one(OverviewTable).selected_gpu())
+
+    def _show_summary(self, gpu: GpuState | None) -> None:
         text = summarize_gpu(self.model, gpu) if gpu is not None else "no GPU yet"
         self.query_one("#overview-summary", Static).update(text)
+
+    def on_gpu_highlighted(self, message: GpuHighlighted) -> None:
+        self._show_summary(gpu_by_uuid(self.model.state, message.uuid) if message.uuid else None)
 
     def status_text(self) -> str:
         s = self.model.state
@@ -226,11 +225,12 @@ class KrexConsole(App[None]):
         table = {"overview": OverviewTable, "commands": CommandsTable, "events": EventsTable}[tab]
         self.query_one(table).focus()
 
-    def open_gpu(self, uuid: str) -> None:
-        self.push_screen(GpuDetailScreen(uuid))
+    def on_open_gpu(self, message: OpenGpu) -> None:
+        self.push_screen(GpuDetailScreen(message.uuid, self.model, gate=self, status=self.status_text()))
 
-    def open_command(self, command_id: str) -> None:
-        self.push_screen(CommandDetailScreen(command_id))
+    def on_open_command(self, message: OpenCommand) -> None:
+        self.push_screen(CommandDetailScreen(message.command_id, self.model, gate=self,
+                                             endpoint=self.control_endpoint, status=self.status_text()))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
@@ -277,6 +277,7 @@ class KrexConsole(App[None]):
 
     @property
     def actions_allowed(self) -> bool:
+        """The views' ActionGate: whether changing actions are offered."""
         return self.replay is None and not self.read_only and self.control_endpoint is not None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -285,6 +286,9 @@ class KrexConsole(App[None]):
         if action in actions.CHANGING_ACTIONS:
             return self.actions_allowed
         return True
+
+    def on_request_action(self, message: RequestAction) -> None:
+        self.confirm_and_perform(message.action)
 
     def confirm_and_perform(self, plan: actions.PlannedAction) -> None:
         if not self.actions_allowed:  # bindings are hidden; this guards the palette and callers
@@ -305,7 +309,7 @@ class KrexConsole(App[None]):
         endpoint = self.control_endpoint
         assert endpoint is not None
         if plan.request == "lease":
-            self.notify(f"{plan.verb} {plan.target}: waiting for its region…", timeout=4)
+            self.notify(f"{plan.title} {plan.target}: waiting for its region…", timeout=4)
 
         def run() -> None:
             outcome = actions.perform(endpoint, plan)
@@ -369,7 +373,7 @@ class KrexConsole(App[None]):
             for gpu in list(self.model.state.gpus.values()):
                 for build in (actions.lease, actions.release, actions.recycle, actions.toggle_admission):
                     plan = build(gpu)
-                    yield SystemCommand(f"{plan.verb} {plan.target}", plan.detail,
+                    yield SystemCommand(f"{plan.title} {plan.target}", plan.detail,
                                         lambda plan=plan: self.confirm_and_perform(plan))
 
 

@@ -37,7 +37,7 @@ class ConfirmDialog(ModalScreen[bool]):
             yield Static(self.action_plan.detail, id="detail")
             with Horizontal():
                 yield Button("Cancel", id="cancel", variant="primary")
-                yield Button(self.action_plan.verb.split()[0], id="confirm", variant="error")
+                yield Button(self.action_plan.title.split()[0], id="confirm", variant="error")
 
     def on_mount(self) -> None:
         self.query_one("#cancel", Button).focus()

@@ -3,7 +3,7 @@ command's output tail and region statistics."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from rich.text import Text
 from textual import work
@@ -14,17 +14,15 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Label, Log, Static
 from textual.worker import get_current_worker
 
-from krex_console import actions
 from krex_console import format as fmt
+from krex_console.messages import OpenCommand
 from krex_console.model import ConsoleModel
-from krex_console.views.overview import GatedActions
+from krex_console.views.bindings import KILL_BINDING, ActionGate, CommandActions
 from krex_console.views.table_sync import selected_key, sync_rows
+from krex_console.widgets import StatusBar
 from krex_runtime.wire import protocol
 from krex_runtime.wire.control_client import ControlClient, RuntimeUnavailable
 from krex_runtime.wire.state import CommandInfo
-
-if TYPE_CHECKING:
-    from krex_console.app import KrexConsole
 
 MAX_ROWS = 1000  # newest first; older ones are in the trace
 OUTPUT_LINES = 500
@@ -80,15 +78,17 @@ def command_row(cmd: CommandInfo, now: float) -> list[Any]:
     ]
 
 
-class CommandsTable(GatedActions, DataTable[Any]):
+class CommandsTable(CommandActions, DataTable[Any]):
     BINDINGS = [
         Binding("enter", "select_cursor", "Details"),
         Binding("s", "cycle_sort", "Sort"),
-        Binding("k", "kill", "Kill"),
+        KILL_BINDING,
     ]
 
-    def __init__(self) -> None:
+    def __init__(self, model: ConsoleModel, gate: ActionGate) -> None:
         super().__init__(id="commands-table", cursor_type="row", zebra_stripes=True)
+        self.model = model
+        self.gate = gate
         self.query_text = ""
         self.sort_index = 0
 
@@ -110,23 +110,18 @@ class CommandsTable(GatedActions, DataTable[Any]):
 
     def selected_command(self) -> CommandInfo | None:
         cid = selected_key(self)
-        return self.app.model.state.commands.get(cid) if cid else None
+        return self.model.state.commands.get(cid) if cid else None
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
         cmd = self.selected_command()
         if cmd is not None:
-            self.app.open_command(cmd.id)
+            self.post_message(OpenCommand(cmd.id))
 
     def action_cycle_sort(self) -> None:
         self.sort_index = (self.sort_index + 1) % len(SORTS)
-        self.app.notify(f"commands sorted by {self.sort_name}", timeout=2)
-        self.refresh_from(self.app.model)
-
-    def action_kill(self) -> None:
-        cmd = self.selected_command()
-        if cmd is not None:
-            self.app.confirm_and_perform(actions.kill(cmd))
+        self.notify(f"commands sorted by {self.sort_name}", timeout=2)
+        self.refresh_from(self.model)
 
 
 def region_summary(model: ConsoleModel, command_id: str) -> str:
@@ -144,28 +139,32 @@ def region_summary(model: ConsoleModel, command_id: str) -> str:
     )
 
 
-class CommandDetailScreen(GatedActions, Screen[None]):
+class CommandDetailScreen(CommandActions, Screen[None]):
     """A command's record, its region statistics and the tail of its output.
 
     The output comes from `wait` with attach (the output so far, then live
-    output until the result), on a connection of its own in a thread."""
+    output until the result), on a connection of its own in a thread to
+    `endpoint`; in replay there is none, and a trace holds no output."""
 
     DEFAULT_CSS = """
     CommandDetailScreen #command-summary { height: auto; padding: 0 1; border: round $accent; }
     CommandDetailScreen Log { height: 1fr; border: round $panel; }
     CommandDetailScreen Label { padding: 0 1; text-style: bold; }
     """
-    BINDINGS = [Binding("escape", "back", "Back"), Binding("k", "kill", "Kill")]
+    BINDINGS = [Binding("escape", "back", "Back"), KILL_BINDING]
 
-    app: "KrexConsole"
-
-    def __init__(self, command_id: str) -> None:
+    def __init__(self, command_id: str, model: ConsoleModel, gate: ActionGate, endpoint: str | None,
+                 status: str = "") -> None:
         super().__init__()
         self.command_id = command_id
+        self.model = model
+        self.gate = gate
+        self.endpoint = endpoint
+        self.status = status  # the status bar's first text; the app keeps it current
         self.result: dict[str, Any] | None = None
 
     def compose(self) -> ComposeResult:
-        yield self.app.make_status_bar()
+        yield StatusBar(self.status)
         with Vertical():
             yield Static(id="command-summary")
             yield Label(f"Output of {self.command_id} (last {OUTPUT_LINES} lines)")
@@ -173,9 +172,9 @@ class CommandDetailScreen(GatedActions, Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.refresh_from(self.app.model)
-        if self.app.control_endpoint is not None:
-            self.follow_output(self.app.control_endpoint)
+        self.refresh_from(self.model)
+        if self.endpoint is not None:
+            self.follow_output(self.endpoint)
         else:
             self.query_one(Log).write_line("(replay: a trace holds no command output)")
 
@@ -235,12 +234,10 @@ class CommandDetailScreen(GatedActions, Screen[None]):
             return
         self.result = result
         self.query_one(Log).write(f"\n(ended: {result.get('state')}, exit {result.get('exit_code')})\n")
-        self.refresh_from(self.app.model)
+        self.refresh_from(self.model)
+
+    def selected_command(self) -> CommandInfo | None:
+        return self.model.state.commands.get(self.command_id)
 
     def action_back(self) -> None:
         self.app.pop_screen()
-
-    def action_kill(self) -> None:
-        cmd = self.app.model.state.commands.get(self.command_id)
-        if cmd is not None:
-            self.app.confirm_and_perform(actions.kill(cmd))

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.text import Text
 from textual.widgets import DataTable
 
 from krex_console.model import ConsoleModel
-
-if TYPE_CHECKING:
-    from krex_console.app import KrexConsole
 
 MAX_ROWS = 1000
 TYPE_STYLE = {
@@ -49,8 +46,6 @@ def event_matches(event: dict[str, Any], query: str) -> bool:
 
 
 class EventsTable(DataTable[Any]):
-    app: "KrexConsole"
-
     def __init__(self) -> None:
         super().__init__(id="events-table", cursor_type="row", zebra_stripes=True)
         self.query_text = ""

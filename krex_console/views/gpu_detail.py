@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -14,12 +14,10 @@ from textual.widgets import DataTable, Footer, Label, Static
 from krex_console import format as fmt
 from krex_console.feed import RegionRecord
 from krex_console.model import ConsoleModel, gpu_by_uuid, gpu_figures, tenant_state
-from krex_console.views.overview import GpuActions
+from krex_console.views.bindings import GPU_ACTION_BINDINGS, ActionGate, GpuActions
 from krex_console.views.table_sync import sync_rows
+from krex_console.widgets import StatusBar
 from krex_runtime.wire.state import GpuState
-
-if TYPE_CHECKING:
-    from krex_console.app import KrexConsole
 
 TIMELINE_ROWS = 50
 BAR_WIDTH = 12
@@ -121,23 +119,18 @@ class GpuDetailScreen(GpuActions, Screen[None]):
     GpuDetailScreen DataTable { height: 1fr; }
     GpuDetailScreen Label { padding: 0 1; text-style: bold; }
     """
-    BINDINGS = [
-        Binding("escape", "back", "Back"),
-        Binding("l", "lease", "Lease"),
-        Binding("u", "release", "Release"),
-        Binding("c", "recycle", "Recycle"),
-        Binding("p", "toggle_admission", "Pause/resume"),
-    ]
+    BINDINGS = [Binding("escape", "back", "Back"), *GPU_ACTION_BINDINGS]
 
-    app: "KrexConsole"
-
-    def __init__(self, uuid: str) -> None:
+    def __init__(self, uuid: str, model: ConsoleModel, gate: ActionGate, status: str = "") -> None:
         super().__init__()
         self.uuid = uuid
+        self.model = model
+        self.gate = gate
+        self.status = status  # the status bar's first text; the app keeps it current
         self._ready = False  # the app's refresh tick may come before on_mount has made the columns
 
     def compose(self) -> ComposeResult:
-        yield self.app.make_status_bar()
+        yield StatusBar(self.status)
         with Vertical():
             yield Static(id="gpu-summary")
             yield Label("Tenants (running commands)")
@@ -157,7 +150,7 @@ class GpuDetailScreen(GpuActions, Screen[None]):
                            ("hold", "Hold"), ("thaw", "Thaw"), ("frozen", "Frozen"), ("reason", "Reason")):
             regions.add_column(label, key=key)
         self._ready = True
-        self.refresh_from(self.app.model)
+        self.refresh_from(self.model)
 
     def refresh_from(self, model: ConsoleModel) -> None:
         if not self._ready:
@@ -184,7 +177,7 @@ class GpuDetailScreen(GpuActions, Screen[None]):
                   [(str(r.region), region_row(model, r, longest)) for r in records])
 
     def selected_gpu(self) -> GpuState | None:
-        return gpu_by_uuid(self.app.model.state, self.uuid)
+        return gpu_by_uuid(self.model.state, self.uuid)
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import DataTable
 
-from krex_console import actions
 from krex_console import format as fmt
+from krex_console.messages import GpuHighlighted, OpenGpu
 from krex_console.model import ConsoleModel, gpu_by_uuid, gpu_figures
+from krex_console.views.bindings import GPU_ACTION_BINDINGS, ActionGate, GpuActions
 from krex_console.views.table_sync import selected_key, sync_rows
 from krex_runtime.wire.state import GpuState
-
-if TYPE_CHECKING:
-    from krex_console.app import KrexConsole
 
 COLUMNS = [
     ("gpu", "GPU"),
@@ -77,54 +75,13 @@ def gpu_row(model: ConsoleModel, gpu: GpuState) -> list[Any]:
     ]
 
 
-class GatedActions:
-    """check_action for widgets and screens that bind changing actions: they
-    are hidden (not merely disabled) in read-only mode and in replay."""
-
-    app: "KrexConsole"
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in actions.CHANGING_ACTIONS:
-            return self.app.actions_allowed
-        return True
-
-
-class GpuActions(GatedActions):
-    """The GPU actions, for whatever view has a selected GPU: each one is
-    confirmed by a dialog naming the GPU before it is performed."""
-
-    def selected_gpu(self) -> GpuState | None:
-        raise NotImplementedError
-
-    def _gpu_action(self, build: Any) -> None:
-        gpu = self.selected_gpu()
-        if gpu is not None:
-            self.app.confirm_and_perform(build(gpu))
-
-    def action_lease(self) -> None:
-        self._gpu_action(actions.lease)
-
-    def action_release(self) -> None:
-        self._gpu_action(actions.release)
-
-    def action_recycle(self) -> None:
-        self._gpu_action(actions.recycle)
-
-    def action_toggle_admission(self) -> None:
-        self._gpu_action(actions.toggle_admission)
-
-
 class OverviewTable(GpuActions, DataTable[Any]):
-    BINDINGS = [
-        Binding("enter", "select_cursor", "GPU detail"),
-        Binding("l", "lease", "Lease"),
-        Binding("u", "release", "Release"),
-        Binding("c", "recycle", "Recycle"),
-        Binding("p", "toggle_admission", "Pause/resume"),
-    ]
+    BINDINGS = [Binding("enter", "select_cursor", "GPU detail"), *GPU_ACTION_BINDINGS]
 
-    def __init__(self) -> None:
+    def __init__(self, model: ConsoleModel, gate: ActionGate) -> None:
         super().__init__(id="overview-table", cursor_type="row", zebra_stripes=True)
+        self.model = model
+        self.gate = gate
 
     def on_mount(self) -> None:
         for key, label in COLUMNS:
@@ -135,17 +92,18 @@ class OverviewTable(GpuActions, DataTable[Any]):
 
     def selected_gpu(self) -> GpuState | None:
         uuid = selected_key(self)
-        return gpu_by_uuid(self.app.model.state, uuid) if uuid else None
+        return gpu_by_uuid(self.model.state, uuid) if uuid else None
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
         self.action_open_gpu()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        self.app.refresh_overview_summary()
+        gpu = self.selected_gpu()
+        self.post_message(GpuHighlighted(gpu.uuid if gpu is not None else None))
 
     def action_open_gpu(self) -> None:
         gpu = self.selected_gpu()
         if gpu is not None:
-            self.app.open_gpu(gpu.uuid)
+            self.post_message(OpenGpu(gpu.uuid))
 

@@ -1,0 +1,91 @@
+"""Keys that several views share: the changing actions, hidden where the
+console may not act, and the GPU and command actions of whatever view has a
+GPU or a command selected.
+
+A view asks the operator for an action by posting RequestAction; the app
+confirms and sends it. Whether actions are offered at all (not in read-only
+mode, not in replay) the view learns from the ActionGate it was given.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Protocol
+
+from textual.binding import Binding
+from textual.message import Message
+
+from krex_console import actions
+from krex_console.actions import PlannedAction
+from krex_console.messages import RequestAction
+from krex_runtime.wire.state import CommandInfo, GpuState
+
+GPU_ACTION_BINDINGS = [
+    Binding("l", "lease", "Lease"),
+    Binding("u", "release", "Release"),
+    Binding("c", "recycle", "Recycle"),
+    Binding("p", "toggle_admission", "Pause/resume"),
+]
+KILL_BINDING = Binding("k", "kill", "Kill")
+
+
+class ActionGate(Protocol):
+    """Whether changing actions are offered now (the app answers: not in
+    read-only mode, not in replay, not on a socket the runtime says is read-only)."""
+
+    @property
+    def actions_allowed(self) -> bool: ...
+
+
+class GatedActions:
+    """check_action for widgets and screens that bind changing actions: they
+    are hidden (not merely disabled) where the gate says actions are off."""
+
+    gate: ActionGate
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in actions.CHANGING_ACTIONS:
+            return self.gate.actions_allowed
+        return True
+
+    if TYPE_CHECKING:  # the widget's or screen's own; a method here would hide it
+
+        def post_message(self, message: Message) -> bool: ...
+
+    def request(self, action: PlannedAction) -> None:
+        self.post_message(RequestAction(action))
+
+
+class GpuActions(GatedActions):
+    """The GPU actions, for whatever view has a selected GPU."""
+
+    def selected_gpu(self) -> GpuState | None:
+        raise NotImplementedError
+
+    def _gpu_action(self, build: Callable[[GpuState], PlannedAction]) -> None:
+        gpu = self.selected_gpu()
+        if gpu is not None:
+            self.request(build(gpu))
+
+    def action_lease(self) -> None:
+        self._gpu_action(actions.lease)
+
+    def action_release(self) -> None:
+        self._gpu_action(actions.release)
+
+    def action_recycle(self) -> None:
+        self._gpu_action(actions.recycle)
+
+    def action_toggle_admission(self) -> None:
+        self._gpu_action(actions.toggle_admission)
+
+
+class CommandActions(GatedActions):
+    """Kill, for whatever view has a selected command."""
+
+    def selected_command(self) -> CommandInfo | None:
+        raise NotImplementedError
+
+    def action_kill(self) -> None:
+        cmd = self.selected_command()
+        if cmd is not None:
+            self.request(actions.kill(cmd))
