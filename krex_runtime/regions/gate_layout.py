@@ -38,47 +38,29 @@ ENV_INTERCEPT_STATS = "KREX_INTERCEPT_STATS"
 ENV_DRAIN_TIMEOUT_MS = "KREX_DRAIN_TIMEOUT_MS"
 ENV_REGION_SOCKET = "KREX_REGION_SOCKET"
 
-# (name, ctypes type, byte offset). A test compiles a C program printing
-# offsetof/sizeof of the header's structs and compares with these tables.
+# (name, ctypes type, byte offset), a line per group of related fields. A test
+# compiles a C program printing offsetof/sizeof of the header's structs and
+# compares with these tables.
+_u32, _i32, _u64, _i64 = ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint64, ctypes.c_int64
 HEADER_FIELDS: tuple[tuple[str, type, int], ...] = (
-    ("magic", ctypes.c_uint64, 0),
-    ("version", ctypes.c_uint32, 8),
-    ("header_size", ctypes.c_uint32, 12),
-    ("proc_size", ctypes.c_uint32, 16),
-    ("max_procs", ctypes.c_uint32, 20),
-    ("procs_offset", ctypes.c_uint32, 24),
-    ("gate_word", ctypes.c_uint32, 28),
-    ("holder", ctypes.c_int64, 32),
-    ("generation", ctypes.c_uint64, 40),
-    ("heartbeat_ns", ctypes.c_uint64, 48),
-    ("stale_after_ns", ctypes.c_uint64, 56),
-    ("park_wait_ns", ctypes.c_uint64, 64),
-    ("spin_ns", ctypes.c_uint64, 72),
-    ("drain_timeout_ns", ctypes.c_uint64, 80),
-    ("runtime_pid", ctypes.c_int32, 88),
-    ("closed_at_ns", ctypes.c_uint64, 96),
-    ("opened_at_ns", ctypes.c_uint64, 104),
+    ("magic", _u64, 0), ("version", _u32, 8),
+    ("header_size", _u32, 12), ("proc_size", _u32, 16), ("max_procs", _u32, 20), ("procs_offset", _u32, 24),
+    ("gate_word", _u32, 28), ("holder", _i64, 32), ("generation", _u64, 40),
+    ("heartbeat_ns", _u64, 48), ("stale_after_ns", _u64, 56),
+    ("park_wait_ns", _u64, 64), ("spin_ns", _u64, 72), ("drain_timeout_ns", _u64, 80),
+    ("runtime_pid", _i32, 88),
+    ("closed_at_ns", _u64, 96), ("opened_at_ns", _u64, 104),
 )
 HEADER_SIZE = 256
 
 PROC_FIELDS: tuple[tuple[str, type, int], ...] = (
-    ("state", ctypes.c_uint32, 0),
-    ("pid", ctypes.c_int32, 4),
-    ("tenant_id", ctypes.c_int64, 8),
-    ("start_time", ctypes.c_uint64, 16),
-    ("in_call", ctypes.c_uint32, 24),
-    ("parked", ctypes.c_uint32, 28),
-    ("drain_req", ctypes.c_uint32, 32),
-    ("drain_ack", ctypes.c_uint32, 36),
-    ("drain_result", ctypes.c_uint32, 40),
-    ("uses_cuda", ctypes.c_uint32, 44),
-    ("contexts", ctypes.c_uint32, 48),
-    ("fail_open", ctypes.c_uint32, 52),
-    ("calls_total", ctypes.c_uint64, 56),
-    ("parks_total", ctypes.c_uint64, 64),
-    ("drains_total", ctypes.c_uint64, 72),
-    ("calls", ctypes.c_uint64 * CLASS_SLOTS, 80),
-    ("drain_ack_ns", ctypes.c_uint64, 208),
+    ("state", _u32, 0), ("pid", _i32, 4), ("tenant_id", _i64, 8), ("start_time", _u64, 16),
+    ("in_call", _u32, 24), ("parked", _u32, 28),
+    ("drain_req", _u32, 32), ("drain_ack", _u32, 36), ("drain_result", _u32, 40),
+    ("uses_cuda", _u32, 44), ("contexts", _u32, 48), ("fail_open", _u32, 52),
+    ("calls_total", _u64, 56), ("parks_total", _u64, 64), ("drains_total", _u64, 72),
+    ("calls", _u64 * CLASS_SLOTS, 80),
+    ("drain_ack_ns", _u64, 208),
 )
 PROC_SIZE = 256
 

@@ -2,7 +2,7 @@
 
 Every kernel, copy, memset and lock event the simulated driver executes is
 appended as one fixed-size record; tests and benchmarks read them to check
-what ran when (and what overlapped), never through the driver itself.
+what ran when (and what overlapped) with no driver loaded.
 """
 
 from __future__ import annotations
