@@ -2,9 +2,9 @@
 
 One class per `pool.context` kind (the simulator, the driver API, torch, none):
 each creates its context, runs the small health check made at start-up and
-after each command, and frees what a command left on the device. Kept apart
-from the worker's loop because each kind imports its own driver lazily: only
-the configured one becomes part of the commands' baseline.
+after each command, and frees what a command left on the device. Each kind
+imports its driver lazily, so only the configured one becomes part of the
+commands' baseline.
 """
 
 from __future__ import annotations
