@@ -160,7 +160,7 @@ def run_setup(setup: Setup, work: list[workload.Candidate], opts: Options, folde
     finally:
         rt.stop()
         if opts.sim:
-            from krex_runtime.sim.simcuda import remove_device
+            from krex_runtime.sim.device_file import remove_device
 
             remove_device(rt.device)
     return record

@@ -33,7 +33,7 @@ from typing import Any
 
 from krex_runtime.wire.control_client import ControlClient
 from krex_runtime.testing.local_runtime import Runtime
-from krex_runtime.sim.simcuda import remove_device
+from krex_runtime.sim.device_file import remove_device
 
 TORCH_COMMAND = """\
 import json, time

@@ -44,7 +44,7 @@ from krex_runtime.wire import endpoints, protocol
 from krex_runtime.testing import hygiene
 from krex_runtime.wire.control_client import ControlClient, RequestFailed, RuntimeUnavailable
 from krex_runtime.testing.local_runtime import Runtime, wait_until
-from krex_runtime.sim.simcuda import remove_device
+from krex_runtime.sim.device_file import remove_device
 from krex_runtime.wire.trace import TraceError, read_trace, replay
 
 HERE = Path(__file__).resolve().parent

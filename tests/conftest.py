@@ -13,7 +13,7 @@ from krex_runtime.testing import hygiene
 from krex_runtime.node import native_build
 from krex_runtime.commands.cgroups import CgroupSlice
 from krex_runtime.testing.local_runtime import Runtime, wait_until
-from krex_runtime.sim.simcuda import remove_device
+from krex_runtime.sim.device_file import remove_device
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

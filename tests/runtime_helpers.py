@@ -14,7 +14,7 @@ from region_checks import is_frozen
 from krex_runtime.regions import gate
 from krex_runtime.commands.cgroups import CgroupSlice
 from krex_runtime.testing.local_runtime import Runtime, wait_until
-from krex_runtime.sim.simcuda import remove_device
+from krex_runtime.sim.device_file import remove_device
 from krex_runtime.wire.trace import read_trace
 from krex_runtime.testing.hygiene import krex_processes
 

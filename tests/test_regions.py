@@ -50,7 +50,8 @@ from krex_runtime.node import native_build
 from krex_runtime.regions.freezer import is_stopped
 from krex_runtime.regions.gate import Gate
 from krex_runtime.testing.local_runtime import Runtime, wait_until
-from krex_runtime.sim.simcuda import active_count, read_execution_log, remove_device
+from krex_runtime.sim.device_file import active_count, remove_device
+from krex_runtime.sim.execution_log import read_execution_log
 
 RECOVERY_BOUND_S = 10.0
 BACKENDS = ["preload", "driver-lock"]

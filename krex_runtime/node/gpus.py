@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 
 from krex_runtime.node.config import Config
-from krex_runtime.sim.simcuda import MAX_DEVICES
+from krex_runtime.sim.layout import MAX_DEVICES
 
 SIMULATED_MEMORY_BYTES = 80 << 30
 

@@ -1,11 +1,12 @@
-"""The runtime's side of the per-GPU gate: a mirror of native/include/krex_gate.h.
+"""The runtime's side of the per-GPU gate in shared memory (native/include/krex_gate.h).
 
 The runtime creates one gate file per GPU and passes its path to every tenant
 of that GPU (KREX_GATE_PATH, with KREX_TENANT_ID). The interception library
 preloaded into each tenant maps it, registers its process in a free entry, and
 checks the gate before every GPU submission. This module creates, closes,
 reopens and inspects the gate, stamps the runtime heartbeat, and runs the
-drain handshake. Standard library only.
+drain handshake. The file's layout is mirrored in gate_layout, the futex and
+/proc calls it needs are in gate_kernel. Standard library only.
 
 Giving the GPU to tenant H (see krex_gate.h for the library's half):
 
@@ -27,149 +28,34 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
-import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-MAGIC = 0x45544147584552  # "REXGATE\0" read as little-endian u64
-VERSION = 1
-MAX_PROCS = 1024
-NO_HOLDER = -1
-CLOSED = 1
-
-PROC_FREE, PROC_CLAIMING, PROC_LIVE = 0, 1, 2
-DRAIN_OK, DRAIN_TIMED_OUT, DRAIN_ERROR = 0, 1, 2
-DRAIN_RESULTS = {DRAIN_OK: "ok", DRAIN_TIMED_OUT: "timed_out", DRAIN_ERROR: "error"}
-
-# enum krex_call_class, in order.
-CALL_CLASSES = (
-    "launch", "host_func", "graph", "memcpy", "memset", "event",
-    "stream_memop", "mem_async", "context", "module", "other",
+from krex_runtime.regions.gate_kernel import futex_wait, futex_wake_all, process_alive
+from krex_runtime.regions.gate_layout import (
+    CALL_CLASSES,
+    CLOSED,
+    DEFAULT_DRAIN_TIMEOUT_NS,
+    DEFAULT_PARK_WAIT_NS,
+    DEFAULT_SPIN_NS,
+    DEFAULT_STALE_NS,
+    DRAIN_RESULTS,
+    HEADER,
+    HEADER_SIZE,
+    MAGIC,
+    MAX_PROCS,
+    NO_HOLDER,
+    PROC,
+    PROC_LIVE,
+    PROC_SIZE,
+    VERSION,
+    file_size,
 )
-CLASS_SLOTS = 16
-
-DEFAULT_STALE_NS = 3_000_000_000
-DEFAULT_PARK_WAIT_NS = 50_000_000
-DEFAULT_SPIN_NS = 20_000
-DEFAULT_DRAIN_TIMEOUT_NS = 10_000_000_000
-
-ENV_GATE_PATH = "KREX_GATE_PATH"
-ENV_TENANT_ID = "KREX_TENANT_ID"
-ENV_INTERCEPT_STATS = "KREX_INTERCEPT_STATS"
-ENV_DRAIN_TIMEOUT_MS = "KREX_DRAIN_TIMEOUT_MS"
-ENV_REGION_SOCKET = "KREX_REGION_SOCKET"
-
-# (name, ctypes type, byte offset). A test compiles a C program printing
-# offsetof/sizeof of the header's structs and compares with these tables.
-HEADER_FIELDS: tuple[tuple[str, type, int], ...] = (
-    ("magic", ctypes.c_uint64, 0),
-    ("version", ctypes.c_uint32, 8),
-    ("header_size", ctypes.c_uint32, 12),
-    ("proc_size", ctypes.c_uint32, 16),
-    ("max_procs", ctypes.c_uint32, 20),
-    ("procs_offset", ctypes.c_uint32, 24),
-    ("gate_word", ctypes.c_uint32, 28),
-    ("holder", ctypes.c_int64, 32),
-    ("generation", ctypes.c_uint64, 40),
-    ("heartbeat_ns", ctypes.c_uint64, 48),
-    ("stale_after_ns", ctypes.c_uint64, 56),
-    ("park_wait_ns", ctypes.c_uint64, 64),
-    ("spin_ns", ctypes.c_uint64, 72),
-    ("drain_timeout_ns", ctypes.c_uint64, 80),
-    ("runtime_pid", ctypes.c_int32, 88),
-    ("closed_at_ns", ctypes.c_uint64, 96),
-    ("opened_at_ns", ctypes.c_uint64, 104),
-)
-HEADER_SIZE = 256
-
-PROC_FIELDS: tuple[tuple[str, type, int], ...] = (
-    ("state", ctypes.c_uint32, 0),
-    ("pid", ctypes.c_int32, 4),
-    ("tenant_id", ctypes.c_int64, 8),
-    ("start_time", ctypes.c_uint64, 16),
-    ("in_call", ctypes.c_uint32, 24),
-    ("parked", ctypes.c_uint32, 28),
-    ("drain_req", ctypes.c_uint32, 32),
-    ("drain_ack", ctypes.c_uint32, 36),
-    ("drain_result", ctypes.c_uint32, 40),
-    ("uses_cuda", ctypes.c_uint32, 44),
-    ("contexts", ctypes.c_uint32, 48),
-    ("fail_open", ctypes.c_uint32, 52),
-    ("calls_total", ctypes.c_uint64, 56),
-    ("parks_total", ctypes.c_uint64, 64),
-    ("drains_total", ctypes.c_uint64, 72),
-    ("calls", ctypes.c_uint64 * CLASS_SLOTS, 80),
-    ("drain_ack_ns", ctypes.c_uint64, 208),
-)
-PROC_SIZE = 256
-
-_H = {name: (ctype, off) for name, ctype, off in HEADER_FIELDS}
-_P = {name: (ctype, off) for name, ctype, off in PROC_FIELDS}
-
-
-def file_size(max_procs: int) -> int:
-    return HEADER_SIZE + max_procs * PROC_SIZE
 
 
 class GateError(Exception):
     """A gate file that cannot be used (missing, foreign, another version)."""
-
-
-# ---- futex (ctypes syscall; the gate lives in a shared file mapping) ---------
-
-_SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine(), 202)
-_FUTEX_WAIT, _FUTEX_WAKE = 0, 1
-_libc = ctypes.CDLL(None, use_errno=True)
-_syscall = _libc.syscall
-_syscall.restype = ctypes.c_long
-
-
-class _Timespec(ctypes.Structure):
-    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
-
-
-def _futex_wake_all(addr: int) -> None:
-    _syscall(ctypes.c_long(_SYS_FUTEX), ctypes.c_void_p(addr), ctypes.c_int(_FUTEX_WAKE),
-             ctypes.c_int(0x7FFFFFFF), None, None, ctypes.c_int(0))
-
-
-def _futex_wait(addr: int, expected: int, timeout_s: float) -> None:
-    ts = _Timespec(int(timeout_s), int((timeout_s % 1) * 1e9))
-    _syscall(ctypes.c_long(_SYS_FUTEX), ctypes.c_void_p(addr), ctypes.c_int(_FUTEX_WAIT),
-             ctypes.c_uint32(expected), ctypes.byref(ts), None, ctypes.c_int(0))
-
-
-# ---- process liveness ---------------------------------------------------------
-
-def _proc_start_time(pid: int) -> tuple[int, str] | None:
-    """(start time in ticks, state letter) from /proc/<pid>/stat, or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            text = f.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2:].split()
-    try:
-        return int(fields[19]), fields[0]
-    except (IndexError, ValueError):
-        return None
-
-
-def process_alive(pid: int, start_time: int) -> bool:
-    """True if pid still names the process that registered (not a zombie, not reused)."""
-    if pid <= 0:
-        return False
-    info = _proc_start_time(pid)
-    if info is None:
-        return False
-    ticks, state = info
-    if state in ("Z", "X"):
-        return False
-    return start_time == 0 or ticks == start_time
-
-
-# ---- snapshots ----------------------------------------------------------------
 
 @dataclass(frozen=True)
 class ProcEntry:
@@ -211,8 +97,6 @@ class DrainOutcome:
     tenant_id: int
     result: str  # "ok" | "timed_out" | "error" (library's answer) | "no_ack" | "exited"
 
-
-# ---- the gate -----------------------------------------------------------------
 
 class Gate:
     """A mapped gate file. Create with Gate.create (the runtime) or Gate.attach."""
@@ -321,11 +205,11 @@ class Gate:
         return ctype.from_buffer(self._mm, off)
 
     def _hget(self, name: str) -> int:
-        ctype, off = _H[name]
+        ctype, off = HEADER[name]
         return self._view(ctype, off).value
 
     def _hset(self, name: str, value: int) -> None:
-        ctype, off = _H[name]
+        ctype, off = HEADER[name]
         self._view(ctype, off).value = value
 
     def _addr(self, off: int) -> int:
@@ -335,7 +219,7 @@ class Gate:
         return self._hget("procs_offset") + index * PROC_SIZE
 
     def _pget(self, index: int, name: str):
-        ctype, off = _P[name]
+        ctype, off = PROC[name]
         return self._view(ctype, self._proc_off(index) + off)
 
     # -- state --
@@ -387,7 +271,7 @@ class Gate:
         self._hset("generation", generation)
         self._hset("closed_at_ns", time.monotonic_ns())
         self._hset("gate_word", ((self._hget("gate_word") + 2) | CLOSED) & 0xFFFFFFFF)
-        _futex_wake_all(self._addr(_H["gate_word"][1]))  # full barrier, see module doc
+        futex_wake_all(self._addr(HEADER["gate_word"][1]))  # full barrier, see module doc
         return generation
 
     def open_gate(self) -> None:
@@ -395,7 +279,7 @@ class Gate:
         self._hset("gate_word", ((self._hget("gate_word") + 2) & ~CLOSED) & 0xFFFFFFFF)
         self._hset("holder", NO_HOLDER)
         self._hset("opened_at_ns", time.monotonic_ns())
-        _futex_wake_all(self._addr(_H["gate_word"][1]))
+        futex_wake_all(self._addr(HEADER["gate_word"][1]))
 
     # -- processes --
 
@@ -421,7 +305,7 @@ class Gate:
         would cost milliseconds each time."""
         if self._mm is None:
             raise GateError(f"{self.path}: detached")
-        start = self._hget("procs_offset") + _P["state"][1]
+        start = self._hget("procs_offset") + PROC["state"][1]
         words = memoryview(self._mm)[start : start + self.max_procs * PROC_SIZE].cast("I")
         try:
             states = words[:: PROC_SIZE // 4]
@@ -464,7 +348,7 @@ class Gate:
             cell = self._pget(e.index, "drain_req")
             seq = (cell.value + 1) & 0xFFFFFFFF
             cell.value = seq
-            _futex_wake_all(self._addr(self._proc_off(e.index) + _P["drain_req"][1]))
+            futex_wake_all(self._addr(self._proc_off(e.index) + PROC["drain_req"][1]))
             requests.append(DrainRequest(e.index, e.pid, e.start_time, e.tenant_id, seq))
         return requests
 
@@ -473,7 +357,7 @@ class Gate:
         deadline = time.monotonic() + timeout_s
         outcomes = []
         for r in requests:
-            ack_off = self._proc_off(r.index) + _P["drain_ack"][1]
+            ack_off = self._proc_off(r.index) + PROC["drain_ack"][1]
             result = "no_ack"
             while True:
                 ack = self._view(ctypes.c_uint32, ack_off).value
@@ -486,7 +370,7 @@ class Gate:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                _futex_wait(self._addr(ack_off), ack, min(left, 0.05))
+                futex_wait(self._addr(ack_off), ack, min(left, 0.05))
             outcomes.append(DrainOutcome(r.pid, r.tenant_id, result))
         return outcomes
 

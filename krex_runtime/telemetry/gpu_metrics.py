@@ -112,10 +112,10 @@ class SimulatedSampler:
         }
 
     def _active(self, gpu: int) -> int:
-        from krex_runtime.sim import simcuda
+        from krex_runtime.sim.device_file import active_count
 
         try:
-            return simcuda.active_count(self.device_name, gpu)
+            return active_count(self.device_name, gpu)
         except FileNotFoundError:  # no tenant has opened the simulated device yet
             return 0
 

@@ -21,7 +21,7 @@ import psutil
 from krex_runtime.commands import cgroups
 from krex_runtime.regions.gate import Gate, GateError
 from krex_runtime.regions.machinery import GATES_DIR
-from krex_runtime.sim.simcuda import SHM_DIR, SHM_FILE_PREFIX
+from krex_runtime.sim.layout import SHM_DIR, SHM_FILE_PREFIX
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from krex_runtime.testing.local_runtime import Runtime, wait_until
-from krex_runtime.sim.simcuda import remove_device
+from krex_runtime.sim.device_file import remove_device
 
 OUT = Path(__file__).parent / "data" / "small-trace.jsonl"
 EPOCH = 1_800_000_000.0

@@ -46,13 +46,13 @@ TENANT, HOLDER, N = 1, 99, 200
 
 PRELUDE = r"""
 import json, os, sys
-from krex_runtime.regions import gate as kg
+from krex_runtime.regions import gate as kg, gate_layout
 G = kg.Gate.attach(os.environ["KREX_GATE_PATH"])
 def counts():
     for e in G.processes():
         if e.pid == os.getpid():
             return dict(e.calls)
-    return {c: 0 for c in kg.CALL_CLASSES}
+    return {c: 0 for c in gate_layout.CALL_CLASSES}
 N = int(sys.argv[1])
 """
 

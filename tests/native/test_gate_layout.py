@@ -1,4 +1,4 @@
-"""krex_runtime/regions/gate.py mirrors native/include/krex_gate.h byte for byte."""
+"""krex_runtime/regions/gate_layout.py mirrors native/include/krex_gate.h byte for byte."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 
 from krex_native import Build
 
-from krex_runtime.regions import gate
+from krex_runtime.regions import gate_layout
 
 
 def c_layout(build: Build) -> dict[str, tuple[int, int]]:
@@ -21,9 +21,9 @@ def c_layout(build: Build) -> dict[str, tuple[int, int]]:
 
 def test_struct_fields_match_the_header(lib_build: Build) -> None:
     layout = c_layout(lib_build)
-    assert layout["sizeof.header"][0] == gate.HEADER_SIZE
-    assert layout["sizeof.proc"][0] == gate.PROC_SIZE
-    for prefix, fields in (("header", gate.HEADER_FIELDS), ("proc", gate.PROC_FIELDS)):
+    assert layout["sizeof.header"][0] == gate_layout.HEADER_SIZE
+    assert layout["sizeof.proc"][0] == gate_layout.PROC_SIZE
+    for prefix, fields in (("header", gate_layout.HEADER_FIELDS), ("proc", gate_layout.PROC_FIELDS)):
         c_fields = {k.split(".", 1)[1] for k in layout if k.startswith(prefix + ".")}
         assert c_fields == {name for name, _, _ in fields}, f"{prefix}: field sets differ"
         for name, ctype, offset in fields:
@@ -32,12 +32,12 @@ def test_struct_fields_match_the_header(lib_build: Build) -> None:
 
 def test_constants_match_the_header(lib_build: Build) -> None:
     layout = c_layout(lib_build)
-    assert layout["const.magic"][0] == gate.MAGIC
-    assert layout["const.version"][0] == gate.VERSION
-    assert layout["const.max_procs"][0] == gate.MAX_PROCS
-    assert layout["const.class_count"][0] == len(gate.CALL_CLASSES)
-    assert layout["const.class_slots"][0] == gate.CLASS_SLOTS
-    assert layout["const.closed"][0] == gate.CLOSED
-    assert layout["const.no_holder"][0] == gate.NO_HOLDER
-    assert layout["const.default_stale_ns"][0] == gate.DEFAULT_STALE_NS
-    assert layout["const.default_drain_timeout_ns"][0] == gate.DEFAULT_DRAIN_TIMEOUT_NS
+    assert layout["const.magic"][0] == gate_layout.MAGIC
+    assert layout["const.version"][0] == gate_layout.VERSION
+    assert layout["const.max_procs"][0] == gate_layout.MAX_PROCS
+    assert layout["const.class_count"][0] == len(gate_layout.CALL_CLASSES)
+    assert layout["const.class_slots"][0] == gate_layout.CLASS_SLOTS
+    assert layout["const.closed"][0] == gate_layout.CLOSED
+    assert layout["const.no_holder"][0] == gate_layout.NO_HOLDER
+    assert layout["const.default_stale_ns"][0] == gate_layout.DEFAULT_STALE_NS
+    assert layout["const.default_drain_timeout_ns"][0] == gate_layout.DEFAULT_DRAIN_TIMEOUT_NS

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from krex_runtime.regions import gate
+from krex_runtime.regions import gate, gate_layout
 
 
 def test_create_and_attach_agree(tmp_path: Path) -> None:
     path = tmp_path / "gpu0.gate"
     with gate.Gate.create(path, max_procs=8, stale_after_s=1.5, drain_timeout_s=2.0) as g:
-        assert path.stat().st_size == gate.file_size(8)
-        assert not g.is_closed and g.holder == gate.NO_HOLDER
+        assert path.stat().st_size == gate_layout.file_size(8)
+        assert not g.is_closed and g.holder == gate_layout.NO_HOLDER
         with gate.Gate.attach(path) as other:
             assert other.max_procs == 8
             assert other._hget("stale_after_ns") == 1_500_000_000
@@ -30,12 +30,12 @@ def test_close_and_open_move_the_gate_word(tmp_path: Path) -> None:
         assert g.close_gate(7) == gen0 + 1
         assert g.is_closed and g.holder == 7
         w1 = g.gate_word
-        assert w1 != w0 and w1 & gate.CLOSED
+        assert w1 != w0 and w1 & gate_layout.CLOSED
         g.open_gate()
-        assert not g.is_closed and g.holder == gate.NO_HOLDER
+        assert not g.is_closed and g.holder == gate_layout.NO_HOLDER
         assert g.gate_word not in (w0, w1)  # a parked thread's FUTEX_WAIT(w1) returns
         with pytest.raises(ValueError):
-            g.close_gate(gate.NO_HOLDER)
+            g.close_gate(gate_layout.NO_HOLDER)
 
 
 def test_heartbeat_is_monotonic_ns(tmp_path: Path) -> None:
@@ -47,7 +47,7 @@ def test_heartbeat_is_monotonic_ns(tmp_path: Path) -> None:
 
 def test_attach_refuses_foreign_files(tmp_path: Path) -> None:
     junk = tmp_path / "junk"
-    junk.write_bytes(b"\0" * gate.file_size(4))
+    junk.write_bytes(b"\0" * gate_layout.file_size(4))
     with pytest.raises(gate.GateError, match="bad magic"):
         gate.Gate.attach(junk)
     with pytest.raises(gate.GateError):

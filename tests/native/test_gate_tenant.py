@@ -23,8 +23,10 @@ import pytest
 from krex_native import Build, check_sanitizers, read_stats
 from runtime_helpers import Heartbeat
 
-from krex_runtime.regions import gate
-from krex_runtime.sim import simcuda
+from krex_runtime.regions import gate, gate_layout
+from krex_runtime.sim.device_file import remove_device
+from krex_runtime.sim.execution_log import read_execution_log
+from krex_runtime.sim.layout import KIND_KERNEL
 from krex_runtime.testing.local_runtime import wait_until
 
 TENANT = 1
@@ -59,12 +61,13 @@ class Tenant:
 def sim_device() -> Iterator[str]:
     name = f"krex-gate-test-{os.getpid()}-{next(_names)}"
     yield name
-    simcuda.remove_device(name)
+    remove_device(name)
 
 
 PY_TENANT = r"""
 import sys, threading
-from krex_runtime.sim.simcuda import SimCuda, CU_STREAM_NON_BLOCKING
+from krex_runtime.sim.layout import CU_STREAM_NON_BLOCKING
+from krex_runtime.sim.simcuda import SimCuda
 cuda = SimCuda()
 stop = threading.Event()
 counts = [0] * 4
@@ -159,8 +162,8 @@ def test_tenant_parks_drains_and_resumes(kind: str, build: Build, tmp_path: Path
     # The simulator's log: none of the tenant's work ran between the drain's
     # acknowledgement and the reopening, and all work in flight at the close
     # ended before the acknowledgement.
-    records = [r for r in simcuda.read_execution_log(tmp_path / "sim.log")
-               if r.pid == pid and r.kind == simcuda.KIND_KERNEL]
+    records = [r for r in read_execution_log(tmp_path / "sim.log")
+               if r.pid == pid and r.kind == KIND_KERNEL]
     assert drained.drain_ack_ns > 0
     overlapping = [r for r in records if r.end_ns > drained.drain_ack_ns and r.start_ns < reopened_ns]
     assert overlapping == []
@@ -226,7 +229,7 @@ def test_holder_passes_its_own_closed_gate(normal_build: Build, tmp_path: Path, 
 
 def test_gate_absent_or_foreign_runs_ungated(normal_build: Build, tmp_path: Path, sim_device: str) -> None:
     junk = tmp_path / "junk.gate"
-    junk.write_bytes(b"\0" * gate.file_size(4))
+    junk.write_bytes(b"\0" * gate_layout.file_size(4))
     for path, message in ((tmp_path / "missing.gate", "cannot open gate"), (junk, "another layout")):
         env = normal_build.env(KREX_GATE_PATH=str(path), KREX_TENANT_ID="1", KREX_SIM_DEVICE=sim_device)
         proc = subprocess.run([str(normal_build.tool("linked_tenant")), "2", "5", "1000", "4"],

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from krex_native import Build, check_sanitizers, read_stats
 
-from krex_runtime.sim import simcuda
+from krex_runtime.sim.device_file import remove_device
 
 
 def run_linked(build: Build, tmp_path: Path, threads: int, iterations: int, **env: str):
@@ -21,7 +21,7 @@ def run_linked(build: Build, tmp_path: Path, threads: int, iterations: int, **en
             env=build.env(KREX_SIM_DEVICE=device, KREX_INTERCEPT_STATS=str(stats), **env),
         )
     finally:
-        simcuda.remove_device(device)
+        remove_device(device)
     check_sanitizers(proc.stderr)
     assert proc.returncode == 0, proc.stderr
     return proc, read_stats(stats)
@@ -52,7 +52,7 @@ def test_not_preloaded_means_not_counted(build: Build, tmp_path: Path) -> None:
         proc = subprocess.run([str(build.tool("linked_tenant")), "1", "3", "1000"], env=env,
                               capture_output=True, text=True, timeout=120)
     finally:
-        simcuda.remove_device(device)
+        remove_device(device)
     assert proc.returncode == 0, proc.stderr
     assert read_stats(stats) == []
 
@@ -66,7 +66,7 @@ def test_stats_path_takes_the_pid(normal_build: Build, tmp_path: Path) -> None:
             env=normal_build.env(KREX_SIM_DEVICE=device, KREX_INTERCEPT_STATS=str(tmp_path / "s-%p.json")),
         )
     finally:
-        simcuda.remove_device(device)
+        remove_device(device)
     assert proc.returncode == 0
     files = list(tmp_path.glob("s-*.json"))
     assert len(files) == 1

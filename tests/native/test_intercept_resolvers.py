@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from krex_native import Build, check_sanitizers
 
-from krex_runtime.sim import simcuda
+from krex_runtime.sim.device_file import remove_device
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def probe(build: Build, tmp_path: Path) -> dict[tuple[str, str], list[str]]:
         proc = subprocess.run([str(build.tool("resolver_probe"))], capture_output=True, text=True, timeout=120,
                               env=build.env(KREX_SIM_DEVICE=device))
     finally:
-        simcuda.remove_device(device)
+        remove_device(device)
     check_sanitizers(proc.stderr)
     assert proc.returncode == 0, proc.stderr
     return {(w[0], w[1]): w[2:] for w in (line.split() for line in proc.stdout.splitlines())}

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from krex_runtime.sim import simcuda as sc
+from krex_runtime.sim import device_file, driver, execution_log, layout, simcuda
 
 REPO = Path(__file__).resolve().parents[2]
 NATIVE = REPO / "native"
@@ -29,7 +29,7 @@ MS = 1_000_000
 
 PREAMBLE = """
 import ctypes, os, sys, time, struct
-from krex_runtime.sim import simcuda as sc
+from krex_runtime.sim import device_file, driver, execution_log, layout, simcuda
 
 def wait_go():
     # Barrier: report ready, then start when the test creates GO_FILE.
@@ -89,8 +89,8 @@ class Sim:
                                 env=self.with_env(**extra), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
 
-    def records(self, kind: int | None = None) -> list[sc.Record]:
-        rs = sc.read_execution_log(self.log)
+    def records(self, kind: int | None = None) -> list[execution_log.Record]:
+        rs = execution_log.read_execution_log(self.log)
         return [r for r in rs if kind is None or r.kind == kind]
 
 
@@ -100,8 +100,8 @@ def _base_env(sim_lib_dir: Path, name: str, log: Path) -> dict[str, str]:
     env.update({
         "PYTHONPATH": str(REPO),
         "LD_LIBRARY_PATH": str(sim_lib_dir),
-        sc.ENV_DEVICE: name,
-        sc.ENV_LOG: str(log),
+        layout.ENV_DEVICE: name,
+        layout.ENV_LOG: str(log),
     })
     return env
 
@@ -111,7 +111,7 @@ def sim(tmp_path: Path, sim_dir: Path):
     name = f"test-{os.getpid()}-{tmp_path.name}"
     s = Sim(name, _base_env(sim_dir, name, tmp_path / "exec.log"), tmp_path / "exec.log", tmp_path)
     yield s
-    sc.remove_device(name)
+    device_file.remove_device(name)
 
 
 @pytest.fixture(params=["sim", "preloaded"])
@@ -193,28 +193,28 @@ def test_python_layout_matches_header(tmp_path: Path):
     got = dict(line.rsplit(" ", 1) for line in subprocess.run([str(exe)], capture_output=True, text=True,
                                                               check=True).stdout.splitlines())
     got = {k: int(v) for k, v in got.items()}
-    rec = sc.LOG_RECORD
+    rec = layout.LOG_RECORD
     assert got["sizeof(struct krex_sim_log_record)"] == rec.size == 128
     assert got["offsetof(struct krex_sim_log_record, stream_id)"] == 24
     assert got["offsetof(struct krex_sim_log_record, start_ns)"] == 32
     assert got["offsetof(struct krex_sim_log_record, grid)"] == 64
-    assert got["offsetof(struct krex_sim_log_record, name)"] == rec.size - sc.LOG_NAME_LEN
-    assert got["sizeof(struct krex_sim_proc_slot)"] == sc.PROC_SLOT.size
+    assert got["offsetof(struct krex_sim_log_record, name)"] == rec.size - layout.LOG_NAME_LEN
+    assert got["sizeof(struct krex_sim_proc_slot)"] == layout.PROC_SLOT.size
     assert got["offsetof(struct krex_sim_proc_slot, active)"] == 40
-    assert got["offsetof(struct krex_sim_proc_slot, mem_used)"] == 40 + 4 * sc.MAX_DEVICES
-    assert got["sizeof(struct krex_sim_device_info)"] == sc.DEVICE_INFO.size
-    assert got["offsetof(struct krex_sim_shm, devices)"] == sc.DEVICES_OFFSET
-    assert got["offsetof(struct krex_sim_shm, procs)"] == sc.PROCS_OFFSET
-    assert got["sizeof(struct krex_sim_shm)"] == sc.SHM_SIZE
-    assert got["KREX_SIM_MAX_DEVICES"] == sc.MAX_DEVICES
-    assert got["KREX_SIM_MAX_PROCS"] == sc.MAX_PROCS
-    assert got["KREX_SIM_LOG_NAME_LEN"] == sc.LOG_NAME_LEN
-    assert got["KREX_SIM_SHM_MAGIC"] == sc.SHM_MAGIC
-    assert got["KREX_SIM_SHM_VERSION"] == sc.SHM_VERSION
-    assert got["KREX_SIM_LOG_MAGIC"] == sc.LOG_MAGIC
-    assert got["KREX_SIM_LOG_VERSION"] == sc.LOG_VERSION
+    assert got["offsetof(struct krex_sim_proc_slot, mem_used)"] == 40 + 4 * layout.MAX_DEVICES
+    assert got["sizeof(struct krex_sim_device_info)"] == layout.DEVICE_INFO.size
+    assert got["offsetof(struct krex_sim_shm, devices)"] == layout.DEVICES_OFFSET
+    assert got["offsetof(struct krex_sim_shm, procs)"] == layout.PROCS_OFFSET
+    assert got["sizeof(struct krex_sim_shm)"] == layout.SHM_SIZE
+    assert got["KREX_SIM_MAX_DEVICES"] == layout.MAX_DEVICES
+    assert got["KREX_SIM_MAX_PROCS"] == layout.MAX_PROCS
+    assert got["KREX_SIM_LOG_NAME_LEN"] == layout.LOG_NAME_LEN
+    assert got["KREX_SIM_SHM_MAGIC"] == layout.SHM_MAGIC
+    assert got["KREX_SIM_SHM_VERSION"] == layout.SHM_VERSION
+    assert got["KREX_SIM_LOG_MAGIC"] == layout.LOG_MAGIC
+    assert got["KREX_SIM_LOG_VERSION"] == layout.LOG_VERSION
     assert (got["KREX_SIM_LOG_KERNEL"], got["KREX_SIM_LOG_LOCK"], got["KREX_SIM_LOG_UNLOCK"],
-            got["KREX_SIM_LOG_LOCK_TIMEOUT"]) == (sc.KIND_KERNEL, sc.KIND_LOCK, sc.KIND_UNLOCK, sc.KIND_LOCK_TIMEOUT)
+            got["KREX_SIM_LOG_LOCK_TIMEOUT"]) == (layout.KIND_KERNEL, layout.KIND_LOCK, layout.KIND_UNLOCK, layout.KIND_LOCK_TIMEOUT)
 
 
 # ---------------------------------------------------------------------------
@@ -225,7 +225,7 @@ def test_device_creation_race_eight_processes(sim: Sim):
     go = sim.tmp / "go"
     code = """
         wait_go()
-        s = sc.SimCuda()
+        s = simcuda.SimCuda()
         print(s.device_count(), s.device_uuid(), s.device_name(), flush=True)
         s.launch(1 * 1000 * 1000)
         s.synchronize()
@@ -237,22 +237,22 @@ def test_device_creation_race_eight_processes(sim: Sim):
     assert {o[0] for o in outs} == {"2"}
     assert len({o[1] for o in outs}) == 1, "all processes see the same device"
     assert "simulator" in outs[0][2]
-    state = sc.read_device(sim.name)
+    state = device_file.read_device(sim.name)
     assert state.num_devices == 2 and state.uuids[0] == outs[0][1]
     assert len(state.slots) == 8 and len({s.pid for s in state.slots}) == 8
-    assert len(sim.records(sc.KIND_KERNEL)) == 8
+    assert len(sim.records(layout.KIND_KERNEL)) == 8
 
 
 def test_visible_devices(sim: Sim):
-    sim.run("sc.SimCuda()", KREX_SIM_GPUS="3")  # creates the device with 3 GPUs
-    uuids = sc.read_device(sim.name).uuids
-    out = sim.run("s = sc.SimCuda(); print(s.device_count(), s.device_uuid())", CUDA_VISIBLE_DEVICES="2,0")
+    sim.run("simcuda.SimCuda()", KREX_SIM_GPUS="3")  # creates the device with 3 GPUs
+    uuids = device_file.read_device(sim.name).uuids
+    out = sim.run("s = simcuda.SimCuda(); print(s.device_count(), s.device_uuid())", CUDA_VISIBLE_DEVICES="2,0")
     assert out.split() == ["2", uuids[2]]
-    out = sim.run("s = sc.SimCuda(); print(s.device_count(), s.device_uuid())",
+    out = sim.run("s = simcuda.SimCuda(); print(s.device_count(), s.device_uuid())",
                   CUDA_VISIBLE_DEVICES=f"{uuids[1][:12]},7,0")
     assert out.split() == ["1", uuids[1]], "the list ends at the first invalid entry"
     out = sim.run("""
-        d = sc.Driver()
+        d = driver.Driver()
         print(d.raw("cuInit", 0))
     """, CUDA_VISIBLE_DEVICES="")
     assert out.split() == ["100"]  # CUDA_ERROR_NO_DEVICE
@@ -260,7 +260,7 @@ def test_visible_devices(sim: Sim):
 
 def test_data_round_trip(stack: Sim):
     out = stack.run("""
-        s = sc.SimCuda()
+        s = simcuda.SimCuda()
         free0, total = s.mem_info()
         n = 1 << 20
         a, b = s.alloc(n), s.alloc(n)
@@ -285,14 +285,14 @@ def test_data_round_trip(stack: Sim):
     """)
     assert out.strip() == "ok"
     kinds = {r.kind for r in stack.records()}
-    assert {sc.KIND_MEMCPY_HTOD, sc.KIND_MEMCPY_DTOH, sc.KIND_MEMCPY_DTOD, sc.KIND_MEMSET} <= kinds
-    htod = [r for r in stack.records(sc.KIND_MEMCPY_HTOD) if r.bytes == 1 << 20]
+    assert {layout.KIND_MEMCPY_HTOD, layout.KIND_MEMCPY_DTOH, layout.KIND_MEMCPY_DTOD, layout.KIND_MEMSET} <= kinds
+    htod = [r for r in stack.records(layout.KIND_MEMCPY_HTOD) if r.bytes == 1 << 20]
     assert htod and htod[0].solo_ns > 0
 
 
 def test_launch_is_asynchronous_and_synchronize_waits(stack: Sim):
     out = stack.run("""
-        s = sc.SimCuda()
+        s = simcuda.SimCuda()
         c = s.counter()
         st = s.stream()
         for _ in range(4):
@@ -308,17 +308,17 @@ def test_launch_is_asynchronous_and_synchronize_waits(stack: Sim):
     first, second = out.split("\n")[:2]
     assert first.split() == ["True", "True", "4"]
     assert second.strip() == "5"
-    queued = [r for r in stack.records(sc.KIND_KERNEL) if r.name == "queued"]
+    queued = [r for r in stack.records(layout.KIND_KERNEL) if r.name == "queued"]
     assert len(queued) == 4 and all(r.tenant_id == 42 for r in queued)
     # in order, one after the other, on one stream
     assert all(a.end_ns <= b.start_ns for a, b in zip(queued, queued[1:]))
-    ex = [r for r in stack.records(sc.KIND_KERNEL) if r.name == "ex"]
+    ex = [r for r in stack.records(layout.KIND_KERNEL) if r.name == "ex"]
     assert ex and ex[0].grid == (4, 2, 1) and ex[0].block == (128, 1, 1) and ex[0].solo_ns == 5 * MS
 
 
 def test_event_times_follow_durations(sim: Sim):
     out = sim.run("""
-        s = sc.SimCuda()
+        s = simcuda.SimCuda()
         short = s.time_kernel(10 * 1000 * 1000, repeats=3)
         long = s.time_kernel(40 * 1000 * 1000, repeats=3)
         print(min(short), min(long))
@@ -330,7 +330,7 @@ def test_event_times_follow_durations(sim: Sim):
 
 def test_stream_wait_event_orders_streams(sim: Sim):
     sim.run("""
-        s = sc.SimCuda()
+        s = simcuda.SimCuda()
         a, b = s.stream(), s.stream()
         e = s.event()
         s.launch(60 * 1000 * 1000, stream=a, name="producer")
@@ -339,14 +339,14 @@ def test_stream_wait_event_orders_streams(sim: Sim):
         s.launch(1 * 1000 * 1000, stream=b, name="consumer")
         s.synchronize()
     """)
-    ks = {r.name: r for r in sim.records(sc.KIND_KERNEL)}
+    ks = {r.name: r for r in sim.records(layout.KIND_KERNEL)}
     assert ks["consumer"].start_ns >= ks["producer"].end_ns
 
 
 def test_concurrent_kernels_from_processes_share_the_device(stack: Sim):
     go = stack.tmp / "go"
     code = """
-        s = sc.SimCuda()
+        s = simcuda.SimCuda()
         start, end = s.event(), s.event()
         wait_go()
         s.record(start)
@@ -360,43 +360,43 @@ def test_concurrent_kernels_from_processes_share_the_device(stack: Sim):
     _wait_ready(procs)
     go.touch()
     elapsed = [float(o) for o in _finish(procs)]
-    ks = stack.records(sc.KIND_KERNEL)
+    ks = stack.records(layout.KIND_KERNEL)
     assert len(ks) == 6 and len({r.pid for r in ks}) == 3
-    cross = [(a, b) for a, b in sc.overlapping(ks) if a.pid != b.pid]
+    cross = [(a, b) for a, b in execution_log.overlapping(ks) if a.pid != b.pid]
     assert cross, "kernels of different processes overlap in time"
     # Processor sharing: an overlapped kernel takes longer than alone, and the
     # processes' event timings include the slowdown.
     slowed = [r for r in ks if r.duration_ns > 1.3 * r.solo_ns]
     assert len(slowed) >= 4, [r.duration_ns / r.solo_ns for r in ks]
     assert max(elapsed) > 1.5 * 120, elapsed
-    assert sc.active_count(stack.name) == 0
+    assert device_file.active_count(stack.name) == 0
 
 
 def test_killed_process_does_not_wedge_the_device(sim: Sim):
     victim = sim.spawn("""
-        s = sc.SimCuda()
+        s = simcuda.SimCuda()
         s.launch(30 * 1000 * 1000 * 1000, name="never_finishes")
         print("ready", flush=True)
         time.sleep(60)
     """)
     _wait_ready([victim])
     deadline = time.monotonic() + 10
-    while sc.active_count(sim.name) < 1:  # the kernel is running
+    while device_file.active_count(sim.name) < 1:  # the kernel is running
         assert time.monotonic() < deadline
         time.sleep(0.01)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
-    assert sc.active_count(sim.name) == 0, "a dead process's kernels do not count"
+    assert device_file.active_count(sim.name) == 0, "a dead process's kernels do not count"
     sim.run("""
-        s = sc.SimCuda()
+        s = simcuda.SimCuda()
         for _ in range(3):
             s.launch(40 * 1000 * 1000, name="after_kill")
         s.synchronize()
     """)
-    after = [r for r in sim.records(sc.KIND_KERNEL) if r.name == "after_kill"]
+    after = [r for r in sim.records(layout.KIND_KERNEL) if r.name == "after_kill"]
     # Alone on the device again: far from the 2x a counted dead kernel would cause.
     assert min(r.duration_ns / r.solo_ns for r in after) < 1.6, [r.duration_ns for r in after]
-    state = sc.read_device(sim.name)
+    state = device_file.read_device(sim.name)
     assert victim.pid not in {s.pid for s in state.slots}, "the dead process's slot was reaped"
     assert all(r.name != "never_finishes" for r in sim.records())
 
@@ -406,7 +406,7 @@ def test_killed_process_does_not_wedge_the_device(sim: Sim):
 # ---------------------------------------------------------------------------
 
 TARGET = """
-s = sc.SimCuda()
+s = simcuda.SimCuda()
 me = os.getpid()
 # Queued work long enough to still be running when the locker (a new Python
 # process) gets to lock, however loaded the machine.
@@ -415,7 +415,7 @@ for _ in range(3):
 print("ready", flush=True)
 # Wait (without driver calls) until we are locked, then try to launch: the
 # launch must block until the unlock.
-while not any(p.pid == me and p.locked for p in sc.read_device().slots):
+while not any(p.pid == me and p.locked for p in device_file.read_device().slots):
     time.sleep(0.002)
 s.launch(1 * 1000 * 1000, name="after_lock")
 s.synchronize()
@@ -428,27 +428,27 @@ def test_checkpoint_lock_drains_and_blocks_until_unlock(stack: Sim):
     _wait_ready([target])
     out = stack.run(f"""
         pid = {target.pid}
-        d = sc.Driver()
-        assert sc.checkpoint_state(pid, d) == sc.CU_PROCESS_STATE_RUNNING
+        d = driver.Driver()
+        assert driver.checkpoint_state(pid, d) == layout.CU_PROCESS_STATE_RUNNING
         t0 = time.monotonic_ns()
-        sc.checkpoint_lock(pid, 0, d)
+        driver.checkpoint_lock(pid, 0, d)
         t1 = time.monotonic_ns()
-        assert sc.checkpoint_state(pid, d) == sc.CU_PROCESS_STATE_LOCKED
+        assert driver.checkpoint_state(pid, d) == layout.CU_PROCESS_STATE_LOCKED
         try:
-            sc.checkpoint_lock(pid, 0, d)
+            driver.checkpoint_lock(pid, 0, d)
             raise AssertionError("locked twice")
-        except sc.CudaError as e:
-            assert e.code == sc.CUDA_ERROR_ILLEGAL_STATE
+        except driver.CudaError as e:
+            assert e.code == layout.CUDA_ERROR_ILLEGAL_STATE
         time.sleep(0.3)
-        sc.checkpoint_unlock(pid, d)
-        assert sc.checkpoint_state(pid, d) == sc.CU_PROCESS_STATE_RUNNING
+        driver.checkpoint_unlock(pid, d)
+        assert driver.checkpoint_state(pid, d) == layout.CU_PROCESS_STATE_RUNNING
         print((t1 - t0) / 1e6)
     """)
     _finish([target])
-    lock = stack.records(sc.KIND_LOCK)
-    unlock = stack.records(sc.KIND_UNLOCK)
+    lock = stack.records(layout.KIND_LOCK)
+    unlock = stack.records(layout.KIND_UNLOCK)
     assert len(lock) == 1 and len(unlock) == 1 and lock[0].target_pid == target.pid
-    mine = [r for r in stack.records(sc.KIND_KERNEL) if r.pid == target.pid]
+    mine = [r for r in stack.records(layout.KIND_KERNEL) if r.pid == target.pid]
     before = [r for r in mine if r.name == "before_lock"]
     after = [r for r in mine if r.name == "after_lock"]
     assert len(before) == 3 and len(after) == 1
@@ -463,7 +463,7 @@ def test_checkpoint_lock_drains_and_blocks_until_unlock(stack: Sim):
 
 def test_checkpoint_lock_timeout_and_refusals(sim: Sim):
     target = sim.spawn("""
-        s = sc.SimCuda()
+        s = simcuda.SimCuda()
         s.launch(3 * 1000 * 1000 * 1000, name="long")
         print("ready", flush=True)
         s.synchronize()
@@ -472,29 +472,29 @@ def test_checkpoint_lock_timeout_and_refusals(sim: Sim):
     bystander = subprocess.Popen(["sleep", "30"])
     try:
         sim.run(f"""
-            d = sc.Driver()
+            d = driver.Driver()
             try:
-                sc.checkpoint_lock({target.pid}, 100, d)
+                driver.checkpoint_lock({target.pid}, 100, d)
                 raise AssertionError("lock should time out")
-            except sc.CudaError as e:
-                assert e.code == sc.CUDA_ERROR_TIMEOUT, e
-            assert sc.checkpoint_state({target.pid}, d) == sc.CU_PROCESS_STATE_RUNNING
-            for call in (lambda: sc.checkpoint_lock({bystander.pid}, 0, d),
-                         lambda: sc.checkpoint_state({bystander.pid}, d),
-                         lambda: sc.checkpoint_unlock({target.pid}, d)):
+            except driver.CudaError as e:
+                assert e.code == layout.CUDA_ERROR_TIMEOUT, e
+            assert driver.checkpoint_state({target.pid}, d) == layout.CU_PROCESS_STATE_RUNNING
+            for call in (lambda: driver.checkpoint_lock({bystander.pid}, 0, d),
+                         lambda: driver.checkpoint_state({bystander.pid}, d),
+                         lambda: driver.checkpoint_unlock({target.pid}, d)):
                 try:
                     call()
                     raise AssertionError("should be refused")
-                except sc.CudaError as e:
-                    assert e.code in (sc.CUDA_ERROR_NOT_INITIALIZED, sc.CUDA_ERROR_ILLEGAL_STATE), e
+                except driver.CudaError as e:
+                    assert e.code in (layout.CUDA_ERROR_NOT_INITIALIZED, layout.CUDA_ERROR_ILLEGAL_STATE), e
         """)
     finally:
         bystander.kill()
         bystander.wait()
         target.kill()
         target.wait()
-    assert len(sim.records(sc.KIND_LOCK_TIMEOUT)) == 1
-    assert not sim.records(sc.KIND_LOCK)
+    assert len(sim.records(layout.KIND_LOCK_TIMEOUT)) == 1
+    assert not sim.records(layout.KIND_LOCK)
 
 
 # ---------------------------------------------------------------------------
@@ -503,11 +503,11 @@ def test_checkpoint_lock_timeout_and_refusals(sim: Sim):
 
 def test_get_proc_address_returns_working_simulator_functions(sim: Sim):
     sim.run("""
-        s = sc.SimCuda()
+        s = simcuda.SimCuda()
         lib = s.drv.lib
         def addr(name):
             return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
-        LEGACY, PT = sc.CU_GET_PROC_ADDRESS_LEGACY_STREAM, sc.CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+        LEGACY, PT = layout.CU_GET_PROC_ADDRESS_LEGACY_STREAM, layout.CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
         expect = [
             ("cuMemAlloc", 12000, 0, "cuMemAlloc_v2"), ("cuMemAlloc", 3000, 0, "cuMemAlloc"),
             ("cuCtxCreate", 13000, 0, "cuCtxCreate_v4"), ("cuCtxCreate", 11040, 0, "cuCtxCreate_v3"),
@@ -527,16 +527,16 @@ def test_get_proc_address_returns_working_simulator_functions(sim: Sim):
 
         p, status = ctypes.c_void_p(), ctypes.c_int()
         gpa = s.drv.fn("cuGetProcAddress_v2")
-        assert gpa(b"cuNoSuchThing", ctypes.byref(p), 13000, 0, ctypes.byref(status)) == sc.CUDA_ERROR_NOT_FOUND
+        assert gpa(b"cuNoSuchThing", ctypes.byref(p), 13000, 0, ctypes.byref(status)) == layout.CUDA_ERROR_NOT_FOUND
         assert status.value == 1 and not p.value          # SYMBOL_NOT_FOUND
-        assert gpa(b"cuCheckpointProcessLock", ctypes.byref(p), 12000, 0, ctypes.byref(status)) == sc.CUDA_ERROR_NOT_FOUND
+        assert gpa(b"cuCheckpointProcessLock", ctypes.byref(p), 12000, 0, ctypes.byref(status)) == layout.CUDA_ERROR_NOT_FOUND
         assert status.value == 2                          # VERSION_NOT_SUFFICIENT
 
         # the pointers work
         version = ctypes.c_int()
         get_version = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int))(s.proc_address("cuDriverGetVersion"))
         assert get_version(ctypes.byref(version)) == 0 and version.value == 13000
-        launch = ctypes.CFUNCTYPE(ctypes.c_int, *sc._SIGNATURES["cuLaunchKernel"])(s.proc_address("cuLaunchKernel", 12000, PT))
+        launch = ctypes.CFUNCTYPE(ctypes.c_int, *driver.SIGNATURES["cuLaunchKernel"])(s.proc_address("cuLaunchKernel", 12000, PT))
         c = s.counter()
         params, keep = s._params(2 * 1000 * 1000, c)
         assert launch(s.function("via_proc_address"), 1, 1, 1, 1, 1, 1, 0, None, params, None) == 0
@@ -544,22 +544,22 @@ def test_get_proc_address_returns_working_simulator_functions(sim: Sim):
         assert ctx_sync_v2(s.ctx) == 0 and s.read_u64(c) == 1
 
         # unsupported and private entry points answer cleanly
-        assert lib.cuGraphLaunch(None, None) == sc.CUDA_ERROR_NOT_SUPPORTED
+        assert lib.cuGraphLaunch(None, None) == layout.CUDA_ERROR_NOT_SUPPORTED
         table = ctypes.c_void_p(1)
-        assert lib.cuGetExportTable(ctypes.byref(table), None) == sc.CUDA_ERROR_NOT_SUPPORTED and not table.value
+        assert lib.cuGetExportTable(ctypes.byref(table), None) == layout.CUDA_ERROR_NOT_SUPPORTED and not table.value
         text = ctypes.c_char_p()
-        assert lib.cuGetErrorString(sc.CUDA_ERROR_NOT_SUPPORTED, ctypes.byref(text)) == 0 and b"not supported" in text.value
-        assert s.drv.error_name(sc.CUDA_ERROR_TIMEOUT) == "CUDA_ERROR_TIMEOUT"
-        assert lib.cuGetErrorName(123456, ctypes.byref(text)) == sc.CUDA_ERROR_INVALID_VALUE
+        assert lib.cuGetErrorString(layout.CUDA_ERROR_NOT_SUPPORTED, ctypes.byref(text)) == 0 and b"not supported" in text.value
+        assert s.drv.error_name(layout.CUDA_ERROR_TIMEOUT) == "CUDA_ERROR_TIMEOUT"
+        assert lib.cuGetErrorName(123456, ctypes.byref(text)) == layout.CUDA_ERROR_INVALID_VALUE
     """)
-    assert [r.name for r in sim.records(sc.KIND_KERNEL)] == ["via_proc_address"]
+    assert [r.name for r in sim.records(layout.KIND_KERNEL)] == ["via_proc_address"]
 
 
 def test_contexts_and_stream_destroy(sim: Sim):
     sim.run("""
-        s = sc.SimCuda(device=1)
+        s = simcuda.SimCuda(device=1)
         d = s.drv
-        H = sc._HANDLE
+        H = driver.HANDLE
         ctx, cur, popped = H(), H(), H()
         d("cuCtxCreate_v4", ctypes.byref(ctx), None, 0, 0)      # created contexts become current
         d("cuCtxGetCurrent", ctypes.byref(cur))
@@ -584,23 +584,23 @@ def test_contexts_and_stream_destroy(sim: Sim):
         d("cuCtxGetCurrent", ctypes.byref(cur))                # destroying popped it
         assert cur.value == s.ctx.value
     """, KREX_SIM_GPUS="2")
-    orphaned = [r for r in sim.records(sc.KIND_KERNEL) if r.name == "orphaned"]
+    orphaned = [r for r in sim.records(layout.KIND_KERNEL) if r.name == "orphaned"]
     assert len(orphaned) == 3 and {r.device for r in orphaned} == {1}
 
 
 def test_errors_before_init_and_without_context(sim: Sim):
     sim.run("""
-        d = sc.Driver()
+        d = driver.Driver()
         n = ctypes.c_int()
-        assert d.raw("cuDeviceGetCount", ctypes.byref(n)) == sc.CUDA_ERROR_NOT_INITIALIZED
+        assert d.raw("cuDeviceGetCount", ctypes.byref(n)) == layout.CUDA_ERROR_NOT_INITIALIZED
         d("cuInit", 0)
-        p = sc.CUdeviceptr()
+        p = driver.CUdeviceptr()
         assert d.raw("cuMemAlloc_v2", ctypes.byref(p), 16) == 201  # CUDA_ERROR_INVALID_CONTEXT
         assert d.raw("cuCtxSynchronize") == 201
         try:
             d("cuDeviceGet", ctypes.byref(n), 5)
             raise AssertionError("no device 5")
-        except sc.CudaError as e:
+        except driver.CudaError as e:
             assert e.name == "CUDA_ERROR_INVALID_DEVICE" and e.call == "cuDeviceGet"
     """)
 
@@ -624,7 +624,7 @@ def test_mixed_workload_under_asan(sim: Sim, sim_asan_dir: Path):
     }
     target = sim.spawn("""
         import threading
-        s = sc.SimCuda()
+        s = simcuda.SimCuda()
         assert "build/asan/sim/libcuda.so.1" in open("/proc/self/maps").read()
         def worker(i):
             s.make_current()
@@ -652,19 +652,19 @@ def test_mixed_workload_under_asan(sim: Sim, sim_asan_dir: Path):
         print("ready", flush=True)
         # Stay until the locker has locked us: it may start after this work is done.
         me = os.getpid()
-        while not any(p.pid == me and p.locked for p in sc.read_device().slots):
+        while not any(p.pid == me and p.locked for p in device_file.read_device().slots):
             time.sleep(0.002)
         s.synchronize()
         s.close()
     """, **env)
     _wait_ready([target])
     sim.run(f"""
-        d = sc.Driver()
-        sc.checkpoint_lock({target.pid}, 0, d)
-        sc.checkpoint_unlock({target.pid}, d)
+        d = driver.Driver()
+        driver.checkpoint_lock({target.pid}, 0, d)
+        driver.checkpoint_unlock({target.pid}, d)
     """, **env)
     out, err = target.communicate(timeout=60)
     assert target.returncode == 0, err
     assert "Sanitizer" not in err and "runtime error" not in err, err
-    assert len(sim.records(sc.KIND_KERNEL)) == 4 * 10 + 3
-    assert len(sim.records(sc.KIND_LOCK)) == 1
+    assert len(sim.records(layout.KIND_KERNEL)) == 4 * 10 + 3
+    assert len(sim.records(layout.KIND_LOCK)) == 1

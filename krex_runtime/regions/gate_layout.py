@@ -1,0 +1,73 @@
+"""The gate file's layout: a mirror of native/include/krex_gate.h.
+
+Magic, version, gate-word bits, drain results, call classes, default bounds,
+the environment names tenants read, and each header and process-entry field
+with its ctypes type and byte offset. `Gate` reads and writes through these
+tables only; a test compiles the header and compares offsets and sizes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+MAGIC = 0x45544147584552  # "REXGATE\0" read as little-endian u64
+VERSION = 1
+MAX_PROCS = 1024
+NO_HOLDER = -1
+CLOSED = 1
+
+PROC_FREE, PROC_CLAIMING, PROC_LIVE = 0, 1, 2
+DRAIN_OK, DRAIN_TIMED_OUT, DRAIN_ERROR = 0, 1, 2
+DRAIN_RESULTS = {DRAIN_OK: "ok", DRAIN_TIMED_OUT: "timed_out", DRAIN_ERROR: "error"}
+
+# enum krex_call_class, in order.
+CALL_CLASSES = (
+    "launch", "host_func", "graph", "memcpy", "memset", "event",
+    "stream_memop", "mem_async", "context", "module", "other",
+)
+CLASS_SLOTS = 16
+
+DEFAULT_STALE_NS = 3_000_000_000
+DEFAULT_PARK_WAIT_NS = 50_000_000
+DEFAULT_SPIN_NS = 20_000
+DEFAULT_DRAIN_TIMEOUT_NS = 10_000_000_000
+
+ENV_GATE_PATH = "KREX_GATE_PATH"
+ENV_TENANT_ID = "KREX_TENANT_ID"
+ENV_INTERCEPT_STATS = "KREX_INTERCEPT_STATS"
+ENV_DRAIN_TIMEOUT_MS = "KREX_DRAIN_TIMEOUT_MS"
+ENV_REGION_SOCKET = "KREX_REGION_SOCKET"
+
+# (name, ctypes type, byte offset), a line per group of related fields. A test
+# compiles a C program printing offsetof/sizeof of the header's structs and
+# compares with these tables.
+_u32, _i32, _u64, _i64 = ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint64, ctypes.c_int64
+HEADER_FIELDS: tuple[tuple[str, type, int], ...] = (
+    ("magic", _u64, 0), ("version", _u32, 8),
+    ("header_size", _u32, 12), ("proc_size", _u32, 16), ("max_procs", _u32, 20), ("procs_offset", _u32, 24),
+    ("gate_word", _u32, 28), ("holder", _i64, 32), ("generation", _u64, 40),
+    ("heartbeat_ns", _u64, 48), ("stale_after_ns", _u64, 56),
+    ("park_wait_ns", _u64, 64), ("spin_ns", _u64, 72), ("drain_timeout_ns", _u64, 80),
+    ("runtime_pid", _i32, 88),
+    ("closed_at_ns", _u64, 96), ("opened_at_ns", _u64, 104),
+)
+HEADER_SIZE = 256
+
+PROC_FIELDS: tuple[tuple[str, type, int], ...] = (
+    ("state", _u32, 0), ("pid", _i32, 4), ("tenant_id", _i64, 8), ("start_time", _u64, 16),
+    ("in_call", _u32, 24), ("parked", _u32, 28),
+    ("drain_req", _u32, 32), ("drain_ack", _u32, 36), ("drain_result", _u32, 40),
+    ("uses_cuda", _u32, 44), ("contexts", _u32, 48), ("fail_open", _u32, 52),
+    ("calls_total", _u64, 56), ("parks_total", _u64, 64), ("drains_total", _u64, 72),
+    ("calls", _u64 * CLASS_SLOTS, 80),
+    ("drain_ack_ns", _u64, 208),
+)
+PROC_SIZE = 256
+
+# name -> (ctype, offset), for access by field name.
+HEADER = {name: (ctype, off) for name, ctype, off in HEADER_FIELDS}
+PROC = {name: (ctype, off) for name, ctype, off in PROC_FIELDS}
+
+
+def file_size(max_procs: int) -> int:
+    return HEADER_SIZE + max_procs * PROC_SIZE

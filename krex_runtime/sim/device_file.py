@@ -1,0 +1,123 @@
+"""The shared simulated device file (/dev/shm/krex-sim-<name>), read directly.
+
+Finding, snapshotting and removing a simulated device needs no driver: the
+runtime's GPU metrics, the test hygiene checks and the benchmarks read the
+file as the simulator lays it out and apply the driver's liveness rule.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from krex_runtime.sim.layout import (
+    DEFAULT_DEVICE_NAME,
+    DEVICE_INFO,
+    DEVICES_OFFSET,
+    ENV_DEVICE,
+    MAX_DEVICES,
+    MAX_PROCS,
+    PROC_SLOT,
+    PROCS_OFFSET,
+    SHM_DIR,
+    SHM_FILE_PREFIX,
+    SHM_HEADER,
+    SHM_MAGIC,
+    SHM_SIZE,
+    SHM_VERSION,
+)
+
+
+def device_path(name: str | None = None) -> str:
+    name = name or os.environ.get(ENV_DEVICE) or DEFAULT_DEVICE_NAME
+    return os.path.join(SHM_DIR, SHM_FILE_PREFIX + name)
+
+
+def remove_device(name: str | None = None) -> bool:
+    """Delete a shared simulated device. Processes still mapping it keep their
+    copy; the next process creates a fresh one. Returns whether it existed."""
+    try:
+        os.unlink(device_path(name))
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def _pid_alive(pid: int, start_time: int) -> bool:
+    """Same rule as the driver: dead, zombie or reused pids do not count."""
+    if pid <= 0:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat[stat.rindex(")") + 2:].split()
+    if fields[0] in ("Z", "X"):
+        return False
+    return not (start_time and int(fields[19]) != start_time)
+
+
+@dataclass(frozen=True)
+class ProcSlot:
+    pid: int
+    alive: bool
+    locked: bool
+    locker_pid: int
+    in_call: int
+    inflight: int
+    tenant_id: int
+    active: tuple[int, ...]
+    mem_used: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DeviceState:
+    num_devices: int
+    copy_mbps: int
+    names: tuple[str, ...]
+    uuids: tuple[str, ...]
+    total_mem: tuple[int, ...]
+    slots: tuple[ProcSlot, ...]  # claimed slots only
+
+    def active(self, device: int = 0) -> int:
+        """Items executing now on `device`, counting live processes only."""
+        return sum(s.active[device] for s in self.slots if s.alive)
+
+
+def format_uuid(raw: bytes) -> str:
+    h = raw.hex()
+    return f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def read_device(name: str | None = None) -> DeviceState:
+    """A snapshot of the shared device (raises FileNotFoundError if absent)."""
+    with open(device_path(name), "rb") as f:
+        data = f.read(SHM_SIZE)
+    if len(data) < SHM_SIZE:
+        raise ValueError("shared device file is not initialised")
+    magic, version, ready, ndev, max_procs, copy_mbps, *_ = SHM_HEADER.unpack_from(data, 0)
+    if magic != SHM_MAGIC or version != SHM_VERSION or not ready or max_procs != MAX_PROCS:
+        raise ValueError(f"not a version {SHM_VERSION} simulated device")
+    names, uuids, mems = [], [], []
+    for d in range(ndev):
+        uuid, dname, total, *_ = DEVICE_INFO.unpack_from(data, DEVICES_OFFSET + d * DEVICE_INFO.size)
+        names.append(dname.rstrip(b"\0").decode())
+        uuids.append(format_uuid(uuid))
+        mems.append(total)
+    slots = []
+    for i in range(MAX_PROCS):
+        v = PROC_SLOT.unpack_from(data, PROCS_OFFSET + i * PROC_SLOT.size)
+        pid, lock_word, start_time, locker, in_call, inflight, _seq, tenant, _r = v[:9]
+        if pid <= 0:
+            continue
+        slots.append(ProcSlot(
+            pid=pid, alive=_pid_alive(pid, start_time), locked=bool(lock_word),
+            locker_pid=locker, in_call=in_call, inflight=inflight, tenant_id=tenant,
+            active=tuple(v[9:9 + MAX_DEVICES]), mem_used=tuple(v[9 + MAX_DEVICES:]),
+        ))
+    return DeviceState(ndev, copy_mbps, tuple(names), tuple(uuids), tuple(mems), tuple(slots))
+
+
+def active_count(name: str | None = None, device: int = 0) -> int:
+    return read_device(name).active(device)
