@@ -27,6 +27,7 @@ from krex_runtime.node.config import Config, environment_problem
 from krex_runtime.commands.context_pool import ContextPool, ContextWorker, PooledRun
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.tenant.pooled_entry import EntryError, parse_entry
+from krex_runtime.wire import events
 from krex_runtime.wire.bodies import SubmitBody
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 
@@ -186,16 +187,15 @@ class Dispatcher:
         self.jobs[job.id] = job
         self.queue.append(job)
         self._emit(
-            {
-                "type": "command_queued",
-                "id": job.id,
-                "argv": job.argv,
-                "gpu": job.gpu_request,
-                "timeout_s": job.timeout_s,
-                "label": job.label,
-                "lease": job.lease,
-                "mode": job.mode,
-            }
+            events.CommandQueued(
+                id=job.id,
+                argv=job.argv,
+                gpu=job.gpu_request,
+                timeout_s=job.timeout_s,
+                label=job.label,
+                lease=job.lease,
+                mode=job.mode,
+            )
         )
         self.pump()
         return job
@@ -221,7 +221,7 @@ class Dispatcher:
             self.paused_node = True
         else:
             self.paused_gpus.add(gpu)
-        self._emit({"type": "admission_paused", "gpu": gpu})
+        self._emit(events.AdmissionPaused(gpu=gpu))
 
     def resume(self, gpu: int | None) -> None:
         self.check_gpu(gpu)
@@ -229,7 +229,7 @@ class Dispatcher:
             self.paused_node = False
         else:
             self.paused_gpus.discard(gpu)
-        self._emit({"type": "admission_resumed", "gpu": gpu})
+        self._emit(events.AdmissionResumed(gpu=gpu))
         self.pump()
 
     def running_on(self, gpu: int) -> list[Job]:
@@ -289,9 +289,7 @@ class Dispatcher:
             internal=True,
         )
         self.jobs[job.id] = job
-        self._emit(
-            {"type": "command_queued", "id": job.id, "argv": argv, "gpu": gpu, "timeout_s": None, "label": label, "lease": False}
-        )
+        self._emit(events.CommandQueued(id=job.id, argv=argv, gpu=gpu, timeout_s=None, label=label, lease=False))
         self._start(job, gpu)
         return job
 
@@ -362,9 +360,7 @@ class Dispatcher:
             self._finish(job, failure, failure.state, started=False)
             return
         job.started_at = time.time()
-        self._emit(
-            {"type": "command_started", "id": job.id, "gpu": gpu.index, "pid": process.pid, "tenant_id": job.tenant_id}
-        )
+        self._emit(events.CommandStarted(id=job.id, gpu=gpu.index, pid=process.pid, tenant_id=job.tenant_id))
         try:
             outcome = await process.wait()
         except Exception as exc:  # never leave a slot taken by a command we lost track of
@@ -377,14 +373,7 @@ class Dispatcher:
         job.process, job.cgroup = worker.run, worker.cgroup
         job.started_at = time.time()
         self._emit(
-            {
-                "type": "command_started",
-                "id": job.id,
-                "gpu": gpu.index,
-                "pid": worker.pid,
-                "tenant_id": job.tenant_id,
-                "worker": worker.id,
-            }
+            events.CommandStarted(id=job.id, gpu=gpu.index, pid=worker.pid, tenant_id=job.tenant_id, worker=worker.id)
         )
         try:
             outcome = await self.pool.run(
@@ -407,15 +396,14 @@ class Dispatcher:
         if job.gpu is not None:
             self.running[job.gpu].discard(job.id)
         self._emit(
-            {
-                "type": "command_finished",
-                "id": job.id,
-                "state": state,
-                "exit_code": outcome.exit_code,
-                "signal": outcome.signal,
-                "reason": outcome.reason,
-                "gpu": job.gpu,
-            }
+            events.CommandFinished(
+                id=job.id,
+                state=state,
+                exit_code=outcome.exit_code,
+                signal=outcome.signal,
+                reason=outcome.reason,
+                gpu=job.gpu,
+            )
         )
         job.done.set()
         self._on_finished(job)

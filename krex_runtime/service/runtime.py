@@ -31,6 +31,7 @@ from krex_runtime.commands import cgroups, process_tree
 from krex_runtime.wire import endpoints, protocol, verbs
 from krex_runtime.regions import machinery as region_setup
 from krex_runtime.wire import state as node_state
+from krex_runtime.wire import events
 from krex_runtime.commands.cgroups import CgroupSlice
 from krex_runtime.node.config import Config, resolve_lock_dir, resolve_run_dir
 from krex_runtime.commands.context_pool import ContextPool
@@ -258,13 +259,12 @@ class RuntimeService:
 
     # --- events -------------------------------------------------------------
 
-    def emit(self, event: dict[str, Any]) -> None:
-        assert "seq" not in event and "t" not in event, "seq and t belong to the runtime"
+    def emit(self, event: events.Event) -> None:
         self._seq += 1
-        event = {"seq": self._seq, "t": time.time(), **event}
-        node_state.apply(self.state, event)
-        self.trace.write(event)
-        frames = [protocol.TOPIC_EVENT, protocol.encode(event)]
+        wire = {"seq": self._seq, "t": time.time(), **events.to_wire(event)}
+        node_state.apply(self.state, wire)
+        self.trace.write(wire)
+        frames = [protocol.TOPIC_EVENT, protocol.encode(wire)]
         for pub in self._publishers:
             pub.send_multipart(frames)
 
@@ -609,17 +609,16 @@ class RuntimeService:
             )
             self.dispatcher.pool = self.pool
         self.emit(
-            {
-                "type": "runtime_started",
-                "node": socket.gethostname(),
-                "policy": self.config.runtime.policy,
-                "pid": os.getpid(),
-                "keep_finished": self.config.runtime.snapshot_finished,
-                "gpus": [self._gpu_record(g) for g in self.gpus],
-                "cgroups": str(self.cgroup_slice.path) if self.cgroup_slice else None,
-                "regions": self.regions.describe() if self.regions else None,
-                "recovered": self.recovered,
-            }
+            events.RuntimeStarted(
+                node=socket.gethostname(),
+                policy=self.config.runtime.policy,
+                pid=os.getpid(),
+                keep_finished=self.config.runtime.snapshot_finished,
+                gpus=[self._gpu_record(g) for g in self.gpus],
+                cgroups=str(self.cgroup_slice.path) if self.cgroup_slice else None,
+                regions=self.regions.describe() if self.regions else None,
+                recovered=self.recovered,
+            )
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -665,7 +664,7 @@ class RuntimeService:
         try:
             await self._stop.wait()
             log.info("stopping (%s): %s running commands", self._stop_reason, self.config.runtime.on_shutdown)
-            self.emit({"type": "runtime_stopping", "reason": self._stop_reason})
+            self.emit(events.RuntimeStopping(reason=self._stop_reason))
             self.dispatcher.closed = True
             if self.pool is not None:
                 self.pool.stop_replacing()
@@ -675,7 +674,7 @@ class RuntimeService:
             await self.dispatcher.shutdown(self.config.runtime.on_shutdown, self.config.runtime.shutdown_grace_s)
             if self.pool is not None:
                 await self.pool.shutdown()
-            self.emit({"type": "runtime_stopped"})
+            self.emit(events.RuntimeStopped())
         finally:
             for task in tasks:
                 task.cancel()

@@ -22,6 +22,7 @@ from krex_runtime.telemetry import gpu_metrics
 from krex_runtime.node.config import Config
 from krex_runtime.regions.gate import Gate
 from krex_runtime.node.gpus import Gpu
+from krex_runtime.wire import events
 
 log = logging.getLogger("krex.telemetry")
 
@@ -81,7 +82,7 @@ class Telemetry:
                 counts = gate_counts(gate) if gate is not None else {"parked": None, "draining": None}
                 sample.update(counts)
                 self.latest[int(key)] = sample
-            self._emit({"type": "telemetry", "gpus": metrics})
+            self._emit(events.Telemetry(gpus=metrics))
             await asyncio.sleep(interval)
 
     # --- canaries -----------------------------------------------------------------
@@ -120,16 +121,9 @@ class Telemetry:
             if record.get("type") == "baseline":
                 if clock["sm_clock_mhz"]:
                     self.baseline_clock[gpu] = clock["sm_clock_mhz"]
-                self._emit({"type": "canary_baseline", "window": self.config.telemetry.canary_window, **common})
+                self._emit(events.CanaryBaseline(window=self.config.telemetry.canary_window, **common))
             elif record.get("type") == "sample":
-                self._emit(
-                    {
-                        "type": "canary_sample",
-                        "where": record.get("where", "inside"),
-                        "flagged": bool(clock["flags"]),
-                        **common,
-                    }
-                )
+                self._emit(events.CanarySample(where=record.get("where", "inside"), flagged=bool(clock["flags"]), **common))
 
     def close(self) -> None:
         self.sampler.close()
