@@ -16,7 +16,8 @@ from krex_runtime.wire import events, reducer
 from krex_runtime.wire.event_check import SHAPES, EventError, UnknownEvent, check_event
 
 ROOT = Path(__file__).resolve().parent.parent
-RECORDED = [ROOT / "tests" / "console" / "data" / "small-trace.jsonl", ROOT / "tests" / "fuzz" / "data" / "rich-trace.jsonl"]
+RECORDED = [ROOT / "tests" / "console" / "data" / "small-trace.jsonl", ROOT / "tests" / "fuzz" / "data" /
+            "rich-trace.jsonl"]
 TABLE_START = "<!-- events table: printed by `python -m krex_runtime.wire.events --markdown`"
 TABLE_END = "<!-- end of events table -->"
 
@@ -31,7 +32,8 @@ def test_the_docs_table_is_the_registrys() -> None:
     doc = (ROOT / "docs" / "trace-format.md").read_text()
     start = doc.index("\n", doc.index(TABLE_START)) + 1
     assert doc[start:doc.index(TABLE_END)] == events.markdown_table(), (
-        "docs/trace-format.md's event table is stale: paste `python -m krex_runtime.wire.events --markdown` between its markers"
+        "docs/trace-format.md's event table is stale: "
+        "paste `python -m krex_runtime.wire.events --markdown` between its markers"
     )
     printed = subprocess.run([sys.executable, "-m", "krex_runtime.wire.events", "--markdown"], cwd=ROOT,
                              capture_output=True, text=True, check=True)
@@ -39,7 +41,8 @@ def test_the_docs_table_is_the_registrys() -> None:
 
 
 def test_importing_the_registry_prints_nothing() -> None:
-    done = subprocess.run([sys.executable, "-c", "import krex_runtime.wire.events"], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", "import krex_runtime.wire.events"], cwd=ROOT, capture_output=True,
+                          text=True)
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
 

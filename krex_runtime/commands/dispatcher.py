@@ -188,13 +188,8 @@ class Dispatcher:
         self.queue.append(job)
         self._emit(
             events.CommandQueued(
-                id=job.id,
-                argv=job.argv,
-                gpu=job.gpu_request,
-                timeout_s=job.timeout_s,
-                label=job.label,
-                lease=job.lease,
-                mode=job.mode,
+                id=job.id, argv=job.argv, gpu=job.gpu_request, timeout_s=job.timeout_s, label=job.label,
+                lease=job.lease, mode=job.mode,
             )
         )
         self.pump()
@@ -397,11 +392,7 @@ class Dispatcher:
             self.running[job.gpu].discard(job.id)
         self._emit(
             events.CommandFinished(
-                id=job.id,
-                state=state,
-                exit_code=outcome.exit_code,
-                signal=outcome.signal,
-                reason=outcome.reason,
+                id=job.id, state=state, exit_code=outcome.exit_code, signal=outcome.signal, reason=outcome.reason,
                 gpu=job.gpu,
             )
         )

@@ -215,13 +215,8 @@ class GpuRegions:
         req.flags = list(entry.stats.get("flags") or [])
         self._emit(
             events.RegionGranted(
-                gpu=self.gpu,
-                region=req.seq,
-                kind=req.kind,
-                tenant_id=req.tenant_id,
-                command_id=req.command_id,
-                frozen=entry.frozen_tenants,
-                drain={str(pid): r for pid, r in entry.report.outcomes.items()},
+                gpu=self.gpu, region=req.seq, kind=req.kind, tenant_id=req.tenant_id, command_id=req.command_id,
+                frozen=entry.frozen_tenants, drain={str(pid): r for pid, r in entry.report.outcomes.items()},
                 **entry.stats,
             )
         )
@@ -241,13 +236,8 @@ class GpuRegions:
             self.holder = None
         self._emit(
             events.RegionReleased(
-                gpu=self.gpu,
-                region=req.seq,
-                kind=req.kind,
-                tenant_id=req.tenant_id,
-                reason=req.reason or "released",
-                hold_s=hold_s,
-                **exit_stats,
+                gpu=self.gpu, region=req.seq, kind=req.kind, tenant_id=req.tenant_id, reason=req.reason or "released",
+                hold_s=hold_s, **exit_stats,
             )
         )
 

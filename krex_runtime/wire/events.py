@@ -16,7 +16,7 @@ wire; a new event type or a changed field bumps the trace format version.
 import dataclasses
 import sys
 from dataclasses import MISSING, dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar, TypeVar, dataclass_transform
 
 # How many finished commands a state remembers unless runtime_started says.
 DEFAULT_KEEP_FINISHED = 1000
@@ -25,16 +25,27 @@ EVENTS: dict[str, type["Event"]] = {}
 
 
 class Event:
-    """Base of every event; a subclass is registered under its wire `type`."""
+    """Base of every event; `@event(name)` makes a subclass one."""
 
     type: ClassVar[str]
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "type" in vars(cls):  # a base of several events (PoolWorkerEvent) names none
-            if cls.type in EVENTS:
-                raise TypeError(f"event type {cls.type!r} is defined twice")
-            EVENTS[cls.type] = cls
+
+E = TypeVar("E", bound=type[Event])
+
+
+@dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field,))
+def event(name: str) -> Callable[[E], E]:
+    """Make the class a frozen, keyword-only dataclass whose wire `type` is
+    `name`, and register it in EVENTS."""
+
+    def register(cls: E) -> E:
+        if name in EVENTS:
+            raise TypeError(f"event type {name!r} is defined twice")
+        cls.type = name
+        EVENTS[name] = dataclass(frozen=True, kw_only=True)(cls)
+        return cls
+
+    return register
 
 
 def note(
@@ -55,11 +66,9 @@ def unread(text: str = "", default: Any = MISSING, *, factory: Any = MISSING, om
 # --- the runtime starts -------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
+@event("runtime_started")
 class RuntimeStarted(Event):
     """the service is up"""
-
-    type: ClassVar[str] = "runtime_started"
     node: str
     policy: str
     pid: int
@@ -75,11 +84,9 @@ class RuntimeStarted(Event):
 # --- commands -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
+@event("command_queued")
 class CommandQueued(Event):
     """admitted to the FIFO queue"""
-
-    type: ClassVar[str] = "command_queued"
     id: str
     argv: list[str]
     gpu: int | None = note("requested index or null", None)
@@ -89,11 +96,9 @@ class CommandQueued(Event):
     mode: str | None = note("`process` or `pooled`; absent for the runtime's own commands", None, omit_none=True)
 
 
-@dataclass(frozen=True, kw_only=True)
+@event("command_started")
 class CommandStarted(Event):
     """its process started on `gpu` (pooled: a context process took it)"""
-
-    type: ClassVar[str] = "command_started"
     id: str
     gpu: int
     pid: int | None
@@ -102,11 +107,9 @@ class CommandStarted(Event):
                               omit_none=True)
 
 
-@dataclass(frozen=True, kw_only=True)
+@event("command_finished")
 class CommandFinished(Event):
     """it ended (also for commands cancelled while queued)"""
-
-    type: ClassVar[str] = "command_finished"
     id: str
     state: str = note("`finished`, `timeout`, `cancelled`, `failed`")
     exit_code: int | None = None
@@ -116,29 +119,28 @@ class CommandFinished(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class AdmissionPaused(Event):
+class AdmissionEvent(Event):
+    """Base of pause and resume: where admission changed."""
+
+    gpu: int | None = note("index, or null for the node", None)
+
+
+@event("admission_paused")
+class AdmissionPaused(AdmissionEvent):
     """`krex pause`"""
 
-    type: ClassVar[str] = "admission_paused"
-    gpu: int | None = note("index, or null for the node", None)
 
-
-@dataclass(frozen=True, kw_only=True)
-class AdmissionResumed(Event):
+@event("admission_resumed")
+class AdmissionResumed(AdmissionEvent):
     """`krex resume`"""
-
-    type: ClassVar[str] = "admission_resumed"
-    gpu: int | None = note("index, or null for the node", None)
 
 
 # --- regions ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
+@event("region_requested")
 class RegionRequested(Event):
     """a tenant asked for its GPU alone (leases queue ahead of regions)"""
-
-    type: ClassVar[str] = "region_requested"
     gpu: int
     region: int = note("request number, node-wide")
     kind: str = note("`region` or `lease`")
@@ -146,11 +148,9 @@ class RegionRequested(Event):
     command_id: str = unread()
 
 
-@dataclass(frozen=True, kw_only=True)
+@event("region_granted")
 class RegionGranted(Event):
     """the holder may measure"""
-
-    type: ClassVar[str] = "region_granted"
     gpu: int
     region: int
     kind: str
@@ -158,13 +158,13 @@ class RegionGranted(Event):
     command_id: str = ""
     frozen: list[int] = note("tenant ids", factory=list)
     drain: dict[str, str] = unread("pid -> ok / timed_out / error / no_ack / exited / stopped")
-    wait_s: float = unread()
+    wait_s: float = unread("seconds queued; the entry's steps follow")
     close_s: float = unread()
     quiesce_s: float = unread()
     drain_s: float = unread()
     freeze_s: float = unread()
     pin_s: float = unread()
-    enter_s: float = unread()
+    enter_s: float = unread("the whole entry")
     sm_clock_mhz: float | None = unread("", None)
     throttle: list[str] | None = unread("", None)
     flags: list[str] | None = None
@@ -172,30 +172,26 @@ class RegionGranted(Event):
     granted_mono_ns: int = unread("CLOCK_MONOTONIC")
 
 
-@dataclass(frozen=True, kw_only=True)
+@event("region_released")
 class RegionReleased(Event):
     """everything given back"""
-
-    type: ClassVar[str] = "region_released"
     gpu: int
     region: int
     kind: str = unread()
     tenant_id: int | None = unread()
     reason: str = note("`released`, `tenant disconnected`, `held past the ... limit ...`, `lease expired`, ...")
-    hold_s: float = unread()
+    hold_s: float = unread("seconds from grant to release; the exit's steps follow")
     unpin_s: float = unread()
     thaw_s: float = unread()
     open_s: float = unread()
-    released_mono_ns: int = unread()
-    others_calls: int = unread()
+    released_mono_ns: int = unread("CLOCK_MONOTONIC")
+    others_calls: int = unread("the same as at the grant: none of them submitted meanwhile")
 
 
-@dataclass(frozen=True, kw_only=True)
+@event("region_withdrawn")
 class RegionWithdrawn(Event):
     """a request left the queue ungranted (its tenant went away, or entry was
     refused: the reason names the tenants that did not drain)"""
-
-    type: ClassVar[str] = "region_withdrawn"
     gpu: int
     region: int
     tenant_id: int | None = unread()
@@ -205,22 +201,18 @@ class RegionWithdrawn(Event):
 # --- telemetry and the canary -------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
+@event("telemetry")
 class Telemetry(Event):
     """one sample of every GPU"""
-
-    type: ClassVar[str] = "telemetry"
     gpus: dict[str, dict[str, Any]] = note(
         "per GPU index: `util_pct`, `mem_used`, `mem_total`, `sm_clock_mhz`, `mem_clock_mhz`, `temp_c`, `power_w`, "
         "`throttle`, `processes`, `simulated`, `time`, `parked`, `draining` (null: not available)"
     )
 
 
-@dataclass(frozen=True, kw_only=True)
+@event("canary_baseline")
 class CanaryBaseline(Event):
     """the canary's reference kernels on the idle, warmed GPU"""
-
-    type: ClassVar[str] = "canary_baseline"
     window: int = 30
     gpu: int
     compute_ms: float
@@ -229,12 +221,10 @@ class CanaryBaseline(Event):
     throttle: list[str] | None = unread("", None)
 
 
-@dataclass(frozen=True, kw_only=True)
+@event("canary_sample")
 class CanarySample(Event):
     """one measurement; the reducer keeps the window and its inflation p50/p95
     and contention factor"""
-
-    type: ClassVar[str] = "canary_sample"
     where: str = note("`inside` / `outside` a region", "inside")
     flagged: bool = unread("", False)
     gpu: int
@@ -255,53 +245,41 @@ class PoolWorkerEvent(Event):
     worker: str = note("its id")
 
 
-@dataclass(frozen=True, kw_only=True)
+@event("pool_worker_started")
 class PoolWorkerStarted(PoolWorkerEvent):
     """a context process was started (warming: imports, context)"""
-
-    type: ClassVar[str] = "pool_worker_started"
     pid: int | None
     tenant_id: int | None
 
 
-@dataclass(frozen=True, kw_only=True)
+@event("pool_worker_ready")
 class PoolWorkerReady(PoolWorkerEvent):
     """it created its context and is idle"""
-
-    type: ClassVar[str] = "pool_worker_ready"
     startup_s: float | None = unread("", None)
     context: str = unread("`sim`, `driver`, `torch`, `none`", "")
 
 
-@dataclass(frozen=True, kw_only=True)
+@event("pool_worker_busy")
 class PoolWorkerBusy(PoolWorkerEvent):
     """it took a pooled command"""
-
-    type: ClassVar[str] = "pool_worker_busy"
     command: str | None
 
 
-@dataclass(frozen=True, kw_only=True)
+@event("pool_worker_cleaning")
 class PoolWorkerCleaning(PoolWorkerEvent):
     """the command ended; state is being restored, memory freed, health checked"""
-
-    type: ClassVar[str] = "pool_worker_cleaning"
     command: str | None = unread("", None)
 
 
-@dataclass(frozen=True, kw_only=True)
+@event("pool_worker_idle")
 class PoolWorkerIdle(PoolWorkerEvent):
     """clean and healthy again: it may take the next command"""
-
-    type: ClassVar[str] = "pool_worker_idle"
     served: int = 0
 
 
-@dataclass(frozen=True, kw_only=True)
+@event("pool_worker_replaced")
 class PoolWorkerReplaced(PoolWorkerEvent):
     """it was ended and a replacement queued"""
-
-    type: ClassVar[str] = "pool_worker_replaced"
     cause: str = note(
         "`exited` (crashed, `os._exit`, killed from outside), `timeout`, `cancelled`, `recycled`, `threads` (left a "
         "non-daemon thread), `leak` (device memory it could not free), `health`, `cleanup`, `clean_timeout`, "
@@ -310,41 +288,33 @@ class PoolWorkerReplaced(PoolWorkerEvent):
     reason: str = unread("", "")
 
 
-@dataclass(frozen=True, kw_only=True)
+@event("pool_worker_stopped")
 class PoolWorkerStopped(PoolWorkerEvent):
     """it was ended for good (runtime stopping)"""
-
-    type: ClassVar[str] = "pool_worker_stopped"
     reason: str = unread("", "")
 
 
 # --- the runtime stops -------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
+@event("runtime_stopping")
 class RuntimeStopping(Event):
     """SIGTERM/SIGINT received; admission closed"""
-
-    type: ClassVar[str] = "runtime_stopping"
     reason: str = unread()
 
 
-@dataclass(frozen=True, kw_only=True)
+@event("runtime_stopped")
 class RuntimeStopped(Event):
     """every command ended; nothing left running"""
-
-    type: ClassVar[str] = "runtime_stopped"
 
 
 # --- the trace ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
+@event("trace_gap")
 class TraceGap(Event):
     """the trace could not record events `first_seq`..`last_seq` (see below);
     written by the trace writer, never published"""
-
-    type: ClassVar[str] = "trace_gap"
     lost: int
     first_seq: int | None
     last_seq: int | None

@@ -21,6 +21,8 @@ from krex_runtime.wire.events import DEFAULT_KEEP_FINISHED
 from krex_runtime.wire.model import CommandInfo, GpuState, NodeState
 
 Reducer = Callable[[NodeState, dict[str, Any]], None]
+# What runtime_started says of each GPU that the state keeps as it is.
+_GPU_IDENTITY = ("index", "uuid", "name", "memory_total", "simulated", "slots")
 
 
 def _gpu(s: NodeState, e: dict[str, Any]) -> GpuState:
@@ -39,14 +41,7 @@ def _runtime_started(s: NodeState, e: dict[str, Any]) -> None:
     s.stopping = False
     s.gpus = {
         g["index"]: GpuState(
-            index=g["index"],
-            uuid=g["uuid"],
-            name=g["name"],
-            memory_total=g["memory_total"],
-            simulated=g["simulated"],
-            slots=g["slots"],
-            cpus=list(g.get("cpus", [])),
-            pool=_empty_pool(g.get("pool_size", 0)),
+            **{k: g[k] for k in _GPU_IDENTITY}, cpus=list(g.get("cpus", [])), pool=_empty_pool(g.get("pool_size", 0))
         )
         for g in e["gpus"]
     }
