@@ -7,9 +7,9 @@ of a trace or of the PUB socket receive those dicts; `check_event` checks one
 (wire/event_check.py) against its class before the reducer folds it.
 
 `EVENTS` maps each wire type name to its class; wire/event_check.py derives
-from them what a trace's events must hold. docs/trace-format.md's table
-of events is printed from it (`python -m krex_runtime.wire.events --markdown`),
-and a test keeps the two the same. Field order is the order of the keys on the
+from the classes what a trace's events must hold, and docs/trace-format.md's
+table of events is printed from them (`python -m krex_runtime.wire.events
+--markdown`; a test keeps the two the same). Field order is the order of the keys on the
 wire; a new event type or a changed field bumps the trace format version.
 """
 
@@ -30,24 +30,6 @@ class Event:
     type: ClassVar[str]
 
 
-E = TypeVar("E", bound=type[Event])
-
-
-@dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field,))
-def event(name: str) -> Callable[[E], E]:
-    """Make the class a frozen, keyword-only dataclass whose wire `type` is
-    `name`, and register it in EVENTS."""
-
-    def register(cls: E) -> E:
-        if name in EVENTS:
-            raise TypeError(f"event type {name!r} is defined twice")
-        cls.type = name
-        EVENTS[name] = dataclass(frozen=True, kw_only=True)(cls)
-        return cls
-
-    return register
-
-
 def note(
     text: str = "", default: Any = MISSING, *, factory: Any = MISSING, checked: bool = True, omit_none: bool = False
 ) -> Any:
@@ -61,6 +43,24 @@ def note(
 def unread(text: str = "", default: Any = MISSING, *, factory: Any = MISSING, omit_none: bool = False) -> Any:
     """A field the reducer does not read: carried to the trace and the console as it is."""
     return note(text, default, factory=factory, checked=False, omit_none=omit_none)
+
+
+E = TypeVar("E", bound=type[Event])
+
+
+@dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field, note, unread))
+def event(name: str) -> Callable[[E], E]:
+    """Make the class a frozen, keyword-only dataclass whose wire `type` is
+    `name`, and register it in EVENTS."""
+
+    def register(cls: E) -> E:
+        if name in EVENTS:
+            raise TypeError(f"event type {name!r} is defined twice")
+        cls.type = name
+        EVENTS[name] = dataclass(frozen=True, kw_only=True)(cls)
+        return cls
+
+    return register
 
 
 # --- the runtime starts -------------------------------------------------------------
