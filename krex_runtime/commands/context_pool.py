@@ -49,6 +49,7 @@ from krex_runtime.commands.environment import TenantSetup
 from krex_runtime.node.config import Config
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.node.sink import EventSink
+from krex_runtime.wire import events
 
 log = logging.getLogger("krex.pool")
 
@@ -104,7 +105,7 @@ class ContextPool:
         worker = min((w for w in self.workers.values() if w.gpu == gpu and w.state == "idle"), key=lambda w: w.served)
         worker.state, worker.job_id = "busy", command_id
         worker.run = PooledRun(worker)
-        self._emit({"type": "pool_worker_busy", "gpu": gpu, "worker": worker.id, "command": command_id})
+        self._emit(events.PoolWorkerBusy(gpu=gpu, worker=worker.id, command=command_id))
         return worker
 
     def job_of(self, worker_id: str) -> str | None:
@@ -207,7 +208,7 @@ class ContextPool:
 
     def _after_command(self, worker: ContextWorker, command_id: str) -> None:
         worker.state, worker.job_id, worker.run = "cleaning", None, None
-        self._emit({"type": "pool_worker_cleaning", "gpu": worker.gpu, "worker": worker.id, "command": command_id})
+        self._emit(events.PoolWorkerCleaning(gpu=worker.gpu, worker=worker.id, command=command_id))
         if worker.served >= self.settings.max_commands:
             self._retire(worker, "max_commands", f"served {worker.served} commands")
             return
@@ -228,7 +229,7 @@ class ContextPool:
             self._retire(worker, "recycled", worker.retire_after)
         else:
             worker.state = "idle"
-            self._emit({"type": "pool_worker_idle", "gpu": worker.gpu, "worker": worker.id, "served": worker.served})
+            self._emit(events.PoolWorkerIdle(gpu=worker.gpu, worker=worker.id, served=worker.served))
             self._on_idle()
 
     def _end_leftovers(self, worker: ContextWorker, command_id: str) -> None:
@@ -313,7 +314,7 @@ class ContextPool:
         self.workers[worker_id] = worker
         self._spawn(worker.listen())
         worker.exited.add_done_callback(lambda _t: self._on_exit(worker))
-        self._emit({"type": "pool_worker_started", "gpu": gpu_index, "worker": worker_id, "pid": proc.pid, "tenant_id": tenant_id})
+        self._emit(events.PoolWorkerStarted(gpu=gpu_index, worker=worker_id, pid=proc.pid, tenant_id=tenant_id))
         reply = await worker.next_message(self.settings.start_timeout_s)
         if worker.state != "warming":
             return  # recycled or stopped while it started
@@ -329,13 +330,9 @@ class ContextPool:
             self._failures[gpu_index] = 0
             worker.state = "idle"
             self._emit(
-                {
-                    "type": "pool_worker_ready",
-                    "gpu": gpu_index,
-                    "worker": worker_id,
-                    "startup_s": reply.get("startup_s"),
-                    "context": reply.get("context", ""),
-                }
+                events.PoolWorkerReady(
+                    gpu=gpu_index, worker=worker_id, startup_s=reply.get("startup_s"), context=reply.get("context", "")
+                )
             )
             self._on_idle()
             return
@@ -367,13 +364,13 @@ class ContextPool:
             worker.run.cancel(reason, state="failed", cause=cause)
         self._spawn(self._bury(worker))
         if replace and not self._closing:
-            self._emit({"type": "pool_worker_replaced", "gpu": worker.gpu, "worker": worker.id, "cause": cause, "reason": reason})
+            self._emit(events.PoolWorkerReplaced(gpu=worker.gpu, worker=worker.id, cause=cause, reason=reason))
             if cause == "start_failed":
                 self._retry_later(worker.gpu)
             else:
                 self._create.put_nowait(worker.gpu)
         else:
-            self._emit({"type": "pool_worker_stopped", "gpu": worker.gpu, "worker": worker.id, "reason": reason})
+            self._emit(events.PoolWorkerStopped(gpu=worker.gpu, worker=worker.id, reason=reason))
 
     def _retry_later(self, gpu: int) -> None:
         """A GPU whose context processes fail to start is retried with growing pauses."""

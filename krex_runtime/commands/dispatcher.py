@@ -28,6 +28,7 @@ from krex_runtime.commands.tenants import TenantRegistry
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.node.sink import EventSink
 from krex_runtime.tenant.pooled_entry import EntryError, parse_entry
+from krex_runtime.wire import events
 from krex_runtime.wire.bodies import SubmitBody
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 
@@ -128,16 +129,10 @@ class Dispatcher:
         self.jobs[job.id] = job
         self.queue.append(job)
         self._emit(
-            {
-                "type": "command_queued",
-                "id": job.id,
-                "argv": job.argv,
-                "gpu": job.gpu_request,
-                "timeout_s": job.timeout_s,
-                "label": job.label,
-                "lease": job.lease,
-                "mode": job.mode,
-            }
+            events.CommandQueued(
+                id=job.id, argv=job.argv, gpu=job.gpu_request, timeout_s=job.timeout_s, label=job.label,
+                lease=job.lease, mode=job.mode,
+            )
         )
         self.pump()
         return job
@@ -163,7 +158,7 @@ class Dispatcher:
             self.paused_node = True
         else:
             self.paused_gpus.add(gpu)
-        self._emit({"type": "admission_paused", "gpu": gpu})
+        self._emit(events.AdmissionPaused(gpu=gpu))
 
     def resume(self, gpu: int | None) -> None:
         self.check_gpu(gpu)
@@ -171,7 +166,7 @@ class Dispatcher:
             self.paused_node = False
         else:
             self.paused_gpus.discard(gpu)
-        self._emit({"type": "admission_resumed", "gpu": gpu})
+        self._emit(events.AdmissionResumed(gpu=gpu))
         self.pump()
 
     def check_gpu(self, gpu: int | None) -> None:
@@ -228,9 +223,7 @@ class Dispatcher:
             internal=True,
         )
         self.jobs[job.id] = job
-        self._emit(
-            {"type": "command_queued", "id": job.id, "argv": argv, "gpu": gpu, "timeout_s": None, "label": label, "lease": False}
-        )
+        self._emit(events.CommandQueued(id=job.id, argv=argv, gpu=gpu, timeout_s=None, label=label, lease=False))
         self._start(job, gpu)
         return job
 
@@ -303,9 +296,7 @@ class Dispatcher:
             self._finish(job, failure, failure.state, started=False)
             return
         job.started_at = time.time()
-        self._emit(
-            {"type": "command_started", "id": job.id, "gpu": gpu.index, "pid": process.pid, "tenant_id": job.tenant_id}
-        )
+        self._emit(events.CommandStarted(id=job.id, gpu=gpu.index, pid=process.pid, tenant_id=job.tenant_id))
         try:
             outcome = await process.wait()
         except Exception as exc:  # never leave a slot taken by a command we lost track of
@@ -318,14 +309,7 @@ class Dispatcher:
         job.process, job.cgroup = worker.run, worker.cgroup
         job.started_at = time.time()
         self._emit(
-            {
-                "type": "command_started",
-                "id": job.id,
-                "gpu": gpu.index,
-                "pid": worker.pid,
-                "tenant_id": job.tenant_id,
-                "worker": worker.id,
-            }
+            events.CommandStarted(id=job.id, gpu=gpu.index, pid=worker.pid, tenant_id=job.tenant_id, worker=worker.id)
         )
         try:
             outcome = await self.pool.run(
@@ -349,15 +333,10 @@ class Dispatcher:
             self.running[job.gpu].discard(job.id)
             self._tenants.discard(job.gpu, job.id)
         self._emit(
-            {
-                "type": "command_finished",
-                "id": job.id,
-                "state": state,
-                "exit_code": outcome.exit_code,
-                "signal": outcome.signal,
-                "reason": outcome.reason,
-                "gpu": job.gpu,
-            }
+            events.CommandFinished(
+                id=job.id, state=state, exit_code=outcome.exit_code, signal=outcome.signal, reason=outcome.reason,
+                gpu=job.gpu,
+            )
         )
         job.done.set()
         self._watcher.finished(job)

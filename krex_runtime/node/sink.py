@@ -8,8 +8,10 @@ trace and publishes it (krex_runtime/service/event_log.py).
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
+
+from krex_runtime.wire.events import Event
 
 
 class EventSink(Protocol):
-    def emit(self, event: Any) -> None: ...
+    def emit(self, event: Event) -> None: ...

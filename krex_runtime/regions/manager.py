@@ -29,6 +29,7 @@ from krex_runtime.regions.cpu_slices import CpuPlan
 from krex_runtime.regions.freezer import FreezeError, Freezer, Target, is_stopped
 from krex_runtime.regions.gate import Gate
 from krex_runtime.regions.gate_backends import DrainReport, GateBackend
+from krex_runtime.wire import events
 
 # GPU index -> its SM clock, throttle reasons and what is wrong with them now.
 ClockProbe = Callable[[int], dict[str, Any]]
@@ -140,14 +141,9 @@ class GpuRegions:
         else:
             self.queue.append(req)
         self._emit(
-            {
-                "type": "region_requested",
-                "gpu": self.gpu,
-                "region": req.seq,
-                "kind": req.kind,
-                "tenant_id": req.tenant_id,
-                "command_id": req.command_id,
-            }
+            events.RegionRequested(
+                gpu=self.gpu, region=req.seq, kind=req.kind, tenant_id=req.tenant_id, command_id=req.command_id
+            )
         )
         self._wake.set()
 
@@ -173,9 +169,7 @@ class GpuRegions:
 
     def _refuse(self, req: Request, exc: RegionRefused) -> None:
         """The request ends ungranted: say so in the trace and to whoever waits."""
-        self._emit(
-            {"type": "region_withdrawn", "gpu": self.gpu, "region": req.seq, "tenant_id": req.tenant_id, "reason": exc.reason}
-        )
+        self._emit(events.RegionWithdrawn(gpu=self.gpu, region=req.seq, tenant_id=req.tenant_id, reason=exc.reason))
         _fail(req, exc)
 
     def _unpin(self, req: Request) -> None:
@@ -213,17 +207,11 @@ class GpuRegions:
         req.entry = entry
         req.flags = list(entry.stats.get("flags") or [])
         self._emit(
-            {
-                "type": "region_granted",
-                "gpu": self.gpu,
-                "region": req.seq,
-                "kind": req.kind,
-                "tenant_id": req.tenant_id,
-                "command_id": req.command_id,
-                "frozen": entry.frozen_tenants,
-                "drain": {str(pid): r for pid, r in entry.report.outcomes.items()},
+            events.RegionGranted(
+                gpu=self.gpu, region=req.seq, kind=req.kind, tenant_id=req.tenant_id, command_id=req.command_id,
+                frozen=entry.frozen_tenants, drain={str(pid): r for pid, r in entry.report.outcomes.items()},
                 **entry.stats,
-            }
+            )
         )
         if req.withdrawn:
             req.released.set()
@@ -240,16 +228,10 @@ class GpuRegions:
         finally:
             self.holder = None
         self._emit(
-            {
-                "type": "region_released",
-                "gpu": self.gpu,
-                "region": req.seq,
-                "kind": req.kind,
-                "tenant_id": req.tenant_id,
-                "reason": req.reason or "released",
-                "hold_s": hold_s,
-                **exit_stats,
-            }
+            events.RegionReleased(
+                gpu=self.gpu, region=req.seq, kind=req.kind, tenant_id=req.tenant_id, reason=req.reason or "released",
+                hold_s=hold_s, **exit_stats,
+            )
         )
 
     def _overrun(self, req: Request) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from krex_runtime.wire import protocol
+from krex_runtime.wire import events, protocol
 from krex_runtime.wire import state as node_state
 from krex_runtime.wire.trace import TraceWriter
 
@@ -25,13 +25,12 @@ class EventLog:
         self._publish = publish
         self._seq = 0
 
-    def emit(self, event: dict[str, Any]) -> None:
-        assert "seq" not in event and "t" not in event, "seq and t belong to the runtime"
+    def emit(self, event: events.Event) -> None:
         self._seq += 1
-        event = {"seq": self._seq, "t": time.time(), **event}
-        node_state.apply(self.state, event)
-        self.trace.write(event)
-        self._publish(protocol.TOPIC_EVENT, event)
+        wire = {"seq": self._seq, "t": time.time(), **events.to_wire(event)}
+        node_state.apply(self.state, wire)
+        self.trace.write(wire)
+        self._publish(protocol.TOPIC_EVENT, wire)
 
     def snapshot(self) -> dict[str, Any]:
         return {"seq": self.state.seq, "state": node_state.to_snapshot(self.state)}

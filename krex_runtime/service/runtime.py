@@ -26,7 +26,7 @@ from krex_runtime.service.event_log import EventLog
 from krex_runtime.service.host import Host, StartupError, prepare
 from krex_runtime.service.node import Node
 from krex_runtime.service.server import ControlServer
-from krex_runtime.wire import endpoints
+from krex_runtime.wire import endpoints, events
 from krex_runtime.wire.trace import TraceWriter
 
 __all__ = ["RuntimeService", "StartupError"]
@@ -53,10 +53,10 @@ class RuntimeService:
             host.release()
             raise
         trace = self._open_trace(host)
-        events = EventLog(trace, server.publish)
-        node = node_build.build(self.config, self.gpus, host, events, server)
+        event_log = EventLog(trace, server.publish)
+        node = node_build.build(self.config, self.gpus, host, event_log, server)
         try:
-            await self._serve(host, server, events, node)
+            await self._serve(host, server, event_log, node)
         finally:
             trace.close()
             node.telemetry.close()
@@ -66,27 +66,26 @@ class RuntimeService:
                 host.cgroup_slice.remove()
             host.release()
 
-    async def _serve(self, host: Host, server: ControlServer, events: EventLog, node: Node) -> None:
+    async def _serve(self, host: Host, server: ControlServer, event_log: EventLog, node: Node) -> None:
         node_build.open_regions_to_tenants(node, host)
-        events.emit(
-            {
-                "type": "runtime_started",
-                "node": socket.gethostname(),
-                "policy": self.config.runtime.policy,
-                "pid": os.getpid(),
-                "keep_finished": self.config.runtime.snapshot_finished,
-                "gpus": [node.gpu_record(g) for g in self.gpus],
-                "cgroups": str(host.cgroup_slice.path) if host.cgroup_slice else None,
-                "regions": node.describe_regions(),
-                "recovered": host.recovered,
-            }
+        event_log.emit(
+            events.RuntimeStarted(
+                node=socket.gethostname(),
+                policy=self.config.runtime.policy,
+                pid=os.getpid(),
+                keep_finished=self.config.runtime.snapshot_finished,
+                gpus=[node.gpu_record(g) for g in self.gpus],
+                cgroups=str(host.cgroup_slice.path) if host.cgroup_slice else None,
+                regions=node.describe_regions(),
+                recovered=host.recovered,
+            )
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, signal.Signals(sig).name)
-        context = handlers.Context(node, events, host.run_dir, str(host.cgroup_slice.path) if host.cgroup_slice else None)
+        context = handlers.Context(node, event_log, host.run_dir, str(host.cgroup_slice.path) if host.cgroup_slice else None)
         tasks = server.serve(handlers.table(context), node.tenancy.refuse_tenants)
-        tasks.append(asyncio.create_task(self._snapshots(events)))
+        tasks.append(asyncio.create_task(self._snapshots(event_log)))
         tasks.append(asyncio.create_task(node.telemetry.run()))
         if node.canaries is not None:
             node.canaries.start(node.dispatcher)
@@ -101,14 +100,14 @@ class RuntimeService:
             pool.start()
         try:
             await self._stop.wait()
-            await self._shutdown(events, node)
+            await self._shutdown(event_log, node)
         finally:
             for task in tasks:
                 task.cancel()
 
-    async def _shutdown(self, events: EventLog, node: Node) -> None:
+    async def _shutdown(self, event_log: EventLog, node: Node) -> None:
         log.info("stopping (%s): %s running commands", self._stop_reason, self.config.runtime.on_shutdown)
-        events.emit({"type": "runtime_stopping", "reason": self._stop_reason})
+        event_log.emit(events.RuntimeStopping(reason=self._stop_reason))
         node.dispatcher.stop_admitting()
         pool = node.dispatcher.pool
         if pool is not None:
@@ -119,7 +118,7 @@ class RuntimeService:
         await node.dispatcher.shutdown(self.config.runtime.on_shutdown, self.config.runtime.shutdown_grace_s)
         if pool is not None:
             await pool.shutdown()
-        events.emit({"type": "runtime_stopped"})
+        event_log.emit(events.RuntimeStopped())
 
     def _open_trace(self, host: Host) -> TraceWriter:
         path = Path(self.config.runtime.trace_path) if self.config.runtime.trace_path else host.run_dir / "trace.jsonl"
@@ -135,10 +134,10 @@ class RuntimeService:
             },
         )
 
-    async def _snapshots(self, events: EventLog) -> None:
+    async def _snapshots(self, event_log: EventLog) -> None:
         while True:
             await asyncio.sleep(self.config.runtime.snapshot_interval_s)
-            events.publish_snapshot()
+            event_log.publish_snapshot()
 
     async def _heartbeat(self, node: Node) -> None:
         assert node.regions is not None

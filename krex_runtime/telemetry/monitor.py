@@ -24,6 +24,7 @@ from krex_runtime.telemetry.clocks import Clocks
 from krex_runtime.node.config import Config
 from krex_runtime.regions.gate import Gate
 from krex_runtime.node.gpus import Gpu
+from krex_runtime.wire import events
 
 log = logging.getLogger("krex.telemetry")
 
@@ -65,7 +66,7 @@ class Telemetry:
                 counts = gate_counts(gate) if gate is not None else {"parked": None, "draining": None}
                 sample.update(counts)
                 self.latest[int(key)] = sample
-            self._emit({"type": "telemetry", "gpus": metrics})
+            self._emit(events.Telemetry(gpus=metrics))
             await asyncio.sleep(interval)
 
     # --- canaries -----------------------------------------------------------------
@@ -104,16 +105,9 @@ class Telemetry:
             if record.get("type") == "baseline":
                 if clock["sm_clock_mhz"]:
                     self.clocks.baseline[gpu] = clock["sm_clock_mhz"]
-                self._emit({"type": "canary_baseline", "window": self.config.telemetry.canary_window, **common})
+                self._emit(events.CanaryBaseline(window=self.config.telemetry.canary_window, **common))
             elif record.get("type") == "sample":
-                self._emit(
-                    {
-                        "type": "canary_sample",
-                        "where": record.get("where", "inside"),
-                        "flagged": bool(clock["flags"]),
-                        **common,
-                    }
-                )
+                self._emit(events.CanarySample(where=record.get("where", "inside"), flagged=bool(clock["flags"]), **common))
 
     def close(self) -> None:
         self.sampler.close()

@@ -16,7 +16,7 @@ import itertools
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from krex_runtime.wire.typed import ShapeError, from_dict, to_dict

@@ -15,13 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from krex_runtime.wire import events
 from krex_runtime.wire import state as node_state
+from krex_runtime.wire.event_check import EventError, check_event, check_fields
 
 FORMAT = "krex-trace"
 FORMAT_VERSION = 2
 # Version 2 added the `trace_gap` record; a version 1 trace is a valid version 2 one.
 READABLE_VERSIONS = (1, 2)
-GAP = "trace_gap"
+GAP = events.TraceGap.type
 
 log = logging.getLogger("krex.trace")
 
@@ -79,14 +81,14 @@ class TraceWriter:
                 return False
             self._header = None
         if self.lost:
-            gap = {
-                "type": GAP,
-                "t": time.time(),
-                "lost": self.lost,
-                "first_seq": self._first_lost.get("seq"),
-                "last_seq": self._last_lost.get("seq"),
-                "since": self._first_lost.get("t"),
-            }
+            lost = events.TraceGap(
+                lost=self.lost,
+                first_seq=self._first_lost.get("seq"),
+                last_seq=self._last_lost.get("seq"),
+                since=self._first_lost.get("t"),
+            )
+            # No seq (the gap is not an event the runtime numbered): its `t` follows its `type`.
+            gap = {"type": GAP, "t": time.time()} | events.to_wire(lost)
             if not self._append(gap):
                 return False
             log.warning("trace %s: writing again; %d event(s) were lost (seq %s to %s)",
@@ -147,7 +149,7 @@ def iter_trace(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, record) pairs; the first record is the header (the first
     line that is not blank).
 
-    Every event is checked as it is read: its fields (state.check_event), its
+    Every event is checked as it is read: its fields (event_check.check_event), its
     `seq` (one more than the last), and that the reducer folds it; so whatever
     this yields replays, and whatever does not names its line."""
     try:
@@ -172,13 +174,13 @@ def iter_trace(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 header_seen = True
             else:
                 try:
-                    node_state.check_event(record)
+                    check_event(record)
                     if record["type"] != GAP and record["seq"] != state.seq + 1:
-                        raise node_state.EventError(
+                        raise EventError(
                             f"event seq {record['seq']} follows seq {state.seq} (events missing or out of order)"
                         )
                     node_state.apply(state, record)
-                except node_state.EventError as exc:
+                except EventError as exc:
                     raise TraceError(f"{path}:{lineno}: {exc}") from None
             yield lineno, record
     if not header_seen:
@@ -217,8 +219,8 @@ def _check_header(path: Path, lineno: int, record: dict[str, Any]) -> None:
             f"{path}:{lineno}: trace format version {version!r} is not supported (this reader knows {list(READABLE_VERSIONS)})"
         )
     try:
-        node_state.check_fields("header", record, _HEADER_FIELDS)
-    except node_state.EventError as exc:
+        check_fields("header", record, _HEADER_FIELDS)
+    except EventError as exc:
         raise TraceError(f"{path}:{lineno}: {exc}") from None
 
 

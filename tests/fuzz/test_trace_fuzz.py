@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from krex_console.feed import EventLog, ReplayFeed
 from krex_console.model import gpu_figures
 from krex_console.views.events import detail, subject
-from krex_runtime.wire import state as node_state
+from krex_runtime.wire import events, reducer
+from krex_runtime.wire.event_check import SHAPES
 from krex_runtime.testing.local_runtime import command
 from krex_runtime.wire.trace import FORMAT, FORMAT_VERSION, TraceError, read_trace, replay, summarize
 
@@ -29,9 +30,9 @@ HERE = Path(__file__).resolve().parent
 LINES = (HERE.parent / "console" / "data" / "small-trace.jsonl").read_bytes().splitlines(keepends=True)
 RICH = (HERE / "data" / "rich-trace.jsonl").read_bytes().splitlines(keepends=True)
 RECORDED = st.sampled_from([LINES, RICH])
-VIEWED_KEYS = sorted({k.rstrip("?") for fields in node_state.EVENT_FIELDS.values() for k in fields} | {"seq", "t"})
+VIEWED_KEYS = sorted({k.rstrip("?") for fields in SHAPES.values() for k in fields} | {"seq", "t"})
 BAD_BYTES = st.binary(min_size=1, max_size=8) | st.sampled_from([b"\xff", b"\xc3", b"\xed\xa0\x80"])
-EVENT_TYPES = sorted(node_state.REDUCERS)
+EVENT_TYPES = sorted(events.EVENTS)
 
 
 @pytest.fixture(scope="module")
@@ -206,5 +207,6 @@ def test_console_replay_names_the_line(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
-def test_every_event_type_has_a_shape() -> None:
-    assert set(node_state.EVENT_FIELDS) == set(node_state.REDUCERS)
+def test_every_event_has_a_reducer_and_every_reducer_an_event() -> None:
+    assert set(reducer.REDUCERS) == set(events.EVENTS.values())
+    assert set(SHAPES) == set(events.EVENTS)

@@ -1,0 +1,356 @@
+"""Every event the runtime emits, one frozen dataclass per type.
+
+An emitter builds the dataclass (`emit(events.CommandQueued(id=..., ...))`);
+the runtime turns it into its wire dict with `to_wire`, adds `seq` and `t`,
+folds it (wire/reducer.py), appends it to the trace and publishes it. Readers
+of a trace or of the PUB socket receive those dicts; `check_event` checks one
+(wire/event_check.py) against its class before the reducer folds it.
+
+`EVENTS` maps each wire type name to its class; wire/event_check.py derives
+from the classes what a trace's events must hold, and docs/trace-format.md's
+table of events is printed from them (`python -m krex_runtime.wire.events
+--markdown`; a test keeps the two the same). Field order is the order of the keys on the
+wire; a new event type or a changed field bumps the trace format version.
+"""
+
+import dataclasses
+import sys
+from dataclasses import MISSING, dataclass, field
+from typing import Any, Callable, ClassVar, TypeVar, dataclass_transform
+
+# How many finished commands a state remembers unless runtime_started says.
+DEFAULT_KEEP_FINISHED = 1000
+
+EVENTS: dict[str, type["Event"]] = {}
+
+
+class Event:
+    """Base of every event; `@event(name)` makes a subclass one."""
+
+    type: ClassVar[str]
+
+
+def note(
+    text: str = "", default: Any = MISSING, *, factory: Any = MISSING, checked: bool = True, omit_none: bool = False
+) -> Any:
+    """A field with a note for the docs' table. `checked=False`: the reducer
+    does not read it, so a trace's value passes unchecked. `omit_none`: left
+    off the wire when None (the key is absent, as emitters always had it)."""
+    metadata = {"note": text, "checked": checked, "omit_none": omit_none}
+    return field(default=default, default_factory=factory, metadata=metadata)
+
+
+def unread(text: str = "", default: Any = MISSING, *, factory: Any = MISSING, omit_none: bool = False) -> Any:
+    """A field the reducer does not read: carried to the trace and the console as it is."""
+    return note(text, default, factory=factory, checked=False, omit_none=omit_none)
+
+
+E = TypeVar("E", bound=type[Event])
+
+
+@dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field, note, unread))
+def event(name: str) -> Callable[[E], E]:
+    """Make the class a frozen, keyword-only dataclass whose wire `type` is
+    `name`, and register it in EVENTS."""
+
+    def register(cls: E) -> E:
+        if name in EVENTS:
+            raise TypeError(f"event type {name!r} is defined twice")
+        cls.type = name
+        EVENTS[name] = dataclass(frozen=True, kw_only=True)(cls)
+        return cls
+
+    return register
+
+
+# --- the runtime starts -------------------------------------------------------------
+
+
+@event("runtime_started")
+class RuntimeStarted(Event):
+    """the service is up"""
+    node: str
+    policy: str
+    pid: int
+    keep_finished: int = DEFAULT_KEEP_FINISHED
+    gpus: list[dict[str, Any]] = note("as in the header, with `pool_size`")
+    cgroups: str | None = unread("slice path or null", None)
+    regions: dict[str, Any] | None = unread("gate backend, freezer, reserved and tenant cores; null without regions",
+                                            None)
+    recovered: list[str] = unread("what a previous run left (closed gates, frozen tenants) and this start undid",
+                                  factory=list)
+
+
+# --- commands -----------------------------------------------------------------------
+
+
+@event("command_queued")
+class CommandQueued(Event):
+    """admitted to the FIFO queue"""
+    id: str
+    argv: list[str]
+    gpu: int | None = note("requested index or null", None)
+    timeout_s: float | None = None
+    label: str = ""
+    lease: bool = unread("", False)
+    mode: str | None = note("`process` or `pooled`; absent for the runtime's own commands", None, omit_none=True)
+
+
+@event("command_started")
+class CommandStarted(Event):
+    """its process started on `gpu` (pooled: a context process took it)"""
+    id: str
+    gpu: int
+    pid: int | None
+    tenant_id: int | None
+    worker: str | None = note("pooled only: the context process's id; `pid` and `tenant_id` are then its", None,
+                              omit_none=True)
+
+
+@event("command_finished")
+class CommandFinished(Event):
+    """it ended (also for commands cancelled while queued)"""
+    id: str
+    state: str = note("`finished`, `timeout`, `cancelled`, `failed`")
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str = ""
+    gpu: int | None = unread("", None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdmissionEvent(Event):
+    """Base of pause and resume: where admission changed."""
+
+    gpu: int | None = note("index, or null for the node", None)
+
+
+@event("admission_paused")
+class AdmissionPaused(AdmissionEvent):
+    """`krex pause`"""
+
+
+@event("admission_resumed")
+class AdmissionResumed(AdmissionEvent):
+    """`krex resume`"""
+
+
+# --- regions ------------------------------------------------------------------------
+
+
+@event("region_requested")
+class RegionRequested(Event):
+    """a tenant asked for its GPU alone (leases queue ahead of regions)"""
+    gpu: int
+    region: int = note("request number, node-wide")
+    kind: str = note("`region` or `lease`")
+    tenant_id: int | None = note("0: an operator's lease")
+    command_id: str = unread()
+
+
+@event("region_granted")
+class RegionGranted(Event):
+    """the holder may measure"""
+    gpu: int
+    region: int
+    kind: str
+    tenant_id: int | None
+    command_id: str = ""
+    frozen: list[int] = note("tenant ids", factory=list)
+    drain: dict[str, str] = unread("pid -> ok / timed_out / error / no_ack / exited / stopped")
+    wait_s: float = unread("seconds queued; the entry's steps follow")
+    close_s: float = unread()
+    quiesce_s: float = unread()
+    drain_s: float = unread()
+    freeze_s: float = unread()
+    pin_s: float = unread()
+    enter_s: float = unread("the whole entry")
+    sm_clock_mhz: float | None = unread("", None)
+    throttle: list[str] | None = unread("", None)
+    flags: list[str] | None = None
+    others_calls: int = unread("the other tenants' intercepted calls so far")
+    granted_mono_ns: int = unread("CLOCK_MONOTONIC")
+
+
+@event("region_released")
+class RegionReleased(Event):
+    """everything given back"""
+    gpu: int
+    region: int
+    kind: str = unread()
+    tenant_id: int | None = unread()
+    reason: str = note("`released`, `tenant disconnected`, `held past the ... limit ...`, `lease expired`, ...")
+    hold_s: float = unread("seconds from grant to release; the exit's steps follow")
+    unpin_s: float = unread()
+    thaw_s: float = unread()
+    open_s: float = unread()
+    released_mono_ns: int = unread("CLOCK_MONOTONIC")
+    others_calls: int = unread("the same as at the grant: none of them submitted meanwhile")
+
+
+@event("region_withdrawn")
+class RegionWithdrawn(Event):
+    """a request left the queue ungranted (its tenant went away, or entry was
+    refused: the reason names the tenants that did not drain)"""
+    gpu: int
+    region: int
+    tenant_id: int | None = unread()
+    reason: str = unread()
+
+
+# --- telemetry and the canary -------------------------------------------------------
+
+
+@event("telemetry")
+class Telemetry(Event):
+    """one sample of every GPU"""
+    gpus: dict[str, dict[str, Any]] = note(
+        "per GPU index: `util_pct`, `mem_used`, `mem_total`, `sm_clock_mhz`, `mem_clock_mhz`, `temp_c`, `power_w`, "
+        "`throttle`, `processes`, `simulated`, `time`, `parked`, `draining` (null: not available)"
+    )
+
+
+@event("canary_baseline")
+class CanaryBaseline(Event):
+    """the canary's reference kernels on the idle, warmed GPU"""
+    window: int = 30
+    gpu: int
+    compute_ms: float
+    memory_ms: float
+    sm_clock_mhz: float | None = unread("", None)
+    throttle: list[str] | None = unread("", None)
+
+
+@event("canary_sample")
+class CanarySample(Event):
+    """one measurement; the reducer keeps the window and its inflation p50/p95
+    and contention factor"""
+    where: str = note("`inside` / `outside` a region", "inside")
+    flagged: bool = unread("", False)
+    gpu: int
+    compute_ms: float | None = None
+    memory_ms: float | None = None
+    sm_clock_mhz: float | None = unread("", None)
+    throttle: list[str] | None = unread("", None)
+
+
+# --- the context pool ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolWorkerEvent(Event):
+    """Base of the pool's events: which context process, on which GPU."""
+
+    gpu: int
+    worker: str = note("its id")
+
+
+@event("pool_worker_started")
+class PoolWorkerStarted(PoolWorkerEvent):
+    """a context process was started (warming: imports, context)"""
+    pid: int | None
+    tenant_id: int | None
+
+
+@event("pool_worker_ready")
+class PoolWorkerReady(PoolWorkerEvent):
+    """it created its context and is idle"""
+    startup_s: float | None = unread("", None)
+    context: str = unread("`sim`, `driver`, `torch`, `none`", "")
+
+
+@event("pool_worker_busy")
+class PoolWorkerBusy(PoolWorkerEvent):
+    """it took a pooled command"""
+    command: str | None
+
+
+@event("pool_worker_cleaning")
+class PoolWorkerCleaning(PoolWorkerEvent):
+    """the command ended; state is being restored, memory freed, health checked"""
+    command: str | None = unread("", None)
+
+
+@event("pool_worker_idle")
+class PoolWorkerIdle(PoolWorkerEvent):
+    """clean and healthy again: it may take the next command"""
+    served: int = 0
+
+
+@event("pool_worker_replaced")
+class PoolWorkerReplaced(PoolWorkerEvent):
+    """it was ended and a replacement queued"""
+    cause: str = note(
+        "`exited` (crashed, `os._exit`, killed from outside), `timeout`, `cancelled`, `recycled`, `threads` (left a "
+        "non-daemon thread), `leak` (device memory it could not free), `health`, `cleanup`, `clean_timeout`, "
+        "`max_commands`, `start_failed`"
+    )
+    reason: str = unread("", "")
+
+
+@event("pool_worker_stopped")
+class PoolWorkerStopped(PoolWorkerEvent):
+    """it was ended for good (runtime stopping)"""
+    reason: str = unread("", "")
+
+
+# --- the runtime stops -------------------------------------------------------------
+
+
+@event("runtime_stopping")
+class RuntimeStopping(Event):
+    """SIGTERM/SIGINT received; admission closed"""
+    reason: str = unread()
+
+
+@event("runtime_stopped")
+class RuntimeStopped(Event):
+    """every command ended; nothing left running"""
+
+
+# --- the trace ----------------------------------------------------------------------
+
+
+@event("trace_gap")
+class TraceGap(Event):
+    """the trace could not record events `first_seq`..`last_seq` (see below);
+    written by the trace writer, never published"""
+    lost: int
+    first_seq: int | None
+    last_seq: int | None
+    since: float | None = unread("`t` of the first lost event; no `seq` of its own", None)
+
+
+# --- to the wire --------------------------------------------------------------------
+
+
+def to_wire(event: Event) -> dict[str, Any]:
+    """The event as the trace and the PUB socket carry it: `type`, then its fields."""
+    wire: dict[str, Any] = {"type": event.type}
+    for f in dataclasses.fields(event):  # type: ignore[arg-type]
+        value = getattr(event, f.name)
+        if value is None and f.metadata.get("omit_none"):
+            continue
+        wire[f.name] = value
+    return wire
+
+
+# --- the docs' table ----------------------------------------------------------------
+
+
+def markdown_table() -> str:
+    """docs/trace-format.md's table of events (a test keeps the doc in step)."""
+    rows = ["| type | fields | meaning |", "|---|---|---|"]
+    for name, cls in EVENTS.items():
+        fields = ", ".join(
+            f"`{f.name}`" + (f" ({f.metadata['note']})" if f.metadata.get("note") else "")
+            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+        )
+        rows.append(f"| `{name}` | {fields} | {' '.join((cls.__doc__ or '').split())} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--markdown"]:
+        sys.exit("usage: python -m krex_runtime.wire.events --markdown")
+    sys.stdout.write(markdown_table())

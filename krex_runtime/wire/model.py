@@ -1,0 +1,84 @@
+"""The shape of a node's state: its GPUs, its commands and the node itself.
+
+wire/reducer.py folds events into it; wire/state.py gathers what readers use
+(these classes, `apply`, snapshots).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from krex_runtime.wire.events import DEFAULT_KEEP_FINISHED
+
+
+@dataclass
+class GpuState:
+    index: int
+    uuid: str
+    name: str
+    memory_total: int
+    simulated: bool
+    slots: int
+    cpus: list[int] = field(default_factory=list)
+    running: list[str] = field(default_factory=list)
+    queued: int = 0
+    paused: bool = False
+    started: int = 0
+    finished: int = 0
+    region_holder: int | None = None  # tenant id; 0 is an operator's lease
+    region_kind: str = ""
+    region_command: str = ""
+    region_seq: int | None = None
+    region_since: float | None = None
+    region_queue: list[dict[str, Any]] = field(default_factory=list)
+    frozen: list[int] = field(default_factory=list)
+    regions_granted: int = 0
+    last_region: dict[str, Any] = field(default_factory=dict)
+    telemetry: dict[str, Any] = field(default_factory=dict)
+    parked: int | None = None
+    draining: int | None = None
+    canary: dict[str, Any] = field(default_factory=dict)
+    # The context pool: {"size", "idle", "busy", "warming", "cleaning", "replaced",
+    # "reasons": {cause: count}, "workers": {id: {state, pid, tenant_id, served, command}}}
+    pool: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CommandInfo:
+    id: str
+    argv: list[str]
+    label: str = ""
+    gpu_request: int | None = None
+    timeout_s: float | None = None
+    state: str = "queued"
+    gpu: int | None = None
+    pid: int | None = None
+    tenant_id: int | None = None
+    submitted_at: float = 0.0
+    started_at: float | None = None
+    finished_at: float | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str = ""
+    mode: str = "process"
+    worker: str | None = None
+
+
+@dataclass
+class NodeState:
+    node: str = ""
+    policy: str = ""
+    pid: int = 0
+    started_at: float = 0.0
+    stopping: bool = False
+    paused: bool = False
+    seq: int = 0
+    time: float = 0.0
+    gpus: dict[int, GpuState] = field(default_factory=dict)
+    commands: dict[str, CommandInfo] = field(default_factory=dict)
+    queue: list[str] = field(default_factory=list)
+    totals: dict[str, int] = field(default_factory=dict)
+    keep_finished: int = DEFAULT_KEEP_FINISHED
+    finished_order: deque[str] = field(default_factory=deque)

@@ -1,0 +1,335 @@
+"""The reducer: one function per event type, folding an event (its wire
+dict, as the trace and the PUB socket carry it) into a NodeState.
+
+The runtime folds every event it emits to build its snapshots, the console
+the events it receives, replay a trace's events: all through
+`krex_runtime.wire.state.apply`, which looks the function up here. Every
+event class of wire/events.py has one (a test checks).
+
+A reducer updates the state in place: with hundreds of thousands of
+commands a day, copying the whole state per event would cost more than the
+event. Callers that need an older state keep a deep copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from krex_runtime.wire import events
+from krex_runtime.wire.event_check import EventError, describe
+from krex_runtime.wire.events import DEFAULT_KEEP_FINISHED
+from krex_runtime.wire.model import CommandInfo, GpuState, NodeState
+
+Reducer = Callable[[NodeState, dict[str, Any]], None]
+# What runtime_started says of each GPU that the state keeps as it is.
+_GPU_IDENTITY = ("index", "uuid", "name", "memory_total", "simulated", "slots")
+
+
+def _gpu(s: NodeState, e: dict[str, Any]) -> GpuState:
+    """The event's GPU, which a runtime_started before it must have announced."""
+    gpu = s.gpus.get(e["gpu"])
+    if gpu is None:
+        raise EventError(f"{e['type']}: GPU {e['gpu']!r} is not one of this runtime's ({sorted(s.gpus)})")
+    return gpu
+
+
+def _runtime_started(s: NodeState, e: dict[str, Any]) -> None:
+    s.node, s.policy, s.pid, s.started_at = e["node"], e["policy"], e["pid"], e["t"]
+    s.keep_finished = e.get("keep_finished", DEFAULT_KEEP_FINISHED)
+    if s.keep_finished < 0:
+        raise EventError(f"runtime_started: keep_finished {s.keep_finished} is negative")
+    s.stopping = False
+    s.gpus = {
+        g["index"]: GpuState(
+            **{k: g[k] for k in _GPU_IDENTITY}, cpus=list(g.get("cpus", [])), pool=_empty_pool(g.get("pool_size", 0))
+        )
+        for g in e["gpus"]
+    }
+
+
+def _command_queued(s: NodeState, e: dict[str, Any]) -> None:
+    s.commands[e["id"]] = CommandInfo(
+        id=e["id"],
+        argv=list(e["argv"]),
+        label=e.get("label", ""),
+        gpu_request=e.get("gpu"),
+        timeout_s=e.get("timeout_s"),
+        submitted_at=e["t"],
+        mode=e.get("mode", "process"),
+    )
+    s.queue.append(e["id"])
+    _count(s, "submitted")
+    if e.get("gpu") in s.gpus:
+        s.gpus[e["gpu"]].queued += 1
+
+
+def _command_started(s: NodeState, e: dict[str, Any]) -> None:
+    cmd = s.commands.get(e["id"])
+    if cmd is None:
+        if s.totals.get("trace_events_lost"):
+            return  # its command_queued fell into a trace gap
+        raise EventError(f"command_started: command {e['id']!r} was never queued (or is long finished)")
+    gpu = _gpu(s, e)
+    _leave_queue(s, cmd)
+    cmd.state, cmd.gpu, cmd.pid, cmd.tenant_id, cmd.started_at = "running", e["gpu"], e["pid"], e["tenant_id"], e["t"]
+    cmd.worker = e.get("worker")
+    gpu.running.append(cmd.id)
+    gpu.started += 1
+
+
+def _command_finished(s: NodeState, e: dict[str, Any]) -> None:
+    cmd = s.commands.get(e["id"])
+    if cmd is None:
+        return
+    if cmd.state == "queued":
+        _leave_queue(s, cmd)
+    elif cmd.state == "running" and cmd.gpu in s.gpus:
+        gpu = s.gpus[cmd.gpu]
+        if cmd.id in gpu.running:
+            gpu.running.remove(cmd.id)
+        gpu.finished += 1
+    cmd.state, cmd.finished_at = e["state"], e["t"]
+    cmd.exit_code, cmd.signal, cmd.reason = e.get("exit_code"), e.get("signal"), e.get("reason", "")
+    _count(s, e["state"])
+    s.finished_order.append(cmd.id)
+    while len(s.finished_order) > s.keep_finished:
+        s.commands.pop(s.finished_order.popleft(), None)
+
+
+def _admission_paused(s: NodeState, e: dict[str, Any]) -> None:
+    _set_paused(s, e.get("gpu"), True)
+
+
+def _admission_resumed(s: NodeState, e: dict[str, Any]) -> None:
+    _set_paused(s, e.get("gpu"), False)
+
+
+def _runtime_stopping(s: NodeState, e: dict[str, Any]) -> None:
+    s.stopping = True
+
+
+def _runtime_stopped(s: NodeState, e: dict[str, Any]) -> None:
+    s.stopping = True
+    for gpu in s.gpus.values():
+        gpu.running.clear()
+
+
+def _region_requested(s: NodeState, e: dict[str, Any]) -> None:
+    entry = {"seq": e["region"], "tenant_id": e["tenant_id"], "kind": e["kind"]}
+    queue = _gpu(s, e).region_queue
+    if e["kind"] == "lease":
+        leases = sum(1 for q in queue if q["kind"] == "lease")
+        queue.insert(leases, entry)
+    else:
+        queue.append(entry)
+
+
+def _region_granted(s: NodeState, e: dict[str, Any]) -> None:
+    gpu = _gpu(s, e)
+    _drop_request(gpu, e["region"])
+    gpu.region_holder, gpu.region_kind, gpu.region_command = e["tenant_id"], e["kind"], e.get("command_id", "")
+    gpu.region_seq, gpu.region_since, gpu.frozen = e["region"], e["t"], list(e.get("frozen", []))
+    gpu.regions_granted += 1
+    gpu.last_region = {k: v for k, v in e.items() if k.endswith("_s")} | {
+        "region": e["region"],
+        "tenant_id": e["tenant_id"],
+        "sm_clock_mhz": e.get("sm_clock_mhz"),
+        "flags": list(e.get("flags") or []),
+    }
+
+
+def _region_released(s: NodeState, e: dict[str, Any]) -> None:
+    gpu = _gpu(s, e)
+    if gpu.region_seq == e["region"]:
+        gpu.last_region = gpu.last_region | {k: v for k, v in e.items() if k.endswith("_s")} | {"reason": e["reason"]}
+        gpu.region_holder, gpu.region_kind, gpu.region_command = None, "", ""
+        gpu.region_seq, gpu.region_since, gpu.frozen = None, None, []
+
+
+def _region_withdrawn(s: NodeState, e: dict[str, Any]) -> None:
+    _drop_request(_gpu(s, e), e["region"])
+
+
+def _trace_gap(s: NodeState, e: dict[str, Any]) -> None:
+    """Events the runtime could not write (a full disk): the replayed state
+    after this point may miss what they said, and says how many there were.
+    The gap has no seq of its own; the next event follows its last lost one."""
+    s.totals["trace_events_lost"] = s.totals.get("trace_events_lost", 0) + e["lost"]
+    if e.get("last_seq") is not None:
+        s.seq = e["last_seq"]
+
+
+POOL_STATES = ("warming", "idle", "busy", "cleaning")
+
+
+def _empty_pool(size: int) -> dict[str, Any]:
+    return {"size": size, **{k: 0 for k in POOL_STATES}, "replaced": 0, "reasons": {}, "workers": {}}
+
+
+def _pool_of(s: NodeState, e: dict[str, Any]) -> dict[str, Any]:
+    gpu = _gpu(s, e)
+    if not gpu.pool:
+        gpu.pool = _empty_pool(0)
+    return gpu.pool
+
+
+def _set_worker(s: NodeState, e: dict[str, Any], state: str, **fields: Any) -> None:
+    pool = _pool_of(s, e)
+    worker = pool["workers"].setdefault(
+        e["worker"], {"state": state, "pid": None, "tenant_id": None, "served": 0, "command": None}
+    )
+    worker["state"] = state
+    worker.update(fields)
+    _count_pool(pool)
+
+
+def _count_pool(pool: dict[str, Any]) -> None:
+    for k in POOL_STATES:
+        pool[k] = 0
+    for w in pool["workers"].values():
+        pool[w["state"]] = pool.get(w["state"], 0) + 1
+
+
+def _pool_worker_started(s: NodeState, e: dict[str, Any]) -> None:
+    _set_worker(s, e, "warming", pid=e["pid"], tenant_id=e["tenant_id"])
+
+
+def _pool_worker_ready(s: NodeState, e: dict[str, Any]) -> None:
+    _set_worker(s, e, "idle", startup_s=e.get("startup_s"))
+
+
+def _pool_worker_busy(s: NodeState, e: dict[str, Any]) -> None:
+    _set_worker(s, e, "busy", command=e["command"])
+
+
+def _pool_worker_cleaning(s: NodeState, e: dict[str, Any]) -> None:
+    pool = _pool_of(s, e)
+    served = pool["workers"].get(e["worker"], {}).get("served", 0) + 1
+    _set_worker(s, e, "cleaning", command=None, served=served)
+
+
+def _pool_worker_idle(s: NodeState, e: dict[str, Any]) -> None:
+    _set_worker(s, e, "idle", served=e.get("served", 0))
+
+
+def _pool_worker_replaced(s: NodeState, e: dict[str, Any]) -> None:
+    pool = _pool_of(s, e)
+    pool["workers"].pop(e["worker"], None)
+    pool["replaced"] += 1
+    pool["reasons"][e["cause"]] = pool["reasons"].get(e["cause"], 0) + 1
+    _count_pool(pool)
+
+
+def _pool_worker_stopped(s: NodeState, e: dict[str, Any]) -> None:
+    pool = _pool_of(s, e)
+    pool["workers"].pop(e["worker"], None)
+    _count_pool(pool)
+
+
+def _drop_request(gpu: GpuState, region: int) -> None:
+    gpu.region_queue = [q for q in gpu.region_queue if q["seq"] != region]
+
+
+def _telemetry(s: NodeState, e: dict[str, Any]) -> None:
+    for key, sample in e["gpus"].items():
+        if not (key.isascii() and key.isdigit()) or not isinstance(sample, dict):
+            raise EventError(f"telemetry: gpus must map GPU indices to objects, not {key!r}: {describe(sample)}")
+        gpu = s.gpus.get(int(key))
+        if gpu is None:
+            continue
+        gpu.parked, gpu.draining = sample.get("parked"), sample.get("draining")
+        gpu.telemetry = {k: v for k, v in sample.items() if k not in ("parked", "draining")}
+
+
+def _canary_baseline(s: NodeState, e: dict[str, Any]) -> None:
+    _gpu(s, e).canary = {
+        "baseline_compute_ms": e["compute_ms"],
+        "baseline_memory_ms": e["memory_ms"],
+        "baseline_sm_clock_mhz": e.get("sm_clock_mhz"),
+        "window": e.get("window", 30),
+        "inside": [],
+        "outside": [],
+        "inside_ms": [],
+        "outside_ms": [],
+        "inside_p50": None,
+        "inside_p95": None,
+        "outside_p50": None,
+        "outside_p95": None,
+        "contention": None,
+        "samples": 0,
+        "flagged": 0,
+    }
+
+
+def _canary_sample(s: NodeState, e: dict[str, Any]) -> None:
+    """Inflation = measured / baseline - 1 for both reference kernels; the window
+    keeps the last `window` samples of each place (inside, outside a region)."""
+    c = _gpu(s, e).canary
+    if not c or e.get("compute_ms") is None or e.get("memory_ms") is None:
+        return
+    if c["baseline_compute_ms"] <= 0 or c["baseline_memory_ms"] <= 0:
+        return  # no usable baseline: inflation is not known
+    where = "outside" if e.get("where") == "outside" else "inside"
+    values = [e["compute_ms"] / c["baseline_compute_ms"] - 1, e["memory_ms"] / c["baseline_memory_ms"] - 1]
+    keep = 2 * c["window"]
+    c[where] = (c[where] + values)[-keep:]
+    c[f"{where}_ms"] = (c[f"{where}_ms"] + [e["compute_ms"], e["memory_ms"]])[-keep:]
+    c[f"{where}_p50"], c[f"{where}_p95"] = _quantile(c[where], 0.5), _quantile(c[where], 0.95)
+    inside = _quantile(c["inside_ms"], 0.5) if c["inside_ms"] else 0
+    if inside > 0 and c["outside_ms"]:
+        c["contention"] = _quantile(c["outside_ms"], 0.5) / inside
+    c["samples"] += 1
+    if e.get("flagged"):
+        c["flagged"] += 1
+
+
+def _quantile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+
+
+def _set_paused(s: NodeState, gpu: int | None, paused: bool) -> None:
+    if gpu is None:
+        s.paused = paused
+    elif gpu in s.gpus:
+        s.gpus[gpu].paused = paused
+
+
+def _leave_queue(s: NodeState, cmd: CommandInfo) -> None:
+    try:
+        s.queue.remove(cmd.id)
+    except ValueError:
+        return
+    if cmd.gpu_request in s.gpus:
+        s.gpus[cmd.gpu_request].queued -= 1
+
+
+def _count(s: NodeState, key: str) -> None:
+    s.totals[key] = s.totals.get(key, 0) + 1
+
+
+REDUCERS: dict[type[events.Event], Reducer] = {
+    events.RuntimeStarted: _runtime_started,
+    events.CommandQueued: _command_queued,
+    events.CommandStarted: _command_started,
+    events.CommandFinished: _command_finished,
+    events.AdmissionPaused: _admission_paused,
+    events.AdmissionResumed: _admission_resumed,
+    events.RegionRequested: _region_requested,
+    events.RegionGranted: _region_granted,
+    events.RegionReleased: _region_released,
+    events.RegionWithdrawn: _region_withdrawn,
+    events.Telemetry: _telemetry,
+    events.CanaryBaseline: _canary_baseline,
+    events.CanarySample: _canary_sample,
+    events.PoolWorkerStarted: _pool_worker_started,
+    events.PoolWorkerReady: _pool_worker_ready,
+    events.PoolWorkerBusy: _pool_worker_busy,
+    events.PoolWorkerCleaning: _pool_worker_cleaning,
+    events.PoolWorkerIdle: _pool_worker_idle,
+    events.PoolWorkerReplaced: _pool_worker_replaced,
+    events.PoolWorkerStopped: _pool_worker_stopped,
+    events.RuntimeStopping: _runtime_stopping,
+    events.RuntimeStopped: _runtime_stopped,
+    events.TraceGap: _trace_gap,
+}
