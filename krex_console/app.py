@@ -1,4 +1,5 @@
-"""`krex-console`: the operator's terminal UI for one node's KREX runtime.
+"""The operator console's Textual app for one node's KREX runtime (its command
+line is krex_console/main.py).
 
     krex-console                      # this node's runtime (KREX_ENDPOINT / KREX_RUN_DIR / default)
     krex-console --connect ENDPOINT   # another runtime
@@ -16,12 +17,8 @@ and never imports this module.
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any, Iterable
 
 from textual.css.query import NoMatches
@@ -41,9 +38,7 @@ from krex_console.views.events import EventsTable
 from krex_console.views.gpu_detail import GpuDetailScreen, summarize_gpu
 from krex_console.views.overview import OverviewTable
 from krex_console.widgets import FilterInput, StatusBar
-from krex_runtime.wire import endpoints
 from krex_runtime.wire.state import GpuState
-from krex_runtime.wire.trace import TraceError, read_trace
 
 RENDER_EVERY_S = 0.1  # at most 10 repaints a second, however fast events come
 AGE_EVERY_S = 1.0  # live hold times and run times tick even with no events
@@ -375,56 +370,3 @@ class KrexConsole(App[None]):
                     plan = build(gpu)
                     yield SystemCommand(f"{plan.title} {plan.target}", plan.detail,
                                         lambda plan=plan: self.confirm_and_perform(plan))
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="krex-console", description="The operator console of a KREX node.")
-    p.add_argument("--connect", metavar="ENDPOINT", help="control endpoint (default: this node's runtime)")
-    p.add_argument("--telemetry", metavar="ENDPOINT", help="telemetry endpoint (default: beside the control socket)")
-    p.add_argument("--run-dir", metavar="DIR", help="the runtime's run dir (default: KREX_RUN_DIR, else the system default)")
-    p.add_argument("--read-only", action="store_true", help="use the read-only control socket; no actions")
-    p.add_argument("--replay", metavar="TRACE", help="play a recorded trace instead of a live runtime")
-    p.add_argument("--at", type=float, default=0.0, metavar="S", help="replay: start S seconds into the trace")
-    p.add_argument("--speed", type=float, default=1.0, help="replay: speed factor (default 1)")
-    p.add_argument("--paused", action="store_true", help="replay: start paused")
-    return p
-
-
-def endpoints_for(args: argparse.Namespace) -> tuple[str, str]:
-    """The control and telemetry endpoints, found the way the `krex` CLI finds them."""
-    if args.run_dir:
-        os.environ["KREX_RUN_DIR"] = args.run_dir
-    control = args.connect or endpoints.client_control()
-    if args.read_only and control.startswith("ipc://") and control.endswith("/" + endpoints.CONTROL_SOCKET):
-        control = control[: -len(endpoints.CONTROL_SOCKET)] + endpoints.CONTROL_READ_ONLY_SOCKET
-    telemetry = args.telemetry or endpoints.client_telemetry(control)
-    return control, telemetry
-
-
-def make_app(args: argparse.Namespace) -> KrexConsole:
-    if args.replay:
-        feed = ReplayFeed(read_trace(Path(args.replay)))
-        feed.speed = args.speed
-        feed.paused = args.paused
-        if args.at:
-            feed.seek_offset(args.at)
-        return KrexConsole(replay=feed)
-    control, telemetry = endpoints_for(args)
-    if not telemetry:
-        raise SystemExit("krex-console: no telemetry endpoint for a non-ipc control endpoint: give --telemetry")
-    return KrexConsole(control=control, telemetry=telemetry, read_only=args.read_only)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        app = make_app(args)
-    except TraceError as exc:
-        print(f"krex-console: {exc}", file=sys.stderr)
-        return 1
-    app.run()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

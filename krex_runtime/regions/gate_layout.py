@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ctypes
 
+from krex_runtime.tenant import env
+
 MAGIC = 0x45544147584552  # "REXGATE\0" read as little-endian u64
 VERSION = 1
 MAX_PROCS = 1024
@@ -32,11 +34,12 @@ DEFAULT_PARK_WAIT_NS = 50_000_000
 DEFAULT_SPIN_NS = 20_000
 DEFAULT_DRAIN_TIMEOUT_NS = 10_000_000_000
 
-ENV_GATE_PATH = "KREX_GATE_PATH"
-ENV_TENANT_ID = "KREX_TENANT_ID"
+# The names a tenant is given are defined once, with the tenant-side code.
+ENV_GATE_PATH = env.GATE_PATH
+ENV_TENANT_ID = env.TENANT_ID
 ENV_INTERCEPT_STATS = "KREX_INTERCEPT_STATS"
 ENV_DRAIN_TIMEOUT_MS = "KREX_DRAIN_TIMEOUT_MS"
-ENV_REGION_SOCKET = "KREX_REGION_SOCKET"
+ENV_REGION_SOCKET = env.REGION_SOCKET
 
 # (name, ctypes type, byte offset), a line per group of related fields. A test
 # compiles a C program printing offsetof/sizeof of the header's structs and

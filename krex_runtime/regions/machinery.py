@@ -26,6 +26,7 @@ from krex_runtime.regions.freezer import Freezer, freezer_for
 from krex_runtime.regions.gate import Gate, GateError
 from krex_runtime.regions.gate_backends import DriverLockBackend, GateBackend, PreloadBackend
 from krex_runtime.node.gpus import Gpu
+from krex_runtime.sim import layout as sim_layout
 from krex_runtime.node.sink import EventSink
 from krex_runtime.commands.tenants import TenantRegistry
 from krex_runtime.regions.manager import (
@@ -111,8 +112,8 @@ def build(
     if rc.gate_backend == "driver-lock":
         simulated = gpus and gpus[0].simulated
         if simulated:
-            os.environ["KREX_SIM_DEVICE"] = config.gpus.simulated_device
-            os.environ["KREX_SIM_GPUS"] = str(len(gpus))
+            os.environ[sim_layout.ENV_DEVICE] = config.gpus.simulated_device
+            os.environ[sim_layout.ENV_GPUS] = str(len(gpus))
         driver = driver_lock.load(native_build.simulated_driver_dir() if simulated else None)
         backend = DriverLockBackend(driver)
     else:

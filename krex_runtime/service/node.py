@@ -38,7 +38,7 @@ from krex_runtime.service.tenancy import Tenancy
 from krex_runtime.telemetry import gpu_metrics
 from krex_runtime.telemetry.clocks import Clocks
 from krex_runtime.telemetry.monitor import Telemetry
-from krex_runtime.tenant import env as names
+from krex_runtime.sim import layout as sim_layout
 from krex_runtime.wire import endpoints
 
 REGION_SOCKET = "region.sock"
@@ -122,9 +122,9 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventSink, server: 
 def tenant_environment(config: Config, gpus: list[Gpu], host: Host, regions: RegionAccess | None) -> TenantEnvironment:
     simulator: dict[str, str] = {}
     if gpus and gpus[0].simulated:
-        simulator = {names.SIM_DEVICE: config.gpus.simulated_device, names.SIM_GPUS: str(len(gpus))}
+        simulator = {sim_layout.ENV_DEVICE: config.gpus.simulated_device, sim_layout.ENV_GPUS: str(len(gpus))}
         if config.gpus.simulated_log:
-            simulator[names.SIM_LOG] = config.gpus.simulated_log
+            simulator[sim_layout.ENV_LOG] = config.gpus.simulated_log
     return TenantEnvironment(
         extra=dict(config.tenants.env),
         # Tenants may only read: they are pointed at the read-only socket.

@@ -14,6 +14,4 @@ RUN_DIR = "KREX_RUN_DIR"
 GATE_PATH = "KREX_GATE_PATH"  # the GPU's gate in shared memory (policy krex)
 REGION_SOCKET = "KREX_REGION_SOCKET"  # where region() asks (policy krex); absent: region() is a no-op
 REGION_TOKEN = "KREX_REGION_TOKEN"  # the tenant's secret for the region channel's HELLO
-SIM_DEVICE = "KREX_SIM_DEVICE"  # simulated GPUs: the simulated device model
-SIM_GPUS = "KREX_SIM_GPUS"
-SIM_LOG = "KREX_SIM_LOG"
+# The simulator's own settings are named with its bindings (krex_runtime/sim/layout.py).

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from console_helpers import rendered, run_async, settled_screen, shown_actions, wait_for
 
-from krex_console.app import KrexConsole, build_parser, endpoints_for, make_app
+from krex_console.app import KrexConsole
+from krex_console.main import build_parser, endpoints_for, make_app
 from krex_console.dialogs import ConfirmDialog
 from krex_console.feed import ReplayFeed
 from krex_console.model import gpu_figures

@@ -200,7 +200,7 @@ def test_krex_trace_names_the_line(tmp_path: Path) -> None:
 
 def test_console_replay_names_the_line(tmp_path: Path) -> None:
     path, message = _malformed(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "krex_console.app", "--replay", str(path)],
+    done = subprocess.run([sys.executable, "-m", "krex_console.main", "--replay", str(path)],
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert done.returncode == 1
     assert done.stderr.startswith(f"krex-console: {message}"), done.stderr

@@ -1,0 +1,70 @@
+"""`krex-console`: its command line, and the app it starts (live or replay).
+
+    krex-console [--connect ENDPOINT] [--read-only] [--run-dir DIR]
+    krex-console --replay TRACE [--at S] [--speed X] [--paused]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from krex_console.app import KrexConsole
+from krex_console.feed import ReplayFeed
+from krex_runtime.wire import endpoints
+from krex_runtime.wire.trace import TraceError, read_trace
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="krex-console", description="The operator console of a KREX node.")
+    p.add_argument("--connect", metavar="ENDPOINT", help="control endpoint (default: this node's runtime)")
+    p.add_argument("--telemetry", metavar="ENDPOINT", help="telemetry endpoint (default: beside the control socket)")
+    p.add_argument("--run-dir", metavar="DIR", help="the runtime's run dir (default: KREX_RUN_DIR, else the system default)")
+    p.add_argument("--read-only", action="store_true", help="use the read-only control socket; no actions")
+    p.add_argument("--replay", metavar="TRACE", help="play a recorded trace instead of a live runtime")
+    p.add_argument("--at", type=float, default=0.0, metavar="S", help="replay: start S seconds into the trace")
+    p.add_argument("--speed", type=float, default=1.0, help="replay: speed factor (default 1)")
+    p.add_argument("--paused", action="store_true", help="replay: start paused")
+    return p
+
+
+def endpoints_for(args: argparse.Namespace) -> tuple[str, str]:
+    """The control and telemetry endpoints, found the way the `krex` CLI finds them."""
+    if args.run_dir:
+        os.environ["KREX_RUN_DIR"] = args.run_dir
+    control = args.connect or endpoints.client_control()
+    if args.read_only and control.startswith("ipc://") and control.endswith("/" + endpoints.CONTROL_SOCKET):
+        control = control[: -len(endpoints.CONTROL_SOCKET)] + endpoints.CONTROL_READ_ONLY_SOCKET
+    telemetry = args.telemetry or endpoints.client_telemetry(control)
+    return control, telemetry
+
+
+def make_app(args: argparse.Namespace) -> KrexConsole:
+    if args.replay:
+        feed = ReplayFeed(read_trace(Path(args.replay)))
+        feed.speed = args.speed
+        feed.paused = args.paused
+        if args.at:
+            feed.seek_offset(args.at)
+        return KrexConsole(replay=feed)
+    control, telemetry = endpoints_for(args)
+    if not telemetry:
+        raise SystemExit("krex-console: no telemetry endpoint for a non-ipc control endpoint: give --telemetry")
+    return KrexConsole(control=control, telemetry=telemetry, read_only=args.read_only)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        app = make_app(args)
+    except TraceError as exc:
+        print(f"krex-console: {exc}", file=sys.stderr)
+        return 1
+    app.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
