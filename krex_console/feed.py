@@ -204,6 +204,10 @@ class LiveFeed:
     async def _session(self) -> None:
         sub = self._ctx.socket(zmq.SUB)
         sub.setsockopt(zmq.LINGER, 0)
+        # As deep as the runtime's send queue: a console that falls behind for a
+        # moment catches up instead of dropping events (a gap costs a snapshot,
+        # and the audit log and region timeline lose what was dropped).
+        sub.setsockopt(zmq.RCVHWM, 100_000)
         sub.setsockopt(zmq.SUBSCRIBE, protocol.TOPIC_EVENT)
         sub.setsockopt(zmq.SUBSCRIBE, protocol.TOPIC_SNAPSHOT)
         try:

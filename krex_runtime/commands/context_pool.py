@@ -46,7 +46,7 @@ from krex_runtime.commands.command_process import (
 )
 from krex_runtime.commands.context_process import ContextWorker, PooledRun, describe_exit
 from krex_runtime.commands.environment import TenantSetup
-from krex_runtime.node.config import Config
+from krex_runtime.node.config import PoolSection
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.node.sink import EventSink
 from krex_runtime.wire import events
@@ -61,18 +61,13 @@ LINE_LIMIT = 1 << 20
 
 class ContextPool:
     def __init__(
-        self,
-        config: Config,
-        gpus: list[Gpu],
-        sink: EventSink,
-        setup: TenantSetup,
-        log_dir: Path,
-        on_idle: Callable[[], None],
+        self, settings: PoolSection, kill_grace_s: float, gpus: list[Gpu], sink: EventSink, setup: TenantSetup,
+        log_dir: Path, on_idle: Callable[[], None],
     ) -> None:
-        self.settings = config.pool
-        self.kill_grace_s = config.dispatcher.kill_grace_s
+        self.settings = settings
+        self.kill_grace_s = kill_grace_s
         self.gpus = {g.index: g for g in gpus}
-        self.size = config.pool.size_per_gpu
+        self.size = settings.size_per_gpu
         self.workers: dict[str, ContextWorker] = {}
         self._emit = sink.emit
         self._setup = setup

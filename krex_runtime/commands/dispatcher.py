@@ -87,7 +87,9 @@ class Dispatcher:
         # The context pool serves this dispatcher's pooled commands; an idle
         # context process may let a queued command start.
         self.pool: ContextPool | None = (
-            ContextPool(config, gpus, sink, setup, pool_dir, on_idle=self.pump) if config.pool.size_per_gpu > 0 else None
+            ContextPool(config.pool, config.dispatcher.kill_grace_s, gpus, sink, setup, pool_dir, on_idle=self.pump)
+            if config.pool.size_per_gpu > 0
+            else None
         )
 
     # --- requests ---------------------------------------------------------
