@@ -615,7 +615,8 @@ def _asan_runtime() -> str:
                           check=True).stdout.strip()
 
 
-def test_mixed_workload_under_asan(sim: Sim, sim_asan_dir: Path):
+def test_mixed_workload_under_asan(sim: Sim, sim_asan_dir: Path, tmp_path: Path):
+    go = tmp_path / "go"
     env = {
         "LD_LIBRARY_PATH": str(sim_asan_dir),
         "LD_PRELOAD": _asan_runtime(),  # python is not instrumented: the runtime must come first
@@ -649,20 +650,19 @@ def test_mixed_workload_under_asan(sim: Sim, sim_asan_dir: Path):
         [t.join() for t in ts]
         for _ in range(3):
             s.launch(50 * 1000 * 1000)
-        print("ready", flush=True)
-        # Stay until the locker has locked us: it may start after this work is done.
-        me = os.getpid()
-        while not any(p.pid == me and p.locked for p in device_file.read_device().slots):
-            time.sleep(0.002)
+        # Stay until the locker has locked and unlocked us (it may start after
+        # this work is done, and lock and unlock faster than any poll could see).
+        wait_go()
         s.synchronize()
         s.close()
-    """, **env)
+    """, GO_FILE=str(go), **env)
     _wait_ready([target])
     sim.run(f"""
         d = driver.Driver()
         driver.checkpoint_lock({target.pid}, 0, d)
         driver.checkpoint_unlock({target.pid}, d)
     """, **env)
+    go.touch()
     out, err = target.communicate(timeout=60)
     assert target.returncode == 0, err
     assert "Sanitizer" not in err and "runtime error" not in err, err
