@@ -179,11 +179,6 @@ def submit_command(client: ControlClient, args: argparse.Namespace) -> int:
     return 0
 
 
-
-
-
-
-
 def status_command(client: ControlClient, args: argparse.Namespace) -> int:
     while True:
         status = client.call("status")

@@ -35,7 +35,6 @@ from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 log = logging.getLogger("krex.dispatcher")
 
 
-
 class CommandWatcher(Protocol):
     """Who follows commands besides the trace: clients attached to their
     output, the canary keeper. Output is not an event (it is not traced)."""
@@ -69,7 +68,6 @@ class Dispatcher:
         self.slots = 1 if config.runtime.policy == "command" else config.dispatcher.slots_per_gpu
         self.queue: deque[Job] = deque()
         self.jobs: dict[str, Job] = {}
-        self.running: dict[int, set[str]] = {g.index: set() for g in gpus}  # slots taken, by command id
         self.paused_node = False
         self.paused_gpus: set[int] = set()
         self.closed = False
@@ -150,8 +148,8 @@ class Dispatcher:
         if job.state == "queued":
             self.queue.remove(job)
             self._finish(job, Outcome("cancelled", None, None, reason), "cancelled")
-        elif job.state == "running" and job.process is not None:
-            job.process.cancel(reason)
+        elif job.state == "running":
+            job.cancel(reason)
         return job
 
     def pause(self, gpu: int | None) -> None:
@@ -209,7 +207,8 @@ class Dispatcher:
         return job.mode != "pooled" or (self.pool is not None and self.pool.has_idle(gpu))
 
     def _load(self, gpu: int) -> int:
-        return sum(1 for i in self.running[gpu] if not self.jobs[i].internal)
+        return self._tenants.load(gpu)
+
     def start_internal(self, argv: list[str], gpu: int, label: str) -> Job:
         """A tenant the runtime runs for itself: no queue, no slot, but a tenant
         like any other for gates, regions and freezing."""
@@ -243,7 +242,6 @@ class Dispatcher:
             job.tenant_id = self._setup.new_tenant_id()
         job.stdout_path = self._output_dir / f"{job.id}.stdout"
         job.stderr_path = self._output_dir / f"{job.id}.stderr"
-        self.running[gpu_index].add(job.id)
         self._tenants.add(gpu_index, job)
         task = asyncio.create_task(self._run(job, gpu, worker))
         self._tasks.add(task)
@@ -332,7 +330,6 @@ class Dispatcher:
     def _finish(self, job: Job, outcome: Outcome, state: str, started: bool = True) -> None:
         job.outcome, job.state, job.finished_at = outcome, state, time.time()
         if job.gpu is not None:
-            self.running[job.gpu].discard(job.id)
             self._tenants.discard(job.gpu, job.id)
         self._emit(
             events.CommandFinished(
@@ -368,8 +365,8 @@ class Dispatcher:
         if mode == "finish" and running:
             await asyncio.wait([asyncio.create_task(j.done.wait()) for j in running], timeout=grace_s)
         for job in running:
-            if job.process is not None and not job.done.is_set():
-                job.process.cancel("runtime shutting down")
+            if not job.done.is_set():
+                job.cancel("runtime shutting down")
         if self._tasks:
             await asyncio.wait(set(self._tasks))
 

@@ -1,6 +1,6 @@
-"""The running tenants of each GPU, as the region manager needs them: whom to
-gate, drain and freeze when another tenant of the GPU takes a region, and whom
-to end when a region outlives its hold limit.
+"""The commands running on each GPU: the slots the dispatcher counts, and the
+tenants the region manager gates, drains and freezes when another tenant of
+the GPU takes a region, or ends when a region outlives its hold limit.
 
 The dispatcher keeps it (a command is here from its start to its finish); the
 region manager only reads it. Both are built around it, so neither needs the
@@ -31,6 +31,7 @@ class Running(Protocol):
     gpu: int | None
     tenant_id: int | None
     cgroup: Path | None
+    internal: bool  # started by the runtime itself (a canary): takes no slot
 
     @property
     def pid(self) -> int | None: ...
@@ -47,6 +48,10 @@ class TenantRegistry:
 
     def discard(self, gpu: int, command_id: str) -> None:
         self._running[gpu].pop(command_id, None)
+
+    def load(self, gpu: int) -> int:
+        """Slots taken on the GPU: its running commands, the runtime's own aside."""
+        return sum(1 for c in self._running[gpu].values() if not c.internal)
 
     def of_gpu(self, gpu: int) -> list[Tenant]:
         """The GPU's running tenants that have a process now."""

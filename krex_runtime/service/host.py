@@ -41,6 +41,11 @@ class Host:
     recovered: list[str]  # what recovery did, one line each
     claims: list[Claim] = field(default_factory=list)
 
+    @property
+    def cgroups(self) -> str | None:
+        """The command cgroups' folder, as status and runtime_started show it."""
+        return str(self.cgroup_slice.path) if self.cgroup_slice is not None else None
+
     def release(self) -> None:
         for c in self.claims:
             c.release()
@@ -83,7 +88,7 @@ def _prepare_claimed(
     curve_keys: curve.ServerKeys | None,
     claims: list[Claim],
 ) -> Host:
-    for name in (endpoints.CONTROL_SOCKET, endpoints.CONTROL_READ_ONLY_SOCKET, endpoints.TELEMETRY_SOCKET):
+    for name in endpoints.SOCKETS:
         (run_dir / name).unlink(missing_ok=True)
     output_dir = Path(config.tenants.output_dir) if config.tenants.output_dir else run_dir / "output"
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -75,7 +75,7 @@ class RuntimeService:
                 pid=os.getpid(),
                 keep_finished=self.config.runtime.snapshot_finished,
                 gpus=[node.gpu_record(g) for g in self.gpus],
-                cgroups=str(host.cgroup_slice.path) if host.cgroup_slice else None,
+                cgroups=host.cgroups,
                 regions=node.describe_regions(),
                 recovered=host.recovered,
             )
@@ -83,7 +83,7 @@ class RuntimeService:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, signal.Signals(sig).name)
-        context = handlers.Context(node, event_log, host.run_dir, str(host.cgroup_slice.path) if host.cgroup_slice else None)
+        context = handlers.Context(node, event_log, host.run_dir, host.cgroups)
         tasks = server.serve(handlers.table(context), node.tenancy.refuse_tenants)
         tasks.append(asyncio.create_task(self._snapshots(event_log)))
         tasks.append(asyncio.create_task(node.telemetry.run()))

@@ -165,7 +165,7 @@ class ControlServer:
             if sock is not None:
                 sock.close(linger=0)
         self.ctx.term()
-        for name in (endpoints.CONTROL_SOCKET, endpoints.CONTROL_READ_ONLY_SOCKET, endpoints.TELEMETRY_SOCKET):
+        for name in endpoints.SOCKETS:
             (self.run_dir / name).unlink(missing_ok=True)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 CONTROL_SOCKET = "control.sock"
 CONTROL_READ_ONLY_SOCKET = "control-ro.sock"
 TELEMETRY_SOCKET = "telemetry.sock"
+SOCKETS = (CONTROL_SOCKET, CONTROL_READ_ONLY_SOCKET, TELEMETRY_SOCKET)  # what a runtime binds in its run dir
 
 
 def control(run_dir: Path) -> str:
