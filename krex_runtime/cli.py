@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def bench_command(argv: list[str]) -> int:
-    from bench.cli import main as bench_main  # the evaluation is not part of the runtime
+    from krex_bench.cli import main as bench_main  # the evaluation is not part of the runtime
 
     return bench_main(argv)
 

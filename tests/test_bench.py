@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import analysis, setups, workload
+from krex_bench import analysis, setups, workload
 from krex_runtime.testing.local_runtime import command
 
 

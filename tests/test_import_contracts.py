@@ -1,7 +1,7 @@
 """The layering is enforced by import-linter's contracts (pyproject.toml,
 [tool.importlinter]), not by a list in a test: the console sees only the
 wire, tenant code only the standard library, the wire no service module, the
-runtime never the console, bench only the public surface, no import circles
+runtime never the console, krex_bench only the public surface, no import circles
 among the siblings of any package of the console or the runtime.
 
 The real tree must keep every contract, and a module that breaks one must be
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("krex_runtime", "krex_console", "bench")
+PACKAGES = ("krex_runtime", "krex_console", "krex_bench")
 LINT = [sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"]
 
 

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from bench import report, runner, setups, workload
+from krex_bench import report, runner, setups, workload
 
 
 def build_parser() -> argparse.ArgumentParser:

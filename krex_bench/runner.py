@@ -20,8 +20,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
-from bench import workload
-from bench.setups import Setup
+from krex_bench import workload
+from krex_bench.setups import Setup
 from krex_runtime.testing.local_runtime import Runtime
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -97,7 +97,7 @@ def runtime_for(setup: Setup, opts: Options, folder: Path) -> Runtime:
 
 
 def argv_for(c: workload.Candidate, opts: Options) -> list[str]:
-    module = "bench.sim_candidate" if opts.sim else "bench.candidate"
+    module = "krex_bench.sim_candidate" if opts.sim else "krex_bench.candidate"
     return [sys.executable, "-m", module, c.problem, c.name]
 
 

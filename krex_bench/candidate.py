@@ -1,4 +1,4 @@
-"""One benchmark command: `python -m bench.candidate PROBLEM CANDIDATE`.
+"""One benchmark command: `python -m krex_bench.candidate PROBLEM CANDIDATE`.
 
 Shaped like a kernel agent's command: import torch and triton, build the
 candidate (its Triton kernel compiles on first launch), check it against a
@@ -43,7 +43,7 @@ def sm_clock_mhz() -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.candidate", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m krex_bench.candidate", description=__doc__)
     p.add_argument("problem")
     p.add_argument("candidate")
     p.add_argument("--repeats", type=int, default=0, help="timed repeats (default: the problem's)")
@@ -64,7 +64,7 @@ def measure(args: argparse.Namespace) -> int:
     import torch
     import triton  # noqa: F401 (imported as every candidate does, kernel or not)
 
-    from bench import kernels, workload
+    from krex_bench import kernels, workload
     from krex_runtime.client import region
 
     imported = time.time()

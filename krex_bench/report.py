@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from bench.analysis import BUCKETS, GAP_GROUPS, summarize
+from krex_bench.analysis import BUCKETS, GAP_GROUPS, summarize
 
 
 def _pct(x: float | None, digits: int = 1) -> str:

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from bench.workload import Candidate
+from krex_bench.workload import Candidate
 
 
 @dataclass

@@ -3,7 +3,7 @@
 A command benchmarks one candidate the way a kernel agent does: start Python,
 import torch and triton, build the candidate (compiling its Triton kernel),
 check it against a reference, then time it inside `region()` and print one
-JSON line (bench/candidate.py). Kernel durations on an H200 span the report's
+JSON line (krex_bench/candidate.py). Kernel durations on an H200 span the report's
 buckets: fp32 matmul > 10 ms, bf16 matmul 1-10 ms, softmax 0.1-1 ms, RMSNorm
 and GELU < 0.1 ms.
 

@@ -1,6 +1,6 @@
-"""The workload's command on a simulated GPU: `python -m bench.sim_candidate PROBLEM CANDIDATE`.
+"""The workload's command on a simulated GPU: `python -m krex_bench.sim_candidate PROBLEM CANDIDATE`.
 
-The same shape and the same JSON line as bench/candidate.py, with the
+The same shape and the same JSON line as krex_bench/candidate.py, with the
 simulated CUDA driver instead of torch: a short build, a check, and the
 candidate's simulated kernel timed inside `region()`. It lets the evaluation's
 runner and report be exercised on machines without a GPU; its figures are the
@@ -25,20 +25,20 @@ BUILD_S = 0.05  # stands in for the compile; sleeping keeps CI's CPUs free
 
 def kernel_ms(problem: str, candidate: str) -> float:
     """Distinct, fixed times for a problem's candidates: 0%, 7%, 14%, ... slower than the first."""
-    from bench import workload
+    from krex_bench import workload
 
     names = [c.name for c in workload.BY_NAME[problem].candidates]
     return BASE_MS[problem] * (1 + 0.07 * names.index(candidate))
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.sim_candidate")
+    p = argparse.ArgumentParser(prog="python -m krex_bench.sim_candidate")
     p.add_argument("problem")
     p.add_argument("candidate")
     p.add_argument("--repeats", type=int, default=0)
     args = p.parse_args(argv)
 
-    from bench import workload
+    from krex_bench import workload
     from krex_runtime.client import region
     from krex_runtime.sim.simcuda import SimCuda
 
