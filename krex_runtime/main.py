@@ -1,10 +1,16 @@
-"""`krex-runtime`: the headless service of one GPU node, in the foreground."""
+"""`krex-runtime`: the headless service of one GPU node, in the foreground.
+
+Exit status: 0 after a clean stop; 125 for every failure of KREX's own (a
+usage error, a bad config, no GPUs, a node already claimed), so that the
+statuses of the programs KREX runs (1, 2, ...) never read as KREX's.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from dataclasses import replace
 
@@ -12,14 +18,28 @@ from krex_runtime.node.config import POLICIES, Config, ConfigError, load_config,
 from krex_runtime.node.gpus import GpuDiscoveryError, discover
 from krex_runtime.node.locks import ClaimError
 from krex_runtime.service.runtime import RuntimeService, StartupError
+from krex_runtime.wire.version import version_line
+
+FAILURE = 125  # the same status as `krex`'s own failures
+CONFIG_ENV = "KREX_CONFIG"  # the config's path when --config is not given
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2, a status a program's own failure may have
+        self.print_usage(sys.stderr)
+        self.exit(FAILURE, f"{self.prog}: error: {message}\n")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="krex-runtime",
         description="Serve this node's GPUs to benchmark commands, exclusive only inside marked regions.",
     )
-    p.add_argument("--config", metavar="FILE", help="TOML config (see docs/configuration.md)")
+    p.add_argument("--version", action="version", version=version_line("krex-runtime"))
+    p.add_argument(
+        "--config", metavar="FILE", default=os.environ.get(CONFIG_ENV) or None,
+        help=f"TOML config (see docs/configuration.md); default ${CONFIG_ENV}, else the built-in defaults",
+    )
     p.add_argument("--sim", type=int, metavar="N", help="serve N simulated GPUs instead of the real ones")
     p.add_argument("--policy", choices=POLICIES, help="override runtime.policy")
     p.add_argument("--run-dir", metavar="DIR", help="override runtime.run_dir (sockets, trace, output)")
@@ -56,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(service.run())
     except (ConfigError, GpuDiscoveryError, ClaimError, StartupError) as exc:
         print(f"krex-runtime: {exc}", file=sys.stderr)
-        return 1
+        return FAILURE
     return 0
 
 

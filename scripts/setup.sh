@@ -16,6 +16,11 @@ done
 if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
+# A checkout set up before the distribution was named krex-runtime has the old
+# name installed too; it would shadow the new one's metadata.
+if compgen -G '.venv/lib/python3*/site-packages/krex-*.dist-info' >/dev/null; then
+  .venv/bin/python -m pip uninstall -q -y krex
+fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 # native/ needs cuda.h (prototypes only; nothing links CUDA). Without a CUDA
 # toolkit, take the headers from NVIDIA's runtime wheel into the venv.

@@ -316,7 +316,7 @@ def start_fails(rt: Runtime, edit: Callable[[str], str] = lambda text: text) -> 
     done = subprocess.run(
         [*command("krex-runtime"), "--config", str(rt.config_path), "--sim", "1"], capture_output=True, text=True, timeout=60
     )
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 125, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     return lines[0]

@@ -262,7 +262,7 @@ def test_second_runtime_on_the_same_gpus_refuses(make_runtime, tmp_path: Path) -
     done = subprocess.run(
         [*command("krex-runtime"), "--config", str(second.config_path), "--sim", "2"], capture_output=True, text=True, timeout=60
     )
-    assert done.returncode == 1
+    assert done.returncode == 125
     assert "already claimed by krex-runtime pid" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert first.krex("run", "--", "true").returncode == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -85,7 +87,7 @@ def test_runtime_reports_a_broken_config_in_one_line(tmp_path: Path) -> None:
     text = f"[runtime]\nrun_dir = '{run_dir}'\nlock_dir = '{lock_dir}'\n[tenants]\npreloads = false\n"
     path = _write(tmp_path, text)
     done = subprocess.run([*command("krex-runtime"), "--config", str(path), "--sim", "1"], capture_output=True, text=True)
-    assert done.returncode == 1
+    assert done.returncode == 125
     assert done.stderr.strip() == f"krex-runtime: {path}: tenants.preloads: unknown key (did you mean 'preload'?)"
     assert hygiene.leftovers(run_dir, lock_dir, before) == [] and not run_dir.exists()
 
@@ -94,7 +96,7 @@ def test_missing_config_file(tmp_path: Path) -> None:
     done = subprocess.run(
         [*command("krex-runtime"), "--config", str(tmp_path / "nope.toml")], capture_output=True, text=True
     )
-    assert done.returncode == 1
+    assert done.returncode == 125
     assert done.stderr.strip() == f"krex-runtime: {tmp_path / 'nope.toml'}: config file not found"
 
 
@@ -103,7 +105,7 @@ def test_no_gpu_suggests_sim(tmp_path: Path) -> None:
     done = subprocess.run([*command("krex-runtime"), "--config", str(path)], capture_output=True, text=True, timeout=60)
     if done.returncode == 0:
         pytest.skip("this machine has a GPU")
-    assert done.returncode == 1
+    assert done.returncode == 125
     assert "--sim" in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
@@ -116,7 +118,7 @@ def test_an_endpoint_the_runtime_cannot_serve_is_one_line(tmp_path: Path) -> Non
     )
     done = subprocess.run([*command("krex-runtime"), "--config", str(path), "--sim", "1"], capture_output=True, text=True,
                           timeout=60)
-    assert done.returncode == 1
+    assert done.returncode == 125
     assert done.stderr.strip().startswith(f"krex-runtime: cannot serve on ipc://{run_dir}/"), done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
@@ -124,7 +126,28 @@ def test_an_endpoint_the_runtime_cannot_serve_is_one_line(tmp_path: Path) -> Non
 def test_more_simulated_gpus_than_the_simulator_has(tmp_path: Path) -> None:
     path = _write(tmp_path, f"[runtime]\nrun_dir = '{tmp_path}/run'\nlock_dir = '{tmp_path}/locks'\n[gpus]\nsimulated = 17\n")
     done = subprocess.run([*command("krex-runtime"), "--config", str(path)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1
+    assert done.returncode == 125
     assert done.stderr.strip() == (
         "krex-runtime: 17 simulated GPUs asked for (gpus.simulated or --sim); the simulator has at most 16"
     )
+
+
+def test_runtime_takes_its_config_from_KREX_CONFIG(tmp_path: Path) -> None:
+    path = _write(tmp_path, "[tenants]\npreloads = false\n")
+    env = {**os.environ, "KREX_CONFIG": str(path)}
+    done = subprocess.run([*command("krex-runtime"), "--sim", "1"], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 125
+    assert done.stderr.strip() == f"krex-runtime: {path}: tenants.preloads: unknown key (did you mean 'preload'?)"
+    # --config wins over the variable
+    other = tmp_path / "missing.toml"
+    done = subprocess.run([*command("krex-runtime"), "--config", str(other)], capture_output=True, text=True, env=env, timeout=60)
+    assert done.stderr.strip() == f"krex-runtime: {other}: config file not found"
+
+
+def test_runtime_usage_error_and_version() -> None:
+    done = subprocess.run([*command("krex-runtime"), "--no-such-option"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 125
+    assert "unrecognized arguments: --no-such-option" in done.stderr
+    done = subprocess.run([*command("krex-runtime"), "--version"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    assert re.fullmatch(r"krex-runtime \d+\.\d+\.\d+\S*\n", done.stdout), done.stdout

@@ -1,20 +1,37 @@
 """Where the native libraries built from native/ live.
 
-KREX_NATIVE_DIR overrides the location (an installed node keeps them under
-/usr/lib/krex, say); otherwise the build folder of this checkout is used.
+In order: KREX_NATIVE_DIR (an operator's own build, /usr/lib/krex say); the
+libraries an installed wheel carries (krex_runtime/_native, put there by
+setup.py, found with importlib.resources); the build folder of this checkout
+(native/build, made by scripts/setup.sh; editable installs and the tests use
+it). The sanitized variants exist only in a checkout's build (native/build/asan).
 """
 
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+CHECKOUT_BUILD = REPO_ROOT / "native" / "build"
+
+
+def packaged_dir() -> Path | None:
+    """krex_runtime/_native of an installed wheel, or None in a checkout."""
+    # A wheel installs as plain files, so the resource is a real folder (no as_file needed).
+    folder = Path(str(resources.files("krex_runtime").joinpath("_native")))
+    return folder if (folder / "libkrex.so").is_file() else None
 
 
 def native_dir(sanitized: bool = False) -> Path:
     override = os.environ.get("KREX_NATIVE_DIR")
-    base = Path(override) if override else REPO_ROOT / "native" / "build"
+    if override:
+        base = Path(override)
+    elif not sanitized and (packaged := packaged_dir()) is not None:
+        return packaged
+    else:
+        base = CHECKOUT_BUILD
     return base / "asan" if sanitized else base
 
 
@@ -26,3 +43,9 @@ def interception_library(sanitized: bool = False) -> Path:
 def simulated_driver_dir(sanitized: bool = False) -> Path:
     """The folder holding the simulated libcuda.so.1 (put it on LD_LIBRARY_PATH)."""
     return native_dir(sanitized) / "sim"
+
+
+def header_dir() -> Path:
+    """The folder holding krex.h, the C region API (`cc -I$(...)`)."""
+    packaged = None if os.environ.get("KREX_NATIVE_DIR") else packaged_dir()
+    return packaged / "include" if packaged is not None else REPO_ROOT / "native" / "include"
