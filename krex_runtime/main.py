@@ -17,6 +17,7 @@ from dataclasses import replace
 from krex_runtime.node.config import POLICIES, Config, ConfigError, load_config, validate
 from krex_runtime.node.gpus import GpuDiscoveryError, discover
 from krex_runtime.node.locks import ClaimError
+from krex_runtime.service.host import recover_left_state
 from krex_runtime.service.runtime import RuntimeService, StartupError
 from krex_runtime.wire.version import version_line
 
@@ -44,6 +45,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--policy", choices=POLICIES, help="override runtime.policy")
     p.add_argument("--run-dir", metavar="DIR", help="override runtime.run_dir (sockets, trace, output)")
     p.add_argument("--trace", metavar="FILE", help="override runtime.trace_path")
+    p.add_argument(
+        "--recover", action="store_true",
+        help="serve nothing: thaw and reopen what a runtime that died left in its run dir, then exit "
+        "(a unit's ExecStopPost=; run it in the runtime's cgroup)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p.parse_args(argv)
 
@@ -71,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         config = effective_config(args)
+        if args.recover:
+            for line in recover_left_state(config):
+                print(f"krex-runtime: recovery: {line}", file=sys.stderr)
+            return 0
         gpus = discover(config, args.sim)
         service = RuntimeService(config, gpus)
         asyncio.run(service.run())

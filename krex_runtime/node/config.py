@@ -105,6 +105,8 @@ class TelemetrySection:
     canary_target_ms: float = 1.0
     canary_window: int = 30
     clock_tolerance: float = 0.10
+    prometheus_listen: str = ""  # "HOST:PORT" serves /metrics there; "" = no exporter
+
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,10 @@ def validate(config: Config) -> Config:
         (config.telemetry.canary_target_ms > 0, "telemetry.canary_target_ms must be positive"),
         (config.telemetry.canary_window >= 1, "telemetry.canary_window must be at least 1"),
         (0 < config.telemetry.clock_tolerance < 1, "telemetry.clock_tolerance is a fraction between 0 and 1"),
+        (
+            not config.telemetry.prometheus_listen or listen_address(config.telemetry.prometheus_listen) is not None,
+            'telemetry.prometheus_listen must be "HOST:PORT" (e.g. "127.0.0.1:9400", "[::1]:9400") or ""',
+        ),
         (config.pool.size_per_gpu >= 0, "pool.size_per_gpu must not be negative"),
         (config.pool.max_commands >= 1, "pool.max_commands must be at least 1"),
         (config.pool.start_timeout_s > 0, "pool.start_timeout_s must be positive"),
@@ -235,6 +241,16 @@ def validate(config: Config) -> Config:
         if not ok:
             raise ConfigError(f"{where}: {message}")
     return config
+
+
+def listen_address(text: str) -> tuple[str, int] | None:
+    """(host, port) of "HOST:PORT" or "[IPV6]:PORT", or None when it is not one."""
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
+        return None
+    return host, int(port)
 
 
 def environment_problem(env: dict[str, str]) -> str | None:

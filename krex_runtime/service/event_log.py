@@ -3,7 +3,8 @@
 It numbers the event, folds it into the node state with the one reducer (the
 same one the console and replay use), appends it to the trace and publishes
 it. Snapshots (the state with its sequence number) go out periodically and on
-request, so a late subscriber converges (docs/protocol.md).
+request, so a late subscriber converges (docs/protocol.md). Observers (the
+Prometheus exporter's histograms) see each event after it is folded.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from krex_runtime.wire import state as node_state
 from krex_runtime.wire.trace import TraceWriter
 
 Publish = Callable[[bytes, Any], None]
+Observer = Callable[[dict[str, Any]], None]
 
 
 class EventLog:
@@ -24,6 +26,7 @@ class EventLog:
         self.trace = trace
         self._publish = publish
         self._seq = 0
+        self.observers: list[Observer] = []
 
     def emit(self, event: events.Event) -> None:
         self._seq += 1
@@ -31,6 +34,8 @@ class EventLog:
         node_state.apply(self.state, wire)
         self.trace.write(wire)
         self._publish(protocol.TOPIC_EVENT, wire)
+        for observe in self.observers:
+            observe(wire)
 
     def snapshot(self) -> dict[str, Any]:
         return {"seq": self.state.seq, "state": node_state.to_snapshot(self.state)}

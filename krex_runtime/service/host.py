@@ -17,7 +17,7 @@ from krex_runtime.commands.cgroups import CgroupSlice
 from krex_runtime.node import access, native_build
 from krex_runtime.node.config import Config, resolve_lock_dir, resolve_run_dir
 from krex_runtime.node.gpus import Gpu
-from krex_runtime.node.locks import Claim, claim
+from krex_runtime.node.locks import Claim, ClaimError, claim
 from krex_runtime.regions import machinery
 from krex_runtime.service import curve
 from krex_runtime.wire import endpoints
@@ -112,6 +112,42 @@ def _prepare_claimed(
             log.warning("ending a command cgroup left by a previous run: %s", leftover)
             cgroups.kill_and_remove(leftover)
     return Host(run_dir, output_dir, library, tenant_user, run_as, curve_keys, cgroup_slice, recovered, claims)
+
+
+def recover_left_state(config: Config) -> list[str]:
+    """`krex-runtime --recover`, a unit's ExecStopPost=: without starting a
+    runtime, thaw and reopen what one that is no longer running left (frozen
+    command cgroups, closed gates and the tenants parked at them), and remove
+    the command cgroups that are empty. The same recovery as a start's; the
+    run folder's claim keeps it off a runtime that still serves. Run it in the
+    runtime's cgroup (as systemd runs ExecStopPost=), where its slice is."""
+    run_dir = resolve_run_dir(config)
+    if not (run_dir / "runtime.lock").exists():
+        return []
+    try:
+        held = claim(run_dir / "runtime.lock", f"run dir {run_dir}", f"krex-runtime --recover pid {os.getpid()}")
+    except ClaimError as exc:
+        raise StartupError(f"{exc}: a runtime still serves it, nothing to recover") from None
+    try:
+        cgroup_slice = _open_cgroups(config, run_dir)
+        done = machinery.recover(run_dir, cgroup_slice)
+        if cgroup_slice is not None:
+            for leftover in cgroup_slice.leftovers():
+                if not cgroups.populated(leftover):
+                    _remove_dir(leftover, done)
+            if not cgroup_slice.leftovers():
+                _remove_dir(cgroup_slice.path, done)
+        return done
+    finally:
+        held.release()
+
+
+def _remove_dir(cgroup: Path, done: list[str]) -> None:
+    try:
+        cgroup.rmdir()
+        done.append(f"removed empty {cgroup.name}")
+    except OSError:
+        pass  # populated meanwhile: the next start ends it
 
 
 def _open_cgroups(config: Config, run_dir: Path) -> CgroupSlice | None:

@@ -2,9 +2,10 @@
 
 Start: claim the host (service/host.py), bind the sockets (server.py), open
 the trace and the event log (event_log.py), build the node's components
-(node.py), serve the verb handlers (handlers.py). Stop (SIGTERM, SIGINT):
-refuse new commands, end regions, finish or cancel what runs, and leave
-nothing frozen, gated, claimed or bound.
+(node.py), serve the verb handlers (handlers.py) and, if configured, the
+Prometheus endpoint (telemetry/prometheus.py); then tell systemd it is ready
+(notify.py). Stop (SIGTERM, SIGINT): refuse new commands, end regions, finish
+or cancel what runs, and leave nothing frozen, gated, claimed or bound.
 """
 
 from __future__ import annotations
@@ -16,18 +17,23 @@ import signal
 import socket
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from krex_runtime.node import access
-from krex_runtime.node.config import Config
+from krex_runtime.node.config import Config, listen_address
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.service import handlers
 from krex_runtime.service import node as node_build
 from krex_runtime.service.event_log import EventLog
 from krex_runtime.service.host import Host, StartupError, prepare
 from krex_runtime.service.node import Node
+from krex_runtime.service.notify import Notifier
 from krex_runtime.service.server import ControlServer
 from krex_runtime.wire import endpoints, events
 from krex_runtime.wire.trace import TraceWriter
+
+if TYPE_CHECKING:
+    from krex_runtime.telemetry.prometheus import MetricsServer
 
 __all__ = ["RuntimeService", "StartupError"]
 
@@ -40,12 +46,14 @@ class RuntimeService:
         self.gpus = gpus
         self._stop = asyncio.Event()
         self._stop_reason = ""
+        self.notifier = Notifier(None, None)
 
     def request_stop(self, reason: str) -> None:
         self._stop_reason = reason
         self._stop.set()
 
     async def run(self) -> None:
+        self.notifier = Notifier.from_environment()  # before any tenant inherits the variables
         host = prepare(self.config, self.gpus)
         try:
             server = ControlServer(self.config, host.run_dir, host.curve_keys)
@@ -58,6 +66,7 @@ class RuntimeService:
         try:
             await self._serve(host, server, event_log, node)
         finally:
+            self.notifier.close()
             trace.close()
             node.telemetry.close()
             node_build.close_regions(node, host)
@@ -67,6 +76,7 @@ class RuntimeService:
             host.release()
 
     async def _serve(self, host: Host, server: ControlServer, event_log: EventLog, node: Node) -> None:
+        metrics = await self._start_metrics(event_log)
         node_build.open_regions_to_tenants(node, host)
         event_log.emit(
             events.RuntimeStarted(
@@ -86,6 +96,7 @@ class RuntimeService:
         context = handlers.Context(node, event_log, host.run_dir, host.cgroups)
         tasks = server.serve(handlers.table(context), node.tenancy.refuse_tenants)
         tasks.append(asyncio.create_task(self._snapshots(event_log)))
+        tasks.append(asyncio.create_task(self.notifier.watchdog()))
         tasks.append(asyncio.create_task(node.telemetry.run()))
         if node.canaries is not None:
             node.canaries.start(node.dispatcher)
@@ -98,12 +109,34 @@ class RuntimeService:
         pool = node.dispatcher.pool
         if pool is not None:
             pool.start()
+        self.notifier.ready(f"serving {len(self.gpus)} GPU(s) under policy {self.config.runtime.policy}")
         try:
             await self._stop.wait()
+            self.notifier.stopping(f"stopping ({self._stop_reason})")
             await self._shutdown(event_log, node)
         finally:
             for task in tasks:
                 task.cancel()
+            if metrics is not None:
+                await metrics.close()
+
+    async def _start_metrics(self, event_log: EventLog) -> MetricsServer | None:
+        listen = self.config.telemetry.prometheus_listen
+        if not listen:
+            return None
+        from krex_runtime.telemetry.prometheus import Metrics, MetricsServer  # prometheus_client only when asked for
+
+        address = listen_address(listen)
+        assert address is not None  # the config's validation checked it
+        metrics = Metrics(lambda: event_log.state)
+        server = MetricsServer(metrics, *address)
+        try:
+            await server.start()
+        except OSError as exc:
+            raise StartupError(f"cannot serve metrics on {listen}: {os.strerror(exc.errno) if exc.errno else exc}") from None
+        event_log.observers.append(metrics.observe)
+        log.info("metrics: http://%s/metrics", listen)
+        return server
 
     async def _shutdown(self, event_log: EventLog, node: Node) -> None:
         log.info("stopping (%s): %s running commands", self._stop_reason, self.config.runtime.on_shutdown)
