@@ -219,3 +219,22 @@ def test_metrics_port_taken_or_malformed_is_one_line(tmp_path: Path) -> None:
             assert expected in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     finally:
         taken.close()
+
+
+def test_the_shipped_unit_uses_what_the_runtime_implements() -> None:
+    from runtime_helpers import REPO
+
+    from krex_runtime.main import parse_args
+
+    unit: dict[str, list[str]] = {}
+    for line in (REPO / "configs" / "systemd" / "krex-runtime.service").read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            unit.setdefault(key, []).append(value)
+    assert unit["Type"] == ["notify"] and unit["Delegate"] == ["yes"] and unit["WatchdogSec"]
+    assert unit["Environment"] == ["KREX_CONFIG=/etc/krex/krex.toml"]
+    for key in ("ExecStart", "ExecStopPost"):
+        program, *args = unit[key][0].split()
+        assert program.endswith("/bin/krex-runtime")
+        parse_args(args)  # exits (125) on an option the runtime does not have
+    assert "--recover" in unit["ExecStopPost"][0]
