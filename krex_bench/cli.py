@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from krex_bench import report, runner, setups, workload
+from krex_bench.progress import SetupProgress
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     results = args.out / "results.json"
     print(f"krex bench: {len(plan)} setups x {len(runner.commands(opts))} commands; results in {results}", flush=True)
-    data = runner.run(plan, opts, results, progress=lambda line: print(line, flush=True), argv=["krex", "bench", *argv])
+    with SetupProgress() as meter:  # a bar per setup while its commands run; the lines as before
+        data = runner.run(plan, opts, results, progress=meter.line, argv=["krex", "bench", *argv], meter=meter)
     if args.merge:
         data["runs"] = json.loads(args.merge.read_text())["runs"] + data["runs"]
         results.write_text(json.dumps(data, indent=1))

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from krex_bench import workload
 from krex_bench.setups import Setup
@@ -38,6 +38,26 @@ class Options:
     budget_s: float = 0.0  # > 0: skip the setups that would start after this long
     keep: bool = False
     root: Path = field(default_factory=lambda: Path("/tmp/krex-bench"))
+
+
+class Meter(Protocol):
+    """Told how far a setup's commands are while the runner waits on them
+    (krex_bench/progress.py draws it)."""
+
+    def begin(self, label: str, total: int) -> None: ...
+    def advance(self) -> None: ...
+    def end(self) -> None: ...
+
+
+class NoMeter:
+    def begin(self, label: str, total: int) -> None:
+        pass
+
+    def advance(self) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
 
 
 def commands(opts: Options) -> list[workload.Candidate]:
@@ -116,7 +136,10 @@ def tail(path: str | None, limit: int = 1500) -> str:
         return ""
 
 
-def run_setup(setup: Setup, work: list[workload.Candidate], opts: Options, folder: Path) -> dict[str, Any]:
+def run_setup(
+    setup: Setup, work: list[workload.Candidate], opts: Options, folder: Path, meter: Meter | None = None
+) -> dict[str, Any]:
+    meter = meter or NoMeter()
     record: dict[str, Any] = {"setup": setup.to_dict(), "results": [], "failures": []}
     rt = runtime_for(setup, opts, folder)
     rt.start()
@@ -138,9 +161,11 @@ def run_setup(setup: Setup, work: list[workload.Candidate], opts: Options, folde
                 }
                 ids.append((c, client.call("submit", body)["id"]))
             last = t0
+            meter.begin(setup.label, len(ids))
             for c, command_id in ids:
                 res = client.call("wait", {"id": command_id, "attach": False}, timeout_s=COMMAND_TIMEOUT_S + 60)
                 last = max(last, time.time())
+                meter.advance()
                 line = read_result(res)
                 if res["state"] == "finished" and res.get("exit_code") == 0 and line and line.get("ok"):
                     record["results"].append(line)
@@ -158,6 +183,7 @@ def run_setup(setup: Setup, work: list[workload.Candidate], opts: Options, folde
         record["wall_s"] = last - t0
         record["commands"] = len(work)
     finally:
+        meter.end()
         rt.stop()
         if opts.sim:
             from krex_runtime.sim.device_file import remove_device
@@ -172,6 +198,7 @@ def run(
     out: Path,
     progress: Callable[[str], None] = print,
     argv: list[str] | None = None,
+    meter: Meter | None = None,
 ) -> dict[str, Any]:
     work = commands(opts)
     data: dict[str, Any] = {
@@ -197,7 +224,7 @@ def run(
         folder = opts.root / f"{n:02d}"  # short: the runtime's socket paths must fit sun_path
         t0 = time.monotonic()
         try:
-            record = run_setup(setup, work, opts, folder)
+            record = run_setup(setup, work, opts, folder, meter)
         except Exception as exc:  # one broken setup must not lose the others' results
             record = {"setup": setup.to_dict(), "error": f"{type(exc).__name__}: {exc}"}
         data["runs"].append(record)

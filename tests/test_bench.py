@@ -152,3 +152,31 @@ def test_flips_over_the_repeat_is_the_worst_group_excess() -> None:
     repeat = groups(small=(4, 1), mid=(2, 0))
     assert analysis.flips_over(run, repeat) == pytest.approx(25.0)  # <2%: 50% against 25%; >=10% has no repeat pairs
     assert math.isnan(analysis.flips_over(run, groups()))
+
+
+def test_progress_bar_on_a_terminal_and_plain_lines_elsewhere() -> None:
+    import io
+
+    from rich.console import Console
+
+    from krex_bench.progress import SetupProgress
+
+    screen = io.StringIO()
+    with SetupProgress(Console(file=screen, force_terminal=True, width=120, color_system=None)) as meter:
+        meter.begin("krex preload/process/gpu+cpu c2", 4)
+        meter.advance()
+        meter.advance()
+        meter._bar.refresh()
+        meter.line("[1/2] native: 4 ok, 0 failed in 1.0 s")
+        meter.end()
+    drawn = screen.getvalue()
+    assert "krex preload/process/gpu+cpu c2" in drawn and "2/4 commands" in drawn and "ETA" in drawn, drawn
+    assert "[1/2] native: 4 ok, 0 failed in 1.0 s" in drawn
+
+    plain = io.StringIO()
+    with SetupProgress(Console(file=plain, force_terminal=False, width=40)) as meter:
+        meter.begin("native", 4)
+        meter.advance()
+        meter.line("[1/2] native: 4 ok, 0 failed in 1.0 s and a line longer than forty columns")
+        meter.end()
+    assert plain.getvalue() == "[1/2] native: 4 ok, 0 failed in 1.0 s and a line longer than forty columns\n"
