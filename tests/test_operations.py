@@ -110,6 +110,13 @@ def test_notify_path_socket_and_no_socket(tmp_path: Path, monkeypatch) -> None:
     finally:
         systemd.close()
     Notifier(None, None).ready("nobody listens")  # without NOTIFY_SOCKET: nothing, no error
+    monkeypatch.setenv("NOTIFY_SOCKET", "relative/path")
+    monkeypatch.setenv("WATCHDOG_USEC", "not a number")
+    odd = Notifier.from_environment()  # a warning, and no notifications
+    assert odd.address is None and odd.watchdog_s is None
+    gone = Notifier(str(tmp_path / "nobody"), 1.0)
+    gone.ready("serving")  # nothing listens there: a warning, never an exception
+    gone.close()
 
 
 def test_ready_watchdog_and_metrics_during_a_workload(make_runtime) -> None:
