@@ -77,6 +77,13 @@ class RuntimeService:
 
     async def _serve(self, host: Host, server: ControlServer, event_log: EventLog, node: Node) -> None:
         metrics = await self._start_metrics(event_log)
+        try:
+            await self._serve_node(host, server, event_log, node)
+        finally:
+            if metrics is not None:
+                await metrics.close()
+
+    async def _serve_node(self, host: Host, server: ControlServer, event_log: EventLog, node: Node) -> None:
         node_build.open_regions_to_tenants(node, host)
         event_log.emit(
             events.RuntimeStarted(
@@ -117,8 +124,6 @@ class RuntimeService:
         finally:
             for task in tasks:
                 task.cancel()
-            if metrics is not None:
-                await metrics.close()
 
     async def _start_metrics(self, event_log: EventLog) -> MetricsServer | None:
         listen = self.config.telemetry.prometheus_listen
