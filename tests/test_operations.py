@@ -194,12 +194,25 @@ def test_post_stop_recovery_after_the_runtime_was_killed(make_runtime) -> None:
         assert not gate.is_closed
     assert frozen_cgroups(root) == []
     check_nothing_left(rt.run_dir)
-    again = subprocess.run([*command("krex-runtime"), "--config", str(rt.config_path), "--recover"],
-                           capture_output=True, text=True, timeout=60)
-    assert again.returncode == 0 and "reopened" not in again.stderr  # nothing left to do
-    for p in tenant_processes(rt.run_dir):  # what systemd's stop would have killed
+    for p in tenant_processes(rt.run_dir):  # what systemd's stop kills before ExecStopPost= runs
         p.kill()
     wait_until(lambda: tenant_processes(rt.run_dir) == [], 30, "the tenants to end")
+    recover = [*command("krex-runtime"), "--config", str(rt.config_path), "--recover"]
+
+    def slice_removed() -> bool:
+        assert subprocess.run(recover, capture_output=True, text=True, timeout=60).returncode == 0
+        return root is None or not root.exists()
+
+    wait_until(slice_removed, 30, "the empty command cgroups and the slice removed", interval_s=0.5)
+    last = subprocess.run(recover, capture_output=True, text=True, timeout=60)
+    assert last.returncode == 0 and last.stderr == "", last.stderr  # nothing left to do
+
+
+def test_recovery_after_a_clean_stop_does_nothing(runtime) -> None:
+    assert runtime.stop() == 0
+    done = subprocess.run([*command("krex-runtime"), "--config", str(runtime.config_path), "--recover"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
 
 
 def test_recovery_refuses_while_a_runtime_serves(runtime) -> None:

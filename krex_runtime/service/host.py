@@ -129,7 +129,9 @@ def recover_left_state(config: Config) -> list[str]:
     except ClaimError as exc:
         raise StartupError(f"{exc}: a runtime still serves it, nothing to recover") from None
     try:
-        cgroup_slice = _open_cgroups(config, run_dir)
+        # The slice a runtime left, whichever hierarchy it used; none is made here.
+        left = [v for v in (2, 1) if (path := cgroups.slice_path(run_dir, v)) is not None and path.is_dir()]
+        cgroup_slice = CgroupSlice.open(run_dir, left[0]) if left else None
         done = machinery.recover(run_dir, cgroup_slice)
         if cgroup_slice is not None:
             for leftover in cgroup_slice.leftovers():
