@@ -131,6 +131,7 @@ def test_ready_watchdog_and_metrics_during_a_workload(make_runtime) -> None:
         ready = next(m for m in systemd.messages if m.get("READY") == "1")
         assert ready["MAINPID"] == str(rt.proc.pid) and "serving 1 GPU" in ready["STATUS"]
         assert wait_until(lambda: systemd.received("WATCHDOG", "1"), 30, "WATCHDOG=1")
+        assert _value(_scrape(port), "krex_region_wait_seconds_count", gpu="0") >= 0  # one series per GPU from the start
 
         others = [busy(rt) for _ in range(2)]
         wait_ready(rt, *others)

@@ -156,7 +156,11 @@ class Metrics:
     def observe(self, event: dict[str, Any]) -> None:
         """Called by the event log after each event is folded (its wire dict)."""
         kind = event.get("type")
-        if kind == "region_granted":
+        if kind == "runtime_started":  # every GPU's series from the start, zero until a region comes
+            for gpu in event["gpus"]:
+                for histogram in (self.entry, self.wait, self.hold):
+                    histogram.labels(str(gpu["index"]))
+        elif kind == "region_granted":
             gpu = str(event["gpu"])
             _observe(self.entry, gpu, event.get("enter_s"))
             _observe(self.wait, gpu, event.get("wait_s"))
