@@ -6,6 +6,7 @@ was killed with tenants frozen inside a region."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -14,10 +15,12 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from region_checks import check_nothing_left
 from runtime_helpers import (
     PY,
+    REPO,
     TENANTS,
     busy,
     cgroup_root,
@@ -30,6 +33,7 @@ from runtime_helpers import (
     wait_ready,
 )
 
+from krex_runtime.main import parse_args
 from krex_runtime.regions.gate import Gate
 from krex_runtime.regions.machinery import gate_path
 from krex_runtime.service.notify import Notifier
@@ -247,10 +251,6 @@ def test_metrics_port_taken_or_malformed_is_one_line(tmp_path: Path) -> None:
 
 
 def test_the_shipped_unit_uses_what_the_runtime_implements() -> None:
-    from runtime_helpers import REPO
-
-    from krex_runtime.main import parse_args
-
     unit: dict[str, list[str]] = {}
     for line in (REPO / "configs" / "systemd" / "krex-runtime.service").read_text().splitlines():
         if "=" in line and not line.startswith("#"):
@@ -263,3 +263,17 @@ def test_the_shipped_unit_uses_what_the_runtime_implements() -> None:
         assert program.endswith("/bin/krex-runtime")
         parse_args(args)  # exits (125) on an option the runtime does not have
     assert "--recover" in unit["ExecStopPost"][0]
+
+
+def test_systemd_accepts_the_unit(tmp_path: Path) -> None:
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("no systemd-analyze here")
+    program = command("krex-runtime")
+    if len(program) != 1:
+        pytest.skip("krex-runtime is not installed as a script")
+    text = (REPO / "configs" / "systemd" / "krex-runtime.service").read_text()
+    unit = tmp_path / "krex-runtime.service"
+    unit.write_text(text.replace("/opt/krex/venv/bin/krex-runtime", program[0]))  # it checks the program exists
+    done = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "krex-runtime.service" not in done.stderr, done.stderr
