@@ -80,6 +80,9 @@ def test_wheel_installs_a_working_runtime(installed: tuple[Path, dict[str, str]]
     bin_ = venv / "bin"
     where = _run([str(bin_ / "python"), "-c", "import krex_runtime; print(krex_runtime.__file__)"], env=env, cwd=tmp_path)
     assert where.stdout.startswith(str(venv)), where.stdout  # the installed copy, not this checkout
+    headers = _run([str(bin_ / "python"), "-c", "from krex_runtime.node.native_build import header_dir; print(header_dir())"],
+                   env=env, cwd=tmp_path)
+    assert (Path(headers.stdout.strip()) / "krex.h").is_file() and headers.stdout.startswith(str(venv)), headers.stdout
     version = _run([str(bin_ / "krex-runtime"), "--version"], env=env, cwd=tmp_path)
     assert version.stdout.strip() == f"krex-runtime {_project_version()}"
 
