@@ -46,6 +46,10 @@ def simulated_driver_dir(sanitized: bool = False) -> Path:
 
 
 def header_dir() -> Path:
-    """The folder holding krex.h, the C region API (`cc -I$(...)`)."""
-    packaged = None if os.environ.get("KREX_NATIVE_DIR") else packaged_dir()
-    return packaged / "include" if packaged is not None else REPO_ROOT / "native" / "include"
+    """The folder holding krex.h, the C region API (`cc -I$(...)`): the
+    override's include/, the wheel's, else the checkout's native/include."""
+    override, packaged = os.environ.get("KREX_NATIVE_DIR"), packaged_dir()
+    candidates = [Path(override) / "include"] if override else []
+    candidates += [packaged / "include"] if packaged is not None else []
+    candidates.append(REPO_ROOT / "native" / "include")
+    return next(c for c in candidates if (c / "krex.h").is_file() or c == candidates[-1])

@@ -23,4 +23,7 @@ def test_KREX_NATIVE_DIR_overrides(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("KREX_NATIVE_DIR", str(tmp_path))
     assert native_build.interception_library() == tmp_path / "libkrex.so"
     assert native_build.interception_library(sanitized=True) == tmp_path / "asan" / "libkrex.so"
-    assert native_build.header_dir() == REPO / "native" / "include"
+    assert native_build.header_dir() == REPO / "native" / "include"  # the override has no include/
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "krex.h").write_text("/* an operator's build */\n")
+    assert native_build.header_dir() == tmp_path / "include"
