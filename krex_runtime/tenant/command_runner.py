@@ -18,6 +18,7 @@ import os
 import runpy
 import signal
 import sys
+import threading
 import traceback
 from typing import Any
 
@@ -25,7 +26,7 @@ from typing import Any
 # command, and are cut from the tracebacks a command prints.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER_FILES = frozenset(
-    os.path.join(_HERE, f"{name}.py") for name in ("context_worker", "command_runner", "cuda_context", "isolation")
+    os.path.join(_HERE, f"{name}.py") for name in ("context_worker", "command_runner", "cuda_context", "isolation", "zygote", "forked_child")
 )
 
 
@@ -106,8 +107,11 @@ def _run_entry(entry: dict[str, Any], env: dict[str, str]) -> None:
         raise SystemExit(obj())
 
 
-def run_command(msg: dict[str, Any], fds: list[int], worker_pid: int) -> dict[str, Any]:
-    """Run one command with fds as its stdout and stderr; the `done` message."""
+def run_command(msg: dict[str, Any], fds: list[int], worker_pid: int, join_threads: bool = False) -> dict[str, Any]:
+    """Run one command with fds as its stdout and stderr; the `done` message.
+    `join_threads`: wait for its non-daemon threads before its exit handlers,
+    as the interpreter does at exit (a forked child, which then exits; a
+    context process instead retires when a command leaves one running)."""
     entry, env = msg["entry"], msg["env"]
     sys.stdout.flush()
     sys.stderr.flush()
@@ -145,6 +149,8 @@ def run_command(msg: dict[str, Any], fds: list[int], worker_pid: int) -> dict[st
             if os.getpid() != worker_pid:
                 _flush()
                 os._exit(exit_code if exit_code is not None else 128 + (sig or 0))
+            if join_threads:
+                threading._shutdown()  # type: ignore[attr-defined]
             atexit._run_exitfuncs()
     finally:
         atexit._clear()

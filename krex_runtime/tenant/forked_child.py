@@ -1,0 +1,75 @@
+"""One forked-mode command: the zygote's child, from fork to exit.
+
+The child starts as a copy of the zygote (its imports done, CUDA untouched)
+and becomes the command's own process:
+  1. its own session (the runtime signals the command's process group);
+  2. the zygote's descriptors closed: its control socket, its other children's
+     pidfds;
+  3. it waits for the runtime's go (one byte on the go pipe): the runtime has
+     moved it into the command's cgroup by then, so nothing of the command
+     runs outside it. EOF instead means the runtime gave up on it: exit 125;
+  4. random generators seeded as in a fresh process (below);
+  5. the command runs as `python` would run it (tenant/command_runner.py):
+     stdout and stderr on the runtime's pipes, the command's environment
+     (set with putenv, so the interception library and the region client read
+     the command's KREX_TENANT_ID, KREX_GATE_PATH and KREX_REGION_TOKEN, not
+     the zygote's: they read them at the first CUDA call and the first
+     region request, never earlier), cwd and argv; then non-daemon threads
+     are joined and exit handlers run, and the process exits with the
+     command's status (an uncaught KeyboardInterrupt dies of SIGINT).
+
+Random generators. A fresh process seeds Python's `random` and NumPy's legacy
+global generator from the OS; the child does the same (Python's `random` also
+reseeds itself after fork). torch's default generators start from a fixed
+seed in every process, so the child keeps the state it inherited, which is
+that of a fresh process that imported the same modules. Other modules that
+seed from the OS at import should reseed with `os.register_at_fork`, as
+Python's `random` does.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any
+
+from krex_runtime.tenant.command_runner import run_command
+
+
+def reseed() -> None:
+    """Seed what a fresh process seeds from the OS."""
+    rnd = sys.modules.get("random")
+    if rnd is not None:
+        rnd.seed()
+    np_random = sys.modules.get("numpy.random")
+    if np_random is not None:
+        try:
+            np_random.seed()
+        except Exception:  # a NumPy without the legacy global generator
+            pass
+
+
+def run_child(msg: dict[str, Any], fds: list[int], zygote_fds: list[int]) -> None:
+    """Never returns: the process exits with the command's status."""
+    out_w, err_w, go_r = fds
+    os.setsid()
+    for fd in zygote_fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    try:
+        go = os.read(go_r, 1)
+    except OSError:
+        go = b""
+    os.close(go_r)
+    if go != b"g":
+        os._exit(125)
+    reseed()
+    done = run_command(msg, [out_w, err_w], os.getpid(), join_threads=True)
+    if done["signal"] is not None:
+        signal.signal(done["signal"], signal.SIG_DFL)
+        os.kill(os.getpid(), done["signal"])
+    code = done["exit_code"]
+    os._exit(code if code is not None else 127)
