@@ -213,6 +213,8 @@ def test_five_hundred_commands_keep_the_pool_whole_and_clean(make_runtime, scrip
     # mutations do not (they are undone).
     assert reasons.get("exited", 0) >= 10 and reasons.get("timeout", 0) == 5 and reasons.get("threads", 0) == 5, reasons
     assert "leak" not in reasons and "health" not in reasons and "cleanup" not in reasons, reasons
+    # Nothing these commands do changes process-wide state that must retire a context process.
+    assert "state-changed" not in reasons, [e for e in read_trace(rt.trace_path).events if e.get("cause") == "state-changed"]
 
 
 def test_pooled_and_forked_modes_look_like_process_mode_from_outside(make_runtime, scripts: Path) -> None:

@@ -26,7 +26,10 @@ from typing import Any
 # command, and are cut from the tracebacks a command prints.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER_FILES = frozenset(
-    os.path.join(_HERE, f"{name}.py") for name in ("context_worker", "command_runner", "cuda_context", "isolation", "zygote", "forked_child")
+    os.path.join(_HERE, f"{name}.py") for name in (
+        "context_worker", "command_runner", "cuda_context", "isolation", "process_state", "framework_state", "zygote",
+        "forked_child",
+    )
 )
 
 

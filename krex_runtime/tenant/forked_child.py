@@ -18,36 +18,22 @@ and becomes the command's own process:
      are joined and exit handlers run, and the process exits with the
      command's status (an uncaught KeyboardInterrupt dies of SIGINT).
 
-Random generators. A fresh process seeds Python's `random` and NumPy's legacy
-global generator from the OS; the child does the same (Python's `random` also
-reseeds itself after fork). torch's default generators start from a fixed
-seed in every process, so the child keeps the state it inherited, which is
-that of a fresh process that imported the same modules. Other modules that
-seed from the OS at import should reseed with `os.register_at_fork`, as
-Python's `random` does.
+Random generators (tenant/framework_state.py). A fresh process seeds Python's
+`random` and NumPy's legacy global generator from the OS; the child does the
+same, and calls the `reseed` of any module that declares one in
+`__krex_state__`. torch's default generators start from a fixed seed in every
+process, so the child keeps the state it inherited, which is that of a fresh
+process that imported the same modules (the zygote draws nothing).
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import sys
 from typing import Any
 
 from krex_runtime.tenant.command_runner import run_command
-
-
-def reseed() -> None:
-    """Seed what a fresh process seeds from the OS."""
-    rnd = sys.modules.get("random")
-    if rnd is not None:
-        rnd.seed()
-    np_random = sys.modules.get("numpy.random")
-    if np_random is not None:
-        try:
-            np_random.seed()
-        except Exception:  # a NumPy without the legacy global generator
-            pass
+from krex_runtime.tenant.framework_state import frameworks, reseed_all
 
 
 def run_child(msg: dict[str, Any], fds: list[int], zygote_fds: list[int]) -> None:
@@ -66,7 +52,7 @@ def run_child(msg: dict[str, Any], fds: list[int], zygote_fds: list[int]) -> Non
     os.close(go_r)
     if go != b"g":
         os._exit(125)
-    reseed()
+    reseed_all(frameworks())
     done = run_command(msg, [out_w, err_w], os.getpid(), join_threads=True)
     if done["signal"] is not None:
         signal.signal(done["signal"], signal.SIG_DFL)
