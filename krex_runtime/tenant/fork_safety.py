@@ -9,7 +9,9 @@ driver hands its children a driver state they cannot use (CUDA is not
 fork-safe: a child gets `CUDA_ERROR_NOT_INITIALIZED` or worse). So the zygote
 imports its modules one at a time and checks after each that the process is
 still single-threaded and that the driver, if loaded, is not initialised;
-the first module that breaks either is named in the refusal.
+the first module that breaks either is named in the refusal. Native threads
+that a library stops for a fork by itself (OpenBLAS's pool) do not count: a
+probe fork tells them apart from threads that would still run.
 
 Standard library only, like all tenant-side code.
 """
@@ -80,6 +82,13 @@ def driver_initialised() -> str:
     return ""
 
 
+def _probe_fork() -> None:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
 def problem(module: str) -> str:
     """Why the process is no longer safe to fork after importing `module` ("" if it is)."""
     driver = driver_initialised()
@@ -89,6 +98,13 @@ def problem(module: str) -> str:
             "its parent initialised, so preload it in pooled mode instead, or import it in the command"
         )
     threads = os_threads()
+    if len(threads) > 1 and threading.active_count() == 1:
+        # Native threads may belong to a library that stops them for a fork
+        # itself (OpenBLAS, which NumPy loads, joins its pool in a
+        # pthread_atfork handler and starts it again when next used): fork
+        # once to find out, and count what is left.
+        _probe_fork()
+        threads = os_threads()
     if len(threads) > 1 or threading.active_count() > 1:
         python = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
         native = threads[1:]
