@@ -55,31 +55,26 @@ _TORCH_CUDNN = ("enabled", "benchmark", "benchmark_limit", "deterministic", "all
 
 
 def _torch(torch: Any) -> Framework:
-    b = torch.backends
-    getters: dict[str, Getter] = {
-        "torch.get_default_dtype()": torch.get_default_dtype,
-        "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision,
-        "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled,
-        "torch.is_deterministic_algorithms_warn_only_enabled()": torch.is_deterministic_algorithms_warn_only_enabled,
-        "torch.get_num_threads()": torch.get_num_threads,
-        "torch.get_num_interop_threads()": torch.get_num_interop_threads,
-        "torch.is_anomaly_enabled()": torch.is_anomaly_enabled,
-        "torch.is_anomaly_check_nan_enabled()": torch.is_anomaly_check_nan_enabled,
-        "torch.is_grad_enabled()": torch.is_grad_enabled,
-        "torch.is_inference_mode_enabled()": torch.is_inference_mode_enabled,
-        "torch.get_default_device()": lambda: str(torch.get_default_device()),
-        "torch.backends.cuda.flash_sdp_enabled()": b.cuda.flash_sdp_enabled,
-        "torch.backends.cuda.mem_efficient_sdp_enabled()": b.cuda.mem_efficient_sdp_enabled,
-        "torch.backends.cuda.math_sdp_enabled()": b.cuda.math_sdp_enabled,
-        "torch.backends.cuda.cudnn_sdp_enabled()": b.cuda.cudnn_sdp_enabled,
-        "torch.backends.cuda.preferred_linalg_library()": lambda: str(b.cuda.preferred_linalg_library()),
-        "torch.backends.mkldnn.enabled": lambda: b.mkldnn.enabled,
-        "torch.cuda.current_device()": lambda: torch.cuda.current_device() if torch.cuda.is_initialized() else None,
-    }
+    # Each getter looks its function up when called: a torch without one of
+    # them (an older version) just has that setting left out.
+    calls = (
+        "get_default_dtype", "get_float32_matmul_precision", "are_deterministic_algorithms_enabled",
+        "is_deterministic_algorithms_warn_only_enabled", "get_num_threads", "get_num_interop_threads",
+        "is_anomaly_enabled", "is_anomaly_check_nan_enabled", "is_grad_enabled", "is_inference_mode_enabled",
+        "get_default_device",
+    )
+    getters: dict[str, Getter] = {f"torch.{name}()": (lambda n=name: str(getattr(torch, n)())) for name in calls}
+    for name in ("flash_sdp_enabled", "mem_efficient_sdp_enabled", "math_sdp_enabled", "cudnn_sdp_enabled",
+                 "preferred_linalg_library"):
+        getters[f"torch.backends.cuda.{name}()"] = lambda n=name: str(getattr(torch.backends.cuda, n)())
     for attr in _TORCH_MATMUL:
-        getters[f"torch.backends.cuda.matmul.{attr}"] = lambda a=attr: getattr(b.cuda.matmul, a)
+        getters[f"torch.backends.cuda.matmul.{attr}"] = lambda a=attr: getattr(torch.backends.cuda.matmul, a)
     for attr in _TORCH_CUDNN:
-        getters[f"torch.backends.cudnn.{attr}"] = lambda a=attr: getattr(b.cudnn, a)
+        getters[f"torch.backends.cudnn.{attr}"] = lambda a=attr: getattr(torch.backends.cudnn, a)
+    getters["torch.backends.mkldnn.enabled"] = lambda: torch.backends.mkldnn.enabled
+    getters["torch.cuda.current_device()"] = (
+        lambda: torch.cuda.current_device() if torch.cuda.is_initialized() else None
+    )
 
     def save() -> Any:
         cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None

@@ -78,8 +78,15 @@ class ProcessState:
         self.classes: dict[str, _Snapshot] = {}
         self.adopt()
         self.frameworks: list[Framework] = frameworks()
-        self.settings = {f.name: f.settings() for f in self.frameworks}
-        self.rng = {f.name: f.save_rng() for f in self.frameworks if f.save_rng is not None}
+        self.settings: dict[str, dict[str, Any]] = {}
+        self.rng: dict[str, Any] = {}
+        for f in self.frameworks:
+            try:
+                self.settings[f.name] = f.settings()
+                if f.save_rng is not None:
+                    self.rng[f.name] = f.save_rng()
+            except Exception:  # one framework that cannot be read must not stop the process
+                continue
 
     def adopt(self) -> None:
         """Take every module in sys.modules that is not yet part of the baseline
