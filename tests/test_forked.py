@@ -73,3 +73,28 @@ def test_a_zygote_that_dies_is_replaced_and_its_command_fails(make_runtime, tmp_
     assert zygote(rt)["restarts"] == 1
     done = rt.krex("run", "--mode", "forked", "--", PY, "-c", "print('still serving')")
     assert done.returncode == 0 and done.stdout == "still serving\n", done.stderr
+
+
+def test_without_cgroups_a_cancel_still_ends_the_whole_tree(make_runtime, tmp_path: Path) -> None:
+    from test_modes import _all_gone, _pids, _started, _tree
+
+    rt = forked_runtime(make_runtime, ["krex_runtime.sim.simcuda"], cgroups="off")
+    wait_until(lambda: zygote(rt).get("state") == "ready", 60, "the zygote")
+    command_id = rt.krex("submit", "--mode", "forked", "--", PY, "-c", _tree(tmp_path)).stdout.strip()
+    wait_until(lambda: _started(tmp_path), 30, "the command tree to start")
+    assert rt.krex("cancel", command_id).returncode == 0
+    assert json.loads(rt.krex("wait", "--json", command_id).stdout)["state"] == "cancelled"
+    wait_until(lambda: _all_gone(_pids(tmp_path)), 10, "the whole tree to be gone")
+    assert zygote(rt)["state"] == "ready"
+
+
+def test_runtime_stop_ends_forked_commands_and_the_zygote(make_runtime, tmp_path: Path) -> None:
+    rt = forked_runtime(make_runtime, ["krex_runtime.sim.simcuda"])
+    wait_until(lambda: zygote(rt).get("state") == "ready", 60, "the zygote")
+    marker = tmp_path / "started"
+    code = f"import pathlib, time; pathlib.Path({str(marker)!r}).touch(); time.sleep(600)"
+    rt.krex("submit", "--mode", "forked", "--", PY, "-c", code)
+    wait_until(marker.exists, 30, "the forked command to start")
+    assert rt.stop() == 0
+    assert [e["reason"] for e in trace_events(rt, "zygote_stopped")] == ["runtime stopping"]
+    # The fixture checks that no tenant process (the zygote included) is left.
