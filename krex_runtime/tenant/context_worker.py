@@ -15,7 +15,7 @@ Control messages are JSON lines:
     worker -> runtime: {"type": "ready", "startup_s", "context"}
                        {"type": "failed", "reason"}                 (start-up)
                        {"type": "done", "exit_code", "signal", "state", "reason"}
-                       {"type": "clean", "ok", "cause", "reason"}   (after cleanup)
+                       {"type": "clean", "ok", "cause", "reason", "clean_s"}   (after cleanup)
 
 `done` comes as soon as the command's own work (including its atexit
 handlers) is over, so its result is not delayed by the cleanup and health
@@ -121,7 +121,9 @@ def serve(spec: dict[str, Any]) -> None:
         command_dirs = [os.path.realpath(msg["cwd"] or "/")]
         if entry["kind"] == "path":
             command_dirs.append(os.path.dirname(os.path.realpath(os.path.join(msg["cwd"] or "/", entry["target"]))))
-        _send(sock, _clean(baseline, context, command_dirs, spec["health_check"]))
+        t_clean = time.monotonic()
+        clean = _clean(baseline, context, command_dirs, spec["health_check"])
+        _send(sock, {**clean, "clean_s": time.monotonic() - t_clean})
 
 
 def _clean(baseline: Baseline, context: Context, command_dirs: list[str], health_check: bool) -> dict[str, Any]:

@@ -276,6 +276,7 @@ class PoolWorkerCleaning(PoolWorkerEvent):
 class PoolWorkerIdle(PoolWorkerEvent):
     """clean and healthy again: it may take the next command"""
     served: int = 0
+    clean_s: float | None = unread("seconds its clean-up took (restore, state check, health check)", None)
 
 
 @event("pool_worker_replaced")
