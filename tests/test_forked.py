@@ -98,3 +98,14 @@ def test_runtime_stop_ends_forked_commands_and_the_zygote(make_runtime, tmp_path
     assert rt.stop() == 0
     assert [e["reason"] for e in trace_events(rt, "zygote_stopped")] == ["runtime stopping"]
     # The fixture checks that no tenant process (the zygote included) is left.
+
+
+def test_the_default_mode_serves_commands_that_name_none(make_runtime) -> None:
+    rt = forked_runtime(make_runtime, ["krex_runtime.sim.simcuda"], dispatcher_extra='default_mode = "forked"')
+    wait_until(lambda: zygote(rt).get("state") == "ready", 60, "the zygote")
+    done = rt.krex("run", "--json", "--", PY, "-c", "print('forked by default')")
+    assert done.returncode == 0 and json.loads(done.stdout.splitlines()[-1])["mode"] == "forked", done.stderr
+    done = rt.krex("run", "--mode", "process", "--json", "--", "sh", "-c", "echo any program")
+    assert done.returncode == 0 and json.loads(done.stdout.splitlines()[-1])["mode"] == "process", done.stderr
+    refused = rt.krex("run", "--", "sh", "-c", "true")  # forked mode takes Python entry points only
+    assert refused.returncode == 125 and "forked commands run `python" in refused.stderr, refused.stderr
