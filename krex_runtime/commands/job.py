@@ -41,6 +41,7 @@ class Job:
     mode: str = "process"  # process | forked | pooled
     entry: dict[str, Any] | None = None  # forked, pooled: the Python entry point it runs
     worker: str | None = None  # pooled: the context process that runs it
+    start_s: float | None = None  # placement to a running process: spawn (process), fork and placement (forked)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -74,6 +75,7 @@ class Job:
             "lease": self.lease,
             "mode": self.mode,
             "worker": self.worker,
+            "start_s": self.start_s,
             "stdout_path": str(self.stdout_path) if self.stdout_path else None,
             "stderr_path": str(self.stderr_path) if self.stderr_path else None,
         }

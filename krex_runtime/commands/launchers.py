@@ -67,7 +67,9 @@ class Launchers:
         job.cgroup = cgroup
         process = CommandProcess(self._spec(job, gpu, cgroup), lambda stream, data: self._output(job, stream, data))
         job.process = process
+        t0 = time.monotonic()
         failure = await process.start()
+        job.start_s = time.monotonic() - t0
         if failure is not None:
             if cgroup is not None:
                 cgroup.rmdir()
@@ -86,7 +88,9 @@ class Launchers:
         job.cgroup = cgroup
         run = ForkedRun(self._spec(job, gpu, cgroup), job.entry, zygote, lambda s, d: self._output(job, s, d))
         job.process = run
+        t0 = time.monotonic()
         failure = await run.start()
+        job.start_s = time.monotonic() - t0
         if failure is not None:
             if cgroup is not None:
                 await asyncio.to_thread(cgroups.kill_and_remove, cgroup)

@@ -15,7 +15,10 @@ compares:
   - a framework setting that differs: "state-changed:
     torch.backends.cuda.matmul.allow_tf32";
   - except caches that the interpreter and the standard library fill in as a
-    matter of course (QUIET): those are put back without a word.
+    matter of course (QUIET), and private attributes that were None at the
+    baseline (lazily filled caches): those are put back without a word. A
+    cache of some framework that shows up as `state-changed: ...` belongs
+    in QUIET (or is filled before the baseline: cuda_context.py).
 
 Random generators are put back, never compared: those a fresh process seeds
 from the OS are seeded from the OS again (Python's `random`, NumPy's legacy
@@ -67,8 +70,14 @@ class _Snapshot:
         return dict(zip(self.keys, self.values))
 
 
-def _quiet(owner: str, attr: str) -> bool:
+def _quiet(owner: str, attr: str, was: Any = MISSING) -> bool:
+    """Whether a change of `owner.attr` (from `was`) is put back without a word.
+    A private attribute that was None at the baseline is a lazily filled
+    cache (torch.backends.cudnn's `__cudnn_version`): emptied again, it is
+    filled again when next needed."""
     module = owner.partition(".")[0]
+    if was is None and attr.startswith("_"):
+        return True
     return attr in QUIET or f"{owner}.{attr}" in QUIET or f"{module}.*" in QUIET
 
 
@@ -132,7 +141,7 @@ class ProcessState:
             value = namespace.get(attr, MISSING)
             if module and isinstance(value, types.ModuleType) and sys.modules.get(value.__name__) is value:
                 continue  # an extension submodule that stays loaded (adopted below)
-            if not _quiet(owner, attr):
+            if not _quiet(owner, attr, saved.get(attr, MISSING)):
                 return f"{owner}.{attr}"
             try:
                 if attr in saved:
