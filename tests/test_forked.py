@@ -109,3 +109,21 @@ def test_the_default_mode_serves_commands_that_name_none(make_runtime) -> None:
     assert done.returncode == 0 and json.loads(done.stdout.splitlines()[-1])["mode"] == "process", done.stderr
     refused = rt.krex("run", "--", "sh", "-c", "true")  # forked mode takes Python entry points only
     assert refused.returncode == 125 and "forked commands run `python" in refused.stderr, refused.stderr
+
+
+def test_many_forks_at_once_with_large_environments(make_runtime) -> None:
+    # Fork messages longer than one write, several on their way at once: each
+    # reaches the zygote whole, with its own descriptors.
+    rt = forked_runtime(make_runtime, ["krex_runtime.sim.simcuda"], slots=16)
+    wait_until(lambda: zygote(rt).get("state") == "ready", 60, "the zygote")
+    with rt.client(timeout_s=120) as c:
+        ids = []
+        for i in range(24):
+            env = {**os.environ, "BIG": str(i) * (3000 + 997 * i)}
+            code = "import os; print(len(os.environ['BIG']), os.environ['BIG'][:1])"
+            body = {"argv": [PY, "-c", code], "mode": "forked", "cwd": "/", "env": env}
+            ids.append((i, c.call("submit", body)["id"]))
+        for i, command_id in ids:
+            result = c.call("wait", {"id": command_id, "attach": False}, timeout_s=120)
+            assert result["exit_code"] == 0, result
+            assert Path(result["stdout_path"]).read_text() == f"{len(str(i) * (3000 + 997 * i))} {str(i)[0]}\n"

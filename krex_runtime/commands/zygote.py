@@ -24,7 +24,7 @@ import logging
 import secrets
 import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -54,6 +54,9 @@ class ZygoteProcess:
     sock: socket.socket
     writer: asyncio.StreamWriter
     state: str = "starting"  # starting | ready | failed | stopped
+    # One message at a time: its first bytes carry the descriptors, the rest
+    # follows through the stream, and another message must not come between.
+    sending: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def id(self) -> str:
@@ -65,12 +68,16 @@ class ZygoteProcess:
 
     async def send(self, msg: dict[str, Any], fds: list[int]) -> None:
         data = json.dumps(msg).encode() + b"\n"
-        # The descriptors travel with the first bytes; the zygote reads the
-        # whole line before it acts, so the rest may follow through the stream.
-        sent = socket.send_fds(self.sock, [data[:4096]], fds)
-        if sent < len(data):
-            self.writer.write(data[sent:])
+        async with self.sending:
+            # Whatever an earlier message left in the writer's buffer goes first
+            # (its buffer limit is 0, so drain waits until it is empty).
             await self.writer.drain()
+            # The descriptors travel with the first bytes; the zygote reads the
+            # whole line before it acts, so the rest may follow through the stream.
+            sent = socket.send_fds(self.sock, [data[:4096]], fds)
+            if sent < len(data):
+                self.writer.write(data[sent:])
+                await self.writer.drain()
 
 
 class Zygotes:
@@ -175,6 +182,7 @@ class Zygotes:
             zygote_end.close()
             log_file.close()
         reader, writer = await asyncio.open_unix_connection(sock=runtime_end, limit=LINE_LIMIT)
+        writer.transport.set_write_buffer_limits(high=0)  # drain() then waits until all is written
         exited = asyncio.create_task(proc.wait())
         z = ZygoteProcess(ZygoteLink(zygote_id, None, exited), gpu_index, cgroup, proc, runtime_end, writer)
         z.link.send = z.send

@@ -44,19 +44,6 @@ from krex_runtime.tenant import fork_safety
 from krex_runtime.tenant.forked_child import run_child
 
 
-def _receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
-    buf = bytearray()
-    fds: list[int] = []
-    while True:
-        data, got, _flags, _addr = socket.recv_fds(sock, 1 << 16, 4)
-        fds.extend(got)
-        if not data:
-            return None, fds
-        buf += data
-        if buf.endswith(b"\n"):
-            return json.loads(buf), fds
-
-
 def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
     sock.sendall(json.dumps(msg).encode() + b"\n")
 
@@ -77,6 +64,11 @@ class Zygote:
         self.poll = select.poll()
         self.poll.register(sock.fileno(), select.POLLIN)
         self.children: dict[int, tuple[str, int]] = {}  # pidfd -> (command id, pid)
+        # Several fork messages may be on their way at once: bytes are split
+        # into lines here, and each message's 3 descriptors, which travel with
+        # its first bytes, are taken in the order they came.
+        self.buf = bytearray()
+        self.fds: list[int] = []
 
     def own_fds(self) -> list[int]:
         """What a child must not keep: the zygote's channel and its other children's pidfds."""
@@ -86,12 +78,25 @@ class Zygote:
         while True:
             for fd, _events in self.poll.poll():
                 if fd == self.sock.fileno():
-                    msg, fds = _receive(self.sock)
-                    if msg is None:
-                        os._exit(0)  # the runtime is gone; the children are in its cgroups
-                    self.handle(msg, fds)
+                    self.read()
                 else:
                     self.reap(fd)
+
+    def read(self) -> None:
+        data, fds, _flags, _addr = socket.recv_fds(self.sock, 1 << 16, 16)
+        if not data:
+            os._exit(0)  # the runtime is gone; the children are in its cgroups
+        self.buf += data
+        self.fds += fds
+        while (end := self.buf.find(b"\n")) >= 0:
+            line = bytes(self.buf[:end])
+            del self.buf[: end + 1]
+            mine, self.fds = self.fds[:3], self.fds[3:]
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                msg = {}
+            self.handle(msg, mine)
 
     def handle(self, msg: dict[str, Any], fds: list[int]) -> None:
         if msg.get("type") != "fork" or len(fds) != 3:
