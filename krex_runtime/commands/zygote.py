@@ -74,7 +74,17 @@ class ZygoteProcess:
             await self.writer.drain()
             # The descriptors travel with the first bytes; the zygote reads the
             # whole line before it acts, so the rest may follow through the stream.
-            sent = socket.send_fds(self.sock, [data[:4096]], fds)
+            while True:
+                try:
+                    sent = socket.send_fds(self.sock, [data[:4096]], fds)
+                    break
+                except BlockingIOError:
+                    # The zygote has not read what came before yet (its socket
+                    # buffer is full): the transport cannot wait on this socket
+                    # for us, so look again shortly.
+                    if self.link.exited.done():
+                        raise ConnectionError("the zygote exited") from None
+                    await asyncio.sleep(0.002)
             if sent < len(data):
                 self.writer.write(data[sent:])
                 await self.writer.drain()
