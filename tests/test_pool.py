@@ -65,6 +65,7 @@ SCRIPTS = {
     "segfault.py": "import ctypes\nprint('before', flush=True)\nctypes.string_at(0)\n",
     "hang.py": "import time\nprint('hanging', flush=True)\ntime.sleep(600)\n",
     "interrupt.py": "raise KeyboardInterrupt\n",
+    "c_printf.py": "import ctypes\nctypes.CDLL(None).printf(b'from C %d\\n', 42)\nprint('from python')\n",
     "syntax.py": "def broken(:\n    pass\n",
     "buffered.py": "import atexit, sys\natexit.register(print, 'at exit')\nsys.stdout.write('no newline')\n",
     "leak.py": (
@@ -229,6 +230,7 @@ def test_pooled_and_forked_modes_look_like_process_mode_from_outside(make_runtim
         [PY, f"{s}/os_exit.py"],
         [PY, f"{s}/segfault.py"],
         [PY, f"{s}/interrupt.py"],
+        [PY, f"{s}/c_printf.py"],
         [PY, f"{s}/syntax.py"],
         [PY, f"{s}/buffered.py"],
         [PY, "-u", f"{s}/exits.py", "0"],

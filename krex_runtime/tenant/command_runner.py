@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import ctypes
 import importlib
 import importlib.util
 import io
@@ -172,3 +173,9 @@ def _flush() -> None:
             stream.flush()
         except Exception:
             pass
+    # What C code wrote through stdio (printf, std::cout) and still buffers
+    # belongs to this command's output, not to the next command's or the log.
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass

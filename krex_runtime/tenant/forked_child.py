@@ -16,7 +16,11 @@ and becomes the command's own process:
      the zygote's: they read them at the first CUDA call and the first
      region request, never earlier), cwd and argv; then non-daemon threads
      are joined and exit handlers run, and the process exits with the
-     command's status (an uncaught KeyboardInterrupt dies of SIGINT).
+     command's status (an uncaught KeyboardInterrupt dies of SIGINT), with
+     `_exit` once its streams and C's stdio buffers are flushed
+     (command_runner): the zygote's own frames are
+     not unwound, and the C destructors of preloaded libraries do not run
+     (so KREX_INTERCEPT_STATS gets no line from a forked command).
 
 Random generators (tenant/framework_state.py). A fresh process seeds Python's
 `random` and NumPy's legacy global generator from the OS; the child does the
