@@ -1,7 +1,7 @@
-"""Start-up cost of a GPU command: process mode vs pooled mode, in one run.
+"""Start-up cost of a GPU command: process, forked and pooled mode, in one run.
 
 Starts its own krex-runtime (policy ungated) on this node's GPUs, with a
-context pool preloading torch, and measures for each mode:
+context pool and a zygote preloading torch, and measures for each mode:
   - start-to-first-kernel latency: from the client's submit to the end of the
     command's first kernel (one small matmul + synchronize), as printed by the
     command itself (same machine, same wall clock), over --samples commands
@@ -81,7 +81,9 @@ def start_runtime(root: Path, args: argparse.Namespace) -> Runtime:
         slots=args.slots,
         visible=() if args.sim else tuple(int(g) for g in args.gpus.split(",")),
         preload=not args.no_preload,
-        extra_config=f"[pool]\nsize_per_gpu = {args.slots}\npreload = {json.dumps(preload)}\nmax_commands = 1000\n",
+        extra_config=(
+            f"[pool]\nsize_per_gpu = {args.slots}\npreload = {json.dumps(preload)}\nmax_commands = 1000\nzygote = true\n"
+        ),
     ).start()
 
 
@@ -117,6 +119,18 @@ def throughput(c: ControlClient, script: Path, mode: str, n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def wait_zygotes(c: ControlClient, timeout_s: float = 600) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        zygotes = [g["zygote"] for g in c.call("snapshot")["state"]["gpus"]]
+        if any(z.get("state") == "failed" for z in zygotes):
+            raise SystemExit(f"forked mode unavailable: {[z.get('reason') for z in zygotes]}")
+        if all(z.get("state") == "ready" for z in zygotes):
+            return
+        time.sleep(0.2)
+    raise SystemExit("the zygotes were not ready in time")
+
+
 def main() -> int:
     args = parse_args()
     root = Path(tempfile.mkdtemp(prefix="krex-pool-bench-"))
@@ -128,7 +142,8 @@ def main() -> int:
         warm_s = rt.wait_pool_warm(args.slots)
         rows = []
         with rt.client(timeout_s=600) as c:
-            for mode in ("process", "pooled"):
+            wait_zygotes(c)
+            for mode in ("process", "forked", "pooled"):
                 one_command(c, script, mode)  # warm file caches and the pool's first use
                 samples = [one_command(c, script, mode) for _ in range(args.samples)]
                 rate = throughput(c, script, mode, args.n)
@@ -151,7 +166,7 @@ def main() -> int:
         )
     print()
     print("first kernel: submit -> end of the first kernel; to start: submit -> the command's first line;")
-    print("import: its import of the framework (near zero when pooled: preloaded); result: submit -> result received.")
+    print("import: its import of the framework (near zero when forked or pooled: preloaded); result: submit -> result received.")
     if args.keep:
         print(f"run folder kept: {root}")
     else:

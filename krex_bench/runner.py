@@ -94,12 +94,14 @@ def machine(opts: Options) -> dict[str, Any]:
 
 def runtime_for(setup: Setup, opts: Options, folder: Path) -> Runtime:
     pool = ""
+    modules = ["krex_runtime.sim.simcuda"] if opts.sim else ["torch", "triton"]
     if setup.mode == "pooled":
-        modules = ["krex_runtime.sim.simcuda"] if opts.sim else ["torch", "triton"]
         pool = (
             f"[pool]\nsize_per_gpu = {setup.concurrency}\npreload = {json.dumps(modules)}\n"
             f'context = "{"driver" if opts.sim else "torch"}"\nmax_commands = 1000\n'
         )
+    elif setup.mode == "forked":
+        pool = f"[pool]\nzygote = true\npreload = {json.dumps(modules)}\n"
     regions = (
         f'[regions]\ngate_backend = "{setup.gate_backend}"\nprotection = "{setup.protection}"\n'
         "hold_limit_s = 120.0\n"
@@ -114,6 +116,22 @@ def runtime_for(setup: Setup, opts: Options, folder: Path) -> Runtime:
         preload=setup.kind == "krex",
         extra_config=regions + pool,
     )
+
+
+def wait_zygote_ready(rt: Runtime, timeout_s: float = 900.0) -> float:
+    """Seconds until every GPU's zygote has imported its modules; a zygote that
+    refuses to serve (an unsafe preload) ends the setup with its reason."""
+    t0 = time.time()
+    while time.time() - t0 < timeout_s:
+        with rt.client() as c:
+            zygotes = [g["zygote"] for g in c.call("snapshot")["state"]["gpus"]]
+        failed = [z["reason"] for z in zygotes if z.get("state") == "failed"]
+        if failed:
+            raise RuntimeError(f"forked mode unavailable: {failed[0]}")
+        if zygotes and all(z.get("state") == "ready" for z in zygotes):
+            return time.time() - t0
+        time.sleep(0.2)
+    raise RuntimeError(f"the zygote was not ready after {timeout_s:.0f} s")
 
 
 def argv_for(c: workload.Candidate, opts: Options) -> list[str]:
@@ -146,6 +164,8 @@ def run_setup(
     try:
         if setup.mode == "pooled":
             record["pool_warm_s"] = rt.wait_pool_warm(setup.concurrency)
+        elif setup.mode == "forked":
+            record["zygote_ready_s"] = wait_zygote_ready(rt)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")])}
         with rt.client(timeout_s=60) as client:
             t0 = time.time()

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from krex_runtime.wire.bodies import MODES  # process | forked | pooled
+
 BACKENDS = ("preload", "driver-lock")
-MODES = ("process", "pooled")
 PROTECTIONS = ("gpu+cpu", "gpu-only")
 VARIANTS = tuple(f"{b}/{m}/{p}" for b in BACKENDS for m in MODES for p in PROTECTIONS)
 DEFAULT_CONCURRENCY = (4, 8, 16)

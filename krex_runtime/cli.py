@@ -19,6 +19,7 @@ from typing import Any
 
 from krex_runtime.service import curve
 from krex_runtime.wire import protocol, verbs
+from krex_runtime.wire.bodies import MODES
 from krex_runtime.wire.control_client import (
     CLIENT_KEY_ENV,
     SERVER_KEY_ENV,
@@ -46,9 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--lease", action="store_true", help="run with the whole GPU leased to the command (policy krex)")
         sp.add_argument(
             "--mode",
-            choices=["process", "pooled"],
-            default="process",
-            help="process: its own process tree; pooled: a Python entry point run in a warm context process",
+            choices=MODES,
+            help="process: its own process tree; forked: forked from the GPU's preloaded zygote; pooled: a Python "
+            "entry point run in a warm context process (default: the runtime's dispatcher.default_mode)",
         )
         sp.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
 

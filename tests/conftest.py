@@ -91,15 +91,15 @@ def make_runtime(tmp_path: Path, native_built: Path) -> Iterator[Any]:
 def _idle_hygiene(rt: Runtime, fds_at_start: dict[int, str]) -> list[str]:
     """A runtime the test left idle (nothing running or queued) holds nothing
     back and has no more descriptors than when it started (where it has no
-    context pool: the pool's processes warm up after the start, with channels
-    of their own; test_pool checks its descriptors once warm)."""
+    context pool or zygotes: they start after the runtime, with channels of
+    their own; test_pool checks its descriptors once warm)."""
     with rt.client() as c:
         status = c.call("status")
     if status["queued"] or any(g["running"] for g in status["gpus"]):
         return []
     assert rt.proc is not None
     pid = rt.proc.pid
-    pooled = any(g["pool_size"] for g in status["gpus"])
+    pooled = any(g["pool_size"] or g["zygote"] for g in status["gpus"])
     try:
         wait_until(lambda: not hygiene.held_back(rt.run_dir), 10, "nothing held back")
         wait_until(lambda: pooled or not hygiene.grown_fds(pid, fds_at_start), 10, "descriptors back")

@@ -511,7 +511,7 @@ def test_commands_run_as_the_tenant_user(accounts: Accounts, open_root: Path, ma
 
 def test_context_processes_run_as_the_tenant_user(accounts: Accounts, open_root: Path, make_runtime: Any) -> None:
     tenant = accounts.tenant
-    pool = '\n[pool]\nsize_per_gpu = 1\npreload = ["krex_runtime.sim.simcuda"]\n'
+    pool = '\n[pool]\nsize_per_gpu = 1\npreload = ["krex_runtime.sim.simcuda"]\nzygote = true\n'
     if not runs_as(tenant, sys.executable, "import krex_runtime"):
         # This Python lives where the tenant user cannot reach: the runtime
         # must say so at start rather than start context processes that fail.
@@ -526,3 +526,8 @@ def test_context_processes_run_as_the_tenant_user(accounts: Accounts, open_root:
 
     worker = wait_until(workers, 60, "a warm context process")[0]
     assert psutil.Process(worker["pid"]).uids().real == tenant.uid
+    # The zygote too, and so each forked command, placed in its cgroup by the runtime.
+    with rt.client() as c:
+        wait_until(lambda: c.call("status")["gpus"][0]["zygote"].get("state") == "ready", 60, "the zygote")
+    done = rt.krex("run", "--mode", "forked", "--", sys.executable, "-c", "import os; print(os.getuid())")
+    assert done.returncode == 0 and done.stdout == f"{tenant.uid}\n", done.stderr

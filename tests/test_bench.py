@@ -67,7 +67,7 @@ def test_the_matrix_has_every_variant_at_every_concurrency() -> None:
     labels = [s.label for s in plan]
     assert labels[:2] == ["native", "native-repeat"]
     assert len(plan) == 2 + 2 * (1 + len(setups.VARIANTS))
-    assert "krex driver-lock/pooled/gpu-only c16" in labels
+    assert "krex driver-lock/pooled/gpu-only c16" in labels and "krex preload/forked/gpu+cpu c16" in labels
     with pytest.raises(ValueError, match="BACKEND/MODE/PROTECTION"):
         setups.matrix((4,), ("preload/process",))
 
@@ -92,14 +92,15 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     out = tmp_path / "out"
     done = krex_bench(
         "run", "--sim", "--scale", "0.25", "--problems", "matmul_bf16,gelu", "--concurrency", "2",
-        "--variants", "preload/process/gpu+cpu,driver-lock/pooled/gpu-only", "--out", str(out),
+        "--variants", "preload/process/gpu+cpu,preload/forked/gpu+cpu,driver-lock/pooled/gpu-only", "--out", str(out),
         "--work-dir", str(tmp_path / "work"),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads((out / "results.json").read_text())
     labels = [r["setup"]["label"] for r in data["runs"]]
     assert labels == [
-        "native", "native-repeat", "ungated c2", "krex preload/process/gpu+cpu c2", "krex driver-lock/pooled/gpu-only c2"
+        "native", "native-repeat", "ungated c2", "krex preload/process/gpu+cpu c2", "krex preload/forked/gpu+cpu c2",
+        "krex driver-lock/pooled/gpu-only c2",
     ]  # fmt: skip
     for run in data["runs"]:
         assert run["failures"] == [] and len(run["results"]) == 4, run

@@ -25,15 +25,25 @@ PY = sys.executable
 SIZE = 4
 
 
-def pool_config(size: int = SIZE, max_commands: int = 50) -> str:
-    return f'\n[pool]\nsize_per_gpu = {size}\npreload = ["krex_runtime.sim.simcuda"]\nmax_commands = {max_commands}\n'
+def pool_config(size: int = SIZE, max_commands: int = 50, zygote: bool = False) -> str:
+    return (
+        f'\n[pool]\nsize_per_gpu = {size}\npreload = ["krex_runtime.sim.simcuda"]\nmax_commands = {max_commands}\n'
+        f"zygote = {str(zygote).lower()}\n"
+    )
 
 
 def pooled_runtime(make_runtime: Any, **kwargs: Any) -> Runtime:
     pool = kwargs.pop("pool", {})
     rt = make_runtime(extra_config=pool_config(**pool) + kwargs.pop("extra", ""), **kwargs)
     wait_until(lambda: pool_settled(rt, pool.get("size", SIZE)), 60, "the pool to be warm")
+    if pool.get("zygote"):
+        wait_until(lambda: zygotes_ready(rt), 60, "the zygotes to be ready")
     return rt
+
+
+def zygotes_ready(rt: Runtime) -> bool:
+    with rt.client() as c:
+        return all(g["zygote"].get("state") == "ready" for g in c.call("snapshot")["state"]["gpus"])
 
 
 def pools(rt: Runtime) -> dict[int, dict[str, Any]]:
@@ -55,6 +65,7 @@ SCRIPTS = {
     "segfault.py": "import ctypes\nprint('before', flush=True)\nctypes.string_at(0)\n",
     "hang.py": "import time\nprint('hanging', flush=True)\ntime.sleep(600)\n",
     "interrupt.py": "raise KeyboardInterrupt\n",
+    "c_printf.py": "import ctypes\nctypes.CDLL(None).printf(b'from C %d\\n', 42)\nprint('from python')\n",
     "syntax.py": "def broken(:\n    pass\n",
     "buffered.py": "import atexit, sys\natexit.register(print, 'at exit')\nsys.stdout.write('no newline')\n",
     "leak.py": (
@@ -149,11 +160,11 @@ def kind_of(i: int) -> str:
     return ORDINARY[i % len(ORDINARY)]
 
 
-def check_result(result: dict[str, Any], expected: dict[str, Any], label: str) -> None:
+def check_result(result: dict[str, Any], expected: dict[str, Any], label: str, mode: str = "pooled") -> None:
     out = Path(result["stdout_path"]).read_text()
     err = Path(result["stderr_path"]).read_text()
     where = f"{label}: {result} stdout={out!r} stderr={err!r}"
-    assert result["mode"] == "pooled", where
+    assert result["mode"] == mode, where
     assert result["state"] == expected.get("state", "finished"), where
     if "exit_code" in expected:
         assert result["exit_code"] == expected["exit_code"], where
@@ -167,8 +178,10 @@ def check_result(result: dict[str, Any], expected: dict[str, Any], label: str) -
         assert expected["stderr_has"] in err and "context_worker" not in err and "runpy" not in err, where
 
 
-def test_five_hundred_pooled_commands_keep_the_pool_whole_and_clean(make_runtime, scripts: Path) -> None:
-    rt = pooled_runtime(make_runtime, pool={"max_commands": 1000})
+@pytest.mark.parametrize("mode", ["pooled", "forked"])
+def test_five_hundred_commands_keep_the_pool_whole_and_clean(make_runtime, scripts: Path, mode: str) -> None:
+    forked = mode == "forked"
+    rt = pooled_runtime(make_runtime, pool={"max_commands": 1000, "size": 1 if forked else SIZE, "zygote": forked})
     local = threading.local()
 
     def one(i: int) -> tuple[int, str, dict[str, Any], dict[str, Any]]:
@@ -176,7 +189,7 @@ def test_five_hundred_pooled_commands_keep_the_pool_whole_and_clean(make_runtime
         argv, timeout, expected = expectation(kind, i, scripts)
         if not hasattr(local, "client"):
             local.client = ControlClient(f"ipc://{rt.run_dir / 'control.sock'}", timeout_s=60)
-        body = {"argv": argv, "mode": "pooled", "cwd": str(scripts), "env": dict(os.environ), "timeout_s": timeout}
+        body = {"argv": argv, "mode": mode, "cwd": str(scripts), "env": dict(os.environ), "timeout_s": timeout}
         command_id = local.client.call("submit", body)["id"]
         result = local.client.call("wait", {"id": command_id, "attach": False}, timeout_s=120)
         return i, kind, result, expected
@@ -184,7 +197,14 @@ def test_five_hundred_pooled_commands_keep_the_pool_whole_and_clean(make_runtime
     with ThreadPoolExecutor(max_workers=6) as workers:
         results = list(workers.map(one, range(500)))
     for i, kind, result, expected in results:
-        check_result(result, expected, f"#{i} {kind}")
+        check_result(result, expected, f"#{i} {kind}", mode)
+    if forked:
+        # Every command was a fresh process: the zygotes served them all and never had to restart.
+        with rt.client() as c:
+            zygotes = [g["zygote"] for g in c.call("snapshot")["state"]["gpus"]]
+        assert all(z["state"] == "ready" and z["restarts"] == 0 for z in zygotes), zygotes
+        assert sum(z["forks"] for z in zygotes) == 500, zygotes
+        return
     wait_until(lambda: pool_settled(rt), 60, "the pool to be whole again")
     reasons: dict[str, int] = {}
     for pool in pools(rt).values():
@@ -194,10 +214,12 @@ def test_five_hundred_pooled_commands_keep_the_pool_whole_and_clean(make_runtime
     # mutations do not (they are undone).
     assert reasons.get("exited", 0) >= 10 and reasons.get("timeout", 0) == 5 and reasons.get("threads", 0) == 5, reasons
     assert "leak" not in reasons and "health" not in reasons and "cleanup" not in reasons, reasons
+    # Nothing these commands do changes process-wide state that must retire a context process.
+    assert "state-changed" not in reasons, [e for e in read_trace(rt.trace_path).events if e.get("cause") == "state-changed"]
 
 
-def test_pooled_mode_looks_like_process_mode_from_outside(make_runtime, scripts: Path) -> None:
-    rt = pooled_runtime(make_runtime, pool={"size": 2})
+def test_pooled_and_forked_modes_look_like_process_mode_from_outside(make_runtime, scripts: Path) -> None:
+    rt = pooled_runtime(make_runtime, pool={"size": 2, "zygote": True})
     s = str(scripts)
     cases = [
         [PY, f"{s}/ok.py", "a", "b"],
@@ -208,6 +230,7 @@ def test_pooled_mode_looks_like_process_mode_from_outside(make_runtime, scripts:
         [PY, f"{s}/os_exit.py"],
         [PY, f"{s}/segfault.py"],
         [PY, f"{s}/interrupt.py"],
+        [PY, f"{s}/c_printf.py"],
         [PY, f"{s}/syntax.py"],
         [PY, f"{s}/buffered.py"],
         [PY, "-u", f"{s}/exits.py", "0"],
@@ -217,14 +240,15 @@ def test_pooled_mode_looks_like_process_mode_from_outside(make_runtime, scripts:
     ]
     for argv in cases:
         runs = {}
-        for mode in ("process", "pooled"):
+        for mode in ("process", "forked", "pooled"):
             done = subprocess_in(rt, scripts, "run", "--mode", mode, "--", *argv)
             # krex's own closing line names the command id, which differs.
             stderr = "\n".join(line for line in done.stderr.splitlines() if not line.startswith("krex: "))
             runs[mode] = (done.returncode, done.stdout, stderr)
-        assert runs["pooled"] == runs["process"], f"{argv}: {runs}"
-    timeouts = [subprocess_in(rt, scripts, "run", "--mode", m, "--timeout", "1", "--", PY, f"{s}/hang.py") for m in ("process", "pooled")]
-    assert [t.returncode for t in timeouts] == [124, 124] and timeouts[0].stdout == timeouts[1].stdout == "hanging\n"
+        assert runs["pooled"] == runs["process"] == runs["forked"], f"{argv}: {runs}"
+    modes = ("process", "forked", "pooled")
+    timeouts = [subprocess_in(rt, scripts, "run", "--mode", m, "--timeout", "1", "--", PY, f"{s}/hang.py") for m in modes]
+    assert [t.returncode for t in timeouts] == [124] * 3 and {t.stdout for t in timeouts} == {"hanging\n"}
 
 
 def subprocess_in(rt: Runtime, cwd: Path, *args: str) -> Any:

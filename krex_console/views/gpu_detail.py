@@ -49,6 +49,9 @@ def describe_gpu(model: ConsoleModel, gpu: GpuState) -> str:
         f"{'  [i](simulated telemetry)[/i]' if sim else ''}",
         "pool " + pool_text(pool),
     ]
+    isolation = isolation_text(gpu)
+    if isolation:
+        lines.append(isolation)
     return "\n".join(lines)
 
 
@@ -81,6 +84,28 @@ def pool_text(pool: Any) -> str:
     if not pool.get("size"):
         return "off"
     return "  ".join(f"{k} {count_text(fmt.get(pool, k))}" for k in ("size", "idle", "busy", "warming", "replaced"))
+
+
+def isolation_text(gpu: GpuState) -> str:
+    """Forked mode's zygote and the context pool's replacements by cause, in
+    one line ("" when the GPU has neither): why a context process was
+    replaced (`state-changed: torch.backends.cuda.matmul.allow_tf32`)."""
+    parts = []
+    zygote = getattr(gpu, "zygote", None)
+    if isinstance(zygote, dict) and zygote:
+        state = str(zygote.get("state", fmt.NA))
+        why = f" ({zygote.get('reason')})" if state in ("failed", "stopped") and zygote.get("reason") else ""
+        parts.append(
+            f"zygote {state}{why}  forks {count_text(zygote.get('forks'))}  restarts {count_text(zygote.get('restarts'))}"
+        )
+    pool = getattr(gpu, "pool", None)
+    reasons = pool.get("reasons") if isinstance(pool, dict) else None
+    if isinstance(reasons, dict) and reasons:
+        parts.append("replaced " + ", ".join(f"{cause} {n}" for cause, n in sorted(reasons.items())))
+        last = pool.get("last_replaced")
+        if isinstance(last, dict) and last.get("reason"):
+            parts.append(f"last: {last['reason']}")
+    return "  ".join(parts)
 
 
 def region_row(model: ConsoleModel, r: RegionRecord, longest: float) -> list[Any]:

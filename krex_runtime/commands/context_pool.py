@@ -224,7 +224,9 @@ class ContextPool:
             self._retire(worker, "recycled", worker.retire_after)
         else:
             worker.state = "idle"
-            self._emit(events.PoolWorkerIdle(gpu=worker.gpu, worker=worker.id, served=worker.served))
+            self._emit(
+                events.PoolWorkerIdle(gpu=worker.gpu, worker=worker.id, served=worker.served, clean_s=reply.get("clean_s"))
+            )
             self._on_idle()
 
     def _end_leftovers(self, worker: ContextWorker, command_id: str) -> None:

@@ -18,13 +18,15 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Protocol
 
-from krex_runtime.commands.command_process import CommandProcess, LaunchSpec, Outcome
+from krex_runtime.commands.command_process import Outcome
 from krex_runtime.node.config import Config
 from krex_runtime.commands.context_pool import ContextPool
 from krex_runtime.commands.job import Job, check_spawnable
 from krex_runtime.commands.context_process import ContextWorker
 from krex_runtime.commands.environment import TenantSetup
+from krex_runtime.commands.launchers import Launchers
 from krex_runtime.commands.tenants import TenantRegistry
+from krex_runtime.commands.zygote import Zygotes
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.node.sink import EventSink
 from krex_runtime.tenant.pooled_entry import EntryError, parse_entry
@@ -89,6 +91,14 @@ class Dispatcher:
             if config.pool.size_per_gpu > 0
             else None
         )
+        # Forked mode's zygotes, one per GPU: a ready one may let a queued
+        # command start; one that refuses to serve fails those waiting for it.
+        self.zygotes: Zygotes | None = (
+            Zygotes(config.pool, gpus, sink, setup, pool_dir, on_change=self.pump) if config.pool.zygote else None
+        )
+        self._launch = Launchers(
+            config, setup, watcher.output, sink.emit, self._finish_started, self.pool, self.zygotes
+        )
 
     # --- requests ---------------------------------------------------------
 
@@ -103,14 +113,21 @@ class Dispatcher:
             raise ProtocolError(ErrorCode.BAD_REQUEST, "timeout_s must be positive")
         if body.lease and self._leases is None:
             raise ProtocolError(ErrorCode.REFUSED, "leases need policy 'krex'")
+        mode = body.mode or self.config.dispatcher.default_mode
         entry = None
-        if body.mode == "pooled":
-            if self.pool is None:
-                raise ProtocolError(ErrorCode.REFUSED, "pooled commands need a context pool (pool.size_per_gpu >= 1)")
+        if mode == "pooled" and self.pool is None:
+            raise ProtocolError(ErrorCode.REFUSED, "pooled commands need a context pool (pool.size_per_gpu >= 1)")
+        if mode == "forked":
+            if self.zygotes is None:
+                raise ProtocolError(ErrorCode.REFUSED, "forked commands need the zygotes (pool.zygote = true)")
+            refused = self.zygotes.refused(body.gpu)
+            if refused:
+                raise ProtocolError(ErrorCode.REFUSED, f"forked mode is unavailable: {refused}")
+        if mode in ("pooled", "forked"):
             try:
                 entry = parse_entry(list(body.argv)).to_dict()
             except EntryError as exc:
-                raise ProtocolError(ErrorCode.BAD_REQUEST, str(exc)) from None
+                raise ProtocolError(ErrorCode.BAD_REQUEST, str(exc).replace("pooled", mode)) from None
         if len(self.queue) >= self.config.dispatcher.max_queued:
             raise ProtocolError(ErrorCode.QUEUE_FULL, f"admission queue is full ({len(self.queue)} commands)")
         job = Job(
@@ -123,7 +140,7 @@ class Dispatcher:
             label=body.label,
             submitted_at=time.time(),
             lease=body.lease,
-            mode=body.mode,
+            mode=mode,
             entry=entry,
         )
         self.jobs[job.id] = job
@@ -185,6 +202,8 @@ class Dispatcher:
         for job in list(self.queue):
             if len(blocked) == len(self.gpus):
                 break
+            if job.mode == "forked" and self._refuse_forked(job):
+                continue
             if job.gpu_request is not None:
                 free = job.gpu_request not in blocked and self._free(job.gpu_request, job)
                 gpu = job.gpu_request if free else None
@@ -204,7 +223,20 @@ class Dispatcher:
         for one to be created while another is idle elsewhere."""
         if self._load(gpu) >= self.slots:
             return False
+        if job.mode == "forked":
+            return self.zygotes is not None and self.zygotes.ready(gpu) is not None
         return job.mode != "pooled" or (self.pool is not None and self.pool.has_idle(gpu))
+
+    def _refuse_forked(self, job: Job) -> bool:
+        """A queued forked command whose zygote refused to serve fails with its reason
+        (only a change of configuration can make that zygote serve)."""
+        assert self.zygotes is not None
+        why = self.zygotes.refused(job.gpu_request)
+        if not why:
+            return False
+        self.queue.remove(job)
+        self._finish(job, Outcome("failed", None, None, f"forked mode is unavailable: {why}"), "failed", started=False)
+        return True
 
     def _load(self, gpu: int) -> int:
         return self._tenants.load(gpu)
@@ -260,72 +292,19 @@ class Dispatcher:
                 return
         try:
             if worker is not None:
-                await self._run_pooled(job, gpu, worker)
+                await self._launch.run_pooled(job, gpu, worker)
+            elif job.mode == "forked":
+                await self._launch.run_forked(job, gpu)
             else:
-                await self._run_process(job, gpu)
+                await self._launch.run_process(job, gpu)
         finally:
             if release_lease is not None:
                 release_lease()
                 self.leased_gpus.discard(gpu.index)
                 self.pump()
 
-    async def _run_process(self, job: Job, gpu: Gpu) -> None:
-        cgroups = self._setup.cgroups
-        cgroup = cgroups.create(f"cmd-{job.id}") if cgroups is not None else None
-        job.cgroup = cgroup
-        assert job.stdout_path is not None and job.stderr_path is not None
-        spec = LaunchSpec(
-            command_id=job.id,
-            argv=job.argv,
-            cwd=job.cwd,
-            env=self._env_of(job, gpu),
-            timeout_s=job.timeout_s,
-            kill_grace_s=self.config.dispatcher.kill_grace_s,
-            stdout_path=job.stdout_path,
-            stderr_path=job.stderr_path,
-            cgroup=cgroup,
-            cpus=self._setup.cores_of(gpu.index),
-            run_as=self._setup.run_as,
-        )
-        process = CommandProcess(spec, lambda stream, data: self._watcher.output(job, stream, data))
-        job.process = process
-        failure = await process.start()
-        if failure is not None:
-            if cgroup is not None:
-                cgroup.rmdir()
-            self._finish(job, failure, failure.state, started=False)
-            return
-        job.started_at = time.time()
-        self._emit(events.CommandStarted(id=job.id, gpu=gpu.index, pid=process.pid, tenant_id=job.tenant_id))
-        try:
-            outcome = await process.wait()
-        except Exception as exc:  # never leave a slot taken by a command we lost track of
-            outcome = Outcome("failed", None, None, f"runtime error while running: {exc!r}")
-        self._finish(job, outcome, outcome.state)
-
-    async def _run_pooled(self, job: Job, gpu: Gpu, worker: ContextWorker) -> None:
-        assert self.pool is not None and job.entry is not None
-        assert job.stdout_path is not None and job.stderr_path is not None
-        job.process, job.cgroup = worker.run, worker.cgroup
-        job.started_at = time.time()
-        self._emit(
-            events.CommandStarted(id=job.id, gpu=gpu.index, pid=worker.pid, tenant_id=job.tenant_id, worker=worker.id)
-        )
-        try:
-            outcome = await self.pool.run(
-                worker,
-                job.id,
-                job.entry,
-                job.cwd,
-                self._env_of(job, gpu),
-                job.timeout_s,
-                job.stdout_path,
-                job.stderr_path,
-                lambda stream, data: self._watcher.output(job, stream, data),
-            )
-        except Exception as exc:  # never leave a slot taken by a command we lost track of
-            outcome = Outcome("failed", None, None, f"runtime error while running: {exc!r}")
-        self._finish(job, outcome, outcome.state)
+    def _finish_started(self, job: Job, outcome: Outcome, state: str, started: bool) -> None:
+        self._finish(job, outcome, state, started=started)
 
     def _finish(self, job: Job, outcome: Outcome, state: str, started: bool = True) -> None:
         job.outcome, job.state, job.finished_at = outcome, state, time.time()
@@ -345,9 +324,6 @@ class Dispatcher:
             if forgotten is not None:
                 _remove_output(forgotten)
         self.pump()
-
-    def _env_of(self, job: Job, gpu: Gpu) -> dict[str, str]:
-        return self._setup.env.build(job.id, job.tenant_id, job.env, gpu)
 
     # --- shutdown -----------------------------------------------------------
 

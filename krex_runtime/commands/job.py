@@ -10,6 +10,7 @@ from typing import Any
 
 from krex_runtime.commands.command_process import CommandProcess, Outcome
 from krex_runtime.commands.context_process import PooledRun
+from krex_runtime.commands.forked_process import ForkedRun
 from krex_runtime.node.config import environment_problem
 from krex_runtime.wire.bodies import SubmitBody
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
@@ -30,16 +31,17 @@ class Job:
     tenant_id: int | None = None
     started_at: float | None = None
     finished_at: float | None = None
-    process: CommandProcess | PooledRun | None = None
+    process: CommandProcess | ForkedRun | PooledRun | None = None
     outcome: Outcome | None = None
     stdout_path: Path | None = None
     stderr_path: Path | None = None
     cgroup: Path | None = None
     lease: bool = False
     internal: bool = False  # started by the runtime itself (a canary): takes no slot
-    mode: str = "process"  # process | pooled
-    entry: dict[str, Any] | None = None  # pooled: what the context process runs
+    mode: str = "process"  # process | forked | pooled
+    entry: dict[str, Any] | None = None  # forked, pooled: the Python entry point it runs
     worker: str | None = None  # pooled: the context process that runs it
+    start_s: float | None = None  # placement to a running process: spawn (process), fork and placement (forked)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -73,6 +75,7 @@ class Job:
             "lease": self.lease,
             "mode": self.mode,
             "worker": self.worker,
+            "start_s": self.start_s,
             "stdout_path": str(self.stdout_path) if self.stdout_path else None,
             "stderr_path": str(self.stderr_path) if self.stderr_path else None,
         }

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from krex_runtime.wire.bodies import Mode
 from krex_runtime.wire.endpoints import default_run_dir
 from krex_runtime.wire.typed import ShapeError, from_dict
 
@@ -65,6 +66,7 @@ class DispatcherSection:
     default_timeout_s: float = 3600.0
     kill_grace_s: float = 2.0
     keep_finished: int = 10_000
+    default_mode: Mode = "process"  # for submissions that name no mode
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ class PoolSection:
     health_check: bool = True
     start_timeout_s: float = 120.0
     clean_timeout_s: float = 120.0
+    zygote: bool = False  # a zygote per GPU importing `preload`, for forked mode
 
 
 @dataclass(frozen=True)
@@ -232,6 +235,14 @@ def validate(config: Config) -> Config:
         (config.pool.start_timeout_s > 0, "pool.start_timeout_s must be positive"),
         (config.pool.clean_timeout_s > 0, "pool.clean_timeout_s must be positive"),
         (all(m and not m.startswith(".") for m in config.pool.preload), "pool.preload holds absolute module names"),
+        (
+            config.dispatcher.default_mode != "pooled" or config.pool.size_per_gpu >= 1,
+            "dispatcher.default_mode = \"pooled\" needs a context pool (pool.size_per_gpu >= 1)",
+        ),
+        (
+            config.dispatcher.default_mode != "forked" or config.pool.zygote,
+            "dispatcher.default_mode = \"forked\" needs the zygotes (pool.zygote = true)",
+        ),
         (
             config.gpus.simulated_device.replace("-", "").replace("_", "").isalnum(),
             "gpus.simulated_device may hold only letters, digits, '-' and '_'",

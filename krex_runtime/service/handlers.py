@@ -109,6 +109,7 @@ def _gpu_status(ctx: Context, gpu: Gpu, state: node_state.GpuState) -> dict[str,
         "regions_granted": state.regions_granted,
         "last_region": dict(state.last_region),
         "pool": {k: v for k, v in state.pool.items() if k != "workers"},
+        "zygote": dict(state.zygote),
     }
 
 

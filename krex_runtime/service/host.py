@@ -170,6 +170,6 @@ def _tenant_files(config: Config, gpus: list[Gpu], library: Path) -> list[Path]:
     files = [library] if config.tenants.preload else []
     if gpus and gpus[0].simulated:
         files.append(native_build.simulated_driver_dir())
-    if config.pool.size_per_gpu > 0:
+    if config.pool.size_per_gpu > 0 or config.pool.zygote:
         files += [Path(sys.executable), Path(krex_runtime.__file__).parent]
     return files

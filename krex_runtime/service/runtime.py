@@ -116,6 +116,8 @@ class RuntimeService:
         pool = node.dispatcher.pool
         if pool is not None:
             pool.start()
+        if node.dispatcher.zygotes is not None:
+            node.dispatcher.zygotes.start()
         self.notifier.ready(f"serving {len(self.gpus)} GPU(s) under policy {self.config.runtime.policy}")
         try:
             await self._stop.wait()
@@ -150,12 +152,17 @@ class RuntimeService:
         pool = node.dispatcher.pool
         if pool is not None:
             pool.stop_replacing()
+        zygotes = node.dispatcher.zygotes
+        if zygotes is not None:
+            zygotes.stop_replacing()
         if node.regions is not None and node.channel is not None:
             await node.channel.close()
             await node.regions.manager.shutdown()
         await node.dispatcher.shutdown(self.config.runtime.on_shutdown, self.config.runtime.shutdown_grace_s)
         if pool is not None:
             await pool.shutdown()
+        if zygotes is not None:
+            await zygotes.shutdown()
         event_log.emit(events.RuntimeStopped())
 
     def _open_trace(self, host: Host) -> TraceWriter:
@@ -205,3 +212,5 @@ class RuntimeService:
         pool = node.dispatcher.pool
         if pool is not None:
             log.info("context pool: %d per GPU, preloading %s", pool.size, list(self.config.pool.preload) or "nothing")
+        if node.dispatcher.zygotes is not None:
+            log.info("forked mode: a zygote per GPU, preloading %s", list(self.config.pool.preload) or "nothing")

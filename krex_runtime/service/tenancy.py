@@ -34,6 +34,11 @@ class Tenancy:
         if pool is not None and pool.is_worker(command_id):
             # A context process is whichever pooled command it runs now.
             command_id = pool.job_of(command_id) or ""
+        zygotes = self._dispatcher.zygotes
+        if zygotes is not None and zygotes.is_zygote(command_id):
+            # A forked child keeps its zygote's start-up environment in /proc:
+            # it is the forked command whose tree holds it.
+            command_id = zygotes.command_of(pid)
         job = self._dispatcher.jobs.get(command_id)
         if job is None or job.state != "running" or job.gpu is None or job.tenant_id is None:
             return None
@@ -53,7 +58,12 @@ class Tenancy:
         for member in peers.lineage(pid):
             whose = f"process {pid}" + (f" descends from process {member}, which" if member != pid else "")
             command_id = peers.command_id_of(member)
-            if command_id in self._dispatcher.jobs or (pool is not None and pool.is_worker(command_id)):
+            zygotes = self._dispatcher.zygotes
+            if (
+                command_id in self._dispatcher.jobs
+                or (pool is not None and pool.is_worker(command_id))
+                or (zygotes is not None and zygotes.is_zygote(command_id))
+            ):
                 return f"{whose} belongs to {command_id}"
             if self._slice is not None and self._slice.holds(member):
                 return f"{whose} runs in a command cgroup of this runtime"

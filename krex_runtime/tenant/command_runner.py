@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import ctypes
 import importlib
 import importlib.util
 import io
@@ -18,6 +19,7 @@ import os
 import runpy
 import signal
 import sys
+import threading
 import traceback
 from typing import Any
 
@@ -25,7 +27,10 @@ from typing import Any
 # command, and are cut from the tracebacks a command prints.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER_FILES = frozenset(
-    os.path.join(_HERE, f"{name}.py") for name in ("context_worker", "command_runner", "cuda_context", "isolation")
+    os.path.join(_HERE, f"{name}.py") for name in (
+        "context_worker", "command_runner", "cuda_context", "isolation", "process_state", "framework_state", "zygote",
+        "forked_child",
+    )
 )
 
 
@@ -106,8 +111,11 @@ def _run_entry(entry: dict[str, Any], env: dict[str, str]) -> None:
         raise SystemExit(obj())
 
 
-def run_command(msg: dict[str, Any], fds: list[int], worker_pid: int) -> dict[str, Any]:
-    """Run one command with fds as its stdout and stderr; the `done` message."""
+def run_command(msg: dict[str, Any], fds: list[int], worker_pid: int, join_threads: bool = False) -> dict[str, Any]:
+    """Run one command with fds as its stdout and stderr; the `done` message.
+    `join_threads`: wait for its non-daemon threads before its exit handlers,
+    as the interpreter does at exit (a forked child, which then exits; a
+    context process instead retires when a command leaves one running)."""
     entry, env = msg["entry"], msg["env"]
     sys.stdout.flush()
     sys.stderr.flush()
@@ -145,6 +153,8 @@ def run_command(msg: dict[str, Any], fds: list[int], worker_pid: int) -> dict[st
             if os.getpid() != worker_pid:
                 _flush()
                 os._exit(exit_code if exit_code is not None else 128 + (sig or 0))
+            if join_threads:
+                threading._shutdown()  # type: ignore[attr-defined]
             atexit._run_exitfuncs()
     finally:
         atexit._clear()
@@ -163,3 +173,9 @@ def _flush() -> None:
             stream.flush()
         except Exception:
             pass
+    # What C code wrote through stdio (printf, std::cout) and still buffers
+    # belongs to this command's output, not to the next command's or the log.
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass

@@ -15,7 +15,7 @@ Control messages are JSON lines:
     worker -> runtime: {"type": "ready", "startup_s", "context"}
                        {"type": "failed", "reason"}                 (start-up)
                        {"type": "done", "exit_code", "signal", "state", "reason"}
-                       {"type": "clean", "ok", "cause", "reason"}   (after cleanup)
+                       {"type": "clean", "ok", "cause", "reason", "clean_s"}   (after cleanup)
 
 `done` comes as soon as the command's own work (including its atexit
 handlers) is over, so its result is not delayed by the cleanup and health
@@ -29,11 +29,16 @@ or anonymous inodes the driver may own) and the modules it imported are put
 back as they were. A module that loaded a native extension from an installed
 package stays loaded (such modules cannot be loaded twice into one process).
 What cannot be put back ends the process instead: a non-daemon thread left
-running, device memory that could not be freed, a failed health check.
+running, a changed module or class attribute or framework setting
+(tenant/process_state.py: "state-changed: torch.backends.cuda.matmul.allow_tf32"),
+device memory that could not be freed, a failed health check. Random
+generators start each command as in a fresh process.
 
 The worker is split by concern: `cuda_context` (the context of each kind),
-`command_runner` (one command, run as `python` would) and `isolation` (the
-baseline a command is put back to); this module is the protocol loop.
+`command_runner` (one command, run as `python` would), `isolation` (the
+baseline a command is put back to) with `process_state` and
+`framework_state` (what is compared, what is reseeded); this module is the
+protocol loop.
 
 These modules use the standard library only, and import as little as
 possible: everything they import is part of every command's baseline.
@@ -116,7 +121,9 @@ def serve(spec: dict[str, Any]) -> None:
         command_dirs = [os.path.realpath(msg["cwd"] or "/")]
         if entry["kind"] == "path":
             command_dirs.append(os.path.dirname(os.path.realpath(os.path.join(msg["cwd"] or "/", entry["target"]))))
-        _send(sock, _clean(baseline, context, command_dirs, spec["health_check"]))
+        t_clean = time.monotonic()
+        clean = _clean(baseline, context, command_dirs, spec["health_check"])
+        _send(sock, {**clean, "clean_s": time.monotonic() - t_clean})
 
 
 def _clean(baseline: Baseline, context: Context, command_dirs: list[str], health_check: bool) -> dict[str, Any]:
@@ -124,6 +131,9 @@ def _clean(baseline: Baseline, context: Context, command_dirs: list[str], health
         why = baseline.restore(command_dirs)
         if why:
             return {"type": "clean", "ok": False, "cause": "threads", "reason": why}
+        why = baseline.state.check()
+        if why:
+            return {"type": "clean", "ok": False, "cause": "state-changed", "reason": why}
         why = context.free_leaks()
         if why:
             return {"type": "clean", "ok": False, "cause": "leak", "reason": why}

@@ -1,10 +1,13 @@
 """What a pooled command may change in its process, and how it is put back.
 
 A `Baseline` is taken once, after the context is created; after each command
-`restore` puts back sys.path, argv, environment, cwd, signal handlers and
-mask, timers, umask, CPU affinity, hooks, warnings filters, the root logger,
-open files and imported modules, and says why the process cannot serve again
-when something cannot be put back (a non-daemon thread left running).
+`restore` puts back sys.path, meta path and path hooks, argv, environment,
+cwd, signal handlers and mask, timers, umask, CPU affinity, hooks, warnings
+filters, the root logger, open files and imported modules, and says why the
+process cannot serve again when something cannot be put back (a non-daemon
+thread left running). Then `state.check()` (tenant/process_state.py) compares
+module and class attributes and framework settings with the baseline, and
+puts the random generators back.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import threading
 import warnings
 from typing import Any
 
+from krex_runtime.tenant.process_state import ProcessState
+
 
 _UNCATCHABLE = {signal.SIGKILL, signal.SIGSTOP}
 
@@ -26,6 +31,8 @@ class Baseline:
     def __init__(self) -> None:
         self.modules = set(sys.modules)
         self.path = list(sys.path)
+        self.meta_path = list(sys.meta_path)
+        self.path_hooks = list(sys.path_hooks)
         self.argv = list(sys.argv)
         self.env = dict(os.environ)
         self.cwd = os.getcwd()
@@ -50,6 +57,7 @@ class Baseline:
         self.warning_filters = list(warnings.filters)
         self.stdout, self.stderr, self.stdin = sys.stdout, sys.stderr, sys.stdin
         self.logging = _logging_state()
+        self.state = ProcessState()  # last: everything above is part of it
 
     def restore(self, keep_dirs: list[str]) -> str:
         """Put the process back; returns why it cannot serve again ("" if it can)."""
@@ -71,6 +79,8 @@ class Baseline:
             os.environ.update(self.env)
         os.chdir(self.cwd)
         sys.path[:] = self.path
+        sys.meta_path[:] = self.meta_path
+        sys.path_hooks[:] = self.path_hooks
         sys.argv[:] = self.argv
         sys.path_importer_cache.clear()
         sys.excepthook, sys.displayhook, sys.breakpointhook, threading.excepthook = self.hooks

@@ -59,6 +59,7 @@ class Runtime:
     canary_target_ms: float = 1.0
     runtime_env: dict[str, str] = field(default_factory=dict)
     runtime_extra: str = ""  # more lines of [runtime]
+    dispatcher_extra: str = ""  # more lines of [dispatcher]
     tenant_user: str = ""  # tenants.user; "": as whoever starts the runtime, root included
     trace_file: Path | None = None  # None: <run_dir>/trace.jsonl
     keep_finished: int | None = None  # finished commands kept in memory (node state, dispatcher); None: defaults
@@ -107,6 +108,7 @@ simulated_log = "{self.root / 'sim.log'}"
 slots_per_gpu = {self.slots}
 kill_grace_s = 0.5
 {f"keep_finished = {self.keep_finished}" if self.keep_finished else ""}
+{self.dispatcher_extra}
 
 [tenants]
 cgroups = "{self.cgroups}"

@@ -4,8 +4,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
+# How a command runs (README, "Modes"): its own process tree; forked from its
+# GPU's preloaded zygote; a Python entry point in a warm context process.
+Mode = Literal["process", "forked", "pooled"]
+MODES: tuple[str, ...] = get_args(Mode)
 
 
 @dataclass(frozen=True)
@@ -28,7 +32,7 @@ class SubmitBody:
     label: str = ""
     attach: bool = False  # stream output and the result to this client
     lease: bool = False  # run with the whole GPU leased to it (policy krex)
-    mode: Literal["process", "pooled"] = "process"  # pooled: in a persistent context process
+    mode: Mode | None = None  # None: the runtime's dispatcher.default_mode
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,8 @@ class CommandQueued(Event):
     timeout_s: float | None = None
     label: str = ""
     lease: bool = unread("", False)
-    mode: str | None = note("`process` or `pooled`; absent for the runtime's own commands", None, omit_none=True)
+    mode: str | None = note("`process`, `forked` or `pooled`; absent for the runtime's own commands", None,
+                            omit_none=True)
 
 
 @event("command_started")
@@ -275,6 +276,7 @@ class PoolWorkerCleaning(PoolWorkerEvent):
 class PoolWorkerIdle(PoolWorkerEvent):
     """clean and healthy again: it may take the next command"""
     served: int = 0
+    clean_s: float | None = unread("seconds its clean-up took (restore, state check, health check)", None)
 
 
 @event("pool_worker_replaced")
@@ -283,7 +285,8 @@ class PoolWorkerReplaced(PoolWorkerEvent):
     cause: str = note(
         "`exited` (crashed, `os._exit`, killed from outside), `timeout`, `cancelled`, `recycled`, `threads` (left a "
         "non-daemon thread), `leak` (device memory it could not free), `health`, `cleanup`, `clean_timeout`, "
-        "`max_commands`, `start_failed`"
+        "`max_commands`, `start_failed`, `state-changed` (a command changed process-wide state that cannot be "
+        "put back; `reason` names it: `state-changed: torch.backends.cuda.matmul.allow_tf32`)"
     )
     reason: str = unread("", "")
 
@@ -292,6 +295,44 @@ class PoolWorkerReplaced(PoolWorkerEvent):
 class PoolWorkerStopped(PoolWorkerEvent):
     """it was ended for good (runtime stopping)"""
     reason: str = unread("", "")
+
+
+# --- forked mode: the zygotes ---------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ZygoteEvent(Event):
+    """Base of the zygotes' events: which zygote, on which GPU."""
+
+    gpu: int
+    zygote: str = note("its id")
+
+
+@event("zygote_started")
+class ZygoteStarted(ZygoteEvent):
+    """a zygote was started (importing `pool.preload`)"""
+    pid: int | None
+
+
+@event("zygote_ready")
+class ZygoteReady(ZygoteEvent):
+    """it imported its modules, is safe to fork, and forks forked-mode commands"""
+    import_s: float | None = unread("", None)
+    modules: list[str] = unread("", factory=list)
+
+
+@event("zygote_failed")
+class ZygoteFailed(ZygoteEvent):
+    """it refused to serve for good (a module failed to import or left it unsafe to fork: a thread started,
+    the CUDA driver initialised); forked commands on the GPU are refused with `reason`"""
+    reason: str
+
+
+@event("zygote_stopped")
+class ZygoteStopped(ZygoteEvent):
+    """it ended (crashed, killed, runtime stopping); `restarting`: a new one is on its way"""
+    reason: str = unread("", "")
+    restarting: bool = False
 
 
 # --- the runtime stops -------------------------------------------------------------

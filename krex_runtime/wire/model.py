@@ -43,6 +43,9 @@ class GpuState:
     # The context pool: {"size", "idle", "busy", "warming", "cleaning", "replaced",
     # "reasons": {cause: count}, "workers": {id: {state, pid, tenant_id, served, command}}}
     pool: dict[str, Any] = field(default_factory=dict)
+    # Forked mode's zygote: {"id", "state" (starting | ready | failed | stopped), "pid",
+    # "import_s", "modules", "reason", "forks", "restarts"}; empty without one.
+    zygote: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

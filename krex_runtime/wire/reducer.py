@@ -75,6 +75,8 @@ def _command_started(s: NodeState, e: dict[str, Any]) -> None:
     cmd.worker = e.get("worker")
     gpu.running.append(cmd.id)
     gpu.started += 1
+    if cmd.mode == "forked" and gpu.zygote:
+        gpu.zygote["forks"] += 1
 
 
 def _command_finished(s: NodeState, e: dict[str, Any]) -> None:
@@ -217,6 +219,7 @@ def _pool_worker_replaced(s: NodeState, e: dict[str, Any]) -> None:
     pool["workers"].pop(e["worker"], None)
     pool["replaced"] += 1
     pool["reasons"][e["cause"]] = pool["reasons"].get(e["cause"], 0) + 1
+    pool["last_replaced"] = {"cause": e["cause"], "reason": e.get("reason", ""), "t": e.get("t")}
     _count_pool(pool)
 
 
@@ -224,6 +227,33 @@ def _pool_worker_stopped(s: NodeState, e: dict[str, Any]) -> None:
     pool = _pool_of(s, e)
     pool["workers"].pop(e["worker"], None)
     _count_pool(pool)
+
+
+def _zygote(s: NodeState, e: dict[str, Any], state: str, **fields: Any) -> None:
+    gpu = _gpu(s, e)
+    z = gpu.zygote
+    if z.get("id") != e["zygote"]:
+        restarts = z.get("restarts", -1) + 1
+        z = gpu.zygote = {"id": e["zygote"], "pid": None, "import_s": None, "modules": [], "reason": "",
+                          "forks": z.get("forks", 0), "restarts": restarts}
+    z["state"] = state
+    z.update(fields)
+
+
+def _zygote_started(s: NodeState, e: dict[str, Any]) -> None:
+    _zygote(s, e, "starting", pid=e["pid"])
+
+
+def _zygote_ready(s: NodeState, e: dict[str, Any]) -> None:
+    _zygote(s, e, "ready", import_s=e.get("import_s"), modules=list(e.get("modules", [])))
+
+
+def _zygote_failed(s: NodeState, e: dict[str, Any]) -> None:
+    _zygote(s, e, "failed", reason=e["reason"])
+
+
+def _zygote_stopped(s: NodeState, e: dict[str, Any]) -> None:
+    _zygote(s, e, "stopped", reason=e.get("reason", ""))
 
 
 def _drop_request(gpu: GpuState, region: int) -> None:
@@ -329,6 +359,10 @@ REDUCERS: dict[type[events.Event], Reducer] = {
     events.PoolWorkerIdle: _pool_worker_idle,
     events.PoolWorkerReplaced: _pool_worker_replaced,
     events.PoolWorkerStopped: _pool_worker_stopped,
+    events.ZygoteStarted: _zygote_started,
+    events.ZygoteReady: _zygote_ready,
+    events.ZygoteFailed: _zygote_failed,
+    events.ZygoteStopped: _zygote_stopped,
     events.RuntimeStopping: _runtime_stopping,
     events.RuntimeStopped: _runtime_stopped,
     events.TraceGap: _trace_gap,

@@ -20,9 +20,10 @@ from krex_runtime.wire import state as node_state
 from krex_runtime.wire.event_check import EventError, check_event, check_fields
 
 FORMAT = "krex-trace"
-FORMAT_VERSION = 2
-# Version 2 added the `trace_gap` record; a version 1 trace is a valid version 2 one.
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+# Version 2 added the `trace_gap` record, version 3 the zygote events; an older
+# trace is a valid newer one.
+READABLE_VERSIONS = (1, 2, 3)
 GAP = events.TraceGap.type
 
 log = logging.getLogger("krex.trace")

@@ -1,6 +1,6 @@
 """Record the trace the trace fuzzer mutates besides the console's fixture: one
-with every kind of event (telemetry, canary, context pool, regions, a lease,
-a withdrawn request, pause and resume).
+with every kind of event (telemetry, canary, context pool, a zygote and its
+restart, regions, a lease, a withdrawn request, pause and resume).
 
     .venv/bin/python tests/fuzz/record_rich_trace.py
 
@@ -9,6 +9,8 @@ Made stable the way the console's fixture is (tests/console/record_fixture_trace
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import tempfile
 import time
@@ -22,7 +24,7 @@ from krex_runtime.testing.local_runtime import Runtime, wait_until  # noqa: E402
 from krex_runtime.sim.device_file import remove_device  # noqa: E402
 
 OUT = Path(__file__).parent / "data" / "rich-trace.jsonl"
-POOL = '\n[pool]\nsize_per_gpu = 1\npreload = ["krex_runtime.sim.simcuda"]\n'
+POOL = '\n[pool]\nsize_per_gpu = 1\npreload = ["krex_runtime.sim.simcuda"]\nzygote = true\n'
 
 
 def record(root: Path) -> Path:
@@ -48,6 +50,15 @@ def record(root: Path) -> Path:
                 return c.call("snapshot")["state"]["gpus"][0]["pool"]
 
             wait_until(lambda: pool()["replaced"] == 1 and pool()["idle"] == 1, 60, "a recycled context process")
+
+            def zygote() -> dict:
+                return c.call("snapshot")["state"]["gpus"][0]["zygote"]
+
+            wait_until(lambda: zygote().get("state") == "ready", 60, "the zygote")
+            forked = c.call("submit", {"argv": [sys.executable, "-c", "print('forked')"], "mode": "forked"})["id"]
+            c.call("wait", {"id": forked, "attach": False})
+            os.kill(zygote()["pid"], signal.SIGKILL)
+            wait_until(lambda: zygote().get("state") == "ready" and zygote()["restarts"] == 1, 60, "a new zygote")
     finally:
         rt.stop()
         remove_device(rt.device)

@@ -1,0 +1,125 @@
+"""How a placed command comes to run, one coroutine per mode.
+
+`process` spawns its own process tree (commands/command_process.py), `forked`
+has its GPU's zygote fork it (commands/forked_process.py), `pooled` hands its
+entry point to a context process (commands/context_pool.py). Each gives the
+command its own tenant environment from the one builder
+(commands/environment.py), emits `command_started` once it has a process, and
+ends with the dispatcher's `finish`, whatever happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Callable
+
+from krex_runtime.commands import cgroups
+from krex_runtime.commands.command_process import CommandProcess, LaunchSpec, Outcome
+from krex_runtime.commands.context_pool import ContextPool
+from krex_runtime.commands.context_process import ContextWorker
+from krex_runtime.commands.environment import TenantSetup
+from krex_runtime.commands.forked_process import ForkedRun
+from krex_runtime.commands.job import Job
+from krex_runtime.commands.zygote import Zygotes
+from krex_runtime.node.config import Config
+from krex_runtime.node.gpus import Gpu
+from krex_runtime.wire import events
+
+Finish = Callable[[Job, Outcome, str, bool], None]
+
+
+class Launchers:
+    def __init__(
+        self, config: Config, setup: TenantSetup, output: Callable[[Job, str, bytes], None],
+        emit: Callable[[events.Event], None], finish: Finish, pool: ContextPool | None, zygotes: Zygotes | None,
+    ) -> None:
+        self._config = config
+        self._setup = setup
+        self._output = output
+        self._emit = emit
+        self._finish = finish
+        self._pool = pool
+        self._zygotes = zygotes
+
+    def env_of(self, job: Job, gpu: Gpu) -> dict[str, str]:
+        return self._setup.env.build(job.id, job.tenant_id, job.env, gpu)
+
+    def _spec(self, job: Job, gpu: Gpu, cgroup: Path | None) -> LaunchSpec:
+        assert job.stdout_path is not None and job.stderr_path is not None
+        return LaunchSpec(
+            command_id=job.id,
+            argv=job.argv,
+            cwd=job.cwd,
+            env=self.env_of(job, gpu),
+            timeout_s=job.timeout_s,
+            kill_grace_s=self._config.dispatcher.kill_grace_s,
+            stdout_path=job.stdout_path,
+            stderr_path=job.stderr_path,
+            cgroup=cgroup,
+            cpus=self._setup.cores_of(gpu.index),
+            run_as=self._setup.run_as,
+        )
+
+    async def run_process(self, job: Job, gpu: Gpu) -> None:
+        cgroup = self._setup.cgroups.create(f"cmd-{job.id}") if self._setup.cgroups is not None else None
+        job.cgroup = cgroup
+        process = CommandProcess(self._spec(job, gpu, cgroup), lambda stream, data: self._output(job, stream, data))
+        job.process = process
+        t0 = time.monotonic()
+        failure = await process.start()
+        job.start_s = time.monotonic() - t0
+        if failure is not None:
+            if cgroup is not None:
+                cgroup.rmdir()
+            self._finish(job, failure, failure.state, False)
+            return
+        await self._follow(job, gpu, process.pid, process.wait)
+
+    async def run_forked(self, job: Job, gpu: Gpu) -> None:
+        assert self._zygotes is not None and job.entry is not None
+        zygote = self._zygotes.ready(gpu.index)
+        if zygote is None:  # it died between placement and now
+            why = self._zygotes.refused(gpu.index) or "the GPU's zygote is restarting"
+            self._finish(job, Outcome("failed", None, None, f"cannot start: {why}"), "failed", False)
+            return
+        cgroup = self._setup.cgroups.create(f"cmd-{job.id}") if self._setup.cgroups is not None else None
+        job.cgroup = cgroup
+        run = ForkedRun(self._spec(job, gpu, cgroup), job.entry, zygote, lambda s, d: self._output(job, s, d))
+        job.process = run
+        t0 = time.monotonic()
+        failure = await run.start()
+        job.start_s = time.monotonic() - t0
+        if failure is not None:
+            if cgroup is not None:
+                await asyncio.to_thread(cgroups.kill_and_remove, cgroup)
+            self._finish(job, failure, failure.state, False)
+            return
+        await self._follow(job, gpu, run.pid, run.wait)
+
+    async def _follow(self, job: Job, gpu: Gpu, pid: int | None, wait: Callable[[], object]) -> None:
+        job.started_at = time.time()
+        self._emit(events.CommandStarted(id=job.id, gpu=gpu.index, pid=pid, tenant_id=job.tenant_id))
+        try:
+            outcome = await wait()  # type: ignore[misc]
+        except Exception as exc:  # never leave a slot taken by a command we lost track of
+            outcome = Outcome("failed", None, None, f"runtime error while running: {exc!r}")
+        self._finish(job, outcome, outcome.state, True)
+
+    async def run_pooled(self, job: Job, gpu: Gpu, worker: ContextWorker) -> None:
+        assert self._pool is not None and job.entry is not None
+        assert job.stdout_path is not None and job.stderr_path is not None
+        job.process, job.cgroup = worker.run, worker.cgroup
+        job.started_at = time.time()
+        self._emit(
+            events.CommandStarted(id=job.id, gpu=gpu.index, pid=worker.pid, tenant_id=job.tenant_id, worker=worker.id)
+        )
+        try:
+            outcome = await self._pool.run(
+                worker, job.id, job.entry, job.cwd, self.env_of(job, gpu), job.timeout_s,
+                job.stdout_path, job.stderr_path, lambda stream, data: self._output(job, stream, data),
+            )
+        except Exception as exc:  # never leave a slot taken by a command we lost track of
+            outcome = Outcome("failed", None, None, f"runtime error while running: {exc!r}")
+        self._finish(job, outcome, outcome.state, True)

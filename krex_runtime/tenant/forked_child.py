@@ -1,0 +1,65 @@
+"""One forked-mode command: the zygote's child, from fork to exit.
+
+The child starts as a copy of the zygote (its imports done, CUDA untouched)
+and becomes the command's own process:
+  1. its own session (the runtime signals the command's process group);
+  2. the zygote's descriptors closed: its control socket, its other children's
+     pidfds;
+  3. it waits for the runtime's go (one byte on the go pipe): the runtime has
+     moved it into the command's cgroup by then, so nothing of the command
+     runs outside it. EOF instead means the runtime gave up on it: exit 125;
+  4. random generators seeded as in a fresh process (below);
+  5. the command runs as `python` would run it (tenant/command_runner.py):
+     stdout and stderr on the runtime's pipes, the command's environment
+     (set with putenv, so the interception library and the region client read
+     the command's KREX_TENANT_ID, KREX_GATE_PATH and KREX_REGION_TOKEN, not
+     the zygote's: they read them at the first CUDA call and the first
+     region request, never earlier), cwd and argv; then non-daemon threads
+     are joined and exit handlers run, and the process exits with the
+     command's status (an uncaught KeyboardInterrupt dies of SIGINT), with
+     `_exit` once its streams and C's stdio buffers are flushed
+     (command_runner): the zygote's own frames are
+     not unwound, and the C destructors of preloaded libraries do not run
+     (so KREX_INTERCEPT_STATS gets no line from a forked command).
+
+Random generators (tenant/framework_state.py). A fresh process seeds Python's
+`random` and NumPy's legacy global generator from the OS; the child does the
+same, and calls the `reseed` of any module that declares one in
+`__krex_state__`. torch's default generators start from a fixed seed in every
+process, so the child keeps the state it inherited, which is that of a fresh
+process that imported the same modules (the zygote draws nothing).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+from krex_runtime.tenant.command_runner import run_command
+from krex_runtime.tenant.framework_state import frameworks, reseed_all
+
+
+def run_child(msg: dict[str, Any], fds: list[int], zygote_fds: list[int]) -> None:
+    """Never returns: the process exits with the command's status."""
+    out_w, err_w, go_r = fds
+    os.setsid()
+    for fd in zygote_fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    try:
+        go = os.read(go_r, 1)
+    except OSError:
+        go = b""
+    os.close(go_r)
+    if go != b"g":
+        os._exit(125)
+    reseed_all(frameworks())
+    done = run_command(msg, [out_w, err_w], os.getpid(), join_threads=True)
+    if done["signal"] is not None:
+        signal.signal(done["signal"], signal.SIG_DFL)
+        os.kill(os.getpid(), done["signal"])
+    code = done["exit_code"]
+    os._exit(code if code is not None else 127)

@@ -1,0 +1,143 @@
+"""Process-wide settings and random generators of the frameworks a process imported.
+
+A framework keeps state that no module attribute shows: torch's default
+dtype, its tf32 and cuDNN switches, its thread count, its generators' states
+live in C++. Each framework here is read through its own getters:
+`settings()` gives name -> value (compared after each pooled command; any
+difference retires the context process), `save_rng`/`restore_rng` put its
+generators back to the state of a fresh process, `reseed` seeds from the OS
+what a fresh process seeds from the OS.
+
+Known frameworks are read when they are imported (torch, NumPy, Python's
+`random`); any other module can take part by defining `__krex_state__`, a
+mapping with any of "settings" (a callable returning a dict), "get_rng_state"
+and "set_rng_state" (a pair), "reseed" (a callable). Nothing here imports a
+framework: a module that is not in sys.modules is not read.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass
+from typing import Any, Callable
+
+Getter = Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str
+    settings: Callable[[], dict[str, Any]]
+    save_rng: Callable[[], Any] | None = None
+    restore_rng: Callable[[Any], None] | None = None
+    reseed: Callable[[], None] | None = None
+
+
+def _read(getters: dict[str, Getter]) -> dict[str, Any]:
+    """Each getter's value; one that this version lacks (or that fails) is left out."""
+    values = {}
+    for name, get in getters.items():
+        try:
+            values[name] = get()
+        except Exception:
+            continue
+    return values
+
+
+# --- torch ------------------------------------------------------------------------
+
+_TORCH_MATMUL = (
+    "allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction",
+    "allow_fp16_accumulation", "fp32_precision",
+)
+_TORCH_CUDNN = ("enabled", "benchmark", "benchmark_limit", "deterministic", "allow_tf32", "fp32_precision")
+
+
+def _torch(torch: Any) -> Framework:
+    # Each getter looks its function up when called: a torch without one of
+    # them (an older version) just has that setting left out.
+    calls = (
+        "get_default_dtype", "get_float32_matmul_precision", "are_deterministic_algorithms_enabled",
+        "is_deterministic_algorithms_warn_only_enabled", "get_num_threads", "get_num_interop_threads",
+        "is_anomaly_enabled", "is_anomaly_check_nan_enabled", "is_grad_enabled", "is_inference_mode_enabled",
+        "get_default_device",
+    )
+    getters: dict[str, Getter] = {f"torch.{name}()": (lambda n=name: str(getattr(torch, n)())) for name in calls}
+    for name in ("flash_sdp_enabled", "mem_efficient_sdp_enabled", "math_sdp_enabled", "cudnn_sdp_enabled",
+                 "preferred_linalg_library"):
+        getters[f"torch.backends.cuda.{name}()"] = lambda n=name: str(getattr(torch.backends.cuda, n)())
+    for attr in _TORCH_MATMUL:
+        getters[f"torch.backends.cuda.matmul.{attr}"] = lambda a=attr: getattr(torch.backends.cuda.matmul, a)
+    for attr in _TORCH_CUDNN:
+        getters[f"torch.backends.cudnn.{attr}"] = lambda a=attr: getattr(torch.backends.cudnn, a)
+    getters["torch.backends.mkldnn.enabled"] = lambda: torch.backends.mkldnn.enabled
+    getters["torch.cuda.current_device()"] = (
+        lambda: torch.cuda.current_device() if torch.cuda.is_initialized() else None
+    )
+
+    def save() -> Any:
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+        return torch.get_rng_state(), cuda
+
+    def restore(saved: Any) -> None:
+        cpu, cuda = saved
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
+    # torch's generators start from a fixed seed in every process: a fresh
+    # process's state is the one saved at the baseline, not a new seed.
+    return Framework("torch", lambda: _read(getters), save, restore)
+
+
+# --- NumPy and Python's random -------------------------------------------------------
+
+
+def _numpy(np: Any) -> Framework:
+    getters: dict[str, Getter] = {
+        "numpy.geterr()": np.geterr,
+        "numpy.getbufsize()": np.getbufsize,
+        "numpy.get_printoptions()": lambda: {k: v for k, v in np.get_printoptions().items() if not callable(v)},
+    }
+    rnd = sys.modules.get("numpy.random")
+    reseed = (lambda: rnd.seed()) if rnd is not None and hasattr(rnd, "seed") else None
+    return Framework("numpy", lambda: _read(getters), reseed=reseed)
+
+
+def _random(rnd: Any) -> Framework:
+    return Framework("random", dict, reseed=rnd.seed)
+
+
+def _declared(name: str, state: Any) -> Framework:
+    settings = state.get("settings") or dict
+    get, set_ = state.get("get_rng_state"), state.get("set_rng_state")
+    return Framework(
+        name, lambda: {f"{name}.{k}": v for k, v in settings().items()},
+        get if get and set_ else None, set_ if get and set_ else None, state.get("reseed"),
+    )
+
+
+KNOWN: dict[str, Callable[[Any], Framework]] = {"torch": _torch, "numpy": _numpy, "random": _random}
+
+
+def frameworks() -> list[Framework]:
+    """The frameworks this process has imported, known ones and declared ones."""
+    found = [make(sys.modules[name]) for name, make in KNOWN.items() if name in sys.modules]
+    for name, module in list(sys.modules.items()):
+        if not isinstance(module, types.ModuleType):
+            continue
+        state = vars(module).get("__krex_state__")
+        if isinstance(state, dict):
+            found.append(_declared(name, state))
+    return found
+
+
+def reseed_all(found: list[Framework]) -> None:
+    """Seed from the OS what a fresh process seeds from the OS."""
+    for f in found:
+        if f.reseed is not None:
+            try:
+                f.reseed()
+            except Exception:
+                continue
