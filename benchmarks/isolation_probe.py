@@ -114,6 +114,26 @@ def wait_zygote(c: ControlClient, timeout_s: float = 600) -> dict[str, Any]:
     return gpu_state(c)["zygote"]
 
 
+def rng_leaks(c: ControlClient, code: str, seen: list[dict[str, Any]], fresh: dict[str, Any]) -> int:
+    """Probes whose torch streams are not what a fresh process would draw.
+
+    Two fresh processes tell, per generator (CPU, CUDA), whether a fresh
+    process starts it from a fixed seed (both drew the same) or from the OS.
+    A fixed-seed stream must equal the fresh one; an OS-seeded stream must
+    differ from the stream left by the changing command and from every other
+    probe's (no two commands share a stream)."""
+    polluted = json.loads(run(c, "process", "import torch\n" + code + "\n" + PROBE, 0)[1])["torch_rand"]
+    first, second = fresh["torch_rand"]
+    bad = set()
+    for j in range(len(first)):
+        values = [s["torch_rand"][j] for s in seen]
+        if first[j] == second[j]:
+            bad |= {i for i, v in enumerate(values) if v != first[j]}
+        else:
+            bad |= {i for i, v in enumerate(values) if v == polluted[j] or values.count(v) > 1}
+    return len(bad)
+
+
 def probe_mode(c: ControlClient, mode: str, fresh: dict[str, Any], probes: int) -> tuple[dict[str, str], list[int]]:
     cells: dict[str, str] = {}
     randoms: list[int] = []
@@ -122,7 +142,10 @@ def probe_mode(c: ControlClient, mode: str, fresh: dict[str, Any], probes: int) 
         run(c, mode, "import torch\n" + code + "\n", 0)
         seen = [json.loads(run(c, mode, PROBE, 0)[1]) for _ in range(probes)]
         randoms += [s["random"] for s in seen]
-        leaked = sum(1 for s in seen if s[key] != fresh[key])
+        if key == "torch_rand":
+            leaked = rng_leaks(c, code, seen, fresh)
+        else:
+            leaked = sum(1 for s in seen if s[key] != fresh[key][0])
         cell = "ok" if not leaked else f"LEAKED ({leaked}/{probes} saw it)"
         if mode == "pooled":
             pool = gpu_state(c)["pool"]
@@ -157,7 +180,10 @@ def main() -> int:
                       "(no thread left running, CUDA not initialised)")
             else:
                 print(f"zygote: {zygote.get('state')}: {zygote.get('reason')}")
-            fresh = json.loads(run(c, "process", PROBE, 0)[1])
+            # Two fresh processes: what each key is in a fresh process, and
+            # which random streams a fresh process draws from the OS.
+            fresh_runs = [json.loads(run(c, "process", PROBE, 0)[1]) for _ in range(2)]
+            fresh = {k: [r[k] for r in fresh_runs] for k in fresh_runs[0]}
             columns: dict[str, dict[str, str]] = {}
             streams: dict[str, list[int]] = {}
             for mode in ("pooled", "forked"):
@@ -187,7 +213,7 @@ def main() -> int:
         cells.append(f"{'ok' if distinct else 'REPEATED'} (distinct in {len(values)} commands)")
     print(f"{'random.getrandbits: own stream per command':<{width}} {cells[0]:<72} {cells[1]}")
     print()
-    print(f"fresh process (process mode) saw: {json.dumps(fresh)}")
+    print(f"two fresh processes (process mode) saw: {json.dumps(fresh)}")
     print("RESULT:", "no isolation failure" if ok else "ISOLATION FAILURE")
     if args.keep:
         print(f"run folder kept: {root}")

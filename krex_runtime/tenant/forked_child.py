@@ -25,9 +25,11 @@ and becomes the command's own process:
 Random generators (tenant/framework_state.py). A fresh process seeds Python's
 `random` and NumPy's legacy global generator from the OS; the child does the
 same, and calls the `reseed` of any module that declares one in
-`__krex_state__`. torch's default generators start from a fixed seed in every
-process, so the child keeps the state it inherited, which is that of a fresh
-process that imported the same modules (the zygote draws nothing).
+`__krex_state__`. torch's generators are reseeded from the OS where a fresh
+process seeds them so (its CPU generator in current releases: every fresh
+process gets another `torch.initial_seed()`); one that starts from torch's
+fixed seed keeps the state it inherited, which is that fresh state (the
+zygote draws nothing).
 """
 
 from __future__ import annotations

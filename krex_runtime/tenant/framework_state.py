@@ -51,6 +51,8 @@ _TORCH_MATMUL = (
     "allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction",
     "allow_fp16_accumulation", "fp32_precision",
 )
+# torch's default_rng_seed_val: the seed of a generator that does not seed from the OS.
+_TORCH_FIXED_SEED = 67280421310721
 _TORCH_CUDNN = ("enabled", "benchmark", "benchmark_limit", "deterministic", "allow_tf32", "fp32_precision")
 
 
@@ -76,6 +78,10 @@ def _torch(torch: Any) -> Framework:
         lambda: torch.cuda.current_device() if torch.cuda.is_initialized() else None
     )
 
+    def generators() -> list[Any]:
+        cuda = list(torch.cuda.default_generators) if torch.cuda.is_initialized() else []
+        return [torch.default_generator, *cuda]
+
     def save() -> Any:
         cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
         return torch.get_rng_state(), cuda
@@ -86,9 +92,18 @@ def _torch(torch: Any) -> Framework:
         if cuda is not None:
             torch.cuda.set_rng_state_all(cuda)
 
-    # torch's generators start from a fixed seed in every process: a fresh
-    # process's state is the one saved at the baseline, not a new seed.
-    return Framework("torch", lambda: _read(getters), save, restore)
+    def reseed() -> None:
+        # Which of torch's generators a fresh process seeds from the OS
+        # depends on the version (the CPU one does in current releases, CUDA
+        # ones have started from a fixed seed): each generator's own seed
+        # says. One on the fixed seed was put back to the baseline (restore);
+        # one that is not gets a new seed from the OS, as a fresh process
+        # would, so no two commands share its stream.
+        for gen in generators():
+            if gen.initial_seed() != _TORCH_FIXED_SEED:
+                gen.seed()
+
+    return Framework("torch", lambda: _read(getters), save, restore, reseed)
 
 
 # --- NumPy and Python's random -------------------------------------------------------

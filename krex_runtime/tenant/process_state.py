@@ -22,7 +22,8 @@ compares:
 
 Random generators are put back, never compared: those a fresh process seeds
 from the OS are seeded from the OS again (Python's `random`, NumPy's legacy
-generator), those that start from a fixed seed (torch's) get the baseline's
+generator, torch's CPU generator in current releases), those that start from
+a fixed seed (torch's, where its seed is torch's default) get the baseline's
 state, which is that of a fresh process that imported the same modules.
 
 Checking runs after the command's `done` has been sent, off its critical path.
