@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field
 from typing import Literal
-
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,15 @@ class SubmitBody:
     attach: bool = False  # stream output and the result to this client
     lease: bool = False  # run with the whole GPU leased to it (policy krex)
     mode: Literal["process", "pooled"] = "process"  # pooled: in a persistent context process
+    # Wrap well-known timing harnesses in a region. Part of the body so clients
+    # can name it; a runtime that cannot do it refuses a value (`unsupported`).
+    auto_region: bool | None = None
+
+
+def submit_modes() -> tuple[str, ...]:
+    """The modes a submission may name: the body's own type is the one list
+    (`krex run --mode` offers these)."""
+    return typing.get_args(typing.get_type_hints(SubmitBody)["mode"])
 
 
 @dataclass(frozen=True)
