@@ -128,10 +128,19 @@ class AsyncClient:
             argv, gpu=gpu, mode=mode, timeout=timeout, env=env, cwd=cwd, label=label,
             auto_region=auto_region, lease=lease,
         )
-        request_id = await self._send("submit", body)
-        follow = self._inbox.follow(request_id, on_output)
+        return await self._follow("submit", body, on_output)
+
+    async def attach(self, command_id: str, on_output: OutputCallback | None = None) -> AsyncHandle:
+        """As `Client.attach`."""
+        return await self._follow("wait", {"id": command_id, "attach": True}, on_output)
+
+    async def _follow(self, verb: str, body: dict[str, Any], on_output: OutputCallback | None) -> AsyncHandle:
+        msg = protocol.request(verb, body)
+        request_id = msg["id"]
+        follow = self._inbox.follow(request_id, on_output)  # before sending: the reader may get the reply first
         try:
-            await self._until(lambda: follow.replied, self._timeout, reply_to="submit")
+            await self._send(msg)
+            await self._until(lambda: follow.replied, self._timeout, reply_to=verb)
         except BaseException:
             self._inbox.forget(request_id)
             raise
@@ -184,10 +193,12 @@ class AsyncClient:
         return NodeStatus.from_record(await self.call("status"))
 
     async def call(self, verb: str, body: Mapping[str, Any] | None = None, timeout: float | None = None) -> Any:
-        request_id = await self._send(verb, dict(body or {}))
+        msg = protocol.request(verb, dict(body or {}))
+        request_id = msg["id"]
         self._inbox.expect(request_id)
         wait_s = timeout if timeout is not None else _verb_wait(verb, self._timeout)
         try:
+            await self._send(msg)
             await self._until(lambda: request_id in self._inbox.replies, wait_s, reply_to=verb)
         finally:
             msg = self._inbox.take_reply(request_id)
@@ -220,14 +231,12 @@ class AsyncClient:
 
     # --- the reader -----------------------------------------------------------
 
-    async def _send(self, verb: str, body: Any) -> str:
+    async def _send(self, msg: dict[str, Any]) -> None:
         if self._failure is not None:
             raise self._failure
-        msg = protocol.request(verb, body)
         await self._sock.send(protocol.encode(msg))
         if self._reader is None:
             self._reader = asyncio.get_running_loop().create_task(self._read())
-        return msg["id"]
 
     async def _until(self, done: Any, timeout: float | None, reply_to: str | None = None) -> None:
         """Wait for `done()` as the reader routes messages; after `timeout`,

@@ -120,10 +120,19 @@ class Client:
             argv, gpu=gpu, mode=mode, timeout=timeout, env=env, cwd=cwd, label=label,
             auto_region=auto_region, lease=lease,
         )
-        request_id = self._conn.send("submit", body)
+        return self._follow("submit", body, on_output)
+
+    def attach(self, command_id: str, on_output: OutputCallback | None = None) -> Handle:
+        """Follow a command submitted earlier (by anyone): its output so far,
+        then the rest, then its Result (a finished one's at once)."""
+        return self._follow("wait", {"id": command_id, "attach": True}, on_output)
+
+    def _follow(self, verb: str, body: dict[str, Any], on_output: OutputCallback | None) -> Handle:
+        """Send a request that attaches to a command; its Handle once the runtime accepted it."""
+        request_id = self._conn.send(verb, body)
         follow = self._inbox.follow(request_id, on_output)
         try:
-            self._pump_until(lambda: follow.replied, self._timeout, "the reply to submit", reply=True)
+            self._pump_until(lambda: follow.replied, self._timeout, f"the reply to {verb}", reply=True)
         except BaseException:
             self._inbox.forget(request_id)
             raise
