@@ -10,14 +10,24 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from krex_runtime.wire import verbs
 from krex_runtime.wire.bodies import submit_modes
 from krex_runtime.wire.control_client import CLIENT_KEY_ENV, SERVER_KEY_ENV
-from krex_runtime.wire.protocol import EXIT_KREX_ERROR
+from krex_runtime.wire.protocol import EXIT_KREX_ERROR, EXIT_SIGNAL_BASE, EXIT_TIMEOUT
 
 COMPLETION_SHELLS = ("bash", "zsh", "fish", "tcsh")
+
+# `krex`'s exit status, the one table (README and docs/api.md show it; a test keeps them in step).
+EXIT_STATUS_TABLE: tuple[tuple[str, str], ...] = (
+    ("0", "the command exited 0; any other subcommand did what it was asked"),
+    ("1-123", "the command's own exit code (`run`, `wait`)"),
+    (str(EXIT_TIMEOUT), "the command ran past its time limit (`--timeout`) and was ended"),
+    (str(EXIT_KREX_ERROR), "KREX failed: no runtime, a refused request, a usage error, a trace that does not read"),
+    ("126, 127", "the program may not be executed, or was not found (as in a shell)"),
+    (f"{EXIT_SIGNAL_BASE}+N", "signal N ended the command (137: SIGKILL); 141: krex's reader went away (SIGPIPE)"),
+)
 
 
 class Parser(argparse.ArgumentParser):
@@ -40,16 +50,22 @@ def _json_option() -> argparse.ArgumentParser:
 def build_parser(version: str) -> Parser:
     p = Parser(
         prog="krex",
-        description="Run benchmark commands on a KREX runtime and inspect it. "
-        "Exit status: the command's own; 128+N after signal N; 124 after its time limit; 125 when KREX failed.",
+        description="Run benchmark commands on a KREX runtime and inspect it.",
+        epilog="exit status:\n" + "\n".join(f"  {status:<7} {meaning}" for status, meaning in EXIT_STATUS_TABLE),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=version)
     p.add_argument("--endpoint", help="control endpoint (default: KREX_ENDPOINT, else the run dir's socket)")
     p.add_argument("--run-dir", help="the runtime's run dir (default: KREX_RUN_DIR, else the system default)")
     p.add_argument("--curve-client-key", metavar="FILE", help=f"tcp: your NAME.key_secret (default: {CLIENT_KEY_ENV})")
     p.add_argument("--curve-server-key", metavar="FILE", help=f"tcp: the runtime's public NAME.key (default: {SERVER_KEY_ENV})")
-    sub = p.add_subparsers(dest="verb", required=True, metavar="COMMAND")
+    subparsers = p.add_subparsers(dest="verb", required=True, metavar="COMMAND")
     js = [_json_option()]
+
+    class sub:  # `krex NAME --help` opens with the same line `krex --help` lists
+        @staticmethod
+        def add_parser(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+            return subparsers.add_parser(name, description=kwargs.get("help"), **kwargs)
 
     def command_options(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--gpu", type=int, help="run on this GPU index (default: the least-loaded)")

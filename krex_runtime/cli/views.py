@@ -3,6 +3,7 @@ figure the runtime does not have (no region yet, no pool) reads `-`."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from typing import Any
@@ -14,7 +15,7 @@ from rich.text import Text
 from krex_runtime.api.results import NodeStatus
 
 NA = "-"
-COMMAND_WIDTH = 60  # of a command line in the commands table; the rest is cut with …
+COMMAND_WIDTH = 80  # of a command line in the commands table; the rest is cut with …
 
 
 def status_view(status: NodeStatus, now: float | None = None) -> RenderableType:
@@ -67,7 +68,8 @@ def command_table(status: NodeStatus, now: float) -> RenderableType:
         table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for c in status.commands:
         since = c.started_at if c.started_at is not None else c.submitted_at
-        line = shlex.join(c.argv)
+        # The program's name, not its folder: what tells commands apart is what follows it.
+        line = shlex.join([os.path.basename(c.argv[0]), *c.argv[1:]]) if c.argv else NA
         if len(line) > COMMAND_WIDTH:
             line = line[: COMMAND_WIDTH - 1] + "…"
         table.add_row(
