@@ -12,6 +12,7 @@ KREX itself failed (no runtime, a refused request, a usage error).
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import sys
@@ -87,7 +88,7 @@ def _main(argv: list[str]) -> int:
         return EXIT_SIGNAL_BASE + signal.SIGINT
 
 
-def _with_runtime(args) -> int:  # type: ignore[no-untyped-def]
+def _with_runtime(args: argparse.Namespace) -> int:
     from krex_runtime.api import Client  # pyzmq: only for the subcommands that need it
 
     if args.verb in ("run", "submit"):
