@@ -11,7 +11,9 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -183,3 +185,14 @@ def test_no_runtime_hint_works_as_written(tmp_path: Path, native_built: Path) ->
         proc.terminate()
         assert proc.wait(timeout=60) == 0
         remove_device(f"hint{os.getpid()}")
+
+
+def test_watch_redraws_until_interrupted(rt: Runtime) -> None:
+    watch = subprocess.Popen([*command("krex"), "status", "--watch", "0.2"], env=rt.env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    time.sleep(2)  # a few redraws
+    watch.send_signal(signal.SIGINT)
+    out, err = watch.communicate(timeout=60)
+    assert watch.returncode == 130 and "Traceback" not in err, err
+    assert "\x1b[" not in out  # into a pipe: the last frame as plain text, no escape codes
+    assert out.count("ENTER ms") == 1 and "KREX simulated GPU" in out
