@@ -198,3 +198,32 @@ def test_package_stays_cheap_until_the_api_is_named() -> None:
         "assert Client.__module__ == 'krex_runtime.api.sync' and 'zmq' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_command_regions_are_folded_kept_bounded_and_counted() -> None:
+    """The result's regions come from the one reducer: grant and release of
+    each, the first REGIONS_KEPT kept, all counted."""
+    from krex_runtime.wire import state as node_state
+    from krex_runtime.wire.model import REGIONS_KEPT
+
+    s = node_state.NodeState()
+    seq = iter(range(1, 10_000))
+
+    def apply(**e: Any) -> None:
+        node_state.apply(s, {"seq": next(seq), "t": 1.0, **e})
+
+    apply(type="runtime_started", node="n", policy="krex", pid=1,
+          gpus=[{"index": 0, "uuid": "u", "name": "g", "memory_total": 1, "simulated": True, "slots": 1}])
+    apply(type="command_queued", id="c1", argv=["x"])
+    apply(type="command_started", id="c1", gpu=0, pid=2, tenant_id=1)
+    for n in range(REGIONS_KEPT + 3):
+        apply(type="region_requested", gpu=0, region=n, kind="region", tenant_id=1, command_id="c1")
+        apply(type="region_granted", gpu=0, region=n, kind="region", tenant_id=1, command_id="c1", enter_s=0.001,
+              flags=["clock"] if n == 0 else [])
+        apply(type="region_released", gpu=0, region=n, reason="released", hold_s=0.5, verdict="verified")
+    cmd = s.commands["c1"]
+    assert cmd.region_count == REGIONS_KEPT + 3 and len(cmd.regions) == REGIONS_KEPT
+    first = Result.from_record({"id": "c1", "state": "finished", "regions": cmd.regions}).regions[0]
+    assert first.flags == ("clock",) and first.hold_s == 0.5 and first.reason == "released" and first.verdict == "verified"
+    restored = node_state.from_snapshot(node_state.to_snapshot(s))
+    assert restored.commands["c1"].regions == cmd.regions
