@@ -196,3 +196,19 @@ def test_watch_redraws_until_interrupted(rt: Runtime) -> None:
     assert watch.returncode == 130 and "Traceback" not in err, err
     assert "\x1b[" not in out  # into a pipe: the last frame as plain text, no escape codes
     assert out.count("ENTER ms") == 1 and "KREX simulated GPU" in out
+
+
+def test_shell_completion_completes_subcommands_and_options(tmp_path: Path) -> None:
+    answers = tmp_path / "completions"
+
+    def complete(line: str) -> list[str]:
+        env = {**os.environ, "_ARGCOMPLETE": "1", "_ARGCOMPLETE_SHELL": "bash", "COMP_LINE": line,
+               "COMP_POINT": str(len(line)), "_ARGCOMPLETE_STDOUT_FILENAME": str(answers)}
+        subprocess.run(command("krex"), env=env, check=True, timeout=60)
+        return answers.read_text().split()
+
+    assert complete("krex sta") == ["status"]
+    assert complete("krex run --mo") == ["--mode"]
+    assert "pooled" in complete("krex run --mode ")
+    script = subprocess.run([*command("krex"), "completion", "bash"], capture_output=True, text=True)
+    assert script.returncode == 0 and "complete " in script.stdout and "krex" in script.stdout
