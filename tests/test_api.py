@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 from runtime_helpers import PY, TENANTS, regions_config, stop_and_check
 
 from krex_runtime import AsyncClient, Client
-from krex_runtime.api import Command, RequestFailed, Result
+from krex_runtime.api import Command, RequestFailed, Result, RuntimeUnavailable
 from krex_runtime.service import curve
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 
@@ -227,3 +228,26 @@ def test_command_regions_are_folded_kept_bounded_and_counted() -> None:
     assert first.flags == ("clock",) and first.hold_s == 0.5 and first.reason == "released" and first.verdict == "verified"
     restored = node_state.from_snapshot(node_state.to_snapshot(s))
     assert restored.commands["c1"].regions == cmd.regions
+
+
+def test_a_runtime_that_stops_answering_is_noticed(node: dict[str, Any]) -> None:
+    """A waiting client pings a quiet runtime and gives up with a clear error
+    (the runtime is stopped with SIGSTOP, then let go)."""
+    rt: Runtime = node["rt"]
+    assert rt.proc is not None
+    with Client(**node["ipc"]) as krex:
+        handle = krex.submit(SLEEP)
+
+        async def async_wait() -> None:
+            async with AsyncClient(**node["ipc"], timeout=2) as akrex:
+                await (await akrex.attach(handle.id)).wait()  # its reply never comes
+
+        os.kill(rt.proc.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(RuntimeUnavailable, match="stopped answering"):
+                handle.wait(timeout=120)
+            with pytest.raises(RuntimeUnavailable):
+                asyncio.run(async_wait())
+        finally:
+            os.kill(rt.proc.pid, signal.SIGCONT)
+        assert handle.cancel() == "cancelled"
