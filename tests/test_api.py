@@ -235,19 +235,23 @@ def test_a_runtime_that_stops_answering_is_noticed(node: dict[str, Any]) -> None
     (the runtime is stopped with SIGSTOP, then let go)."""
     rt: Runtime = node["rt"]
     assert rt.proc is not None
+    pid = rt.proc.pid
+
+    async def async_wait(command_id: str) -> None:
+        async with AsyncClient(**node["ipc"]) as akrex:
+            handle = await akrex.attach(command_id)
+            os.kill(pid, signal.SIGSTOP)
+            await handle.wait()
+
     with Client(**node["ipc"]) as krex:
         handle = krex.submit(SLEEP)
-
-        async def async_wait() -> None:
-            async with AsyncClient(**node["ipc"], timeout=2) as akrex:
-                await (await akrex.attach(handle.id)).wait()  # its reply never comes
-
-        os.kill(rt.proc.pid, signal.SIGSTOP)
         try:
+            os.kill(pid, signal.SIGSTOP)
             with pytest.raises(RuntimeUnavailable, match="stopped answering"):
                 handle.wait(timeout=120)
-            with pytest.raises(RuntimeUnavailable):
-                asyncio.run(async_wait())
+            os.kill(pid, signal.SIGCONT)
+            with pytest.raises(RuntimeUnavailable, match="stopped answering"):
+                asyncio.run(async_wait(handle.id))
         finally:
-            os.kill(rt.proc.pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGCONT)
         assert handle.cancel() == "cancelled"
