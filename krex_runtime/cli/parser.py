@@ -42,7 +42,7 @@ def _json_option() -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument(
         "--json", action="store_true",
-        help="print one JSON document on stdout (a command's own output goes inside it)",
+        help="print one JSON document on stdout (run and wait: the result, the command's output inside it)",
     )
     return parent
 
