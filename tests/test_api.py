@@ -19,6 +19,7 @@ from runtime_helpers import PY, TENANTS, regions_config, stop_and_check
 from krex_runtime import AsyncClient, Client
 from krex_runtime.api import Command, RequestFailed, Result, RuntimeUnavailable
 from krex_runtime.service import curve
+from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 
 SLEEP = [PY, "-c", "import time; time.sleep(60)"]
@@ -39,6 +40,7 @@ def node(tmp_path_factory: pytest.TempPathFactory, native_built: Path) -> Iterat
     agent_public, agent_secret = curve.create_key_pair(keys, "agent")
     (clients / agent_public.name).write_bytes(agent_public.read_bytes())
     control, telemetry = f"tcp://127.0.0.1:{_free_port()}", f"tcp://127.0.0.1:{_free_port()}"
+    before = hygiene.baseline()
     rt = Runtime(
         root / "rt", policy="krex", sim=1, slots=8, extra_config=regions_config(),
         runtime_extra=(
@@ -55,6 +57,7 @@ def node(tmp_path_factory: pytest.TempPathFactory, native_built: Path) -> Iterat
         }
     finally:
         stop_and_check(rt)
+    assert not hygiene.leftovers(rt.run_dir, rt.lock_dir, before)
 
 
 @pytest.fixture(params=["ipc", "tcp"])
