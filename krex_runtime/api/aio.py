@@ -177,12 +177,8 @@ class AsyncClient:
                     in_flight.remove(h)
                     yield h._follow.result()
         finally:
-            for h in in_flight:
-                if not h.done():
-                    try:
-                        await h.cancel()
-                    except Exception:
-                        pass  # best effort: the runtime may be gone
+            # Together: each reply waits for its command's end. Best effort: the runtime may be gone.
+            await asyncio.gather(*(h.cancel() for h in in_flight if not h.done()), return_exceptions=True)
 
     async def cancel(self, command_id: str) -> str:
         return (await self.call("cancel", {"id": command_id}))["state"]

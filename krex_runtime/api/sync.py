@@ -174,16 +174,28 @@ class Client:
                     in_flight.remove(h)
                     yield h._follow.result()
         finally:
-            for h in in_flight:
-                if not h._follow.done:
-                    try:
-                        h.cancel()
-                    except Exception:
-                        pass  # best effort: the runtime may be gone
+            self._cancel_all([h.id for h in in_flight if not h._follow.done])
 
     def cancel(self, command_id: str) -> str:
         """Cancel a queued or running command; its state after the cancel."""
         return self.call("cancel", {"id": command_id})["state"]
+
+    def _cancel_all(self, command_ids: list[str]) -> None:
+        """Cancel many at once (each reply waits for its command's end, so
+        they are sent together); best effort: the runtime may be gone."""
+        pending: set[str] = set()
+        try:
+            for command_id in command_ids:
+                request_id = self._conn.send("cancel", {"id": command_id})
+                self._inbox.expect(request_id)
+                pending.add(request_id)
+            self._pump_until(lambda: pending <= set(self._inbox.replies), VERBS["cancel"].wait_s, "cancel replies")
+        except Exception:
+            pass  # the runtime may be gone: nothing more to do for these commands
+        finally:
+            for request_id in pending:
+                self._inbox.take_reply(request_id)
+                self._inbox.calls.discard(request_id)
 
     # --- the node -------------------------------------------------------------
 
