@@ -215,3 +215,13 @@ def test_shell_completion_completes_subcommands_and_options(tmp_path: Path) -> N
     assert "pooled" in complete("krex run --mode ")
     script = subprocess.run([*command("krex"), "completion", "bash"], capture_output=True, text=True)
     assert script.returncode == 0 and "complete " in script.stdout and "krex" in script.stdout
+
+
+def test_ctrl_c_cancels_the_command_and_reports_how_it_ended(rt: Runtime) -> None:
+    run = subprocess.Popen([*command("krex"), "run", "--", PY, "-u", "-c", "print('started'); import time; time.sleep(60)"],
+                           env=rt.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert run.stdout is not None and run.stdout.readline() == "started\n"
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=60)
+    assert "cancelling" in err and "cancelled" in err and "Traceback" not in err, err
+    assert run.returncode in (128 + signal.SIGTERM, 128 + signal.SIGKILL), err
