@@ -225,3 +225,16 @@ def test_ctrl_c_cancels_the_command_and_reports_how_it_ended(rt: Runtime) -> Non
     out, err = run.communicate(timeout=60)
     assert "cancelling" in err and "cancelled" in err and "Traceback" not in err, err
     assert run.returncode in (128 + signal.SIGTERM, 128 + signal.SIGKILL), err
+
+
+def test_readme_lists_every_subcommand_once_per_doc() -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## The `krex` command"):]
+    section = section[: section.index("```", section.index("```") + 3)]
+    sub = next(a for a in build_parser("test")._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in sub.choices.items():
+        assert f"krex {name}" in section, f"README's krex section lacks `krex {name}`"
+    for words in ("krex bench list", "krex keys create", "krex --version"):
+        assert words in section
+    listed = re.findall(r"^- (docs/\S+)", readme, re.M)
+    assert len(listed) == len(set(listed)), f"a doc is listed twice: {listed}"

@@ -142,7 +142,8 @@ def status_command(client: Client, args: argparse.Namespace) -> int:
     if not args.watch:
         out.print(status_view(client.status()))
         return 0
-    with Live(status_view(client.status()), console=out, auto_refresh=False, screen=out.is_terminal) as live:
+    # In place, not on the alternate screen: the last frame stays on the terminal after Ctrl-C.
+    with Live(status_view(client.status()), console=out, auto_refresh=False) as live:
         while True:
             time.sleep(args.watch)
             live.update(status_view(client.status()), refresh=True)
