@@ -30,7 +30,7 @@ from krex_runtime.cli.commands import (
 from krex_runtime.cli.parser import build_parser
 from krex_runtime.wire import protocol
 from krex_runtime.wire.control_client import CLIENT_KEY_ENV, SERVER_KEY_ENV, RequestFailed, RuntimeUnavailable, how_to_start
-from krex_runtime.wire.protocol import EXIT_KREX_ERROR, EXIT_SIGNAL_BASE
+from krex_runtime.wire.protocol import EXIT_SIGNAL_BASE
 
 __all__ = ["main", "version"]
 
@@ -82,8 +82,7 @@ def _main(argv: list[str]) -> int:
         return _with_runtime(args)
     except UsageError as exc:
         parser.print_usage(sys.stderr)
-        print(f"krex: error: {exc}", file=sys.stderr)
-        return EXIT_KREX_ERROR
+        return fail(args, "usage", str(exc))
     except KeyboardInterrupt:
         return EXIT_SIGNAL_BASE + signal.SIGINT
 
