@@ -154,6 +154,13 @@ def test_events_stream_the_command_it_ran(where: dict[str, Any]) -> None:
     assert mine.fields["state"] == "finished" and mine.seq > first.seq
 
 
+def test_a_tcp_client_finds_the_telemetry_endpoint_in_hello(node: dict[str, Any]) -> None:
+    tcp = {k: v for k, v in node["tcp"].items() if k != "telemetry"}
+    with Client(**tcp) as krex:
+        assert krex.call("hello")["telemetry"] == node["tcp"]["telemetry"]
+        assert next(krex.events(idle_timeout=10)).seq > 0
+
+
 def test_async_client_run_map_cancel_timeout(where: dict[str, Any]) -> None:
     async def scenario() -> None:
         async with AsyncClient(**where) as krex:

@@ -19,7 +19,7 @@ import zmq.asyncio
 from krex_runtime.api import inbox as core
 from krex_runtime.api.inbox import Follow, Inbox, Liveness, OutputCallback
 from krex_runtime.api.results import Command, Event, NodeStatus, Result
-from krex_runtime.api.sync import TELEMETRY_ENV, _path, _verb_wait
+from krex_runtime.api.sync import TELEMETRY_ENV, _path, _verb_wait, telemetry_from_hello
 from krex_runtime.wire import endpoints, protocol
 from krex_runtime.wire.control_client import (
     CurveKeys,
@@ -209,10 +209,7 @@ class AsyncClient:
         try:
             endpoint = self._telemetry or endpoints.client_telemetry(self.endpoint) or os.environ.get(TELEMETRY_ENV, "")
             if not endpoint:
-                raise RuntimeUnavailable(
-                    f"{self.endpoint} is a tcp endpoint: name its telemetry endpoint (runtime.telemetry_tcp) "
-                    f"with telemetry= or {TELEMETRY_ENV}"
-                )
+                endpoint = telemetry_from_hello(self.endpoint, await self.call("hello", {"client": "krex-api"}))
             use_curve(sock, endpoint, self._keys)
             sock.setsockopt(zmq.SUBSCRIBE, protocol.TOPIC_EVENT)
             sock.connect(endpoint)

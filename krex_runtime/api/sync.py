@@ -235,15 +235,8 @@ class Client:
             sock.close(linger=0)
 
     def _telemetry_endpoint(self) -> str:
-        if self._telemetry:
-            return self._telemetry
-        found = endpoints.client_telemetry(self.endpoint) or os.environ.get(TELEMETRY_ENV, "")
-        if not found:
-            raise RuntimeUnavailable(
-                f"{self.endpoint} is a tcp endpoint: name its telemetry endpoint (runtime.telemetry_tcp) "
-                f"with telemetry= or {TELEMETRY_ENV}"
-            )
-        return found
+        found = self._telemetry or endpoints.client_telemetry(self.endpoint) or os.environ.get(TELEMETRY_ENV, "")
+        return found or telemetry_from_hello(self.endpoint, self.call("hello", {"client": "krex-api"}))
 
     # --- reading the socket ---------------------------------------------------
 
@@ -281,6 +274,17 @@ class Client:
                 raise RuntimeUnavailable(f"the krex runtime at {self.endpoint} stopped answering ({what})")
             if self._alive.quiet(now):
                 self._alive.ping_id, self._alive.ping_sent = self._conn.send("hello", {"client": "krex-api"}), now
+
+
+def telemetry_from_hello(endpoint: str, hello: Mapping[str, Any]) -> str:
+    """The telemetry endpoint a runtime names to a tcp client (runtime.telemetry_tcp)."""
+    found = hello.get("telemetry") or ""
+    if not found.startswith("tcp://"):
+        raise RuntimeUnavailable(
+            f"the runtime at {endpoint} serves no tcp telemetry endpoint (runtime.telemetry_tcp); "
+            f"name one with telemetry= or {TELEMETRY_ENV}"
+        )
+    return found
 
 
 def _path(value: str | os.PathLike[str] | None) -> str | None:

@@ -71,7 +71,8 @@ async def hello(ctx: Context, peer: Peer, req: Request) -> Any:
         "node": ctx.log.state.node,
         "policy": ctx.node.config.runtime.policy,
         "read_only": peer.read_only,
-        "telemetry": endpoints.telemetry(ctx.run_dir),
+        # A tcp client cannot use the run dir's socket: it is told the tcp one ("" when none is served).
+        "telemetry": ctx.node.config.runtime.telemetry_tcp if peer.remote else endpoints.telemetry(ctx.run_dir),
         "gpus": [ctx.node.gpu_record(g) for g in ctx.node.gpus],
     }
 
