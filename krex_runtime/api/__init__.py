@@ -12,7 +12,8 @@ control protocol (krex_runtime/wire), so they work against a runtime on
 this node (ipc) or another one (tcp + CURVE) alike; `krex` is built on them.
 """
 
-from krex_runtime.api.aio import AsyncClient, AsyncHandle
+from typing import Any
+
 from krex_runtime.api.results import Command, CommandStatus, Event, GpuStatus, NodeStatus, Region, Result
 from krex_runtime.api.sync import Client, Handle
 from krex_runtime.wire.control_client import RequestFailed, RuntimeUnavailable
@@ -22,3 +23,12 @@ __all__ = [
     "AsyncClient", "AsyncHandle", "Client", "Command", "CommandStatus", "Event", "GpuStatus", "Handle",
     "NodeStatus", "ProtocolError", "Region", "RequestFailed", "Result", "RuntimeUnavailable",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The asyncio client loads asyncio and zmq.asyncio: only when named."""
+    if name in ("AsyncClient", "AsyncHandle"):
+        from krex_runtime.api import aio
+
+        return getattr(aio, name)
+    raise AttributeError(f"module 'krex_runtime.api' has no attribute {name!r}")

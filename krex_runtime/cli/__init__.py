@@ -64,10 +64,11 @@ def _main(argv: list[str]) -> int:
         from bench.cli import main as bench_main  # the evaluation is not part of the runtime
 
         return bench_main(argv[1:])
-    parser = build_parser(version())
-    import argcomplete  # answers the shell's completion request and exits; else does nothing
+    parser = build_parser(version)
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions: answer and exit
+        import argcomplete
 
-    argcomplete.autocomplete(parser)
+        argcomplete.autocomplete(parser)
     args = parser.parse_args(argv)
     if args.run_dir:
         os.environ["KREX_RUN_DIR"] = args.run_dir

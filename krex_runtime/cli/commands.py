@@ -17,14 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.live import Live
 
-from krex_runtime.api import Client, Handle, Result
 from krex_runtime.api.inbox import submit_body
-from krex_runtime.cli.views import status_view, trace_view
+from krex_runtime.api.results import Result
+from krex_runtime.api.sync import Client, Handle
 from krex_runtime.wire import verbs
 from krex_runtime.wire.protocol import EXIT_KREX_ERROR
-from krex_runtime.wire.trace import TraceError, read_trace, summarize
+
+# rich's tables and live display, and the trace reader, load only for the
+# subcommands that draw them: `krex` starts once per command an agent submits.
 
 
 class UsageError(Exception):
@@ -138,6 +139,10 @@ def status_command(client: Client, args: argparse.Namespace) -> int:
             raise UsageError("--watch redraws for a person; --json prints one document: use one of them")
         emit_json(client.call("status"))
         return 0
+    from rich.live import Live
+
+    from krex_runtime.cli.views import status_view
+
     out = console()
     if not args.watch:
         out.print(status_view(client.status()))
@@ -172,6 +177,9 @@ WITH_RUNTIME = {
 
 
 def trace_command(args: argparse.Namespace) -> int:
+    from krex_runtime.cli.views import trace_view
+    from krex_runtime.wire.trace import TraceError, read_trace, summarize
+
     try:
         summary = summarize(read_trace(Path(args.file)))
     except TraceError as exc:

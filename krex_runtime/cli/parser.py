@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, NoReturn
+from typing import Any, Callable, NoReturn
 
 from krex_runtime.wire import verbs
 from krex_runtime.wire.bodies import submit_modes
@@ -47,14 +47,28 @@ def _json_option() -> argparse.ArgumentParser:
     return parent
 
 
-def build_parser(version: str) -> Parser:
+class _Version(argparse.Action):
+    """--version, worked out only when asked (finding the installed
+    distribution reads every package's metadata)."""
+
+    def __init__(self, option_strings: list[str], version: Callable[[], str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str = "print krex's version and protocol, then exit") -> None:
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+        self.version = version
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        sys.stdout.write(self.version() + "\n")
+        parser.exit(0)
+
+
+def build_parser(version: Callable[[], str]) -> Parser:
     p = Parser(
         prog="krex",
         description="Run benchmark commands on a KREX runtime and inspect it.",
         epilog="exit status:\n" + "\n".join(f"  {status:<7} {meaning}" for status, meaning in EXIT_STATUS_TABLE),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--version", action="version", version=version)
+    p.add_argument("--version", action=_Version, version=version)
     p.add_argument("--endpoint", help="control endpoint (default: KREX_ENDPOINT, else the run dir's socket)")
     p.add_argument("--run-dir", help="the runtime's run dir (default: KREX_RUN_DIR, else the system default)")
     p.add_argument("--curve-client-key", metavar="FILE", help=f"tcp: your NAME.key_secret (default: {CLIENT_KEY_ENV})")
