@@ -20,7 +20,7 @@ import sys
 from krex_runtime.cli.commands import (
     WITH_RUNTIME,
     UsageError,
-    command_argv,
+    check_usage,
     completion_command,
     fail,
     keys_command,
@@ -82,17 +82,23 @@ def _main(argv: list[str]) -> int:
             return local(args)
         return _with_runtime(args)
     except UsageError as exc:
-        parser.print_usage(sys.stderr)
+        subcommand_parser(parser, args.verb).print_usage(sys.stderr)
         return fail(args, "usage", str(exc))
     except KeyboardInterrupt:
         return EXIT_SIGNAL_BASE + signal.SIGINT
 
 
+def subcommand_parser(parser: argparse.ArgumentParser, verb: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and verb in action.choices:
+            return action.choices[verb]
+    return parser
+
+
 def _with_runtime(args: argparse.Namespace) -> int:
     from krex_runtime.api import Client  # pyzmq: only for the subcommands that need it
 
-    if args.verb in ("run", "submit"):
-        command_argv(args)  # a usage error before any runtime is asked
+    check_usage(args)
     try:
         with Client(
             args.endpoint,

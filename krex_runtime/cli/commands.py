@@ -54,6 +54,14 @@ def command_argv(args: argparse.Namespace) -> list[str]:
     return argv
 
 
+def check_usage(args: argparse.Namespace) -> None:
+    """Usage errors argparse cannot see, found before any runtime is asked."""
+    if args.verb in ("run", "submit"):
+        command_argv(args)
+    if args.verb == "status" and args.json and args.watch:
+        raise UsageError("--watch redraws for a person; --json prints one document: use one of them")
+
+
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     return {"gpu": args.gpu, "mode": args.mode, "timeout": args.timeout, "label": args.label, "lease": args.lease}
 
@@ -135,8 +143,6 @@ def submit_command(client: Client, args: argparse.Namespace) -> int:
 
 def status_command(client: Client, args: argparse.Namespace) -> int:
     if args.json:
-        if args.watch:
-            raise UsageError("--watch redraws for a person; --json prints one document: use one of them")
         emit_json(client.call("status"))
         return 0
     from rich.live import Live
