@@ -29,7 +29,8 @@ from krex_runtime.cli.commands import (
 )
 from krex_runtime.cli.parser import build_parser
 from krex_runtime.wire import protocol
-from krex_runtime.wire.control_client import CLIENT_KEY_ENV, SERVER_KEY_ENV, RequestFailed, RuntimeUnavailable, how_to_start
+from krex_runtime.api.sync import Client
+from krex_runtime.wire.control_client import RequestFailed, RuntimeUnavailable, how_to_start
 from krex_runtime.wire.protocol import EXIT_SIGNAL_BASE
 
 __all__ = ["main", "version"]
@@ -59,11 +60,15 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_SIGNAL_BASE + signal.SIGPIPE
 
 
+def _bench(argv: list[str]) -> int:
+    from bench.cli import main as bench_main  # the evaluation is not part of the runtime
+
+    return bench_main(argv)
+
+
 def _main(argv: list[str]) -> int:
     if argv[:1] == ["bench"]:  # its own options, --help included, belong to it
-        from bench.cli import main as bench_main  # the evaluation is not part of the runtime
-
-        return bench_main(argv[1:])
+        return _bench(argv[1:])
     parser = build_parser(version)
     if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions: answer and exit
         import argcomplete
@@ -73,10 +78,8 @@ def _main(argv: list[str]) -> int:
     if args.run_dir:
         os.environ["KREX_RUN_DIR"] = args.run_dir
     try:
-        if args.verb == "bench":
-            from bench.cli import main as bench_main
-
-            return bench_main(args.bench_args)
+        if args.verb == "bench":  # after krex's own options (`krex --run-dir D bench ...`)
+            return _bench(args.bench_args)
         local = {"trace": trace_command, "keys": keys_command, "completion": completion_command}.get(args.verb)
         if local is not None:
             return local(args)
@@ -96,15 +99,9 @@ def subcommand_parser(parser: argparse.ArgumentParser, verb: str) -> argparse.Ar
 
 
 def _with_runtime(args: argparse.Namespace) -> int:
-    from krex_runtime.api import Client  # pyzmq: only for the subcommands that need it
-
     check_usage(args)
     try:
-        with Client(
-            args.endpoint,
-            curve_client_key=args.curve_client_key or os.environ.get(CLIENT_KEY_ENV) or None,
-            curve_server_key=args.curve_server_key or os.environ.get(SERVER_KEY_ENV) or None,
-        ) as client:
+        with Client(args.endpoint, curve_client_key=args.curve_client_key, curve_server_key=args.curve_server_key) as client:
             return WITH_RUNTIME.get(args.verb, verb_command)(client, args)
     except RuntimeUnavailable as exc:
         return fail(args, "unavailable", f"{exc}; {how_to_start()}")
