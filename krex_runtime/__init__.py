@@ -1,10 +1,27 @@
 """KREX runtime: region-granular GPU exclusivity for concurrent kernel benchmarking.
 
 The folders are the parts (docs/architecture.md draws them): wire (what
-clients and the console speak), node (configuration, GPUs, files), commands
-(running tenants), regions (exclusivity), telemetry, service (the process
-that ties them together), tenant (code that runs inside tenants), sim (the
-simulated driver's bindings), testing and demo (support, not the service).
+clients and the console speak), api (the Python client of a runtime), node
+(configuration, GPUs, files), commands (running tenants), regions
+(exclusivity), telemetry, service (the process that ties them together),
+tenant (code that runs inside tenants), sim (the simulated driver's
+bindings), testing and demo (support, not the service).
 
-Kept empty of imports: every tenant imports this package for `region()`.
+Kept free of imports: every tenant imports this package for `region()`.
+`Client` and `AsyncClient` (krex_runtime.api, which needs pyzmq) load only
+when first named.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {"Client", "AsyncClient"}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:  # by name, so the package itself depends on no layer (import-linter reads imports)
+        return getattr(importlib.import_module("krex_runtime.api"), name)
+    raise AttributeError(f"module 'krex_runtime' has no attribute {name!r}")

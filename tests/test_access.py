@@ -501,9 +501,11 @@ def test_commands_run_as_the_tenant_user(accounts: Accounts, open_root: Path, ma
     regions = str(REPO / "tests" / "tenants" / "regions.py")
     done = krex_as_submitter(rt, open_root, "run", "--json", "--", python, regions, "--regions", "2", "--kernel-us", "200")
     assert done.returncode == 0, done.stderr
-    assert [json.loads(line)["region"] for line in done.stdout.splitlines()[:2]] == [0, 1], done.stdout
-    assert "cannot open" not in done.stderr, done.stderr  # gated (not running ungated), and in the simulator's log
-    command_id = json.loads(done.stdout.splitlines()[-1])["id"]
+    result = json.loads(done.stdout)  # one document, the command's output inside
+    assert [json.loads(line)["region"] for line in result["stdout"].splitlines()[:2]] == [0, 1], result
+    assert "cannot open" not in result["stderr"], result  # gated (not running ungated), and in the simulator's log
+    assert result["region_count"] == 2
+    command_id = result["id"]
     rt.stop()
     granted = [e for e in read_trace(rt.trace_path).events if e["type"] == "region_granted" and e.get("command_id") == command_id]
     assert len(granted) == 2

@@ -45,11 +45,13 @@ def read_final_totals(runtime: Runtime) -> dict[str, int]:
 
 def test_run_streams_output_and_reports_json(runtime: Runtime) -> None:
     script = "import sys,time\nfor i in range(3):\n    print('line', i, flush=True); time.sleep(0.05)\nsys.exit(5)"
+    streamed = runtime.krex("run", "--gpu", "1", "--", PY, "-c", script)
+    assert streamed.returncode == 5
+    assert streamed.stdout.splitlines() == ["line 0", "line 1", "line 2"]
     done = runtime.krex("run", "--json", "--gpu", "1", "--", PY, "-c", script)
     assert done.returncode == 5
-    lines = done.stdout.splitlines()
-    assert lines[:3] == ["line 0", "line 1", "line 2"]
-    record = json.loads(lines[-1])
+    record = json.loads(done.stdout)  # one document; the command's output is inside it
+    assert record["stdout"] == "line 0\nline 1\nline 2\n" and record["exit_status"] == 5
     assert record["exit_code"] == 5 and record["gpu"] == 1 and record["state"] == "finished"
     assert record["started_at"] <= record["finished_at"]
     assert record["run_s"] >= 0 and record["queue_s"] >= 0

@@ -387,8 +387,8 @@ def test_pooled_command_takes_regions_as_itself(make_runtime) -> None:
     for _ in range(2):  # the second command reuses the context process under its own id
         done = rt.krex("run", "--mode", "pooled", "--json", "--", PY, "-c", code)
         assert done.returncode == 0, done.stderr
-        result = json.loads(done.stdout.splitlines()[-1])
-        assert done.stdout.startswith(f"measured {result['id']}\n")
+        result = json.loads(done.stdout)
+        assert result["stdout"].startswith(f"measured {result['id']}\n")
         ids.append(result["id"])
     granted = [e for e in read_trace(rt.trace_path).events if e["type"] == "region_granted"]
     assert [e["command_id"] for e in granted] == ids

@@ -56,7 +56,7 @@ def test_broken_line_is_reported_with_its_number(tmp_path: Path, tail: str, mess
     header = json.dumps({"format": FORMAT, "version": FORMAT_VERSION, "gpus": []})
     path.write_text(header + "\n" + json.dumps({"seq": 1, "t": 0, "type": "runtime_stopping"}) + tail)
     done = subprocess.run([*command("krex"), "trace", str(path)], capture_output=True, text=True)
-    assert done.returncode == 1
+    assert done.returncode == 125
     assert done.stderr.startswith(f"krex: {path}:3: {message}")
 
 
@@ -64,9 +64,9 @@ def test_not_a_trace(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_text('{"hello": 1}\n')
     done = subprocess.run([*command("krex"), "trace", str(path)], capture_output=True, text=True)
-    assert done.returncode == 1 and f"{path}:1: not a KREX trace" in done.stderr
+    assert done.returncode == 125 and f"{path}:1: not a KREX trace" in done.stderr
     missing = subprocess.run([*command("krex"), "trace", str(tmp_path / "none")], capture_output=True, text=True)
-    assert missing.returncode == 1 and "cannot open trace" in missing.stderr
+    assert missing.returncode == 125 and "cannot open trace" in missing.stderr
 
 
 def test_a_version_1_trace_still_reads(tmp_path: Path) -> None:

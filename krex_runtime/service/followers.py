@@ -8,6 +8,7 @@ import asyncio
 import codecs
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from krex_runtime.commands.dispatcher import Dispatcher
 from krex_runtime.commands.job import Job
@@ -15,6 +16,7 @@ from krex_runtime.node.gpus import Gpu
 from krex_runtime.service.server import ControlServer, Peer
 from krex_runtime.telemetry.monitor import CANARY_RESTART_S, Telemetry
 from krex_runtime.wire import protocol
+from krex_runtime.wire.model import NodeState
 
 log = logging.getLogger("krex.runtime")
 
@@ -26,12 +28,21 @@ class Attachment:
     decoders: dict[str, codecs.IncrementalDecoder]
 
 
+def result_record(job: Job, state: NodeState) -> dict[str, Any]:
+    """The result record (docs/protocol.md): the job's own figures and its
+    regions as the node state folded them from the region events."""
+    info = state.commands.get(job.id)
+    regions = [dict(r) for r in info.regions] if info is not None else []
+    return job.result() | {"regions": regions, "region_count": info.region_count if info is not None else 0}
+
+
 class Attachments:
     """Clients that follow a command: its output so far, then the rest as it
     comes, then its result."""
 
-    def __init__(self, server: ControlServer) -> None:
+    def __init__(self, server: ControlServer, state: NodeState) -> None:
         self._server = server
+        self._state = state
         self._attached: dict[str, list[Attachment]] = {}
 
     def attach(self, peer: Peer, request_id: str, job: Job) -> None:
@@ -41,7 +52,7 @@ class Attachments:
             if path is not None and path.exists():
                 self._push_output(att, job, stream, path.read_bytes())
         if job.done.is_set():
-            self._push(att, protocol.PUSH_RESULT, job.result())
+            self._push(att, protocol.PUSH_RESULT, result_record(job, self._state))
         else:
             self._attached.setdefault(job.id, []).append(att)
 
@@ -51,7 +62,7 @@ class Attachments:
 
     def finished(self, job: Job) -> None:
         for att in self._attached.pop(job.id, []):
-            self._push(att, protocol.PUSH_RESULT, job.result())
+            self._push(att, protocol.PUSH_RESULT, result_record(job, self._state))
 
     def _push_output(self, att: Attachment, job: Job, stream: str, data: bytes) -> None:
         text = att.decoders[stream].decode(data)

@@ -9,6 +9,7 @@ Refusals (read-only socket, tenants) happen before a handler runs
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any, Awaitable, Callable
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.regions.leases import LeaseDesk
 from krex_runtime.service.event_log import EventLog
+from krex_runtime.service.followers import result_record
 from krex_runtime.service.node import Node
 from krex_runtime.service.server import Handler, Peer
 from krex_runtime.wire import endpoints, protocol, verbs
@@ -36,6 +38,8 @@ class Context:
 
 
 Verb = Callable[[Context, Peer, Request], Awaitable[Any]]
+# After the kill grace, how long a cancel waits for the killed tree to be reaped.
+CANCEL_SETTLE_S = 3.0
 HANDLERS: dict[str, Verb] = {}
 
 
@@ -67,7 +71,8 @@ async def hello(ctx: Context, peer: Peer, req: Request) -> Any:
         "node": ctx.log.state.node,
         "policy": ctx.node.config.runtime.policy,
         "read_only": peer.read_only,
-        "telemetry": endpoints.telemetry(ctx.run_dir),
+        # A tcp client cannot use the run dir's socket: it is told the tcp one ("" when none is served).
+        "telemetry": ctx.node.config.runtime.telemetry_tcp if peer.remote else endpoints.telemetry(ctx.run_dir),
         "gpus": [ctx.node.gpu_record(g) for g in ctx.node.gpus],
     }
 
@@ -89,7 +94,13 @@ async def status(ctx: Context, peer: Peer, req: Request) -> Any:
         "regions": ctx.node.describe_regions(),
         "totals": dict(state.totals),
         "gpus": [_gpu_status(ctx, g, state.gpus[g.index]) for g in ctx.node.gpus],
+        "commands": [_command_status(c) for c in state.commands.values() if c.state in ("queued", "running")],
     }
+
+
+def _command_status(cmd: node_state.CommandInfo) -> dict[str, Any]:
+    """A queued or running command for `status` (the node state's record, less its regions)."""
+    return {k: v for k, v in vars(cmd).items() if k != "regions"} | {"argv": list(cmd.argv)}
 
 
 def _gpu_status(ctx: Context, gpu: Gpu, state: node_state.GpuState) -> dict[str, Any]:
@@ -120,6 +131,10 @@ async def snapshot(ctx: Context, peer: Peer, req: Request) -> Any:
 
 @handles(verbs.SUBMIT)
 async def submit(ctx: Context, peer: Peer, req: Request) -> Any:
+    if req.body.auto_region is not None:
+        raise ProtocolError(
+            ErrorCode.UNSUPPORTED, "auto_region is not supported by this runtime yet: mark the timing loop with region()"
+        )
     job = ctx.node.dispatcher.submit(req.body)
     if req.body.attach:
         ctx.node.attachments.attach(peer, req.id, job)
@@ -133,12 +148,19 @@ async def wait(ctx: Context, peer: Peer, req: Request) -> Any:
         ctx.node.attachments.attach(peer, req.id, job)
         return {"id": job.id, "state": job.state}
     await job.done.wait()
-    return job.result()
+    return result_record(job, ctx.log.state)
 
 
 @handles(verbs.CANCEL)
 async def cancel(ctx: Context, peer: Peer, req: Request) -> Any:
+    """Reply once the command has ended (its tree gets the kill grace, then
+    SIGKILL), so the state said is the one after the cancel."""
     job = ctx.node.dispatcher.cancel(req.body.id)
+    try:
+        settle = min(ctx.node.config.dispatcher.kill_grace_s + CANCEL_SETTLE_S, verbs.CANCEL.wait_s * 0.8)
+        await asyncio.wait_for(job.done.wait(), settle)
+    except asyncio.TimeoutError:
+        pass  # still ending: say so rather than keep the client waiting
     return {"id": job.id, "state": job.state}
 
 

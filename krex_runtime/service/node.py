@@ -25,12 +25,12 @@ from krex_runtime.commands.tenants import TenantRegistry
 from krex_runtime.node import access, native_build
 from krex_runtime.node.config import Config
 from krex_runtime.node.gpus import Gpu
-from krex_runtime.node.sink import EventSink
 from krex_runtime.regions import machinery
 from krex_runtime.regions.channel import RegionChannel
 from krex_runtime.regions.leases import CommandLeases, LeaseDesk
 from krex_runtime.regions.machinery import RegionMachinery
 from krex_runtime.regions.tokens import RegionTokens
+from krex_runtime.service.event_log import EventLog
 from krex_runtime.service.followers import Attachments, CanaryKeeper, Followers
 from krex_runtime.service.host import Host
 from krex_runtime.service.server import ControlServer
@@ -79,7 +79,7 @@ def gpu_record(config: Config, gpu: Gpu) -> dict[str, Any]:
     }
 
 
-def build(config: Config, gpus: list[Gpu], host: Host, sink: EventSink, server: ControlServer) -> Node:
+def build(config: Config, gpus: list[Gpu], host: Host, sink: EventLog, server: ControlServer) -> Node:
     krex = config.runtime.policy == "krex"
     tenants = TenantRegistry([g.index for g in gpus])
     clocks = Clocks(gpu_metrics.open_sampler(gpus, config.gpus.simulated_device), config.telemetry.clock_tolerance)
@@ -98,7 +98,7 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventSink, server: 
         cores={g.index: regions.cpus.tenant_cores(g.index) for g in gpus} if regions is not None else {},
         run_as=host.run_as,
     )
-    attachments = Attachments(server)
+    attachments = Attachments(server, sink.state)  # results carry the regions the state folded
     canaries = CanaryKeeper(telemetry, gpus) if config.telemetry.canary else None
     dispatcher = Dispatcher(
         config,

@@ -11,7 +11,6 @@ from typing import Literal, get_args
 Mode = Literal["process", "forked", "pooled"]
 MODES: tuple[str, ...] = get_args(Mode)
 
-
 @dataclass(frozen=True)
 class HelloBody:
     client: str = ""
@@ -33,6 +32,14 @@ class SubmitBody:
     attach: bool = False  # stream output and the result to this client
     lease: bool = False  # run with the whole GPU leased to it (policy krex)
     mode: Mode | None = None  # None: the runtime's dispatcher.default_mode
+    # Wrap well-known timing harnesses in a region. Part of the body so clients
+    # can name it; a runtime that cannot do it refuses a value (`unsupported`).
+    auto_region: bool | None = None
+
+
+def submit_modes() -> tuple[str, ...]:
+    """The modes a submission may name (`krex run --mode` offers these)."""
+    return MODES
 
 
 @dataclass(frozen=True)

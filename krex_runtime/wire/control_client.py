@@ -9,6 +9,7 @@ from __future__ import annotations
 import grp
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -37,8 +38,17 @@ class RequestFailed(Exception):
         self.reason = reason
 
 
+@dataclass(frozen=True)
+class CurveKeys:
+    """The key files a tcp client names: its own NAME.key_secret and the
+    runtime's public NAME.key. None: from the environment."""
+
+    client: str | None = None
+    server: str | None = None
+
+
 class ControlClient:
-    def __init__(self, endpoint: str | None = None, timeout_s: float = 5.0) -> None:
+    def __init__(self, endpoint: str | None = None, timeout_s: float = 5.0, keys: CurveKeys | None = None) -> None:
         self.endpoint = endpoint or client_control()
         self.timeout_s = timeout_s
         self._ctx = zmq.Context.instance()
@@ -46,7 +56,7 @@ class ControlClient:
         self._sock.setsockopt(zmq.LINGER, 0)
         try:
             check_reachable(self.endpoint)
-            use_curve(self._sock, self.endpoint)
+            use_curve(self._sock, self.endpoint, keys)
         except RuntimeUnavailable:
             self._sock.close()
             raise
@@ -136,11 +146,13 @@ def check_reachable(endpoint: str) -> None:
         raise RuntimeUnavailable(f"permission denied on {endpoint}: only its owner and group{group} may use it")
 
 
-def use_curve(sock: zmq.Socket, endpoint: str) -> None:
+def use_curve(sock: zmq.Socket, endpoint: str, keys: CurveKeys | None = None) -> None:
     """Give a socket bound for a tcp endpoint this client's CURVE keys."""
     if not endpoint.startswith("tcp://"):
         return
-    client_file, server_file = os.environ.get(CLIENT_KEY_ENV, ""), os.environ.get(SERVER_KEY_ENV, "")
+    keys = keys or CurveKeys()
+    client_file = keys.client or os.environ.get(CLIENT_KEY_ENV, "")
+    server_file = keys.server or os.environ.get(SERVER_KEY_ENV, "")
     if not client_file or not server_file:
         raise RuntimeUnavailable(
             f"{endpoint} is served with CURVE only: set {CLIENT_KEY_ENV} (your NAME.key_secret) "
@@ -166,6 +178,13 @@ def _body_of(msg: dict[str, Any]) -> Any:
 
 
 def how_to_start() -> str:
+    """A command that starts a runtime here as written. Root must say in a
+    config file who tenants run as (docs/configuration.md, [tenants])."""
     run_dir = os.environ.get("KREX_RUN_DIR")
     where = f" --run-dir {run_dir}" if run_dir else ""
-    return f"start one with `krex-runtime{where}` (or `krex-runtime --sim 2{where}` on a machine without GPUs)"
+    if os.geteuid() == 0:
+        return (
+            f"start one with `krex-runtime --config FILE{where}` (add `--sim 2` without GPUs), FILE a copy of "
+            f"configs/default.toml that sets [tenants] user = \"NAME\" (or allow_root = true)"
+        )
+    return f"start one with `krex-runtime{where}` (this node's GPUs) or `krex-runtime --sim 2{where}` (simulated GPUs)"

@@ -12,6 +12,10 @@ from typing import Any
 
 from krex_runtime.wire.events import DEFAULT_KEEP_FINISHED
 
+# Regions kept per command: a timing loop that enters a region per iteration
+# must not grow the node state (and every snapshot) without bound.
+REGIONS_KEPT = 64
+
 
 @dataclass
 class GpuState:
@@ -67,6 +71,11 @@ class CommandInfo:
     reason: str = ""
     mode: str = "process"
     worker: str | None = None
+    # Its regions, in grant order (the first REGIONS_KEPT; region_count counts all):
+    # {region, gpu, kind, granted_at, wait_s, enter_s, sm_clock_mhz, throttle, flags,
+    #  released_at, hold_s, reason, verdict}. The result record carries them.
+    regions: list[dict[str, Any]] = field(default_factory=list)
+    region_count: int = 0
 
 
 @dataclass

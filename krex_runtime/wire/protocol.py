@@ -40,6 +40,7 @@ class ErrorCode:
     REFUSED = "refused"  # read-only client, shutting down, paused target
     FORBIDDEN = "forbidden"  # a changing request from a tenant of the runtime
     QUEUE_FULL = "queue_full"
+    UNSUPPORTED = "unsupported"  # a field this runtime knows but cannot do yet
     INTERNAL = "internal"
 
 

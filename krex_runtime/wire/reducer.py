@@ -18,7 +18,7 @@ from typing import Any, Callable
 from krex_runtime.wire import events
 from krex_runtime.wire.event_check import EventError, describe
 from krex_runtime.wire.events import DEFAULT_KEEP_FINISHED
-from krex_runtime.wire.model import CommandInfo, GpuState, NodeState
+from krex_runtime.wire.model import REGIONS_KEPT, CommandInfo, GpuState, NodeState
 
 Reducer = Callable[[NodeState, dict[str, Any]], None]
 # What runtime_started says of each GPU that the state keeps as it is.
@@ -138,10 +138,28 @@ def _region_granted(s: NodeState, e: dict[str, Any]) -> None:
         "sm_clock_mhz": e.get("sm_clock_mhz"),
         "flags": list(e.get("flags") or []),
     }
+    cmd = s.commands.get(e.get("command_id") or "")
+    if cmd is not None:
+        cmd.region_count += 1
+        if len(cmd.regions) < REGIONS_KEPT:
+            cmd.regions.append(
+                {
+                    "region": e["region"], "gpu": e["gpu"], "kind": e["kind"], "granted_at": e["t"],
+                    "wait_s": e.get("wait_s"), "enter_s": e.get("enter_s"), "sm_clock_mhz": e.get("sm_clock_mhz"),
+                    "throttle": e.get("throttle"), "flags": list(e.get("flags") or []),
+                    "released_at": None, "hold_s": None, "reason": None, "verdict": e.get("verdict"),
+                }
+            )
 
 
 def _region_released(s: NodeState, e: dict[str, Any]) -> None:
     gpu = _gpu(s, e)
+    cmd = s.commands.get(gpu.region_command) if gpu.region_seq == e["region"] else None
+    for record in cmd.regions if cmd is not None else ():
+        if record["region"] == e["region"]:
+            record.update(released_at=e["t"], hold_s=e.get("hold_s"), reason=e["reason"])
+            if e.get("verdict") is not None:
+                record["verdict"] = e["verdict"]
     if gpu.region_seq == e["region"]:
         gpu.last_region = gpu.last_region | {k: v for k, v in e.items() if k.endswith("_s")} | {"reason": e["reason"]}
         gpu.region_holder, gpu.region_kind, gpu.region_command = None, "", ""

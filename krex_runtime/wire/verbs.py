@@ -79,6 +79,7 @@ def _recycling(reply: dict[str, Any]) -> str:
 # A lease waits for the GPU's region queue; give it time before calling it lost.
 LEASE_WAIT_S = 600.0
 
+_GPU = Arg(("gpu",), {"type": int, "help": "the GPU's index (krex status lists them)"})
 _GPU_SCOPE = Arg(("--gpu",), {"type": int, "help": "only this GPU (default: the whole node)"})
 
 HELLO = Verb("hello", HelloBody, False, "the runtime's protocol version, node, policy and GPUs")
@@ -88,7 +89,7 @@ SUBMIT = Verb("submit", SubmitBody, True, "queue a command and print its id")
 WAIT = Verb("wait", WaitBody, False, "wait for a command, stream its output, exit with its exit code")
 CANCEL = Verb(
     "cancel", CommandRef, True, "cancel a queued or running command",
-    args=(Arg(("id",)),),
+    args=(Arg(("id",), {"help": "the command's id (from krex submit, status or the console)"}),),
     says=lambda reply: f"{reply['id']}: {reply['state']}",
     confirm="Ends its whole process tree.",
 )
@@ -105,7 +106,7 @@ RESUME = Verb(
 LEASE = Verb(
     "lease", LeaseBody, True, "take a whole GPU: wait for its region, gate, drain and freeze its tenants",
     args=(
-        Arg(("gpu",), {"type": int}),
+        _GPU,
         Arg(("--ttl",), {"dest": "ttl_s", "type": float, "metavar": "S",
                          "help": "release by itself after S seconds (default: config)"}),
     ),
@@ -116,14 +117,14 @@ LEASE = Verb(
 )
 RELEASE = Verb(
     "release", GpuRef, True, "end a lease: thaw, reopen and admit again",
-    args=(Arg(("gpu",), {"type": int}),),
+    args=(_GPU,),
     says=lambda reply: f"released GPU {reply['gpu']}",
     confirm="Ends the operator's lease: thaw, reopen the gate, admit again.",
 )
 RECYCLE = Verb(
     "recycle", RecycleBody, True, "replace a GPU's context processes after their current command",
     args=(
-        Arg(("gpu",), {"type": int}),
+        _GPU,
         Arg(("--now",), {"action": "store_true", "help": "at once: busy ones are killed and their commands fail"}),
     ),
     says=_recycling,

@@ -195,7 +195,7 @@ def _malformed(tmp_path: Path) -> tuple[Path, str]:
 def test_krex_trace_names_the_line(tmp_path: Path) -> None:
     path, message = _malformed(tmp_path)
     done = subprocess.run([*command("krex"), "trace", str(path)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1
+    assert done.returncode == 125
     assert done.stderr.startswith(f"krex: {message}"), done.stderr
     assert "Traceback" not in done.stderr
 

@@ -1,0 +1,185 @@
+"""What both clients share and that does no I/O: the submit body a call
+makes, and the routing of what the runtime sends back to the request it
+answers (replies, a followed command's output, its result).
+
+Every submission attaches (`attach: true`): the runtime pushes the
+command's output and result over the control socket (docs/protocol.md,
+"Attaching to a command"), so a client on another machine (tcp + CURVE) gets
+them as one on the node does; no output file is read.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from krex_runtime.api.results import Command, Result
+from krex_runtime.wire import protocol
+from krex_runtime.wire.control_client import RequestFailed
+
+# Called with ("stdout" | "stderr", text) as a followed command writes.
+OutputCallback = Callable[[str, str], None]
+# Quiet this long while waiting: ping; no answer this long after: the runtime is gone.
+PING_AFTER_S = 1.0
+DEAD_AFTER_S = 5.0
+
+
+def submit_body(
+    argv: Sequence[str],
+    *,
+    gpu: int | None = None,
+    mode: str | None = None,
+    timeout: float | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    label: str | None = None,
+    auto_region: bool | None = None,
+    lease: bool = False,
+) -> dict[str, Any]:
+    """The `submit` body, inheriting the caller's cwd and environment as the
+    CLI does. `mode` and `auto_region` are sent only when given: the runtime
+    decides which modes exist and refuses what it cannot do."""
+    if isinstance(argv, (str, bytes)):
+        raise TypeError("argv is a list of strings (e.g. ['python3', 'bench.py']), not one string")
+    args = [os.fspath(a) for a in argv]
+    if not args:
+        raise ValueError("no command given: argv is empty")
+    body: dict[str, Any] = {
+        "argv": args,
+        "gpu": gpu,
+        "timeout_s": timeout,
+        "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
+        "env": dict(os.environ if env is None else env),
+        "label": label or "",
+        "attach": True,
+        "lease": lease,
+    }
+    if mode is not None:
+        body["mode"] = mode
+    if auto_region is not None:
+        body["auto_region"] = auto_region
+    return body
+
+
+def options_of(command: Command | Sequence[str], common: Mapping[str, Any]) -> tuple[Sequence[str], dict[str, Any]]:
+    """argv and submit options of one `map` item: its own options over the common ones."""
+    if isinstance(command, Command):
+        own = {k: v for k, v in vars(command).items() if k != "argv" and v is not None}
+        return command.argv, {**common, **own}
+    return command, dict(common)
+
+
+@dataclass
+class Follow:
+    """One submitted command, as its messages arrive."""
+
+    request_id: str
+    on_output: OutputCallback | None = None
+    command_id: str | None = None
+    error: RequestFailed | None = None
+    record: dict[str, Any] | None = None
+    stdout: list[str] = field(default_factory=list)
+    stderr: list[str] = field(default_factory=list)
+
+    @property
+    def replied(self) -> bool:
+        return self.command_id is not None or self.error is not None
+
+    @property
+    def done(self) -> bool:
+        return self.record is not None or self.error is not None
+
+    def result(self) -> Result:
+        assert self.record is not None
+        return Result.from_record(self.record, "".join(self.stdout), "".join(self.stderr))
+
+
+class Inbox:
+    """Routes each message from the runtime by the request it names (`re`)."""
+
+    def __init__(self) -> None:
+        self.follows: dict[str, Follow] = {}
+        self.replies: dict[str, dict[str, Any]] = {}  # request id -> reply, for plain calls
+        self.calls: set[str] = set()
+
+    def follow(self, request_id: str, on_output: OutputCallback | None = None) -> Follow:
+        f = Follow(request_id, on_output)
+        self.follows[request_id] = f
+        return f
+
+    def expect(self, request_id: str) -> None:
+        self.calls.add(request_id)
+
+    def take_reply(self, request_id: str) -> dict[str, Any] | None:
+        msg = self.replies.pop(request_id, None)
+        if msg is not None:
+            self.calls.discard(request_id)
+        return msg
+
+    def forget(self, request_id: str) -> None:
+        self.follows.pop(request_id, None)
+        self.calls.discard(request_id)
+        self.replies.pop(request_id, None)
+
+    def feed(self, msg: dict[str, Any]) -> str | None:
+        """Take one message; the request id it concerned, None if none we await."""
+        re = msg.get("re")
+        if not isinstance(re, str):
+            return None
+        if re in self.calls and msg.get("type") == "reply":
+            self.replies[re] = msg
+            return re
+        f = self.follows.get(re)
+        if f is None:
+            return None
+        kind, body = msg.get("type"), msg.get("body") or {}
+        if kind == "reply":
+            if msg.get("ok"):
+                f.command_id = body.get("id")
+            else:
+                err = msg.get("error") or {}
+                f.error = RequestFailed(err.get("code", "unknown"), err.get("reason", "request failed"))
+        elif kind == protocol.PUSH_OUTPUT:
+            stream, text = body.get("stream"), body.get("data", "")
+            (f.stdout if stream == "stdout" else f.stderr).append(text)
+            if f.on_output is not None:
+                f.on_output(stream, text)
+        elif kind == protocol.PUSH_RESULT:
+            f.record = body
+        return re
+
+
+def reply_body(msg: dict[str, Any]) -> Any:
+    """A reply's body, or RequestFailed for an error reply."""
+    if msg.get("ok"):
+        return msg.get("body", {})
+    err = msg.get("error") or {}
+    raise RequestFailed(err.get("code", "unknown"), err.get("reason", "request failed"))
+
+
+class Liveness:
+    """Notices a runtime that stopped answering while a client waits: ping
+    with `hello` when quiet, give up when the ping goes unanswered."""
+
+    def __init__(self, now: float) -> None:
+        self.last_heard = now
+        self.ping_id: str | None = None
+        self.ping_sent = 0.0
+
+    def heard(self, msg: dict[str, Any], now: float) -> bool:
+        """Note a message; True when it was our ping's answer (nothing else to do with it)."""
+        self.last_heard = now
+        if self.ping_id is not None and msg.get("re") == self.ping_id:
+            self.ping_id = None
+            return True
+        return False
+
+    def quiet(self, now: float) -> bool:
+        """Nothing came: True when a ping should go out now (set ping_id after sending)."""
+        if self.ping_id is None:
+            return now - self.last_heard >= PING_AFTER_S
+        return False
+
+    def dead(self, now: float) -> bool:
+        return self.ping_id is not None and now - self.ping_sent > DEAD_AFTER_S and now - self.last_heard > DEAD_AFTER_S

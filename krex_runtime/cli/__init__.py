@@ -1,0 +1,109 @@
+# PYTHON_ARGCOMPLETE_OK
+"""`krex`: submit commands to a KREX runtime, wait for them, inspect it.
+
+A thin layer over the Python API (krex_runtime.api): the parser
+(parser.py), what each subcommand does (commands.py), how status and trace
+summaries look (views.py).
+
+Exit status (README, "The krex command"): the command's own exit code;
+128+N when signal N ended it; 124 when it ran past its time limit; 125 when
+KREX itself failed (no runtime, a refused request, a usage error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+from krex_runtime.cli.commands import (
+    WITH_RUNTIME,
+    UsageError,
+    check_usage,
+    completion_command,
+    fail,
+    keys_command,
+    trace_command,
+    verb_command,
+)
+from krex_runtime.cli.parser import build_parser
+from krex_runtime.wire import protocol
+from krex_runtime.api.sync import Client
+from krex_runtime.wire.control_client import RequestFailed, RuntimeUnavailable, how_to_start
+from krex_runtime.wire.protocol import EXIT_SIGNAL_BASE
+
+__all__ = ["main", "version"]
+
+
+def version() -> str:
+    """`krex --version`: the installed distribution's version (whatever the
+    distribution is named) and the protocol this client speaks."""
+    from importlib import metadata
+
+    names = metadata.packages_distributions().get("krex_runtime") or []
+    try:
+        number = metadata.version(names[0]) if names else "unknown (not installed)"
+    except metadata.PackageNotFoundError:
+        number = "unknown (not installed)"
+    return f"krex {number} (protocol {protocol.VERSION})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    except BrokenPipeError:
+        # The reader of our stdout left (`krex status | head -1`): stop quietly,
+        # as a program killed by SIGPIPE would, with nothing left to flush.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_SIGNAL_BASE + signal.SIGPIPE
+
+
+def _bench(argv: list[str]) -> int:
+    from krex_bench.cli import main as bench_main  # the evaluation is not part of the runtime
+
+    return bench_main(argv)
+
+
+def _main(argv: list[str]) -> int:
+    if argv[:1] == ["bench"]:  # its own options, --help included, belong to it
+        return _bench(argv[1:])
+    parser = build_parser(version)
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions: answer and exit
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
+    args = parser.parse_args(argv)
+    if args.run_dir:
+        os.environ["KREX_RUN_DIR"] = args.run_dir
+    try:
+        if args.verb == "bench":  # after krex's own options (`krex --run-dir D bench ...`)
+            return _bench(args.bench_args)
+        local = {"trace": trace_command, "keys": keys_command, "completion": completion_command}.get(args.verb)
+        if local is not None:
+            return local(args)
+        return _with_runtime(args)
+    except UsageError as exc:
+        subcommand_parser(parser, args.verb).print_usage(sys.stderr)
+        return fail(args, "usage", str(exc))
+    except KeyboardInterrupt:
+        return EXIT_SIGNAL_BASE + signal.SIGINT
+
+
+def subcommand_parser(parser: argparse.ArgumentParser, verb: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and verb in action.choices:
+            return action.choices[verb]
+    return parser
+
+
+def _with_runtime(args: argparse.Namespace) -> int:
+    check_usage(args)
+    try:
+        with Client(args.endpoint, curve_client_key=args.curve_client_key, curve_server_key=args.curve_server_key) as client:
+            return WITH_RUNTIME.get(args.verb, verb_command)(client, args)
+    except RuntimeUnavailable as exc:
+        return fail(args, "unavailable", f"{exc}; {how_to_start()}")
+    except (RequestFailed, protocol.ProtocolError) as exc:  # ProtocolError: a reply that is not one
+        return fail(args, exc.code, exc.reason, show_code=True)

@@ -1,0 +1,232 @@
+"""What each `krex` subcommand does, over the Python API (krex_runtime.api).
+
+With `--json` each prints exactly one JSON document on stdout: `run` and
+`wait` the command's Result with its output inside (`stdout`, `stderr`),
+nothing streamed; the others their reply. Without it, `run` and `wait`
+stream the command's output to stdout and stderr as it comes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from krex_runtime.api.inbox import submit_body
+from krex_runtime.api.results import Result
+from krex_runtime.api.sync import Client, Handle
+from krex_runtime.wire import verbs
+from krex_runtime.wire.protocol import EXIT_KREX_ERROR
+
+# rich's tables and live display, and the trace reader, load only for the
+# subcommands that draw them: `krex` starts once per command an agent submits.
+
+
+class UsageError(Exception):
+    """A command line that names no work (exit 125, like argparse's errors)."""
+
+
+def emit_json(document: Any) -> None:
+    sys.stdout.write(json.dumps(document) + "\n")
+    sys.stdout.flush()
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError  # main() ends quietly with 141, as for any other write (rich would exit 1)
+
+
+def console() -> Console:
+    """rich on stdout; a pipe gets plain text wide enough not to cut rows."""
+    return _Console(width=None if sys.stdout.isatty() else 200, soft_wrap=False)
+
+
+def command_argv(args: argparse.Namespace) -> list[str]:
+    argv = args.argv[1:] if args.argv and args.argv[0] == "--" else args.argv
+    if not argv:
+        raise UsageError(f"no command given (krex {args.verb} -- CMD ARGS...)")
+    return argv
+
+
+def check_usage(args: argparse.Namespace) -> None:
+    """Usage errors argparse cannot see, found before any runtime is asked."""
+    if args.verb in ("run", "submit"):
+        command_argv(args)
+    if args.verb == "status" and args.json and args.watch:
+        raise UsageError("--watch redraws for a person; --json prints one document: use one of them")
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"gpu": args.gpu, "mode": args.mode, "timeout": args.timeout, "label": args.label, "lease": args.lease}
+
+
+def run_command(client: Client, args: argparse.Namespace) -> int:
+    argv = command_argv(args)
+    handle = client.submit(argv, **_options(args), on_output=None if args.json else Streamer())
+    return _finish(client, handle, args.json)
+
+
+def wait_command(client: Client, args: argparse.Namespace) -> int:
+    handle = client.attach(args.id, on_output=None if args.json else Streamer())
+    return _finish(client, handle, args.json)
+
+
+class Streamer:
+    """Writes a followed command's output through; once a stream's reader has
+    gone, drops the rest (the cancel that follows must not fail on it)."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def __call__(self, stream: str, text: str) -> None:
+        if self.closed:
+            return
+        out = sys.stdout if stream == "stdout" else sys.stderr
+        try:
+            out.write(text)
+            out.flush()
+        except BrokenPipeError:
+            self.closed = True
+            raise
+
+
+def _finish(client: Client, handle: Handle, as_json: bool) -> int:
+    """Wait for the command; Ctrl-C (or a closed stdout) cancels it, and we
+    still report how it ended."""
+    try:
+        result = _wait(handle)
+    except BrokenPipeError:  # nobody reads its output any more: end it, as a pipeline would
+        _cancel_quietly(handle)
+        raise
+    if as_json:
+        emit_json(result.to_dict())
+    _say_end(result)
+    return result.exit_status
+
+
+def _wait(handle: Handle) -> Result:
+    while True:
+        try:
+            return handle.wait()
+        except KeyboardInterrupt:
+            print(f"\nkrex: cancelling {handle.id}", file=sys.stderr)
+            _cancel_quietly(handle)
+
+
+def _cancel_quietly(handle: Handle) -> None:
+    try:
+        handle.cancel()
+    except Exception as exc:  # the runtime may be gone; the caller reports how it ended
+        print(f"krex: could not cancel {handle.id}: {exc}", file=sys.stderr)
+
+
+def _say_end(result: Result) -> None:
+    if result.state != "finished" or result.reason:
+        print(f"krex: {result.id} {result.state}: {result.reason}".rstrip(": "), file=sys.stderr)
+
+
+def submit_command(client: Client, args: argparse.Namespace) -> int:
+    body = submit_body(command_argv(args), **_options(args)) | {"attach": False}  # nobody follows it here
+    reply = client.call("submit", body)
+    if args.json:
+        emit_json(reply)
+    else:
+        print(reply["id"])
+    return 0
+
+
+def status_command(client: Client, args: argparse.Namespace) -> int:
+    if args.json:
+        emit_json(client.call("status"))
+        return 0
+    from rich.live import Live
+
+    from krex_runtime.cli.views import status_view
+
+    out = console()
+    if not args.watch:
+        out.print(status_view(client.status()))
+        return 0
+    # In place, not on the alternate screen: the last frame stays on the terminal after Ctrl-C.
+    with Live(status_view(client.status()), console=out, auto_refresh=False) as live:
+        while True:
+            time.sleep(args.watch)
+            live.update(status_view(client.status()), refresh=True)
+
+
+def verb_command(client: Client, args: argparse.Namespace) -> int:
+    """A plain verb of the table: its args make its body, its `says` the output."""
+    verb = verbs.VERBS[args.verb]
+    body = {f.name: getattr(args, f.name) for f in dataclasses.fields(verb.body) if hasattr(args, f.name)}
+    reply = client.call(verb.name, body, timeout=args.wait)
+    assert verb.says is not None
+    if args.json:
+        emit_json(reply)
+    else:
+        print(verb.says(reply))
+    return 0
+
+
+# Subcommands that talk to a runtime, beyond the table's plain verbs.
+WITH_RUNTIME = {
+    "run": run_command,
+    "submit": submit_command,
+    "wait": wait_command,
+    "status": status_command,
+}
+
+
+def trace_command(args: argparse.Namespace) -> int:
+    from krex_runtime.cli.views import trace_view
+    from krex_runtime.wire.trace import TraceError, read_trace, summarize
+
+    try:
+        summary = summarize(read_trace(Path(args.file)))
+    except TraceError as exc:
+        return fail(args, "bad_trace", str(exc))
+    if args.json:
+        emit_json(summary)
+    else:
+        console().print(trace_view(summary))
+    return 0
+
+
+def keys_command(args: argparse.Namespace) -> int:
+    from krex_runtime.service import curve  # the key files' format is the runtime's
+
+    try:
+        public, secret = curve.create_key_pair(Path(args.dir), args.name)
+    except (curve.CurveError, OSError) as exc:
+        return fail(args, "keys", str(exc))
+    if args.json:
+        emit_json({"public": str(public), "secret": str(secret)})
+        return 0
+    print(f"public key {public} (give it to the runtime: runtime.curve_clients, or to clients: KREX_CURVE_SERVER_KEY)")
+    print(f"secret key {secret} (keep it: runtime.curve_server_key, or KREX_CURVE_CLIENT_KEY)")
+    return 0
+
+
+def completion_command(args: argparse.Namespace) -> int:
+    import argcomplete
+
+    script = argcomplete.shellcode(["krex"], shell=args.shell)
+    if args.json:
+        emit_json({"shell": args.shell, "script": script})
+    else:
+        sys.stdout.write(script)
+    return 0
+
+
+def fail(args: argparse.Namespace, code: str, reason: str, show_code: bool = False) -> int:
+    """A KREX failure: one line on stderr (the runtime's error code after a
+    refusal) and, with --json, the error as the document; exit 125."""
+    print(f"krex: {reason}" + (f" [{code}]" if show_code else ""), file=sys.stderr)
+    if getattr(args, "json", False):
+        emit_json({"error": {"code": code, "reason": reason}})
+    return EXIT_KREX_ERROR

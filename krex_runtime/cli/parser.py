@@ -1,0 +1,129 @@
+"""`krex`'s command line: one subcommand per verb of the table (wire/verbs.py)
+plus the client-side ones (run, trace, keys, completion, bench), every one
+with `--json`.
+
+A usage error exits 125 like every other KREX failure (argparse's own 2
+would read as the command's exit code 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable, NoReturn
+
+from krex_runtime.wire import verbs
+from krex_runtime.wire.bodies import submit_modes
+from krex_runtime.wire.control_client import CLIENT_KEY_ENV, SERVER_KEY_ENV
+from krex_runtime.wire.protocol import EXIT_KREX_ERROR, EXIT_SIGNAL_BASE, EXIT_TIMEOUT
+
+COMPLETION_SHELLS = ("bash", "zsh", "fish", "tcsh")
+
+# `krex`'s exit status, the one table (README and docs/api.md show it; a test keeps them in step).
+EXIT_STATUS_TABLE: tuple[tuple[str, str], ...] = (
+    ("0", "the command exited 0; any other subcommand did what it was asked"),
+    ("1-123", "the command's own exit code (`run`, `wait`)"),
+    (str(EXIT_TIMEOUT), "the command ran past its time limit (`--timeout`) and was ended"),
+    (str(EXIT_KREX_ERROR), "KREX failed: no runtime, a refused request, a usage error, a trace that does not read"),
+    ("126, 127", "the program may not be executed, or was not found (as in a shell)"),
+    (f"{EXIT_SIGNAL_BASE}+N", "signal N ended the command (137: SIGKILL); 141: krex's reader went away (SIGPIPE)"),
+)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with usage errors exiting 125 (subparsers inherit the class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_KREX_ERROR, f"{self.prog}: error: {message}\n")
+
+
+def _json_option() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--json", action="store_true",
+        help="print one JSON document on stdout (run and wait: the result, the command's output inside it)",
+    )
+    return parent
+
+
+class _Version(argparse.Action):
+    """--version, worked out only when asked (finding the installed
+    distribution reads every package's metadata)."""
+
+    def __init__(self, option_strings: list[str], version: Callable[[], str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str = "print krex's version and protocol, then exit") -> None:
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+        self.version = version
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        sys.stdout.write(self.version() + "\n")
+        parser.exit(0)
+
+
+def build_parser(version: Callable[[], str]) -> Parser:
+    p = Parser(
+        prog="krex",
+        description="Run benchmark commands on a KREX runtime and inspect it.",
+        epilog="exit status:\n" + "\n".join(f"  {status:<7} {meaning}" for status, meaning in EXIT_STATUS_TABLE),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action=_Version, version=version)
+    p.add_argument("--endpoint", help="control endpoint (default: KREX_ENDPOINT, else the run dir's socket)")
+    p.add_argument("--run-dir", help="the runtime's run dir (default: KREX_RUN_DIR, else the system default)")
+    p.add_argument("--curve-client-key", metavar="FILE", help=f"tcp: your NAME.key_secret (default: {CLIENT_KEY_ENV})")
+    p.add_argument("--curve-server-key", metavar="FILE", help=f"tcp: the runtime's public NAME.key (default: {SERVER_KEY_ENV})")
+    subparsers = p.add_subparsers(dest="verb", required=True, metavar="COMMAND")
+    js = [_json_option()]
+
+    class sub:  # `krex NAME --help` opens with the same line `krex --help` lists
+        @staticmethod
+        def add_parser(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+            return subparsers.add_parser(name, description=kwargs.get("help"), **kwargs)
+
+    def command_options(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--gpu", type=int, help="run on this GPU index (default: the least-loaded)")
+        sp.add_argument("--timeout", type=float, metavar="S", help="wall-time limit in seconds (then exit status 124)")
+        sp.add_argument("--label", default="", help="a name shown in status and the trace")
+        sp.add_argument("--lease", action="store_true", help="run with the whole GPU leased to the command (policy krex)")
+        modes = submit_modes()
+        sp.add_argument(
+            "--mode", choices=modes, default=None,
+            help="how it runs (default: the runtime's dispatcher.default_mode): process, its own process tree; "
+            "forked, forked from the GPU's preloaded zygote; pooled, a Python entry point run in a warm context process",
+        )
+        sp.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...", help="the command and its arguments")
+
+    run = sub.add_parser("run", parents=js, help="run a command, stream its output, exit with its exit status")
+    command_options(run)
+    submit = sub.add_parser("submit", parents=js, help=verbs.SUBMIT.summary)
+    command_options(submit)
+    wait = sub.add_parser("wait", parents=js, help=verbs.WAIT.summary)
+    wait.add_argument("id", help="the command's id (from krex submit)")
+    status = sub.add_parser("status", parents=js, help=verbs.STATUS.summary)
+    status.add_argument("--watch", type=float, nargs="?", const=1.0, metavar="S", help="redraw every S seconds (default 1)")
+    for verb in verbs.VERBS.values():
+        if verb.on_cli:
+            sp = sub.add_parser(verb.name, parents=js, help=verb.summary)
+            for arg in verb.args:
+                sp.add_argument(*arg.flags, **arg.options)
+            sp.add_argument("--wait", type=float, default=verb.wait_s, metavar="S", help="give up waiting after S seconds")
+    bench = sub.add_parser(
+        "bench", help="the evaluation workload under each policy: run, report, list (krex bench --help)", add_help=False
+    )
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="krex bench's own arguments")
+    trace = sub.add_parser("trace", parents=js, help="summarise a trace file: commands, regions and leases")
+    trace.add_argument("file", help="a trace (the runtime's runtime.trace_path, JSON lines)")
+    keys = sub.add_parser("keys", help="CURVE key pairs for tcp endpoints")
+    keys_verbs = keys.add_subparsers(dest="keys_verb", required=True, metavar="ACTION")
+    create = keys_verbs.add_parser(
+        "create", parents=js, help="write DIR/NAME.key (public) and DIR/NAME.key_secret (owner only)"
+    )
+    create.add_argument("dir", help="the folder to write the pair into")
+    create.add_argument("--name", default="client", help="file name of the pair (default: client)")
+    completion = sub.add_parser(
+        "completion", parents=js,
+        help="print the shell code that completes krex (e.g. eval \"$(krex completion bash)\")",
+    )
+    completion.add_argument("shell", choices=COMPLETION_SHELLS, help="the shell to complete in")
+    return p

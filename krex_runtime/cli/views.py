@@ -1,0 +1,127 @@
+"""How `krex status` and `krex trace` look to a person: rich tables. A
+figure the runtime does not have (no region yet, no pool) reads `-`."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from krex_runtime.api.results import NodeStatus
+
+NA = "-"
+COMMAND_WIDTH = 80  # of a command line in the commands table; the rest is cut with …
+
+
+def status_view(status: NodeStatus, now: float | None = None) -> RenderableType:
+    now = time.time() if now is None else now
+    flags = [f for f, on in (("PAUSED", status.paused), ("STOPPING", status.stopping)) if on]
+    t = status.totals
+    header = Text(
+        f"node {status.node}  policy {status.policy}  pid {status.pid}  up {status.uptime_s:.0f}s  "
+        f"queued {status.queued}  {' '.join(flags)}".rstrip()
+    )
+    totals = Text(
+        f"submitted {t.get('submitted', 0)}  finished {t.get('finished', 0)}  timeout {t.get('timeout', 0)}  "
+        f"cancelled {t.get('cancelled', 0)}  failed {t.get('failed', 0)}"
+    )
+    return Group(header, totals, gpu_table(status, now), command_table(status, now))
+
+
+def gpu_table(status: NodeStatus, now: float) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for name, justify in (
+        ("GPU", "left"), ("NAME", "left"), ("RUN", "right"), ("SLOT", "right"), ("QUEUE", "right"),
+        ("POOL", "right"), ("REGION", "left"), ("RQ", "right"), ("FRZ", "right"), ("GRANTED", "right"),
+        ("ENTER ms", "right"), ("STATE", "left"),
+    ):
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for g in status.gpus:
+        name = g.name + (" (sim)" if g.simulated and "simulated" not in g.name else "")
+        if g.region_holder is None:
+            region = NA
+        elif g.region_kind == "lease":
+            region = f"lease {now - (g.region_since or now):.0f}s"
+        else:
+            region = f"t{g.region_holder} {now - (g.region_since or now):.1f}s"
+        pool = f"{g.pool.get('idle', 0)}/{g.pool['size']}" if g.pool.get("size") else NA
+        enter = f"{g.last_enter_s * 1000:.1f}" if g.last_enter_s is not None else NA
+        state = "paused" if g.paused else "leased" if g.leased else "open"
+        table.add_row(
+            str(g.index), name, str(len(g.running)), str(g.slots), str(g.queued), pool, region,
+            str(g.region_queue), str(len(g.frozen)), str(g.regions_granted), enter, state,
+        )
+    return table
+
+
+def command_table(status: NodeStatus, now: float) -> RenderableType:
+    if not status.commands:
+        return Text("no command queued or running")
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for name, justify in (("ID", "left"), ("STATE", "left"), ("GPU", "right"), ("MODE", "left"),
+                          ("FOR", "right"), ("LABEL", "left"), ("COMMAND", "left")):
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for c in status.commands:
+        since = c.started_at if c.started_at is not None else c.submitted_at
+        # The program's name, not its folder: what tells commands apart is what follows it.
+        line = shlex.join([os.path.basename(c.argv[0]), *c.argv[1:]]) if c.argv else NA
+        if len(line) > COMMAND_WIDTH:
+            line = line[: COMMAND_WIDTH - 1] + "…"
+        table.add_row(
+            c.id, c.state, str(c.gpu) if c.gpu is not None else NA, c.mode, f"{max(0.0, now - since):.1f}s",
+            c.label or NA, line,
+        )
+    return table
+
+
+def trace_view(summary: dict[str, Any]) -> RenderableType:
+    parts: list[RenderableType] = [
+        Text(f"trace of {summary['node']}: policy {summary['policy']}, {summary['gpus']} GPU(s)"),
+        Text(f"{summary['events']} events over {summary['span_s']:.1f} s"),
+    ]
+    totals = Table(box=None, pad_edge=False, show_header=False)
+    totals.add_column(no_wrap=True)
+    totals.add_column(justify="right", no_wrap=True)
+    for key, value in sorted(summary["totals"].items()):
+        totals.add_row(key, str(value))
+    parts.append(totals)
+    for name in ("queue_wait_s", "run_s"):
+        q = summary[name]
+        if q:
+            parts.append(Text(f"{name:<13} n={q['n']} p50={q['p50']:.3f} p95={q['p95']:.3f} max={q['max']:.3f}"))
+    parts.append(Text("peak running per GPU: " + (", ".join(f"{k}:{v}" for k, v in summary["peak_running_per_gpu"].items()) or NA)))
+    if summary["unfinished"]:
+        parts.append(Text(f"{summary['unfinished']} command(s) started but never finished in this trace"))
+    parts.append(region_table(summary))
+    leases = summary["leases"]
+    hold = leases["hold_s"]
+    reasons = ", ".join(f"{k} {v}" for k, v in sorted(leases["reasons"].items())) or NA
+    parts.append(Text(
+        f"leases: {leases['granted']} granted, hold p50 {_ms(hold.get('p50'))} p99 {_ms(hold.get('p99'))} ms, ended: {reasons}"
+    ))
+    return Group(*parts)
+
+
+def region_table(summary: dict[str, Any]) -> RenderableType:
+    per_gpu = summary["regions_per_gpu"]
+    if not per_gpu:
+        return Text("regions: none")
+    table = Table(box=None, pad_edge=False, header_style="bold", title="regions", title_justify="left")
+    for name in ("GPU", "GRANTED", "ENTER p50 ms", "ENTER p99 ms", "HOLD p50 ms", "HOLD p99 ms", "FLAGGED", "VERDICTS"):
+        table.add_column(name, justify="left" if name in ("GPU", "VERDICTS") else "right", no_wrap=True)
+    for gpu, g in per_gpu.items():
+        verdicts = ", ".join(f"{k} {v}" for k, v in sorted(g["verdicts"].items())) or NA
+        table.add_row(
+            gpu, str(g["granted"]), _ms(g["enter_s"].get("p50")), _ms(g["enter_s"].get("p99")),
+            _ms(g["hold_s"].get("p50")), _ms(g["hold_s"].get("p99")), str(g["flagged"]), verdicts,
+        )
+    return table
+
+
+def _ms(seconds: float | None) -> str:
+    return f"{seconds * 1000:.2f}" if seconds is not None else NA

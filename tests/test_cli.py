@@ -1,0 +1,240 @@
+"""`krex`'s conventions: --version, one JSON document per --json, the exit
+status table, quiet on a closed pipe, status/cancel/trace wording, help on
+every positional argument, a no-runtime hint that works as written. One
+runtime (policy krex, simulated GPU) serves the module."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from runtime_helpers import PY, REPO, TENANTS, regions_config, stop_and_check
+
+from rich.console import Console
+
+from krex_runtime.api import NodeStatus
+from krex_runtime.cli.parser import EXIT_STATUS_TABLE, build_parser
+from krex_runtime.cli.views import status_view
+from krex_runtime.sim.device_file import remove_device
+from krex_runtime.testing import hygiene
+from krex_runtime.testing.local_runtime import Runtime, command, wait_until
+
+SLEEP = [PY, "-c", "import time; time.sleep(60)"]
+
+
+@pytest.fixture(scope="module")
+def rt(tmp_path_factory: pytest.TempPathFactory, native_built: Path) -> Iterator[Runtime]:
+    before = hygiene.baseline()
+    runtime = Runtime(tmp_path_factory.mktemp("cli") / "rt", policy="krex", sim=1, slots=8, extra_config=regions_config())
+    runtime.start()
+    try:
+        yield runtime
+    finally:
+        stop_and_check(runtime)
+    assert not hygiene.leftovers(runtime.run_dir, runtime.lock_dir, before)
+
+
+def one_document(done: subprocess.CompletedProcess[str]) -> dict:
+    """stdout holds exactly one JSON document."""
+    return json.loads(done.stdout)
+
+
+def test_version() -> None:
+    done = subprocess.run([*command("krex"), "--version"], capture_output=True, text=True)
+    assert done.returncode == 0
+    assert re.fullmatch(r"krex \S+ \(protocol 1\)\n", done.stdout), done.stdout
+
+
+def test_every_subcommand_gives_one_json_document(rt: Runtime, tmp_path: Path) -> None:
+    run = one_document(rt.krex("run", "--json", "--", "sh", "-c", "echo out; echo err >&2"))
+    assert run["stdout"] == "out\n" and run["stderr"] == "err\n" and run["exit_status"] == 0
+    submitted = one_document(rt.krex("submit", "--json", "--", "echo", "later"))
+    waited = one_document(rt.krex("wait", "--json", submitted["id"]))
+    assert waited["id"] == submitted["id"] and waited["stdout"] == "later\n"
+    assert one_document(rt.krex("status", "--json"))["policy"] == "krex"
+    victim = rt.krex("submit", "--", *SLEEP).stdout.strip()
+    assert one_document(rt.krex("cancel", "--json", victim)) == {"id": victim, "state": "cancelled"}
+    assert one_document(rt.krex("pause", "--json", "--gpu", "0")) == {"paused": 0}
+    assert one_document(rt.krex("resume", "--json", "--gpu", "0")) == {"resumed": 0}
+    assert one_document(rt.krex("lease", "--json", "0", "--ttl", "60"))["gpu"] == 0
+    assert one_document(rt.krex("release", "--json", "0"))["gpu"] == 0
+    refused = rt.krex("recycle", "--json", "0")  # no context pool here: the error is the document
+    assert refused.returncode == 125 and one_document(refused)["error"]["code"] == "refused"
+    assert one_document(rt.krex("trace", "--json", str(rt.trace_path)))["events"] > 0
+    keys = one_document(rt.krex("keys", "create", "--json", str(tmp_path / "keys")))
+    assert Path(keys["public"]).exists() and Path(keys["secret"]).exists()
+    assert "krex" in one_document(rt.krex("completion", "--json", "bash"))["script"]
+
+
+def test_exit_status_table(rt: Runtime, tmp_path: Path) -> None:
+    assert rt.krex("run", "--", "true").returncode == 0
+    assert rt.krex("run", "--", "sh", "-c", "exit 7").returncode == 7
+    assert rt.krex("run", "--", "sh", "-c", "kill -9 $$").returncode == 128 + 9
+    assert rt.krex("run", "--timeout", "0.5", "--", *SLEEP).returncode == 124
+    assert rt.krex("run", "--", str(tmp_path / "no-such-program")).returncode == 127
+    for usage in (["run"], ["run", "--"], ["submit"], ["frobnicate"], ["status", "--bogus"], ["lease", "zero"], []):
+        done = rt.krex(*usage)
+        assert done.returncode == 125, (usage, done.stderr)
+        assert "Traceback" not in done.stderr
+    assert rt.krex("wait", "no-such-command").returncode == 125  # refused by the runtime
+    assert rt.krex("trace", str(tmp_path / "missing.jsonl")).returncode == 125
+    assert rt.krex("status", "--json", "--watch").returncode == 125
+    nobody = subprocess.run([*command("krex"), "--run-dir", str(tmp_path / "none"), "status"], capture_output=True, text=True)
+    assert nobody.returncode == 125
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/api.md"])
+def test_exit_status_table_is_documented(doc: str) -> None:
+    text = (REPO / doc).read_text()
+    for status, meaning in EXIT_STATUS_TABLE:
+        assert f"| {status} | {meaning} |" in text, f"{doc} lacks the row for {status}"
+
+
+def test_closed_pipe_ends_quietly(rt: Runtime) -> None:
+    krex = shlex.join(command("krex"))
+    for pipeline in (f"{krex} status | true", f"{krex} run -- seq 300000 | head -1"):
+        done = subprocess.run(
+            ["bash", "-c", pipeline + '; echo "krex=${PIPESTATUS[0]}" >&2'], env=rt.env, capture_output=True, text=True,
+            timeout=120,
+        )
+        assert done.stderr.strip().splitlines()[-1] == "krex=141", (pipeline, done.stderr)
+        assert "Traceback" not in done.stderr and "Exception" not in done.stderr, done.stderr
+    wait_until(lambda: not json.loads(rt.krex("status", "--json").stdout)["commands"], 30, "seq to be cancelled")
+
+
+def test_status_shows_no_enter_time_before_a_region() -> None:
+    status = NodeStatus.from_record({
+        "node": "n", "policy": "krex", "pid": 1, "uptime_s": 1.0, "paused": False, "stopping": False, "queued": 0,
+        "totals": {}, "commands": [],
+        "gpus": [{"index": 0, "name": "GPU", "simulated": True, "slots": 4, "running": [], "queued": 0,
+                  "last_region": {}, "pool": {}}],
+    })
+    out = Console(width=200, record=True, file=io.StringIO())
+    out.print(status_view(status))
+    text = out.export_text()
+    gpu_row = next(line for line in text.splitlines() if line.startswith("0 "))
+    assert "nan" not in text and gpu_row.split()[-2:] == ["-", "open"]
+    assert "no command queued or running" in text
+
+
+def test_status_lists_running_commands_and_cancel_says_the_state_after(rt: Runtime) -> None:
+    assert "running commands" in rt.krex("status", "--help").stdout
+    victim = rt.krex("submit", "--label", "long-one", "--", *SLEEP).stdout.strip()
+    wait_until(lambda: victim in rt.krex("status").stdout, 30, "the command in status")
+    row = next(line for line in rt.krex("status").stdout.splitlines() if line.startswith(victim))
+    assert "running" in row and "long-one" in row and "time.sleep(60)" in row
+    assert rt.krex("cancel", victim).stdout == f"{victim}: cancelled\n"  # the state after the cancel
+
+
+def test_trace_summarises_regions_and_leases(rt: Runtime) -> None:
+    assert rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "3", "--kernel-us", "200").returncode == 0
+    assert rt.krex("lease", "0", "--ttl", "60").returncode == 0
+    assert rt.krex("release", "0").returncode == 0
+    summary = one_document(rt.krex("trace", "--json", str(rt.trace_path)))
+    gpu = summary["regions_per_gpu"]["0"]
+    assert gpu["granted"] >= 3 and gpu["enter_s"]["n"] >= 3 and gpu["hold_s"]["p99"] >= gpu["hold_s"]["p50"]
+    assert gpu["verdicts"] == {}  # this runtime gives no verdicts yet
+    assert summary["leases"]["granted"] >= 1 and summary["leases"]["reasons"]
+    text = rt.krex("trace", str(rt.trace_path)).stdout
+    assert "ENTER p99 ms" in text and "HOLD p50 ms" in text and "leases:" in text
+
+
+def test_every_positional_argument_has_help() -> None:
+    def parsers(p: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+        yield p
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    yield from parsers(sub)
+
+    for p in parsers(build_parser("test")):
+        for action in p._actions:
+            if not action.option_strings and not isinstance(action, argparse._SubParsersAction):
+                assert action.help, f"{p.prog}: positional {action.dest!r} has no help text"
+
+
+def test_no_runtime_hint_works_as_written(tmp_path: Path, native_built: Path) -> None:
+    run_dir = tmp_path / "run"
+    done = subprocess.run([*command("krex"), "--run-dir", str(run_dir), "status"], capture_output=True, text=True)
+    assert done.returncode == 125 and len(done.stderr.strip().splitlines()) == 1
+    suggested = re.findall(r"`(krex-runtime[^`]*)`", done.stderr)
+    assert suggested, done.stderr
+    # On this machine (no GPU) the simulated one is the hint to follow; as root it goes through a config.
+    line = next((s for s in suggested if "--sim" in s), None) or suggested[0] + " --sim 1"
+    if "FILE" in line:
+        config = tmp_path / "krex.toml"
+        text = (REPO / "configs" / "default.toml").read_text()
+        text = text.replace('lock_dir = ""', f'lock_dir = "{tmp_path / "locks"}"')
+        text = text.replace('simulated_device = "default"', f'simulated_device = "hint{os.getpid()}"')
+        config.write_text(text.replace("allow_root = false", "allow_root = true"))
+        line = line.replace("FILE", str(config))
+    proc = subprocess.Popen([*command("krex-runtime"), *shlex.split(line)[1:]], stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: proc.poll() is not None or (run_dir / "control.sock").exists(), 60, "the runtime to start")
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        ok = subprocess.run([*command("krex"), "--run-dir", str(run_dir), "status", "--json"], capture_output=True, text=True)
+        assert ok.returncode == 0, ok.stderr
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=60) == 0
+        remove_device(f"hint{os.getpid()}")
+
+
+def test_watch_redraws_until_interrupted(rt: Runtime) -> None:
+    watch = subprocess.Popen([*command("krex"), "status", "--watch", "0.2"], env=rt.env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    time.sleep(2)  # a few redraws
+    watch.send_signal(signal.SIGINT)
+    out, err = watch.communicate(timeout=60)
+    assert watch.returncode == 130 and "Traceback" not in err, err
+    assert "\x1b[" not in out  # into a pipe: the last frame as plain text, no escape codes
+    assert out.count("ENTER ms") == 1 and "KREX simulated GPU" in out
+
+
+def test_shell_completion_completes_subcommands_and_options(tmp_path: Path) -> None:
+    answers = tmp_path / "completions"
+
+    def complete(line: str) -> list[str]:
+        env = {**os.environ, "_ARGCOMPLETE": "1", "_ARGCOMPLETE_SHELL": "bash", "COMP_LINE": line,
+               "COMP_POINT": str(len(line)), "_ARGCOMPLETE_STDOUT_FILENAME": str(answers)}
+        subprocess.run(command("krex"), env=env, check=True, timeout=60)
+        return answers.read_text().split()
+
+    assert complete("krex sta") == ["status"]
+    assert complete("krex run --mo") == ["--mode"]
+    assert "pooled" in complete("krex run --mode ")
+    script = subprocess.run([*command("krex"), "completion", "bash"], capture_output=True, text=True)
+    assert script.returncode == 0 and "complete " in script.stdout and "krex" in script.stdout
+
+
+def test_ctrl_c_cancels_the_command_and_reports_how_it_ended(rt: Runtime) -> None:
+    run = subprocess.Popen([*command("krex"), "run", "--", PY, "-u", "-c", "print('started'); import time; time.sleep(60)"],
+                           env=rt.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert run.stdout is not None and run.stdout.readline() == "started\n"
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=60)
+    assert "cancelling" in err and "cancelled" in err and "Traceback" not in err, err
+    assert run.returncode in (128 + signal.SIGTERM, 128 + signal.SIGKILL), err
+
+
+def test_readme_lists_every_subcommand_once_per_doc() -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## The `krex` command"):]
+    section = section[: section.index("```", section.index("```") + 3)]
+    sub = next(a for a in build_parser("test")._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in sub.choices.items():
+        assert f"krex {name}" in section, f"README's krex section lacks `krex {name}`"
+    for words in ("krex bench list", "krex keys create", "krex --version"):
+        assert words in section
+    listed = re.findall(r"^- (docs/\S+)", readme, re.M)
+    assert len(listed) == len(set(listed)), f"a doc is listed twice: {listed}"
