@@ -10,6 +10,7 @@ tests/test_pool.py (`..._look_like_process_mode_from_outside`), and the
 from __future__ import annotations
 
 import json
+import types
 import signal
 from pathlib import Path
 from typing import Any, Iterator
@@ -43,8 +44,13 @@ def _warm(rt: Runtime) -> bool:
 
 
 def run_json(rt: Runtime, mode: str, *argv: str, options: tuple[str, ...] = ()) -> tuple[Any, dict[str, Any]]:
+    """`krex run --json`: one document, the command's output inside it."""
     done = rt.krex("run", "--mode", mode, "--json", *options, "--", *argv)
-    return done, json.loads(done.stdout.splitlines()[-1])
+    result = json.loads(done.stdout)
+    seen = types.SimpleNamespace(
+        returncode=done.returncode, stdout=result.get("stdout", ""), stderr=result.get("stderr", "") + done.stderr
+    )
+    return seen, result
 
 
 IDENTITY = (
