@@ -1,0 +1,66 @@
+"""A command's cgroup that vanishes under the freezer and the dispatcher.
+
+When a tenant ends while another enters its region, the freezer reads and
+writes the files of a cgroup the kernel is removing. The kernel then answers
+ENODEV, not ENOENT. Provoked here for real: a file of a real command cgroup is
+opened, the cgroup is removed, and the file is reached again through
+/proc/self/fd, which is what the kernel answers ENODEV for. A folder of links
+to those files stands for the vanishing cgroup."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from krex_runtime.commands import cgroups
+from krex_runtime.commands.cgroups import CgroupSlice
+from krex_runtime.regions.freezer import CgroupV1Freezer, CgroupV2Freezer, Target
+
+FILES = ("cgroup.events", "cgroup.freeze", "cgroup.procs", "cgroup.kill", "freezer.state")
+
+
+@pytest.fixture
+def vanished(tmp_path: Path) -> Iterator[Path]:
+    slice_ = CgroupSlice.open(tmp_path / "run", 2)
+    if slice_ is None:
+        pytest.skip("cgroup v2 is not writable here")
+    group = slice_.create("cmd-1")
+    fds = [os.open(group / name, os.O_RDONLY) for name in FILES[:4]]
+    group.rmdir()
+    links = tmp_path / "vanished"
+    links.mkdir()
+    for name, fd in zip(FILES, fds):
+        (links / name).symlink_to(f"/proc/{os.getpid()}/fd/{fd}")
+    (links / "freezer.state").symlink_to(f"/proc/{os.getpid()}/fd/{fds[0]}")
+    try:
+        yield links
+    finally:
+        for fd in fds:
+            os.close(fd)
+        slice_.remove()
+
+
+def test_the_kernel_answers_enodev_for_a_vanished_cgroup(vanished: Path) -> None:
+    with pytest.raises(OSError) as caught:
+        (vanished / "cgroup.events").read_text()
+    assert caught.value.errno == errno.ENODEV
+
+
+def test_freezing_and_thawing_a_vanished_cgroup_is_a_no_op(vanished: Path) -> None:
+    for freezer in (CgroupV2Freezer(), CgroupV1Freezer()):
+        target = Target("cmd-1", 0, cgroup=vanished)
+        freezer.freeze([target])  # a region entry goes on: that tenant ended
+        freezer.thaw([target])
+
+
+def test_the_command_cgroup_helpers_take_a_vanished_cgroup_as_ended(vanished: Path) -> None:
+    assert cgroups.read_file(vanished / "cgroup.events") is None
+    assert cgroups.write_file(vanished / "cgroup.freeze", "0") is False
+    assert cgroups.populated(vanished) is False
+    assert cgroups.procs(vanished) == []
+    cgroups.kill(vanished)
+    cgroups.thaw(vanished)
