@@ -143,12 +143,18 @@ class CgroupSlice:
         return sorted(p for p in self.path.iterdir() if p.is_dir())
 
     def remove(self) -> None:
-        for child in self.leftovers():
-            kill_and_remove(child)
-        try:
-            self.path.rmdir()
-        except OSError:
-            pass
+        """End every command cgroup in the slice and remove it. A few passes:
+        a command that was starting while the first pass ran may have made its
+        cgroup after it."""
+        for _ in range(3):
+            for child in self.leftovers() if self.path.is_dir() else []:
+                kill_and_remove(child)
+            try:
+                self.path.rmdir()
+                return
+            except OSError as exc:
+                if is_gone(exc):
+                    return
 
 
 def procs(cgroup: Path) -> list[int]:

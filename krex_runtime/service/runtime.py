@@ -10,6 +10,7 @@ nothing frozen, gated, claimed or bound.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -46,25 +47,28 @@ class RuntimeService:
         self._stop.set()
 
     async def run(self) -> None:
-        host = prepare(self.config, self.gpus)
-        try:
+        """Start-up is one transaction: every resource is registered for release
+        the moment it exists, so a failure at any step (and the stop at the end)
+        releases all that was made before it, in reverse order: regions, telemetry,
+        the trace, the sockets, the cgroup slice, the claims."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            # From the start: a stop asked for during start-up is served once it is up.
+            loop.add_signal_handler(sig, self.request_stop, signal.Signals(sig).name)
+        with contextlib.ExitStack() as made:
+            host = prepare(self.config, self.gpus)
+            made.callback(host.release)
             server = ControlServer(self.config, host.run_dir, host.curve_keys)
-        except BaseException:
-            host.release()
-            raise
-        trace = self._open_trace(host)
-        event_log = EventLog(trace, server.publish)
-        node = node_build.build(self.config, self.gpus, host, event_log, server)
-        try:
+            made.callback(server.close)
+            trace = self._open_trace(host)
+            made.callback(trace.close)
+            event_log = EventLog(trace, server.publish)
+            node = node_build.build(self.config, self.gpus, host, event_log, server)
+            made.callback(node_build.close_regions, node, host)
+            if node.channel is not None:
+                made.callback(node.channel.path.unlink, missing_ok=True)
+            made.callback(node.telemetry.close)
             await self._serve(host, server, event_log, node)
-        finally:
-            trace.close()
-            node.telemetry.close()
-            node_build.close_regions(node, host)
-            server.close()
-            if host.cgroup_slice is not None:
-                host.cgroup_slice.remove()
-            host.release()
 
     async def _serve(self, host: Host, server: ControlServer, event_log: EventLog, node: Node) -> None:
         node_build.open_regions_to_tenants(node, host)
@@ -80,9 +84,6 @@ class RuntimeService:
                 recovered=host.recovered,
             )
         )
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_stop, signal.Signals(sig).name)
         context = handlers.Context(node, event_log, host.run_dir, host.cgroups)
         tasks = server.serve(handlers.table(context), node.tenancy.refuse_tenants)
         tasks.append(asyncio.create_task(self._snapshots(event_log)))
@@ -122,17 +123,18 @@ class RuntimeService:
 
     def _open_trace(self, host: Host) -> TraceWriter:
         path = Path(self.config.runtime.trace_path) if self.config.runtime.trace_path else host.run_dir / "trace.jsonl"
-        return TraceWriter(
-            path,
-            {
-                "node": socket.gethostname(),
-                "started_at": time.time(),
-                "policy": self.config.runtime.policy,
-                "config_digest": self.config.digest,
-                "config_source": self.config.source,
-                "gpus": [node_build.gpu_record(self.config, g) for g in self.gpus],
-            },
-        )
+        header = {
+            "node": socket.gethostname(),
+            "started_at": time.time(),
+            "policy": self.config.runtime.policy,
+            "config_digest": self.config.digest,
+            "config_source": self.config.source,
+            "gpus": [node_build.gpu_record(self.config, g) for g in self.gpus],
+        }
+        try:
+            return TraceWriter(path, header, rotate_bytes=self.config.runtime.trace_rotate_bytes)
+        except OSError as exc:
+            raise StartupError(f"cannot write the trace {path}: {exc.strerror or exc}") from None
 
     async def _snapshots(self, event_log: EventLog) -> None:
         while True:
