@@ -175,10 +175,7 @@ def test_every_numeric_key_has_a_documented_range() -> None:
         ("[runtime]\ntrace_rotate_bytes = 100\n", "runtime.trace_rotate_bytes must be 0 (never rotate) or at least 4096"),
         ("[runtime]\nmax_requests_per_peer = 2000\n", "runtime.max_requests_per_peer must be at most runtime.max_requests_in_flight"),
         ("[regions]\nchannel_idle_timeout_s = 0.0\n", "regions.channel_idle_timeout_s must be between 0.1 and 86400"),
-        (
-            "[regions]\nchannel_max_connections = 4\nchannel_max_connections_per_uid = 4\n",
-            "regions.channel_max_connections_per_tenant must be between 1 and regions.channel_max_connections",
-        ),
+        ("[regions]\nchannel_max_connections_per_tenant = 0\n", "regions.channel_max_connections_per_tenant must be between 1 and 65536"),
     ],
 )
 def test_numbers_that_would_hurt_are_refused(tmp_path: Path, text: str, message: str) -> None:

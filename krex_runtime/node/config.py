@@ -253,10 +253,6 @@ def validate(config: Config) -> Config:
             "regions.channel_max_connections_per_uid must be between 1 and regions.channel_max_connections",
         ),
         (
-            1 <= config.regions.channel_max_connections_per_tenant <= config.regions.channel_max_connections,
-            "regions.channel_max_connections_per_tenant must be between 1 and regions.channel_max_connections",
-        ),
-        (
             config.runtime.max_requests_per_peer <= config.runtime.max_requests_in_flight,
             "runtime.max_requests_per_peer must be at most runtime.max_requests_in_flight",
         ),

@@ -24,6 +24,7 @@ from krex_runtime.node.gpus import Gpu
 from krex_runtime.service import handlers
 from krex_runtime.service import node as node_build
 from krex_runtime.service.event_log import EventLog
+from krex_runtime.service.heartbeat import Heartbeat
 from krex_runtime.service.host import Host, StartupError, prepare
 from krex_runtime.service.node import Node
 from krex_runtime.service.server import ControlServer
@@ -68,9 +69,17 @@ class RuntimeService:
             if node.channel is not None:
                 made.callback(node.channel.path.unlink, missing_ok=True)
             made.callback(node.telemetry.close)
-            await self._serve(host, server, event_log, node)
+            heartbeat = None
+            if node.regions is not None:
+                regions = self.config.regions
+                heartbeat = Heartbeat(node.regions.manager.stamp_heartbeats, regions.heartbeat_interval_s,
+                                      regions.stale_after_s)
+                made.callback(heartbeat.stop)  # before the gates are unmapped
+            await self._serve(host, server, event_log, node, heartbeat)
 
-    async def _serve(self, host: Host, server: ControlServer, event_log: EventLog, node: Node) -> None:
+    async def _serve(
+        self, host: Host, server: ControlServer, event_log: EventLog, node: Node, heartbeat: Heartbeat | None
+    ) -> None:
         node_build.open_regions_to_tenants(node, host)
         event_log.emit(
             events.RuntimeStarted(
@@ -90,11 +99,12 @@ class RuntimeService:
         tasks.append(asyncio.create_task(node.telemetry.run()))
         if node.canaries is not None:
             node.canaries.start(node.dispatcher)
-        if node.regions is not None and node.channel is not None:
+        if node.regions is not None and node.channel is not None and heartbeat is not None:
             node.regions.manager.start()
             await node.channel.start()
             access.open_to_tenants(node.channel.path, host.tenant_user, 0o660)
-            tasks.append(asyncio.create_task(self._heartbeat(node)))
+            heartbeat.start()
+            tasks.append(asyncio.create_task(self._loop_alive(heartbeat)))
         self._log_started(host, node)
         pool = node.dispatcher.pool
         if pool is not None:
@@ -141,11 +151,11 @@ class RuntimeService:
             await asyncio.sleep(self.config.runtime.snapshot_interval_s)
             event_log.publish_snapshot()
 
-    async def _heartbeat(self, node: Node) -> None:
-        assert node.regions is not None
+    async def _loop_alive(self, heartbeat: Heartbeat) -> None:
+        """Show the heartbeat thread the loop runs (service/heartbeat.py)."""
         while True:
-            node.regions.manager.stamp_heartbeats()
-            await asyncio.sleep(self.config.regions.heartbeat_interval_s)
+            heartbeat.loop_alive()
+            await asyncio.sleep(heartbeat.interval_s)
 
     def _log_started(self, host: Host, node: Node) -> None:
         if node.regions is not None:

@@ -40,6 +40,7 @@ class ErrorCode:
     REFUSED = "refused"  # read-only client, shutting down, paused target
     FORBIDDEN = "forbidden"  # a changing request from a tenant of the runtime
     QUEUE_FULL = "queue_full"
+    BUSY = "busy"  # too many requests of this client (or in all) being answered: try again later
     INTERNAL = "internal"
 
 

@@ -1,0 +1,118 @@
+"""A flood of requests on the read-only control socket never stalls the
+region plane: while a client sends `snapshot` requests as fast as it can and
+never reads a reply, `krex status` answers, the gate's heartbeat keeps
+ticking (no tenant fails open), and a region held past the hold limit is
+revoked, its frozen tenant thawed. The flood is bounded in count and time."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import zmq
+from runtime_helpers import PY, TENANTS, busy, cgroup_root, finish, frozen_cgroups, submit, wait_ready
+
+from krex_runtime.regions.gate import Gate, GateError
+from krex_runtime.testing.local_runtime import wait_until
+from krex_runtime.wire import endpoints, protocol
+from krex_runtime.wire.trace import read_trace
+
+STALE_AFTER_S = 3.0
+FLOOD_S, FLOOD_MAX = 10.0, 300_000
+
+
+class Flood(threading.Thread):
+    """Snapshot requests, sent without reading a reply, from a few connections."""
+
+    def __init__(self, endpoint: str, connections: int = 4) -> None:
+        super().__init__(daemon=True)
+        self.endpoint, self.connections = endpoint, connections
+        self.sent = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        ctx = zmq.Context()
+        socks = [ctx.socket(zmq.DEALER) for _ in range(self.connections)]
+        for s in socks:
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(self.endpoint)
+        frame = protocol.encode(protocol.request("snapshot"))
+        deadline = time.monotonic() + FLOOD_S
+        while not self.stop.is_set() and time.monotonic() < deadline and self.sent < FLOOD_MAX:
+            for s in socks:
+                try:
+                    s.send(frame, zmq.NOBLOCK)
+                    self.sent += 1
+                except zmq.Again:
+                    time.sleep(0.0005)  # its queue to the runtime is full: the runtime pushes back
+        for s in socks:
+            s.close(linger=0)
+        ctx.term()
+
+
+class HeartbeatWatch(threading.Thread):
+    """The oldest heartbeat the gate showed while watched."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(daemon=True)
+        self.gate = Gate.attach(path)
+        self.oldest_s = 0.0
+        self.beats: set[int] = set()
+        self.fail_open: set[int] = set()
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.05):
+            try:
+                beat = self.gate.heartbeat_ns
+                self.oldest_s = max(self.oldest_s, (time.monotonic_ns() - beat) / 1e9)
+                self.beats.add(beat)
+                self.fail_open |= {e.pid for e in self.gate.processes() if e.fail_open}
+            except GateError:
+                return
+        self.gate.detach()
+
+
+def _revoked(trace: Path) -> list[dict[str, Any]]:
+    return [e for e in read_trace(trace).events if e["type"] == "region_released" and "limit" in e.get("reason", "")]
+
+
+def test_a_snapshot_flood_does_not_stall_status_heartbeat_or_the_hold_limit(make_runtime: Any) -> None:
+    regions = f"[regions]\nhold_limit_s = 2.0\nstale_after_s = {STALE_AFTER_S}\nheartbeat_interval_s = 0.5\n"
+    rt = make_runtime(policy="krex", sim=1, slots=8, extra_config=regions)
+    other = busy(rt)
+    wait_ready(rt, other)
+    watch = HeartbeatWatch(rt.run_dir / "gates" / "gpu0.gate")
+    watch.start()
+    runtime = psutil.Process(rt.proc.pid)
+    rss_before = runtime.memory_info().rss
+    flood = Flood(endpoints.control_read_only(rt.run_dir))
+    flood.start()
+    try:
+        wait_until(lambda: flood.sent > 20_000 or not flood.is_alive(), 30, "the flood to be under way")
+        holder = submit(rt, PY, str(TENANTS / "regions.py"), "--regions", "1", "--hold-s", "1000")
+        answered = 0
+        while flood.is_alive() and answered < 3:
+            done = rt.krex("status", "--json", timeout=60)
+            assert done.returncode == 0, done.stderr
+            assert json.loads(done.stdout)["policy"] == "krex"
+            answered += 1
+        assert answered >= 1 and flood.is_alive(), "the flood ended before status was asked: make it longer"
+        # The hold limit (2 s) is enforced while the flood goes on.
+        wait_until(lambda: _revoked(rt.trace_path), 60, "the region held past its limit to be revoked")
+        rss_after = runtime.memory_info().rss
+    finally:
+        flood.stop.set()
+        flood.join()
+        watch.stop.set()
+        watch.join()
+    root = cgroup_root(rt)
+    wait_until(lambda: not frozen_cgroups(root), 30, "the other tenant thawed")
+    assert watch.oldest_s < STALE_AFTER_S, f"the heartbeat was {watch.oldest_s:.1f} s old during the flood"
+    assert len(watch.beats) > 3 and not watch.fail_open
+    assert rss_after - rss_before < 200 << 20, f"RSS grew {(rss_after - rss_before) >> 20} MiB under the flood"
+    finish(rt, holder, other)
