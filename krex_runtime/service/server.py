@@ -214,19 +214,26 @@ class ControlServer:
             self.send(peer, protocol.reply_error(req_id, ErrorCode.INTERNAL, f"internal error: {exc!r}"))
 
     def send(self, peer: Peer, msg: dict[str, Any]) -> None:
-        try:
-            peer.socket.send_multipart([*peer.route, _encode_reply(msg)], flags=zmq.NOBLOCK)
-        except zmq.Again:
+        # zmq.asyncio reports a failed non-blocking send in the future it returns, not by raising.
+        sent = peer.socket.send_multipart([*peer.route, _encode_reply(msg)], flags=zmq.NOBLOCK)
+        if not sent.done():
+            sent.add_done_callback(lambda f: f.cancelled() or f.exception())
+            return
+        exc = None if sent.cancelled() else sent.exception()
+        if isinstance(exc, zmq.Again):
             # Its queue is full: it does not read. Memory stays bounded by that
             # queue, and its next requests are not even looked at for a while.
             if len(self._stalled) > 10_000:
                 now = time.monotonic()
                 self._stalled = {k: t for k, t in self._stalled.items() if t > now}
             self._stalled[(id(peer.socket), peer.route)] = time.monotonic() + STALL_S
-        except zmq.ZMQError as exc:  # a peer that went away must not disturb the service
+        elif exc is not None:  # a peer that went away must not disturb the service
             log.debug("dropping a message to a departed peer: %s", exc)
 
     def close(self) -> None:
+        if self.refused_busy or self.dropped_stalled:
+            log.info("control sockets: %d request(s) refused busy, %d dropped unread from clients that did not read",
+                     self.refused_busy, self.dropped_stalled)
         if self.authenticator is not None:
             self.authenticator.stop()
         for sock in (self.control, self.control_ro, self.pub, self.remote_control, self.remote_pub):
