@@ -22,7 +22,8 @@ from krex_runtime.wire import endpoints, protocol
 from krex_runtime.wire.trace import read_trace
 
 STALE_AFTER_S = 3.0
-FLOOD_S, FLOOD_MAX = 10.0, 300_000
+# Bounds of the flood; it is stopped as soon as what it must not delay has happened.
+FLOOD_S, FLOOD_MAX = 60.0, 3_000_000
 
 
 class Flood(threading.Thread):
@@ -95,15 +96,13 @@ def test_a_snapshot_flood_does_not_stall_status_heartbeat_or_the_hold_limit(make
     try:
         wait_until(lambda: flood.sent > 20_000 or not flood.is_alive(), 30, "the flood to be under way")
         holder = submit(rt, PY, str(TENANTS / "regions.py"), "--regions", "1", "--hold-s", "1000")
-        answered = 0
-        while flood.is_alive() and answered < 3:
+        for _ in range(3):
             done = rt.krex("status", "--json", timeout=60)
             assert done.returncode == 0, done.stderr
             assert json.loads(done.stdout)["policy"] == "krex"
-            answered += 1
-        assert answered >= 1 and flood.is_alive(), "the flood ended before status was asked: make it longer"
         # The hold limit (2 s) is enforced while the flood goes on.
         wait_until(lambda: _revoked(rt.trace_path), 60, "the region held past its limit to be revoked")
+        assert flood.is_alive(), f"the flood ended ({flood.sent} requests) before what it must not delay was done"
         rss_after = runtime.memory_info().rss
     finally:
         flood.stop.set()

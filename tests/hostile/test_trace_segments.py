@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from krex_runtime.wire.trace import TraceWriter, read_trace, segments
+from krex_runtime.wire.trace import TraceWriter, read_trace, replay, segments
 
 
 def _types(path: Path) -> list[str]:
@@ -51,6 +51,12 @@ def test_rotation_makes_segments_that_read_back_as_one_history(make_runtime: Any
     done = rt.krex("trace", "--json", str(rt.trace_path))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["events"] == len(trace.events)
+    # The console's replay (which reads through read_trace) plays the whole history.
+    from krex_console.feed import ReplayFeed
+
+    feed = ReplayFeed(trace)
+    feed.seek(feed.end)
+    assert feed.index == len(trace.events) and feed.state.totals == replay(trace).totals
     # A numbered segment names the history up to it.
     assert len(read_trace(files[1]).headers) == 2
 
