@@ -40,6 +40,7 @@ log = logging.getLogger("krex.runtime")
 
 # How long a connection whose reply queue was full is not served.
 STALL_S = 1.0
+RECEIVE_QUEUE = 128
 # A refused request's id is read only from a message this small (parsing a
 # large one would cost what the refusal saves).
 BUSY_ID_BYTES = 4096
@@ -113,6 +114,9 @@ class ControlServer:
         # vanishing, so the server learns the peer does not read (see send).
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         sock.setsockopt(zmq.LINGER, 0)
+        # Requests queued unread per connection: past this the client's sends
+        # wait (backpressure) instead of the runtime buffering them.
+        sock.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
         if keys is not None:
             curve.serve_with(sock, keys)
         return sock
