@@ -67,7 +67,7 @@ class RuntimeService:
             node = node_build.build(self.config, self.gpus, host, event_log, server)
             made.callback(node_build.close_regions, node, host)
             if node.channel is not None:
-                made.callback(node.channel.path.unlink, missing_ok=True)
+                made.callback(_remove_socket, node.channel.path)
             made.callback(node.telemetry.close)
             heartbeat = None
             if node.regions is not None:
@@ -81,6 +81,12 @@ class RuntimeService:
         self, host: Host, server: ControlServer, event_log: EventLog, node: Node, heartbeat: Heartbeat | None
     ) -> None:
         node_build.open_regions_to_tenants(node, host)
+        if node.channel is not None:
+            try:  # before anything runs: a channel that cannot listen stops the start-up
+                await node.channel.start()
+            except OSError as exc:
+                raise StartupError(f"cannot serve the region channel on {node.channel.path}: {exc.strerror or exc}") from None
+            access.open_to_tenants(node.channel.path, host.tenant_user, 0o660)
         event_log.emit(
             events.RuntimeStarted(
                 node=socket.gethostname(),
@@ -93,28 +99,30 @@ class RuntimeService:
                 recovered=host.recovered,
             )
         )
-        context = handlers.Context(node, event_log, host.run_dir, host.cgroups)
-        tasks = server.serve(handlers.table(context), node.tenancy.refuse_tenants)
-        tasks.append(asyncio.create_task(self._snapshots(event_log)))
-        tasks.append(asyncio.create_task(node.telemetry.run()))
-        if node.canaries is not None:
-            node.canaries.start(node.dispatcher)
-        if node.regions is not None and node.channel is not None and heartbeat is not None:
-            node.regions.manager.start()
-            await node.channel.start()
-            access.open_to_tenants(node.channel.path, host.tenant_user, 0o660)
-            heartbeat.start()
-            tasks.append(asyncio.create_task(self._loop_alive(heartbeat)))
-        self._log_started(host, node)
-        pool = node.dispatcher.pool
-        if pool is not None:
-            pool.start()
+        tasks: list[asyncio.Task[None]] = []
         try:
+            context = handlers.Context(node, event_log, host.run_dir, host.cgroups)
+            tasks += server.serve(handlers.table(context), node.tenancy.refuse_tenants)
+            tasks.append(asyncio.create_task(self._snapshots(event_log)))
+            tasks.append(asyncio.create_task(node.telemetry.run()))
+            if node.regions is not None and heartbeat is not None:
+                node.regions.manager.start()
+                heartbeat.start()
+                tasks.append(asyncio.create_task(self._loop_alive(heartbeat)))
+            if node.canaries is not None:
+                node.canaries.start(node.dispatcher)
+            self._log_started(host, node)
+            pool = node.dispatcher.pool
+            if pool is not None:
+                pool.start()
             await self._stop.wait()
-            await self._shutdown(event_log, node)
         finally:
-            for task in tasks:
-                task.cancel()
+            # Also after a failure once serving: end what was started before letting go of the node.
+            try:
+                await self._shutdown(event_log, node)
+            finally:
+                for task in tasks:
+                    task.cancel()
 
     async def _shutdown(self, event_log: EventLog, node: Node) -> None:
         log.info("stopping (%s): %s running commands", self._stop_reason, self.config.runtime.on_shutdown)
@@ -179,3 +187,13 @@ class RuntimeService:
         pool = node.dispatcher.pool
         if pool is not None:
             log.info("context pool: %d per GPU, preloading %s", pool.size, list(self.config.pool.preload) or "nothing")
+
+
+def _remove_socket(path: Path) -> None:
+    """The region socket, if it is one (a release must never raise: what is
+    in the way of the socket is not the runtime's)."""
+    try:
+        if path.is_socket():
+            path.unlink()
+    except OSError as exc:
+        log.warning("cannot remove %s: %s", path, exc.strerror)

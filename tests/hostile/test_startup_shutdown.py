@@ -45,3 +45,13 @@ def test_sigterm_with_canaries_on_three_gpus_leaves_nothing(make_runtime: Any) -
     wait_until(canaries_running, 60, "a canary on each GPU")
     assert rt.stop() == 0
     assert hygiene.leftovers(rt.run_dir, rt.lock_dir, before) == []
+
+
+def test_a_region_channel_that_cannot_listen_is_one_line_and_leaves_nothing(tmp_path: Path, native_built: Path) -> None:
+    before = hygiene.baseline()
+    rt = Runtime(tmp_path / "rt", sim=2, policy="krex", canary=True)
+    (rt.run_dir / "region.sock").mkdir(parents=True)  # in the way of the socket
+    line = _start_fails(rt)
+    assert line == f"krex-runtime: cannot serve the region channel on {rt.run_dir / 'region.sock'}: Is a directory", line
+    assert hygiene.leftovers(rt.run_dir, rt.lock_dir, before) == []
+    assert not list((rt.run_dir / "gates").glob("*"))
