@@ -10,7 +10,7 @@ The region plane shares the event loop, so the control plane's work is
 bounded whatever clients send: the serving loop yields after every message
 (a socket that always has one ready would otherwise never let the loop run
 anything else); at most `runtime.max_requests_per_peer` requests of one
-connection and `runtime.max_requests_in_flight` in all are being answered,
+connection and `runtime.max_requests_in_flight` per socket are being answered,
 and one more is refused `busy` at once, for the cost of a short reply; a
 connection that leaves its replies unread until its queue is full is not
 served (its requests are dropped unread) until STALL_S later.
@@ -71,7 +71,7 @@ class ControlServer:
         self.authenticator: Any = None
         self.remote_control: zmq.asyncio.Socket | None = None
         self.remote_pub: zmq.asyncio.Socket | None = None
-        self._in_flight = 0
+        self._in_flight: dict[int, int] = {}  # per socket: a flood of the read-only one leaves operators theirs
         self._by_peer: dict[tuple[int, tuple[bytes, ...]], int] = {}
         self._stalled: dict[tuple[int, tuple[bytes, ...]], float] = {}  # -> served again from (monotonic)
         self.refused_busy = 0
@@ -178,7 +178,7 @@ class ControlServer:
             credentials = None if remote else peers.ipc_credentials(frames[-1])
             peer = Peer(sock, route, read_only, credentials, remote)
             # Each request runs on its own so a `wait` never blocks the socket.
-            self._in_flight += 1
+            self._in_flight[key[0]] = self._in_flight.get(key[0], 0) + 1
             self._by_peer[key] = self._by_peer.get(key, 0) + 1
             task = asyncio.create_task(self._handle(peer, frames[-1].bytes, handlers, refuse))
             task.add_done_callback(lambda _, key=key: self._answered(key))
@@ -188,12 +188,12 @@ class ControlServer:
         runtime = self.config.runtime
         if self._by_peer.get(key, 0) >= runtime.max_requests_per_peer:
             return f"this client has {runtime.max_requests_per_peer} requests being answered: try again when they are"
-        if self._in_flight >= runtime.max_requests_in_flight:
-            return f"the runtime has {runtime.max_requests_in_flight} requests being answered: try again later"
+        if self._in_flight.get(key[0], 0) >= runtime.max_requests_in_flight:
+            return f"this socket has {runtime.max_requests_in_flight} requests being answered: try again later"
         return ""
 
     def _answered(self, key: tuple[int, tuple[bytes, ...]]) -> None:
-        self._in_flight -= 1
+        self._in_flight[key[0]] -= 1
         left = self._by_peer[key] - 1
         if left:
             self._by_peer[key] = left

@@ -115,3 +115,36 @@ def test_a_snapshot_flood_does_not_stall_status_heartbeat_or_the_hold_limit(make
     assert len(watch.beats) > 3 and not watch.fail_open
     assert rss_after - rss_before < 200 << 20, f"RSS grew {(rss_after - rss_before) >> 20} MiB under the flood"
     finish(rt, holder, other)
+
+
+def test_requests_past_the_bounds_are_refused_busy_at_once(make_runtime: Any) -> None:
+    rt = make_runtime(sim=1, runtime_extra="max_requests_in_flight = 6\nmax_requests_per_peer = 4")
+    sleeper = submit(rt, "sleep", "60")
+    ctx = zmq.Context()
+    peers = [ctx.socket(zmq.DEALER) for _ in range(2)]
+    try:
+        replies: list[list[dict[str, Any]]] = []
+        for sock, refused in zip(peers, (1, 3)):
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RCVTIMEO, 30_000)
+            sock.connect(endpoints.control_read_only(rt.run_dir))
+            for _ in range(5):  # `wait`s stay in flight until the command ends
+                sock.send(protocol.encode(protocol.request("wait", {"id": sleeper, "attach": False})))
+            # The first: its fifth is over the per-connection bound (4); the second:
+            # two more fill the socket's 6, its last three are over.
+            replies.append([json.loads(sock.recv()) for _ in range(refused)])
+        first, second = replies
+        busy = [r for group in replies for r in group]
+        assert all(not r["ok"] and r["error"]["code"] == "busy" for r in busy), [(r["ok"], r.get("error"), r.get("body")) for r in busy]
+        assert "this client has 4 requests" in first[0]["error"]["reason"]
+        assert all("this socket has 6 requests" in r["error"]["reason"] for r in second)
+        # The operators' socket has its own budget.
+        done = rt.krex("status", "--json")
+        assert done.returncode == 0, done.stderr
+        finish(rt, sleeper)
+        answered = [json.loads(peers[0].recv()) for _ in range(4)] + [json.loads(peers[1].recv()) for _ in range(2)]
+        assert all(r["ok"] for r in answered), answered
+    finally:
+        for sock in peers:
+            sock.close(linger=0)
+        ctx.term()
