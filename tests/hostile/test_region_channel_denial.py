@@ -13,6 +13,7 @@ from typing import Any
 import psutil
 from runtime_helpers import PY, TENANTS, command_pid, krex_runtime, submit
 
+from krex_runtime.node import native_build
 from krex_runtime.testing.local_runtime import wait_until
 
 IDLE_S = 8.0
@@ -52,7 +53,7 @@ def test_idle_connections_of_one_tenant_do_not_deny_another_its_region(make_runt
     assert replies[-1] == [f"ERROR ETIMEDOUT idle for {IDLE_S:g} s: disconnecting", "<closed>"], replies
 
 
-def test_a_client_opens_a_new_connection_after_an_idle_close(make_runtime: Any) -> None:
+def test_the_clients_open_a_new_connection_after_an_idle_close(make_runtime: Any) -> None:
     rt = krex_runtime(make_runtime, channel_idle_timeout_s=0.5)
     code = (
         "import time\nfrom krex_runtime.client import region\n"
@@ -60,3 +61,7 @@ def test_a_client_opens_a_new_connection_after_an_idle_close(make_runtime: Any) 
     )
     done = rt.krex("run", "--", PY, "-c", code)
     assert done.returncode == 0 and "second region" in done.stdout, done.stderr
+    tool = native_build.native_dir() / "tests" / "region_client"  # the C client (libkrex.so)
+    done = rt.krex("run", "--", str(tool), "enter", "exit", "pause", "enter", "exit")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:4] == ["enter 0", "exit 0", "enter 0", "exit 0"], done.stdout
