@@ -188,10 +188,9 @@ class Gate:
         return gate
 
     def detach(self) -> None:
-        """Unmap (the gate itself stays as it is; see open_gate). Never raises:
-        mmap refuses to close while a ctypes view of it lives (an entry still in
-        its worker thread at shutdown, a traceback), and such a view must not
-        outlive its memory, so the mapping then goes with its last view."""
+        """Unmap (the gate stays as it is; see open_gate). Never raises: mmap refuses to
+        close while a ctypes view of it lives (an entry still in its worker thread at
+        shutdown, a traceback), and a view must not outlive its memory."""
         mm, self._mm = self._mm, None
         if mm is None:
             return
@@ -200,8 +199,9 @@ class Gate:
             try:
                 return mm.close()
             except BufferError:
-                gc.collect()  # views held only by reference cycles go now
-                time.sleep(0.001 * attempt)  # a reader in another thread finishes its read
+                if not attempt:
+                    gc.collect()  # views held only by reference cycles go now
+                time.sleep(0.01)  # a reader in another thread finishes its read
         log.warning("%s: the gate's mapping is still in use; it is unmapped when its last reader lets go", self.path)
 
     def __enter__(self) -> Gate:

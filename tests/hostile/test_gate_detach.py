@@ -33,7 +33,7 @@ def test_a_gate_with_a_view_still_exported_detaches_without_raising(tmp_path: Pa
 
 
 def test_detach_while_another_thread_reads_the_gate(tmp_path: Path) -> None:
-    for i in range(40):
+    for i in range(15):
         gate = Gate.create(tmp_path / f"gpu{i}.gate")
         stop = threading.Event()
 

@@ -35,7 +35,7 @@ def test_idle_connections_of_one_tenant_do_not_deny_another_its_region(make_runt
     steps += [[CAP, "{hello}\n", "all"], ["wait", str(go)], [0, "", "all"]]
     (rt.root / "hog.json").write_text(json.dumps(steps))
     hog = submit(rt, PY, str(TENANTS / "channel_probe.py"), str(rt.root / "hog.json"))
-    pid = command_pid(rt, hog)
+    pid = wait_until(lambda: command_pid(rt, hog), 60, "the hog to start")
     # The hog holds the whole channel: its cap (4) of idle connections, which is the channel's total too.
     wait_until(lambda: _open_connections(pid) >= CAP, 60, "the hog's idle connections")
     t0 = time.monotonic()
