@@ -132,10 +132,12 @@ class ControlServer:
     # --- publishing ----------------------------------------------------------
 
     def publish(self, topic: bytes, body: Any) -> None:
-        frames = [topic, body.data if isinstance(body, Encoded) else protocol.encode(body)]
+        encoded = isinstance(body, Encoded)
+        frames = [topic, body.data if encoded else protocol.encode(body)]
         for pub in (self.pub, self.remote_pub):
             if pub is not None:
-                pub.send_multipart(frames)
+                # A snapshot is shared, not copied, by the queues of every subscriber.
+                pub.send_multipart(frames, copy=not encoded)
 
     # --- requests ------------------------------------------------------------
 
