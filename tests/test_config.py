@@ -62,7 +62,7 @@ def test_unknown_section(tmp_path: Path) -> None:
         ("[dispatcher]\nslots_per_gpu = 'four'\n", "dispatcher.slots_per_gpu: expected an integer, got a string"),
         ("[dispatcher]\nslots_per_gpu = true\n", "dispatcher.slots_per_gpu: expected an integer, got a boolean"),
         ("[runtime]\npolicy = 'fast'\n", "runtime.policy: expected one of 'command', 'ungated', 'krex', got 'fast'"),
-        ("[dispatcher]\nslots_per_gpu = 0\n", "dispatcher.slots_per_gpu must be at least 1"),
+        ("[dispatcher]\nslots_per_gpu = 0\n", "dispatcher.slots_per_gpu must be between 1 and 1024"),
         ("[gpus]\nvisible = [0, 'one']\n", "gpus.visible[1]: expected an integer, got a string"),
         ("[tenants]\nenv = { A = 1 }\n", "tenants.env.A: expected a string, got an integer"),
         ("[runtime]\ncontrol_tcp = 'ipc:///x'\n", "runtime.control_tcp must be a tcp:// endpoint"),
@@ -113,6 +113,7 @@ def test_no_gpu_suggests_sim(tmp_path: Path) -> None:
 
 
 def test_an_endpoint_the_runtime_cannot_serve_is_one_line(tmp_path: Path) -> None:
+    before = hygiene.baseline()
     # A run folder whose socket paths do not fit a Unix socket address (108 bytes).
     run_dir = tmp_path / ("r" * 60) / ("u" * 60)
     path = _write(
@@ -124,6 +125,8 @@ def test_an_endpoint_the_runtime_cannot_serve_is_one_line(tmp_path: Path) -> Non
     assert done.returncode == 125
     assert done.stderr.strip().startswith(f"krex-runtime: cannot serve on ipc://{run_dir}/"), done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    # Start-up is one transaction: the claims, the cgroup slice, the sockets bound so far are released.
+    assert hygiene.leftovers(run_dir, tmp_path / "locks", before) == []
 
 
 def test_more_simulated_gpus_than_the_simulator_has(tmp_path: Path) -> None:
@@ -154,3 +157,105 @@ def test_runtime_usage_error_and_version() -> None:
     done = subprocess.run([*command("krex-runtime"), "--version"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0
     assert re.fullmatch(r"krex-runtime \d+\.\d+\.\d+\S*\n", done.stdout), done.stdout
+
+
+# --- bounds, malformed TOML, the tenants' user ---------------------------------------------------
+
+
+def _numeric_keys() -> list[str]:
+    import dataclasses
+    import typing
+
+    keys = []
+    for section in dataclasses.fields(Config):
+        if section.name == "source":
+            continue
+        for f in dataclasses.fields(getattr(Config(), section.name)):
+            kind = typing.get_type_hints(type(getattr(Config(), section.name)))[f.name]
+            key = f"{section.name}.{f.name}"
+            if kind in (int, float):
+                keys.append(key)
+            elif int in typing.get_args(kind) or list[int] in typing.get_args(kind):
+                keys.append(f"{key}[]")  # a list (or a table of lists) of numbers
+    return keys
+
+
+def test_every_numeric_key_has_a_documented_range() -> None:
+    from krex_runtime.node.config import BOUNDS, _number
+
+    assert sorted(_numeric_keys()) == sorted(BOUNDS)
+    doc = (REPO / "docs" / "configuration.md").read_text()
+    for key, (lo, hi) in BOUNDS.items():
+        assert f"| `{key}` | {_number(lo)} | {_number(hi)} |" in doc, f"{key}: its range is not in docs/configuration.md"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[pool]\nsize_per_gpu = 100000\n", "pool.size_per_gpu must be between 0 and 64"),
+        ("[regions]\nheartbeat_interval_s = 1e-9\n", "regions.heartbeat_interval_s must be between 0.01 and 10"),
+        ("[dispatcher]\nslots_per_gpu = 100000\n", "dispatcher.slots_per_gpu must be between 1 and 1024"),
+        ("[telemetry]\nsample_interval_s = 0.0001\n", "telemetry.sample_interval_s must be between 0.01 and 3600"),
+        ("[gpus]\nvisible = [0, 5000]\n", "gpus.visible[1] must be between 0 and 1023"),
+        ("[regions.cpu_slices]\n0 = [1, -2]\n", "regions.cpu_slices.0[1] must be between 0 and 65535"),
+        ("[runtime]\ntrace_rotate_bytes = 100\n", "runtime.trace_rotate_bytes must be 0 (never rotate) or at least 4096"),
+        ("[runtime]\nmax_requests_per_peer = 2000\n", "runtime.max_requests_per_peer must be at most runtime.max_requests_in_flight"),
+        ("[regions]\nchannel_idle_timeout_s = 0.0\n", "regions.channel_idle_timeout_s must be between 0.1 and 86400"),
+        ("[regions]\nchannel_max_connections_per_tenant = 0\n", "regions.channel_max_connections_per_tenant must be between 1 and 65536"),
+    ],
+)
+def test_numbers_that_would_hurt_are_refused(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(_write(tmp_path, text))
+    assert str(err.value) == f"{tmp_path / 'bad.toml'}: {message}"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x = " + "[" * 2000 + "]" * 2000 + "\n",
+        "x = " + "{a = " * 2000 + "1" + "}" * 2000 + "\n",
+        "[runtime]\npolicy = 'krex\n",
+        "[runtime]\n[runtime]\n",
+        "a = 1\na = 2\n",
+        "[runtime]\nsnapshot_interval_s = 1.0.0\n",
+        "= 1\n",
+        "[[runtime]]\n",
+    ],
+    ids=["deep-array", "deep-table", "open-string", "table-twice", "key-twice", "bad-number", "no-key", "array-of-tables"],
+)
+def test_any_malformed_toml_is_one_line(tmp_path: Path, text: str) -> None:
+    path = _write(tmp_path, text)
+    done = subprocess.run([*command("krex-runtime"), "--config", str(path), "--sim", "1"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"krex-runtime: {path}: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_tenant_user_that_cannot_run_the_runtimes_python_is_refused_at_start(tmp_path: Path) -> None:
+    import os
+    import pwd
+    import sys
+
+    if os.geteuid() != 0:
+        pytest.skip("tenants.user needs a runtime started as root")
+    nobody = pwd.getpwnam("nobody")
+    # The runtime's Python reached through a folder only root may enter (pytest's
+    # own tmp folder): the tenants' user cannot even execute it.
+    assert (tmp_path.stat().st_mode & 0o005) == 0 or not os.access(tmp_path, os.X_OK)
+    venv = tmp_path / "venv"
+    venv.symlink_to(Path(sys.prefix))
+    before = hygiene.baseline()
+    run_dir, lock_dir = tmp_path / "run", tmp_path / "locks"
+    path = _write(
+        tmp_path,
+        f"[runtime]\nrun_dir = '{run_dir}'\nlock_dir = '{lock_dir}'\n[tenants]\nuser = 'nobody'\n[telemetry]\ncanary = true\n",
+    )
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "krex_runtime.main", "--config", str(path), "--sim", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    line = done.stderr.strip()
+    assert line.startswith(f"krex-runtime: tenants.user 'nobody' cannot run the runtime's Python {venv}/bin/python: "), line
+    assert len(line.splitlines()) == 1, line
+    assert hygiene.leftovers(run_dir, lock_dir, before) == []
+    assert nobody.pw_uid != 0

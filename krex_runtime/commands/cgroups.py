@@ -17,6 +17,36 @@ import os
 import time
 from pathlib import Path
 
+# A cgroup that is gone or going: ENOENT once its folder is removed, ENODEV for
+# a file opened (or a path resolved) while the kernel was removing it. Both
+# mean the same to every caller: nothing runs in it any more.
+GONE = (errno.ENOENT, errno.ENODEV)
+
+
+def is_gone(exc: OSError) -> bool:
+    return exc.errno in GONE
+
+
+def read_file(path: Path) -> str | None:
+    """A cgroup file's text; None when its cgroup is gone (other errors raise)."""
+    try:
+        return path.read_text()
+    except OSError as exc:
+        if is_gone(exc):
+            return None
+        raise
+
+
+def write_file(path: Path, value: str) -> bool:
+    """Write a cgroup file; False when its cgroup is gone (other errors raise)."""
+    try:
+        path.write_text(value)
+    except OSError as exc:
+        if is_gone(exc):
+            return False
+        raise
+    return True
+
 
 def find_cgroup2_mount() -> Path | None:
     """Where cgroup v2 is mounted: /sys/fs/cgroup on unified hosts,
@@ -113,43 +143,52 @@ class CgroupSlice:
         return sorted(p for p in self.path.iterdir() if p.is_dir())
 
     def remove(self) -> None:
-        for child in self.leftovers():
-            kill_and_remove(child)
-        try:
-            self.path.rmdir()
-        except OSError:
-            pass
+        """End every command cgroup in the slice and remove it. A few passes:
+        a command that was starting while the first pass ran may have made its
+        cgroup after it."""
+        for _ in range(3):
+            for child in self.leftovers() if self.path.is_dir() else []:
+                kill_and_remove(child)
+            try:
+                self.path.rmdir()
+                return
+            except OSError as exc:
+                if is_gone(exc):
+                    return
 
 
 def procs(cgroup: Path) -> list[int]:
     try:
-        return [int(x) for x in (cgroup / "cgroup.procs").read_text().split()]
-    except OSError:
+        return [int(x) for x in (read_file(cgroup / "cgroup.procs") or "").split()]
+    except (OSError, ValueError):
         return []
 
 
 def populated(cgroup: Path) -> bool:
     try:
-        for line in (cgroup / "cgroup.events").read_text().splitlines():
-            key, _, value = line.partition(" ")
-            if key == "populated":
-                return value.strip() == "1"
+        text = read_file(cgroup / "cgroup.events")
     except OSError:
-        pass  # cgroup v1 has no cgroup.events: its member list says it
+        text = ""  # cgroup v1 has no cgroup.events: its member list says it
+    if text is None:
+        return False  # gone, or going: nothing can run in it
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "populated":
+            return value.strip() == "1"
     return bool(procs(cgroup))
 
 
 def kill(cgroup: Path) -> None:
     """SIGKILL every process in the cgroup and below (cgroup.kill, Linux >= 5.14;
     signalling each member where that file is missing)."""
-    try:
-        (cgroup / "cgroup.kill").write_text("1")
-        return
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        if exc.errno == errno.ENOENT:
+    if not (cgroup / "cgroup.kill").exists():
+        pass  # before Linux 5.14: signal each member below
+    else:
+        try:
+            write_file(cgroup / "cgroup.kill", "1")  # False: gone, nothing left to kill
             return
+        except OSError:
+            pass  # cannot write it: signal each member below
     for _ in range(10):  # members may fork while being signalled
         members = procs(cgroup)
         if not members:
@@ -170,10 +209,8 @@ def kill_and_remove(cgroup: Path, timeout_s: float = 5.0) -> bool:
         time.sleep(0.01)
     try:
         cgroup.rmdir()
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
+    except OSError as exc:
+        return is_gone(exc)
     return True
 
 

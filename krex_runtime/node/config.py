@@ -30,6 +30,52 @@ class ConfigError(Exception):
 MAX_DURATION_S = 1e9
 # zmq takes the message limit as a 64-bit size and the runtime sets 16 times it.
 MAX_MESSAGE_BYTES = 1 << 30
+HOUR, DAY = 3600.0, 86400.0
+
+# The range of every numeric setting (inclusive; items of a list or table by
+# `key[]`): past these a value only hurts, e.g. a heartbeat of 1e-9 s spins the
+# runtime, 100000 context processes per GPU take the node down. Settings bound
+# by another one are checked in `validate` too. docs/configuration.md lists
+# the same ranges (tests/test_config.py keeps the two in step).
+BOUNDS: dict[str, tuple[float, float]] = {
+    "runtime.snapshot_interval_s": (0.01, HOUR),
+    "runtime.shutdown_grace_s": (0, HOUR),
+    "runtime.max_message_bytes": (4096, MAX_MESSAGE_BYTES),
+    "runtime.snapshot_finished": (1, 1_000_000),
+    "runtime.trace_rotate_bytes": (0, 1 << 40),
+    "runtime.max_requests_in_flight": (1, 100_000),
+    "runtime.max_requests_per_peer": (1, 100_000),
+    "gpus.simulated": (0, 1024),
+    "gpus.visible[]": (0, 1023),
+    "dispatcher.slots_per_gpu": (1, 1024),
+    "dispatcher.max_queued": (1, 10_000_000),
+    "dispatcher.default_timeout_s": (0.001, MAX_DURATION_S),
+    "dispatcher.kill_grace_s": (0, HOUR),
+    "dispatcher.keep_finished": (1, 10_000_000),
+    "regions.hold_limit_s": (0.001, MAX_DURATION_S),
+    "regions.quiesce_timeout_s": (0.001, HOUR),
+    "regions.drain_timeout_s": (0.001, HOUR),
+    "regions.heartbeat_interval_s": (0.01, 10.0),
+    "regions.stale_after_s": (0.02, HOUR),
+    "regions.reserved_cores_per_gpu": (0, 1024),
+    "regions.cpu_slices[]": (0, 65535),
+    "regions.lease_ttl_s": (0.001, MAX_DURATION_S),
+    "regions.channel_hello_timeout_s": (0.01, HOUR),
+    "regions.channel_idle_timeout_s": (0.1, DAY),
+    "regions.channel_max_messages_per_s": (1, 1_000_000),
+    "regions.channel_max_connections": (1, 65536),
+    "regions.channel_max_connections_per_uid": (1, 65536),
+    "regions.channel_max_connections_per_tenant": (1, 65536),
+    "telemetry.sample_interval_s": (0.01, HOUR),
+    "telemetry.canary_period_s": (0.01, DAY),
+    "telemetry.canary_target_ms": (0.001, 10_000.0),
+    "telemetry.canary_window": (1, 100_000),
+    "telemetry.clock_tolerance": (1e-6, 0.999999),
+    "pool.size_per_gpu": (0, 64),
+    "pool.max_commands": (1, 10_000_000),
+    "pool.start_timeout_s": (0.1, DAY),
+    "pool.clean_timeout_s": (0.1, DAY),
+}
 
 
 @dataclass(frozen=True)
@@ -49,6 +95,9 @@ class RuntimeSection:
     shutdown_grace_s: float = 10.0
     max_message_bytes: int = 1 << 20
     snapshot_finished: int = 1000
+    trace_rotate_bytes: int = 256 << 20
+    max_requests_in_flight: int = 1024
+    max_requests_per_peer: int = 64
 
 
 @dataclass(frozen=True)
@@ -96,6 +145,8 @@ class RegionSection:
     channel_max_messages_per_s: int = 1000
     channel_max_connections: int = 256
     channel_max_connections_per_uid: int = 128
+    channel_max_connections_per_tenant: int = 8
+    channel_idle_timeout_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -153,6 +204,8 @@ def load_config(path: str | os.PathLike[str] | None) -> Config:
         raise ConfigError(f"{path}: config file not found") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
@@ -161,6 +214,8 @@ def load_config(path: str | os.PathLike[str] | None) -> Config:
         config = from_dict(Config, data)
     except ShapeError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: a value is nested too deeply") from None
     return validate(replace(config, source=str(path)))
 
 
@@ -175,23 +230,13 @@ def validate(config: Config) -> Config:
             seconds = value if key.endswith("_s") else value / 1000 if key.endswith("_ms") else None
         if seconds is not None and seconds > MAX_DURATION_S:
             raise ConfigError(f"{where}: {key} must be at most {MAX_DURATION_S:g} seconds")
+        bounds = BOUNDS.get(_bounds_key(key))
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if bounds is not None and number and not bounds[0] <= value <= bounds[1]:
+            raise ConfigError(f"{where}: {key} must be between {_number(bounds[0])} and {_number(bounds[1])}")
     env_problem = environment_problem(config.tenants.env)
     checks = [
         (env_problem is None, f"tenants.env: {env_problem}"),
-        (config.dispatcher.slots_per_gpu >= 1, "dispatcher.slots_per_gpu must be at least 1"),
-        (config.dispatcher.max_queued >= 1, "dispatcher.max_queued must be at least 1"),
-        (config.dispatcher.default_timeout_s > 0, "dispatcher.default_timeout_s must be positive"),
-        (config.dispatcher.kill_grace_s >= 0, "dispatcher.kill_grace_s must not be negative"),
-        (config.dispatcher.keep_finished >= 1, "dispatcher.keep_finished must be at least 1"),
-        (config.gpus.simulated >= 0, "gpus.simulated must not be negative"),
-        (all(i >= 0 for i in config.gpus.visible), "gpus.visible holds GPU indices (>= 0)"),
-        (config.runtime.snapshot_interval_s > 0, "runtime.snapshot_interval_s must be positive"),
-        (config.runtime.shutdown_grace_s >= 0, "runtime.shutdown_grace_s must not be negative"),
-        (config.runtime.snapshot_finished >= 1, "runtime.snapshot_finished must be at least 1"),
-        (
-            4096 <= config.runtime.max_message_bytes <= MAX_MESSAGE_BYTES,
-            f"runtime.max_message_bytes must be between 4096 and {MAX_MESSAGE_BYTES}",
-        ),
         (
             not config.runtime.control_tcp or config.runtime.control_tcp.startswith("tcp://"),
             "runtime.control_tcp must be a tcp:// endpoint",
@@ -200,40 +245,30 @@ def validate(config: Config) -> Config:
             not config.runtime.telemetry_tcp or config.runtime.telemetry_tcp.startswith("tcp://"),
             "runtime.telemetry_tcp must be a tcp:// endpoint",
         ),
-        (config.regions.hold_limit_s > 0, "regions.hold_limit_s must be positive"),
-        (config.regions.quiesce_timeout_s > 0, "regions.quiesce_timeout_s must be positive"),
-        (config.regions.drain_timeout_s > 0, "regions.drain_timeout_s must be positive"),
-        (config.regions.heartbeat_interval_s > 0, "regions.heartbeat_interval_s must be positive"),
         (
             config.regions.stale_after_s >= 2 * config.regions.heartbeat_interval_s,
             "regions.stale_after_s must be at least twice regions.heartbeat_interval_s",
         ),
-        (config.regions.reserved_cores_per_gpu >= 0, "regions.reserved_cores_per_gpu must not be negative"),
         (
             all(k.isascii() and k.isdigit() for k in config.regions.cpu_slices),
             "regions.cpu_slices keys are GPU indices (\"0\", \"1\", ...)",
         ),
-        (config.regions.lease_ttl_s > 0, "regions.lease_ttl_s must be positive"),
-        (config.regions.channel_hello_timeout_s > 0, "regions.channel_hello_timeout_s must be positive"),
-        (config.regions.channel_max_messages_per_s >= 1, "regions.channel_max_messages_per_s must be at least 1"),
-        (config.regions.channel_max_connections >= 1, "regions.channel_max_connections must be at least 1"),
         (
             1 <= config.regions.channel_max_connections_per_uid <= config.regions.channel_max_connections,
             "regions.channel_max_connections_per_uid must be between 1 and regions.channel_max_connections",
         ),
-        (config.telemetry.sample_interval_s > 0, "telemetry.sample_interval_s must be positive"),
-        (config.telemetry.canary_period_s > 0, "telemetry.canary_period_s must be positive"),
-        (config.telemetry.canary_target_ms > 0, "telemetry.canary_target_ms must be positive"),
-        (config.telemetry.canary_window >= 1, "telemetry.canary_window must be at least 1"),
-        (0 < config.telemetry.clock_tolerance < 1, "telemetry.clock_tolerance is a fraction between 0 and 1"),
         (
             not config.telemetry.prometheus_listen or listen_address(config.telemetry.prometheus_listen) is not None,
             'telemetry.prometheus_listen must be "HOST:PORT" (e.g. "127.0.0.1:9400", "[::1]:9400") or ""',
         ),
-        (config.pool.size_per_gpu >= 0, "pool.size_per_gpu must not be negative"),
-        (config.pool.max_commands >= 1, "pool.max_commands must be at least 1"),
-        (config.pool.start_timeout_s > 0, "pool.start_timeout_s must be positive"),
-        (config.pool.clean_timeout_s > 0, "pool.clean_timeout_s must be positive"),
+        (
+            config.runtime.max_requests_per_peer <= config.runtime.max_requests_in_flight,
+            "runtime.max_requests_per_peer must be at most runtime.max_requests_in_flight",
+        ),
+        (
+            config.runtime.trace_rotate_bytes == 0 or config.runtime.trace_rotate_bytes >= 4096,
+            "runtime.trace_rotate_bytes must be 0 (never rotate) or at least 4096",
+        ),
         (all(m and not m.startswith(".") for m in config.pool.preload), "pool.preload holds absolute module names"),
         (
             config.dispatcher.default_mode != "pooled" or config.pool.size_per_gpu >= 1,
@@ -275,6 +310,17 @@ def environment_problem(env: dict[str, str]) -> str | None:
     return None
 
 
+def _number(x: float) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def _bounds_key(key: str) -> str:
+    """`gpus.visible[2]` -> `gpus.visible[]`; `regions.cpu_slices.0[1]` -> `regions.cpu_slices[]`."""
+    section, _, rest = key.partition(".")
+    name = rest.split(".", 1)[0].split("[", 1)[0]
+    return f"{section}.{name}[]" if rest != name else key
+
+
 def _settings(config: Config) -> list[tuple[str, Any]]:
     """Every setting as (dotted key, value); list items and table values each on their own."""
     found: list[tuple[str, Any]] = []
@@ -285,7 +331,10 @@ def _settings(config: Config) -> list[tuple[str, Any]]:
             key, value = f"{section.name}.{f.name}", getattr(getattr(config, section.name), f.name)
             items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, tuple) else ()
             found.append((key, value))
-            found += [(f"{key}.{k}" if isinstance(value, dict) else f"{key}[{k}]", v) for k, v in items]
+            for k, v in items:
+                item = f"{key}.{k}" if isinstance(value, dict) else f"{key}[{k}]"
+                found.append((item, v))
+                found += [(f"{item}[{i}]", x) for i, x in enumerate(v)] if isinstance(v, list) else []
     return found
 
 

@@ -17,11 +17,17 @@ across all its connections. A connection that closes while waiting or
 holding withdraws or releases its request.
 
 What a peer can cost is bounded: a line is at most MAX_LINE bytes of ASCII;
-the HELLO must come within `regions.channel_hello_timeout_s`; a connection may
-send `regions.channel_max_messages_per_s` lines a second; connections are
-capped per uid and in total. Past a bound the peer gets an ERROR line that
-says which, and (except for the first message over the rate) is disconnected,
-which gives back whatever it held. A peer that leaves its replies unread for
+the HELLO must come within `regions.channel_hello_timeout_s`; a connection
+that neither holds nor awaits a region and sends nothing for
+`regions.channel_idle_timeout_s` is closed (clients open a new one at their
+next region); a connection may send `regions.channel_max_messages_per_s`
+lines a second. Connections are capped per tenant (a running command, known
+from the kernel's word on the connecting process as it connects), per uid
+for processes that are no tenant, and in total, except that a tenant's first
+connection is always accepted: tenants that share a uid cannot deny each
+other the channel. Past a bound the peer gets an ERROR line that says which,
+and (except for the first message over the rate) is disconnected, which
+gives back whatever it held. A peer that leaves its replies unread for
 SEND_TIMEOUT_S is disconnected too.
 """
 
@@ -93,6 +99,7 @@ class Connection:
     pid: int
     uid: int
     rate: RateLimit
+    bucket: tuple[str, int | str] = ("uid", -1)  # what its connections are counted by: its tenant, else its uid
     who: TenantIdentity | None = None
     req: Request | None = None  # its request, from ENTER until it is released or ends ungranted
 
@@ -126,7 +133,12 @@ class RegionChannel:
         pid, uid = _peer_credentials(writer)
         conn = Connection(reader, writer, pid, uid, RateLimit(self._settings.channel_max_messages_per_s))
         try:
-            crowded = self._crowded(uid)
+            # Counted by the tenant the kernel says the process belongs to (the
+            # HELLO checks the rest), so that one tenant's connections never
+            # use up what other tenants of the same uid need.
+            known = self._identify(pid) if pid > 0 else None
+            conn.bucket = ("tenant", known.command_id) if known is not None else ("uid", uid)
+            crowded = self._crowded(conn.bucket)
             if crowded:
                 raise Refusal("EAGAIN", crowded)
             self._connections.add(conn)
@@ -147,13 +159,21 @@ class RegionChannel:
                 self.manager.gpus[req.gpu].withdraw(req, "tenant disconnected")
             writer.close()
 
-    def _crowded(self, uid: int) -> str:
-        """Why one more connection from `uid` is refused ("" if it is not)."""
-        total, per_uid = self._settings.channel_max_connections, self._settings.channel_max_connections_per_uid
+    def _crowded(self, bucket: tuple[str, int | str]) -> str:
+        """Why one more connection counted in `bucket` is refused ("" if it is not)."""
+        settings = self._settings
+        total = settings.channel_max_connections
+        mine = sum(1 for c in self._connections if c.bucket == bucket)
+        kind, who = bucket
+        if kind == "tenant":
+            if mine >= settings.channel_max_connections_per_tenant:
+                return f"command {who} has its limit of {settings.channel_max_connections_per_tenant} region channel connections"
+            if mine == 0:
+                return ""  # a tenant's first connection: never crowded out by others
+        elif mine >= settings.channel_max_connections_per_uid:
+            return f"uid {who} has its limit of {settings.channel_max_connections_per_uid} region channel connections"
         if len(self._connections) >= total:
             return f"the region channel has its limit of {total} connections"
-        if sum(1 for c in self._connections if c.uid == uid) >= per_uid:
-            return f"uid {uid} has its limit of {per_uid} region channel connections"
         return ""
 
     async def _hello(self, conn: Connection) -> TenantIdentity:
@@ -202,7 +222,14 @@ class RegionChannel:
 
     async def _serve_message(self, conn: Connection) -> bool:
         """Answers one message; False when the peer has gone."""
-        line = await _read_line(conn.reader)
+        if conn.req is None:  # holding, it is bounded by the hold limit instead
+            idle_s = self._settings.channel_idle_timeout_s
+            try:
+                line = await asyncio.wait_for(_read_line(conn.reader), idle_s)
+            except asyncio.TimeoutError:
+                raise Refusal("ETIMEDOUT", f"idle for {idle_s:g} s: disconnecting") from None
+        else:
+            line = await _read_line(conn.reader)
         if line is None:
             return False
         if not conn.rate.allow():

@@ -11,7 +11,6 @@ stopped after thaw: with signals we only continue what we stopped.
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import time
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from krex_runtime.commands import process_tree
+from krex_runtime.commands import cgroups, process_tree
 
 FREEZE_TIMEOUT_S = 5.0
 
@@ -81,10 +80,9 @@ class CgroupV2Freezer(Freezer):
 
 
 def _frozen_v2(cgroup: Path) -> bool:
-    try:
-        text = (cgroup / "cgroup.events").read_text()
-    except FileNotFoundError:
-        return True  # the cgroup is gone: nothing in it can run
+    text = cgroups.read_file(cgroup / "cgroup.events")
+    if text is None:
+        return True  # the cgroup is gone or going (its command ended): nothing in it can run
     return "frozen 1" in text or "populated 0" in text
 
 
@@ -151,18 +149,14 @@ def _thaw_each(targets: list[Target], thaw_one: Callable[[Target], None]) -> Non
 
 
 def _write(path: Path, value: str) -> None:
-    try:
-        path.write_text(value)
-    except OSError as exc:
-        # ENOENT: the command ended and its cgroup went with it; ENODEV: the
-        # cgroup is being removed (its files exist but refuse writes).
-        if exc.errno not in (errno.ENOENT, errno.ENODEV):
-            raise
+    # A cgroup gone or being removed (ENOENT, ENODEV) is a command that ended
+    # meanwhile: nothing to freeze or thaw there.
+    cgroups.write_file(path, value)
 
 
 def _read(path: Path) -> str:
     try:
-        return path.read_text().strip()
+        return (cgroups.read_file(path) or "").strip()
     except OSError:
         return ""
 

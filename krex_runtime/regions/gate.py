@@ -1,12 +1,11 @@
 """The runtime's side of the per-GPU gate in shared memory (native/include/krex_gate.h).
 
-The runtime creates one gate file per GPU and passes its path to every tenant
-of that GPU (KREX_GATE_PATH, with KREX_TENANT_ID). The interception library
-preloaded into each tenant maps it, registers its process in a free entry, and
-checks the gate before every GPU submission. This module creates, closes,
-reopens and inspects the gate, stamps the runtime heartbeat, and runs the
-drain handshake. The file's layout is mirrored in gate_layout, the futex and
-/proc calls it needs are in gate_kernel. Standard library only.
+One gate file per GPU, its path passed to every tenant of that GPU
+(KREX_GATE_PATH, with KREX_TENANT_ID). The interception library preloaded
+into each tenant maps it, registers its process and checks the gate before
+every GPU submission. This module creates, closes, reopens and inspects the
+gate, stamps the heartbeat and runs the drain handshake; the layout is in
+gate_layout, futex and /proc calls in gate_kernel. Standard library only.
 
 Giving the GPU to tenant H (see krex_gate.h for the library's half):
 
@@ -26,6 +25,8 @@ stamp_heartbeat() well within stale_after_s, or tenants fail open.
 from __future__ import annotations
 
 import ctypes
+import gc
+import logging
 import mmap
 import os
 import time
@@ -52,6 +53,8 @@ from krex_runtime.regions.gate_layout import (
     VERSION,
     file_size,
 )
+
+log = logging.getLogger("krex.gate")
 
 
 class GateError(Exception):
@@ -185,11 +188,21 @@ class Gate:
         return gate
 
     def detach(self) -> None:
-        """Unmap (the gate itself stays as it is; see open_gate)."""
-        if self._mm is not None:
-            self._mm.close()
-            os.close(self._fd)
-            self._mm = None
+        """Unmap (the gate stays as it is; see open_gate). Never raises: mmap refuses to
+        close while a ctypes view of it lives (an entry still in its worker thread at
+        shutdown, a traceback), and a view must not outlive its memory."""
+        mm, self._mm = self._mm, None
+        if mm is None:
+            return
+        os.close(self._fd)
+        for attempt in range(20):
+            try:
+                return mm.close()
+            except BufferError:
+                if not attempt:
+                    gc.collect()  # views held only by reference cycles go now
+                time.sleep(0.01)  # a reader in another thread finishes its read
+        log.warning("%s: the gate's mapping is still in use; it is unmapped when its last reader lets go", self.path)
 
     def __enter__(self) -> Gate:
         return self
@@ -200,9 +213,11 @@ class Gate:
     # -- raw access --
 
     def _view(self, ctype: type, off: int):
-        if self._mm is None:
-            raise GateError(f"{self.path}: detached")
-        return ctype.from_buffer(self._mm, off)
+        mm = self._mm  # once: detach may run in another thread
+        try:
+            return ctype.from_buffer(mm, off)
+        except (TypeError, ValueError):  # None, or closed meanwhile
+            raise GateError(f"{self.path}: detached") from None
 
     def _hget(self, name: str) -> int:
         ctype, off = HEADER[name]
@@ -250,12 +265,10 @@ class Gate:
 
     def set_bounds(self, *, stale_after_s: float | None = None, drain_timeout_s: float | None = None,
                    park_wait_s: float | None = None) -> None:
-        if stale_after_s is not None:
-            self._hset("stale_after_ns", int(stale_after_s * 1e9))
-        if drain_timeout_s is not None:
-            self._hset("drain_timeout_ns", int(drain_timeout_s * 1e9))
-        if park_wait_s is not None:
-            self._hset("park_wait_ns", int(park_wait_s * 1e9))
+        for name, value in (("stale_after_ns", stale_after_s), ("drain_timeout_ns", drain_timeout_s),
+                            ("park_wait_ns", park_wait_s)):
+            if value is not None:
+                self._hset(name, int(value * 1e9))
 
     def close_gate(self, holder: int) -> int:
         """Shut the gate for every tenant but `holder`; returns the new generation.
@@ -303,10 +316,11 @@ class Gate:
         """Indices of LIVE entries, read as one strided slice: region entry scans
         the table several times, and per-entry ctypes reads of 1024 entries
         would cost milliseconds each time."""
-        if self._mm is None:
-            raise GateError(f"{self.path}: detached")
         start = self._hget("procs_offset") + PROC["state"][1]
-        words = memoryview(self._mm)[start : start + self.max_procs * PROC_SIZE].cast("I")
+        try:
+            words = memoryview(self._mm)[start : start + self.max_procs * PROC_SIZE].cast("I")  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise GateError(f"{self.path}: detached") from None
         try:
             states = words[:: PROC_SIZE // 4]
             return [i for i, state in enumerate(states) if state == PROC_LIVE]

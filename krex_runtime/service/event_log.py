@@ -20,6 +20,16 @@ Publish = Callable[[bytes, Any], None]
 Observer = Callable[[dict[str, Any]], None]
 
 
+class Encoded:
+    """A JSON value already encoded: sent as it is, inside a reply or as a
+    published message. (Not a dataclass: the envelope's to_dict would take it apart.)"""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
 class EventLog:
     def __init__(self, trace: TraceWriter, publish: Publish) -> None:
         self.state = node_state.NodeState()
@@ -27,6 +37,7 @@ class EventLog:
         self._publish = publish
         self._seq = 0
         self.observers: list[Observer] = []
+        self._encoded: tuple[int, Encoded] | None = None  # the snapshot at one seq, encoded once
 
     def emit(self, event: events.Event) -> None:
         self._seq += 1
@@ -40,5 +51,13 @@ class EventLog:
     def snapshot(self) -> dict[str, Any]:
         return {"seq": self.state.seq, "state": node_state.to_snapshot(self.state)}
 
+    def snapshot_encoded(self) -> Encoded:
+        """The snapshot, built and encoded once per seq: the state changes only
+        by an event, so every request between two events gets the same bytes
+        (a flood of snapshot requests costs a copy each, not a state walk)."""
+        if self._encoded is None or self._encoded[0] != self.state.seq:
+            self._encoded = (self.state.seq, Encoded(protocol.encode(self.snapshot())))
+        return self._encoded[1]
+
     def publish_snapshot(self) -> None:
-        self._publish(protocol.TOPIC_SNAPSHOT, self.snapshot())
+        self._publish(protocol.TOPIC_SNAPSHOT, self.snapshot_encoded())

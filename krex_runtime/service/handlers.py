@@ -126,7 +126,7 @@ def _gpu_status(ctx: Context, gpu: Gpu, state: node_state.GpuState) -> dict[str,
 
 @handles(verbs.SNAPSHOT)
 async def snapshot(ctx: Context, peer: Peer, req: Request) -> Any:
-    return ctx.log.snapshot()
+    return ctx.log.snapshot_encoded()
 
 
 @handles(verbs.SUBMIT)

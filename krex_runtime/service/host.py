@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,11 @@ class Host:
         return str(self.cgroup_slice.path) if self.cgroup_slice is not None else None
 
     def release(self) -> None:
+        """Remove the command cgroups' slice (ending what is left in it), then
+        give back the claims: the last things a runtime lets go of."""
+        if self.cgroup_slice is not None:
+            self.cgroup_slice.remove()
+            self.cgroup_slice = None
         for c in self.claims:
             c.release()
         self.claims.clear()
@@ -103,14 +109,21 @@ def _prepare_claimed(
             access.check_tenant_can_read(tenant_user, _tenant_files(config, gpus, library))
         except access.AccessError as exc:
             raise StartupError(str(exc)) from None
+        if config.telemetry.canary or config.pool.size_per_gpu > 0:
+            _check_tenant_runs_python(tenant_user, {**os.environ, **config.tenants.env, **access.tenants_env(tenant_user)})
     cgroup_slice = _open_cgroups(config, run_dir)
-    recovered = machinery.recover(run_dir, cgroup_slice)
-    for line in recovered:
-        log.warning("recovery: %s", line)
-    if cgroup_slice is not None:
-        for leftover in cgroup_slice.leftovers():
-            log.warning("ending a command cgroup left by a previous run: %s", leftover)
-            cgroups.kill_and_remove(leftover)
+    try:
+        recovered = machinery.recover(run_dir, cgroup_slice)
+        for line in recovered:
+            log.warning("recovery: %s", line)
+        if cgroup_slice is not None:
+            for leftover in cgroup_slice.leftovers():
+                log.warning("ending a command cgroup left by a previous run: %s", leftover)
+                cgroups.kill_and_remove(leftover)
+    except BaseException:
+        if cgroup_slice is not None:
+            cgroup_slice.remove()
+        raise
     return Host(run_dir, output_dir, library, tenant_user, run_as, curve_keys, cgroup_slice, recovered, claims)
 
 
@@ -163,6 +176,36 @@ def _open_cgroups(config: Config, run_dir: Path) -> CgroupSlice | None:
     if choice in ("v2", "v1"):
         log.warning("tenants.cgroups = %s: that hierarchy is not writable here; using process groups", choice)
     return None
+
+
+# What a canary or a context process imports first, as the tenants' user runs it.
+PYTHON_PROBE = "import krex_runtime.tenant.canary"
+
+
+def _check_tenant_runs_python(user: access.TenantUser, env: dict[str, str]) -> None:
+    """Run the runtime's Python once as the tenants' user, as the canary and
+    the context pool will: a user that cannot (no access to the interpreter,
+    its libraries or the package) is refused now, in one line, instead of its
+    canary failing every few seconds for as long as the runtime runs. In the
+    environment tenants get (the runtime's, `tenants.env`, the user's names)."""
+
+    def become() -> None:
+        os.setgroups([])
+        os.setgid(user.gid)
+        os.setuid(user.uid)
+
+    argv = [sys.executable, "-c", PYTHON_PROBE]
+    try:
+        done = subprocess.run(argv, preexec_fn=become, cwd="/", env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        problem = str(exc)
+    else:
+        if done.returncode == 0:
+            return
+        lines = done.stderr.decode(errors="replace").strip().splitlines()
+        problem = lines[-1] if lines else f"exit status {done.returncode}"
+    raise StartupError(f"tenants.user {user.name!r} cannot run the runtime's Python {sys.executable}: {problem[:300]}")
 
 
 def _tenant_files(config: Config, gpus: list[Gpu], library: Path) -> list[Path]:

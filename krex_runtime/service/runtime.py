@@ -11,6 +11,7 @@ or cancel what runs, and leave nothing frozen, gated, claimed or bound.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -25,6 +26,7 @@ from krex_runtime.node.gpus import Gpu
 from krex_runtime.service import handlers
 from krex_runtime.service import node as node_build
 from krex_runtime.service.event_log import EventLog
+from krex_runtime.service.heartbeat import Heartbeat
 from krex_runtime.service.host import Host, StartupError, prepare
 from krex_runtime.service.node import Node
 from krex_runtime.service.notify import Notifier
@@ -53,38 +55,57 @@ class RuntimeService:
         self._stop.set()
 
     async def run(self) -> None:
+        """Start-up is one transaction: every resource is registered for release
+        the moment it exists, so a failure at any step (and the stop at the end)
+        releases all that was made before it, in reverse order: regions, telemetry,
+        the trace, the sockets, the cgroup slice, the claims."""
         self.notifier = Notifier.from_environment()  # before any tenant inherits the variables
-        host = prepare(self.config, self.gpus)
-        try:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            # From the start: a stop asked for during start-up is served once it is up.
+            loop.add_signal_handler(sig, self.request_stop, signal.Signals(sig).name)
+        with contextlib.ExitStack() as made:
+            made.callback(self.notifier.close)
+            host = prepare(self.config, self.gpus)
+            made.callback(host.release)
             server = ControlServer(self.config, host.run_dir, host.curve_keys)
-        except BaseException:
-            host.release()
-            raise
-        trace = self._open_trace(host)
-        event_log = EventLog(trace, server.publish)
-        node = node_build.build(self.config, self.gpus, host, event_log, server)
-        try:
-            await self._serve(host, server, event_log, node)
-        finally:
-            self.notifier.close()
-            trace.close()
-            node.telemetry.close()
-            node_build.close_regions(node, host)
-            server.close()
-            if host.cgroup_slice is not None:
-                host.cgroup_slice.remove()
-            host.release()
+            made.callback(server.close)
+            trace = self._open_trace(host)
+            made.callback(trace.close)
+            event_log = EventLog(trace, server.publish)
+            node = node_build.build(self.config, self.gpus, host, event_log, server)
+            made.callback(node_build.close_regions, node, host)
+            if node.channel is not None:
+                made.callback(_remove_socket, node.channel.path)
+            made.callback(node.telemetry.close)
+            heartbeat = None
+            if node.regions is not None:
+                regions = self.config.regions
+                heartbeat = Heartbeat(node.regions.manager.stamp_heartbeats, regions.heartbeat_interval_s,
+                                      regions.stale_after_s)
+                made.callback(heartbeat.stop)  # before the gates are unmapped
+            await self._serve(host, server, event_log, node, heartbeat)
 
-    async def _serve(self, host: Host, server: ControlServer, event_log: EventLog, node: Node) -> None:
+    async def _serve(
+        self, host: Host, server: ControlServer, event_log: EventLog, node: Node, heartbeat: Heartbeat | None
+    ) -> None:
         metrics = await self._start_metrics(event_log)
         try:
-            await self._serve_node(host, server, event_log, node)
+            await self._serve_node(host, server, event_log, node, heartbeat)
         finally:
             if metrics is not None:
                 await metrics.close()
 
-    async def _serve_node(self, host: Host, server: ControlServer, event_log: EventLog, node: Node) -> None:
+    async def _serve_node(
+        self, host: Host, server: ControlServer, event_log: EventLog, node: Node, heartbeat: Heartbeat | None
+    ) -> None:
         node_build.open_regions_to_tenants(node, host)
+        if node.channel is not None:
+            try:  # before anything runs: a channel that cannot listen stops the start-up
+                await node.channel.start()
+            except OSError as exc:
+                raise StartupError(f"cannot serve the region channel on {node.channel.path}: {exc.strerror or exc}") from None
+            access.open_to_tenants(node.channel.path, host.tenant_user, 0o660)
         event_log.emit(
             events.RuntimeStarted(
                 node=socket.gethostname(),
@@ -97,35 +118,35 @@ class RuntimeService:
                 recovered=host.recovered,
             )
         )
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_stop, signal.Signals(sig).name)
-        context = handlers.Context(node, event_log, host.run_dir, host.cgroups)
-        tasks = server.serve(handlers.table(context), node.tenancy.refuse_tenants)
-        tasks.append(asyncio.create_task(self._snapshots(event_log)))
-        tasks.append(asyncio.create_task(self.notifier.watchdog()))
-        tasks.append(asyncio.create_task(node.telemetry.run()))
-        if node.canaries is not None:
-            node.canaries.start(node.dispatcher)
-        if node.regions is not None and node.channel is not None:
-            node.regions.manager.start()
-            await node.channel.start()
-            access.open_to_tenants(node.channel.path, host.tenant_user, 0o660)
-            tasks.append(asyncio.create_task(self._heartbeat(node)))
-        self._log_started(host, node)
-        pool = node.dispatcher.pool
-        if pool is not None:
-            pool.start()
-        if node.dispatcher.zygotes is not None:
-            node.dispatcher.zygotes.start()
-        self.notifier.ready(f"serving {len(self.gpus)} GPU(s) under policy {self.config.runtime.policy}")
+        tasks: list[asyncio.Task[None]] = []
         try:
+            context = handlers.Context(node, event_log, host.run_dir, host.cgroups)
+            tasks += server.serve(handlers.table(context), node.tenancy.refuse_tenants)
+            tasks.append(asyncio.create_task(self._snapshots(event_log)))
+            tasks.append(asyncio.create_task(node.telemetry.run()))
+            tasks.append(asyncio.create_task(self.notifier.watchdog()))
+            if node.regions is not None and heartbeat is not None:
+                node.regions.manager.start()
+                heartbeat.start()
+                tasks.append(asyncio.create_task(self._loop_alive(heartbeat)))
+            if node.canaries is not None:
+                node.canaries.start(node.dispatcher)
+            self._log_started(host, node)
+            pool = node.dispatcher.pool
+            if pool is not None:
+                pool.start()
+            if node.dispatcher.zygotes is not None:
+                node.dispatcher.zygotes.start()
+            self.notifier.ready(f"serving {len(self.gpus)} GPU(s) under policy {self.config.runtime.policy}")
             await self._stop.wait()
             self.notifier.stopping(f"stopping ({self._stop_reason})")
-            await self._shutdown(event_log, node)
         finally:
-            for task in tasks:
-                task.cancel()
+            # Also after a failure once serving: end what was started before letting go of the node.
+            try:
+                await self._shutdown(event_log, node)
+            finally:
+                for task in tasks:
+                    task.cancel()
 
     async def _start_metrics(self, event_log: EventLog) -> MetricsServer | None:
         listen = self.config.telemetry.prometheus_listen
@@ -167,28 +188,29 @@ class RuntimeService:
 
     def _open_trace(self, host: Host) -> TraceWriter:
         path = Path(self.config.runtime.trace_path) if self.config.runtime.trace_path else host.run_dir / "trace.jsonl"
-        return TraceWriter(
-            path,
-            {
-                "node": socket.gethostname(),
-                "started_at": time.time(),
-                "policy": self.config.runtime.policy,
-                "config_digest": self.config.digest,
-                "config_source": self.config.source,
-                "gpus": [node_build.gpu_record(self.config, g) for g in self.gpus],
-            },
-        )
+        header = {
+            "node": socket.gethostname(),
+            "started_at": time.time(),
+            "policy": self.config.runtime.policy,
+            "config_digest": self.config.digest,
+            "config_source": self.config.source,
+            "gpus": [node_build.gpu_record(self.config, g) for g in self.gpus],
+        }
+        try:
+            return TraceWriter(path, header, rotate_bytes=self.config.runtime.trace_rotate_bytes)
+        except OSError as exc:
+            raise StartupError(f"cannot write the trace {path}: {exc.strerror or exc}") from None
 
     async def _snapshots(self, event_log: EventLog) -> None:
         while True:
             await asyncio.sleep(self.config.runtime.snapshot_interval_s)
             event_log.publish_snapshot()
 
-    async def _heartbeat(self, node: Node) -> None:
-        assert node.regions is not None
+    async def _loop_alive(self, heartbeat: Heartbeat) -> None:
+        """Show the heartbeat thread the loop runs (service/heartbeat.py)."""
         while True:
-            node.regions.manager.stamp_heartbeats()
-            await asyncio.sleep(self.config.regions.heartbeat_interval_s)
+            heartbeat.loop_alive()
+            await asyncio.sleep(heartbeat.interval_s)
 
     def _log_started(self, host: Host, node: Node) -> None:
         if node.regions is not None:
@@ -214,3 +236,13 @@ class RuntimeService:
             log.info("context pool: %d per GPU, preloading %s", pool.size, list(self.config.pool.preload) or "nothing")
         if node.dispatcher.zygotes is not None:
             log.info("forked mode: a zygote per GPU, preloading %s", list(self.config.pool.preload) or "nothing")
+
+
+def _remove_socket(path: Path) -> None:
+    """The region socket, if it is one (a release must never raise: what is
+    in the way of the socket is not the runtime's)."""
+    try:
+        if path.is_socket():
+            path.unlink()
+    except OSError as exc:
+        log.warning("cannot remove %s: %s", path, exc.strerror)

@@ -5,12 +5,22 @@ Control (ROUTER) answers requests; a read-only control socket serves the same
 table and refuses the verbs that change state; telemetry (PUB) carries events
 and snapshots. ipc sockets are guarded by file permissions (node/access.py);
 tcp endpoints are served with CURVE only, on sockets of their own.
+
+The region plane shares the event loop, so the control plane's work is
+bounded whatever clients send: the serving loop yields after every message
+(a socket that always has one ready would otherwise never let the loop run
+anything else); at most `runtime.max_requests_per_peer` requests of one
+connection and `runtime.max_requests_in_flight` per socket are being answered,
+and one more is refused `busy` at once, for the cost of a short reply; a
+connection that leaves its replies unread until its queue is full is not
+served (its requests are dropped unread) until STALL_S later.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
@@ -20,12 +30,20 @@ import zmq.asyncio
 from krex_runtime.node import access
 from krex_runtime.node.config import Config
 from krex_runtime.service import curve, peers
+from krex_runtime.service.event_log import Encoded
 from krex_runtime.service.host import StartupError
 from krex_runtime.service.peers import Credentials
 from krex_runtime.wire import endpoints, protocol, verbs
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request
 
 log = logging.getLogger("krex.runtime")
+
+# How long a connection whose reply queue was full is not served.
+STALL_S = 1.0
+RECEIVE_QUEUE = 128
+# A refused request's id is read only from a message this small (parsing a
+# large one would cost what the refusal saves).
+BUSY_ID_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -53,6 +71,11 @@ class ControlServer:
         self.authenticator: Any = None
         self.remote_control: zmq.asyncio.Socket | None = None
         self.remote_pub: zmq.asyncio.Socket | None = None
+        self._in_flight: dict[int, int] = {}  # per socket: a flood of the read-only one leaves operators theirs
+        self._by_peer: dict[tuple[int, tuple[bytes, ...]], int] = {}
+        self._stalled: dict[tuple[int, tuple[bytes, ...]], float] = {}  # -> served again from (monotonic)
+        self.refused_busy = 0
+        self.dropped_stalled = 0
         self.control = self._router()
         self.control_ro = self._router()
         self.pub = self._publisher()
@@ -87,8 +110,13 @@ class ControlServer:
         # zmq drops larger messages by closing the peer; keep that far above our own
         # limit so an oversized request still gets a `too_large` reply.
         sock.setsockopt(zmq.MAXMSGSIZE, max(self.config.runtime.max_message_bytes * 16, 64 << 20))
-        sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        # Mandatory: a reply to a connection whose queue is full raises instead of
+        # vanishing, so the server learns the peer does not read (see send).
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         sock.setsockopt(zmq.LINGER, 0)
+        # Requests queued unread per connection: past this the client's sends
+        # wait (backpressure) instead of the runtime buffering them.
+        sock.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
         if keys is not None:
             curve.serve_with(sock, keys)
         return sock
@@ -104,10 +132,12 @@ class ControlServer:
     # --- publishing ----------------------------------------------------------
 
     def publish(self, topic: bytes, body: Any) -> None:
-        frames = [topic, protocol.encode(body)]
+        encoded = isinstance(body, Encoded)
+        frames = [topic, body.data if encoded else protocol.encode(body)]
         for pub in (self.pub, self.remote_pub):
             if pub is not None:
-                pub.send_multipart(frames)
+                # A snapshot is shared, not copied, by the queues of every subscriber.
+                pub.send_multipart(frames, copy=not encoded)
 
     # --- requests ------------------------------------------------------------
 
@@ -128,12 +158,49 @@ class ControlServer:
     ) -> None:
         while True:
             frames = await sock.recv_multipart(copy=False)
+            # A ready message resolves the await at once: yield, or a flood on
+            # one socket would keep the loop (regions, heartbeat) from running.
+            await asyncio.sleep(0)
             if len(frames) < 2:
                 continue
+            route = tuple(f.bytes for f in frames[:-1])
+            key = (id(sock), route)
+            if key in self._stalled:
+                if time.monotonic() < self._stalled[key]:
+                    self.dropped_stalled += 1
+                    continue
+                del self._stalled[key]
+            busy = self._busy(key)
+            if busy:
+                self.refused_busy += 1
+                frame = frames[-1].bytes
+                req_id = protocol.request_id_of(frame) if len(frame) <= BUSY_ID_BYTES else None
+                self.send(Peer(sock, route, read_only), protocol.reply_error(req_id, ErrorCode.BUSY, busy))
+                continue
             credentials = None if remote else peers.ipc_credentials(frames[-1])
-            peer = Peer(sock, tuple(f.bytes for f in frames[:-1]), read_only, credentials, remote)
+            peer = Peer(sock, route, read_only, credentials, remote)
             # Each request runs on its own so a `wait` never blocks the socket.
-            asyncio.create_task(self._handle(peer, frames[-1].bytes, handlers, refuse))
+            self._in_flight[key[0]] = self._in_flight.get(key[0], 0) + 1
+            self._by_peer[key] = self._by_peer.get(key, 0) + 1
+            task = asyncio.create_task(self._handle(peer, frames[-1].bytes, handlers, refuse))
+            task.add_done_callback(lambda _, key=key: self._answered(key))
+
+    def _busy(self, key: tuple[int, tuple[bytes, ...]]) -> str:
+        """Why one more request of this connection is refused now ("" if it is not)."""
+        runtime = self.config.runtime
+        if self._by_peer.get(key, 0) >= runtime.max_requests_per_peer:
+            return f"this client has {runtime.max_requests_per_peer} requests being answered: try again when they are"
+        if self._in_flight.get(key[0], 0) >= runtime.max_requests_in_flight:
+            return f"this socket has {runtime.max_requests_in_flight} requests being answered: try again later"
+        return ""
+
+    def _answered(self, key: tuple[int, tuple[bytes, ...]]) -> None:
+        self._in_flight[key[0]] -= 1
+        left = self._by_peer[key] - 1
+        if left:
+            self._by_peer[key] = left
+        else:
+            del self._by_peer[key]
 
     async def _handle(self, peer: Peer, frame: bytes, handlers: dict[str, Handler], refuse: Refuse) -> None:
         req_id = None
@@ -153,12 +220,26 @@ class ControlServer:
             self.send(peer, protocol.reply_error(req_id, ErrorCode.INTERNAL, f"internal error: {exc!r}"))
 
     def send(self, peer: Peer, msg: dict[str, Any]) -> None:
-        try:
-            peer.socket.send_multipart([*peer.route, protocol.encode(msg)], flags=zmq.NOBLOCK)
-        except zmq.ZMQError as exc:  # a peer that went away must not disturb the service
+        # zmq.asyncio reports a failed non-blocking send in the future it returns, not by raising.
+        sent = peer.socket.send_multipart([*peer.route, _encode_reply(msg)], flags=zmq.NOBLOCK)
+        if not sent.done():
+            sent.add_done_callback(lambda f: f.cancelled() or f.exception())
+            return
+        exc = None if sent.cancelled() else sent.exception()
+        if isinstance(exc, zmq.Again):
+            # Its queue is full: it does not read. Memory stays bounded by that
+            # queue, and its next requests are not even looked at for a while.
+            if len(self._stalled) > 10_000:
+                now = time.monotonic()
+                self._stalled = {k: t for k, t in self._stalled.items() if t > now}
+            self._stalled[(id(peer.socket), peer.route)] = time.monotonic() + STALL_S
+        elif exc is not None:  # a peer that went away must not disturb the service
             log.debug("dropping a message to a departed peer: %s", exc)
 
     def close(self) -> None:
+        if self.refused_busy or self.dropped_stalled:
+            log.info("control sockets: %d request(s) refused busy, %d dropped unread from clients that did not read",
+                     self.refused_busy, self.dropped_stalled)
         if self.authenticator is not None:
             self.authenticator.stop()
         for sock in (self.control, self.control_ro, self.pub, self.remote_control, self.remote_pub):
@@ -167,6 +248,16 @@ class ControlServer:
         self.ctx.term()
         for name in endpoints.SOCKETS:
             (self.run_dir / name).unlink(missing_ok=True)
+
+
+def _encode_reply(msg: dict[str, Any]) -> bytes:
+    """A message as its one frame; a body already encoded (a snapshot, encoded
+    once per sequence number) is put in as it is rather than encoded again."""
+    body = msg.get("body")
+    if not isinstance(body, Encoded):
+        return protocol.encode(msg)
+    head = protocol.encode({k: v for k, v in msg.items() if k != "body"})
+    return head[:-1] + b',"body":' + body.data + b"}"
 
 
 def _bind_to(sock: zmq.asyncio.Socket, endpoint: str) -> None:

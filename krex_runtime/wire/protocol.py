@@ -41,6 +41,7 @@ class ErrorCode:
     FORBIDDEN = "forbidden"  # a changing request from a tenant of the runtime
     QUEUE_FULL = "queue_full"
     UNSUPPORTED = "unsupported"  # a field this runtime knows but cannot do yet
+    BUSY = "busy"  # too many requests of this client (or in all) being answered: try again later
     INTERNAL = "internal"
 
 

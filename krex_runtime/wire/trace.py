@@ -1,8 +1,16 @@
-"""The append-only JSONL trace: a header line, then one event per line.
+"""The append-only JSONL trace: a header line, then one event per line, in
+one or more segment files that read as one history.
+
+The live file is the path the runtime was given (`trace.jsonl`); a runtime
+that starts where a trace exists, and a live file that reaches the rotation
+size, move it aside to the next numbered segment (`trace.jsonl.1`, `.2`...,
+in the order written), so a restart never truncates history. Every reader
+goes through `segments` and `iter_trace`, which read the numbered segments,
+then the live file, as one trace.
 
 docs/trace-format.md is the specification. Reading reports a line that does
-not parse with its line number instead of guessing past it (and says so when
-it is a torn last line).
+not parse with its file and line number instead of guessing past it (and
+says so when it is a torn last line).
 """
 
 from __future__ import annotations
@@ -11,18 +19,20 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 from krex_runtime.wire import events
 from krex_runtime.wire import state as node_state
 from krex_runtime.wire.event_check import EventError, check_event, check_fields
+from krex_runtime.wire.trace_segments import move_aside, segments
 
 FORMAT = "krex-trace"
 FORMAT_VERSION = 3
-# Version 2 added the `trace_gap` record, version 3 the zygote events; an older
-# trace is a valid newer one.
+# Version 2 added the `trace_gap` record, version 3 the zygote events and
+# segments (a header's `part`); a version 1 or 2 trace is a valid version 3
+# one of one segment.
 READABLE_VERSIONS = (1, 2, 3)
 GAP = events.TraceGap.type
 
@@ -45,24 +55,37 @@ class TraceWriter:
     missing. Lines written before the failure are never touched.
     """
 
-    def __init__(self, path: Path, header: dict[str, Any]) -> None:
+    def __init__(self, path: Path, header: dict[str, Any], rotate_bytes: int = 0) -> None:
+        """Raises OSError when the trace cannot be created; an earlier trace at
+        `path` becomes the next numbered segment first, never truncated."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        self.rotate_bytes = rotate_bytes  # 0: never rotate
+        if path.exists() and path.stat().st_size > 0:
+            move_aside(path)
+        self._fd = self._open_live()
         self._size = 0  # bytes of complete lines in the file
         self._torn = False  # a partly written line could not be cut off yet
         self._failing = False
-        self._header: dict[str, Any] | None = {"format": FORMAT, "version": FORMAT_VERSION, **header}
+        self._part = 0  # segments of this run written before the live one
+        self._run_header = {"format": FORMAT, "version": FORMAT_VERSION, **header}
+        self._header: dict[str, Any] | None = self._run_header | {"part": 0}
+        self._next_rotation = rotate_bytes
         self.lost = 0  # events not written since the last successful write
         self.lost_total = 0
         self._first_lost: dict[str, Any] = {}
         self._last_lost: dict[str, Any] = {}
         self._write_owed()
 
+    def _open_live(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
+
     def write(self, record: dict[str, Any]) -> None:
         # Each event tries again (a failing write costs one syscall), so nothing
         # is dropped once space returns, the runtime's last events included.
         if self._write_owed() and self._append(record):
+            if self.rotate_bytes and self._size >= self._next_rotation:
+                self._rotate()
             return
         if not self.lost:
             self._first_lost = record
@@ -116,6 +139,32 @@ class TraceWriter:
         self._failing = False
         return True
 
+    def _rotate(self) -> None:
+        """Move the live file aside as the next segment and go on in a fresh
+        one whose header continues this run. Where that fails the events go on
+        into the current file (nothing is lost) and rotation is tried again one
+        rotation size later."""
+        try:
+            os.fsync(self._fd)
+            move_aside(self.path)
+        except OSError as exc:
+            self._next_rotation = self._size + self.rotate_bytes
+            log.error("trace %s: cannot rotate (%s); writing on in this segment", self.path, exc.strerror or exc)
+            return
+        try:
+            fd = self._open_live()
+        except OSError as exc:
+            # The segment moved aside is still open and takes the events.
+            self._next_rotation = self._size + self.rotate_bytes
+            log.error("trace %s: cannot start a new segment (%s); writing on in %s", self.path,
+                      exc.strerror or exc, segments(self.path)[-1])
+            return
+        os.close(self._fd)
+        self._fd, self._size, self._next_rotation = fd, 0, self.rotate_bytes
+        self._part += 1
+        self._header = self._run_header | {"part": self._part}
+        self._write_owed()
+
     def _cut_torn_line(self) -> None:
         """Remove the part of a line a failed write left (truncating needs no
         space). Until that works nothing more is appended; a reader meeting a
@@ -142,23 +191,45 @@ class TraceWriter:
 
 @dataclass
 class Trace:
-    header: dict[str, Any]
+    header: dict[str, Any]  # the first segment's
     events: list[dict[str, Any]]
+    headers: list[dict[str, Any]] = field(default_factory=list)  # every segment's, in order
 
 
-def iter_trace(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, record) pairs; the first record is the header (the first
-    line that is not blank).
+def iter_trace(path: Path, headers: list[dict[str, Any]] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) pairs over the segments of `path` read as one;
+    the first record is the first segment's header. Every segment's header is
+    checked, and appended to `headers` when given.
 
     Every event is checked as it is read: its fields (event_check.check_event), its
-    `seq` (one more than the last), and that the reducer folds it; so whatever
-    this yields replays, and whatever does not names its line."""
+    `seq` (one more than the last; a segment that starts a run starts again at
+    1), and that the reducer folds it; so whatever this yields replays, and
+    whatever does not names its file and line."""
+    state = node_state.NodeState()
+    for index, segment in enumerate(segments(path)):
+        header_seen = False
+        for lineno, record in _records(segment):
+            if header_seen:
+                _check_event(segment, lineno, record, state)
+                yield lineno, record
+                continue
+            _check_header(segment, lineno, record)
+            header_seen = True
+            if headers is not None:
+                headers.append(record)
+            if not record.get("part"):
+                state = node_state.NodeState()  # a run of its own: numbering starts again
+            if index == 0:
+                yield lineno, record
+        if not header_seen:
+            raise TraceError(f"{segment}: trace is empty (no header line)")
+
+
+def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     try:
         f = path.open("rb")
     except OSError as exc:
         raise TraceError(f"{path}: cannot open trace: {exc.strerror}") from None
-    state = node_state.NodeState()
-    header_seen = False
     with f:
         # Bytes, decoded line by line: a text reader decodes ahead in chunks and
         # would blame a bad byte on an earlier line.
@@ -167,25 +238,18 @@ def iter_trace(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
                 raise TraceError(f"{path}:{lineno}: line is not UTF-8") from None
-            if not line.strip():
-                continue
-            record = _parse_line(path, lineno, line)
-            if not header_seen:
-                _check_header(path, lineno, record)
-                header_seen = True
-            else:
-                try:
-                    check_event(record)
-                    if record["type"] != GAP and record["seq"] != state.seq + 1:
-                        raise EventError(
-                            f"event seq {record['seq']} follows seq {state.seq} (events missing or out of order)"
-                        )
-                    node_state.apply(state, record)
-                except EventError as exc:
-                    raise TraceError(f"{path}:{lineno}: {exc}") from None
-            yield lineno, record
-    if not header_seen:
-        raise TraceError(f"{path}: trace is empty (no header line)")
+            if line.strip():
+                yield lineno, _parse_line(path, lineno, line)
+
+
+def _check_event(path: Path, lineno: int, record: dict[str, Any], state: node_state.NodeState) -> None:
+    try:
+        check_event(record)
+        if record["type"] != GAP and record["seq"] != state.seq + 1:
+            raise EventError(f"event seq {record['seq']} follows seq {state.seq} (events missing or out of order)")
+        node_state.apply(state, record)
+    except EventError as exc:
+        raise TraceError(f"{path}:{lineno}: {exc}") from None
 
 
 def _parse_line(path: Path, lineno: int, line: str) -> dict[str, Any]:
@@ -207,7 +271,7 @@ def _parse_line(path: Path, lineno: int, line: str) -> dict[str, Any]:
 
 # Header fields a reader uses, and their types (the rest is for people).
 _HEADER_FIELDS: dict[str, tuple[type, ...]] = {
-    "node?": (str,), "policy?": (str,), "started_at?": (int, float), "gpus?": (list,),
+    "node?": (str,), "policy?": (str,), "started_at?": (int, float), "gpus?": (list,), "part?": (int,),
 }
 
 
@@ -226,9 +290,11 @@ def _check_header(path: Path, lineno: int, record: dict[str, Any]) -> None:
 
 
 def read_trace(path: Path) -> Trace:
-    records = iter_trace(path)
+    """The whole history `path` names (see `segments`), checked."""
+    headers: list[dict[str, Any]] = []
+    records = iter_trace(path, headers)
     _, header = next(records)
-    return Trace(header, [record for _, record in records])
+    return Trace(header, [record for _, record in records], headers)
 
 
 def replay(trace: Trace, until: float | None = None) -> node_state.NodeState:

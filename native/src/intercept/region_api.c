@@ -12,6 +12,7 @@
  * releases a held region, so a crashed tenant never keeps the GPU.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,8 +124,19 @@ static int transact(const char *request, const char *want, char *reply, size_t s
     return -EPROTO;
 }
 
+/* Between regions the server speaks only to answer: anything to read (its
+ * word before closing an idle connection, or the close itself) means the
+ * connection is over, and the next region opens a new one. */
+static bool closed_by_server(void)
+{
+    struct pollfd p = {.fd = region_fd, .events = POLLIN};
+    return inlen > 0 || poll(&p, 1, 0) != 0;
+}
+
 static int connect_channel(const char *path)
 {
+    if (region_fd >= 0 && region_pid == getpid() && !holding && closed_by_server())
+        disconnect();
     if (region_fd >= 0 && region_pid == getpid())
         return 0;
     if (region_fd >= 0) {

@@ -1,0 +1,153 @@
+"""A flood of requests on the read-only control socket never stalls the
+region plane: while a client sends `snapshot` requests as fast as it can and
+never reads a reply, `krex status` answers, the gate's heartbeat keeps
+ticking (no tenant fails open), and a region held past the hold limit is
+revoked, its frozen tenant thawed. The flood is bounded in count and time."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import zmq
+from runtime_helpers import PY, TENANTS, busy, cgroup_root, finish, frozen_cgroups, submit, wait_ready
+
+from krex_runtime.regions.gate import Gate, GateError
+from krex_runtime.testing.local_runtime import wait_until
+from krex_runtime.wire import endpoints, protocol
+from krex_runtime.wire.trace import read_trace
+
+STALE_AFTER_S = 3.0
+# Bounds of the flood; it is stopped as soon as what it must not delay has happened.
+FLOOD_S, FLOOD_MAX = 60.0, 3_000_000
+
+
+class Flood(threading.Thread):
+    """Snapshot requests, sent without reading a reply, from a few connections."""
+
+    def __init__(self, endpoint: str, connections: int = 4) -> None:
+        super().__init__(daemon=True)
+        self.endpoint, self.connections = endpoint, connections
+        self.sent = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        ctx = zmq.Context()
+        socks = [ctx.socket(zmq.DEALER) for _ in range(self.connections)]
+        for s in socks:
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(self.endpoint)
+        frame = protocol.encode(protocol.request("snapshot"))
+        deadline = time.monotonic() + FLOOD_S
+        while not self.stop.is_set() and time.monotonic() < deadline and self.sent < FLOOD_MAX:
+            for s in socks:
+                try:
+                    s.send(frame, zmq.NOBLOCK)
+                    self.sent += 1
+                except zmq.Again:
+                    time.sleep(0.0005)  # its queue to the runtime is full: the runtime pushes back
+        for s in socks:
+            s.close(linger=0)
+        ctx.term()
+
+
+class HeartbeatWatch(threading.Thread):
+    """The oldest heartbeat the gate showed while watched."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(daemon=True)
+        self.gate = Gate.attach(path)
+        self.oldest_s = 0.0
+        self.beats: set[int] = set()
+        self.fail_open: set[int] = set()
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.05):
+            try:
+                beat = self.gate.heartbeat_ns
+                self.oldest_s = max(self.oldest_s, (time.monotonic_ns() - beat) / 1e9)
+                self.beats.add(beat)
+                self.fail_open |= {e.pid for e in self.gate.processes() if e.fail_open}
+            except GateError:
+                return
+        self.gate.detach()
+
+
+def _revoked(trace: Path) -> list[dict[str, Any]]:
+    return [e for e in read_trace(trace).events if e["type"] == "region_released" and "limit" in e.get("reason", "")]
+
+
+def test_a_snapshot_flood_does_not_stall_status_heartbeat_or_the_hold_limit(make_runtime: Any) -> None:
+    regions = f"[regions]\nhold_limit_s = 2.0\nstale_after_s = {STALE_AFTER_S}\nheartbeat_interval_s = 0.5\n"
+    rt = make_runtime(policy="krex", sim=1, slots=8, extra_config=regions)
+    other = busy(rt)
+    wait_ready(rt, other)
+    watch = HeartbeatWatch(rt.run_dir / "gates" / "gpu0.gate")
+    watch.start()
+    runtime = psutil.Process(rt.proc.pid)
+    rss_before = runtime.memory_info().rss
+    flood = Flood(endpoints.control_read_only(rt.run_dir))
+    flood.start()
+    try:
+        wait_until(lambda: flood.sent > 20_000 or not flood.is_alive(), 30, "the flood to be under way")
+        holder = submit(rt, PY, str(TENANTS / "regions.py"), "--regions", "1", "--hold-s", "1000")
+        for _ in range(3):
+            done = rt.krex("status", "--json", timeout=60)
+            assert done.returncode == 0, done.stderr
+            assert json.loads(done.stdout)["policy"] == "krex"
+        # The hold limit (2 s) is enforced while the flood goes on.
+        wait_until(lambda: _revoked(rt.trace_path), 60, "the region held past its limit to be revoked")
+        root = cgroup_root(rt)
+        wait_until(lambda: not frozen_cgroups(root), 30, "the other tenant thawed")
+        assert flood.is_alive(), f"the flood ended ({flood.sent} requests) before what it must not delay was done"
+        rss_after = runtime.memory_info().rss
+        watch.stop.set()
+        watch.join()
+        assert rt.stop() == 0  # SIGTERM is served under the flood too, and the stop leaves nothing
+    finally:
+        flood.stop.set()
+        flood.join()
+        watch.stop.set()
+        watch.join()
+    assert watch.oldest_s < STALE_AFTER_S, f"the heartbeat was {watch.oldest_s:.1f} s old during the flood"
+    assert len(watch.beats) > 3 and not watch.fail_open
+    assert rss_after - rss_before < 200 << 20, f"RSS grew {(rss_after - rss_before) >> 20} MiB under the flood"
+    assert {e["id"] for e in read_trace(rt.trace_path).events if e["type"] == "command_finished"} >= {holder, other}
+
+
+def test_requests_past_the_bounds_are_refused_busy_at_once(make_runtime: Any) -> None:
+    rt = make_runtime(sim=1, runtime_extra="max_requests_in_flight = 6\nmax_requests_per_peer = 4")
+    sleeper = submit(rt, "sleep", "60")
+    ctx = zmq.Context()
+    peers = [ctx.socket(zmq.DEALER) for _ in range(2)]
+    try:
+        replies: list[list[dict[str, Any]]] = []
+        for sock, refused in zip(peers, (1, 3)):
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RCVTIMEO, 30_000)
+            sock.connect(endpoints.control_read_only(rt.run_dir))
+            for _ in range(5):  # `wait`s stay in flight until the command ends
+                sock.send(protocol.encode(protocol.request("wait", {"id": sleeper, "attach": False})))
+            # The first: its fifth is over the per-connection bound (4); the second:
+            # two more fill the socket's 6, its last three are over.
+            replies.append([json.loads(sock.recv()) for _ in range(refused)])
+        first, second = replies
+        busy = [r for group in replies for r in group]
+        assert all(not r["ok"] and r["error"]["code"] == "busy" for r in busy), [(r["ok"], r.get("error"), r.get("body")) for r in busy]
+        assert "this client has 4 requests" in first[0]["error"]["reason"]
+        assert all("this socket has 6 requests" in r["error"]["reason"] for r in second)
+        # The operators' socket has its own budget.
+        done = rt.krex("status", "--json")
+        assert done.returncode == 0, done.stderr
+        finish(rt, sleeper)
+        answered = [json.loads(peers[0].recv()) for _ in range(4)] + [json.loads(peers[1].recv()) for _ in range(2)]
+        assert all(r["ok"] for r in answered), answered
+    finally:
+        for sock in peers:
+            sock.close(linger=0)
+        ctx.term()
