@@ -228,7 +228,7 @@ def test_any_malformed_toml_is_one_line(tmp_path: Path, text: str) -> None:
     path = _write(tmp_path, text)
     done = subprocess.run([*command("krex-runtime"), "--config", str(path), "--sim", "1"], capture_output=True, text=True,
                           timeout=60)
-    assert done.returncode == 1
+    assert done.returncode == 125
     assert done.stderr.startswith(f"krex-runtime: {path}: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
@@ -253,7 +253,7 @@ def test_a_tenant_user_that_cannot_run_the_runtimes_python_is_refused_at_start(t
     )
     done = subprocess.run([str(venv / "bin" / "python"), "-m", "krex_runtime.main", "--config", str(path), "--sim", "1"],
                           capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 125, done.stderr
     line = done.stderr.strip()
     assert line.startswith(f"krex-runtime: tenants.user 'nobody' cannot run the runtime's Python {venv}/bin/python: "), line
     assert len(line.splitlines()) == 1, line

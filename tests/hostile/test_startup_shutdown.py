@@ -17,7 +17,7 @@ def _start_fails(rt: Runtime, *args: str) -> str:
     rt.write_config()
     done = subprocess.run([*command("krex-runtime"), "--config", str(rt.config_path), "--sim", str(rt.sim), *args],
                           capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 125, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr  # one line, no traceback
     return lines[0]
