@@ -32,7 +32,7 @@ def test_new_gpu_fields_appear_once_present() -> None:
     assert after["parked"] == "2" and after["draining"] == "1"
     model = ConsoleModel(state=state, now=state.time)
     model.history.sample(state)
-    row = [str(c) for c in gpu_row(model, gpu)]
+    row = [str(c) for c in gpu_row(model, gpu).cells.values()]
     assert any(c.startswith("87% ") and c[-1] in "▁▂▃▄▅▆▇█" for c in row) and "+0.3%/+1.6%" in row
     panel = summarize_gpu(model, gpu)
     assert "sw_power_cap" in panel and "busy 3" in panel and "512W" in panel and "+120.0%" in panel
