@@ -103,3 +103,24 @@ def test_replay_shows_what_the_live_state_showed(make_runtime) -> None:
     shown = live["state"]["gpus"][0]
     for key in ("telemetry", "canary", "parked", "draining", "last_region", "regions_granted"):
         assert replayed[key] == shown[key], key
+
+
+def test_the_baseline_is_the_least_of_a_few_medians() -> None:
+    """A baseline taken while the host hiccups (every canary starting at once,
+    on the simulator a late wake-up) would understate every later inflation:
+    interference only lengthens a timing, so the least of a few rounds is the
+    idle GPU's."""
+    from krex_runtime.tenant.canary import baseline_of
+
+    class Kernels:
+        def __init__(self) -> None:
+            self.compute_times = iter([3.2, 1.0, 1.1])
+            self.memory_times = iter([1.0, 2.9, 1.05])
+
+        def compute(self) -> float:
+            return next(self.compute_times)
+
+        def memory(self) -> float:
+            return next(self.memory_times)
+
+    assert baseline_of(Kernels()) == {"compute_ms": 1.0, "memory_ms": 1.0}
