@@ -102,9 +102,11 @@ async def measure(events: int, gpus: int, step: int, size: tuple[int, int], fres
     from krex_runtime.wire.trace import Trace
 
     header, evs = synthetic_events(events, gpus)
-    feed = ReplayFeed(Trace(header, evs))
+    # No replay checkpoints: a forward seek applies events one by one, as a live feed does.
+    feed = ReplayFeed(Trace(header, evs), checkpoint_every=10 * events)
     feed.paused = True
     app = KrexConsole(replay=feed)
+    app.animation_level = "none"
     times: dict[str, dict[str, list[float]]] = {v: {"switch": [], "frame": []} for v in VIEWS}
     async with app.run_test(size=size) as pilot:
         await pilot.pause(0.2)
