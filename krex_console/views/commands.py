@@ -212,6 +212,7 @@ class CommandDetailScreen(CommandActions, Screen[None]):
                              f"  stderr {self.result.get('stderr_path') or fmt.NA}")
             text = "\n".join(lines)
         self.query_one("#command-summary", Static).update(text)
+        self.offer_actions()  # the kill key goes once the command has ended
 
     @work(thread=True, exclusive=True, group="output")
     def follow_output(self, endpoint: str) -> None:

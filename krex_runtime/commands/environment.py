@@ -48,10 +48,10 @@ class TenantEnvironment:
     regions: RegionAccess | None
     simulator: dict[str, str]  # simulated GPUs: the simulator's settings (empty on real GPUs)
     simulator_dir: Path | None
-    python_path: Path = field(init=False)
+    python_dir: Path = field(init=False)  # tenant/python_path.py: on every tenant's PYTHONPATH
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "python_path", python_path.prepare(self.run_dir))
+        object.__setattr__(self, "python_dir", python_path.prepare(self.run_dir))
 
     def build(self, command_id: str, tenant_id: int | None, command_env: dict[str, str], gpu: Gpu) -> dict[str, str]:
         """The environment of one tenant. A context process gets it too, under
@@ -73,7 +73,7 @@ class TenantEnvironment:
         )
         env.update(self.user_env)
         # Last: a PYTHONPATH the command brings keeps its place in front.
-        env["PYTHONPATH"] = _prepend(env.get("PYTHONPATH", ""), str(self.python_path), os.pathsep)
+        env["PYTHONPATH"] = _prepend(env.get("PYTHONPATH", ""), str(self.python_dir), os.pathsep)
         if self.library is not None:
             env["LD_PRELOAD"] = _prepend(str(self.library), env.get("LD_PRELOAD", ""), " ")
         if self.regions is not None:

@@ -233,3 +233,11 @@ async def test_filtered_commands_stay_one_row_each_while_they_churn() -> None:
             on_screen = [line.split()[0] for line in (await settled_screen(pilot)).splitlines()[4:]
                          if line.strip() and line.split()[0].startswith(("b", "canary"))]
             assert len(on_screen) == len(set(on_screen)), (at, on_screen)
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from krex_console.main import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("krex-console ")
