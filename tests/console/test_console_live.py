@@ -210,7 +210,9 @@ async def _gpu_actions(rt: Runtime) -> None:
         assert "operator" in screen_text(app), screen_text(app)
         # Leased: Release is offered, Lease is not (the palette neither).
         assert "release" in shown_actions(app) and "lease" not in shown_actions(app)
-        assert not any(c.title.startswith("Lease GPU 1") for c in app.get_system_commands(app.screen))
+        palette = [c.title for c in app.get_system_commands(app.screen)]
+        assert not any(t.startswith("Lease GPU 1") for t in palette) and any(t.startswith("Release GPU 1") for t in palette)
+        assert not any(t.startswith("Release GPU 0") for t in palette) and any(t.startswith("Lease GPU 0") for t in palette)
 
         # Release, from the GPU's detail screen this time.
         await pilot.press("enter")
