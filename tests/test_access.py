@@ -549,3 +549,25 @@ def test_root_refusal_names_the_file_the_key_and_a_command(tmp_path: Path, monke
     assert allowed.tenants.allow_root and tenant_user(allowed) is None
     real = [replace(g, simulated=False) for g in sim]
     assert runtime_main.root_on_simulator(Config(), real) == Config()
+
+
+def test_root_on_simulated_gpus_runs_tenants_as_root_with_a_notice(tmp_path: Path, native_built: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs a runtime started as root")
+    from runtime_helpers import stop_and_check
+
+    class Unpermitted(Runtime):
+        def write_config(self) -> None:
+            super().write_config()
+            self.config_path.write_text(self.config_path.read_text().replace("allow_root = true", "allow_root = false"))
+
+    rt = Unpermitted(tmp_path / "rt", policy="krex", sim=1)
+    rt.start()
+    try:
+        done = rt.krex("run", "--", "id", "-u")
+        assert done.returncode == 0 and done.stdout.strip() == "0", done.stderr
+        notices = [line for line in rt.log_path.read_text().splitlines() if "notice" in line]
+        assert notices == ["krex-runtime: notice: tenants run as root (allowed on simulated GPUs only; "
+                           "on real GPUs set tenants.user)"], notices
+    finally:
+        stop_and_check(rt)
