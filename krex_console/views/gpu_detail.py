@@ -189,7 +189,7 @@ class GpuDetailScreen(GpuActions, Screen[None]):
     whatever order the rows are in. Esc goes back."""
 
     DEFAULT_CSS = """
-    GpuDetailScreen #gpu-summary { height: auto; padding: 0 1; border: round $accent; }
+    GpuDetailScreen #gpu-summary { height: auto; max-height: 40%; overflow-y: auto; padding: 0 1; border: round $accent; }
     GpuDetailScreen #gpu-plot { height: auto; padding: 0 1; }
     GpuDetailScreen DataTable { height: 1fr; }
     GpuDetailScreen Label { padding: 0 1; text-style: bold; }
