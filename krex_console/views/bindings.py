@@ -23,7 +23,7 @@ GPU_ACTION_BINDINGS = [
     Binding("l", "lease", "Lease"),
     Binding("u", "release", "Release"),
     Binding("c", "recycle", "Recycle"),
-    Binding("p", "toggle_admission", "Pause/resume"),
+    Binding("p", "toggle_admission", "Admission"),  # pause or resume, whichever applies
 ]
 KILL_BINDING = Binding("ctrl+k", "kill", "Kill")  # (k moves the cursor up, as in vi)
 

@@ -90,7 +90,7 @@ def gpu_row(model: ConsoleModel, gpu: GpuState) -> Row:
 
 class OverviewTable(GpuActions, FittedTable):
     COLUMNS = COLUMNS
-    BINDINGS = [Binding("enter", "select_cursor", "GPU detail"), *GPU_ACTION_BINDINGS]
+    BINDINGS = [Binding("enter", "select_cursor", "Open"), *GPU_ACTION_BINDINGS]
 
     def __init__(self, model: ConsoleModel, gate: ActionGate) -> None:
         super().__init__(id="overview-table")

@@ -190,6 +190,13 @@ async def _gpu_actions(rt: Runtime) -> None:
         await wait_for(pilot, lambda: {"lease", "recycle", "toggle_admission"} <= shown_actions(app),
                        what="the GPU's actions")
         assert "release" not in shown_actions(app)  # nobody leased it
+        # With every GPU action offered, an 80-column footer still has ? and q.
+        await pilot.resize_terminal(80, 24)
+        await rendered(pilot)
+        footer = screen_text(app).splitlines()[-1]
+        assert "l Lease" in footer and "c Recycle" in footer and "? Help" in footer and "q Quit" in footer, footer
+        await pilot.resize_terminal(120, 40)
+        await rendered(pilot)
 
         # Lease: Enter on the fresh dialog cancels; Tab + Enter leases.
         await pilot.press("l")
