@@ -124,3 +124,22 @@ def test_the_baseline_is_the_least_of_a_few_medians() -> None:
             return next(self.memory_times)
 
     assert baseline_of(Kernels()) == {"compute_ms": 1.0, "memory_ms": 1.0}
+
+
+def test_every_gpu_of_a_runtime_serving_more_than_the_device_file_had_gets_its_canary(make_runtime) -> None:
+    """`krex-runtime --sim 3` after a 2-GPU runtime left its simulated device:
+    GPU 2's canary (a tenant like any other) must not fail cuInit."""
+    import os
+    import subprocess
+    import uuid
+
+    from krex_runtime.node import native_build
+
+    device = f"t{uuid.uuid4().hex[:10]}"
+    env = {**os.environ, "LD_LIBRARY_PATH": str(native_build.simulated_driver_dir()), "KREX_SIM_DEVICE": device,
+           "KREX_SIM_GPUS": "2"}
+    subprocess.run([PY, "-c", "from krex_runtime.sim.simcuda import SimCuda; SimCuda()"], env=env, check=True, timeout=60)
+    rt = make_runtime(policy="krex", sim=3, canary=True, device=device)
+    with rt.client() as c:
+        wait_until(lambda: all(g["canary"].get("baseline_compute_ms") for g in c.call("snapshot")["state"]["gpus"]),
+                   60, "a canary baseline on every GPU")
