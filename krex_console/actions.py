@@ -102,6 +102,43 @@ def kill(command: CommandInfo) -> PlannedAction:
                 note=f"State now: {command.state}.")
 
 
+LIVE_STATES = frozenset({"queued", "running"})
+
+
+def operator_lease(gpu: GpuState) -> str:
+    """"held", "pending" (queued for the GPU's region) or "" for an operator's lease."""
+    if gpu.region_kind == "lease" and gpu.region_holder == 0:
+        return "held"
+    if any(q.get("kind") == "lease" and q.get("tenant_id") == 0 for q in gpu.region_queue):
+        return "pending"
+    return ""
+
+
+def gpu_offers(action: str, gpu: GpuState) -> bool:
+    """Whether the GPU action applies to this GPU as it is now: no lease of a
+    leased GPU, no release of one nobody leased, no recycle without a pool."""
+    if action == "lease":
+        return not operator_lease(gpu)
+    if action == "release":
+        return bool(operator_lease(gpu))
+    if action == "recycle":
+        return bool((gpu.pool or {}).get("size"))
+    return action == "toggle_admission"
+
+
+def command_offers(action: str, command: CommandInfo) -> bool:
+    """Kill applies to a command that has not ended."""
+    return action == "kill" and command.state in LIVE_STATES
+
+
+GPU_BUILDERS = {"lease": lease, "release": release, "recycle": recycle, "toggle_admission": toggle_admission}
+
+
+def gpu_actions(gpu: GpuState) -> list[PlannedAction]:
+    """The GPU actions that apply now, in the palette's order."""
+    return [build(gpu) for name, build in GPU_BUILDERS.items() if gpu_offers(name, gpu)]
+
+
 def perform(endpoint: str, action: PlannedAction) -> ActionOutcome:
     """Send one action on a connection of its own (blocking: run it in a thread;
     a lease may wait minutes and must not hold up the feed's socket)."""

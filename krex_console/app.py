@@ -29,10 +29,11 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from krex_console import actions
+from krex_console import format as fmt
 from krex_console.dialogs import ConfirmDialog, HelpScreen, SeekDialog
 from krex_console.feed import FeedStatus, FeedStatusChanged, LiveFeed, ReplayFeed, StateChanged
 from krex_console.messages import GpuHighlighted, OpenCommand, OpenGpu, RequestAction
-from krex_console.model import ConsoleModel, gpu_by_uuid
+from krex_console.model import ConsoleModel, gpu_by_uuid, tenants_of
 from krex_console.views.commands import CommandDetailScreen, CommandsTable
 from krex_console.views.events import EventsTable
 from krex_console.views.gpu_detail import GpuDetailScreen, summarize_gpu
@@ -55,9 +56,10 @@ class KrexConsole(App[None]):
     #overview-summary { height: auto; max-height: 50%; border: round $accent; padding: 0 1; }
     """
     BINDINGS = [
-        Binding("1", "show_tab('overview')", "Overview"),
-        Binding("2", "show_tab('commands')", "Commands"),
-        Binding("3", "show_tab('events')", "Events"),
+        # The tabs show 1 2 3 already: the footer keeps its room for ? and q.
+        Binding("1", "show_tab('overview')", "Overview", show=False),
+        Binding("2", "show_tab('commands')", "Commands", show=False),
+        Binding("3", "show_tab('events')", "Events", show=False),
         Binding("slash", "filter", "Filter"),
         Binding("question_mark", "help", "Help"),
         Binding("escape", "back", "Back", show=False),
@@ -177,7 +179,10 @@ class KrexConsole(App[None]):
 
     def _show_summary(self, gpu: GpuState | None) -> None:
         text = summarize_gpu(self.model, gpu) if gpu is not None else "no GPU yet"
-        self.query_one("#overview-summary", Static).update(text)
+        try:
+            self.query_one("#overview-summary", Static).update(text)
+        except NoMatches:
+            pass  # a highlight that arrives while the overview is being mounted or taken down
 
     def on_gpu_highlighted(self, message: GpuHighlighted) -> None:
         self._show_summary(gpu_by_uuid(self.model.state, message.uuid) if message.uuid else None)
@@ -185,7 +190,7 @@ class KrexConsole(App[None]):
     def status_text(self) -> str:
         s = self.model.state
         totals = s.totals
-        running = sum(len(g.running) for g in s.gpus.values())
+        running = sum(tenants_of(s, g)[0] for g in s.gpus.values())  # the canaries take no slot
         slots = sum(g.slots for g in s.gpus.values())
         node = (
             f"node [b]{s.node or '?'}[/b]  policy {s.policy or '?'}  seq {s.seq}  GPUs {len(s.gpus)}"
@@ -194,13 +199,21 @@ class KrexConsole(App[None]):
         )
         if self.replay is not None:
             return f"[b reverse] REPLAY [/] {self.replay.describe()}  {node}"
+        status = self.status
+        age = self.feed_age()
+        if status == FeedStatus.LIVE and self.live is not None and age >= self.live.stale_after_s:
+            status = FeedStatus.STALE  # the feed has not said so yet (it may be the one that is stuck)
         badge = {
             FeedStatus.LIVE: "[b green]● LIVE[/]",
             FeedStatus.CONNECTING: "[b yellow]◌ CONNECTING[/]",
-            FeedStatus.STALE: f"[b yellow]◌ STALE[/] ({self.status_detail})",
+            FeedStatus.STALE: f"[b yellow]◌ STALE {fmt.duration(age)}[/] (no telemetry since)",
             FeedStatus.DISCONNECTED: f"[b red]✖ DISCONNECTED[/] ({self.status_detail}; retrying)",
-        }.get(self.status, self.status)
+        }.get(status, status)
         return f"{badge}{'  [b magenta]READ-ONLY[/]' if self.read_only else ''}  {node}"
+
+    def feed_age(self) -> float:
+        """Seconds since the live feed last heard from the runtime (0 in replay)."""
+        return time.monotonic() - self.live.last_message_mono if self.live is not None else 0.0
 
     # --- navigation -------------------------------------------------------------
 
@@ -364,9 +377,8 @@ class KrexConsole(App[None]):
             yield SystemCommand("Replay: play / pause", "Play or pause the trace", self.action_toggle_play)
             yield SystemCommand("Replay: step", "Apply one more event", self.action_step)
             yield SystemCommand("Replay: seek", "Go to a time in the trace", self.action_seek)
-        if self.actions_allowed:
+        if self.actions_allowed:  # only the actions that apply to each GPU as it is now
             for gpu in list(self.model.state.gpus.values()):
-                for build in (actions.lease, actions.release, actions.recycle, actions.toggle_admission):
-                    plan = build(gpu)
+                for plan in actions.gpu_actions(gpu):
                     yield SystemCommand(f"{plan.title} {plan.target}", plan.detail,
                                         lambda plan=plan: self.confirm_and_perform(plan))

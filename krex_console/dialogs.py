@@ -81,11 +81,14 @@ HELP_TEXT = """\
 [b]Views[/b]
   1  node overview (a row per GPU)     2  commands     3  events (audit log)
   enter  open the selected GPU / command          esc  back
-  /  filter (commands, events)   s  sort commands   ctrl+p  command palette
+  j / k  down / up        /  filter (commands, events)    ctrl+p  command palette
+  shift+letter (the underlined one) or a click on a header: sort by that column,
+  again to reverse        s  step the commands' sort (newest, state, GPU, ...)
 
-[b]Actions[/b] (live, not read-only; each asks first, Cancel is the default)
+[b]Actions[/b] (live, not read-only; each asks first, Cancel is the default;
+  shown only where they apply to the selected GPU or command)
   l  lease the GPU        u  release its lease     c  recycle its contexts
-  p  pause / resume admission on the GPU           k  kill the command
+  p  pause / resume admission on the GPU           ctrl+k  kill the command
 
 [b]Replay[/b]
   space  play / pause     n  step one event       + / -  speed

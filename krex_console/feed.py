@@ -16,8 +16,6 @@ import bisect
 import json
 import threading
 import time
-from collections import OrderedDict, deque
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import zmq
@@ -28,10 +26,10 @@ from krex_runtime.wire import protocol
 from krex_runtime.wire import state as node_state
 from krex_runtime.wire.control_client import ControlClient, RequestFailed, RuntimeUnavailable, check_reachable, use_curve
 from krex_runtime.wire.trace import Trace
+from krex_console.event_log import KEEP_EVENTS, EventLog, RegionRecord
 
-# How many events and region records the console remembers (the trace has all).
-KEEP_EVENTS = 5000
-KEEP_REGIONS_PER_GPU = 200
+__all__ = ["EventLog", "RegionRecord", "LiveFeed", "ReplayFeed", "StateChanged", "FeedStatusChanged", "FeedStatus"]
+
 # The runtime publishes a snapshot every `snapshot_interval_s` (well under a
 # second), so this much silence on the PUB socket means the feed is stale.
 STALE_AFTER_S = 3.0
@@ -49,66 +47,6 @@ class FeedStatus:
     STALE = "stale"
     DISCONNECTED = "disconnected"
     REPLAY = "replay"
-
-
-@dataclass
-class RegionRecord:
-    """One region as the timeline shows it: granted, then (maybe) released."""
-
-    gpu: int
-    region: int
-    kind: str
-    tenant_id: int
-    command_id: str
-    granted_t: float
-    stats: dict[str, Any]
-    frozen: list[int]
-    released_t: float | None = None
-    reason: str = ""
-
-
-class EventLog:
-    """The recent events (the audit log) and region records built from them."""
-
-    def __init__(self) -> None:
-        self.events: deque[dict[str, Any]] = deque(maxlen=KEEP_EVENTS)
-        self.regions: dict[int, OrderedDict[int, RegionRecord]] = {}
-        self.generation = 0  # bumped when the log restarts, so views rebuild
-
-    def clear(self) -> None:
-        self.events.clear()
-        self.regions.clear()
-        self.generation += 1
-
-    def add(self, event: dict[str, Any]) -> None:
-        self.events.append(event)
-        kind = event.get("type")
-        if kind == "region_granted":
-            per_gpu = self.regions.setdefault(event["gpu"], OrderedDict())
-            per_gpu[event["region"]] = RegionRecord(
-                gpu=event["gpu"],
-                region=event["region"],
-                kind=event.get("kind", ""),
-                tenant_id=event.get("tenant_id", -1),
-                command_id=event.get("command_id", ""),
-                granted_t=event.get("t", 0.0),
-                stats={k: v for k, v in event.items() if k.endswith("_s")},
-                frozen=list(event.get("frozen", [])),
-            )
-            while len(per_gpu) > KEEP_REGIONS_PER_GPU:
-                per_gpu.popitem(last=False)
-        elif kind == "region_released":
-            record = self.regions.get(event["gpu"], {}).get(event["region"])
-            if record is not None:
-                record.stats |= {k: v for k, v in event.items() if k.endswith("_s")}
-                record.released_t = event.get("t")
-                record.reason = event.get("reason", "")
-
-    def regions_of_gpu(self, gpu: int) -> list[RegionRecord]:
-        return list(self.regions.get(gpu, {}).values())
-
-    def regions_of_command(self, command_id: str) -> list[RegionRecord]:
-        return [r for per_gpu in self.regions.values() for r in per_gpu.values() if r.command_id == command_id]
 
 
 class StateChanged(Message):
@@ -186,6 +124,7 @@ class LiveFeed:
         self.snapshots_taken = 0
         self.posts = 0
         self.events_applied = 0
+        self.last_message_mono = time.monotonic()  # when PUB last said anything (STALE shows its age)
         self._ctx = zmq.asyncio.Context.instance()
 
     def _set_status(self, status: str, detail: str = "", read_only: bool | None = None) -> None:
@@ -261,6 +200,7 @@ class LiveFeed:
             batch, resync = 0, False
             while batch < FOLD_BATCH and sub.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                 topic, frame = await sub.recv_multipart()
+                self.last_message_mono = time.monotonic()
                 batch += 1
                 if self._take(topic, json.loads(frame)):
                     resync = True
@@ -372,6 +312,11 @@ class ReplayFeed:
         self.clock = min(max(t, self.start), self.end)
         self._post_state()
         self.post(FeedStatusChanged(FeedStatus.REPLAY, self.describe()))
+
+    def seek_event(self, index: int) -> None:
+        """Show the state after the first `index` events."""
+        index = max(0, min(index, len(self.events)))
+        self.seek(self.times[index - 1] if index else self.start - 1.0)
 
     def seek_offset(self, seconds: float) -> None:
         self.seek(self.start + seconds)

@@ -8,6 +8,7 @@ remember to check.
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 NA = "n/a"
@@ -45,6 +46,19 @@ def duration(seconds: Any) -> str:
     return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
 
 
+def elapsed(seconds: float) -> str:
+    """Time since the runtime started, for the audit log: +12.345s, +61m02.5s, +25h03m."""
+    s = max(0.0, seconds)
+    if s < 3600:
+        return f"+{s:.3f}s" if s < 60 else f"+{int(s // 60)}m{s % 60:04.1f}s"
+    return f"+{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+
+
+def clock(t: float) -> str:
+    """A wall-clock time of day (UTC), for events of a runtime whose start is unknown."""
+    return time.strftime("%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}"
+
+
 def percent(value: Any, digits: int = 0) -> str:
     v = number(value)
     return NA if v is None else f"{v:.{digits}f}%"
@@ -54,6 +68,14 @@ def inflation(fraction: Any) -> str:
     """A canary inflation (0.012 = 1.2 % slower than its idle baseline)."""
     v = number(fraction)
     return NA if v is None else f"{v * 100:+.1f}%"
+
+
+def inflation_short(fraction: Any) -> str:
+    """An inflation in few cells: +0.3%, +12%, +272%."""
+    v = number(fraction)
+    if v is None:
+        return NA
+    return f"{v * 100:+.1f}%" if abs(v) < 0.1 else f"{v * 100:+.0f}%"
 
 
 def factor(value: Any) -> str:
@@ -78,6 +100,24 @@ def memory(used: Any, total: Any) -> str:
     if u is None and t is None:
         return NA
     return f"{bytes_(u) if u is not None else NA}/{bytes_(t) if t is not None else NA}"
+
+
+def memory_short(used: Any, total: Any) -> str:
+    """Used/total in the unit of the total: 60/140G, 1.2/1.5T, 512/1024M."""
+    u, t = number(used), number(total)
+    if u is None and t is None:
+        return NA
+    scale = t if t is not None else u
+    assert scale is not None
+    for unit, size in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20)):
+        if scale >= size or unit == "M":
+            break
+    digits = 1 if scale / size < 10 else 0
+
+    def part(v: float | None) -> str:
+        return NA if v is None else f"{v / size:.{digits}f}"
+
+    return f"{part(u)}/{part(t)}{unit}"
 
 
 def value(v: Any, unit: str = "") -> str:
@@ -111,3 +151,29 @@ def short_uuid(uuid: str, keep: int = 12) -> str:
 def argv_text(argv: list[str], width: int = 60) -> str:
     text = " ".join(argv)
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# Interpreter options that take a value (python -X dev -W error -m mod ...).
+_PYTHON_VALUE_OPTIONS = frozenset({"-X", "-W", "-Q"})
+
+
+def command_text(argv: list[str]) -> str:
+    """The part of a command line that says what runs: for a Python command its
+    script or module and their arguments (not the interpreter's path and
+    options), for anything else the program's name and its arguments."""
+    if not argv:
+        return ""
+    program = argv[0].rsplit("/", 1)[-1]
+    rest = list(argv[1:])
+    if program.startswith("python") or program in ("pypy", "pypy3"):
+        while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c", "-"):
+            option = rest.pop(0)
+            if option in _PYTHON_VALUE_OPTIONS and rest:
+                rest.pop(0)
+        if rest and rest[0] == "-m" and len(rest) > 1:
+            return " ".join(rest[1:])
+        if rest and rest[0] == "-c":
+            return " ".join([program, *rest])
+        if rest:
+            return " ".join(rest)
+    return " ".join([program, *rest])

@@ -17,8 +17,22 @@ from krex_runtime.wire import endpoints
 from krex_runtime.wire.trace import TraceError, read_trace
 
 
+def version() -> str:
+    """The version of the distribution that installed this console ("unknown"
+    when it runs from a checkout that was never installed)."""
+    from importlib import metadata
+
+    for dist in metadata.packages_distributions().get("krex_console", []):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="krex-console", description="The operator console of a KREX node.")
+    p.add_argument("--version", action="version", version=f"krex-console {version()}")
     p.add_argument("--connect", metavar="ENDPOINT", help="control endpoint (default: this node's runtime)")
     p.add_argument("--telemetry", metavar="ENDPOINT", help="telemetry endpoint (default: beside the control socket)")
     p.add_argument("--run-dir", metavar="DIR", help="the runtime's run dir (default: KREX_RUN_DIR, else the system default)")

@@ -11,12 +11,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from krex_console import format as fmt
-from krex_console.feed import EventLog
+from krex_console.event_log import EventLog
 from krex_runtime.wire.state import CommandInfo, GpuState, NodeState
 
 OPERATOR_TENANT = 0  # the region holder id of an operator's lease (state.py)
 TELEMETRY_SERIES = ("util_pct", "mem_used", "sm_clock_mhz", "temp_c")
-HISTORY_LEN = 32
+# Series the GPU detail plots, beside the telemetry: the canary's inflation
+# estimate (inside regions, p50) and the queue depth (region + admission).
+DERIVED_SERIES = ("inflation", "queue")
+HISTORY_LEN = 300  # seconds: the GPU detail plots the last five minutes
+CANARY_LABEL = "canary"  # the runtime's own tenant per GPU (telemetry.canary)
 
 
 class MetricHistory:
@@ -33,9 +37,11 @@ class MetricHistory:
         second = int(state.time)
         for gpu in state.gpus.values():
             telemetry = getattr(gpu, "telemetry", None)
-            for name in TELEMETRY_SERIES:
+            values = {name: fmt.number(fmt.get(telemetry, name)) for name in TELEMETRY_SERIES}
+            values["inflation"] = fmt.number(fmt.get(getattr(gpu, "canary", None), "inside_p50"))
+            values["queue"] = float(len(gpu.region_queue) + gpu.queued)
+            for name, value in values.items():
                 series = self._series.setdefault((gpu.uuid, name), [])
-                value = fmt.number(fmt.get(telemetry, name))
                 if series and series[-1][0] == second:
                     series[-1] = (second, value)
                 elif series and series[-1][0] > second:  # the clock went back: a seek
@@ -54,6 +60,33 @@ class ConsoleModel:
     log: EventLog = field(default_factory=EventLog)
     now: float = 0.0
     history: MetricHistory = field(default_factory=MetricHistory)
+
+
+def is_canary(cmd: CommandInfo | None) -> bool:
+    """The runtime's own canary: a tenant that takes no slot (it has no time
+    limit, which every submitted command has)."""
+    return cmd is not None and cmd.label == CANARY_LABEL and cmd.timeout_s is None
+
+
+def tenants_of(state: NodeState, gpu: GpuState) -> tuple[int, bool]:
+    """The commands running in the GPU's slots, and whether its canary runs too."""
+    canary = sum(1 for cid in gpu.running if is_canary(state.commands.get(cid)))
+    return len(gpu.running) - canary, canary > 0
+
+
+def running_text(state: NodeState, gpu: GpuState) -> str:
+    """`3/4` of the slots, and ` +c` when the canary (which takes none) runs too."""
+    tenants, canary = tenants_of(state, gpu)
+    return f"{tenants}/{gpu.slots}{' +c' if canary else ''}"
+
+
+def holder_short(gpu: GpuState) -> str:
+    """Who holds the region, in few cells (the panel names the command)."""
+    if gpu.region_holder is None:
+        return "-"
+    if gpu.region_holder == OPERATOR_TENANT and gpu.region_kind == "lease":
+        return "operator"
+    return f"t{gpu.region_holder}{' lease' if gpu.region_kind == 'lease' else ''}"
 
 
 def holder_text(state: NodeState, gpu: GpuState) -> str:
@@ -99,7 +132,7 @@ def gpu_figures(state: NodeState, gpu: GpuState, now: float) -> dict[str, str]:
         "hold": fmt.duration(hold) if hold is not None else "-",
         "region_queue": str(len(gpu.region_queue)),
         "admission_queue": str(gpu.queued),
-        "running": f"{len(gpu.running)}/{gpu.slots}",
+        "running": running_text(state, gpu),
         "parked": count_text(getattr(gpu, "parked", None)),
         "draining": count_text(getattr(gpu, "draining", None)),
         "frozen": str(len(gpu.frozen)),

@@ -103,3 +103,43 @@ def test_replay_shows_what_the_live_state_showed(make_runtime) -> None:
     shown = live["state"]["gpus"][0]
     for key in ("telemetry", "canary", "parked", "draining", "last_region", "regions_granted"):
         assert replayed[key] == shown[key], key
+
+
+def test_the_baseline_is_the_least_of_a_few_medians() -> None:
+    """A baseline taken while the host hiccups (every canary starting at once,
+    on the simulator a late wake-up) would understate every later inflation:
+    interference only lengthens a timing, so the least of a few rounds is the
+    idle GPU's."""
+    from krex_runtime.tenant.canary import baseline_of
+
+    class Kernels:
+        def __init__(self) -> None:
+            self.compute_times = iter([3.2, 1.0, 1.1])
+            self.memory_times = iter([1.0, 2.9, 1.05])
+
+        def compute(self) -> float:
+            return next(self.compute_times)
+
+        def memory(self) -> float:
+            return next(self.memory_times)
+
+    assert baseline_of(Kernels()) == {"compute_ms": 1.0, "memory_ms": 1.0}
+
+
+def test_every_gpu_of_a_runtime_serving_more_than_the_device_file_had_gets_its_canary(make_runtime) -> None:
+    """`krex-runtime --sim 3` after a 2-GPU runtime left its simulated device:
+    GPU 2's canary (a tenant like any other) must not fail cuInit."""
+    import os
+    import subprocess
+    import uuid
+
+    from krex_runtime.node import native_build
+
+    device = f"t{uuid.uuid4().hex[:10]}"
+    env = {**os.environ, "LD_LIBRARY_PATH": str(native_build.simulated_driver_dir()), "KREX_SIM_DEVICE": device,
+           "KREX_SIM_GPUS": "2"}
+    subprocess.run([PY, "-c", "from krex_runtime.sim.simcuda import SimCuda; SimCuda()"], env=env, check=True, timeout=60)
+    rt = make_runtime(policy="krex", sim=3, canary=True, device=device)
+    with rt.client() as c:
+        wait_until(lambda: all(g["canary"].get("baseline_compute_ms") for g in c.call("snapshot")["state"]["gpus"]),
+                   60, "a canary baseline on every GPU")

@@ -23,9 +23,9 @@ GPU_ACTION_BINDINGS = [
     Binding("l", "lease", "Lease"),
     Binding("u", "release", "Release"),
     Binding("c", "recycle", "Recycle"),
-    Binding("p", "toggle_admission", "Pause/resume"),
+    Binding("p", "toggle_admission", "Admission"),  # pause or resume, whichever applies
 ]
-KILL_BINDING = Binding("k", "kill", "Kill")
+KILL_BINDING = Binding("ctrl+k", "kill", "Kill")  # (k moves the cursor up, as in vi)
 
 
 class ActionGate(Protocol):
@@ -38,14 +38,31 @@ class ActionGate(Protocol):
 
 class GatedActions:
     """check_action for widgets and screens that bind changing actions: they
-    are hidden (not merely disabled) where the gate says actions are off."""
+    are hidden (not merely disabled) where the gate says actions are off,
+    and where they do not apply to the selected target as it is now."""
 
     gate: ActionGate
+    _offered: frozenset[str] | None = None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in actions.CHANGING_ACTIONS:
-            return self.gate.actions_allowed
+            return self.gate.actions_allowed and self.applies(action)
         return True
+
+    def applies(self, action: str) -> bool:
+        return True
+
+    def offer_actions(self) -> None:
+        """Show the keys of the actions that apply now (call when the selection
+        or its state may have changed; the footer is redrawn only on a change)."""
+        offered = frozenset(a for a in actions.CHANGING_ACTIONS if self.applies(a))
+        if offered != self._offered:
+            self._offered = offered
+            self.refresh_bindings()
+
+    if TYPE_CHECKING:  # the widget's or screen's own; a method here would hide it
+
+        def refresh_bindings(self) -> None: ...
 
     if TYPE_CHECKING:  # the widget's or screen's own; a method here would hide it
 
@@ -61,9 +78,15 @@ class GpuActions(GatedActions):
     def selected_gpu(self) -> GpuState | None:
         raise NotImplementedError
 
+    def applies(self, action: str) -> bool:
+        if action == "kill":
+            return False
+        gpu = self.selected_gpu()
+        return gpu is not None and actions.gpu_offers(action, gpu)
+
     def _gpu_action(self, build: Callable[[GpuState], PlannedAction]) -> None:
         gpu = self.selected_gpu()
-        if gpu is not None:
+        if gpu is not None and actions.gpu_offers(build.__name__, gpu):
             self.request(build(gpu))
 
     def action_lease(self) -> None:
@@ -85,7 +108,13 @@ class CommandActions(GatedActions):
     def selected_command(self) -> CommandInfo | None:
         raise NotImplementedError
 
+    def applies(self, action: str) -> bool:
+        if action != "kill":
+            return False
+        cmd = self.selected_command()
+        return cmd is not None and actions.command_offers(action, cmd)
+
     def action_kill(self) -> None:
         cmd = self.selected_command()
-        if cmd is not None:
+        if cmd is not None and actions.command_offers("kill", cmd):
             self.request(actions.kill(cmd))

@@ -3,7 +3,7 @@ command's output tail and region statistics."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from rich.text import Text
 from textual import work
@@ -18,13 +18,14 @@ from krex_console import format as fmt
 from krex_console.messages import OpenCommand
 from krex_console.model import ConsoleModel
 from krex_console.views.bindings import KILL_BINDING, ActionGate, CommandActions
-from krex_console.views.table_sync import selected_key, sync_rows
+from krex_console.views.columns import Column, Row
+from krex_console.views.table_sync import FittedTable, selected_key
 from krex_console.widgets import StatusBar
 from krex_runtime.wire import protocol
 from krex_runtime.wire.control_client import ControlClient, RuntimeUnavailable
 from krex_runtime.wire.state import CommandInfo
 
-MAX_ROWS = 1000  # newest first; older ones are in the trace
+MAX_ROWS = 300  # the newest; the filter finds any other (and the trace has them all)
 OUTPUT_LINES = 500
 
 STATE_STYLE = {
@@ -39,13 +40,18 @@ def _run_s(cmd: CommandInfo, now: float) -> float | None:
     return (cmd.finished_at if cmd.finished_at is not None else now) - cmd.started_at
 
 
-SORTS: list[tuple[str, Callable[[CommandInfo, float], Any], bool]] = [
-    ("newest", lambda c, now: c.submitted_at, True),
-    ("state", lambda c, now: (c.state, -c.submitted_at), False),
-    ("gpu", lambda c, now: (c.gpu if c.gpu is not None else -1, -c.submitted_at), False),
-    ("run time", lambda c, now: _run_s(c, now) or 0.0, True),
-    ("label", lambda c, now: (c.label, c.submitted_at), False),
+COLUMNS = [
+    Column("id", "ID", 0, hotkey="I"),
+    Column("label", "Label", 3, cap=24, hotkey="L"),
+    Column("state", "State", 0, hotkey="S"),
+    Column("gpu", "GPU", 1, hotkey="G"),
+    Column("tenant", "Tenant", 4, hotkey="T"),
+    Column("run", "Run time", 1, hotkey="R"),
+    Column("exit", "Exit", 3, hotkey="E"),
+    Column("argv", "Command", 2, flex=True, hotkey="C", least=30),
 ]
+# `s` steps through these (None: newest first, the view's own order).
+SORT_CYCLE: list[str | None] = [None, "state", "gpu", "run", "label"]
 
 
 def matches(cmd: CommandInfo, query: str) -> bool:
@@ -63,22 +69,27 @@ def matches(cmd: CommandInfo, query: str) -> bool:
     return True
 
 
-def command_row(cmd: CommandInfo, now: float) -> list[Any]:
+def command_row(cmd: CommandInfo, now: float) -> Row:
     exit_text = "-" if cmd.exit_code is None and cmd.signal is None else (
         f"sig {cmd.signal}" if cmd.signal else str(cmd.exit_code))
-    return [
-        cmd.id,
-        cmd.label,
-        Text(cmd.state, style=STATE_STYLE.get(cmd.state, "")),
-        "-" if cmd.gpu is None else str(cmd.gpu),
-        "-" if cmd.tenant_id is None else f"t{cmd.tenant_id}",
-        fmt.duration(_run_s(cmd, now)) if cmd.started_at is not None else "-",
-        exit_text,
-        fmt.argv_text(cmd.argv, 50),
-    ]
+    run = _run_s(cmd, now)
+    cells = {
+        "id": cmd.id,
+        "label": cmd.label,
+        "state": Text(cmd.state, style=STATE_STYLE.get(cmd.state, "")),
+        "gpu": "-" if cmd.gpu is None else str(cmd.gpu),
+        "tenant": "-" if cmd.tenant_id is None else f"t{cmd.tenant_id}",
+        "run": fmt.duration(run) if run is not None else "-",
+        "exit": exit_text,
+        "argv": fmt.command_text(cmd.argv),
+    }
+    order = {"id": (cmd.submitted_at, cmd.id), "gpu": cmd.gpu, "tenant": cmd.tenant_id, "run": run,
+             "exit": cmd.exit_code if cmd.signal is None else 128 + cmd.signal}
+    return Row(cmd.id, cells, order)
 
 
-class CommandsTable(CommandActions, DataTable[Any]):
+class CommandsTable(CommandActions, FittedTable):
+    COLUMNS = COLUMNS
     BINDINGS = [
         Binding("enter", "select_cursor", "Details"),
         Binding("s", "cycle_sort", "Sort"),
@@ -86,27 +97,26 @@ class CommandsTable(CommandActions, DataTable[Any]):
     ]
 
     def __init__(self, model: ConsoleModel, gate: ActionGate) -> None:
-        super().__init__(id="commands-table", cursor_type="row", zebra_stripes=True)
+        super().__init__(id="commands-table")
         self.model = model
         self.gate = gate
         self.query_text = ""
-        self.sort_index = 0
-
-    def on_mount(self) -> None:
-        for key, label in (("id", "ID"), ("label", "Label"), ("state", "State"), ("gpu", "GPU"),
-                           ("tenant", "Tenant"), ("run", "Run time"), ("exit", "Exit"), ("argv", "Command line")):
-            self.add_column(label, key=key)
 
     @property
     def sort_name(self) -> str:
-        return SORTS[self.sort_index][0]
+        return self.sort_column or "newest"
 
     def refresh_from(self, model: ConsoleModel) -> None:
-        name, key, reverse = SORTS[self.sort_index]
+        """The newest MAX_ROWS commands that match the filter (the filter sees
+        them all), in the chosen order."""
         now = model.now
         shown = [c for c in model.state.commands.values() if not self.query_text or matches(c, self.query_text)]
-        shown.sort(key=lambda c: key(c, now), reverse=reverse)
-        sync_rows(self, [(c.id, command_row(c, now)) for c in shown[:MAX_ROWS]])
+        shown.sort(key=lambda c: (c.submitted_at, c.id), reverse=True)
+        self.show([command_row(c, now) for c in shown[:MAX_ROWS]])
+        self.offer_actions()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.offer_actions()
 
     def selected_command(self) -> CommandInfo | None:
         cid = selected_key(self)
@@ -119,7 +129,9 @@ class CommandsTable(CommandActions, DataTable[Any]):
             self.post_message(OpenCommand(cmd.id))
 
     def action_cycle_sort(self) -> None:
-        self.sort_index = (self.sort_index + 1) % len(SORTS)
+        at = SORT_CYCLE.index(self.sort_column) if self.sort_column in SORT_CYCLE else 0
+        self.sort_column, self.sort_reverse = SORT_CYCLE[(at + 1) % len(SORT_CYCLE)], False
+        self.fitted = []
         self.notify(f"commands sorted by {self.sort_name}", timeout=2)
         self.refresh_from(self.model)
 
@@ -200,6 +212,7 @@ class CommandDetailScreen(CommandActions, Screen[None]):
                              f"  stderr {self.result.get('stderr_path') or fmt.NA}")
             text = "\n".join(lines)
         self.query_one("#command-summary", Static).update(text)
+        self.offer_actions()  # the kill key goes once the command has ended
 
     @work(thread=True, exclusive=True, group="output")
     def follow_output(self, endpoint: str) -> None:

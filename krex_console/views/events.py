@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from rich.text import Text
-from textual.widgets import DataTable
 
+from krex_console import format as fmt
 from krex_console.model import ConsoleModel
+from krex_console.views.columns import Column, Row
+from krex_console.views.table_sync import FittedTable
 
-MAX_ROWS = 1000
+MAX_ROWS = 400  # scrolled back further, the filter or the trace has the rest
 TYPE_STYLE = {
     "region_granted": "bold yellow", "region_released": "yellow", "region_requested": "dim yellow",
     "region_withdrawn": "red", "command_finished": "", "command_started": "green", "command_queued": "dim",
@@ -37,7 +40,7 @@ def detail(event: dict[str, Any]) -> str:
     if argv:  # a command's; shown as it would be typed, whatever a trace holds
         parts.append(" ".join(map(str, argv)) if isinstance(argv, list) else str(argv))
     text = " ".join(str(p) for p in parts)
-    return text if len(text) <= 120 else text[:119] + "…"
+    return text if len(text) <= 200 else text[:199] + "…"
 
 
 def event_matches(event: dict[str, Any], query: str) -> bool:
@@ -45,49 +48,72 @@ def event_matches(event: dict[str, Any], query: str) -> bool:
     return all(word in haystack for word in query.lower().split())
 
 
-class EventsTable(DataTable[Any]):
+COLUMNS = [
+    Column("seq", "Seq", 0, hotkey="Q"),
+    Column("t", "Time", 0, hotkey="T"),
+    Column("type", "Event", 0, hotkey="E"),
+    Column("gpu", "GPU", 1, hotkey="G"),
+    Column("subject", "Subject", 2, cap=22, hotkey="S"),
+    Column("detail", "Detail", 3, flex=True, hotkey="D", least=20),
+]
+
+
+class EventsTable(FittedTable):
+    """The newest MAX_ROWS matching events, oldest at the top. Its cost is
+    bounded by the rows shown, whatever the backlog: the log is read from its
+    newest end down to what is already shown, each event's row is made once,
+    and rows that fall off the top are dropped in one rebuild when many go at
+    once (removing rows one at a time costs the whole table each time)."""
+
+    COLUMNS = COLUMNS
+
     def __init__(self) -> None:
-        super().__init__(id="events-table", cursor_type="row", zebra_stripes=True)
+        super().__init__(id="events-table")
         self.query_text = ""
         self._shown_seq = 0
         self._generation = -1
         self._query_shown = ""
-        self._follow = True  # keep the newest row in view unless the operator scrolled up
-
-    def on_mount(self) -> None:
-        for key, label in (("seq", "Seq"), ("t", "Time"), ("type", "Event"), ("gpu", "GPU"),
-                           ("subject", "Subject"), ("detail", "Detail")):
-            self.add_column(label, key=key)
+        self._events: deque[Row] = deque(maxlen=MAX_ROWS)
 
     def refresh_from(self, model: ConsoleModel) -> None:
         log = model.log
-        rebuild = log.generation != self._generation or self.query_text != self._query_shown
-        newest = log.events[-1]["seq"] if log.events else 0
-        if newest < self._shown_seq:
-            rebuild = True  # replay went back in time
+        newest = log.events[-1].get("seq", 0) if log.events else 0
+        rebuild = (log.generation != self._generation or self.query_text != self._query_shown
+                   or newest < self._shown_seq)  # (replay went back in time)
+        if not rebuild and newest == self._shown_seq:
+            return
+        fresh: list[dict[str, Any]] = []
+        for event in reversed(log.events):
+            if not rebuild and event.get("seq", 0) <= self._shown_seq:
+                break
+            if not self.query_text or event_matches(event, self.query_text):
+                fresh.append(event)
+                if len(fresh) >= MAX_ROWS:
+                    break
+        self._shown_seq = newest
         if rebuild:
-            self.clear()
-            self._shown_seq = 0
+            self._events.clear()
+            self.reset_widths()
             self._generation, self._query_shown = log.generation, self.query_text
         follow = self.row_count == 0 or self.cursor_row >= self.row_count - 1
         start = model.state.started_at
-        added = False
-        for event in log.events:
-            seq = event.get("seq", 0)
-            if seq <= self._shown_seq:
-                continue
-            self._shown_seq = seq
-            if self.query_text and not event_matches(event, self.query_text):
-                continue
-            kind = event.get("type", "")
-            gpu = event.get("gpu")
-            self.add_row(
-                str(seq), f"+{event.get('t', 0.0) - start:.3f}s" if start else f"{event.get('t', 0.0):.3f}",
-                Text(kind, style=TYPE_STYLE.get(kind, "")), "-" if gpu is None else str(gpu),
-                subject(event), detail(event), key=str(seq),
-            )
-            added = True
-        while self.row_count > MAX_ROWS:
-            self.remove_row(next(iter(self.rows)))
-        if added and follow:
+        self._events.extend(event_row(e, start) for e in reversed(fresh))
+        self.show(list(self._events))
+        if follow and self.row_count and self.sort_column is None:
             self.move_cursor(row=self.row_count - 1, animate=False)
+
+
+def event_row(event: dict[str, Any], start: float | None) -> Row:
+    kind = event.get("type", "")
+    gpu = event.get("gpu")
+    t = event.get("t", 0.0)
+    seq = event.get("seq", 0)
+    cells = {
+        "seq": str(seq),
+        "t": fmt.elapsed(t - start) if start else fmt.clock(t),
+        "type": Text(kind, style=TYPE_STYLE.get(kind, "")),
+        "gpu": "-" if gpu is None else str(gpu),
+        "subject": subject(event),
+        "detail": detail(event),
+    }
+    return Row(str(seq), cells, {"seq": seq, "t": t, "gpu": gpu})

@@ -9,13 +9,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Label, Static
+from textual.widgets import Footer, Label, Static
 
 from krex_console import format as fmt
-from krex_console.feed import RegionRecord
-from krex_console.model import ConsoleModel, gpu_by_uuid, gpu_figures, tenant_state
+from krex_console.event_log import RegionRecord
+from krex_console.model import ConsoleModel, gpu_by_uuid, gpu_figures, holder_text, tenant_state
 from krex_console.views.bindings import GPU_ACTION_BINDINGS, ActionGate, GpuActions
-from krex_console.views.table_sync import sync_rows
+from krex_console.views.columns import Column, Row
+from krex_console.views.table_sync import FittedTable
 from krex_console.widgets import StatusBar
 from krex_runtime.wire.state import GpuState
 
@@ -38,10 +39,7 @@ def describe_gpu(model: ConsoleModel, gpu: GpuState) -> str:
         f"running {f['running']}  parked {f['parked']}  draining {f['draining']}  frozen {f['frozen']}"
         f" {gpu.frozen if gpu.frozen else ''}  started {gpu.started}  finished {gpu.finished}"
         f"  regions {gpu.regions_granted}",
-        f"inflation inside p50/p95 {f['inflation_p50']}/{f['inflation_p95']}"
-        f"  outside p50/p95 {fmt.inflation(fmt.get(canary, 'outside_p50'))}/{fmt.inflation(fmt.get(canary, 'outside_p95'))}"
-        f"  contention {fmt.factor(fmt.get(canary, 'contention'))}"
-        f"  flagged {fmt.get(canary, 'flagged') if fmt.get(canary, 'flagged') is not None else fmt.NA}",
+        canary_line(canary, f, gpu.simulated),
         f"util {f['util']}  memory {f['memory']}  SM {f['sm_clock']}"
         f"  mem clock {fmt.value(fmt.get(t, 'mem_clock_mhz'), 'MHz')}  temp {f['temp']}"
         f"  power {fmt.value(fmt.get(t, 'power_w'), 'W')}"
@@ -55,19 +53,41 @@ def describe_gpu(model: ConsoleModel, gpu: GpuState) -> str:
     return "\n".join(lines)
 
 
+def canary_line(canary: Any, f: dict[str, str], simulated: bool) -> str:
+    """The canary's inflation estimate, labelled for what it is. `clock-flagged`
+    counts samples taken while the SM clock was off its baseline or the GPU
+    throttled; it says nothing of the inflation itself. On simulated GPUs a
+    kernel is a host-timed sleep, so a busy host CPU (other tenants, the
+    runtime freezing and thawing) lengthens some samples inside regions and
+    out: their p95 reads like contention, their p50 does not."""
+    flagged = fmt.get(canary, "flagged")
+    text = (
+        f"inflation inside p50/p95 {f['inflation_p50']}/{f['inflation_p95']}"
+        f"  outside p50/p95 {fmt.inflation(fmt.get(canary, 'outside_p50'))}/{fmt.inflation(fmt.get(canary, 'outside_p95'))}"
+        f"  contention {fmt.factor(fmt.get(canary, 'contention'))}"
+        f"  clock-flagged {flagged if flagged is not None else fmt.NA}/{fmt.get(canary, 'samples') or 0}"
+    )
+    return text + (f"  [i]{SIMULATOR_NOTE}[/i]" if simulated else "")
+
+
+SIMULATOR_NOTE = "(simulator: host CPU load shows as inflation)"
+
+
 def summarize_gpu(model: ConsoleModel, gpu: GpuState) -> str:
     """The overview's panel for the highlighted GPU: what its row has no room for."""
     t = getattr(gpu, "telemetry", None)
     canary = getattr(gpu, "canary", None)
     pool = getattr(gpu, "pool", None)
     throttle = fmt.get(t, "throttle")
-    holder_cmd = f"  command {gpu.region_command}" if gpu.region_command else ""
+    holder = holder_text(model.state, gpu)
+    holder_cmd = f"  holder {holder}{f' (command {gpu.region_command})' if gpu.region_command else ''}" if gpu.region_holder is not None else ""
     return "\n".join([
         f"[b]GPU {gpu.index}[/b]  {gpu.uuid}  {gpu.name}{'  [i](simulated)[/i]' if gpu.simulated else ''}{holder_cmd}"
         f"  frozen {','.join(f't{x}' for x in gpu.frozen) or '-'}",
         f"canary outside p50/p95 {fmt.inflation(fmt.get(canary, 'outside_p50'))}/"
         f"{fmt.inflation(fmt.get(canary, 'outside_p95'))}  contention {fmt.factor(fmt.get(canary, 'contention'))}"
-        f"  power {fmt.value(fmt.get(t, 'power_w'), 'W')}  mem clock {fmt.value(fmt.get(t, 'mem_clock_mhz'), 'MHz')}"
+        f"{'  [i]' + SIMULATOR_NOTE + '[/i]' if gpu.simulated and canary else ''}"
+        f"  memory {fmt.memory(fmt.get(t, 'mem_used'), fmt.get(t, 'mem_total'))}  power {fmt.value(fmt.get(t, 'power_w'), 'W')}  mem clock {fmt.value(fmt.get(t, 'mem_clock_mhz'), 'MHz')}"
         f"  throttle {', '.join(throttle) if isinstance(throttle, list) and throttle else ('none' if isinstance(throttle, list) else fmt.NA)}",
         "pool " + pool_text(pool) + f"  regions {gpu.regions_granted}  started {gpu.started}  finished {gpu.finished}",
     ])
@@ -108,7 +128,7 @@ def isolation_text(gpu: GpuState) -> str:
     return "  ".join(parts)
 
 
-def region_row(model: ConsoleModel, r: RegionRecord, longest: float) -> list[Any]:
+def region_row(model: ConsoleModel, r: RegionRecord, longest: float) -> Row:
     s = r.stats
     hold = s.get("hold_s")
     if hold is None and r.released_t is None:
@@ -119,20 +139,74 @@ def region_row(model: ConsoleModel, r: RegionRecord, longest: float) -> list[Any
         who += f" {cmd.label}"
     filled = int(round((fmt.number(hold) or 0.0) / longest * BAR_WIDTH)) if longest > 0 else 0
     bar = Text("█" * filled, style="yellow" if r.released_t is None else "green")
-    return [
-        str(r.region),
-        f"{fmt.duration(model.now - r.granted_t)} ago",
-        who,
-        r.kind,
-        fmt.duration(s.get("wait_s")),
-        fmt.duration(s.get("drain_s")),
-        fmt.duration(s.get("freeze_s")),
-        fmt.duration(s.get("enter_s")),
-        Text.assemble(fmt.duration(hold), " ", bar),
-        fmt.duration(s.get("thaw_s")),
-        ",".join(map(str, r.frozen)) or "-",
-        r.reason or ("holding" if r.released_t is None else ""),
+    cells = {
+        "region": str(r.region),
+        "at": f"{fmt.duration(model.now - r.granted_t)} ago",
+        "who": who,
+        "kind": r.kind,
+        "wait": fmt.duration(s.get("wait_s")),
+        "drain": fmt.duration(s.get("drain_s")),
+        "freeze": fmt.duration(s.get("freeze_s")),
+        "enter": fmt.duration(s.get("enter_s")),
+        "hold": Text.assemble(f"{fmt.duration(hold):>7} ", bar),
+        "thaw": fmt.duration(s.get("thaw_s")),
+        "frozen": ",".join(map(str, r.frozen)) or "-",
+        "reason": r.reason or ("holding" if r.released_t is None else ""),
+    }
+    order = {"region": r.region, "at": -r.granted_t, "wait": s.get("wait_s"), "drain": s.get("drain_s"),
+             "freeze": s.get("freeze_s"), "enter": s.get("enter_s"), "hold": hold, "thaw": s.get("thaw_s")}
+    return Row(str(r.region), cells, order)
+
+
+class TenantsTable(FittedTable):
+    COLUMNS = [
+        Column("id", "Command", 0, hotkey="C"),
+        Column("label", "Label", 2, cap=20, hotkey="L"),
+        Column("tenant", "Tenant", 1, hotkey="T"),
+        Column("pid", "PID", 3, hotkey="P"),
+        Column("state", "State", 0, hotkey="S"),
+        Column("age", "Running for", 1, hotkey="R"),
+        Column("argv", "Command line", 2, flex=True, hotkey="O", least=24),
     ]
+
+
+class RegionsTable(FittedTable):
+    COLUMNS = [
+        Column("region", "Region", 0, hotkey="R"),
+        Column("at", "Granted", 3, hotkey="G"),
+        Column("who", "Holder", 0, cap=20, hotkey="H"),
+        Column("kind", "Kind", 4, hotkey="K"),
+        Column("wait", "Wait", 1, hotkey="W"),
+        Column("drain", "Drain", 5, hotkey="D"),
+        Column("freeze", "Freeze", 5, hotkey="F"),
+        Column("enter", "Entry", 1, hotkey="E"),
+        Column("hold", "Hold", 0, hotkey="O"),
+        Column("thaw", "Thaw", 5, hotkey="T"),
+        Column("frozen", "Frozen", 6, hotkey="Z"),
+        Column("reason", "Reason", 2, flex=True, hotkey="N", least=10),
+    ]
+
+
+PLOTTED = (("inflation", "inflation p50", fmt.inflation_short), ("sm_clock_mhz", "SM clock", lambda v: fmt.value(v, "MHz")),
+           ("queue", "queue depth", lambda v: fmt.value(v)))
+
+
+def plot(model: ConsoleModel, gpu: GpuState, width: int) -> str:
+    """The last minutes (model.HISTORY_LEN seconds at most) of the inflation
+    estimate, the SM clock and the queue depth (region + admission), one line
+    each: its range, its latest value and a sparkline scaled to its range, one
+    column per second of node time, newest at the right."""
+    lines = []
+    span = max(10, width - 36)
+    for series, name, text in PLOTTED:
+        samples = model.history.values(gpu.uuid, series)[-span:]
+        known = [v for v in samples if v is not None]
+        if not known:
+            lines.append(f"{name:<14}{fmt.NA}")
+            continue
+        spark = fmt.sparkline(samples, span)
+        lines.append(f"{name:<14}{text(min(known)):>7} – {text(max(known)):<8} now {text(known[-1]):<8}[cyan]{spark}[/]")
+    return "\n".join(lines)
 
 
 class GpuDetailScreen(GpuActions, Screen[None]):
@@ -140,7 +214,8 @@ class GpuDetailScreen(GpuActions, Screen[None]):
     whatever order the rows are in. Esc goes back."""
 
     DEFAULT_CSS = """
-    GpuDetailScreen #gpu-summary { height: auto; padding: 0 1; border: round $accent; }
+    GpuDetailScreen #gpu-summary { height: auto; max-height: 40%; overflow-y: auto; padding: 0 1; border: round $accent; }
+    GpuDetailScreen #gpu-plot { height: auto; padding: 0 1; }
     GpuDetailScreen DataTable { height: 1fr; }
     GpuDetailScreen Label { padding: 0 1; text-style: bold; }
     """
@@ -152,28 +227,20 @@ class GpuDetailScreen(GpuActions, Screen[None]):
         self.model = model
         self.gate = gate
         self.status = status  # the status bar's first text; the app keeps it current
-        self._ready = False  # the app's refresh tick may come before on_mount has made the columns
+        self._ready = False  # the app's refresh tick may come before on_mount
 
     def compose(self) -> ComposeResult:
         yield StatusBar(self.status)
         with Vertical():
             yield Static(id="gpu-summary")
+            yield Static(id="gpu-plot")
             yield Label("Tenants (running commands)")
-            yield DataTable(id="tenants", cursor_type="row")
+            yield TenantsTable(id="tenants")
             yield Label("Recent regions (newest first): wait, drain, freeze, entry, hold, thaw")
-            yield DataTable(id="regions", cursor_type="row")
+            yield RegionsTable(id="regions")
         yield Footer()
 
     def on_mount(self) -> None:
-        tenants = self.query_one("#tenants", DataTable)
-        for key, label in (("id", "Command"), ("label", "Label"), ("tenant", "Tenant"), ("pid", "PID"),
-                           ("state", "State"), ("age", "Running for"), ("argv", "Command line")):
-            tenants.add_column(label, key=key)
-        regions = self.query_one("#regions", DataTable)
-        for key, label in (("region", "Region"), ("at", "Granted"), ("who", "Holder"), ("kind", "Kind"),
-                           ("wait", "Wait"), ("drain", "Drain"), ("freeze", "Freeze"), ("enter", "Entry"),
-                           ("hold", "Hold"), ("thaw", "Thaw"), ("frozen", "Frozen"), ("reason", "Reason")):
-            regions.add_column(label, key=key)
         self._ready = True
         self.refresh_from(self.model)
 
@@ -186,24 +253,25 @@ class GpuDetailScreen(GpuActions, Screen[None]):
             summary.update(f"GPU {self.uuid} is not in the node's state (yet)")
             return
         summary.update(describe_gpu(model, gpu))
+        self.query_one("#gpu-plot", Static).update(plot(model, gpu, self.size.width or self.app.size.width))
         tenants = []
         for cid in gpu.running:
             cmd = model.state.commands.get(cid)
             if cmd is None:
                 continue
             age = model.now - cmd.started_at if cmd.started_at is not None else None
-            tenants.append((cid, [cid, cmd.label, f"t{cmd.tenant_id}", count_text(cmd.pid), tenant_state(gpu, cmd),
-                                  fmt.duration(age), fmt.argv_text(cmd.argv, 50)]))
-        sync_rows(self.query_one("#tenants", DataTable), tenants)
+            cells = {"id": cid, "label": cmd.label, "tenant": f"t{cmd.tenant_id}", "pid": count_text(cmd.pid),
+                     "state": tenant_state(gpu, cmd), "age": fmt.duration(age), "argv": fmt.command_text(cmd.argv)}
+            tenants.append(Row(cid, cells, {"tenant": cmd.tenant_id, "pid": cmd.pid, "age": age}))
+        self.query_one(TenantsTable).show(tenants)
         records = model.log.regions_of_gpu(gpu.index)[-TIMELINE_ROWS:][::-1]
         longest = max((fmt.number(r.stats.get("hold_s")) or 0.0 for r in records), default=0.0)
         longest = max([longest] + [model.now - r.granted_t for r in records if r.released_t is None])
-        sync_rows(self.query_one("#regions", DataTable),
-                  [(str(r.region), region_row(model, r, longest)) for r in records])
+        self.query_one(RegionsTable).show([region_row(model, r, longest) for r in records])
+        self.offer_actions()
 
     def selected_gpu(self) -> GpuState | None:
         return gpu_by_uuid(self.model.state, self.uuid)
 
     def action_back(self) -> None:
         self.app.pop_screen()
-

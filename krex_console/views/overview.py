@@ -10,28 +10,32 @@ from textual.widgets import DataTable
 
 from krex_console import format as fmt
 from krex_console.messages import GpuHighlighted, OpenGpu
-from krex_console.model import ConsoleModel, gpu_by_uuid, gpu_figures
+from krex_console.model import ConsoleModel, gpu_by_uuid, gpu_figures, holder_short, tenants_of
 from krex_console.views.bindings import GPU_ACTION_BINDINGS, ActionGate, GpuActions
-from krex_console.views.table_sync import selected_key, sync_rows
+from krex_console.views.columns import Column, Row
+from krex_console.views.table_sync import FittedTable, selected_key
 from krex_runtime.wire.state import GpuState
 
+# Priorities: what an 80x24 terminal must show first (which GPU, who holds
+# it, how busy it is, how trustworthy its timings are), what a wider one adds.
 COLUMNS = [
-    ("gpu", "GPU"),
-    ("holder", "Region holder"),
-    ("hold", "Hold"),
-    ("region_queue", "RQ"),
-    ("admission_queue", "AQ"),
-    ("running", "Run"),
-    ("parked", "Park"),
-    ("draining", "Drain"),
-    ("frozen", "Frz"),
-    ("lease", "Lease"),
-    ("admission", "Admit"),
-    ("inflation", "Infl p50/p95"),
-    ("util", "Util"),
-    ("memory", "Memory"),
-    ("sm_clock", "SM"),
-    ("temp", "Temp"),
+    Column("gpu", "GPU", 0, hotkey="G"),
+    Column("holder", "Holder", 1, cap=12, hotkey="H", least=8),
+    Column("hold", "Hold", 3, hotkey="O", least=7),
+    Column("region_queue", "RQ", 2, hotkey="R"),
+    Column("admission_queue", "AQ", 4, hotkey="A"),
+    Column("running", "Run", 0, hotkey="U", least=6),
+    Column("parked", "Park", 8, hotkey="P"),
+    Column("draining", "Drain", 9, hotkey="N"),
+    Column("frozen", "Frz", 5, hotkey="F"),
+    Column("lease", "Lease", 7, hotkey="L", least=8),
+    Column("admission", "Admit", 6, hotkey="D", least=6),
+    Column("inflation", "Infl p50/p95", 2, hotkey="I"),
+    Column("util", "Util", 3, hotkey="T"),
+    Column("memory", "Memory", 4, hotkey="M", least=7),
+    Column("sm_clock", "SM", 6, hotkey="S", least=7),
+    Column("temp", "Temp", 7, hotkey="E"),
+    Column("name", "Device", 10, flex=True, hotkey="V"),
 ]
 
 
@@ -42,53 +46,60 @@ def with_spark(text: str, samples: list[float | None]) -> Text:
     return Text.assemble(text, " ", (spark, "cyan")) if spark else Text(text)
 
 
-def gpu_row(model: ConsoleModel, gpu: GpuState) -> list[Any]:
+def gpu_row(model: ConsoleModel, gpu: GpuState) -> Row:
     f = gpu_figures(model.state, gpu, model.now)
     h = model.history
     canary = getattr(gpu, "canary", None)
+    telemetry = getattr(gpu, "telemetry", None)
     flagged = bool(fmt.get(canary, "flagged"))
-    if f["inflation_p50"] == fmt.NA and f["inflation_p95"] == fmt.NA:
+    p50, p95 = fmt.get(canary, "inside_p50"), fmt.get(canary, "inside_p95")
+    if fmt.number(p50) is None and fmt.number(p95) is None:
         inflation = Text(fmt.NA, style="dim")
     else:
-        inflation = Text(f"{f['inflation_p50']}/{f['inflation_p95']}", style="bold red" if flagged else "")
-    holder = Text(f["holder"], style="bold yellow" if gpu.region_holder is not None else "dim")
-    admission = Text(f["admission"], style="bold red" if f["admission"] != "open" else "green")
-    lease = Text(f["lease"], style="bold magenta" if f["lease"] != "-" else "dim")
-    frozen = Text(f["frozen"], style="bold cyan" if gpu.frozen else "")
-    return [
-        Text(f"{gpu.index} {fmt.short_uuid(gpu.uuid, 14)}"),
-        holder,
-        f["hold"],
-        f["region_queue"],
-        f["admission_queue"],
-        f["running"],
-        Text(f["parked"], style="dim" if f["parked"] == fmt.NA else ""),
-        Text(f["draining"], style="dim" if f["draining"] == fmt.NA else ""),
-        frozen,
-        lease,
-        admission,
-        inflation,
-        with_spark(f["util"], h.values(gpu.uuid, "util_pct")),
-        with_spark(f["memory"], h.values(gpu.uuid, "mem_used")),
-        with_spark(f["sm_clock"], h.values(gpu.uuid, "sm_clock_mhz")),
-        with_spark(f["temp"], h.values(gpu.uuid, "temp_c")),
-    ]
+        inflation = Text(f"{fmt.inflation_short(p50)}/{fmt.inflation_short(p95)}", style="bold red" if flagged else "")
+    tenants, _ = tenants_of(model.state, gpu)
+    hold = model.now - gpu.region_since if gpu.region_since is not None else None
+    cells = {
+        "gpu": str(gpu.index),
+        "holder": Text(holder_short(gpu), style="bold yellow" if gpu.region_holder is not None else "dim"),
+        "hold": f["hold"],
+        "region_queue": f["region_queue"],
+        "admission_queue": f["admission_queue"],
+        "running": f["running"],
+        "parked": Text(f["parked"], style="dim" if f["parked"] == fmt.NA else ""),
+        "draining": Text(f["draining"], style="dim" if f["draining"] == fmt.NA else ""),
+        "frozen": Text(f["frozen"], style="bold cyan" if gpu.frozen else ""),
+        "lease": Text(f["lease"], style="bold magenta" if f["lease"] != "-" else "dim"),
+        "admission": Text(f["admission"], style="bold red" if f["admission"] != "open" else "green"),
+        "inflation": inflation,
+        "util": with_spark(f["util"], h.values(gpu.uuid, "util_pct")),
+        "memory": fmt.memory_short(fmt.get(telemetry, "mem_used"), fmt.get(telemetry, "mem_total")),
+        "sm_clock": f["sm_clock"],
+        "temp": f["temp"],
+        "name": f"{gpu.name}{' (sim)' if gpu.simulated else ''}",
+    }
+    order = {
+        "gpu": gpu.index, "hold": hold, "region_queue": len(gpu.region_queue), "admission_queue": gpu.queued,
+        "running": tenants, "frozen": len(gpu.frozen), "inflation": fmt.number(p95),
+        "util": fmt.number(fmt.get(telemetry, "util_pct")), "memory": fmt.number(fmt.get(telemetry, "mem_used")),
+        "sm_clock": fmt.number(fmt.get(telemetry, "sm_clock_mhz")), "temp": fmt.number(fmt.get(telemetry, "temp_c")),
+        "parked": getattr(gpu, "parked", None), "draining": getattr(gpu, "draining", None),
+    }
+    return Row(gpu.uuid, cells, order)
 
 
-class OverviewTable(GpuActions, DataTable[Any]):
-    BINDINGS = [Binding("enter", "select_cursor", "GPU detail"), *GPU_ACTION_BINDINGS]
+class OverviewTable(GpuActions, FittedTable):
+    COLUMNS = COLUMNS
+    BINDINGS = [Binding("enter", "select_cursor", "Open"), *GPU_ACTION_BINDINGS]
 
     def __init__(self, model: ConsoleModel, gate: ActionGate) -> None:
-        super().__init__(id="overview-table", cursor_type="row", zebra_stripes=True)
+        super().__init__(id="overview-table")
         self.model = model
         self.gate = gate
 
-    def on_mount(self) -> None:
-        for key, label in COLUMNS:
-            self.add_column(label, key=key)
-
     def refresh_from(self, model: ConsoleModel) -> None:
-        sync_rows(self, [(gpu.uuid, gpu_row(model, gpu)) for gpu in model.state.gpus.values()])
+        self.show([gpu_row(model, gpu) for gpu in model.state.gpus.values()])
+        self.offer_actions()
 
     def selected_gpu(self) -> GpuState | None:
         uuid = selected_key(self)
@@ -99,6 +110,7 @@ class OverviewTable(GpuActions, DataTable[Any]):
         self.action_open_gpu()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.offer_actions()
         gpu = self.selected_gpu()
         self.post_message(GpuHighlighted(gpu.uuid if gpu is not None else None))
 

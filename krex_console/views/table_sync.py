@@ -3,18 +3,28 @@
 Rows are keyed by a stable identity (GPU UUID, command id, event seq), never
 by position: the cursor stays on the same GPU or command when rows are added,
 removed or re-sorted, and unchanged cells are not touched, so a table that is
-refreshed ten times a second does not flicker.
+refreshed ten times a second does not flicker. A change of order is applied
+by sorting the rows the table has (DataTable.sort), not by clearing it: a
+clear puts the cursor and the scroll back at the top for a moment, and costs
+every row again.
+
+FittedTable adds the columns that fit (columns.py) and k9s-style sorting.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 from rich.text import Text
+from textual import events
+from textual.binding import Binding
 from textual.widgets import DataTable
-from textual.widgets.data_table import CellDoesNotExist, RowDoesNotExist
+from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowDoesNotExist
 
-Row = tuple[str, Sequence[Any]]
+from krex_console.views.columns import Column, Row, crop, fit, needed, sorted_rows
+
+Cells = tuple[str, Sequence[Any]]
+REBUILD_FROM = 64  # more rows gone than this: one rebuild is cheaper than removing each
 
 
 def selected_key(table: DataTable[Any]) -> str | None:
@@ -33,26 +43,47 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def sync_rows(table: DataTable[Any], rows: Sequence[Row]) -> None:
+def sync_rows(table: DataTable[Any], rows: Sequence[Cells]) -> None:
     column_keys = list(table.columns.keys())
-    current = [k.value for k in table.rows.keys()]
     wanted = [key for key, _ in rows]
     keep = selected_key(table)
-    if current == wanted[: len(current)]:
-        # Same rows in the same order, maybe some appended: touch only what changed.
-        for key, cells in rows[: len(current)]:
-            old = table.get_row(key)
-            for column, new, was in zip(column_keys, cells, old):
-                if not _same(new, was):
-                    table.update_cell(key, column, new, update_width=True)
-        for key, cells in rows[len(current) :]:
-            table.add_row(*cells, key=key)
-        return
-    table.clear()
+    present = {k.value for k in table.rows}
+    gone = present.difference(wanted)
+    if len(gone) > REBUILD_FROM:
+        table.clear()
+        present = set()
+    else:
+        for key in gone:
+            table.remove_row(key)
     for key, cells in rows:
-        table.add_row(*cells, key=key)
+        if key in present:
+            for column, new, was in zip(column_keys, cells, table.get_row(key)):
+                if not _same(new, was):
+                    table.update_cell(key, column, new)
+        else:
+            table.add_row(*cells, key=key)
+    if [row.key.value for row in table.ordered_rows] != wanted:
+        _order_by_keys(table, rows)
     if keep is not None:
         select_key(table, keep)
+
+
+def _order_by_keys(table: DataTable[Any], rows: Sequence[Cells]) -> None:
+    """Put the table's rows in the order of `rows`, as DataTable.sort does
+    (new row locations, a new update count), but by row key: sort() only
+    sees cell values."""
+    position = {key: i for i, (key, _) in enumerate(rows)}
+    try:
+        from textual._two_way_dict import TwoWayDict
+
+        ordered = sorted(table.rows, key=lambda k: position[k.value])
+        table._row_locations = TwoWayDict({key: i for i, key in enumerate(ordered)})
+        table._update_count += 1
+        table.refresh()
+    except (ImportError, AttributeError):  # another Textual's insides: rebuild instead
+        table.clear()
+        for key, cells in rows:
+            table.add_row(*cells, key=key)
 
 
 def select_key(table: DataTable[Any], key: str) -> bool:
@@ -60,5 +91,107 @@ def select_key(table: DataTable[Any], key: str) -> bool:
         index = table.get_row_index(key)
     except RowDoesNotExist:
         return False
-    table.move_cursor(row=index, animate=False, scroll=False)
+    if index != table.cursor_row:
+        table.move_cursor(row=index, animate=False, scroll=False)
     return True
+
+
+class FittedTable(DataTable[Any]):
+    """A DataTable of declared COLUMNS that shows those that fit, sorted by the
+    operator's choice; `show(rows)` is its one update."""
+
+    COLUMNS: ClassVar[list[Column]] = []
+    BINDINGS = [
+        Binding("j", "cursor_down", "Down", show=False),
+        Binding("k", "cursor_up", "Up", show=False),
+    ]
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        self.fitted: list[tuple[Column, int]] = []
+        self._widths: dict[str, int] = {}
+        self._rows: list[Row] | None = None
+        self.sort_column: str | None = None
+        self.sort_reverse = False
+
+    def room(self) -> int:
+        width = self.size.width or (self.app.size.width if self.is_attached else 0)
+        return max(20, width - 2)  # a vertical scrollbar's room kept, so rows never shift under it
+
+    def show(self, rows: list[Row]) -> None:
+        self._rows = rows
+        widths = needed(self.COLUMNS, rows)
+        # Widths only grow (until the table is reset): columns do not jitter as values come and go.
+        self._widths = {k: max(w, self._widths.get(k, 0)) for k, w in widths.items()}
+        if self.sort_column in self._widths:  # room for the sort mark
+            label = next(c.label for c in self.COLUMNS if c.key == self.sort_column)
+            self._widths[self.sort_column] = max(self._widths[self.sort_column], len(label) + 1)
+        layout = fit(self.COLUMNS, self._widths, self.room())
+        keep = None
+        if [c for c, _ in layout] == [c for c, _ in self.fitted] and layout != self.fitted:
+            self._widen(layout)  # the same columns, some wider: no need to start afresh
+        if layout != self.fitted:
+            keep = selected_key(self)  # a new set of columns starts the table afresh: the cursor stays put
+            self.clear(columns=True)
+            for column, width in layout:
+                self.add_column(self._label(column), key=column.key, width=width)
+            self.fitted = layout
+        ordered = sorted_rows(rows, self.sort_column, self.sort_reverse)
+        sync_rows(self, [(r.key, [crop(r.cells.get(c.key, ""), w) for c, w in layout]) for r in ordered])
+        if keep is not None and select_key(self, keep):
+            self.move_cursor(row=self.cursor_row, animate=False, scroll=True)
+
+    def _widen(self, layout: list[tuple[Column, int]]) -> None:
+        """New widths for the columns shown, in place (DataTable has no public
+        way; without its insides, start the table afresh instead)."""
+        try:
+            for column, width in layout:
+                self.columns[ColumnKey(column.key)].width = width
+            self._clear_caches()
+        except (AttributeError, KeyError):
+            return
+        self.fitted = layout
+        self.refresh()
+
+    def _label(self, column: Column) -> Text:
+        """The header: the sort hotkey's letter underlined, ▲/▼ on the sort column."""
+        label = Text(column.label)
+        at = column.label.lower().find(column.hotkey.lower()) if column.hotkey else -1
+        if at >= 0:
+            label.stylize("underline", at, at + 1)
+        if column.key == self.sort_column:
+            label.append("▼" if self.sort_reverse else "▲")
+        return label
+
+    def reset_widths(self) -> None:
+        self._widths = {}
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self._rows is not None:
+            self.show(self._rows)
+
+    # --- sorting ------------------------------------------------------------------
+
+    def sort_by(self, key: str | None) -> None:
+        """Sort by `key` (None: the view's own order); the same key again reverses."""
+        if key is not None and key == self.sort_column:
+            self.sort_reverse = not self.sort_reverse
+        else:
+            self.sort_column, self.sort_reverse = key, False
+        self.fitted = []  # the header marks the sort column
+        if self._rows is not None:
+            self.show(self._rows)
+
+    def on_key(self, event: events.Key) -> None:
+        char = event.character or ""
+        if len(char) == 1 and char.isupper():
+            column = next((c for c in self.COLUMNS if c.hotkey.upper() == char), None)
+            if column is not None:
+                event.stop()
+                event.prevent_default()
+                self.sort_by(column.key)
+                self.notify(f"sorted by {column.label}{' (reversed)' if self.sort_reverse else ''}", timeout=2)
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        event.stop()
+        self.sort_by(event.column_key.value)

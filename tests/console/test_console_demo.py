@@ -18,7 +18,7 @@ from krex_runtime.node.config import load_config, resolve_lock_dir
 
 DEMO_RUN_DIR = REPO / ".demo" / "run"
 DEMO_GPUS = 4
-ROW = re.compile(r"^\s*(\d) (GPU-SIM-demo\S*)\s+(.*)$")
+ROW = re.compile(r"^\s*(\d)(\s{2,})(\S.*KREX simulated GPU.*)$")  # GPU index ... its device name
 
 
 def demo_gpus_free() -> bool:

@@ -32,7 +32,7 @@ def test_new_gpu_fields_appear_once_present() -> None:
     assert after["parked"] == "2" and after["draining"] == "1"
     model = ConsoleModel(state=state, now=state.time)
     model.history.sample(state)
-    row = [str(c) for c in gpu_row(model, gpu)]
+    row = [str(c) for c in gpu_row(model, gpu).cells.values()]
     assert any(c.startswith("87% ") and c[-1] in "▁▂▃▄▅▆▇█" for c in row) and "+0.3%/+1.6%" in row
     panel = summarize_gpu(model, gpu)
     assert "sw_power_cap" in panel and "busy 3" in panel and "512W" in panel and "+120.0%" in panel
@@ -51,3 +51,22 @@ def test_malformed_or_partial_values_are_missing_data() -> None:
     history = MetricHistory()
     history.sample(state)
     assert history.values(gpu.uuid, "util_pct") == [None]
+
+
+def test_canary_figures_say_what_they_are() -> None:
+    """`flagged` counts clock-flagged samples, not inflated ones; on simulated
+    GPUs the inflation figures are labelled as the simulator's (a kernel there
+    is a host-timed sleep: host CPU load shows as inflation)."""
+    from krex_console.views.gpu_detail import SIMULATOR_NOTE, describe_gpu
+
+    state = replay(read_trace(TRACE))
+    gpu = state.gpus[0]
+    gpu.canary = {"inside_p50": 0.003, "inside_p95": 2.72, "outside_p50": 0.023, "outside_p95": 1.8,  # type: ignore[attr-defined]
+                  "contention": 1.02, "flagged": 0, "samples": 40}
+    model = ConsoleModel(state=state, now=state.time)
+    assert gpu.simulated
+    text = describe_gpu(model, gpu)
+    assert "clock-flagged 0/40" in text and SIMULATOR_NOTE in text and "flagged 0 " not in text
+    assert SIMULATOR_NOTE in summarize_gpu(model, gpu)
+    gpu.simulated = False
+    assert SIMULATOR_NOTE not in describe_gpu(model, gpu) and SIMULATOR_NOTE not in summarize_gpu(model, gpu)

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from console_helpers import CANDIDATE, live_app, rendered, run_async, screen_text, shown_actions, submit, wait_for
+from runtime_helpers import REPO
 from textual.widgets import Button, DataTable, Log
 
 from krex_console import actions
@@ -135,18 +136,38 @@ async def _views(rt: Runtime) -> None:
         assert kinds == {"region_granted"} and events.row_count == 3
         await pilot.press("escape")
 
+        # Kill is offered only for a command that has not ended.
+        await pilot.press("2")
+        await rendered(pilot)
+        select_key(commands, cand)
+        await rendered(pilot)
+        assert "kill" not in shown_actions(app)
+        await pilot.press("ctrl+k")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmDialog)
+        # Recycle is not offered on a GPU without a context pool, and the
+        # runtime's refusal is the one docs/console.md describes.
+        await pilot.press("1")
+        await rendered(pilot)
+        assert "recycle" not in shown_actions(app) and "lease" in shown_actions(app)
+        outcome = actions.perform(app.control_endpoint, actions.recycle(app.model.state.gpus[0]))
+        assert not outcome.ok and outcome.code == "refused"
+        assert f"`refused`: {outcome.reason}" in (REPO / "docs" / "console.md").read_text()
+
         # Kill: the dialog names the command and defaults to Cancel.
         await pilot.press("2")
         await rendered(pilot)
         select_key(commands, talker)
-        await pilot.press("k")
+        await rendered(pilot)
+        assert "kill" in shown_actions(app)
+        await pilot.press("ctrl+k")
         dialog = await confirm_dialog(pilot)
         assert f"Kill command {talker} (talker)?" in screen_text(app)
         assert dialog.focused is dialog.query_one("#cancel", Button)
         await answer(pilot, confirm=False)
         await pilot.pause(0.3)
         assert runtime_state(rt).commands[talker].state == "running"
-        await pilot.press("k")
+        await pilot.press("ctrl+k")
         await confirm_dialog(pilot)
         await answer(pilot, confirm=True)
         await wait_for(pilot, lambda: runtime_state(rt).commands[talker].state == "cancelled", what="the kill")
@@ -166,7 +187,16 @@ async def _gpu_actions(rt: Runtime) -> None:
         await rendered(pilot)
         gpu1 = app.model.state.gpus[1]
         await select_gpu(pilot, gpu1.uuid)
-        assert {"lease", "release", "recycle", "toggle_admission"} <= shown_actions(app)
+        await wait_for(pilot, lambda: {"lease", "recycle", "toggle_admission"} <= shown_actions(app),
+                       what="the GPU's actions")
+        assert "release" not in shown_actions(app)  # nobody leased it
+        # With every GPU action offered, an 80-column footer still has ? and q.
+        await pilot.resize_terminal(80, 24)
+        await rendered(pilot)
+        footer = screen_text(app).splitlines()[-1]
+        assert "l Lease" in footer and "c Recycle" in footer and "? Help" in footer and "q Quit" in footer, footer
+        await pilot.resize_terminal(120, 40)
+        await rendered(pilot)
 
         # Lease: Enter on the fresh dialog cancels; Tab + Enter leases.
         await pilot.press("l")
@@ -184,7 +214,12 @@ async def _gpu_actions(rt: Runtime) -> None:
         await wait_for(pilot, lambda: app.last_outcome is not None and app.last_outcome.ok)
         await wait_for(pilot, lambda: app.model.state.gpus[1].region_kind == "lease", what="the lease event")
         await rendered(pilot)
-        assert "operator lease" in screen_text(app), screen_text(app)
+        assert "operator" in screen_text(app), screen_text(app)
+        # Leased: Release is offered, Lease is not (the palette neither).
+        assert "release" in shown_actions(app) and "lease" not in shown_actions(app)
+        palette = [c.title for c in app.get_system_commands(app.screen)]
+        assert not any(t.startswith("Lease GPU 1") for t in palette) and any(t.startswith("Release GPU 1") for t in palette)
+        assert not any(t.startswith("Release GPU 0") for t in palette) and any(t.startswith("Lease GPU 0") for t in palette)
 
         # Release, from the GPU's detail screen this time.
         await pilot.press("enter")
@@ -195,9 +230,17 @@ async def _gpu_actions(rt: Runtime) -> None:
         await answer(pilot, confirm=True)
         await wait_for(pilot, lambda: runtime_state(rt).gpus[1].region_holder is None, what="the release")
 
-        # Releasing it again: the runtime's error reply reaches the operator as an error toast.
-        app.last_outcome = None
+        # Released, it offers Lease again and no Release; a caller that asks
+        # anyway (a stale palette entry) gets the runtime's error as an error toast.
+        await wait_for(pilot, lambda: app.model.state.gpus[1].region_holder is None)
+        await rendered(pilot)
+        await wait_for(pilot, lambda: "release" not in shown_actions(app) and "lease" in shown_actions(app),
+                       what="the bindings to follow the GPU's state")
         await pilot.press("u")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmDialog)
+        app.last_outcome = None
+        app.confirm_and_perform(actions.release(app.model.state.gpus[1]))
         await confirm_dialog(pilot)
         await answer(pilot, confirm=True)
         outcome = await wait_for(pilot, lambda: app.last_outcome)

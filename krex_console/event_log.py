@@ -1,0 +1,71 @@
+"""What the console remembers of the events it saw: the audit log and the
+region records the GPU detail's timeline is made of (the trace has all)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import Any
+
+KEEP_EVENTS = 5000
+KEEP_REGIONS_PER_GPU = 200
+
+
+@dataclass
+class RegionRecord:
+    """One region as the timeline shows it: granted, then (maybe) released."""
+
+    gpu: int
+    region: int
+    kind: str
+    tenant_id: int
+    command_id: str
+    granted_t: float
+    stats: dict[str, Any]
+    frozen: list[int]
+    released_t: float | None = None
+    reason: str = ""
+
+
+class EventLog:
+    """The recent events (the audit log) and region records built from them."""
+
+    def __init__(self) -> None:
+        self.events: deque[dict[str, Any]] = deque(maxlen=KEEP_EVENTS)
+        self.regions: dict[int, OrderedDict[int, RegionRecord]] = {}
+        self.generation = 0  # bumped when the log restarts, so views rebuild
+
+    def clear(self) -> None:
+        self.events.clear()
+        self.regions.clear()
+        self.generation += 1
+
+    def add(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+        kind = event.get("type")
+        if kind == "region_granted":
+            per_gpu = self.regions.setdefault(event["gpu"], OrderedDict())
+            per_gpu[event["region"]] = RegionRecord(
+                gpu=event["gpu"],
+                region=event["region"],
+                kind=event.get("kind", ""),
+                tenant_id=event.get("tenant_id", -1),
+                command_id=event.get("command_id", ""),
+                granted_t=event.get("t", 0.0),
+                stats={k: v for k, v in event.items() if k.endswith("_s")},
+                frozen=list(event.get("frozen", [])),
+            )
+            while len(per_gpu) > KEEP_REGIONS_PER_GPU:
+                per_gpu.popitem(last=False)
+        elif kind == "region_released":
+            record = self.regions.get(event["gpu"], {}).get(event["region"])
+            if record is not None:
+                record.stats |= {k: v for k, v in event.items() if k.endswith("_s")}
+                record.released_t = event.get("t")
+                record.reason = event.get("reason", "")
+
+    def regions_of_gpu(self, gpu: int) -> list[RegionRecord]:
+        return list(self.regions.get(gpu, {}).values())
+
+    def regions_of_command(self, command_id: str) -> list[RegionRecord]:
+        return [r for per_gpu in self.regions.values() for r in per_gpu.values() if r.command_id == command_id]

@@ -1,0 +1,243 @@
+"""Columns that fit, with long values, at 80x24 and 120x40; sorting on every
+tab; a backlog of 100k events that never stalls a view switch.
+
+The node is synthetic (benchmarks/console_frame.py makes its trace): long
+GPU names, 5-digit sequence numbers, 140 GiB memory figures, conda-style
+interpreter paths, a canary beside full slots.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from console_helpers import rendered, run_async, settled_screen, wait_for
+from test_console_replay import check_snapshot
+
+from krex_console import format as fmt
+from krex_console.app import KrexConsole
+from krex_console.feed import ReplayFeed
+from krex_console.views.columns import width_of
+from krex_console.views.commands import CommandsTable
+from krex_console.views.events import EventsTable
+from krex_console.views.gpu_detail import GpuDetailScreen, RegionsTable, TenantsTable
+from krex_console.views.overview import OverviewTable
+from krex_console.views.table_sync import FittedTable
+from krex_runtime.wire.trace import Trace
+
+REPO = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("console_frame", REPO / "benchmarks" / "console_frame.py")
+assert _spec is not None and _spec.loader is not None
+console_frame = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(console_frame)
+
+SIZES = [(80, 24), (120, 40)]
+# The overview's columns each size must show (by priority), whatever the values.
+MUST_SHOW = {
+    80: {"gpu", "holder", "hold", "region_queue", "admission_queue", "running", "inflation", "util", "memory"},
+    120: {"gpu", "holder", "hold", "region_queue", "admission_queue", "running", "inflation", "util", "memory",
+          "frozen", "admission", "sm_clock", "lease", "temp"},
+}
+
+
+def synthetic_app(events: int, gpus: int, at: int | None = None, checkpoint_every: int = 500) -> KrexConsole:
+    header, evs = console_frame.synthetic_events(events, gpus)
+    feed = ReplayFeed(Trace(header, evs), checkpoint_every=checkpoint_every)
+    feed.paused = True
+    feed.seek_event(at if at is not None else events)
+    return KrexConsole(replay=feed)
+
+
+def assert_uncut(table: FittedTable) -> None:
+    """Every column it shows, but the elastic one and those with a cap, holds
+    its widest cell whole; and the columns fit the table's width."""
+    assert table._rows is not None
+    for column, width in table.fitted:
+        if column.flex or column.cap:
+            continue
+        for row in table._rows:
+            cell = row.cells.get(column.key, "")
+            assert width_of(cell) <= width, f"{type(table).__name__}.{column.key} cuts {cell!r} to {width}"
+    assert sum(w + 2 for _, w in table.fitted) <= table.room() + 2, [(c.key, w) for c, w in table.fitted]
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["80x24", "120x40"])
+@run_async
+async def test_long_values_fit_both_sizes(size: tuple[int, int]) -> None:
+    app = synthetic_app(12_400, 4)
+    tag = f"{size[0]}x{size[1]}"
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: app.model.state.seq >= 12_000, what="the replayed state")
+        await rendered(pilot)
+        overview = app.query_one(OverviewTable)
+        shown = {c.key for c, _ in overview.fitted}
+        assert MUST_SHOW[size[0]] <= shown, MUST_SHOW[size[0]] - shown
+        assert_uncut(overview)
+        # The canary runs beside full slots: the Run column never reads more than the slots.
+        for row in overview._rows or []:
+            tenants, slots = row.cells["running"].split()[0].split("/")
+            assert int(tenants) <= int(slots) and row.cells["running"].endswith(" +c"), row.cells["running"]
+        text = await settled_screen(pilot)
+        footer = text.splitlines()[-1]
+        assert "? Help" in footer and "q Quit" in footer, footer
+        check_snapshot(f"long-overview-{tag}", text)
+
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, GpuDetailScreen), what="the GPU detail")
+        await rendered(pilot)
+        for table in (app.screen.query_one(TenantsTable), app.screen.query_one(RegionsTable)):
+            assert_uncut(table)
+        text = await settled_screen(pilot)
+        assert "SM clock" in text and "queue depth" in text
+        check_snapshot(f"long-gpu-detail-{tag}", text)
+
+        await pilot.press("escape", "2")
+        await rendered(pilot)
+        commands = app.query_one(CommandsTable)
+        assert_uncut(commands)
+        text = await settled_screen(pilot)
+        assert "/opt/conda" not in text and "agent.candidates.run --problem" in text
+        check_snapshot(f"long-commands-{tag}", text)
+
+        await pilot.press("3")
+        await rendered(pilot)
+        events = app.query_one(EventsTable)
+        assert_uncut(events)
+        text = await settled_screen(pilot)
+        assert " 12400 " in text and "+12.4" in text  # 5-digit seq whole, time with its unit
+        check_snapshot(f"long-events-{tag}", text)
+
+
+@run_async
+async def test_sort_by_any_column_on_every_tab() -> None:
+    app = synthetic_app(3_000, 4)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.model.state.seq > 0)
+        await rendered(pilot)
+        overview = app.query_one(OverviewTable)
+        await pilot.press("T")  # shift+t: by utilisation
+        await rendered(pilot)
+        utils = [fmt.number(g.telemetry.get("util_pct")) for g in
+                 sorted(app.model.state.gpus.values(), key=lambda g: g.telemetry.get("util_pct"))]
+        keys = [r.key.value for r in overview.ordered_rows]
+        assert [fmt.number(app.model.state.gpus[i].telemetry.get("util_pct"))
+                for i in (next(g.index for g in app.model.state.gpus.values() if g.uuid == k) for k in keys)] == utils
+        await pilot.press("T")  # again: reversed
+        await rendered(pilot)
+        assert [r.key.value for r in overview.ordered_rows] == keys[::-1]
+        overview.move_cursor(row=0)
+        await pilot.press("j", "j", "k")  # vi keys move the cursor
+        assert overview.cursor_row == 1
+        for tab, table_type, key in (("2", CommandsTable, "R"), ("3", EventsTable, "Q")):
+            await pilot.press(tab)
+            await rendered(pilot)
+            table = app.query_one(table_type)
+            before = [r.key.value for r in table.ordered_rows]
+            await pilot.press(key, key)  # by run time / seq, reversed
+            await rendered(pilot)
+            assert table.sort_reverse and table.sort_column is not None
+            after = [r.key.value for r in table.ordered_rows]
+            assert sorted(after) == sorted(before) and after != before
+        # A click on a header sorts too.
+        events = app.query_one(EventsTable)
+        x = sum(width + 2 for _, width in events.fitted[:2]) + 2  # inside the third header, "Event"
+        await pilot.click(EventsTable, offset=(x, 0))
+        await pilot.pause()
+        assert events.sort_column == "type" and not events.sort_reverse
+
+
+@pytest.mark.timeout(300)
+@run_async
+async def test_100k_events_while_switching_views() -> None:
+    """The backlog grows to 100k events (16 GPUs) while the operator switches
+    to the next view (the GPU detail among them) every 2000 events; each
+    switch comes back promptly (a generous bound: the row-at-a-time Events
+    table took minutes here)."""
+    total, frame, switch = 100_000, 2000, 2000
+    app = synthetic_app(total, 16, at=0, checkpoint_every=10 * total)
+    app.animation_level = "none"
+    feed = app.replay
+    assert feed is not None
+    slowest = {"frame": 0.0, "switch": 0.0}
+    views = ["1", "2", "3", "2", "gpu"]
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        for at in range(frame, total + 1, frame):
+            feed.seek_event(at)
+            started = time.monotonic()
+            kind = "switch" if at % switch == 0 else "frame"
+            if kind == "frame":
+                app.refresh_views()
+            elif views[at // switch % len(views)] == "gpu":
+                await pilot.press("1", "enter")
+                await wait_for(pilot, lambda: isinstance(app.screen, GpuDetailScreen), what="the GPU detail")
+                app.refresh_views()
+            else:
+                if isinstance(app.screen, GpuDetailScreen):
+                    await pilot.press("escape")
+                await pilot.press(views[at // switch % len(views)])
+                app.refresh_views()
+            await pilot.pause()
+            slowest[kind] = max(slowest[kind], time.monotonic() - started)
+            assert slowest[kind] < 10.0, f"a view {kind} took {slowest[kind]:.1f} s at event {at}"
+        assert app.model.state.seq == total
+    print(f"slowest frame {slowest['frame'] * 1000:.0f} ms, switch {slowest['switch'] * 1000:.0f} ms")
+
+
+def test_the_command_column_shows_what_runs() -> None:
+    conda = "/opt/conda/envs/agent/bin/python3.12"
+    assert fmt.command_text([conda, "-u", "-X", "dev", "-m", "agent.run", "--n", "3"]) == "agent.run --n 3"
+    assert fmt.command_text(["/usr/bin/python3", "bench/matmul.py", "--size", "4096"]) == "bench/matmul.py --size 4096"
+    assert fmt.command_text(["/usr/bin/python3", "-c", "print(1)"]) == "python3 -c print(1)"
+    assert fmt.command_text(["/usr/local/bin/nsys", "profile", "./a.out"]) == "nsys profile ./a.out"
+    assert fmt.memory_short(60 << 30, 150_754_820_096) == "60/140G"
+    assert fmt.memory_short(1 << 40, 3 << 39) == "1.0/1.5T"
+    assert fmt.elapsed(12.3456) == "+12.346s" and fmt.elapsed(3722.5) == "+1h02m" and fmt.elapsed(61.5) == "+1m01.5s"
+
+
+def test_a_stalled_feed_says_stale_with_its_age() -> None:
+    from krex_console.feed import FeedStatus
+
+    app = KrexConsole(control="ipc:///nonexistent/control.sock", telemetry="ipc:///nonexistent/telemetry.sock")
+    assert app.live is not None
+    app.status = FeedStatus.LIVE
+    assert "● LIVE" in app.status_text()
+    app.live.last_message_mono = time.monotonic() - 12.0  # the feed itself has not noticed yet
+    text = app.status_text()
+    assert "LIVE" not in text and "STALE 12.0s" in text
+
+
+@run_async
+async def test_filtered_commands_stay_one_row_each_while_they_churn() -> None:
+    """The filtered Commands view under a stream of starts and ends: after every
+    repaint its rows are exactly the matching commands, each once, newest
+    first, and the cursor stays on its command while it still matches."""
+    app = synthetic_app(6_000, 4, at=1_000, checkpoint_every=100_000)
+    feed = app.replay
+    assert feed is not None
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("2", "slash", *"state:running", "enter")
+        table = app.query_one(CommandsTable)
+        for at in range(1_000, 6_000, 251):
+            feed.seek_event(at)
+            await rendered(pilot)
+            if at % 3 == 0 and table.row_count > 2:
+                table.move_cursor(row=table.row_count // 2)
+            shown = [r.key.value for r in table.ordered_rows]
+            expected = sorted((c for c in app.model.state.commands.values() if c.state == "running"),
+                              key=lambda c: (c.submitted_at, c.id), reverse=True)
+            assert shown == [c.id for c in expected], (at, shown)
+            on_screen = [line.split()[0] for line in (await settled_screen(pilot)).splitlines()[4:]
+                         if line.strip() and line.split()[0].startswith(("b", "canary"))]
+            assert len(on_screen) == len(set(on_screen)), (at, on_screen)
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from krex_console.main import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("krex-console ")
