@@ -3,6 +3,11 @@
     krex bench run [--scale S] [--concurrency 4,8,16] [--variants ...] [--budget-s N] [--out DIR] [--sim]
     krex bench report RESULTS.json [--out DIR]
     krex bench list
+
+Every subcommand takes `--json`: one JSON document on stdout (progress and
+the setups' lines go to stderr then). Exit status as for every `krex`
+subcommand: 0 when it did what it was asked, 125 for any failure (a usage
+error, a bad argument, a setup whose commands failed, no report).
 """
 
 from __future__ import annotations
@@ -11,15 +16,31 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import NoReturn
+
+from rich.console import Console
 
 from krex_bench import report, runner, setups, workload
 from krex_bench.progress import SetupProgress
 
 
+FAILED = 125  # the krex exit status of every KREX failure (README, "Exit status of krex")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with usage errors exiting 125 like every krex failure (subparsers inherit the class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(FAILED, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="krex bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="krex bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="verb", required=True, metavar="COMMAND")
-    run = sub.add_parser("run", help="run the workload under every setup, then write the report")
+    js = Parser(add_help=False)
+    js.add_argument("--json", action="store_true", help="one JSON document on stdout (progress on stderr)")
+    run = sub.add_parser("run", parents=[js], help="run the workload under every setup, then write the report")
     run.add_argument("--gpu", type=int, default=0, help="GPU index to run on (default 0)")
     run.add_argument("--sim", action="store_true", help="one simulated GPU and simulated candidates (no torch)")
     run.add_argument("--scale", type=float, default=1.0, help="share of each problem's candidates, in (0, 1]")
@@ -40,10 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, default=Path("bench-results"), help="folder for results.json and the report")
     run.add_argument("--work-dir", type=Path, default=Path("/tmp/krex-bench"), help="runtimes' folders")
     run.add_argument("--keep", action="store_true", help="keep each setup's run folder (traces, output)")
-    rep = sub.add_parser("report", help="write the report (markdown, JSON, PNG) for results.json files")
+    rep = sub.add_parser("report", parents=[js], help="write the report (markdown, JSON, PNG) for results.json files")
     rep.add_argument("results", type=Path, nargs="+", help="results.json; several are merged (one native run needed)")
     rep.add_argument("--out", type=Path, default=None, help="folder (default: beside the first results file)")
-    sub.add_parser("list", help="list the problems, their candidates and the krex variants")
+    sub.add_parser("list", parents=[js], help="list the problems, their candidates and the krex variants")
     return p
 
 
@@ -57,20 +78,39 @@ def merged(paths: list[Path]) -> dict:
     return data
 
 
+def fail(message: str, as_json: bool) -> int:
+    print(f"krex bench: {message}", file=sys.stderr)
+    if as_json:
+        print(json.dumps({"error": {"code": "bench", "reason": message}}))
+    return FAILED
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     if args.verb == "list":
+        if args.json:
+            print(json.dumps({
+                "problems": [
+                    {"name": p.name, "summary": p.summary, "repeats": p.repeats, "candidates": [c.name for c in p.candidates]}
+                    for p in workload.PROBLEMS
+                ],
+                "variants": list(setups.VARIANTS),
+            }))  # fmt: skip
+            return 0
         for problem in workload.PROBLEMS:
             print(f"{problem.name}: {problem.summary} ({problem.repeats} repeats)")
             print("  " + " ".join(c.name for c in problem.candidates))
         print("krex variants: " + " ".join(setups.VARIANTS))
         return 0
     if args.verb == "report":
-        data = merged(args.results)
-        out = args.out or args.results[0].parent
-        for path in report.write(data, out):
-            print(path)
+        try:
+            data = merged(args.results)
+            out = args.out or args.results[0].parent
+            written = report.write(data, out)
+        except (OSError, ValueError, KeyError) as exc:
+            return fail(f"no report: {exc}", args.json)
+        print(json.dumps({"written": [str(p) for p in written]}) if args.json else "\n".join(str(p) for p in written))
         return 0
     try:
         concurrency = tuple(int(c) for c in args.concurrency.split(",") if c)
@@ -86,11 +126,13 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         runner.commands(opts)  # a bad scale is reported before anything starts
     except ValueError as exc:
-        print(f"krex bench: {exc}", file=sys.stderr)
-        return 2
+        return fail(str(exc), args.json)
     results = args.out / "results.json"
-    print(f"krex bench: {len(plan)} setups x {len(runner.commands(opts))} commands; results in {results}", flush=True)
-    with SetupProgress() as meter:  # a bar per setup while its commands run; the lines as before
+    # With --json, stdout carries only the document: the lines and the bar go to stderr.
+    console = Console(stderr=args.json)
+    console.print(f"krex bench: {len(plan)} setups x {len(runner.commands(opts))} commands; results in {results}",
+                  markup=False, highlight=False, soft_wrap=True)
+    with SetupProgress(console) as meter:  # a bar per setup while its commands run; the lines as before
         data = runner.run(plan, opts, results, progress=meter.line, argv=["krex", "bench", *argv], meter=meter)
     if args.merge:
         data["runs"] = json.loads(args.merge.read_text())["runs"] + data["runs"]
@@ -98,12 +140,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         written = report.write(data, args.out)
     except ValueError as exc:  # e.g. no native run to compare with
-        print(f"krex bench: results kept in {results}; no report: {exc}", file=sys.stderr)
-        return 1
-    print(Path(written[0]).read_text())
+        return fail(f"results kept in {results}; no report: {exc}", args.json)
     failed = any("error" in r or r.get("failures") for r in data["runs"])
-    return 1 if failed else 0
-
+    if args.json:
+        summary = json.loads(Path(written[1]).read_text())
+        print(json.dumps({"results": str(results), "written": [str(p) for p in written], "failed": failed, **summary}))
+    else:
+        print(Path(written[0]).read_text())
+    if failed:
+        print("krex bench: some setups had failed commands (see the report)", file=sys.stderr)
+        return FAILED
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())

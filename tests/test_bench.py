@@ -83,9 +83,22 @@ def test_bad_arguments_are_refused_before_anything_starts(tmp_path: Path) -> Non
         (["--problems", "fft"], "unknown problem 'fft'"),
     ):
         done = krex_bench("run", "--sim", "--out", str(tmp_path), *args)
-        assert done.returncode == 2, done.stderr
+        assert done.returncode == 125, done.stderr
         assert message in done.stderr
     assert not (tmp_path / "results.json").exists()
+    # A usage error is a KREX failure too (125), and --json failures are one document.
+    done = krex_bench("run", "--no-such-option")
+    assert done.returncode == 125 and "unrecognized arguments: --no-such-option" in done.stderr
+    done = krex_bench("run", "--json", "--sim", "--scale", "0", "--out", str(tmp_path))
+    assert done.returncode == 125 and "scale must be in (0, 1]" in json.loads(done.stdout)["error"]["reason"]
+
+
+def test_bench_list_json_is_one_document() -> None:
+    done = krex_bench("list", "--json")
+    assert done.returncode == 0, done.stderr
+    listing = json.loads(done.stdout)
+    assert {p["name"] for p in listing["problems"]} == set(workload.BY_NAME)
+    assert "preload/forked/gpu+cpu" in listing["variants"]
 
 
 def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Path) -> None:
@@ -93,9 +106,12 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     done = krex_bench(
         "run", "--sim", "--scale", "0.25", "--problems", "matmul_bf16,gelu", "--concurrency", "2",
         "--variants", "preload/process/gpu+cpu,preload/forked/gpu+cpu,driver-lock/pooled/gpu-only", "--out", str(out),
-        "--work-dir", str(tmp_path / "work"),
+        "--work-dir", str(tmp_path / "work"), "--json",
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+    document = json.loads(done.stdout)  # the whole of stdout: lines and bar went to stderr
+    assert document["failed"] is False and document["results"] == str(out / "results.json")
+    assert "setups x" in done.stderr
     data = json.loads((out / "results.json").read_text())
     labels = [r["setup"]["label"] for r in data["runs"]]
     assert labels == [
@@ -114,8 +130,9 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     assert krex["ok"] == 4 and krex["throughput_per_min"] > 0
     assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The report can be made again from the results alone, and runs can be merged.
-    again = krex_bench("report", str(out / "results.json"), "--out", str(tmp_path / "again"))
+    again = krex_bench("report", str(out / "results.json"), "--out", str(tmp_path / "again"), "--json")
     assert again.returncode == 0, again.stderr
+    assert str(tmp_path / "again" / "report.md") in json.loads(again.stdout)["written"]
     assert (tmp_path / "again" / "report.md").read_text() == report
 
 
