@@ -301,7 +301,7 @@ def test_recycle_after_the_current_command(make_runtime, scripts: Path, tmp_path
     assert done.returncode == 0, done.stderr
     result = json.loads(rt.krex("wait", "--json", command_id).stdout)
     assert result["state"] == "finished" and result["exit_code"] == 0
-    assert Path(result["stdout_path"]).read_text() == "finished\n"
+    assert result["stdout"] == "finished\n"
     wait_until(lambda: pool_settled(rt, 2) and not before & set(workers_of(rt, 0)), 60, "GPU 0's pool to be renewed")
     assert pools(rt)[0]["reasons"] == {"recycled": 2}
     assert pools(rt)[1]["replaced"] == 0

@@ -136,8 +136,10 @@ class ControlServer:
         frames = [topic, body.data if encoded else protocol.encode(body)]
         for pub in (self.pub, self.remote_pub):
             if pub is not None:
-                # A snapshot is shared, not copied, by the queues of every subscriber.
-                pub.send_multipart(frames, copy=not encoded)
+                # One message, shared (refcounted by libzmq) by the queues of every
+                # subscriber. Copied once into it: a zero-copy send would start
+                # pyzmq's garbage-collector thread and its own zmq context for good.
+                pub.send_multipart(frames)
 
     # --- requests ------------------------------------------------------------
 
