@@ -15,7 +15,7 @@ import sys
 from dataclasses import replace
 
 from krex_runtime.node.config import POLICIES, Config, ConfigError, load_config, validate
-from krex_runtime.node.gpus import GpuDiscoveryError, discover
+from krex_runtime.node.gpus import Gpu, GpuDiscoveryError, discover
 from krex_runtime.node.locks import ClaimError
 from krex_runtime.service.host import recover_left_state
 from krex_runtime.service.runtime import RuntimeService, StartupError
@@ -68,6 +68,17 @@ def effective_config(args: argparse.Namespace) -> Config:
     return validate(replace(config, runtime=runtime))
 
 
+def root_on_simulator(config: Config, gpus: list[Gpu]) -> Config:
+    """Started as root on simulated GPUs only (a laptop, a CI container), tenants
+    may run as root: nothing of a real GPU node is at stake. Said in one line."""
+    t = config.tenants
+    if os.geteuid() != 0 or t.user or t.allow_root or not gpus or not all(g.simulated for g in gpus):
+        return config
+    print("krex-runtime: notice: tenants run as root (allowed on simulated GPUs only; "
+          "on real GPUs set tenants.user)", file=sys.stderr)
+    return replace(config, tenants=replace(t, allow_root=True))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(
@@ -82,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"krex-runtime: recovery: {line}", file=sys.stderr)
             return 0
         gpus = discover(config, args.sim)
+        config = root_on_simulator(config, gpus)
         service = RuntimeService(config, gpus)
         asyncio.run(service.run())
     except (ConfigError, GpuDiscoveryError, ClaimError, StartupError) as exc:

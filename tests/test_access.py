@@ -16,7 +16,7 @@ import stat
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -334,9 +334,6 @@ def test_start_up_refusals(tmp_path: Path) -> None:
     line = start_fails(Runtime(tmp_path / "open-key", runtime_extra=curve))
     assert line == f"krex-runtime: runtime.curve_server_key {secret} is open to other users (mode 0644): chmod 600 it"
 
-    line = start_fails(Runtime(tmp_path / "root"), lambda text: text.replace("allow_root = true", "allow_root = false"))
-    assert line.startswith("krex-runtime: tenants would run as root: set tenants.user to an unprivileged user")
-
     line = start_fails(Runtime(tmp_path / "nobody-known", tenant_user="no-such-user-krex"))
     assert line == "krex-runtime: tenants.user names an unknown user 'no-such-user-krex'"
 
@@ -526,3 +523,29 @@ def test_context_processes_run_as_the_tenant_user(accounts: Accounts, open_root:
 
     worker = wait_until(workers, 60, "a warm context process")[0]
     assert psutil.Process(worker["pid"]).uids().real == tenant.uid
+
+
+def test_root_refusal_names_the_file_the_key_and_a_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On real GPUs a runtime started as root refuses root tenants, and says
+    where to change that and how to start with it; on simulated GPUs only it
+    goes on, with a one-line notice."""
+    from krex_runtime import main as runtime_main
+    from krex_runtime.node.access import AccessError, tenant_user
+    from krex_runtime.node.config import load_config
+    from krex_runtime.node.gpus import simulated_gpus
+
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    path = tmp_path / "krex.toml"
+    path.write_text("[runtime]\npolicy = 'krex'\n")
+    for config, file in ((load_config(path), str(path)), (Config(), "/etc/krex/krex.toml")):
+        with pytest.raises(AccessError) as refused:
+            tenant_user(config)
+        assert str(refused.value) == (
+            f'tenants would run as root: in {file}, under [tenants], set user = "krex-tenant" '
+            f"(an unprivileged account) or allow_root = true, then start krex-runtime --config {file}")
+
+    sim = simulated_gpus(2, "root-test")
+    allowed = runtime_main.root_on_simulator(Config(), sim)
+    assert allowed.tenants.allow_root and tenant_user(allowed) is None
+    real = [replace(g, simulated=False) for g in sim]
+    assert runtime_main.root_on_simulator(Config(), real) == Config()

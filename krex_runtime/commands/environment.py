@@ -3,8 +3,10 @@ cores and user. One builder serves commands and context processes alike.
 
 The environment names the tenant's command and GPU, points it at the
 read-only control socket (tenants may only read), preloads the interception
-library, and under policy krex hands it its GPU's gate, the region socket and
-its region token. The variable names come from krex_runtime/tenant/env.py,
+library, puts KREX's tenant-side code on PYTHONPATH (tenant/python_path.py:
+`import krex_runtime.client` works in whatever Python the command runs), and
+under policy krex hands it its GPU's gate, the region socket and its region
+token. The variable names come from krex_runtime/tenant/env.py,
 which the tenant-side code reads.
 """
 
@@ -20,6 +22,7 @@ from krex_runtime.commands.cgroups import CgroupSlice
 from krex_runtime.node.access import RunAs
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.tenant import env as names
+from krex_runtime.tenant import python_path
 
 
 class TokenSource(Protocol):
@@ -45,6 +48,10 @@ class TenantEnvironment:
     regions: RegionAccess | None
     simulator: dict[str, str]  # simulated GPUs: the simulator's settings (empty on real GPUs)
     simulator_dir: Path | None
+    python_path: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "python_path", python_path.prepare(self.run_dir))
 
     def build(self, command_id: str, tenant_id: int | None, command_env: dict[str, str], gpu: Gpu) -> dict[str, str]:
         """The environment of one tenant. A context process gets it too, under
@@ -65,6 +72,8 @@ class TenantEnvironment:
             }
         )
         env.update(self.user_env)
+        # Last: a PYTHONPATH the command brings keeps its place in front.
+        env["PYTHONPATH"] = _prepend(env.get("PYTHONPATH", ""), str(self.python_path), os.pathsep)
         if self.library is not None:
             env["LD_PRELOAD"] = _prepend(str(self.library), env.get("LD_PRELOAD", ""), " ")
         if self.regions is not None:

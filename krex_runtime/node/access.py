@@ -81,9 +81,10 @@ def tenant_user(config: Config) -> TenantUser | None:
             raise AccessError(f"tenants.user names an unknown user {settings.user!r}") from None
         uid = entry.pw_uid
     if uid == 0 and not settings.allow_root:
+        file = config.source if config.source != Config().source else "/etc/krex/krex.toml"
         raise AccessError(
-            "tenants would run as root: set tenants.user to an unprivileged user (e.g. a dedicated "
-            "'krex-tenant'), or tenants.allow_root = true to accept it"
+            f"tenants would run as root: in {file}, under [tenants], set user = \"krex-tenant\" "
+            f"(an unprivileged account) or allow_root = true, then start krex-runtime --config {file}"
         )
     if uid == euid:
         return None

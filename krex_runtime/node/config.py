@@ -36,7 +36,7 @@ class RuntimeSection:
     run_dir: str = ""
     lock_dir: str = ""
     trace_path: str = ""
-    policy: Policy = "ungated"
+    policy: Policy = "krex"
     control_tcp: str = ""
     telemetry_tcp: str = ""
     access_group: str = ""

@@ -56,7 +56,7 @@ def simulated_gpus(count: int, device_name: str) -> list[Gpu]:
 
 
 def nvml_gpus() -> list[Gpu]:
-    hint = "run with --sim N to serve N simulated GPUs instead"
+    hint = "`krex-runtime --sim 2` serves 2 simulated GPUs instead"
     try:
         import pynvml
     except ImportError:

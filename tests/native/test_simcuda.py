@@ -258,6 +258,23 @@ def test_visible_devices(sim: Sim):
     assert out.split() == ["100"]  # CUDA_ERROR_NO_DEVICE
 
 
+def test_a_device_made_with_fewer_gpus_grows_to_what_a_later_runtime_serves(sim: Sim):
+    """A runtime serving 3 GPUs finds the device file a 2-GPU runtime made: its
+    tenants of GPU 2 must not fail cuInit (CUDA_ERROR_NO_DEVICE)."""
+    sim.run("simcuda.SimCuda()", KREX_SIM_GPUS="2")
+    before = device_file.read_device(sim.name)
+    assert before.num_devices == 2
+    out = sim.run("s = simcuda.SimCuda(); print(s.device_count(), s.device_uuid())",
+                  KREX_SIM_GPUS="3", CUDA_VISIBLE_DEVICES="2")
+    after = device_file.read_device(sim.name)
+    assert after.num_devices == 3 and out.split() == ["1", after.uuids[2]]
+    assert after.uuids[:2] == before.uuids[:2], "devices already there keep their identity"
+    # A process asking for fewer (or not saying) leaves it as it is.
+    sim.run("simcuda.SimCuda()", KREX_SIM_GPUS="1")
+    sim.run("simcuda.SimCuda()")
+    assert device_file.read_device(sim.name).num_devices == 3
+
+
 def test_data_round_trip(stack: Sim):
     out = stack.run("""
         s = simcuda.SimCuda()

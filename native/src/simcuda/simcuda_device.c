@@ -293,6 +293,24 @@ static void init_shm(struct krex_sim_shm *shm, const char *name)
     __atomic_store_n(&shm->ready, 1, __ATOMIC_RELEASE);
 }
 
+/* A device file outlives the runtime that made it: a later runtime that
+ * serves more GPUs of the same simulated device (KREX_SIM_GPUS) finds it
+ * with fewer, and its tenants on the extra GPUs would fail cuInit. Devices
+ * are only ever added (under the file's lock), never removed or renumbered,
+ * so processes still using the file see the same devices as before. */
+static void grow_devices(struct krex_sim_shm *shm, const char *name)
+{
+    unsigned wanted = env_unsigned(KREX_SIM_ENV_GPUS, 0, 1, KREX_SIM_MAX_DEVICES);
+    uint32_t have = __atomic_load_n(&shm->num_devices, __ATOMIC_ACQUIRE);
+    if (wanted <= have)
+        return;
+    uint64_t mem = have ? shm->devices[0].total_mem
+                        : (uint64_t)env_unsigned(KREX_SIM_ENV_MEM_MB, KREX_SIM_DEFAULT_MEM_MB, 1, 1u << 30) << 20;
+    for (uint32_t i = have; i < wanted; i++)
+        init_device(&shm->devices[i], name, (int)i, mem);
+    __atomic_store_n(&shm->num_devices, wanted, __ATOMIC_RELEASE);
+}
+
 static const char *device_name(void)
 {
     const char *name = getenv(KREX_SIM_ENV_DEVICE);
@@ -346,6 +364,7 @@ static CUresult attach_locked(void)
         rc = CUDA_ERROR_INVALID_DEVICE;
         goto out;
     }
+    grow_devices(shm, name);
     __atomic_store_n(&sim_proc.shm, shm, __ATOMIC_RELEASE);
 out:
     flock(fd, LOCK_UN);
