@@ -50,6 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
             default="process",
             help="process: its own process tree; pooled: a Python entry point run in a warm context process",
         )
+        sp.add_argument("--auto-region", action=argparse.BooleanOptionalAction, default=None,
+                        help="run timing harnesses (do_bench, torch Timer, cupyx benchmark) in regions "
+                             "(default: the runtime's regions.auto_region)")
+        sp.add_argument("--auto-region-entry", action="append", default=[], metavar="MODULE:FUNC",
+                        help="one more entry point to run in a region (module:function or module:Class.method)")
         sp.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
 
     run = sub.add_parser("run", help="run a command, stream its output, exit with its exit code")
@@ -132,6 +137,8 @@ def _submit_body(args: argparse.Namespace, attach: bool) -> dict[str, Any]:
         "attach": attach,
         "lease": args.lease,
         "mode": args.mode,
+        "auto_region": args.auto_region,
+        "auto_region_entries": args.auto_region_entry,
     }
 
 

@@ -40,6 +40,8 @@ class Job:
     mode: str = "process"  # process | pooled
     entry: dict[str, Any] | None = None  # pooled: what the context process runs
     worker: str | None = None  # pooled: the context process that runs it
+    auto_region_report: Path | None = None  # with auto-regions: where its tenant lists what it wrapped
+    auto_regions: list[str] = field(default_factory=list)  # what was wrapped (read when it ends)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -75,6 +77,7 @@ class Job:
             "worker": self.worker,
             "stdout_path": str(self.stdout_path) if self.stdout_path else None,
             "stderr_path": str(self.stderr_path) if self.stderr_path else None,
+            "auto_regions": list(self.auto_regions),
         }
 
 

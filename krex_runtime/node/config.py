@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from krex_runtime.tenant.auto_region import parse_entry
 from krex_runtime.wire.endpoints import default_run_dir
 from krex_runtime.wire.typed import ShapeError, from_dict
 
@@ -94,6 +95,8 @@ class RegionSection:
     channel_max_messages_per_s: int = 1000
     channel_max_connections: int = 256
     channel_max_connections_per_uid: int = 128
+    auto_region: bool = False  # commands' timing harnesses run in regions unless a submit says otherwise
+    auto_region_entries: tuple[str, ...] = ()  # more entry points: "module:function", "module:Class.method"
 
 
 @dataclass(frozen=True)
@@ -173,7 +176,9 @@ def validate(config: Config) -> Config:
         if seconds is not None and seconds > MAX_DURATION_S:
             raise ConfigError(f"{where}: {key} must be at most {MAX_DURATION_S:g} seconds")
     env_problem = environment_problem(config.tenants.env)
+    entry_problem = auto_region_entry_problem(config.regions.auto_region_entries)
     checks = [
+        (entry_problem is None, f"regions.auto_region_entries: {entry_problem}"),
         (env_problem is None, f"tenants.env: {env_problem}"),
         (config.dispatcher.slots_per_gpu >= 1, "dispatcher.slots_per_gpu must be at least 1"),
         (config.dispatcher.max_queued >= 1, "dispatcher.max_queued must be at least 1"),
@@ -251,6 +256,16 @@ def listen_address(text: str) -> tuple[str, int] | None:
     if not sep or not host or not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
         return None
     return host, int(port)
+
+
+def auto_region_entry_problem(entries: tuple[str, ...] | list[str]) -> str | None:
+    """Why one of `entries` cannot name an entry point (None: all can)."""
+    for text in entries:
+        try:
+            parse_entry(text)
+        except ValueError as exc:
+            return str(exc)
+    return None
 
 
 def environment_problem(env: dict[str, str]) -> str | None:

@@ -53,6 +53,7 @@ class _Channel:
         self._file: Any = None
         self._pid = 0
         self.holding = False
+        self.depth = 0  # regions entered and not yet exited; only the outermost talks to the runtime
         self.region_seq: int | None = None
         self.flags: list[str] = []
 
@@ -60,7 +61,7 @@ class _Channel:
         if self._sock is not None and self._pid == os.getpid():
             return
         # After a fork the connection belongs to the parent: open our own.
-        self._sock, self._file, self.holding = None, None, False
+        self._sock, self._file, self.holding, self.depth = None, None, False, 0
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(path)
@@ -99,20 +100,28 @@ class _Channel:
     def _drop(self) -> None:
         if self._sock is not None:
             self._sock.close()
-        self._sock, self._file, self.holding = None, None, False
+        self._sock, self._file, self.holding, self.depth = None, None, False, 0
 
     def enter(self, path: str) -> None:
         with self._lock:
-            if self.holding:
-                raise RegionError("EBUSY", "this process already holds its region")
+            if self.depth and self._pid == os.getpid():
+                # A region inside a region (a wrapped timing harness called in the
+                # user's own region(), or one harness calling another) is the same
+                # region: the process already holds its GPU.
+                self.depth += 1
+                return
             self._connect(path)
             granted = self._transact(f"ENTER {threading.get_native_id()}", "GRANTED").split()
-            self.holding = True
+            self.holding, self.depth = True, 1
             self.region_seq = int(granted[0]) if granted and granted[0].isdigit() else None
             self.flags = granted[1].split(",") if len(granted) > 1 else []
 
     def exit(self) -> None:
         with self._lock:
+            if self.depth > 1 and self._pid == os.getpid():
+                self.depth -= 1
+                return
+            self.depth = 0
             if not self.holding:
                 raise RegionError("EINVAL", "this process does not hold its region")
             self.holding = False
@@ -128,6 +137,10 @@ def under_runtime() -> bool:
 
 class region(contextlib.ContextDecorator):
     """Exclusive use of this process's GPU for the duration of the block.
+
+    Regions nest: one entered while the process already holds its region is
+    part of the outer one (nothing is asked of the runtime), and the region
+    ends with the outermost exit.
 
     Raises RegionError when the runtime refuses the region, and on exit when
     the runtime revoked it (the hold limit passed): measurements taken inside

@@ -29,6 +29,8 @@ class SubmitBody:
     attach: bool = False  # stream output and the result to this client
     lease: bool = False  # run with the whole GPU leased to it (policy krex)
     mode: Literal["process", "pooled"] = "process"  # pooled: in a persistent context process
+    auto_region: bool | None = None  # timing harnesses in regions; None: the config's regions.auto_region
+    auto_region_entries: list[str] = field(default_factory=list)  # more entry points, "module:function"
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,7 @@ class CommandFinished(Event):
     signal: int | None = None
     reason: str = ""
     gpu: int | None = unread("", None)
+    auto_regions: list[str] = unread("entry points its tenant ran in regions (auto-regions)", factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)
