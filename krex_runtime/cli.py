@@ -175,6 +175,9 @@ def _follow(client: ControlClient, type_: str, body: dict[str, Any], as_json: bo
             result = msg["body"]
             if as_json:
                 sys.stdout.write(json.dumps(result) + "\n")
+            if result.get("unprotected_timings"):
+                print(f"krex: warning: {result['id']} took {result['unprotected_timings']} CUDA-event timing(s) "
+                      "outside a region: those measurements are not protected", file=sys.stderr)
             if result["state"] != "finished" or result.get("reason"):
                 print(f"krex: {result['id']} {result['state']}: {result.get('reason', '')}".rstrip(": "), file=sys.stderr)
             return protocol.exit_status_of(result)

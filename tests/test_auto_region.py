@@ -85,6 +85,7 @@ def test_an_unmodified_candidate_times_in_regions_in_process_mode(rt: Runtime) -
     # do_bench, blocked_autorange -> timeit) and two harness calls inside the
     # candidate's own region() are one region each.
     assert regions_around_timed_kernels(rt, result) == len(ALL)
+    assert result["unprotected_timings"] == 0  # the interception library agrees: every timing in a region
     finished = [e for e in regions_of(rt.trace_path)[0] if e["type"] == "command_finished" and e["id"] == result["id"]]
     assert finished[0]["auto_regions"] == result["auto_regions"]
 
@@ -102,6 +103,7 @@ def test_a_command_that_imports_no_harness_sees_no_change(rt: Runtime) -> None:
 def test_without_auto_regions_a_harness_runs_unwrapped(rt: Runtime) -> None:
     result, seen = run(rt, "--", sys.executable, CANDIDATE, "do_bench")
     assert result["auto_regions"] == [] and "krex_runtime.tenant.region" not in seen["modules"]
+    assert result["unprotected_timings"] == 4  # do_bench's warm-up and 3 repetitions, each event-timed
 
 
 def test_pooled_commands_get_auto_regions_per_command(rt: Runtime) -> None:
@@ -110,9 +112,11 @@ def test_pooled_commands_get_auto_regions_per_command(rt: Runtime) -> None:
     # Every entry point of a module the command imported is wrapped (and listed).
     assert len(result["auto_regions"]) == 5 and "triton.testing:do_bench_cudagraph" in result["auto_regions"]
     assert regions_around_timed_kernels(rt, result) == 2
+    assert result["unprotected_timings"] == 0
     # The next command of the same context process did not ask: nothing is wrapped for it.
     after, seen = run(rt, "--mode", "pooled", "--", "python", CANDIDATE, "do_bench")
     assert after["worker"] == result["worker"] and after["auto_regions"] == [] and seen["measured"]
+    assert after["unprotected_timings"] == 4  # counted for this command alone, in its context process
 
 
 def test_a_bad_entry_point_is_refused(rt: Runtime) -> None:

@@ -18,7 +18,7 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Protocol
 
-from krex_runtime.commands import auto_regions
+from krex_runtime.commands import auto_regions, unprotected
 from krex_runtime.commands.command_process import CommandProcess, LaunchSpec, Outcome
 from krex_runtime.node.config import Config
 from krex_runtime.commands.context_pool import ContextPool
@@ -129,6 +129,8 @@ class Dispatcher:
             entry=entry,
         )
         auto_regions.setup(job, body, self.config.regions, self._output_dir, self._setup.run_as)
+        if self.config.runtime.policy == "krex":
+            unprotected.setup(job, self._output_dir, self._setup.run_as)
         self.jobs[job.id] = job
         self.queue.append(job)
         self._emit(
@@ -333,12 +335,13 @@ class Dispatcher:
     def _finish(self, job: Job, outcome: Outcome, state: str, started: bool = True) -> None:
         job.outcome, job.state, job.finished_at = outcome, state, time.time()
         job.auto_regions = auto_regions.read_report(job.auto_region_report)
+        job.unprotected_timings = unprotected.count(job)
         if job.gpu is not None:
             self._tenants.discard(job.gpu, job.id)
         self._emit(
             events.CommandFinished(
                 id=job.id, state=state, exit_code=outcome.exit_code, signal=outcome.signal, reason=outcome.reason,
-                gpu=job.gpu, auto_regions=job.auto_regions,
+                gpu=job.gpu, auto_regions=job.auto_regions, unprotected_timings=job.unprotected_timings,
             )
         )
         job.done.set()
@@ -379,7 +382,7 @@ def _remove_output(job: Job) -> None:
     """A command that left the history can no longer be waited on or attached
     to; its output files go with it, so the output folder (often on a RAM-backed
     /run) stays bounded however many commands a node runs."""
-    for path in (job.stdout_path, job.stderr_path, job.auto_region_report):
+    for path in (job.stdout_path, job.stderr_path, job.auto_region_report, job.unprotected_path):
         if path is not None:
             try:
                 path.unlink(missing_ok=True)

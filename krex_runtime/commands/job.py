@@ -42,6 +42,8 @@ class Job:
     worker: str | None = None  # pooled: the context process that runs it
     auto_region_report: Path | None = None  # with auto-regions: where its tenant lists what it wrapped
     auto_regions: list[str] = field(default_factory=list)  # what was wrapped (read when it ends)
+    unprotected_path: Path | None = None  # policy krex: where the library counts its unprotected timings
+    unprotected_timings: int = 0  # event timings no single region covered (read when it ends)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -78,6 +80,7 @@ class Job:
             "stdout_path": str(self.stdout_path) if self.stdout_path else None,
             "stderr_path": str(self.stderr_path) if self.stderr_path else None,
             "auto_regions": list(self.auto_regions),
+            "unprotected_timings": self.unprotected_timings,
         }
 
 

@@ -116,7 +116,8 @@ class CommandFinished(Event):
     signal: int | None = None
     reason: str = ""
     gpu: int | None = unread("", None)
-    auto_regions: list[str] = unread("entry points its tenant ran in regions (auto-regions)", factory=list)
+    auto_regions: list[str] = note("entry points its tenant ran in regions (auto-regions)", factory=list)
+    unprotected_timings: int = note("CUDA-event timings no single region of its tenant covered (policy krex)", 0)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -64,6 +64,8 @@ class CommandInfo:
     reason: str = ""
     mode: str = "process"
     worker: str | None = None
+    auto_regions: list[str] = field(default_factory=list)  # what auto-regions wrapped
+    unprotected_timings: int = 0  # CUDA-event timings no region covered (policy krex)
 
 
 @dataclass
