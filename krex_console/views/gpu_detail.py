@@ -37,7 +37,7 @@ def describe_gpu(model: ConsoleModel, gpu: GpuState) -> str:
         f"  admission queue {f['admission_queue']}  lease {f['lease']}  admission {f['admission']}",
         f"running {f['running']}  parked {f['parked']}  draining {f['draining']}  frozen {f['frozen']}"
         f" {gpu.frozen if gpu.frozen else ''}  started {gpu.started}  finished {gpu.finished}"
-        f"  regions {gpu.regions_granted}",
+        f"  regions {gpu.regions_granted}{verdict_text(gpu)}",
         f"inflation inside p50/p95 {f['inflation_p50']}/{f['inflation_p95']}"
         f"  outside p50/p95 {fmt.inflation(fmt.get(canary, 'outside_p50'))}/{fmt.inflation(fmt.get(canary, 'outside_p95'))}"
         f"  contention {fmt.factor(fmt.get(canary, 'contention'))}"
@@ -68,6 +68,15 @@ def summarize_gpu(model: ConsoleModel, gpu: GpuState) -> str:
         f"  throttle {', '.join(throttle) if isinstance(throttle, list) and throttle else ('none' if isinstance(throttle, list) else fmt.NA)}",
         "pool " + pool_text(pool) + f"  regions {gpu.regions_granted}  started {gpu.started}  finished {gpu.finished}",
     ])
+
+
+def verdict_text(gpu: GpuState) -> str:
+    """The regions' exclusivity certificates: how many verified, and the last verdict."""
+    verdicts = getattr(gpu, "verdicts", None) or {}
+    if not verdicts:
+        return ""
+    last = (getattr(gpu, "last_region", None) or {}).get("verdict", fmt.NA)
+    return f"  verified {verdicts.get('verified', 0)}/{sum(verdicts.values())} (last {last})"
 
 
 def count_text(v: Any) -> str:

@@ -25,6 +25,7 @@ from typing import Any, Callable
 from krex_runtime.commands.tenants import TenantRegistry
 from krex_runtime.node.sink import EventSink
 from krex_runtime.regions import cpu_slices
+from krex_runtime.regions.certificate import Certifier, Witness, certify
 from krex_runtime.regions.cpu_slices import CpuPlan
 from krex_runtime.regions.freezer import FreezeError, Freezer, Target, is_stopped
 from krex_runtime.regions.gate import Gate
@@ -77,6 +78,8 @@ class Request:
     reason: str = ""
     flags: list[str] = field(default_factory=list)  # why its measurements may be off
     entry: Entry | None = None  # what its entry took, once granted
+    certified: asyncio.Event = field(default_factory=asyncio.Event)  # its verdict is in (regions/certificate.py)
+    verdict: tuple[str, list[str]] = ("unknown", ["not released yet"])
 
 
 @dataclass
@@ -88,6 +91,7 @@ class Entry:
     report: DrainReport
     pinned: bool
     stats: dict[str, Any]
+    witness: Witness | None = None  # what the exclusivity certificate compares the release with
 
 
 class GpuRegions:
@@ -115,6 +119,7 @@ class GpuRegions:
         self.holder: Request | None = None
         # SM clock, throttle reasons and flags now, recorded at every entry.
         self.clock_probe = clock_probe
+        self.certifier: Certifier | None = None  # set by the node where it can say who uses the GPU
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -227,6 +232,7 @@ class GpuRegions:
             exit_stats = await asyncio.to_thread(self._exit, req, entry)
         finally:
             self.holder = None
+            req.certified.set()
         self._emit(
             events.RegionReleased(
                 gpu=self.gpu, region=req.seq, kind=req.kind, tenant_id=req.tenant_id, reason=req.reason or "released",
@@ -305,7 +311,7 @@ class GpuRegions:
         stats["others_calls"] = self._others_calls(holder)
         # CLOCK_MONOTONIC, as the simulator's execution log and the gate use.
         stats["granted_mono_ns"] = time.monotonic_ns()
-        return Entry(targets, frozen, report, pinned, stats)
+        return Entry(targets, frozen, report, pinned, stats, self.certifier and self.certifier.start(holder, stats))
 
     def _others_calls(self, holder: int) -> int:
         return sum(e.calls_total for e in self.gate.others(holder))
@@ -313,6 +319,7 @@ class GpuRegions:
     def _exit(self, req: Request, entry: Entry) -> dict[str, Any]:
         released_mono_ns = time.monotonic_ns()
         others_calls = self._others_calls(req.tenant_id)
+        req.verdict = certify(self.certifier, entry.witness, req.tenant_id)
         t0 = time.monotonic()
         self._unpin(req)  # done already when the holder released it itself
         t1 = time.monotonic()
@@ -334,6 +341,8 @@ class GpuRegions:
             "open_s": t3 - t2,
             "released_mono_ns": released_mono_ns,
             "others_calls": others_calls,
+            "verdict": req.verdict[0],
+            "verdict_reasons": req.verdict[1],
         }
 
     async def shutdown(self) -> None:

@@ -29,6 +29,7 @@ from krex_runtime.node.sink import EventSink
 from krex_runtime.regions import machinery
 from krex_runtime.regions.channel import RegionChannel
 from krex_runtime.regions.leases import CommandLeases, LeaseDesk
+from krex_runtime.regions.certificate import Certifier, GpuProcesses
 from krex_runtime.regions.machinery import RegionMachinery
 from krex_runtime.regions.tokens import RegionTokens
 from krex_runtime.service.followers import Attachments, CanaryKeeper, Followers
@@ -36,6 +37,7 @@ from krex_runtime.service.host import Host
 from krex_runtime.service.server import ControlServer
 from krex_runtime.service.tenancy import Tenancy
 from krex_runtime.telemetry import gpu_metrics
+from krex_runtime.telemetry import gpu_processes
 from krex_runtime.telemetry.clocks import Clocks
 from krex_runtime.telemetry.monitor import Telemetry
 from krex_runtime.sim import layout as sim_layout
@@ -116,7 +118,21 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventSink, server: 
     if regions is not None and region_access is not None:
         leases = LeaseDesk(regions.manager, dispatcher, config.regions.lease_ttl_s)
         channel = RegionChannel(region_access.socket, regions.manager, tenancy.identify, config.regions, tokens)
+        certify_regions(regions, gpu_processes.open_processes(gpus, config.gpus.simulated_device), tenancy, clocks)
     return Node(config, gpus, dispatcher, telemetry, attachments, tenancy, canaries, regions, leases, channel)
+
+
+def certify_regions(regions: RegionMachinery, witnesses: GpuProcesses, tenancy: Tenancy, clocks: Clocks) -> None:
+    """Every GPU's regions get their exclusivity certificate (regions/certificate.py)."""
+
+    def tenant_of(pid: int) -> int | None:
+        who = tenancy.identify(pid)
+        return who.tenant_id if who is not None else None
+
+    for index, gpu_regions in regions.manager.gpus.items():
+        gpu_regions.certifier = Certifier(
+            index, gpu_regions.gate, witnesses, tenant_of, lambda pid: bool(tenancy.tenancy_of(pid)), clocks.now
+        )
 
 
 def tenant_environment(config: Config, gpus: list[Gpu], host: Host, regions: RegionAccess | None) -> TenantEnvironment:

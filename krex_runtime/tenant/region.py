@@ -116,16 +116,27 @@ class _Channel:
             self.region_seq = int(granted[0]) if granted and granted[0].isdigit() else None
             self.flags = granted[1].split(",") if len(granted) > 1 else []
 
-    def exit(self) -> None:
+    def verdict(self) -> tuple[str, list[str]]:
+        """The exclusivity certificate of the region this process released last."""
+        with self._lock:
+            if self._sock is None or self._pid != os.getpid():
+                raise RegionError("EINVAL", "this process has released no region")
+            _seq, _, rest = self._transact("VERDICT", "VERDICT").partition(" ")
+            verdict, _, reasons = rest.partition(" ")
+            return verdict, [r.strip() for r in reasons.split(" | ") if r.strip()]
+
+    def exit(self) -> bool:
+        """Leave a region; True when this released it (the outermost exit)."""
         with self._lock:
             if self.depth > 1 and self._pid == os.getpid():
                 self.depth -= 1
-                return
+                return False
             self.depth = 0
             if not self.holding:
                 raise RegionError("EINVAL", "this process does not hold its region")
             self.holding = False
             self._transact("EXIT", "RELEASED")
+            return True
 
 
 _channel = _Channel()
@@ -150,6 +161,26 @@ class region(contextlib.ContextDecorator):
     """
 
     flags: list[str] = []  # set on entry: e.g. "throttled:hw_thermal" when the GPU throttles
+    _released = False  # this object's exit released the region (it was the outermost)
+    _certificate: tuple[str, list[str]] | None = None
+
+    @property
+    def verdict(self) -> str:
+        """After the region: `verified`, `violated` or `unknown`, the runtime's
+        exclusivity certificate (asked once, on first read; `unknown` outside
+        the runtime and for an inner region, whose outer one is the region)."""
+        return self._certify()[0]
+
+    @property
+    def verdict_reasons(self) -> list[str]:
+        return self._certify()[1]
+
+    def _certify(self) -> tuple[str, list[str]]:
+        if self._certificate is None:
+            if not self._released:
+                return "unknown", ["not released by this region() (outside the runtime, nested, or still held)"]
+            self._certificate = _channel.verdict()
+        return self._certificate
 
     def __enter__(self) -> region:
         path = os.environ.get(env.REGION_SOCKET)
@@ -160,4 +191,5 @@ class region(contextlib.ContextDecorator):
 
     def __exit__(self, *exc: object) -> None:
         if os.environ.get(env.REGION_SOCKET):
-            _channel.exit()
+            self._certificate = None
+            self._released = _channel.exit()

@@ -188,6 +188,8 @@ class RegionReleased(Event):
     open_s: float = unread()
     released_mono_ns: int = unread("CLOCK_MONOTONIC")
     others_calls: int = unread("the same as at the grant: none of them submitted meanwhile")
+    verdict: str = note("exclusivity certificate: `verified`, `violated` or `unknown` (docs/regions.md)", "unknown")
+    verdict_reasons: list[str] = unread("one line per witness: gate, processes, utilisation, clock", factory=list)
 
 
 @event("region_withdrawn")

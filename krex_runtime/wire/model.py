@@ -36,6 +36,7 @@ class GpuState:
     frozen: list[int] = field(default_factory=list)
     regions_granted: int = 0
     last_region: dict[str, Any] = field(default_factory=dict)
+    verdicts: dict[str, int] = field(default_factory=dict)  # released regions per certificate verdict
     telemetry: dict[str, Any] = field(default_factory=dict)
     parked: int | None = None
     draining: int | None = None

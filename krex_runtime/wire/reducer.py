@@ -143,6 +143,9 @@ def _region_released(s: NodeState, e: dict[str, Any]) -> None:
     gpu = _gpu(s, e)
     if gpu.region_seq == e["region"]:
         gpu.last_region = gpu.last_region | {k: v for k, v in e.items() if k.endswith("_s")} | {"reason": e["reason"]}
+        if "verdict" in e:  # traces from before the certificate have none
+            gpu.last_region["verdict"] = e["verdict"]
+            gpu.verdicts[e["verdict"]] = gpu.verdicts.get(e["verdict"], 0) + 1
         gpu.region_holder, gpu.region_kind, gpu.region_command = None, "", ""
         gpu.region_seq, gpu.region_since, gpu.frozen = None, None, []
 
