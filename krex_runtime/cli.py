@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default: the runtime's regions.auto_region)")
         sp.add_argument("--auto-region-entry", action="append", default=[], metavar="MODULE:FUNC",
                         help="one more entry point to run in a region (module:function or module:Class.method)")
+        sp.add_argument("--share", default="", metavar="KEY", help="fair-share key (default: your user name)")
         sp.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
 
     run = sub.add_parser("run", help="run a command, stream its output, exit with its exit code")
@@ -139,6 +140,7 @@ def _submit_body(args: argparse.Namespace, attach: bool) -> dict[str, Any]:
         "mode": args.mode,
         "auto_region": args.auto_region,
         "auto_region_entries": args.auto_region_entry,
+        "share": args.share,
     }
 
 
@@ -239,6 +241,10 @@ def format_status(status: dict[str, Any]) -> str:
             f"{region:<14} {g.get('region_queue', 0):>3} {len(g.get('frozen', [])):>3} "
             f"{g.get('regions_granted', 0):>7} {enter * 1000 if enter is not None else float('nan'):>8.1f}  {state}"
         )
+    foreign = [f"GPU {g['index']}: pid {', '.join(map(str, g['foreign_processes']))}"
+               for g in status["gpus"] if g.get("foreign_processes")]
+    if foreign:
+        lines.append("foreign GPU processes (not started by this runtime): " + "; ".join(foreign))
     return "\n".join(lines)
 
 

@@ -22,6 +22,11 @@ from krex_runtime.sim.execution_log import read_execution_log
 from krex_runtime.testing.local_runtime import wait_until
 
 
+def status(rt: Any) -> dict[str, Any]:
+    with rt.client() as c:
+        return c.call("status")
+
+
 def lines(rt: Any, command_id: str) -> list[str]:
     return output(rt, command_id).splitlines()
 
@@ -51,6 +56,9 @@ def test_verified_alone_violated_by_a_foreign_process_and_by_an_ungated_tenant(m
                                stdout=subprocess.PIPE, text=True)
     try:
         assert foreign.stdout is not None and foreign.stdout.readline().strip() == "ready"
+        # Status (and the console, from the same telemetry) names it.
+        wait_until(lambda: foreign.pid in (status(rt)["gpus"][0]["foreign_processes"] or []), 30, "status to name it")
+        assert f"foreign GPU processes (not started by this runtime): GPU 0: pid {foreign.pid}" in rt.krex("status").stdout
         go.touch()
         wait_until(lambda: len(lines(rt, holder)) >= 4, 60, f"the second region: {lines(rt, holder)}")
         second = json.loads(lines(rt, holder)[2])
@@ -74,3 +82,4 @@ def test_verified_alone_violated_by_a_foreign_process_and_by_an_ungated_tenant(m
     ungated_pid = next(e["pid"] for e in trace_events(rt, "command_started") if e["id"] == ungated)
     assert overlapped(rt, third["region"], ungated_pid)
     assert [e["verdict"] for e in trace_events(rt, "region_released")] == ["verified", "violated", "violated"]
+    assert status(rt)["gpus"][0]["verdicts"] == {"verified": 1, "violated": 2}

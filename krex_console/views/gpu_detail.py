@@ -37,7 +37,7 @@ def describe_gpu(model: ConsoleModel, gpu: GpuState) -> str:
         f"  admission queue {f['admission_queue']}  lease {f['lease']}  admission {f['admission']}",
         f"running {f['running']}  parked {f['parked']}  draining {f['draining']}  frozen {f['frozen']}"
         f" {gpu.frozen if gpu.frozen else ''}  started {gpu.started}  finished {gpu.finished}"
-        f"  regions {gpu.regions_granted}{verdict_text(gpu)}",
+        f"  regions {gpu.regions_granted}{verdict_text(gpu)}{foreign_text(t)}",
         f"inflation inside p50/p95 {f['inflation_p50']}/{f['inflation_p95']}"
         f"  outside p50/p95 {fmt.inflation(fmt.get(canary, 'outside_p50'))}/{fmt.inflation(fmt.get(canary, 'outside_p95'))}"
         f"  contention {fmt.factor(fmt.get(canary, 'contention'))}"
@@ -47,7 +47,7 @@ def describe_gpu(model: ConsoleModel, gpu: GpuState) -> str:
         f"  power {fmt.value(fmt.get(t, 'power_w'), 'W')}"
         f"  throttle {', '.join(throttle) if isinstance(throttle, list) and throttle else ('none' if isinstance(throttle, list) else fmt.NA)}"
         f"{'  [i](simulated telemetry)[/i]' if sim else ''}",
-        "pool " + pool_text(pool),
+        "pool " + pool_text(pool) + share_text(gpu),
     ]
     return "\n".join(lines)
 
@@ -77,6 +77,21 @@ def verdict_text(gpu: GpuState) -> str:
         return ""
     last = (getattr(gpu, "last_region", None) or {}).get("verdict", fmt.NA)
     return f"  verified {verdicts.get('verified', 0)}/{sum(verdicts.values())} (last {last})"
+
+
+def foreign_text(telemetry: Any) -> str:
+    """GPU processes this runtime did not start (they count against every region)."""
+    pids = fmt.get(telemetry, "foreign")
+    return f"  [b]foreign pids {', '.join(map(str, pids))}[/b]" if isinstance(pids, list) and pids else ""
+
+
+def share_text(gpu: GpuState) -> str:
+    """Each fair-share key's share of the GPU's region time."""
+    held = getattr(gpu, "share_region_s", None) or {}
+    total = sum(held.values())
+    if not total:
+        return ""
+    return "  region time " + "  ".join(f"{k} {v / total * 100:.0f}%" for k, v in sorted(held.items()))
 
 
 def count_text(v: Any) -> str:

@@ -1,7 +1,9 @@
 """Admission: a FIFO queue, per-GPU slots, GPU choice, and the life of each command.
 
-Order is FIFO per GPU: a command pinned to a busy GPU holds back later commands
-for that GPU only; a command that may go anywhere takes the least-loaded GPU
+Order is FIFO per GPU within a share key, and across keys weighted fair share
+(fair_share.py: the key with the fewest running commands per weight goes
+first): a command pinned to a busy GPU holds back later commands for that GPU
+only; a command that may go anywhere takes the least-loaded GPU
 with a free slot, and when none is free it holds back everything behind it.
 The policy sets the slots: `command` allows one command per GPU (the
 exclusive baseline), `ungated` and `krex` allow `slots_per_gpu`.
@@ -18,7 +20,7 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Protocol
 
-from krex_runtime.commands import auto_regions, unprotected
+from krex_runtime.commands import auto_regions, fair_share, unprotected
 from krex_runtime.commands.command_process import CommandProcess, LaunchSpec, Outcome
 from krex_runtime.node.config import Config
 from krex_runtime.commands.context_pool import ContextPool
@@ -85,6 +87,7 @@ class Dispatcher:
         self._ids = itertools.count(1)
         # The context pool serves this dispatcher's pooled commands; an idle
         # context process may let a queued command start.
+        self.fair = fair_share.FairShare(config.dispatcher.share_weights)  # admission order across share keys
         self.pool: ContextPool | None = (
             ContextPool(config.pool, config.dispatcher.kill_grace_s, gpus, sink, setup, pool_dir, on_idle=self.pump)
             if config.pool.size_per_gpu > 0
@@ -127,6 +130,7 @@ class Dispatcher:
             lease=body.lease,
             mode=body.mode,
             entry=entry,
+            share=body.share or fair_share.DEFAULT_KEY,
         )
         auto_regions.setup(job, body, self.config.regions, self._output_dir, self._setup.run_as)
         if self.config.runtime.policy == "krex":
@@ -136,7 +140,7 @@ class Dispatcher:
         self._emit(
             events.CommandQueued(
                 id=job.id, argv=job.argv, gpu=job.gpu_request, timeout_s=job.timeout_s, label=job.label,
-                lease=job.lease, mode=job.mode,
+                lease=job.lease, mode=job.mode, share=job.share,
             )
         )
         self.pump()
@@ -187,7 +191,7 @@ class Dispatcher:
         if self.closed or self.paused_node:
             return
         blocked: set[int] = self.paused_gpus | self.leased_gpus
-        for job in list(self.queue):
+        for job in self.fair.admission_order(list(self.queue), fair_share.share_of, fair_share.running(self.jobs.values())):
             if len(blocked) == len(self.gpus):
                 break
             if job.gpu_request is not None:

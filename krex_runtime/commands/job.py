@@ -44,6 +44,7 @@ class Job:
     auto_regions: list[str] = field(default_factory=list)  # what was wrapped (read when it ends)
     unprotected_path: Path | None = None  # policy krex: where the library counts its unprotected timings
     unprotected_timings: int = 0  # event timings no single region covered (read when it ends)
+    share: str = "default"  # fair-share key (commands/fair_share.py)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -81,6 +82,7 @@ class Job:
             "stderr_path": str(self.stderr_path) if self.stderr_path else None,
             "auto_regions": list(self.auto_regions),
             "unprotected_timings": self.unprotected_timings,
+            "share": self.share,
         }
 
 

@@ -66,6 +66,7 @@ class DispatcherSection:
     default_timeout_s: float = 3600.0
     kill_grace_s: float = 2.0
     keep_finished: int = 10_000
+    share_weights: dict[str, float] = field(default_factory=dict)  # share key -> weight (others: 1)
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,7 @@ def validate(config: Config) -> Config:
         (config.dispatcher.default_timeout_s > 0, "dispatcher.default_timeout_s must be positive"),
         (config.dispatcher.kill_grace_s >= 0, "dispatcher.kill_grace_s must not be negative"),
         (config.dispatcher.keep_finished >= 1, "dispatcher.keep_finished must be at least 1"),
+        (all(w > 0 for w in config.dispatcher.share_weights.values()), "dispatcher.share_weights must be positive"),
         (config.gpus.simulated >= 0, "gpus.simulated must not be negative"),
         (all(i >= 0 for i in config.gpus.visible), "gpus.visible holds GPU indices (>= 0)"),
         (config.runtime.snapshot_interval_s > 0, "runtime.snapshot_interval_s must be positive"),

@@ -67,13 +67,14 @@ class Certifier:
     clock_probe: Callable[[int], dict[str, Any]]
 
     def start(self, holder: int, clock: dict[str, Any]) -> Witness | None:
+        """The witnesses at the grant; None when they cannot be read (the verdict is then unknown)."""
         try:
             calls = {e.pid: e.calls_total for e in self.gate.others(holder)}
-        except Exception:
+            flags = clock.get("flags") if clock.get("sm_clock_mhz") is not None else None
+            running = self.processes.running(self.gpu)
+            mine = frozenset(pid for pid in running or {} if self.tenant_of(pid) == holder)
+        except Exception:  # never the reason a region is refused
             return None
-        flags = clock.get("flags") if clock.get("sm_clock_mhz") is not None else None
-        running = self.processes.running(self.gpu)
-        mine = frozenset(pid for pid in running or {} if self.tenant_of(pid) == holder)
         return Witness(calls, mine, running, flags, time.monotonic_ns())
 
     def finish(self, w: Witness, holder: int) -> tuple[str, list[str]]:

@@ -1,10 +1,11 @@
-"""Where a region gets granted: per GPU, a FIFO of requests and at most one holder.
+"""Where a region gets granted: per GPU, a queue of requests (fair share across
+share keys, FIFO within one: region_shares.py) and at most one holder.
 
-Entry, for tenant T on GPU g (each step timed and traced):
-  close the gate -> wait until no other tenant is inside a gated call ->
-  drain (backend) -> freeze the other tenants' trees -> pin T's measuring
-  thread to g's reserved cores -> GRANTED.
-Exit: unpin -> thaw -> release the backend's locks -> reopen the gate -> next.
+Entry, for tenant T on GPU g (each step timed and traced): close the gate ->
+wait until no other tenant is inside a gated call -> drain (backend) -> freeze
+the other tenants' trees -> pin T's measuring thread to g's reserved cores ->
+GRANTED. Exit: certify (certificate.py) -> unpin -> thaw -> release the
+backend's locks -> reopen the gate -> next.
 
 A whole-device lease is a request of kind "lease": it goes ahead of queued
 regions (after the current holder), always freezes, and is held until
@@ -19,17 +20,20 @@ import itertools
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
+from krex_runtime.commands.fair_share import DEFAULT_KEY
 from krex_runtime.commands.tenants import TenantRegistry
 from krex_runtime.node.sink import EventSink
 from krex_runtime.regions import cpu_slices
-from krex_runtime.regions.certificate import Certifier, Witness, certify
+from krex_runtime.regions.certificate import Certifier, certify
 from krex_runtime.regions.cpu_slices import CpuPlan
 from krex_runtime.regions.freezer import FreezeError, Freezer, Target, is_stopped
 from krex_runtime.regions.gate import Gate
 from krex_runtime.regions.gate_backends import DrainReport, GateBackend
+from krex_runtime.regions.region_shares import RegionShares
+from krex_runtime.regions.requests import Entry, Request
 from krex_runtime.wire import events
 
 # GPU index -> its SM clock, throttle reasons and what is wrong with them now.
@@ -60,40 +64,6 @@ class RegionSettings:
     drain_timeout_s: float
 
 
-@dataclass
-class Request:
-    seq: int
-    gpu: int
-    kind: str  # "region" | "lease"
-    tenant_id: int
-    command_id: str
-    pid: int
-    tid: int
-    limit_s: float | None
-    requested_at: float = field(default_factory=time.monotonic)
-    granted: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
-    released: asyncio.Event = field(default_factory=asyncio.Event)
-    withdrawn: bool = False
-    revoked: bool = False
-    reason: str = ""
-    flags: list[str] = field(default_factory=list)  # why its measurements may be off
-    entry: Entry | None = None  # what its entry took, once granted
-    certified: asyncio.Event = field(default_factory=asyncio.Event)  # its verdict is in (regions/certificate.py)
-    verdict: tuple[str, list[str]] = ("unknown", ["not released yet"])
-
-
-@dataclass
-class Entry:
-    """What an entry took, so the exit gives exactly that back."""
-
-    targets: list[Target]
-    frozen_tenants: list[int]
-    report: DrainReport
-    pinned: bool
-    stats: dict[str, Any]
-    witness: Witness | None = None  # what the exclusivity certificate compares the release with
-
-
 class GpuRegions:
     def __init__(
         self,
@@ -120,6 +90,7 @@ class GpuRegions:
         # SM clock, throttle reasons and flags now, recorded at every entry.
         self.clock_probe = clock_probe
         self.certifier: Certifier | None = None  # set by the node where it can say who uses the GPU
+        self.fair = RegionShares({})  # the node sets the weights of the config
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -144,6 +115,7 @@ class GpuRegions:
             leases = sum(1 for r in self.queue if r.kind == "lease")
             self.queue.insert(leases, req)
         else:
+            self.fair.arrive(req, self.queue, self.holder)
             self.queue.append(req)
         self._emit(
             events.RegionRequested(
@@ -189,7 +161,7 @@ class GpuRegions:
             while not self.queue:
                 self._wake.clear()
                 await self._wake.wait()
-            req = self.queue.popleft()
+            req = self.fair.take(self.queue)  # leases first, then by fair share
             try:
                 await self._serve_one(req)
             except Exception:
@@ -228,6 +200,7 @@ class GpuRegions:
         except asyncio.TimeoutError:
             self._overrun(req)
         hold_s = time.monotonic() - granted_at
+        self.fair.charge(req.share, hold_s)
         try:
             exit_stats = await asyncio.to_thread(self._exit, req, entry)
         finally:
@@ -236,7 +209,7 @@ class GpuRegions:
         self._emit(
             events.RegionReleased(
                 gpu=self.gpu, region=req.seq, kind=req.kind, tenant_id=req.tenant_id, reason=req.reason or "released",
-                hold_s=hold_s, **exit_stats,
+                hold_s=hold_s, share=req.share, **exit_stats,
             )
         )
 
@@ -341,8 +314,7 @@ class GpuRegions:
             "open_s": t3 - t2,
             "released_mono_ns": released_mono_ns,
             "others_calls": others_calls,
-            "verdict": req.verdict[0],
-            "verdict_reasons": req.verdict[1],
+            "verdict": req.verdict[0], "verdict_reasons": req.verdict[1],
         }
 
     async def shutdown(self) -> None:
@@ -370,6 +342,7 @@ class RegionManager:
     def __init__(self, regions: dict[int, GpuRegions]) -> None:
         self.gpus = regions
         self._seq = itertools.count(1)
+        self.share_of: Callable[[str], str] = lambda command_id: DEFAULT_KEY  # command id -> share key
 
     def start(self) -> None:
         for r in self.gpus.values():
@@ -385,7 +358,7 @@ class RegionManager:
         tid: int,
         limit_s: float | None,
     ) -> Request:
-        req = Request(next(self._seq), gpu, kind, tenant_id, command_id, pid, tid, limit_s)
+        req = Request(next(self._seq), gpu, kind, tenant_id, command_id, pid, tid, limit_s, share=self.share_of(command_id))
         self.gpus[gpu].submit(req)
         return req
 

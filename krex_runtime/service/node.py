@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from krex_runtime.commands import fair_share
 from krex_runtime.commands.dispatcher import Dispatcher
 from krex_runtime.commands.environment import RegionAccess, TenantEnvironment, TenantSetup
 from krex_runtime.commands.tenants import TenantRegistry
@@ -114,11 +115,14 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventSink, server: 
         leases=CommandLeases(regions.manager) if regions is not None else None,
     )
     tenancy = Tenancy(dispatcher, host.cgroup_slice, host.tenant_user)
+    witnesses = gpu_processes.open_processes(gpus, config.gpus.simulated_device)  # who uses each GPU
     leases = channel = None
     if regions is not None and region_access is not None:
         leases = LeaseDesk(regions.manager, dispatcher, config.regions.lease_ttl_s)
         channel = RegionChannel(region_access.socket, regions.manager, tenancy.identify, config.regions, tokens)
-        certify_regions(regions, gpu_processes.open_processes(gpus, config.gpus.simulated_device), tenancy, clocks)
+        certify_regions(regions, witnesses, tenancy, clocks)
+        share_regions(regions, dispatcher, config.dispatcher.share_weights)
+    telemetry.foreign_processes = gpu_processes.foreign(witnesses, lambda pid: _is_tenant(tenancy, pid))
     return Node(config, gpus, dispatcher, telemetry, attachments, tenancy, canaries, regions, leases, channel)
 
 
@@ -126,13 +130,35 @@ def certify_regions(regions: RegionMachinery, witnesses: GpuProcesses, tenancy: 
     """Every GPU's regions get their exclusivity certificate (regions/certificate.py)."""
 
     def tenant_of(pid: int) -> int | None:
-        who = tenancy.identify(pid)
+        try:
+            who = tenancy.identify(pid)
+        except OSError:  # /proc of a process on its way out
+            return None
         return who.tenant_id if who is not None else None
 
     for index, gpu_regions in regions.manager.gpus.items():
         gpu_regions.certifier = Certifier(
-            index, gpu_regions.gate, witnesses, tenant_of, lambda pid: bool(tenancy.tenancy_of(pid)), clocks.now
+            index, gpu_regions.gate, witnesses, tenant_of, lambda pid: _is_tenant(tenancy, pid), clocks.now
         )
+
+
+def _is_tenant(tenancy: Tenancy, pid: int) -> bool:
+    try:
+        return bool(tenancy.tenancy_of(pid))
+    except OSError:
+        return True  # cannot tell: not called foreign
+
+
+def share_regions(regions: RegionMachinery, dispatcher: Dispatcher, weights: dict[str, float]) -> None:
+    """Region queues serve share keys fairly (commands/fair_share.py), with the commands' keys."""
+
+    def share_of(command_id: str) -> str:
+        job = dispatcher.jobs.get(command_id)
+        return job.share if job is not None else fair_share.DEFAULT_KEY
+
+    regions.manager.share_of = share_of
+    for gpu_regions in regions.manager.gpus.values():
+        gpu_regions.fair.weights = dict(weights)
 
 
 def tenant_environment(config: Config, gpus: list[Gpu], host: Host, regions: RegionAccess | None) -> TenantEnvironment:

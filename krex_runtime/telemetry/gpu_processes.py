@@ -15,9 +15,10 @@ A read that fails is None ("n/a"), never an exception.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from krex_runtime.node.gpus import Gpu
 
@@ -93,6 +94,18 @@ class NoProcesses:
 
     def utilisation(self, gpu: int, since_mono_ns: int) -> dict[int, int] | None:
         return None
+
+
+def foreign(processes: Any, is_tenant: Callable[[int], bool]) -> Callable[[int], list[int] | None]:
+    """GPU index -> the pids using it that this runtime did not start (None: n/a)."""
+
+    def of_gpu(gpu: int) -> list[int] | None:
+        running = processes.running(gpu)
+        if running is None:
+            return None
+        return sorted(pid for pid in running if pid != os.getpid() and not is_tenant(pid))
+
+    return of_gpu
 
 
 def open_processes(gpus: list[Gpu], simulated_device: str) -> Any:

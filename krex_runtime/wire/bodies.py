@@ -31,6 +31,7 @@ class SubmitBody:
     mode: Literal["process", "pooled"] = "process"  # pooled: in a persistent context process
     auto_region: bool | None = None  # timing harnesses in regions; None: the config's regions.auto_region
     auto_region_entries: list[str] = field(default_factory=list)  # more entry points, "module:function"
+    share: str = ""  # fair-share key; "": the submitting user's name
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ class RuntimeStarted(Event):
 
 @event("command_queued")
 class CommandQueued(Event):
-    """admitted to the FIFO queue"""
+    """admitted to the queue (fair share across share keys, FIFO within one)"""
     id: str
     argv: list[str]
     gpu: int | None = note("requested index or null", None)
@@ -94,6 +94,8 @@ class CommandQueued(Event):
     label: str = ""
     lease: bool = unread("", False)
     mode: str | None = note("`process` or `pooled`; absent for the runtime's own commands", None, omit_none=True)
+    share: str | None = unread("fair-share key (`--share`, else the submitting user); absent for the runtime's own commands",
+                               None, omit_none=True)
 
 
 @event("command_started")
@@ -190,6 +192,7 @@ class RegionReleased(Event):
     others_calls: int = unread("the same as at the grant: none of them submitted meanwhile")
     verdict: str = note("exclusivity certificate: `verified`, `violated` or `unknown` (docs/regions.md)", "unknown")
     verdict_reasons: list[str] = unread("one line per witness: gate, processes, utilisation, clock", factory=list)
+    share: str = note("the holder's fair-share key", "default")
 
 
 @event("region_withdrawn")

@@ -37,6 +37,7 @@ class GpuState:
     regions_granted: int = 0
     last_region: dict[str, Any] = field(default_factory=dict)
     verdicts: dict[str, int] = field(default_factory=dict)  # released regions per certificate verdict
+    share_region_s: dict[str, float] = field(default_factory=dict)  # region seconds held per fair-share key
     telemetry: dict[str, Any] = field(default_factory=dict)
     parked: int | None = None
     draining: int | None = None
