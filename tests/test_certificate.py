@@ -83,3 +83,7 @@ def test_verified_alone_violated_by_a_foreign_process_and_by_an_ungated_tenant(m
     assert overlapped(rt, third["region"], ungated_pid)
     assert [e["verdict"] for e in trace_events(rt, "region_released")] == ["verified", "violated", "violated"]
     assert status(rt)["gpus"][0]["verdicts"] == {"verified": 1, "violated": 2}
+    # The holder's result lists its regions with their certificates.
+    regions = json.loads(rt.krex("wait", "--json", holder).stdout)["regions"]
+    assert [r["verdict"] for r in regions] == ["verified", "violated", "violated"]
+    assert regions[1]["verdict_reasons"][0] == second["reasons"][0]

@@ -15,6 +15,9 @@ from krex_runtime.wire.bodies import SubmitBody
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 
 
+MAX_REGIONS_LISTED = 1000  # regions a result lists; regions_total counts them all
+
+
 @dataclass
 class Job:
     id: str
@@ -45,6 +48,8 @@ class Job:
     unprotected_path: Path | None = None  # policy krex: where the library counts its unprotected timings
     unprotected_timings: int = 0  # event timings no single region covered (read when it ends)
     share: str = "default"  # fair-share key (commands/fair_share.py)
+    regions: list[dict[str, Any]] = field(default_factory=list)  # its released regions, certificates included
+    regions_total: int = 0  # all of them (the list keeps the first MAX_REGIONS_LISTED)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -83,6 +88,8 @@ class Job:
             "auto_regions": list(self.auto_regions),
             "unprotected_timings": self.unprotected_timings,
             "share": self.share,
+            "regions": list(self.regions),
+            "regions_total": self.regions_total,
         }
 
 

@@ -33,7 +33,7 @@ from krex_runtime.regions.freezer import FreezeError, Freezer, Target, is_stoppe
 from krex_runtime.regions.gate import Gate
 from krex_runtime.regions.gate_backends import DrainReport, GateBackend
 from krex_runtime.regions.region_shares import RegionShares
-from krex_runtime.regions.requests import Entry, Request
+from krex_runtime.regions.requests import Entry, RegionLedger, Request, tell_ledger
 from krex_runtime.wire import events
 
 # GPU index -> its SM clock, throttle reasons and what is wrong with them now.
@@ -91,6 +91,7 @@ class GpuRegions:
         self.clock_probe = clock_probe
         self.certifier: Certifier | None = None  # set by the node where it can say who uses the GPU
         self.fair = RegionShares({})  # the node sets the weights of the config
+        self.ledger: RegionLedger = lambda command_id, record: None  # the node lists them in results
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -293,6 +294,8 @@ class GpuRegions:
         released_mono_ns = time.monotonic_ns()
         others_calls = self._others_calls(req.tenant_id)
         req.verdict = certify(self.certifier, entry.witness, req.tenant_id)
+        # Into the command's result now, before the exit's slower steps: the command may be ending.
+        tell_ledger(self.ledger, req, self.gpu, (released_mono_ns - entry.stats["granted_mono_ns"]) / 1e9)
         t0 = time.monotonic()
         self._unpin(req)  # done already when the holder released it itself
         t1 = time.monotonic()

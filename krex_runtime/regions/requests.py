@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from krex_runtime.commands.fair_share import DEFAULT_KEY
 from krex_runtime.regions.certificate import Witness
@@ -47,3 +48,22 @@ class Entry:
     pinned: bool
     stats: dict[str, Any]
     witness: Witness | None = None  # what the exclusivity certificate compares the release with
+
+
+# Told of every released region: (command id, its record in the command's result).
+RegionLedger = Callable[[str, dict[str, Any]], None]
+
+
+def region_record(req: Request, gpu: int, hold_s: float) -> dict[str, Any]:
+    """A released region as its command's result lists it."""
+    verdict, reasons = req.verdict
+    return {"region": req.seq, "gpu": gpu, "kind": req.kind, "hold_s": hold_s, "flags": list(req.flags),
+            "revoked": req.revoked, "verdict": verdict, "verdict_reasons": list(reasons)}
+
+
+def tell_ledger(ledger: RegionLedger, req: Request, gpu: int, hold_s: float) -> None:
+    """Never the reason an exit stops halfway (it runs before the thaw)."""
+    try:
+        ledger(req.command_id, region_record(req, gpu, hold_s))
+    except Exception:
+        logging.getLogger("krex.regions").exception("GPU %d region %d: the result's ledger failed", gpu, req.seq)

@@ -21,6 +21,7 @@ from typing import Any
 
 from krex_runtime.commands import fair_share
 from krex_runtime.commands.dispatcher import Dispatcher
+from krex_runtime.commands.job import MAX_REGIONS_LISTED
 from krex_runtime.commands.environment import RegionAccess, TenantEnvironment, TenantSetup
 from krex_runtime.commands.tenants import TenantRegistry
 from krex_runtime.node import access, native_build
@@ -150,15 +151,24 @@ def _is_tenant(tenancy: Tenancy, pid: int) -> bool:
 
 
 def share_regions(regions: RegionMachinery, dispatcher: Dispatcher, weights: dict[str, float]) -> None:
-    """Region queues serve share keys fairly (commands/fair_share.py), with the commands' keys."""
+    """Region queues serve share keys fairly (commands/fair_share.py), with the commands' keys;
+    each released region goes into its command's result."""
 
     def share_of(command_id: str) -> str:
         job = dispatcher.jobs.get(command_id)
         return job.share if job is not None else fair_share.DEFAULT_KEY
 
+    def note(command_id: str, record: dict[str, Any]) -> None:
+        job = dispatcher.jobs.get(command_id)
+        if job is not None:
+            job.regions_total += 1
+            if len(job.regions) < MAX_REGIONS_LISTED:
+                job.regions.append(record)
+
     regions.manager.share_of = share_of
     for gpu_regions in regions.manager.gpus.values():
         gpu_regions.fair.weights = dict(weights)
+        gpu_regions.ledger = note
 
 
 def tenant_environment(config: Config, gpus: list[Gpu], host: Host, regions: RegionAccess | None) -> TenantEnvironment:
