@@ -36,6 +36,7 @@ from typing import Any, Callable, Protocol
 from krex_runtime.regions.gate import Gate
 
 VERIFIED, VIOLATED, UNKNOWN = "verified", "violated", "unknown"
+CACHE_S = 2.0  # how long who a pid is stays known
 
 
 class GpuProcesses(Protocol):
@@ -51,7 +52,7 @@ class Witness:
     """What the certificate compares the release with, read at the grant."""
 
     gate_calls: dict[int, int]  # other tenants' processes: pid -> calls passed so far
-    holder_pids: frozenset[int]  # the holder's processes on the GPU (it may have ended by the release)
+    holder_pids: frozenset[int]  # the holder's requesting process (it may have ended by the release)
     processes: dict[int, Any] | None  # pid -> GpuProcess, None: n/a
     clock_flags: list[str] | None  # flags of the SM clock at the grant, None: n/a
     granted_mono_ns: int
@@ -66,16 +67,31 @@ class Certifier:
     is_tenant: Callable[[int], bool]  # any process of this runtime's tenants (idle context processes too)
     clock_probe: Callable[[int], dict[str, Any]]
 
-    def start(self, holder: int, clock: dict[str, Any]) -> Witness | None:
+    def __post_init__(self) -> None:
+        # pid -> (when asked, answer): who a process is does not change while it
+        # lives, and asking walks /proc; a grant and a release should not wait on it.
+        self._cache: dict[tuple[str, int], tuple[float, Any]] = {}
+
+    def _ask(self, what: str, pid: int) -> Any:
+        now = time.monotonic()
+        hit = self._cache.get((what, pid))
+        if hit is not None and now - hit[0] < CACHE_S:
+            return hit[1]
+        answer = self.tenant_of(pid) if what == "tenant" else self.is_tenant(pid)
+        if len(self._cache) > 4096:
+            self._cache.clear()
+        self._cache[(what, pid)] = (now, answer)
+        return answer
+
+    def start(self, holder: int, holder_pid: int, clock: dict[str, Any]) -> Witness | None:
         """The witnesses at the grant; None when they cannot be read (the verdict is then unknown)."""
         try:
             calls = {e.pid: e.calls_total for e in self.gate.others(holder)}
             flags = clock.get("flags") if clock.get("sm_clock_mhz") is not None else None
             running = self.processes.running(self.gpu)
-            mine = frozenset(pid for pid in running or {} if self.tenant_of(pid) == holder)
         except Exception:  # never the reason a region is refused
             return None
-        return Witness(calls, mine, running, flags, time.monotonic_ns())
+        return Witness(calls, frozenset({holder_pid}), running, flags, time.monotonic_ns())
 
     def finish(self, w: Witness, holder: int) -> tuple[str, list[str]]:
         violations: list[str] = []
@@ -109,7 +125,7 @@ class Certifier:
         return True, "no other tenant's call passed"
 
     def _holder(self, pid: int, holder: int, w: Witness) -> bool:
-        return pid == os.getpid() or pid in w.holder_pids or self.tenant_of(pid) == holder
+        return pid == os.getpid() or pid in w.holder_pids or self._ask("tenant", pid) == holder
 
     def _processes(self, w: Witness, holder: int) -> tuple[bool | None, str]:
         now = self.processes.running(self.gpu)
@@ -123,11 +139,11 @@ class Certifier:
             grew = None if p.work_items is None else p.work_items - (before.work_items if before is not None else 0)
             if grew is not None and grew <= 0 and not p.active:
                 continue  # the GPU says it ran nothing during the region
-            if not self.is_tenant(pid):
+            if not self._ask("is_tenant", pid):
                 ran = f" and ran {grew} item(s) during the region" if grew else ""
                 bad.append(f"pid {pid} uses the GPU{ran} and is not a tenant of this runtime")
             elif grew is not None:
-                bad.append(f"tenant {self.tenant_of(pid) or '?'} (pid {pid}) ran {max(grew, 0)} item(s) the gate did not hold")
+                bad.append(f"tenant {self._ask('tenant', pid) or '?'} (pid {pid}) ran {max(grew, 0)} item(s) the gate did not hold")
         if bad:
             return False, "; ".join(bad)
         return True, "only the holder ran work" if any(p.work_items is not None for p in now.values()) else \

@@ -285,7 +285,7 @@ class GpuRegions:
         stats["others_calls"] = self._others_calls(holder)
         # CLOCK_MONOTONIC, as the simulator's execution log and the gate use.
         stats["granted_mono_ns"] = time.monotonic_ns()
-        return Entry(targets, frozen, report, pinned, stats, self.certifier and self.certifier.start(holder, stats))
+        return Entry(targets, frozen, report, pinned, stats, self.certifier and self.certifier.start(holder, req.pid, stats))
 
     def _others_calls(self, holder: int) -> int:
         return sum(e.calls_total for e in self.gate.others(holder))
