@@ -138,3 +138,12 @@ def test_the_config_default_and_the_submit_decide(tmp_path: Any) -> None:
     with pytest.raises(ConfigError, match="regions.auto_region_entries: auto-region entry 'x.y' is not"):
         validate(Config(regions=RegionSection(auto_region_entries=("x.y",))))
 
+
+
+def test_the_start_up_hook_names_the_variables_the_runtime_sets() -> None:
+    # The hook imports nothing but os and sys, so it spells the names itself.
+    from krex_runtime.tenant import auto_region, env
+
+    assert (auto_region.ENABLED, auto_region.ENTRIES, auto_region.REPORT) == (
+        env.AUTO_REGION, env.AUTO_REGION_ENTRIES, env.AUTO_REGION_REPORT)
+    assert auto_region.parse_entry("pkg.mod:Cls.meth") == ("pkg.mod", ["Cls", "meth"])
