@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from region_checks import check_nothing_left, check_one_holder_per_gpu, regions_of
-from runtime_helpers import TENANTS, regions_config, stop_and_check
+from runtime_helpers import TENANTS, krex_runtime, regions_config, stop_and_check
 
 from krex_runtime.commands import auto_regions
 from krex_runtime.node.config import Config, ConfigError, RegionSection, validate
@@ -147,3 +147,12 @@ def test_the_start_up_hook_names_the_variables_the_runtime_sets() -> None:
     assert (auto_region.ENABLED, auto_region.ENTRIES, auto_region.REPORT) == (
         env.AUTO_REGION, env.AUTO_REGION_ENTRIES, env.AUTO_REGION_REPORT)
     assert auto_region.parse_entry("pkg.mod:Cls.meth") == ("pkg.mod", ["Cls", "meth"])
+
+
+def test_the_config_turns_them_on_for_every_command_that_does_not_say_no(make_runtime: Any) -> None:
+    rt = krex_runtime(make_runtime, auto_region=True, auto_region_entries=["suite_helper:measure"])
+    result, seen = run(rt, "--", sys.executable, CANDIDATE, "suite")
+    assert result["auto_regions"] == ["suite_helper:measure"] and result["unprotected_timings"] == 0
+    assert len(result["regions"]) == 1 and result["regions"][0]["verdict"] == "verified"
+    result, seen = run(rt, "--no-auto-region", "--", sys.executable, CANDIDATE, "suite")
+    assert result["auto_regions"] == [] and result["unprotected_timings"] == 3 and result["regions"] == []
