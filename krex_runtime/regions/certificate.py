@@ -17,7 +17,8 @@ Witnesses, each read at the grant and at the release:
   any process but the holder's with a sample above 0 is a violation. A
   simulated GPU has none: `n/a`.
 - **clock**: the SM clock at the grant and at the release, within
-  `telemetry.clock_tolerance` of the canary's baseline and not throttled.
+  `telemetry.clock_tolerance` of the canary's baseline (throttle reasons
+  alone are named, not a violation: the region's flags carry them).
 
 The verdict: `violated` when any witness shows a violation; else `verified`
 when the gate and the process list were both read (between them they see
@@ -163,9 +164,13 @@ class Certifier:
         if w.clock_flags is None or now.get("sm_clock_mhz") is None:
             return None, "n/a"
         flags = sorted(set(w.clock_flags) | set(now.get("flags") or []))
-        if flags:
-            return False, ", ".join(flags)
-        return True, f"{now['sm_clock_mhz']:.0f} MHz, within tolerance"
+        off = [f for f in flags if f.startswith("clock:")]  # off the baseline by more than the tolerance
+        if off:
+            return False, ", ".join(off)
+        # Throttle reasons alone (a power cap under load) leave the clock where it was measured:
+        # the region's flags carry them, the certificate names them.
+        throttled = f" (flags: {', '.join(flags)})" if flags else ""
+        return True, f"{now['sm_clock_mhz']:.0f} MHz, within tolerance{throttled}"
 
 
 def certify(certifier: Certifier | None, witness: Witness | None, holder: int) -> tuple[str, list[str]]:

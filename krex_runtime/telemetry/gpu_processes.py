@@ -23,6 +23,9 @@ from typing import Any, Callable
 from krex_runtime.node.gpus import Gpu
 
 
+SAMPLE_PERIOD_US = 200_000  # longer than NVML's per-process sampling period
+
+
 @dataclass(frozen=True)
 class GpuProcess:
     pid: int
@@ -69,8 +72,10 @@ class NvmlProcesses:
         return {int(p.pid): GpuProcess(int(p.pid), None, True) for p in procs}
 
     def utilisation(self, gpu: int, since_mono_ns: int) -> dict[int, int] | None:
-        # NVML stamps samples in wall-clock microseconds.
-        since_us = int((time.time() - (time.monotonic_ns() - since_mono_ns) / 1e9) * 1e6)
+        # NVML stamps samples in wall-clock microseconds; a sample covers the
+        # sampling period before its stamp, so one stamped just after the grant
+        # may still show the work drained before it: only later ones count.
+        since_us = int((time.time() - (time.monotonic_ns() - since_mono_ns) / 1e9) * 1e6) + SAMPLE_PERIOD_US
         try:
             samples = self.nvml.nvmlDeviceGetProcessUtilization(self.handles[gpu], since_us)
         except self.nvml.NVMLError as exc:
