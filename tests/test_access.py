@@ -501,6 +501,10 @@ def test_commands_run_as_the_tenant_user(accounts: Accounts, open_root: Path, ma
     assert [json.loads(line)["region"] for line in done.stdout.splitlines()[:2]] == [0, 1], done.stdout
     assert "cannot open" not in done.stderr, done.stderr  # gated (not running ungated), and in the simulator's log
     command_id = json.loads(done.stdout.splitlines()[-1])["id"]
+    # Its interception library reached its count file (tenant-reports/) as the tenant user: the warm-up
+    # timing before the regions is the one unprotected.
+    assert json.loads(done.stdout.splitlines()[-1])["unprotected_timings"] == 1, done.stdout
+    assert mode_of(rt.run_dir / "tenant-reports") == (0o710, 0, tenant.gid)
     rt.stop()
     granted = [e for e in read_trace(rt.trace_path).events if e["type"] == "region_granted" and e.get("command_id") == command_id]
     assert len(granted) == 2

@@ -8,16 +8,15 @@ are the built-in ones, the config's `regions.auto_region_entries` and the
 submit's own. All of it travels in the command's environment (tenant/env.py),
 so every way of starting a tenant (a process, a pooled or forked context)
 gets it from the one environment builder. The tenant lists what it wrapped,
-a line each, in a file of the output folder made for the command (owned by
-the tenants' user, readable by it alone); the result and the trace's
-command_finished carry the list.
+a line each, in a file made for the command (commands/tenant_reports.py);
+the result and the trace's command_finished carry the list.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from krex_runtime.commands import tenant_reports
 from krex_runtime.commands.job import Job
 from krex_runtime.node.access import RunAs
 from krex_runtime.node.config import RegionSection, auto_region_entry_problem
@@ -50,23 +49,12 @@ def command_env(body: SubmitBody, regions: RegionSection, report: Path) -> dict[
     return env
 
 
-def setup(job: Job, body: SubmitBody, regions: RegionSection, output_dir: Path, run_as: RunAs | None) -> None:
+def setup(job: Job, body: SubmitBody, regions: RegionSection, run_dir: Path, run_as: RunAs | None) -> None:
     """Give a just-submitted command its environment and, with auto-regions, its report file."""
-    report = output_dir / f"{job.id}.auto-regions"
-    job.env = command_env(body, regions, report)
+    name = f"{job.id}.auto-regions"
+    job.env = command_env(body, regions, run_dir / tenant_reports.FOLDER / name)
     if job.env.get(names.AUTO_REGION) == "1":
-        create_report(report, run_as)
-        job.auto_region_report = report
-
-
-def create_report(path: Path, run_as: RunAs | None) -> None:
-    """The empty file the tenant appends to; it writes nowhere else."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        if run_as is not None and run_as.user is not None:
-            os.fchown(fd, run_as.user.uid, run_as.user.gid)
-    finally:
-        os.close(fd)
+        job.auto_region_report = tenant_reports.report_file(run_dir, run_as, name)
 
 
 def read_report(path: Path | None) -> list[str]:

@@ -132,9 +132,9 @@ class Dispatcher:
             entry=entry,
             share=body.share or fair_share.DEFAULT_KEY,
         )
-        auto_regions.setup(job, body, self.config.regions, self._output_dir, self._setup.run_as)
+        auto_regions.setup(job, body, self.config.regions, self._setup.env.run_dir, self._setup.run_as)
         if self.config.runtime.policy == "krex":
-            unprotected.setup(job, self._output_dir, self._setup.run_as)
+            unprotected.setup(job, self._setup.env.run_dir, self._setup.run_as)
         self.jobs[job.id] = job
         self.queue.append(job)
         self._emit(
