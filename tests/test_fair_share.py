@@ -15,6 +15,7 @@ from runtime_helpers import PY, TENANTS, krex_runtime, trace_events, wait_ready
 
 from krex_runtime.commands.fair_share import FairShare
 from krex_runtime.regions.region_shares import RegionShares
+from krex_runtime.testing.local_runtime import wait_until
 from krex_runtime.wire.trace import read_trace
 
 def submit(rt: Any, share: str, go: Path, regions: int) -> str:
@@ -81,10 +82,27 @@ def test_the_region_order_is_fair_across_keys_fifo_within_and_leases_first() -> 
     assert shares.attained["c"] == shares.attained["a"]
 
 
-def test_admission_interleaves_keys_by_their_running_commands() -> None:
+def test_admission_interleaves_keys_by_weight_fifo_within() -> None:
     fair = FairShare({"heavy": 3.0})
-    jobs = [SimpleNamespace(n=i, share=s) for i, s in enumerate(["a"] * 4 + ["b"] * 2 + ["heavy"] * 4)]
-    order = [j.n for j in fair.admission_order(jobs, lambda j: j.share, {"a": 1})]
-    # b (0 running) first, then a and b alternate with heavy taking 3 for each 1.
-    assert order[:3] == [4, 6, 7] and order.index(0) < order.index(5)
-    assert sorted(order) == list(range(10))
+    jobs = [SimpleNamespace(n=i, share=s) for i, s in enumerate(["a"] * 4 + ["b"] * 2 + ["heavy"] * 6)]
+    for j in jobs:
+        j.tag = fair.tag(j.share)
+    order = [j.share for j in fair.admission_order(jobs, lambda j: j.share, lambda j: j.tag)]
+    # Each round: one of a, one of b, three of heavy (weight 3), each key FIFO.
+    assert order[:5] == ["a", "b", "heavy", "heavy", "heavy"], order
+    assert [j.n for j in fair.admission_order(jobs, lambda j: j.share, lambda j: j.tag) if j.share == "a"] == [0, 1, 2, 3]
+
+
+def test_admission_gives_a_late_key_the_next_slot(make_runtime: Any, tmp_path: Path) -> None:
+    rt = make_runtime(policy="ungated", sim=1, slots=1)
+    go = tmp_path / "go"
+    first = rt.krex("submit", "--share", "many", "--", "sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done").stdout.strip()
+    wait_until(lambda: any(e["id"] == first for e in trace_events(rt, "command_started")), 30, "the first to start")
+    many = [rt.krex("submit", "--share", "many", "--", "true").stdout.strip() for _ in range(4)]
+    few = rt.krex("submit", "--share", "few", "--", "true").stdout.strip()
+    go.touch()  # the slot frees with all of them queued
+    for command_id in [first, *many, few]:
+        assert rt.krex("wait", command_id).returncode == 0
+    started = [e["id"] for e in trace_events(rt, "command_started")]
+    # FIFO would start it last; fair share starts it as soon as the slot frees (its key runs nothing).
+    assert started[:2] == [first, few] and started[2:] == many, started

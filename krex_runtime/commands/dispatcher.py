@@ -1,8 +1,8 @@
 """Admission: a FIFO queue, per-GPU slots, GPU choice, and the life of each command.
 
 Order is FIFO per GPU within a share key, and across keys weighted fair share
-(fair_share.py: the key with the fewest running commands per weight goes
-first): a command pinned to a busy GPU holds back later commands for that GPU
+(fair_share.py: start-time fair queueing, a key's turn comes within one
+start of every other key's): a command pinned to a busy GPU holds back later commands for that GPU
 only; a command that may go anywhere takes the least-loaded GPU
 with a free slot, and when none is free it holds back everything behind it.
 The policy sets the slots: `command` allows one command per GPU (the
@@ -132,6 +132,7 @@ class Dispatcher:
             entry=entry,
             share=body.share or fair_share.DEFAULT_KEY,
         )
+        job.share_tag = self.fair.tag(job.share)
         auto_regions.setup(job, body, self.config.regions, self._setup.env.run_dir, self._setup.run_as)
         if self.config.runtime.policy == "krex":
             unprotected.setup(job, self._setup.env.run_dir, self._setup.run_as)
@@ -191,7 +192,7 @@ class Dispatcher:
         if self.closed or self.paused_node:
             return
         blocked: set[int] = self.paused_gpus | self.leased_gpus
-        for job in self.fair.admission_order(list(self.queue), fair_share.share_of, fair_share.running(self.jobs.values())):
+        for job in self.fair.admission_order(list(self.queue), lambda j: j.share, lambda j: j.share_tag):
             if len(blocked) == len(self.gpus):
                 break
             if job.gpu_request is not None:
@@ -206,6 +207,7 @@ class Dispatcher:
                     break
                 gpu = min(candidates, key=lambda i: (self._load(i), i))
             self.queue.remove(job)
+            self.fair.started(job.share_tag)
             self._start(job, gpu)
 
     def _free(self, gpu: int, job: Job) -> bool:

@@ -14,16 +14,19 @@ saved up while idle, so it cannot take the GPU for long stretches), and
 every request is served once the keys ahead of it have caught up: with the
 hold limit bounding each region, no request waits forever.
 
-Admission: queued commands are offered to the placement in the order of
-their keys' running commands divided by the weight (fewest first), FIFO
-within a key, re-ranked as each one starts.
+Admission: start-time fair queueing over commands. Each submitted command
+gets a tag, max(the tag of the command started last, its key's previous
+tag + 1/weight); queued commands are offered to the placement by tag, FIFO
+among equal ones. So a key with commands queued gets its turn within one
+start of every other key's, however many the others queued before it.
 """
 
 from __future__ import annotations
 
+import heapq
 import pwd
 from collections import deque
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Callable, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
 
@@ -40,24 +43,13 @@ def key_of_user(uid: int | None) -> str:
         return f"uid{uid}"
 
 
-def share_of(job: Any) -> str:
-    return job.share
-
-
-def running(jobs: Iterable[Any]) -> dict[str, int]:
-    """Running commands per share key (the runtime's own aside)."""
-    counts: dict[str, int] = {}
-    for job in jobs:
-        if job.state == "running" and not job.internal:
-            counts[job.share] = counts.get(job.share, 0) + 1
-    return counts
-
-
 class FairShare:
     def __init__(self, weights: dict[str, float]) -> None:
         self.weights = dict(weights)
         self.attained: dict[str, float] = {}  # key -> region seconds / weight
         self.held_s: dict[str, float] = {}  # key -> region seconds, unweighted (for the console)
+        self.started_tag = 0.0  # admission: the tag of the command offered last
+        self.next_tag: dict[str, float] = {}  # admission: key -> the tag its next command starts from
 
     def weight(self, key: str) -> float:
         return self.weights.get(key, 1.0)
@@ -88,16 +80,27 @@ class FairShare:
         self.attained[key] = self.attained.get(key, 0.0) + seconds / self.weight(key)
         self.held_s[key] = self.held_s.get(key, 0.0) + seconds
 
-    def admission_order(self, queue: Iterable[T], key: Callable[[T], str], running: dict[str, int]) -> Iterator[T]:
-        """The queued commands in the order they may start (see the module docstring)."""
+    def tag(self, key: str) -> float:
+        """The admission tag of a command of `key` submitted now."""
+        tag = max(self.started_tag, self.next_tag.get(key, 0.0))
+        self.next_tag[key] = tag + 1.0 / self.weight(key)
+        return tag
+
+    def started(self, tag: float) -> None:
+        """A command of this tag started."""
+        self.started_tag = max(self.started_tag, tag)
+
+    def admission_order(self, queue: Iterable[T], key: Callable[[T], str], tag: Callable[[T], float]) -> Iterator[T]:
+        """The queued commands in the order they may start: by tag, FIFO within a key
+        (and among equal tags, the key queued first). Lazy: the placement stops early."""
         per_key: dict[str, deque[T]] = {}
         for item in queue:
             per_key.setdefault(key(item), deque()).append(item)
-        load = dict(running)
-        order = {k: i for i, k in enumerate(per_key)}  # ties: the key queued first
-        while per_key:
-            k = min(per_key, key=lambda k: (load.get(k, 0) / self.weight(k), order[k]))
-            yield per_key[k].popleft()
-            load[k] = load.get(k, 0) + 1
-            if not per_key[k]:
-                del per_key[k]
+        heads = [(tag(d[0]), i, k) for i, (k, d) in enumerate(per_key.items())]
+        heapq.heapify(heads)
+        while heads:
+            _, i, k = heapq.heappop(heads)
+            items = per_key[k]
+            yield items.popleft()
+            if items:
+                heapq.heappush(heads, (tag(items[0]), i, k))

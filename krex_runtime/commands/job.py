@@ -48,6 +48,7 @@ class Job:
     unprotected_path: Path | None = None  # policy krex: where the library counts its unprotected timings
     unprotected_timings: int = 0  # event timings no single region covered (read when it ends)
     share: str = "default"  # fair-share key (commands/fair_share.py)
+    share_tag: float = 0.0  # its place in the admission order (fair_share.FairShare.tag)
     regions: list[dict[str, Any]] = field(default_factory=list)  # its released regions, certificates included
     regions_total: int = 0  # all of them (the list keeps the first MAX_REGIONS_LISTED)
     done: asyncio.Event = field(default_factory=asyncio.Event)
