@@ -146,8 +146,9 @@ def _region_released(s: NodeState, e: dict[str, Any]) -> None:
         if "verdict" in e:  # traces from before the certificate have none
             gpu.last_region["verdict"] = e["verdict"]
             gpu.verdicts[e["verdict"]] = gpu.verdicts.get(e["verdict"], 0) + 1
-        if "share" in e and e.get("kind") == "region":
-            gpu.share_region_s[e["share"]] = gpu.share_region_s.get(e["share"], 0.0) + float(e.get("hold_s") or 0.0)
+        hold = e.get("hold_s")
+        if "share" in e and e.get("kind") == "region" and isinstance(hold, (int, float)) and not isinstance(hold, bool):
+            gpu.share_region_s[e["share"]] = gpu.share_region_s.get(e["share"], 0.0) + hold  # hold_s is not checked
         gpu.region_holder, gpu.region_kind, gpu.region_command = None, "", ""
         gpu.region_seq, gpu.region_since, gpu.frozen = None, None, []
 
