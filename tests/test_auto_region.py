@@ -98,6 +98,9 @@ def test_a_command_that_imports_no_harness_sees_no_change(rt: Runtime) -> None:
     assert plain["all_modules"] == auto["all_modules"]
     assert plain["user_sitecustomize"] and auto["user_sitecustomize"]
     assert plain["sitecustomize"] == auto["sitecustomize"] == str(HARNESS / "sitecustomize.py")
+    # A Python that imports nothing at all: the same modules, to the last one.
+    bare = "import json, sys; print(json.dumps({'modules': sorted(sys.modules)}))"
+    assert run(rt, "--", sys.executable, "-c", bare)[1] == run(rt, "--auto-region", "--", sys.executable, "-c", bare)[1]
 
 
 def test_without_auto_regions_a_harness_runs_unwrapped(rt: Runtime) -> None:
