@@ -140,6 +140,13 @@ def phase_shares(run: dict[str, Any]) -> dict[str, float]:
     return {phase: s / total for phase, s in sums.items()} if total else {}
 
 
+def verified_share(run: dict[str, Any]) -> float:
+    """The share of the setup's regions whose certificate says `verified` (nan: no regions)."""
+    verdicts = run.get("verdicts") or {}
+    total = sum(verdicts.values())
+    return verdicts.get("verified", 0) / total if total else math.nan
+
+
 def summarize(data: dict[str, Any]) -> dict[str, Any]:
     """Every run's figures against native (and ungated at its concurrency)."""
     runs = [r for r in data["runs"] if "results" in r]
@@ -171,6 +178,7 @@ def summarize(data: dict[str, Any]) -> dict[str, Any]:
             "tau_b": taus(times, native),
             "sm_clock_mhz": clocks(run),
             "phase_shares": phase_shares(run),
+            "verified_share": verified_share(run),
         }
         rows.append(row)
     repeat = next((r for r in rows if r["label"] == "native-repeat"), None)

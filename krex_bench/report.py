@@ -40,7 +40,8 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
     ]
     rows = summary["rows"]
     out += _table(
-        ["setup", "ok", "failed", "wall s", "cmds/min", "x native", "of ungated", "SM MHz median (min-max)", "pool warm s"],
+        ["setup", "ok", "failed", "wall s", "cmds/min", "x native", "of ungated", "SM MHz median (min-max)", "pool warm s",
+         "verified regions"],
         [
             [
                 r["label"],
@@ -53,6 +54,7 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
                 f"{_num(r['sm_clock_mhz']['median'], '.0f')} ({_num(r['sm_clock_mhz']['min'], '.0f')}-"
                 f"{_num(r['sm_clock_mhz']['max'], '.0f')})",
                 _num(r["pool_warm_s"]),
+                "n/a" if math.isnan(r.get("verified_share", math.nan)) else f"{r['verified_share'] * 100:.0f}%",
             ]
             for r in rows
         ],

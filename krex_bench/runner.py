@@ -147,6 +147,21 @@ def read_result(result: dict[str, Any]) -> dict[str, Any] | None:
         return None
 
 
+def region_verdicts(trace_path: Path) -> dict[str, int]:
+    """Regions of the setup per exclusivity-certificate verdict (the trace's region_released)."""
+    from krex_runtime.wire.trace import TraceError, read_trace
+
+    counts: dict[str, int] = {}
+    try:
+        events = read_trace(trace_path).events
+    except (OSError, TraceError):
+        return counts
+    for e in events:
+        if e["type"] == "region_released" and e.get("kind") == "region":
+            counts[e.get("verdict", "unknown")] = counts.get(e.get("verdict", "unknown"), 0) + 1
+    return counts
+
+
 def tail(path: str | None, limit: int = 1500) -> str:
     try:
         return Path(path).read_text(errors="replace")[-limit:] if path else ""
@@ -205,6 +220,7 @@ def run_setup(
     finally:
         meter.end()
         rt.stop()
+        record["verdicts"] = region_verdicts(rt.trace_path)
         if opts.sim:
             from krex_runtime.sim.device_file import remove_device
 

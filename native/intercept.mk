@@ -39,7 +39,8 @@ check-gated-table:
 # call the driver directly, the way a program built with -lcuda does.
 KREX_TEST_DIR := $(BUILD)/tests
 KREX_TEST_CFLAGS = $(CFLAGS) -I$(CUDA_INCLUDE)
-intercept-tests: $(KREX_TEST_DIR)/gate_layout $(KREX_TEST_DIR)/linked_tenant $(KREX_TEST_DIR)/resolver_probe $(KREX_TEST_DIR)/region_client
+intercept-tests: $(KREX_TEST_DIR)/gate_layout $(KREX_TEST_DIR)/linked_tenant $(KREX_TEST_DIR)/resolver_probe $(KREX_TEST_DIR)/region_client \
+	$(KREX_TEST_DIR)/event_timing
 
 $(KREX_TEST_DIR)/gate_layout: tests/gate_layout.c include/krex_gate.h
 	@mkdir -p $(dir $@)
@@ -56,3 +57,9 @@ $(KREX_TEST_DIR)/resolver_probe: tests/resolver_probe.c
 $(KREX_TEST_DIR)/region_client: tests/region_client.c include/krex.h $(BUILD)/libkrex.so
 	@mkdir -p $(dir $@)
 	$(CC) $(KREX_TEST_CFLAGS) -o $@ $< -L$(BUILD) -l:libkrex.so -Wl,-rpath,'$$ORIGIN/..'
+
+# Unprotected-timing detection's tenant: the simulated driver and the region API.
+$(KREX_TEST_DIR)/event_timing: tests/event_timing.c include/krex.h $(BUILD)/sim/libcuda.so.1 $(BUILD)/libkrex.so
+	@mkdir -p $(dir $@)
+	$(CC) $(KREX_TEST_CFLAGS) -o $@ $< -L$(BUILD)/sim -l:libcuda.so.1 -L$(BUILD) -l:libkrex.so \
+		-Wl,-rpath,'$$ORIGIN/../sim' -Wl,-rpath,'$$ORIGIN/..'

@@ -503,6 +503,10 @@ def test_commands_run_as_the_tenant_user(accounts: Accounts, open_root: Path, ma
     assert "cannot open" not in result["stderr"], result  # gated (not running ungated), and in the simulator's log
     assert result["region_count"] == 2
     command_id = result["id"]
+    # Its interception library reached its count file (tenant-reports/) as the tenant user: the warm-up
+    # timing before the regions is the one unprotected.
+    assert result["unprotected_timings"] == 1, result
+    assert mode_of(rt.run_dir / "tenant-reports") == (0o710, 0, tenant.gid)
     rt.stop()
     granted = [e for e in read_trace(rt.trace_path).events if e["type"] == "region_granted" and e.get("command_id") == command_id]
     assert len(granted) == 2

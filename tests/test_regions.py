@@ -123,6 +123,10 @@ def test_stress_sixteen_tenants_per_gpu(make_runtime, backend: str) -> None:
     check_fifo(events)
     check_no_submissions_while_held(held)
     assert check_exclusive(events, held, rt.root / "sim.log") > 128 * 3
+    # Every region's exclusivity certificate agrees (regions/certificate.py).
+    verdicts = [e for e in events if e["type"] == "region_released"]
+    assert {e["verdict"] for e in verdicts} == {"verified"}, [e["verdict_reasons"] for e in verdicts
+                                                             if e["verdict"] != "verified"][:3]
 
 
 # --- faults -------------------------------------------------------------------------

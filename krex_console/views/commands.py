@@ -72,6 +72,8 @@ def matches(cmd: CommandInfo, query: str) -> bool:
 def command_row(cmd: CommandInfo, now: float) -> Row:
     exit_text = "-" if cmd.exit_code is None and cmd.signal is None else (
         f"sig {cmd.signal}" if cmd.signal else str(cmd.exit_code))
+    if cmd.unprotected_timings:  # measurements no region protected
+        exit_text = f"{exit_text} unprot {cmd.unprotected_timings}"
     run = _run_s(cmd, now)
     cells = {
         "id": cmd.id,
@@ -203,7 +205,9 @@ class CommandDetailScreen(CommandActions, Screen[None]):
                 f"  tenant {'-' if cmd.tenant_id is None else cmd.tenant_id}  pid {cmd.pid or '-'}"
                 f"  run {fmt.duration(run) if run is not None else '-'}"
                 f"  exit {cmd.exit_code if cmd.exit_code is not None else '-'}"
-                f"{f'  signal {cmd.signal}' if cmd.signal else ''}{f'  reason {cmd.reason}' if cmd.reason else ''}",
+                f"{f'  signal {cmd.signal}' if cmd.signal else ''}{f'  reason {cmd.reason}' if cmd.reason else ''}"
+                f"{f'  unprotected timings {cmd.unprotected_timings}' if cmd.unprotected_timings else ''}"
+                f"{f'  auto-regions {len(cmd.auto_regions)}' if cmd.auto_regions else ''}",
                 fmt.argv_text(cmd.argv, 200),
                 region_summary(model, cmd.id),
             ]

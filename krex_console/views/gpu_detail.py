@@ -38,14 +38,14 @@ def describe_gpu(model: ConsoleModel, gpu: GpuState) -> str:
         f"  admission queue {f['admission_queue']}  lease {f['lease']}  admission {f['admission']}",
         f"running {f['running']}  parked {f['parked']}  draining {f['draining']}  frozen {f['frozen']}"
         f" {gpu.frozen if gpu.frozen else ''}  started {gpu.started}  finished {gpu.finished}"
-        f"  regions {gpu.regions_granted}",
+        f"  regions {gpu.regions_granted}{verdict_text(gpu)}{foreign_text(t)}",
         canary_line(canary, f, gpu.simulated),
         f"util {f['util']}  memory {f['memory']}  SM {f['sm_clock']}"
         f"  mem clock {fmt.value(fmt.get(t, 'mem_clock_mhz'), 'MHz')}  temp {f['temp']}"
         f"  power {fmt.value(fmt.get(t, 'power_w'), 'W')}"
         f"  throttle {', '.join(throttle) if isinstance(throttle, list) and throttle else ('none' if isinstance(throttle, list) else fmt.NA)}"
         f"{'  [i](simulated telemetry)[/i]' if sim else ''}",
-        "pool " + pool_text(pool),
+        "pool " + pool_text(pool) + share_text(gpu),
     ]
     isolation = isolation_text(gpu)
     if isolation:
@@ -91,6 +91,30 @@ def summarize_gpu(model: ConsoleModel, gpu: GpuState) -> str:
         f"  throttle {', '.join(throttle) if isinstance(throttle, list) and throttle else ('none' if isinstance(throttle, list) else fmt.NA)}",
         "pool " + pool_text(pool) + f"  regions {gpu.regions_granted}  started {gpu.started}  finished {gpu.finished}",
     ])
+
+
+def verdict_text(gpu: GpuState) -> str:
+    """The regions' exclusivity certificates: how many verified, and the last verdict."""
+    verdicts = getattr(gpu, "verdicts", None) or {}
+    if not verdicts:
+        return ""
+    last = (getattr(gpu, "last_region", None) or {}).get("verdict", fmt.NA)
+    return f"  verified {verdicts.get('verified', 0)}/{sum(verdicts.values())} (last {last})"
+
+
+def foreign_text(telemetry: Any) -> str:
+    """GPU processes this runtime did not start (they count against every region)."""
+    pids = fmt.get(telemetry, "foreign")
+    return f"  [b]foreign pids {', '.join(map(str, pids))}[/b]" if isinstance(pids, list) and pids else ""
+
+
+def share_text(gpu: GpuState) -> str:
+    """Each fair-share key's share of the GPU's region time."""
+    held = getattr(gpu, "share_region_s", None) or {}
+    total = sum(held.values())
+    if not total:
+        return ""
+    return "  region time " + "  ".join(f"{k} {v / total * 100:.0f}%" for k, v in sorted(held.items()))
 
 
 def count_text(v: Any) -> str:

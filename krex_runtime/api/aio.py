@@ -120,13 +120,15 @@ class AsyncClient:
         cwd: str | os.PathLike[str] | None = None,
         label: str | None = None,
         auto_region: bool | None = None,
+        auto_region_entries: Sequence[str] | None = None,
+        share: str | None = None,
         lease: bool = False,
         on_output: OutputCallback | None = None,
     ) -> AsyncHandle:
         """As `Client.submit`."""
         body = core.submit_body(
             argv, gpu=gpu, mode=mode, timeout=timeout, env=env, cwd=cwd, label=label,
-            auto_region=auto_region, lease=lease,
+            auto_region=auto_region, auto_region_entries=auto_region_entries, share=share, lease=lease,
         )
         return await self._follow("submit", body, on_output)
 

@@ -35,6 +35,8 @@ def submit_body(
     cwd: str | os.PathLike[str] | None = None,
     label: str | None = None,
     auto_region: bool | None = None,
+    auto_region_entries: Sequence[str] | None = None,
+    share: str | None = None,
     lease: bool = False,
 ) -> dict[str, Any]:
     """The `submit` body, inheriting the caller's cwd and environment as the
@@ -59,6 +61,10 @@ def submit_body(
         body["mode"] = mode
     if auto_region is not None:
         body["auto_region"] = auto_region
+    if auto_region_entries:
+        body["auto_region_entries"] = list(auto_region_entries)
+    if share:
+        body["share"] = share
     return body
 
 

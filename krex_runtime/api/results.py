@@ -1,9 +1,9 @@
 """What the API hands back: frozen dataclasses built from the runtime's
 records (docs/protocol.md), so callers read attributes, not dict keys.
 
-Fields the runtime does not send yet (a region's verdict, the count of
-unprotected timings) are None / 0 until a runtime that measures them fills
-them in; nothing here invents them.
+Fields an older runtime does not send (a region's verdict, the count of
+unprotected timings, what auto-regions wrapped) are None / 0 / empty from it;
+nothing here invents them.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ class Command:
     cwd: str | None = None
     label: str | None = None
     auto_region: bool | None = None
+    auto_region_entries: Sequence[str] | None = None
+    share: str | None = None
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,8 @@ class Region:
     flags: tuple[str, ...]  # e.g. a throttled or off-tolerance clock at the grant
     sm_clock_mhz: float | None
     throttle: tuple[str, ...] | None
-    verdict: str | None  # verified / violated / unknown; None: this runtime gives no verdicts
+    verdict: str | None  # verified / violated / unknown (docs/regions.md); None: this runtime gives no verdicts
+    verdict_reasons: tuple[str, ...] = ()  # one line per witness: gate, processes, utilisation, clock
 
     @classmethod
     def from_record(cls, r: Mapping[str, Any]) -> Region:
@@ -63,6 +66,7 @@ class Region:
             sm_clock_mhz=r.get("sm_clock_mhz"),
             throttle=tuple(throttle) if throttle is not None else None,
             verdict=r.get("verdict"),
+            verdict_reasons=tuple(r.get("verdict_reasons") or ()),
         )
 
 
@@ -90,6 +94,8 @@ class Result:
     region_count: int  # all its regions; `regions` holds the first ones the runtime keeps
     unprotected_timings: int  # event timings outside any region; 0 from a runtime that does not count them
     worker: str | None = None
+    auto_regions: tuple[str, ...] = ()  # the timing entry points auto-regions ran in regions
+    share: str = ""  # its fair-share key
     record: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)  # as the runtime sent it
 
     @property
@@ -126,6 +132,8 @@ class Result:
             region_count=int(r.get("region_count", len(regions))),
             unprotected_timings=int(r.get("unprotected_timings") or 0),
             worker=r.get("worker"),
+            auto_regions=tuple(r.get("auto_regions") or ()),
+            share=str(r.get("share") or ""),
             record=dict(r),
         )
 
@@ -155,6 +163,8 @@ class GpuStatus:
     regions_granted: int
     last_enter_s: float | None  # the last region's entry; None before any
     pool: Mapping[str, Any]
+    verdicts: Mapping[str, int] = field(default_factory=dict)  # released regions per certificate verdict
+    foreign_processes: tuple[int, ...] = ()  # pids using the GPU that this runtime did not start
 
 
 @dataclass(frozen=True)
@@ -202,6 +212,7 @@ def _gpu_status(g: Mapping[str, Any]) -> GpuStatus:
         region_since=g.get("region_since"), region_queue=g.get("region_queue", 0),
         frozen=tuple(g.get("frozen") or ()), regions_granted=g.get("regions_granted", 0),
         last_enter_s=(g.get("last_region") or {}).get("enter_s"), pool=dict(g.get("pool") or {}),
+        verdicts=dict(g.get("verdicts") or {}), foreign_processes=tuple(g.get("foreign_processes") or ()),
     )
 
 

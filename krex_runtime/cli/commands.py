@@ -63,7 +63,8 @@ def check_usage(args: argparse.Namespace) -> None:
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    return {"gpu": args.gpu, "mode": args.mode, "timeout": args.timeout, "label": args.label, "lease": args.lease}
+    return {"gpu": args.gpu, "mode": args.mode, "timeout": args.timeout, "label": args.label, "lease": args.lease,
+            "auto_region": args.auto_region, "auto_region_entries": args.auto_region_entry, "share": args.share}
 
 
 def run_command(client: Client, args: argparse.Namespace) -> int:
@@ -127,6 +128,9 @@ def _cancel_quietly(handle: Handle) -> None:
 
 
 def _say_end(result: Result) -> None:
+    if result.unprotected_timings:
+        print(f"krex: warning: {result.id} took {result.unprotected_timings} CUDA-event timing(s) "
+              "outside a region: those measurements are not protected", file=sys.stderr)
     if result.state != "finished" or result.reason:
         print(f"krex: {result.id} {result.state}: {result.reason}".rstrip(": "), file=sys.stderr)
 

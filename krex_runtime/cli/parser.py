@@ -92,6 +92,12 @@ def build_parser(version: Callable[[], str]) -> Parser:
             help="how it runs (default: the runtime's dispatcher.default_mode): process, its own process tree; "
             "forked, forked from the GPU's preloaded zygote; pooled, a Python entry point run in a warm context process",
         )
+        sp.add_argument("--auto-region", action=argparse.BooleanOptionalAction, default=None,
+                        help="run timing harnesses (do_bench, torch Timer, cupyx benchmark) in regions "
+                             "(default: the runtime's regions.auto_region)")
+        sp.add_argument("--auto-region-entry", action="append", default=[], metavar="MODULE:FUNC",
+                        help="one more entry point to run in a region (module:function or module:Class.method)")
+        sp.add_argument("--share", default="", metavar="KEY", help="fair-share key (default: your user name)")
         sp.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...", help="the command and its arguments")
 
     run = sub.add_parser("run", parents=js, help="run a command, stream its output, exit with its exit status")

@@ -30,7 +30,11 @@ def status_view(status: NodeStatus, now: float | None = None) -> RenderableType:
         f"submitted {t.get('submitted', 0)}  finished {t.get('finished', 0)}  timeout {t.get('timeout', 0)}  "
         f"cancelled {t.get('cancelled', 0)}  failed {t.get('failed', 0)}"
     )
-    return Group(header, totals, gpu_table(status, now), command_table(status, now))
+    parts: list[RenderableType] = [header, totals, gpu_table(status, now), command_table(status, now)]
+    foreign = [f"GPU {g.index}: pid {', '.join(map(str, g.foreign_processes))}" for g in status.gpus if g.foreign_processes]
+    if foreign:
+        parts.append(Text("foreign GPU processes (not started by this runtime): " + "; ".join(foreign)))
+    return Group(*parts)
 
 
 def gpu_table(status: NodeStatus, now: float) -> Table:

@@ -1,7 +1,9 @@
 """Admission: a FIFO queue, per-GPU slots, GPU choice, and the life of each command.
 
-Order is FIFO per GPU: a command pinned to a busy GPU holds back later commands
-for that GPU only; a command that may go anywhere takes the least-loaded GPU
+Order is FIFO per GPU within a share key, and across keys weighted fair share
+(fair_share.py: start-time fair queueing, a key's turn comes within one
+start of every other key's): a command pinned to a busy GPU holds back later commands for that GPU
+only; a command that may go anywhere takes the least-loaded GPU
 with a free slot, and when none is free it holds back everything behind it.
 The policy sets the slots: `command` allows one command per GPU (the
 exclusive baseline), `ungated` and `krex` allow `slots_per_gpu`.
@@ -18,6 +20,7 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Protocol
 
+from krex_runtime.commands import auto_regions, fair_share, unprotected
 from krex_runtime.commands.command_process import Outcome
 from krex_runtime.node.config import Config
 from krex_runtime.commands.context_pool import ContextPool
@@ -86,6 +89,7 @@ class Dispatcher:
         self._ids = itertools.count(1)
         # The context pool serves this dispatcher's pooled commands; an idle
         # context process may let a queued command start.
+        self.fair = fair_share.FairShare(config.dispatcher.share_weights)  # admission order across share keys
         self.pool: ContextPool | None = (
             ContextPool(config.pool, config.dispatcher.kill_grace_s, gpus, sink, setup, pool_dir, on_idle=self.pump)
             if config.pool.size_per_gpu > 0
@@ -128,6 +132,7 @@ class Dispatcher:
                 entry = parse_entry(list(body.argv)).to_dict()
             except EntryError as exc:
                 raise ProtocolError(ErrorCode.BAD_REQUEST, str(exc).replace("pooled", mode)) from None
+        auto_regions.check(body)
         if len(self.queue) >= self.config.dispatcher.max_queued:
             raise ProtocolError(ErrorCode.QUEUE_FULL, f"admission queue is full ({len(self.queue)} commands)")
         job = Job(
@@ -142,13 +147,18 @@ class Dispatcher:
             lease=body.lease,
             mode=mode,
             entry=entry,
+            share=body.share or fair_share.DEFAULT_KEY,
         )
+        job.share_tag = self.fair.tag(job.share)
+        auto_regions.setup(job, body, self.config.regions, self._setup.env.run_dir, self._setup.run_as)
+        if self.config.runtime.policy == "krex":
+            unprotected.setup(job, self._setup.env.run_dir, self._setup.run_as)
         self.jobs[job.id] = job
         self.queue.append(job)
         self._emit(
             events.CommandQueued(
                 id=job.id, argv=job.argv, gpu=job.gpu_request, timeout_s=job.timeout_s, label=job.label,
-                lease=job.lease, mode=job.mode,
+                lease=job.lease, mode=job.mode, share=job.share,
             )
         )
         self.pump()
@@ -199,7 +209,7 @@ class Dispatcher:
         if self.closed or self.paused_node:
             return
         blocked: set[int] = self.paused_gpus | self.leased_gpus
-        for job in list(self.queue):
+        for job in self.fair.admission_order(list(self.queue), lambda j: j.share, lambda j: j.share_tag):
             if len(blocked) == len(self.gpus):
                 break
             if job.mode == "forked" and self._refuse_forked(job):
@@ -216,6 +226,7 @@ class Dispatcher:
                     break
                 gpu = min(candidates, key=lambda i: (self._load(i), i))
             self.queue.remove(job)
+            self.fair.started(job.share_tag)
             self._start(job, gpu)
 
     def _free(self, gpu: int, job: Job) -> bool:
@@ -308,12 +319,14 @@ class Dispatcher:
 
     def _finish(self, job: Job, outcome: Outcome, state: str, started: bool = True) -> None:
         job.outcome, job.state, job.finished_at = outcome, state, time.time()
+        job.auto_regions = auto_regions.read_report(job.auto_region_report)
+        job.unprotected_timings = unprotected.count(job)
         if job.gpu is not None:
             self._tenants.discard(job.gpu, job.id)
         self._emit(
             events.CommandFinished(
                 id=job.id, state=state, exit_code=outcome.exit_code, signal=outcome.signal, reason=outcome.reason,
-                gpu=job.gpu,
+                gpu=job.gpu, auto_regions=job.auto_regions, unprotected_timings=job.unprotected_timings,
             )
         )
         job.done.set()
@@ -351,7 +364,7 @@ def _remove_output(job: Job) -> None:
     """A command that left the history can no longer be waited on or attached
     to; its output files go with it, so the output folder (often on a RAM-backed
     /run) stays bounded however many commands a node runs."""
-    for path in (job.stdout_path, job.stderr_path):
+    for path in (job.stdout_path, job.stderr_path, job.auto_region_report, job.unprotected_path):
         if path is not None:
             try:
                 path.unlink(missing_ok=True)

@@ -4,7 +4,8 @@ cores and user. One builder serves commands and context processes alike.
 The environment names the tenant's command and GPU, points it at the
 read-only control socket (tenants may only read), preloads the interception
 library, puts KREX's tenant-side code on PYTHONPATH (tenant/python_path.py:
-`import krex_runtime.client` works in whatever Python the command runs), and
+`import krex_runtime.client` works in whatever Python the command runs; with
+auto-regions its start-up hook goes first, tenant/auto_region.py), and
 under policy krex hands it its GPU's gate, the region socket and its region
 token. The variable names come from krex_runtime/tenant/env.py,
 which the tenant-side code reads.
@@ -74,6 +75,10 @@ class TenantEnvironment:
         env.update(self.user_env)
         # Last: a PYTHONPATH the command brings keeps its place in front.
         env["PYTHONPATH"] = _prepend(env.get("PYTHONPATH", ""), str(self.python_dir), os.pathsep)
+        if env.get(names.AUTO_REGION) == "1":
+            # Before anything: the first sitecustomize on the path is the only one run.
+            startup = python_path.startup_folder(self.python_dir)
+            env["PYTHONPATH"] = _prepend(str(startup), env["PYTHONPATH"], os.pathsep)
         if self.library is not None:
             env["LD_PRELOAD"] = _prepend(str(self.library), env.get("LD_PRELOAD", ""), " ")
         if self.regions is not None:

@@ -16,6 +16,8 @@ from krex_runtime.wire.bodies import SubmitBody
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 
 
+
+
 @dataclass
 class Job:
     id: str
@@ -42,6 +44,10 @@ class Job:
     entry: dict[str, Any] | None = None  # forked, pooled: the Python entry point it runs
     worker: str | None = None  # pooled: the context process that runs it
     start_s: float | None = None  # placement to a running process: spawn (process), fork and placement (forked)
+    unprotected_path: Path | None = None  # policy krex: where the library counts its unprotected timings
+    unprotected_timings: int = 0  # event timings no single region covered (read when it ends)
+    share: str = "default"  # fair-share key (commands/fair_share.py)
+    share_tag: float = 0.0  # its place in the admission order (fair_share.FairShare.tag)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -78,6 +84,9 @@ class Job:
             "start_s": self.start_s,
             "stdout_path": str(self.stdout_path) if self.stdout_path else None,
             "stderr_path": str(self.stderr_path) if self.stderr_path else None,
+            "auto_regions": list(self.auto_regions),
+            "unprotected_timings": self.unprotected_timings,
+            "share": self.share,
         }
 
 

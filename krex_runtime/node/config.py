@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from krex_runtime.wire.bodies import Mode
+from krex_runtime.tenant.auto_region import parse_entry
 from krex_runtime.wire.endpoints import default_run_dir
 from krex_runtime.wire.typed import ShapeError, from_dict
 
@@ -116,6 +117,7 @@ class DispatcherSection:
     kill_grace_s: float = 2.0
     keep_finished: int = 10_000
     default_mode: Mode = "process"  # for submissions that name no mode
+    share_weights: dict[str, float] = field(default_factory=dict)  # share key -> weight (others: 1)
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,8 @@ class RegionSection:
     channel_max_connections_per_uid: int = 128
     channel_max_connections_per_tenant: int = 8
     channel_idle_timeout_s: float = 60.0
+    auto_region: bool = False  # commands' timing harnesses run in regions unless a submit says otherwise
+    auto_region_entries: tuple[str, ...] = ()  # more entry points: "module:function", "module:Class.method"
 
 
 @dataclass(frozen=True)
@@ -235,8 +239,11 @@ def validate(config: Config) -> Config:
         if bounds is not None and number and not bounds[0] <= value <= bounds[1]:
             raise ConfigError(f"{where}: {key} must be between {_number(bounds[0])} and {_number(bounds[1])}")
     env_problem = environment_problem(config.tenants.env)
+    entry_problem = auto_region_entry_problem(config.regions.auto_region_entries)
     checks = [
+        (entry_problem is None, f"regions.auto_region_entries: {entry_problem}"),
         (env_problem is None, f"tenants.env: {env_problem}"),
+        (all(w > 0 for w in config.dispatcher.share_weights.values()), "dispatcher.share_weights must be positive"),
         (
             not config.runtime.control_tcp or config.runtime.control_tcp.startswith("tcp://"),
             "runtime.control_tcp must be a tcp:// endpoint",
@@ -297,6 +304,16 @@ def listen_address(text: str) -> tuple[str, int] | None:
     if not sep or not host or not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
         return None
     return host, int(port)
+
+
+def auto_region_entry_problem(entries: tuple[str, ...] | list[str]) -> str | None:
+    """Why one of `entries` cannot name an entry point (None: all can)."""
+    for text in entries:
+        try:
+            parse_entry(text)
+        except ValueError as exc:
+            return str(exc)
+    return None
 
 
 def environment_problem(env: dict[str, str]) -> str | None:

@@ -7,6 +7,7 @@ krex_runtime/tenant/region.py):
     HELLO 2 <tenant_id> <pid> <token>  ->  OK | ERROR <errno name> <reason>
     ENTER <tid>                        ->  GRANTED <seq> [<flags>] | ERROR ...
     EXIT                               ->  RELEASED <seq> | ERROR ...
+    VERDICT                            ->  VERDICT <seq> <verdict> <reason> | <reason>... | ERROR ...
 
 Who a peer is comes from the kernel (SO_PEERCRED), not from what it claims:
 its pid must be the one it names and belong to the process tree of a running
@@ -55,6 +56,7 @@ HELLO_USAGE = f"HELLO {PROTOCOL} <tenant_id> <pid> <token>"
 # Clients read each reply before they send again: one that leaves its replies
 # unread this long is not a client, and its connection is dropped.
 SEND_TIMEOUT_S = 10.0
+VERDICT_WAIT_S = 30.0  # a release takes its exit steps (thaw, reopen) before the verdict is in
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ class Connection:
     bucket: tuple[str, int | str] = ("uid", -1)  # what its connections are counted by: its tenant, else its uid
     who: TenantIdentity | None = None
     req: Request | None = None  # its request, from ENTER until it is released or ends ungranted
+    released: Request | None = None  # the last one it released: VERDICT tells its certificate
 
 
 class RegionChannel:
@@ -243,6 +246,8 @@ class RegionChannel:
             return await self._on_enter(conn, arg)
         if word == "EXIT":
             await self._on_exit(conn)
+        elif word == "VERDICT":
+            await self._on_verdict(conn)
         elif not word:
             await _send(conn.writer, "ERROR EPROTO empty line")
         else:
@@ -277,12 +282,29 @@ class RegionChannel:
         if req is None:
             await _send(conn.writer, "ERROR EINVAL this connection holds no region")
             return
+        conn.released = req
         if req.kind == "region":
             self.manager.gpus[conn.who.gpu].release(req, "released")
         if req.revoked:
             await _send(conn.writer, f"ERROR ETIMEDOUT {req.reason}")
         else:
             await _send(conn.writer, f"RELEASED {req.seq}")
+
+    async def _on_verdict(self, conn: Connection) -> None:
+        """The exclusivity certificate of the connection's last released region,
+        once the release has made it (regions/certificate.py)."""
+        req = conn.released
+        if req is None:
+            await _send(conn.writer, "ERROR EINVAL this connection has released no region")
+            return
+        try:
+            await asyncio.wait_for(req.certified.wait(), VERDICT_WAIT_S)
+        except asyncio.TimeoutError:
+            await _send(conn.writer, f"ERROR ETIMEDOUT region {req.seq} has no verdict yet")
+            return
+        verdict, reasons = req.verdict
+        text = " | ".join(r.replace("|", "/") for r in reasons)
+        await _send(conn.writer, f"VERDICT {req.seq} {verdict} {text}")  # long reasons cut: the trace has them whole
 
     async def _enter(self, conn: Connection, tid: int) -> bool:
         """Queues the request and answers when it is granted or refused; False when the peer has gone."""

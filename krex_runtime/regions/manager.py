@@ -1,10 +1,11 @@
-"""Where a region gets granted: per GPU, a FIFO of requests and at most one holder.
+"""Where a region gets granted: per GPU, a queue of requests (fair share across
+share keys, FIFO within one: region_shares.py) and at most one holder.
 
-Entry, for tenant T on GPU g (each step timed and traced):
-  close the gate -> wait until no other tenant is inside a gated call ->
-  drain (backend) -> freeze the other tenants' trees -> pin T's measuring
-  thread to g's reserved cores -> GRANTED.
-Exit: unpin -> thaw -> release the backend's locks -> reopen the gate -> next.
+Entry, for tenant T on GPU g (each step timed and traced): close the gate ->
+wait until no other tenant is inside a gated call -> drain (backend) -> freeze
+the other tenants' trees -> pin T's measuring thread to g's reserved cores ->
+GRANTED. Exit: certify (certificate.py) -> unpin -> thaw -> release the
+backend's locks -> reopen the gate -> next.
 
 A whole-device lease is a request of kind "lease": it goes ahead of queued
 regions (after the current holder), always freezes, and is held until
@@ -19,16 +20,20 @@ import itertools
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
+from krex_runtime.commands.fair_share import DEFAULT_KEY
 from krex_runtime.commands.tenants import TenantRegistry
 from krex_runtime.node.sink import EventSink
 from krex_runtime.regions import cpu_slices
+from krex_runtime.regions.certificate import Certifier, certify
 from krex_runtime.regions.cpu_slices import CpuPlan
 from krex_runtime.regions.freezer import FreezeError, Freezer, Target, is_stopped
 from krex_runtime.regions.gate import Gate
 from krex_runtime.regions.gate_backends import DrainReport, GateBackend
+from krex_runtime.regions.region_shares import RegionShares
+from krex_runtime.regions.requests import Entry, Request
 from krex_runtime.wire import events
 
 # GPU index -> its SM clock, throttle reasons and what is wrong with them now.
@@ -59,37 +64,6 @@ class RegionSettings:
     drain_timeout_s: float
 
 
-@dataclass
-class Request:
-    seq: int
-    gpu: int
-    kind: str  # "region" | "lease"
-    tenant_id: int
-    command_id: str
-    pid: int
-    tid: int
-    limit_s: float | None
-    requested_at: float = field(default_factory=time.monotonic)
-    granted: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
-    released: asyncio.Event = field(default_factory=asyncio.Event)
-    withdrawn: bool = False
-    revoked: bool = False
-    reason: str = ""
-    flags: list[str] = field(default_factory=list)  # why its measurements may be off
-    entry: Entry | None = None  # what its entry took, once granted
-
-
-@dataclass
-class Entry:
-    """What an entry took, so the exit gives exactly that back."""
-
-    targets: list[Target]
-    frozen_tenants: list[int]
-    report: DrainReport
-    pinned: bool
-    stats: dict[str, Any]
-
-
 class GpuRegions:
     def __init__(
         self,
@@ -115,6 +89,8 @@ class GpuRegions:
         self.holder: Request | None = None
         # SM clock, throttle reasons and flags now, recorded at every entry.
         self.clock_probe = clock_probe
+        self.certifier: Certifier | None = None  # set by the node where it can say who uses the GPU
+        self.fair = RegionShares({})  # the node sets the weights of the config
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -139,6 +115,7 @@ class GpuRegions:
             leases = sum(1 for r in self.queue if r.kind == "lease")
             self.queue.insert(leases, req)
         else:
+            self.fair.arrive(req, self.queue, self.holder)
             self.queue.append(req)
         self._emit(
             events.RegionRequested(
@@ -184,7 +161,7 @@ class GpuRegions:
             while not self.queue:
                 self._wake.clear()
                 await self._wake.wait()
-            req = self.queue.popleft()
+            req = self.fair.take(self.queue)  # leases first, then by fair share
             try:
                 await self._serve_one(req)
             except Exception:
@@ -223,14 +200,16 @@ class GpuRegions:
         except asyncio.TimeoutError:
             self._overrun(req)
         hold_s = time.monotonic() - granted_at
+        self.fair.charge(req.share, hold_s)
         try:
             exit_stats = await asyncio.to_thread(self._exit, req, entry)
         finally:
             self.holder = None
+            req.certified.set()
         self._emit(
             events.RegionReleased(
                 gpu=self.gpu, region=req.seq, kind=req.kind, tenant_id=req.tenant_id, reason=req.reason or "released",
-                hold_s=hold_s, **exit_stats,
+                hold_s=hold_s, share=req.share, **exit_stats,
             )
         )
 
@@ -305,7 +284,7 @@ class GpuRegions:
         stats["others_calls"] = self._others_calls(holder)
         # CLOCK_MONOTONIC, as the simulator's execution log and the gate use.
         stats["granted_mono_ns"] = time.monotonic_ns()
-        return Entry(targets, frozen, report, pinned, stats)
+        return Entry(targets, frozen, report, pinned, stats, self.certifier and self.certifier.start(holder, req.pid, stats))
 
     def _others_calls(self, holder: int) -> int:
         return sum(e.calls_total for e in self.gate.others(holder))
@@ -313,6 +292,8 @@ class GpuRegions:
     def _exit(self, req: Request, entry: Entry) -> dict[str, Any]:
         released_mono_ns = time.monotonic_ns()
         others_calls = self._others_calls(req.tenant_id)
+        req.verdict = certify(self.certifier, entry.witness, req.tenant_id)
+        # Into the command's result now, before the exit's slower steps: the command may be ending.
         t0 = time.monotonic()
         self._unpin(req)  # done already when the holder released it itself
         t1 = time.monotonic()
@@ -334,6 +315,7 @@ class GpuRegions:
             "open_s": t3 - t2,
             "released_mono_ns": released_mono_ns,
             "others_calls": others_calls,
+            "verdict": req.verdict[0], "verdict_reasons": req.verdict[1],
         }
 
     async def shutdown(self) -> None:
@@ -361,6 +343,7 @@ class RegionManager:
     def __init__(self, regions: dict[int, GpuRegions]) -> None:
         self.gpus = regions
         self._seq = itertools.count(1)
+        self.share_of: Callable[[str], str] = lambda command_id: DEFAULT_KEY  # command id -> share key
 
     def start(self) -> None:
         for r in self.gpus.values():
@@ -376,7 +359,7 @@ class RegionManager:
         tid: int,
         limit_s: float | None,
     ) -> Request:
-        req = Request(next(self._seq), gpu, kind, tenant_id, command_id, pid, tid, limit_s)
+        req = Request(next(self._seq), gpu, kind, tenant_id, command_id, pid, tid, limit_s, share=self.share_of(command_id))
         self.gpus[gpu].submit(req)
         return req
 

@@ -10,12 +10,14 @@ Refusals (read-only socket, tenants) happen before a handler runs
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+from krex_runtime.commands import fair_share
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.regions.leases import LeaseDesk
 from krex_runtime.service.event_log import EventLog
@@ -119,6 +121,9 @@ def _gpu_status(ctx: Context, gpu: Gpu, state: node_state.GpuState) -> dict[str,
         "frozen": list(state.frozen),
         "regions_granted": state.regions_granted,
         "last_region": dict(state.last_region),
+        "verdicts": dict(state.verdicts),
+        # GPU processes this runtime did not start (telemetry; None: n/a): they count against every region.
+        "foreign_processes": (state.telemetry or {}).get("foreign"),
         "pool": {k: v for k, v in state.pool.items() if k != "workers"},
         "zygote": dict(state.zygote),
     }
@@ -131,11 +136,10 @@ async def snapshot(ctx: Context, peer: Peer, req: Request) -> Any:
 
 @handles(verbs.SUBMIT)
 async def submit(ctx: Context, peer: Peer, req: Request) -> Any:
-    if req.body.auto_region is not None:
-        raise ProtocolError(
-            ErrorCode.UNSUPPORTED, "auto_region is not supported by this runtime yet: mark the timing loop with region()"
-        )
-    job = ctx.node.dispatcher.submit(req.body)
+    body = req.body
+    if not body.share:  # fair share: by default the submitting user's
+        body = dataclasses.replace(body, share=fair_share.key_of_user(peer.credentials.uid if peer.credentials else None))
+    job = ctx.node.dispatcher.submit(body)
     if req.body.attach:
         ctx.node.attachments.attach(peer, req.id, job)
     return {"id": job.id, "state": job.state}

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from krex_runtime.commands import fair_share
 from krex_runtime.commands.dispatcher import Dispatcher
 from krex_runtime.commands.environment import RegionAccess, TenantEnvironment, TenantSetup
 from krex_runtime.commands.tenants import TenantRegistry
@@ -28,6 +29,7 @@ from krex_runtime.node.gpus import Gpu
 from krex_runtime.regions import machinery
 from krex_runtime.regions.channel import RegionChannel
 from krex_runtime.regions.leases import CommandLeases, LeaseDesk
+from krex_runtime.regions.certificate import Certifier, GpuProcesses
 from krex_runtime.regions.machinery import RegionMachinery
 from krex_runtime.regions.tokens import RegionTokens
 from krex_runtime.service.event_log import EventLog
@@ -36,6 +38,7 @@ from krex_runtime.service.host import Host
 from krex_runtime.service.server import ControlServer
 from krex_runtime.service.tenancy import Tenancy
 from krex_runtime.telemetry import gpu_metrics
+from krex_runtime.telemetry import gpu_processes
 from krex_runtime.telemetry.clocks import Clocks
 from krex_runtime.telemetry.monitor import Telemetry
 from krex_runtime.sim import layout as sim_layout
@@ -112,11 +115,51 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventLog, server: C
         leases=CommandLeases(regions.manager) if regions is not None else None,
     )
     tenancy = Tenancy(dispatcher, host.cgroup_slice, host.tenant_user)
+    witnesses = gpu_processes.open_processes(gpus, config.gpus.simulated_device)  # who uses each GPU
     leases = channel = None
     if regions is not None and region_access is not None:
         leases = LeaseDesk(regions.manager, dispatcher, config.regions.lease_ttl_s)
         channel = RegionChannel(region_access.socket, regions.manager, tenancy.identify, config.regions, tokens)
+        certify_regions(regions, witnesses, tenancy, clocks)
+        share_regions(regions, dispatcher, config.dispatcher.share_weights)
+    telemetry.foreign_processes = gpu_processes.foreign(witnesses, lambda pid: _is_tenant(tenancy, pid))
     return Node(config, gpus, dispatcher, telemetry, attachments, tenancy, canaries, regions, leases, channel)
+
+
+def certify_regions(regions: RegionMachinery, witnesses: GpuProcesses, tenancy: Tenancy, clocks: Clocks) -> None:
+    """Every GPU's regions get their exclusivity certificate (regions/certificate.py)."""
+
+    def tenant_of(pid: int) -> int | None:
+        try:
+            who = tenancy.identify(pid)
+        except OSError:  # /proc of a process on its way out
+            return None
+        return who.tenant_id if who is not None else None
+
+    for index, gpu_regions in regions.manager.gpus.items():
+        gpu_regions.certifier = Certifier(
+            index, gpu_regions.gate, witnesses, tenant_of, lambda pid: _is_tenant(tenancy, pid), clocks.now
+        )
+
+
+def _is_tenant(tenancy: Tenancy, pid: int) -> bool:
+    try:
+        return bool(tenancy.tenancy_of(pid))
+    except OSError:
+        return True  # cannot tell: not called foreign
+
+
+def share_regions(regions: RegionMachinery, dispatcher: Dispatcher, weights: dict[str, float]) -> None:
+    """Region queues serve share keys fairly (commands/fair_share.py), with the commands' keys.
+    (A command's regions reach its result through the node state: wire/reducer.py.)"""
+
+    def share_of(command_id: str) -> str:
+        job = dispatcher.jobs.get(command_id)
+        return job.share if job is not None else fair_share.DEFAULT_KEY
+
+    regions.manager.share_of = share_of
+    for gpu_regions in regions.manager.gpus.values():
+        gpu_regions.fair.weights = dict(weights)
 
 
 def tenant_environment(config: Config, gpus: list[Gpu], host: Host, regions: RegionAccess | None) -> TenantEnvironment:

@@ -69,6 +69,9 @@ class ProcSlot:
     tenant_id: int
     active: tuple[int, ...]
     mem_used: tuple[int, ...]
+    devices_used: int = 0  # bit d: it executed work on device d
+    work_items: int = 0  # items it started, all devices
+    last_work_ns: int = 0  # CLOCK_MONOTONIC of its latest item's start
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,9 @@ def read_device(name: str | None = None) -> DeviceState:
         slots.append(ProcSlot(
             pid=pid, alive=_pid_alive(pid, start_time), locked=bool(lock_word),
             locker_pid=locker, in_call=in_call, inflight=inflight, tenant_id=tenant,
-            active=tuple(v[9:9 + MAX_DEVICES]), mem_used=tuple(v[9 + MAX_DEVICES:]),
+            active=tuple(v[9:9 + MAX_DEVICES]), mem_used=tuple(v[9 + MAX_DEVICES:9 + 2 * MAX_DEVICES]),
+            devices_used=v[9 + 2 * MAX_DEVICES], work_items=v[11 + 2 * MAX_DEVICES],
+            last_work_ns=v[12 + 2 * MAX_DEVICES],
         ))
     return DeviceState(ndev, copy_mbps, tuple(names), tuple(uuids), tuple(mems), tuple(slots))
 

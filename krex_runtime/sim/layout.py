@@ -31,7 +31,7 @@ SHM_HEADER = struct.Struct("<QIIIIII5Q")
 # struct krex_sim_device_info: uuid[16], name[64], total_mem, reserved[5]
 DEVICE_INFO = struct.Struct("<16s64sQ5Q")
 # struct krex_sim_proc_slot
-PROC_SLOT = struct.Struct(f"<iIQiIIIiI{MAX_DEVICES}I{MAX_DEVICES}Q24x")
+PROC_SLOT = struct.Struct(f"<iIQiIIIiI{MAX_DEVICES}I{MAX_DEVICES}QIIQQ")
 PROC_SLOT_FIELDS = (
     "pid", "lock_word", "start_time", "locker_pid", "in_call", "inflight",
     "drain_seq", "tenant_id", "reserved0",

@@ -16,7 +16,7 @@ import asyncio
 import json
 import logging
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from krex_runtime.node.sink import EventSink
 from krex_runtime.telemetry import gpu_metrics
@@ -56,11 +56,14 @@ class Telemetry:
         self.sampler = clocks.sampler
         self.latest: dict[int, dict[str, Any]] = {}
         self._partial: dict[str, str] = {}
+        # GPU index -> pids using it that are not tenants of this runtime (None: n/a);
+        # the node sets it once it can tell tenants apart (telemetry/gpu_processes.py).
+        self.foreign_processes: Callable[[int], list[int] | None] = lambda gpu: None
 
     async def run(self) -> None:
         interval = self.config.telemetry.sample_interval_s
         while True:
-            metrics = await asyncio.to_thread(gpu_metrics.sample_all, self.sampler, self.gpus)
+            metrics = await asyncio.to_thread(self._sample)
             for key, sample in metrics.items():
                 gate = self.gates.get(int(key))
                 counts = gate_counts(gate) if gate is not None else {"parked": None, "draining": None}
@@ -68,6 +71,15 @@ class Telemetry:
                 self.latest[int(key)] = sample
             self._emit(events.Telemetry(gpus=metrics))
             await asyncio.sleep(interval)
+
+    def _sample(self) -> dict[str, dict[str, Any]]:
+        metrics = gpu_metrics.sample_all(self.sampler, self.gpus)
+        for key, sample in metrics.items():
+            try:
+                sample["foreign"] = self.foreign_processes(int(key))
+            except Exception:  # missing data is a value
+                sample["foreign"] = None
+        return metrics
 
     # --- canaries -----------------------------------------------------------------
 

@@ -23,6 +23,8 @@ import threading
 import traceback
 from typing import Any
 
+from krex_runtime.tenant import auto_region
+
 # The worker's own modules: their frames belong to the process, not to the
 # command, and are cut from the tracebacks a command prints.
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -131,9 +133,13 @@ def run_command(msg: dict[str, Any], fds: list[int], worker_pid: int, join_threa
     exit_code: int | None = 0
     sig: int | None = None
     state, reason = "finished", ""
+    undo_auto_regions = None
     try:
         os.environ.clear()
         os.environ.update(env)
+        # The process started before this command: its start-up hook never saw
+        # the command's auto-regions, so they are set up (and put back) here.
+        undo_auto_regions = auto_region.activate(env)
         try:
             os.chdir(msg["cwd"] or "/")
         except OSError as exc:
@@ -157,6 +163,8 @@ def run_command(msg: dict[str, Any], fds: list[int], worker_pid: int, join_threa
                 threading._shutdown()  # type: ignore[attr-defined]
             atexit._run_exitfuncs()
     finally:
+        if undo_auto_regions is not None:
+            undo_auto_regions()
         atexit._clear()
         _flush()
         sys.stdout, sys.stderr = outer

@@ -14,4 +14,8 @@ RUN_DIR = "KREX_RUN_DIR"
 GATE_PATH = "KREX_GATE_PATH"  # the GPU's gate in shared memory (policy krex)
 REGION_SOCKET = "KREX_REGION_SOCKET"  # where region() asks (policy krex); absent: region() is a no-op
 REGION_TOKEN = "KREX_REGION_TOKEN"  # the tenant's secret for the region channel's HELLO
+AUTO_REGION = "KREX_AUTO_REGION"  # "1": timing harnesses run in regions (tenant/auto_region.py)
+AUTO_REGION_ENTRIES = "KREX_AUTO_REGION_ENTRIES"  # more entry points than the built-in ones, comma-separated
+AUTO_REGION_REPORT = "KREX_AUTO_REGION_REPORT"  # the file the tenant lists what it wrapped in
+UNPROTECTED_TIMINGS = "KREX_UNPROTECTED_TIMINGS"  # policy krex: the file the interception library counts them in
 # The simulator's own settings are named with its bindings (krex_runtime/sim/layout.py).

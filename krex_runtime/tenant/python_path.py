@@ -18,11 +18,11 @@ Only standard-library modules of the runtime's package import in a Python
 without its dependencies: krex_runtime.client and krex_runtime.tenant (a
 contract keeps them so).
 
-The same folder is where tenant start-up hooks go: a `sitecustomize.py`
-written here (wrapping timing harnesses in regions) must end by importing
-the user's own `sitecustomize`, found by searching sys.path past this folder
-(`importlib.machinery.PathFinder.find_spec("sitecustomize", rest_of_path)`),
-so a tenant's own start-up code still runs.
+Its `startup/` folder holds the tenant start-up hook of auto-regions: a
+`sitecustomize.py` that is tenant/auto_region.py's source. It is on the
+PYTHONPATH of commands with auto-regions only, and first there (a
+sitecustomize further on would never run); it runs the user's own
+`sitecustomize` from the rest of sys.path.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from pathlib import Path
 
 FOLDER = "tenant-python"
 PACKAGE = "krex_runtime"
+STARTUP = "startup"
 
 # The package folder the runtime itself runs from (krex_runtime/).
 RUNTIME_PACKAGE = Path(__file__).resolve().parent.parent
@@ -79,6 +80,17 @@ def prepare(run_dir: Path) -> Path:
     tmp.write_text(SHADOW_INIT.format(runtime=str(RUNTIME_PACKAGE)))
     os.chmod(tmp, 0o644)
     os.replace(tmp, init)
-    for path in (folder, package):
+    startup = folder / STARTUP
+    startup.mkdir(exist_ok=True)
+    hook = startup / "sitecustomize.py.tmp"
+    hook.write_bytes((Path(__file__).parent / "auto_region.py").read_bytes())
+    os.chmod(hook, 0o644)
+    os.replace(hook, startup / "sitecustomize.py")
+    for path in (folder, package, startup):
         os.chmod(path, 0o755)
     return folder
+
+
+def startup_folder(folder: Path) -> Path:
+    """The folder of the auto-region start-up hook inside `folder` (prepare's)."""
+    return folder / STARTUP

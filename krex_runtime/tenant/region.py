@@ -54,6 +54,7 @@ class _Channel:
         self._file: Any = None
         self._pid = 0
         self.holding = False
+        self.depth = 0  # regions entered and not yet exited; only the outermost talks to the runtime
         self.region_seq: int | None = None
         self.flags: list[str] = []
 
@@ -65,7 +66,7 @@ class _Channel:
         if self._sock is not None and self._pid == os.getpid():
             return
         # After a fork the connection belongs to the parent: open our own.
-        self._sock, self._file, self.holding = None, None, False
+        self._sock, self._file, self.holding, self.depth = None, None, False, 0
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(path)
@@ -104,24 +105,43 @@ class _Channel:
     def _drop(self) -> None:
         if self._sock is not None:
             self._sock.close()
-        self._sock, self._file, self.holding = None, None, False
+        self._sock, self._file, self.holding, self.depth = None, None, False, 0
 
     def enter(self, path: str) -> None:
         with self._lock:
-            if self.holding:
-                raise RegionError("EBUSY", "this process already holds its region")
+            if self.depth and self._pid == os.getpid():
+                # A region inside a region (a wrapped timing harness called in the
+                # user's own region(), or one harness calling another) is the same
+                # region: the process already holds its GPU.
+                self.depth += 1
+                return
             self._connect(path)
             granted = self._transact(f"ENTER {threading.get_native_id()}", "GRANTED").split()
-            self.holding = True
+            self.holding, self.depth = True, 1
             self.region_seq = int(granted[0]) if granted and granted[0].isdigit() else None
             self.flags = granted[1].split(",") if len(granted) > 1 else []
 
-    def exit(self) -> None:
+    def verdict(self) -> tuple[str, list[str]]:
+        """The exclusivity certificate of the region this process released last."""
         with self._lock:
+            if self._sock is None or self._pid != os.getpid():
+                raise RegionError("EINVAL", "this process has released no region")
+            _seq, _, rest = self._transact("VERDICT", "VERDICT").partition(" ")
+            verdict, _, reasons = rest.partition(" ")
+            return verdict, [r.strip() for r in reasons.split(" | ") if r.strip()]
+
+    def exit(self) -> bool:
+        """Leave a region; True when this released it (the outermost exit)."""
+        with self._lock:
+            if self.depth > 1 and self._pid == os.getpid():
+                self.depth -= 1
+                return False
+            self.depth = 0
             if not self.holding:
                 raise RegionError("EINVAL", "this process does not hold its region")
             self.holding = False
             self._transact("EXIT", "RELEASED")
+            return True
 
 
 def _readable(sock: socket.socket) -> bool:
@@ -138,6 +158,10 @@ def under_runtime() -> bool:
 class region(contextlib.ContextDecorator):
     """Exclusive use of this process's GPU for the duration of the block.
 
+    Regions nest: one entered while the process already holds its region is
+    part of the outer one (nothing is asked of the runtime), and the region
+    ends with the outermost exit.
+
     Raises RegionError when the runtime refuses the region, and on exit when
     the runtime revoked it (the hold limit passed): measurements taken inside
     a revoked region are not protected and should be discarded. `flags`
@@ -146,6 +170,26 @@ class region(contextlib.ContextDecorator):
     """
 
     flags: list[str] = []  # set on entry: e.g. "throttled:hw_thermal" when the GPU throttles
+    _released = False  # this object's exit released the region (it was the outermost)
+    _certificate: tuple[str, list[str]] | None = None
+
+    @property
+    def verdict(self) -> str:
+        """After the region: `verified`, `violated` or `unknown`, the runtime's
+        exclusivity certificate (asked once, on first read; `unknown` outside
+        the runtime and for an inner region, whose outer one is the region)."""
+        return self._certify()[0]
+
+    @property
+    def verdict_reasons(self) -> list[str]:
+        return self._certify()[1]
+
+    def _certify(self) -> tuple[str, list[str]]:
+        if self._certificate is None:
+            if not self._released:
+                return "unknown", ["not released by this region() (outside the runtime, nested, or still held)"]
+            self._certificate = _channel.verdict()
+        return self._certificate
 
     def __enter__(self) -> region:
         path = os.environ.get(env.REGION_SOCKET)
@@ -156,4 +200,5 @@ class region(contextlib.ContextDecorator):
 
     def __exit__(self, *exc: object) -> None:
         if os.environ.get(env.REGION_SOCKET):
-            _channel.exit()
+            self._certificate = None
+            self._released = _channel.exit()

@@ -32,9 +32,9 @@ class SubmitBody:
     attach: bool = False  # stream output and the result to this client
     lease: bool = False  # run with the whole GPU leased to it (policy krex)
     mode: Mode | None = None  # None: the runtime's dispatcher.default_mode
-    # Wrap well-known timing harnesses in a region. Part of the body so clients
-    # can name it; a runtime that cannot do it refuses a value (`unsupported`).
-    auto_region: bool | None = None
+    auto_region: bool | None = None  # timing harnesses in regions; None: the config's regions.auto_region
+    auto_region_entries: list[str] = field(default_factory=list)  # more entry points, "module:function"
+    share: str = ""  # fair-share key; "": the submitting user's name
 
 
 def submit_modes() -> tuple[str, ...]:

@@ -1,16 +1,13 @@
 """Every event the runtime emits, one frozen dataclass per type.
 
-An emitter builds the dataclass (`emit(events.CommandQueued(id=..., ...))`);
-the runtime turns it into its wire dict with `to_wire`, adds `seq` and `t`,
-folds it (wire/reducer.py), appends it to the trace and publishes it. Readers
-of a trace or of the PUB socket receive those dicts; `check_event` checks one
-(wire/event_check.py) against its class before the reducer folds it.
-
-`EVENTS` maps each wire type name to its class; wire/event_check.py derives
-from the classes what a trace's events must hold, and docs/trace-format.md's
-table of events is printed from them (`python -m krex_runtime.wire.events
---markdown`; a test keeps the two the same). Field order is the order of the keys on the
-wire; a new event type or a changed field bumps the trace format version.
+An emitter builds the dataclass (`emit(events.CommandQueued(id=..., ...))`); the
+runtime turns it into its wire dict (`to_wire`), adds `seq` and `t`, folds it
+(wire/reducer.py), traces and publishes it. `EVENTS` maps each wire type name to
+its class; wire/event_check.py derives from the classes what a trace's events must
+hold, and docs/trace-format.md's table is printed from them (`python -m
+krex_runtime.wire.events --markdown`; a test keeps the two the same). Field order
+is the order of the keys on the wire; a new event type or field bumps the trace
+format version.
 """
 
 import dataclasses
@@ -18,8 +15,7 @@ import sys
 from dataclasses import MISSING, dataclass, field
 from typing import Any, Callable, ClassVar, TypeVar, dataclass_transform
 
-# How many finished commands a state remembers unless runtime_started says.
-DEFAULT_KEEP_FINISHED = 1000
+DEFAULT_KEEP_FINISHED = 1000  # finished commands a state remembers unless runtime_started says
 
 EVENTS: dict[str, type["Event"]] = {}
 
@@ -86,7 +82,7 @@ class RuntimeStarted(Event):
 
 @event("command_queued")
 class CommandQueued(Event):
-    """admitted to the FIFO queue"""
+    """admitted to the queue (fair share across share keys, FIFO within one)"""
     id: str
     argv: list[str]
     gpu: int | None = note("requested index or null", None)
@@ -95,6 +91,8 @@ class CommandQueued(Event):
     lease: bool = unread("", False)
     mode: str | None = note("`process`, `forked` or `pooled`; absent for the runtime's own commands", None,
                             omit_none=True)
+    share: str | None = unread("fair-share key (`--share`, else the submitting user); absent for the runtime's own commands",
+                               None, omit_none=True)
 
 
 @event("command_started")
@@ -117,6 +115,8 @@ class CommandFinished(Event):
     signal: int | None = None
     reason: str = ""
     gpu: int | None = unread("", None)
+    auto_regions: list[str] = note("entry points its tenant ran in regions (auto-regions)", factory=list)
+    unprotected_timings: int = note("CUDA-event timings no single region of its tenant covered (policy krex)", 0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,6 +187,9 @@ class RegionReleased(Event):
     open_s: float = unread()
     released_mono_ns: int = unread("CLOCK_MONOTONIC")
     others_calls: int = unread("the same as at the grant: none of them submitted meanwhile")
+    verdict: str = note("exclusivity certificate: `verified`, `violated` or `unknown` (docs/regions.md)", "unknown")
+    verdict_reasons: list[str] = note("one line per witness: gate, processes, utilisation, clock", factory=list)
+    share: str = note("the holder's fair-share key", "default")
 
 
 @event("region_withdrawn")

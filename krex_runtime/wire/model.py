@@ -40,6 +40,8 @@ class GpuState:
     frozen: list[int] = field(default_factory=list)
     regions_granted: int = 0
     last_region: dict[str, Any] = field(default_factory=dict)
+    verdicts: dict[str, int] = field(default_factory=dict)  # released regions per certificate verdict
+    share_region_s: dict[str, float] = field(default_factory=dict)  # region seconds held per fair-share key
     telemetry: dict[str, Any] = field(default_factory=dict)
     parked: int | None = None
     draining: int | None = None
@@ -76,6 +78,8 @@ class CommandInfo:
     #  released_at, hold_s, reason, verdict}. The result record carries them.
     regions: list[dict[str, Any]] = field(default_factory=list)
     region_count: int = 0
+    auto_regions: list[str] = field(default_factory=list)  # what auto-regions wrapped
+    unprotected_timings: int = 0  # CUDA-event timings no region covered (policy krex)
 
 
 @dataclass

@@ -92,6 +92,7 @@ def _command_finished(s: NodeState, e: dict[str, Any]) -> None:
         gpu.finished += 1
     cmd.state, cmd.finished_at = e["state"], e["t"]
     cmd.exit_code, cmd.signal, cmd.reason = e.get("exit_code"), e.get("signal"), e.get("reason", "")
+    cmd.auto_regions, cmd.unprotected_timings = list(e.get("auto_regions", [])), e.get("unprotected_timings", 0)
     _count(s, e["state"])
     s.finished_order.append(cmd.id)
     while len(s.finished_order) > s.keep_finished:
@@ -148,6 +149,7 @@ def _region_granted(s: NodeState, e: dict[str, Any]) -> None:
                     "wait_s": e.get("wait_s"), "enter_s": e.get("enter_s"), "sm_clock_mhz": e.get("sm_clock_mhz"),
                     "throttle": e.get("throttle"), "flags": list(e.get("flags") or []),
                     "released_at": None, "hold_s": None, "reason": None, "verdict": e.get("verdict"),
+                    "verdict_reasons": [],
                 }
             )
 
@@ -160,8 +162,15 @@ def _region_released(s: NodeState, e: dict[str, Any]) -> None:
             record.update(released_at=e["t"], hold_s=e.get("hold_s"), reason=e["reason"])
             if e.get("verdict") is not None:
                 record["verdict"] = e["verdict"]
+                record["verdict_reasons"] = list(e.get("verdict_reasons") or [])
     if gpu.region_seq == e["region"]:
         gpu.last_region = gpu.last_region | {k: v for k, v in e.items() if k.endswith("_s")} | {"reason": e["reason"]}
+        if "verdict" in e:  # traces from before the certificate have none
+            gpu.last_region["verdict"] = e["verdict"]
+            gpu.verdicts[e["verdict"]] = gpu.verdicts.get(e["verdict"], 0) + 1
+        hold = e.get("hold_s")
+        if "share" in e and e.get("kind") == "region" and isinstance(hold, (int, float)) and not isinstance(hold, bool):
+            gpu.share_region_s[e["share"]] = gpu.share_region_s.get(e["share"], 0.0) + hold  # hold_s is not checked
         gpu.region_holder, gpu.region_kind, gpu.region_command = None, "", ""
         gpu.region_seq, gpu.region_since, gpu.frozen = None, None, []
 

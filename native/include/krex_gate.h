@@ -48,6 +48,9 @@ extern "C" {
 #define KREX_ENV_DRAIN_TIMEOUT_MS "KREX_DRAIN_TIMEOUT_MS" /* overrides drain_timeout_ns */
 #define KREX_ENV_REGION_SOCKET "KREX_REGION_SOCKET"  /* region channel (krex.h) */
 #define KREX_ENV_REGION_TOKEN "KREX_REGION_TOKEN"    /* this tenant's secret for the channel's HELLO */
+/* A file the runtime made for the command: one byte appended per unprotected
+ * timing (an event elapsed time no single region of the tenant covered). */
+#define KREX_ENV_UNPROTECTED_TIMINGS "KREX_UNPROTECTED_TIMINGS"
 
 #define KREX_GATE_MAX_PROCS 1024u
 #define KREX_GATE_NO_HOLDER (-1)

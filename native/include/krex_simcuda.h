@@ -87,7 +87,12 @@ struct krex_sim_proc_slot {
     uint32_t reserved0;
     uint32_t active[KREX_SIM_MAX_DEVICES];   /* owner's items executing now, per device */
     uint64_t mem_used[KREX_SIM_MAX_DEVICES]; /* owner's allocated bytes, per device */
-    uint8_t reserved1[24];
+    /* What NVML's running-process list and per-process samples tell of a
+     * real GPU: which devices the owner ran work on, and how much. */
+    uint32_t devices_used;       /* bit d: the owner executed work on device d */
+    uint32_t reserved2;
+    uint64_t work_items;         /* items (kernels, copies, memsets) the owner started, all devices */
+    uint64_t last_work_ns;       /* CLOCK_MONOTONIC when the owner's latest item started */
 };
 
 struct krex_sim_device_info {

@@ -24,8 +24,19 @@ def test_generated_table_is_up_to_date() -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
 
 
-def table_names() -> list[str]:
-    return re.findall(r'^    \{"(cu\w+)", KREX_CLASS_', TABLE.read_text(), re.MULTILINE)
+def table_names(tracked: bool = False) -> list[str]:
+    """The gated entry points of the table (tracked: those watched, not gated)."""
+    klass = "KREX_CLASS_TRACKED" if tracked else r"KREX_CLASS_(?!TRACKED)"
+    return re.findall(r'^    \{"(cu\w+)", ' + klass, TABLE.read_text(), re.MULTILINE)
+
+
+def test_event_timing_is_tracked_in_every_version_not_gated() -> None:
+    assert sorted(table_names(tracked=True)) == [
+        "cuEventDestroy", "cuEventDestroy_v2", "cuEventElapsedTime", "cuEventElapsedTime_v2"]
+    text = TABLE.read_text()
+    for record in ("cuEventRecord", "cuEventRecord_ptsz", "cuEventRecordWithFlags", "cuEventRecordWithFlags_ptsz"):
+        body = text.split(f"CUresult CUDAAPI {record}(", 1)[1].split("\n}", 1)[0]
+        assert "krex_gate_enter" in body and "krex_event_recorded(hEvent)" in body, record
 
 
 def test_table_covers_every_submission_family() -> None:

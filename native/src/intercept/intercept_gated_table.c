@@ -3,7 +3,8 @@
  * 13000). Do not edit; run `make -C native gated-table` to regenerate.
  *
  * 183 gated entry points (76 functions and their
- * exported variants). Each wrapper passes the gate around the real call;
+ * exported variants) and 4 tracked ones (event timing, not gated).
+ * Each gated wrapper passes the gate around the real call;
  * programs linked with -lcuda reach them by symbol interposition, the rest
  * through dlsym / cuGetProcAddress (real pointer -> wrapper, intercept.c).
  */
@@ -74,16 +75,78 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     return r;
 }
 
+#undef cuEventDestroy
+typedef CUresult (CUDAAPI *krex_pfn_cuEventDestroy)(CUevent hEvent);
+CUresult CUDAAPI cuEventDestroy(CUevent hEvent)
+{
+    krex_pfn_cuEventDestroy real = (krex_pfn_cuEventDestroy)krex_gated_real(5);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_track_enter(5);
+    int outer = token != KREX_TOKEN_NESTED;
+    if (outer) krex_event_destroyed(hEvent);
+    CUresult r = real(hEvent);
+    krex_track_leave(token);
+    return r;
+}
+
+#undef cuEventDestroy_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuEventDestroy_v2)(CUevent hEvent);
+CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent)
+{
+    krex_pfn_cuEventDestroy_v2 real = (krex_pfn_cuEventDestroy_v2)krex_gated_real(6);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_track_enter(6);
+    int outer = token != KREX_TOKEN_NESTED;
+    if (outer) krex_event_destroyed(hEvent);
+    CUresult r = real(hEvent);
+    krex_track_leave(token);
+    return r;
+}
+
+#undef cuEventElapsedTime
+typedef CUresult (CUDAAPI *krex_pfn_cuEventElapsedTime)(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
+{
+    krex_pfn_cuEventElapsedTime real = (krex_pfn_cuEventElapsedTime)krex_gated_real(7);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_track_enter(7);
+    int outer = token != KREX_TOKEN_NESTED;
+    CUresult r = real(pMilliseconds, hStart, hEnd);
+    if (r == CUDA_SUCCESS && outer) krex_event_elapsed(hStart, hEnd);
+    krex_track_leave(token);
+    return r;
+}
+
+#undef cuEventElapsedTime_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuEventElapsedTime_v2)(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+CUresult CUDAAPI cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
+{
+    krex_pfn_cuEventElapsedTime_v2 real = (krex_pfn_cuEventElapsedTime_v2)krex_gated_real(8);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_track_enter(8);
+    int outer = token != KREX_TOKEN_NESTED;
+    CUresult r = real(pMilliseconds, hStart, hEnd);
+    if (r == CUDA_SUCCESS && outer) krex_event_elapsed(hStart, hEnd);
+    krex_track_leave(token);
+    return r;
+}
+
 #undef cuEventRecord
 typedef CUresult (CUDAAPI *krex_pfn_cuEventRecord)(CUevent hEvent, CUstream hStream);
 CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
 {
-    krex_pfn_cuEventRecord real = (krex_pfn_cuEventRecord)krex_gated_real(5);
+    krex_pfn_cuEventRecord real = (krex_pfn_cuEventRecord)krex_gated_real(9);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(5);
+    int token = krex_gate_enter(9);
+    int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(hEvent, hStream);
-    krex_gate_leave(5, token);
+    if (r == CUDA_SUCCESS && outer) krex_event_recorded(hEvent);
+    krex_gate_leave(9, token);
     return r;
 }
 
@@ -91,12 +154,14 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
 typedef CUresult (CUDAAPI *krex_pfn_cuEventRecordWithFlags)(CUevent hEvent, CUstream hStream, unsigned int flags);
 CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
-    krex_pfn_cuEventRecordWithFlags real = (krex_pfn_cuEventRecordWithFlags)krex_gated_real(6);
+    krex_pfn_cuEventRecordWithFlags real = (krex_pfn_cuEventRecordWithFlags)krex_gated_real(10);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(6);
+    int token = krex_gate_enter(10);
+    int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(hEvent, hStream, flags);
-    krex_gate_leave(6, token);
+    if (r == CUDA_SUCCESS && outer) krex_event_recorded(hEvent);
+    krex_gate_leave(10, token);
     return r;
 }
 
@@ -104,12 +169,14 @@ CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsign
 typedef CUresult (CUDAAPI *krex_pfn_cuEventRecordWithFlags_ptsz)(CUevent hEvent, CUstream hStream, unsigned int flags);
 CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
-    krex_pfn_cuEventRecordWithFlags_ptsz real = (krex_pfn_cuEventRecordWithFlags_ptsz)krex_gated_real(7);
+    krex_pfn_cuEventRecordWithFlags_ptsz real = (krex_pfn_cuEventRecordWithFlags_ptsz)krex_gated_real(11);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(7);
+    int token = krex_gate_enter(11);
+    int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(hEvent, hStream, flags);
-    krex_gate_leave(7, token);
+    if (r == CUDA_SUCCESS && outer) krex_event_recorded(hEvent);
+    krex_gate_leave(11, token);
     return r;
 }
 
@@ -117,12 +184,14 @@ CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, u
 typedef CUresult (CUDAAPI *krex_pfn_cuEventRecord_ptsz)(CUevent hEvent, CUstream hStream);
 CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
-    krex_pfn_cuEventRecord_ptsz real = (krex_pfn_cuEventRecord_ptsz)krex_gated_real(8);
+    krex_pfn_cuEventRecord_ptsz real = (krex_pfn_cuEventRecord_ptsz)krex_gated_real(12);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(8);
+    int token = krex_gate_enter(12);
+    int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(hEvent, hStream);
-    krex_gate_leave(8, token);
+    if (r == CUDA_SUCCESS && outer) krex_event_recorded(hEvent);
+    krex_gate_leave(12, token);
     return r;
 }
 
@@ -130,12 +199,12 @@ CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 typedef CUresult (CUDAAPI *krex_pfn_cuGraphLaunch)(CUgraphExec hGraph, CUstream hStream);
 CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraph, CUstream hStream)
 {
-    krex_pfn_cuGraphLaunch real = (krex_pfn_cuGraphLaunch)krex_gated_real(9);
+    krex_pfn_cuGraphLaunch real = (krex_pfn_cuGraphLaunch)krex_gated_real(13);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(9);
+    int token = krex_gate_enter(13);
     CUresult r = real(hGraph, hStream);
-    krex_gate_leave(9, token);
+    krex_gate_leave(13, token);
     return r;
 }
 
@@ -143,12 +212,12 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraph, CUstream hStream)
 typedef CUresult (CUDAAPI *krex_pfn_cuGraphLaunch_ptsz)(CUgraphExec hGraphExec, CUstream hStream);
 CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
-    krex_pfn_cuGraphLaunch_ptsz real = (krex_pfn_cuGraphLaunch_ptsz)krex_gated_real(10);
+    krex_pfn_cuGraphLaunch_ptsz real = (krex_pfn_cuGraphLaunch_ptsz)krex_gated_real(14);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(10);
+    int token = krex_gate_enter(14);
     CUresult r = real(hGraphExec, hStream);
-    krex_gate_leave(10, token);
+    krex_gate_leave(14, token);
     return r;
 }
 
@@ -156,12 +225,12 @@ CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 typedef CUresult (CUDAAPI *krex_pfn_cuGraphUpload)(CUgraphExec hGraph, CUstream hStream);
 CUresult CUDAAPI cuGraphUpload(CUgraphExec hGraph, CUstream hStream)
 {
-    krex_pfn_cuGraphUpload real = (krex_pfn_cuGraphUpload)krex_gated_real(11);
+    krex_pfn_cuGraphUpload real = (krex_pfn_cuGraphUpload)krex_gated_real(15);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(11);
+    int token = krex_gate_enter(15);
     CUresult r = real(hGraph, hStream);
-    krex_gate_leave(11, token);
+    krex_gate_leave(15, token);
     return r;
 }
 
@@ -169,12 +238,12 @@ CUresult CUDAAPI cuGraphUpload(CUgraphExec hGraph, CUstream hStream)
 typedef CUresult (CUDAAPI *krex_pfn_cuGraphUpload_ptsz)(CUgraphExec hGraphExec, CUstream hStream);
 CUresult CUDAAPI cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
-    krex_pfn_cuGraphUpload_ptsz real = (krex_pfn_cuGraphUpload_ptsz)krex_gated_real(12);
+    krex_pfn_cuGraphUpload_ptsz real = (krex_pfn_cuGraphUpload_ptsz)krex_gated_real(16);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(12);
+    int token = krex_gate_enter(16);
     CUresult r = real(hGraphExec, hStream);
-    krex_gate_leave(12, token);
+    krex_gate_leave(16, token);
     return r;
 }
 
@@ -182,12 +251,12 @@ CUresult CUDAAPI cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunch)(CUfunction f);
 CUresult CUDAAPI cuLaunch(CUfunction f)
 {
-    krex_pfn_cuLaunch real = (krex_pfn_cuLaunch)krex_gated_real(13);
+    krex_pfn_cuLaunch real = (krex_pfn_cuLaunch)krex_gated_real(17);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(13);
+    int token = krex_gate_enter(17);
     CUresult r = real(f);
-    krex_gate_leave(13, token);
+    krex_gate_leave(17, token);
     return r;
 }
 
@@ -195,12 +264,12 @@ CUresult CUDAAPI cuLaunch(CUfunction f)
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunchCooperativeKernel)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams);
 CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
-    krex_pfn_cuLaunchCooperativeKernel real = (krex_pfn_cuLaunchCooperativeKernel)krex_gated_real(14);
+    krex_pfn_cuLaunchCooperativeKernel real = (krex_pfn_cuLaunchCooperativeKernel)krex_gated_real(18);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(14);
+    int token = krex_gate_enter(18);
     CUresult r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
-    krex_gate_leave(14, token);
+    krex_gate_leave(18, token);
     return r;
 }
 
@@ -208,12 +277,12 @@ CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, 
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunchCooperativeKernelMultiDevice)(CUDA_LAUNCH_PARAMS *launchParamsList, unsigned int numDevices, unsigned int flags);
 CUresult CUDAAPI cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsList, unsigned int numDevices, unsigned int flags)
 {
-    krex_pfn_cuLaunchCooperativeKernelMultiDevice real = (krex_pfn_cuLaunchCooperativeKernelMultiDevice)krex_gated_real(15);
+    krex_pfn_cuLaunchCooperativeKernelMultiDevice real = (krex_pfn_cuLaunchCooperativeKernelMultiDevice)krex_gated_real(19);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(15);
+    int token = krex_gate_enter(19);
     CUresult r = real(launchParamsList, numDevices, flags);
-    krex_gate_leave(15, token);
+    krex_gate_leave(19, token);
     return r;
 }
 
@@ -221,12 +290,12 @@ CUresult CUDAAPI cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launch
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunchCooperativeKernel_ptsz)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams);
 CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
-    krex_pfn_cuLaunchCooperativeKernel_ptsz real = (krex_pfn_cuLaunchCooperativeKernel_ptsz)krex_gated_real(16);
+    krex_pfn_cuLaunchCooperativeKernel_ptsz real = (krex_pfn_cuLaunchCooperativeKernel_ptsz)krex_gated_real(20);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(16);
+    int token = krex_gate_enter(20);
     CUresult r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
-    krex_gate_leave(16, token);
+    krex_gate_leave(20, token);
     return r;
 }
 
@@ -234,12 +303,12 @@ CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridD
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunchGrid)(CUfunction f, int grid_width, int grid_height);
 CUresult CUDAAPI cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
 {
-    krex_pfn_cuLaunchGrid real = (krex_pfn_cuLaunchGrid)krex_gated_real(17);
+    krex_pfn_cuLaunchGrid real = (krex_pfn_cuLaunchGrid)krex_gated_real(21);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(17);
+    int token = krex_gate_enter(21);
     CUresult r = real(f, grid_width, grid_height);
-    krex_gate_leave(17, token);
+    krex_gate_leave(21, token);
     return r;
 }
 
@@ -247,12 +316,12 @@ CUresult CUDAAPI cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunchGridAsync)(CUfunction f, int grid_width, int grid_height, CUstream hStream);
 CUresult CUDAAPI cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream hStream)
 {
-    krex_pfn_cuLaunchGridAsync real = (krex_pfn_cuLaunchGridAsync)krex_gated_real(18);
+    krex_pfn_cuLaunchGridAsync real = (krex_pfn_cuLaunchGridAsync)krex_gated_real(22);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(18);
+    int token = krex_gate_enter(22);
     CUresult r = real(f, grid_width, grid_height, hStream);
-    krex_gate_leave(18, token);
+    krex_gate_leave(22, token);
     return r;
 }
 
@@ -260,12 +329,12 @@ CUresult CUDAAPI cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunchHostFunc)(CUstream hStream, CUhostFn fn, void *userData);
 CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
-    krex_pfn_cuLaunchHostFunc real = (krex_pfn_cuLaunchHostFunc)krex_gated_real(19);
+    krex_pfn_cuLaunchHostFunc real = (krex_pfn_cuLaunchHostFunc)krex_gated_real(23);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(19);
+    int token = krex_gate_enter(23);
     CUresult r = real(hStream, fn, userData);
-    krex_gate_leave(19, token);
+    krex_gate_leave(23, token);
     return r;
 }
 
@@ -273,12 +342,12 @@ CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunchHostFunc_ptsz)(CUstream hStream, CUhostFn fn, void *userData);
 CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
 {
-    krex_pfn_cuLaunchHostFunc_ptsz real = (krex_pfn_cuLaunchHostFunc_ptsz)krex_gated_real(20);
+    krex_pfn_cuLaunchHostFunc_ptsz real = (krex_pfn_cuLaunchHostFunc_ptsz)krex_gated_real(24);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(20);
+    int token = krex_gate_enter(24);
     CUresult r = real(hStream, fn, userData);
-    krex_gate_leave(20, token);
+    krex_gate_leave(24, token);
     return r;
 }
 
@@ -286,12 +355,12 @@ CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *user
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunchKernel)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
-    krex_pfn_cuLaunchKernel real = (krex_pfn_cuLaunchKernel)krex_gated_real(21);
+    krex_pfn_cuLaunchKernel real = (krex_pfn_cuLaunchKernel)krex_gated_real(25);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(21);
+    int token = krex_gate_enter(25);
     CUresult r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
-    krex_gate_leave(21, token);
+    krex_gate_leave(25, token);
     return r;
 }
 
@@ -299,12 +368,12 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned in
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunchKernelEx)(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
-    krex_pfn_cuLaunchKernelEx real = (krex_pfn_cuLaunchKernelEx)krex_gated_real(22);
+    krex_pfn_cuLaunchKernelEx real = (krex_pfn_cuLaunchKernelEx)krex_gated_real(26);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(22);
+    int token = krex_gate_enter(26);
     CUresult r = real(config, f, kernelParams, extra);
-    krex_gate_leave(22, token);
+    krex_gate_leave(26, token);
     return r;
 }
 
@@ -312,12 +381,12 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, vo
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunchKernelEx_ptsz)(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
 CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
-    krex_pfn_cuLaunchKernelEx_ptsz real = (krex_pfn_cuLaunchKernelEx_ptsz)krex_gated_real(23);
+    krex_pfn_cuLaunchKernelEx_ptsz real = (krex_pfn_cuLaunchKernelEx_ptsz)krex_gated_real(27);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(23);
+    int token = krex_gate_enter(27);
     CUresult r = real(config, f, kernelParams, extra);
-    krex_gate_leave(23, token);
+    krex_gate_leave(27, token);
     return r;
 }
 
@@ -325,12 +394,12 @@ CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction 
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunchKernel_ptsz)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
 CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
-    krex_pfn_cuLaunchKernel_ptsz real = (krex_pfn_cuLaunchKernel_ptsz)krex_gated_real(24);
+    krex_pfn_cuLaunchKernel_ptsz real = (krex_pfn_cuLaunchKernel_ptsz)krex_gated_real(28);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(24);
+    int token = krex_gate_enter(28);
     CUresult r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
-    krex_gate_leave(24, token);
+    krex_gate_leave(28, token);
     return r;
 }
 
@@ -338,12 +407,12 @@ CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsign
 typedef CUresult (CUDAAPI *krex_pfn_cuLibraryLoadData)(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void** libraryOptionValues, unsigned int numLibraryOptions);
 CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void** libraryOptionValues, unsigned int numLibraryOptions)
 {
-    krex_pfn_cuLibraryLoadData real = (krex_pfn_cuLibraryLoadData)krex_gated_real(25);
+    krex_pfn_cuLibraryLoadData real = (krex_pfn_cuLibraryLoadData)krex_gated_real(29);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(25);
+    int token = krex_gate_enter(29);
     CUresult r = real(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
-    krex_gate_leave(25, token);
+    krex_gate_leave(29, token);
     return r;
 }
 
@@ -351,12 +420,12 @@ CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_o
 typedef CUresult (CUDAAPI *krex_pfn_cuLibraryLoadFromFile)(CUlibrary *library, const char *fileName, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions);
 CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
-    krex_pfn_cuLibraryLoadFromFile real = (krex_pfn_cuLibraryLoadFromFile)krex_gated_real(26);
+    krex_pfn_cuLibraryLoadFromFile real = (krex_pfn_cuLibraryLoadFromFile)krex_gated_real(30);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(26);
+    int token = krex_gate_enter(30);
     CUresult r = real(library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
-    krex_gate_leave(26, token);
+    krex_gate_leave(30, token);
     return r;
 }
 
@@ -364,12 +433,12 @@ CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary *library, const char *fileName,
 typedef CUresult (CUDAAPI *krex_pfn_cuMemAllocAsync)(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
 CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    krex_pfn_cuMemAllocAsync real = (krex_pfn_cuMemAllocAsync)krex_gated_real(27);
+    krex_pfn_cuMemAllocAsync real = (krex_pfn_cuMemAllocAsync)krex_gated_real(31);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(27);
+    int token = krex_gate_enter(31);
     CUresult r = real(dptr, bytesize, hStream);
-    krex_gate_leave(27, token);
+    krex_gate_leave(31, token);
     return r;
 }
 
@@ -377,12 +446,12 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hS
 typedef CUresult (CUDAAPI *krex_pfn_cuMemAllocAsync_ptsz)(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
 CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    krex_pfn_cuMemAllocAsync_ptsz real = (krex_pfn_cuMemAllocAsync_ptsz)krex_gated_real(28);
+    krex_pfn_cuMemAllocAsync_ptsz real = (krex_pfn_cuMemAllocAsync_ptsz)krex_gated_real(32);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(28);
+    int token = krex_gate_enter(32);
     CUresult r = real(dptr, bytesize, hStream);
-    krex_gate_leave(28, token);
+    krex_gate_leave(32, token);
     return r;
 }
 
@@ -390,12 +459,12 @@ CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstre
 typedef CUresult (CUDAAPI *krex_pfn_cuMemAllocFromPoolAsync)(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
 CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
-    krex_pfn_cuMemAllocFromPoolAsync real = (krex_pfn_cuMemAllocFromPoolAsync)krex_gated_real(29);
+    krex_pfn_cuMemAllocFromPoolAsync real = (krex_pfn_cuMemAllocFromPoolAsync)krex_gated_real(33);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(29);
+    int token = krex_gate_enter(33);
     CUresult r = real(dptr, bytesize, pool, hStream);
-    krex_gate_leave(29, token);
+    krex_gate_leave(33, token);
     return r;
 }
 
@@ -403,12 +472,12 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUm
 typedef CUresult (CUDAAPI *krex_pfn_cuMemAllocFromPoolAsync_ptsz)(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
 CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
-    krex_pfn_cuMemAllocFromPoolAsync_ptsz real = (krex_pfn_cuMemAllocFromPoolAsync_ptsz)krex_gated_real(30);
+    krex_pfn_cuMemAllocFromPoolAsync_ptsz real = (krex_pfn_cuMemAllocFromPoolAsync_ptsz)krex_gated_real(34);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(30);
+    int token = krex_gate_enter(34);
     CUresult r = real(dptr, bytesize, pool, hStream);
-    krex_gate_leave(30, token);
+    krex_gate_leave(34, token);
     return r;
 }
 
@@ -416,12 +485,12 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize
 typedef CUresult (CUDAAPI *krex_pfn_cuMemBatchDecompressAsync)(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex, CUstream stream);
 CUresult CUDAAPI cuMemBatchDecompressAsync(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex, CUstream stream)
 {
-    krex_pfn_cuMemBatchDecompressAsync real = (krex_pfn_cuMemBatchDecompressAsync)krex_gated_real(31);
+    krex_pfn_cuMemBatchDecompressAsync real = (krex_pfn_cuMemBatchDecompressAsync)krex_gated_real(35);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(31);
+    int token = krex_gate_enter(35);
     CUresult r = real(paramsArray, count, flags, errorIndex, stream);
-    krex_gate_leave(31, token);
+    krex_gate_leave(35, token);
     return r;
 }
 
@@ -429,12 +498,12 @@ CUresult CUDAAPI cuMemBatchDecompressAsync(CUmemDecompressParams *paramsArray, s
 typedef CUresult (CUDAAPI *krex_pfn_cuMemBatchDecompressAsync_ptsz)(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex, CUstream stream);
 CUresult CUDAAPI cuMemBatchDecompressAsync_ptsz(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex, CUstream stream)
 {
-    krex_pfn_cuMemBatchDecompressAsync_ptsz real = (krex_pfn_cuMemBatchDecompressAsync_ptsz)krex_gated_real(32);
+    krex_pfn_cuMemBatchDecompressAsync_ptsz real = (krex_pfn_cuMemBatchDecompressAsync_ptsz)krex_gated_real(36);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(32);
+    int token = krex_gate_enter(36);
     CUresult r = real(paramsArray, count, flags, errorIndex, stream);
-    krex_gate_leave(32, token);
+    krex_gate_leave(36, token);
     return r;
 }
 
@@ -442,12 +511,12 @@ CUresult CUDAAPI cuMemBatchDecompressAsync_ptsz(CUmemDecompressParams *paramsArr
 typedef CUresult (CUDAAPI *krex_pfn_cuMemDiscardAndPrefetchBatchAsync)(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream);
 CUresult CUDAAPI cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
-    krex_pfn_cuMemDiscardAndPrefetchBatchAsync real = (krex_pfn_cuMemDiscardAndPrefetchBatchAsync)krex_gated_real(33);
+    krex_pfn_cuMemDiscardAndPrefetchBatchAsync real = (krex_pfn_cuMemDiscardAndPrefetchBatchAsync)krex_gated_real(37);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(33);
+    int token = krex_gate_enter(37);
     CUresult r = real(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
-    krex_gate_leave(33, token);
+    krex_gate_leave(37, token);
     return r;
 }
 
@@ -455,12 +524,12 @@ CUresult CUDAAPI cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *s
 typedef CUresult (CUDAAPI *krex_pfn_cuMemDiscardAndPrefetchBatchAsync_ptsz)(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream);
 CUresult CUDAAPI cuMemDiscardAndPrefetchBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
-    krex_pfn_cuMemDiscardAndPrefetchBatchAsync_ptsz real = (krex_pfn_cuMemDiscardAndPrefetchBatchAsync_ptsz)krex_gated_real(34);
+    krex_pfn_cuMemDiscardAndPrefetchBatchAsync_ptsz real = (krex_pfn_cuMemDiscardAndPrefetchBatchAsync_ptsz)krex_gated_real(38);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(34);
+    int token = krex_gate_enter(38);
     CUresult r = real(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
-    krex_gate_leave(34, token);
+    krex_gate_leave(38, token);
     return r;
 }
 
@@ -468,12 +537,12 @@ CUresult CUDAAPI cuMemDiscardAndPrefetchBatchAsync_ptsz(CUdeviceptr *dptrs, size
 typedef CUresult (CUDAAPI *krex_pfn_cuMemDiscardBatchAsync)(CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream);
 CUresult CUDAAPI cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream)
 {
-    krex_pfn_cuMemDiscardBatchAsync real = (krex_pfn_cuMemDiscardBatchAsync)krex_gated_real(35);
+    krex_pfn_cuMemDiscardBatchAsync real = (krex_pfn_cuMemDiscardBatchAsync)krex_gated_real(39);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(35);
+    int token = krex_gate_enter(39);
     CUresult r = real(dptrs, sizes, count, flags, hStream);
-    krex_gate_leave(35, token);
+    krex_gate_leave(39, token);
     return r;
 }
 
@@ -481,12 +550,12 @@ CUresult CUDAAPI cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_
 typedef CUresult (CUDAAPI *krex_pfn_cuMemDiscardBatchAsync_ptsz)(CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream);
 CUresult CUDAAPI cuMemDiscardBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream)
 {
-    krex_pfn_cuMemDiscardBatchAsync_ptsz real = (krex_pfn_cuMemDiscardBatchAsync_ptsz)krex_gated_real(36);
+    krex_pfn_cuMemDiscardBatchAsync_ptsz real = (krex_pfn_cuMemDiscardBatchAsync_ptsz)krex_gated_real(40);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(36);
+    int token = krex_gate_enter(40);
     CUresult r = real(dptrs, sizes, count, flags, hStream);
-    krex_gate_leave(36, token);
+    krex_gate_leave(40, token);
     return r;
 }
 
@@ -494,12 +563,12 @@ CUresult CUDAAPI cuMemDiscardBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, 
 typedef CUresult (CUDAAPI *krex_pfn_cuMemFreeAsync)(CUdeviceptr dptr, CUstream hStream);
 CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
-    krex_pfn_cuMemFreeAsync real = (krex_pfn_cuMemFreeAsync)krex_gated_real(37);
+    krex_pfn_cuMemFreeAsync real = (krex_pfn_cuMemFreeAsync)krex_gated_real(41);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(37);
+    int token = krex_gate_enter(41);
     CUresult r = real(dptr, hStream);
-    krex_gate_leave(37, token);
+    krex_gate_leave(41, token);
     return r;
 }
 
@@ -507,12 +576,12 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 typedef CUresult (CUDAAPI *krex_pfn_cuMemFreeAsync_ptsz)(CUdeviceptr dptr, CUstream hStream);
 CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
-    krex_pfn_cuMemFreeAsync_ptsz real = (krex_pfn_cuMemFreeAsync_ptsz)krex_gated_real(38);
+    krex_pfn_cuMemFreeAsync_ptsz real = (krex_pfn_cuMemFreeAsync_ptsz)krex_gated_real(42);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(38);
+    int token = krex_gate_enter(42);
     CUresult r = real(dptr, hStream);
-    krex_gate_leave(38, token);
+    krex_gate_leave(42, token);
     return r;
 }
 
@@ -520,12 +589,12 @@ CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 typedef CUresult (CUDAAPI *krex_pfn_cuMemMapArrayAsync)(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream);
 CUresult CUDAAPI cuMemMapArrayAsync(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream)
 {
-    krex_pfn_cuMemMapArrayAsync real = (krex_pfn_cuMemMapArrayAsync)krex_gated_real(39);
+    krex_pfn_cuMemMapArrayAsync real = (krex_pfn_cuMemMapArrayAsync)krex_gated_real(43);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(39);
+    int token = krex_gate_enter(43);
     CUresult r = real(mapInfoList, count, hStream);
-    krex_gate_leave(39, token);
+    krex_gate_leave(43, token);
     return r;
 }
 
@@ -533,12 +602,12 @@ CUresult CUDAAPI cuMemMapArrayAsync(CUarrayMapInfo *mapInfoList, unsigned int co
 typedef CUresult (CUDAAPI *krex_pfn_cuMemMapArrayAsync_ptsz)(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream);
 CUresult CUDAAPI cuMemMapArrayAsync_ptsz(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream)
 {
-    krex_pfn_cuMemMapArrayAsync_ptsz real = (krex_pfn_cuMemMapArrayAsync_ptsz)krex_gated_real(40);
+    krex_pfn_cuMemMapArrayAsync_ptsz real = (krex_pfn_cuMemMapArrayAsync_ptsz)krex_gated_real(44);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(40);
+    int token = krex_gate_enter(44);
     CUresult r = real(mapInfoList, count, hStream);
-    krex_gate_leave(40, token);
+    krex_gate_leave(44, token);
     return r;
 }
 
@@ -546,12 +615,12 @@ CUresult CUDAAPI cuMemMapArrayAsync_ptsz(CUarrayMapInfo *mapInfoList, unsigned i
 typedef CUresult (CUDAAPI *krex_pfn_cuMemPrefetchAsync)(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream);
 CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream)
 {
-    krex_pfn_cuMemPrefetchAsync real = (krex_pfn_cuMemPrefetchAsync)krex_gated_real(41);
+    krex_pfn_cuMemPrefetchAsync real = (krex_pfn_cuMemPrefetchAsync)krex_gated_real(45);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(41);
+    int token = krex_gate_enter(45);
     CUresult r = real(devPtr, count, dstDevice, hStream);
-    krex_gate_leave(41, token);
+    krex_gate_leave(45, token);
     return r;
 }
 
@@ -559,12 +628,12 @@ CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice d
 typedef CUresult (CUDAAPI *krex_pfn_cuMemPrefetchAsync_ptsz)(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream);
 CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream)
 {
-    krex_pfn_cuMemPrefetchAsync_ptsz real = (krex_pfn_cuMemPrefetchAsync_ptsz)krex_gated_real(42);
+    krex_pfn_cuMemPrefetchAsync_ptsz real = (krex_pfn_cuMemPrefetchAsync_ptsz)krex_gated_real(46);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(42);
+    int token = krex_gate_enter(46);
     CUresult r = real(devPtr, count, dstDevice, hStream);
-    krex_gate_leave(42, token);
+    krex_gate_leave(46, token);
     return r;
 }
 
@@ -572,12 +641,12 @@ CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdev
 typedef CUresult (CUDAAPI *krex_pfn_cuMemPrefetchAsync_v2)(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream);
 CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream)
 {
-    krex_pfn_cuMemPrefetchAsync_v2 real = (krex_pfn_cuMemPrefetchAsync_v2)krex_gated_real(43);
+    krex_pfn_cuMemPrefetchAsync_v2 real = (krex_pfn_cuMemPrefetchAsync_v2)krex_gated_real(47);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(43);
+    int token = krex_gate_enter(47);
     CUresult r = real(devPtr, count, location, flags, hStream);
-    krex_gate_leave(43, token);
+    krex_gate_leave(47, token);
     return r;
 }
 
@@ -585,12 +654,12 @@ CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLo
 typedef CUresult (CUDAAPI *krex_pfn_cuMemPrefetchAsync_v2_ptsz)(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream);
 CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream)
 {
-    krex_pfn_cuMemPrefetchAsync_v2_ptsz real = (krex_pfn_cuMemPrefetchAsync_v2_ptsz)krex_gated_real(44);
+    krex_pfn_cuMemPrefetchAsync_v2_ptsz real = (krex_pfn_cuMemPrefetchAsync_v2_ptsz)krex_gated_real(48);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(44);
+    int token = krex_gate_enter(48);
     CUresult r = real(devPtr, count, location, flags, hStream);
-    krex_gate_leave(44, token);
+    krex_gate_leave(48, token);
     return r;
 }
 
@@ -598,12 +667,12 @@ CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count, CU
 typedef CUresult (CUDAAPI *krex_pfn_cuMemPrefetchBatchAsync)(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream);
 CUresult CUDAAPI cuMemPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
-    krex_pfn_cuMemPrefetchBatchAsync real = (krex_pfn_cuMemPrefetchBatchAsync)krex_gated_real(45);
+    krex_pfn_cuMemPrefetchBatchAsync real = (krex_pfn_cuMemPrefetchBatchAsync)krex_gated_real(49);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(45);
+    int token = krex_gate_enter(49);
     CUresult r = real(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
-    krex_gate_leave(45, token);
+    krex_gate_leave(49, token);
     return r;
 }
 
@@ -611,12 +680,12 @@ CUresult CUDAAPI cuMemPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size
 typedef CUresult (CUDAAPI *krex_pfn_cuMemPrefetchBatchAsync_ptsz)(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream);
 CUresult CUDAAPI cuMemPrefetchBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
-    krex_pfn_cuMemPrefetchBatchAsync_ptsz real = (krex_pfn_cuMemPrefetchBatchAsync_ptsz)krex_gated_real(46);
+    krex_pfn_cuMemPrefetchBatchAsync_ptsz real = (krex_pfn_cuMemPrefetchBatchAsync_ptsz)krex_gated_real(50);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(46);
+    int token = krex_gate_enter(50);
     CUresult r = real(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
-    krex_gate_leave(46, token);
+    krex_gate_leave(50, token);
     return r;
 }
 
@@ -624,12 +693,12 @@ CUresult CUDAAPI cuMemPrefetchBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes,
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount);
 CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
-    krex_pfn_cuMemcpy real = (krex_pfn_cuMemcpy)krex_gated_real(47);
+    krex_pfn_cuMemcpy real = (krex_pfn_cuMemcpy)krex_gated_real(51);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(47);
+    int token = krex_gate_enter(51);
     CUresult r = real(dst, src, ByteCount);
-    krex_gate_leave(47, token);
+    krex_gate_leave(51, token);
     return r;
 }
 
@@ -637,59 +706,7 @@ CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2D)(const CUDA_MEMCPY2D_v1 *pCopy);
 CUresult CUDAAPI cuMemcpy2D(const CUDA_MEMCPY2D_v1 *pCopy)
 {
-    krex_pfn_cuMemcpy2D real = (krex_pfn_cuMemcpy2D)krex_gated_real(48);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(48);
-    CUresult r = real(pCopy);
-    krex_gate_leave(48, token);
-    return r;
-}
-
-#undef cuMemcpy2DAsync
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DAsync)(const CUDA_MEMCPY2D_v1 *pCopy, CUstream hStream);
-CUresult CUDAAPI cuMemcpy2DAsync(const CUDA_MEMCPY2D_v1 *pCopy, CUstream hStream)
-{
-    krex_pfn_cuMemcpy2DAsync real = (krex_pfn_cuMemcpy2DAsync)krex_gated_real(49);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(49);
-    CUresult r = real(pCopy, hStream);
-    krex_gate_leave(49, token);
-    return r;
-}
-
-#undef cuMemcpy2DAsync_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DAsync_v2)(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
-CUresult CUDAAPI cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
-{
-    krex_pfn_cuMemcpy2DAsync_v2 real = (krex_pfn_cuMemcpy2DAsync_v2)krex_gated_real(50);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(50);
-    CUresult r = real(pCopy, hStream);
-    krex_gate_leave(50, token);
-    return r;
-}
-
-#undef cuMemcpy2DAsync_v2_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DAsync_v2_ptsz)(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
-CUresult CUDAAPI cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
-{
-    krex_pfn_cuMemcpy2DAsync_v2_ptsz real = (krex_pfn_cuMemcpy2DAsync_v2_ptsz)krex_gated_real(51);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(51);
-    CUresult r = real(pCopy, hStream);
-    krex_gate_leave(51, token);
-    return r;
-}
-
-#undef cuMemcpy2DUnaligned
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DUnaligned)(const CUDA_MEMCPY2D_v1 *pCopy);
-CUresult CUDAAPI cuMemcpy2DUnaligned(const CUDA_MEMCPY2D_v1 *pCopy)
-{
-    krex_pfn_cuMemcpy2DUnaligned real = (krex_pfn_cuMemcpy2DUnaligned)krex_gated_real(52);
+    krex_pfn_cuMemcpy2D real = (krex_pfn_cuMemcpy2D)krex_gated_real(52);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(52);
@@ -698,50 +715,50 @@ CUresult CUDAAPI cuMemcpy2DUnaligned(const CUDA_MEMCPY2D_v1 *pCopy)
     return r;
 }
 
-#undef cuMemcpy2DUnaligned_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DUnaligned_v2)(const CUDA_MEMCPY2D *pCopy);
-CUresult CUDAAPI cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
+#undef cuMemcpy2DAsync
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DAsync)(const CUDA_MEMCPY2D_v1 *pCopy, CUstream hStream);
+CUresult CUDAAPI cuMemcpy2DAsync(const CUDA_MEMCPY2D_v1 *pCopy, CUstream hStream)
 {
-    krex_pfn_cuMemcpy2DUnaligned_v2 real = (krex_pfn_cuMemcpy2DUnaligned_v2)krex_gated_real(53);
+    krex_pfn_cuMemcpy2DAsync real = (krex_pfn_cuMemcpy2DAsync)krex_gated_real(53);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(53);
-    CUresult r = real(pCopy);
+    CUresult r = real(pCopy, hStream);
     krex_gate_leave(53, token);
     return r;
 }
 
-#undef cuMemcpy2DUnaligned_v2_ptds
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DUnaligned_v2_ptds)(const CUDA_MEMCPY2D *pCopy);
-CUresult CUDAAPI cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy)
+#undef cuMemcpy2DAsync_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DAsync_v2)(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
+CUresult CUDAAPI cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
 {
-    krex_pfn_cuMemcpy2DUnaligned_v2_ptds real = (krex_pfn_cuMemcpy2DUnaligned_v2_ptds)krex_gated_real(54);
+    krex_pfn_cuMemcpy2DAsync_v2 real = (krex_pfn_cuMemcpy2DAsync_v2)krex_gated_real(54);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(54);
-    CUresult r = real(pCopy);
+    CUresult r = real(pCopy, hStream);
     krex_gate_leave(54, token);
     return r;
 }
 
-#undef cuMemcpy2D_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2D_v2)(const CUDA_MEMCPY2D *pCopy);
-CUresult CUDAAPI cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
+#undef cuMemcpy2DAsync_v2_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DAsync_v2_ptsz)(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
+CUresult CUDAAPI cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
 {
-    krex_pfn_cuMemcpy2D_v2 real = (krex_pfn_cuMemcpy2D_v2)krex_gated_real(55);
+    krex_pfn_cuMemcpy2DAsync_v2_ptsz real = (krex_pfn_cuMemcpy2DAsync_v2_ptsz)krex_gated_real(55);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(55);
-    CUresult r = real(pCopy);
+    CUresult r = real(pCopy, hStream);
     krex_gate_leave(55, token);
     return r;
 }
 
-#undef cuMemcpy2D_v2_ptds
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2D_v2_ptds)(const CUDA_MEMCPY2D *pCopy);
-CUresult CUDAAPI cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
+#undef cuMemcpy2DUnaligned
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DUnaligned)(const CUDA_MEMCPY2D_v1 *pCopy);
+CUresult CUDAAPI cuMemcpy2DUnaligned(const CUDA_MEMCPY2D_v1 *pCopy)
 {
-    krex_pfn_cuMemcpy2D_v2_ptds real = (krex_pfn_cuMemcpy2D_v2_ptds)krex_gated_real(56);
+    krex_pfn_cuMemcpy2DUnaligned real = (krex_pfn_cuMemcpy2DUnaligned)krex_gated_real(56);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(56);
@@ -750,11 +767,11 @@ CUresult CUDAAPI cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
     return r;
 }
 
-#undef cuMemcpy3D
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3D)(const CUDA_MEMCPY3D_v1 *pCopy);
-CUresult CUDAAPI cuMemcpy3D(const CUDA_MEMCPY3D_v1 *pCopy)
+#undef cuMemcpy2DUnaligned_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DUnaligned_v2)(const CUDA_MEMCPY2D *pCopy);
+CUresult CUDAAPI cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
 {
-    krex_pfn_cuMemcpy3D real = (krex_pfn_cuMemcpy3D)krex_gated_real(57);
+    krex_pfn_cuMemcpy2DUnaligned_v2 real = (krex_pfn_cuMemcpy2DUnaligned_v2)krex_gated_real(57);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(57);
@@ -763,16 +780,68 @@ CUresult CUDAAPI cuMemcpy3D(const CUDA_MEMCPY3D_v1 *pCopy)
     return r;
 }
 
+#undef cuMemcpy2DUnaligned_v2_ptds
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DUnaligned_v2_ptds)(const CUDA_MEMCPY2D *pCopy);
+CUresult CUDAAPI cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy)
+{
+    krex_pfn_cuMemcpy2DUnaligned_v2_ptds real = (krex_pfn_cuMemcpy2DUnaligned_v2_ptds)krex_gated_real(58);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(58);
+    CUresult r = real(pCopy);
+    krex_gate_leave(58, token);
+    return r;
+}
+
+#undef cuMemcpy2D_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2D_v2)(const CUDA_MEMCPY2D *pCopy);
+CUresult CUDAAPI cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
+{
+    krex_pfn_cuMemcpy2D_v2 real = (krex_pfn_cuMemcpy2D_v2)krex_gated_real(59);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(59);
+    CUresult r = real(pCopy);
+    krex_gate_leave(59, token);
+    return r;
+}
+
+#undef cuMemcpy2D_v2_ptds
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2D_v2_ptds)(const CUDA_MEMCPY2D *pCopy);
+CUresult CUDAAPI cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
+{
+    krex_pfn_cuMemcpy2D_v2_ptds real = (krex_pfn_cuMemcpy2D_v2_ptds)krex_gated_real(60);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(60);
+    CUresult r = real(pCopy);
+    krex_gate_leave(60, token);
+    return r;
+}
+
+#undef cuMemcpy3D
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3D)(const CUDA_MEMCPY3D_v1 *pCopy);
+CUresult CUDAAPI cuMemcpy3D(const CUDA_MEMCPY3D_v1 *pCopy)
+{
+    krex_pfn_cuMemcpy3D real = (krex_pfn_cuMemcpy3D)krex_gated_real(61);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(61);
+    CUresult r = real(pCopy);
+    krex_gate_leave(61, token);
+    return r;
+}
+
 #undef cuMemcpy3DAsync
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DAsync)(const CUDA_MEMCPY3D_v1 *pCopy, CUstream hStream);
 CUresult CUDAAPI cuMemcpy3DAsync(const CUDA_MEMCPY3D_v1 *pCopy, CUstream hStream)
 {
-    krex_pfn_cuMemcpy3DAsync real = (krex_pfn_cuMemcpy3DAsync)krex_gated_real(58);
+    krex_pfn_cuMemcpy3DAsync real = (krex_pfn_cuMemcpy3DAsync)krex_gated_real(62);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(58);
+    int token = krex_gate_enter(62);
     CUresult r = real(pCopy, hStream);
-    krex_gate_leave(58, token);
+    krex_gate_leave(62, token);
     return r;
 }
 
@@ -780,12 +849,12 @@ CUresult CUDAAPI cuMemcpy3DAsync(const CUDA_MEMCPY3D_v1 *pCopy, CUstream hStream
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DAsync_v2)(const CUDA_MEMCPY3D *pCopy, CUstream hStream);
 CUresult CUDAAPI cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
 {
-    krex_pfn_cuMemcpy3DAsync_v2 real = (krex_pfn_cuMemcpy3DAsync_v2)krex_gated_real(59);
+    krex_pfn_cuMemcpy3DAsync_v2 real = (krex_pfn_cuMemcpy3DAsync_v2)krex_gated_real(63);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(59);
+    int token = krex_gate_enter(63);
     CUresult r = real(pCopy, hStream);
-    krex_gate_leave(59, token);
+    krex_gate_leave(63, token);
     return r;
 }
 
@@ -793,12 +862,12 @@ CUresult CUDAAPI cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DAsync_v2_ptsz)(const CUDA_MEMCPY3D *pCopy, CUstream hStream);
 CUresult CUDAAPI cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
 {
-    krex_pfn_cuMemcpy3DAsync_v2_ptsz real = (krex_pfn_cuMemcpy3DAsync_v2_ptsz)krex_gated_real(60);
+    krex_pfn_cuMemcpy3DAsync_v2_ptsz real = (krex_pfn_cuMemcpy3DAsync_v2_ptsz)krex_gated_real(64);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(60);
+    int token = krex_gate_enter(64);
     CUresult r = real(pCopy, hStream);
-    krex_gate_leave(60, token);
+    krex_gate_leave(64, token);
     return r;
 }
 
@@ -806,12 +875,12 @@ CUresult CUDAAPI cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUstream hS
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DBatchAsync)(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags, CUstream hStream);
 CUresult CUDAAPI cuMemcpy3DBatchAsync(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags, CUstream hStream)
 {
-    krex_pfn_cuMemcpy3DBatchAsync real = (krex_pfn_cuMemcpy3DBatchAsync)krex_gated_real(61);
+    krex_pfn_cuMemcpy3DBatchAsync real = (krex_pfn_cuMemcpy3DBatchAsync)krex_gated_real(65);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(61);
+    int token = krex_gate_enter(65);
     CUresult r = real(numOps, opList, failIdx, flags, hStream);
-    krex_gate_leave(61, token);
+    krex_gate_leave(65, token);
     return r;
 }
 
@@ -819,12 +888,12 @@ CUresult CUDAAPI cuMemcpy3DBatchAsync(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opL
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DBatchAsync_ptsz)(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags, CUstream hStream);
 CUresult CUDAAPI cuMemcpy3DBatchAsync_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags, CUstream hStream)
 {
-    krex_pfn_cuMemcpy3DBatchAsync_ptsz real = (krex_pfn_cuMemcpy3DBatchAsync_ptsz)krex_gated_real(62);
+    krex_pfn_cuMemcpy3DBatchAsync_ptsz real = (krex_pfn_cuMemcpy3DBatchAsync_ptsz)krex_gated_real(66);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(62);
+    int token = krex_gate_enter(66);
     CUresult r = real(numOps, opList, failIdx, flags, hStream);
-    krex_gate_leave(62, token);
+    krex_gate_leave(66, token);
     return r;
 }
 
@@ -832,12 +901,12 @@ CUresult CUDAAPI cuMemcpy3DBatchAsync_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DBatchAsync_v2)(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream);
 CUresult CUDAAPI cuMemcpy3DBatchAsync_v2(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream)
 {
-    krex_pfn_cuMemcpy3DBatchAsync_v2 real = (krex_pfn_cuMemcpy3DBatchAsync_v2)krex_gated_real(63);
+    krex_pfn_cuMemcpy3DBatchAsync_v2 real = (krex_pfn_cuMemcpy3DBatchAsync_v2)krex_gated_real(67);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(63);
+    int token = krex_gate_enter(67);
     CUresult r = real(numOps, opList, flags, hStream);
-    krex_gate_leave(63, token);
+    krex_gate_leave(67, token);
     return r;
 }
 
@@ -845,12 +914,12 @@ CUresult CUDAAPI cuMemcpy3DBatchAsync_v2(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DBatchAsync_v2_ptsz)(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream);
 CUresult CUDAAPI cuMemcpy3DBatchAsync_v2_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream)
 {
-    krex_pfn_cuMemcpy3DBatchAsync_v2_ptsz real = (krex_pfn_cuMemcpy3DBatchAsync_v2_ptsz)krex_gated_real(64);
+    krex_pfn_cuMemcpy3DBatchAsync_v2_ptsz real = (krex_pfn_cuMemcpy3DBatchAsync_v2_ptsz)krex_gated_real(68);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(64);
+    int token = krex_gate_enter(68);
     CUresult r = real(numOps, opList, flags, hStream);
-    krex_gate_leave(64, token);
+    krex_gate_leave(68, token);
     return r;
 }
 
@@ -858,59 +927,7 @@ CUresult CUDAAPI cuMemcpy3DBatchAsync_v2_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DPeer)(const CUDA_MEMCPY3D_PEER *pCopy);
 CUresult CUDAAPI cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy)
 {
-    krex_pfn_cuMemcpy3DPeer real = (krex_pfn_cuMemcpy3DPeer)krex_gated_real(65);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(65);
-    CUresult r = real(pCopy);
-    krex_gate_leave(65, token);
-    return r;
-}
-
-#undef cuMemcpy3DPeerAsync
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DPeerAsync)(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream);
-CUresult CUDAAPI cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
-{
-    krex_pfn_cuMemcpy3DPeerAsync real = (krex_pfn_cuMemcpy3DPeerAsync)krex_gated_real(66);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(66);
-    CUresult r = real(pCopy, hStream);
-    krex_gate_leave(66, token);
-    return r;
-}
-
-#undef cuMemcpy3DPeerAsync_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DPeerAsync_ptsz)(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream);
-CUresult CUDAAPI cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
-{
-    krex_pfn_cuMemcpy3DPeerAsync_ptsz real = (krex_pfn_cuMemcpy3DPeerAsync_ptsz)krex_gated_real(67);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(67);
-    CUresult r = real(pCopy, hStream);
-    krex_gate_leave(67, token);
-    return r;
-}
-
-#undef cuMemcpy3DPeer_ptds
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DPeer_ptds)(const CUDA_MEMCPY3D_PEER *pCopy);
-CUresult CUDAAPI cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER *pCopy)
-{
-    krex_pfn_cuMemcpy3DPeer_ptds real = (krex_pfn_cuMemcpy3DPeer_ptds)krex_gated_real(68);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(68);
-    CUresult r = real(pCopy);
-    krex_gate_leave(68, token);
-    return r;
-}
-
-#undef cuMemcpy3D_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3D_v2)(const CUDA_MEMCPY3D *pCopy);
-CUresult CUDAAPI cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
-{
-    krex_pfn_cuMemcpy3D_v2 real = (krex_pfn_cuMemcpy3D_v2)krex_gated_real(69);
+    krex_pfn_cuMemcpy3DPeer real = (krex_pfn_cuMemcpy3DPeer)krex_gated_real(69);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(69);
@@ -919,16 +936,68 @@ CUresult CUDAAPI cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
     return r;
 }
 
+#undef cuMemcpy3DPeerAsync
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DPeerAsync)(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream);
+CUresult CUDAAPI cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
+{
+    krex_pfn_cuMemcpy3DPeerAsync real = (krex_pfn_cuMemcpy3DPeerAsync)krex_gated_real(70);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(70);
+    CUresult r = real(pCopy, hStream);
+    krex_gate_leave(70, token);
+    return r;
+}
+
+#undef cuMemcpy3DPeerAsync_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DPeerAsync_ptsz)(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream);
+CUresult CUDAAPI cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
+{
+    krex_pfn_cuMemcpy3DPeerAsync_ptsz real = (krex_pfn_cuMemcpy3DPeerAsync_ptsz)krex_gated_real(71);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(71);
+    CUresult r = real(pCopy, hStream);
+    krex_gate_leave(71, token);
+    return r;
+}
+
+#undef cuMemcpy3DPeer_ptds
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DPeer_ptds)(const CUDA_MEMCPY3D_PEER *pCopy);
+CUresult CUDAAPI cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER *pCopy)
+{
+    krex_pfn_cuMemcpy3DPeer_ptds real = (krex_pfn_cuMemcpy3DPeer_ptds)krex_gated_real(72);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(72);
+    CUresult r = real(pCopy);
+    krex_gate_leave(72, token);
+    return r;
+}
+
+#undef cuMemcpy3D_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3D_v2)(const CUDA_MEMCPY3D *pCopy);
+CUresult CUDAAPI cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
+{
+    krex_pfn_cuMemcpy3D_v2 real = (krex_pfn_cuMemcpy3D_v2)krex_gated_real(73);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(73);
+    CUresult r = real(pCopy);
+    krex_gate_leave(73, token);
+    return r;
+}
+
 #undef cuMemcpy3D_v2_ptds
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3D_v2_ptds)(const CUDA_MEMCPY3D *pCopy);
 CUresult CUDAAPI cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy)
 {
-    krex_pfn_cuMemcpy3D_v2_ptds real = (krex_pfn_cuMemcpy3D_v2_ptds)krex_gated_real(70);
+    krex_pfn_cuMemcpy3D_v2_ptds real = (krex_pfn_cuMemcpy3D_v2_ptds)krex_gated_real(74);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(70);
+    int token = krex_gate_enter(74);
     CUresult r = real(pCopy);
-    krex_gate_leave(70, token);
+    krex_gate_leave(74, token);
     return r;
 }
 
@@ -936,12 +1005,12 @@ CUresult CUDAAPI cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy)
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAsync)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
 CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
-    krex_pfn_cuMemcpyAsync real = (krex_pfn_cuMemcpyAsync)krex_gated_real(71);
+    krex_pfn_cuMemcpyAsync real = (krex_pfn_cuMemcpyAsync)krex_gated_real(75);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(71);
+    int token = krex_gate_enter(75);
     CUresult r = real(dst, src, ByteCount, hStream);
-    krex_gate_leave(71, token);
+    krex_gate_leave(75, token);
     return r;
 }
 
@@ -949,12 +1018,12 @@ CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCoun
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAsync_ptsz)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
 CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
-    krex_pfn_cuMemcpyAsync_ptsz real = (krex_pfn_cuMemcpyAsync_ptsz)krex_gated_real(72);
+    krex_pfn_cuMemcpyAsync_ptsz real = (krex_pfn_cuMemcpyAsync_ptsz)krex_gated_real(76);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(72);
+    int token = krex_gate_enter(76);
     CUresult r = real(dst, src, ByteCount, hStream);
-    krex_gate_leave(72, token);
+    krex_gate_leave(76, token);
     return r;
 }
 
@@ -962,12 +1031,12 @@ CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t Byt
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoA)(CUarray dstArray, unsigned int dstOffset, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount);
 CUresult CUDAAPI cuMemcpyAtoA(CUarray dstArray, unsigned int dstOffset, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount)
 {
-    krex_pfn_cuMemcpyAtoA real = (krex_pfn_cuMemcpyAtoA)krex_gated_real(73);
+    krex_pfn_cuMemcpyAtoA real = (krex_pfn_cuMemcpyAtoA)krex_gated_real(77);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(73);
+    int token = krex_gate_enter(77);
     CUresult r = real(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
-    krex_gate_leave(73, token);
+    krex_gate_leave(77, token);
     return r;
 }
 
@@ -975,12 +1044,12 @@ CUresult CUDAAPI cuMemcpyAtoA(CUarray dstArray, unsigned int dstOffset, CUarray 
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoA_v2)(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyAtoA_v2 real = (krex_pfn_cuMemcpyAtoA_v2)krex_gated_real(74);
+    krex_pfn_cuMemcpyAtoA_v2 real = (krex_pfn_cuMemcpyAtoA_v2)krex_gated_real(78);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(74);
+    int token = krex_gate_enter(78);
     CUresult r = real(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
-    krex_gate_leave(74, token);
+    krex_gate_leave(78, token);
     return r;
 }
 
@@ -988,12 +1057,12 @@ CUresult CUDAAPI cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray src
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoA_v2_ptds)(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyAtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyAtoA_v2_ptds real = (krex_pfn_cuMemcpyAtoA_v2_ptds)krex_gated_real(75);
+    krex_pfn_cuMemcpyAtoA_v2_ptds real = (krex_pfn_cuMemcpyAtoA_v2_ptds)krex_gated_real(79);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(75);
+    int token = krex_gate_enter(79);
     CUresult r = real(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
-    krex_gate_leave(75, token);
+    krex_gate_leave(79, token);
     return r;
 }
 
@@ -1001,12 +1070,12 @@ CUresult CUDAAPI cuMemcpyAtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUarra
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoD)(CUdeviceptr_v1 dstDevice, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount);
 CUresult CUDAAPI cuMemcpyAtoD(CUdeviceptr_v1 dstDevice, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount)
 {
-    krex_pfn_cuMemcpyAtoD real = (krex_pfn_cuMemcpyAtoD)krex_gated_real(76);
+    krex_pfn_cuMemcpyAtoD real = (krex_pfn_cuMemcpyAtoD)krex_gated_real(80);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(76);
+    int token = krex_gate_enter(80);
     CUresult r = real(dstDevice, srcArray, srcOffset, ByteCount);
-    krex_gate_leave(76, token);
+    krex_gate_leave(80, token);
     return r;
 }
 
@@ -1014,12 +1083,12 @@ CUresult CUDAAPI cuMemcpyAtoD(CUdeviceptr_v1 dstDevice, CUarray srcArray, unsign
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoD_v2)(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyAtoD_v2 real = (krex_pfn_cuMemcpyAtoD_v2)krex_gated_real(77);
+    krex_pfn_cuMemcpyAtoD_v2 real = (krex_pfn_cuMemcpyAtoD_v2)krex_gated_real(81);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(77);
+    int token = krex_gate_enter(81);
     CUresult r = real(dstDevice, srcArray, srcOffset, ByteCount);
-    krex_gate_leave(77, token);
+    krex_gate_leave(81, token);
     return r;
 }
 
@@ -1027,12 +1096,12 @@ CUresult CUDAAPI cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoD_v2_ptds)(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyAtoD_v2_ptds(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyAtoD_v2_ptds real = (krex_pfn_cuMemcpyAtoD_v2_ptds)krex_gated_real(78);
+    krex_pfn_cuMemcpyAtoD_v2_ptds real = (krex_pfn_cuMemcpyAtoD_v2_ptds)krex_gated_real(82);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(78);
+    int token = krex_gate_enter(82);
     CUresult r = real(dstDevice, srcArray, srcOffset, ByteCount);
-    krex_gate_leave(78, token);
+    krex_gate_leave(82, token);
     return r;
 }
 
@@ -1040,59 +1109,7 @@ CUresult CUDAAPI cuMemcpyAtoD_v2_ptds(CUdeviceptr dstDevice, CUarray srcArray, s
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoH)(void *dstHost, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount);
 CUresult CUDAAPI cuMemcpyAtoH(void *dstHost, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount)
 {
-    krex_pfn_cuMemcpyAtoH real = (krex_pfn_cuMemcpyAtoH)krex_gated_real(79);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(79);
-    CUresult r = real(dstHost, srcArray, srcOffset, ByteCount);
-    krex_gate_leave(79, token);
-    return r;
-}
-
-#undef cuMemcpyAtoHAsync
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoHAsync)(void *dstHost, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyAtoHAsync(void *dstHost, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyAtoHAsync real = (krex_pfn_cuMemcpyAtoHAsync)krex_gated_real(80);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(80);
-    CUresult r = real(dstHost, srcArray, srcOffset, ByteCount, hStream);
-    krex_gate_leave(80, token);
-    return r;
-}
-
-#undef cuMemcpyAtoHAsync_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoHAsync_v2)(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyAtoHAsync_v2 real = (krex_pfn_cuMemcpyAtoHAsync_v2)krex_gated_real(81);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(81);
-    CUresult r = real(dstHost, srcArray, srcOffset, ByteCount, hStream);
-    krex_gate_leave(81, token);
-    return r;
-}
-
-#undef cuMemcpyAtoHAsync_v2_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoHAsync_v2_ptsz)(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyAtoHAsync_v2_ptsz(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyAtoHAsync_v2_ptsz real = (krex_pfn_cuMemcpyAtoHAsync_v2_ptsz)krex_gated_real(82);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(82);
-    CUresult r = real(dstHost, srcArray, srcOffset, ByteCount, hStream);
-    krex_gate_leave(82, token);
-    return r;
-}
-
-#undef cuMemcpyAtoH_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoH_v2)(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount);
-CUresult CUDAAPI cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
-{
-    krex_pfn_cuMemcpyAtoH_v2 real = (krex_pfn_cuMemcpyAtoH_v2)krex_gated_real(83);
+    krex_pfn_cuMemcpyAtoH real = (krex_pfn_cuMemcpyAtoH)krex_gated_real(83);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(83);
@@ -1101,16 +1118,68 @@ CUresult CUDAAPI cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffs
     return r;
 }
 
+#undef cuMemcpyAtoHAsync
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoHAsync)(void *dstHost, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyAtoHAsync(void *dstHost, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyAtoHAsync real = (krex_pfn_cuMemcpyAtoHAsync)krex_gated_real(84);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(84);
+    CUresult r = real(dstHost, srcArray, srcOffset, ByteCount, hStream);
+    krex_gate_leave(84, token);
+    return r;
+}
+
+#undef cuMemcpyAtoHAsync_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoHAsync_v2)(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyAtoHAsync_v2 real = (krex_pfn_cuMemcpyAtoHAsync_v2)krex_gated_real(85);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(85);
+    CUresult r = real(dstHost, srcArray, srcOffset, ByteCount, hStream);
+    krex_gate_leave(85, token);
+    return r;
+}
+
+#undef cuMemcpyAtoHAsync_v2_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoHAsync_v2_ptsz)(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyAtoHAsync_v2_ptsz(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyAtoHAsync_v2_ptsz real = (krex_pfn_cuMemcpyAtoHAsync_v2_ptsz)krex_gated_real(86);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(86);
+    CUresult r = real(dstHost, srcArray, srcOffset, ByteCount, hStream);
+    krex_gate_leave(86, token);
+    return r;
+}
+
+#undef cuMemcpyAtoH_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoH_v2)(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount);
+CUresult CUDAAPI cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
+{
+    krex_pfn_cuMemcpyAtoH_v2 real = (krex_pfn_cuMemcpyAtoH_v2)krex_gated_real(87);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(87);
+    CUresult r = real(dstHost, srcArray, srcOffset, ByteCount);
+    krex_gate_leave(87, token);
+    return r;
+}
+
 #undef cuMemcpyAtoH_v2_ptds
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoH_v2_ptds)(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyAtoH_v2_ptds(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyAtoH_v2_ptds real = (krex_pfn_cuMemcpyAtoH_v2_ptds)krex_gated_real(84);
+    krex_pfn_cuMemcpyAtoH_v2_ptds real = (krex_pfn_cuMemcpyAtoH_v2_ptds)krex_gated_real(88);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(84);
+    int token = krex_gate_enter(88);
     CUresult r = real(dstHost, srcArray, srcOffset, ByteCount);
-    krex_gate_leave(84, token);
+    krex_gate_leave(88, token);
     return r;
 }
 
@@ -1118,12 +1187,12 @@ CUresult CUDAAPI cuMemcpyAtoH_v2_ptds(void *dstHost, CUarray srcArray, size_t sr
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyBatchAsync)(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream);
 CUresult CUDAAPI cuMemcpyBatchAsync(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream)
 {
-    krex_pfn_cuMemcpyBatchAsync real = (krex_pfn_cuMemcpyBatchAsync)krex_gated_real(85);
+    krex_pfn_cuMemcpyBatchAsync real = (krex_pfn_cuMemcpyBatchAsync)krex_gated_real(89);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(85);
+    int token = krex_gate_enter(89);
     CUresult r = real(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream);
-    krex_gate_leave(85, token);
+    krex_gate_leave(89, token);
     return r;
 }
 
@@ -1131,12 +1200,12 @@ CUresult CUDAAPI cuMemcpyBatchAsync(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyBatchAsync_ptsz)(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream);
 CUresult CUDAAPI cuMemcpyBatchAsync_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream)
 {
-    krex_pfn_cuMemcpyBatchAsync_ptsz real = (krex_pfn_cuMemcpyBatchAsync_ptsz)krex_gated_real(86);
+    krex_pfn_cuMemcpyBatchAsync_ptsz real = (krex_pfn_cuMemcpyBatchAsync_ptsz)krex_gated_real(90);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(86);
+    int token = krex_gate_enter(90);
     CUresult r = real(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream);
-    krex_gate_leave(86, token);
+    krex_gate_leave(90, token);
     return r;
 }
 
@@ -1144,12 +1213,12 @@ CUresult CUDAAPI cuMemcpyBatchAsync_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, s
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyBatchAsync_v2)(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream);
 CUresult CUDAAPI cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
 {
-    krex_pfn_cuMemcpyBatchAsync_v2 real = (krex_pfn_cuMemcpyBatchAsync_v2)krex_gated_real(87);
+    krex_pfn_cuMemcpyBatchAsync_v2 real = (krex_pfn_cuMemcpyBatchAsync_v2)krex_gated_real(91);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(87);
+    int token = krex_gate_enter(91);
     CUresult r = real(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream);
-    krex_gate_leave(87, token);
+    krex_gate_leave(91, token);
     return r;
 }
 
@@ -1157,12 +1226,12 @@ CUresult CUDAAPI cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, siz
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyBatchAsync_v2_ptsz)(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream);
 CUresult CUDAAPI cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
 {
-    krex_pfn_cuMemcpyBatchAsync_v2_ptsz real = (krex_pfn_cuMemcpyBatchAsync_v2_ptsz)krex_gated_real(88);
+    krex_pfn_cuMemcpyBatchAsync_v2_ptsz real = (krex_pfn_cuMemcpyBatchAsync_v2_ptsz)krex_gated_real(92);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(88);
+    int token = krex_gate_enter(92);
     CUresult r = real(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream);
-    krex_gate_leave(88, token);
+    krex_gate_leave(92, token);
     return r;
 }
 
@@ -1170,12 +1239,12 @@ CUresult CUDAAPI cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoA)(CUarray dstArray, unsigned int dstOffset, CUdeviceptr_v1 srcDevice, unsigned int ByteCount);
 CUresult CUDAAPI cuMemcpyDtoA(CUarray dstArray, unsigned int dstOffset, CUdeviceptr_v1 srcDevice, unsigned int ByteCount)
 {
-    krex_pfn_cuMemcpyDtoA real = (krex_pfn_cuMemcpyDtoA)krex_gated_real(89);
+    krex_pfn_cuMemcpyDtoA real = (krex_pfn_cuMemcpyDtoA)krex_gated_real(93);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(89);
+    int token = krex_gate_enter(93);
     CUresult r = real(dstArray, dstOffset, srcDevice, ByteCount);
-    krex_gate_leave(89, token);
+    krex_gate_leave(93, token);
     return r;
 }
 
@@ -1183,12 +1252,12 @@ CUresult CUDAAPI cuMemcpyDtoA(CUarray dstArray, unsigned int dstOffset, CUdevice
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoA_v2)(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyDtoA_v2 real = (krex_pfn_cuMemcpyDtoA_v2)krex_gated_real(90);
+    krex_pfn_cuMemcpyDtoA_v2 real = (krex_pfn_cuMemcpyDtoA_v2)krex_gated_real(94);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(90);
+    int token = krex_gate_enter(94);
     CUresult r = real(dstArray, dstOffset, srcDevice, ByteCount);
-    krex_gate_leave(90, token);
+    krex_gate_leave(94, token);
     return r;
 }
 
@@ -1196,12 +1265,12 @@ CUresult CUDAAPI cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoA_v2_ptds)(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyDtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyDtoA_v2_ptds real = (krex_pfn_cuMemcpyDtoA_v2_ptds)krex_gated_real(91);
+    krex_pfn_cuMemcpyDtoA_v2_ptds real = (krex_pfn_cuMemcpyDtoA_v2_ptds)krex_gated_real(95);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(91);
+    int token = krex_gate_enter(95);
     CUresult r = real(dstArray, dstOffset, srcDevice, ByteCount);
-    krex_gate_leave(91, token);
+    krex_gate_leave(95, token);
     return r;
 }
 
@@ -1209,59 +1278,7 @@ CUresult CUDAAPI cuMemcpyDtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUdevi
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoD)(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount);
 CUresult CUDAAPI cuMemcpyDtoD(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount)
 {
-    krex_pfn_cuMemcpyDtoD real = (krex_pfn_cuMemcpyDtoD)krex_gated_real(92);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(92);
-    CUresult r = real(dstDevice, srcDevice, ByteCount);
-    krex_gate_leave(92, token);
-    return r;
-}
-
-#undef cuMemcpyDtoDAsync
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoDAsync)(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyDtoDAsync real = (krex_pfn_cuMemcpyDtoDAsync)krex_gated_real(93);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(93);
-    CUresult r = real(dstDevice, srcDevice, ByteCount, hStream);
-    krex_gate_leave(93, token);
-    return r;
-}
-
-#undef cuMemcpyDtoDAsync_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoDAsync_v2)(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyDtoDAsync_v2 real = (krex_pfn_cuMemcpyDtoDAsync_v2)krex_gated_real(94);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(94);
-    CUresult r = real(dstDevice, srcDevice, ByteCount, hStream);
-    krex_gate_leave(94, token);
-    return r;
-}
-
-#undef cuMemcpyDtoDAsync_v2_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoDAsync_v2_ptsz)(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyDtoDAsync_v2_ptsz real = (krex_pfn_cuMemcpyDtoDAsync_v2_ptsz)krex_gated_real(95);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(95);
-    CUresult r = real(dstDevice, srcDevice, ByteCount, hStream);
-    krex_gate_leave(95, token);
-    return r;
-}
-
-#undef cuMemcpyDtoD_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoD_v2)(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount);
-CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    krex_pfn_cuMemcpyDtoD_v2 real = (krex_pfn_cuMemcpyDtoD_v2)krex_gated_real(96);
+    krex_pfn_cuMemcpyDtoD real = (krex_pfn_cuMemcpyDtoD)krex_gated_real(96);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(96);
@@ -1270,16 +1287,68 @@ CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, s
     return r;
 }
 
+#undef cuMemcpyDtoDAsync
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoDAsync)(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyDtoDAsync real = (krex_pfn_cuMemcpyDtoDAsync)krex_gated_real(97);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(97);
+    CUresult r = real(dstDevice, srcDevice, ByteCount, hStream);
+    krex_gate_leave(97, token);
+    return r;
+}
+
+#undef cuMemcpyDtoDAsync_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoDAsync_v2)(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyDtoDAsync_v2 real = (krex_pfn_cuMemcpyDtoDAsync_v2)krex_gated_real(98);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(98);
+    CUresult r = real(dstDevice, srcDevice, ByteCount, hStream);
+    krex_gate_leave(98, token);
+    return r;
+}
+
+#undef cuMemcpyDtoDAsync_v2_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoDAsync_v2_ptsz)(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyDtoDAsync_v2_ptsz real = (krex_pfn_cuMemcpyDtoDAsync_v2_ptsz)krex_gated_real(99);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(99);
+    CUresult r = real(dstDevice, srcDevice, ByteCount, hStream);
+    krex_gate_leave(99, token);
+    return r;
+}
+
+#undef cuMemcpyDtoD_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoD_v2)(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount);
+CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    krex_pfn_cuMemcpyDtoD_v2 real = (krex_pfn_cuMemcpyDtoD_v2)krex_gated_real(100);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(100);
+    CUresult r = real(dstDevice, srcDevice, ByteCount);
+    krex_gate_leave(100, token);
+    return r;
+}
+
 #undef cuMemcpyDtoD_v2_ptds
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoD_v2_ptds)(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyDtoD_v2_ptds real = (krex_pfn_cuMemcpyDtoD_v2_ptds)krex_gated_real(97);
+    krex_pfn_cuMemcpyDtoD_v2_ptds real = (krex_pfn_cuMemcpyDtoD_v2_ptds)krex_gated_real(101);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(97);
+    int token = krex_gate_enter(101);
     CUresult r = real(dstDevice, srcDevice, ByteCount);
-    krex_gate_leave(97, token);
+    krex_gate_leave(101, token);
     return r;
 }
 
@@ -1287,59 +1356,7 @@ CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevi
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoH)(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount);
 CUresult CUDAAPI cuMemcpyDtoH(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount)
 {
-    krex_pfn_cuMemcpyDtoH real = (krex_pfn_cuMemcpyDtoH)krex_gated_real(98);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(98);
-    CUresult r = real(dstHost, srcDevice, ByteCount);
-    krex_gate_leave(98, token);
-    return r;
-}
-
-#undef cuMemcpyDtoHAsync
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoHAsync)(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyDtoHAsync real = (krex_pfn_cuMemcpyDtoHAsync)krex_gated_real(99);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(99);
-    CUresult r = real(dstHost, srcDevice, ByteCount, hStream);
-    krex_gate_leave(99, token);
-    return r;
-}
-
-#undef cuMemcpyDtoHAsync_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoHAsync_v2)(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyDtoHAsync_v2 real = (krex_pfn_cuMemcpyDtoHAsync_v2)krex_gated_real(100);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(100);
-    CUresult r = real(dstHost, srcDevice, ByteCount, hStream);
-    krex_gate_leave(100, token);
-    return r;
-}
-
-#undef cuMemcpyDtoHAsync_v2_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoHAsync_v2_ptsz)(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyDtoHAsync_v2_ptsz real = (krex_pfn_cuMemcpyDtoHAsync_v2_ptsz)krex_gated_real(101);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(101);
-    CUresult r = real(dstHost, srcDevice, ByteCount, hStream);
-    krex_gate_leave(101, token);
-    return r;
-}
-
-#undef cuMemcpyDtoH_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoH_v2)(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount);
-CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    krex_pfn_cuMemcpyDtoH_v2 real = (krex_pfn_cuMemcpyDtoH_v2)krex_gated_real(102);
+    krex_pfn_cuMemcpyDtoH real = (krex_pfn_cuMemcpyDtoH)krex_gated_real(102);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(102);
@@ -1348,16 +1365,68 @@ CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t By
     return r;
 }
 
+#undef cuMemcpyDtoHAsync
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoHAsync)(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyDtoHAsync real = (krex_pfn_cuMemcpyDtoHAsync)krex_gated_real(103);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(103);
+    CUresult r = real(dstHost, srcDevice, ByteCount, hStream);
+    krex_gate_leave(103, token);
+    return r;
+}
+
+#undef cuMemcpyDtoHAsync_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoHAsync_v2)(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyDtoHAsync_v2 real = (krex_pfn_cuMemcpyDtoHAsync_v2)krex_gated_real(104);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(104);
+    CUresult r = real(dstHost, srcDevice, ByteCount, hStream);
+    krex_gate_leave(104, token);
+    return r;
+}
+
+#undef cuMemcpyDtoHAsync_v2_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoHAsync_v2_ptsz)(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyDtoHAsync_v2_ptsz real = (krex_pfn_cuMemcpyDtoHAsync_v2_ptsz)krex_gated_real(105);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(105);
+    CUresult r = real(dstHost, srcDevice, ByteCount, hStream);
+    krex_gate_leave(105, token);
+    return r;
+}
+
+#undef cuMemcpyDtoH_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoH_v2)(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount);
+CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    krex_pfn_cuMemcpyDtoH_v2 real = (krex_pfn_cuMemcpyDtoH_v2)krex_gated_real(106);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(106);
+    CUresult r = real(dstHost, srcDevice, ByteCount);
+    krex_gate_leave(106, token);
+    return r;
+}
+
 #undef cuMemcpyDtoH_v2_ptds
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoH_v2_ptds)(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyDtoH_v2_ptds real = (krex_pfn_cuMemcpyDtoH_v2_ptds)krex_gated_real(103);
+    krex_pfn_cuMemcpyDtoH_v2_ptds real = (krex_pfn_cuMemcpyDtoH_v2_ptds)krex_gated_real(107);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(103);
+    int token = krex_gate_enter(107);
     CUresult r = real(dstHost, srcDevice, ByteCount);
-    krex_gate_leave(103, token);
+    krex_gate_leave(107, token);
     return r;
 }
 
@@ -1365,59 +1434,7 @@ CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoA)(CUarray dstArray, unsigned int dstOffset, const void *srcHost, unsigned int ByteCount);
 CUresult CUDAAPI cuMemcpyHtoA(CUarray dstArray, unsigned int dstOffset, const void *srcHost, unsigned int ByteCount)
 {
-    krex_pfn_cuMemcpyHtoA real = (krex_pfn_cuMemcpyHtoA)krex_gated_real(104);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(104);
-    CUresult r = real(dstArray, dstOffset, srcHost, ByteCount);
-    krex_gate_leave(104, token);
-    return r;
-}
-
-#undef cuMemcpyHtoAAsync
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoAAsync)(CUarray dstArray, unsigned int dstOffset, const void *srcHost, unsigned int ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyHtoAAsync(CUarray dstArray, unsigned int dstOffset, const void *srcHost, unsigned int ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyHtoAAsync real = (krex_pfn_cuMemcpyHtoAAsync)krex_gated_real(105);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(105);
-    CUresult r = real(dstArray, dstOffset, srcHost, ByteCount, hStream);
-    krex_gate_leave(105, token);
-    return r;
-}
-
-#undef cuMemcpyHtoAAsync_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoAAsync_v2)(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyHtoAAsync_v2 real = (krex_pfn_cuMemcpyHtoAAsync_v2)krex_gated_real(106);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(106);
-    CUresult r = real(dstArray, dstOffset, srcHost, ByteCount, hStream);
-    krex_gate_leave(106, token);
-    return r;
-}
-
-#undef cuMemcpyHtoAAsync_v2_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoAAsync_v2_ptsz)(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyHtoAAsync_v2_ptsz(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyHtoAAsync_v2_ptsz real = (krex_pfn_cuMemcpyHtoAAsync_v2_ptsz)krex_gated_real(107);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(107);
-    CUresult r = real(dstArray, dstOffset, srcHost, ByteCount, hStream);
-    krex_gate_leave(107, token);
-    return r;
-}
-
-#undef cuMemcpyHtoA_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoA_v2)(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount);
-CUresult CUDAAPI cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount)
-{
-    krex_pfn_cuMemcpyHtoA_v2 real = (krex_pfn_cuMemcpyHtoA_v2)krex_gated_real(108);
+    krex_pfn_cuMemcpyHtoA real = (krex_pfn_cuMemcpyHtoA)krex_gated_real(108);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(108);
@@ -1426,16 +1443,68 @@ CUresult CUDAAPI cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void 
     return r;
 }
 
+#undef cuMemcpyHtoAAsync
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoAAsync)(CUarray dstArray, unsigned int dstOffset, const void *srcHost, unsigned int ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyHtoAAsync(CUarray dstArray, unsigned int dstOffset, const void *srcHost, unsigned int ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyHtoAAsync real = (krex_pfn_cuMemcpyHtoAAsync)krex_gated_real(109);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(109);
+    CUresult r = real(dstArray, dstOffset, srcHost, ByteCount, hStream);
+    krex_gate_leave(109, token);
+    return r;
+}
+
+#undef cuMemcpyHtoAAsync_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoAAsync_v2)(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyHtoAAsync_v2 real = (krex_pfn_cuMemcpyHtoAAsync_v2)krex_gated_real(110);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(110);
+    CUresult r = real(dstArray, dstOffset, srcHost, ByteCount, hStream);
+    krex_gate_leave(110, token);
+    return r;
+}
+
+#undef cuMemcpyHtoAAsync_v2_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoAAsync_v2_ptsz)(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyHtoAAsync_v2_ptsz(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyHtoAAsync_v2_ptsz real = (krex_pfn_cuMemcpyHtoAAsync_v2_ptsz)krex_gated_real(111);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(111);
+    CUresult r = real(dstArray, dstOffset, srcHost, ByteCount, hStream);
+    krex_gate_leave(111, token);
+    return r;
+}
+
+#undef cuMemcpyHtoA_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoA_v2)(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount);
+CUresult CUDAAPI cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount)
+{
+    krex_pfn_cuMemcpyHtoA_v2 real = (krex_pfn_cuMemcpyHtoA_v2)krex_gated_real(112);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(112);
+    CUresult r = real(dstArray, dstOffset, srcHost, ByteCount);
+    krex_gate_leave(112, token);
+    return r;
+}
+
 #undef cuMemcpyHtoA_v2_ptds
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoA_v2_ptds)(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyHtoA_v2_ptds(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyHtoA_v2_ptds real = (krex_pfn_cuMemcpyHtoA_v2_ptds)krex_gated_real(109);
+    krex_pfn_cuMemcpyHtoA_v2_ptds real = (krex_pfn_cuMemcpyHtoA_v2_ptds)krex_gated_real(113);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(109);
+    int token = krex_gate_enter(113);
     CUresult r = real(dstArray, dstOffset, srcHost, ByteCount);
-    krex_gate_leave(109, token);
+    krex_gate_leave(113, token);
     return r;
 }
 
@@ -1443,59 +1512,7 @@ CUresult CUDAAPI cuMemcpyHtoA_v2_ptds(CUarray dstArray, size_t dstOffset, const 
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoD)(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount);
 CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount)
 {
-    krex_pfn_cuMemcpyHtoD real = (krex_pfn_cuMemcpyHtoD)krex_gated_real(110);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(110);
-    CUresult r = real(dstDevice, srcHost, ByteCount);
-    krex_gate_leave(110, token);
-    return r;
-}
-
-#undef cuMemcpyHtoDAsync
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoDAsync)(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyHtoDAsync real = (krex_pfn_cuMemcpyHtoDAsync)krex_gated_real(111);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(111);
-    CUresult r = real(dstDevice, srcHost, ByteCount, hStream);
-    krex_gate_leave(111, token);
-    return r;
-}
-
-#undef cuMemcpyHtoDAsync_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoDAsync_v2)(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyHtoDAsync_v2 real = (krex_pfn_cuMemcpyHtoDAsync_v2)krex_gated_real(112);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(112);
-    CUresult r = real(dstDevice, srcHost, ByteCount, hStream);
-    krex_gate_leave(112, token);
-    return r;
-}
-
-#undef cuMemcpyHtoDAsync_v2_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoDAsync_v2_ptsz)(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyHtoDAsync_v2_ptsz real = (krex_pfn_cuMemcpyHtoDAsync_v2_ptsz)krex_gated_real(113);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(113);
-    CUresult r = real(dstDevice, srcHost, ByteCount, hStream);
-    krex_gate_leave(113, token);
-    return r;
-}
-
-#undef cuMemcpyHtoD_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoD_v2)(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount);
-CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
-{
-    krex_pfn_cuMemcpyHtoD_v2 real = (krex_pfn_cuMemcpyHtoD_v2)krex_gated_real(114);
+    krex_pfn_cuMemcpyHtoD real = (krex_pfn_cuMemcpyHtoD)krex_gated_real(114);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(114);
@@ -1504,16 +1521,68 @@ CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, siz
     return r;
 }
 
+#undef cuMemcpyHtoDAsync
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoDAsync)(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyHtoDAsync real = (krex_pfn_cuMemcpyHtoDAsync)krex_gated_real(115);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(115);
+    CUresult r = real(dstDevice, srcHost, ByteCount, hStream);
+    krex_gate_leave(115, token);
+    return r;
+}
+
+#undef cuMemcpyHtoDAsync_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoDAsync_v2)(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyHtoDAsync_v2 real = (krex_pfn_cuMemcpyHtoDAsync_v2)krex_gated_real(116);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(116);
+    CUresult r = real(dstDevice, srcHost, ByteCount, hStream);
+    krex_gate_leave(116, token);
+    return r;
+}
+
+#undef cuMemcpyHtoDAsync_v2_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoDAsync_v2_ptsz)(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyHtoDAsync_v2_ptsz real = (krex_pfn_cuMemcpyHtoDAsync_v2_ptsz)krex_gated_real(117);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(117);
+    CUresult r = real(dstDevice, srcHost, ByteCount, hStream);
+    krex_gate_leave(117, token);
+    return r;
+}
+
+#undef cuMemcpyHtoD_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoD_v2)(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount);
+CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+    krex_pfn_cuMemcpyHtoD_v2 real = (krex_pfn_cuMemcpyHtoD_v2)krex_gated_real(118);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(118);
+    CUresult r = real(dstDevice, srcHost, ByteCount);
+    krex_gate_leave(118, token);
+    return r;
+}
+
 #undef cuMemcpyHtoD_v2_ptds
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoD_v2_ptds)(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyHtoD_v2_ptds real = (krex_pfn_cuMemcpyHtoD_v2_ptds)krex_gated_real(115);
+    krex_pfn_cuMemcpyHtoD_v2_ptds real = (krex_pfn_cuMemcpyHtoD_v2_ptds)krex_gated_real(119);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(115);
+    int token = krex_gate_enter(119);
     CUresult r = real(dstDevice, srcHost, ByteCount);
-    krex_gate_leave(115, token);
+    krex_gate_leave(119, token);
     return r;
 }
 
@@ -1521,12 +1590,12 @@ CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyPeer)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyPeer real = (krex_pfn_cuMemcpyPeer)krex_gated_real(116);
+    krex_pfn_cuMemcpyPeer real = (krex_pfn_cuMemcpyPeer)krex_gated_real(120);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(116);
+    int token = krex_gate_enter(120);
     CUresult r = real(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
-    krex_gate_leave(116, token);
+    krex_gate_leave(120, token);
     return r;
 }
 
@@ -1534,12 +1603,12 @@ CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdev
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyPeerAsync)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
 CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
-    krex_pfn_cuMemcpyPeerAsync real = (krex_pfn_cuMemcpyPeerAsync)krex_gated_real(117);
+    krex_pfn_cuMemcpyPeerAsync real = (krex_pfn_cuMemcpyPeerAsync)krex_gated_real(121);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(117);
+    int token = krex_gate_enter(121);
     CUresult r = real(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
-    krex_gate_leave(117, token);
+    krex_gate_leave(121, token);
     return r;
 }
 
@@ -1547,12 +1616,12 @@ CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, 
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyPeerAsync_ptsz)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
 CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
-    krex_pfn_cuMemcpyPeerAsync_ptsz real = (krex_pfn_cuMemcpyPeerAsync_ptsz)krex_gated_real(118);
+    krex_pfn_cuMemcpyPeerAsync_ptsz real = (krex_pfn_cuMemcpyPeerAsync_ptsz)krex_gated_real(122);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(118);
+    int token = krex_gate_enter(122);
     CUresult r = real(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
-    krex_gate_leave(118, token);
+    krex_gate_leave(122, token);
     return r;
 }
 
@@ -1560,12 +1629,12 @@ CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstCont
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyPeer_ptds)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyPeer_ptds real = (krex_pfn_cuMemcpyPeer_ptds)krex_gated_real(119);
+    krex_pfn_cuMemcpyPeer_ptds real = (krex_pfn_cuMemcpyPeer_ptds)krex_gated_real(123);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(119);
+    int token = krex_gate_enter(123);
     CUresult r = real(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
-    krex_gate_leave(119, token);
+    krex_gate_leave(123, token);
     return r;
 }
 
@@ -1573,12 +1642,12 @@ CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, 
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy_ptds)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount);
 CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
-    krex_pfn_cuMemcpy_ptds real = (krex_pfn_cuMemcpy_ptds)krex_gated_real(120);
+    krex_pfn_cuMemcpy_ptds real = (krex_pfn_cuMemcpy_ptds)krex_gated_real(124);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(120);
+    int token = krex_gate_enter(124);
     CUresult r = real(dst, src, ByteCount);
-    krex_gate_leave(120, token);
+    krex_gate_leave(124, token);
     return r;
 }
 
@@ -1586,59 +1655,7 @@ CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCoun
 typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD16)(CUdeviceptr_v1 dstDevice, unsigned short us, unsigned int N);
 CUresult CUDAAPI cuMemsetD16(CUdeviceptr_v1 dstDevice, unsigned short us, unsigned int N)
 {
-    krex_pfn_cuMemsetD16 real = (krex_pfn_cuMemsetD16)krex_gated_real(121);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(121);
-    CUresult r = real(dstDevice, us, N);
-    krex_gate_leave(121, token);
-    return r;
-}
-
-#undef cuMemsetD16Async
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD16Async)(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream);
-CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
-{
-    krex_pfn_cuMemsetD16Async real = (krex_pfn_cuMemsetD16Async)krex_gated_real(122);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(122);
-    CUresult r = real(dstDevice, us, N, hStream);
-    krex_gate_leave(122, token);
-    return r;
-}
-
-#undef cuMemsetD16Async_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD16Async_ptsz)(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream);
-CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
-{
-    krex_pfn_cuMemsetD16Async_ptsz real = (krex_pfn_cuMemsetD16Async_ptsz)krex_gated_real(123);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(123);
-    CUresult r = real(dstDevice, us, N, hStream);
-    krex_gate_leave(123, token);
-    return r;
-}
-
-#undef cuMemsetD16_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD16_v2)(CUdeviceptr dstDevice, unsigned short us, size_t N);
-CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
-{
-    krex_pfn_cuMemsetD16_v2 real = (krex_pfn_cuMemsetD16_v2)krex_gated_real(124);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(124);
-    CUresult r = real(dstDevice, us, N);
-    krex_gate_leave(124, token);
-    return r;
-}
-
-#undef cuMemsetD16_v2_ptds
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD16_v2_ptds)(CUdeviceptr dstDevice, unsigned short us, size_t N);
-CUresult CUDAAPI cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
-{
-    krex_pfn_cuMemsetD16_v2_ptds real = (krex_pfn_cuMemsetD16_v2_ptds)krex_gated_real(125);
+    krex_pfn_cuMemsetD16 real = (krex_pfn_cuMemsetD16)krex_gated_real(125);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(125);
@@ -1647,63 +1664,63 @@ CUresult CUDAAPI cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, s
     return r;
 }
 
-#undef cuMemsetD2D16
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D16)(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned short us, unsigned int Width, unsigned int Height);
-CUresult CUDAAPI cuMemsetD2D16(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned short us, unsigned int Width, unsigned int Height)
+#undef cuMemsetD16Async
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD16Async)(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream);
+CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
-    krex_pfn_cuMemsetD2D16 real = (krex_pfn_cuMemsetD2D16)krex_gated_real(126);
+    krex_pfn_cuMemsetD16Async real = (krex_pfn_cuMemsetD16Async)krex_gated_real(126);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(126);
-    CUresult r = real(dstDevice, dstPitch, us, Width, Height);
+    CUresult r = real(dstDevice, us, N, hStream);
     krex_gate_leave(126, token);
     return r;
 }
 
-#undef cuMemsetD2D16Async
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D16Async)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream);
-CUresult CUDAAPI cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
+#undef cuMemsetD16Async_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD16Async_ptsz)(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream);
+CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
-    krex_pfn_cuMemsetD2D16Async real = (krex_pfn_cuMemsetD2D16Async)krex_gated_real(127);
+    krex_pfn_cuMemsetD16Async_ptsz real = (krex_pfn_cuMemsetD16Async_ptsz)krex_gated_real(127);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(127);
-    CUresult r = real(dstDevice, dstPitch, us, Width, Height, hStream);
+    CUresult r = real(dstDevice, us, N, hStream);
     krex_gate_leave(127, token);
     return r;
 }
 
-#undef cuMemsetD2D16Async_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D16Async_ptsz)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream);
-CUresult CUDAAPI cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
+#undef cuMemsetD16_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD16_v2)(CUdeviceptr dstDevice, unsigned short us, size_t N);
+CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
-    krex_pfn_cuMemsetD2D16Async_ptsz real = (krex_pfn_cuMemsetD2D16Async_ptsz)krex_gated_real(128);
+    krex_pfn_cuMemsetD16_v2 real = (krex_pfn_cuMemsetD16_v2)krex_gated_real(128);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(128);
-    CUresult r = real(dstDevice, dstPitch, us, Width, Height, hStream);
+    CUresult r = real(dstDevice, us, N);
     krex_gate_leave(128, token);
     return r;
 }
 
-#undef cuMemsetD2D16_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D16_v2)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height);
-CUresult CUDAAPI cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
+#undef cuMemsetD16_v2_ptds
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD16_v2_ptds)(CUdeviceptr dstDevice, unsigned short us, size_t N);
+CUresult CUDAAPI cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
-    krex_pfn_cuMemsetD2D16_v2 real = (krex_pfn_cuMemsetD2D16_v2)krex_gated_real(129);
+    krex_pfn_cuMemsetD16_v2_ptds real = (krex_pfn_cuMemsetD16_v2_ptds)krex_gated_real(129);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(129);
-    CUresult r = real(dstDevice, dstPitch, us, Width, Height);
+    CUresult r = real(dstDevice, us, N);
     krex_gate_leave(129, token);
     return r;
 }
 
-#undef cuMemsetD2D16_v2_ptds
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D16_v2_ptds)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height);
-CUresult CUDAAPI cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
+#undef cuMemsetD2D16
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D16)(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned short us, unsigned int Width, unsigned int Height);
+CUresult CUDAAPI cuMemsetD2D16(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned short us, unsigned int Width, unsigned int Height)
 {
-    krex_pfn_cuMemsetD2D16_v2_ptds real = (krex_pfn_cuMemsetD2D16_v2_ptds)krex_gated_real(130);
+    krex_pfn_cuMemsetD2D16 real = (krex_pfn_cuMemsetD2D16)krex_gated_real(130);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(130);
@@ -1712,63 +1729,63 @@ CUresult CUDAAPI cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, u
     return r;
 }
 
-#undef cuMemsetD2D32
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D32)(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned int ui, unsigned int Width, unsigned int Height);
-CUresult CUDAAPI cuMemsetD2D32(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned int ui, unsigned int Width, unsigned int Height)
+#undef cuMemsetD2D16Async
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D16Async)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream);
+CUresult CUDAAPI cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
-    krex_pfn_cuMemsetD2D32 real = (krex_pfn_cuMemsetD2D32)krex_gated_real(131);
+    krex_pfn_cuMemsetD2D16Async real = (krex_pfn_cuMemsetD2D16Async)krex_gated_real(131);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(131);
-    CUresult r = real(dstDevice, dstPitch, ui, Width, Height);
+    CUresult r = real(dstDevice, dstPitch, us, Width, Height, hStream);
     krex_gate_leave(131, token);
     return r;
 }
 
-#undef cuMemsetD2D32Async
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D32Async)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream);
-CUresult CUDAAPI cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
+#undef cuMemsetD2D16Async_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D16Async_ptsz)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream);
+CUresult CUDAAPI cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
-    krex_pfn_cuMemsetD2D32Async real = (krex_pfn_cuMemsetD2D32Async)krex_gated_real(132);
+    krex_pfn_cuMemsetD2D16Async_ptsz real = (krex_pfn_cuMemsetD2D16Async_ptsz)krex_gated_real(132);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(132);
-    CUresult r = real(dstDevice, dstPitch, ui, Width, Height, hStream);
+    CUresult r = real(dstDevice, dstPitch, us, Width, Height, hStream);
     krex_gate_leave(132, token);
     return r;
 }
 
-#undef cuMemsetD2D32Async_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D32Async_ptsz)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream);
-CUresult CUDAAPI cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
+#undef cuMemsetD2D16_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D16_v2)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height);
+CUresult CUDAAPI cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
 {
-    krex_pfn_cuMemsetD2D32Async_ptsz real = (krex_pfn_cuMemsetD2D32Async_ptsz)krex_gated_real(133);
+    krex_pfn_cuMemsetD2D16_v2 real = (krex_pfn_cuMemsetD2D16_v2)krex_gated_real(133);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(133);
-    CUresult r = real(dstDevice, dstPitch, ui, Width, Height, hStream);
+    CUresult r = real(dstDevice, dstPitch, us, Width, Height);
     krex_gate_leave(133, token);
     return r;
 }
 
-#undef cuMemsetD2D32_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D32_v2)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height);
-CUresult CUDAAPI cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
+#undef cuMemsetD2D16_v2_ptds
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D16_v2_ptds)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height);
+CUresult CUDAAPI cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
 {
-    krex_pfn_cuMemsetD2D32_v2 real = (krex_pfn_cuMemsetD2D32_v2)krex_gated_real(134);
+    krex_pfn_cuMemsetD2D16_v2_ptds real = (krex_pfn_cuMemsetD2D16_v2_ptds)krex_gated_real(134);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(134);
-    CUresult r = real(dstDevice, dstPitch, ui, Width, Height);
+    CUresult r = real(dstDevice, dstPitch, us, Width, Height);
     krex_gate_leave(134, token);
     return r;
 }
 
-#undef cuMemsetD2D32_v2_ptds
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D32_v2_ptds)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height);
-CUresult CUDAAPI cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
+#undef cuMemsetD2D32
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D32)(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned int ui, unsigned int Width, unsigned int Height);
+CUresult CUDAAPI cuMemsetD2D32(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned int ui, unsigned int Width, unsigned int Height)
 {
-    krex_pfn_cuMemsetD2D32_v2_ptds real = (krex_pfn_cuMemsetD2D32_v2_ptds)krex_gated_real(135);
+    krex_pfn_cuMemsetD2D32 real = (krex_pfn_cuMemsetD2D32)krex_gated_real(135);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(135);
@@ -1777,63 +1794,63 @@ CUresult CUDAAPI cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, u
     return r;
 }
 
-#undef cuMemsetD2D8
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D8)(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned char uc, unsigned int Width, unsigned int Height);
-CUresult CUDAAPI cuMemsetD2D8(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned char uc, unsigned int Width, unsigned int Height)
+#undef cuMemsetD2D32Async
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D32Async)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream);
+CUresult CUDAAPI cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
-    krex_pfn_cuMemsetD2D8 real = (krex_pfn_cuMemsetD2D8)krex_gated_real(136);
+    krex_pfn_cuMemsetD2D32Async real = (krex_pfn_cuMemsetD2D32Async)krex_gated_real(136);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(136);
-    CUresult r = real(dstDevice, dstPitch, uc, Width, Height);
+    CUresult r = real(dstDevice, dstPitch, ui, Width, Height, hStream);
     krex_gate_leave(136, token);
     return r;
 }
 
-#undef cuMemsetD2D8Async
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D8Async)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream);
-CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
+#undef cuMemsetD2D32Async_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D32Async_ptsz)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream);
+CUresult CUDAAPI cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
-    krex_pfn_cuMemsetD2D8Async real = (krex_pfn_cuMemsetD2D8Async)krex_gated_real(137);
+    krex_pfn_cuMemsetD2D32Async_ptsz real = (krex_pfn_cuMemsetD2D32Async_ptsz)krex_gated_real(137);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(137);
-    CUresult r = real(dstDevice, dstPitch, uc, Width, Height, hStream);
+    CUresult r = real(dstDevice, dstPitch, ui, Width, Height, hStream);
     krex_gate_leave(137, token);
     return r;
 }
 
-#undef cuMemsetD2D8Async_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D8Async_ptsz)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream);
-CUresult CUDAAPI cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
+#undef cuMemsetD2D32_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D32_v2)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height);
+CUresult CUDAAPI cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
 {
-    krex_pfn_cuMemsetD2D8Async_ptsz real = (krex_pfn_cuMemsetD2D8Async_ptsz)krex_gated_real(138);
+    krex_pfn_cuMemsetD2D32_v2 real = (krex_pfn_cuMemsetD2D32_v2)krex_gated_real(138);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(138);
-    CUresult r = real(dstDevice, dstPitch, uc, Width, Height, hStream);
+    CUresult r = real(dstDevice, dstPitch, ui, Width, Height);
     krex_gate_leave(138, token);
     return r;
 }
 
-#undef cuMemsetD2D8_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D8_v2)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height);
-CUresult CUDAAPI cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
+#undef cuMemsetD2D32_v2_ptds
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D32_v2_ptds)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height);
+CUresult CUDAAPI cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
 {
-    krex_pfn_cuMemsetD2D8_v2 real = (krex_pfn_cuMemsetD2D8_v2)krex_gated_real(139);
+    krex_pfn_cuMemsetD2D32_v2_ptds real = (krex_pfn_cuMemsetD2D32_v2_ptds)krex_gated_real(139);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(139);
-    CUresult r = real(dstDevice, dstPitch, uc, Width, Height);
+    CUresult r = real(dstDevice, dstPitch, ui, Width, Height);
     krex_gate_leave(139, token);
     return r;
 }
 
-#undef cuMemsetD2D8_v2_ptds
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D8_v2_ptds)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height);
-CUresult CUDAAPI cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
+#undef cuMemsetD2D8
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D8)(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned char uc, unsigned int Width, unsigned int Height);
+CUresult CUDAAPI cuMemsetD2D8(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned char uc, unsigned int Width, unsigned int Height)
 {
-    krex_pfn_cuMemsetD2D8_v2_ptds real = (krex_pfn_cuMemsetD2D8_v2_ptds)krex_gated_real(140);
+    krex_pfn_cuMemsetD2D8 real = (krex_pfn_cuMemsetD2D8)krex_gated_real(140);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(140);
@@ -1842,63 +1859,63 @@ CUresult CUDAAPI cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, un
     return r;
 }
 
-#undef cuMemsetD32
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD32)(CUdeviceptr_v1 dstDevice, unsigned int ui, unsigned int N);
-CUresult CUDAAPI cuMemsetD32(CUdeviceptr_v1 dstDevice, unsigned int ui, unsigned int N)
+#undef cuMemsetD2D8Async
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D8Async)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream);
+CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
-    krex_pfn_cuMemsetD32 real = (krex_pfn_cuMemsetD32)krex_gated_real(141);
+    krex_pfn_cuMemsetD2D8Async real = (krex_pfn_cuMemsetD2D8Async)krex_gated_real(141);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(141);
-    CUresult r = real(dstDevice, ui, N);
+    CUresult r = real(dstDevice, dstPitch, uc, Width, Height, hStream);
     krex_gate_leave(141, token);
     return r;
 }
 
-#undef cuMemsetD32Async
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD32Async)(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);
-CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
+#undef cuMemsetD2D8Async_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D8Async_ptsz)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream);
+CUresult CUDAAPI cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
-    krex_pfn_cuMemsetD32Async real = (krex_pfn_cuMemsetD32Async)krex_gated_real(142);
+    krex_pfn_cuMemsetD2D8Async_ptsz real = (krex_pfn_cuMemsetD2D8Async_ptsz)krex_gated_real(142);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(142);
-    CUresult r = real(dstDevice, ui, N, hStream);
+    CUresult r = real(dstDevice, dstPitch, uc, Width, Height, hStream);
     krex_gate_leave(142, token);
     return r;
 }
 
-#undef cuMemsetD32Async_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD32Async_ptsz)(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);
-CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
+#undef cuMemsetD2D8_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D8_v2)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height);
+CUresult CUDAAPI cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
 {
-    krex_pfn_cuMemsetD32Async_ptsz real = (krex_pfn_cuMemsetD32Async_ptsz)krex_gated_real(143);
+    krex_pfn_cuMemsetD2D8_v2 real = (krex_pfn_cuMemsetD2D8_v2)krex_gated_real(143);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(143);
-    CUresult r = real(dstDevice, ui, N, hStream);
+    CUresult r = real(dstDevice, dstPitch, uc, Width, Height);
     krex_gate_leave(143, token);
     return r;
 }
 
-#undef cuMemsetD32_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD32_v2)(CUdeviceptr dstDevice, unsigned int ui, size_t N);
-CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+#undef cuMemsetD2D8_v2_ptds
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D8_v2_ptds)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height);
+CUresult CUDAAPI cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
 {
-    krex_pfn_cuMemsetD32_v2 real = (krex_pfn_cuMemsetD32_v2)krex_gated_real(144);
+    krex_pfn_cuMemsetD2D8_v2_ptds real = (krex_pfn_cuMemsetD2D8_v2_ptds)krex_gated_real(144);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(144);
-    CUresult r = real(dstDevice, ui, N);
+    CUresult r = real(dstDevice, dstPitch, uc, Width, Height);
     krex_gate_leave(144, token);
     return r;
 }
 
-#undef cuMemsetD32_v2_ptds
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD32_v2_ptds)(CUdeviceptr dstDevice, unsigned int ui, size_t N);
-CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+#undef cuMemsetD32
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD32)(CUdeviceptr_v1 dstDevice, unsigned int ui, unsigned int N);
+CUresult CUDAAPI cuMemsetD32(CUdeviceptr_v1 dstDevice, unsigned int ui, unsigned int N)
 {
-    krex_pfn_cuMemsetD32_v2_ptds real = (krex_pfn_cuMemsetD32_v2_ptds)krex_gated_real(145);
+    krex_pfn_cuMemsetD32 real = (krex_pfn_cuMemsetD32)krex_gated_real(145);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(145);
@@ -1907,63 +1924,63 @@ CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, siz
     return r;
 }
 
-#undef cuMemsetD8
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD8)(CUdeviceptr_v1 dstDevice, unsigned char uc, unsigned int N);
-CUresult CUDAAPI cuMemsetD8(CUdeviceptr_v1 dstDevice, unsigned char uc, unsigned int N)
+#undef cuMemsetD32Async
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD32Async)(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);
+CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
-    krex_pfn_cuMemsetD8 real = (krex_pfn_cuMemsetD8)krex_gated_real(146);
+    krex_pfn_cuMemsetD32Async real = (krex_pfn_cuMemsetD32Async)krex_gated_real(146);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(146);
-    CUresult r = real(dstDevice, uc, N);
+    CUresult r = real(dstDevice, ui, N, hStream);
     krex_gate_leave(146, token);
     return r;
 }
 
-#undef cuMemsetD8Async
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD8Async)(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);
-CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
+#undef cuMemsetD32Async_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD32Async_ptsz)(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);
+CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
-    krex_pfn_cuMemsetD8Async real = (krex_pfn_cuMemsetD8Async)krex_gated_real(147);
+    krex_pfn_cuMemsetD32Async_ptsz real = (krex_pfn_cuMemsetD32Async_ptsz)krex_gated_real(147);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(147);
-    CUresult r = real(dstDevice, uc, N, hStream);
+    CUresult r = real(dstDevice, ui, N, hStream);
     krex_gate_leave(147, token);
     return r;
 }
 
-#undef cuMemsetD8Async_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD8Async_ptsz)(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);
-CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
+#undef cuMemsetD32_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD32_v2)(CUdeviceptr dstDevice, unsigned int ui, size_t N);
+CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
-    krex_pfn_cuMemsetD8Async_ptsz real = (krex_pfn_cuMemsetD8Async_ptsz)krex_gated_real(148);
+    krex_pfn_cuMemsetD32_v2 real = (krex_pfn_cuMemsetD32_v2)krex_gated_real(148);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(148);
-    CUresult r = real(dstDevice, uc, N, hStream);
+    CUresult r = real(dstDevice, ui, N);
     krex_gate_leave(148, token);
     return r;
 }
 
-#undef cuMemsetD8_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD8_v2)(CUdeviceptr dstDevice, unsigned char uc, size_t N);
-CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+#undef cuMemsetD32_v2_ptds
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD32_v2_ptds)(CUdeviceptr dstDevice, unsigned int ui, size_t N);
+CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
-    krex_pfn_cuMemsetD8_v2 real = (krex_pfn_cuMemsetD8_v2)krex_gated_real(149);
+    krex_pfn_cuMemsetD32_v2_ptds real = (krex_pfn_cuMemsetD32_v2_ptds)krex_gated_real(149);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(149);
-    CUresult r = real(dstDevice, uc, N);
+    CUresult r = real(dstDevice, ui, N);
     krex_gate_leave(149, token);
     return r;
 }
 
-#undef cuMemsetD8_v2_ptds
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD8_v2_ptds)(CUdeviceptr dstDevice, unsigned char uc, size_t N);
-CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+#undef cuMemsetD8
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD8)(CUdeviceptr_v1 dstDevice, unsigned char uc, unsigned int N);
+CUresult CUDAAPI cuMemsetD8(CUdeviceptr_v1 dstDevice, unsigned char uc, unsigned int N)
 {
-    krex_pfn_cuMemsetD8_v2_ptds real = (krex_pfn_cuMemsetD8_v2_ptds)krex_gated_real(150);
+    krex_pfn_cuMemsetD8 real = (krex_pfn_cuMemsetD8)krex_gated_real(150);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(150);
@@ -1972,16 +1989,68 @@ CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, siz
     return r;
 }
 
+#undef cuMemsetD8Async
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD8Async)(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);
+CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
+{
+    krex_pfn_cuMemsetD8Async real = (krex_pfn_cuMemsetD8Async)krex_gated_real(151);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(151);
+    CUresult r = real(dstDevice, uc, N, hStream);
+    krex_gate_leave(151, token);
+    return r;
+}
+
+#undef cuMemsetD8Async_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD8Async_ptsz)(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);
+CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
+{
+    krex_pfn_cuMemsetD8Async_ptsz real = (krex_pfn_cuMemsetD8Async_ptsz)krex_gated_real(152);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(152);
+    CUresult r = real(dstDevice, uc, N, hStream);
+    krex_gate_leave(152, token);
+    return r;
+}
+
+#undef cuMemsetD8_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD8_v2)(CUdeviceptr dstDevice, unsigned char uc, size_t N);
+CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+    krex_pfn_cuMemsetD8_v2 real = (krex_pfn_cuMemsetD8_v2)krex_gated_real(153);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(153);
+    CUresult r = real(dstDevice, uc, N);
+    krex_gate_leave(153, token);
+    return r;
+}
+
+#undef cuMemsetD8_v2_ptds
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD8_v2_ptds)(CUdeviceptr dstDevice, unsigned char uc, size_t N);
+CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+    krex_pfn_cuMemsetD8_v2_ptds real = (krex_pfn_cuMemsetD8_v2_ptds)krex_gated_real(154);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(154);
+    CUresult r = real(dstDevice, uc, N);
+    krex_gate_leave(154, token);
+    return r;
+}
+
 #undef cuModuleLoad
 typedef CUresult (CUDAAPI *krex_pfn_cuModuleLoad)(CUmodule *module, const char *fname);
 CUresult CUDAAPI cuModuleLoad(CUmodule *module, const char *fname)
 {
-    krex_pfn_cuModuleLoad real = (krex_pfn_cuModuleLoad)krex_gated_real(151);
+    krex_pfn_cuModuleLoad real = (krex_pfn_cuModuleLoad)krex_gated_real(155);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(151);
+    int token = krex_gate_enter(155);
     CUresult r = real(module, fname);
-    krex_gate_leave(151, token);
+    krex_gate_leave(155, token);
     return r;
 }
 
@@ -1989,12 +2058,12 @@ CUresult CUDAAPI cuModuleLoad(CUmodule *module, const char *fname)
 typedef CUresult (CUDAAPI *krex_pfn_cuModuleLoadData)(CUmodule *module, const void *image);
 CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
 {
-    krex_pfn_cuModuleLoadData real = (krex_pfn_cuModuleLoadData)krex_gated_real(152);
+    krex_pfn_cuModuleLoadData real = (krex_pfn_cuModuleLoadData)krex_gated_real(156);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(152);
+    int token = krex_gate_enter(156);
     CUresult r = real(module, image);
-    krex_gate_leave(152, token);
+    krex_gate_leave(156, token);
     return r;
 }
 
@@ -2002,12 +2071,12 @@ CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
 typedef CUresult (CUDAAPI *krex_pfn_cuModuleLoadDataEx)(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues);
 CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
-    krex_pfn_cuModuleLoadDataEx real = (krex_pfn_cuModuleLoadDataEx)krex_gated_real(153);
+    krex_pfn_cuModuleLoadDataEx real = (krex_pfn_cuModuleLoadDataEx)krex_gated_real(157);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(153);
+    int token = krex_gate_enter(157);
     CUresult r = real(module, image, numOptions, options, optionValues);
-    krex_gate_leave(153, token);
+    krex_gate_leave(157, token);
     return r;
 }
 
@@ -2015,12 +2084,12 @@ CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *module, const void *image, unsigne
 typedef CUresult (CUDAAPI *krex_pfn_cuModuleLoadFatBinary)(CUmodule *module, const void *fatCubin);
 CUresult CUDAAPI cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
 {
-    krex_pfn_cuModuleLoadFatBinary real = (krex_pfn_cuModuleLoadFatBinary)krex_gated_real(154);
+    krex_pfn_cuModuleLoadFatBinary real = (krex_pfn_cuModuleLoadFatBinary)krex_gated_real(158);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(154);
+    int token = krex_gate_enter(158);
     CUresult r = real(module, fatCubin);
-    krex_gate_leave(154, token);
+    krex_gate_leave(158, token);
     return r;
 }
 
@@ -2028,12 +2097,12 @@ CUresult CUDAAPI cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
 typedef CUresult (CUDAAPI *krex_pfn_cuSignalExternalSemaphoresAsync)(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream);
 CUresult CUDAAPI cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
-    krex_pfn_cuSignalExternalSemaphoresAsync real = (krex_pfn_cuSignalExternalSemaphoresAsync)krex_gated_real(155);
+    krex_pfn_cuSignalExternalSemaphoresAsync real = (krex_pfn_cuSignalExternalSemaphoresAsync)krex_gated_real(159);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(155);
+    int token = krex_gate_enter(159);
     CUresult r = real(extSemArray, paramsArray, numExtSems, stream);
-    krex_gate_leave(155, token);
+    krex_gate_leave(159, token);
     return r;
 }
 
@@ -2041,12 +2110,12 @@ CUresult CUDAAPI cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *extS
 typedef CUresult (CUDAAPI *krex_pfn_cuSignalExternalSemaphoresAsync_ptsz)(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream);
 CUresult CUDAAPI cuSignalExternalSemaphoresAsync_ptsz(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
-    krex_pfn_cuSignalExternalSemaphoresAsync_ptsz real = (krex_pfn_cuSignalExternalSemaphoresAsync_ptsz)krex_gated_real(156);
+    krex_pfn_cuSignalExternalSemaphoresAsync_ptsz real = (krex_pfn_cuSignalExternalSemaphoresAsync_ptsz)krex_gated_real(160);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(156);
+    int token = krex_gate_enter(160);
     CUresult r = real(extSemArray, paramsArray, numExtSems, stream);
-    krex_gate_leave(156, token);
+    krex_gate_leave(160, token);
     return r;
 }
 
@@ -2054,12 +2123,12 @@ CUresult CUDAAPI cuSignalExternalSemaphoresAsync_ptsz(const CUexternalSemaphore 
 typedef CUresult (CUDAAPI *krex_pfn_cuStreamAddCallback)(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags);
 CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
-    krex_pfn_cuStreamAddCallback real = (krex_pfn_cuStreamAddCallback)krex_gated_real(157);
+    krex_pfn_cuStreamAddCallback real = (krex_pfn_cuStreamAddCallback)krex_gated_real(161);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(157);
+    int token = krex_gate_enter(161);
     CUresult r = real(hStream, callback, userData, flags);
-    krex_gate_leave(157, token);
+    krex_gate_leave(161, token);
     return r;
 }
 
@@ -2067,12 +2136,12 @@ CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallback callback
 typedef CUresult (CUDAAPI *krex_pfn_cuStreamAddCallback_ptsz)(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags);
 CUresult CUDAAPI cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
-    krex_pfn_cuStreamAddCallback_ptsz real = (krex_pfn_cuStreamAddCallback_ptsz)krex_gated_real(158);
+    krex_pfn_cuStreamAddCallback_ptsz real = (krex_pfn_cuStreamAddCallback_ptsz)krex_gated_real(162);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(158);
+    int token = krex_gate_enter(162);
     CUresult r = real(hStream, callback, userData, flags);
-    krex_gate_leave(158, token);
+    krex_gate_leave(162, token);
     return r;
 }
 
@@ -2080,12 +2149,12 @@ CUresult CUDAAPI cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback cal
 typedef CUresult (CUDAAPI *krex_pfn_cuStreamBatchMemOp)(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags);
 CUresult CUDAAPI cuStreamBatchMemOp(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
 {
-    krex_pfn_cuStreamBatchMemOp real = (krex_pfn_cuStreamBatchMemOp)krex_gated_real(159);
+    krex_pfn_cuStreamBatchMemOp real = (krex_pfn_cuStreamBatchMemOp)krex_gated_real(163);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(159);
+    int token = krex_gate_enter(163);
     CUresult r = real(stream, count, paramArray, flags);
-    krex_gate_leave(159, token);
+    krex_gate_leave(163, token);
     return r;
 }
 
@@ -2093,12 +2162,12 @@ CUresult CUDAAPI cuStreamBatchMemOp(CUstream stream, unsigned int count, CUstrea
 typedef CUresult (CUDAAPI *krex_pfn_cuStreamBatchMemOp_ptsz)(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags);
 CUresult CUDAAPI cuStreamBatchMemOp_ptsz(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
 {
-    krex_pfn_cuStreamBatchMemOp_ptsz real = (krex_pfn_cuStreamBatchMemOp_ptsz)krex_gated_real(160);
+    krex_pfn_cuStreamBatchMemOp_ptsz real = (krex_pfn_cuStreamBatchMemOp_ptsz)krex_gated_real(164);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(160);
+    int token = krex_gate_enter(164);
     CUresult r = real(stream, count, paramArray, flags);
-    krex_gate_leave(160, token);
+    krex_gate_leave(164, token);
     return r;
 }
 
@@ -2106,12 +2175,12 @@ CUresult CUDAAPI cuStreamBatchMemOp_ptsz(CUstream stream, unsigned int count, CU
 typedef CUresult (CUDAAPI *krex_pfn_cuStreamBatchMemOp_v2)(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags);
 CUresult CUDAAPI cuStreamBatchMemOp_v2(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
 {
-    krex_pfn_cuStreamBatchMemOp_v2 real = (krex_pfn_cuStreamBatchMemOp_v2)krex_gated_real(161);
+    krex_pfn_cuStreamBatchMemOp_v2 real = (krex_pfn_cuStreamBatchMemOp_v2)krex_gated_real(165);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(161);
+    int token = krex_gate_enter(165);
     CUresult r = real(stream, count, paramArray, flags);
-    krex_gate_leave(161, token);
+    krex_gate_leave(165, token);
     return r;
 }
 
@@ -2119,12 +2188,12 @@ CUresult CUDAAPI cuStreamBatchMemOp_v2(CUstream stream, unsigned int count, CUst
 typedef CUresult (CUDAAPI *krex_pfn_cuStreamBatchMemOp_v2_ptsz)(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags);
 CUresult CUDAAPI cuStreamBatchMemOp_v2_ptsz(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
 {
-    krex_pfn_cuStreamBatchMemOp_v2_ptsz real = (krex_pfn_cuStreamBatchMemOp_v2_ptsz)krex_gated_real(162);
+    krex_pfn_cuStreamBatchMemOp_v2_ptsz real = (krex_pfn_cuStreamBatchMemOp_v2_ptsz)krex_gated_real(166);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(162);
+    int token = krex_gate_enter(166);
     CUresult r = real(stream, count, paramArray, flags);
-    krex_gate_leave(162, token);
+    krex_gate_leave(166, token);
     return r;
 }
 
@@ -2132,12 +2201,12 @@ CUresult CUDAAPI cuStreamBatchMemOp_v2_ptsz(CUstream stream, unsigned int count,
 typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitEvent)(CUstream hStream, CUevent hEvent, unsigned int Flags);
 CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
-    krex_pfn_cuStreamWaitEvent real = (krex_pfn_cuStreamWaitEvent)krex_gated_real(163);
+    krex_pfn_cuStreamWaitEvent real = (krex_pfn_cuStreamWaitEvent)krex_gated_real(167);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(163);
+    int token = krex_gate_enter(167);
     CUresult r = real(hStream, hEvent, Flags);
-    krex_gate_leave(163, token);
+    krex_gate_leave(167, token);
     return r;
 }
 
@@ -2145,12 +2214,12 @@ CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned in
 typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitEvent_ptsz)(CUstream hStream, CUevent hEvent, unsigned int Flags);
 CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
-    krex_pfn_cuStreamWaitEvent_ptsz real = (krex_pfn_cuStreamWaitEvent_ptsz)krex_gated_real(164);
+    krex_pfn_cuStreamWaitEvent_ptsz real = (krex_pfn_cuStreamWaitEvent_ptsz)krex_gated_real(168);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(164);
+    int token = krex_gate_enter(168);
     CUresult r = real(hStream, hEvent, Flags);
-    krex_gate_leave(164, token);
+    krex_gate_leave(168, token);
     return r;
 }
 
@@ -2158,59 +2227,7 @@ CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsign
 typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue32)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
 CUresult CUDAAPI cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    krex_pfn_cuStreamWaitValue32 real = (krex_pfn_cuStreamWaitValue32)krex_gated_real(165);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(165);
-    CUresult r = real(stream, addr, value, flags);
-    krex_gate_leave(165, token);
-    return r;
-}
-
-#undef cuStreamWaitValue32_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue32_ptsz)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWaitValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
-{
-    krex_pfn_cuStreamWaitValue32_ptsz real = (krex_pfn_cuStreamWaitValue32_ptsz)krex_gated_real(166);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(166);
-    CUresult r = real(stream, addr, value, flags);
-    krex_gate_leave(166, token);
-    return r;
-}
-
-#undef cuStreamWaitValue32_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue32_v2)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
-{
-    krex_pfn_cuStreamWaitValue32_v2 real = (krex_pfn_cuStreamWaitValue32_v2)krex_gated_real(167);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(167);
-    CUresult r = real(stream, addr, value, flags);
-    krex_gate_leave(167, token);
-    return r;
-}
-
-#undef cuStreamWaitValue32_v2_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue32_v2_ptsz)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
-{
-    krex_pfn_cuStreamWaitValue32_v2_ptsz real = (krex_pfn_cuStreamWaitValue32_v2_ptsz)krex_gated_real(168);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(168);
-    CUresult r = real(stream, addr, value, flags);
-    krex_gate_leave(168, token);
-    return r;
-}
-
-#undef cuStreamWaitValue64
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue64)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWaitValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
-{
-    krex_pfn_cuStreamWaitValue64 real = (krex_pfn_cuStreamWaitValue64)krex_gated_real(169);
+    krex_pfn_cuStreamWaitValue32 real = (krex_pfn_cuStreamWaitValue32)krex_gated_real(169);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(169);
@@ -2219,11 +2236,11 @@ CUresult CUDAAPI cuStreamWaitValue64(CUstream stream, CUdeviceptr addr, cuuint64
     return r;
 }
 
-#undef cuStreamWaitValue64_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue64_ptsz)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWaitValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+#undef cuStreamWaitValue32_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue32_ptsz)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWaitValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    krex_pfn_cuStreamWaitValue64_ptsz real = (krex_pfn_cuStreamWaitValue64_ptsz)krex_gated_real(170);
+    krex_pfn_cuStreamWaitValue32_ptsz real = (krex_pfn_cuStreamWaitValue32_ptsz)krex_gated_real(170);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(170);
@@ -2232,11 +2249,11 @@ CUresult CUDAAPI cuStreamWaitValue64_ptsz(CUstream stream, CUdeviceptr addr, cuu
     return r;
 }
 
-#undef cuStreamWaitValue64_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue64_v2)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+#undef cuStreamWaitValue32_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue32_v2)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    krex_pfn_cuStreamWaitValue64_v2 real = (krex_pfn_cuStreamWaitValue64_v2)krex_gated_real(171);
+    krex_pfn_cuStreamWaitValue32_v2 real = (krex_pfn_cuStreamWaitValue32_v2)krex_gated_real(171);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(171);
@@ -2245,11 +2262,11 @@ CUresult CUDAAPI cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuin
     return r;
 }
 
-#undef cuStreamWaitValue64_v2_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue64_v2_ptsz)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWaitValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+#undef cuStreamWaitValue32_v2_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue32_v2_ptsz)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    krex_pfn_cuStreamWaitValue64_v2_ptsz real = (krex_pfn_cuStreamWaitValue64_v2_ptsz)krex_gated_real(172);
+    krex_pfn_cuStreamWaitValue32_v2_ptsz real = (krex_pfn_cuStreamWaitValue32_v2_ptsz)krex_gated_real(172);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(172);
@@ -2258,11 +2275,11 @@ CUresult CUDAAPI cuStreamWaitValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, 
     return r;
 }
 
-#undef cuStreamWriteValue32
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue32)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+#undef cuStreamWaitValue64
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue64)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWaitValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
-    krex_pfn_cuStreamWriteValue32 real = (krex_pfn_cuStreamWriteValue32)krex_gated_real(173);
+    krex_pfn_cuStreamWaitValue64 real = (krex_pfn_cuStreamWaitValue64)krex_gated_real(173);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(173);
@@ -2271,11 +2288,11 @@ CUresult CUDAAPI cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint3
     return r;
 }
 
-#undef cuStreamWriteValue32_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue32_ptsz)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWriteValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+#undef cuStreamWaitValue64_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue64_ptsz)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWaitValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
-    krex_pfn_cuStreamWriteValue32_ptsz real = (krex_pfn_cuStreamWriteValue32_ptsz)krex_gated_real(174);
+    krex_pfn_cuStreamWaitValue64_ptsz real = (krex_pfn_cuStreamWaitValue64_ptsz)krex_gated_real(174);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(174);
@@ -2284,11 +2301,11 @@ CUresult CUDAAPI cuStreamWriteValue32_ptsz(CUstream stream, CUdeviceptr addr, cu
     return r;
 }
 
-#undef cuStreamWriteValue32_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue32_v2)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+#undef cuStreamWaitValue64_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue64_v2)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
-    krex_pfn_cuStreamWriteValue32_v2 real = (krex_pfn_cuStreamWriteValue32_v2)krex_gated_real(175);
+    krex_pfn_cuStreamWaitValue64_v2 real = (krex_pfn_cuStreamWaitValue64_v2)krex_gated_real(175);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(175);
@@ -2297,11 +2314,11 @@ CUresult CUDAAPI cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuui
     return r;
 }
 
-#undef cuStreamWriteValue32_v2_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue32_v2_ptsz)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+#undef cuStreamWaitValue64_v2_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue64_v2_ptsz)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWaitValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
-    krex_pfn_cuStreamWriteValue32_v2_ptsz real = (krex_pfn_cuStreamWriteValue32_v2_ptsz)krex_gated_real(176);
+    krex_pfn_cuStreamWaitValue64_v2_ptsz real = (krex_pfn_cuStreamWaitValue64_v2_ptsz)krex_gated_real(176);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(176);
@@ -2310,11 +2327,11 @@ CUresult CUDAAPI cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr,
     return r;
 }
 
-#undef cuStreamWriteValue64
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue64)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+#undef cuStreamWriteValue32
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue32)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    krex_pfn_cuStreamWriteValue64 real = (krex_pfn_cuStreamWriteValue64)krex_gated_real(177);
+    krex_pfn_cuStreamWriteValue32 real = (krex_pfn_cuStreamWriteValue32)krex_gated_real(177);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(177);
@@ -2323,11 +2340,11 @@ CUresult CUDAAPI cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint6
     return r;
 }
 
-#undef cuStreamWriteValue64_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue64_ptsz)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWriteValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+#undef cuStreamWriteValue32_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue32_ptsz)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWriteValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    krex_pfn_cuStreamWriteValue64_ptsz real = (krex_pfn_cuStreamWriteValue64_ptsz)krex_gated_real(178);
+    krex_pfn_cuStreamWriteValue32_ptsz real = (krex_pfn_cuStreamWriteValue32_ptsz)krex_gated_real(178);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(178);
@@ -2336,11 +2353,11 @@ CUresult CUDAAPI cuStreamWriteValue64_ptsz(CUstream stream, CUdeviceptr addr, cu
     return r;
 }
 
-#undef cuStreamWriteValue64_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue64_v2)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+#undef cuStreamWriteValue32_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue32_v2)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    krex_pfn_cuStreamWriteValue64_v2 real = (krex_pfn_cuStreamWriteValue64_v2)krex_gated_real(179);
+    krex_pfn_cuStreamWriteValue32_v2 real = (krex_pfn_cuStreamWriteValue32_v2)krex_gated_real(179);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(179);
@@ -2349,11 +2366,11 @@ CUresult CUDAAPI cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuui
     return r;
 }
 
-#undef cuStreamWriteValue64_v2_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue64_v2_ptsz)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+#undef cuStreamWriteValue32_v2_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue32_v2_ptsz)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    krex_pfn_cuStreamWriteValue64_v2_ptsz real = (krex_pfn_cuStreamWriteValue64_v2_ptsz)krex_gated_real(180);
+    krex_pfn_cuStreamWriteValue32_v2_ptsz real = (krex_pfn_cuStreamWriteValue32_v2_ptsz)krex_gated_real(180);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(180);
@@ -2362,16 +2379,68 @@ CUresult CUDAAPI cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr,
     return r;
 }
 
+#undef cuStreamWriteValue64
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue64)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    krex_pfn_cuStreamWriteValue64 real = (krex_pfn_cuStreamWriteValue64)krex_gated_real(181);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(181);
+    CUresult r = real(stream, addr, value, flags);
+    krex_gate_leave(181, token);
+    return r;
+}
+
+#undef cuStreamWriteValue64_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue64_ptsz)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWriteValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    krex_pfn_cuStreamWriteValue64_ptsz real = (krex_pfn_cuStreamWriteValue64_ptsz)krex_gated_real(182);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(182);
+    CUresult r = real(stream, addr, value, flags);
+    krex_gate_leave(182, token);
+    return r;
+}
+
+#undef cuStreamWriteValue64_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue64_v2)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    krex_pfn_cuStreamWriteValue64_v2 real = (krex_pfn_cuStreamWriteValue64_v2)krex_gated_real(183);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(183);
+    CUresult r = real(stream, addr, value, flags);
+    krex_gate_leave(183, token);
+    return r;
+}
+
+#undef cuStreamWriteValue64_v2_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue64_v2_ptsz)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    krex_pfn_cuStreamWriteValue64_v2_ptsz real = (krex_pfn_cuStreamWriteValue64_v2_ptsz)krex_gated_real(184);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(184);
+    CUresult r = real(stream, addr, value, flags);
+    krex_gate_leave(184, token);
+    return r;
+}
+
 #undef cuWaitExternalSemaphoresAsync
 typedef CUresult (CUDAAPI *krex_pfn_cuWaitExternalSemaphoresAsync)(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream);
 CUresult CUDAAPI cuWaitExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
-    krex_pfn_cuWaitExternalSemaphoresAsync real = (krex_pfn_cuWaitExternalSemaphoresAsync)krex_gated_real(181);
+    krex_pfn_cuWaitExternalSemaphoresAsync real = (krex_pfn_cuWaitExternalSemaphoresAsync)krex_gated_real(185);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(181);
+    int token = krex_gate_enter(185);
     CUresult r = real(extSemArray, paramsArray, numExtSems, stream);
-    krex_gate_leave(181, token);
+    krex_gate_leave(185, token);
     return r;
 }
 
@@ -2379,16 +2448,16 @@ CUresult CUDAAPI cuWaitExternalSemaphoresAsync(const CUexternalSemaphore *extSem
 typedef CUresult (CUDAAPI *krex_pfn_cuWaitExternalSemaphoresAsync_ptsz)(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream);
 CUresult CUDAAPI cuWaitExternalSemaphoresAsync_ptsz(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
-    krex_pfn_cuWaitExternalSemaphoresAsync_ptsz real = (krex_pfn_cuWaitExternalSemaphoresAsync_ptsz)krex_gated_real(182);
+    krex_pfn_cuWaitExternalSemaphoresAsync_ptsz real = (krex_pfn_cuWaitExternalSemaphoresAsync_ptsz)krex_gated_real(186);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(182);
+    int token = krex_gate_enter(186);
     CUresult r = real(extSemArray, paramsArray, numExtSems, stream);
-    krex_gate_leave(182, token);
+    krex_gate_leave(186, token);
     return r;
 }
 
-const unsigned krex_gated_count = 183;
+const unsigned krex_gated_count = 187;
 
 const struct krex_gated_fn krex_gated_fns[] = {
     {"cuCtxCreate", KREX_CLASS_CONTEXT, (void *)cuCtxCreate},
@@ -2396,6 +2465,10 @@ const struct krex_gated_fn krex_gated_fns[] = {
     {"cuCtxCreate_v3", KREX_CLASS_CONTEXT, (void *)cuCtxCreate_v3},
     {"cuCtxCreate_v4", KREX_CLASS_CONTEXT, (void *)cuCtxCreate_v4},
     {"cuDevicePrimaryCtxRetain", KREX_CLASS_CONTEXT, (void *)cuDevicePrimaryCtxRetain},
+    {"cuEventDestroy", KREX_CLASS_TRACKED, (void *)cuEventDestroy},
+    {"cuEventDestroy_v2", KREX_CLASS_TRACKED, (void *)cuEventDestroy_v2},
+    {"cuEventElapsedTime", KREX_CLASS_TRACKED, (void *)cuEventElapsedTime},
+    {"cuEventElapsedTime_v2", KREX_CLASS_TRACKED, (void *)cuEventElapsedTime_v2},
     {"cuEventRecord", KREX_CLASS_EVENT, (void *)cuEventRecord},
     {"cuEventRecordWithFlags", KREX_CLASS_EVENT, (void *)cuEventRecordWithFlags},
     {"cuEventRecordWithFlags_ptsz", KREX_CLASS_EVENT, (void *)cuEventRecordWithFlags_ptsz},

@@ -15,6 +15,8 @@
  *   gate_futex.c            futex and clock helpers
  *   drain.c                 drain helper thread, contexts seen
  *   region_api.c            krex_region_enter / krex_region_exit
+ *   intercept_events.c      CUDA events: which region each was recorded in, and
+ *                           elapsed times that no region protected
  *
  * Declares no CUDA types, so that the cudart shim can include it next to
  * cuda_runtime_api.h.
@@ -79,6 +81,19 @@ void krex_gate_attach_after_fork(void);
 #define KREX_TOKEN_IN_CALL 2 /* counted and inside the gate (in_call held) */
 int krex_gate_enter(unsigned i);
 void krex_gate_leave(unsigned i, int token);
+
+/* ---- intercept_events.c --------------------------------------------------- */
+/* The class of the entry points wrapped to be watched, not gated (after the
+ * classes of krex_gate.h, which the gate counts). */
+#define KREX_CLASS_TRACKED KREX_CLASS_COUNT
+/* Around a tracked call: counted in the stats, re-entrancy like a gated call
+ * (returns KREX_TOKEN_NESTED inside another wrapped call). */
+int krex_track_enter(unsigned i);
+void krex_track_leave(int token);
+/* Events are opaque pointers here (CUevent is a pointer type). */
+void krex_event_recorded(const void *event);
+void krex_event_elapsed(const void *start, const void *end);
+void krex_event_destroyed(const void *event);
 
 /* ---- gate_futex.c --------------------------------------------------------- */
 uint64_t krex_now_ns(void); /* CLOCK_MONOTONIC */

@@ -8,7 +8,7 @@
  * nothing.
  *
  *   {"pid": 123, "tenant": "7", "calls": {"cuLaunchKernel": 10, ...},
- *    "classes": {"launch": 10, ...}, "events": {"swapped": 3, "unmapped": 0}}
+ *    "classes": {"launch": 10, ...}, "events": {"swapped": 3, "unmapped": 0, "unprotected": 0}}
  */
 #include <fcntl.h>
 #include <stdarg.h>
@@ -22,7 +22,7 @@
 static uint64_t counts[KREX_GATED_MAX];
 
 /* Named event counters; a short fixed list keeps this lock-free. */
-static const char *const event_names[] = {"swapped", "unmapped", "parked", "fail_open", "drains"};
+static const char *const event_names[] = {"swapped", "unmapped", "parked", "fail_open", "drains", "unprotected"};
 #define N_EVENTS (sizeof event_names / sizeof event_names[0])
 static uint64_t events[N_EVENTS];
 
@@ -111,7 +111,8 @@ __attribute__((destructor)) static void stats_dump(void)
         if (n == 0)
             continue;
         put(&b, "%s\"%s\": %llu", sep, krex_gated_fns[i].name, (unsigned long long)n);
-        per_class[krex_gated_fns[i].klass] += n;
+        if (krex_gated_fns[i].klass < KREX_CLASS_COUNT) /* tracked, ungated calls have no class of the gate */
+            per_class[krex_gated_fns[i].klass] += n;
         sep = ", ";
     }
     put(&b, "}, \"classes\": {");

@@ -219,6 +219,9 @@ void sim_device_run(int phys, uint64_t solo_ns)
         return;
     uint32_t *mine = &sim_proc.slot->active[phys];
     __atomic_add_fetch(mine, 1, __ATOMIC_ACQ_REL);
+    __atomic_or_fetch(&sim_proc.slot->devices_used, 1u << phys, __ATOMIC_RELAXED);
+    __atomic_store_n(&sim_proc.slot->last_work_ns, sim_now_ns(), __ATOMIC_RELAXED);
+    __atomic_add_fetch(&sim_proc.slot->work_items, 1, __ATOMIC_RELEASE);
     double remaining = (double)solo_ns;
     uint64_t last = sim_now_ns();
     while (remaining > 0.0) {

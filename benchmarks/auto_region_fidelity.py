@@ -1,0 +1,95 @@
+"""Auto-regions on a real GPU: an unmodified do_bench candidate and a torch
+Timer candidate (benchmarks/tenants/harness_candidate.py) timed natively
+(alone on GPU 0, no runtime) and under `krex run --auto-region` while 15
+busy tenants share the GPU, plus the same do_bench candidate without
+--auto-region (its timings are counted unprotected and inflated).
+
+  python benchmarks/auto_region_fidelity.py [--reps 5] [--json FILE]
+
+Needs torch and triton in the Python that runs it. Prints one table: median
+ms native, under krex, the ratio, what the runtime wrapped, the unprotected
+timings it counted, and the region verdicts of the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from krex_runtime.testing.local_runtime import Runtime, command, wait_until
+from krex_runtime.wire.trace import read_trace
+
+HERE = Path(__file__).resolve().parent
+CANDIDATE = str(HERE / "tenants" / "harness_candidate.py")
+BUSY = str(HERE.parent / "tests" / "tenants" / "torch_busy.py")
+PY = sys.executable
+
+
+def native(kind: str, reps: int) -> list[float]:
+    out = []
+    for _ in range(reps):
+        done = subprocess.run([PY, CANDIDATE, kind], capture_output=True, text=True, check=True, timeout=600)
+        out.append(json.loads(done.stdout.strip().splitlines()[-1])["ms"])
+    return out
+
+
+def under_krex(rt: Runtime, kind: str, reps: int, auto: bool) -> tuple[list[float], list[dict]]:
+    times, results = [], []
+    for _ in range(reps):
+        flag = ["--auto-region"] if auto else ["--no-auto-region"]
+        done = subprocess.run([*command("krex"), "run", "--json", "--gpu", "0", *flag, "--", PY, CANDIDATE, kind],
+                              env=rt.env, capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            raise SystemExit(f"krex run failed: {done.stderr[-2000:]}")
+        lines = done.stdout.strip().splitlines()
+        times.append(json.loads(lines[-2])["ms"])
+        results.append(json.loads(lines[-1]))
+    return times, results
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--json", metavar="FILE")
+    args = p.parse_args()
+    rows = []
+    base = {kind: native(kind, args.reps) for kind in ("do_bench", "timer")}
+    with tempfile.TemporaryDirectory() as tmp:
+        rt = Runtime(Path(tmp) / "rt", sim=0, visible=(0,), policy="krex", slots=16).start()
+        try:
+            with rt.client(timeout_s=30) as c:
+                ids = [c.call("submit", {"argv": [PY, BUSY, "4096", "4"], "gpu": 0})["id"] for _ in range(15)]
+            outputs = [rt.run_dir / "output" / f"{i}.stdout" for i in ids]
+            wait_until(lambda: all(o.exists() and "ready" in o.read_text() for o in outputs), 300, "busy tenants", 0.5)
+            for kind, auto in (("do_bench", True), ("timer", True), ("do_bench", False)):
+                times, results = under_krex(rt, kind, args.reps, auto)
+                n, k = statistics.median(base[kind]), statistics.median(times)
+                rows.append({"kind": kind, "auto_region": auto, "native_ms": n, "krex_ms": k, "ratio": k / n,
+                             "wrapped": results[-1]["auto_regions"],
+                             "unprotected_timings": sum(r["unprotected_timings"] for r in results)})
+            with rt.client() as c:
+                for i in ids:
+                    c.call("cancel", {"id": i})
+        finally:
+            rt.stop()
+        verdicts: dict[str, int] = {}
+        for e in read_trace(rt.trace_path).events:
+            if e["type"] == "region_released" and e.get("kind") == "region":
+                verdicts[e.get("verdict", "unknown")] = verdicts.get(e.get("verdict", "unknown"), 0) + 1
+    print("# auto-regions on GPU 0, 15 busy tenants (bf16 4096 matmuls) vs native alone")
+    print(f"{'candidate':<10} {'auto':<5} {'native ms':>10} {'krex ms':>10} {'ratio':>7} {'unprot.':>8}  wrapped")
+    for r in rows:
+        print(f"{r['kind']:<10} {str(r['auto_region']):<5} {r['native_ms']:>10.4f} {r['krex_ms']:>10.4f} "
+              f"{r['ratio']:>7.3f} {r['unprotected_timings']:>8}  {','.join(r['wrapped']) or '-'}")
+    print("region verdicts:", json.dumps(verdicts))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "verdicts": verdicts}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""The exclusivity certificate of a region: at its release, a verdict on
+whether the holder really had its GPU alone, with the reasons.
+
+Witnesses, each read at the grant and at the release:
+
+- **gate**: the interception counters of every other tenant's processes
+  (krex_gate.h): a call that passed the gate during the region, or a gate
+  that failed open, is a violation. Always there under policy krex.
+- **processes**: the GPU's own list of processes that use it (NVML's
+  running compute processes; on a simulated GPU the simulated device's
+  process slots, with the work items each started). A process on the GPU
+  that is not a tenant of this runtime is a violation (it is never gated:
+  "foreign"); on the simulator, so is any process other than the holder's
+  whose work items grew during the region (a tenant that runs with the gate
+  disabled, a foreign process).
+- **utilisation**: NVML's per-process SM utilisation samples in the window:
+  any process but the holder's with a sample above 0 is a violation. A
+  simulated GPU has none: `n/a`.
+- **clock**: the SM clock at the grant and at the release, within
+  `telemetry.clock_tolerance` of the canary's baseline (throttle reasons
+  alone are named, not a violation: the region's flags carry them).
+
+The verdict: `violated` when any witness shows a violation; else `verified`
+when the gate and the process list were both read (between them they see
+every submitter: the gate those it holds back, the process list the ones it
+cannot), whatever the other two say (n/a only adds a reason); else
+`unknown`. Reasons are short lines, one per witness (`gate: ...`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from krex_runtime.regions.gate import Gate
+
+VERIFIED, VIOLATED, UNKNOWN = "verified", "violated", "unknown"
+CACHE_S = 2.0  # how long who a pid is stays known
+
+
+class GpuProcesses(Protocol):
+    """telemetry/gpu_processes.py: who uses a GPU, as the GPU tells."""
+
+    def running(self, gpu: int) -> dict[int, Any] | None: ...  # pid -> GpuProcess (work_items, active)
+
+    def utilisation(self, gpu: int, since_mono_ns: int) -> dict[int, int] | None: ...
+
+
+@dataclass(frozen=True)
+class Witness:
+    """What the certificate compares the release with, read at the grant."""
+
+    gate_calls: dict[int, int]  # other tenants' processes: pid -> calls passed so far
+    holder_pids: frozenset[int]  # the holder's requesting process (it may have ended by the release)
+    processes: dict[int, Any] | None  # pid -> GpuProcess, None: n/a
+    clock_flags: list[str] | None  # flags of the SM clock at the grant, None: n/a
+    granted_mono_ns: int
+
+
+@dataclass
+class Certifier:
+    gpu: int
+    gate: Gate
+    processes: GpuProcesses
+    tenant_of: Callable[[int], int | None]  # pid -> tenant id of a running command, None: none
+    is_tenant: Callable[[int], bool]  # any process of this runtime's tenants (idle context processes too)
+    clock_probe: Callable[[int], dict[str, Any]]
+
+    def __post_init__(self) -> None:
+        # pid -> (when asked, answer): who a process is does not change while it
+        # lives, and asking walks /proc; a grant and a release should not wait on it.
+        self._cache: dict[tuple[str, int], tuple[float, Any]] = {}
+
+    def _ask(self, what: str, pid: int) -> Any:
+        now = time.monotonic()
+        hit = self._cache.get((what, pid))
+        if hit is not None and now - hit[0] < CACHE_S:
+            return hit[1]
+        answer = self.tenant_of(pid) if what == "tenant" else self.is_tenant(pid)
+        if len(self._cache) > 4096:
+            self._cache.clear()
+        self._cache[(what, pid)] = (now, answer)
+        return answer
+
+    def start(self, holder: int, holder_pid: int, clock: dict[str, Any]) -> Witness | None:
+        """The witnesses at the grant; None when they cannot be read (the verdict is then unknown)."""
+        try:
+            calls = {e.pid: e.calls_total for e in self.gate.others(holder)}
+            flags = clock.get("flags") if clock.get("sm_clock_mhz") is not None else None
+            running = self.processes.running(self.gpu)
+        except Exception:  # never the reason a region is refused
+            return None
+        return Witness(calls, frozenset({holder_pid}), running, flags, time.monotonic_ns())
+
+    def finish(self, w: Witness, holder: int) -> tuple[str, list[str]]:
+        violations: list[str] = []
+        reasons: list[str] = []
+        gate = self._gate(w, holder)
+        processes = self._processes(w, holder)
+        utilisation = self._utilisation(w, holder)
+        clock = self._clock(w)
+        for name, (found, text) in (("gate", gate), ("processes", processes), ("utilisation", utilisation),
+                                    ("clock", clock)):
+            reasons.append(f"{name}: {text}")
+            if found is False:
+                violations.append(name)
+        if violations:
+            return VIOLATED, [r for r in reasons if r.split(":", 1)[0] in violations] + \
+                [r for r in reasons if r.split(":", 1)[0] not in violations]
+        if gate[0] is None or processes[0] is None:
+            return UNKNOWN, reasons
+        return VERIFIED, reasons
+
+    # Each witness: (True: clean | False: violated | None: n/a, what it says).
+
+    def _gate(self, w: Witness, holder: int) -> tuple[bool | None, str]:
+        bad = []
+        for e in self.gate.others(holder):
+            passed = e.calls_total - w.gate_calls.get(e.pid, 0)
+            if passed > 0:  # a call through a gate gone stale (fail-open) counts here too
+                bad.append(f"tenant {e.tenant_id} (pid {e.pid}) made {passed} GPU call(s) through it")
+        if bad:
+            return False, "; ".join(bad)
+        return True, "no other tenant's call passed"
+
+    def _holder(self, pid: int, holder: int, w: Witness) -> bool:
+        return pid == os.getpid() or pid in w.holder_pids or self._ask("tenant", pid) == holder
+
+    def _processes(self, w: Witness, holder: int) -> tuple[bool | None, str]:
+        now = self.processes.running(self.gpu)
+        if now is None or w.processes is None:
+            return None, "n/a"
+        bad = []
+        for pid, p in sorted(now.items()):
+            if self._holder(pid, holder, w):
+                continue
+            before = w.processes.get(pid)
+            grew = None if p.work_items is None else p.work_items - (before.work_items if before is not None else 0)
+            if grew is not None and grew <= 0 and not p.active:
+                continue  # the GPU says it ran nothing during the region
+            if not self._ask("is_tenant", pid):
+                ran = f" and ran {grew} item(s) during the region" if grew else ""
+                bad.append(f"pid {pid} uses the GPU{ran} and is not a tenant of this runtime")
+            elif grew is not None:
+                bad.append(f"tenant {self._ask('tenant', pid) or '?'} (pid {pid}) ran {max(grew, 0)} item(s) the gate did not hold")
+        if bad:
+            return False, "; ".join(bad)
+        return True, "only the holder ran work" if any(p.work_items is not None for p in now.values()) else \
+            "no process outside this runtime's tenants"
+
+    def _utilisation(self, w: Witness, holder: int) -> tuple[bool | None, str]:
+        samples = self.processes.utilisation(self.gpu, w.granted_mono_ns)
+        if samples is None:
+            return None, "n/a"
+        bad = [f"pid {pid} at {util}% SM" for pid, util in sorted(samples.items()) if util > 0 and not self._holder(pid, holder, w)]
+        if bad:
+            return False, "samples show " + ", ".join(bad)
+        return True, "samples show only the holder"
+
+    def _clock(self, w: Witness) -> tuple[bool | None, str]:
+        now = self.clock_probe(self.gpu)
+        if w.clock_flags is None or now.get("sm_clock_mhz") is None:
+            return None, "n/a"
+        flags = sorted(set(w.clock_flags) | set(now.get("flags") or []))
+        off = [f for f in flags if f.startswith("clock:")]  # off the baseline by more than the tolerance
+        if off:
+            return False, ", ".join(off)
+        # Throttle reasons alone (a power cap under load) leave the clock where it was measured:
+        # the region's flags carry them, the certificate names them.
+        throttled = f" (flags: {', '.join(flags)})" if flags else ""
+        return True, f"{now['sm_clock_mhz']:.0f} MHz, within tolerance{throttled}"
+
+
+def certify(certifier: Certifier | None, witness: Witness | None, holder: int) -> tuple[str, list[str]]:
+    """The verdict of a region at its release (unknown where nobody can say)."""
+    if certifier is None or witness is None:
+        return UNKNOWN, ["no witnesses on this node"]
+    try:
+        return certifier.finish(witness, holder)
+    except Exception as exc:  # a witness that fails makes the verdict unknown, never the release fail
+        return UNKNOWN, [f"the certificate failed: {exc!r}"]

@@ -1,0 +1,49 @@
+"""A region request as the GPU's queue holds it, and what its entry took
+(regions/manager.py serves them; the channel and the lease desk make them)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from krex_runtime.commands.fair_share import DEFAULT_KEY
+from krex_runtime.regions.certificate import Witness
+from krex_runtime.regions.freezer import Target
+from krex_runtime.regions.gate_backends import DrainReport
+
+
+@dataclass
+class Request:
+    seq: int
+    gpu: int
+    kind: str  # "region" | "lease"
+    tenant_id: int
+    command_id: str
+    pid: int
+    tid: int
+    limit_s: float | None
+    requested_at: float = field(default_factory=time.monotonic)
+    granted: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+    withdrawn: bool = False
+    revoked: bool = False
+    reason: str = ""
+    flags: list[str] = field(default_factory=list)  # why its measurements may be off
+    entry: Entry | None = None  # what its entry took, once granted
+    certified: asyncio.Event = field(default_factory=asyncio.Event)  # its verdict is in (regions/certificate.py)
+    verdict: tuple[str, list[str]] = ("unknown", ["not released yet"])
+    share: str = DEFAULT_KEY  # its command's share key (commands/fair_share.py)
+
+
+@dataclass
+class Entry:
+    """What an entry took, so the exit gives exactly that back."""
+
+    targets: list[Target]
+    frozen_tenants: list[int]
+    report: DrainReport
+    pinned: bool
+    stats: dict[str, Any]
+    witness: Witness | None = None  # what the exclusivity certificate compares the release with

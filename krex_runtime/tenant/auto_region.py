@@ -1,0 +1,246 @@
+"""Auto-regions: well-known timing harnesses run inside a region, unmodified.
+
+A candidate that times its kernels with `triton.testing.do_bench`,
+`torch.utils.benchmark.Timer` or `cupyx.profiler.benchmark` gets the same
+protection as one that wrote `with region():` around its timing loop: each
+call of those entry points (and of the operator's and submitter's own,
+`module:function` or `module:Class.method`) runs inside a region.
+
+How it gets into the tenant, without touching the candidate: this file's
+source is also the tenant's `sitecustomize` (tenant/python_path.py writes it
+into `<run_dir>/tenant-python/startup/`, which commands/environment.py puts
+first on PYTHONPATH of a command with auto-regions on). At start-up it
+
+- runs the user's own `sitecustomize` (and the interpreter then runs their
+  `usercustomize`): the next `sitecustomize` on sys.path past this folder,
+  executed as the `sitecustomize` module, as Python would have;
+- puts a finder first on `sys.meta_path` that only answers for the
+  harnesses' module names: it finds the module with the other finders and
+  wraps the entry points once the module has executed. Nothing is imported
+  for a harness that the command never imports, and this file imports only
+  `os` and `sys` (both loaded before any sitecustomize), so a command that
+  never imports one runs what it ran before.
+
+A pooled command's context process was started long before the command:
+there the command runner calls `activate(env)` (and its undo after the
+command), which also wraps harnesses already imported.
+
+Nested regions are one region (tenant/region.py): a wrapped harness inside
+the user's own `region()`, or one wrapped harness calling another.
+
+What was wrapped is appended, one `module:attr` a line, to the file named by
+KREX_AUTO_REGION_REPORT; the runtime puts it in the command's result.
+
+Standard library only, and no import at module level but `os` and `sys`.
+"""
+
+import os
+import sys
+
+ENABLED = "KREX_AUTO_REGION"  # "1": wrap (tenant/env.py names them too)
+ENTRIES = "KREX_AUTO_REGION_ENTRIES"  # more entry points, comma-separated
+REPORT = "KREX_AUTO_REGION_REPORT"  # where the wrapped entry points are listed
+
+BUILT_IN = (
+    "triton.testing:do_bench",
+    "triton.testing:do_bench_cudagraph",
+    "torch.utils.benchmark:Timer.timeit",
+    "torch.utils.benchmark:Timer.blocked_autorange",
+    "torch.utils.benchmark:Timer.adaptive_autorange",
+    "cupyx.profiler:benchmark",
+)
+
+_MARK = "__krex_auto_region__"
+
+
+def parse_entry(text):
+    """`module:function` or `module:Class.method` -> (module, ["Class", "method"]).
+    ValueError, with a one-line reason, for anything else."""
+    module, sep, attr = text.strip().partition(":")
+    parts = attr.split(".") if attr else []
+    names = module.split(".") + parts
+    if not sep or not parts or len(parts) > 2 or not all(n.isidentifier() for n in names):
+        raise ValueError(f"auto-region entry {text!r} is not module:function or module:Class.method")
+    return module, parts
+
+
+def entries_of(env):
+    """The entry points of a command: the built-in ones, then its own."""
+    extra = [e for e in env.get(ENTRIES, "").split(",") if e.strip()]
+    targets = {}
+    for text in (*BUILT_IN, *extra):
+        try:
+            module, parts = parse_entry(text)
+        except ValueError as exc:
+            print(f"krex: {exc}; ignored", file=sys.stderr)
+            continue
+        targets.setdefault(module, []).append(parts)
+    return targets
+
+
+def _wrapper(original, name):
+    def timed_in_a_region(*args, **kwargs):
+        from krex_runtime.tenant.region import region
+
+        with region():
+            return original(*args, **kwargs)
+
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+        try:
+            setattr(timed_in_a_region, attr, getattr(original, attr))
+        except (AttributeError, TypeError):
+            pass
+    timed_in_a_region.__wrapped__ = original
+    setattr(timed_in_a_region, _MARK, name)
+    return timed_in_a_region
+
+
+def _class_attr(cls, attr):
+    for klass in cls.__mro__:
+        if attr in klass.__dict__:
+            return klass.__dict__[attr]
+    return None
+
+
+class _Hook:
+    """The wrapping of one command's entry points; `undo` puts them back."""
+
+    def __init__(self, targets, report):
+        self.targets = targets  # module name -> [[function] | [Class, method]]
+        self.report = report
+        self.done = []  # (owner, attr, what it was) for undo
+
+    def wrap_module(self, module):
+        for parts in self.targets.get(module.__name__, ()):
+            owner = module
+            for part in parts[:-1]:
+                owner = getattr(owner, part, None)
+            attr = parts[-1]
+            # On a class: what its own dict (or a base's) holds, so that a
+            # staticmethod or classmethod stays one.
+            raw = _class_attr(owner, attr) if isinstance(owner, type) else getattr(owner, attr, None)
+            func = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+            if owner is None or func is None or getattr(func, _MARK, None) or not callable(func):
+                continue  # absent in this version of the harness, or wrapped already
+            name = f"{module.__name__}:{'.'.join(parts)}"
+            wrapped = _wrapper(func, name)
+            try:
+                setattr(owner, attr, type(raw)(wrapped) if func is not raw else wrapped)
+            except (AttributeError, TypeError):
+                continue  # a read-only owner (an extension type): left as it is
+            self.done.append((owner, attr, raw))
+            self._tell(name)
+
+    def _tell(self, name):
+        if not self.report:
+            return
+        try:
+            fd = os.open(self.report, os.O_WRONLY | os.O_APPEND)
+        except OSError:
+            return  # no report file: the runtime did not ask for one
+        try:
+            os.write(fd, name.encode() + b"\n")
+        finally:
+            os.close(fd)
+
+    def undo(self):
+        while self.done:
+            owner, attr, raw = self.done.pop()
+            try:
+                setattr(owner, attr, raw)
+            except (AttributeError, TypeError):
+                pass
+
+
+class _Loader:
+    """The module's own loader, and the wrapping once the module has executed."""
+
+    def __init__(self, loader, hook):
+        self._loader = loader
+        self._hook = hook
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+    def create_module(self, spec):
+        create = getattr(self._loader, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module):
+        spec = module.__spec__
+        spec.loader = self._loader
+        try:
+            module.__loader__ = self._loader
+        except AttributeError:
+            pass
+        self._loader.exec_module(module)
+        self._hook.wrap_module(module)
+
+
+class _Finder:
+    """First on sys.meta_path; answers only for the harnesses' modules."""
+
+    def __init__(self, hook):
+        self.hook = hook
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.hook.targets:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _Loader(spec.loader, self.hook)
+                return spec
+        return None
+
+
+def activate(env):
+    """Wrap the entry points of a command with auto-regions on (`env` has
+    KREX_AUTO_REGION=1): those of harnesses already imported now, the others
+    when they are. Returns the undo, or None when auto-regions are off."""
+    if env.get(ENABLED) != "1":
+        return None
+    hook = _Hook(entries_of(env), env.get(REPORT, ""))
+    for name in hook.targets:
+        module = sys.modules.get(name)
+        if module is not None:
+            hook.wrap_module(module)
+    finder = _Finder(hook)
+    sys.meta_path.insert(0, finder)
+
+    def undo():
+        try:
+            sys.meta_path.remove(finder)
+        except ValueError:
+            pass
+        hook.undo()
+
+    return undo
+
+
+def _chain_user_sitecustomize():
+    """Run the next `sitecustomize` on sys.path past this file's folder, as
+    the `sitecustomize` module, so a tenant's own start-up code still runs."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    for finder in sys.meta_path:
+        if getattr(finder, "__name__", "") != "PathFinder":  # the one that searches a path
+            continue
+        spec = finder.find_spec("sitecustomize", rest)
+        if spec is None or spec.loader is None or os.path.dirname(os.path.abspath(spec.origin or "")) == here:
+            continue
+        module = type(sys)("sitecustomize")
+        module.__spec__, module.__loader__, module.__file__ = spec, spec.loader, spec.origin
+        sys.modules["sitecustomize"] = module  # the user's code sees itself as sitecustomize
+        spec.loader.exec_module(module)
+        return
+
+
+if __name__ == "sitecustomize":
+    try:
+        _chain_user_sitecustomize()
+    finally:
+        activate(os.environ)

@@ -1,0 +1,1 @@
+"""Stand-in for cupyx: only cupyx.profiler.benchmark (tests run without cupy)."""

@@ -1,0 +1,1 @@
+"""Stand-in for torch: only torch.utils.benchmark.Timer (tests run without torch)."""

@@ -1,0 +1,3 @@
+from torch.utils.benchmark.utils.timer import Timer
+
+__all__ = ["Timer"]

@@ -1,0 +1,71 @@
+"""The certificate's rules on their own (regions/certificate.py), with the
+witnesses a real GPU gives (NVML: no work counts, utilisation samples) faked:
+the simulator cannot produce them."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from krex_runtime.regions.certificate import Certifier, certify
+from krex_runtime.telemetry.gpu_processes import GpuProcess
+
+HOLDER, HOLDER_PID, OTHER_PID, FOREIGN_PID = 1, 100, 200, 300
+
+
+class Fake:
+    def __init__(self) -> None:
+        self.calls = {OTHER_PID: 5}
+        self.running: dict[int, GpuProcess] | None = {
+            HOLDER_PID: GpuProcess(HOLDER_PID, None, True), OTHER_PID: GpuProcess(OTHER_PID, None, True)}
+        self.samples: dict[int, int] | None = {HOLDER_PID: 90, OTHER_PID: 0}
+        self.clock: dict[str, Any] = {"sm_clock_mhz": 1980, "flags": []}
+
+    def others(self, holder: int) -> list[Any]:
+        return [SimpleNamespace(pid=p, tenant_id=2, calls_total=c) for p, c in self.calls.items()]
+
+    def utilisation(self, gpu: int, since: int) -> dict[int, int] | None:
+        return self.samples
+
+
+def certifier(fake: Fake) -> Certifier:
+    processes = SimpleNamespace(running=lambda gpu: fake.running, utilisation=fake.utilisation)
+    return Certifier(0, fake, processes, {HOLDER_PID: HOLDER, OTHER_PID: 2}.get,  # type: ignore[arg-type]
+                     lambda pid: pid != FOREIGN_PID, lambda gpu: fake.clock)
+
+
+def verdict(fake: Fake, change: Any) -> tuple[str, list[str]]:
+    c = certifier(fake)
+    w = c.start(HOLDER, HOLDER_PID, fake.clock)
+    change(fake)
+    return certify(c, w, HOLDER)
+
+
+def test_a_real_gpu_alone_is_verified_with_every_witness() -> None:
+    v, reasons = verdict(Fake(), lambda f: None)
+    assert v == "verified" and reasons == [
+        "gate: no other tenant's call passed", "processes: no process outside this runtime's tenants",
+        "utilisation: samples show only the holder", "clock: 1980 MHz, within tolerance"]
+
+
+def test_each_witness_can_violate_and_says_why() -> None:
+    v, reasons = verdict(Fake(), lambda f: f.calls.update({OTHER_PID: 7}))
+    assert v == "violated" and reasons[0] == "gate: tenant 2 (pid 200) made 2 GPU call(s) through it"
+    v, reasons = verdict(Fake(), lambda f: f.running.update({FOREIGN_PID: GpuProcess(FOREIGN_PID, None, True)}))
+    assert v == "violated" and reasons[0] == "processes: pid 300 uses the GPU and is not a tenant of this runtime"
+    v, reasons = verdict(Fake(), lambda f: f.samples.update({OTHER_PID: 40}))
+    assert v == "violated" and reasons[0] == "utilisation: samples show pid 200 at 40% SM"
+    v, reasons = verdict(Fake(), lambda f: f.clock.update({"flags": ["clock:1500MHz-vs-baseline-1980MHz"]}))
+    assert v == "violated" and reasons[0] == "clock: clock:1500MHz-vs-baseline-1980MHz"
+
+
+def test_throttling_alone_is_named_not_a_violation_and_missing_witnesses_say_unknown() -> None:
+    v, reasons = verdict(Fake(), lambda f: f.clock.update({"flags": ["throttled:sw_power_cap"]}))
+    assert v == "verified" and reasons[3] == "clock: 1980 MHz, within tolerance (flags: throttled:sw_power_cap)"
+    fake = Fake()
+    fake.samples = None
+    assert verdict(fake, lambda f: None)[0] == "verified"  # utilisation n/a: the gate and the process list suffice
+    fake = Fake()
+    v, reasons = verdict(fake, lambda f: setattr(f, "running", None))
+    assert v == "unknown" and "processes: n/a" in reasons
+    assert certify(None, None, HOLDER) == ("unknown", ["no witnesses on this node"])

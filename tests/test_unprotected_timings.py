@@ -1,0 +1,40 @@
+"""Unprotected-timing detection end to end (native/src/intercept/intercept_events.c):
+a C tenant on the simulated driver times with CUDA events inside one region,
+outside, across two regions and through the _v1 entry point from
+cuGetProcAddress; the count reaches `krex run`'s warning line and `--json`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+from runtime_helpers import REPO, krex_runtime, trace_events
+
+from krex_runtime.testing.local_runtime import command
+
+EVENT_TIMING = REPO / "native" / "build" / "tests" / "event_timing"
+
+
+def test_event_timings_outside_or_across_regions_are_counted(make_runtime: Any) -> None:
+    subprocess.run(["make", "-s", "-C", str(REPO / "native"), "build/tests/event_timing"], check=True)
+    rt = krex_runtime(make_runtime)
+    done = subprocess.run([*command("krex"), "run", "--json", "--", str(EVENT_TIMING)], env=rt.env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    printed, result = done.stdout.strip().splitlines()
+    assert printed == "expected 4"
+    assert json.loads(result)["unprotected_timings"] == 4
+    id_ = json.loads(result)["id"]
+    assert done.stderr.strip().splitlines() == [
+        f"krex: warning: {id_} took 4 CUDA-event timing(s) outside a region: those measurements are not protected"]
+    finished = [e for e in trace_events(rt, "command_finished") if e["id"] == id_]
+    assert finished[0]["unprotected_timings"] == 4
+    assert len([e for e in trace_events(rt, "region_granted") if e["kind"] == "region"]) == 5
+
+    # Under another policy nothing tells a region from none: nothing is counted.
+    plain = make_runtime(name="ungated", policy="ungated", sim=1)
+    done = subprocess.run([*command("krex"), "run", "--json", "--", str(EVENT_TIMING)], env=plain.env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and json.loads(done.stdout.splitlines()[-1])["unprotected_timings"] == 0
+    assert "warning" not in done.stderr
