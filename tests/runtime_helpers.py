@@ -26,6 +26,29 @@ def tenant_processes(run_dir: Path) -> list[psutil.Process]:
     return krex_processes(run_dir)
 
 
+def tree_pids(pid_dir: Path) -> list[int]:
+    """The pids a process-tree test command recorded (its main process, child and setsid grandchild)."""
+    return [int((pid_dir / n).read_text()) for n in ("main", "child", "grandchild")]
+
+
+def all_gone(pids: list[int]) -> bool:
+    """None of these processes is alive (a zombie counts as gone)."""
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            continue
+    return True
+
+
+def pool_and_zygote_ready(rt: Runtime, idle: int) -> bool:
+    """GPU 0's context pool has `idle` idle processes and its zygote is ready."""
+    with rt.client() as c:
+        gpu = c.call("snapshot")["state"]["gpus"][0]
+    return gpu["pool"]["idle"] == idle and gpu["zygote"].get("state") == "ready"
+
+
 def stop_and_check(rt: Runtime) -> None:
     """Stop a test's runtime (if still running), assert it stopped cleanly and left
     no process behind, and remove its simulated device and cgroup slice."""

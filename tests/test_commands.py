@@ -9,9 +9,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import psutil
 import pytest
-from runtime_helpers import tenant_processes
+from runtime_helpers import all_gone, tenant_processes, tree_pids
 
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.wire.trace import read_trace
@@ -84,20 +83,6 @@ def _sleeper_tree(pid_dir: Path) -> str:
     )
 
 
-def _pids(pid_dir: Path) -> list[int]:
-    return [int((pid_dir / n).read_text()) for n in ("main", "child", "grandchild")]
-
-
-def _all_gone(pids: list[int]) -> bool:
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                return False
-        except psutil.NoSuchProcess:
-            continue
-    return True
-
-
 @pytest.mark.parametrize("cgroups", ["auto", "off"])
 def test_timeout_kills_whole_tree(make_runtime, tmp_path: Path, cgroups: str) -> None:
     rt = make_runtime(cgroups=cgroups)
@@ -106,7 +91,7 @@ def test_timeout_kills_whole_tree(make_runtime, tmp_path: Path, cgroups: str) ->
     done = rt.krex("run", "--timeout", "1", "--json", "--", "bash", "-c", _sleeper_tree(pid_dir))
     assert done.returncode == 124, done.stderr
     assert json.loads(done.stdout.splitlines()[-1])["state"] == "timeout"
-    assert _all_gone(_pids(pid_dir))
+    assert all_gone(tree_pids(pid_dir))
 
 
 @pytest.mark.parametrize("cgroups", ["auto", "off"])
@@ -120,7 +105,7 @@ def test_cancel_kills_whole_tree(make_runtime, tmp_path: Path, cgroups: str) -> 
     assert cancel.returncode == 0, cancel.stderr
     done = rt.krex("wait", "--json", command_id)
     assert json.loads(done.stdout)["state"] == "cancelled"
-    assert _all_gone(_pids(pid_dir))
+    assert all_gone(tree_pids(pid_dir))
 
 
 def test_cancel_of_a_queued_command(make_runtime) -> None:
@@ -231,7 +216,7 @@ def test_sigterm_leaves_no_process_behind(make_runtime, tmp_path: Path) -> None:
         rt.krex("submit", "--", "bash", "-c", _sleeper_tree(d))
     wait_until(lambda: all((d / "grandchild").exists() for d in pid_dirs), what="trees to start")
     assert rt.stop(signal.SIGTERM) == 0
-    assert all(_all_gone(_pids(d)) for d in pid_dirs)
+    assert all(all_gone(tree_pids(d)) for d in pid_dirs)
     assert tenant_processes(rt.run_dir) == []
     assert not (rt.run_dir / "control.sock").exists()
     events = read_trace(rt.trace_path).events

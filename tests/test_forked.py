@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_helpers import PY, TENANTS, trace_events
+from runtime_helpers import PY, TENANTS, all_gone, trace_events, tree_pids
 
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 
@@ -76,7 +76,7 @@ def test_a_zygote_that_dies_is_replaced_and_its_command_fails(make_runtime, tmp_
 
 
 def test_without_cgroups_a_cancel_still_ends_the_whole_tree(make_runtime, tmp_path: Path) -> None:
-    from test_modes import _all_gone, _pids, _started, _tree
+    from test_modes import _started, _tree
 
     rt = forked_runtime(make_runtime, ["krex_runtime.sim.simcuda"], cgroups="off")
     wait_until(lambda: zygote(rt).get("state") == "ready", 60, "the zygote")
@@ -84,7 +84,7 @@ def test_without_cgroups_a_cancel_still_ends_the_whole_tree(make_runtime, tmp_pa
     wait_until(lambda: _started(tmp_path), 30, "the command tree to start")
     assert rt.krex("cancel", command_id).returncode == 0
     assert json.loads(rt.krex("wait", "--json", command_id).stdout)["state"] == "cancelled"
-    wait_until(lambda: _all_gone(_pids(tmp_path)), 10, "the whole tree to be gone")
+    wait_until(lambda: all_gone(tree_pids(tmp_path)), 10, "the whole tree to be gone")
     assert zygote(rt)["state"] == "ready"
 
 

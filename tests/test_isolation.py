@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from runtime_helpers import PY, TENANTS, stop_and_check, trace_events
+from runtime_helpers import PY, TENANTS, pool_and_zygote_ready, stop_and_check, trace_events
 
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.wire.control_client import ControlClient
@@ -73,16 +73,10 @@ def rt(tmp_path_factory: pytest.TempPathFactory, native_built: Path) -> Iterator
         tmp_path_factory.mktemp("isolation") / "rt", sim=1, extra_config=pool, runtime_env={"PYTHONPATH": path}
     ).start()
     try:
-        wait_until(lambda: _warm(runtime), 60, "the pool and the zygote to be ready")
+        wait_until(lambda: pool_and_zygote_ready(runtime, 1), 60, "the pool and the zygote to be ready")
         yield runtime
     finally:
         stop_and_check(runtime)
-
-
-def _warm(rt: Runtime) -> bool:
-    with rt.client() as c:
-        gpu = c.call("snapshot")["state"]["gpus"][0]
-    return gpu["pool"]["idle"] == 1 and gpu["zygote"].get("state") == "ready"
 
 
 def run(c: ControlClient, mode: str, code: str) -> tuple[dict[str, Any], str]:

@@ -15,9 +15,10 @@ import signal
 from pathlib import Path
 from typing import Any, Iterator
 
-import psutil
 import pytest
-from runtime_helpers import PY, TENANTS, regions_config, stop_and_check, trace_events
+from runtime_helpers import (
+    PY, TENANTS, all_gone, pool_and_zygote_ready, regions_config, stop_and_check, trace_events, tree_pids,
+)
 
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 
@@ -31,16 +32,10 @@ def rt(tmp_path_factory: pytest.TempPathFactory, native_built: Path) -> Iterator
         tmp_path_factory.mktemp("modes") / "rt", sim=1, policy="krex", slots=4, extra_config=regions_config() + pool
     ).start()
     try:
-        wait_until(lambda: _warm(runtime), 60, "the pool and the zygote to be ready")
+        wait_until(lambda: pool_and_zygote_ready(runtime, 2), 60, "the pool and the zygote to be ready")
         yield runtime
     finally:
         stop_and_check(runtime)
-
-
-def _warm(rt: Runtime) -> bool:
-    with rt.client() as c:
-        gpu = c.call("snapshot")["state"]["gpus"][0]
-    return gpu["pool"]["idle"] == 2 and gpu["zygote"].get("state") == "ready"
 
 
 def run_json(rt: Runtime, mode: str, *argv: str, options: tuple[str, ...] = ()) -> tuple[Any, dict[str, Any]]:
@@ -91,20 +86,6 @@ def _tree(pid_dir: Path) -> str:
     )
 
 
-def _pids(pid_dir: Path) -> list[int]:
-    return [int((pid_dir / n).read_text()) for n in ("main", "child", "grandchild")]
-
-
-def _all_gone(pids: list[int]) -> bool:
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                return False
-        except psutil.NoSuchProcess:
-            continue
-    return True
-
-
 def _started(pid_dir: Path) -> bool:
     return all((pid_dir / n).exists() and (pid_dir / n).read_text() for n in ("main", "child", "grandchild"))
 
@@ -114,7 +95,7 @@ def test_timeout_ends_the_whole_tree(rt: Runtime, tmp_path: Path, mode: str) -> 
     done, result = run_json(rt, mode, PY, "-c", _tree(tmp_path), options=("--timeout", "2"))
     assert done.returncode == 124, done.stderr
     assert result["state"] == "timeout" and result["signal"] == signal.SIGKILL, result
-    wait_until(lambda: _all_gone(_pids(tmp_path)), 10, "the whole tree to be gone")
+    wait_until(lambda: all_gone(tree_pids(tmp_path)), 10, "the whole tree to be gone")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -124,7 +105,7 @@ def test_cancel_ends_the_whole_tree(rt: Runtime, tmp_path: Path, mode: str) -> N
     assert rt.krex("cancel", command_id).returncode == 0
     result = json.loads(rt.krex("wait", "--json", command_id).stdout)
     assert result["state"] == "cancelled", result
-    wait_until(lambda: _all_gone(_pids(tmp_path)), 10, "the whole tree to be gone")
+    wait_until(lambda: all_gone(tree_pids(tmp_path)), 10, "the whole tree to be gone")
 
 
 REGION = (

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Awaitable, Callable
 
 from krex_runtime.commands import cgroups
 from krex_runtime.commands.command_process import CommandProcess, LaunchSpec, Outcome
@@ -63,19 +63,8 @@ class Launchers:
         )
 
     async def run_process(self, job: Job, gpu: Gpu) -> None:
-        cgroup = self._setup.cgroups.create(f"cmd-{job.id}") if self._setup.cgroups is not None else None
-        job.cgroup = cgroup
-        process = CommandProcess(self._spec(job, gpu, cgroup), lambda stream, data: self._output(job, stream, data))
-        job.process = process
-        t0 = time.monotonic()
-        failure = await process.start()
-        job.start_s = time.monotonic() - t0
-        if failure is not None:
-            if cgroup is not None:
-                cgroup.rmdir()
-            self._finish(job, failure, failure.state, False)
-            return
-        await self._follow(job, gpu, process.pid, process.wait)
+        # A spawn that failed ran nothing: its cgroup is empty.
+        await self._launch(job, gpu, CommandProcess, _rmdir)
 
     async def run_forked(self, job: Job, gpu: Gpu) -> None:
         assert self._zygotes is not None and job.entry is not None
@@ -84,19 +73,29 @@ class Launchers:
             why = self._zygotes.refused(gpu.index) or "the GPU's zygote is restarting"
             self._finish(job, Outcome("failed", None, None, f"cannot start: {why}"), "failed", False)
             return
+        entry = job.entry
+        # A fork whose start failed may have left its child in the cgroup.
+        await self._launch(job, gpu, lambda spec, out: ForkedRun(spec, entry, zygote, out),
+                           lambda cgroup: asyncio.to_thread(cgroups.kill_and_remove, cgroup))
+
+    async def _launch(
+        self, job: Job, gpu: Gpu, make: Callable[[LaunchSpec, Callable[[str, bytes], None]], Any],
+        discard: Callable[[Path], Awaitable[None]],
+    ) -> None:
+        """Start a process or forked command in its own cgroup, then follow it to its end."""
         cgroup = self._setup.cgroups.create(f"cmd-{job.id}") if self._setup.cgroups is not None else None
         job.cgroup = cgroup
-        run = ForkedRun(self._spec(job, gpu, cgroup), job.entry, zygote, lambda s, d: self._output(job, s, d))
-        job.process = run
+        process = make(self._spec(job, gpu, cgroup), lambda stream, data: self._output(job, stream, data))
+        job.process = process
         t0 = time.monotonic()
-        failure = await run.start()
+        failure = await process.start()
         job.start_s = time.monotonic() - t0
         if failure is not None:
             if cgroup is not None:
-                await asyncio.to_thread(cgroups.kill_and_remove, cgroup)
+                await discard(cgroup)
             self._finish(job, failure, failure.state, False)
             return
-        await self._follow(job, gpu, run.pid, run.wait)
+        await self._follow(job, gpu, process.pid, process.wait)
 
     async def _follow(self, job: Job, gpu: Gpu, pid: int | None, wait: Callable[[], object]) -> None:
         job.started_at = time.time()
@@ -123,3 +122,8 @@ class Launchers:
         except Exception as exc:  # never leave a slot taken by a command we lost track of
             outcome = Outcome("failed", None, None, f"runtime error while running: {exc!r}")
         self._finish(job, outcome, outcome.state, True)
+
+
+async def _rmdir(cgroup: Path) -> None:
+    """Remove a cgroup nothing ran in."""
+    cgroup.rmdir()
