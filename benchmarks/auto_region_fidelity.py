@@ -46,9 +46,9 @@ def under_krex(rt: Runtime, kind: str, reps: int, auto: bool) -> tuple[list[floa
                               env=rt.env, capture_output=True, text=True, timeout=900)
         if done.returncode != 0:
             raise SystemExit(f"krex run failed: {done.stderr[-2000:]}")
-        lines = done.stdout.strip().splitlines()
-        times.append(json.loads(lines[-2])["ms"])
-        results.append(json.loads(lines[-1]))
+        result = json.loads(done.stdout)  # one document, the command's output inside
+        times.append(json.loads(result["stdout"].strip().splitlines()[-1])["ms"])
+        results.append(result)
     return times, results
 
 

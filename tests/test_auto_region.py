@@ -46,8 +46,8 @@ def run(rt: Runtime, *args: str) -> tuple[dict[str, Any], dict[str, Any]]:
     env = {**rt.env, "PYTHONPATH": str(HARNESS)}
     done = subprocess.run([*command("krex"), "run", "--json", *args], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-    lines = done.stdout.strip().splitlines()
-    return json.loads(lines[-1]), json.loads(lines[-2])
+    result = json.loads(done.stdout)
+    return result, json.loads(result["stdout"].strip().splitlines()[-1])
 
 
 def regions_around_timed_kernels(rt: Runtime, result: dict[str, Any]) -> int:

@@ -22,10 +22,10 @@ def test_event_timings_outside_or_across_regions_are_counted(make_runtime: Any) 
     done = subprocess.run([*command("krex"), "run", "--json", "--", str(EVENT_TIMING)], env=rt.env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    printed, result = done.stdout.strip().splitlines()
-    assert printed == "expected 4"
-    assert json.loads(result)["unprotected_timings"] == 4
-    id_ = json.loads(result)["id"]
+    result = json.loads(done.stdout)
+    assert result["stdout"].strip() == "expected 4"
+    assert result["unprotected_timings"] == 4
+    id_ = result["id"]
     assert done.stderr.strip().splitlines() == [
         f"krex: warning: {id_} took 4 CUDA-event timing(s) outside a region: those measurements are not protected"]
     finished = [e for e in trace_events(rt, "command_finished") if e["id"] == id_]
@@ -36,5 +36,5 @@ def test_event_timings_outside_or_across_regions_are_counted(make_runtime: Any) 
     plain = make_runtime(name="ungated", policy="ungated", sim=1)
     done = subprocess.run([*command("krex"), "run", "--json", "--", str(EVENT_TIMING)], env=plain.env,
                           capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and json.loads(done.stdout.splitlines()[-1])["unprotected_timings"] == 0
+    assert done.returncode == 0 and json.loads(done.stdout)["unprotected_timings"] == 0
     assert "warning" not in done.stderr

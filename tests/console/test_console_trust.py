@@ -10,9 +10,9 @@ from krex_runtime.wire.model import CommandInfo
 
 def test_unprotected_timings_show_in_the_exit_cell() -> None:
     cmd = CommandInfo(id="a-1", argv=["python", "bench.py"], state="finished", exit_code=0, unprotected_timings=3)
-    assert command_row(cmd, 0.0)[6] == "0 unprot 3"
+    assert command_row(cmd, 0.0).cells["exit"] == "0 unprot 3"
     cmd.unprotected_timings = 0
-    assert command_row(cmd, 0.0)[6] == "0"
+    assert command_row(cmd, 0.0).cells["exit"] == "0"
 
 
 def test_the_gpu_detail_counts_verified_regions() -> None:
