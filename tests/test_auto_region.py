@@ -20,14 +20,14 @@ from runtime_helpers import TENANTS, krex_runtime, regions_config, stop_and_chec
 from krex_runtime.commands import auto_regions
 from krex_runtime.node.config import Config, ConfigError, RegionSection, validate
 from krex_runtime.sim.execution_log import read_execution_log
-from krex_runtime.testing.local_runtime import Runtime, command
+from krex_runtime.testing.local_runtime import Runtime, command, wait_until
 from krex_runtime.wire.bodies import SubmitBody
 
 HARNESS = TENANTS / "harness"
 CANDIDATE = str(TENANTS / "auto_candidate.py")
 ALL = ["do_bench", "cudagraph", "timeit", "blocked", "adaptive", "cupyx", "suite", "runner", "nested"]
 SUITE = ["--auto-region-entry", "suite_helper:measure", "--auto-region-entry", "suite_helper:Runner.run"]
-POOL = '\n[pool]\nsize_per_gpu = 1\npreload = ["krex_runtime.sim.simcuda"]\n'
+POOL = '\n[pool]\nsize_per_gpu = 1\npreload = ["krex_runtime.sim.simcuda"]\nzygote = true\n'
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +120,18 @@ def test_pooled_commands_get_auto_regions_per_command(rt: Runtime) -> None:
     after, seen = run(rt, "--mode", "pooled", "--", "python", CANDIDATE, "do_bench")
     assert after["worker"] == result["worker"] and after["auto_regions"] == [] and seen["measured"]
     assert after["unprotected_timings"] == 4  # counted for this command alone, in its context process
+
+
+def test_forked_commands_get_auto_regions_per_command(rt: Runtime) -> None:
+    wait_until(lambda: rt.client().call("status")["gpus"][0]["zygote"].get("state") == "ready", 60, "the zygote")
+    result, seen = run(rt, "--mode", "forked", "--auto-region", "--", "python", CANDIDATE, "do_bench", "timeit")
+    assert result["mode"] == "forked" and set(seen["measured"]) == {"do_bench", "timeit"}
+    assert "triton.testing:do_bench" in result["auto_regions"]
+    assert regions_around_timed_kernels(rt, result) == 2
+    assert result["unprotected_timings"] == 0
+    # A child forked for a command that did not ask: nothing is wrapped for it.
+    after, seen = run(rt, "--mode", "forked", "--", "python", CANDIDATE, "do_bench")
+    assert after["auto_regions"] == [] and seen["measured"] and after["unprotected_timings"] == 4
 
 
 def test_a_bad_entry_point_is_refused(rt: Runtime) -> None:
