@@ -1,8 +1,10 @@
 """Auto-regions on a real GPU: an unmodified do_bench candidate and a torch
 Timer candidate (benchmarks/tenants/harness_candidate.py) timed natively
-(alone on GPU 0, no runtime) and under `krex run --auto-region` while 15
-busy tenants share the GPU, plus the same do_bench candidate without
---auto-region (its timings are counted unprotected and inflated).
+(alone on GPU 0, no runtime), under `krex run --auto-region` while 15 busy
+tenants share the GPU, and natively again (the native repeat: the GPU's own
+run-to-run noise), plus both candidates without --auto-region (their
+timings are counted unprotected and inflated). Each measurement carries the
+SM clock read right after it.
 
   python benchmarks/auto_region_fidelity.py [--reps 5] [--json FILE]
 
@@ -30,15 +32,15 @@ BUSY = str(HERE.parent / "tests" / "tenants" / "torch_busy.py")
 PY = sys.executable
 
 
-def native(kind: str, reps: int) -> list[float]:
+def native(kind: str, reps: int) -> list[dict]:
     out = []
     for _ in range(reps):
         done = subprocess.run([PY, CANDIDATE, kind], capture_output=True, text=True, check=True, timeout=600)
-        out.append(json.loads(done.stdout.strip().splitlines()[-1])["ms"])
+        out.append(json.loads(done.stdout.strip().splitlines()[-1]))
     return out
 
 
-def under_krex(rt: Runtime, kind: str, reps: int, auto: bool) -> tuple[list[float], list[dict]]:
+def under_krex(rt: Runtime, kind: str, reps: int, auto: bool) -> tuple[list[dict], list[dict]]:
     times, results = [], []
     for _ in range(reps):
         flag = ["--auto-region"] if auto else ["--no-auto-region"]
@@ -47,9 +49,21 @@ def under_krex(rt: Runtime, kind: str, reps: int, auto: bool) -> tuple[list[floa
         if done.returncode != 0:
             raise SystemExit(f"krex run failed: {done.stderr[-2000:]}")
         result = json.loads(done.stdout)  # one document, the command's output inside
-        times.append(json.loads(result["stdout"].strip().splitlines()[-1])["ms"])
+        times.append(json.loads(result["stdout"].strip().splitlines()[-1]))
         results.append(result)
     return times, results
+
+
+def median_ms(measurements: list[dict]) -> float:
+    return statistics.median(m["ms"] for m in measurements)
+
+
+def clock_range(measurements: list[dict]) -> str:
+    """The SM clocks seen, as low-high (one figure when they agree, ? without NVML)."""
+    clocks = [m.get("sm_clock_mhz") for m in measurements if m.get("sm_clock_mhz") is not None]
+    if not clocks:
+        return "?"
+    return str(min(clocks)) if min(clocks) == max(clocks) else f"{min(clocks)}-{max(clocks)}"
 
 
 def main() -> None:
@@ -66,26 +80,34 @@ def main() -> None:
                 ids = [c.call("submit", {"argv": [PY, BUSY, "4096", "4"], "gpu": 0})["id"] for _ in range(15)]
             outputs = [rt.run_dir / "output" / f"{i}.stdout" for i in ids]
             wait_until(lambda: all(o.exists() and "ready" in o.read_text() for o in outputs), 300, "busy tenants", 0.5)
-            for kind, auto in (("do_bench", True), ("timer", True), ("do_bench", False)):
-                times, results = under_krex(rt, kind, args.reps, auto)
-                n, k = statistics.median(base[kind]), statistics.median(times)
-                rows.append({"kind": kind, "auto_region": auto, "native_ms": n, "krex_ms": k, "ratio": k / n,
-                             "wrapped": results[-1]["auto_regions"],
-                             "unprotected_timings": sum(r["unprotected_timings"] for r in results)})
+            measured = []
+            for kind, auto in (("do_bench", True), ("timer", True), ("do_bench", False), ("timer", False)):
+                measured.append((kind, auto, *under_krex(rt, kind, args.reps, auto)))
             with rt.client() as c:
                 for i in ids:
                     c.call("cancel", {"id": i})
         finally:
             rt.stop()
+        repeat = {kind: native(kind, args.reps) for kind in ("do_bench", "timer")}
+        for kind, auto, times, results in measured:
+            n, k = median_ms(base[kind]), median_ms(times)
+            rows.append({"kind": kind, "auto_region": auto, "native_ms": n, "krex_ms": k, "ratio": k / n,
+                         "repeat_ms": median_ms(repeat[kind]), "repeat_ratio": median_ms(repeat[kind]) / n,
+                         "native": base[kind], "krex": times, "repeat": repeat[kind],
+                         "wrapped": results[-1]["auto_regions"],
+                         "unprotected_timings": sum(r["unprotected_timings"] for r in results)})
         verdicts: dict[str, int] = {}
         for e in read_trace(rt.trace_path).events:
             if e["type"] == "region_released" and e.get("kind") == "region":
                 verdicts[e.get("verdict", "unknown")] = verdicts.get(e.get("verdict", "unknown"), 0) + 1
-    print("# auto-regions on GPU 0, 15 busy tenants (bf16 4096 matmuls) vs native alone")
-    print(f"{'candidate':<10} {'auto':<5} {'native ms':>10} {'krex ms':>10} {'ratio':>7} {'unprot.':>8}  wrapped")
+    print("# auto-regions on GPU 0, 15 busy tenants (bf16 4096 matmuls) vs native alone; medians of", args.reps)
+    print(f"{'candidate':<10} {'auto':<5} {'native ms':>10} {'krex ms':>10} {'ratio':>7} {'repeat':>7} "
+          f"{'SM MHz n/k/r':>16} {'unprot.':>8}  wrapped")
     for r in rows:
+        clocks = "/".join(clock_range(r[k]) for k in ("native", "krex", "repeat"))
         print(f"{r['kind']:<10} {str(r['auto_region']):<5} {r['native_ms']:>10.4f} {r['krex_ms']:>10.4f} "
-              f"{r['ratio']:>7.3f} {r['unprotected_timings']:>8}  {','.join(r['wrapped']) or '-'}")
+              f"{r['ratio']:>7.3f} {r['repeat_ratio']:>7.3f} {clocks:>16} {r['unprotected_timings']:>8}  "
+              f"{','.join(r['wrapped']) or '-'}")
     print("region verdicts:", json.dumps(verdicts))
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "verdicts": verdicts}, indent=1))

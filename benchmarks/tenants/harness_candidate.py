@@ -28,4 +28,19 @@ elif kind == "timer":
     ms = Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=1.0).median * 1e3
 else:
     raise SystemExit(f"unknown kind {kind!r}")
-print(json.dumps({"kind": kind, "ms": ms}))
+
+
+def sm_clock_mhz() -> int | None:
+    """The SM clock right after the measurement (NVML), so a reader can tell a
+    power-state change from interference; None where NVML is not there."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml.nvmlDeviceGetClockInfo(pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device()),
+                                             pynvml.NVML_CLOCK_SM)
+    except Exception:
+        return None
+
+
+print(json.dumps({"kind": kind, "ms": ms, "sm_clock_mhz": sm_clock_mhz()}))
