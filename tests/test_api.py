@@ -78,8 +78,8 @@ def test_run_gives_output_exit_code_and_regions(where: dict[str, Any]) -> None:
     for region in result.regions:
         assert region.gpu == 0 and region.kind == "region" and region.reason == "released"
         assert region.enter_s is not None and region.hold_s is not None and region.hold_s >= 0
-        assert region.verdict is None  # this runtime gives no verdicts yet
-    assert result.unprotected_timings == 0
+        assert region.verdict == "verified" and region.verdict_reasons[0].startswith("gate: ")
+    assert result.unprotected_timings == 1  # its warm-up times a kernel with events before any region
     assert failed.exit_code == 3 and failed.exit_status == 3 and failed.stderr == "to err\n" and not failed.ok
 
 
@@ -131,13 +131,13 @@ def test_map_yields_every_result_and_cancels_what_is_left(where: dict[str, Any])
 
 def test_refusals_say_why(where: dict[str, Any]) -> None:
     with Client(**where) as krex:
-        with pytest.raises(RequestFailed) as unsupported:
-            krex.run(["true"], auto_region=True)
+        with pytest.raises(RequestFailed) as bad_entry:
+            krex.run(["true"], auto_region=True, auto_region_entries=["no-colon"])
         with pytest.raises(RequestFailed) as bad_mode:
             krex.run(["true"], mode="teleported")
         with pytest.raises(RequestFailed) as unknown:
             krex.attach("no-such-command")
-    assert unsupported.value.code == "unsupported" and "auto_region" in unsupported.value.reason
+    assert bad_entry.value.code == "bad_request" and "no-colon" in bad_entry.value.reason
     assert bad_mode.value.code == "bad_request" and "mode" in bad_mode.value.reason
     assert unknown.value.code == "not_found"
     with pytest.raises(ValueError):
