@@ -128,9 +128,15 @@ class RegionGranted(Event):
     drain_s: float = unread()
     freeze_s: float = unread()
     pin_s: float = unread()
+    settle_s: float | None = note("seconds the entry waited for the SM clock (`regions.settle_max_s`; 0: no wait)",
+                                  None)
     enter_s: float = unread("the whole entry")
-    sm_clock_mhz: float | None = unread("", None)
+    sm_clock_mhz: float | None = unread("at the grant", None)
     throttle: list[str] | None = unread("", None)
+    power_w: float | None = unread("", None)
+    temp_c: float | None = unread("", None)
+    on_clock: bool | None = note("SM clock within `telemetry.clock_tolerance` of the canary baseline; null: unknown",
+                                 None)
     flags: list[str] | None = None
     others_calls: int = unread("the other tenants' intercepted calls so far")
     granted_mono_ns: int = unread("CLOCK_MONOTONIC")
@@ -150,6 +156,13 @@ class RegionReleased(Event):
     open_s: float = unread()
     released_mono_ns: int = unread("CLOCK_MONOTONIC")
     others_calls: int = unread("the same as at the grant: none of them submitted meanwhile")
+    exit_sm_clock_mhz: float | None = unread("the SM clock, power, temperature and throttle reasons at the release",
+                                             None)
+    exit_power_w: float | None = unread("", None)
+    exit_temp_c: float | None = unread("", None)
+    exit_throttle: list[str] | None = unread("", None)
+    exit_on_clock: bool | None = unread("as `on_clock` of the grant", None)
+    exit_flags: list[str] = note("as `flags` of the grant, at the release", factory=list)
     verdict: str = note("exclusivity certificate: `verified`, `violated` or `unknown` (docs/regions.md)", "unknown")
     verdict_reasons: list[str] = note("one line per witness: gate, processes, utilisation, clock", factory=list)
     share: str = note("the holder's fair-share key", "default")
