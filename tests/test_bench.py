@@ -128,6 +128,8 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     report = (out / "report.md").read_text()
     assert "Simulated GPU: these figures are the simulator's, not a GPU's." in report
     assert "| krex driver-lock/pooled/gpu-only c2 | 4 | 0 |" in report
+    assert "Clock-matched: only the measurements whose SM clock" in report  # simulated candidates report clocks
+    assert all(r["sm_clock_mhz"] for run in data["runs"] for r in run["results"])
     summary = json.loads((out / "report.json").read_text())
     krex = next(r for r in summary["rows"] if r["label"] == "krex preload/process/gpu+cpu c2")
     assert krex["ok"] == 4 and krex["throughput_per_min"] > 0
