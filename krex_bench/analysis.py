@@ -183,6 +183,11 @@ def verified_share(run: dict[str, Any]) -> float:
     return verdicts.get("verified", 0) / total if total else math.nan
 
 
+def _off_clock(flags: list[str]) -> bool:
+    """The region said its SM clock was off the canary baseline, at the grant or the release."""
+    return any(f.removeprefix("exit:").startswith("clock:") for f in flags)
+
+
 def summarize(data: dict[str, Any], clock_tolerance: float = CLOCK_MATCH) -> dict[str, Any]:
     """Every run's figures against native (and ungated at its concurrency)."""
     runs = [r for r in data["runs"] if "results" in r]
@@ -214,6 +219,7 @@ def summarize(data: dict[str, Any], clock_tolerance: float = CLOCK_MATCH) -> dic
             "inflation": inflation(times, native),
             "inflation_matched": inflation(matched, native),
             "clock_matched": {"n": len(matched), "of": len(times)},
+            "off_clock": sum(1 for r in run["results"] if _off_clock(r.get("region_flags") or [])),
             "flips": flips(times, native),
             "tau_b": taus(times, native),
             "sm_clock_mhz": clocks(run),

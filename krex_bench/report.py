@@ -106,9 +106,11 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
         "",
     ]
     out += _inflation_table(rows, "inflation_matched")
-    out += ["", "Clock-matched measurements: " + ", ".join(
-        f"{r['label']} {r['clock_matched']['n']}/{r['clock_matched']['of']}" for r in rows if r["label"] != "native"
-    )]
+    out += ["", "Clock-matched measurements (and regions whose own flags say off-clock, at the grant or the "
+            "release): " + ", ".join(
+        f"{r['label']} {r['clock_matched']['n']}/{r['clock_matched']['of']} ({r.get('off_clock', 0)})"
+        for r in rows if r["label"] != "native"
+    )]  # fmt: skip
     out += ["", "## Ranking against native: flip rate by native gap (flips/pairs), Kendall tau-b per problem", ""]
     problems = sorted({p for r in rows for p in r["tau_b"]})
     out += _table(

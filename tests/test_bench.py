@@ -219,6 +219,7 @@ def test_clock_matched_inflation_leaves_out_measurements_at_another_clock() -> N
     native = [_result("mm", f"c{i}", 2.0, 1500) for i in range(10)]
     repeat = [_result("mm", f"c{i}", 2.0, 1500) for i in range(10)]
     krex = [_result("mm", f"c{i}", 2.0 * 1.08, 1410) for i in range(4)]
+    krex[0]["region_flags"] = ["exit:clock:1410MHz-vs-baseline-1980MHz"]  # the region's own word on its clock
     krex += [_result("mm", f"c{i}", 2.0 * 1.005, 1500 if i % 2 else 1515) for i in range(4, 10)]
     setup = {"kind": "krex", "concurrency": 4, "gate_backend": "preload", "mode": "process", "protection": "gpu+cpu"}
     data = {
@@ -234,6 +235,7 @@ def test_clock_matched_inflation_leaves_out_measurements_at_another_clock() -> N
     assert raw["n"] == 10 and raw["p50"] == pytest.approx(0.005) and raw["p95"] == pytest.approx(0.08)
     assert matched["n"] == 6 and matched["p50"] == pytest.approx(0.005) and math.isnan(matched["p95"])
     assert rows["krex c4"]["clock_matched"] == {"n": 6, "of": 10}
+    assert rows["krex c4"]["off_clock"] == 1
     assert rows["native-repeat"]["inflation_matched"]["1-10 ms"]["p95"] == pytest.approx(0.0)
     # A tighter tolerance leaves out the three at 1515 MHz (1% off) too.
     tight = {r["label"]: r for r in analysis.summarize(data, clock_tolerance=0.005)["rows"]}
@@ -247,7 +249,7 @@ def test_clock_matched_inflation_leaves_out_measurements_at_another_clock() -> N
     text = report.markdown({**header, **data}, analysis.summarize(data))
     assert "| krex c4 | n/a / n<8 (0) | +0.50% / +8.00% (10) |" in text  # raw
     assert "| krex c4 | n/a / n<8 (0) | +0.50% / n<8 (6) |" in text  # clock-matched
-    assert "within 2% of the clock" in text and "krex c4 6/10" in text
+    assert "within 2% of the clock" in text and "krex c4 6/10 (1)" in text
 
 
 def test_every_bucket_has_eight_candidates_at_the_default_scale() -> None:
