@@ -3,7 +3,16 @@
 - throughput: commands per minute, and its ratio to native (and to ungated at
   the same concurrency);
 - timing inflation: a candidate's median under a setup over its median under
-  native, minus one; p50 and p95 per bucket of the native kernel duration;
+  native, minus one; p50 and p95 per bucket of the native kernel duration,
+  over every candidate (raw) and over the clock-matched ones only: those whose
+  SM clock, read at the end of the measurement, is within a tolerance of the
+  clock of the candidate's native measurement. A power-capped GPU runs the same
+  kernel at different clocks from one run to the next (bf16 GEMMs on the H200:
+  +-10% between two native runs), which is power-state noise, not
+  interference; the matched figures leave it out, and the difference between
+  the two says how much of the raw figure it was. A p95 needs at least
+  MIN_P95_N candidates in its bucket (with fewer it is nearly the maximum): it
+  is nan below that, and the report says "n<8";
 - ranking fidelity: over every pair of candidates of one problem, how often
   the setup orders the pair differently from native (the flip rate), grouped
   by how far apart native measured them; and Kendall's tau-b per problem.
@@ -21,6 +30,8 @@ from typing import Any
 
 BUCKETS = ((">10 ms", 10.0, math.inf), ("1-10 ms", 1.0, 10.0), ("0.1-1 ms", 0.1, 1.0), ("<0.1 ms", 0.0, 0.1))
 GAP_GROUPS = (("<2%", 0.0, 0.02), ("2-5%", 0.02, 0.05), ("5-10%", 0.05, 0.10), (">=10%", 0.10, math.inf))
+MIN_P95_N = 8  # candidates a bucket needs before its p95 is quoted
+CLOCK_MATCH = 0.02  # a measurement is clock-matched when its SM clock is within 2% of native's (H200 steps: 15 MHz)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -38,6 +49,24 @@ def medians(run: dict[str, Any]) -> dict[str, float]:
     return {f"{r['problem']}/{r['candidate']}": r["median_ms"] for r in run.get("results", []) if r.get("ok")}
 
 
+def sm_clocks(run: dict[str, Any]) -> dict[str, float | None]:
+    """Candidate key -> the SM clock its measurement ended at (ok results only; None: not read)."""
+    return {f"{r['problem']}/{r['candidate']}": r.get("sm_clock_mhz") for r in run.get("results", []) if r.get("ok")}
+
+
+def clock_matched(
+    times: dict[str, float], clocks: dict[str, float | None], native_clocks: dict[str, float | None], tolerance: float
+) -> dict[str, float]:
+    """The measurements whose SM clock is within `tolerance` of the native
+    measurement's clock (either clock unknown: not matched)."""
+    out = {}
+    for key, ms in times.items():
+        mine, base = clocks.get(key), native_clocks.get(key)
+        if mine and base and abs(mine / base - 1) <= tolerance:
+            out[key] = ms
+    return out
+
+
 def throughput_per_min(run: dict[str, Any]) -> float:
     wall = run.get("wall_s")
     return len(run.get("results", [])) / wall * 60 if wall else math.nan
@@ -51,13 +80,20 @@ def bucket_of(ms: float) -> str:
 
 
 def inflation(run: dict[str, float], native: dict[str, float]) -> dict[str, dict[str, float]]:
-    """Per bucket: n, p50 and p95 of (run / native - 1), as fractions."""
+    """Per bucket: n, p50 and p95 of (run / native - 1), as fractions (p95: nan
+    with fewer than MIN_P95_N candidates), and the largest."""
     per_bucket: dict[str, list[float]] = {name: [] for name, _, _ in BUCKETS}
     for key, base in native.items():
         if key in run and base > 0:
             per_bucket[bucket_of(base)].append(run[key] / base - 1)
     return {
-        name: {"n": len(v), "p50": percentile(v, 0.5), "p95": percentile(v, 0.95)} for name, v in per_bucket.items()
+        name: {
+            "n": len(v),
+            "p50": percentile(v, 0.5),
+            "p95": percentile(v, 0.95) if len(v) >= MIN_P95_N else math.nan,
+            "max": max(v) if v else math.nan,
+        }
+        for name, v in per_bucket.items()
     }
 
 
@@ -147,7 +183,12 @@ def verified_share(run: dict[str, Any]) -> float:
     return verdicts.get("verified", 0) / total if total else math.nan
 
 
-def summarize(data: dict[str, Any]) -> dict[str, Any]:
+def _off_clock(flags: list[str]) -> bool:
+    """The region said its SM clock was off the canary baseline, at the grant or the release."""
+    return any(f.removeprefix("exit:").startswith("clock:") for f in flags)
+
+
+def summarize(data: dict[str, Any], clock_tolerance: float = CLOCK_MATCH) -> dict[str, Any]:
     """Every run's figures against native (and ungated at its concurrency)."""
     runs = [r for r in data["runs"] if "results" in r]
     by_label = {r["setup"]["label"]: r for r in runs}
@@ -155,11 +196,13 @@ def summarize(data: dict[str, Any]) -> dict[str, Any]:
     if native_run is None:
         raise ValueError("the results have no native run: every figure is relative to it")
     native = medians(native_run)
+    native_clocks = sm_clocks(native_run)
     native_rate = throughput_per_min(native_run)
     rows = []
     for run in runs:
         setup = run["setup"]
         times = medians(run)
+        matched = clock_matched(times, sm_clocks(run), native_clocks, clock_tolerance)
         rate = throughput_per_min(run)
         ungated = by_label.get(f"ungated c{setup['concurrency']}")
         row = {
@@ -174,6 +217,9 @@ def summarize(data: dict[str, Any]) -> dict[str, Any]:
             "vs_native": rate / native_rate if native_rate else math.nan,
             "vs_ungated": rate / throughput_per_min(ungated) if ungated and setup["kind"] == "krex" else math.nan,
             "inflation": inflation(times, native),
+            "inflation_matched": inflation(matched, native),
+            "clock_matched": {"n": len(matched), "of": len(times)},
+            "off_clock": sum(1 for r in run["results"] if _off_clock(r.get("region_flags") or [])),
             "flips": flips(times, native),
             "tau_b": taus(times, native),
             "sm_clock_mhz": clocks(run),
@@ -186,4 +232,5 @@ def summarize(data: dict[str, Any]) -> dict[str, Any]:
         row["flips_over_repeat_pts"] = flips_over(row["flips"], repeat["flips"]) if repeat else math.nan
     skipped = [r["setup"]["label"] for r in data["runs"] if "skipped" in r]
     errors = {r["setup"]["label"]: r["error"] for r in data["runs"] if "error" in r}
-    return {"rows": rows, "skipped": skipped, "errors": errors}
+    return {"rows": rows, "skipped": skipped, "errors": errors, "clock_tolerance": clock_tolerance,
+            "native_repeat": repeat is not None}

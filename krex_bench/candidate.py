@@ -5,7 +5,9 @@ candidate (its Triton kernel compiles on first launch), check it against a
 reference on fresh random inputs, then time it inside `region()`: warm-up,
 an L2 flush before every repeat, CUDA events around each launch, the median
 of the repeats. Prints one JSON line with the median, the SM clock read
-during the measurement and the time each phase took.
+at the start of the timed repeats and at their end (the report matches
+measurements by the end's clock: the one the last repeats ran at) and the
+time each phase took.
 
 Every command compiles its kernels from scratch (a fresh TRITON_CACHE_DIR
 unless the caller gave one), as an agent's new candidates do.
@@ -24,22 +26,32 @@ import shutil  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
+from typing import Callable  # noqa: E402
 
 L2_FLUSH_BYTES = 256 << 20  # several times the H200's 50 MB L2
 WARMUP_S = 0.05  # long enough for an idle GPU's clocks to come up
 
 
-def sm_clock_mhz() -> int | None:
-    """The SM clock of this command's GPU now (None where NVML cannot say)."""
+def clock_reader() -> Callable[[], int | None]:
+    """A reader of the SM clock of this command's GPU (None where NVML cannot
+    say). NVML is opened here, before the region, so that the reads inside it
+    cost microseconds, not NVML's start-up."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
         uuid = os.environ.get("KREX_GPU_UUID")
         handle = pynvml.nvmlDeviceGetHandleByUUID(uuid) if uuid else pynvml.nvmlDeviceGetHandleByIndex(0)
-        return int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
     except Exception:
-        return None
+        return lambda: None
+
+    def read() -> int | None:
+        try:
+            return int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+        except Exception:
+            return None
+
+    return read
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,6 +87,7 @@ def measure(args: argparse.Namespace) -> int:
     built = kernels.build(cand)
     built.run()  # the first launch compiles
     torch.cuda.synchronize()
+    sm_clock_mhz = clock_reader()  # part of the set-up, not of the region's wait
     compiled = time.time()
 
     built.poison()
@@ -98,6 +111,7 @@ def measure(args: argparse.Namespace) -> int:
             built.run()
             torch.cuda.synchronize()
             warm_runs += 1
+        clock_start = sm_clock_mhz()
         for start, end in zip(starts, ends):
             flush.zero_()
             start.record()
@@ -114,7 +128,8 @@ def measure(args: argparse.Namespace) -> int:
         repeats=repeats,
         warm_runs=warm_runs,
         sm_clock_mhz=clock,
-        region_flags=list(held.flags),
+        sm_clock_start_mhz=clock_start,
+        region_flags=list(held.flags),  # at the grant, and at the release (exit:...)
         phases_s={
             "import": imported - STARTED,
             "build_compile": compiled - imported,

@@ -1,8 +1,11 @@
 """`krex bench`: run the evaluation, or report on results already measured.
 
     krex bench run [--scale S] [--concurrency 4,8,16] [--variants ...] [--budget-s N] [--out DIR] [--sim]
-    krex bench report RESULTS.json [--out DIR]
-    krex bench list
+    krex bench report RESULTS.json [--out DIR] [--clock-tolerance F]
+    krex bench list [--markdown]
+
+Every run measures native and its repeat (the noise floor) first; `--native
+0` skips both only to `--merge` them from an earlier run that has them.
 
 Every subcommand takes `--json`: one JSON document on stdout (progress and
 the setups' lines go to stderr then). Exit status as for every `krex`
@@ -20,11 +23,15 @@ from typing import NoReturn
 
 from rich.console import Console
 
-from krex_bench import report, runner, setups, workload
+from krex_bench import analysis, report, runner, setups, workload
 from krex_bench.progress import SetupProgress
 
 
 FAILED = 125  # the krex exit status of every KREX failure (README, "Exit status of krex")
+CLOCK_HELP = (
+    "a measurement is clock-matched when its SM clock is within this fraction of the native measurement's "
+    f"(default {analysis.CLOCK_MATCH:g})"
+)
 
 
 class Parser(argparse.ArgumentParser):
@@ -52,11 +59,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="krex variants BACKEND/MODE/PROTECTION, comma-separated, or `all` or `none` (default all)",
     )
     run.add_argument(
-        "--native", type=int, choices=(0, 1, 2), default=2, help="native runs: 2 = native and its repeat (default)"
-    )
+        "--native", type=int, choices=(0, 2), default=2,
+        help="2: native and its repeat (default); 0: neither, merged from --merge results that have both",
+    )  # fmt: skip
     run.add_argument("--no-ungated", action="store_true", help="skip the ungated setups")
     run.add_argument("--merge", type=Path, help="add these results' runs (e.g. an earlier native run) to this one")
-    run.add_argument("--budget-s", type=float, default=0.0, help="start no setup after this many seconds")
+    run.add_argument(
+        "--budget-s", type=float, default=0.0, help="start no setup after this many seconds (native and its repeat always run)"
+    )
+    run.add_argument("--clock-tolerance", type=float, default=analysis.CLOCK_MATCH, help=CLOCK_HELP)
     run.add_argument("--seed", type=int, default=1, help="submission order")
     run.add_argument("--out", type=Path, default=Path("bench-results"), help="folder for results.json and the report")
     run.add_argument("--work-dir", type=Path, default=Path("/tmp/krex-bench"), help="runtimes' folders")
@@ -64,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", parents=[js], help="write the report (markdown, JSON, PNG) for results.json files")
     rep.add_argument("results", type=Path, nargs="+", help="results.json; several are merged (one native run needed)")
     rep.add_argument("--out", type=Path, default=None, help="folder (default: beside the first results file)")
-    sub.add_parser("list", parents=[js], help="list the problems, their candidates and the krex variants")
+    rep.add_argument("--clock-tolerance", type=float, default=analysis.CLOCK_MATCH, help=CLOCK_HELP)
+    listing = sub.add_parser("list", parents=[js], help="list the problems, their candidates and the krex variants")
+    listing.add_argument("--markdown", action="store_true", help="the candidates' native times and buckets, as a table")
     return p
 
 
@@ -78,6 +91,25 @@ def merged(paths: list[Path]) -> dict:
     return data
 
 
+def _tolerance(value: float) -> float:
+    if not 0 < value < 1:
+        raise ValueError(f"--clock-tolerance must be in (0, 1), got {value:g}")
+    return value
+
+
+def _has_native_runs(merge: Path | None) -> None:
+    """`--native 0` is for results merged from a run that measured native and its repeat."""
+    if merge is None:
+        raise ValueError("--native 0 needs --merge RESULTS.json with the native and native-repeat runs")
+    try:
+        labels = {r["setup"]["label"] for r in json.loads(merge.read_text())["runs"] if "results" in r}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"--merge {merge}: cannot read its runs ({exc})") from None
+    missing = [label for label in ("native", "native-repeat") if label not in labels]
+    if missing:
+        raise ValueError(f"--native 0: {merge} has no {' and no '.join(missing)} run to merge")
+
+
 def fail(message: str, as_json: bool) -> int:
     print(f"krex bench: {message}", file=sys.stderr)
     if as_json:
@@ -89,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     if args.verb == "list":
+        if args.markdown:
+            print(report.workload_table(), end="")
+            return 0
         if args.json:
             print(json.dumps({
                 "problems": [
@@ -107,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             data = merged(args.results)
             out = args.out or args.results[0].parent
-            written = report.write(data, out)
+            written = report.write(data, out, clock_tolerance=_tolerance(args.clock_tolerance))
         except (OSError, ValueError, KeyError) as exc:
             return fail(f"no report: {exc}", args.json)
         print(json.dumps({"written": [str(p) for p in written]}) if args.json else "\n".join(str(p) for p in written))
@@ -116,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         concurrency = tuple(int(c) for c in args.concurrency.split(",") if c)
         variants = {"all": setups.VARIANTS, "none": ()}.get(args.variants) or tuple(args.variants.split(","))
         plan = setups.matrix(concurrency, variants, native=args.native, ungated=not args.no_ungated)
+        tolerance = _tolerance(args.clock_tolerance)
+        if args.native == 0:
+            _has_native_runs(args.merge)
         problems = [p for p in args.problems.split(",") if p] or None
         for p in problems or []:
             if p not in workload.BY_NAME:
@@ -138,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         data["runs"] = json.loads(args.merge.read_text())["runs"] + data["runs"]
         results.write_text(json.dumps(data, indent=1))
     try:
-        written = report.write(data, args.out)
+        written = report.write(data, args.out, clock_tolerance=tolerance)
     except ValueError as exc:  # e.g. no native run to compare with
         return fail(f"results kept in {results}; no report: {exc}", args.json)
     failed = any("error" in r or r.get("failures") for r in data["runs"])

@@ -7,7 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from krex_bench.analysis import BUCKETS, GAP_GROUPS, summarize
+from krex_bench import workload
+from krex_bench.analysis import BUCKETS, CLOCK_MATCH, GAP_GROUPS, MIN_P95_N, bucket_of, summarize
 
 
 def _pct(x: float | None, digits: int = 1) -> str:
@@ -22,6 +23,33 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return lines
+
+
+def _bucket_cell(b: dict[str, Any]) -> str:
+    """p50 / p95 (n); a p95 over fewer than MIN_P95_N candidates is not quoted."""
+    p95 = _pct(b["p95"], 2) if b["n"] >= MIN_P95_N else f"n<{MIN_P95_N}"
+    return f"{_pct(b['p50'], 2)} / {p95} ({b['n']})"
+
+
+def _inflation_table(rows: list[dict[str, Any]], key: str) -> list[str]:
+    return _table(
+        ["setup", *[f"{name} (n)" for name, _, _ in BUCKETS]],
+        [[r["label"]] + [_bucket_cell(r[key][b]) for b, _, _ in BUCKETS] for r in rows if r["label"] != "native"],
+    )
+
+
+def workload_table() -> str:
+    """docs/BENCHMARKS.md's table of the workload: every candidate, its native
+    time on the H200 and its bucket, and the count per bucket (a test keeps the doc in step)."""
+    rows = [
+        [c.problem, c.name, ("~" if c.estimated else "") + f"{c.native_ms:g}", bucket_of(c.native_ms)]
+        for c in workload.select(1.0)
+        if c.native_ms is not None
+    ]
+    counts = {name: sum(1 for r in rows if r[3] == name) for name, _, _ in BUCKETS}
+    lines = _table(["problem", "candidate", "native ms (H200; ~ estimated)", "bucket"], rows)
+    lines += ["", "Candidates per bucket: " + ", ".join(f"{name} {n}" for name, n in counts.items())]
+    return "\n".join(lines) + "\n"
 
 
 def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
@@ -59,19 +87,30 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
             for r in rows
         ],
     )
-    out += ["", "## Timing inflation against native (p50 / p95, candidates per bucket)", ""]
-    out += _table(
-        ["setup", *[f"{name} (n)" for name, _, _ in BUCKETS]],
-        [
-            [r["label"]]
-            + [
-                f"{_pct(r['inflation'][b]['p50'], 2)} / {_pct(r['inflation'][b]['p95'], 2)} ({r['inflation'][b]['n']})"
-                for b, _, _ in BUCKETS
-            ]
-            for r in rows
-            if r["label"] != "native"
-        ],
-    )
+    if not summary.get("native_repeat", True):
+        out += ["", "**No native repeat in these results: the noise floor every figure is read against is unknown.**"]
+    tolerance = summary.get("clock_tolerance", CLOCK_MATCH)
+    out += ["", "## Timing inflation against native (p50 / p95 (n), per bucket of the native kernel time)", ""]
+    out += [
+        f"A p95 is quoted only over at least {MIN_P95_N} candidates (with fewer it is nearly the maximum): "
+        f"`n<{MIN_P95_N}` instead.",
+        "",
+        "Raw, every candidate:",
+        "",
+    ]
+    out += _inflation_table(rows, "inflation")
+    out += [
+        "",
+        f"Clock-matched: only the measurements whose SM clock was within {tolerance * 100:g}% of the clock of the "
+        "candidate's native measurement (the rest differ by power state, not by interference):",
+        "",
+    ]
+    out += _inflation_table(rows, "inflation_matched")
+    out += ["", "Clock-matched measurements (and regions whose own flags say off-clock, at the grant or the "
+            "release): " + ", ".join(
+        f"{r['label']} {r['clock_matched']['n']}/{r['clock_matched']['of']} ({r.get('off_clock', 0)})"
+        for r in rows if r["label"] != "native"
+    )]  # fmt: skip
     out += ["", "## Ranking against native: flip rate by native gap (flips/pairs), Kendall tau-b per problem", ""]
     problems = sorted({p for r in rows for p in r["tau_b"]})
     out += _table(
@@ -126,7 +165,7 @@ def chart(summary: dict[str, Any], path: Path, title: str) -> bool:
     top.set_title(title)
     width = 0.8 / len(BUCKETS)
     for i, (bucket, _, _) in enumerate(BUCKETS):
-        values = [r["inflation"][bucket]["p95"] * 100 for r in rows]
+        values = [r["inflation"][bucket]["p95"] * 100 for r in rows]  # nan (no bar) below MIN_P95_N
         bottom.bar([x + i * width for x in range(len(rows))], values, width=width, label=bucket)
     bottom.axhline(0.0, color="black", linewidth=0.8)
     bottom.set_ylabel("p95 timing inflation vs native (%)")
@@ -138,9 +177,9 @@ def chart(summary: dict[str, Any], path: Path, title: str) -> bool:
     return True
 
 
-def write(data: dict[str, Any], out_dir: Path, stem: str = "report") -> list[Path]:
+def write(data: dict[str, Any], out_dir: Path, stem: str = "report", clock_tolerance: float = CLOCK_MATCH) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary = summarize(data)
+    summary = summarize(data, clock_tolerance)
     md = out_dir / f"{stem}.md"
     md.write_text(markdown(data, summary))
     js = out_dir / f"{stem}.json"

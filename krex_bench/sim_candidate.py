@@ -5,6 +5,12 @@ simulated CUDA driver instead of torch: a short build, a check, and the
 candidate's simulated kernel timed inside `region()`. It lets the evaluation's
 runner and report be exercised on machines without a GPU; its figures are the
 simulator's, never a GPU's, and the report says so.
+
+It reports an SM clock too, so the report's clock-matched figures are
+exercised: nominal, except that the bf16 matmuls run where the H200 runs them,
+at its power cap, at a clock drawn anew for every command (1410-1545 MHz, as
+measured), and take proportionally longer at a lower clock: power-state noise
+between two runs that the clock-matched inflation leaves out.
 """
 
 from __future__ import annotations
@@ -15,12 +21,21 @@ STARTED = time.time()
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import random  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 
 # Simulated kernel time per problem (ms): one per report bucket.
 BASE_MS = {"matmul_fp32": 12.0, "matmul_bf16": 2.0, "softmax": 0.3, "rmsnorm": 0.05, "gelu": 0.03}
 BUILD_S = 0.05  # stands in for the compile; sleeping keeps CI's CPUs free
+NOMINAL_MHZ = 1980
+POWER_CAPPED = {"matmul_bf16": (1410, 1425, 1485, 1500, 1530, 1545)}  # MHz seen on the H200 at its power cap
+
+
+def sm_clock_mhz(problem: str) -> int:
+    """The clock this command's measurement runs at (a fresh draw per command where power-capped)."""
+    steps = POWER_CAPPED.get(problem)
+    return random.SystemRandom().choice(steps) if steps else NOMINAL_MHZ
 
 
 def kernel_ms(problem: str, candidate: str) -> float:
@@ -46,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     cand = workload.candidate(args.problem, args.candidate)
     repeats = min(args.repeats or workload.BY_NAME[args.problem].repeats, 20)
     cuda = SimCuda()
-    duration_ns = int(kernel_ms(cand.problem, cand.name) * 1e6)
+    clock = sm_clock_mhz(cand.problem)
+    reference_mhz = POWER_CAPPED[cand.problem][0] if cand.problem in POWER_CAPPED else NOMINAL_MHZ
+    duration_ns = int(kernel_ms(cand.problem, cand.name) * reference_mhz / clock * 1e6)
     time.sleep(BUILD_S)
     cuda.time_kernel(duration_ns, repeats=1)  # first launch
     compiled = time.time()
@@ -67,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                 "min_ms": min(times),
                 "repeats": repeats,
                 "warm_runs": 1,
-                "sm_clock_mhz": None,
+                "sm_clock_mhz": clock,
                 "region_flags": list(held.flags),
                 "phases_s": {
                     "import": imported - STARTED,

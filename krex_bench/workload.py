@@ -5,7 +5,13 @@ import torch and triton, build the candidate (compiling its Triton kernel),
 check it against a reference, then time it inside `region()` and print one
 JSON line (krex_bench/candidate.py). Kernel durations on an H200 span the report's
 buckets: fp32 matmul > 10 ms, bf16 matmul 1-10 ms, softmax 0.1-1 ms, RMSNorm
-and GELU < 0.1 ms.
+and GELU < 0.1 ms, and the unfused torch variants one bucket up. Every
+candidate carries its native median on the H200 (`native_ms`): measured in the
+runs of docs/bench/ (the median of their native and native-repeat runs) or,
+where `estimated`, what its problem's measured candidates make likely; the
+report's p95 needs at least 8 candidates per bucket, and
+tests/test_bench.py checks from these times that the whole workload has them.
+docs/BENCHMARKS.md lists them (`krex bench list --markdown`).
 
 This module is data only (no torch): the runner and the report read it on
 machines without a GPU.
@@ -23,6 +29,8 @@ class Candidate:
     problem: str
     name: str
     params: dict[str, Any] = field(default_factory=dict)
+    native_ms: float | None = None  # native median on the H200
+    estimated: bool = False  # native_ms is an estimate: no H200 run has measured this candidate yet
 
     @property
     def key(self) -> str:
@@ -39,8 +47,12 @@ class Problem:
     candidates: tuple[Candidate, ...]
 
 
-def _candidates(problem: str, table: list[tuple[str, dict[str, Any]]]) -> tuple[Candidate, ...]:
-    return tuple(Candidate(problem, name, params) for name, params in table)
+def _candidates(problem: str, table: list[tuple[str, dict[str, Any], float | str]]) -> tuple[Candidate, ...]:
+    """Rows of (name, params, native ms): a number as measured, "~N" an estimate."""
+    return tuple(
+        Candidate(problem, name, params, float(str(ms).lstrip("~")), str(ms).startswith("~"))
+        for name, params, ms in table
+    )
 
 
 def _tiles(m: int, n: int, k: int, warps: int, stages: int, group: int = 8) -> dict[str, Any]:
@@ -55,14 +67,14 @@ PROBLEMS: tuple[Problem, ...] = (
         candidates=_candidates(
             "matmul_fp32",
             [
-                ("torch", {"impl": "torch"}),
-                ("t128x128x32w8s3", _tiles(128, 128, 32, 8, 3)),
-                ("t128x64x32w4s4", _tiles(128, 64, 32, 4, 4)),
-                ("t64x128x32w4s4", _tiles(64, 128, 32, 4, 4)),
-                ("t64x64x32w4s3", _tiles(64, 64, 32, 4, 3)),
-                ("t128x128x16w8s2", _tiles(128, 128, 16, 8, 2)),
-                ("t64x64x64w4s2", _tiles(64, 64, 64, 4, 2)),
-                ("t128x128x32w8s3g1", _tiles(128, 128, 32, 8, 3, group=1)),
+                ("torch", {"impl": "torch"}, 21.43),
+                ("t128x128x32w8s3", _tiles(128, 128, 32, 8, 3), 25.08),
+                ("t128x64x32w4s4", _tiles(128, 64, 32, 4, 4), 23.38),
+                ("t64x128x32w4s4", _tiles(64, 128, 32, 4, 4), 23.55),
+                ("t64x64x32w4s3", _tiles(64, 64, 32, 4, 3), "~30"),
+                ("t128x128x16w8s2", _tiles(128, 128, 16, 8, 2), "~28"),
+                ("t64x64x64w4s2", _tiles(64, 64, 64, 4, 2), "~32"),
+                ("t128x128x32w8s3g1", _tiles(128, 128, 32, 8, 3, group=1), "~26"),
             ],
         ),
     ),
@@ -73,14 +85,14 @@ PROBLEMS: tuple[Problem, ...] = (
         candidates=_candidates(
             "matmul_bf16",
             [
-                ("torch", {"impl": "torch"}),
-                ("t128x256x64w8s3", _tiles(128, 256, 64, 8, 3)),
-                ("t128x128x64w8s4", _tiles(128, 128, 64, 8, 4)),
-                ("t128x128x32w4s4", _tiles(128, 128, 32, 4, 4)),
-                ("t64x128x64w4s4", _tiles(64, 128, 64, 4, 4)),
-                ("t64x64x64w4s3", _tiles(64, 64, 64, 4, 3)),
-                ("t32x64x32w4s2", _tiles(32, 64, 32, 4, 2)),
-                ("t128x128x64w8s4g1", _tiles(128, 128, 64, 8, 4, group=1)),
+                ("torch", {"impl": "torch"}, 1.592),
+                ("t128x256x64w8s3", _tiles(128, 256, 64, 8, 3), 1.619),
+                ("t128x128x64w8s4", _tiles(128, 128, 64, 8, 4), 1.776),
+                ("t128x128x32w4s4", _tiles(128, 128, 32, 4, 4), 1.854),
+                ("t64x128x64w4s4", _tiles(64, 128, 64, 4, 4), "~2.4"),
+                ("t64x64x64w4s3", _tiles(64, 64, 64, 4, 3), "~3.5"),
+                ("t32x64x32w4s2", _tiles(32, 64, 32, 4, 2), "~8"),
+                ("t128x128x64w8s4g1", _tiles(128, 128, 64, 8, 4, group=1), "~1.9"),
             ],
         ),
     ),
@@ -91,14 +103,14 @@ PROBLEMS: tuple[Problem, ...] = (
         candidates=_candidates(
             "softmax",
             [
-                ("torch", {"impl": "torch"}),
-                ("torch_unfused", {"impl": "torch_unfused"}),
-                ("row_w4", {"impl": "triton_row", "warps": 4}),
-                ("row_w8", {"impl": "triton_row", "warps": 8}),
-                ("row_w16", {"impl": "triton_row", "warps": 16}),
-                ("online_b1024w4", {"impl": "triton_online", "block": 1024, "warps": 4}),
-                ("online_b2048w8", {"impl": "triton_online", "block": 2048, "warps": 8}),
-                ("online_b4096w8", {"impl": "triton_online", "block": 4096, "warps": 8}),
+                ("torch", {"impl": "torch"}, 0.5488),
+                ("torch_unfused", {"impl": "torch_unfused"}, 1.359),
+                ("row_w4", {"impl": "triton_row", "warps": 4}, 0.2649),
+                ("row_w8", {"impl": "triton_row", "warps": 8}, 0.2648),
+                ("row_w16", {"impl": "triton_row", "warps": 16}, "~0.27"),
+                ("online_b1024w4", {"impl": "triton_online", "block": 1024, "warps": 4}, "~0.45"),
+                ("online_b2048w8", {"impl": "triton_online", "block": 2048, "warps": 8}, "~0.4"),
+                ("online_b4096w8", {"impl": "triton_online", "block": 4096, "warps": 8}, "~0.38"),
             ],
         ),
     ),
@@ -109,14 +121,12 @@ PROBLEMS: tuple[Problem, ...] = (
         candidates=_candidates(
             "rmsnorm",
             [
-                ("torch_eager", {"impl": "torch_eager"}),
-                ("torch_fn", {"impl": "torch_fn"}),
-                ("row_w1", {"impl": "triton_row", "warps": 1}),
-                ("row_w2", {"impl": "triton_row", "warps": 2}),
-                ("row_w4", {"impl": "triton_row", "warps": 4}),
-                ("row_w8", {"impl": "triton_row", "warps": 8}),
-                ("row_w16", {"impl": "triton_row", "warps": 16}),
-                ("rows4_w8", {"impl": "triton_rows", "rows": 4, "warps": 8}),
+                ("torch_eager", {"impl": "torch_eager"}, 0.2497),
+                ("torch_fn", {"impl": "torch_fn"}, 0.0270),
+                ("row_w1", {"impl": "triton_row", "warps": 1}, 0.0236),
+                ("row_w2", {"impl": "triton_row", "warps": 2}, 0.0223),
+                ("row_w4", {"impl": "triton_row", "warps": 4}, "~0.023"),
+                ("rows4_w8", {"impl": "triton_rows", "rows": 4, "warps": 8}, "~0.025"),
             ],
         ),
     ),
@@ -127,14 +137,11 @@ PROBLEMS: tuple[Problem, ...] = (
         candidates=_candidates(
             "gelu",
             [
-                ("torch", {"impl": "torch"}),
-                ("torch_unfused", {"impl": "torch_unfused"}),
-                ("b256w2", {"impl": "triton", "block": 256, "warps": 2}),
-                ("b512w4", {"impl": "triton", "block": 512, "warps": 4}),
-                ("b1024w4", {"impl": "triton", "block": 1024, "warps": 4}),
-                ("b2048w8", {"impl": "triton", "block": 2048, "warps": 8}),
-                ("b4096w8", {"impl": "triton", "block": 4096, "warps": 8}),
-                ("b8192w16", {"impl": "triton", "block": 8192, "warps": 16}),
+                ("torch", {"impl": "torch"}, 0.0210),
+                ("torch_unfused", {"impl": "torch_unfused"}, 0.1625),
+                ("b256w2", {"impl": "triton", "block": 256, "warps": 2}, 0.0244),
+                ("b512w4", {"impl": "triton", "block": 512, "warps": 4}, 0.0207),
+                ("b4096w8", {"impl": "triton", "block": 4096, "warps": 8}, "~0.021"),
             ],
         ),
     ),

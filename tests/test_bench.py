@@ -37,9 +37,10 @@ def test_inflation_buckets_by_native_time_and_ignores_missing_candidates() -> No
     native = {"m/a": 20.0, "m/b": 2.0, "s/a": 0.5, "g/a": 0.02, "g/b": 0.03}
     run = {"m/a": 22.0, "m/b": 2.0, "s/a": 0.55, "g/a": 0.021}
     out = analysis.inflation(run, native)
-    assert out[">10 ms"] == {"n": 1, "p50": pytest.approx(0.1), "p95": pytest.approx(0.1)}
+    assert out[">10 ms"]["n"] == 1 and out[">10 ms"]["p50"] == pytest.approx(0.1)
+    assert math.isnan(out[">10 ms"]["p95"])  # one candidate: no p95 is quoted
     assert out["1-10 ms"]["p50"] == 0.0
-    assert out["0.1-1 ms"]["p95"] == pytest.approx(0.1)
+    assert out["0.1-1 ms"]["max"] == pytest.approx(0.1)
     assert out["<0.1 ms"]["n"] == 1  # g/b never finished in the run
 
 
@@ -81,6 +82,8 @@ def test_bad_arguments_are_refused_before_anything_starts(tmp_path: Path) -> Non
         (["--scale", "0"], "scale must be in (0, 1]"),
         (["--variants", "preload/sometimes/gpu+cpu"], "is not BACKEND/MODE/PROTECTION"),
         (["--problems", "fft"], "unknown problem 'fft'"),
+        (["--native", "0"], "--native 0 needs --merge"),
+        (["--clock-tolerance", "0"], "--clock-tolerance must be in (0, 1)"),
     ):
         done = krex_bench("run", "--sim", "--out", str(tmp_path), *args)
         assert done.returncode == 125, done.stderr
@@ -125,6 +128,8 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     report = (out / "report.md").read_text()
     assert "Simulated GPU: these figures are the simulator's, not a GPU's." in report
     assert "| krex driver-lock/pooled/gpu-only c2 | 4 | 0 |" in report
+    assert "Clock-matched: only the measurements whose SM clock" in report  # simulated candidates report clocks
+    assert all(r["sm_clock_mhz"] for run in data["runs"] for r in run["results"])
     summary = json.loads((out / "report.json").read_text())
     krex = next(r for r in summary["rows"] if r["label"] == "krex preload/process/gpu+cpu c2")
     assert krex["ok"] == 4 and krex["throughput_per_min"] > 0
@@ -149,7 +154,7 @@ def test_a_report_without_a_native_run_says_why(tmp_path: Path) -> None:
 def test_a_small_gpu_run_has_every_command_ok(tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = krex_bench(
-        "run", "--scale", "0.25", "--problems", "softmax,gelu", "--native", "1", "--concurrency", "4",
+        "run", "--scale", "0.25", "--problems", "softmax,gelu", "--concurrency", "4",
         "--variants", "preload/process/gpu+cpu", "--out", str(out), "--work-dir", str(tmp_path / "work"),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -199,3 +204,64 @@ def test_progress_bar_on_a_terminal_and_plain_lines_elsewhere() -> None:
         meter.line("[1/2] native: 4 ok, 0 failed in 1.0 s and a line longer than forty columns")
         meter.end()
     assert plain.getvalue() == "[1/2] native: 4 ok, 0 failed in 1.0 s and a line longer than forty columns\n"
+
+
+def _result(problem: str, name: str, ms: float, mhz: float | None) -> dict:
+    return {"problem": problem, "candidate": name, "ok": True, "median_ms": ms, "sm_clock_mhz": mhz}
+
+
+def test_clock_matched_inflation_leaves_out_measurements_at_another_clock() -> None:
+    """A synthetic results file: ten 1-10 ms candidates, native at 1500 MHz. The
+    krex run measured four of them at 1410 MHz, 8% slower (power state), and
+    the six others at native's clock, 0.5% slower. Raw, the p95 is the power
+    state's; clock-matched (within 2%), only the six at 1500 MHz count, and
+    six are too few to quote a p95."""
+    native = [_result("mm", f"c{i}", 2.0, 1500) for i in range(10)]
+    repeat = [_result("mm", f"c{i}", 2.0, 1500) for i in range(10)]
+    krex = [_result("mm", f"c{i}", 2.0 * 1.08, 1410) for i in range(4)]
+    krex[0]["region_flags"] = ["exit:clock:1410MHz-vs-baseline-1980MHz"]  # the region's own word on its clock
+    krex += [_result("mm", f"c{i}", 2.0 * 1.005, 1500 if i % 2 else 1515) for i in range(4, 10)]
+    setup = {"kind": "krex", "concurrency": 4, "gate_backend": "preload", "mode": "process", "protection": "gpu+cpu"}
+    data = {
+        "runs": [
+            {"setup": {"kind": "native", "label": "native", "concurrency": 1}, "results": native, "failures": []},
+            {"setup": {"kind": "native-repeat", "label": "native-repeat", "concurrency": 1}, "results": repeat,
+             "failures": []},
+            {"setup": {**setup, "label": "krex c4"}, "results": krex, "failures": []},
+        ]
+    }  # fmt: skip
+    rows = {r["label"]: r for r in analysis.summarize(data)["rows"]}
+    raw, matched = rows["krex c4"]["inflation"]["1-10 ms"], rows["krex c4"]["inflation_matched"]["1-10 ms"]
+    assert raw["n"] == 10 and raw["p50"] == pytest.approx(0.005) and raw["p95"] == pytest.approx(0.08)
+    assert matched["n"] == 6 and matched["p50"] == pytest.approx(0.005) and math.isnan(matched["p95"])
+    assert rows["krex c4"]["clock_matched"] == {"n": 6, "of": 10}
+    assert rows["krex c4"]["off_clock"] == 1
+    assert rows["native-repeat"]["inflation_matched"]["1-10 ms"]["p95"] == pytest.approx(0.0)
+    # A tighter tolerance leaves out the three at 1515 MHz (1% off) too.
+    tight = {r["label"]: r for r in analysis.summarize(data, clock_tolerance=0.005)["rows"]}
+    assert tight["krex c4"]["clock_matched"] == {"n": 3, "of": 10}
+    # A measurement without a clock is never matched.
+    assert analysis.clock_matched({"mm/c0": 2.0}, {"mm/c0": None}, {"mm/c0": 1500}, 0.02) == {}
+
+    from krex_bench import report
+
+    header = {"date": "d", "simulated": False, "machine": {}, "workload": [], "scale": 1, "argv": ["krex"]}
+    text = report.markdown({**header, **data}, analysis.summarize(data))
+    assert "| krex c4 | n/a / n<8 (0) | +0.50% / +8.00% (10) |" in text  # raw
+    assert "| krex c4 | n/a / n<8 (0) | +0.50% / n<8 (6) |" in text  # clock-matched
+    assert "within 2% of the clock" in text and "krex c4 6/10 (1)" in text
+
+
+def test_every_bucket_has_eight_candidates_at_the_default_scale() -> None:
+    """From each candidate's documented native time on the H200 (workload.py,
+    listed in docs/BENCHMARKS.md): the default workload has at least
+    MIN_P95_N candidates in every bucket, so each p95 can be quoted."""
+    from krex_bench import cli, report
+
+    default_scale = cli.build_parser().parse_args(["run"]).scale
+    picked = workload.select(default_scale)
+    assert all(c.native_ms is not None for c in picked)
+    counts = {name: sum(1 for c in picked if analysis.bucket_of(c.native_ms) == name) for name, _, _ in analysis.BUCKETS}
+    assert min(counts.values()) >= analysis.MIN_P95_N, counts
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "BENCHMARKS.md").read_text()
+    assert report.workload_table() in doc, "docs/BENCHMARKS.md: paste `krex bench list --markdown`"

@@ -49,6 +49,9 @@ class Region:
     throttle: tuple[str, ...] | None
     verdict: str | None  # verified / violated / unknown (docs/regions.md); None: this runtime gives no verdicts
     verdict_reasons: tuple[str, ...] = ()  # one line per witness: gate, processes, utilisation, clock
+    exit_flags: tuple[str, ...] = ()  # as `flags`, of the clock at the release
+    settle_s: float | None = None  # the entry's wait for the SM clock (regions.settle_max_s)
+    on_clock: bool | None = None  # the SM clock at the grant was near the canary baseline; None: unknown
 
     @classmethod
     def from_record(cls, r: Mapping[str, Any]) -> Region:
@@ -67,6 +70,9 @@ class Region:
             throttle=tuple(throttle) if throttle is not None else None,
             verdict=r.get("verdict"),
             verdict_reasons=tuple(r.get("verdict_reasons") or ()),
+            exit_flags=tuple(r.get("exit_flags") or ()),
+            settle_s=r.get("settle_s"),
+            on_clock=r.get("on_clock"),
         )
 
 

@@ -56,6 +56,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "regions.hold_limit_s": (0.001, MAX_DURATION_S),
     "regions.quiesce_timeout_s": (0.001, HOUR),
     "regions.drain_timeout_s": (0.001, HOUR),
+    "regions.settle_max_s": (0, 10.0),  # every millisecond of it no tenant uses the GPU
+    "regions.settle_poll_s": (0.0001, 0.1),
     "regions.heartbeat_interval_s": (0.01, 10.0),
     "regions.stale_after_s": (0.02, HOUR),
     "regions.reserved_cores_per_gpu": (0, 1024),
@@ -138,6 +140,8 @@ class RegionSection:
     on_hold_limit: Literal["revoke", "kill"] = "revoke"
     quiesce_timeout_s: float = 5.0
     drain_timeout_s: float = 10.0
+    settle_max_s: float = 0.0  # wait at entry for the SM clock to be back near its baseline; 0 = no wait
+    settle_poll_s: float = 0.001  # how often that wait reads the clock
     heartbeat_interval_s: float = 0.5
     stale_after_s: float = 3.0
     reserved_cores_per_gpu: int = 1

@@ -6,7 +6,7 @@ krex_runtime/tenant/region.py):
 
     HELLO 2 <tenant_id> <pid> <token>  ->  OK | ERROR <errno name> <reason>
     ENTER <tid>                        ->  GRANTED <seq> [<flags>] | ERROR ...
-    EXIT                               ->  RELEASED <seq> | ERROR ...
+    EXIT                               ->  RELEASED <seq> [<exit flags>] | ERROR ...
     VERDICT                            ->  VERDICT <seq> <verdict> <reason> | <reason>... | ERROR ...
 
 Who a peer is comes from the kernel (SO_PEERCRED), not from what it claims:
@@ -288,7 +288,8 @@ class RegionChannel:
         if req.revoked:
             await _send(conn.writer, f"ERROR ETIMEDOUT {req.reason}")
         else:
-            await _send(conn.writer, f"RELEASED {req.seq}")
+            exit_flags = ",".join((req.exit_clock or {}).get("flags") or [])  # the clock at the release
+            await _send(conn.writer, f"RELEASED {req.seq} {exit_flags}".rstrip())
 
     async def _on_verdict(self, conn: Connection) -> None:
         """The exclusivity certificate of the connection's last released region,

@@ -125,6 +125,8 @@ def build(
         on_hold_limit=rc.on_hold_limit,
         quiesce_timeout_s=rc.quiesce_timeout_s,
         drain_timeout_s=rc.drain_timeout_s,
+        settle_max_s=rc.settle_max_s,
+        settle_poll_s=rc.settle_poll_s,
     )
     regions = {
         g.index: GpuRegions(g.index, gates[g.index], backend, freezer, cpus, settings, tenants, sink, clock_probe)

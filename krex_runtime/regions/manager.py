@@ -4,8 +4,10 @@ share keys, FIFO within one: region_shares.py) and at most one holder.
 Entry, for tenant T on GPU g (each step timed and traced): close the gate ->
 wait until no other tenant is inside a gated call -> drain (backend) -> freeze
 the other tenants' trees -> pin T's measuring thread to g's reserved cores ->
-GRANTED. Exit: certify (certificate.py) -> unpin -> thaw -> release the
-backend's locks -> reopen the gate -> next.
+settle (settle.py: wait, bounded, for the SM clock to be back near its
+baseline) -> GRANTED. Exit: certify (certificate.py) -> unpin -> thaw ->
+release the backend's locks -> reopen the gate -> next. The SM clock, power
+and temperature are read at the grant and at the release.
 
 A whole-device lease is a request of kind "lease": it goes ahead of queued
 regions (after the current holder), always freezes, and is held until
@@ -34,6 +36,7 @@ from krex_runtime.regions.gate import Gate
 from krex_runtime.regions.gate_backends import DrainReport, GateBackend
 from krex_runtime.regions.region_shares import RegionShares
 from krex_runtime.regions.requests import Entry, Request
+from krex_runtime.regions.settle import settle
 from krex_runtime.wire import events
 
 # GPU index -> its SM clock, throttle reasons and what is wrong with them now.
@@ -62,6 +65,8 @@ class RegionSettings:
     on_hold_limit: str  # "revoke" | "kill"
     quiesce_timeout_s: float
     drain_timeout_s: float
+    settle_max_s: float = 0.0  # 0: no settle
+    settle_poll_s: float = 0.001
 
 
 class GpuRegions:
@@ -142,6 +147,8 @@ class GpuRegions:
             # Unpin before the holder is answered: its thread must not go on
             # working on the reserved cores the next holder will measure on.
             self._unpin(req)
+            # The clock the measurement ended at, before the holder hears RELEASED (it carries the flags).
+            req.exit_clock = self.clock_probe(self.gpu)
             req.released.set()
 
     def _refuse(self, req: Request, exc: RegionRefused) -> None:
@@ -277,8 +284,10 @@ class GpuRegions:
             self.backend.release(report)
             self.gate.open_gate()
             raise
+        settle_s = self.settings.settle_max_s if req.kind == "region" else 0.0
+        stats.update(settle(self.clock_probe, self.gpu, settle_s, self.settings.settle_poll_s))
+        lap()
         stats["enter_s"] = t[-1] - t[0]
-        stats.update(self.clock_probe(self.gpu))
         # Calls the other tenants have made so far, per the interception counters:
         # the same figure at release proves none of them submitted meanwhile.
         stats["others_calls"] = self._others_calls(holder)
@@ -292,6 +301,8 @@ class GpuRegions:
     def _exit(self, req: Request, entry: Entry) -> dict[str, Any]:
         released_mono_ns = time.monotonic_ns()
         others_calls = self._others_calls(req.tenant_id)
+        # Released by its holder: read then; withdrawn, revoked or shut down: read now.
+        exit_clock = req.exit_clock if req.exit_clock is not None else self.clock_probe(self.gpu)
         req.verdict = certify(self.certifier, entry.witness, req.tenant_id)
         # Into the command's result now, before the exit's slower steps: the command may be ending.
         t0 = time.monotonic()
@@ -316,6 +327,8 @@ class GpuRegions:
             "released_mono_ns": released_mono_ns,
             "others_calls": others_calls,
             "verdict": req.verdict[0], "verdict_reasons": req.verdict[1],
+        } | {f"exit_{k}": exit_clock.get(k) for k in ("sm_clock_mhz", "power_w", "temp_c", "throttle", "on_clock")} | {
+            "exit_flags": list(exit_clock.get("flags") or []),
         }
 
     async def shutdown(self) -> None:

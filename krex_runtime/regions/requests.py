@@ -31,6 +31,7 @@ class Request:
     revoked: bool = False
     reason: str = ""
     flags: list[str] = field(default_factory=list)  # why its measurements may be off
+    exit_clock: dict[str, Any] | None = None  # the SM clock, power and temperature at its release
     entry: Entry | None = None  # what its entry took, once granted
     certified: asyncio.Event = field(default_factory=asyncio.Event)  # its verdict is in (regions/certificate.py)
     verdict: tuple[str, list[str]] = ("unknown", ["not released yet"])

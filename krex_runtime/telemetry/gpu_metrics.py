@@ -6,7 +6,13 @@ values derived from the simulated device, with `simulated: true`.
 
 KREX_TELEMETRY_FAULTS (comma-separated metric names, or "all") makes those
 metrics fail, to exercise the n/a path on purpose; KREX_SIM_THROTTLE makes a
-simulated GPU report throttle reasons.
+simulated GPU report throttle reasons, KREX_SIM_SM_CLOCK_FILE moves its SM
+clock (a file holding MHz, read at every sample, so a test can take the clock
+off its baseline and back while the runtime runs).
+
+`clock_sample(gpu)` reads only what a region records at its entry and exit
+(SM clock, throttle reasons, power, temperature): the settle step polls it, so
+it leaves out the slower reads (process list, memory, utilisation).
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ THROTTLE_REASONS = {
 }
 SIMULATED_SM_CLOCK_MHZ = 1980
 SIMULATED_MEM_CLOCK_MHZ = 3201
+SIM_SM_CLOCK_FILE = "KREX_SIM_SM_CLOCK_FILE"
+CLOCK_METRICS = ("sm_clock_mhz", "throttle", "power_w", "temp_c")
 
 
 def injected_faults() -> set[str]:
@@ -76,6 +84,15 @@ class NvmlSampler:
             "simulated": False,
         }
 
+    def clock_sample(self, gpu: int) -> dict[str, Any]:
+        nv, h, faults = self.nvml, self.handles[gpu], injected_faults()
+        return {
+            "sm_clock_mhz": _read("sm_clock_mhz", faults, lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+            "throttle": _read("throttle", faults, lambda: throttle_names(nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))),
+            "power_w": _read("power_w", faults, lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0),
+            "temp_c": _read("temp_c", faults, lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
+        }
+
     def close(self) -> None:
         try:
             self.nvml.nvmlShutdown()
@@ -102,7 +119,7 @@ class SimulatedSampler:
             "util_pct": 100 * busy if active is not None else None,
             "mem_used": None if "mem_used" in faults else 0,
             "mem_total": None if "mem_total" in faults else self.memory_total,
-            "sm_clock_mhz": None if "sm_clock_mhz" in faults else SIMULATED_SM_CLOCK_MHZ,
+            "sm_clock_mhz": None if "sm_clock_mhz" in faults else simulated_sm_clock(),
             "mem_clock_mhz": None if "mem_clock_mhz" in faults else SIMULATED_MEM_CLOCK_MHZ,
             "temp_c": None if "temp_c" in faults else 30 + 40 * busy,
             "power_w": None if "power_w" in faults else 100 + 500 * busy,
@@ -110,6 +127,9 @@ class SimulatedSampler:
             "processes": active,
             "simulated": True,
         }
+
+    def clock_sample(self, gpu: int) -> dict[str, Any]:
+        return {k: v for k, v in self.sample(gpu).items() if k in CLOCK_METRICS}
 
     def _active(self, gpu: int) -> int:
         from krex_runtime.sim.device_file import active_count
@@ -129,11 +149,26 @@ def simulated_throttle() -> list[str]:
     return [r for r in os.environ.get("KREX_SIM_THROTTLE", "").split(",") if r]
 
 
+def simulated_sm_clock() -> float:
+    """The simulated GPU's SM clock: what KREX_SIM_SM_CLOCK_FILE holds, else the nominal clock."""
+    path = os.environ.get(SIM_SM_CLOCK_FILE)
+    if path:
+        try:
+            with open(path) as f:
+                return float(f.read().strip())
+        except (OSError, ValueError):  # no file yet, or half written: the nominal clock
+            pass
+    return SIMULATED_SM_CLOCK_MHZ
+
+
 class UnavailableSampler:
     """NVML could not be opened: every metric is n/a, and the service goes on."""
 
     def sample(self, gpu: int) -> dict[str, Any]:
         return {m: None for m in METRICS} | {"simulated": False}
+
+    def clock_sample(self, gpu: int) -> dict[str, Any]:
+        return {m: None for m in CLOCK_METRICS}
 
     def close(self) -> None:
         pass

@@ -57,6 +57,7 @@ class _Channel:
         self.depth = 0  # regions entered and not yet exited; only the outermost talks to the runtime
         self.region_seq: int | None = None
         self.flags: list[str] = []
+        self.exit_flags: list[str] = []  # of the clock at the last release (RELEASED <seq> <flags>)
 
     def _connect(self, path: str) -> None:
         if self._sock is not None and self._pid == os.getpid() and not self.holding and _readable(self._sock):
@@ -140,7 +141,8 @@ class _Channel:
             if not self.holding:
                 raise RegionError("EINVAL", "this process does not hold its region")
             self.holding = False
-            self._transact("EXIT", "RELEASED")
+            released = self._transact("EXIT", "RELEASED").split()
+            self.exit_flags = released[1].split(",") if len(released) > 1 else []
             return True
 
 
@@ -165,11 +167,13 @@ class region(contextlib.ContextDecorator):
     Raises RegionError when the runtime refuses the region, and on exit when
     the runtime revoked it (the hold limit passed): measurements taken inside
     a revoked region are not protected and should be discarded. `flags`
-    names conditions at entry that make a measurement suspect (the GPU
-    throttling, or its clock far from the baseline's).
+    names conditions that make a measurement suspect (the GPU throttling, or
+    its SM clock far from the canary baseline's: `clock:...`), at the grant
+    and, once the region is released, at the release too (prefixed `exit:`);
+    `off_clock` says whether the clock was off at either.
     """
 
-    flags: list[str] = []  # set on entry: e.g. "throttled:hw_thermal" when the GPU throttles
+    flags: list[str] = []  # e.g. "throttled:hw_thermal", "exit:clock:1500MHz-vs-baseline-1980MHz"
     _released = False  # this object's exit released the region (it was the outermost)
     _certificate: tuple[str, list[str]] | None = None
 
@@ -183,6 +187,11 @@ class region(contextlib.ContextDecorator):
     @property
     def verdict_reasons(self) -> list[str]:
         return self._certify()[1]
+
+    @property
+    def off_clock(self) -> bool:
+        """The SM clock was off its baseline by more than the tolerance at the grant or the release."""
+        return any(f.removeprefix("exit:").startswith("clock:") for f in self.flags)
 
     def _certify(self) -> tuple[str, list[str]]:
         if self._certificate is None:
@@ -202,3 +211,5 @@ class region(contextlib.ContextDecorator):
         if os.environ.get(env.REGION_SOCKET):
             self._certificate = None
             self._released = _channel.exit()
+            if self._released:
+                self.flags = self.flags + [f"exit:{f}" for f in _channel.exit_flags]

@@ -3,60 +3,23 @@
 An emitter builds the dataclass (`emit(events.CommandQueued(id=..., ...))`); the
 runtime turns it into its wire dict (`to_wire`), adds `seq` and `t`, folds it
 (wire/reducer.py), traces and publishes it. `EVENTS` maps each wire type name to
-its class; wire/event_check.py derives from the classes what a trace's events must
-hold, and docs/trace-format.md's table is printed from them (`python -m
+its class (the registry's machinery is wire/event_base.py); wire/event_check.py
+derives from the classes what a trace's events must hold, and docs/trace-format.md's table is printed from them (`python -m
 krex_runtime.wire.events --markdown`; a test keeps the two the same). Field order
 is the order of the keys on the wire; a new event type or field bumps the trace
 format version.
 """
 
-import dataclasses
 import sys
-from dataclasses import MISSING, dataclass, field
-from typing import Any, Callable, ClassVar, TypeVar, dataclass_transform
+from dataclasses import dataclass
+from typing import Any
+
+# The registry's machinery, re-exported: emitters and readers use `events.X`.
+from krex_runtime.wire.event_base import EVENTS, Event, event, markdown_table, note, to_wire, unread
+
+__all__ = ["EVENTS", "Event", "event", "markdown_table", "note", "to_wire", "unread"]
 
 DEFAULT_KEEP_FINISHED = 1000  # finished commands a state remembers unless runtime_started says
-
-EVENTS: dict[str, type["Event"]] = {}
-
-
-class Event:
-    """Base of every event; `@event(name)` makes a subclass one."""
-
-    type: ClassVar[str]
-
-
-def note(
-    text: str = "", default: Any = MISSING, *, factory: Any = MISSING, checked: bool = True, omit_none: bool = False
-) -> Any:
-    """A field with a note for the docs' table. `checked=False`: the reducer
-    does not read it, so a trace's value passes unchecked. `omit_none`: left
-    off the wire when None (the key is absent, as emitters always had it)."""
-    metadata = {"note": text, "checked": checked, "omit_none": omit_none}
-    return field(default=default, default_factory=factory, metadata=metadata)
-
-
-def unread(text: str = "", default: Any = MISSING, *, factory: Any = MISSING, omit_none: bool = False) -> Any:
-    """A field the reducer does not read: carried to the trace and the console as it is."""
-    return note(text, default, factory=factory, checked=False, omit_none=omit_none)
-
-
-E = TypeVar("E", bound=type[Event])
-
-
-@dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field, note, unread))
-def event(name: str) -> Callable[[E], E]:
-    """Make the class a frozen, keyword-only dataclass whose wire `type` is
-    `name`, and register it in EVENTS."""
-
-    def register(cls: E) -> E:
-        if name in EVENTS:
-            raise TypeError(f"event type {name!r} is defined twice")
-        cls.type = name
-        EVENTS[name] = dataclass(frozen=True, kw_only=True)(cls)
-        return cls
-
-    return register
 
 
 # --- the runtime starts -------------------------------------------------------------
@@ -165,9 +128,15 @@ class RegionGranted(Event):
     drain_s: float = unread()
     freeze_s: float = unread()
     pin_s: float = unread()
+    settle_s: float | None = note("seconds the entry waited for the SM clock (`regions.settle_max_s`; 0: no wait)",
+                                  None)
     enter_s: float = unread("the whole entry")
-    sm_clock_mhz: float | None = unread("", None)
+    sm_clock_mhz: float | None = unread("at the grant", None)
     throttle: list[str] | None = unread("", None)
+    power_w: float | None = unread("", None)
+    temp_c: float | None = unread("", None)
+    on_clock: bool | None = note("SM clock within `telemetry.clock_tolerance` of the canary baseline; null: unknown",
+                                 None)
     flags: list[str] | None = None
     others_calls: int = unread("the other tenants' intercepted calls so far")
     granted_mono_ns: int = unread("CLOCK_MONOTONIC")
@@ -187,6 +156,13 @@ class RegionReleased(Event):
     open_s: float = unread()
     released_mono_ns: int = unread("CLOCK_MONOTONIC")
     others_calls: int = unread("the same as at the grant: none of them submitted meanwhile")
+    exit_sm_clock_mhz: float | None = unread("the SM clock, power, temperature and throttle reasons at the release",
+                                             None)
+    exit_power_w: float | None = unread("", None)
+    exit_temp_c: float | None = unread("", None)
+    exit_throttle: list[str] | None = unread("", None)
+    exit_on_clock: bool | None = unread("as `on_clock` of the grant", None)
+    exit_flags: list[str] = note("as `flags` of the grant, at the release", factory=list)
     verdict: str = note("exclusivity certificate: `verified`, `violated` or `unknown` (docs/regions.md)", "unknown")
     verdict_reasons: list[str] = note("one line per witness: gate, processes, utilisation, clock", factory=list)
     share: str = note("the holder's fair-share key", "default")
@@ -363,35 +339,6 @@ class TraceGap(Event):
     first_seq: int | None
     last_seq: int | None
     since: float | None = unread("`t` of the first lost event; no `seq` of its own", None)
-
-
-# --- to the wire --------------------------------------------------------------------
-
-
-def to_wire(event: Event) -> dict[str, Any]:
-    """The event as the trace and the PUB socket carry it: `type`, then its fields."""
-    wire: dict[str, Any] = {"type": event.type}
-    for f in dataclasses.fields(event):  # type: ignore[arg-type]
-        value = getattr(event, f.name)
-        if value is None and f.metadata.get("omit_none"):
-            continue
-        wire[f.name] = value
-    return wire
-
-
-# --- the docs' table ----------------------------------------------------------------
-
-
-def markdown_table() -> str:
-    """docs/trace-format.md's table of events (a test keeps the doc in step)."""
-    rows = ["| type | fields | meaning |", "|---|---|---|"]
-    for name, cls in EVENTS.items():
-        fields = ", ".join(
-            f"`{f.name}`" + (f" ({f.metadata['note']})" if f.metadata.get("note") else "")
-            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
-        )
-        rows.append(f"| `{name}` | {fields} | {' '.join((cls.__doc__ or '').split())} |")
-    return "\n".join(rows) + "\n"
 
 
 if __name__ == "__main__":

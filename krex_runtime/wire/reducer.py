@@ -147,9 +147,9 @@ def _region_granted(s: NodeState, e: dict[str, Any]) -> None:
                 {
                     "region": e["region"], "gpu": e["gpu"], "kind": e["kind"], "granted_at": e["t"],
                     "wait_s": e.get("wait_s"), "enter_s": e.get("enter_s"), "sm_clock_mhz": e.get("sm_clock_mhz"),
-                    "throttle": e.get("throttle"), "flags": list(e.get("flags") or []),
-                    "released_at": None, "hold_s": None, "reason": None, "verdict": e.get("verdict"),
-                    "verdict_reasons": [],
+                    "throttle": e.get("throttle"), "flags": list(e.get("flags") or []), "exit_flags": [],
+                    "settle_s": e.get("settle_s"), "on_clock": e.get("on_clock"), "released_at": None, "hold_s": None,
+                    "reason": None, "verdict": e.get("verdict"), "verdict_reasons": [],
                 }
             )
 
@@ -159,7 +159,8 @@ def _region_released(s: NodeState, e: dict[str, Any]) -> None:
     cmd = s.commands.get(gpu.region_command) if gpu.region_seq == e["region"] else None
     for record in cmd.regions if cmd is not None else ():
         if record["region"] == e["region"]:
-            record.update(released_at=e["t"], hold_s=e.get("hold_s"), reason=e["reason"])
+            record.update(released_at=e["t"], hold_s=e.get("hold_s"), reason=e["reason"],
+                          exit_flags=list(e.get("exit_flags") or []))
             if e.get("verdict") is not None:
                 record["verdict"] = e["verdict"]
                 record["verdict_reasons"] = list(e.get("verdict_reasons") or [])

@@ -1,0 +1,115 @@
+"""Clock-aware regions on a simulated GPU whose SM clock the test moves
+(KREX_SIM_SM_CLOCK_FILE): the settle step at entry (bounded, granted at once
+when on-clock), the clock at the grant and at the release in the trace, and
+`region().flags` naming an off-clock grant and an off-clock release."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from krex_runtime.regions.settle import settle
+from krex_runtime.testing.local_runtime import wait_until
+from krex_runtime.wire import state as node_state
+from krex_runtime.wire.trace import read_trace
+
+PY = sys.executable
+BOUND_S = 1.0
+NOMINAL, LOW = 1980, 1500  # 1500 MHz is 24% under the baseline: off by more than the 10% tolerance
+
+# A tenant that holds one region, optionally moves the simulated clock while
+# holding it (so only the release is off-clock), and prints what region() said.
+TENANT = """
+import json, sys
+from krex_runtime.client import region
+clock_file, inside = sys.argv[1], sys.argv[2]
+with region() as r:
+    entry = list(r.flags)
+    if inside != "-":
+        open(clock_file, "w").write(inside)
+print(json.dumps({"entry": entry, "after": r.flags, "off_clock": r.off_clock}))
+"""
+
+
+def test_settle_returns_at_the_first_on_clock_reading_and_at_the_bound() -> None:
+    """The settle loop on a fake clock (no time passes for real): it stops at the
+    first reading within tolerance, or at the first after the bound; without a
+    baseline (on_clock None) it does not wait."""
+    t = [0.0]
+    readings = iter([False, False, True, False])
+    probe = lambda gpu: {"sm_clock_mhz": 1500, "on_clock": next(readings), "flags": []}  # noqa: E731
+    out = settle(probe, 0, max_s=1.0, poll_s=0.1, sleep=lambda s: t.__setitem__(0, t[0] + s), now=lambda: t[0])
+    assert out["on_clock"] is True and abs(out["settle_s"] - 0.2) < 1e-9
+
+    t[0] = 0.0
+    off = lambda gpu: {"sm_clock_mhz": 1500, "on_clock": False, "flags": ["clock:x"]}  # noqa: E731
+    out = settle(off, 0, max_s=0.35, poll_s=0.1, sleep=lambda s: t.__setitem__(0, t[0] + s), now=lambda: t[0])
+    assert out["on_clock"] is False and abs(out["settle_s"] - 0.35) < 1e-9  # the last sleep is cut to the bound
+
+    unknown = lambda gpu: {"sm_clock_mhz": None, "on_clock": None, "flags": []}  # noqa: E731
+    slept: list[float] = []
+    out = settle(unknown, 0, max_s=1.0, poll_s=0.1, sleep=slept.append, now=lambda: 0.0)
+    assert out["on_clock"] is None and slept == []
+    broken = settle(lambda gpu: 1 / 0, 0, max_s=1.0, poll_s=0.1, sleep=slept.append, now=lambda: 0.0)
+    assert broken["on_clock"] is None and slept == []  # a failing probe is a missing reading, never an error
+
+
+def _run(rt, clock_file: Path, inside: str = "-") -> dict:
+    done = rt.krex("run", "--", PY, "-c", TENANT, str(clock_file), inside)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_off_clock_regions_settle_to_the_bound_and_say_so(make_runtime, tmp_path: Path) -> None:
+    clock_file = tmp_path / "sm_clock"
+    clock_file.write_text(str(NOMINAL))
+    rt = make_runtime(
+        policy="krex", sim=1, canary=True, canary_period_s=60.0,
+        runtime_env={"KREX_SIM_SM_CLOCK_FILE": str(clock_file)},
+        extra_config=f"\n[regions]\nsettle_max_s = {BOUND_S}\nsettle_poll_s = 0.01\n",
+    )  # fmt: skip
+
+    def baseline() -> float | None:
+        with rt.client() as c:
+            return c.call("snapshot")["state"]["gpus"][0]["canary"].get("baseline_sm_clock_mhz")
+
+    wait_until(lambda: baseline() == NOMINAL, 120, "the canary's baseline at the nominal clock")
+
+    on = _run(rt, clock_file)  # on-clock: granted without waiting, nothing flagged
+    assert on == {"entry": [], "after": [], "off_clock": False}
+
+    clock_file.write_text(str(LOW))  # off at the grant and at the release
+    off = _run(rt, clock_file)
+    flag = f"clock:{LOW}MHz-vs-baseline-{NOMINAL}MHz"
+    assert off["entry"] == [flag] and off["after"] == [flag, f"exit:{flag}"] and off["off_clock"] is True
+
+    clock_file.write_text(str(NOMINAL))  # on at the grant, moved off while held: only the release says so
+    late = _run(rt, clock_file, inside=str(LOW))
+    assert late == {"entry": [], "after": [f"exit:{flag}"], "off_clock": True}
+    clock_file.write_text(str(NOMINAL))
+    rt.stop()
+
+    trace = read_trace(rt.trace_path).events
+    granted = {e["region"]: e for e in trace if e["type"] == "region_granted" and e["kind"] == "region"}
+    released = {e["region"]: e for e in trace if e["type"] == "region_released" and e["kind"] == "region"}
+    canaries = {e["id"] for e in trace if e["type"] == "command_queued" and e.get("label") == "canary"}
+    ours = [r for r, e in granted.items() if e["command_id"] not in canaries][-3:]
+    assert len(ours) == 3, granted
+    first, second, third = (granted[r] for r in ours)
+    assert first["on_clock"] is True and first["settle_s"] < BOUND_S and first["sm_clock_mhz"] == NOMINAL
+    # Off-clock, the entry waited for the clock until the bound, then granted, saying so.
+    assert second["on_clock"] is False and BOUND_S <= second["settle_s"] < 10 * BOUND_S
+    assert second["enter_s"] >= second["settle_s"] and second["sm_clock_mhz"] == LOW
+    assert second["power_w"] is not None and second["temp_c"] is not None
+    assert released[ours[1]]["exit_sm_clock_mhz"] == LOW and released[ours[1]]["exit_on_clock"] is False
+    assert released[ours[1]]["exit_flags"] == [flag] and released[ours[1]]["exit_power_w"] is not None
+    assert third["on_clock"] is True and released[ours[2]]["exit_flags"] == [flag]
+    assert released[ours[0]]["exit_flags"] == [] and released[ours[0]]["exit_on_clock"] is True
+
+    # The reducer keeps them with the command's regions (what `krex run --json` and the API show).
+    state = node_state.NodeState()
+    for event in trace:
+        node_state.apply(state, event)
+    record = state.commands[second["command_id"]].regions[0]
+    assert record["on_clock"] is False and record["exit_flags"] == [flag] and record["settle_s"] >= BOUND_S
