@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from krex_runtime.commands.fair_share import DEFAULT_KEY
+
 
 @dataclass(frozen=True)
 class Tenant:
@@ -32,6 +34,7 @@ class Running(Protocol):
     tenant_id: int | None
     cgroup: Path | None
     internal: bool  # started by the runtime itself (a canary): takes no slot
+    share: str  # its fair-share key (commands/fair_share.py)
 
     @property
     def pid(self) -> int | None: ...
@@ -60,6 +63,14 @@ class TenantRegistry:
             for c in list(self._running.get(gpu, {}).values())
             if c.pid is not None
         ]
+
+    def share_of(self, command_id: str) -> str:
+        """The fair-share key of a running command (the default for one that is not)."""
+        for running in self._running.values():
+            command = running.get(command_id)
+            if command is not None:
+                return command.share
+        return DEFAULT_KEY
 
     def end(self, command_id: str, reason: str) -> None:
         """End a running command's whole process tree (a region past its hold limit)."""

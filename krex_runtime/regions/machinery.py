@@ -127,9 +127,10 @@ def build(
         drain_timeout_s=rc.drain_timeout_s,
         settle_max_s=rc.settle_max_s,
         settle_poll_s=rc.settle_poll_s,
+        share_weights=dict(config.dispatcher.share_weights),
     )
     regions = {
         g.index: GpuRegions(g.index, gates[g.index], backend, freezer, cpus, settings, tenants, sink, clock_probe)
         for g in gpus
     }
-    return RegionMachinery(RegionManager(regions), gates, backend, freezer, cpus)
+    return RegionMachinery(RegionManager(regions, tenants), gates, backend, freezer, cpus)

@@ -22,10 +22,9 @@ import itertools
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
-from krex_runtime.commands.fair_share import DEFAULT_KEY
 from krex_runtime.commands.tenants import TenantRegistry
 from krex_runtime.node.sink import EventSink
 from krex_runtime.regions import cpu_slices
@@ -67,6 +66,7 @@ class RegionSettings:
     drain_timeout_s: float
     settle_max_s: float = 0.0  # 0: no settle
     settle_poll_s: float = 0.001
+    share_weights: Mapping[str, float] = field(default_factory=dict)  # share key -> weight (default 1)
 
 
 class GpuRegions:
@@ -95,7 +95,7 @@ class GpuRegions:
         # SM clock, throttle reasons and flags now, recorded at every entry.
         self.clock_probe = clock_probe
         self.certifier: Certifier | None = None  # set by the node where it can say who uses the GPU
-        self.fair = RegionShares({})  # the node sets the weights of the config
+        self.fair = RegionShares(dict(settings.share_weights))
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -353,10 +353,10 @@ def _fail(req: Request, exc: RegionRefused) -> None:
 class RegionManager:
     """The GPUs' region queues, with one numbering of requests for the node."""
 
-    def __init__(self, regions: dict[int, GpuRegions]) -> None:
+    def __init__(self, regions: dict[int, GpuRegions], tenants: TenantRegistry) -> None:
         self.gpus = regions
+        self._tenants = tenants  # a request's share key is its command's
         self._seq = itertools.count(1)
-        self.share_of: Callable[[str], str] = lambda command_id: DEFAULT_KEY  # command id -> share key
 
     def start(self) -> None:
         for r in self.gpus.values():
@@ -372,7 +372,7 @@ class RegionManager:
         tid: int,
         limit_s: float | None,
     ) -> Request:
-        req = Request(next(self._seq), gpu, kind, tenant_id, command_id, pid, tid, limit_s, share=self.share_of(command_id))
+        req = Request(next(self._seq), gpu, kind, tenant_id, command_id, pid, tid, limit_s, share=self._tenants.share_of(command_id))
         self.gpus[gpu].submit(req)
         return req
 

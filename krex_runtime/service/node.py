@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from krex_runtime.commands import fair_share
 from krex_runtime.commands.dispatcher import Dispatcher
 from krex_runtime.commands.environment import RegionAccess, TenantEnvironment, TenantSetup
 from krex_runtime.commands.tenants import TenantRegistry
@@ -121,7 +120,6 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventLog, server: C
         leases = LeaseDesk(regions.manager, dispatcher, config.regions.lease_ttl_s)
         channel = RegionChannel(region_access.socket, regions.manager, tenancy.identify, config.regions, tokens)
         certify_regions(regions, witnesses, tenancy, clocks)
-        share_regions(regions, dispatcher, config.dispatcher.share_weights)
     telemetry.foreign_processes = gpu_processes.foreign(witnesses, lambda pid: _is_tenant(tenancy, pid))
     return Node(config, gpus, dispatcher, telemetry, attachments, tenancy, canaries, regions, leases, channel)
 
@@ -147,19 +145,6 @@ def _is_tenant(tenancy: Tenancy, pid: int) -> bool:
         return bool(tenancy.tenancy_of(pid))
     except OSError:
         return True  # cannot tell: not called foreign
-
-
-def share_regions(regions: RegionMachinery, dispatcher: Dispatcher, weights: dict[str, float]) -> None:
-    """Region queues serve share keys fairly (commands/fair_share.py), with the commands' keys.
-    (A command's regions reach its result through the node state: wire/reducer.py.)"""
-
-    def share_of(command_id: str) -> str:
-        job = dispatcher.jobs.get(command_id)
-        return job.share if job is not None else fair_share.DEFAULT_KEY
-
-    regions.manager.share_of = share_of
-    for gpu_regions in regions.manager.gpus.values():
-        gpu_regions.fair.weights = dict(weights)
 
 
 def tenant_environment(config: Config, gpus: list[Gpu], host: Host, regions: RegionAccess | None) -> TenantEnvironment:
