@@ -130,8 +130,9 @@ def test_fault_in_a_region(make_runtime, fault: str) -> None:
 
 def test_hygiene_sees_what_a_killed_runtime_leaves(make_runtime) -> None:
     """The checks above are only as good as what they can see: a runtime
-    SIGKILLed while a region is held leaves all of it, until its restart."""
-    rt = krex_runtime(make_runtime)
+    SIGKILLed while a region is held leaves all of it, until its restart
+    (without the watchdog, which would undo it at once)."""
+    rt = krex_runtime(make_runtime, watchdog=False)
     _holding_with_frozen_others(rt, "--", *HOLD_FOREVER)
     assert rt.proc is not None
     fds_at_region = hygiene.open_fds(rt.proc.pid)

@@ -136,7 +136,7 @@ class Result:
             worker=r.get("worker"),
             auto_regions=tuple(r.get("auto_regions") or ()),
             share=str(r.get("share") or ""),
-            output_lost={k: int(v) for k, v in (r.get("output_lost") or {}).items() if v},
+            output_lost={k: int(v) for k, v in (r.get("output_lost") or {}).items()},
             output_error=str(r.get("output_error") or ""),
             record=dict(r),
         )
