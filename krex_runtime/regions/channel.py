@@ -356,21 +356,19 @@ class RegionChannel:
 
 
 def _watch_requester(conn: Connection) -> Callable[[], None]:
-    """Close the connection the moment its process dies, whoever else holds
-    the socket (a forked child inherits it): its request is released as the
-    requester's death. Returns what stops the watch."""
+    """Close the connection the moment its process dies while someone else
+    still holds the socket (a forked child inherits it): its request is then
+    released as the requester's death. Returns what stops the watch."""
+    loop = asyncio.get_running_loop()
     try:
         fd = os.pidfd_open(conn.pid)
     except OSError:  # gone already: the HELLO proved it was there, so it died since
-        conn.ended = f"its requester (pid {conn.pid}) died"
-        conn.writer.transport.abort()
+        loop.call_soon(_end_if_held_elsewhere, conn)
         return lambda: None
-    loop = asyncio.get_running_loop()
 
     def died() -> None:
         loop.remove_reader(fd)
-        conn.ended = f"its requester (pid {conn.pid}) died"
-        conn.writer.transport.abort()  # the reader sees the end of input
+        _end_if_held_elsewhere(conn)
 
     loop.add_reader(fd, died)
 
@@ -379,6 +377,27 @@ def _watch_requester(conn: Connection) -> Callable[[], None]:
         os.close(fd)
 
     return stop
+
+
+def _end_if_held_elsewhere(conn: Connection) -> None:
+    """The requester is dead. Its descriptors closed before the kernel said so,
+    so a socket nobody else holds shows its end of input now: then the reader
+    ends the connection as a plain disconnect. One still open (no input, no
+    end) is held by another process: end it here. Lines still unread go first."""
+    if conn.writer.is_closing():
+        return
+    try:
+        with conn.writer.get_extra_info("socket").dup() as sock:
+            peeked: bytes | None = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        peeked = None
+    except OSError:
+        return  # reset or closed: the reader sees it
+    if peeked is None:
+        conn.ended = f"its requester (pid {conn.pid}) died"
+        conn.writer.transport.abort()  # the reader sees the end of input
+    elif peeked:
+        asyncio.get_running_loop().call_later(0.05, _end_if_held_elsewhere, conn)
 
 
 async def _read_line(reader: asyncio.StreamReader) -> str | None:

@@ -9,6 +9,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from krex_runtime.service import curve
 from krex_runtime.wire import endpoints
 
 log = logging.getLogger("krex.runtime")
+
+WATCHDOG = "krex-runtime watchdog"  # how the watchdog names itself in the run folder's claim
 
 
 class StartupError(Exception):
@@ -74,7 +77,7 @@ def prepare(config: Config, gpus: list[Gpu]) -> Host:
     claims: list[Claim] = []
     try:
         info = f"krex-runtime pid {os.getpid()} (run dir {run_dir})"
-        claims.append(claim(run_dir / "runtime.lock", f"run dir {run_dir}", info))
+        claims.append(_claim_run_dir(run_dir, info))
         lock_dir = resolve_lock_dir(config)
         for gpu in gpus:
             claims.append(claim(lock_dir / f"gpu-{gpu.uuid}.lock", f"GPU {gpu.index} ({gpu.uuid})", info))
@@ -83,6 +86,23 @@ def prepare(config: Config, gpus: list[Gpu]) -> Host:
         for c in claims:
             c.release()
         raise
+
+
+# A start right after a runtime died meets its watchdog (or --recover) still
+# recovering the run folder under its claim: that takes well under a second.
+RECOVERY_WAIT_S = 10.0
+RECOVERING = (f"{WATCHDOG} pid", "krex-runtime --recover pid")
+
+
+def _claim_run_dir(run_dir: Path, info: str) -> Claim:
+    deadline = time.monotonic() + RECOVERY_WAIT_S
+    while True:
+        try:
+            return claim(run_dir / "runtime.lock", f"run dir {run_dir}", info)
+        except ClaimError as exc:
+            if not any(who in str(exc) for who in RECOVERING) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
 
 
 def _prepare_claimed(

@@ -28,7 +28,6 @@ import sys
 from pathlib import Path
 
 STOP_TIMEOUT_S = 5.0
-PREFIX = "krex-runtime watchdog"
 
 
 class Watchdog:
@@ -59,7 +58,7 @@ class Watchdog:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or not argv[0].isdigit():
-        print(f"usage: python -m krex_runtime.service.watchdog RUNTIME_PID RUN_DIR", file=sys.stderr)
+        print("usage: python -m krex_runtime.service.watchdog RUNTIME_PID RUN_DIR", file=sys.stderr)
         return 2
     pid, run_dir = int(argv[0]), Path(argv[1])
     try:  # first, before any import: from here on the runtime's death is seen
@@ -69,16 +68,16 @@ def main(argv: list[str]) -> int:
     if os.getppid() != pid and runtime is not None:  # it died before the pidfd was open (and its pid was reused)
         os.close(runtime)
         runtime = None
-    from krex_runtime.service.host import StartupError, recover_run_dir
+    from krex_runtime.service.host import WATCHDOG, StartupError, recover_run_dir
 
     if runtime is not None:
         select.select([runtime], [], [])
     try:
-        done = recover_run_dir(run_dir, PREFIX)
+        done = recover_run_dir(run_dir, WATCHDOG)
     except StartupError:
         return 0  # a new runtime serves the run folder: its start recovered it
     for line in done:
-        print(f"{PREFIX}: runtime pid {pid} died: {line}", file=sys.stderr, flush=True)
+        print(f"{WATCHDOG}: runtime pid {pid} died: {line}", file=sys.stderr, flush=True)
     return 0
 
 
