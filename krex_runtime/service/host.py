@@ -88,8 +88,9 @@ def prepare(config: Config, gpus: list[Gpu]) -> Host:
         raise
 
 
-# A start right after a runtime died meets its watchdog (or --recover) still
-# recovering the run folder under its claim: that takes well under a second.
+# A start (or a recovery) right after a runtime died meets its watchdog (or
+# --recover, under systemd both may run) still recovering the run folder under
+# its claim: that takes well under a second.
 RECOVERY_WAIT_S = 10.0
 RECOVERING = (f"{WATCHDOG} pid", "krex-runtime --recover pid")
 
@@ -167,7 +168,7 @@ def recover_run_dir(run_dir: Path, who: str) -> list[str]:
     if not (run_dir / "runtime.lock").exists():
         return []
     try:
-        held = claim(run_dir / "runtime.lock", f"run dir {run_dir}", f"{who} pid {os.getpid()}")
+        held = _claim_run_dir(run_dir, f"{who} pid {os.getpid()}")
     except ClaimError as exc:
         raise StartupError(f"{exc}: a runtime still serves it, nothing to recover") from None
     try:
