@@ -8,8 +8,8 @@ open only once the heartbeat is `regions.stale_after_s` old). The runtime
 starts the watchdog first thing (`runtime.watchdog`), in its own cgroup,
 outside the tenants' slice and in a session of its own, so nothing the
 runtime freezes, kills or signals reaches it. The watchdog holds a pidfd of
-the runtime and sleeps on it; the moment the runtime is gone it runs the
-recovery `krex-runtime --recover` runs (service/host.py, `recover_run_dir`):
+the runtime and sleeps on it (a bare interpreter until then); the moment the
+runtime is gone it loads and runs the recovery `krex-runtime --recover` runs (service/host.py, `recover_run_dir`):
 thaw and reopen first, then end the dead runtime's commands and remove its
 slice, gates and sockets, each step one line on its stderr (the runtime's
 log). A runtime that stops cleanly has undone all of it itself and ends the
@@ -61,17 +61,20 @@ def main(argv: list[str]) -> int:
         print("usage: python -m krex_runtime.service.watchdog RUNTIME_PID RUN_DIR", file=sys.stderr)
         return 2
     pid, run_dir = int(argv[0]), Path(argv[1])
-    try:  # first, before any import: from here on the runtime's death is seen
+    try:  # first: from here on the runtime's death is seen
         runtime: int | None = os.pidfd_open(pid)
     except ProcessLookupError:
         runtime = None
     if os.getppid() != pid and runtime is not None:  # it died before the pidfd was open (and its pid was reused)
         os.close(runtime)
         runtime = None
-    from krex_runtime.service.host import WATCHDOG, StartupError, recover_run_dir
-
     if runtime is not None:
         select.select([runtime], [], [])
+    # Only now: a watchdog costs a node (and a test suite starting hundreds of
+    # runtimes) an interpreter, not the runtime's imports; loading them takes
+    # a few tenths of a second once it is needed.
+    from krex_runtime.service.host import WATCHDOG, StartupError, recover_run_dir
+
     try:
         done = recover_run_dir(run_dir, WATCHDOG)
     except StartupError:
