@@ -71,7 +71,10 @@ class RuntimeService:
             host = prepare(self.config, self.gpus)
             made.callback(host.release)
             if self.config.runtime.watchdog:  # from here on a death of this process is undone (service/watchdog.py)
-                made.callback(Watchdog.start(host.run_dir).stop)
+                try:
+                    made.callback(Watchdog.start(host.run_dir).stop)
+                except OSError as exc:
+                    raise StartupError(f"cannot start the watchdog: {exc.strerror or exc}") from None
             server = ControlServer(self.config, host.run_dir, host.curve_keys)
             made.callback(server.close)
             trace = self._open_trace(host)

@@ -38,6 +38,7 @@ class Watchdog:
 
     @classmethod
     def start(cls, run_dir: Path) -> Watchdog:
+        """OSError when it cannot be started."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("NOTIFY_", "WATCHDOG_"))}
         proc = subprocess.Popen(
             [sys.executable, "-m", "krex_runtime.service.watchdog", str(os.getpid()), str(run_dir)],
