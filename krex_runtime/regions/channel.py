@@ -362,8 +362,11 @@ def _watch_requester(conn: Connection) -> Callable[[], None]:
     loop = asyncio.get_running_loop()
     try:
         fd = os.pidfd_open(conn.pid)
-    except OSError:  # gone already: the HELLO proved it was there, so it died since
+    except ProcessLookupError:  # gone already: the HELLO proved it was there, so it died since
         loop.call_soon(_end_if_held_elsewhere, conn)
+        return lambda: None
+    except OSError as exc:  # out of descriptors: the hold limit still bounds its region
+        log.warning("region channel: cannot watch pid %d: %s", conn.pid, exc.strerror or exc)
         return lambda: None
 
     def died() -> None:
