@@ -3,21 +3,27 @@
 Keeps `--tenants` commands in flight per GPU (simulated-CUDA tenants that
 measure inside regions, light on the CPU: they mostly sleep) and injects, at
 random times, tenant kills inside and outside regions, hangs past the region
-hold limit and past the command timeout, cancels, and runtime restarts
-(SIGKILL or SIGTERM, then a new start on the same run folder). Each runtime
-start writes its own trace. After every runtime end and at the end of the run
-it checks:
+hold limit and past the command timeout, cancels, floods (snapshot requests
+on the read-only socket that are never read, idle region-channel
+connections), a filling disk (the output folder, a small tmpfs where one can
+be mounted, filled to the last byte for a few seconds), and runtime restarts
+(SIGKILL, which the runtime's watchdog cleans up after, or SIGTERM, then a
+new start on the same run folder). Each runtime start writes its own trace.
+After every runtime end and at the end of the run it checks:
 
 - every submitted command is accounted for in its runtime's trace: finished
   (with an exit status), failed, cancelled, timed out, or ended by a SIGKILL
-  of its runtime (and then really gone after the restart);
+  of its runtime (and then really gone after the restart); those that ended
+  while the disk was full say how much output they lost;
+- `status` answers during every flood, within FLOOD_STATUS_BOUND_S;
+- after a SIGKILL the watchdog leaves nothing frozen, parked or leaked;
 - nothing leaked: processes, cgroups, gates, sockets, held locks, shared
   memory after a SIGTERM and at the end; nothing frozen or parked once idle;
 - the runtime's descriptors do not grow and its RSS stays flat.
 
 Prints a table, writes a JSON result, exits 1 if any check fails.
 
-  .venv/bin/python benchmarks/soak.py --duration 1800 --json soak.json
+  .venv/bin/python benchmarks/soak.py --minutes 30 --json soak.json
 """
 
 from __future__ import annotations
@@ -28,8 +34,11 @@ import os
 import platform
 import random
 import signal
+import socket
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -53,7 +62,14 @@ PY = sys.executable
 HOLD_LIMIT_S = 1.5
 KEEP_FINISHED = 200
 TENANT_FAULTS = ("kill_in_region", "kill_outside_region", "hang_past_hold_limit", "hang_past_timeout", "cancel")
+NODE_FAULTS = ("read_only_flood", "channel_flood", "fill_disk")  # fill_disk only where a tmpfs can be mounted
 RESTART_FAULTS = ("restart_sigkill", "restart_sigterm")
+FLOOD_S = 3.0  # how long each flood lasts
+FLOOD_STATUS_BOUND_S = 10.0  # `status` must answer within this during a flood
+CHANNEL_FLOOD_CONNECTIONS = 200
+DISK_MIB = 16  # the output folder's tmpfs
+DISK_FULL_S = 4.0  # how long it stays full
+WATCHDOG_BOUND_S = 30.0  # after a SIGKILL, until the watchdog has left nothing behind
 
 
 def regions_tenant(regions: int, pause_ms: float, hold_s: float = 0.0) -> list[str]:
@@ -61,6 +77,113 @@ def regions_tenant(regions: int, pause_ms: float, hold_s: float = 0.0) -> list[s
         PY, str(TENANTS / "regions.py"), "--regions", str(regions), "--kernel-us", "300", "--repeats", "3",
         "--pause-ms", str(pause_ms), "--hold-s", str(hold_s),
     ]
+
+
+class Flood(threading.Thread):
+    """One flood for FLOOD_S: `snapshot` requests on the read-only socket that
+    are never read, or region-channel connections that say nothing. Midway,
+    `status` must answer within FLOOD_STATUS_BOUND_S; `problem` says if not."""
+
+    def __init__(self, kind: str, run_dir: Path) -> None:
+        super().__init__(daemon=True)
+        self.kind, self.run_dir = kind, run_dir
+        self.stop = threading.Event()
+        self.sent = 0
+        self.status_s: float | None = None
+        self.problem = ""
+
+    def run(self) -> None:
+        checker = threading.Thread(target=self._check_status, daemon=True)
+        checker.start()
+        try:
+            self._read_only() if self.kind == "read_only_flood" else self._channel()
+        finally:
+            checker.join()
+
+    def _read_only(self) -> None:
+        ctx = zmq.Context()
+        socks = [ctx.socket(zmq.DEALER) for _ in range(4)]
+        for s in socks:
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(endpoints.control_read_only(self.run_dir))
+        frame = protocol.encode(protocol.request("snapshot"))
+        deadline = time.monotonic() + FLOOD_S
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            for s in socks:
+                try:
+                    s.send(frame, zmq.NOBLOCK)
+                    self.sent += 1
+                except zmq.Again:
+                    time.sleep(0.0005)  # the runtime pushes back
+        for s in socks:
+            s.close(linger=0)
+        ctx.term()
+
+    def _channel(self) -> None:
+        held = []
+        for _ in range(CHANNEL_FLOOD_CONNECTIONS):
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                conn.connect(str(self.run_dir / "region.sock"))
+            except OSError:
+                conn.close()
+                continue
+            held.append(conn)
+            self.sent += 1
+        self.stop.wait(FLOOD_S)
+        for conn in held:
+            conn.close()
+
+    def _check_status(self) -> None:
+        self.stop.wait(FLOOD_S / 3)
+        t0 = time.monotonic()
+        try:
+            with ControlClient(endpoints.control(self.run_dir), timeout_s=FLOOD_STATUS_BOUND_S) as c:
+                c.call("status")
+            self.status_s = time.monotonic() - t0
+        except (RuntimeUnavailable, RequestFailed) as exc:
+            if not self.stop.is_set():  # a restart in the middle is no finding
+                self.problem = f"{self.kind}: status did not answer within {FLOOD_STATUS_BOUND_S:g} s ({exc})"
+
+
+class Disk:
+    """The output folder on a small tmpfs of its own, which `fill` fills to
+    the last byte and `free` empties again; `available` is False where no
+    tmpfs can be mounted (not root), and the fault is then skipped."""
+
+    def __init__(self, where: Path) -> None:
+        self.where = where
+        self.filler = where / "soak-filler"
+        self.available = False
+        self.full_until = 0.0
+
+    def mount(self) -> None:
+        if os.geteuid() != 0:
+            return
+        self.where.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MIB}m", "tmpfs", str(self.where)],
+                              capture_output=True)
+        self.available = done.returncode == 0
+
+    def fill(self) -> None:
+        try:
+            with open(self.filler, "ab") as f:
+                while True:
+                    f.write(b"\0" * (1 << 16))
+                    f.flush()
+        except OSError:
+            pass  # full
+        self.full_until = time.monotonic() + DISK_FULL_S
+
+    def free(self) -> None:
+        self.filler.unlink(missing_ok=True)
+        self.full_until = 0.0
+
+    def unmount(self) -> None:
+        if self.available:
+            self.free()
+            subprocess.run(["umount", "-l", str(self.where)], capture_output=True)
+            self.available = False
 
 
 @dataclass
@@ -71,6 +194,7 @@ class Command:
     life: int  # which runtime start it was submitted to
     pid: int | None = None
     outcome: str | None = None  # from the trace: state, exit code or signal
+    output_lost: int = 0  # bytes its output files did not get (the disk was full)
     kill_on_grant: bool = False
     released: list[str] = field(default_factory=list)  # why each of its regions ended
 
@@ -123,6 +247,9 @@ class Soak:
         self.t0 = time.monotonic()
         self.client: ControlClient | None = None
         self.sub: zmq.Socket | None = None
+        self.floods: list[Flood] = []
+        self.flood_status_s: list[float] = []
+        self.disk = Disk(self.rt.run_dir / "output")
 
     # --- the runtime's lives ---------------------------------------------------
 
@@ -151,6 +278,7 @@ class Soak:
         life = self.lives[-1]
         life.ended_by = how
         assert self.client is not None and self.sub is not None
+        self.end_floods()
         self.drain_events(0.0)
         self.client.close()
         self.sub.close()
@@ -159,7 +287,14 @@ class Soak:
         if how != "sigkill" and code != 0:
             self.fail(f"life {life.number}: runtime exited with {code} on SIGTERM")
         self.account(life)
-        if how != "sigkill":
+        if how == "sigkill":  # the watchdog thaws, reopens, ends the tenants and removes what it left
+            try:
+                wait_until(lambda: not hygiene.leftovers(self.rt.run_dir, self.rt.lock_dir, self.before),
+                           WATCHDOG_BOUND_S, "the watchdog to leave nothing", 0.2)
+            except AssertionError:
+                left = hygiene.leftovers(self.rt.run_dir, self.rt.lock_dir, self.before)
+                self.fail(f"life {life.number} (SIGKILL): the watchdog left {left}")
+        else:
             for line in hygiene.leftovers(self.rt.run_dir, self.rt.lock_dir, self.before):
                 self.fail(f"life {life.number} (SIGTERM): left {line}")
         for gpu in self.in_flight.values():
@@ -215,6 +350,7 @@ class Soak:
                 self.fail(f"life {life.number}: command {command_id} was accepted but is not in the trace")
             elif command_id in finished:
                 cmd.outcome = outcome_of(finished[command_id])
+                cmd.output_lost = sum((finished[command_id].get("output_lost") or {}).values())
             elif life.ended_by == "sigkill":
                 cmd.outcome = "ended by restart"
             else:
@@ -253,8 +389,17 @@ class Soak:
         if kind in RESTART_FAULTS:
             self.restart(kind.removeprefix("restart_"))
             return
+        if kind == "fill_disk" and not self.disk.available:
+            self.faults["fill_disk (no tmpfs here)"] += 1
+            return
         self.faults[kind] += 1
-        if kind == "kill_in_region":
+        if kind == "fill_disk":
+            self.disk.fill()
+        elif kind in ("read_only_flood", "channel_flood"):
+            flood = Flood(kind, self.rt.run_dir)
+            flood.start()
+            self.floods.append(flood)
+        elif kind == "kill_in_region":
             cmd = self.submit(gpu, regions_tenant(1, 0, hold_s=HOLD_LIMIT_S * 0.8), kind)
             if cmd is not None:
                 cmd.kill_on_grant = True
@@ -279,6 +424,20 @@ class Soak:
                     pass  # it ended meanwhile
             else:
                 _kill(victim.pid)
+
+    def end_floods(self, wait: bool = True) -> None:
+        """Collect the floods that ended (all of them, stopping them, with `wait`)."""
+        for flood in list(self.floods):
+            if wait:
+                flood.stop.set()
+                flood.join()
+            elif flood.is_alive():
+                continue
+            self.floods.remove(flood)
+            if flood.problem:
+                self.fail(flood.problem)
+            if flood.status_s is not None:
+                self.flood_status_s.append(flood.status_s)
 
     def drain_events(self, timeout_s: float) -> None:
         """Follow the runtime's events: starts (pids), region grants (kills in
@@ -324,10 +483,11 @@ class Soak:
     # --- the run ------------------------------------------------------------------------
 
     def run(self) -> None:
+        self.disk.mount()
         self.start_runtime()
         end = self.t0 + self.args.duration
         # Every kind of fault once early (so a short run covers them all), then at random.
-        first = list(TENANT_FAULTS + RESTART_FAULTS)
+        first = list(TENANT_FAULTS + NODE_FAULTS + RESTART_FAULTS)
         self.rng.shuffle(first)
         next_fault = time.monotonic() + self.args.fault_every
         next_sample = time.monotonic()
@@ -339,14 +499,18 @@ class Soak:
                 if first:
                     kind = first.pop()
                 else:
-                    weights = [1.0] * len(TENANT_FAULTS) + [self.args.restart_weight] * len(RESTART_FAULTS)
-                    kind = self.rng.choices(TENANT_FAULTS + RESTART_FAULTS, weights)[0]
+                    weights = ([1.0] * len(TENANT_FAULTS) + [self.args.node_weight] * len(NODE_FAULTS)
+                               + [self.args.restart_weight] * len(RESTART_FAULTS))
+                    kind = self.rng.choices(TENANT_FAULTS + NODE_FAULTS + RESTART_FAULTS, weights)[0]
                 self.inject(kind)
                 gap = self.args.fault_every if first else self.rng.expovariate(1 / self.args.fault_every)
                 next_fault = time.monotonic() + gap
             if now >= next_sample:
                 self.sample()
                 next_sample = now + self.args.sample_every
+            if self.disk.full_until and now >= self.disk.full_until:
+                self.disk.free()
+            self.end_floods(wait=False)
         if first:
             self.fail(f"the run ended before every kind of fault was injected (not: {first}); "
                       "run longer or lower --fault-every")
@@ -355,6 +519,8 @@ class Soak:
     def finish(self) -> None:
         """Let the load end, check idleness and descriptors, stop, check everything."""
         life = self.lives[-1]
+        self.disk.free()
+        self.end_floods()
         deadline = time.monotonic() + 60
         while any(self.in_flight.values()) and time.monotonic() < deadline:
             self.drain_events(0.5)
@@ -404,6 +570,10 @@ class Soak:
             "submitted": len(self.commands),
             "outcomes": dict(outcomes.most_common()),
             "faults": dict(sorted(self.faults.items())),
+            "output_lost": {"commands": sum(1 for c in self.commands.values() if c.output_lost),
+                            "bytes": sum(c.output_lost for c in self.commands.values())},
+            "flood_status_s": {"count": len(self.flood_status_s),
+                               "max": round(max(self.flood_status_s), 3) if self.flood_status_s else None},
             "fault_outcomes": {k: dict(v) for k, v in sorted(by_fault.items())},
             "fault_region_ends": {k: dict(v) for k, v in sorted(released.items())},
             "recovered": dict(Counter(line.split()[0] for line in self.recovered_lines)),
@@ -495,6 +665,11 @@ def print_table(r: dict[str, Any]) -> None:
               f"end {life['end_kib']}")
     if fds:
         print(f"{'runtime descriptors':<44} start {fds['start']}  max {fds['max']}  end {fds['end']}")
+    lost = r["output_lost"]
+    print(f"{'output lost to the full disk':<44} {lost['commands']:>7} commands, {lost['bytes']} bytes "
+          f"(disk: {r['disk']})")
+    floods = r["flood_status_s"]
+    print(f"{'status during floods':<44} {floods['count']:>7} answered, slowest {floods['max']} s")
     print(f"{'leaks and lost commands':<44} {len(r['failures']):>7}")
     for line in r["failures"][:20]:
         print(f"  {line}")
@@ -504,12 +679,15 @@ def print_table(r: dict[str, Any]) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--duration", type=float, default=60.0, help="seconds of load (default 60)")
+    p.add_argument("--minutes", type=float, help="minutes of load (instead of --duration)")
     p.add_argument("--gpus", type=int, default=2)
     p.add_argument("--tenants", type=int, default=16, help="commands kept in flight per GPU")
     p.add_argument("--pause-ms", type=float, default=6000, help="a load tenant sleeps up to this before each region")
     p.add_argument("--fault-every", type=float, default=4.0, help="mean seconds between faults")
     p.add_argument("--restart-weight", type=float, default=0.02,
                    help="weight of each restart kind against 1 per tenant fault")
+    p.add_argument("--node-weight", type=float, default=0.3,
+                   help="weight of each flood and of the filling disk against 1 per tenant fault")
     p.add_argument("--sample-every", type=float, default=5.0, help="seconds between RSS samples")
     p.add_argument("--rss-slope-limit", type=float, default=256.0, help="KiB per minute")
     p.add_argument("--rss-slope-span", type=float, default=3.0,
@@ -518,6 +696,8 @@ def main() -> int:
     p.add_argument("--root", help="keep the run's folders here (default: a temporary folder)")
     p.add_argument("--json", metavar="FILE", help="write the result here")
     args = p.parse_args()
+    if args.minutes is not None:
+        args.duration = args.minutes * 60
     with tempfile.TemporaryDirectory(prefix="krex-soak-") as tmp:
         root = Path(args.root) if args.root else Path(tmp)
         soak = Soak(args, root)
@@ -526,7 +706,9 @@ def main() -> int:
         finally:
             if soak.rt.proc is not None and soak.rt.proc.poll() is None:
                 soak.rt.stop()
-        result = soak.result()
+            disk = soak.disk.available
+            soak.disk.unmount()
+        result = soak.result() | {"disk": "tmpfs" if disk else "none"}
     print_table(result)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))

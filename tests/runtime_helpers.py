@@ -95,8 +95,15 @@ def regions_config(backend: str = "preload", **settings: object) -> str:
     return "[regions]\n" + "\n".join(lines) + "\n"
 
 
-def krex_runtime(make_runtime, backend: str = "preload", sim: int = 1, slots: int = 16, **settings: object) -> Runtime:
-    return make_runtime(policy="krex", sim=sim, slots=slots, extra_config=regions_config(backend, **settings))
+# What a runtime SIGKILLed without its watchdog leaves (its restart, --recover, fail-open): tests of those.
+NO_WATCHDOG = "watchdog = false"
+
+
+def krex_runtime(
+    make_runtime, backend: str = "preload", sim: int = 1, slots: int = 16, watchdog: bool = True, **settings: object
+) -> Runtime:
+    return make_runtime(policy="krex", sim=sim, slots=slots, extra_config=regions_config(backend, **settings),
+                        runtime_extra="" if watchdog else NO_WATCHDOG)
 
 
 def submit(rt: Runtime, *argv: str, gpu: int | None = None) -> str:

@@ -13,6 +13,7 @@ tenants are frozen, the state a fault must not leave behind.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import signal
 import subprocess
@@ -42,29 +43,72 @@ from krex_runtime.regions.freezer import CgroupV2Freezer, Target
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.wire.trace import read_trace
 
-# fault -> the tests that provoke it and check its outcome.
+# fault -> the tests that provoke it and check its outcome ("hostile/..." for tests/hostile/).
 MATRIX = {
     "tenant SIGKILLed inside a region": ["test_regions.py::test_sigkill_of_the_holder"],
     "tenant hanging in a region past the hold limit": ["test_regions.py::test_holder_over_the_hold_limit"],
     "tenant killed while waiting for a region": ["test_regions.py::test_sigkill_of_a_waiting_tenant"],
+    "tenant hanging in a driver call (never drains)": ["test_regions.py::test_a_tenant_that_never_drains"],
+    "tenant already stopped (SIGSTOP) at an entry": ["test_regions.py::test_a_tenant_that_was_already_stopped"],
     "command timeout": ["test_commands.py::test_timeout_kills_whole_tree", "test_fault_matrix.py::test_fault_in_a_region[timeout]"],
     "cancel of a running tree": ["test_commands.py::test_cancel_kills_whole_tree", "test_fault_matrix.py::test_fault_in_a_region[cancel]"],
+    "main process exits with a child alive": [
+        "hostile/test_command_lifetime.py::test_a_command_ends_with_its_main_process_in_every_mode",
+    ],
+    "requester forks and exits, its child keeps the region socket": [
+        "hostile/test_command_lifetime.py::test_a_region_is_released_when_its_requester_dies_though_its_child_keeps_the_socket",
+        "test_fault_matrix.py::test_fault_in_a_region[requester_dies]",
+    ],
+    "output disk full": ["hostile/test_full_disk.py::test_a_full_output_disk_loses_output_loudly_and_blocks_nothing"],
     "runtime SIGKILLed with frozen tenants, then restarted": ["test_regions.py::test_sigkill_of_the_runtime_then_restart"],
+    "runtime SIGKILLed with frozen tenants, not restarted (watchdog)": [
+        "hostile/test_watchdog.py::test_the_watchdog_thaws_and_cleans_up_after_a_sigkilled_runtime",
+    ],
     "runtime SIGTERM with work in flight": [
         "test_commands.py::test_sigterm_leaves_no_process_behind",
         "test_fault_matrix.py::test_fault_in_a_region[sigterm]",
+        "hostile/test_startup_shutdown.py::test_sigterm_with_canaries_on_three_gpus_leaves_nothing",
     ],
+    "start-up failure after resources were made": [
+        "hostile/test_startup_shutdown.py::test_an_unwritable_trace_path_is_one_line_and_leaves_nothing",
+        "hostile/test_startup_shutdown.py::test_a_region_channel_that_cannot_listen_is_one_line_and_leaves_nothing",
+    ],
+    "gate mapping still exported at shutdown": ["hostile/test_gate_detach.py::test_a_gate_with_a_view_still_exported_detaches_without_raising"],
+    "read-only request flood": ["hostile/test_flood.py::test_a_snapshot_flood_does_not_stall_status_heartbeat_or_the_hold_limit"],
+    "idle region-channel connections of one tenant": [
+        "hostile/test_region_channel_denial.py::test_idle_connections_of_one_tenant_do_not_deny_another_its_region",
+    ],
+    "a tenant's cgroup vanishing during an entry": ["hostile/test_vanishing_cgroup.py::test_regions_entered_while_other_tenants_end_never_fail"],
+    "context process killed from outside": ["test_pool.py::test_context_process_killed_from_outside_is_replaced"],
+    "zygote dies with a command": ["test_forked.py::test_a_zygote_that_dies_is_replaced_and_its_command_fails"],
     "malformed control message": ["test_protocol.py::test_bad_message_gets_error_reply", "test_protocol.py::test_fuzzing_keeps_the_service_up"],
     "broken config file": ["test_config.py::test_runtime_reports_a_broken_config_in_one_line"],
 }
+# Fixtures whose runtimes conftest.py checks for leftovers (idle and after the stop).
+CHECKED_FIXTURES = {"make_runtime", "runtime", "modes_runtime"}
+# How a test that starts no runtime of the fixture checks for leftovers itself.
+SELF_CHECKS = ("hygiene.leftovers", "check_nothing_left", "_maps(")
+
+
+def _test_function(node: str):  # noqa: ANN202 - a test function
+    path, _, name = node.partition(".py::")
+    module = importlib.import_module(path.replace("/", "."))
+    return getattr(module, name.split("[")[0], None)
+
+
+def test_the_matrix_covers_at_least_fifteen_kinds() -> None:
+    assert len(MATRIX) >= 15
 
 
 @pytest.mark.parametrize("fault", sorted(MATRIX))
-def test_every_fault_has_its_test(fault: str) -> None:
+def test_every_fault_has_its_test_and_ends_checked_for_leftovers(fault: str) -> None:
     for node in MATRIX[fault]:
-        module_name, _, name = node.removesuffix(".py").partition(".py::")
-        function = getattr(importlib.import_module(module_name), name.split("[")[0], None)
+        function = _test_function(node)
         assert callable(function), f"{fault}: {node} does not exist"
+        fixtures = set(inspect.signature(function).parameters)
+        assert fixtures & CHECKED_FIXTURES or any(check in inspect.getsource(function) for check in SELF_CHECKS), (
+            f"{fault}: {node} leaves what it starts unchecked (use make_runtime, or check hygiene.leftovers)"
+        )
 
 
 def _holding_with_frozen_others(rt: Runtime, *argv: str) -> tuple[str, list[str]]:
@@ -94,9 +138,12 @@ def _tree(pid: int) -> list[psutil.Process]:
 HOLD_FOREVER = [PY, str(TENANTS / "regions.py"), "--regions", "1", "--hold-s", "1000"]
 
 
-@pytest.mark.parametrize("fault", ["timeout", "cancel", "sigterm"])
+@pytest.mark.parametrize("fault", ["timeout", "cancel", "sigterm", "requester_dies"])
 def test_fault_in_a_region(make_runtime, fault: str) -> None:
     rt = krex_runtime(make_runtime)  # hold limit 60 s: the fault, not the limit, ends the region
+    if fault == "requester_dies":
+        _requester_dies(rt)
+        return
     timeout = ["--timeout", "4"] if fault == "timeout" else []
     # A tree: the holder, and a child that would outlive it if only the holder were signalled.
     tree = ["bash", "-c", f"sleep 1000 & exec {' '.join(HOLD_FOREVER)}"]
@@ -128,10 +175,26 @@ def test_fault_in_a_region(make_runtime, fault: str) -> None:
     finish(rt, *others)
 
 
+def _requester_dies(rt: Runtime) -> None:
+    """The holder forks a child that keeps the region socket, then exits: the
+    region goes with its requester, and the command runs on."""
+    go = rt.root / "requester-exits"
+    tree = ["bash", "-c", f"{PY} {TENANTS / 'fork_holder.py'} {go}; sleep 1000"]
+    holder, others = _holding_with_frozen_others(rt, "--", *tree)
+    go.touch()
+    released = wait_until(lambda: trace_events(rt, "region_released"), 30, "the region to go with its requester")
+    assert released[-1]["reason"].startswith("its requester (pid ") and released[-1]["reason"].endswith(") died")
+    wait_until(lambda: not hygiene.held_back(rt.run_dir), RECOVERY_BOUND_S, "the others thawed")
+    check_nothing_left(rt.run_dir)
+    assert rt.krex("cancel", holder).returncode == 0
+    finish(rt, *others)
+
+
 def test_hygiene_sees_what_a_killed_runtime_leaves(make_runtime) -> None:
     """The checks above are only as good as what they can see: a runtime
-    SIGKILLed while a region is held leaves all of it, until its restart."""
-    rt = krex_runtime(make_runtime)
+    SIGKILLed while a region is held leaves all of it, until its restart
+    (without the watchdog, which would undo it at once)."""
+    rt = krex_runtime(make_runtime, watchdog=False)
     _holding_with_frozen_others(rt, "--", *HOLD_FOREVER)
     assert rt.proc is not None
     fds_at_region = hygiene.open_fds(rt.proc.pid)

@@ -19,6 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from region_checks import check_nothing_left
 from runtime_helpers import (
+    NO_WATCHDOG,
     PY,
     REPO,
     TENANTS,
@@ -178,7 +179,7 @@ def test_ready_watchdog_and_metrics_during_a_workload(make_runtime) -> None:
 
 
 def test_post_stop_recovery_after_the_runtime_was_killed(make_runtime) -> None:
-    rt = make_runtime(policy="krex", sim=1, slots=8, extra_config=regions_config())
+    rt = make_runtime(policy="krex", sim=1, slots=8, extra_config=regions_config(), runtime_extra=NO_WATCHDOG)
     others = [busy(rt) for _ in range(2)]
     wait_ready(rt, *others)
     submit(rt, PY, str(TENANTS / "regions.py"), "--regions", "1", "--kernel-us", "200", "--hold-s", "1000")

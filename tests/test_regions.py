@@ -169,7 +169,7 @@ def test_sigkill_of_a_waiting_tenant(make_runtime) -> None:
 
 
 def test_sigkill_of_the_runtime_then_restart(make_runtime) -> None:
-    rt = krex_runtime(make_runtime)
+    rt = krex_runtime(make_runtime, watchdog=False)  # the restart's recovery, not the watchdog's
     others = [busy(rt) for _ in range(2)]
     wait_ready(rt, *others)
     _holding(rt)
@@ -189,7 +189,7 @@ def test_sigkill_of_the_runtime_then_restart(make_runtime) -> None:
 
 def test_gate_fails_open_when_the_runtime_dies(make_runtime) -> None:
     # gpu-only protection: nothing frozen, so the gated tenants show the fail-open path.
-    rt = krex_runtime(make_runtime, protection="gpu-only")
+    rt = krex_runtime(make_runtime, protection="gpu-only", watchdog=False)
     others = [busy(rt, threads=2) for _ in range(2)]
     wait_ready(rt, *others)
     pids = [command_pid(rt, c) for c in others]

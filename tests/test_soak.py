@@ -1,5 +1,6 @@
 """A short soak (benchmarks/soak.py): load on two simulated GPUs with every kind
-of fault injected; every command accounted for, nothing leaked or left frozen."""
+of fault injected (floods and a filling disk included); every command
+accounted for, nothing leaked or left frozen."""
 
 from __future__ import annotations
 
@@ -20,20 +21,22 @@ def _fault_kinds() -> tuple[str, ...]:
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("soak", module)  # dataclasses look their module up there
     spec.loader.exec_module(module)
-    return module.TENANT_FAULTS + module.RESTART_FAULTS
+    return module.TENANT_FAULTS + module.NODE_FAULTS + module.RESTART_FAULTS
 
 
 def test_short_soak_accounts_for_every_command_and_leaks_nothing(tmp_path: Path, native_built: Path) -> None:
     out = tmp_path / "soak.json"
     done = subprocess.run(
-        [sys.executable, str(SOAK), "--duration", "30", "--fault-every", "3", "--pause-ms", "3000",
+        [sys.executable, str(SOAK), "--duration", "36", "--fault-every", "3", "--pause-ms", "3000",
          "--sample-every", "2", "--root", str(tmp_path / "soak"), "--json", str(out)],
         capture_output=True, text=True, timeout=240,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(out.read_text())
     assert result["ok"] and result["failures"] == []
-    assert all(result["faults"].get(kind, 0) >= 1 for kind in _fault_kinds()), result["faults"]
+    kinds = [k for k in _fault_kinds() if k != "fill_disk" or result["disk"] == "tmpfs"]  # a tmpfs needs root
+    assert all(result["faults"].get(kind, 0) >= 1 for kind in kinds), result["faults"]
+    assert result["flood_status_s"]["count"] >= 1  # status answered during a flood
     assert "missing" not in result["outcomes"] and "unknown" not in result["outcomes"]
     assert sum(result["outcomes"].values()) == result["submitted"] > 0
     assert result["outcomes"].get("ended by restart", 0) > 0  # the SIGKILLed runtime had work in flight

@@ -102,6 +102,8 @@ class Result:
     worker: str | None = None
     auto_regions: tuple[str, ...] = ()  # the timing entry points auto-regions ran in regions
     share: str = ""  # its fair-share key
+    output_lost: Mapping[str, int] = field(default_factory=dict)  # stream -> bytes its output files did not get
+    output_error: str = ""  # why (the first failed write), "" when nothing was lost
     record: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)  # as the runtime sent it
 
     @property
@@ -140,6 +142,8 @@ class Result:
             worker=r.get("worker"),
             auto_regions=tuple(r.get("auto_regions") or ()),
             share=str(r.get("share") or ""),
+            output_lost={k: int(v) for k, v in (r.get("output_lost") or {}).items()},
+            output_error=str(r.get("output_error") or ""),
             record=dict(r),
         )
 

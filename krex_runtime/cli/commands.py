@@ -131,6 +131,9 @@ def _say_end(result: Result) -> None:
     if result.unprotected_timings:
         print(f"krex: warning: {result.id} took {result.unprotected_timings} CUDA-event timing(s) "
               "outside a region: those measurements are not protected", file=sys.stderr)
+    if any(result.output_lost.values()):
+        lost = ", ".join(f"{n} bytes of {stream}" for stream, n in sorted(result.output_lost.items()) if n)
+        print(f"krex: warning: {result.id}: its output files lost {lost} ({result.output_error})", file=sys.stderr)
     if result.state != "finished" or result.reason:
         print(f"krex: {result.id} {result.state}: {result.reason}".rstrip(": "), file=sys.stderr)
 

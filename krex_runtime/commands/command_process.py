@@ -2,9 +2,12 @@
 
 Each command gets its own session (so its own process group) and, where cgroup
 v2 is writable, its own cgroup joined before exec, so that not even an early
-fork escapes. Output goes to files and to whoever is attached. When the main
-process exits, whatever it left running is ended too: a benchmark command's
-stray children must not keep using the GPU after the command is reported done.
+fork escapes. Output goes to files and to whoever is attached
+(commands/output.py). A command ends when its main process exits, not when
+its output pipes close: whatever it left running (a background child, a
+daemon holding its stdout) gets `dispatcher.orphan_grace_s`, then is ended
+too: a benchmark command's stray children must not keep using the GPU, or
+keep the command running, after its main process is done.
 """
 
 from __future__ import annotations
@@ -13,17 +16,15 @@ import asyncio
 import os
 import signal
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from krex_runtime.commands import cgroups, process_tree
+from krex_runtime.commands.output import OutputLoss, OutputSink, pump_output
 from krex_runtime.node.access import RunAs
 
-READ_CHUNK = 64 * 1024
 READER_DRAIN_TIMEOUT_S = 5.0
-
-OutputSink = Callable[[str, bytes], None]
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,8 @@ class LaunchSpec:
     stdout_path: Path
     stderr_path: Path
     cgroup: Path | None
+    orphan_grace_s: float = 0.0  # after the main process exits, for what it left running
+    loss: OutputLoss = field(default_factory=OutputLoss)  # what its output files did not get
     cpus: tuple[int, ...] = ()  # tenant cores; () leaves the affinity as it is
     run_as: RunAs | None = None  # None: as the runtime, with its umask
 
@@ -89,14 +92,17 @@ class CommandProcess:
         spec, proc = self.spec, self._proc
         assert proc.stdout is not None and proc.stderr is not None
         readers = [
-            asyncio.create_task(self._pump(proc.stdout, "stdout", spec.stdout_path)),
-            asyncio.create_task(self._pump(proc.stderr, "stderr", spec.stderr_path)),
+            asyncio.create_task(pump_output(proc.stdout, "stdout", spec.stdout_path, self._sink, spec.loss)),
+            asyncio.create_task(pump_output(proc.stderr, "stderr", spec.stderr_path, self._sink, spec.loss)),
         ]
-        exited = asyncio.create_task(proc.wait())
+        exited = asyncio.create_task(main_exit(proc))
         cancelled = asyncio.create_task(self._cancel.wait())
         done, _ = await asyncio.wait({exited, cancelled}, timeout=spec.timeout_s, return_when=asyncio.FIRST_COMPLETED)
         if exited in done:
-            outcome = outcome_of(proc.returncode)
+            outcome = outcome_of(exited.result())
+            await process_tree.leftovers_grace(
+                lambda: process_tree.alive(proc.pid, spec.command_id, spec.cgroup), spec.orphan_grace_s, self._cancel
+            )
         elif cancelled in done:
             await self._end_tree(exited)
             outcome = Outcome("cancelled", None, signal_of(proc.returncode), self._cancel_reason)
@@ -111,6 +117,8 @@ class CommandProcess:
             r.cancel()
         if spec.cgroup is not None:
             await asyncio.to_thread(cgroups.kill_and_remove, spec.cgroup)
+        await asyncio.wait({exited}, timeout=READER_DRAIN_TIMEOUT_S)  # reaped, its pidfd closed
+        exited.cancel()
         return outcome
 
     async def _end_tree(self, exited: asyncio.Task[int]) -> None:
@@ -123,28 +131,30 @@ class CommandProcess:
                 break
             await asyncio.sleep(0.02)
         process_tree.kill_tree(pid, spec.command_id, spec.cgroup)
-        await exited
-
-    async def _pump(self, stream: asyncio.StreamReader, name: str, path: Path) -> None:
-        await pump_output(stream, name, path, self._sink)
+        await asyncio.wait({exited}, timeout=READER_DRAIN_TIMEOUT_S)
 
 
-async def pump_output(stream: asyncio.StreamReader, name: str, path: Path, sink: OutputSink) -> None:
-    """Copy one output stream to its file and to whoever is attached, until EOF.
-    Pooled commands use it too, so their output reaches clients the same way."""
-    with path.open("wb") as f:
-        while chunk := await stream.read(READ_CHUNK):
-            f.write(chunk)
-            f.flush()
-            sink(name, chunk)
-
-
-async def pipe_reader(fd: int) -> asyncio.StreamReader:
-    """An asyncio reader over the read end of a pipe (which it takes over)."""
+async def main_exit(proc: asyncio.subprocess.Process) -> int:
+    """The main process's exit status as soon as it exits. asyncio's own
+    `wait()` also waits for the output pipes to close, which a child that
+    keeps them open (`sleep 60 &`) would put off for as long as it runs; a
+    pidfd says when the process itself has ended."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=READ_CHUNK * 4)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0))
-    return reader
+    try:
+        fd: int | None = os.pidfd_open(proc.pid)
+    except OSError:  # already reaped, or no pidfds: the status comes all the same
+        fd = None
+    if fd is not None:
+        ended: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(fd, lambda: ended.done() or ended.set_result(None))
+        try:
+            await ended
+        finally:
+            loop.remove_reader(fd)
+            os.close(fd)
+    while proc.returncode is None:  # the child watcher reaps it right after
+        await asyncio.sleep(0.01)
+    return proc.returncode
 
 
 def child_setup(cgroup: Path | None, cpus: tuple[int, ...], run_as: RunAs | None) -> Callable[[], None] | None:

@@ -37,13 +37,11 @@ from krex_runtime.commands import cgroups, process_tree
 from krex_runtime.commands.command_process import (
     READER_DRAIN_TIMEOUT_S,
     Outcome,
-    OutputSink,
     child_setup,
     outcome_of,
-    pipe_reader,
-    pump_output,
     signal_of,
 )
+from krex_runtime.commands.output import OutputLoss, OutputSink, pipe_reader, pump_output
 from krex_runtime.commands.context_process import ContextWorker, PooledRun, describe_exit
 from krex_runtime.commands.environment import TenantSetup
 from krex_runtime.node.config import PoolSection
@@ -151,6 +149,8 @@ class ContextPool:
         stdout_path: Path,
         stderr_path: Path,
         sink: OutputSink,
+        loss: OutputLoss,
+        orphan_grace_s: float = 0.0,
     ) -> Outcome:
         run = worker.run
         assert run is not None
@@ -167,8 +167,8 @@ class ContextPool:
             os.close(out_w)
             os.close(err_w)
         readers = [
-            asyncio.create_task(pump_output(await pipe_reader(out_r), "stdout", stdout_path, sink)),
-            asyncio.create_task(pump_output(await pipe_reader(err_r), "stderr", stderr_path, sink)),
+            asyncio.create_task(pump_output(await pipe_reader(out_r), "stdout", stdout_path, sink, loss)),
+            asyncio.create_task(pump_output(await pipe_reader(err_r), "stderr", stderr_path, sink, loss)),
         ]
         message = asyncio.create_task(worker.inbox.get())
         cancelled = asyncio.create_task(run.cancelled.wait())
@@ -179,6 +179,9 @@ class ContextPool:
         if reply is not None and reply.get("type") == "done":
             worker.served += 1
             outcome = Outcome(reply["state"], reply["exit_code"], reply["signal"], reply["reason"])
+            # The entry point returned: its command's end. What it started gets the grace.
+            await process_tree.leftovers_grace(lambda: bool(self._leftovers(worker, command_id)), orphan_grace_s,
+                                               run.cancelled)
             self._end_leftovers(worker, command_id)
             self._after_command(worker, command_id)
         elif message in done or worker.exited in done:
@@ -231,11 +234,15 @@ class ContextPool:
 
     def _end_leftovers(self, worker: ContextWorker, command_id: str) -> None:
         """Processes the command started and left running go, as they would with a process command."""
-        for pid in process_tree.members(worker.pid, command_id, worker.cgroup) - {worker.pid}:
+        for pid in self._leftovers(worker, command_id):
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+    def _leftovers(self, worker: ContextWorker, command_id: str) -> set[int]:
+        return {p for p in process_tree.members(worker.pid, command_id, worker.cgroup) - {worker.pid}
+                if process_tree.not_zombie(p)}
 
     async def _end_tree(self, worker: ContextWorker) -> int:
         """SIGTERM the context process's tree, the grace period, then SIGKILL."""

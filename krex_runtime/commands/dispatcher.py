@@ -327,6 +327,7 @@ class Dispatcher:
             events.CommandFinished(
                 id=job.id, state=state, exit_code=outcome.exit_code, signal=outcome.signal, reason=outcome.reason,
                 gpu=job.gpu, auto_regions=job.auto_regions, unprotected_timings=job.unprotected_timings,
+                output_lost=job.output_loss.record() if job.output_loss.total else None,
             )
         )
         job.done.set()

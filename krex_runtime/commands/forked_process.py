@@ -25,12 +25,10 @@ from krex_runtime.commands.command_process import (
     READER_DRAIN_TIMEOUT_S,
     LaunchSpec,
     Outcome,
-    OutputSink,
     outcome_of,
-    pipe_reader,
-    pump_output,
     signal_of,
 )
+from krex_runtime.commands.output import OutputSink, pipe_reader, pump_output
 from krex_runtime.commands.context_process import describe_exit
 
 EXIT_REPORT_TIMEOUT_S = 10.0  # after SIGKILL of its tree, how long the zygote may take to report
@@ -101,8 +99,8 @@ class ForkedRun:
             for fd in (out_w, err_w, go_r):
                 os.close(fd)
         self._readers = [
-            asyncio.create_task(pump_output(await pipe_reader(out_r), "stdout", spec.stdout_path, self._sink)),
-            asyncio.create_task(pump_output(await pipe_reader(err_r), "stderr", spec.stderr_path, self._sink)),
+            asyncio.create_task(pump_output(await pipe_reader(out_r), "stdout", spec.stdout_path, self._sink, spec.loss)),
+            asyncio.create_task(pump_output(await pipe_reader(err_r), "stderr", spec.stderr_path, self._sink, spec.loss)),
         ]
         done, _ = await asyncio.wait({self._forked, self.zygote.exited}, return_when=asyncio.FIRST_COMPLETED)
         reply = self._forked.result() if self._forked in done else None
@@ -145,8 +143,12 @@ class ForkedRun:
         done, _ = await asyncio.wait(
             {self._exited, cancelled, self.zygote.exited}, timeout=spec.timeout_s, return_when=asyncio.FIRST_COMPLETED
         )
-        if self._exited in done:
+        if self._exited in done:  # the zygote's word: the child itself ended, whatever holds its pipes
             outcome = outcome_of(self._exited.result())
+            pid = self.pid
+            await process_tree.leftovers_grace(
+                lambda: process_tree.alive(pid, spec.command_id, spec.cgroup), spec.orphan_grace_s, self._cancel
+            )
         elif cancelled in done:
             returncode = await self._end_tree()
             outcome = Outcome("cancelled", None, signal_of(returncode), self._cancel_reason)

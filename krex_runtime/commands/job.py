@@ -11,6 +11,7 @@ from typing import Any
 from krex_runtime.commands.command_process import CommandProcess, Outcome
 from krex_runtime.commands.context_process import PooledRun
 from krex_runtime.commands.forked_process import ForkedRun
+from krex_runtime.commands.output import OutputLoss
 from krex_runtime.node.config import environment_problem
 from krex_runtime.wire.bodies import SubmitBody
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
@@ -49,6 +50,7 @@ class Job:
     unprotected_timings: int = 0  # event timings no single region covered (read when it ends)
     share: str = "default"  # fair-share key (commands/fair_share.py)
     share_tag: float = 0.0  # its place in the admission order (fair_share.FairShare.tag)
+    output_loss: OutputLoss = field(default_factory=OutputLoss)  # output its files did not get (a full disk)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -88,6 +90,8 @@ class Job:
             "auto_regions": list(self.auto_regions),
             "unprotected_timings": self.unprotected_timings,
             "share": self.share,
+            "output_lost": self.output_loss.record(),
+            "output_error": self.output_loss.error,
         }
 
 

@@ -55,6 +55,8 @@ class Launchers:
             env=self.env_of(job, gpu),
             timeout_s=job.timeout_s,
             kill_grace_s=self._config.dispatcher.kill_grace_s,
+            orphan_grace_s=self._config.dispatcher.orphan_grace_s,
+            loss=job.output_loss,
             stdout_path=job.stdout_path,
             stderr_path=job.stderr_path,
             cgroup=cgroup,
@@ -118,6 +120,7 @@ class Launchers:
             outcome = await self._pool.run(
                 worker, job.id, job.entry, job.cwd, self.env_of(job, gpu), job.timeout_s,
                 job.stdout_path, job.stderr_path, lambda stream, data: self._output(job, stream, data),
+                job.output_loss, self._config.dispatcher.orphan_grace_s,
             )
         except Exception as exc:  # never leave a slot taken by a command we lost track of
             outcome = Outcome("failed", None, None, f"runtime error while running: {exc!r}")

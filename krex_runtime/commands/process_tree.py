@@ -8,9 +8,11 @@ grandchildren that started their own session and were reparented away.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from pathlib import Path
+from typing import Callable
 
 import psutil
 
@@ -72,13 +74,23 @@ def kill_tree(pid: int, command_id: str, cgroup: Path | None) -> None:
     signal_tree(pid, command_id, cgroup, signal.SIGKILL)
 
 
+async def leftovers_grace(alive: Callable[[], bool], grace_s: float, cancel: asyncio.Event) -> None:
+    """Once a command's main process has ended: what it left running gets
+    `grace_s` to end on its own (a cancel cuts it short); the caller then
+    kills what is left. Its end is the main process's, not its children's."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
+    while not cancel.is_set() and loop.time() < deadline and alive():
+        await asyncio.sleep(0.05)
+
+
 def alive(pid: int, command_id: str, cgroup: Path | None) -> bool:
     if cgroup is not None:
         return cgroups.populated(cgroup)
-    return any(_not_zombie(p) for p in members(pid, command_id, cgroup))
+    return any(not_zombie(p) for p in members(pid, command_id, cgroup))
 
 
-def _not_zombie(pid: int) -> bool:
+def not_zombie(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:

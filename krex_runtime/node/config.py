@@ -52,6 +52,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "dispatcher.max_queued": (1, 10_000_000),
     "dispatcher.default_timeout_s": (0.001, MAX_DURATION_S),
     "dispatcher.kill_grace_s": (0, HOUR),
+    "dispatcher.orphan_grace_s": (0, 60),
     "dispatcher.keep_finished": (1, 10_000_000),
     "regions.hold_limit_s": (0.001, MAX_DURATION_S),
     "regions.quiesce_timeout_s": (0.001, HOUR),
@@ -101,6 +102,7 @@ class RuntimeSection:
     trace_rotate_bytes: int = 256 << 20
     max_requests_in_flight: int = 1024
     max_requests_per_peer: int = 64
+    watchdog: bool = True  # a process outside the tenants that thaws and reopens if the runtime dies
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,7 @@ class DispatcherSection:
     max_queued: int = 100_000
     default_timeout_s: float = 3600.0
     kill_grace_s: float = 2.0
+    orphan_grace_s: float = 2.0  # after the main process ends, for what it left running
     keep_finished: int = 10_000
     default_mode: Mode = "process"  # for submissions that name no mode
     share_weights: dict[str, float] = field(default_factory=dict)  # share key -> weight (others: 1)

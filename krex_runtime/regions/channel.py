@@ -15,7 +15,10 @@ command (`identify`), whose tenant id it must name and whose token
 (krex_runtime/regions/tokens.py) it must show. A connection only ever acts on
 its own request, and a process has at most one request, queued or held,
 across all its connections. A connection that closes while waiting or
-holding withdraws or releases its request.
+holding withdraws or releases its request. A request belongs to the process
+that connected (the kernel's pid), not to whoever holds the socket: when that
+process dies (a pidfd says so at once) the connection is closed and its
+request released, even if a child it forked keeps the socket open.
 
 What a peer can cost is bounded: a line is at most MAX_LINE bytes of ASCII;
 the HELLO must come within `regions.channel_hello_timeout_s`; a connection
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import struct
 import time
@@ -105,6 +109,7 @@ class Connection:
     who: TenantIdentity | None = None
     req: Request | None = None  # its request, from ENTER until it is released or ends ungranted
     released: Request | None = None  # the last one it released: VERDICT tells its certificate
+    ended: str = ""  # why the runtime ended it (its requester died), for the release's reason
 
 
 class RegionChannel:
@@ -146,9 +151,13 @@ class RegionChannel:
                 raise Refusal("EAGAIN", crowded)
             self._connections.add(conn)
             conn.who = await self._hello(conn)
+            watch = _watch_requester(conn)
             await _send(writer, "OK")
-            while await self._serve_message(conn):
-                pass
+            try:
+                while await self._serve_message(conn):
+                    pass
+            finally:
+                watch()
         except Refusal as exc:
             await _try_send(writer, f"ERROR {exc.code} {exc.reason}")
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -159,7 +168,7 @@ class RegionChannel:
             self._connections.discard(conn)
             req, conn.req = conn.req, None
             if req is not None and req.kind == "region":
-                self.manager.gpus[req.gpu].withdraw(req, "tenant disconnected")
+                self.manager.gpus[req.gpu].withdraw(req, conn.ended or "tenant disconnected")
             writer.close()
 
     def _crowded(self, bucket: tuple[str, int | str]) -> str:
@@ -331,7 +340,7 @@ class RegionChannel:
             if gone.exception() is None and gone.result():
                 self.manager.gpus[who.gpu].withdraw(req, "tenant sent a message while waiting")
                 raise Refusal("EPROTO", "nothing may be sent while ENTER waits: request withdrawn")
-            self.manager.gpus[who.gpu].withdraw(req, "tenant disconnected while waiting")
+            self.manager.gpus[who.gpu].withdraw(req, conn.ended or "tenant disconnected while waiting")
             return False
         gone.cancel()
         # The reader allows one waiter: let the cancelled read finish leaving.
@@ -345,6 +354,54 @@ class RegionChannel:
         flags = ",".join(req.flags)
         await _send(writer, f"GRANTED {req.seq} {flags}".rstrip())
         return True
+
+
+def _watch_requester(conn: Connection) -> Callable[[], None]:
+    """Close the connection the moment its process dies while someone else
+    still holds the socket (a forked child inherits it): its request is then
+    released as the requester's death. Returns what stops the watch."""
+    loop = asyncio.get_running_loop()
+    try:
+        fd = os.pidfd_open(conn.pid)
+    except ProcessLookupError:  # gone already: the HELLO proved it was there, so it died since
+        loop.call_soon(_end_if_held_elsewhere, conn)
+        return lambda: None
+    except OSError as exc:  # out of descriptors: the hold limit still bounds its region
+        log.warning("region channel: cannot watch pid %d: %s", conn.pid, exc.strerror or exc)
+        return lambda: None
+
+    def died() -> None:
+        loop.remove_reader(fd)
+        _end_if_held_elsewhere(conn)
+
+    loop.add_reader(fd, died)
+
+    def stop() -> None:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+    return stop
+
+
+def _end_if_held_elsewhere(conn: Connection) -> None:
+    """The requester is dead. Its descriptors closed before the kernel said so,
+    so a socket nobody else holds shows its end of input now: then the reader
+    ends the connection as a plain disconnect. One still open (no input, no
+    end) is held by another process: end it here. Lines still unread go first."""
+    if conn.writer.is_closing():
+        return
+    try:
+        with conn.writer.get_extra_info("socket").dup() as sock:
+            peeked: bytes | None = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        peeked = None
+    except OSError:
+        return  # reset or closed: the reader sees it
+    if peeked is None:
+        conn.ended = f"its requester (pid {conn.pid}) died"
+        conn.writer.transport.abort()  # the reader sees the end of input
+    elif peeked:
+        asyncio.get_running_loop().call_later(0.05, _end_if_held_elsewhere, conn)
 
 
 async def _read_line(reader: asyncio.StreamReader) -> str | None:

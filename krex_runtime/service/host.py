@@ -9,6 +9,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from krex_runtime.service import curve
 from krex_runtime.wire import endpoints
 
 log = logging.getLogger("krex.runtime")
+
+WATCHDOG = "krex-runtime watchdog"  # how the watchdog names itself in the run folder's claim
 
 
 class StartupError(Exception):
@@ -74,7 +77,7 @@ def prepare(config: Config, gpus: list[Gpu]) -> Host:
     claims: list[Claim] = []
     try:
         info = f"krex-runtime pid {os.getpid()} (run dir {run_dir})"
-        claims.append(claim(run_dir / "runtime.lock", f"run dir {run_dir}", info))
+        claims.append(_claim_run_dir(run_dir, info))
         lock_dir = resolve_lock_dir(config)
         for gpu in gpus:
             claims.append(claim(lock_dir / f"gpu-{gpu.uuid}.lock", f"GPU {gpu.index} ({gpu.uuid})", info))
@@ -83,6 +86,24 @@ def prepare(config: Config, gpus: list[Gpu]) -> Host:
         for c in claims:
             c.release()
         raise
+
+
+# A start (or a recovery) right after a runtime died meets its watchdog (or
+# --recover, under systemd both may run) still recovering the run folder under
+# its claim: that takes well under a second.
+RECOVERY_WAIT_S = 10.0
+RECOVERING = (f"{WATCHDOG} pid", "krex-runtime --recover pid")
+
+
+def _claim_run_dir(run_dir: Path, info: str) -> Claim:
+    deadline = time.monotonic() + RECOVERY_WAIT_S
+    while True:
+        try:
+            return claim(run_dir / "runtime.lock", f"run dir {run_dir}", info)
+        except ClaimError as exc:
+            if not any(who in str(exc) for who in RECOVERING) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
 
 
 def _prepare_claimed(
@@ -128,17 +149,26 @@ def _prepare_claimed(
 
 
 def recover_left_state(config: Config) -> list[str]:
-    """`krex-runtime --recover`, a unit's ExecStopPost=: without starting a
-    runtime, thaw and reopen what one that is no longer running left (frozen
-    command cgroups, closed gates and the tenants parked at them), and remove
-    the command cgroups that are empty. The same recovery as a start's; the
-    run folder's claim keeps it off a runtime that still serves. Run it in the
-    runtime's cgroup (as systemd runs ExecStopPost=), where its slice is."""
-    run_dir = resolve_run_dir(config)
+    """`krex-runtime --recover`, a unit's ExecStopPost=: `recover_run_dir` of
+    the config's run folder."""
+    return recover_run_dir(resolve_run_dir(config), "krex-runtime --recover")
+
+
+def recover_run_dir(run_dir: Path, who: str) -> list[str]:
+    """Without starting a runtime, undo what one that is no longer running
+    left in `run_dir`: first thaw its frozen command cgroups and reopen its
+    closed gates (the tenants parked there go on), then end the commands it
+    left (nothing will report them: their submitters lost them with it) and
+    remove its cgroup slice, gates and sockets. Returns what was done, one line
+    each. `krex-runtime --recover` and the watchdog (service/watchdog.py) both
+    run it; a start runs its first half (machinery.recover). The run folder's
+    claim keeps it off a runtime that still serves. Run it in the runtime's
+    cgroup (as systemd runs ExecStopPost=, and where the watchdog lives), where
+    its slice is."""
     if not (run_dir / "runtime.lock").exists():
         return []
     try:
-        held = claim(run_dir / "runtime.lock", f"run dir {run_dir}", f"krex-runtime --recover pid {os.getpid()}")
+        held = _claim_run_dir(run_dir, f"{who} pid {os.getpid()}")
     except ClaimError as exc:
         raise StartupError(f"{exc}: a runtime still serves it, nothing to recover") from None
     try:
@@ -148,10 +178,16 @@ def recover_left_state(config: Config) -> list[str]:
         done = machinery.recover(run_dir, cgroup_slice)
         if cgroup_slice is not None:
             for leftover in cgroup_slice.leftovers():
-                if not cgroups.populated(leftover):
-                    _remove_dir(leftover, done)
+                populated = cgroups.populated(leftover)
+                if not cgroups.kill_and_remove(leftover):
+                    done.append(f"cannot end {leftover.name}: still populated")
+                else:
+                    done.append(f"ended {leftover.name}" if populated else f"removed empty {leftover.name}")
             if not cgroup_slice.leftovers():
                 _remove_dir(cgroup_slice.path, done)
+        for socket_path in sorted(p for p in run_dir.iterdir() if p.is_socket()):  # control, telemetry, region
+            socket_path.unlink(missing_ok=True)
+            done.append(f"removed {socket_path.name}")
         return done
     finally:
         held.release()

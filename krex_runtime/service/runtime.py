@@ -1,6 +1,7 @@
 """The krex-runtime service: start-up, the tasks it runs, and shutdown.
 
-Start: claim the host (service/host.py), bind the sockets (server.py), open
+Start: claim the host (service/host.py), start the watchdog that undoes a
+death of the runtime (watchdog.py), bind the sockets (server.py), open
 the trace and the event log (event_log.py), build the node's components
 (node.py), serve the verb handlers (handlers.py) and, if configured, the
 Prometheus endpoint (telemetry/prometheus.py); then tell systemd it is ready
@@ -31,6 +32,7 @@ from krex_runtime.service.host import Host, StartupError, prepare
 from krex_runtime.service.node import Node
 from krex_runtime.service.notify import Notifier
 from krex_runtime.service.server import ControlServer
+from krex_runtime.service.watchdog import Watchdog
 from krex_runtime.wire import endpoints, events
 from krex_runtime.wire.trace import TraceWriter
 
@@ -68,6 +70,11 @@ class RuntimeService:
             made.callback(self.notifier.close)
             host = prepare(self.config, self.gpus)
             made.callback(host.release)
+            if self.config.runtime.watchdog:  # from here on a death of this process is undone (service/watchdog.py)
+                try:
+                    made.callback(Watchdog.start(host.run_dir).stop)
+                except OSError as exc:
+                    raise StartupError(f"cannot start the watchdog: {exc.strerror or exc}") from None
             server = ControlServer(self.config, host.run_dir, host.curve_keys)
             made.callback(server.close)
             trace = self._open_trace(host)

@@ -107,6 +107,7 @@ simulated_log = "{self.root / 'sim.log'}"
 [dispatcher]
 slots_per_gpu = {self.slots}
 kill_grace_s = 0.5
+orphan_grace_s = 0.5
 {f"keep_finished = {self.keep_finished}" if self.keep_finished else ""}
 {self.dispatcher_extra}
 

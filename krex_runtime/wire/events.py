@@ -80,6 +80,8 @@ class CommandFinished(Event):
     gpu: int | None = unread("", None)
     auto_regions: list[str] = note("entry points its tenant ran in regions (auto-regions)", factory=list)
     unprotected_timings: int = note("CUDA-event timings no single region of its tenant covered (policy krex)", 0)
+    output_lost: dict[str, int] | None = unread("bytes of `stdout` and `stderr` its output files did not get (a full "
+                                                "disk; attached clients got them); absent when none", None, omit_none=True)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,7 +21,7 @@ from region_checks import (
     check_one_holder_per_gpu,
     regions_of,
 )
-from runtime_helpers import REPO, tenant_processes
+from runtime_helpers import NO_WATCHDOG, REPO, tenant_processes
 from test_regions import (
     RECOVERY_BOUND_S,
     cgroup_root,
@@ -46,8 +46,9 @@ TENANTS = REPO / "tests" / "tenants"
 BACKENDS = ["preload", "driver-lock"]
 
 
-def gpu_runtime(make_runtime, backend: str = "preload", slots: int = 17, **settings: object) -> Runtime:
-    return make_runtime(policy="krex", sim=0, slots=slots, extra_config=regions_config(backend, **settings))
+def gpu_runtime(make_runtime, backend: str = "preload", slots: int = 17, watchdog: bool = True, **settings: object) -> Runtime:
+    return make_runtime(policy="krex", sim=0, slots=slots, extra_config=regions_config(backend, **settings),
+                        runtime_extra="" if watchdog else NO_WATCHDOG)
 
 
 def torch_busy(rt: Runtime, n: int = 4096, depth: int = 4) -> str:
@@ -146,7 +147,7 @@ def test_gpu_a_tenant_that_never_drains(make_runtime) -> None:
 
 
 def test_gpu_sigkill_of_the_runtime_then_restart(make_runtime) -> None:
-    rt = gpu_runtime(make_runtime)
+    rt = gpu_runtime(make_runtime, watchdog=False)  # the restart's recovery, not the watchdog's
     others = [torch_busy(rt) for _ in range(2)]
     wait_ready(rt, *others)
     torch_regions(rt, "--regions", "1", "--hold-s", "1000")

@@ -1,0 +1,43 @@
+"""A dead runtime thaws its tenants: SIGKILLed while a region is held and two
+tenants are frozen, its watchdog (service/watchdog.py) thaws them and reopens
+the gate within WATCHDOG_BOUND_S (stated in docs/security.md: within a
+second; the poll here is generous for a loaded machine), then ends the dead
+runtime's commands and leaves nothing behind, and says each step in the
+runtime's log."""
+
+from __future__ import annotations
+
+import re
+import signal
+from typing import Any
+
+from runtime_helpers import PY, TENANTS, busy, cgroup_root, frozen_cgroups, gpu_state, krex_runtime, submit, wait_ready
+
+from krex_runtime.testing import hygiene
+from krex_runtime.testing.local_runtime import wait_until
+
+WATCHDOG_BOUND_S = 30.0
+
+
+def test_the_watchdog_thaws_and_cleans_up_after_a_sigkilled_runtime(make_runtime: Any) -> None:
+    rt = krex_runtime(make_runtime)
+    base = hygiene.baseline()
+    others = [busy(rt) for _ in range(2)]
+    wait_ready(rt, *others)
+    holder = submit(rt, PY, str(TENANTS / "regions.py"), "--regions", "1", "--hold-s", "1000")
+    root = cgroup_root(rt)
+    assert root is not None
+    wait_until(lambda: gpu_state(rt)["region_holder"] is not None and len(frozen_cgroups(root)) == 2, 60,
+               "the region held with the others frozen")
+    assert rt.proc is not None
+    pid = rt.proc.pid
+    rt.stop(signal.SIGKILL)
+    wait_until(lambda: hygiene.held_back(rt.run_dir) == [], WATCHDOG_BOUND_S, "the watchdog to thaw and reopen")
+    wait_until(lambda: hygiene.leftovers(rt.run_dir, rt.lock_dir, base) == [], WATCHDOG_BOUND_S,
+               "the watchdog to end the dead runtime's commands and remove its slice, gates and sockets")
+    log = rt.log_path.read_text()
+    said = re.findall(rf"^krex-runtime watchdog: runtime pid {pid} died: (.*)$", log, re.M)
+    assert "reopened gpu0.gate" in said, log
+    assert sorted(line for line in said if line.startswith("thawed ")) == sorted(
+        f"thawed cmd-{c}" for c in (*others, holder)), said
+    assert sum(line.startswith("ended cmd-") for line in said) == 3, said
