@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from krex_runtime.commands.identities import Identity
 from krex_runtime.commands.command_process import CommandProcess, Outcome
 from krex_runtime.commands.context_process import PooledRun
 from krex_runtime.commands.forked_process import ForkedRun
@@ -43,6 +44,8 @@ class Job:
     mode: str = "process"  # process | forked | pooled
     entry: dict[str, Any] | None = None  # forked, pooled: the Python entry point it runs
     worker: str | None = None  # pooled: the context process that runs it
+    identity: Identity | None = None  # tenants.uid_range: the uid it runs as (pooled: its context process's)
+    submitter_uid: int | None = None  # who submitted it, by the kernel's word (None: unknown, tcp)
     start_s: float | None = None  # placement to a running process: spawn (process), fork and placement (forked)
     unprotected_path: Path | None = None  # policy krex: where the library counts its unprotected timings
     unprotected_timings: int = 0  # event timings no single region covered (read when it ends)

@@ -141,16 +141,15 @@ class Gate:
         if problems:
             gate.detach()
             raise GateError(f"{path}: not a usable gate: {', '.join(problems)}")
-        if writable:
-            for tenant, entries in entries_files(path).items():
-                try:
-                    table = Mapping.open(entries)
-                except GateError:
-                    continue  # removed meanwhile
-                if table.size >= entries_size(gate.max_procs):
-                    gate._tables[tenant] = table
-                else:
-                    table.close()
+        for tenant, entries in entries_files(path).items():
+            try:
+                table = Mapping.open(entries, writable=writable)
+            except GateError:
+                continue  # removed meanwhile, or another tenant's
+            if table.size >= entries_size(gate.max_procs):
+                gate._tables[tenant] = table
+            else:
+                table.close()
         return gate
 
     def add_tenant(self, tenant_id: int, *, owner: tuple[int, int] = (-1, -1), mode: int = 0o600) -> Path:
@@ -272,8 +271,9 @@ class Gate:
     def entry(self, tenant: int, index: int) -> ProcEntry:
         """One entry, its tenant taken from the file it is in (a tenant writes
         its entries' tenant_id itself, so that field is not believed)."""
-        get = lambda name: self._pget(tenant, index, name).value
-        calls_arr = self._pget(tenant, index, "calls")
+        table, base = self._table(tenant), index * PROC_SIZE
+        get = lambda name: table.read(PROC[name][0], base + PROC[name][1])
+        calls_arr = table.copy(PROC["calls"][0], base + PROC["calls"][1])
         pid, start = get("pid"), get("start_time")
         state = get("state")
         return ProcEntry(

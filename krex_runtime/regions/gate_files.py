@@ -125,12 +125,16 @@ class Mapping:
         except (TypeError, ValueError):  # None, closed meanwhile, or read-only
             raise GateError(f"{self.path}: detached") from None
 
-    def read(self, ctype: type, off: int) -> int:
+    def copy(self, ctype: type, off: int):
+        """A copy of what is at `off` (works on a read-only mapping too)."""
         mm = self._mm
         try:
-            return ctype.from_buffer_copy(mm, off).value  # type: ignore[arg-type]
+            return ctype.from_buffer_copy(mm, off)  # type: ignore[arg-type]
         except (TypeError, ValueError):  # None, or closed meanwhile
             raise GateError(f"{self.path}: detached") from None
+
+    def read(self, ctype: type, off: int) -> int:
+        return self.copy(ctype, off).value
 
     def addr(self, off: int) -> int:
         return ctypes.addressof(self.view(ctypes.c_uint32, off))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import krex_runtime
 from krex_runtime.commands import cgroups
+from krex_runtime.commands.identities import Identities
 from krex_runtime.commands.cgroups import CgroupSlice
 from krex_runtime.node import access, native_build
 from krex_runtime.node.config import Config, resolve_lock_dir, resolve_run_dir
@@ -41,6 +42,7 @@ class Host:
     cgroup_slice: CgroupSlice | None
     recovered: list[str]  # what recovery did, one line each
     claims: list[Claim] = field(default_factory=list)
+    identities: Identities | None = None  # tenants.uid_range: a uid of its own per tenant
 
     @property
     def cgroups(self) -> str | None:
@@ -50,6 +52,8 @@ class Host:
     def release(self) -> None:
         """Remove the command cgroups' slice (ending what is left in it), then
         give back the claims: the last things a runtime lets go of."""
+        if self.identities is not None:
+            self.identities.close()
         if self.cgroup_slice is not None:
             self.cgroup_slice.remove()
             self.cgroup_slice = None
@@ -124,7 +128,11 @@ def _prepare_claimed(
         if cgroup_slice is not None:
             cgroup_slice.remove()
         raise
-    return Host(run_dir, output_dir, library, tenant_user, run_as, curve_keys, cgroup_slice, recovered, claims)
+    identities = None
+    if tenant_user is not None and tenant_user.uids is not None:
+        identities = Identities(*tenant_user.uids, tenant_user.gid, run_dir)
+    return Host(run_dir, output_dir, library, tenant_user, run_as, curve_keys, cgroup_slice, recovered, claims,
+                identities)
 
 
 def recover_left_state(config: Config) -> list[str]:
