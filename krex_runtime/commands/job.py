@@ -44,13 +44,15 @@ class Job:
     mode: str = "process"  # process | forked | pooled
     entry: dict[str, Any] | None = None  # forked, pooled: the Python entry point it runs
     worker: str | None = None  # pooled: the context process that runs it
-    identity: Identity | None = None  # tenants.uid_range: the uid it runs as (pooled: its context process's)
-    submitter_uid: int | None = None  # who submitted it, by the kernel's word (None: unknown, tcp)
+    auto_region_report: Path | None = None  # with auto-regions: where its tenant lists what it wrapped
+    auto_regions: list[str] = field(default_factory=list)  # what was wrapped (read when it ends)
     start_s: float | None = None  # placement to a running process: spawn (process), fork and placement (forked)
     unprotected_path: Path | None = None  # policy krex: where the library counts its unprotected timings
     unprotected_timings: int = 0  # event timings no single region covered (read when it ends)
     share: str = "default"  # fair-share key (commands/fair_share.py)
     share_tag: float = 0.0  # its place in the admission order (fair_share.FairShare.tag)
+    identity: Identity | None = None  # tenants.uid_range: the uid it runs as (pooled: its context process's)
+    submitter_uid: int | None = None  # who submitted it, by the kernel's word (None: unknown, tcp)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property

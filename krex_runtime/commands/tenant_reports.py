@@ -16,8 +16,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from krex_runtime.commands.identities import Identity
 from krex_runtime.node.access import RunAs
+
+if TYPE_CHECKING:
+    from krex_runtime.commands.job import Job
 
 FOLDER = "tenant-reports"
 
@@ -39,10 +44,10 @@ def report_file(run_dir: Path, run_as: RunAs | None, name: str) -> Path:
     return path
 
 
-def hand_over(job: object, identity: Identity | None) -> None:
+def hand_over(job: Job, identity: Identity | None) -> None:
     """The command's report files become its own uid's, as it starts."""
     if identity is None:
         return
-    for path in (getattr(job, "auto_region_report", None), getattr(job, "unprotected_path", None)):
+    for path in (job.auto_region_report, job.unprotected_path):
         if path is not None:
             os.chown(path, identity.uid, identity.gid, follow_symlinks=False)
