@@ -61,6 +61,7 @@ class Runtime:
     runtime_extra: str = ""  # more lines of [runtime]
     dispatcher_extra: str = ""  # more lines of [dispatcher]
     tenant_user: str = ""  # tenants.user; "": as whoever starts the runtime, root included
+    tenants_extra: str = ""  # more lines of [tenants]
     trace_file: Path | None = None  # None: <run_dir>/trace.jsonl
     keep_finished: int | None = None  # finished commands kept in memory (node state, dispatcher); None: defaults
     proc: subprocess.Popen[bytes] | None = None
@@ -115,6 +116,7 @@ cgroups = "{self.cgroups}"
 preload = {str(self.preload).lower()}
 user = "{self.tenant_user}"
 allow_root = true
+{self.tenants_extra}
 
 [telemetry]
 canary = {str(self.canary).lower()}

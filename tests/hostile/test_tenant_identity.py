@@ -1,0 +1,192 @@
+"""Tenants with a uid of their own (`tenants.uid_range`) cannot reach each other.
+
+A real runtime as root gives each command a uid from 61000 on, with no
+account behind it. A victim command holds its region token in its
+environment and prints a secret; an attacker command, another tenant of the
+same GPU, tries what a tenant sharing the victim's uid could do: read its
+environment, its output (through /proc and in the run folder), signal it,
+write its gate entries and its report file, and write the gate's header
+(setting `holder` or the gate word would park every other tenant). Each
+attempt must fail, the header write with SIGSEGV on the read-only mapping.
+Afterwards every uid is back: nothing runs as one, no home or gate entries
+file is left (and the hygiene checks of make_runtime pass).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from krex_runtime.commands.identities import processes_of
+from krex_runtime.testing.local_runtime import Runtime, command, wait_until
+from krex_runtime.wire.control_client import ControlClient, RequestFailed
+
+FIRST_UID, UIDS, GROUP = 61000, 8, 60999
+PYTHON = "/usr/bin/python3"  # the runtime's own Python may sit where other uids cannot reach
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not Path(PYTHON).exists(), reason=f"needs root and {PYTHON}"
+)
+
+VICTIM = r"""
+import json, os, time
+print(json.dumps({"pid": os.getpid(), "uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(),
+                  "tenant": os.environ["KREX_TENANT_ID"], "home": os.environ["HOME"]}), flush=True)
+print("SECRET-OUTPUT", flush=True)
+time.sleep(120)
+"""
+
+ATTACKER = r"""
+import ctypes, errno, json, mmap, os, signal, sys
+victim = json.loads(sys.argv[1])
+run_dir, gate = os.environ["KREX_RUN_DIR"], os.environ["KREX_GATE_PATH"]
+found = {"uid": os.getuid(), "groups": sorted(os.getgroups())}
+
+def attempt(name, fn):
+    try:
+        fn()
+        found[name] = "ok"
+    except OSError as exc:
+        found[name] = errno.errorcode[exc.errno]
+
+def read(path):
+    with open(path, "rb") as f:
+        f.read()
+
+attempt("environ", lambda: read(f"/proc/{victim['pid']}/environ"))
+attempt("stdout_fd", lambda: read(f"/proc/{victim['pid']}/fd/1"))
+attempt("output_file", lambda: read(f"{run_dir}/output/{victim['id']}.stdout"))
+attempt("signal", lambda: os.kill(victim["pid"], signal.SIGSTOP))
+attempt("entries", lambda: os.close(os.open(f"{gate}.{victim['tenant']}", os.O_RDWR)))
+attempt("own_entries", lambda: os.close(os.open(f"{gate}.{os.environ['KREX_TENANT_ID']}", os.O_RDWR)))
+attempt("report", lambda: os.close(os.open(f"{run_dir}/tenant-reports/{victim['id']}.unprotected", os.O_WRONLY)))
+attempt("home", lambda: os.listdir(victim["home"]))
+attempt("header_rw", lambda: os.close(os.open(gate, os.O_RDWR)))
+
+# The header mapped the way the interception library maps it: read-only.
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+fd = os.open(gate, os.O_RDONLY)
+addr = libc.mmap(None, 256, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+found["mprotect"] = errno.errorcode.get(ctypes.get_errno(), "ok") if libc.mprotect(
+    ctypes.c_void_p(addr), 256, mmap.PROT_READ | mmap.PROT_WRITE) else "ok"
+print(json.dumps(found), flush=True)
+if os.fork() == 0:  # the write itself, in a child: it dies of SIGSEGV
+    ctypes.c_int64.from_address(addr + 32).value = int(os.environ["KREX_TENANT_ID"])  # holder
+    os._exit(0)
+print(json.dumps({"header_write": os.WEXITSTATUS(s) if os.WIFEXITED(s := os.wait()[1]) else -os.WTERMSIG(s)}))
+"""
+
+
+@pytest.fixture
+def open_root() -> Iterator[Path]:
+    """A folder the tenants' uids may pass through (tmp_path is root's alone)."""
+    path = Path(tempfile.mkdtemp(prefix="krex-identity-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _uid_range(extra: str = "") -> str:
+    return f"uid_range = [{FIRST_UID}, {UIDS}]\ngroup = \"{GROUP}\"\n{extra}"
+
+
+def _running_as_range() -> list[int]:
+    return [pid for uid in range(FIRST_UID, FIRST_UID + UIDS) for pid in processes_of(uid)]
+
+
+def test_tenants_with_their_own_uids_cannot_reach_each_other(open_root: Path, make_runtime: Any) -> None:
+    rt = make_runtime(parent=open_root, policy="krex", sim=1, tenants_extra=_uid_range(),
+                      runtime_extra='read_only_group = "*"')
+    victim_id = rt.krex("submit", "--", PYTHON, "-c", VICTIM).stdout.strip()
+    out = rt.run_dir / "output" / f"{victim_id}.stdout"
+    wait_until(lambda: out.exists() and b"SECRET-OUTPUT" in out.read_bytes(), 60, "the victim's first lines")
+    victim = json.loads(out.read_text().splitlines()[0]) | {"id": victim_id}
+    assert FIRST_UID <= victim["uid"] < FIRST_UID + UIDS and victim["gid"] == victim["uid"]
+    assert victim["groups"] == [GROUP]  # its own group is its primary one
+    entries = rt.run_dir / "gates" / f"gpu0.gate.{victim['tenant']}"
+    assert (entries.stat().st_uid, entries.stat().st_mode & 0o777) == (victim["uid"], 0o600)
+
+    done = rt.krex("run", "--", PYTHON, "-c", ATTACKER, json.dumps(victim))
+    assert done.returncode == 0, done.stderr
+    first, second = (json.loads(line) for line in done.stdout.splitlines()[-2:])
+    assert first.pop("uid") not in (victim["uid"], 0)
+    assert first.pop("own_entries") == "ok"  # its own entries are its to write
+    assert first == {
+        "groups": sorted(first["groups"]), "environ": "EACCES", "stdout_fd": "EACCES", "output_file": "EACCES",
+        "signal": "EPERM", "entries": "EACCES", "report": "EACCES", "home": "EACCES", "header_rw": "EACCES",
+        "mprotect": "EACCES",
+    }
+    assert second == {"header_write": -11}  # SIGSEGV: the gate's header is not a tenant's to write
+    with rt.client() as c:
+        assert c.call("status")["gpus"][0]["running"] == [victim_id]  # the victim was neither stopped nor killed
+
+    # Its output streams to operators and its submitter, not to another local user.
+    with ControlClient(f"ipc://{rt.run_dir}/control-ro.sock", timeout_s=10) as c:
+        assert c.call("wait", {"id": victim_id, "attach": True})["id"] == victim_id  # root: an operator
+    stranger = _as_uid(FIRST_UID + UIDS + 5, lambda: _try_wait(rt.run_dir, victim_id))
+    assert stranger.startswith("forbidden: the output of ") and "streams only to its submitter" in stranger
+
+    assert rt.krex("cancel", victim_id).returncode == 0
+    wait_until(lambda: not _running_as_range(), 30, "no process left under the tenants' uids")
+    assert not entries.exists()
+    assert not list((rt.run_dir / "tenant-homes").glob("*"))
+
+
+def _try_wait(run_dir: Path, command_id: str) -> str:
+    try:
+        with ControlClient(f"ipc://{run_dir}/control-ro.sock", timeout_s=10) as c:
+            c.call("wait", {"id": command_id, "attach": True})
+    except RequestFailed as exc:
+        return f"{exc.code}: {exc}"
+    return "streamed"
+
+
+def _as_uid(uid: int, fn: Any) -> str:
+    """`fn()` in a forked child running as `uid` (no account needed)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            result = fn()
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            result = f"raised {exc!r}"
+        os.write(write_end, result.encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        data = f.read().decode()
+    os.waitpid(pid, 0)
+    return data
+
+
+@pytest.mark.parametrize(
+    "tenants, line",
+    [
+        ("uid_range = [1, 10]\ngroup = \"60999\"", "tenants.uid_range 1..10 holds the account 'daemon': its uids must be unused"),
+        (_uid_range("[pool]\nzygote = true"), "tenants.uid_range cannot be used with forked mode yet"),
+        (f"uid_range = [{FIRST_UID}, {UIDS}]", "tenants.uid_range needs tenants.group (or tenants.user"),
+        (f"uid_range = [{FIRST_UID}]\ngroup = \"{GROUP}\"", "tenants.uid_range is [first uid, how many]"),
+    ],
+)
+def test_a_uid_range_that_cannot_work_is_one_line(tmp_path: Path, tenants: str, line: str) -> None:
+    rt = Runtime(tmp_path / "rt", tenants_extra=tenants)
+    rt.root.mkdir(parents=True)
+    rt.write_config()
+    done = subprocess.run([*command("krex-runtime"), "--config", str(rt.config_path), "--sim", "1"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 125 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert line in done.stderr
