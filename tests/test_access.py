@@ -476,7 +476,7 @@ def test_commands_run_as_the_tenant_user(accounts: Accounts, open_root: Path, ma
     assert mode_of(rt.run_dir) == (0o701, 0, 0)
     assert mode_of(rt.run_dir / "region.sock") == (0o660, 0, tenant.gid)
     assert mode_of(rt.run_dir / "gates") == (0o710, 0, tenant.gid)
-    assert mode_of(rt.run_dir / "gates" / "gpu0.gate") == (0o660, 0, tenant.gid)
+    assert mode_of(rt.run_dir / "gates" / "gpu0.gate") == (0o640, 0, tenant.gid)  # the header: read-only to tenants
 
     done = krex_as_submitter(rt, open_root, "run", "--", "sh", "-c", "id -u; id -G; echo $HOME $USER")
     assert done.returncode == 0, done.stderr

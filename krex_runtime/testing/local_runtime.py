@@ -62,6 +62,7 @@ class Runtime:
     dispatcher_extra: str = ""  # more lines of [dispatcher]
     tenant_user: str = ""  # tenants.user; "": as whoever starts the runtime, root included
     tenants_extra: str = ""  # more lines of [tenants]
+    runtime_argv: tuple[str, ...] = ()  # how to start krex-runtime; (): this Python's
     trace_file: Path | None = None  # None: <run_dir>/trace.jsonl
     keep_finished: int | None = None  # finished commands kept in memory (node state, dispatcher); None: defaults
     proc: subprocess.Popen[bytes] | None = None
@@ -133,7 +134,7 @@ canary_target_ms = {self.canary_target_ms}
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [
-                    *command("krex-runtime"),
+                    *(self.runtime_argv or command("krex-runtime")),
                     "--config",
                     str(self.config_path),
                     *(["--sim", str(self.sim)] if self.sim else []),

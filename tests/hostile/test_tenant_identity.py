@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -190,3 +191,47 @@ def test_a_uid_range_that_cannot_work_is_one_line(tmp_path: Path, tenants: str, 
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 125 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert line in done.stderr
+
+
+POOLED = r"""
+import errno, json, os, signal, sys
+pids = [int(p) for p in sys.argv[1:]]
+own = os.getpid() if os.getpid() in pids else os.getppid()  # the context process it runs in
+other = next(p for p in pids if p != own)
+found = {"uid": os.getuid(), "worker_uid": os.stat(f"/proc/{own}").st_uid}
+for name, fn in (("environ", lambda: open(f"/proc/{other}/environ", "rb").read()),
+                 ("signal", lambda: os.kill(other, signal.SIGSTOP))):
+    try:
+        fn()
+        found[name] = "ok"
+    except OSError as exc:
+        found[name] = errno.errorcode[exc.errno]
+print(json.dumps(found))
+"""
+
+
+def test_context_processes_have_uids_of_their_own(open_root: Path, make_runtime: Any) -> None:
+    """Each context process runs as its own uid, and so do the commands it runs;
+    one cannot read or signal another. The runtime runs under a Python every
+    uid may run (its context processes run the runtime's own interpreter)."""
+    site = next(Path(sys.prefix, "lib").glob("python3*/site-packages"))
+    rt = make_runtime(
+        parent=open_root, policy="krex", sim=1, tenants_extra=_uid_range(),
+        extra_config="[pool]\nsize_per_gpu = 2\nmax_commands = 1\n",
+        runtime_argv=(PYTHON, "-m", "krex_runtime.main"),
+        runtime_env={"PYTHONPATH": os.pathsep.join([str(site), str(Path(__file__).parents[2])])},
+    )
+
+    def workers() -> dict[str, Any]:
+        with rt.client() as c:
+            found = c.call("snapshot")["state"]["gpus"][0]["pool"]["workers"]
+        return found if sum(w["state"] == "idle" for w in found.values()) == 2 else {}
+
+    pids = [w["pid"] for w in wait_until(workers, 120, "two warm context processes").values()]
+    uids = [os.stat(f"/proc/{pid}").st_uid for pid in pids]
+    assert len(set(uids)) == 2 and all(FIRST_UID <= u < FIRST_UID + UIDS for u in uids)
+    done = rt.krex("run", "--mode", "pooled", "--", "python", "-c", POOLED, str(pids[0]), str(pids[1]))
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found.pop("uid") == found.pop("worker_uid") in uids  # a pooled command runs as its context process
+    assert found == {"environ": "EACCES", "signal": "EPERM"}  # and cannot reach the other one
