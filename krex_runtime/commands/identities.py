@@ -2,10 +2,11 @@
 
 Tenants that share a uid can read each other's /proc/<pid>/environ (their
 region tokens), open each other's descriptors, signal and ptrace each other
-and write each other's files. With a range configured, each process-mode
+and write each other's files. With a range configured, each process or forked
 command and each context process runs as a uid from it, with a group of the
 same number as its primary group and the tenants' group as its only other
-one; nothing else runs as that uid while the tenant lives.
+one; nothing else runs as that uid while the tenant lives. (A forked
+command's child takes it from the zygote: tenant/forked_child.py.)
 
 A uid is handed out by `take` and comes back by `give_back` once the tenant's
 processes have ended (its cgroup is empty by then). Whatever still runs as

@@ -297,11 +297,7 @@ def validate(config: Config) -> Config:
             not config.tenants.uid_range or bool(config.tenants.user or config.tenants.group),
             "tenants.uid_range needs tenants.group (or tenants.user, whose group it then is)",
         ),
-        (
-            not (config.tenants.uid_range and config.pool.zygote),
-            "tenants.uid_range cannot be used with forked mode yet (pool.zygote = true): "
-            "a zygote's children would share its uid",
-        ),
+
         (
             config.dispatcher.default_mode != "pooled" or config.pool.size_per_gpu >= 1,
             "dispatcher.default_mode = \"pooled\" needs a context pool (pool.size_per_gpu >= 1)",

@@ -115,6 +115,8 @@ def _prepare_claimed(
             raise StartupError(str(exc)) from None
         if config.telemetry.canary or config.pool.size_per_gpu > 0:
             _check_tenant_runs_python(tenant_user, {**os.environ, **config.tenants.env, **access.tenants_env(tenant_user)})
+    if tenant_user is not None and tenant_user.uids is not None:
+        _check_enough_uids(config, len(gpus), tenant_user.uids[1])
     cgroup_slice = _open_cgroups(config, run_dir)
     try:
         recovered = machinery.recover(run_dir, cgroup_slice)
@@ -133,6 +135,17 @@ def _prepare_claimed(
         identities = Identities(*tenant_user.uids, tenant_user.gid, run_dir)
     return Host(run_dir, output_dir, library, tenant_user, run_as, curve_keys, cgroup_slice, recovered, claims,
                 identities)
+
+
+def _check_enough_uids(config: Config, gpus: int, count: int) -> None:
+    """Every tenant that can run at once needs a uid of its own."""
+    slots = 1 if config.runtime.policy == "command" else config.dispatcher.slots_per_gpu
+    most = gpus * (slots + config.pool.size_per_gpu + (1 if config.telemetry.canary else 0))
+    if count < most:
+        raise StartupError(
+            f"tenants.uid_range has {count} uids, fewer than the {most} tenants this node can run at once "
+            "(per GPU: dispatcher.slots_per_gpu, pool.size_per_gpu and a canary)"
+        )
 
 
 def recover_left_state(config: Config) -> list[str]:

@@ -178,9 +178,10 @@ def _as_uid(uid: int, fn: Any) -> str:
     "tenants, line",
     [
         ("uid_range = [1, 10]\ngroup = \"60999\"", "tenants.uid_range 1..10 holds the account 'daemon': its uids must be unused"),
-        (_uid_range("[pool]\nzygote = true"), "tenants.uid_range cannot be used with forked mode yet"),
         (f"uid_range = [{FIRST_UID}, {UIDS}]", "tenants.uid_range needs tenants.group (or tenants.user"),
         (f"uid_range = [{FIRST_UID}]\ngroup = \"{GROUP}\"", "tenants.uid_range is [first uid, how many]"),
+        (f"uid_range = [{FIRST_UID}, 3]\ngroup = \"{GROUP}\"",
+         "tenants.uid_range has 3 uids, fewer than the 4 tenants this node can run at once"),
     ],
 )
 def test_a_uid_range_that_cannot_work_is_one_line(tmp_path: Path, tenants: str, line: str) -> None:
@@ -210,14 +211,31 @@ print(json.dumps(found))
 """
 
 
-def test_context_processes_have_uids_of_their_own(open_root: Path, make_runtime: Any) -> None:
+FORKED = r"""
+import errno, json, os, signal, sys
+other = int(sys.argv[1])
+found = {"uid": os.getuid(), "zygote_uid": os.stat(f"/proc/{os.getppid()}").st_uid}
+for name, fn in (("own_environ", lambda: open("/proc/self/environ", "rb").read()),
+                 ("environ", lambda: open(f"/proc/{other}/environ", "rb").read()),
+                 ("signal", lambda: os.kill(other, signal.SIGSTOP))):
+    try:
+        fn()
+        found[name] = "ok"
+    except OSError as exc:
+        found[name] = errno.errorcode[exc.errno]
+print(json.dumps(found))
+"""
+
+
+def test_context_processes_and_forked_commands_have_uids_of_their_own(open_root: Path, make_runtime: Any) -> None:
     """Each context process runs as its own uid, and so do the commands it runs;
-    one cannot read or signal another. The runtime runs under a Python every
-    uid may run (its context processes run the runtime's own interpreter)."""
+    a forked command takes its own uid as the zygote's child. None can read or
+    signal another. The runtime runs under a Python every uid may run (its
+    context processes and zygote run the runtime's own interpreter)."""
     site = next(Path(sys.prefix, "lib").glob("python3*/site-packages"))
     rt = make_runtime(
         parent=open_root, policy="krex", sim=1, tenants_extra=_uid_range(),
-        extra_config="[pool]\nsize_per_gpu = 2\nmax_commands = 1\n",
+        extra_config="[pool]\nsize_per_gpu = 2\nzygote = true\n",
         runtime_argv=(PYTHON, "-m", "krex_runtime.main"),
         runtime_env={"PYTHONPATH": os.pathsep.join([str(site), str(Path(__file__).parents[2])])},
     )
@@ -225,7 +243,8 @@ def test_context_processes_have_uids_of_their_own(open_root: Path, make_runtime:
     def workers() -> dict[str, Any]:
         with rt.client() as c:
             found = c.call("snapshot")["state"]["gpus"][0]["pool"]["workers"]
-        return found if sum(w["state"] == "idle" for w in found.values()) == 2 else {}
+            zygote = c.call("status")["gpus"][0]["zygote"].get("state")
+        return found if sum(w["state"] == "idle" for w in found.values()) == 2 and zygote == "ready" else {}
 
     pids = [w["pid"] for w in wait_until(workers, 120, "two warm context processes").values()]
     uids = [os.stat(f"/proc/{pid}").st_uid for pid in pids]
@@ -235,3 +254,9 @@ def test_context_processes_have_uids_of_their_own(open_root: Path, make_runtime:
     found = json.loads(done.stdout.splitlines()[-1])
     assert found.pop("uid") == found.pop("worker_uid") in uids  # a pooled command runs as its context process
     assert found == {"environ": "EACCES", "signal": "EPERM"}  # and cannot reach the other one
+
+    done = rt.krex("run", "--mode", "forked", "--", "python", "-c", FORKED, str(pids[0]))
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert FIRST_UID <= found.pop("uid") < FIRST_UID + UIDS and found.pop("zygote_uid") == 0
+    assert found == {"own_environ": "ok", "environ": "EACCES", "signal": "EPERM"}
