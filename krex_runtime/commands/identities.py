@@ -53,6 +53,7 @@ class Identities:
         self._free: collections.deque[int] = collections.deque(range(first, first + count))
         self._taken: set[int] = set()
         self._homes = run_dir / HOMES
+        shutil.rmtree(self._homes, ignore_errors=True)  # a previous run's: no tenant lives yet
 
     def __contains__(self, uid: int) -> bool:
         return self.first <= uid < self.first + self.count
