@@ -100,16 +100,22 @@ class Identities:
 
 
 def processes_of(uid: int) -> list[int]:
-    """Pids of the processes running as `uid` (the owner of /proc/<pid> is its euid;
-    a process that changed only its real uid away is not one of ours to find)."""
+    """Pids of the processes with `uid` as their real, effective or saved uid
+    (read from /proc/<pid>/status: the owner of /proc/<pid> is root's for a
+    process that made itself non-dumpable)."""
     found = []
     for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if os.stat(f"/proc/{name}").st_uid == uid:
-                    found.append(int(name))
-            except OSError:
-                pass
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Uid:"):
+                        if uid in (int(x) for x in line.split()[1:4]):
+                            found.append(int(name))
+                        break
+        except (OSError, ValueError):
+            pass
     return found
 
 
