@@ -76,6 +76,7 @@ class Gate:
         self._header = header
         self.max_procs = self._hget("max_procs")  # entries per tenant
         self._tables: dict[int, Mapping] = {}  # tenant id -> its entries
+        self._owners: dict[int, int] = {}  # tenant id -> the uid its processes run as, where it has its own
 
     # -- lifetime --
 
@@ -101,7 +102,7 @@ class Gate:
         for stale in entries_files(path).values():  # a previous runtime's tenants
             stale.unlink(missing_ok=True)
         gate = cls.__new__(cls)
-        gate.path, gate.max_procs, gate._tables = path, max_procs, {}
+        gate.path, gate.max_procs, gate._tables, gate._owners = path, max_procs, {}, {}
         tmp_header = Mapping.create(path.with_name(f".{path.name}.new"), HEADER_SIZE, mode=mode)
         gate._header = tmp_header
         gate._hset("version", VERSION)
@@ -148,6 +149,9 @@ class Gate:
                 continue  # removed meanwhile, or another tenant's
             if table.size >= entries_size(gate.max_procs):
                 gate._tables[tenant] = table
+                owner = entries.stat().st_uid
+                if owner != os.geteuid():
+                    gate._owners[tenant] = owner
             else:
                 table.close()
         return gate
@@ -160,11 +164,14 @@ class Gate:
         if old is not None:
             old.close()
         self._tables[tenant_id] = Mapping.create(path, entries_size(self.max_procs), owner=owner, mode=mode)
+        if owner[0] != -1:
+            self._owners[tenant_id] = owner[0]
         return path
 
     def remove_tenant(self, tenant_id: int) -> None:
         """Forget a tenant whose processes have all ended, and remove its entries file."""
         table = self._tables.pop(tenant_id, None)
+        self._owners.pop(tenant_id, None)
         entries_path(self.path, tenant_id).unlink(missing_ok=True)
         if table is not None:
             table.close()
@@ -284,8 +291,20 @@ class Gate:
             calls_total=get("calls_total"), parks_total=get("parks_total"), drains_total=get("drains_total"),
             drain_ack_ns=get("drain_ack_ns"),
             calls={name: calls_arr[i] for i, name in enumerate(CALL_CLASSES[:CLASS_SLOTS])},
-            alive=state == PROC_LIVE and process_alive(pid, start),
+            alive=state == PROC_LIVE and process_alive(pid, start) and self._runs_as_owner(tenant, pid),
         )
+
+    def _runs_as_owner(self, tenant: int, pid: int) -> bool:
+        """A tenant with a uid of its own writes its entries itself: an entry
+        naming a process of another uid (another tenant's, to have the runtime
+        drain or lock it) is not believed, and counts as no process."""
+        uid = self._owners.get(tenant)
+        if uid is None:
+            return True
+        try:
+            return os.stat(f"/proc/{pid}").st_uid == uid
+        except OSError:
+            return False
 
     def _live_indices(self, tenant: int) -> list[int]:
         """Indices of a tenant's LIVE entries, read as one strided slice: region

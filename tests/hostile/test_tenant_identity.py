@@ -27,6 +27,8 @@ from typing import Any
 import pytest
 
 from krex_runtime.commands.identities import processes_of
+from krex_runtime.regions import gate_layout
+from krex_runtime.regions.gate import Gate
 from krex_runtime.testing.local_runtime import Runtime, command, wait_until
 from krex_runtime.wire.control_client import ControlClient, RequestFailed
 
@@ -116,6 +118,14 @@ def test_tenants_with_their_own_uids_cannot_reach_each_other(open_root: Path, ma
     assert victim["groups"] == [GROUP]  # its own group is its primary one
     entries = rt.run_dir / "gates" / f"gpu0.gate.{victim['tenant']}"
     assert (entries.stat().st_uid, entries.stat().st_mode & 0o777) == (victim["uid"], 0o600)
+    with Gate.attach(rt.run_dir / "gates" / "gpu0.gate") as gate:
+        # An entry naming a process of another uid (written here as its own
+        # tenant could) is not believed: the runtime never drains or locks it.
+        for name, value in (("pid", 1), ("start_time", 0), ("in_call", 1), ("state", gate_layout.PROC_LIVE)):
+            gate._pget(int(victim["tenant"]), 3, name).value = value
+        assert [e.pid for e in gate.processes()] == []
+    report = rt.run_dir / "tenant-reports" / f"{victim_id}.unprotected"  # handed to its uid as it started
+    assert (report.stat().st_uid, report.stat().st_mode & 0o777) == (victim["uid"], 0o600)
 
     done = rt.krex("run", "--", PYTHON, "-c", ATTACKER, json.dumps(victim))
     assert done.returncode == 0, done.stderr
