@@ -13,6 +13,7 @@ only ever appends to its own.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from krex_runtime.commands.job import Job
 
 FOLDER = "tenant-reports"
+log = logging.getLogger("krex.commands")
 
 
 def report_file(run_dir: Path, run_as: RunAs | None, name: str) -> Path:
@@ -50,4 +52,7 @@ def hand_over(job: Job, identity: Identity | None) -> None:
         return
     for path in (job.auto_region_report, job.unprotected_path):
         if path is not None:
-            os.chown(path, identity.uid, identity.gid, follow_symlinks=False)
+            try:
+                os.chown(path, identity.uid, identity.gid, follow_symlinks=False)
+            except OSError as exc:  # the command runs; it cannot report this fact
+                log.warning("cannot hand %s to uid %d: %s", path, identity.uid, exc.strerror)

@@ -113,7 +113,7 @@ def _prepare_claimed(
             access.check_tenant_can_read(tenant_user, _tenant_files(config, gpus, library))
         except access.AccessError as exc:
             raise StartupError(str(exc)) from None
-        if config.telemetry.canary or config.pool.size_per_gpu > 0:
+        if config.telemetry.canary or config.pool.size_per_gpu > 0 or config.pool.zygote:
             _check_tenant_runs_python(tenant_user, {**os.environ, **config.tenants.env, **access.tenants_env(tenant_user)})
     if tenant_user is not None and tenant_user.uids is not None:
         _check_enough_uids(config, len(gpus), tenant_user.uids[1])
