@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from krex_runtime.commands.identities import processes_of
+from krex_runtime.commands.identities import Identities, processes_of
 from krex_runtime.regions import gate_layout
 from krex_runtime.regions.gate import Gate
 from krex_runtime.testing.local_runtime import Runtime, command, wait_until
@@ -270,3 +270,21 @@ def test_context_processes_and_forked_commands_have_uids_of_their_own(open_root:
     found = json.loads(done.stdout.splitlines()[-1])
     assert FIRST_UID <= found.pop("uid") < FIRST_UID + UIDS and found.pop("zygote_uid") == 0
     assert found == {"own_environ": "ok", "environ": "EACCES", "signal": "EPERM"}
+
+
+def test_a_uid_comes_back_only_with_nothing_left_running_as_it(tmp_path: Path) -> None:
+    """The pool of uids on its own: one uid, taken, exhausted, given back with a
+    leftover process running as it, which is killed; its home goes too."""
+    uids = Identities(FIRST_UID + UIDS, 1, GROUP, tmp_path)
+    identity = uids.take()
+    assert identity is not None and identity.home.is_dir() and identity.home.stat().st_uid == identity.uid
+    assert uids.take() is None  # never two live tenants on one uid
+    leftover = subprocess.Popen(["sleep", "60"], user=identity.uid, group=identity.gid, extra_groups=[])
+    wait_until(lambda: processes_of(identity.uid) == [leftover.pid], 10, "the leftover runs as the uid")
+    uids.give_back(identity)
+    assert leftover.wait(timeout=10) == -9 and not identity.home.exists()
+    again = uids.take()
+    assert again is not None and again.uid == identity.uid
+    uids.give_back(again)
+    uids.close()
+    assert not (tmp_path / "tenant-homes").exists()
