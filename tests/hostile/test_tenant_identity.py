@@ -133,11 +133,13 @@ def test_tenants_with_their_own_uids_cannot_reach_each_other(open_root: Path, ma
     assert first.pop("uid") not in (victim["uid"], 0)
     assert first.pop("own_entries") == "ok"  # its own entries are its to write
     assert first == {
-        "groups": sorted(first["groups"]), "environ": "EACCES", "stdout_fd": "EACCES", "output_file": "EACCES",
+        "groups": [GROUP], "environ": "EACCES", "stdout_fd": "EACCES", "output_file": "EACCES",
         "signal": "EPERM", "entries": "EACCES", "report": "EACCES", "home": "EACCES", "header_rw": "EACCES",
         "mprotect": "EACCES",
     }
     assert second == {"header_write": -11}  # SIGSEGV: the gate's header is not a tenant's to write
+    with Gate.attach(rt.run_dir / "gates" / "gpu0.gate", writable=False) as gate:
+        assert not gate.is_closed and gate.holder == gate_layout.NO_HOLDER
     with rt.client() as c:
         assert c.call("status")["gpus"][0]["running"] == [victim_id]  # the victim was neither stopped nor killed
 
