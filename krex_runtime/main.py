@@ -72,7 +72,7 @@ def root_on_simulator(config: Config, gpus: list[Gpu]) -> Config:
     """Started as root on simulated GPUs only (a laptop, a CI container), tenants
     may run as root: nothing of a real GPU node is at stake. Said in one line."""
     t = config.tenants
-    if os.geteuid() != 0 or t.user or t.allow_root or not gpus or not all(g.simulated for g in gpus):
+    if os.geteuid() != 0 or t.user or t.uid_range or t.allow_root or not gpus or not all(g.simulated for g in gpus):
         return config
     print("krex-runtime: notice: tenants run as root (allowed on simulated GPUs only; "
           "on real GPUs set tenants.user)", file=sys.stderr)

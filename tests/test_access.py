@@ -381,10 +381,12 @@ def test_a_tenant_is_refused_every_change_but_may_read(make_runtime: Any) -> Non
     results, stderr = tenant_try(rt, TENANT_SCRIPT.format(krex=" ".join(KREX), victim=victim, finished=finished))
     krex_error = protocol.EXIT_KREX_ERROR
     assert results == {
-        "cancel": krex_error, "pause": krex_error, "submit": krex_error, "status": 0, "wait": 0,
+        "cancel": krex_error, "pause": krex_error, "submit": krex_error, "status": 0, "wait": krex_error,
         "scrubbed": krex_error, "default-endpoint": krex_error,
     }, stderr
-    assert stderr.count("[forbidden]") == 4, stderr
+    assert stderr.count("[forbidden]") == 5, stderr
+    # Another command's output is not a tenant's to read.
+    assert "'streaming a command's output' is forbidden to tenants of this runtime" in stderr
     assert "'cancel' is forbidden to tenants of this runtime: process " in stderr
     assert "descends from process" in stderr  # the scrubbed one, known by its parent
     assert "'cancel' is refused on the read-only control socket [refused]" in stderr  # tenants' KREX_ENDPOINT
@@ -474,7 +476,7 @@ def test_commands_run_as_the_tenant_user(accounts: Accounts, open_root: Path, ma
     assert mode_of(rt.run_dir) == (0o701, 0, 0)
     assert mode_of(rt.run_dir / "region.sock") == (0o660, 0, tenant.gid)
     assert mode_of(rt.run_dir / "gates") == (0o710, 0, tenant.gid)
-    assert mode_of(rt.run_dir / "gates" / "gpu0.gate") == (0o660, 0, tenant.gid)
+    assert mode_of(rt.run_dir / "gates" / "gpu0.gate") == (0o640, 0, tenant.gid)  # the header: read-only to tenants
 
     done = krex_as_submitter(rt, open_root, "run", "--", "sh", "-c", "id -u; id -G; echo $HOME $USER")
     assert done.returncode == 0, done.stderr

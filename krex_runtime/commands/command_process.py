@@ -178,7 +178,7 @@ def child_setup(cgroup: Path | None, cpus: tuple[int, ...], run_as: RunAs | None
         if run_as is not None:
             os.umask(run_as.umask)
             if run_as.user is not None:
-                os.setgroups([])
+                os.setgroups(list(run_as.groups))
                 os.setgid(run_as.user.gid)
                 os.setuid(run_as.user.uid)
 

@@ -43,17 +43,14 @@ from krex_runtime.commands.command_process import (
 )
 from krex_runtime.commands.output import OutputLoss, OutputSink, pipe_reader, pump_output
 from krex_runtime.commands.context_process import ContextWorker, PooledRun, describe_exit
-from krex_runtime.commands.environment import TenantSetup
+from krex_runtime.commands.environment import AdmitError, TenantSetup
 from krex_runtime.node.config import PoolSection
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.node.sink import EventSink
 from krex_runtime.wire import events
 
 log = logging.getLogger("krex.pool")
-
-
-RETRY_BASE_S = 0.5
-RETRY_MAX_S = 30.0
+RETRY_BASE_S, RETRY_MAX_S = 0.5, 30.0
 LINE_LIMIT = 1 << 20
 
 
@@ -275,6 +272,10 @@ class ContextPool:
         gpu = self.gpus[gpu_index]
         worker_id = f"pool-{self._nonce}-g{gpu_index}-{next(self._ids)}"
         tenant_id = self._setup.new_tenant_id()
+        try:
+            identity = self._setup.admit(gpu_index, tenant_id)  # its uid, its gate entries
+        except AdmitError as exc:
+            return self._cannot_start(gpu_index, str(exc))
         slice_ = self._setup.cgroups
         cgroup = slice_.create(worker_id) if slice_ is not None else None
         runtime_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -296,25 +297,23 @@ class ContextPool:
                 stdout=log_file,
                 stderr=log_file,
                 cwd="/",
-                env=self._setup.env.build(worker_id, tenant_id, {}, gpu),
+                env=self._setup.env.build(worker_id, tenant_id, {}, gpu, identity),
                 start_new_session=True,
                 pass_fds=(worker_end.fileno(),),
-                preexec_fn=child_setup(cgroup, self._setup.cores_of(gpu_index), self._setup.run_as),
+                preexec_fn=child_setup(cgroup, self._setup.cores_of(gpu_index), self._setup.run_as_for(identity)),
             )
         except OSError as exc:
             runtime_end.close()
             if cgroup is not None:
                 cgroup.rmdir()
-            log.error("cannot start a context process on GPU %d: %s", gpu_index, exc)
-            self._retry_later(gpu_index)
-            return
+            self._setup.dismiss(gpu_index, tenant_id, identity)
+            return self._cannot_start(gpu_index, str(exc))
         finally:
             worker_end.close()
             log_file.close()
         reader, writer = await asyncio.open_unix_connection(sock=runtime_end, limit=LINE_LIMIT)
-        worker = ContextWorker(
-            worker_id, gpu_index, tenant_id, cgroup, proc, runtime_end, reader, writer, asyncio.create_task(proc.wait())
-        )
+        worker = ContextWorker(worker_id, gpu_index, tenant_id, cgroup, proc, runtime_end, reader, writer,
+                               asyncio.create_task(proc.wait()), identity=identity)
         self.workers[worker_id] = worker
         self._spawn(worker.listen())
         worker.exited.add_done_callback(lambda _t: self._on_exit(worker))
@@ -350,6 +349,10 @@ class ContextPool:
                     self._log_dir / f"{worker_id}.log")
         self._failures[gpu_index] += 1
         self._retire(worker, "start_failed", why)
+
+    def _cannot_start(self, gpu: int, why: str) -> None:
+        log.error("cannot start a context process on GPU %d: %s", gpu, why)
+        self._retry_later(gpu)
 
     def _context_kind(self, gpu: Gpu) -> str:
         if self.settings.context != "auto":
@@ -390,6 +393,7 @@ class ContextPool:
         worker.writer.close()
         if worker.cgroup is not None:
             await asyncio.to_thread(cgroups.kill_and_remove, worker.cgroup)
+        self._setup.dismiss(worker.gpu, worker.tenant_id, worker.identity)
 
     def _on_exit(self, worker: ContextWorker) -> None:
         """A context process that dies while idle (killed from outside) is replaced."""

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from krex_runtime.commands.identities import Identity
+
 log = logging.getLogger("krex.pool")
 
 
@@ -33,6 +35,7 @@ class ContextWorker:
     run: PooledRun | None = None
     retire_after: str = ""  # set by `recycle`: replace once the current command is done
     inbox: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
+    identity: Identity | None = None  # tenants.uid_range: the uid it (and every command it runs) runs as
 
     @property
     def pid(self) -> int:

@@ -20,13 +20,13 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Protocol
 
-from krex_runtime.commands import auto_regions, fair_share, unprotected
+from krex_runtime.commands import auto_regions, fair_share, tenant_reports, unprotected
 from krex_runtime.commands.command_process import Outcome
 from krex_runtime.node.config import Config
 from krex_runtime.commands.context_pool import ContextPool
 from krex_runtime.commands.job import Job, check_spawnable
 from krex_runtime.commands.context_process import ContextWorker
-from krex_runtime.commands.environment import TenantSetup
+from krex_runtime.commands.environment import AdmitError, TenantSetup
 from krex_runtime.commands.launchers import Launchers
 from krex_runtime.commands.tenants import TenantRegistry
 from krex_runtime.commands.zygote import Zygotes
@@ -280,7 +280,8 @@ class Dispatcher:
             worker = self.pool.take(gpu_index, job.id)
             # The context process's tenant id: its interception library and
             # gate slot were set up under it.
-            job.tenant_id, job.worker = worker.tenant_id, worker.id
+            job.tenant_id, job.worker, job.identity = worker.tenant_id, worker.id, worker.identity
+            tenant_reports.hand_over(job, worker.identity)
         else:
             job.tenant_id = self._setup.new_tenant_id()
         job.stdout_path = self._output_dir / f"{job.id}.stdout"
@@ -301,14 +302,26 @@ class Dispatcher:
                 self.leased_gpus.discard(gpu.index)
                 self._finish(job, Outcome("failed", None, None, f"lease refused: {exc}"), "failed", started=False)
                 return
+        admitted = False
         try:
             if worker is not None:
                 await self._launch.run_pooled(job, gpu, worker)
-            elif job.mode == "forked":
+                return
+            assert job.tenant_id is not None
+            try:
+                job.identity = self._setup.admit(gpu.index, job.tenant_id)
+            except AdmitError as exc:
+                self._finish(job, Outcome("failed", None, None, f"cannot start: {exc}"), "failed", started=False)
+                return
+            admitted = True
+            tenant_reports.hand_over(job, job.identity)
+            if job.mode == "forked":
                 await self._launch.run_forked(job, gpu)
             else:
                 await self._launch.run_process(job, gpu)
         finally:
+            if admitted:  # its processes have ended: its uid and gate entries go back
+                self._setup.dismiss(gpu.index, job.tenant_id, job.identity)  # type: ignore[arg-type]
             if release_lease is not None:
                 release_lease()
                 self.leased_gpus.discard(gpu.index)

@@ -9,6 +9,11 @@ auto-regions its start-up hook goes first, tenant/auto_region.py), and
 under policy krex hands it its GPU's gate, the region socket and its region
 token. The variable names come from krex_runtime/tenant/env.py,
 which the tenant-side code reads.
+
+Under policy krex every tenant (a process or forked command, a context
+process) also gets its own entries in its GPU's gate before it starts and
+loses them after its processes have ended (`TenantSetup.admit`, `dismiss`);
+with `tenants.uid_range` it gets its own uid too (commands/identities.py).
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from pathlib import Path
 from typing import Protocol
 
 from krex_runtime.commands.cgroups import CgroupSlice
-from krex_runtime.node.access import RunAs
+from krex_runtime.commands.identities import Identities, Identity
+from krex_runtime.node.access import RunAs, TenantUser
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.tenant import env as names
 from krex_runtime.tenant import python_path
@@ -28,6 +34,19 @@ from krex_runtime.tenant import python_path
 
 class TokenSource(Protocol):
     def token_for(self, tenant_id: int) -> str: ...
+
+
+class AdmitError(Exception):
+    """A tenant that cannot be given what it must start with; one line."""
+
+
+class TenantGates(Protocol):
+    """The gates' side of a tenant's life (regions/machinery.py): its entries
+    file, writable by its uid (`owner`, else the tenants' user) and the runtime."""
+
+    def admit(self, gpu: int, tenant_id: int, owner: Identity | None) -> None: ...
+
+    def dismiss(self, gpu: int, tenant_id: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -54,7 +73,10 @@ class TenantEnvironment:
     def __post_init__(self) -> None:
         object.__setattr__(self, "python_dir", python_path.prepare(self.run_dir))
 
-    def build(self, command_id: str, tenant_id: int | None, command_env: dict[str, str], gpu: Gpu) -> dict[str, str]:
+    def build(
+        self, command_id: str, tenant_id: int | None, command_env: dict[str, str], gpu: Gpu,
+        identity: Identity | None = None,
+    ) -> dict[str, str]:
         """The environment of one tenant. A context process gets it too, under
         its own id (its commands' ids are mapped to it by the runtime, never
         read from its environment)."""
@@ -73,6 +95,9 @@ class TenantEnvironment:
             }
         )
         env.update(self.user_env)
+        if identity is not None:
+            name = f"tenant{identity.uid}"
+            env.update({"HOME": str(identity.home), "USER": name, "LOGNAME": name})
         # Last: a PYTHONPATH the command brings keeps its place in front.
         env["PYTHONPATH"] = _prepend(env.get("PYTHONPATH", ""), str(self.python_dir), os.pathsep)
         if env.get(names.AUTO_REGION) == "1":
@@ -104,10 +129,43 @@ class TenantSetup:
     cgroups: CgroupSlice | None
     cores: dict[int, tuple[int, ...]]  # GPU index -> the cores its tenants may use (empty: any)
     run_as: RunAs | None
+    gates: TenantGates | None = None  # policy krex
+    identities: Identities | None = None  # tenants.uid_range
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def new_tenant_id(self) -> int:
         return next(self._ids)
+
+    def admit(self, gpu: int, tenant_id: int) -> Identity | None:
+        """Before a tenant starts: its uid (with a range) and its gate entries.
+        AdmitError says why it cannot start."""
+        identity = None
+        if self.identities is not None:
+            identity = self.identities.take()
+            if identity is None:
+                raise AdmitError(f"all {self.identities.count} uids of tenants.uid_range are in use")
+        if self.gates is not None:
+            try:
+                self.gates.admit(gpu, tenant_id, identity)
+            except OSError as exc:
+                if identity is not None and self.identities is not None:
+                    self.identities.give_back(identity)
+                raise AdmitError(f"cannot make its gate entries: {exc.strerror or exc}") from None
+        return identity
+
+    def dismiss(self, gpu: int, tenant_id: int, identity: Identity | None) -> None:
+        """After a tenant's processes have all ended."""
+        if self.gates is not None:
+            self.gates.dismiss(gpu, tenant_id)
+        if identity is not None and self.identities is not None:
+            self.identities.give_back(identity)
+
+    def run_as_for(self, identity: Identity | None) -> RunAs | None:
+        """What a tenant takes on between fork and exec: its own uid, or the tenants' user."""
+        if identity is None or self.run_as is None:
+            return self.run_as
+        user = TenantUser(f"tenant{identity.uid}", identity.uid, identity.gid, str(identity.home))
+        return RunAs(user, self.run_as.umask, (identity.group,))
 
     def cores_of(self, gpu: int) -> tuple[int, ...]:
         return self.cores.get(gpu, ())

@@ -89,6 +89,10 @@ class ForkedRun:
         go_r, go_w = os.pipe()
         self.zygote.runs[spec.command_id] = self
         msg = {"type": "fork", "id": spec.command_id, "entry": self.entry, "cwd": spec.cwd, "env": spec.env}
+        user = spec.run_as.user if spec.run_as is not None else None
+        if user is not None and spec.run_as is not None and spec.run_as.groups:  # a uid of its own (identities)
+            msg["identity"] = {"uid": user.uid, "gid": user.gid, "groups": list(spec.run_as.groups),
+                               "umask": spec.run_as.umask}
         try:
             await self.zygote.send(msg, [out_w, err_w, go_r])
         except OSError as exc:

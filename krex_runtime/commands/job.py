@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from krex_runtime.commands.identities import Identity
 from krex_runtime.commands.command_process import CommandProcess, Outcome
 from krex_runtime.commands.context_process import PooledRun
 from krex_runtime.commands.forked_process import ForkedRun
@@ -51,6 +52,8 @@ class Job:
     share: str = "default"  # fair-share key (commands/fair_share.py)
     share_tag: float = 0.0  # its place in the admission order (fair_share.FairShare.tag)
     output_loss: OutputLoss = field(default_factory=OutputLoss)  # output its files did not get (a full disk)
+    identity: Identity | None = None  # tenants.uid_range: the uid it runs as (pooled: its context process's)
+    submitter_uid: int | None = None  # who submitted it, by the kernel's word (None: unknown, tcp)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property

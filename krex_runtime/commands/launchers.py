@@ -44,7 +44,7 @@ class Launchers:
         self._zygotes = zygotes
 
     def env_of(self, job: Job, gpu: Gpu) -> dict[str, str]:
-        return self._setup.env.build(job.id, job.tenant_id, job.env, gpu)
+        return self._setup.env.build(job.id, job.tenant_id, job.env, gpu, job.identity)
 
     def _spec(self, job: Job, gpu: Gpu, cgroup: Path | None) -> LaunchSpec:
         assert job.stdout_path is not None and job.stderr_path is not None
@@ -61,7 +61,7 @@ class Launchers:
             stderr_path=job.stderr_path,
             cgroup=cgroup,
             cpus=self._setup.cores_of(gpu.index),
-            run_as=self._setup.run_as,
+            run_as=self._setup.run_as_for(job.identity),
         )
 
     async def run_process(self, job: Job, gpu: Gpu) -> None:

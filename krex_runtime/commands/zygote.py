@@ -32,6 +32,7 @@ from krex_runtime.commands import cgroups, process_tree
 from krex_runtime.commands.command_process import child_setup
 from krex_runtime.commands.context_process import describe_exit
 from krex_runtime.commands.environment import TenantSetup
+from krex_runtime.node.access import RunAs
 from krex_runtime.commands.forked_process import ZygoteLink
 from krex_runtime.node.config import PoolSection
 from krex_runtime.node.gpus import Gpu
@@ -179,7 +180,7 @@ class Zygotes:
                 env=self._setup.env.build(zygote_id, None, {}, gpu),
                 start_new_session=True,
                 pass_fds=(zygote_end.fileno(),),
-                preexec_fn=child_setup(cgroup, self._setup.cores_of(gpu_index), self._setup.run_as),
+                preexec_fn=child_setup(cgroup, self._setup.cores_of(gpu_index), self._zygote_run_as()),
             )
         except OSError as exc:
             runtime_end.close()
@@ -269,6 +270,15 @@ class Zygotes:
         self._spawn(self._bury(z))
         if again:
             self._retry_later(z.gpu)
+
+    def _zygote_run_as(self) -> RunAs | None:
+        """With a uid per tenant the zygote keeps the runtime's uid, so that each
+        child can become its command's uid (tenant/forked_child.py) before it
+        runs anything of the command; the zygote itself runs no tenant code."""
+        run_as = self._setup.run_as
+        if self._setup.identities is not None and run_as is not None:
+            return RunAs(None, run_as.umask)
+        return run_as
 
     def _retry_later(self, gpu: int) -> None:
         if self._closing:

@@ -15,6 +15,11 @@ by accident; access is then granted file by file:
 Commands and context processes run as `tenants.user` (its primary group, no
 supplementary groups) with the umask the runtime was started with. A runtime
 started as root refuses to run them as root unless `tenants.allow_root`.
+With `tenants.uid_range` each runs as a uid of its own from the range instead
+(commands/identities.py), its group of the same number, and the tenants'
+group (`tenants.group`, else the user's) as its only supplementary group:
+what all tenants reach (the region socket, the gates, the tenant-reports
+folder) is group-owned by that group, what is one tenant's by its uid.
 """
 
 from __future__ import annotations
@@ -42,9 +47,16 @@ class TenantUser:
     """The account tenants run as when it is not the runtime's own."""
 
     name: str
-    uid: int
-    gid: int
+    uid: int  # with a uid range: its first uid, which start-up checks run as
+    gid: int  # the tenants' group
     home: str
+    uids: tuple[int, int] | None = None  # tenants.uid_range: (first, count)
+
+    def owns(self, uid: int) -> bool:
+        """A uid tenants run as."""
+        if self.uids is not None:
+            return self.uids[0] <= uid < self.uids[0] + self.uids[1]
+        return uid == self.uid
 
 
 @dataclass(frozen=True)
@@ -53,6 +65,7 @@ class RunAs:
 
     user: TenantUser | None  # None: the runtime's own user
     umask: int
+    groups: tuple[int, ...] = ()  # supplementary groups (a uid of the range: the tenants' group)
 
 
 @dataclass(frozen=True)
@@ -73,6 +86,8 @@ def tenant_user(config: Config) -> TenantUser | None:
     that keep tenants away from root and from the control socket."""
     settings = config.tenants
     euid = os.geteuid()
+    if settings.uid_range:
+        return _range_user(config, euid)
     uid = euid
     if settings.user:
         try:
@@ -91,14 +106,51 @@ def tenant_user(config: Config) -> TenantUser | None:
     if euid != 0:
         raise AccessError(f"tenants.user = {settings.user!r} needs a runtime started as root (this one runs as uid {euid})")
     user = TenantUser(entry.pw_name, entry.pw_uid, entry.pw_gid, entry.pw_dir)
+    _check_not_operator(config, user)
+    return user
+
+
+def _check_not_operator(config: Config, user: TenantUser) -> None:
     operators = config.runtime.access_group
     if operators:
         gid = group_id(operators, "runtime.access_group")
-        if user.gid == gid or user.name in grp.getgrgid(gid).gr_mem:
+        if user.gid == gid or (user.uids is None and user.name in grp.getgrgid(gid).gr_mem):
             raise AccessError(
                 f"tenants.user {user.name!r} is a member of runtime.access_group {operators!r}: "
                 "its commands could reach the control socket"
             )
+
+
+def _range_user(config: Config, euid: int) -> TenantUser:
+    """The tenants of `tenants.uid_range`, as one TenantUser: the range's uids,
+    the tenants' group; start-up checks run as the first uid."""
+    settings = config.tenants
+    first, count = settings.uid_range
+    if euid != 0:
+        raise AccessError(f"tenants.uid_range needs a runtime started as root (this one runs as uid {euid})")
+    entry = None
+    if settings.user:
+        try:
+            entry = pwd.getpwnam(settings.user)
+        except KeyError:
+            raise AccessError(f"tenants.user names an unknown user {settings.user!r}") from None
+    if settings.group:
+        gid = int(settings.group) if settings.group.isdigit() else group_id(settings.group, "tenants.group")
+    else:
+        assert entry is not None  # config validation: uid_range needs a group or a user
+        gid = entry.pw_gid
+    last = first + count - 1
+    accounts = {e.pw_uid: e.pw_name for e in pwd.getpwall() if first <= e.pw_uid <= last}
+    if first <= 0 or euid in range(first, last + 1) or accounts:
+        who = f"the account {sorted(accounts.items())[0][1]!r}" if accounts else "root or the runtime's uid"
+        raise AccessError(f"tenants.uid_range {first}..{last} holds {who}: its uids must be unused")
+    if entry is not None and first <= entry.pw_uid <= last:
+        raise AccessError(f"tenants.uid_range {first}..{last} holds tenants.user {settings.user!r}")
+    if gid == 0 or first <= gid <= last:
+        raise AccessError(f"tenants.group {gid} must be neither root's group nor a tenant's own (the range's)")
+    name = settings.user or f"uids {first}-{last}"
+    user = TenantUser(name, first, gid, entry.pw_dir if entry is not None else "/", uids=(first, count))
+    _check_not_operator(config, user)
     return user
 
 
@@ -120,8 +172,9 @@ def check_tenant_can_read(user: TenantUser, paths: list[Path]) -> None:
 
 
 def tenants_env(user: TenantUser | None) -> dict[str, str]:
-    """The variables that name the account a tenant runs as."""
-    if user is None:
+    """The variables that name the account a tenant runs as (with a uid range,
+    each tenant's own are set per tenant: commands/environment.py)."""
+    if user is None or user.uids is not None:
         return {}
     return {"HOME": user.home, "USER": user.name, "LOGNAME": user.name}
 

@@ -32,6 +32,7 @@ MAX_DURATION_S = 1e9
 # zmq takes the message limit as a 64-bit size and the runtime sets 16 times it.
 MAX_MESSAGE_BYTES = 1 << 30
 HOUR, DAY = 3600.0, 86400.0
+MAX_TENANT_UIDS = 65536
 
 # The range of every numeric setting (inclusive; items of a list or table by
 # `key[]`): past these a value only hurts, e.g. a heartbeat of 1e-9 s spins the
@@ -75,6 +76,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "telemetry.canary_target_ms": (0.001, 10_000.0),
     "telemetry.canary_window": (1, 100_000),
     "telemetry.clock_tolerance": (1e-6, 0.999999),
+    "tenants.uid_range[]": (1, 2_147_483_647),
     "pool.size_per_gpu": (0, 64),
     "pool.max_commands": (1, 10_000_000),
     "pool.start_timeout_s": (0.1, DAY),
@@ -133,6 +135,10 @@ class TenantSection:
     env: dict[str, str] = field(default_factory=dict)
     user: str = ""
     allow_root: bool = False
+    # [first uid, how many]: each command (each context process, each forked
+    # child) runs as a uid of its own from here; () = all run as `user`.
+    uid_range: tuple[int, ...] = ()
+    group: str = ""  # the group every uid of uid_range is in ("": user's group)
 
 
 @dataclass(frozen=True)
@@ -284,6 +290,21 @@ def validate(config: Config) -> Config:
             "runtime.trace_rotate_bytes must be 0 (never rotate) or at least 4096",
         ),
         (all(m and not m.startswith(".") for m in config.pool.preload), "pool.preload holds absolute module names"),
+        (
+            len(config.tenants.uid_range) in (0, 2),
+            "tenants.uid_range is [first uid, how many] (or [] for none)",
+        ),
+        (
+            len(config.tenants.uid_range) != 2
+            or (config.tenants.uid_range[1] <= MAX_TENANT_UIDS
+                and sum(config.tenants.uid_range) - 1 <= 2_147_483_647),
+            f"tenants.uid_range holds at most {MAX_TENANT_UIDS} uids, all below 2147483648",
+        ),
+        (
+            not config.tenants.uid_range or bool(config.tenants.user or config.tenants.group),
+            "tenants.uid_range needs tenants.group (or tenants.user, whose group it then is)",
+        ),
+
         (
             config.dispatcher.default_mode != "pooled" or config.pool.size_per_gpu >= 1,
             "dispatcher.default_mode = \"pooled\" needs a context pool (pool.size_per_gpu >= 1)",

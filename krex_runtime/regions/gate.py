@@ -1,10 +1,14 @@
 """The runtime's side of the per-GPU gate in shared memory (native/include/krex_gate.h).
 
 One gate file per GPU, its path passed to every tenant of that GPU
-(KREX_GATE_PATH, with KREX_TENANT_ID). The interception library preloaded
-into each tenant maps it, registers its process and checks the gate before
-every GPU submission. This module creates, closes, reopens and inspects the
-gate, stamps the heartbeat and runs the drain handshake; the layout is in
+(KREX_GATE_PATH, with KREX_TENANT_ID). It holds the header alone, which
+only the runtime writes; each tenant's process entries are in a file of
+their own that the runtime makes before the tenant starts (add_tenant) and
+removes after it (remove_tenant), see gate_files. The interception library
+preloaded into each tenant maps the header read-only and its entries
+read-write, registers its process and checks the gate before every GPU
+submission. This module creates, closes, reopens and inspects the gate,
+stamps the heartbeat and runs the drain handshake; the layout is in
 gate_layout, futex and /proc calls in gate_kernel. Standard library only.
 
 Giving the GPU to tenant H (see krex_gate.h for the library's half):
@@ -25,17 +29,23 @@ stamp_heartbeat() well within stale_after_s, or tenants fail open.
 from __future__ import annotations
 
 import ctypes
-import gc
-import logging
-import mmap
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+from krex_runtime.regions.gate_files import (
+    DrainOutcome,
+    DrainRequest,
+    GateError,
+    Mapping,
+    ProcEntry,
+    entries_files,
+    entries_path,
+)
 from krex_runtime.regions.gate_kernel import futex_wait, futex_wake_all, process_alive
 from krex_runtime.regions.gate_layout import (
     CALL_CLASSES,
+    CLASS_SLOTS,
     CLOSED,
     DEFAULT_DRAIN_TIMEOUT_NS,
     DEFAULT_PARK_WAIT_NS,
@@ -51,64 +61,22 @@ from krex_runtime.regions.gate_layout import (
     PROC_LIVE,
     PROC_SIZE,
     VERSION,
-    file_size,
+    entries_size,
 )
 
-log = logging.getLogger("krex.gate")
-
-
-class GateError(Exception):
-    """A gate file that cannot be used (missing, foreign, another version)."""
-
-@dataclass(frozen=True)
-class ProcEntry:
-    """One registered process, read field by field (a snapshot, not atomic)."""
-
-    index: int
-    state: int
-    pid: int
-    tenant_id: int
-    start_time: int
-    in_call: int
-    parked: int
-    drain_req: int
-    drain_ack: int
-    drain_result: int
-    uses_cuda: bool
-    contexts: int
-    fail_open: bool
-    calls_total: int
-    parks_total: int
-    drains_total: int
-    drain_ack_ns: int
-    calls: dict[str, int]
-    alive: bool
-
-
-@dataclass(frozen=True)
-class DrainRequest:
-    index: int
-    pid: int
-    start_time: int
-    tenant_id: int
-    seq: int
-
-
-@dataclass(frozen=True)
-class DrainOutcome:
-    pid: int
-    tenant_id: int
-    result: str  # "ok" | "timed_out" | "error" (library's answer) | "no_ack" | "exited"
+__all__ = ["DrainOutcome", "DrainRequest", "Gate", "GateError", "ProcEntry"]
 
 
 class Gate:
-    """A mapped gate file. Create with Gate.create (the runtime) or Gate.attach."""
+    """A mapped gate: its header and the entries files of its tenants.
+    Create with Gate.create (the runtime) or Gate.attach (a tool, a test)."""
 
-    def __init__(self, path: Path, fd: int, mm: mmap.mmap) -> None:
+    def __init__(self, path: Path, header: Mapping) -> None:
         self.path = path
-        self._fd = fd
-        self._mm = mm
-        self.max_procs = self._hget("max_procs")
+        self._header = header
+        self.max_procs = self._hget("max_procs")  # entries per tenant
+        self._tables: dict[int, Mapping] = {}  # tenant id -> its entries
+        self._owners: dict[int, int] = {}  # tenant id -> the uid its processes run as, where it has its own
 
     # -- lifetime --
 
@@ -122,32 +90,26 @@ class Gate:
         park_wait_s: float = DEFAULT_PARK_WAIT_NS / 1e9,
         spin_s: float = DEFAULT_SPIN_NS / 1e9,
         drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_NS / 1e9,
+        mode: int = 0o644,
     ) -> Gate:
         """Create (or replace) the gate file: open, no holder, heartbeat stamped now.
-
-        The file is built under a temporary name and renamed into place, so a
-        tenant never maps a half-written gate; tenants still attached to a
-        replaced file keep the old one (which stops beating, so they fail open).
-        """
+        `max_procs` is the number of entries each tenant gets. Tenants still
+        attached to a replaced file keep the old one (which stops beating, so
+        they fail open)."""
         path = Path(path)
-        if not 1 <= max_procs <= 1 << 20:
+        if not 1 <= max_procs <= 1 << 16:
             raise ValueError("max_procs out of range")
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
-        try:
-            os.ftruncate(fd, file_size(max_procs))
-            mm = mmap.mmap(fd, file_size(max_procs), mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except BaseException:
-            os.close(fd)
-            os.unlink(tmp)
-            raise
+        for stale in entries_files(path).values():  # a previous runtime's tenants
+            stale.unlink(missing_ok=True)
         gate = cls.__new__(cls)
-        gate.path, gate._fd, gate._mm, gate.max_procs = path, fd, mm, max_procs
+        gate.path, gate.max_procs, gate._tables, gate._owners = path, max_procs, {}, {}
+        tmp_header = Mapping.create(path.with_name(f".{path.name}.new"), HEADER_SIZE, mode=mode)
+        gate._header = tmp_header
         gate._hset("version", VERSION)
         gate._hset("header_size", HEADER_SIZE)
         gate._hset("proc_size", PROC_SIZE)
         gate._hset("max_procs", max_procs)
-        gate._hset("procs_offset", HEADER_SIZE)
+        gate._hset("procs_offset", 0)
         gate._hset("holder", NO_HOLDER)
         gate._hset("stale_after_ns", int(stale_after_s * 1e9))
         gate._hset("park_wait_ns", int(park_wait_s * 1e9))
@@ -156,23 +118,20 @@ class Gate:
         gate._hset("runtime_pid", os.getpid())
         gate.stamp_heartbeat()
         gate._hset("magic", MAGIC)  # last: the library checks it first
-        os.rename(tmp, path)
+        os.rename(tmp_header.path, path)
+        tmp_header.path = path
         return gate
 
     @classmethod
-    def attach(cls, path: str | os.PathLike[str]) -> Gate:
-        """Map an existing gate file (another runtime instance, a tool, a test)."""
+    def attach(cls, path: str | os.PathLike[str], *, writable: bool = True) -> Gate:
+        """Map an existing gate and its tenants' entries (another runtime
+        instance, a tool, a test; `writable=False` maps it as a tenant does)."""
         path = Path(path)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        except OSError as exc:
-            raise GateError(f"{path}: {exc.strerror}") from None
-        size = os.fstat(fd).st_size
-        if size < HEADER_SIZE:
-            os.close(fd)
-            raise GateError(f"{path}: too small for a gate ({size} bytes)")
-        mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        gate = cls(path, fd, mm)
+        header = Mapping.open(path, writable=writable)
+        if header.size < HEADER_SIZE:
+            header.close()
+            raise GateError(f"{path}: too small for a gate ({header.size} bytes)")
+        gate = cls(path, header)
         problems = []
         if gate._hget("magic") != MAGIC:
             problems.append("bad magic")
@@ -180,29 +139,56 @@ class Gate:
             problems.append(f"version {gate._hget('version')} (want {VERSION})")
         if gate._hget("header_size") != HEADER_SIZE or gate._hget("proc_size") != PROC_SIZE:
             problems.append("struct sizes differ")
-        if gate._hget("procs_offset") + gate.max_procs * PROC_SIZE > size:
-            problems.append("file shorter than its process table")
         if problems:
             gate.detach()
             raise GateError(f"{path}: not a usable gate: {', '.join(problems)}")
+        for tenant, entries in entries_files(path).items():
+            try:
+                table = Mapping.open(entries, writable=writable)
+            except GateError:
+                continue  # removed meanwhile, or another tenant's
+            if table.size >= entries_size(gate.max_procs):
+                gate._tables[tenant] = table
+                owner = entries.stat().st_uid
+                if owner != os.geteuid():
+                    gate._owners[tenant] = owner
+            else:
+                table.close()
         return gate
 
-    def detach(self) -> None:
-        """Unmap (the gate stays as it is; see open_gate). Never raises: mmap refuses to
-        close while a ctypes view of it lives (an entry still in its worker thread at
-        shutdown, a traceback), and a view must not outlive its memory."""
-        mm, self._mm = self._mm, None
-        if mm is None:
-            return
-        os.close(self._fd)
-        for attempt in range(20):
-            try:
-                return mm.close()
-            except BufferError:
-                if not attempt:
-                    gc.collect()  # views held only by reference cycles go now
-                time.sleep(0.01)  # a reader in another thread finishes its read
-        log.warning("%s: the gate's mapping is still in use; it is unmapped when its last reader lets go", self.path)
+    def add_tenant(self, tenant_id: int, *, owner: tuple[int, int] = (-1, -1), mode: int = 0o600) -> Path:
+        """Make the tenant's entries file (before the tenant starts), owned by
+        `owner` (uid, gid) with `mode`; returns its path."""
+        path = entries_path(self.path, tenant_id)
+        old = self._tables.pop(tenant_id, None)
+        if old is not None:
+            old.close()
+        self._tables[tenant_id] = Mapping.create(path, entries_size(self.max_procs), owner=owner, mode=mode)
+        if owner[0] != -1:
+            self._owners[tenant_id] = owner[0]
+        return path
+
+    def remove_tenant(self, tenant_id: int) -> None:
+        """Forget a tenant whose processes have all ended, and remove its entries file."""
+        table = self._tables.pop(tenant_id, None)
+        self._owners.pop(tenant_id, None)
+        entries_path(self.path, tenant_id).unlink(missing_ok=True)
+        if table is not None:
+            table.close()
+
+    @property
+    def tenants(self) -> list[int]:
+        return list(self._tables)
+
+    def detach(self, *, remove_tenants: bool = False) -> None:
+        """Unmap everything (the gate stays as it is; see open_gate); with
+        `remove_tenants`, the entries files go too. Never raises."""
+        for tenant in list(self._tables):
+            if remove_tenants:
+                self.remove_tenant(tenant)
+            else:
+                self._tables.pop(tenant).close()
+        self._header.close()
 
     def __enter__(self) -> Gate:
         return self
@@ -212,30 +198,23 @@ class Gate:
 
     # -- raw access --
 
-    def _view(self, ctype: type, off: int):
-        mm = self._mm  # once: detach may run in another thread
-        try:
-            return ctype.from_buffer(mm, off)
-        except (TypeError, ValueError):  # None, or closed meanwhile
-            raise GateError(f"{self.path}: detached") from None
-
     def _hget(self, name: str) -> int:
         ctype, off = HEADER[name]
-        return self._view(ctype, off).value
+        return self._header.read(ctype, off)
 
     def _hset(self, name: str, value: int) -> None:
         ctype, off = HEADER[name]
-        self._view(ctype, off).value = value
+        self._header.view(ctype, off).value = value
 
-    def _addr(self, off: int) -> int:
-        return ctypes.addressof(self._view(ctypes.c_uint32, off))
+    def _table(self, tenant: int) -> Mapping:
+        table = self._tables.get(tenant)
+        if table is None:
+            raise GateError(f"{self.path}: no tenant {tenant}")
+        return table
 
-    def _proc_off(self, index: int) -> int:
-        return self._hget("procs_offset") + index * PROC_SIZE
-
-    def _pget(self, index: int, name: str):
+    def _pget(self, tenant: int, index: int, name: str):
         ctype, off = PROC[name]
-        return self._view(ctype, self._proc_off(index) + off)
+        return self._table(tenant).view(ctype, index * PROC_SIZE + off)
 
     # -- state --
 
@@ -284,7 +263,7 @@ class Gate:
         self._hset("generation", generation)
         self._hset("closed_at_ns", time.monotonic_ns())
         self._hset("gate_word", ((self._hget("gate_word") + 2) | CLOSED) & 0xFFFFFFFF)
-        futex_wake_all(self._addr(HEADER["gate_word"][1]))  # full barrier, see module doc
+        futex_wake_all(self._header.addr(HEADER["gate_word"][1]))  # full barrier, see module doc
         return generation
 
     def open_gate(self) -> None:
@@ -292,35 +271,46 @@ class Gate:
         self._hset("gate_word", ((self._hget("gate_word") + 2) & ~CLOSED) & 0xFFFFFFFF)
         self._hset("holder", NO_HOLDER)
         self._hset("opened_at_ns", time.monotonic_ns())
-        futex_wake_all(self._addr(HEADER["gate_word"][1]))
+        futex_wake_all(self._header.addr(HEADER["gate_word"][1]))
 
     # -- processes --
 
-    def entry(self, index: int) -> ProcEntry:
-        get = lambda name: self._pget(index, name).value
-        calls_arr = self._pget(index, "calls")
+    def entry(self, tenant: int, index: int) -> ProcEntry:
+        """One entry, its tenant taken from the file it is in (a tenant writes
+        its entries' tenant_id itself, so that field is not believed)."""
+        table, base = self._table(tenant), index * PROC_SIZE
+        get = lambda name: table.read(PROC[name][0], base + PROC[name][1])
+        calls_arr = table.copy(PROC["calls"][0], base + PROC["calls"][1])
         pid, start = get("pid"), get("start_time")
         state = get("state")
         return ProcEntry(
-            index=index, state=state, pid=pid, tenant_id=get("tenant_id"), start_time=start,
+            index=index, state=state, pid=pid, tenant_id=tenant, start_time=start,
             in_call=get("in_call"), parked=get("parked"), drain_req=get("drain_req"),
             drain_ack=get("drain_ack"), drain_result=get("drain_result"),
             uses_cuda=bool(get("uses_cuda")), contexts=get("contexts"), fail_open=bool(get("fail_open")),
             calls_total=get("calls_total"), parks_total=get("parks_total"), drains_total=get("drains_total"),
             drain_ack_ns=get("drain_ack_ns"),
-            calls={name: calls_arr[i] for i, name in enumerate(CALL_CLASSES)},
-            alive=state == PROC_LIVE and process_alive(pid, start),
+            calls={name: calls_arr[i] for i, name in enumerate(CALL_CLASSES[:CLASS_SLOTS])},
+            alive=state == PROC_LIVE and process_alive(pid, start) and self._runs_as_owner(tenant, pid),
         )
 
-    def _live_indices(self) -> list[int]:
-        """Indices of LIVE entries, read as one strided slice: region entry scans
-        the table several times, and per-entry ctypes reads of 1024 entries
-        would cost milliseconds each time."""
-        start = self._hget("procs_offset") + PROC["state"][1]
+    def _runs_as_owner(self, tenant: int, pid: int) -> bool:
+        """A tenant with a uid of its own writes its entries itself: an entry
+        naming a process of another uid (another tenant's, to have the runtime
+        drain or lock it) is not believed, and counts as no process."""
+        uid = self._owners.get(tenant)
+        if uid is None:
+            return True
         try:
-            words = memoryview(self._mm)[start : start + self.max_procs * PROC_SIZE].cast("I")  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            raise GateError(f"{self.path}: detached") from None
+            return os.stat(f"/proc/{pid}").st_uid == uid
+        except OSError:
+            return False
+
+    def _live_indices(self, tenant: int) -> list[int]:
+        """Indices of a tenant's LIVE entries, read as one strided slice: region
+        entry scans the entries several times, and per-entry ctypes reads
+        would cost milliseconds each time."""
+        words = self._table(tenant).words(PROC["state"][1], self.max_procs * PROC_SIZE)
         try:
             states = words[:: PROC_SIZE // 4]
             return [i for i, state in enumerate(states) if state == PROC_LIVE]
@@ -328,12 +318,14 @@ class Gate:
             words.release()
 
     def processes(self, *, include_dead: bool = False) -> list[ProcEntry]:
-        """Registered processes (LIVE entries); dead ones only when asked."""
+        """Registered processes (LIVE entries) of every tenant; dead ones only when asked."""
         out = []
-        for i in self._live_indices():
-            e = self.entry(i)
-            if e.alive or include_dead:
-                out.append(e)
+        for tenant in list(self._tables):
+            try:
+                entries = [self.entry(tenant, i) for i in self._live_indices(tenant)]
+            except GateError:  # the tenant was removed meanwhile
+                continue
+            out += [e for e in entries if e.alive or include_dead]
         return out
 
     def others(self, holder: int) -> list[ProcEntry]:
@@ -359,10 +351,13 @@ class Gate:
         """Ask every other live process to synchronise its contexts."""
         requests = []
         for e in self.others(holder):
-            cell = self._pget(e.index, "drain_req")
-            seq = (cell.value + 1) & 0xFFFFFFFF
-            cell.value = seq
-            futex_wake_all(self._addr(self._proc_off(e.index) + PROC["drain_req"][1]))
+            try:
+                cell = self._pget(e.tenant_id, e.index, "drain_req")
+                seq = (cell.value + 1) & 0xFFFFFFFF
+                cell.value = seq
+                futex_wake_all(ctypes.addressof(cell))
+            except GateError:  # the tenant ended meanwhile
+                continue
             requests.append(DrainRequest(e.index, e.pid, e.start_time, e.tenant_id, seq))
         return requests
 
@@ -371,12 +366,16 @@ class Gate:
         deadline = time.monotonic() + timeout_s
         outcomes = []
         for r in requests:
-            ack_off = self._proc_off(r.index) + PROC["drain_ack"][1]
             result = "no_ack"
             while True:
-                ack = self._view(ctypes.c_uint32, ack_off).value
-                if ack == r.seq:
-                    result = DRAIN_RESULTS.get(self._pget(r.index, "drain_result").value, "error")
+                try:
+                    cell = self._pget(r.tenant_id, r.index, "drain_ack")
+                    ack = cell.value
+                    if ack == r.seq:
+                        result = DRAIN_RESULTS.get(self._pget(r.tenant_id, r.index, "drain_result").value, "error")
+                        break
+                except GateError:  # the tenant ended meanwhile
+                    result = "exited"
                     break
                 if not process_alive(r.pid, r.start_time):
                     result = "exited"
@@ -384,7 +383,8 @@ class Gate:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                futex_wait(self._addr(ack_off), ack, min(left, 0.05))
+                futex_wait(ctypes.addressof(cell), ack, min(left, 0.05))
+                del cell
             outcomes.append(DrainOutcome(r.pid, r.tenant_id, result))
         return outcomes
 

@@ -1,4 +1,4 @@
-"""The gate file's layout: a mirror of native/include/krex_gate.h.
+"""The gate's layout: a mirror of native/include/krex_gate.h.
 
 Magic, version, gate-word bits, drain results, call classes, default bounds,
 the environment names tenants read, and each header and process-entry field
@@ -13,8 +13,8 @@ import ctypes
 from krex_runtime.tenant import env
 
 MAGIC = 0x45544147584552  # "REXGATE\0" read as little-endian u64
-VERSION = 1
-MAX_PROCS = 1024
+VERSION = 2
+MAX_PROCS = 256  # default entries per tenant
 NO_HOLDER = -1
 CLOSED = 1
 
@@ -72,5 +72,6 @@ HEADER = {name: (ctype, off) for name, ctype, off in HEADER_FIELDS}
 PROC = {name: (ctype, off) for name, ctype, off in PROC_FIELDS}
 
 
-def file_size(max_procs: int) -> int:
-    return HEADER_SIZE + max_procs * PROC_SIZE
+def entries_size(max_procs: int) -> int:
+    """Size of a tenant's entries file (the gate file is HEADER_SIZE bytes)."""
+    return max_procs * PROC_SIZE

@@ -20,6 +20,7 @@ from krex_runtime.commands import cgroups
 from krex_runtime.regions import driver_lock
 from krex_runtime.node import native_build
 from krex_runtime.commands.cgroups import CgroupSlice
+from krex_runtime.commands.identities import Identity
 from krex_runtime.node.config import Config
 from krex_runtime.regions.cpu_slices import CpuPlan, plan
 from krex_runtime.regions.freezer import Freezer, freezer_for
@@ -63,6 +64,27 @@ def gate_path(run_dir: Path, gpu: int) -> Path:
     return run_dir / GATES_DIR / f"gpu{gpu}.gate"
 
 
+class GateEntries:
+    """Each tenant's entries in its GPU's gate (commands/environment.TenantGates):
+    a file only its uid and the runtime may write. Tenants that share the
+    tenants' user share its group's write access, as they share everything."""
+
+    def __init__(self, gates: dict[int, Gate], tenants_gid: int | None) -> None:
+        self._gates = gates
+        self._tenants_gid = tenants_gid  # the tenants' user's group, when it is not the runtime's
+
+    def admit(self, gpu: int, tenant_id: int, owner: Identity | None) -> None:
+        if owner is not None:
+            self._gates[gpu].add_tenant(tenant_id, owner=(owner.uid, owner.gid), mode=0o600)
+        elif self._tenants_gid is not None:
+            self._gates[gpu].add_tenant(tenant_id, owner=(-1, self._tenants_gid), mode=0o660)
+        else:
+            self._gates[gpu].add_tenant(tenant_id)
+
+    def dismiss(self, gpu: int, tenant_id: int) -> None:
+        self._gates[gpu].remove_tenant(tenant_id)
+
+
 def recover(run_dir: Path, cgroup_slice: CgroupSlice | None) -> list[str]:
     """Thaw and reopen whatever a previous run left; returns what was done."""
     done = []
@@ -76,6 +98,8 @@ def recover(run_dir: Path, cgroup_slice: CgroupSlice | None) -> list[str]:
                         done.append(f"reopened {path.name}")
             except GateError as exc:
                 done.append(f"removed unusable {path.name} ({exc})")
+            path.unlink(missing_ok=True)
+        for path in gates_dir.glob("*.gate.*"):  # the old tenants' entries
             path.unlink(missing_ok=True)
     if cgroup_slice is not None:
         for leftover in cgroup_slice.leftovers():

@@ -140,6 +140,7 @@ async def submit(ctx: Context, peer: Peer, req: Request) -> Any:
     if not body.share:  # fair share: by default the submitting user's
         body = dataclasses.replace(body, share=fair_share.key_of_user(peer.credentials.uid if peer.credentials else None))
     job = ctx.node.dispatcher.submit(body)
+    job.submitter_uid = peer.credentials.uid if peer.credentials is not None and not peer.remote else None
     if req.body.attach:
         ctx.node.attachments.attach(peer, req.id, job)
     return {"id": job.id, "state": job.state}
@@ -149,10 +150,27 @@ async def submit(ctx: Context, peer: Peer, req: Request) -> Any:
 async def wait(ctx: Context, peer: Peer, req: Request) -> Any:
     job = ctx.node.dispatcher.find(req.body.id)
     if req.body.attach:
+        check_may_stream(ctx, peer, job.id, job.submitter_uid)
         ctx.node.attachments.attach(peer, req.id, job)
         return {"id": job.id, "state": job.state}
     await job.done.wait()
     return result_record(job, ctx.log.state)
+
+
+def check_may_stream(ctx: Context, peer: Peer, command_id: str, submitter_uid: int | None) -> None:
+    """A command's output streams to operators (the control socket, tcp, the
+    runtime's own user) and, on the read-only socket, to the user who
+    submitted it; never to a tenant, whose output it may be another's. By
+    the kernel's word on the peer (SO_PEERCRED), not by what it says."""
+    ctx.node.tenancy.refuse_tenants(peer, "streaming a command's output")
+    creds = peer.credentials
+    if not peer.read_only or peer.remote or creds is None or creds.uid in (submitter_uid, os.geteuid()):
+        return
+    raise ProtocolError(
+        ErrorCode.FORBIDDEN,
+        f"the output of {command_id} streams only to its submitter and operators, not to uid {creds.uid} "
+        "(wait without attach gives its result)",
+    )
 
 
 @handles(verbs.CANCEL)

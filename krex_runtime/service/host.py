@@ -15,6 +15,7 @@ from pathlib import Path
 
 import krex_runtime
 from krex_runtime.commands import cgroups
+from krex_runtime.commands.identities import Identities
 from krex_runtime.commands.cgroups import CgroupSlice
 from krex_runtime.node import access, native_build
 from krex_runtime.node.config import Config, resolve_lock_dir, resolve_run_dir
@@ -44,6 +45,7 @@ class Host:
     cgroup_slice: CgroupSlice | None
     recovered: list[str]  # what recovery did, one line each
     claims: list[Claim] = field(default_factory=list)
+    identities: Identities | None = None  # tenants.uid_range: a uid of its own per tenant
 
     @property
     def cgroups(self) -> str | None:
@@ -53,6 +55,8 @@ class Host:
     def release(self) -> None:
         """Remove the command cgroups' slice (ending what is left in it), then
         give back the claims: the last things a runtime lets go of."""
+        if self.identities is not None:
+            self.identities.close()
         if self.cgroup_slice is not None:
             self.cgroup_slice.remove()
             self.cgroup_slice = None
@@ -130,8 +134,10 @@ def _prepare_claimed(
             access.check_tenant_can_read(tenant_user, _tenant_files(config, gpus, library))
         except access.AccessError as exc:
             raise StartupError(str(exc)) from None
-        if config.telemetry.canary or config.pool.size_per_gpu > 0:
+        if config.telemetry.canary or config.pool.size_per_gpu > 0 or config.pool.zygote:
             _check_tenant_runs_python(tenant_user, {**os.environ, **config.tenants.env, **access.tenants_env(tenant_user)})
+    if tenant_user is not None and tenant_user.uids is not None:
+        _check_enough_uids(config, len(gpus), tenant_user.uids[1])
     cgroup_slice = _open_cgroups(config, run_dir)
     try:
         recovered = machinery.recover(run_dir, cgroup_slice)
@@ -145,7 +151,22 @@ def _prepare_claimed(
         if cgroup_slice is not None:
             cgroup_slice.remove()
         raise
-    return Host(run_dir, output_dir, library, tenant_user, run_as, curve_keys, cgroup_slice, recovered, claims)
+    identities = None
+    if tenant_user is not None and tenant_user.uids is not None:
+        identities = Identities(*tenant_user.uids, tenant_user.gid, run_dir)
+    return Host(run_dir, output_dir, library, tenant_user, run_as, curve_keys, cgroup_slice, recovered, claims,
+                identities)
+
+
+def _check_enough_uids(config: Config, gpus: int, count: int) -> None:
+    """Every tenant that can run at once needs a uid of its own."""
+    slots = 1 if config.runtime.policy == "command" else config.dispatcher.slots_per_gpu
+    most = gpus * (slots + config.pool.size_per_gpu + (1 if config.telemetry.canary else 0))
+    if count < most:
+        raise StartupError(
+            f"tenants.uid_range has {count} uids, fewer than the {most} tenants this node can run at once "
+            "(per GPU: dispatcher.slots_per_gpu, pool.size_per_gpu and a canary)"
+        )
 
 
 def recover_left_state(config: Config) -> list[str]:

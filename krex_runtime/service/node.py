@@ -94,11 +94,14 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventLog, server: C
         gates = {g.index: machinery.gate_path(host.run_dir, g.index) for g in gpus}
         region_access = RegionAccess(gates, host.run_dir / REGION_SOCKET, tokens)
     telemetry = Telemetry(config, gpus, sink, regions.gates if regions is not None else {}, clocks)
+    tenants_gid = host.tenant_user.gid if host.tenant_user is not None else None
     setup = TenantSetup(
         env=tenant_environment(config, gpus, host, region_access),
         cgroups=host.cgroup_slice,
         cores={g.index: regions.cpus.tenant_cores(g.index) for g in gpus} if regions is not None else {},
         run_as=host.run_as,
+        gates=machinery.GateEntries(regions.gates, tenants_gid) if regions is not None else None,
+        identities=host.identities,
     )
     attachments = Attachments(server, sink.state)  # results carry the regions the state folded
     canaries = CanaryKeeper(telemetry, gpus) if config.telemetry.canary else None
@@ -172,8 +175,8 @@ def open_regions_to_tenants(node: Node, host: Host) -> None:
     if node.regions is None:
         return
     access.open_to_tenants(host.run_dir / machinery.GATES_DIR, host.tenant_user, 0o710)
-    for gpu in node.regions.gates:
-        access.open_to_tenants(machinery.gate_path(host.run_dir, gpu), host.tenant_user, 0o660)
+    for gpu in node.regions.gates:  # the header: tenants only read it
+        access.open_to_tenants(machinery.gate_path(host.run_dir, gpu), host.tenant_user, 0o640)
 
 
 def close_regions(node: Node, host: Host) -> None:
@@ -182,5 +185,5 @@ def close_regions(node: Node, host: Host) -> None:
         return
     for gpu, gate in node.regions.gates.items():
         gate.open_gate()
-        gate.detach()
+        gate.detach(remove_tenants=True)
         machinery.gate_path(host.run_dir, gpu).unlink(missing_ok=True)

@@ -79,8 +79,8 @@ class Tenancy:
             raise ProtocolError(
                 ErrorCode.FORBIDDEN, f"'{what}' needs the sender's identity, and libzmq reports no ipc peer credentials here"
             )
-        if self._tenant_user is not None and creds.uid == self._tenant_user.uid:
-            why = f"process {creds.pid} runs as the tenants' user {self._tenant_user.name}"
+        if self._tenant_user is not None and self._tenant_user.owns(creds.uid):
+            why = f"process {creds.pid} runs as uid {creds.uid}, a tenant's ({self._tenant_user.name})"
         else:
             why = self.tenancy_of(creds.pid)
         if why:

@@ -4,7 +4,8 @@ The child starts as a copy of the zygote (its imports done, CUDA untouched)
 and becomes the command's own process:
   1. its own session (the runtime signals the command's process group);
   2. the zygote's descriptors closed: its control socket, its other children's
-     pidfds;
+     pidfds; with `tenants.uid_range`, the command's own uid taken (`become`:
+     the zygote keeps the runtime's uid for this);
   3. it waits for the runtime's go (one byte on the go pipe): the runtime has
      moved it into the command's cgroup by then, so nothing of the command
      runs outside it. EOF instead means the runtime gave up on it: exit 125;
@@ -34,12 +35,15 @@ zygote draws nothing).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 from typing import Any
 
 from krex_runtime.tenant.command_runner import run_command
 from krex_runtime.tenant.framework_state import frameworks, reseed_all
+
+PR_SET_DUMPABLE = 4
 
 
 def run_child(msg: dict[str, Any], fds: list[int], zygote_fds: list[int]) -> None:
@@ -51,6 +55,8 @@ def run_child(msg: dict[str, Any], fds: list[int], zygote_fds: list[int]) -> Non
             os.close(fd)
         except OSError:
             pass
+    if "identity" in msg:
+        become(msg["identity"])
     try:
         go = os.read(go_r, 1)
     except OSError:
@@ -65,3 +71,20 @@ def run_child(msg: dict[str, Any], fds: list[int], zygote_fds: list[int]) -> Non
         os.kill(os.getpid(), done["signal"])
     code = done["exit_code"]
     os._exit(code if code is not None else 127)
+
+
+def become(identity: dict[str, Any]) -> None:
+    """With a uid per tenant: the command's own uid, before anything of it runs
+    (the zygote kept the runtime's for this). A child that cannot is not run."""
+    try:
+        os.setgroups([int(g) for g in identity["groups"]])
+        os.setgid(int(identity["gid"]))
+        os.setuid(int(identity["uid"]))
+        os.umask(int(identity["umask"]))
+    except (OSError, KeyError, TypeError, ValueError):
+        os._exit(126)
+    # A process whose uid changed is not dumpable: its /proc files stay the
+    # runtime's. It holds nothing of the runtime's now, so it is made its own
+    # uid's again (as a process started by that uid would be).
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+    _prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)

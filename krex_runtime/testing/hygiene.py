@@ -20,6 +20,7 @@ import psutil
 
 from krex_runtime.commands import cgroups
 from krex_runtime.regions.gate import Gate, GateError
+from krex_runtime.commands.identities import HOMES
 from krex_runtime.regions.machinery import GATES_DIR
 from krex_runtime.sim.layout import SHM_DIR, SHM_FILE_PREFIX
 
@@ -50,7 +51,8 @@ def leftovers(run_dir: Path, lock_dir: Path, base: Baseline) -> list[str]:
         if path is not None and path.exists():
             children = [c.name for c in path.iterdir() if c.is_dir()]
             found.append(f"cgroup v{version} slice {path} (command cgroups: {children or 'none'})")
-    found += [f"gate file {p}" for p in sorted((run_dir / GATES_DIR).glob("*.gate"))]
+    found += [f"gate file {p}" for p in sorted((run_dir / GATES_DIR).glob("*.gate*"))]
+    found += [f"tenant home {p}" for p in sorted((run_dir / HOMES).glob("*"))]
     if run_dir.is_dir():
         found += [f"socket {p}" for p in sorted(run_dir.iterdir()) if p.is_socket()]
     for lock in [run_dir / "runtime.lock", *sorted(lock_dir.glob("*.lock"))]:

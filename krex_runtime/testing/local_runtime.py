@@ -61,6 +61,8 @@ class Runtime:
     runtime_extra: str = ""  # more lines of [runtime]
     dispatcher_extra: str = ""  # more lines of [dispatcher]
     tenant_user: str = ""  # tenants.user; "": as whoever starts the runtime, root included
+    tenants_extra: str = ""  # more lines of [tenants]
+    runtime_argv: tuple[str, ...] = ()  # how to start krex-runtime; (): this Python's
     trace_file: Path | None = None  # None: <run_dir>/trace.jsonl
     keep_finished: int | None = None  # finished commands kept in memory (node state, dispatcher); None: defaults
     proc: subprocess.Popen[bytes] | None = None
@@ -116,6 +118,7 @@ cgroups = "{self.cgroups}"
 preload = {str(self.preload).lower()}
 user = "{self.tenant_user}"
 allow_root = true
+{self.tenants_extra}
 
 [telemetry]
 canary = {str(self.canary).lower()}
@@ -132,7 +135,7 @@ canary_target_ms = {self.canary_target_ms}
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [
-                    *command("krex-runtime"),
+                    *(self.runtime_argv or command("krex-runtime")),
                     "--config",
                     str(self.config_path),
                     *(["--sim", str(self.sim)] if self.sim else []),

@@ -8,6 +8,16 @@
  * KREX_GATE_VERSION). Tenants find it through KREX_GATE_PATH and identify
  * themselves with KREX_TENANT_ID.
  *
+ * Files (version 2): the gate file holds the header alone, and only the
+ * runtime may write it; tenants map it read-only (a FUTEX_WAIT needs no
+ * write access). Each tenant's process entries live in a file of their own,
+ * "<KREX_GATE_PATH>.<tenant id>" (KREX_GATE_ENTRIES_FMT), made by the runtime
+ * before the tenant starts and writable by that tenant's user and the runtime
+ * alone: max_procs entries from procs_offset. A tenant can thus neither move
+ * the gate nor touch another tenant's entries; the runtime takes a process's
+ * tenant from the file its entry is in, not from the entry's tenant_id.
+ * (Version 1 had the header and every tenant's entries in one shared file.)
+ *
  * Plain C types only; every field is naturally aligned and padding is spelt
  * out, so the Python mirror needs no compiler knowledge. Shared words are
  * accessed with __atomic builtins (C) or single aligned stores (Python).
@@ -39,7 +49,10 @@ extern "C" {
 #endif
 
 #define KREX_GATE_MAGIC 0x45544147584552ull /* "REXGATE\0" read as little-endian u64 */
-#define KREX_GATE_VERSION 1u
+#define KREX_GATE_VERSION 2u
+
+/* A tenant's entries file: printf(KREX_GATE_ENTRIES_FMT, gate path, tenant id). */
+#define KREX_GATE_ENTRIES_FMT "%s.%lld"
 
 /* Environment read by the library. */
 #define KREX_ENV_GATE_PATH "KREX_GATE_PATH"          /* gate file of this tenant's GPU */
@@ -52,7 +65,7 @@ extern "C" {
  * timing (an event elapsed time no single region of the tenant covered). */
 #define KREX_ENV_UNPROTECTED_TIMINGS "KREX_UNPROTECTED_TIMINGS"
 
-#define KREX_GATE_MAX_PROCS 1024u
+#define KREX_GATE_MAX_PROCS 256u /* default entries per tenant */
 #define KREX_GATE_NO_HOLDER (-1)
 
 /* gate_word: bit 0 says closed; the other bits count changes, so a parked
@@ -119,14 +132,15 @@ struct krex_gate_proc {
     uint8_t reserved[40];
 };
 
-/* The gate header, followed at procs_offset by max_procs process entries. */
+/* The gate header: the whole gate file. A tenant's entries file holds
+ * max_procs process entries from procs_offset. */
 struct krex_gate_header {
     uint64_t magic;          /* KREX_GATE_MAGIC, written last at creation */
     uint32_t version;        /* KREX_GATE_VERSION */
     uint32_t header_size;    /* sizeof(struct krex_gate_header) */
     uint32_t proc_size;      /* sizeof(struct krex_gate_proc) */
-    uint32_t max_procs;
-    uint32_t procs_offset;   /* byte offset of procs[0] */
+    uint32_t max_procs;      /* entries in each tenant's entries file */
+    uint32_t procs_offset;   /* byte offset of procs[0] in an entries file */
     uint32_t gate_word;      /* futex: KREX_GATE_CLOSED | change count */
     int64_t holder;          /* tenant allowed through while closed, or NO_HOLDER */
     uint64_t generation;     /* bumped at every close */
@@ -147,8 +161,9 @@ _Static_assert(sizeof(struct krex_gate_proc) == 256, "gate process entry is 256 
 _Static_assert(sizeof(struct krex_gate_header) == 256, "gate header is 256 bytes");
 #endif
 
-/* Size of a gate file with n process entries. */
-#define KREX_GATE_FILE_SIZE(n) (sizeof(struct krex_gate_header) + (uint64_t)(n) * sizeof(struct krex_gate_proc))
+/* Sizes of the gate file and of an entries file with n process entries. */
+#define KREX_GATE_FILE_SIZE sizeof(struct krex_gate_header)
+#define KREX_GATE_ENTRIES_SIZE(n) ((uint64_t)(n) * sizeof(struct krex_gate_proc))
 
 #ifdef __cplusplus
 }

@@ -47,7 +47,7 @@ TENANT, HOLDER, N = 1, 99, 200
 PRELUDE = r"""
 import json, os, sys
 from krex_runtime.regions import gate as kg, gate_layout
-G = kg.Gate.attach(os.environ["KREX_GATE_PATH"])
+G = kg.Gate.attach(os.environ["KREX_GATE_PATH"], writable=False)  # as a tenant may
 def counts():
     for e in G.processes():
         if e.pid == os.getpid():
@@ -191,6 +191,7 @@ def entry_of(g: gate.Gate, pid: int) -> gate.ProcEntry | None:
 def run_gated(argv: list[str], libkrex: Path, tmp_path: Path) -> tuple[str, list[dict], str]:
     """Run a program through close -> go -> parked -> reopen; returns (last line, stats, stderr)."""
     g = gate.Gate.create(tmp_path / "gpu0.gate", max_procs=64)
+    g.add_tenant(TENANT)
     beat = Heartbeat(g)
     stats_path, err_path = tmp_path / "stats.jsonl", tmp_path / "stderr.txt"
     env = dict(os.environ, LD_PRELOAD=str(libkrex), KREX_GATE_PATH=str(g.path), KREX_TENANT_ID=str(TENANT),

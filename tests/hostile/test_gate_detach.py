@@ -21,7 +21,7 @@ def _maps(path: Path) -> bool:
 
 def test_a_gate_with_a_view_still_exported_detaches_without_raising(tmp_path: Path) -> None:
     gate = Gate.create(tmp_path / "gpu0.gate")
-    view = ctypes.c_uint32.from_buffer(gate._mm, 0)  # what a reader in mid-read holds
+    view = ctypes.c_uint32.from_buffer(gate._header._mm, 0)  # what a reader in mid-read holds
     gate.detach()  # mmap.close() alone raises BufferError here
     view.value  # the memory under a live view stays mapped: no fault
     assert _maps(gate.path)

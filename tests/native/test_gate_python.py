@@ -14,14 +14,17 @@ from krex_runtime.regions import gate, gate_layout
 def test_create_and_attach_agree(tmp_path: Path) -> None:
     path = tmp_path / "gpu0.gate"
     with gate.Gate.create(path, max_procs=8, stale_after_s=1.5, drain_timeout_s=2.0) as g:
-        assert path.stat().st_size == gate_layout.file_size(8)
+        assert path.stat().st_size == gate_layout.HEADER_SIZE
+        assert g.add_tenant(3).stat().st_size == gate_layout.entries_size(8)
         assert not g.is_closed and g.holder == gate_layout.NO_HOLDER
         with gate.Gate.attach(path) as other:
             assert other.max_procs == 8
             assert other._hget("stale_after_ns") == 1_500_000_000
             assert other._hget("drain_timeout_ns") == 2_000_000_000
             assert other._hget("runtime_pid") == os.getpid()
-            assert other.processes() == []
+            assert other.processes() == [] and other.tenants == [3]
+        g.remove_tenant(3)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu0.gate"]
 
 
 def test_close_and_open_move_the_gate_word(tmp_path: Path) -> None:
@@ -47,7 +50,7 @@ def test_heartbeat_is_monotonic_ns(tmp_path: Path) -> None:
 
 def test_attach_refuses_foreign_files(tmp_path: Path) -> None:
     junk = tmp_path / "junk"
-    junk.write_bytes(b"\0" * gate_layout.file_size(4))
+    junk.write_bytes(b"\0" * gate_layout.HEADER_SIZE)
     with pytest.raises(gate.GateError, match="bad magic"):
         gate.Gate.attach(junk)
     with pytest.raises(gate.GateError):

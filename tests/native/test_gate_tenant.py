@@ -128,6 +128,7 @@ def the_entry(g: gate.Gate, pid: int) -> gate.ProcEntry:
 def test_tenant_parks_drains_and_resumes(kind: str, build: Build, tmp_path: Path, sim_device: str) -> None:
     gate_path = tmp_path / "gpu0.gate"
     g = gate.Gate.create(gate_path, max_procs=16)
+    g.add_tenant(TENANT)
     beat = Heartbeat(g)
     tenant = start_tenant(kind, build, tmp_path, gate_path, sim_device, kernel_ns=2_000_000)
     pid = tenant.proc.pid
@@ -184,6 +185,7 @@ def test_tenant_parks_drains_and_resumes(kind: str, build: Build, tmp_path: Path
 def test_stale_heartbeat_releases_parked_threads(build: Build, tmp_path: Path, sim_device: str) -> None:
     gate_path = tmp_path / "gpu0.gate"
     g = gate.Gate.create(gate_path, max_procs=16, stale_after_s=0.5, park_wait_s=0.02)
+    g.add_tenant(TENANT)
     beat = Heartbeat(g)
     tenant = start_tenant("c", build, tmp_path, gate_path, sim_device, kernel_ns=200_000)
     pid = tenant.proc.pid
@@ -212,6 +214,7 @@ def test_stale_heartbeat_releases_parked_threads(build: Build, tmp_path: Path, s
 def test_holder_passes_its_own_closed_gate(normal_build: Build, tmp_path: Path, sim_device: str) -> None:
     gate_path = tmp_path / "gpu0.gate"
     g = gate.Gate.create(gate_path, max_procs=16)
+    g.add_tenant(TENANT)
     beat = Heartbeat(g)
     g.close_gate(TENANT)  # the tenant itself holds the region
     try:
@@ -229,8 +232,10 @@ def test_holder_passes_its_own_closed_gate(normal_build: Build, tmp_path: Path, 
 
 def test_gate_absent_or_foreign_runs_ungated(normal_build: Build, tmp_path: Path, sim_device: str) -> None:
     junk = tmp_path / "junk.gate"
-    junk.write_bytes(b"\0" * gate_layout.file_size(4))
-    for path, message in ((tmp_path / "missing.gate", "cannot open gate"), (junk, "another layout")):
+    junk.write_bytes(b"\0" * gate_layout.HEADER_SIZE)
+    without_entries = gate.Gate.create(tmp_path / "alone.gate")  # no entries file for tenant 1
+    for path, message in ((tmp_path / "missing.gate", "cannot open gate"), (junk, "another layout"),
+                          (without_entries.path, "cannot open this tenant's gate entries")):
         env = normal_build.env(KREX_GATE_PATH=str(path), KREX_TENANT_ID="1", KREX_SIM_DEVICE=sim_device)
         proc = subprocess.run([str(normal_build.tool("linked_tenant")), "2", "5", "1000", "4"],
                               env=env, capture_output=True, text=True, timeout=120)

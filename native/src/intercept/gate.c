@@ -62,7 +62,7 @@ static bool closed_for_us(const struct krex_gate_header *gate, uint32_t word)
 /* Waits until the gate word moves away from `word` or the heartbeat goes
  * stale. Spins briefly first: a region is often short and a futex round trip
  * is not free. */
-static void park(struct krex_gate_header *gate, struct krex_gate_proc *e, uint32_t word)
+static void park(const struct krex_gate_header *gate, struct krex_gate_proc *e, uint32_t word)
 {
     __atomic_fetch_add(&e->parked, 1, __ATOMIC_SEQ_CST);
     __atomic_fetch_add(&e->parks_total, 1, __ATOMIC_RELAXED);
@@ -83,7 +83,7 @@ int krex_gate_enter(unsigned i)
     struct krex_gate_proc *e = registered_entry();
     if (e == NULL)
         return KREX_TOKEN_COUNTED;
-    struct krex_gate_header *gate = krex_gate_header();
+    const struct krex_gate_header *gate = krex_gate_header();
     unsigned klass = (unsigned)krex_gated_fns[i].klass;
     for (;;) {
         /* Announce first, then look: against the runtime's "close, then read

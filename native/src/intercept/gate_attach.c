@@ -1,7 +1,7 @@
 /*
  * The gate file of this process's GPU: attaching it (mapping the file the
- * runtime created, checking its layout) and claiming this process's entry in
- * it. The layer under the gate client (gate.c) and the drain helper (drain.c),
+ * runtime created read-only, checking its layout, mapping this tenant's
+ * entries file) and claiming this process's entry in the latter. The layer under the gate client (gate.c) and the drain helper (drain.c),
  * which both read the mapping; it calls neither.
  *
  * A missing, foreign or malformed gate file means "run ungated" (said once on
@@ -23,12 +23,70 @@
 enum { GATE_UNKNOWN = 0, GATE_ATTACHED = 1, GATE_NONE = 2 };
 
 static int gate_status;                   /* GATE_*, settled once per process */
-static struct krex_gate_header *gate;     /* the mapping, when attached */
+static const struct krex_gate_header *gate; /* the header, mapped read-only, when attached */
+static char *entries;                     /* this tenant's entries file, mapped read-write */
+static unsigned n_entries;
 static struct krex_gate_proc *self_entry; /* our entry, once registered */
 static int64_t my_tenant = KREX_GATE_NO_HOLDER;
 static pthread_mutex_t attach_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- attaching ------------------------------------------------------------ */
+
+/* The header, read-only: only the runtime moves the gate. NULL when unusable. */
+static const struct krex_gate_header *map_header(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        krex_log("cannot open gate %s: %s; running ungated", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    void *m = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(struct krex_gate_header))
+        m = mmap(NULL, sizeof(struct krex_gate_header), PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) {
+        krex_log("cannot map gate %s; running ungated", path);
+        return NULL;
+    }
+    const struct krex_gate_header *h = m;
+    bool ok = __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == KREX_GATE_MAGIC &&
+              h->version == KREX_GATE_VERSION && h->header_size == sizeof(struct krex_gate_header) &&
+              h->proc_size == sizeof(struct krex_gate_proc) && h->max_procs > 0;
+    if (!ok) {
+        krex_log("gate %s has another layout (version %u, this library %u); running ungated", path,
+                 h->version, KREX_GATE_VERSION);
+        munmap(m, sizeof(struct krex_gate_header));
+        return NULL;
+    }
+    return h;
+}
+
+/* This tenant's entries file, read-write: the only part of the gate a tenant
+ * writes. Returns the number of entries mapped at *out, 0 when unusable. */
+static unsigned map_entries(const char *path, long long t, const struct krex_gate_header *h, char **out)
+{
+    char name[4096];
+    if (snprintf(name, sizeof name, KREX_GATE_ENTRIES_FMT, path, t) >= (int)sizeof name)
+        return 0;
+    int fd = open(name, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        krex_log("cannot open this tenant's gate entries %s: %s; running ungated", name, strerror(errno));
+        return 0;
+    }
+    struct stat st;
+    uint64_t want = (uint64_t)h->procs_offset + (uint64_t)h->max_procs * h->proc_size;
+    void *m = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && (uint64_t)st.st_size >= want)
+        m = mmap(NULL, (size_t)want, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) {
+        krex_log("cannot map this tenant's gate entries %s; running ungated", name);
+        return 0;
+    }
+    *out = m;
+    return h->max_procs;
+}
 
 static bool attach(void)
 {
@@ -39,36 +97,21 @@ static bool attach(void)
     char *end = NULL;
     long long t = tenant ? strtoll(tenant, &end, 10) : 0;
     if (tenant == NULL || end == tenant || *end != '\0') {
-        krex_log("%s is set but %s is not an integer; this process is never the region holder",
-                 KREX_ENV_GATE_PATH, KREX_ENV_TENANT_ID);
-        t = KREX_GATE_NO_HOLDER;
-    }
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0) {
-        krex_log("cannot open gate %s: %s; running ungated", path, strerror(errno));
+        krex_log("%s is set but %s is not an integer; running ungated", KREX_ENV_GATE_PATH, KREX_ENV_TENANT_ID);
         return false;
     }
-    struct stat st;
-    void *m = MAP_FAILED;
-    if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(struct krex_gate_header))
-        m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (m == MAP_FAILED) {
-        krex_log("cannot map gate %s; running ungated", path);
+    const struct krex_gate_header *h = map_header(path);
+    if (h == NULL)
         return false;
-    }
-    struct krex_gate_header *h = m;
-    bool ok = __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == KREX_GATE_MAGIC &&
-              h->version == KREX_GATE_VERSION && h->header_size == sizeof(struct krex_gate_header) &&
-              h->proc_size == sizeof(struct krex_gate_proc) && h->procs_offset >= h->header_size &&
-              (uint64_t)h->procs_offset + (uint64_t)h->max_procs * h->proc_size <= (uint64_t)st.st_size;
-    if (!ok) {
-        krex_log("gate %s has another layout (version %u, this library %u); running ungated", path,
-                 h->version, KREX_GATE_VERSION);
-        munmap(m, (size_t)st.st_size);
+    char *e = NULL;
+    unsigned n = map_entries(path, t, h, &e);
+    if (n == 0) {
+        munmap((void *)h, sizeof(struct krex_gate_header));
         return false;
     }
     gate = h;
+    entries = e;
+    n_entries = n;
     my_tenant = t;
     return true;
 }
@@ -111,7 +154,7 @@ static bool entry_is_dead(const struct krex_gate_proc *e)
 
 static struct krex_gate_proc *entry_at(unsigned i)
 {
-    return (struct krex_gate_proc *)((char *)gate + gate->procs_offset + (size_t)i * gate->proc_size);
+    return (struct krex_gate_proc *)(entries + gate->procs_offset + (size_t)i * gate->proc_size);
 }
 
 static void fill(struct krex_gate_proc *e, int pid, uint64_t start_time)
@@ -130,7 +173,7 @@ static struct krex_gate_proc *claim_entry(void)
     uint64_t st = start_time_of(pid);
     /* First pass: a free entry. Second pass: reap the entry of a dead process. */
     for (int pass = 0; pass < 2; pass++) {
-        for (unsigned i = 0; i < gate->max_procs; i++) {
+        for (unsigned i = 0; i < n_entries; i++) {
             struct krex_gate_proc *e = entry_at(i);
             uint32_t want = pass == 0 ? KREX_PROC_FREE : KREX_PROC_LIVE;
             if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) != want)
@@ -144,7 +187,7 @@ static struct krex_gate_proc *claim_entry(void)
             }
         }
     }
-    krex_log("gate full (%u processes); this process runs ungated", gate->max_procs);
+    krex_log("this tenant's gate entries are full (%u processes); this process runs ungated", n_entries);
     return NULL;
 }
 
@@ -176,7 +219,7 @@ struct krex_gate_proc *krex_gate_self(void)
     return __atomic_load_n(&self_entry, __ATOMIC_ACQUIRE);
 }
 
-struct krex_gate_header *krex_gate_header(void)
+const struct krex_gate_header *krex_gate_header(void)
 {
     return gate_status == GATE_ATTACHED ? gate : NULL;
 }

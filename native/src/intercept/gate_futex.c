@@ -20,7 +20,7 @@ uint64_t krex_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-void krex_futex_wait(uint32_t *word, uint32_t expected, uint64_t timeout_ns)
+void krex_futex_wait(const uint32_t *word, uint32_t expected, uint64_t timeout_ns)
 {
     struct timespec ts = {
         .tv_sec = (time_t)(timeout_ns / 1000000000ull),

@@ -73,7 +73,7 @@ static unsigned home_of(uintptr_t x)
 /* The region this tenant holds now, or OUTSIDE (also when not under a gate). */
 static uint64_t current_region(void)
 {
-    struct krex_gate_header *gate = krex_gate_header();
+    const struct krex_gate_header *gate = krex_gate_header();
     if (gate == NULL)
         return OUTSIDE;
     uint32_t word = __atomic_load_n(&gate->gate_word, __ATOMIC_SEQ_CST);

@@ -10,7 +10,7 @@
  *   intercept_gated_table.c GENERATED typed wrappers of the gated entry points
  *   intercept_stats.c       per-process call counts, dumped at exit
  *   intercept_log.c         one-line messages to stderr
- *   gate_attach.c           the gate file: attach, claim this process's entry
+ *   gate_attach.c           the gate file (read-only) and this tenant's entries file: attach, claim an entry
  *   gate.c                  gate client: register (+ drain helper), pass / park, heartbeat
  *   gate_futex.c            futex and clock helpers
  *   drain.c                 drain helper thread, contexts seen
@@ -69,8 +69,8 @@ void krex_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 struct krex_gate_proc *krex_gate_register(bool *registered_now);
 /* This process's entry if it has one already (never attaches), else NULL. */
 struct krex_gate_proc *krex_gate_self(void);
-/* The attached gate, or NULL. */
-struct krex_gate_header *krex_gate_header(void);
+/* The attached gate's header (mapped read-only), or NULL. */
+const struct krex_gate_header *krex_gate_header(void);
 int64_t krex_gate_tenant(void); /* KREX_TENANT_ID as read when attaching */
 void krex_gate_attach_after_fork(void);
 
@@ -99,7 +99,7 @@ void krex_event_destroyed(const void *event);
 uint64_t krex_now_ns(void); /* CLOCK_MONOTONIC */
 /* Sleeps while *word == expected, at most timeout_ns (0: no bound). Shared,
  * not FUTEX_PRIVATE: the other side is another process. */
-void krex_futex_wait(uint32_t *word, uint32_t expected, uint64_t timeout_ns);
+void krex_futex_wait(const uint32_t *word, uint32_t expected, uint64_t timeout_ns);
 void krex_futex_wake_all(uint32_t *word);
 
 /* ---- drain.c -------------------------------------------------------------- */
