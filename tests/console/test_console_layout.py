@@ -229,6 +229,8 @@ async def test_filtered_commands_stay_one_row_each_while_they_churn() -> None:
         nonlocal at
         at += 173
         feed.seek_event(at)
+        # The app takes the seek's clock from its message: only then is the state settled.
+        await wait_for(pilot, lambda: app.model.now == feed.clock, what="the seek's state")
         await rendered(pilot)
         shown = await on_the_terminal(step)
         # Repainted from the table's data alone (its caches dropped), the
