@@ -137,6 +137,9 @@ def test_status_lists_running_commands_and_cancel_says_the_state_after(rt: Runti
 
 
 def test_trace_summarises_regions_and_leases(rt: Runtime) -> None:
+    """Entry and hold quantiles, and each region's exclusivity verdict counted
+    per GPU (regions.py alone on its GPU: every one `verified`), in --json
+    and in the text's VERDICTS column; leases apart."""
     assert rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "3", "--kernel-us", "200").returncode == 0
     assert rt.krex("lease", "0", "--ttl", "60").returncode == 0
     assert rt.krex("release", "0").returncode == 0
@@ -147,6 +150,17 @@ def test_trace_summarises_regions_and_leases(rt: Runtime) -> None:
     assert summary["leases"]["granted"] >= 1 and summary["leases"]["reasons"]
     text = rt.krex("trace", str(rt.trace_path)).stdout
     assert "ENTER p99 ms" in text and "HOLD p50 ms" in text and "leases:" in text
+
+    # One verdict per region released on GPU 0 (the module's earlier regions included), none of a lease.
+    events = [json.loads(line) for line in rt.trace_path.read_text().splitlines()[1:] if line.strip()]
+    leases = {e["region"] for e in events if e["type"] == "region_granted" and e.get("kind") == "lease"}
+    released = [e for e in events if e["type"] == "region_released" and e["gpu"] == 0 and e["region"] not in leases]
+    counts: dict[str, int] = {}
+    for e in released:
+        counts[e["verdict"]] = counts.get(e["verdict"], 0) + 1
+    assert gpu["verdicts"] == counts, (gpu["verdicts"], counts)
+    row = next(line for line in text.splitlines() if line.split()[:1] == ["0"])
+    assert "VERDICTS" in text and row.endswith(", ".join(f"{k} {v}" for k, v in sorted(counts.items()))), row
 
 
 def test_every_positional_argument_has_help() -> None:

@@ -27,6 +27,50 @@ def screen_text(app: App[Any]) -> str:
     return console.export_text()
 
 
+class TerminalCopy:
+    """What a terminal would show: every update the app writes (only the
+    regions it repaints, as the real driver sends them) applied to a grid of
+    cells. A headless app writes nothing, and screen_text renders afresh, so
+    a region the app changed but never repainted (a row left behind where a
+    moved row used to be) shows only here."""
+
+    def __init__(self, app: App[Any]) -> None:
+        from rich.cells import cell_len
+        from rich.segment import ControlType
+        from textual._compositor import CompositorUpdate
+
+        self.app = app
+        width, height = app.size
+        self.grid = [[" "] * width for _ in range(height)]
+        self.updates = 0
+        x = y = 0
+
+        def display(screen: Any, update: Any) -> None:
+            nonlocal x, y
+            if not isinstance(update, CompositorUpdate) or app._batch_count:
+                return
+            self.updates += 1
+            for segment in update.__rich_console__(app.console, app.console.options):
+                if segment.control:
+                    for code in segment.control:
+                        if code[0] == ControlType.CURSOR_MOVE_TO:
+                            x, y = code[1], code[2]
+                    continue
+                for char in segment.text:
+                    if char == "\n":
+                        x, y = 0, y + 1
+                        continue
+                    if 0 <= y < len(self.grid) and 0 <= x < len(self.grid[y]):
+                        self.grid[y][x] = char
+                    x += cell_len(char)
+
+        app._display = display  # type: ignore[method-assign]
+        app.screen.refresh()  # everything once, as a terminal gets it at start-up
+
+    def text(self) -> str:
+        return "\n".join("".join(row).rstrip() for row in self.grid)
+
+
 async def settled_screen(pilot: Any, attempts: int = 40) -> str:
     """The screen once two captures a moment apart agree: layout work that
     finishes a frame later (column widths, scrollbars) must not leak into a

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_helpers import rendered, run_async, settled_screen, wait_for
+from console_helpers import TerminalCopy, rendered, run_async, screen_text, settled_screen, wait_for
 from test_console_replay import check_snapshot
 
 from krex_console import format as fmt
@@ -212,27 +212,55 @@ def test_a_stalled_feed_says_stale_with_its_age() -> None:
 
 @run_async
 async def test_filtered_commands_stay_one_row_each_while_they_churn() -> None:
-    """The filtered Commands view under a stream of starts and ends: after every
-    repaint its rows are exactly the matching commands, each once, newest
-    first, and the cursor stays on its command while it still matches."""
+    """The Commands view while the operator types a filter a key at a time
+    (`state:` matches nothing on the way to `state:running`), scrolls to the
+    bottom, re-sorts and clears it, with commands starting and ending between
+    keys. What a terminal shows (only the regions the app repaints, applied in
+    order: TerminalCopy) agrees with a full render, so no row is left behind
+    where a moved or filtered-out row used to be; it shows each command once;
+    and with the whole filter typed the rows are exactly the running commands,
+    newest first."""
     app = synthetic_app(6_000, 4, at=1_000, checkpoint_every=100_000)
     feed = app.replay
     assert feed is not None
+    at = 1_000
+
+    async def churn_and_check(step: str) -> None:
+        nonlocal at
+        at += 173
+        feed.seek_event(at)
+        # The app takes the seek's clock from its message: only then is the state settled.
+        await wait_for(pilot, lambda: app.model.now == feed.clock, what="the seek's state")
+        await rendered(pilot)
+        shown = await on_the_terminal(step)
+        # Repainted from the table's data alone (its caches dropped), the
+        # screen must not change: a line the sync changed without repainting
+        # would still show the old row here.
+        table.notify_style_update()
+        assert await on_the_terminal(f"{step} (repainted)") == shown, step
+        ids = [line.split()[0] for line in shown.splitlines() if line.split() and line.split()[0].startswith("b0")]
+        assert len(ids) == len(set(ids)), (step, ids)
+
+    async def on_the_terminal(step: str) -> str:
+        await pilot.pause()
+        full = "\n".join(line.rstrip() for line in screen_text(app).splitlines())
+        await wait_for(pilot, lambda: terminal.text() == full, timeout_s=5.0,
+                       what=f"the terminal to show the render after {step!r}:\n{terminal.text()}\n--- render:\n{full}")
+        return full
+
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.press("2", "slash", *"state:running", "enter")
+        terminal = TerminalCopy(app)
         table = app.query_one(CommandsTable)
-        for at in range(1_000, 6_000, 251):
-            feed.seek_event(at)
-            await rendered(pilot)
-            if at % 3 == 0 and table.row_count > 2:
-                table.move_cursor(row=table.row_count // 2)
-            shown = [r.key.value for r in table.ordered_rows]
-            expected = sorted((c for c in app.model.state.commands.values() if c.state == "running"),
-                              key=lambda c: (c.submitted_at, c.id), reverse=True)
-            assert shown == [c.id for c in expected], (at, shown)
-            on_screen = [line.split()[0] for line in (await settled_screen(pilot)).splitlines()[4:]
-                         if line.strip() and line.split()[0].startswith(("b", "canary"))]
-            assert len(on_screen) == len(set(on_screen)), (at, on_screen)
+        await pilot.press("2", "end")
+        await churn_and_check("end")
+        for key in ["slash", *"state:running", "enter", "end", "G", "escape", "end"]:
+            await pilot.press(key)
+            await churn_and_check(key)
+            if table.query_text == "state:running" and table.sort_column is None:
+                expected = sorted((c for c in app.model.state.commands.values() if c.state == "running"),
+                                  key=lambda c: (c.submitted_at, c.id), reverse=True)
+                assert [r.key.value for r in table.ordered_rows] == [c.id for c in expected], at
+        assert terminal.updates > 0 and table.query_text == ""
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
