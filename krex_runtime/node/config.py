@@ -137,6 +137,9 @@ class RegionSection:
     hold_limit_s: float = 60.0
     on_hold_limit: Literal["revoke", "kill"] = "revoke"
     quiesce_timeout_s: float = 5.0
+    # "perturbing": entry does not wait for threads inside context creation or
+    # module loading (regions/quiesce.py); "all": it waits for every gated call.
+    entry_waits_for: Literal["perturbing", "all"] = "perturbing"
     drain_timeout_s: float = 10.0
     heartbeat_interval_s: float = 0.5
     stale_after_s: float = 3.0

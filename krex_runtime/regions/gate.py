@@ -10,7 +10,7 @@ gate_layout, futex and /proc calls in gate_kernel. Standard library only.
 Giving the GPU to tenant H (see krex_gate.h for the library's half):
 
     gate.close_gate(H)                       # holder = H, gate shut, generation + 1
-    busy = gate.wait_quiescent(H, 5.0)       # no other tenant inside a driver call
+    busy = gate.wait_quiescent(H, 5.0)       # no other tenant inside a call that perturbs
     outcomes = gate.drain(H, 10.0)           # each other process synchronised its contexts
     ...                                      # freeze, pin, grant, measure, thaw
     gate.open_gate()                         # wake every parked thread
@@ -30,7 +30,7 @@ import logging
 import mmap
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from krex_runtime.regions.gate_kernel import futex_wait, futex_wake_all, process_alive
@@ -83,6 +83,8 @@ class ProcEntry:
     drain_ack_ns: int
     calls: dict[str, int]
     alive: bool
+    in_perturbing: int = 0  # threads inside a call entry waits for (gate_layout.PERTURBING_CLASSES)
+    in_class: dict[str, int] = field(default_factory=dict)  # threads inside a call, per class
 
 
 @dataclass(frozen=True)
@@ -188,9 +190,8 @@ class Gate:
         return gate
 
     def detach(self) -> None:
-        """Unmap (the gate stays as it is; see open_gate). Never raises: mmap refuses to
-        close while a ctypes view of it lives (an entry still in its worker thread at
-        shutdown, a traceback), and a view must not outlive its memory."""
+        """Unmap (the gate stays as it is). Never raises: mmap refuses to close while a ctypes
+        view of it lives (an entry in a worker thread, a traceback); a view must not outlive it."""
         mm, self._mm = self._mm, None
         if mm is None:
             return
@@ -298,9 +299,8 @@ class Gate:
 
     def entry(self, index: int) -> ProcEntry:
         get = lambda name: self._pget(index, name).value
-        calls_arr = self._pget(index, "calls")
-        pid, start = get("pid"), get("start_time")
-        state = get("state")
+        calls_arr, inside = self._pget(index, "calls"), self._pget(index, "in_class")
+        pid, start, state = get("pid"), get("start_time"), get("state")
         return ProcEntry(
             index=index, state=state, pid=pid, tenant_id=get("tenant_id"), start_time=start,
             in_call=get("in_call"), parked=get("parked"), drain_req=get("drain_req"),
@@ -309,7 +309,8 @@ class Gate:
             calls_total=get("calls_total"), parks_total=get("parks_total"), drains_total=get("drains_total"),
             drain_ack_ns=get("drain_ack_ns"),
             calls={name: calls_arr[i] for i, name in enumerate(CALL_CLASSES)},
-            alive=state == PROC_LIVE and process_alive(pid, start),
+            alive=state == PROC_LIVE and process_alive(pid, start), in_perturbing=get("in_perturbing"),
+            in_class={name: inside[i] for i, name in enumerate(CALL_CLASSES) if inside[i]},
         )
 
     def _live_indices(self) -> list[int]:
@@ -340,25 +341,23 @@ class Gate:
         """Live processes of tenants other than `holder`."""
         return [e for e in self.processes() if e.tenant_id != holder]
 
-    def wait_quiescent(self, holder: int, timeout_s: float) -> list[ProcEntry]:
-        """Wait until no other tenant's thread is inside a gated call.
-
-        Returns the processes still inside at the deadline (empty: quiescent).
-        Dead processes do not count (a killed tenant may leave in_call > 0).
-        """
+    def wait_quiescent(self, holder: int, timeout_s: float, *, every_call: bool = False) -> list[ProcEntry]:
+        """Wait until no other tenant's thread is inside a gated call of a class in
+        PERTURBING_CLASSES (of any class with `every_call`). Returns the processes still
+        inside at the deadline (empty: quiescent); dead ones do not count."""
         deadline = time.monotonic() + timeout_s
         pause = 50e-6
         while True:
-            busy = [e for e in self.others(holder) if e.in_call > 0]
+            busy = [e for e in self.others(holder) if (e.in_call if every_call else e.in_perturbing) > 0]
             if not busy or time.monotonic() >= deadline:
                 return busy
             time.sleep(pause)
             pause = min(pause * 2, 2e-3)
 
-    def request_drain(self, holder: int) -> list[DrainRequest]:
-        """Ask every other live process to synchronise its contexts."""
+    def request_drain(self, holder: int, pids: set[int] | None = None) -> list[DrainRequest]:
+        """Ask every other live process (of `pids` only, if given) to synchronise its contexts."""
         requests = []
-        for e in self.others(holder):
+        for e in (e for e in self.others(holder) if pids is None or e.pid in pids):
             cell = self._pget(e.index, "drain_req")
             seq = (cell.value + 1) & 0xFFFFFFFF
             cell.value = seq

@@ -13,7 +13,7 @@ import ctypes
 from krex_runtime.tenant import env
 
 MAGIC = 0x45544147584552  # "REXGATE\0" read as little-endian u64
-VERSION = 1
+VERSION = 2
 MAX_PROCS = 1024
 NO_HOLDER = -1
 CLOSED = 1
@@ -25,9 +25,14 @@ DRAIN_RESULTS = {DRAIN_OK: "ok", DRAIN_TIMED_OUT: "timed_out", DRAIN_ERROR: "err
 # enum krex_call_class, in order.
 CALL_CLASSES = (
     "launch", "host_func", "graph", "memcpy", "memset", "event",
-    "stream_memop", "mem_async", "context", "module", "other",
+    "stream_memop", "mem_async", "context", "module", "other", "memcpy_sync", "memset_sync",
 )
 CLASS_SLOTS = 16
+# KREX_CLASS_PERTURBING: classes whose calls region entry waits for (the
+# others are host-side: context creation and module loading).
+HOST_SIDE_CLASSES = frozenset({"context", "module"})
+PERTURBING_CLASSES = tuple(c for c in CALL_CLASSES if c not in HOST_SIDE_CLASSES)
+PERTURBING_MASK = sum(1 << i for i, c in enumerate(CALL_CLASSES) if c in PERTURBING_CLASSES)
 
 DEFAULT_STALE_NS = 3_000_000_000
 DEFAULT_PARK_WAIT_NS = 50_000_000
@@ -64,6 +69,7 @@ PROC_FIELDS: tuple[tuple[str, type, int], ...] = (
     ("calls_total", _u64, 56), ("parks_total", _u64, 64), ("drains_total", _u64, 72),
     ("calls", _u64 * CLASS_SLOTS, 80),
     ("drain_ack_ns", _u64, 208),
+    ("in_perturbing", _u32, 216), ("in_class", ctypes.c_uint16 * CLASS_SLOTS, 220),
 )
 PROC_SIZE = 256
 

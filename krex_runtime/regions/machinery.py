@@ -125,6 +125,7 @@ def build(
         on_hold_limit=rc.on_hold_limit,
         quiesce_timeout_s=rc.quiesce_timeout_s,
         drain_timeout_s=rc.drain_timeout_s,
+        entry_waits_for=rc.entry_waits_for,
     )
     regions = {
         g.index: GpuRegions(g.index, gates[g.index], backend, freezer, cpus, settings, tenants, sink, clock_probe)

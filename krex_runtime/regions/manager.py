@@ -2,8 +2,9 @@
 share keys, FIFO within one: region_shares.py) and at most one holder.
 
 Entry, for tenant T on GPU g (each step timed and traced): close the gate ->
-wait until no other tenant is inside a gated call -> drain (backend) -> freeze
-the other tenants' trees -> pin T's measuring thread to g's reserved cores ->
+wait until no other tenant is inside a gated call that may perturb the region
+(quiesce.py; one inside context creation or module loading is let finish) ->
+drain (backend) -> freeze the other tenants' trees -> pin T's measuring thread to g's reserved cores ->
 GRANTED. Exit: certify (certificate.py) -> unpin -> thaw -> release the
 backend's locks -> reopen the gate -> next.
 
@@ -29,9 +30,10 @@ from krex_runtime.node.sink import EventSink
 from krex_runtime.regions import cpu_slices
 from krex_runtime.regions.certificate import Certifier, certify
 from krex_runtime.regions.cpu_slices import CpuPlan
-from krex_runtime.regions.freezer import FreezeError, Freezer, Target, is_stopped
+from krex_runtime.regions.freezer import FreezeError, Freezer, Target
 from krex_runtime.regions.gate import Gate
 from krex_runtime.regions.gate_backends import DrainReport, GateBackend
+from krex_runtime.regions.quiesce import deferred, describe, quiesce
 from krex_runtime.regions.region_shares import RegionShares
 from krex_runtime.regions.requests import Entry, Request
 from krex_runtime.wire import events
@@ -62,6 +64,7 @@ class RegionSettings:
     on_hold_limit: str  # "revoke" | "kill"
     quiesce_timeout_s: float
     drain_timeout_s: float
+    entry_waits_for: str = "perturbing"  # "perturbing" | "all" (quiesce.py)
 
 
 class GpuRegions:
@@ -238,18 +241,23 @@ class GpuRegions:
         holder = req.tenant_id  # OPERATOR for an operator's lease: nobody passes
         self.gate.close_gate(holder)
         stats["close_s"] = lap()
-        busy = [e for e in self.gate.wait_quiescent(holder, self.settings.quiesce_timeout_s) if not is_stopped(e.pid)]
+        # A lease waits for every call: it freezes everyone and its entry is not in a hurry.
+        every_call = self.settings.entry_waits_for == "all" or req.kind == "lease"
+        q = quiesce(self.gate, holder, self.settings.quiesce_timeout_s, every_call=every_call)
         stats["quiesce_s"] = lap()
+        stats["inside_at_close"], stats["waited_for"] = q.inside_at_close, q.waited_for
         report = DrainReport()
         targets: list[Target] = []
         try:
-            if busy:
+            if q.busy:
                 raise RegionRefused(
                     "ETIMEDOUT",
                     "tenants still inside a GPU call after "
-                    f"{self.settings.quiesce_timeout_s:g} s: " + ", ".join(f"pid {e.pid}" for e in busy),
+                    f"{self.settings.quiesce_timeout_s:g} s: " + ", ".join(f"pid {e.pid}" for e in q.busy),
                 )
-            report = self.backend.drain(self.gate, holder, self.settings.drain_timeout_s)
+            # Inside a host-side call still (quiesce.py): drained, held by the gate, not locked.
+            report = self.backend.drain(self.gate, holder, self.settings.drain_timeout_s,
+                                        {e.pid for e in deferred(self.gate, holder)})
             stats["drain_s"] = lap()
             if report.stuck:
                 raise RegionRefused(
@@ -258,8 +266,13 @@ class GpuRegions:
                     f"{self.settings.drain_timeout_s:g} s: " + ", ".join(f"pid {p} ({r})" for p, r in report.stuck.items()),
                 )
             frozen: list[int] = []
+            # Those still inside one now are not frozen either (quiesce.py); read after the drain,
+            # those that finished meanwhile are frozen as usual.
+            left_running = deferred(self.gate, holder)
+            stats["deferred"] = describe(left_running)
             if self.settings.protection == "gpu+cpu" or req.kind == "lease":
-                others = [t for t in self._tenants.of_gpu(self.gpu) if t.tenant_id != req.tenant_id]
+                running = {e.tenant_id for e in left_running}
+                others = [t for t in self._tenants.of_gpu(self.gpu) if t.tenant_id not in (req.tenant_id, *running)]
                 targets = [Target(t.command_id, t.pid, cgroup=t.cgroup) for t in others]
                 frozen = [t.tenant_id for t in others]
                 try:

@@ -162,7 +162,12 @@ class RegionGranted(Event):
     wait_s: float = unread("seconds queued; the entry's steps follow")
     close_s: float = unread()
     quiesce_s: float = unread()
+    inside_at_close: dict[str, int] = unread("call class -> the other tenants' threads inside a gated call at the close",
+                                             factory=dict)
+    waited_for: dict[str, int] = unread("the part of inside_at_close that quiesce waited for", factory=dict)
     drain_s: float = unread()
+    deferred: dict[str, dict[str, int]] = unread(
+        "pid -> call class -> threads still inside a host-side call: not waited for, locked or frozen", factory=dict)
     freeze_s: float = unread()
     pin_s: float = unread()
     enter_s: float = unread("the whole entry")
