@@ -133,7 +133,7 @@ def measure(root: Path, gpu: bool, backend: str, waits_for: str, startups: int, 
         "backend": backend, "waits_for": waits_for, "n": len(granted),
         "enter_p50": q(ms("enter_s"), 0.5), "enter_p99": q(ms("enter_s"), 0.99),
         "quiesce_p50": q(ms("quiesce_s"), 0.5), "quiesce_p99": q(ms("quiesce_s"), 0.99),
-        "drain_p50": q(ms("drain_s"), 0.5), "drain_p99": q(ms("drain_s"), 0.99),
+        "drain_p50": q(ms("drain_s"), 0.5), "drain_p99": q(ms("drain_s"), 0.99), "freeze_p50": q(ms("freeze_s"), 0.5),
         "client_p50": q(client_side["enter_ms"], 0.5), "client_p99": q(client_side["enter_ms"], 0.99),
         "host_inside": host_inside, "deferred": sum(1 for e in granted if e.get("deferred")),
     }
@@ -154,15 +154,15 @@ def main() -> None:
         for backend in args.backends.split(","):
             for waits_for in args.waits_for.split(","):
                 rows.append(measure(Path(tmp), args.gpu, backend, waits_for, args.startups, args.busy, args.regions))
-                print(f"  done: {backend}, waits for {waits_for}", file=sys.stderr, flush=True)
+                print(f"  done: {json.dumps(rows[-1])}", file=sys.stderr, flush=True)
     where = "real GPU 0" if args.gpu else "SIMULATED GPU (simulator figures, not GPU figures)"
     print(f"# region entry latency — {platform.node()}, {where}; {args.startups} tenants in start-up, "
           f"{args.busy} busy, {args.regions} regions each; ms")
     print(f"{'backend':<12} {'waits for':<11} {'entry p50':>9} {'p99':>8} {'quiesce p50':>11} {'p99':>8} "
-          f"{'drain p50':>9} {'p99':>8} {'tenant p50':>10} {'p99':>8} {'host call in':>12} {'deferred':>8}")
+          f"{'drain p50':>9} {'p99':>8} {'freeze p50':>10} {'tenant p50':>10} {'p99':>8} {'host call in':>12} {'deferred':>8}")
     for r in rows:
         print(f"{r['backend']:<12} {r['waits_for']:<11} {r['enter_p50']:>9.2f} {r['enter_p99']:>8.2f} "
-              f"{r['quiesce_p50']:>11.2f} {r['quiesce_p99']:>8.2f} {r['drain_p50']:>9.2f} {r['drain_p99']:>8.2f} "
+              f"{r['quiesce_p50']:>11.2f} {r['quiesce_p99']:>8.2f} {r['drain_p50']:>9.2f} {r['drain_p99']:>8.2f} {r['freeze_p50']:>10.2f} "
               f"{r['client_p50']:>10.2f} {r['client_p99']:>8.2f} {r['host_inside']:>8}/{r['n']:<3} {r['deferred']:>8}")
     print("entry: close to grant (runtime side); tenant: the probe's own enter time (queueing included); "
           "host call in: regions whose close found a start-up call (context, module) in progress")

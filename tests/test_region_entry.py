@@ -18,8 +18,11 @@ from region_checks import check_exclusive, check_no_submissions_while_held, chec
 from runtime_helpers import (
     PY,
     TENANTS,
+    cgroup_root,
     command_pid,
     finish,
+    frozen_cgroups,
+    gpu_state,
     krex_runtime,
     output,
     region_results,
@@ -69,4 +72,26 @@ def test_entry_lets_context_creation_and_module_loads_finish_outside(make_runtim
     rt.stop()
     events, held = regions_of(rt.trace_path)
     check_no_submissions_while_held(held)
+    check_exclusive(events, held, rt.root / "sim.log")
+
+
+def test_a_tenant_let_run_is_frozen_once_its_call_returns(make_runtime) -> None:
+    rt = krex_runtime(make_runtime)
+    loading = submit(rt, PY, str(TENANTS / "startup.py"), "--module-ms", "1500")
+    wait_until(lambda: "loading" in output(rt, loading), 60, "the tenant to enter its module load")
+    holder = submit(rt, PY, str(TENANTS / "regions.py"), "--regions", "1", "--kernel-us", "200", "--hold-s", "6")
+    wait_until(lambda: gpu_state(rt)["region_holder"] is not None, 60, "the region to be granted")
+    granted = trace_events(rt, "region_granted")[-1]
+    assert str(command_pid(rt, loading)) in granted["deferred"] and granted["frozen"] == [], granted
+    # Its load returns during the hold; then it is frozen, until the release.
+    wait_until(lambda: f"cmd-{loading}" in frozen_cgroups(cgroup_root(rt)), 30, "the tenant to be frozen late")
+    assert "loaded" in output(rt, loading) and gpu_state(rt)["region_holder"] is not None
+    assert rt.krex("wait", holder).returncode == 0
+    released = trace_events(rt, "region_released")[-1]
+    tenant = next(e["tenant_id"] for e in trace_events(rt, "command_started") if e["id"] == loading)
+    assert released["late_frozen"] == [tenant], released
+    wait_until(lambda: "done" in output(rt, loading), 60, "the tenant to finish after the region")
+    check_nothing_left(rt.run_dir)
+    rt.stop()
+    events, held = regions_of(rt.trace_path)
     check_exclusive(events, held, rt.root / "sim.log")

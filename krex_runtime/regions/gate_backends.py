@@ -20,7 +20,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from krex_runtime.regions.driver_lock import CUDA_SUCCESS, CheckpointDriver
+from krex_runtime.regions.driver_lock import CUDA_ERROR_NOT_INITIALIZED, CUDA_SUCCESS, CheckpointDriver
 from krex_runtime.regions.freezer import is_stopped
 from krex_runtime.regions.gate import Gate
 
@@ -76,6 +76,10 @@ class DriverLockBackend(GateBackend):
             if rc == CUDA_SUCCESS:
                 report.locked.append(pid)
                 report.outcomes[pid] = "ok"
+            elif rc == CUDA_ERROR_NOT_INITIALIZED:
+                # The driver holds no CUDA state of it (any more): nothing of it can run. A
+                # tenant that ends during the drain gets here; were it to start again, the gate holds it.
+                report.outcomes[pid] = "exited"
             else:
                 report.outcomes[pid] = "timed_out" if rc == 909 else f"error {rc}"
         return report

@@ -33,6 +33,7 @@ from krex_runtime.regions.cpu_slices import CpuPlan
 from krex_runtime.regions.freezer import FreezeError, Freezer, Target
 from krex_runtime.regions.gate import Gate
 from krex_runtime.regions.gate_backends import DrainReport, GateBackend
+from krex_runtime.regions.late_freeze import LateFreeze
 from krex_runtime.regions.quiesce import deferred, describe, quiesce
 from krex_runtime.regions.region_shares import RegionShares
 from krex_runtime.regions.requests import Entry, Request
@@ -266,13 +267,18 @@ class GpuRegions:
                     f"{self.settings.drain_timeout_s:g} s: " + ", ".join(f"pid {p} ({r})" for p, r in report.stuck.items()),
                 )
             frozen: list[int] = []
-            # Those still inside one now are not frozen either (quiesce.py); read after the drain,
-            # those that finished meanwhile are frozen as usual.
+            late: dict[int, tuple[Target, list[tuple[int, int]]]] = {}  # frozen once out of their calls
+            # Still inside a host-side call: frozen once out of it, during the hold (late_freeze.py).
+            # Read after the drain: those whose calls returned meanwhile are frozen now.
             left_running = deferred(self.gate, holder)
             stats["deferred"] = describe(left_running)
             if self.settings.protection == "gpu+cpu" or req.kind == "lease":
-                running = {e.tenant_id for e in left_running}
-                others = [t for t in self._tenants.of_gpu(self.gpu) if t.tenant_id not in (req.tenant_id, *running)]
+                running = {e.tenant_id: [(p.index, p.pid) for p in left_running if p.tenant_id == e.tenant_id]
+                           for e in left_running}
+                others = [t for t in self._tenants.of_gpu(self.gpu) if t.tenant_id != req.tenant_id]
+                late = {t.tenant_id: (Target(t.command_id, t.pid, cgroup=t.cgroup), running[t.tenant_id])
+                        for t in others if t.tenant_id in running}
+                others = [t for t in others if t.tenant_id not in running]
                 targets = [Target(t.command_id, t.pid, cgroup=t.cgroup) for t in others]
                 frozen = [t.tenant_id for t in others]
                 try:
@@ -297,7 +303,8 @@ class GpuRegions:
         stats["others_calls"] = self._others_calls(holder)
         # CLOCK_MONOTONIC, as the simulator's execution log and the gate use.
         stats["granted_mono_ns"] = time.monotonic_ns()
-        return Entry(targets, frozen, report, pinned, stats, self.certifier and self.certifier.start(holder, req.pid, stats))
+        witness = self.certifier and self.certifier.start(holder, req.pid, stats)
+        return Entry(targets, frozen, report, pinned, stats, witness, LateFreeze(self.gate, self.freezer, late) if late else None)
 
     def _others_calls(self, holder: int) -> int:
         return sum(e.calls_total for e in self.gate.others(holder))
@@ -310,8 +317,9 @@ class GpuRegions:
         t0 = time.monotonic()
         self._unpin(req)  # done already when the holder released it itself
         t1 = time.monotonic()
+        late_targets, late_frozen = entry.late.stop() if entry.late is not None else ([], [])
         try:
-            self.freezer.thaw(entry.targets)
+            self.freezer.thaw(entry.targets + late_targets)
         except OSError as exc:
             # The freezer tried every tenant; the release goes on, so the gate
             # opens, the release is recorded and the next request is served.
@@ -325,6 +333,7 @@ class GpuRegions:
         return {
             "unpin_s": t1 - t0,
             "thaw_s": t2 - t1,
+            "late_frozen": late_frozen,
             "open_s": t3 - t2,
             "released_mono_ns": released_mono_ns,
             "others_calls": others_calls,

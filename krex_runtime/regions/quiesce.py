@@ -12,9 +12,10 @@ and the thread parks at its next gated call, the gate being closed.
 After the close the threads inside gated calls can only become fewer (every
 new call parks), so a process found with none inside stays so for the region:
 it can be frozen or driver-locked as before. One that still has a thread inside
-a host-side call is `deferred`: drained by its library's drain thread, neither
-driver-locked (the lock would wait for the call) nor frozen (the freeze would
-stop a thread inside the driver, or wait for it), and held by the gate.
+a host-side call is `deferred`: drained by its library's drain thread, not
+driver-locked (the lock would wait for the call), frozen only once its calls
+have returned (late_freeze.py: a freeze would stop a thread inside the driver,
+or wait for it), and held by the gate meanwhile.
 
 Bound: entry waits for the longest perturbing call in progress at the close
 (an enqueue, or a synchronous copy behind the work queued before it, which the

@@ -167,7 +167,7 @@ class RegionGranted(Event):
     waited_for: dict[str, int] = unread("the part of inside_at_close that quiesce waited for", factory=dict)
     drain_s: float = unread()
     deferred: dict[str, dict[str, int]] = unread(
-        "pid -> call class -> threads still inside a host-side call: not waited for, locked or frozen", factory=dict)
+        "pid -> call class -> threads still inside a host-side call: not waited for, locked or frozen (yet)", factory=dict)
     freeze_s: float = unread()
     pin_s: float = unread()
     enter_s: float = unread("the whole entry")
@@ -189,6 +189,8 @@ class RegionReleased(Event):
     hold_s: float = unread("seconds from grant to release; the exit's steps follow")
     unpin_s: float = unread()
     thaw_s: float = unread()
+    late_frozen: list[int] = unread("tenant ids frozen during the hold, once out of the host-side call entry let them finish",
+                                    factory=list)
     open_s: float = unread()
     released_mono_ns: int = unread("CLOCK_MONOTONIC")
     others_calls: int = unread("the same as at the grant: none of them submitted meanwhile")
