@@ -257,8 +257,7 @@ class GpuRegions:
                     f"{self.settings.quiesce_timeout_s:g} s: " + ", ".join(f"pid {e.pid}" for e in q.busy),
                 )
             # Inside a host-side call still (quiesce.py): drained, held by the gate, not locked.
-            report = self.backend.drain(self.gate, holder, self.settings.drain_timeout_s,
-                                        {e.pid for e in deferred(self.gate, holder)})
+            report = self.backend.drain(self.gate, holder, self.settings.drain_timeout_s, {e.pid for e in q.deferred})
             stats["drain_s"] = lap()
             if report.stuck:
                 raise RegionRefused(
@@ -270,7 +269,7 @@ class GpuRegions:
             late: dict[int, tuple[Target, list[tuple[int, int]]]] = {}  # frozen once out of their calls
             # Still inside a host-side call: frozen once out of it, during the hold (late_freeze.py).
             # Read after the drain: those whose calls returned meanwhile are frozen now.
-            left_running = deferred(self.gate, holder)
+            left_running = deferred(self.gate, holder) if q.deferred else []  # none can join after the close
             stats["deferred"] = describe(left_running)
             if self.settings.protection == "gpu+cpu" or req.kind == "lease":
                 running = {e.tenant_id: [(p.index, p.pid) for p in left_running if p.tenant_id == e.tenant_id]

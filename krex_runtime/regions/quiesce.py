@@ -36,25 +36,36 @@ class Quiesced:
     busy: list[ProcEntry]  # still inside a call entry waits for at the deadline (not stopped)
     inside_at_close: dict[str, int]  # call class -> the other tenants' threads inside when the gate closed
     waited_for: dict[str, int]  # the part of inside_at_close entry waited for
+    deferred: list[ProcEntry]  # processes with a thread still inside a (host-side) call at the end
 
 
 def quiesce(gate: Gate, holder: int, timeout_s: float, *, every_call: bool = False) -> Quiesced:
     """Wait (bounded) until no other tenant is inside a call that may perturb the
-    region (any call with `every_call`), saying what they were inside at the close."""
+    region (any call with `every_call`), saying what they were inside at the close.
+    One scan of the gate when nobody is (each scan reads every process entry)."""
+    entries = gate.others(holder)
     at_close: dict[str, int] = {}
-    for e in gate.others(holder):
+    for e in entries:
         for klass, n in e.in_class.items():
             at_close[klass] = at_close.get(klass, 0) + n
-    busy = [e for e in gate.wait_quiescent(holder, timeout_s, every_call=every_call) if not is_stopped(e.pid)]
     waited = {c: n for c, n in at_close.items() if every_call or c in PERTURBING_CLASSES}
-    return Quiesced(busy, at_close, waited)
+    busy: list[ProcEntry] = []
+    if waited:
+        busy = [e for e in gate.wait_quiescent(holder, timeout_s, every_call=every_call) if not is_stopped(e.pid)]
+        entries = gate.others(holder)
+    return Quiesced(busy, at_close, waited, _inside(entries))
 
 
 def deferred(gate: Gate, holder: int) -> list[ProcEntry]:
     """Other tenants' processes with a thread still inside a gated call: after
-    quiesce, a host-side one. A stopped process is not among them (it cannot run:
-    it is frozen and thawed with the rest, as it always was)."""
-    return [e for e in gate.others(holder) if e.in_call > 0 and not is_stopped(e.pid)]
+    quiesce, a host-side one."""
+    return _inside(gate.others(holder))
+
+
+def _inside(entries: list[ProcEntry]) -> list[ProcEntry]:
+    # A stopped process is not let run: it cannot run. It is frozen and thawed with
+    # the rest, as it always was.
+    return [e for e in entries if e.in_call > 0 and not is_stopped(e.pid)]
 
 
 def describe(entries: list[ProcEntry]) -> dict[str, dict[str, int]]:
