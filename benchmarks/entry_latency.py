@@ -136,7 +136,18 @@ def measure(root: Path, gpu: bool, backend: str, waits_for: str, startups: int, 
         "drain_p50": q(ms("drain_s"), 0.5), "drain_p99": q(ms("drain_s"), 0.99), "freeze_p50": q(ms("freeze_s"), 0.5),
         "client_p50": q(client_side["enter_ms"], 0.5), "client_p99": q(client_side["enter_ms"], 0.99),
         "host_inside": host_inside, "deferred": sum(1 for e in granted if e.get("deferred")),
+        "by_class": by_class(granted),
     }
+
+
+def by_class(granted: list[dict]) -> dict[str, tuple[int, float]]:
+    """Call class -> (regions whose close found a thread inside one, their quiesce p50 in ms):
+    which calls made quiesce long."""
+    classes: dict[str, list[float]] = {}
+    for e in granted:
+        for klass in e.get("inside_at_close", {}):
+            classes.setdefault(klass, []).append(e.get("quiesce_s", 0.0) * 1e3)
+    return {k: (len(v), q(v, 0.5)) for k, v in sorted(classes.items(), key=lambda kv: -len(kv[1]))}
 
 
 def main() -> None:
@@ -166,6 +177,10 @@ def main() -> None:
               f"{r['client_p50']:>10.2f} {r['client_p99']:>8.2f} {r['host_inside']:>8}/{r['n']:<3} {r['deferred']:>8}")
     print("entry: close to grant (runtime side); tenant: the probe's own enter time (queueing included); "
           "host call in: regions whose close found a start-up call (context, module) in progress")
+    print("inside at the close, per call class: regions (their quiesce p50, ms)")
+    for r in rows:
+        classes = ", ".join(f"{k} {n} ({p50:.1f})" for k, (n, p50) in r["by_class"].items()) or "none"
+        print(f"  {r['backend']:<12} {r['waits_for']:<11} {classes}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 
