@@ -40,7 +40,7 @@ class LateFreeze:
             try:
                 e = self.gate.entry(index)
             except GateError:
-                return False  # the gate is going away with the runtime
+                return True  # the gate is going away with the runtime: freeze nothing more
             if e.pid == pid and e.alive and e.in_call > 0:
                 return True
         return False
