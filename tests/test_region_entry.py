@@ -95,3 +95,18 @@ def test_a_tenant_let_run_is_frozen_once_its_call_returns(make_runtime) -> None:
     rt.stop()
     events, held = regions_of(rt.trace_path)
     check_exclusive(events, held, rt.root / "sim.log")
+
+
+def test_entry_waits_for_every_call_when_told(make_runtime) -> None:
+    rt = krex_runtime(make_runtime, entry_waits_for="all")
+    creating = submit(rt, PY, str(TENANTS / "startup.py"), "--warm", "--ctx-ms", "1500")
+    wait_until(lambda: "creating" in output(rt, creating), 60, "the tenant to enter its context creation")
+    done = rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "1", "--kernel-us", "200")
+    assert done.returncode == 0, done.stderr
+    granted = trace_events(rt, "region_granted")[-1]
+    assert granted["waited_for"] == {"context": 1} and granted["deferred"] == {}, granted
+    assert len(granted["frozen"]) == 1  # out of its call by then, so frozen at entry
+    # Granted only once the call had returned.
+    wait_until(lambda: "done" in output(rt, creating), 60, "the tenant to finish")
+    assert _stamp(output(rt, creating), "created") < granted["granted_mono_ns"]
+    check_nothing_left(rt.run_dir)
