@@ -52,6 +52,7 @@ from krex_runtime.regions.gate_layout import (
     PROC_SIZE,
     VERSION,
     file_size,
+    unpack_proc,
 )
 
 log = logging.getLogger("krex.gate")
@@ -298,19 +299,16 @@ class Gate:
     # -- processes --
 
     def entry(self, index: int) -> ProcEntry:
-        get = lambda name: self._pget(index, name).value
-        calls_arr, inside = self._pget(index, "calls"), self._pget(index, "in_class")
-        pid, start, state = get("pid"), get("start_time"), get("state")
+        try:
+            f = unpack_proc(self._mm, self._proc_off(index))
+        except (TypeError, ValueError):  # None, or closed meanwhile
+            raise GateError(f"{self.path}: detached") from None
+        calls, inside = f.pop("calls"), f.pop("in_class")
+        f["uses_cuda"], f["fail_open"] = bool(f["uses_cuda"]), bool(f["fail_open"])
         return ProcEntry(
-            index=index, state=state, pid=pid, tenant_id=get("tenant_id"), start_time=start,
-            in_call=get("in_call"), parked=get("parked"), drain_req=get("drain_req"),
-            drain_ack=get("drain_ack"), drain_result=get("drain_result"),
-            uses_cuda=bool(get("uses_cuda")), contexts=get("contexts"), fail_open=bool(get("fail_open")),
-            calls_total=get("calls_total"), parks_total=get("parks_total"), drains_total=get("drains_total"),
-            drain_ack_ns=get("drain_ack_ns"),
-            calls={name: calls_arr[i] for i, name in enumerate(CALL_CLASSES)},
-            alive=state == PROC_LIVE and process_alive(pid, start), in_perturbing=get("in_perturbing"),
+            index=index, **f, calls={name: calls[i] for i, name in enumerate(CALL_CLASSES)},
             in_class={name: inside[i] for i, name in enumerate(CALL_CLASSES) if inside[i]},
+            alive=f["state"] == PROC_LIVE and process_alive(f["pid"], f["start_time"]),
         )
 
     def _live_indices(self) -> list[int]:

@@ -9,6 +9,7 @@ tables only; a test compiles the header and compares offsets and sizes.
 from __future__ import annotations
 
 import ctypes
+import struct
 
 from krex_runtime.tenant import env
 
@@ -76,6 +77,32 @@ PROC_SIZE = 256
 # name -> (ctype, offset), for access by field name.
 HEADER = {name: (ctype, off) for name, ctype, off in HEADER_FIELDS}
 PROC = {name: (ctype, off) for name, ctype, off in PROC_FIELDS}
+
+
+def _struct_of(fields: tuple[tuple[str, type, int], ...], size: int) -> tuple[struct.Struct, tuple[tuple[str, int], ...]]:
+    """A struct.Struct reading every field at once, and (name, values) in its order."""
+    fmt, names, at = "<", [], 0
+    for name, ctype, off in sorted(fields, key=lambda f: f[2]):
+        element, count = (ctype._type_, ctype._length_) if issubclass(ctype, ctypes.Array) else (ctype, 1)
+        code = {1: "b", 2: "h", 4: "i", 8: "q"}[ctypes.sizeof(element)]
+        fmt += f"{off - at}x" * (off > at) + f"{count}" * (count > 1) + (code if element._type_.islower() else code.upper())
+        names.append((name, count))
+        at = off + ctypes.sizeof(ctype)
+    return struct.Struct(fmt + f"{size - at}x"), tuple(names)
+
+
+# A process entry in one read: region entry scans every entry several times, and a
+# ctypes read per field costs tens of microseconds per entry.
+PROC_STRUCT, _PROC_ORDER = _struct_of(PROC_FIELDS, PROC_SIZE)
+
+
+def unpack_proc(buffer, offset: int) -> dict[str, int | tuple[int, ...]]:
+    """Every field of the process entry at `offset` (a snapshot, not atomic)."""
+    values, out, i = PROC_STRUCT.unpack_from(buffer, offset), {}, 0
+    for name, count in _PROC_ORDER:
+        out[name] = values[i] if count == 1 else values[i : i + count]
+        i += count
+    return out
 
 
 def file_size(max_procs: int) -> int:
