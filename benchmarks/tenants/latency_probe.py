@@ -1,11 +1,13 @@
 """Times region entry and exit from the tenant's side: the latency a benchmark sees.
 
-argv: --regions N --device sim|torch. Inside each region: one small kernel and a
+argv: --regions N --device sim|torch [--pause-ms M: up to M ms, at random, between
+regions, so that other tenants run between them]. Inside each region: one small kernel and a
 synchronise, as a minimal timing loop. Prints one JSON line: {"enter_ms": [...], "exit_ms": [...]}.
 """
 
 import argparse
 import json
+import random
 import time
 
 from krex_runtime.client import region
@@ -13,6 +15,7 @@ from krex_runtime.client import region
 p = argparse.ArgumentParser()
 p.add_argument("--regions", type=int, default=100)
 p.add_argument("--device", choices=["sim", "torch"], default="sim")
+p.add_argument("--pause-ms", type=float, default=0.0)
 args = p.parse_args()
 
 if args.device == "torch":
@@ -34,7 +37,10 @@ else:
 
 body()
 enter, leave = [], []
+rng = random.Random(1)
 for _ in range(args.regions):
+    if args.pause_ms:
+        time.sleep(rng.uniform(0, args.pause_ms) / 1000)
     r = region()
     t0 = time.perf_counter()
     r.__enter__()

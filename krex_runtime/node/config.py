@@ -148,6 +148,9 @@ class RegionSection:
     hold_limit_s: float = 60.0
     on_hold_limit: Literal["revoke", "kill"] = "revoke"
     quiesce_timeout_s: float = 5.0
+    # "perturbing": entry does not wait for threads inside context creation or
+    # module loading (regions/quiesce.py); "all": it waits for every gated call.
+    entry_waits_for: Literal["perturbing", "all"] = "perturbing"
     drain_timeout_s: float = 10.0
     settle_max_s: float = 0.0  # wait at entry for the SM clock to be back near its baseline; 0 = no wait
     settle_poll_s: float = 0.001  # how often that wait reads the clock

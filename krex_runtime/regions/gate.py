@@ -14,7 +14,7 @@ gate_layout, futex and /proc calls in gate_kernel. Standard library only.
 Giving the GPU to tenant H (see krex_gate.h for the library's half):
 
     gate.close_gate(H)                       # holder = H, gate shut, generation + 1
-    busy = gate.wait_quiescent(H, 5.0)       # no other tenant inside a driver call
+    busy = gate.wait_quiescent(H, 5.0)       # no other tenant inside a call that perturbs
     outcomes = gate.drain(H, 10.0)           # each other process synchronised its contexts
     ...                                      # freeze, pin, grant, measure, thaw
     gate.open_gate()                         # wake every parked thread
@@ -62,6 +62,7 @@ from krex_runtime.regions.gate_layout import (
     PROC_SIZE,
     VERSION,
     entries_size,
+    unpack_proc,
 )
 
 __all__ = ["DrainOutcome", "DrainRequest", "Gate", "GateError", "ProcEntry"]
@@ -277,21 +278,15 @@ class Gate:
 
     def entry(self, tenant: int, index: int) -> ProcEntry:
         """One entry, its tenant taken from the file it is in (a tenant writes
-        its entries' tenant_id itself, so that field is not believed)."""
-        table, base = self._table(tenant), index * PROC_SIZE
-        get = lambda name: table.read(PROC[name][0], base + PROC[name][1])
-        calls_arr = table.copy(PROC["calls"][0], base + PROC["calls"][1])
-        pid, start = get("pid"), get("start_time")
-        state = get("state")
+        its entries' tenant_id itself, so that field is not believed); read in
+        one struct read (region entry scans every entry several times)."""
+        f = self._table(tenant).unpack(unpack_proc, index * PROC_SIZE)
+        calls, inside = f.pop("calls"), f.pop("in_class")
+        f["uses_cuda"], f["fail_open"], f["tenant_id"] = bool(f["uses_cuda"]), bool(f["fail_open"]), tenant
         return ProcEntry(
-            index=index, state=state, pid=pid, tenant_id=tenant, start_time=start,
-            in_call=get("in_call"), parked=get("parked"), drain_req=get("drain_req"),
-            drain_ack=get("drain_ack"), drain_result=get("drain_result"),
-            uses_cuda=bool(get("uses_cuda")), contexts=get("contexts"), fail_open=bool(get("fail_open")),
-            calls_total=get("calls_total"), parks_total=get("parks_total"), drains_total=get("drains_total"),
-            drain_ack_ns=get("drain_ack_ns"),
-            calls={name: calls_arr[i] for i, name in enumerate(CALL_CLASSES[:CLASS_SLOTS])},
-            alive=state == PROC_LIVE and process_alive(pid, start) and self._runs_as_owner(tenant, pid),
+            index=index, **f, calls={name: calls[i] for i, name in enumerate(CALL_CLASSES[:CLASS_SLOTS])},
+            in_class={name: inside[i] for i, name in enumerate(CALL_CLASSES[:CLASS_SLOTS]) if inside[i]},
+            alive=f["state"] == PROC_LIVE and process_alive(f["pid"], f["start_time"]) and self._runs_as_owner(tenant, f["pid"]),
         )
 
     def _runs_as_owner(self, tenant: int, pid: int) -> bool:
@@ -332,25 +327,23 @@ class Gate:
         """Live processes of tenants other than `holder`."""
         return [e for e in self.processes() if e.tenant_id != holder]
 
-    def wait_quiescent(self, holder: int, timeout_s: float) -> list[ProcEntry]:
-        """Wait until no other tenant's thread is inside a gated call.
-
-        Returns the processes still inside at the deadline (empty: quiescent).
-        Dead processes do not count (a killed tenant may leave in_call > 0).
-        """
+    def wait_quiescent(self, holder: int, timeout_s: float, *, every_call: bool = False) -> list[ProcEntry]:
+        """Wait until no other tenant's thread is inside a gated call of a class in
+        PERTURBING_CLASSES (of any class with `every_call`). Returns the processes still
+        inside at the deadline (empty: quiescent); dead ones do not count."""
         deadline = time.monotonic() + timeout_s
         pause = 50e-6
         while True:
-            busy = [e for e in self.others(holder) if e.in_call > 0]
+            busy = [e for e in self.others(holder) if (e.in_call if every_call else e.in_perturbing) > 0]
             if not busy or time.monotonic() >= deadline:
                 return busy
             time.sleep(pause)
             pause = min(pause * 2, 2e-3)
 
-    def request_drain(self, holder: int) -> list[DrainRequest]:
-        """Ask every other live process to synchronise its contexts."""
+    def request_drain(self, holder: int, pids: set[int] | None = None) -> list[DrainRequest]:
+        """Ask every other live process (of `pids` only, if given) to synchronise its contexts."""
         requests = []
-        for e in self.others(holder):
+        for e in (e for e in self.others(holder) if pids is None or e.pid in pids):
             try:
                 cell = self._pget(e.tenant_id, e.index, "drain_req")
                 seq = (cell.value + 1) & 0xFFFFFFFF

@@ -2,12 +2,17 @@
 
 Both backends first close the preload gate (a tenant that has not initialised
 CUDA yet cannot be locked by the driver, so it must meet the gate) and wait
-until no other tenant is inside a gated call. Then:
+until no other tenant is inside a gated call that may perturb the region
+(quiesce.py). Then:
   - `preload` asks each process's drain thread (native library) to synchronise
     its contexts and waits for the acknowledgements;
   - `driver-lock` takes the driver's process checkpoint lock of each other
     process that uses CUDA, from parallel threads, which returns once that
     process's submitted work is done; the locks are dropped after the thaw.
+    A `deferred` process (a thread still inside context creation or module
+    loading, quiesce.py) is drained the preload way instead: the lock waits
+    for the calls in progress, which is what entry must not wait for. The gate
+    holds its next call, as it holds every tenant's under `preload`.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from krex_runtime.regions.driver_lock import CUDA_SUCCESS, CheckpointDriver
+from krex_runtime.regions.driver_lock import CUDA_ERROR_NOT_INITIALIZED, CUDA_SUCCESS, CheckpointDriver
 from krex_runtime.regions.freezer import is_stopped
 from krex_runtime.regions.gate import Gate
 
@@ -35,7 +40,9 @@ class DrainReport:
 class GateBackend:
     name = ""
 
-    def drain(self, gate: Gate, holder: int, timeout_s: float) -> DrainReport:
+    def drain(self, gate: Gate, holder: int, timeout_s: float, deferred: set[int] = frozenset()) -> DrainReport:
+        """Wait (bounded) until the other tenants' submitted work is done; `deferred`:
+        pids with a thread inside a host-side call."""
         raise NotImplementedError
 
     def release(self, report: DrainReport) -> list[int]:
@@ -46,14 +53,8 @@ class GateBackend:
 class PreloadBackend(GateBackend):
     name = "preload"
 
-    def drain(self, gate: Gate, holder: int, timeout_s: float) -> DrainReport:
-        report = DrainReport()
-        # A stopped process cannot acknowledge: it has no thread running. Its
-        # submitted work still finishes on the device; the freezer holds it.
-        requests = [r for r in gate.request_drain(holder) if not _note_stopped(report, r.pid)]
-        for outcome in gate.wait_drained(requests, timeout_s):
-            report.outcomes[outcome.pid] = outcome.result
-        return report
+    def drain(self, gate: Gate, holder: int, timeout_s: float, deferred: set[int] = frozenset()) -> DrainReport:
+        return _preload_drain(DrainReport(), gate, holder, timeout_s, None)
 
 
 class DriverLockBackend(GateBackend):
@@ -63,14 +64,22 @@ class DriverLockBackend(GateBackend):
         self.driver = driver
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="krex-lock")
 
-    def drain(self, gate: Gate, holder: int, timeout_s: float) -> DrainReport:
+    def drain(self, gate: Gate, holder: int, timeout_s: float, deferred: set[int] = frozenset()) -> DrainReport:
         report = DrainReport()
-        pids = [e.pid for e in gate.others(holder) if e.uses_cuda and not _note_stopped(report, e.pid)]
+        pids = [e.pid for e in gate.others(holder) if e.uses_cuda and e.pid not in deferred
+                and not _note_stopped(report, e.pid)]
+        by_library = self._pool.submit(_preload_drain, report, gate, holder, timeout_s, set(deferred)) if deferred else None
         results = list(self._pool.map(lambda pid: self.driver.lock(pid, timeout_s), pids))
+        if by_library is not None:
+            by_library.result()
         for pid, rc in zip(pids, results):
             if rc == CUDA_SUCCESS:
                 report.locked.append(pid)
                 report.outcomes[pid] = "ok"
+            elif rc == CUDA_ERROR_NOT_INITIALIZED:
+                # The driver holds no CUDA state of it (any more): nothing of it can run. A
+                # tenant that ends during the drain gets here; were it to start again, the gate holds it.
+                report.outcomes[pid] = "exited"
             else:
                 report.outcomes[pid] = "timed_out" if rc == 909 else f"error {rc}"
         return report
@@ -83,6 +92,16 @@ class DriverLockBackend(GateBackend):
         list(self._pool.map(self.driver.unlock, pids))
         report.locked = []
         return left
+
+
+def _preload_drain(report: DrainReport, gate: Gate, holder: int, timeout_s: float, pids: set[int] | None) -> DrainReport:
+    """The library's drain of the other processes (of `pids` only, if given)."""
+    # A stopped process cannot acknowledge: it has no thread running. Its
+    # submitted work still finishes on the device; the freezer holds it.
+    requests = [r for r in gate.request_drain(holder, pids) if not _note_stopped(report, r.pid)]
+    for outcome in gate.wait_drained(requests, timeout_s):
+        report.outcomes[outcome.pid] = outcome.result
+    return report
 
 
 def _note_stopped(report: DrainReport, pid: int) -> bool:

@@ -20,8 +20,9 @@ import gc
 import logging
 import mmap
 import os
+import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 log = logging.getLogger("krex.gate")
@@ -54,6 +55,8 @@ class ProcEntry:
     drain_ack_ns: int
     calls: dict[str, int]
     alive: bool
+    in_perturbing: int = 0  # threads inside a call entry waits for (gate_layout.PERTURBING_CLASSES)
+    in_class: dict[str, int] = field(default_factory=dict)  # threads inside a call, per class
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,13 @@ class Mapping:
         try:
             return ctype.from_buffer_copy(mm, off)  # type: ignore[arg-type]
         except (TypeError, ValueError):  # None, or closed meanwhile
+            raise GateError(f"{self.path}: detached") from None
+
+    def unpack(self, reader, off: int):
+        """`reader(buffer, off)` on the mapping (gate_layout.unpack_proc: one entry in one read)."""
+        try:
+            return reader(self._mm, off)
+        except (TypeError, ValueError, struct.error):  # None, or closed meanwhile
             raise GateError(f"{self.path}: detached") from None
 
     def read(self, ctype: type, off: int) -> int:

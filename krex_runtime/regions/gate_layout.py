@@ -9,6 +9,7 @@ tables only; a test compiles the header and compares offsets and sizes.
 from __future__ import annotations
 
 import ctypes
+import struct
 
 from krex_runtime.tenant import env
 
@@ -25,9 +26,14 @@ DRAIN_RESULTS = {DRAIN_OK: "ok", DRAIN_TIMED_OUT: "timed_out", DRAIN_ERROR: "err
 # enum krex_call_class, in order.
 CALL_CLASSES = (
     "launch", "host_func", "graph", "memcpy", "memset", "event",
-    "stream_memop", "mem_async", "context", "module", "other",
+    "stream_memop", "mem_async", "context", "module", "other", "memcpy_sync", "memset_sync",
 )
 CLASS_SLOTS = 16
+# KREX_CLASS_PERTURBING: classes whose calls region entry waits for (the
+# others are host-side: context creation and module loading).
+HOST_SIDE_CLASSES = frozenset({"context", "module"})
+PERTURBING_CLASSES = tuple(c for c in CALL_CLASSES if c not in HOST_SIDE_CLASSES)
+PERTURBING_MASK = sum(1 << i for i, c in enumerate(CALL_CLASSES) if c in PERTURBING_CLASSES)
 
 DEFAULT_STALE_NS = 3_000_000_000
 DEFAULT_PARK_WAIT_NS = 50_000_000
@@ -64,6 +70,7 @@ PROC_FIELDS: tuple[tuple[str, type, int], ...] = (
     ("calls_total", _u64, 56), ("parks_total", _u64, 64), ("drains_total", _u64, 72),
     ("calls", _u64 * CLASS_SLOTS, 80),
     ("drain_ack_ns", _u64, 208),
+    ("in_perturbing", _u32, 216), ("in_class", ctypes.c_uint16 * CLASS_SLOTS, 220),
 )
 PROC_SIZE = 256
 
@@ -75,3 +82,29 @@ PROC = {name: (ctype, off) for name, ctype, off in PROC_FIELDS}
 def entries_size(max_procs: int) -> int:
     """Size of a tenant's entries file (the gate file is HEADER_SIZE bytes)."""
     return max_procs * PROC_SIZE
+
+
+def _struct_of(fields: tuple[tuple[str, type, int], ...], size: int) -> tuple[struct.Struct, tuple[tuple[str, int], ...]]:
+    """A struct.Struct reading every field at once, and (name, values) in its order."""
+    fmt, names, at = "<", [], 0
+    for name, ctype, off in sorted(fields, key=lambda f: f[2]):
+        element, count = (ctype._type_, ctype._length_) if issubclass(ctype, ctypes.Array) else (ctype, 1)
+        code = {1: "b", 2: "h", 4: "i", 8: "q"}[ctypes.sizeof(element)]
+        fmt += f"{off - at}x" * (off > at) + f"{count}" * (count > 1) + (code if element._type_.islower() else code.upper())
+        names.append((name, count))
+        at = off + ctypes.sizeof(ctype)
+    return struct.Struct(fmt + f"{size - at}x"), tuple(names)
+
+
+# A process entry in one read: region entry scans every entry several times, and a
+# ctypes read per field costs tens of microseconds per entry.
+PROC_STRUCT, _PROC_ORDER = _struct_of(PROC_FIELDS, PROC_SIZE)
+
+
+def unpack_proc(buffer, offset: int) -> dict[str, int | tuple[int, ...]]:
+    """Every field of the process entry at `offset` (a snapshot, not atomic)."""
+    values, out, i = PROC_STRUCT.unpack_from(buffer, offset), {}, 0
+    for name, count in _PROC_ORDER:
+        out[name] = values[i] if count == 1 else values[i : i + count]
+        i += count
+    return out

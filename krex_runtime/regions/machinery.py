@@ -152,6 +152,7 @@ def build(
         settle_max_s=rc.settle_max_s,
         settle_poll_s=rc.settle_poll_s,
         share_weights=dict(config.dispatcher.share_weights),
+        entry_waits_for=rc.entry_waits_for,
     )
     regions = {
         g.index: GpuRegions(g.index, gates[g.index], backend, freezer, cpus, settings, tenants, sink, clock_probe)

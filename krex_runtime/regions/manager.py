@@ -2,12 +2,13 @@
 share keys, FIFO within one: region_shares.py) and at most one holder.
 
 Entry, for tenant T on GPU g (each step timed and traced): close the gate ->
-wait until no other tenant is inside a gated call -> drain (backend) -> freeze
-the other tenants' trees -> pin T's measuring thread to g's reserved cores ->
-settle (settle.py: wait, bounded, for the SM clock to be back near its
-baseline) -> GRANTED. Exit: certify (certificate.py) -> unpin -> thaw ->
-release the backend's locks -> reopen the gate -> next. The SM clock, power
-and temperature are read at the grant and at the release.
+wait until no other tenant is inside a gated call that may perturb the region
+(quiesce.py; one inside context creation or module loading is let finish) ->
+drain (backend) -> freeze the other tenants' trees -> pin T's measuring thread
+to g's reserved cores -> settle (settle.py: wait, bounded, for the SM clock to
+be back near its baseline) -> GRANTED. Exit: certify (certificate.py) -> unpin
+-> thaw -> release the backend's locks -> reopen the gate -> next. The SM
+clock, power and temperature are read at the grant and at the release.
 
 A whole-device lease is a request of kind "lease": it goes ahead of queued
 regions (after the current holder), always freezes, and is held until
@@ -30,9 +31,11 @@ from krex_runtime.node.sink import EventSink
 from krex_runtime.regions import cpu_slices
 from krex_runtime.regions.certificate import Certifier, certify
 from krex_runtime.regions.cpu_slices import CpuPlan
-from krex_runtime.regions.freezer import FreezeError, Freezer, Target, is_stopped
+from krex_runtime.regions.freezer import FreezeError, Freezer, Target
 from krex_runtime.regions.gate import Gate
 from krex_runtime.regions.gate_backends import DrainReport, GateBackend
+from krex_runtime.regions.late_freeze import LateFreeze
+from krex_runtime.regions.quiesce import deferred, describe, quiesce
 from krex_runtime.regions.region_shares import RegionShares
 from krex_runtime.regions.requests import Entry, Request
 from krex_runtime.regions.settle import settle
@@ -67,6 +70,7 @@ class RegionSettings:
     settle_max_s: float = 0.0  # 0: no settle
     settle_poll_s: float = 0.001
     share_weights: Mapping[str, float] = field(default_factory=dict)  # share key -> weight (default 1)
+    entry_waits_for: str = "perturbing"  # "perturbing" | "all" (quiesce.py)
 
 
 class GpuRegions:
@@ -245,18 +249,22 @@ class GpuRegions:
         holder = req.tenant_id  # OPERATOR for an operator's lease: nobody passes
         self.gate.close_gate(holder)
         stats["close_s"] = lap()
-        busy = [e for e in self.gate.wait_quiescent(holder, self.settings.quiesce_timeout_s) if not is_stopped(e.pid)]
+        # A lease waits for every call: it freezes everyone and its entry is not in a hurry.
+        every_call = self.settings.entry_waits_for == "all" or req.kind == "lease"
+        q = quiesce(self.gate, holder, self.settings.quiesce_timeout_s, every_call=every_call)
         stats["quiesce_s"] = lap()
+        stats["inside_at_close"], stats["waited_for"] = q.inside_at_close, q.waited_for
         report = DrainReport()
         targets: list[Target] = []
         try:
-            if busy:
+            if q.busy:
                 raise RegionRefused(
                     "ETIMEDOUT",
                     "tenants still inside a GPU call after "
-                    f"{self.settings.quiesce_timeout_s:g} s: " + ", ".join(f"pid {e.pid}" for e in busy),
+                    f"{self.settings.quiesce_timeout_s:g} s: " + ", ".join(f"pid {e.pid}" for e in q.busy),
                 )
-            report = self.backend.drain(self.gate, holder, self.settings.drain_timeout_s)
+            # Inside a host-side call still (quiesce.py): drained, held by the gate, not locked.
+            report = self.backend.drain(self.gate, holder, self.settings.drain_timeout_s, {e.pid for e in q.deferred})
             stats["drain_s"] = lap()
             if report.stuck:
                 raise RegionRefused(
@@ -265,8 +273,18 @@ class GpuRegions:
                     f"{self.settings.drain_timeout_s:g} s: " + ", ".join(f"pid {p} ({r})" for p, r in report.stuck.items()),
                 )
             frozen: list[int] = []
+            late: dict[int, tuple[Target, list[tuple[int, int]]]] = {}  # frozen once out of their calls
+            # Still inside a host-side call: frozen once out of it, during the hold (late_freeze.py).
+            # Read after the drain: those whose calls returned meanwhile are frozen now.
+            left_running = deferred(self.gate, holder) if q.deferred else []  # none can join after the close
+            stats["deferred"] = describe(left_running)
             if self.settings.protection == "gpu+cpu" or req.kind == "lease":
+                running = {e.tenant_id: [(p.index, p.pid) for p in left_running if p.tenant_id == e.tenant_id]
+                           for e in left_running}
                 others = [t for t in self._tenants.of_gpu(self.gpu) if t.tenant_id != req.tenant_id]
+                late = {t.tenant_id: (Target(t.command_id, t.pid, cgroup=t.cgroup), running[t.tenant_id])
+                        for t in others if t.tenant_id in running}
+                others = [t for t in others if t.tenant_id not in running]
                 targets = [Target(t.command_id, t.pid, cgroup=t.cgroup) for t in others]
                 frozen = [t.tenant_id for t in others]
                 try:
@@ -293,7 +311,8 @@ class GpuRegions:
         stats["others_calls"] = self._others_calls(holder)
         # CLOCK_MONOTONIC, as the simulator's execution log and the gate use.
         stats["granted_mono_ns"] = time.monotonic_ns()
-        return Entry(targets, frozen, report, pinned, stats, self.certifier and self.certifier.start(holder, req.pid, stats))
+        witness = self.certifier and self.certifier.start(holder, req.pid, stats)
+        return Entry(targets, frozen, report, pinned, stats, witness, LateFreeze(self.gate, self.freezer, late) if late else None)
 
     def _others_calls(self, holder: int) -> int:
         return sum(e.calls_total for e in self.gate.others(holder))
@@ -308,8 +327,9 @@ class GpuRegions:
         t0 = time.monotonic()
         self._unpin(req)  # done already when the holder released it itself
         t1 = time.monotonic()
+        late_targets, late_frozen = entry.late.stop() if entry.late is not None else ([], [])
         try:
-            self.freezer.thaw(entry.targets)
+            self.freezer.thaw(entry.targets + late_targets)
         except OSError as exc:
             # The freezer tried every tenant; the release goes on, so the gate
             # opens, the release is recorded and the next request is served.
@@ -323,6 +343,7 @@ class GpuRegions:
         return {
             "unpin_s": t1 - t0,
             "thaw_s": t2 - t1,
+            "late_frozen": late_frozen,
             "open_s": t3 - t2,
             "released_mono_ns": released_mono_ns,
             "others_calls": others_calls,

@@ -12,6 +12,7 @@ from krex_runtime.commands.fair_share import DEFAULT_KEY
 from krex_runtime.regions.certificate import Witness
 from krex_runtime.regions.freezer import Target
 from krex_runtime.regions.gate_backends import DrainReport
+from krex_runtime.regions.late_freeze import LateFreeze
 
 
 @dataclass
@@ -48,3 +49,4 @@ class Entry:
     pinned: bool
     stats: dict[str, Any]
     witness: Witness | None = None  # what the exclusivity certificate compares the release with
+    late: LateFreeze | None = None  # freezes, during the hold, the tenants entry left inside a host-side call

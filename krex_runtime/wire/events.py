@@ -127,7 +127,12 @@ class RegionGranted(Event):
     wait_s: float = unread("seconds queued; the entry's steps follow")
     close_s: float = unread()
     quiesce_s: float = unread()
+    inside_at_close: dict[str, int] = unread("call class -> the other tenants' threads inside a gated call at the close",
+                                             factory=dict)
+    waited_for: dict[str, int] = unread("the part of inside_at_close that quiesce waited for", factory=dict)
     drain_s: float = unread()
+    deferred: dict[str, dict[str, int]] = unread(
+        "pid -> call class -> threads still inside a host-side call: not waited for, locked or frozen (yet)", factory=dict)
     freeze_s: float = unread()
     pin_s: float = unread()
     settle_s: float | None = note("seconds the entry waited for the SM clock (`regions.settle_max_s`; 0: no wait)",
@@ -155,6 +160,8 @@ class RegionReleased(Event):
     hold_s: float = unread("seconds from grant to release; the exit's steps follow")
     unpin_s: float = unread()
     thaw_s: float = unread()
+    late_frozen: list[int] = unread("tenant ids frozen during the hold, once out of the host-side call entry let them finish",
+                                    factory=list)
     open_s: float = unread()
     released_mono_ns: int = unread("CLOCK_MONOTONIC")
     others_calls: int = unread("the same as at the grant: none of them submitted meanwhile")

@@ -22,22 +22,26 @@
  * out, so the Python mirror needs no compiler knowledge. Shared words are
  * accessed with __atomic builtins (C) or single aligned stores (Python).
  *
- * Protocol (tenant thread, before each gated driver call):
- *   1. in_call += 1                      (seq_cst read-modify-write)
+ * Protocol (tenant thread, before each gated driver call of class c):
+ *   1. in_call += 1, in_class[c] += 1, and in_perturbing += 1 when c is
+ *      perturbing                        (seq_cst read-modify-writes)
  *   2. w = gate_word                     (seq_cst)
  *   3. if (w & KREX_GATE_CLOSED) and holder != my tenant id and the runtime's
- *      heartbeat is fresh: in_call -= 1, park (spin, then FUTEX_WAIT on
+ *      heartbeat is fresh: withdraw the counts of step 1, park (spin, then FUTEX_WAIT on
  *      gate_word != w, bounded by park_wait_ns so the heartbeat is re-read),
  *      then start again at 1.
- *   4. call the real driver; in_call -= 1.
+ *   4. call the real driver; withdraw the counts of step 1.
  * Runtime, to give the GPU to tenant H:
  *   holder = H; gate_word = (gate_word + 2) | CLOSED; generation += 1;
- *   full barrier; wait until in_call == 0 in every live entry whose tenant is
- *   not H; for each such entry drain_req += 1 and FUTEX_WAKE(drain_req); wait
+ *   full barrier; wait until in_perturbing == 0 (or in_call == 0, when told
+ *   to wait for every call) in every live entry whose tenant is not H; for
+ *   each such entry drain_req += 1 and FUTEX_WAKE(drain_req); wait
  *   (bounded) until drain_ack == drain_req. To reopen: gate_word = (gate_word
  *   + 2) & ~CLOSED; holder = KREX_GATE_NO_HOLDER; FUTEX_WAKE(gate_word, all).
  * Steps 1-2 against the runtime's store-then-load make the check race-free:
  * either the runtime sees the thread inside, or the thread sees the gate shut.
+ * A thread the runtime did not wait for (inside a host-side call) sees the
+ * gate shut at its next gated call, whatever class that call is.
  */
 #ifndef KREX_GATE_H
 #define KREX_GATE_H
@@ -49,7 +53,8 @@ extern "C" {
 #endif
 
 #define KREX_GATE_MAGIC 0x45544147584552ull /* "REXGATE\0" read as little-endian u64 */
-#define KREX_GATE_VERSION 2u
+#define KREX_GATE_VERSION 2u /* 2: the header alone in the gate file, each tenant's entries in a file of
+                                 * its own; in_perturbing and in_class in the process entry */
 
 /* A tenant's entries file: printf(KREX_GATE_ENTRIES_FMT, gate path, tenant id). */
 #define KREX_GATE_ENTRIES_FMT "%s.%lld"
@@ -92,22 +97,53 @@ extern "C" {
 #define KREX_DRAIN_ERROR 2u      /* a synchronise failed (sticky error, dead context) */
 
 /* Classes of gated calls, counted per process in shared memory. The generated
- * table (native/src/intercept/intercept_gated_table.c) assigns each function one. */
+ * table (native/src/intercept/intercept_gated_table.c) assigns each function one.
+ *
+ * What a call can do to a region holder's timing decides whether region entry
+ * waits for a thread that is inside it when the gate closes
+ * (KREX_CLASS_PERTURBING below, reasons in native/tools/gen_gated_table.py):
+ *   submits GPU work   launches, host functions, graphs, async copies and
+ *                      memsets, event records and waits, stream memory
+ *                      operations, stream-ordered allocation, external
+ *                      semaphores: until the call returns it may put work on
+ *                      the device, so entry waits (these calls only enqueue:
+ *                      microseconds);
+ *   moves memory       synchronous copies and memsets: the transfer runs on the
+ *                      device during the call (after the work queued before
+ *                      it, which the drain would wait for anyway), so entry
+ *                      waits;
+ *   host-side          context creation and module loading: no work of the
+ *                      tenant's reaches a stream; entry does not wait for them.
+ *                      The thread finishes its call outside the critical path
+ *                      and parks at its next gated call. */
 enum krex_call_class {
     KREX_CLASS_LAUNCH = 0,    /* kernel launches (cuLaunchKernel*, cooperative, legacy) */
     KREX_CLASS_HOST_FUNC = 1, /* cuLaunchHostFunc, cuStreamAddCallback */
     KREX_CLASS_GRAPH = 2,     /* cuGraphLaunch, cuGraphUpload */
-    KREX_CLASS_MEMCPY = 3,
-    KREX_CLASS_MEMSET = 4,
+    KREX_CLASS_MEMCPY = 3,    /* asynchronous copies (cuMemcpy*Async) */
+    KREX_CLASS_MEMSET = 4,    /* asynchronous memsets (cuMemset*Async) */
     KREX_CLASS_EVENT = 5,     /* cuEventRecord*, cuStreamWaitEvent */
     KREX_CLASS_STREAM_MEMOP = 6, /* cuStreamWaitValue*, WriteValue*, BatchMemOp */
     KREX_CLASS_MEM_ASYNC = 7, /* stream-ordered allocation, prefetch, discard */
     KREX_CLASS_CONTEXT = 8,   /* context creation, primary context retain */
     KREX_CLASS_MODULE = 9,    /* module and library loading */
     KREX_CLASS_OTHER = 10,    /* other stream submissions (external semaphores, ...) */
-    KREX_CLASS_COUNT = 11,
+    KREX_CLASS_MEMCPY_SYNC = 11, /* synchronous copies (cuMemcpy, cuMemcpyHtoD, ...) */
+    KREX_CLASS_MEMSET_SYNC = 12, /* synchronous memsets (cuMemsetD8, ...) */
+    KREX_CLASS_COUNT = 13,
 };
 #define KREX_CLASS_SLOTS 16 /* room in the entry; classes beyond COUNT read 0 */
+
+/* Bit c set: a thread inside a call of class c may perturb a region holder,
+ * and region entry waits for it (in_perturbing counts those threads). */
+#define KREX_CLASS_BIT(c) (1u << (c))
+#define KREX_CLASS_PERTURBING                                                                       \
+    (KREX_CLASS_BIT(KREX_CLASS_LAUNCH) | KREX_CLASS_BIT(KREX_CLASS_HOST_FUNC) |                      \
+     KREX_CLASS_BIT(KREX_CLASS_GRAPH) | KREX_CLASS_BIT(KREX_CLASS_MEMCPY) |                          \
+     KREX_CLASS_BIT(KREX_CLASS_MEMSET) | KREX_CLASS_BIT(KREX_CLASS_EVENT) |                          \
+     KREX_CLASS_BIT(KREX_CLASS_STREAM_MEMOP) | KREX_CLASS_BIT(KREX_CLASS_MEM_ASYNC) |                \
+     KREX_CLASS_BIT(KREX_CLASS_OTHER) | KREX_CLASS_BIT(KREX_CLASS_MEMCPY_SYNC) |                     \
+     KREX_CLASS_BIT(KREX_CLASS_MEMSET_SYNC))
 
 /* One entry per process that made a gated call. 256 bytes, its own cache
  * lines, so one process's counters do not slow another's. */
@@ -129,7 +165,12 @@ struct krex_gate_proc {
     uint64_t drains_total;   /* drains acknowledged */
     uint64_t calls[KREX_CLASS_SLOTS]; /* gated calls per enum krex_call_class */
     uint64_t drain_ack_ns;   /* CLOCK_MONOTONIC when the last drain was acknowledged */
-    uint8_t reserved[40];
+    /* Announced like in_call (both before the gate is read, both withdrawn on
+     * parking): threads inside a call of a KREX_CLASS_PERTURBING class, and
+     * threads inside a call per class (what entry waited for, or let run). */
+    uint32_t in_perturbing;
+    uint16_t in_class[KREX_CLASS_SLOTS];
+    uint8_t reserved[4];
 };
 
 /* The gate header: the whole gate file. A tenant's entries file holds

@@ -49,6 +49,12 @@ extern "C" {
 #define KREX_SIM_ENV_TENANT "KREX_TENANT_ID"      /* integer written into log records */
 #define KREX_SIM_ENV_MEM_MB "KREX_SIM_MEM_MB"     /* memory per device, read by the creator */
 #define KREX_SIM_ENV_COPY_MBPS "KREX_SIM_COPY_MBPS" /* copy/memset bandwidth, MB/s (1e6 B/s) */
+/* Host-side latency, in ms, of context creation (cuCtxCreate*, the first
+ * cuDevicePrimaryCtxRetain of a device) and of module loading (cuModuleLoad*):
+ * the calling thread stays inside the call that long. Read
+ * at each call, so a program may set them for itself; unset means none. */
+#define KREX_SIM_ENV_CTX_CREATE_MS "KREX_SIM_CTX_CREATE_MS"
+#define KREX_SIM_ENV_MODULE_LOAD_MS "KREX_SIM_MODULE_LOAD_MS"
 
 #define KREX_SIM_DEFAULT_DEVICE_NAME "default"
 #define KREX_SIM_DEFAULT_MEM_MB 81920u    /* 80 GiB */

@@ -17,6 +17,7 @@ int main(void)
     printf("const.max_procs %u 0\n", KREX_GATE_MAX_PROCS);
     printf("const.class_count %d 0\n", KREX_CLASS_COUNT);
     printf("const.class_slots %d 0\n", KREX_CLASS_SLOTS);
+    printf("const.class_perturbing %u 0\n", KREX_CLASS_PERTURBING);
     printf("const.closed %u 0\n", KREX_GATE_CLOSED);
     printf("const.no_holder %d 0\n", KREX_GATE_NO_HOLDER);
     printf("const.default_stale_ns %llu 0\n", KREX_GATE_DEFAULT_STALE_NS);
@@ -26,6 +27,6 @@ int main(void)
     H(park_wait_ns); H(spin_ns); H(drain_timeout_ns); H(runtime_pid); H(closed_at_ns); H(opened_at_ns);
     P(state); P(pid); P(tenant_id); P(start_time); P(in_call); P(parked); P(drain_req);
     P(drain_ack); P(drain_result); P(uses_cuda); P(contexts); P(fail_open); P(calls_total);
-    P(parks_total); P(drains_total); P(calls); P(drain_ack_ns);
+    P(parks_total); P(drains_total); P(calls); P(drain_ack_ns); P(in_perturbing); P(in_class);
     return 0;
 }

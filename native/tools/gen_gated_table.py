@@ -36,22 +36,61 @@ from dataclasses import dataclass
 from cuda_header import PROTOTYPE, base_name, cuda_version, param_name, preprocess, split_params
 
 # (class, base-name pattern). First match wins; order matters (host functions
-# before the general launch rule).
+# before the general launch rule, synchronous copies before asynchronous ones).
+#
+# Each class says what a thread inside such a call can do to a region holder's
+# timing, which decides whether region entry waits for it when the gate closes
+# (KREX_CLASS_PERTURBING in include/krex_gate.h; docs/regions.md):
 CLASSES: list[tuple[str, str]] = [
+    # Submit GPU work: until the call returns it may put work on a stream that
+    # would run inside the region. Entry waits; they only enqueue (microseconds).
+    # A host function occupies its stream like a kernel and is ordered with it.
     ("KREX_CLASS_HOST_FUNC", r"cuLaunchHostFunc|cuStreamAddCallback"),
     ("KREX_CLASS_LAUNCH", r"cuLaunch\w*"),
+    # A graph upload is stream-ordered work (it writes the graph to the device).
     ("KREX_CLASS_GRAPH", r"cuGraphLaunch|cuGraphUpload"),
+    # Move memory synchronously: the transfer runs on the device during the
+    # call, after the work queued before it in the stream (work the drain
+    # would wait for anyway). Entry waits.
+    ("KREX_CLASS_MEMCPY_SYNC", r"cuMemcpy(?!\w*Async)\w*"),
+    ("KREX_CLASS_MEMSET_SYNC", r"cuMemset(?!\w*Async)\w*"),
+    # Asynchronous copies and memsets: enqueued device work. Entry waits.
     ("KREX_CLASS_MEMCPY", r"cuMemcpy\w*"),
     ("KREX_CLASS_MEMSET", r"cuMemset\w*"),
+    # An event record is a timestamp write the device executes in stream order;
+    # a stream wait releases queued work when the event fires. Entry waits:
+    # both are cheap enqueues, and a wait can release work into the region.
     ("KREX_CLASS_EVENT", r"cuEventRecord\w*|cuStreamWaitEvent"),
+    # Stream memory operations and external semaphores are executed by the
+    # device's front end in stream order; stream-ordered allocation, prefetch,
+    # discard and sparse mapping are stream work too (migrations move memory).
+    # Entry waits.
     ("KREX_CLASS_STREAM_MEMOP", r"cuStreamWaitValue\w*|cuStreamWriteValue\w*|cuStreamBatchMemOp"),
     (
         "KREX_CLASS_MEM_ASYNC",
         r"cuMemAllocAsync|cuMemFreeAsync|cuMemAllocFromPoolAsync|cuMemPrefetch\w*Async"
         r"|cuMemDiscard\w*Async|cuMemBatchDecompressAsync",
     ),
+    # Host-side: entry does not wait for a thread inside these; it finishes its
+    # call outside the critical path and parks at its next gated call.
+    # Context creation is long (0.2-2 s under contention: a node-wide driver
+    # lock) and nearly all host and kernel-driver work: it reserves device
+    # memory and sets up channels and page tables, and puts none of the
+    # tenant's work on a stream; a new context has no work to be scheduled
+    # against the holder's. What the kernel driver does for the new memory
+    # (zeroing it) is the same as for an ungated cuMemAlloc, which no region
+    # has ever held back.
     ("KREX_CLASS_CONTEXT", r"cuCtxCreate|cuDevicePrimaryCtxRetain"),
+    # Module loading is mostly host work (parsing the fatbinary, JIT-compiling
+    # PTX: seconds), ending with an upload of the module's code and static data
+    # into device memory: a copy bounded by the module's size (usually KBs to a
+    # few MB), no kernel. With lazy loading (the default since CUDA 12.2) the
+    # code of a function is uploaded at its first launch instead, which is a
+    # gated launch and parks. The residual copy is accepted; entry waits for
+    # every class with `regions.entry_waits_for = "all"` where it must not be.
     ("KREX_CLASS_MODULE", r"cuModuleLoad\w*|cuLibraryLoad\w*"),
+    # External semaphores (the device waits or signals) and sparse array
+    # mapping (stream-ordered): stream work. Entry waits.
     ("KREX_CLASS_OTHER", r"cuSignalExternalSemaphoresAsync|cuWaitExternalSemaphoresAsync|cuMemMapArrayAsync"),
     ("KREX_CLASS_TRACKED", r"cuEventElapsedTime|cuEventDestroy"),
 ]

@@ -37,6 +37,7 @@ def test_constants_match_the_header(lib_build: Build) -> None:
     assert layout["const.max_procs"][0] == gate_layout.MAX_PROCS
     assert layout["const.class_count"][0] == len(gate_layout.CALL_CLASSES)
     assert layout["const.class_slots"][0] == gate_layout.CLASS_SLOTS
+    assert layout["const.class_perturbing"][0] == gate_layout.PERTURBING_MASK
     assert layout["const.closed"][0] == gate_layout.CLOSED
     assert layout["const.no_holder"][0] == gate_layout.NO_HOLDER
     assert layout["const.default_stale_ns"][0] == gate_layout.DEFAULT_STALE_NS

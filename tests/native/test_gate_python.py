@@ -63,3 +63,28 @@ def test_drain_with_no_tenants_is_immediate(tmp_path: Path) -> None:
         assert g.wait_quiescent(1, 0.1) == []
         assert g.drain(1, 0.1) == []
         g.open_gate()
+
+
+def test_an_entry_reads_back_every_field_as_written(tmp_path: Path) -> None:
+    # Gate.entry reads an entry in one struct read; each field written through its own view.
+    with gate.Gate.create(tmp_path / "g", max_procs=4) as g:
+        g.add_tenant(7)
+        for n, (name, ctype, _) in enumerate(gate_layout.PROC_FIELDS):
+            view = g._pget(7, 2, name)
+            if isinstance(view, (int, float)) or not hasattr(view, "value"):
+                for i in range(len(view)):
+                    view[i] = 100 * n + i
+            else:
+                view.value = 100 * n + 1
+        e = g.entry(7, 2)
+        for n, (name, _, _) in enumerate(gate_layout.PROC_FIELDS):
+            if name == "tenant_id":
+                assert e.tenant_id == 7  # from the file the entry is in, not from what it says
+            elif name == "calls":
+                assert e.calls == {c: 100 * n + i for i, c in enumerate(gate_layout.CALL_CLASSES)}
+            elif name == "in_class":
+                assert e.in_class == {c: 100 * n + i for i, c in enumerate(gate_layout.CALL_CLASSES)}
+            elif name in ("uses_cuda", "fail_open"):
+                assert getattr(e, name) is True
+            else:
+                assert getattr(e, name) == 100 * n + 1, name

@@ -241,3 +241,43 @@ def test_gate_absent_or_foreign_runs_ungated(normal_build: Build, tmp_path: Path
                               env=env, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
         assert message in proc.stderr and "running ungated" in proc.stderr
+
+
+def test_a_thread_inside_context_creation_is_not_waited_for_and_parks_after(
+        build: Build, tmp_path: Path, sim_device: str) -> None:
+    gate_path = tmp_path / "gpu0.gate"
+    g = gate.Gate.create(gate_path, max_procs=16)
+    beat = Heartbeat(g)
+    env = build.env(python_host=True, KREX_GATE_PATH=str(gate_path), KREX_TENANT_ID=str(TENANT),
+                    KREX_SIM_DEVICE=sim_device, KREX_SIM_LOG=str(tmp_path / "sim.log"))
+    script = Path(__file__).resolve().parent.parent / "tenants" / "startup.py"
+    proc = subprocess.Popen([sys.executable, str(script), "--warm", "--ctx-ms", "3000", "--kernels", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        assert proc.stdout.readline().startswith("creating")
+        pid = proc.pid
+        wait_until(lambda: the_entry(g, pid).in_call == 1, 60, "the thread inside cuCtxCreate", interval_s=0.01)
+        inside = the_entry(g, pid)
+        assert inside.in_class == {"context": 1} and inside.in_perturbing == 0
+        g.close_gate(HOLDER)
+        assert g.wait_quiescent(HOLDER, 0.0) == []  # nothing that perturbs
+        assert [e.pid for e in g.wait_quiescent(HOLDER, 0.05, every_call=True)] == [pid]
+        assert [(o.pid, o.result) for o in g.drain(HOLDER, 60.0)] == [(pid, "ok")]
+        # The call returns while the gate is shut; the next gated one (a module load) parks.
+        assert proc.stdout.readline().startswith("created")
+        wait_until(lambda: the_entry(g, pid).parked == 1, 60, "the call after it parked", interval_s=0.01)
+        parked = the_entry(g, pid)
+        assert parked.in_call == 0 and parked.in_class == {}
+        reopened_ns = time.monotonic_ns()
+        g.open_gate()
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and "done" in out, err
+    finally:
+        beat.stop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    kernels = [r for r in read_execution_log(tmp_path / "sim.log") if r.pid == pid and r.kind == KIND_KERNEL]
+    assert len(kernels) == 2 and kernels[-1].start_ns >= reopened_ns  # warm-up, then the one that parked
+    g.detach()

@@ -75,6 +75,31 @@ static void park(const struct krex_gate_header *gate, struct krex_gate_proc *e, 
     __atomic_fetch_sub(&e->parked, 1, __ATOMIC_SEQ_CST);
 }
 
+/* The announcement of krex_gate_enter's step 1 (krex_gate.h), and its
+ * withdrawal: in_call for "inside at all", in_class for what entry reports,
+ * in_perturbing for what entry waits for. */
+static void announce(struct krex_gate_proc *e, unsigned klass)
+{
+    __atomic_fetch_add(&e->in_call, 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add(&e->in_class[klass], 1, __ATOMIC_SEQ_CST);
+    if (KREX_CLASS_PERTURBING & KREX_CLASS_BIT(klass))
+        __atomic_fetch_add(&e->in_perturbing, 1, __ATOMIC_SEQ_CST);
+}
+
+static void withdraw(struct krex_gate_proc *e, unsigned klass)
+{
+    if (KREX_CLASS_PERTURBING & KREX_CLASS_BIT(klass))
+        __atomic_fetch_sub(&e->in_perturbing, 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_sub(&e->in_class[klass], 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_sub(&e->in_call, 1, __ATOMIC_SEQ_CST);
+}
+
+static unsigned class_of(unsigned i)
+{
+    unsigned klass = (unsigned)krex_gated_fns[i].klass;
+    return klass < KREX_CLASS_COUNT ? klass : KREX_CLASS_OTHER;
+}
+
 int krex_gate_enter(unsigned i)
 {
     if (krex_depth++ > 0)
@@ -84,29 +109,28 @@ int krex_gate_enter(unsigned i)
     if (e == NULL)
         return KREX_TOKEN_COUNTED;
     const struct krex_gate_header *gate = krex_gate_header();
-    unsigned klass = (unsigned)krex_gated_fns[i].klass;
+    unsigned klass = class_of(i);
     for (;;) {
         /* Announce first, then look: against the runtime's "close, then read
          * in_call" this leaves no window where both miss each other. */
-        __atomic_fetch_add(&e->in_call, 1, __ATOMIC_SEQ_CST);
+        announce(e, klass);
         uint32_t word = __atomic_load_n(&gate->gate_word, __ATOMIC_SEQ_CST);
         if (!closed_for_us(gate, word) || heartbeat_stale(gate, e)) {
             /* Counted as it passes, so the counters say what reached the
              * driver: a region's holder can check nobody else's did. */
-            __atomic_fetch_add(&e->calls[klass < KREX_CLASS_SLOTS ? klass : KREX_CLASS_OTHER], 1, __ATOMIC_RELAXED);
+            __atomic_fetch_add(&e->calls[klass], 1, __ATOMIC_RELAXED);
             __atomic_fetch_add(&e->calls_total, 1, __ATOMIC_RELAXED);
             return KREX_TOKEN_IN_CALL;
         }
-        __atomic_fetch_sub(&e->in_call, 1, __ATOMIC_SEQ_CST);
+        withdraw(e, klass);
         park(gate, e, word);
     }
 }
 
 void krex_gate_leave(unsigned i, int token)
 {
-    (void)i;
     if (token == KREX_TOKEN_IN_CALL) {
-        __atomic_fetch_sub(&krex_gate_self()->in_call, 1, __ATOMIC_SEQ_CST);
+        withdraw(krex_gate_self(), class_of(i));
         krex_drain_note_context();
     }
     krex_depth--;

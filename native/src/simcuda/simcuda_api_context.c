@@ -21,6 +21,8 @@ static CUresult primary_retain(CUcontext *pctx, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if (!sim_valid_ordinal(dev))
         return CUDA_ERROR_INVALID_DEVICE;
+    if (__atomic_load_n(&primary_ctx[dev].magic, __ATOMIC_ACQUIRE) != SIM_MAGIC_CTX)
+        sim_host_latency(KREX_SIM_ENV_CTX_CREATE_MS); /* creating it is what costs */
     pthread_mutex_lock(&primary_mu);
     if (primary_ctx[dev].magic != SIM_MAGIC_CTX)
         sim_ctx_init(&primary_ctx[dev], dev, true, primary_flags[dev]);
@@ -115,6 +117,7 @@ static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if (!sim_valid_ordinal(dev))
         return CUDA_ERROR_INVALID_DEVICE;
+    sim_host_latency(KREX_SIM_ENV_CTX_CREATE_MS);
     struct CUctx_st *ctx = malloc(sizeof *ctx);
     if (!ctx)
         return CUDA_ERROR_OUT_OF_MEMORY;

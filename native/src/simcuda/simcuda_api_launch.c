@@ -30,6 +30,7 @@ static CUresult module_load_data(CUmodule *module, const void *image)
 {
     if (!image)
         return CUDA_ERROR_INVALID_VALUE;
+    sim_host_latency(KREX_SIM_ENV_MODULE_LOAD_MS);
     return module_new(module);
 }
 
@@ -39,6 +40,7 @@ static CUresult module_load_file(CUmodule *module, const char *fname)
         return CUDA_ERROR_INVALID_VALUE;
     if (access(fname, R_OK) != 0)
         return CUDA_ERROR_FILE_NOT_FOUND;
+    sim_host_latency(KREX_SIM_ENV_MODULE_LOAD_MS);
     return module_new(module);
 }
 

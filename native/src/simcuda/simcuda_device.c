@@ -51,6 +51,24 @@ static void sleep_ns(uint64_t ns)
     clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, NULL);
 }
 
+/* Host-side latency of a driver call (context creation, module loading), read
+ * at every call so a program can set it for its own next call. The thread
+ * sleeps inside the call, as a real driver keeps it there: the gate and the
+ * checkpoint lock see it inside. */
+void sim_host_latency(const char *env_name)
+{
+    const char *s = getenv(env_name);
+    if (!s || !*s)
+        return;
+    char *end;
+    unsigned long ms = strtoul(s, &end, 10);
+    if (*end || ms > 600000ul) {
+        fprintf(stderr, "krex simulated CUDA driver: ignoring %s=%s (expected 0..600000 ms)\n", env_name, s);
+        return;
+    }
+    sleep_ns((uint64_t)ms * 1000000ull);
+}
+
 void sim_futex_wait(uint32_t *word, uint32_t expected, uint64_t timeout_ns)
 {
     struct timespec ts = {.tv_sec = (time_t)(timeout_ns / 1000000000ull),

@@ -48,6 +48,8 @@
 
 /* ---- time ---------------------------------------------------------------- */
 uint64_t sim_now_ns(void); /* CLOCK_MONOTONIC */
+/* Sleeps the milliseconds the environment variable says (unset: none). */
+void sim_host_latency(const char *env_name);
 
 /* ---- process state (simcuda_device.c) ------------------------------------ */
 struct sim_process {

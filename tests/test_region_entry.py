@@ -1,0 +1,112 @@
+"""Region entry does not wait for other tenants inside host-side calls
+(regions/quiesce.py), per gate backend: real runtime, real tenants with the
+interception library preloaded on the simulated driver, whose context
+creation and module loading are made slow (KREX_SIM_CTX_CREATE_MS,
+KREX_SIM_MODULE_LOAD_MS).
+
+The bound stated by quiesce.py: entry waits for perturbing calls in progress
+at the close, never for a host-side call. Checked by order, not by timing: the
+region is granted, held and released while the slow tenants are still inside
+their calls (their own CLOCK_MONOTONIC stamps), and their work after the call
+runs outside every region (the simulator's execution log).
+"""
+
+from __future__ import annotations
+
+import pytest
+from region_checks import check_exclusive, check_no_submissions_while_held, check_nothing_left, regions_of
+from runtime_helpers import (
+    PY,
+    TENANTS,
+    cgroup_root,
+    command_pid,
+    finish,
+    frozen_cgroups,
+    gpu_state,
+    krex_runtime,
+    output,
+    region_results,
+    submit,
+    trace_events,
+)
+
+from krex_runtime.testing.local_runtime import wait_until
+
+SLOW_MS = 4000  # the host-side call; the region is granted and released well inside it
+
+
+def _stamp(text: str, what: str) -> int | None:
+    for line in text.splitlines():
+        if line.startswith(what + " "):
+            return int(line.split()[1])
+    return None
+
+
+@pytest.mark.parametrize("backend", ["preload", "driver-lock"])
+def test_entry_lets_context_creation_and_module_loads_finish_outside(make_runtime, backend: str) -> None:
+    rt = krex_runtime(make_runtime, backend)
+    # One tenant with work behind it, inside a second context's creation; one
+    # inside a module load right after creating its primary context.
+    creating = submit(rt, PY, str(TENANTS / "startup.py"), "--warm", "--ctx-ms", str(SLOW_MS))
+    loading = submit(rt, PY, str(TENANTS / "startup.py"), "--module-ms", str(SLOW_MS))
+    wait_until(lambda: "creating" in output(rt, creating) and "loading" in output(rt, loading), 60,
+               "the tenants to enter their slow calls")
+    done = rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "1", "--kernel-us", "200")
+    assert done.returncode == 0, done.stderr
+    assert "times_ms" in region_results(done.stdout)[0]
+    granted = trace_events(rt, "region_granted")[-1]
+    released_ns = trace_events(rt, "region_released")[-1]["released_mono_ns"]
+    pids = {command_pid(rt, creating): "context", command_pid(rt, loading): "module"}
+    # Inside their calls at the close, not waited for, let run (neither locked nor frozen).
+    assert granted["inside_at_close"].get("context") == 1 and granted["inside_at_close"].get("module") == 1, granted
+    assert not {"context", "module"} & set(granted["waited_for"]), granted
+    assert {pid: next(iter(granted["deferred"].get(str(pid), {"": 0}))) for pid in pids} == pids, granted
+    assert granted["drain"].get(str(command_pid(rt, creating))) == "ok", granted  # its first context was drained
+    assert len(granted["frozen"]) == 0, granted
+    # The region was over before either call returned (stamps on the same clock).
+    wait_until(lambda: "done" in output(rt, creating) and "done" in output(rt, loading), 60, "the tenants to finish")
+    assert _stamp(output(rt, creating), "created") > released_ns
+    assert _stamp(output(rt, loading), "loaded") > released_ns
+    check_nothing_left(rt.run_dir)
+    finish(rt, creating, loading)
+    rt.stop()
+    events, held = regions_of(rt.trace_path)
+    check_no_submissions_while_held(held)
+    check_exclusive(events, held, rt.root / "sim.log")
+
+
+def test_a_tenant_let_run_is_frozen_once_its_call_returns(make_runtime) -> None:
+    rt = krex_runtime(make_runtime)
+    loading = submit(rt, PY, str(TENANTS / "startup.py"), "--module-ms", "1500")
+    wait_until(lambda: "loading" in output(rt, loading), 60, "the tenant to enter its module load")
+    holder = submit(rt, PY, str(TENANTS / "regions.py"), "--regions", "1", "--kernel-us", "200", "--hold-s", "6")
+    wait_until(lambda: gpu_state(rt)["region_holder"] is not None, 60, "the region to be granted")
+    granted = trace_events(rt, "region_granted")[-1]
+    assert str(command_pid(rt, loading)) in granted["deferred"] and granted["frozen"] == [], granted
+    # Its load returns during the hold; then it is frozen, until the release.
+    wait_until(lambda: f"cmd-{loading}" in frozen_cgroups(cgroup_root(rt)), 30, "the tenant to be frozen late")
+    assert "loaded" in output(rt, loading) and gpu_state(rt)["region_holder"] is not None
+    assert rt.krex("wait", holder).returncode == 0
+    released = trace_events(rt, "region_released")[-1]
+    tenant = next(e["tenant_id"] for e in trace_events(rt, "command_started") if e["id"] == loading)
+    assert released["late_frozen"] == [tenant], released
+    wait_until(lambda: "done" in output(rt, loading), 60, "the tenant to finish after the region")
+    check_nothing_left(rt.run_dir)
+    rt.stop()
+    events, held = regions_of(rt.trace_path)
+    check_exclusive(events, held, rt.root / "sim.log")
+
+
+def test_entry_waits_for_every_call_when_told(make_runtime) -> None:
+    rt = krex_runtime(make_runtime, entry_waits_for="all")
+    creating = submit(rt, PY, str(TENANTS / "startup.py"), "--warm", "--ctx-ms", "1500")
+    wait_until(lambda: "creating" in output(rt, creating), 60, "the tenant to enter its context creation")
+    done = rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "1", "--kernel-us", "200")
+    assert done.returncode == 0, done.stderr
+    granted = trace_events(rt, "region_granted")[-1]
+    assert granted["waited_for"] == {"context": 1} and granted["deferred"] == {}, granted
+    assert len(granted["frozen"]) == 1  # out of its call by then, so frozen at entry
+    # Granted only once the call had returned.
+    wait_until(lambda: "done" in output(rt, creating), 60, "the tenant to finish")
+    assert _stamp(output(rt, creating), "created") < granted["granted_mono_ns"]
+    check_nothing_left(rt.run_dir)
