@@ -247,6 +247,7 @@ def test_a_thread_inside_context_creation_is_not_waited_for_and_parks_after(
         build: Build, tmp_path: Path, sim_device: str) -> None:
     gate_path = tmp_path / "gpu0.gate"
     g = gate.Gate.create(gate_path, max_procs=16)
+    g.add_tenant(TENANT)
     beat = Heartbeat(g)
     env = build.env(python_host=True, KREX_GATE_PATH=str(gate_path), KREX_TENANT_ID=str(TENANT),
                     KREX_SIM_DEVICE=sim_device, KREX_SIM_LOG=str(tmp_path / "sim.log"))
