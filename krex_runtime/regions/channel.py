@@ -39,10 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
-import struct
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -50,16 +46,22 @@ from typing import Callable
 from krex_runtime.regions import cpu_slices
 from krex_runtime.node.config import RegionSection
 from krex_runtime.regions.manager import RegionManager, RegionRefused, Request
+from krex_runtime.regions.channel_wire import (
+    MAX_LINE,
+    RateLimit,
+    Refusal,
+    peer_credentials,
+    read_line,
+    send,
+    try_send,
+    watch_requester,
+)
 from krex_runtime.regions.tokens import RegionTokens
 
 log = logging.getLogger("krex.region_channel")
 
 PROTOCOL = 2
-MAX_LINE = 256  # bytes before the newline; the longest valid line is about 110
 HELLO_USAGE = f"HELLO {PROTOCOL} <tenant_id> <pid> <token>"
-# Clients read each reply before they send again: one that leaves its replies
-# unread this long is not a client, and its connection is dropped.
-SEND_TIMEOUT_S = 10.0
 VERDICT_WAIT_S = 30.0  # a release takes its exit steps (thaw, reopen) before the verdict is in
 
 
@@ -71,31 +73,6 @@ class TenantIdentity:
 
 
 Identify = Callable[[int], TenantIdentity | None]
-
-
-class Refusal(RegionRefused):
-    """Ends a connection: the peer gets `ERROR <code> <reason>`, then the connection closes."""
-
-
-class RateLimit:
-    """A token bucket: `per_s` messages a second, in bursts of up to a second's worth."""
-
-    def __init__(self, per_s: int) -> None:
-        self.per_s = per_s
-        self._allowance = float(per_s)
-        self._at = time.monotonic()
-        self.refused = 0  # messages refused since the last one let through
-
-    def allow(self) -> bool:
-        now = time.monotonic()
-        self._allowance = min(float(self.per_s), self._allowance + (now - self._at) * self.per_s)
-        self._at = now
-        if self._allowance < 1:
-            self.refused += 1
-            return False
-        self._allowance -= 1
-        self.refused = 0
-        return True
 
 
 @dataclass(eq=False)
@@ -138,7 +115,7 @@ class RegionChannel:
     # --- one connection ---------------------------------------------------------------
 
     async def _serve_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        pid, uid = _peer_credentials(writer)
+        pid, uid = peer_credentials(writer)
         conn = Connection(reader, writer, pid, uid, RateLimit(self._settings.channel_max_messages_per_s))
         try:
             # Counted by the tenant the kernel says the process belongs to (the
@@ -151,15 +128,15 @@ class RegionChannel:
                 raise Refusal("EAGAIN", crowded)
             self._connections.add(conn)
             conn.who = await self._hello(conn)
-            watch = _watch_requester(conn)
-            await _send(writer, "OK")
+            watch = watch_requester(conn)
+            await send(writer, "OK")
             try:
                 while await self._serve_message(conn):
                     pass
             finally:
                 watch()
         except Refusal as exc:
-            await _try_send(writer, f"ERROR {exc.code} {exc.reason}")
+            await try_send(writer, f"ERROR {exc.code} {exc.reason}")
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except Exception:  # a bug in one connection must not take the channel down
@@ -191,7 +168,7 @@ class RegionChannel:
     async def _hello(self, conn: Connection) -> TenantIdentity:
         timeout_s = self._settings.channel_hello_timeout_s
         try:
-            line = await asyncio.wait_for(_read_line(conn.reader), timeout_s)
+            line = await asyncio.wait_for(read_line(conn.reader), timeout_s)
         except asyncio.TimeoutError:
             raise Refusal("ETIMEDOUT", f"no HELLO line within {timeout_s:g} s") from None
         if line is None:
@@ -237,18 +214,18 @@ class RegionChannel:
         if conn.req is None:  # holding, it is bounded by the hold limit instead
             idle_s = self._settings.channel_idle_timeout_s
             try:
-                line = await asyncio.wait_for(_read_line(conn.reader), idle_s)
+                line = await asyncio.wait_for(read_line(conn.reader), idle_s)
             except asyncio.TimeoutError:
                 raise Refusal("ETIMEDOUT", f"idle for {idle_s:g} s: disconnecting") from None
         else:
-            line = await _read_line(conn.reader)
+            line = await read_line(conn.reader)
         if line is None:
             return False
         if not conn.rate.allow():
             limit = f"rate limit of {conn.rate.per_s} messages/s"
             if conn.rate.refused > 1:
                 raise Refusal("EAGAIN", f"{limit} exceeded again: disconnecting")
-            await _send(conn.writer, f"ERROR EAGAIN {limit} exceeded: message ignored, slow down")
+            await send(conn.writer, f"ERROR EAGAIN {limit} exceeded: message ignored, slow down")
             return True
         word, _, arg = line.partition(" ")
         if word == "ENTER":
@@ -258,27 +235,27 @@ class RegionChannel:
         elif word == "VERDICT":
             await self._on_verdict(conn)
         elif not word:
-            await _send(conn.writer, "ERROR EPROTO empty line")
+            await send(conn.writer, "ERROR EPROTO empty line")
         else:
-            await _send(conn.writer, f"ERROR EPROTO unknown message {word[:32]!r}")
+            await send(conn.writer, f"ERROR EPROTO unknown message {word[:32]!r}")
         return True
 
     async def _on_enter(self, conn: Connection, arg: str) -> bool:
         assert conn.who is not None
         if conn.req is not None:
-            await _send(conn.writer, "ERROR EBUSY this connection already holds or awaits its region")
+            await send(conn.writer, "ERROR EBUSY this connection already holds or awaits its region")
             return True
         if not (arg.isascii() and arg.isdigit()):  # str.isdigit alone takes digits int() cannot read
-            await _send(conn.writer, "ERROR EINVAL ENTER needs a thread id")
+            await send(conn.writer, "ERROR EINVAL ENTER needs a thread id")
             return True
         if int(arg) and not cpu_slices.is_thread_of(conn.pid, int(arg)):
             # The runtime pins that thread: it must be the requester's own.
-            await _send(conn.writer, f"ERROR EINVAL thread {arg[:16]} is not a thread of process {conn.pid}")
+            await send(conn.writer, f"ERROR EINVAL thread {arg[:16]} is not a thread of process {conn.pid}")
             return True
         if any(c.req is not None and c.pid == conn.pid for c in self._connections):
             # Two requests of one process would queue behind each other: the
             # second could only be granted once the first is released.
-            await _send(conn.writer, f"ERROR EBUSY process {conn.pid} already holds or awaits a region on another connection")
+            await send(conn.writer, f"ERROR EBUSY process {conn.pid} already holds or awaits a region on another connection")
             return True
         if self._identify(conn.pid) != conn.who:
             # A context process outlives its commands: the connection is the ended one's.
@@ -289,32 +266,32 @@ class RegionChannel:
         assert conn.who is not None
         req, conn.req = conn.req, None
         if req is None:
-            await _send(conn.writer, "ERROR EINVAL this connection holds no region")
+            await send(conn.writer, "ERROR EINVAL this connection holds no region")
             return
         conn.released = req
         if req.kind == "region":
             self.manager.gpus[conn.who.gpu].release(req, "released")
         if req.revoked:
-            await _send(conn.writer, f"ERROR ETIMEDOUT {req.reason}")
+            await send(conn.writer, f"ERROR ETIMEDOUT {req.reason}")
         else:
             exit_flags = ",".join((req.exit_clock or {}).get("flags") or [])  # the clock at the release
-            await _send(conn.writer, f"RELEASED {req.seq} {exit_flags}".rstrip())
+            await send(conn.writer, f"RELEASED {req.seq} {exit_flags}".rstrip())
 
     async def _on_verdict(self, conn: Connection) -> None:
         """The exclusivity certificate of the connection's last released region,
         once the release has made it (regions/certificate.py)."""
         req = conn.released
         if req is None:
-            await _send(conn.writer, "ERROR EINVAL this connection has released no region")
+            await send(conn.writer, "ERROR EINVAL this connection has released no region")
             return
         try:
             await asyncio.wait_for(req.certified.wait(), VERDICT_WAIT_S)
         except asyncio.TimeoutError:
-            await _send(conn.writer, f"ERROR ETIMEDOUT region {req.seq} has no verdict yet")
+            await send(conn.writer, f"ERROR ETIMEDOUT region {req.seq} has no verdict yet")
             return
         verdict, reasons = req.verdict
         text = " | ".join(r.replace("|", "/") for r in reasons)
-        await _send(conn.writer, f"VERDICT {req.seq} {verdict} {text}")  # long reasons cut: the trace has them whole
+        await send(conn.writer, f"VERDICT {req.seq} {verdict} {text}")  # long reasons cut: the trace has them whole
 
     async def _enter(self, conn: Connection, tid: int) -> bool:
         """Queues the request and answers when it is granted or refused; False when the peer has gone."""
@@ -323,7 +300,7 @@ class RegionChannel:
         lease = self.manager.gpus[who.gpu].leased_to(who.tenant_id)
         if lease is not None:  # inside its own lease a region is a no-op
             conn.req = lease
-            await _send(writer, f"GRANTED {lease.seq}")
+            await send(writer, f"GRANTED {lease.seq}")
             return True
         req = conn.req = self.manager.new_request(
             who.gpu, "region", who.tenant_id, who.command_id, conn.pid, tid, self._settings.hold_limit_s
@@ -349,102 +326,8 @@ class RegionChannel:
             req.granted.result()
         except RegionRefused as exc:
             conn.req = None
-            await _send(writer, f"ERROR {exc.code} {exc.reason}")
+            await send(writer, f"ERROR {exc.code} {exc.reason}")
             return True
         flags = ",".join(req.flags)
-        await _send(writer, f"GRANTED {req.seq} {flags}".rstrip())
+        await send(writer, f"GRANTED {req.seq} {flags}".rstrip())
         return True
-
-
-def _watch_requester(conn: Connection) -> Callable[[], None]:
-    """Close the connection the moment its process dies while someone else
-    still holds the socket (a forked child inherits it): its request is then
-    released as the requester's death. Returns what stops the watch."""
-    loop = asyncio.get_running_loop()
-    try:
-        fd = os.pidfd_open(conn.pid)
-    except ProcessLookupError:  # gone already: the HELLO proved it was there, so it died since
-        loop.call_soon(_end_if_held_elsewhere, conn)
-        return lambda: None
-    except OSError as exc:  # out of descriptors: the hold limit still bounds its region
-        log.warning("region channel: cannot watch pid %d: %s", conn.pid, exc.strerror or exc)
-        return lambda: None
-
-    def died() -> None:
-        loop.remove_reader(fd)
-        _end_if_held_elsewhere(conn)
-
-    loop.add_reader(fd, died)
-
-    def stop() -> None:
-        loop.remove_reader(fd)
-        os.close(fd)
-
-    return stop
-
-
-def _end_if_held_elsewhere(conn: Connection) -> None:
-    """The requester is dead. Its descriptors closed before the kernel said so,
-    so a socket nobody else holds shows its end of input now: then the reader
-    ends the connection as a plain disconnect. One still open (no input, no
-    end) is held by another process: end it here. Lines still unread go first."""
-    if conn.writer.is_closing():
-        return
-    try:
-        with conn.writer.get_extra_info("socket").dup() as sock:
-            peeked: bytes | None = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-    except BlockingIOError:
-        peeked = None
-    except OSError:
-        return  # reset or closed: the reader sees it
-    if peeked is None:
-        conn.ended = f"its requester (pid {conn.pid}) died"
-        conn.writer.transport.abort()  # the reader sees the end of input
-    elif peeked:
-        asyncio.get_running_loop().call_later(0.05, _end_if_held_elsewhere, conn)
-
-
-async def _read_line(reader: asyncio.StreamReader) -> str | None:
-    """The next line, without its newline; None at the end of input (a partial
-    last line included). A line that is too long or not ASCII text is refused."""
-    try:
-        raw = await reader.readuntil(b"\n")
-    except asyncio.IncompleteReadError:
-        return None
-    except asyncio.LimitOverrunError:
-        raise Refusal("EMSGSIZE", f"line longer than {MAX_LINE} bytes") from None
-    if b"\0" in raw:
-        raise Refusal("EPROTO", "NUL byte in a line")
-    try:
-        return raw.decode("ascii").strip()
-    except UnicodeDecodeError:
-        raise Refusal("EPROTO", "a line is not ASCII text") from None
-
-
-async def _send(writer: asyncio.StreamWriter, line: str) -> None:
-    data = line.encode()
-    if len(data) > MAX_LINE:  # a reason naming many tenants: lines are bounded both ways
-        data = data[: MAX_LINE - 3] + b"..."
-    writer.write(data + b"\n")
-    try:
-        await asyncio.wait_for(writer.drain(), SEND_TIMEOUT_S)
-    except asyncio.TimeoutError:
-        raise ConnectionAbortedError("the peer does not read its replies") from None
-
-
-async def _try_send(writer: asyncio.StreamWriter, line: str) -> None:
-    """The last word to a peer that may be gone already."""
-    try:
-        await _send(writer, line)
-    except ConnectionError:
-        pass
-
-
-def _peer_credentials(writer: asyncio.StreamWriter) -> tuple[int, int]:
-    """(pid, uid) of the peer, by the kernel's word; (0, -1) if unknown."""
-    sock = writer.get_extra_info("socket")
-    if sock is None:
-        return 0, -1
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, _ = struct.unpack("3i", creds)
-    return pid, uid
