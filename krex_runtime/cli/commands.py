@@ -191,7 +191,8 @@ WITH_RUNTIME = {
 
 def trace_command(args: argparse.Namespace) -> int:
     from krex_runtime.cli.views import trace_view
-    from krex_runtime.wire.trace import TraceError, read_trace, summarize
+    from krex_runtime.wire.trace import TraceError, read_trace
+    from krex_runtime.wire.trace_summary import summarize
 
     try:
         summary = summarize(read_trace(Path(args.file)))

@@ -179,7 +179,7 @@ class ContextPool:
             # The entry point returned: its command's end. What it started gets the grace.
             await process_tree.leftovers_grace(lambda: bool(self._leftovers(worker, command_id)), orphan_grace_s,
                                                run.cancelled)
-            self._end_leftovers(worker, command_id)
+            process_tree.kill_all(self._leftovers(worker, command_id))  # as with a process command
             self._after_command(worker, command_id)
         elif message in done or worker.exited in done:
             returncode = await worker.exited
@@ -228,14 +228,6 @@ class ContextPool:
                 events.PoolWorkerIdle(gpu=worker.gpu, worker=worker.id, served=worker.served, clean_s=reply.get("clean_s"))
             )
             self._on_idle()
-
-    def _end_leftovers(self, worker: ContextWorker, command_id: str) -> None:
-        """Processes the command started and left running go, as they would with a process command."""
-        for pid in self._leftovers(worker, command_id):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
 
     def _leftovers(self, worker: ContextWorker, command_id: str) -> set[int]:
         return {p for p in process_tree.members(worker.pid, command_id, worker.cgroup) - {worker.pid}

@@ -12,7 +12,7 @@ import asyncio
 import os
 import signal
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import psutil
 
@@ -62,6 +62,15 @@ def signal_tree(pid: int, command_id: str, cgroup: Path | None, sig: int) -> Non
     for member in members(pid, command_id, cgroup):
         try:
             os.kill(member, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def kill_all(pids: Iterable[int]) -> None:
+    """SIGKILL each of `pids`, those gone or not ours skipped."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
 

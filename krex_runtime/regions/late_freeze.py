@@ -15,6 +15,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from typing import Any
+
 from krex_runtime.regions.freezer import FreezeError, Freezer, Target
 from krex_runtime.regions.gate import Gate, GateError
 
@@ -22,12 +24,28 @@ log = logging.getLogger("krex.regions")
 
 POLL_S = 0.005
 
+# tenant id -> its tree, and the (index, pid) gate entries of its processes still inside a call
+Pending = dict[int, tuple[Target, list[tuple[int, int]]]]
+
+
+def split_freeze(others: list[Any], left_running: list[Any]) -> tuple[list[Target], list[int], Pending]:
+    """The GPU's other tenants (commands/tenants.Tenant) split into those entry
+    freezes now (their trees, their ids) and those still inside a host-side call
+    (gate entries `left_running`), which are frozen once out of it."""
+    running: dict[int, list[tuple[int, int]]] = {}
+    for e in left_running:
+        running.setdefault(e.tenant_id, []).append((e.index, e.pid))
+    late = {t.tenant_id: (Target(t.command_id, t.pid, cgroup=t.cgroup), running[t.tenant_id])
+            for t in others if t.tenant_id in running}
+    now = [t for t in others if t.tenant_id not in running]
+    return [Target(t.command_id, t.pid, cgroup=t.cgroup) for t in now], [t.tenant_id for t in now], late
+
 
 class LateFreeze:
     """Watches `pending` (tenant id -> its tree and the gate entries of its processes
     that were inside a call) and freezes each tenant once none of them is."""
 
-    def __init__(self, gate: Gate, freezer: Freezer, pending: dict[int, tuple[Target, list[tuple[int, int]]]]) -> None:
+    def __init__(self, gate: Gate, freezer: Freezer, pending: Pending) -> None:
         self.gate, self.freezer = gate, freezer
         self.frozen: list[Target] = []
         self.frozen_tenants: list[int] = []
@@ -45,7 +63,7 @@ class LateFreeze:
                 return True
         return False
 
-    def _run(self, pending: dict[int, tuple[Target, list[tuple[int, int]]]]) -> None:
+    def _run(self, pending: Pending) -> None:
         while pending and not self._stop.wait(POLL_S):
             for tenant_id in [t for t, (_, entries) in pending.items() if not self._inside(t, entries)]:
                 target, _ = pending.pop(tenant_id)

@@ -34,7 +34,7 @@ from krex_runtime.regions.cpu_slices import CpuPlan
 from krex_runtime.regions.freezer import FreezeError, Freezer, Target
 from krex_runtime.regions.gate import Gate
 from krex_runtime.regions.gate_backends import DrainReport, GateBackend
-from krex_runtime.regions.late_freeze import LateFreeze
+from krex_runtime.regions.late_freeze import LateFreeze, Pending, split_freeze
 from krex_runtime.regions.quiesce import deferred, describe, quiesce
 from krex_runtime.regions.region_shares import RegionShares
 from krex_runtime.regions.requests import Entry, Request
@@ -273,20 +273,14 @@ class GpuRegions:
                     f"{self.settings.drain_timeout_s:g} s: " + ", ".join(f"pid {p} ({r})" for p, r in report.stuck.items()),
                 )
             frozen: list[int] = []
-            late: dict[int, tuple[Target, list[tuple[int, int]]]] = {}  # frozen once out of their calls
+            late: Pending = {}  # frozen once out of their calls
             # Still inside a host-side call: frozen once out of it, during the hold (late_freeze.py).
             # Read after the drain: those whose calls returned meanwhile are frozen now.
             left_running = deferred(self.gate, holder) if q.deferred else []  # none can join after the close
             stats["deferred"] = describe(left_running)
             if self.settings.protection == "gpu+cpu" or req.kind == "lease":
-                running = {e.tenant_id: [(p.index, p.pid) for p in left_running if p.tenant_id == e.tenant_id]
-                           for e in left_running}
                 others = [t for t in self._tenants.of_gpu(self.gpu) if t.tenant_id != req.tenant_id]
-                late = {t.tenant_id: (Target(t.command_id, t.pid, cgroup=t.cgroup), running[t.tenant_id])
-                        for t in others if t.tenant_id in running}
-                others = [t for t in others if t.tenant_id not in running]
-                targets = [Target(t.command_id, t.pid, cgroup=t.cgroup) for t in others]
-                frozen = [t.tenant_id for t in others]
+                targets, frozen, late = split_freeze(others, left_running)
                 try:
                     self.freezer.freeze(targets)
                 except FreezeError as exc:
