@@ -148,13 +148,13 @@ class Gate:
                 table = Mapping.open(entries, writable=writable)
             except GateError:
                 continue  # removed meanwhile, or another tenant's
-            if table.size >= entries_size(gate.max_procs):
-                gate._tables[tenant] = table
-                owner = entries.stat().st_uid
-                if owner != os.geteuid():
-                    gate._owners[tenant] = owner
-            else:
+            # Its owner from the open file: the path may be gone already (the tenant ended).
+            if table.size < entries_size(gate.max_procs):
                 table.close()
+                continue
+            gate._tables[tenant] = table
+            if table.owner_uid != os.geteuid():
+                gate._owners[tenant] = table.owner_uid
         return gate
 
     def add_tenant(self, tenant_id: int, *, owner: tuple[int, int] = (-1, -1), mode: int = 0o600) -> Path:

@@ -76,9 +76,10 @@ class DrainOutcome:
 
 
 class Mapping:
-    def __init__(self, path: Path, mm: mmap.mmap) -> None:
+    def __init__(self, path: Path, mm: mmap.mmap, owner_uid: int = -1) -> None:
         self.path = path
         self._mm: mmap.mmap | None = mm
+        self.owner_uid = owner_uid  # the file's, as it was opened (-1: made here)
 
     @classmethod
     def open(cls, path: Path, *, writable: bool = True) -> Mapping:
@@ -87,11 +88,11 @@ class Mapping:
         except OSError as exc:
             raise GateError(f"{path}: {exc.strerror}") from None
         try:
-            size = os.fstat(fd).st_size
-            if size == 0:
+            st = os.fstat(fd)
+            if st.st_size == 0:
                 raise GateError(f"{path}: empty")
             prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
-            return cls(path, mmap.mmap(fd, size, mmap.MAP_SHARED, prot))
+            return cls(path, mmap.mmap(fd, st.st_size, mmap.MAP_SHARED, prot), st.st_uid)
         finally:
             os.close(fd)
 

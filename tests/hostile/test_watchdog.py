@@ -40,4 +40,7 @@ def test_the_watchdog_thaws_and_cleans_up_after_a_sigkilled_runtime(make_runtime
     assert "reopened gpu0.gate" in said, log
     assert sorted(line for line in said if line.startswith("thawed ")) == sorted(
         f"thawed cmd-{c}" for c in (*others, holder)), said
-    assert sum(line.startswith("ended cmd-") for line in said) == 3, said
+    # Thawed, a tenant whose output pipe went with the runtime may end on its own
+    # before the watchdog looks: its cgroup is then removed empty, not ended.
+    gone = sorted(line.split(" ")[-1] for line in said if line.startswith(("ended cmd-", "removed empty cmd-")))
+    assert gone == sorted(f"cmd-{c}" for c in (*others, holder)), said
