@@ -23,7 +23,8 @@ from krex_console.views.events import detail, subject
 from krex_runtime.wire import events, reducer
 from krex_runtime.wire.event_check import SHAPES
 from krex_runtime.testing.local_runtime import command
-from krex_runtime.wire.trace import FORMAT, FORMAT_VERSION, TraceError, read_trace, replay, summarize
+from krex_runtime.wire.trace import FORMAT, FORMAT_VERSION, TraceError, read_trace, replay
+from krex_runtime.wire.trace_summary import summarize
 
 HERE = Path(__file__).resolve().parent
 # Two real recorded traces: the console's fixture, and one with every kind of event.
