@@ -25,9 +25,10 @@ import collections
 import logging
 import os
 import shutil
-import signal
 from dataclasses import dataclass
 from pathlib import Path
+
+from krex_runtime.commands import process_tree
 
 log = logging.getLogger("krex.identities")
 
@@ -122,11 +123,7 @@ def processes_of(uid: int) -> list[int]:
 def end_processes_of(uid: int) -> bool:
     """SIGKILL whatever runs as `uid`; True if something did."""
     pids = processes_of(uid)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    process_tree.kill_all(pids)
     if pids:
         log.warning("uid %d: killed %d leftover process(es) %s", uid, len(pids), pids[:8])
     return bool(pids)

@@ -66,16 +66,17 @@ class TenantRegistry:
 
     def share_of(self, command_id: str) -> str:
         """The fair-share key of a running command (the default for one that is not)."""
-        for running in self._running.values():
-            command = running.get(command_id)
-            if command is not None:
-                return command.share
-        return DEFAULT_KEY
+        command = self._find(command_id)
+        return command.share if command is not None else DEFAULT_KEY
 
     def end(self, command_id: str, reason: str) -> None:
         """End a running command's whole process tree (a region past its hold limit)."""
+        command = self._find(command_id)
+        if command is not None:
+            command.cancel(reason)
+
+    def _find(self, command_id: str) -> Running | None:
         for running in self._running.values():
-            command = running.get(command_id)
-            if command is not None:
-                command.cancel(reason)
-                return
+            if command_id in running:
+                return running[command_id]
+        return None
