@@ -6,7 +6,7 @@ run-to-run noise), plus both candidates without --auto-region (their
 timings are counted unprotected and inflated). Each measurement carries the
 SM clock read right after it.
 
-  python benchmarks/auto_region_fidelity.py [--reps 5] [--json FILE]
+  python benchmarks/auto_region_fidelity.py [--reps 5] [--settle-s S] [--json FILE]
 
 Needs torch and triton in the Python that runs it. Prints one table: median
 ms native, under krex, the ratio, what the runtime wrapped, the unprotected
@@ -69,12 +69,14 @@ def clock_range(measurements: list[dict]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--settle-s", type=float, default=0.0, help="the runtime's regions.settle_max_s (default 0)")
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args()
     rows = []
     base = {kind: native(kind, args.reps) for kind in ("do_bench", "timer")}
     with tempfile.TemporaryDirectory() as tmp:
-        rt = Runtime(Path(tmp) / "rt", sim=0, visible=(0,), policy="krex", slots=16).start()
+        rt = Runtime(Path(tmp) / "rt", sim=0, visible=(0,), policy="krex", slots=16,
+                     extra_config=f"[regions]\nsettle_max_s = {args.settle_s}\n").start()
         try:
             with rt.client(timeout_s=30) as c:
                 ids = [c.call("submit", {"argv": [PY, BUSY, "4096", "4"], "gpu": 0})["id"] for _ in range(15)]
@@ -100,7 +102,8 @@ def main() -> None:
         for e in read_trace(rt.trace_path).events:
             if e["type"] == "region_released" and e.get("kind") == "region":
                 verdicts[e.get("verdict", "unknown")] = verdicts.get(e.get("verdict", "unknown"), 0) + 1
-    print("# auto-regions on GPU 0, 15 busy tenants (bf16 4096 matmuls) vs native alone; medians of", args.reps)
+    print("# auto-regions on GPU 0, 15 busy tenants (bf16 4096 matmuls) vs native alone; medians of", args.reps,
+          f"; settle {args.settle_s:g} s")
     print(f"{'candidate':<10} {'auto':<5} {'native ms':>10} {'krex ms':>10} {'ratio':>7} {'repeat':>7} "
           f"{'SM MHz n/k/r':>16} {'unprot.':>8}  wrapped")
     for r in rows:
@@ -110,7 +113,7 @@ def main() -> None:
               f"{','.join(r['wrapped']) or '-'}")
     print("region verdicts:", json.dumps(verdicts))
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "verdicts": verdicts}, indent=1))
+        Path(args.json).write_text(json.dumps({"rows": rows, "verdicts": verdicts, "settle_s": args.settle_s}, indent=1))
 
 
 if __name__ == "__main__":

@@ -67,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--budget-s", type=float, default=0.0, help="start no setup after this many seconds (native and its repeat always run)"
     )
+    run.add_argument(
+        "--settle-s", type=float, default=0.0,
+        help="krex setups wait up to this long at region entry for the GPU's clock and power state to settle "
+        "(regions.settle_max_s; default 0: grant at once)",
+    )  # fmt: skip
     run.add_argument("--clock-tolerance", type=float, default=analysis.CLOCK_MATCH, help=CLOCK_HELP)
     run.add_argument("--seed", type=int, default=1, help="submission order")
     run.add_argument("--out", type=Path, default=Path("bench-results"), help="folder for results.json and the report")
@@ -149,8 +154,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         concurrency = tuple(int(c) for c in args.concurrency.split(",") if c)
-        variants = {"all": setups.VARIANTS, "none": ()}.get(args.variants) or tuple(args.variants.split(","))
-        plan = setups.matrix(concurrency, variants, native=args.native, ungated=not args.no_ungated)
+        named = {"all": setups.VARIANTS, "none": ()}
+        variants = named[args.variants] if args.variants in named else tuple(args.variants.split(","))
+        if not 0 <= args.settle_s <= 10:
+            raise ValueError(f"--settle-s must be within [0, 10] seconds, got {args.settle_s}")
+        plan = setups.matrix(concurrency, variants, native=args.native, ungated=not args.no_ungated, settle_s=args.settle_s)
         tolerance = _tolerance(args.clock_tolerance)
         if args.native == 0:
             _has_native_runs(args.merge)

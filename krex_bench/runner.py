@@ -104,7 +104,7 @@ def runtime_for(setup: Setup, opts: Options, folder: Path) -> Runtime:
         pool = f"[pool]\nzygote = true\npreload = {json.dumps(modules)}\n"
     regions = (
         f'[regions]\ngate_backend = "{setup.gate_backend}"\nprotection = "{setup.protection}"\n'
-        "hold_limit_s = 120.0\n"
+        f"hold_limit_s = 120.0\nsettle_max_s = {setup.settle_s}\n"
     )
     return Runtime(
         folder,

@@ -27,6 +27,7 @@ class Setup:
     gate_backend: str = "preload"
     mode: str = "process"
     protection: str = "gpu+cpu"
+    settle_s: float = 0.0  # krex only: regions.settle_max_s (0: grant at once, the default)
 
     @property
     def policy(self) -> str:
@@ -42,14 +43,15 @@ class Setup:
             return self.kind
         if self.kind == "ungated":
             return f"ungated c{self.concurrency}"
-        return f"krex {self.variant} c{self.concurrency}"
+        settle = f" settle {self.settle_s:g}s" if self.settle_s > 0 else ""
+        return f"krex {self.variant} c{self.concurrency}{settle}"
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "label": self.label, "policy": self.policy}
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> Setup:
-        return Setup(d["kind"], d["concurrency"], d["gate_backend"], d["mode"], d["protection"])
+        return Setup(d["kind"], d["concurrency"], d["gate_backend"], d["mode"], d["protection"], d.get("settle_s", 0.0))
 
 
 def parse_variant(text: str) -> tuple[str, str, str]:
@@ -64,6 +66,7 @@ def matrix(
     variants: tuple[str, ...] = VARIANTS,
     native: int = 2,
     ungated: bool = True,
+    settle_s: float = 0.0,
 ) -> list[Setup]:
     """Native first (`native` runs: the baseline every other setup is compared
     with, then its repeat), then per concurrency ungated and each krex variant."""
@@ -75,5 +78,5 @@ def matrix(
             setups.append(Setup("ungated", c))
         for text in variants:
             backend, mode, protection = parse_variant(text)
-            setups.append(Setup("krex", c, backend, mode, protection))
+            setups.append(Setup("krex", c, backend, mode, protection, settle_s))
     return setups

@@ -71,6 +71,9 @@ def test_the_matrix_has_every_variant_at_every_concurrency() -> None:
     assert "krex driver-lock/pooled/gpu-only c16" in labels and "krex preload/forked/gpu+cpu c16" in labels
     with pytest.raises(ValueError, match="BACKEND/MODE/PROTECTION"):
         setups.matrix((4,), ("preload/process",))
+    settled = setups.matrix((16,), ("preload/process/gpu-only",), native=0, ungated=False, settle_s=0.2)
+    assert [s.label for s in settled] == ["krex preload/process/gpu-only c16 settle 0.2s"]
+    assert setups.Setup.from_dict(settled[0].to_dict()) == settled[0]  # merged runs keep the setting
 
 
 def krex_bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -84,6 +87,8 @@ def test_bad_arguments_are_refused_before_anything_starts(tmp_path: Path) -> Non
         (["--problems", "fft"], "unknown problem 'fft'"),
         (["--native", "0"], "--native 0 needs --merge"),
         (["--clock-tolerance", "0"], "--clock-tolerance must be in (0, 1)"),
+        (["--settle-s", "-1"], "--settle-s must be within [0, 10] seconds"),
+        (["--variants", "none", "--no-ungated", "--native", "0", "--merge", "missing.json"], "cannot read its runs"),
     ):
         done = krex_bench("run", "--sim", "--out", str(tmp_path), *args)
         assert done.returncode == 125, done.stderr

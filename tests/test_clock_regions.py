@@ -54,6 +54,14 @@ def test_settle_returns_at_the_first_on_clock_reading_and_at_the_bound() -> None
     broken = settle(lambda gpu: 1 / 0, 0, max_s=1.0, poll_s=0.1, sleep=slept.append, now=lambda: 0.0)
     assert broken["on_clock"] is None and slept == []  # a failing probe is a missing reading, never an error
 
+    # On its clock but still power-capped (the drained tenants' power history):
+    # waited for until the cap clears; `gpu_idle` is no reason to wait.
+    t[0] = 0.0
+    throttles = iter([["sw_power_cap"], ["sw_power_cap", "gpu_idle"], ["gpu_idle"]])
+    capped = lambda gpu: {"sm_clock_mhz": 1980, "on_clock": None, "throttle": next(throttles), "flags": []}  # noqa: E731
+    out = settle(capped, 0, max_s=1.0, poll_s=0.1, sleep=lambda s: t.__setitem__(0, t[0] + s), now=lambda: t[0])
+    assert out["throttle"] == ["gpu_idle"] and abs(out["settle_s"] - 0.2) < 1e-9
+
 
 def _run(rt, clock_file: Path, inside: str = "-") -> dict:
     done = rt.krex("run", "--", PY, "-c", TENANT, str(clock_file), inside)

@@ -144,9 +144,15 @@ def test_gpu_a_tenant_that_never_drains(make_runtime) -> None:
     hog = torch_busy(rt, n=16384, depth=400)  # ~8 s of queued matmuls per batch
     wait_until(lambda: gpu_state(rt)["running"], 60, "the hog to start")
     wait_until(lambda: "ready" in output(rt, hog), 120, "the hog's first batch")
-    done = rt.krex("run", "--gpu", "0", "--", PY, str(TENANTS / "torch_regions.py"), "--regions", "1", timeout=600)
+    # A request that lands in the last second of one of the hog's ~5 s batches
+    # sees it drain in time and is rightly granted (about one in five). Three
+    # regions at random moments: at least one must find more than a second of
+    # queued work and time out; none may fail any other way.
+    done = rt.krex("run", "--gpu", "0", "--", PY, str(TENANTS / "torch_regions.py"), "--regions", "3",
+                   "--pause-ms", "1500", timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert region_results(done.stdout)[0].get("error") == "ETIMEDOUT"
+    errors = [r.get("error") for r in region_results(done.stdout)]
+    assert "ETIMEDOUT" in errors and set(errors) <= {"ETIMEDOUT", None}, errors
     check_nothing_left(rt.run_dir)
     assert frozen_cgroups(cgroup_root(rt)) == []
     finish(rt, hog)
