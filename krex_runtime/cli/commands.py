@@ -190,18 +190,21 @@ WITH_RUNTIME = {
 
 
 def trace_command(args: argparse.Namespace) -> int:
-    from krex_runtime.cli.views import trace_view
+    from krex_runtime.cli.views import cluster_trace_view, trace_view
+    from krex_runtime.wire.cluster_trace import is_cluster_trace, read_cluster_trace, summarize_cluster
     from krex_runtime.wire.trace import TraceError, read_trace
     from krex_runtime.wire.trace_summary import summarize
 
+    path = Path(args.file)
+    cluster = is_cluster_trace(path)  # a directory: one trace per node (docs/trace-format.md)
     try:
-        summary = summarize(read_trace(Path(args.file)))
+        summary = summarize_cluster(read_cluster_trace(path)) if cluster else summarize(read_trace(path))
     except TraceError as exc:
         return fail(args, "bad_trace", str(exc))
     if args.json:
         emit_json(summary)
     else:
-        console().print(trace_view(summary))
+        console().print(cluster_trace_view(summary) if cluster else trace_view(summary))
     return 0
 
 

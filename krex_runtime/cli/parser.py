@@ -118,8 +118,8 @@ def build_parser(version: Callable[[], str]) -> Parser:
         "bench", help="the evaluation workload under each policy: run, report, list (krex bench --help)", add_help=False
     )
     bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="krex bench's own arguments")
-    trace = sub.add_parser("trace", parents=js, help="summarise a trace file: commands, regions and leases")
-    trace.add_argument("file", help="a trace (the runtime's runtime.trace_path, JSON lines)")
+    trace = sub.add_parser("trace", parents=js, help="summarise a trace file (or a cluster trace directory, per node): commands, regions and leases")
+    trace.add_argument("file", help="a trace (the runtime's runtime.trace_path, JSON lines), or a directory of node traces")
     keys = sub.add_parser("keys", help="CURVE key pairs for tcp endpoints")
     keys_verbs = keys.add_subparsers(dest="keys_verb", required=True, metavar="ACTION")
     create = keys_verbs.add_parser(

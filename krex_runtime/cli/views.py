@@ -129,3 +129,24 @@ def region_table(summary: dict[str, Any]) -> RenderableType:
 
 def _ms(seconds: float | None) -> str:
     return f"{seconds * 1000:.2f}" if seconds is not None else NA
+
+
+def cluster_trace_view(summary: dict[str, Any]) -> RenderableType:
+    """A cluster trace: its span, then a row per node (its own summary's main figures)."""
+    nodes = summary["nodes"]
+    table = Table(box=None, pad_edge=False, header_style="bold", title="nodes", title_justify="left")
+    for name in ("NODE", "HOST", "POLICY", "GPUS", "EVENTS", "SPAN s", "FINISHED", "FAILED", "RUN p50 s", "REGIONS", "LEASES"):
+        table.add_column(name, justify="left" if name in ("NODE", "HOST", "POLICY") else "right", no_wrap=True)
+    for name, s in nodes.items():
+        t, run = s["totals"], s["run_s"]
+        table.add_row(
+            name, s.get("host") or NA, s["policy"], str(s["gpus"]), str(s["events"]), f"{s['span_s']:.1f}",
+            str(t.get("finished", 0)), str(sum(t.get(k, 0) for k in ("failed", "timeout", "cancelled"))),
+            f"{run['p50']:.3f}" if run else NA,
+            str(sum(g["granted"] for g in s["regions_per_gpu"].values())), str(s["leases"]["granted"]),
+        )
+    return Group(
+        Text(f"cluster trace {summary['directory']}: {len(nodes)} node(s), {summary['gpus']} GPU(s)"),
+        Text(f"{summary['events']} events over {summary['span_s']:.1f} s"),
+        table,
+    )

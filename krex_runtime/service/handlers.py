@@ -124,6 +124,8 @@ def _gpu_status(ctx: Context, gpu: Gpu, state: node_state.GpuState) -> dict[str,
         "verdicts": dict(state.verdicts),
         # GPU processes this runtime did not start (telemetry; None: n/a): they count against every region.
         "foreign_processes": (state.telemetry or {}).get("foreign"),
+        # The canary's inflation estimate inside regions (None before its baseline): a cluster's Nodes view shows it.
+        "canary": {k: state.canary.get(k) for k in ("inside_p50", "inside_p95", "samples", "flagged")},
         "pool": {k: v for k, v in state.pool.items() if k != "workers"},
         "zygote": dict(state.zygote),
     }
