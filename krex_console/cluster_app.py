@@ -105,7 +105,7 @@ class ClusterConsole(KrexConsole):
         node = self.model.node
         if node is not None:
             summary = self.node_summary()
-            down = f"  [b red]NODE DOWN: {summary.reason or 'dead'}[/]" if summary is not None and not summary.alive else ""
+            down = f"  [b red]NODE DOWN: {summary.reason or 'no reason given'}[/]" if summary is not None and not summary.alive else ""
             return f"{super().status_text()}{down}  [dim]esc: all nodes[/]"
         nodes = self.model.nodes
         figures = (

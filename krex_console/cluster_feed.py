@@ -269,7 +269,7 @@ class ClusterReplayFeed:
         if last.get("type") == "runtime_stopped":
             return False, "stopped", last.get("t")
         if feed.index == len(feed.events) and self.clock - last.get("t", 0.0) > SILENT_AFTER_S:
-            return False, "trace ends (the runtime did not stop)", last.get("t")
+            return False, "trace ends", last.get("t")  # without runtime_stopped: it died, or was cut off
         return True, "", run_started
 
     def nodes(self) -> list[NodeSummary]:
@@ -277,7 +277,8 @@ class ClusterReplayFeed:
         for name, feed in self.feeds.items():
             alive, reason, since = self.node_state(name)
             host = self.cluster.hosts.get(name, "")
-            out.append(cluster_model.from_state(name, feed.state, alive, reason, since, {"host": host} if host else {}))
+            out.append(cluster_model.from_state(name, feed.state, alive, reason, since, {"host": host} if host else {},
+                                                gpu_count=len(self.cluster.nodes[name].header.get("gpus") or ())))
         return out
 
     def _post_all(self) -> None:

@@ -114,8 +114,9 @@ def _is_canary_record(record: Mapping[str, Any] | None) -> bool:
 
 
 def from_state(name: str, state: NodeState, alive: bool, reason: str = "", since: float | None = None,
-               labels: Mapping[str, str] | None = None) -> NodeSummary:
-    """A node from its state as the reducer built it (replay)."""
+               labels: Mapping[str, str] | None = None, gpu_count: int = 0) -> NodeSummary:
+    """A node from its state as the reducer built it (replay); `gpu_count`
+    for a node whose state has none yet (its trace header's)."""
     lines = []
     for gpu in state.gpus.values():
         tenants, canary = tenants_of(state, gpu)
@@ -127,8 +128,8 @@ def from_state(name: str, state: NodeState, alive: bool, reason: str = "", since
             inflation_p95=fmt.number(fmt.get(gpu.canary, "inside_p95")), name=gpu.name,
         ))
     return NodeSummary(
-        name=name, alive=alive, reason=reason, since=since, labels=dict(labels or {}), gpu_count=len(lines),
-        gpus=tuple(lines) if alive or lines else None, policy=state.policy, queued=len(state.queue),
+        name=name, alive=alive, reason=reason, since=since, labels=dict(labels or {}), gpu_count=len(lines) or gpu_count,
+        gpus=tuple(lines) if alive else None, policy=state.policy, queued=len(state.queue),
         paused=state.paused, stopping=state.stopping,
     )
 
@@ -157,9 +158,10 @@ def admission_text(node: NodeSummary) -> str:
 
 
 def state_text(node: NodeSummary) -> str:
+    """`up`, `stopping` or `down` (the reason is beside it)."""
     if node.alive:
-        return "stopping" if node.stopping else "alive"
-    return f"dead: {node.reason}" if node.reason else "dead"
+        return "stopping" if node.stopping else "up"
+    return "down"
 
 
 def labels_text(node: NodeSummary) -> str:

@@ -15,23 +15,35 @@ from krex_console.model import ConsoleModel
 from krex_console.views.columns import Column, Row
 from krex_console.views.table_sync import FittedTable, selected_key
 
-# Priorities: at 80 columns which node, whether it is up (and why not), who
+# Priorities: at 80 columns which node, whether it is up and why not, who
 # holds its GPUs' regions, how loaded and how trustworthy its timings are;
-# a wider terminal adds admission, policy, how long it has been up or down.
+# a wider terminal adds its GPU count, labels, admission, how long it has
+# been up or down, its policy. The reason a node is down is the elastic column: it takes
+# the room left, and the panel under the table has it whole.
+NAME_CELLS = 18  # a longer name keeps its start and its end: nodes often differ only in a suffix
 COLUMNS = [
-    Column("node", "Node", 0, cap=24, hotkey="N", least=8),
-    Column("state", "State", 0, cap=22, hotkey="S", least=5),
-    Column("since", "Since", 6, hotkey="I"),
-    Column("gpus", "GPUs", 1, hotkey="G"),
-    Column("holders", "Regions", 1, cap=18, hotkey="R", least=7),
+    Column("node", "Node", 0, cap=NAME_CELLS, hotkey="N", least=6),
+    Column("state", "State", 0, hotkey="S"),
+    Column("gpus", "GPUs", 3, hotkey="G"),
+    Column("holders", "Regions", 1, cap=10, hotkey="R", least=7),
     Column("region_queue", "RQ", 2, hotkey="Q"),
     Column("queued", "AQ", 2, hotkey="A"),
-    Column("running", "Run", 1, hotkey="U", least=5),
-    Column("inflation", "Infl p95", 3, hotkey="F"),
+    Column("running", "Run", 1, hotkey="U"),
+    Column("inflation", "Infl", 2, hotkey="F"),
+    Column("labels", "Labels", 4, cap=28, hotkey="L", least=8),
     Column("admission", "Admit", 5, hotkey="D", least=6),
+    Column("since", "Since", 6, hotkey="I"),
     Column("policy", "Policy", 7, hotkey="P"),
-    Column("labels", "Labels", 4, flex=True, hotkey="L", least=12),
+    Column("reason", "Why", 3, flex=True, hotkey="W", least=12),
 ]
+
+
+def short_name(name: str, cells: int = NAME_CELLS) -> str:
+    """`name` in `cells` cells: its start, "…", its end."""
+    if len(name) <= cells:
+        return name
+    tail = (cells - 1) // 2
+    return f"{name[: cells - 1 - tail]}…{name[-tail:]}"
 
 
 def node_row(node: NodeSummary, now: float) -> Row:
@@ -39,12 +51,14 @@ def node_row(node: NodeSummary, now: float) -> Row:
     worst = cm.worst_inflation(node)
     state = cm.state_text(node)
     since = now - node.since if node.since is not None else None
+    holders = cm.holders_text(node)
     cells = {
-        "node": Text(node.name, style="bold" if node.alive else "dim"),
-        "state": Text(state, style="green" if state == "alive" else "bold red"),
+        "node": Text(short_name(node.name), style="bold" if node.alive else "dim"),
+        "state": Text(state, style="green" if state == "up" else "bold red"),
+        "reason": Text(node.reason or "", style="red"),
         "since": fmt.duration(since) if since is not None else "-",
         "gpus": str(node.gpu_count),
-        "holders": Text(cm.holders_text(node), style="bold yellow" if cm.holders_text(node) not in ("-", fmt.NA) else "dim"),
+        "holders": Text(holders, style="bold yellow" if holders not in ("-", fmt.NA) else "dim"),
         "region_queue": str(sum(g.region_queue for g in node.gpus or ())) if known else fmt.NA,
         "queued": str(node.queued) if known else fmt.NA,
         "running": f"{node.running}/{node.slots}" if known else fmt.NA,
@@ -66,9 +80,10 @@ def node_panel(node: NodeSummary | None) -> str:
     """The highlighted node: its state, labels, and a line per GPU."""
     if node is None:
         return "no node yet"
-    head = f"[b]{node.name}[/b]  {cm.state_text(node)}  labels {cm.labels_text(node)}"
+    why = f": {node.reason}" if node.reason else ""
+    head = f"[b]{node.name}[/b]  {cm.state_text(node)}{why}  labels {cm.labels_text(node)}"
     if node.gpus is None:
-        return f"{head}\nno status from this node" + (f" ({node.reason})" if node.reason else "")
+        return f"{head}\nno status from this node"
     return "\n".join([f"{head}  policy {node.policy or fmt.NA}", *(cm.gpu_line_text(g) for g in node.gpus),
                       "enter: this node's overview, GPUs, commands and events"])
 

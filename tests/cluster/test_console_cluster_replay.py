@@ -1,0 +1,166 @@
+"""The cluster console on a cluster trace: the Nodes view at 80x24 and 120x40
+with long node names and labels, a node that went down and why, drilling
+into one node's own views (fed by that node's trace through the same
+reducer) and back, the merged history's step, and no actions in replay."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "console"))
+
+from console_helpers import rendered, run_async, settled_screen, shown_actions, wait_for  # noqa: E402
+from test_trace_cluster import shifted_copy  # noqa: E402
+
+from krex_console.cluster_app import ClusterConsole  # noqa: E402
+from krex_console.cluster_feed import ClusterReplayFeed  # noqa: E402
+from krex_console.dialogs import ConfirmDialog  # noqa: E402
+from krex_console.main import build_parser, make_app  # noqa: E402
+from krex_console.views.gpu_detail import GpuDetailScreen  # noqa: E402
+from krex_console.views.nodes import NodesTable  # noqa: E402
+from krex_console.views.overview import OverviewTable  # noqa: E402
+from krex_runtime.wire import state as node_state  # noqa: E402
+from krex_runtime.wire.cluster_trace import read_cluster_trace  # noqa: E402
+from krex_runtime.wire.trace import replay  # noqa: E402
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+LONG = "gpu-node-with-a-rather-long-name-0042"
+LONG_HOST = "rack17-h200-sxm-gpu-node-with-a-long-hostname.cluster.example.internal"
+# Seconds into the cluster trace (node-03's start, 5 s before the others'):
+# on node-01's GPU 1 the operator's lease is held.
+AT = 5.9
+
+
+def check_snapshot(name: str, text: str) -> None:
+    import os
+
+    path = SNAPSHOTS / f"{name}.txt"
+    if os.environ.get("KREX_UPDATE_SNAPSHOTS"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"no snapshot {path.name}: run with KREX_UPDATE_SNAPSHOTS=1 and review it"
+    assert text == path.read_text(), f"{name} differs from {path} (KREX_UPDATE_SNAPSHOTS=1 to accept)"
+
+
+def cluster_dir(root: Path) -> Path:
+    """Three nodes from the committed node trace: one as recorded, one with a
+    long name on a host with a long name, and one whose runtime died early
+    (its trace ends 5 s before the others' start, without runtime_stopped)."""
+    shifted_copy(root / "node-01.jsonl", 0.0, 1001)
+    shifted_copy(root / f"{LONG}.jsonl", 0.05, 1002, host=LONG_HOST)
+    shifted_copy(root / "node-03" / "trace.jsonl", -5.0, 1003, drop_last=2)
+    return root
+
+
+def cluster_app(root: Path, at: float | None = AT) -> ClusterConsole:
+    args = ["--replay", str(cluster_dir(root)), "--paused"] + (["--at", str(at)] if at is not None else [])
+    app = make_app(build_parser().parse_args(args))
+    assert isinstance(app, ClusterConsole)
+    return app
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+@run_async
+async def test_nodes_view_fits_both_sizes(tmp_path: Path, size: tuple[int, int]) -> None:
+    app = cluster_app(tmp_path)
+    tag = f"{size[0]}x{size[1]}"
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: len(app.model.nodes) == 3, what="the nodes")
+        await rendered(pilot)
+        table = app.query_one(NodesTable)
+        shown = {c.key for c, _ in table.fitted}
+        must = {"node", "state", "holders", "region_queue", "queued", "running", "inflation", "reason"}
+        assert must <= shown, must - shown
+        assert "reason" in shown
+        if size[0] >= 120:
+            assert {"gpus", "labels", "admission"} <= shown
+        text = await settled_screen(pilot)
+        assert "down" in text and "trace ends" in text and "1:operator" in text, text
+        assert "gpu-node-…ame-0042" in text
+        footer = text.splitlines()[-1]
+        assert "? Help" in footer and "q Quit" in footer, footer
+        check_snapshot(f"nodes-{tag}", text)
+
+
+@run_async
+async def test_drill_into_a_node_and_back(tmp_path: Path) -> None:
+    app = cluster_app(tmp_path)
+    cluster = read_cluster_trace(tmp_path)
+    feed = app.replay
+    assert isinstance(feed, ClusterReplayFeed)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: len(app.model.nodes) == 3, what="the nodes")
+        await rendered(pilot)
+        await pilot.press("1")  # no node open yet: nothing to show
+        assert app.model.node is None
+        await pilot.press("enter")  # the first row: the long-named node (rows are by name)
+        await wait_for(pilot, lambda: app.model.node == LONG and app.model.state.seq > 0, what="the node's state")
+        expected = replay(cluster.nodes[LONG], until=feed.clock)
+        assert node_state.to_snapshot(app.model.state) == node_state.to_snapshot(expected)
+        await rendered(pilot)
+        assert app.query_one("#tabs").active == "overview"
+        assert f"node [b]{LONG}[/b]" in app.status_text()
+        await pilot.press("enter")  # its GPU 0's detail, as on one node
+        await wait_for(pilot, lambda: isinstance(app.screen, GpuDetailScreen), what="the GPU detail")
+        await pilot.press("escape")
+        await pilot.press("3")
+        await rendered(pilot)
+        text = await settled_screen(pilot)
+        # The merge's tag is not an event's field: only runtime_started names its node.
+        assert "command_queued" in text and text.count("node=") == 1 and "runtime_started" in text
+        await pilot.press("escape")  # back to all nodes
+        await rendered(pilot)
+        assert app.model.node is None and app.query_one("#tabs").active == "nodes"
+        assert feed.focus is None
+        await pilot.press("down", "enter")  # another node: its own state, not the last one's
+        await wait_for(pilot, lambda: app.model.node == "node-01" and app.model.state.seq > 0)
+        await rendered(pilot)
+        overview = app.query_one(OverviewTable)
+        assert overview.selected_gpu() is not None
+        assert node_state.to_snapshot(app.model.state) == node_state.to_snapshot(
+            replay(cluster.nodes["node-01"], until=feed.clock))
+
+
+@run_async
+async def test_a_dead_node_and_the_merged_step(tmp_path: Path) -> None:
+    app = cluster_app(tmp_path, at=None)
+    cluster = read_cluster_trace(tmp_path)
+    feed = app.replay
+    assert isinstance(feed, ClusterReplayFeed)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: len(app.model.nodes) == 3)
+        # `n` applies the merged history's next event: node-03's come first (its clock is 5 s earlier).
+        await pilot.press("n", "n", "n")
+        assert feed.index == 3
+        assert [f.index for f in feed.feeds.values()] == [0, 0, 3]
+        for _ in range(len(cluster.events) - 3):
+            feed.step()
+        assert [f.index for f in feed.feeds.values()] == [len(t.events) for t in cluster.nodes.values()]
+        by_name = {n.name: n for n in feed.nodes()}
+        assert not by_name["node-03"].alive and by_name["node-03"].reason == "trace ends"
+        assert not by_name["node-01"].alive and by_name["node-01"].reason == "stopped"
+        feed.seek(cluster.events[0]["t"] - 1)
+        assert all(reason == "not started yet" for _, reason, _ in map(feed.node_state, feed.feeds))
+        feed.seek_offset(AT)
+        alive = {n.name: n.alive for n in feed.nodes()}
+        assert alive == {"node-01": True, LONG: True, "node-03": False}
+
+
+@run_async
+async def test_no_actions_in_a_cluster_replay(tmp_path: Path) -> None:
+    app = cluster_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: len(app.model.nodes) == 3)
+        await rendered(pilot)
+        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: app.model.node == "node-01" and app.model.state.seq > 0)
+        await rendered(pilot)
+        await pilot.press("down")  # GPU 1, leased by the operator in the trace
+        assert not shown_actions(app) & {"lease", "release", "recycle", "toggle_admission"}
+        for key in ("l", "u", "c", "p"):
+            await pilot.press(key)
+            assert not isinstance(app.screen, ConfirmDialog)
+        assert not app.actions_allowed
