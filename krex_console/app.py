@@ -296,6 +296,10 @@ class KrexConsole(App[None]):
         """The views' ActionGate: whether changing actions are offered."""
         return self.replay is None and not self.read_only and self.control_endpoint is not None
 
+    def allows(self, action: str, target: object) -> bool:
+        """The views' ActionGate: every action that applies can be sent (one node)."""
+        return True
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in REPLAY_ACTIONS:
             return self.replay is not None

@@ -15,6 +15,7 @@ needs and checks (operators only).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -29,10 +30,11 @@ from krex_console.app import KrexConsole
 from krex_console.cluster_feed import ClusterFeed, ClusterReplayFeed, NodesChanged
 from krex_console.event_log import EventLog
 from krex_console.feed import FeedStatus, LiveFeed
-from krex_console.messages import NodeHighlighted, OpenNode
+from krex_console.messages import NodeHighlighted, OpenCommand, OpenNode
+from krex_console.views.commands import CommandDetailScreen
 from krex_console.views.nodes import NodesTable, node_panel
 from krex_console.widgets import FilterInput
-from krex_runtime.wire.state import NodeState
+from krex_runtime.wire.state import CommandInfo, NodeState
 
 NODE_TABS = ("overview", "commands", "events")
 
@@ -181,7 +183,39 @@ class ClusterConsole(KrexConsole):
 
     # --- actions: the node's, through the gateway -------------------------------------
 
+    def cluster_id(self, command_id: str) -> str | None:
+        """The gateway's id of the open node's command `command_id` (the node's
+        views show the node's own ids; the gateway's cancel and wait take its)."""
+        if self.cluster is None or self.model.node is None:
+            return None
+        return self.cluster.cluster_id(self.model.node, command_id)
+
+    def allows(self, action: str, target: object) -> bool:
+        if action == "kill" and self.replay is None and isinstance(target, CommandInfo):
+            return self.cluster_id(target.id) is not None
+        return True
+
     def confirm_and_perform(self, plan: actions.PlannedAction) -> None:
         if self.model.node is not None and self.replay is None:
             plan = actions.on_node(plan, self.model.node)
+            if plan.request == "cancel":
+                cid = self.cluster_id(str(plan.body.get("id")))
+                if cid is None:
+                    self.notify(f"{plan.target}: the gateway has not said which of its commands it is", severity="error")
+                    return
+                plan = dataclasses.replace(plan, body={**plan.body, "id": cid},
+                                           target=f"{plan.target} on node {self.model.node} (cluster id {cid})")
         super().confirm_and_perform(plan)
+
+    def on_open_command(self, message: OpenCommand) -> None:
+        message.prevent_default()  # (KrexConsole's opens one node's: the ids are the gateway's here)
+        if self.replay is not None:
+            self.push_screen(CommandDetailScreen(message.command_id, self.model, gate=self, endpoint=None,
+                                                 status=self.status_text()))
+            return
+        cid = self.cluster_id(message.command_id)
+        self.push_screen(CommandDetailScreen(
+            message.command_id, self.model, gate=self, endpoint=self.control_endpoint if cid else None,
+            status=self.status_text(), output_id=cid,
+            no_output="(no output here: the gateway's status does not say which of its commands this is; "
+                      "`krex --cluster ENDPOINT wait ID` streams it by its cluster id)"))

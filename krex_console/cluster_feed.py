@@ -68,6 +68,7 @@ class ClusterFeed:
         self.telemetry = telemetry  # None: the one the gateway's hello names
         self.post = post
         self.rows: dict[str, dict[str, Any]] = {}  # name -> the newest row (with "status" when known)
+        self.commands: list[dict[str, Any]] = []  # the gateway's queued and running commands, by cluster id
         self.status = FeedStatus.CONNECTING
         self.detail = ""
         self.read_only = False
@@ -117,7 +118,16 @@ class ClusterFeed:
         if not isinstance(rows, list):
             raise ValueError("the gateway's status has no cluster.nodes")
         self.rows = {str(r.get("name")): r for r in rows if isinstance(r, dict)}
+        self.commands = [c for c in reply.get("commands") or () if isinstance(c, dict)]
         self.polls += 1
+
+    def cluster_id(self, node: str, local: str) -> str | None:
+        """The gateway's id of the command its node calls `local`, when its
+        status says (a row's `local` or `node_command_id`); None otherwise."""
+        for row in self.commands:
+            if row.get("node") == node and local in (row.get("local"), row.get("node_command_id")):
+                return str(row.get("id"))
+        return None
 
     def _take_cluster(self, message: dict[str, Any]) -> None:
         """Liveness between status replies: a node that died loses its status
