@@ -197,11 +197,16 @@ class NodeAgent:
             self.alive, self.reason, self.since = True, "", time.time()
             self._notify()
             last_answer = time.monotonic()
+            exited = asyncio.ensure_future(self.proc.wait()) if self.proc is not None else None
             while True:
+                # A runtime that exits is seen at once, not after a status left unanswered.
+                asking = asyncio.ensure_future(link.request("status", {}, self.spec.lost_after_s))
+                await asyncio.wait([asking] + ([exited] if exited else []), return_when=asyncio.FIRST_COMPLETED)
                 if self.proc is not None and self.proc.returncode is not None:
+                    asking.cancel()
                     return supervisor.how_it_ended(self.proc.returncode)
                 try:
-                    msg = await link.request("status", {}, self.spec.lost_after_s)
+                    msg = asking.result()
                     if msg.get("ok"):
                         self.status, self.status_seq = msg["body"], self.status_seq + 1
                         self.pid = msg["body"].get("pid", self.pid)
@@ -241,7 +246,7 @@ class NodeAgent:
             await asyncio.sleep(seconds)
             return
         try:
-            await asyncio.wait_for(asyncio.shield(self.proc.wait()), seconds)
+            await asyncio.wait_for(asyncio.shield(asyncio.ensure_future(self.proc.wait())), seconds)
         except asyncio.TimeoutError:
             pass
 
@@ -318,5 +323,7 @@ class NodeAgent:
             self._changed.set()
 
 
-def _error(code: str, reason: str) -> dict[str, Any]:
-    return {"ok": False, "error": {"code": code, "reason": reason}}
+def _error(code: str, reason: str, unavailable: bool = True) -> dict[str, Any]:
+    """An error reply of the agent's own; `unavailable`: the node could not
+    be asked (a command sent then is placed elsewhere)."""
+    return {"ok": False, "error": {"code": code, "reason": reason}, "unavailable": unavailable}

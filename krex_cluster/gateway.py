@@ -198,7 +198,8 @@ class Gateway:
         try:
             reply = await node.agent.submit.remote(cmd.id, cmd.body, cmd.meta())
         except ray.exceptions.RayError as exc:
-            reply = {"ok": False, "error": {"code": ErrorCode.REFUSED, "reason": f"node {name}: agent gone: {type(exc).__name__}"}}
+            reason = f"node {name}: agent gone: {type(exc).__name__}"
+            reply = {"ok": False, "error": {"code": ErrorCode.REFUSED, "reason": reason}, "unavailable": True}
         if reply.get("ok"):
             if not cmd.final:
                 cmd.local = reply["body"]["id"]
@@ -222,10 +223,9 @@ class Gateway:
                     self.table.fail(cmd, exc.reason)
                 continue
             reply = await self.send_to(cmd, name)
-            if not reply.get("ok") and not cmd.final and cmd.state == "pending":
+            if not reply.get("ok") and not reply.get("unavailable") and not cmd.final and cmd.state == "pending":
                 error = reply.get("error") or {}
-                if error.get("code") != ErrorCode.REFUSED or "is down" not in error.get("reason", ""):
-                    self.table.fail(cmd, f"node {name} refused it: {error.get('reason', 'no reason given')}")
+                self.table.fail(cmd, f"node {name} refused it: {error.get('reason', 'no reason given')}")
 
     def lost(self, cmd: ClusterCommand, node: str, reason: str, started: bool) -> None:
         """`cmd` was on `node`, which lost it: queued ones go elsewhere, running

@@ -92,7 +92,7 @@ async def submit(gw: Gateway, peer: Peer, req: Request) -> Any:
         reply = await gw.send_to(cmd, name)
         if not reply.get("ok"):
             error = reply.get("error") or {}
-            if "is down" not in error.get("reason", ""):
+            if not reply.get("unavailable"):  # else it waits, and goes to a node that is up
                 gw.table.forget(cmd)
                 raise ProtocolError(error.get("code", ErrorCode.INTERNAL), error.get("reason", "the node refused it"))
     return _reply_and_follow(gw, peer, req, cmd, req.body.attach)
