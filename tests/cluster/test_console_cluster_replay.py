@@ -22,6 +22,7 @@ from krex_console.main import build_parser, make_app  # noqa: E402
 from krex_console.views.gpu_detail import GpuDetailScreen  # noqa: E402
 from krex_console.views.nodes import NodesTable  # noqa: E402
 from krex_console.views.overview import OverviewTable  # noqa: E402
+from krex_console.views.table_sync import select_key  # noqa: E402
 from krex_runtime.wire import state as node_state  # noqa: E402
 from krex_runtime.wire.cluster_trace import read_cluster_trace  # noqa: E402
 from krex_runtime.wire.trace import replay  # noqa: E402
@@ -164,3 +165,25 @@ async def test_no_actions_in_a_cluster_replay(tmp_path: Path) -> None:
             await pilot.press(key)
             assert not isinstance(app.screen, ConfirmDialog)
         assert not app.actions_allowed
+
+
+@run_async
+async def test_many_nodes(tmp_path: Path) -> None:
+    """64 nodes: the Nodes view holds a row each, sorted by name; the last
+    one opens and closes like the first (each view's update costs the rows
+    it shows; tests/console's 100k-event test covers the node views)."""
+    for i in range(64):
+        shifted_copy(tmp_path / f"node-{i:03d}.jsonl", i * 0.01, 2000 + i)
+    app = make_app(build_parser().parse_args(["--replay", str(tmp_path), "--paused", "--at", "0.9"]))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: len(app.model.nodes) == 64, what="64 nodes")
+        await rendered(pilot)
+        table = app.query_one(NodesTable)
+        assert [r.key.value for r in table.ordered_rows] == [f"node-{i:03d}" for i in range(64)]
+        assert select_key(table, "node-063")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.model.node == "node-063" and app.model.state.seq > 0, what="node-063")
+        await rendered(pilot)
+        await pilot.press("escape")
+        await rendered(pilot)
+        assert app.model.node is None and table.row_count == 64
