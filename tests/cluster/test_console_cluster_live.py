@@ -82,6 +82,8 @@ async def test_nodes_drill_in_and_act_on_a_node(cluster: Any) -> None:
         text = screen_text(app)
         assert "● LIVE" in text and "nodes 2/2 alive" in text and "rack=r17 zone=a" in text and "zone=b" in text
         assert app.cluster is not None and app.cluster.telemetry == cluster.telemetry  # from the gateway's hello
+        # Each node's status body carries its canary's inflation estimate (null here: no canary runs).
+        assert set(cluster.rows()["n2"]["status"]["gpus"][0]["canary"]) == {"inside_p50", "inside_p95", "samples", "flagged"}
 
         # A command placed by label on n2 shows on its row, then in its own views.
         client = cluster.client()

@@ -187,3 +187,42 @@ async def test_many_nodes(tmp_path: Path) -> None:
         await pilot.press("escape")
         await rendered(pilot)
         assert app.model.node is None and table.row_count == 64
+
+
+def test_a_gateway_row_becomes_a_node_summary() -> None:
+    """A row of the gateway's status (CLUSTER-CONTRACT.md): the node's own
+    status body gives holders, queues, slots (its canary takes none) and the
+    canary's inflation; a dead node's row has no status and reads n/a."""
+    from krex_console import cluster_model as cm
+    from krex_console.views.nodes import node_row
+
+    status = {
+        "policy": "krex", "queued": 3, "paused": False,
+        "commands": [{"id": "c1", "label": "canary", "timeout_s": None}, {"id": "x", "label": "", "timeout_s": 60}],
+        "gpus": [
+            {"index": 0, "name": "NVIDIA H200", "slots": 4, "running": ["c1", "x"], "queued": 2, "region_holder": 7,
+             "region_kind": "region", "region_queue": 1, "canary": {"inside_p50": 0.01, "inside_p95": 0.034}},
+            {"index": 1, "name": "NVIDIA H200", "slots": 4, "running": [], "queued": 0, "region_holder": 0,
+             "region_kind": "lease", "region_queue": 0, "paused": True, "canary": {"inside_p50": None}},
+        ],
+    }
+    up = cm.from_status_row({"name": LONG, "alive": True, "since": 100.0, "reason": "", "gpus": 2,
+                             "labels": {"zone": "a", "rack": "r17"}, "status": status})
+    assert cm.holders_text(up) == "0:t7 1:operator" and up.running == 1 and up.slots == 8 and up.queued == 3
+    assert up.gpus is not None and up.gpus[0].canary and cm.worst_inflation(up) == 0.034
+    assert cm.admission_text(up) == "1 paused" and cm.labels_text(up) == "rack=r17 zone=a"
+    row = node_row(up, now=160.0)
+    assert row.cells["node"].plain == "gpu-node-…ame-0042" and row.cells["since"] == "1m00s"
+    assert row.cells["inflation"] == "+3.4%" and row.cells["running"] == "1/8" and row.cells["region_queue"] == "1"
+    down = cm.from_status_row({"name": "n2", "alive": False, "since": 150.0, "reason": "raylet gone", "gpus": 2,
+                               "labels": {}, "status": None})
+    row = node_row(down, now=160.0)
+    assert row.cells["state"].plain == "down" and row.cells["reason"].plain == "raylet gone"
+    assert row.cells["running"] == "n/a" and row.cells["holders"].plain == "n/a" and down.gpu_count == 2
+
+
+def test_the_cluster_command_line() -> None:
+    app = make_app(build_parser().parse_args(["--cluster", "ipc:///nowhere/control.sock"]))
+    assert isinstance(app, ClusterConsole) and app.cluster is not None and app.live is None
+    with pytest.raises(SystemExit, match="--cluster names the gateway: leave out --connect and --run-dir"):
+        make_app(build_parser().parse_args(["--cluster", "ipc:///a", "--connect", "ipc:///b"]))
