@@ -141,7 +141,7 @@ def gpu_actions(gpu: GpuState) -> list[PlannedAction]:
 
 
 # Operator verbs a cluster gateway sends on to one node: their body names it
-# (`node`); the gateway refuses them without one (docs/protocol.md, "Clusters").
+# (`node`); the gateway refuses them without one (docs/protocol.md, the operator verbs).
 NODE_VERBS = frozenset(v.name for v in (verbs.LEASE, verbs.RELEASE, verbs.PAUSE, verbs.RESUME, verbs.RECYCLE))
 
 

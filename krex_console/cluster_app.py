@@ -1,6 +1,6 @@
 """The console of a KREX cluster: a Nodes view, and each node's own views.
 
-    krex-console --cluster ENDPOINT   # a cluster gateway (docs/protocol.md, "Clusters")
+    krex-console --cluster ENDPOINT   # a cluster gateway (docs/console.md, "Clusters")
     krex-console --replay DIR         # a cluster trace: one node trace per file
 
 The Nodes view (tab 0) has a row per node (cluster_feed.py feeds it). Enter

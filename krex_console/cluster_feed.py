@@ -1,7 +1,7 @@
 """The cluster's feeds: the Nodes view's, live from a gateway or replayed from a
 cluster trace; and, in replay, the drilled-in node's state.
 
-Live (`ClusterFeed`): the gateway (docs/protocol.md, "Clusters") answers
+Live (`ClusterFeed`): the gateway (docs/console.md, "Clusters") answers
 `status` with a row per node (name, alive, reason, labels, GPUs, and the
 node's own status body) and publishes `cluster` messages whenever a node
 joins, dies or comes back. The feed asks for `status` once a second (one

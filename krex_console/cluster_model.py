@@ -1,6 +1,6 @@
 """What the Nodes view shows of each node of a cluster, from either source:
 
-- live, a row of the gateway's `status` reply (docs/protocol.md, "Clusters":
+- live, a row of the gateway's `status` reply (docs/console.md, "Clusters":
   name, alive, since, reason, labels, gpus, and that node's own status body)
   with the liveness its `cluster` telemetry topic adds between replies;
 - in replay, the node's state as the reducer folded its trace so far.

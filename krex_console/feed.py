@@ -116,7 +116,7 @@ class LiveFeed:
     new snapshot. Reconnects until the app stops it.
 
     With `node`, the runtime is that node of a cluster, through its gateway
-    (docs/protocol.md, "Clusters"): the gateway relays the node's messages on
+    (docs/console.md, "Clusters"): the gateway relays the node's messages on
     `node/<name>/event` and `node/<name>/snapshot`, each tagged with
     `"node"`, and answers `snapshot` with `node` with the node's own
     snapshot; the rest is the same."""
