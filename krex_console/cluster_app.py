@@ -107,8 +107,10 @@ class ClusterConsole(KrexConsole):
         node = self.model.node
         if node is not None:
             summary = self.node_summary()
-            down = f"  [b red]NODE DOWN: {summary.reason or 'no reason given'}[/]" if summary is not None and not summary.alive else ""
-            return f"{super().status_text()}{down}  [dim]esc: all nodes[/]"
+            # First, so that an 80-column header still says it.
+            down = (f"[b red]NODE DOWN: {summary.reason or 'no reason given'}[/]  "
+                    if summary is not None and not summary.alive else "")
+            return f"{down}{super().status_text()}  [dim]esc: all nodes[/]"
         nodes = self.model.nodes
         figures = (
             f"cluster  nodes {sum(1 for n in nodes if n.alive)}/{len(nodes)} alive  GPUs {sum(n.gpu_count for n in nodes)}"
@@ -145,8 +147,9 @@ class ClusterConsole(KrexConsole):
         self.action_show_tab("overview")
 
     def leave_node(self) -> None:
-        self.workers.cancel_group(self, "feed") if self.replay is None else None
-        if self.replay is not None:
+        if self.replay is None:
+            self.workers.cancel_group(self, "feed")  # the node's LiveFeed: its sockets close with it
+        else:
             self.replay.set_focus(None)
         self.live = None
         self.model.node = None
