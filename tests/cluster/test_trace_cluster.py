@@ -160,4 +160,12 @@ def test_collect_refuses_names_that_are_not_file_names(tmp_path: Path) -> None:
     collect({"n1": trace}, tmp_path / "out")
     with pytest.raises(ClusterTraceError, match="already holds a trace of node 'n1'"):
         collect({"n1": trace}, tmp_path / "out")
-    assert sys.modules.get("ray") is None  # the cluster trace needs no Ray
+
+
+
+def test_the_cluster_trace_needs_no_ray() -> None:
+    """Reading, summarising and replaying a cluster trace (and the console's
+    cluster views) import no Ray: they run where the cluster layer is not installed."""
+    code = ("import sys, krex_cluster.trace, krex_runtime.cli, krex_console.main, krex_console.cluster_app; "
+            "sys.exit('ray' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
