@@ -17,7 +17,10 @@ import pytest
 pytest.importorskip("ray")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "console"))
 
-import cluster_helpers  # noqa: E402
+try:  # the local cluster helper: krex_cluster.testing, where the cluster layer keeps it
+    from krex_cluster import testing as cluster_helpers  # noqa: E402
+except ImportError:  # (its earlier place, beside the cluster's tests)
+    import cluster_helpers  # type: ignore[no-redef]  # noqa: E402
 from console_helpers import rendered, run_async, screen_text, shown_actions, wait_for  # noqa: E402
 
 from krex_console.cluster_app import ClusterConsole  # noqa: E402
