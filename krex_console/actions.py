@@ -12,6 +12,7 @@ read-only client is refused there whatever the console shows
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,6 +138,22 @@ GPU_BUILDERS = {"lease": lease, "release": release, "recycle": recycle, "toggle_
 def gpu_actions(gpu: GpuState) -> list[PlannedAction]:
     """The GPU actions that apply now, in the palette's order."""
     return [build(gpu) for name, build in GPU_BUILDERS.items() if gpu_offers(name, gpu)]
+
+
+# Operator verbs a cluster gateway sends on to one node: their body names it
+# (`node`); the gateway refuses them without one (docs/protocol.md, the operator verbs).
+NODE_VERBS = frozenset(v.name for v in (verbs.LEASE, verbs.RELEASE, verbs.PAUSE, verbs.RESUME, verbs.RECYCLE))
+
+
+def on_node(action: PlannedAction, node: str) -> PlannedAction:
+    """The same action, sent through a cluster gateway to `node`; its dialog
+    names the node too. Other verbs (cancel: the gateway finds the command by
+    its id) go as they are."""
+    if action.request not in NODE_VERBS:
+        return action
+    body = {**action.body, "node": node}
+    verbs.VERBS[action.request].body(**body)  # a verb table without `node` fails here, not at the gateway
+    return dataclasses.replace(action, target=f"{action.target} on node {node}", body=body)
 
 
 def perform(endpoint: str, action: PlannedAction) -> ActionOutcome:

@@ -73,13 +73,15 @@ class KrexConsole(App[None]):
         Binding("left_square_bracket", "jump(-10)", "-10 s", show=False),
         Binding("right_square_bracket", "jump(10)", "+10 s", show=False),
     ]
+    INITIAL_TAB = "overview"
+    TABLES: dict[str, Any] = {"overview": OverviewTable, "commands": CommandsTable, "events": EventsTable}
 
     def __init__(
         self,
         control: str | None = None,
         telemetry: str | None = None,
         read_only: bool = False,
-        replay: ReplayFeed | None = None,
+        replay: ReplayFeed | Any | None = None,  # a ReplayFeed, or what answers as one (ClusterReplayFeed)
     ) -> None:
         super().__init__()
         self.model = ConsoleModel()
@@ -89,8 +91,8 @@ class KrexConsole(App[None]):
             replay.post = self.post_message
         self.control_endpoint = None if replay is not None else control
         self.live: LiveFeed | None = None
-        if replay is None:
-            assert control is not None and telemetry is not None
+        if replay is None and telemetry is not None:  # (a cluster console starts one per node it opens)
+            assert control is not None
             self.live = LiveFeed(control, telemetry, self.post_message)
         self.status = FeedStatus.REPLAY if replay is not None else FeedStatus.CONNECTING
         self.status_detail = ""
@@ -103,7 +105,8 @@ class KrexConsole(App[None]):
 
     def compose(self) -> ComposeResult:
         yield StatusBar(self.status_text())
-        with TabbedContent(initial="overview", id="tabs"):
+        with TabbedContent(initial=self.INITIAL_TAB, id="tabs"):
+            yield from self.compose_panes()
             with TabPane("1 Overview", id="overview"):
                 with Vertical():
                     yield OverviewTable(self.model, gate=self)
@@ -120,16 +123,22 @@ class KrexConsole(App[None]):
                     yield EventsTable()
         yield Footer()
 
+    def compose_panes(self) -> ComposeResult:
+        """Panes before the node's own (a cluster console's Nodes view)."""
+        yield from ()
+
     def on_mount(self) -> None:
         feed = self.replay if self.replay is not None else self.live
-        assert feed is not None
-        self.run_worker(feed.run(), name="feed", group="feed", exclusive=True)
+        if feed is not None:
+            self.run_worker(feed.run(), name="feed", group="feed", exclusive=True)
         self.set_interval(RENDER_EVERY_S, self._render_tick)
-        self.query_one(OverviewTable).focus()
+        self._focus_table(self.INITIAL_TAB)
 
     # --- the feed -------------------------------------------------------------
 
     def on_state_changed(self, message: StateChanged) -> None:
+        if message.node != self.model.node:
+            return  # a cluster node's feed that was left, its last post still queued
         m = self.model
         m.state, m.log = message.state, message.log
         m.now = message.now if self.replay is not None else time.time()
@@ -145,7 +154,7 @@ class KrexConsole(App[None]):
 
     def _render_tick(self) -> None:
         if self.replay is None and time.monotonic() - self._last_render >= AGE_EVERY_S:
-            self.model.now = time.time()
+            self.model.now = self.model.cluster_now = time.time()
             self._dirty = True
         if self._dirty:
             self.refresh_views()
@@ -164,7 +173,7 @@ class KrexConsole(App[None]):
             return  # a dialog is open: the views refresh when it closes
         try:
             active = self.query_one("#tabs", TabbedContent).active
-            table = {"overview": OverviewTable, "commands": CommandsTable, "events": EventsTable}.get(active)
+            table = self.TABLES.get(active)
             if table is not None:
                 self.query_one(table).refresh_from(self.model)
             if active == "overview":
@@ -230,8 +239,7 @@ class KrexConsole(App[None]):
         self._dirty = True
 
     def _focus_table(self, tab: str) -> None:
-        table = {"overview": OverviewTable, "commands": CommandsTable, "events": EventsTable}[tab]
-        self.query_one(table).focus()
+        self.query_one(self.TABLES[tab]).focus()
 
     def on_open_gpu(self, message: OpenGpu) -> None:
         self.push_screen(GpuDetailScreen(message.uuid, self.model, gate=self, status=self.status_text()))
@@ -287,6 +295,10 @@ class KrexConsole(App[None]):
     def actions_allowed(self) -> bool:
         """The views' ActionGate: whether changing actions are offered."""
         return self.replay is None and not self.read_only and self.control_endpoint is not None
+
+    def allows(self, action: str, target: object) -> bool:
+        """The views' ActionGate: every action that applies can be sent (one node)."""
+        return True
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in REPLAY_ACTIONS:

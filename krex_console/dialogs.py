@@ -80,6 +80,7 @@ class SeekDialog(ModalScreen["float | None"]):
 HELP_TEXT = """\
 [b]Views[/b]
   1  node overview (a row per GPU)     2  commands     3  events (audit log)
+  0  a cluster's nodes (enter: that node's views 1 2 3; esc: back to all nodes)
   enter  open the selected GPU / command          esc  back
   j / k  down / up        /  filter (commands, events)    ctrl+p  command palette
   shift+letter (the underlined one) or a click on a header: sort by that column,

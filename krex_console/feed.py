@@ -53,12 +53,14 @@ class StateChanged(Message):
     """The newest state of a feed. `now` is the clock the views age things by:
     the wall clock live, the replay position in replay."""
 
-    def __init__(self, state: node_state.NodeState, log: EventLog, now: float, folded: int) -> None:
+    def __init__(self, state: node_state.NodeState, log: EventLog, now: float, folded: int,
+                 node: str | None = None) -> None:
         super().__init__()
         self.state = state
         self.log = log
         self.now = now
         self.folded = folded
+        self.node = node  # the cluster node it is of (None: the feed's one runtime)
 
     def can_replace(self, message: Message) -> bool:
         # Only the newest state matters; the state object is shared anyway.
@@ -111,13 +113,22 @@ class LiveFeed:
     """Snapshot + events from a runtime (docs/protocol.md, "Telemetry"):
     subscribe first, then ask for a snapshot, then apply every event with a
     higher sequence number; on a gap, or when the runtime restarted, take a
-    new snapshot. Reconnects until the app stops it."""
+    new snapshot. Reconnects until the app stops it.
 
-    def __init__(self, control: str, telemetry: str, post: Post, stale_after_s: float = STALE_AFTER_S) -> None:
+    With `node`, the runtime is that node of a cluster, through its gateway
+    (docs/console.md, "Clusters"): the gateway relays the node's messages on
+    `node/<name>/event` and `node/<name>/snapshot`, each tagged with
+    `"node"`, and answers `snapshot` with `node` with the node's own
+    snapshot; the rest is the same."""
+
+    def __init__(self, control: str, telemetry: str, post: Post, stale_after_s: float = STALE_AFTER_S,
+                 node: str | None = None) -> None:
         self.control = control
         self.telemetry = telemetry
         self.post = post
         self.stale_after_s = stale_after_s
+        self.node = node
+        self.topic_prefix = b"node/" + node.encode() + b"/" if node is not None else b""
         self.state = node_state.NodeState()
         self.log = EventLog()
         self.status = FeedStatus.CONNECTING
@@ -147,8 +158,8 @@ class LiveFeed:
         # moment catches up instead of dropping events (a gap costs a snapshot,
         # and the audit log and region timeline lose what was dropped).
         sub.setsockopt(zmq.RCVHWM, 100_000)
-        sub.setsockopt(zmq.SUBSCRIBE, protocol.TOPIC_EVENT)
-        sub.setsockopt(zmq.SUBSCRIBE, protocol.TOPIC_SNAPSHOT)
+        sub.setsockopt(zmq.SUBSCRIBE, self.topic_prefix + protocol.TOPIC_EVENT)
+        sub.setsockopt(zmq.SUBSCRIBE, self.topic_prefix + protocol.TOPIC_SNAPSHOT)
         try:
             check_reachable(self.telemetry)
             use_curve(sub, self.telemetry)
@@ -165,7 +176,7 @@ class LiveFeed:
             sub.close(linger=0)
 
     async def _resync(self, client: ControlClient) -> None:
-        snap = await in_daemon_thread(client.call, "snapshot")
+        snap = await in_daemon_thread(client.call, "snapshot", {"node": self.node} if self.node is not None else None)
         self._rebase(node_state.from_snapshot(snap["state"]))
         self._post_state(0)
 
@@ -174,6 +185,8 @@ class LiveFeed:
         (a gap only loses the dropped events) unless the runtime is another one."""
         if (state.pid, state.started_at) != (self.state.pid, self.state.started_at):
             self.log.clear()
+        if self.node is not None:
+            state.node = self.node  # the name the cluster knows it by (a snapshot names its host)
         self.state = state
         self.snapshots_taken += 1
 
@@ -216,6 +229,9 @@ class LiveFeed:
 
     def _take(self, topic: bytes, body: dict[str, Any]) -> bool:
         """Fold one PUB message into the state; True when a new snapshot must be requested."""
+        topic = topic[len(self.topic_prefix):]
+        if self.node is not None and body.get("type") != "runtime_started":
+            body.pop("node", None)  # the relay's tag: the audit log shows the node's own fields
         if topic == protocol.TOPIC_SNAPSHOT:
             published = body.get("state", {})
             restarted = (published.get("pid"), published.get("started_at")) != (self.state.pid, self.state.started_at)
@@ -239,7 +255,7 @@ class LiveFeed:
 
     def _post_state(self, folded: int) -> None:
         self.posts += 1
-        self.post(StateChanged(self.state, self.log, time.time(), folded))
+        self.post(StateChanged(self.state, self.log, time.time(), folded, node=self.node))
 
 
 class ReplayFeed:

@@ -1,7 +1,8 @@
 """`krex-console`: its command line, and the app it starts (live or replay).
 
     krex-console [--connect ENDPOINT] [--read-only] [--run-dir DIR]
-    krex-console --replay TRACE [--at S] [--speed X] [--paused]
+    krex-console --cluster ENDPOINT [--read-only]      # a cluster gateway: a Nodes view, each node's views
+    krex-console --replay TRACE [--at S] [--speed X] [--paused]   # TRACE a file, or a cluster trace directory
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ import sys
 from pathlib import Path
 
 from krex_console.app import KrexConsole
+from krex_console.cluster_app import ClusterConsole
+from krex_console.cluster_feed import ClusterReplayFeed
 from krex_console.feed import ReplayFeed
 from krex_runtime.wire import endpoints
+from krex_runtime.wire.cluster_trace import is_cluster_trace, read_cluster_trace
 from krex_runtime.wire.trace import TraceError, read_trace
 
 
@@ -34,10 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="krex-console", description="The operator console of a KREX node.")
     p.add_argument("--version", action="version", version=f"krex-console {version()}")
     p.add_argument("--connect", metavar="ENDPOINT", help="control endpoint (default: this node's runtime)")
-    p.add_argument("--telemetry", metavar="ENDPOINT", help="telemetry endpoint (default: beside the control socket)")
+    p.add_argument("--cluster", metavar="ENDPOINT", help="a cluster gateway's control endpoint: every node, each node's views")
+    p.add_argument("--telemetry", metavar="ENDPOINT",
+                   help="telemetry endpoint (default: beside the control socket; a gateway's: the one its hello names)")
     p.add_argument("--run-dir", metavar="DIR", help="the runtime's run dir (default: KREX_RUN_DIR, else the system default)")
     p.add_argument("--read-only", action="store_true", help="use the read-only control socket; no actions")
-    p.add_argument("--replay", metavar="TRACE", help="play a recorded trace instead of a live runtime")
+    p.add_argument("--replay", metavar="TRACE", help="play a recorded trace (a file, or a cluster trace directory) instead of a live runtime")
     p.add_argument("--at", type=float, default=0.0, metavar="S", help="replay: start S seconds into the trace")
     p.add_argument("--speed", type=float, default=1.0, help="replay: speed factor (default 1)")
     p.add_argument("--paused", action="store_true", help="replay: start paused")
@@ -56,6 +62,12 @@ def endpoints_for(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def make_app(args: argparse.Namespace) -> KrexConsole:
+    if args.replay and is_cluster_trace(Path(args.replay)):
+        cluster = ClusterReplayFeed(read_cluster_trace(Path(args.replay)))
+        cluster.speed, cluster.paused = args.speed, args.paused
+        if args.at:
+            cluster.seek_offset(args.at)
+        return ClusterConsole(replay=cluster)
     if args.replay:
         feed = ReplayFeed(read_trace(Path(args.replay)))
         feed.speed = args.speed
@@ -63,6 +75,10 @@ def make_app(args: argparse.Namespace) -> KrexConsole:
         if args.at:
             feed.seek_offset(args.at)
         return KrexConsole(replay=feed)
+    if args.cluster:
+        if args.connect or args.run_dir:
+            raise SystemExit("krex-console: --cluster names the gateway: leave out --connect and --run-dir")
+        return ClusterConsole(control=args.cluster, telemetry=args.telemetry, read_only=args.read_only)
     control, telemetry = endpoints_for(args)
     if not telemetry:
         raise SystemExit("krex-console: no telemetry endpoint for a non-ipc control endpoint: give --telemetry")

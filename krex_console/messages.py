@@ -44,3 +44,19 @@ class RequestAction(Message):
     def __init__(self, action: PlannedAction) -> None:
         super().__init__()
         self.action = action
+
+
+class OpenNode(Message):
+    """Show this cluster node's own views (Enter on a node)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+
+class NodeHighlighted(Message):
+    """The Nodes view's cursor is on this node now: the panel under it follows."""
+
+    def __init__(self, name: str | None) -> None:
+        super().__init__()
+        self.name = name

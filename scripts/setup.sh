@@ -21,7 +21,7 @@ fi
 if compgen -G '.venv/lib/python3*/site-packages/krex-*.dist-info' >/dev/null; then
   .venv/bin/python -m pip uninstall -q -y krex
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,cluster]'
 # native/ needs cuda.h (prototypes only; nothing links CUDA). Without a CUDA
 # toolkit, take the headers from NVIDIA's runtime wheel into the venv.
 if [ -z "${CUDA_INCLUDE:-}" ] && [ ! -f /usr/local/cuda/include/cuda.h ]; then

@@ -30,10 +30,14 @@ KILL_BINDING = Binding("ctrl+k", "kill", "Kill")  # (k moves the cursor up, as i
 
 class ActionGate(Protocol):
     """Whether changing actions are offered now (the app answers: not in
-    read-only mode, not in replay, not on a socket the runtime says is read-only)."""
+    read-only mode, not in replay, not on a socket the runtime says is read-only),
+    and whether the app can send this one for this target (a cluster console
+    cannot kill a command whose cluster id it does not know)."""
 
     @property
     def actions_allowed(self) -> bool: ...
+
+    def allows(self, action: str, target: object) -> bool: ...
 
 
 class GatedActions:
@@ -112,9 +116,9 @@ class CommandActions(GatedActions):
         if action != "kill":
             return False
         cmd = self.selected_command()
-        return cmd is not None and actions.command_offers(action, cmd)
+        return cmd is not None and actions.command_offers(action, cmd) and self.gate.allows(action, cmd)
 
     def action_kill(self) -> None:
         cmd = self.selected_command()
-        if cmd is not None and actions.command_offers("kill", cmd):
+        if cmd is not None and self.applies("kill"):
             self.request(actions.kill(cmd))

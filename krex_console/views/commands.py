@@ -168,9 +168,12 @@ class CommandDetailScreen(CommandActions, Screen[None]):
     BINDINGS = [Binding("escape", "back", "Back"), KILL_BINDING]
 
     def __init__(self, command_id: str, model: ConsoleModel, gate: ActionGate, endpoint: str | None,
-                 status: str = "") -> None:
+                 status: str = "", output_id: str | None = None,
+                 no_output: str = "(replay: a trace holds no command output)") -> None:
         super().__init__()
         self.command_id = command_id
+        self.output_id = output_id or command_id  # what `endpoint` knows it by (a cluster gateway: its own id)
+        self.no_output = no_output  # what the output pane says without an endpoint
         self.model = model
         self.gate = gate
         self.endpoint = endpoint
@@ -190,7 +193,7 @@ class CommandDetailScreen(CommandActions, Screen[None]):
         if self.endpoint is not None:
             self.follow_output(self.endpoint)
         else:
-            self.query_one(Log).write_line("(replay: a trace holds no command output)")
+            self.query_one(Log).write_line(self.no_output)
 
     def refresh_from(self, model: ConsoleModel) -> None:
         if not self.is_mounted:
@@ -225,7 +228,7 @@ class CommandDetailScreen(CommandActions, Screen[None]):
         worker = get_current_worker()
         try:
             with ControlClient(endpoint, timeout_s=10) as client:
-                request_id = client.send("wait", {"id": self.command_id, "attach": True})
+                request_id = client.send("wait", {"id": self.output_id, "attach": True})
                 while not worker.is_cancelled:
                     msg = client.receive(0.25)
                     if msg is None or msg.get("re") != request_id:

@@ -33,6 +33,8 @@ def detail(event: dict[str, Any]) -> str:
     for key, value in event.items():
         if key in SHOWN_ELSEWHERE or key in ("region", "tenant_id") or value in (None, "", [], {}):
             continue
+        if key == "node" and event.get("type") != "runtime_started":
+            continue  # a cluster's tag (relay, merged trace), not a field: the view is that node's already
         if isinstance(value, float):
             value = f"{value:.4g}"
         parts.append(f"{key}={value}")
@@ -72,6 +74,7 @@ class EventsTable(FittedTable):
         self.query_text = ""
         self._shown_seq = 0
         self._generation = -1
+        self._log: object = None  # the log shown: another one (a cluster's other node) starts afresh
         self._query_shown = ""
         self._events: deque[Row] = deque(maxlen=MAX_ROWS)
 
@@ -79,7 +82,7 @@ class EventsTable(FittedTable):
         log = model.log
         newest = log.events[-1].get("seq", 0) if log.events else 0
         rebuild = (log.generation != self._generation or self.query_text != self._query_shown
-                   or newest < self._shown_seq)  # (replay went back in time)
+                   or newest < self._shown_seq or log is not self._log)  # (replay went back in time)
         if not rebuild and newest == self._shown_seq:
             return
         fresh: list[dict[str, Any]] = []
@@ -94,7 +97,7 @@ class EventsTable(FittedTable):
         if rebuild:
             self._events.clear()
             self.reset_widths()
-            self._generation, self._query_shown = log.generation, self.query_text
+            self._generation, self._query_shown, self._log = log.generation, self.query_text, log
         follow = self.row_count == 0 or self.cursor_row >= self.row_count - 1
         start = model.state.started_at
         self._events.extend(event_row(e, start) for e in reversed(fresh))

@@ -38,6 +38,9 @@ def submit_body(
     auto_region_entries: Sequence[str] | None = None,
     share: str | None = None,
     lease: bool = False,
+    node_labels: Mapping[str, str] | None = None,
+    gpu_model: str | None = None,
+    retries: int | None = None,
 ) -> dict[str, Any]:
     """The `submit` body, inheriting the caller's cwd and environment as the
     CLI does. `mode` and `auto_region` are sent only when given: the runtime
@@ -65,6 +68,13 @@ def submit_body(
         body["auto_region_entries"] = list(auto_region_entries)
     if share:
         body["share"] = share
+    # What a cluster places by (docs/protocol.md); sent only when given.
+    if node_labels:
+        body["node_labels"] = dict(node_labels)
+    if gpu_model:
+        body["gpu_model"] = gpu_model
+    if retries:
+        body["retries"] = retries
     return body
 
 

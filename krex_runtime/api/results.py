@@ -30,6 +30,9 @@ class Command:
     auto_region: bool | None = None
     auto_region_entries: Sequence[str] | None = None
     share: str | None = None
+    node_labels: Mapping[str, str] | None = None
+    gpu_model: str | None = None
+    retries: int | None = None
 
 
 @dataclass(frozen=True)

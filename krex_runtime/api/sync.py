@@ -109,6 +109,9 @@ class Client:
         auto_region_entries: Sequence[str] | None = None,
         share: str | None = None,
         lease: bool = False,
+        node_labels: Mapping[str, str] | None = None,
+        gpu_model: str | None = None,
+        retries: int | None = None,
         on_output: OutputCallback | None = None,
     ) -> Handle:
         """Queue a command; returns once the runtime accepted it (RequestFailed if refused).
@@ -121,6 +124,7 @@ class Client:
         body = core.submit_body(
             argv, gpu=gpu, mode=mode, timeout=timeout, env=env, cwd=cwd, label=label,
             auto_region=auto_region, auto_region_entries=auto_region_entries, share=share, lease=lease,
+            node_labels=node_labels, gpu_model=gpu_model, retries=retries,
         )
         return self._follow("submit", body, on_output)
 

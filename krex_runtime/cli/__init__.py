@@ -20,6 +20,7 @@ import sys
 from krex_runtime.cli.commands import (
     WITH_RUNTIME,
     UsageError,
+    check_cluster,
     check_usage,
     completion_command,
     fail,
@@ -101,7 +102,10 @@ def subcommand_parser(parser: argparse.ArgumentParser, verb: str) -> argparse.Ar
 def _with_runtime(args: argparse.Namespace) -> int:
     check_usage(args)
     try:
-        with Client(args.endpoint, curve_client_key=args.curve_client_key, curve_server_key=args.curve_server_key) as client:
+        endpoint = args.cluster or args.endpoint
+        with Client(endpoint, curve_client_key=args.curve_client_key, curve_server_key=args.curve_server_key) as client:
+            if args.cluster:
+                check_cluster(client, args.cluster)
             return WITH_RUNTIME.get(args.verb, verb_command)(client, args)
     except RuntimeUnavailable as exc:
         return fail(args, "unavailable", f"{exc}; {how_to_start()}")

@@ -22,6 +22,7 @@ from krex_runtime.api.inbox import submit_body
 from krex_runtime.api.results import Result
 from krex_runtime.api.sync import Client, Handle
 from krex_runtime.wire import verbs
+from krex_runtime.wire.control_client import RequestFailed
 from krex_runtime.wire.protocol import EXIT_KREX_ERROR
 
 # rich's tables and live display, and the trace reader, load only for the
@@ -58,13 +59,35 @@ def check_usage(args: argparse.Namespace) -> None:
     """Usage errors argparse cannot see, found before any runtime is asked."""
     if args.verb in ("run", "submit"):
         command_argv(args)
+        node_labels(args)
+    if args.cluster and args.endpoint and args.cluster != args.endpoint:
+        raise UsageError("--cluster names the endpoint: give --cluster or --endpoint, not both")
     if args.verb == "status" and args.json and args.watch:
         raise UsageError("--watch redraws for a person; --json prints one document: use one of them")
 
 
+def node_labels(args: argparse.Namespace) -> dict[str, str]:
+    """--node-label KEY=VALUE, each one."""
+    found = {}
+    for text in args.node_label:
+        key, sep, value = text.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--node-label takes KEY=VALUE, not {text!r}")
+        found[key] = value
+    return found
+
+
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     return {"gpu": args.gpu, "mode": args.mode, "timeout": args.timeout, "label": args.label, "lease": args.lease,
-            "auto_region": args.auto_region, "auto_region_entries": args.auto_region_entry, "share": args.share}
+            "auto_region": args.auto_region, "auto_region_entries": args.auto_region_entry, "share": args.share,
+            "node_labels": node_labels(args), "gpu_model": args.gpu_model, "retries": args.retries}
+
+
+def check_cluster(client: Client, endpoint: str) -> None:
+    """`--cluster` must name a cluster gateway, whose hello says so: a single
+    runtime would take the node-targeted verbs as its own."""
+    if not client.call("hello", {"client": "krex"}).get("cluster"):
+        raise RequestFailed("not_a_cluster", f"{endpoint} is a single runtime, not a cluster gateway (use --endpoint)")
 
 
 def run_command(client: Client, args: argparse.Namespace) -> int:
@@ -190,18 +213,21 @@ WITH_RUNTIME = {
 
 
 def trace_command(args: argparse.Namespace) -> int:
-    from krex_runtime.cli.views import trace_view
+    from krex_runtime.cli.views import cluster_trace_view, trace_view
+    from krex_runtime.wire.cluster_trace import is_cluster_trace, read_cluster_trace, summarize_cluster
     from krex_runtime.wire.trace import TraceError, read_trace
     from krex_runtime.wire.trace_summary import summarize
 
+    path = Path(args.file)
+    cluster = is_cluster_trace(path)  # a directory: one trace per node (docs/trace-format.md)
     try:
-        summary = summarize(read_trace(Path(args.file)))
+        summary = summarize_cluster(read_cluster_trace(path)) if cluster else summarize(read_trace(path))
     except TraceError as exc:
         return fail(args, "bad_trace", str(exc))
     if args.json:
         emit_json(summary)
     else:
-        console().print(trace_view(summary))
+        console().print(cluster_trace_view(summary) if cluster else trace_view(summary))
     return 0
 
 

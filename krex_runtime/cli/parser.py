@@ -71,6 +71,8 @@ def build_parser(version: Callable[[], str]) -> Parser:
     p.add_argument("--version", action=_Version, version=version)
     p.add_argument("--endpoint", help="control endpoint (default: KREX_ENDPOINT, else the run dir's socket)")
     p.add_argument("--run-dir", help="the runtime's run dir (default: KREX_RUN_DIR, else the system default)")
+    p.add_argument("--cluster", metavar="ENDPOINT",
+                   help="a cluster gateway's control endpoint (krex-cluster head): every command goes to the cluster")
     p.add_argument("--curve-client-key", metavar="FILE", help=f"tcp: your NAME.key_secret (default: {CLIENT_KEY_ENV})")
     p.add_argument("--curve-server-key", metavar="FILE", help=f"tcp: the runtime's public NAME.key (default: {SERVER_KEY_ENV})")
     subparsers = p.add_subparsers(dest="verb", required=True, metavar="COMMAND")
@@ -98,6 +100,11 @@ def build_parser(version: Callable[[], str]) -> Parser:
         sp.add_argument("--auto-region-entry", action="append", default=[], metavar="MODULE:FUNC",
                         help="one more entry point to run in a region (module:function or module:Class.method)")
         sp.add_argument("--share", default="", metavar="KEY", help="fair-share key (default: your user name)")
+        sp.add_argument("--node-label", action="append", default=[], metavar="KEY=VALUE", dest="node_label",
+                        help="run only on a node with this label (runtime.labels); repeat for more")
+        sp.add_argument("--gpu-model", default=None, metavar="NAME", help="run on a GPU whose name contains NAME")
+        sp.add_argument("--retries", type=int, default=None, metavar="N",
+                        help="in a cluster: run it again on another node up to N times if its node is lost")
         sp.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...", help="the command and its arguments")
 
     run = sub.add_parser("run", parents=js, help="run a command, stream its output, exit with its exit status")
@@ -118,8 +125,8 @@ def build_parser(version: Callable[[], str]) -> Parser:
         "bench", help="the evaluation workload under each policy: run, report, list (krex bench --help)", add_help=False
     )
     bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="krex bench's own arguments")
-    trace = sub.add_parser("trace", parents=js, help="summarise a trace file: commands, regions and leases")
-    trace.add_argument("file", help="a trace (the runtime's runtime.trace_path, JSON lines)")
+    trace = sub.add_parser("trace", parents=js, help="summarise a trace file (or a cluster trace directory, per node): commands, regions and leases")
+    trace.add_argument("file", help="a trace (the runtime's runtime.trace_path, JSON lines), or a directory of node traces")
     keys = sub.add_parser("keys", help="CURVE key pairs for tcp endpoints")
     keys_verbs = keys.add_subparsers(dest="keys_verb", required=True, metavar="ACTION")
     create = keys_verbs.add_parser(

@@ -31,10 +31,25 @@ def status_view(status: NodeStatus, now: float | None = None) -> RenderableType:
         f"cancelled {t.get('cancelled', 0)}  failed {t.get('failed', 0)}"
     )
     parts: list[RenderableType] = [header, totals, gpu_table(status, now), command_table(status, now)]
+    if status.record.get("cluster"):
+        parts.insert(2, node_table(status.record["cluster"].get("nodes") or [], now))
     foreign = [f"GPU {g.index}: pid {', '.join(map(str, g.foreign_processes))}" for g in status.gpus if g.foreign_processes]
     if foreign:
         parts.append(Text("foreign GPU processes (not started by this runtime): " + "; ".join(foreign)))
     return Group(*parts)
+
+
+def node_table(rows: list[dict[str, Any]], now: float) -> Table:
+    """A cluster gateway's nodes: up or why not, since when, labels, GPUs."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for name in ("NODE", "STATE", "SINCE", "GPUS", "LABELS"):
+        table.add_column(name, no_wrap=True)
+    for row in rows:
+        state = "up" if row.get("alive") else f"down: {row.get('reason') or NA}"
+        labels = " ".join(f"{k}={v}" for k, v in sorted((row.get("labels") or {}).items())) or NA
+        since = f"{now - row['since']:.0f}s" if row.get("since") else NA
+        table.add_row(str(row.get("name")), state, since, str(row.get("gpus", NA)), labels)
+    return table
 
 
 def gpu_table(status: NodeStatus, now: float) -> Table:
@@ -45,7 +60,9 @@ def gpu_table(status: NodeStatus, now: float) -> Table:
         ("ENTER ms", "right"), ("STATE", "left"),
     ):
         table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    for g in status.gpus:
+    nodes = [g.get("node") for g in status.record.get("gpus") or ()]  # a cluster's: which node each is on
+    for i, g in enumerate(status.gpus):
+        where = f"{nodes[i]}/" if i < len(nodes) and nodes[i] else ""
         name = g.name + (" (sim)" if g.simulated and "simulated" not in g.name else "")
         if g.region_holder is None:
             region = NA
@@ -57,7 +74,7 @@ def gpu_table(status: NodeStatus, now: float) -> Table:
         enter = f"{g.last_enter_s * 1000:.1f}" if g.last_enter_s is not None else NA
         state = "paused" if g.paused else "leased" if g.leased else "open"
         table.add_row(
-            str(g.index), name, str(len(g.running)), str(g.slots), str(g.queued), pool, region,
+            where + str(g.index), name, str(len(g.running)), str(g.slots), str(g.queued), pool, region,
             str(g.region_queue), str(len(g.frozen)), str(g.regions_granted), enter, state,
         )
     return table
@@ -129,3 +146,24 @@ def region_table(summary: dict[str, Any]) -> RenderableType:
 
 def _ms(seconds: float | None) -> str:
     return f"{seconds * 1000:.2f}" if seconds is not None else NA
+
+
+def cluster_trace_view(summary: dict[str, Any]) -> RenderableType:
+    """A cluster trace: its span, then a row per node (its own summary's main figures)."""
+    nodes = summary["nodes"]
+    table = Table(box=None, pad_edge=False, header_style="bold", title="nodes", title_justify="left")
+    for name in ("NODE", "HOST", "POLICY", "GPUS", "EVENTS", "SPAN s", "FINISHED", "FAILED", "RUN p50 s", "REGIONS", "LEASES"):
+        table.add_column(name, justify="left" if name in ("NODE", "HOST", "POLICY") else "right", no_wrap=True)
+    for name, s in nodes.items():
+        t, run = s["totals"], s["run_s"]
+        table.add_row(
+            name, s.get("host") or NA, s["policy"], str(s["gpus"]), str(s["events"]), f"{s['span_s']:.1f}",
+            str(t.get("finished", 0)), str(sum(t.get(k, 0) for k in ("failed", "timeout", "cancelled"))),
+            f"{run['p50']:.3f}" if run else NA,
+            str(sum(g["granted"] for g in s["regions_per_gpu"].values())), str(s["leases"]["granted"]),
+        )
+    return Group(
+        Text(f"cluster trace {summary['directory']}: {len(nodes)} node(s), {summary['gpus']} GPU(s)"),
+        Text(f"{summary['events']} events over {summary['span_s']:.1f} s"),
+        table,
+    )

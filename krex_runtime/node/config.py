@@ -105,6 +105,9 @@ class RuntimeSection:
     max_requests_in_flight: int = 1024
     max_requests_per_peer: int = 64
     watchdog: bool = True  # a process outside the tenants that thaws and reopens if the runtime dies
+    # What this node offers beyond its GPUs ("zone" = "a", "nvlink" = "yes"):
+    # a cluster places commands by them, and submits that need others are refused.
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -259,6 +262,10 @@ def validate(config: Config) -> Config:
     checks = [
         (entry_problem is None, f"regions.auto_region_entries: {entry_problem}"),
         (env_problem is None, f"tenants.env: {env_problem}"),
+        (
+            all(k and k.strip() == k and "=" not in k for k in config.runtime.labels),
+            "runtime.labels names must be non-empty, hold no '=' and no leading or trailing space",
+        ),
         (all(w > 0 for w in config.dispatcher.share_weights.values()), "dispatcher.share_weights must be positive"),
         (
             not config.runtime.control_tcp or config.runtime.control_tcp.startswith("tcp://"),

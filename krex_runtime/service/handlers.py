@@ -76,6 +76,7 @@ async def hello(ctx: Context, peer: Peer, req: Request) -> Any:
         # A tcp client cannot use the run dir's socket: it is told the tcp one ("" when none is served).
         "telemetry": ctx.node.config.runtime.telemetry_tcp if peer.remote else endpoints.telemetry(ctx.run_dir),
         "gpus": [ctx.node.gpu_record(g) for g in ctx.node.gpus],
+        "labels": dict(ctx.node.config.runtime.labels),
     }
 
 
@@ -85,6 +86,7 @@ async def status(ctx: Context, peer: Peer, req: Request) -> Any:
     return {
         "node": state.node,
         "policy": ctx.node.config.runtime.policy,
+        "labels": dict(ctx.node.config.runtime.labels),
         "pid": os.getpid(),
         "uptime_s": time.time() - state.started_at,
         "paused": d.paused_node,
@@ -124,6 +126,8 @@ def _gpu_status(ctx: Context, gpu: Gpu, state: node_state.GpuState) -> dict[str,
         "verdicts": dict(state.verdicts),
         # GPU processes this runtime did not start (telemetry; None: n/a): they count against every region.
         "foreign_processes": (state.telemetry or {}).get("foreign"),
+        # The canary's inflation estimate inside regions (None before its baseline): a cluster's Nodes view shows it.
+        "canary": {k: state.canary.get(k) for k in ("inside_p50", "inside_p95", "samples", "flagged")},
         "pool": {k: v for k, v in state.pool.items() if k != "workers"},
         "zygote": dict(state.zygote),
     }
@@ -131,12 +135,50 @@ def _gpu_status(ctx: Context, gpu: Gpu, state: node_state.GpuState) -> dict[str,
 
 @handles(verbs.SNAPSHOT)
 async def snapshot(ctx: Context, peer: Peer, req: Request) -> Any:
+    _check_node(ctx, req)
     return ctx.log.snapshot_encoded()
+
+
+def _check_node(ctx: Context, req: Request) -> None:
+    """An operator verb names its node only through a cluster gateway, which
+    names none when it forwards; a name that is not this node's is `not_found`."""
+    node = req.body.node
+    if node is not None and node != ctx.log.state.node:
+        raise ProtocolError(ErrorCode.NOT_FOUND, f"no node {node!r} here: this runtime is node {ctx.log.state.node!r}")
+
+
+# A cluster re-runs a command on another node at most this many times.
+MAX_RETRIES = 100
+
+
+def _check_needs(ctx: Context, body: Any) -> Any:
+    """A command whose node labels or GPU model this node does not meet is
+    refused; with a GPU model and no GPU named, it goes to a GPU of that model."""
+    if not 0 <= body.retries <= MAX_RETRIES:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"body.retries: must be between 0 and {MAX_RETRIES}")
+    labels = ctx.node.config.runtime.labels
+    missing = {k: v for k, v in body.node_labels.items() if labels.get(k) != v}
+    if missing:
+        have = ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or "none"
+        need = ", ".join(f"{k}={v}" for k, v in sorted(missing.items()))
+        raise ProtocolError(ErrorCode.REFUSED, f"this node lacks the labels {need} (its labels: {have})")
+    if not body.gpu_model:
+        return body
+    model = body.gpu_model.lower()
+    matching = [g.index for g in ctx.node.gpus if model in g.name.lower()]
+    if not matching or (body.gpu is not None and body.gpu not in matching):
+        names = ", ".join(sorted({g.name for g in ctx.node.gpus}))
+        where = f"GPU {body.gpu}" if body.gpu is not None else "no GPU of this node"
+        raise ProtocolError(ErrorCode.REFUSED, f"{where} is a {body.gpu_model!r} (this node has: {names})")
+    if body.gpu is None and len(matching) < len(ctx.node.gpus):
+        state = ctx.log.state.gpus
+        body = dataclasses.replace(body, gpu=min(matching, key=lambda i: len(state[i].running) + state[i].queued))
+    return body
 
 
 @handles(verbs.SUBMIT)
 async def submit(ctx: Context, peer: Peer, req: Request) -> Any:
-    body = req.body
+    body = _check_needs(ctx, req.body)
     if not body.share:  # fair share: by default the submitting user's
         body = dataclasses.replace(body, share=fair_share.key_of_user(peer.credentials.uid if peer.credentials else None))
     job = ctx.node.dispatcher.submit(body)
@@ -188,18 +230,21 @@ async def cancel(ctx: Context, peer: Peer, req: Request) -> Any:
 
 @handles(verbs.PAUSE)
 async def pause(ctx: Context, peer: Peer, req: Request) -> Any:
+    _check_node(ctx, req)
     ctx.node.dispatcher.pause(req.body.gpu)
     return {"paused": req.body.gpu if req.body.gpu is not None else "node"}
 
 
 @handles(verbs.RESUME)
 async def resume(ctx: Context, peer: Peer, req: Request) -> Any:
+    _check_node(ctx, req)
     ctx.node.dispatcher.resume(req.body.gpu)
     return {"resumed": req.body.gpu if req.body.gpu is not None else "node"}
 
 
 @handles(verbs.RECYCLE)
 async def recycle(ctx: Context, peer: Peer, req: Request) -> Any:
+    _check_node(ctx, req)
     gpu, pool = req.body.gpu, ctx.node.dispatcher.pool
     ctx.node.dispatcher.check_gpu(gpu)
     if pool is None:
@@ -210,6 +255,7 @@ async def recycle(ctx: Context, peer: Peer, req: Request) -> Any:
 
 @handles(verbs.LEASE)
 async def lease(ctx: Context, peer: Peer, req: Request) -> Any:
+    _check_node(ctx, req)
     leases = _leases_or_refuse(ctx)
     ctx.node.dispatcher.check_gpu(req.body.gpu)
     return await leases.lease(req.body.gpu, req.body.ttl_s)
@@ -217,6 +263,7 @@ async def lease(ctx: Context, peer: Peer, req: Request) -> Any:
 
 @handles(verbs.RELEASE)
 async def release(ctx: Context, peer: Peer, req: Request) -> Any:
+    _check_node(ctx, req)
     leases = _leases_or_refuse(ctx)
     ctx.node.dispatcher.check_gpu(req.body.gpu)
     return leases.release(req.body.gpu)

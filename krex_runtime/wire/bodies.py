@@ -35,6 +35,13 @@ class SubmitBody:
     auto_region: bool | None = None  # timing harnesses in regions; None: the config's regions.auto_region
     auto_region_entries: list[str] = field(default_factory=list)  # more entry points, "module:function"
     share: str = ""  # fair-share key; "": the submitting user's name
+    # What a node must have to run it (a cluster gateway places by these; one
+    # runtime refuses a command its labels or GPUs do not meet).
+    node_labels: dict[str, str] = field(default_factory=dict)  # runtime.labels the node must carry
+    gpu_model: str = ""  # a GPU whose name contains this (case-insensitive); "": any
+    # Re-runs on another node when the node running it is lost (a cluster
+    # gateway's; one runtime has no other node and keeps it unused).
+    retries: int = 0
 
 
 def submit_modes() -> tuple[str, ...]:
@@ -53,23 +60,37 @@ class WaitBody:
     attach: bool = True  # replay output so far, then stream the rest
 
 
+# `node` on operator verbs: which node of a cluster the verb is for. A
+# cluster gateway needs it; one runtime treats None as itself and answers
+# any other name than its own `not_found`.
+
+
 @dataclass(frozen=True)
 class LeaseBody:
     gpu: int
     ttl_s: float | None = None
+    node: str | None = None
 
 
 @dataclass(frozen=True)
 class GpuRef:
     gpu: int
+    node: str | None = None
 
 
 @dataclass(frozen=True)
 class RecycleBody:
     gpu: int
     now: bool = False  # kill busy context processes at once (their commands fail)
+    node: str | None = None
 
 
 @dataclass(frozen=True)
 class PauseBody:
     gpu: int | None = None  # None: the whole node
+    node: str | None = None
+
+
+@dataclass(frozen=True)
+class SnapshotBody:
+    node: str | None = None

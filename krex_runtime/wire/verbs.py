@@ -23,6 +23,7 @@ from krex_runtime.wire.bodies import (
     LeaseBody,
     PauseBody,
     RecycleBody,
+    SnapshotBody,
     SubmitBody,
     WaitBody,
 )
@@ -81,10 +82,12 @@ LEASE_WAIT_S = 600.0
 
 _GPU = Arg(("gpu",), {"type": int, "help": "the GPU's index (krex status lists them)"})
 _GPU_SCOPE = Arg(("--gpu",), {"type": int, "help": "only this GPU (default: the whole node)"})
+# Against a cluster gateway (`krex --cluster`), the node the verb is for.
+_NODE = Arg(("--node",), {"default": None, "help": "the node of a cluster (krex --cluster ... status lists them)"})
 
 HELLO = Verb("hello", HelloBody, False, "the runtime's protocol version, node, policy and GPUs")
 STATUS = Verb("status", EmptyBody, False, "show the node: GPUs, queues, running commands")
-SNAPSHOT = Verb("snapshot", EmptyBody, False, "the node state as the reducer folds it, with its sequence number")
+SNAPSHOT = Verb("snapshot", SnapshotBody, False, "the node state as the reducer folds it, with its sequence number")
 SUBMIT = Verb("submit", SubmitBody, True, "queue a command and print its id")
 WAIT = Verb("wait", WaitBody, False, "wait for a command, stream its output, exit with its exit code")
 CANCEL = Verb(
@@ -95,12 +98,12 @@ CANCEL = Verb(
 )
 PAUSE = Verb(
     "pause", PauseBody, True, "stop admitting commands",
-    args=(_GPU_SCOPE,), says=_paused,
+    args=(_GPU_SCOPE, _NODE), says=_paused,
     confirm="No new command starts on this GPU; running ones continue.",
 )
 RESUME = Verb(
     "resume", PauseBody, True, "admit commands again",
-    args=(_GPU_SCOPE,), says=_resumed,
+    args=(_GPU_SCOPE, _NODE), says=_resumed,
     confirm="Queued commands may start on this GPU again.",
 )
 LEASE = Verb(
@@ -109,6 +112,7 @@ LEASE = Verb(
         _GPU,
         Arg(("--ttl",), {"dest": "ttl_s", "type": float, "metavar": "S",
                          "help": "release by itself after S seconds (default: config)"}),
+        _NODE,
     ),
     says=_leased,
     confirm="Waits for the GPU's region, then gates, drains and freezes its tenants until released "
@@ -117,7 +121,7 @@ LEASE = Verb(
 )
 RELEASE = Verb(
     "release", GpuRef, True, "end a lease: thaw, reopen and admit again",
-    args=(_GPU,),
+    args=(_GPU, _NODE),
     says=lambda reply: f"released GPU {reply['gpu']}",
     confirm="Ends the operator's lease: thaw, reopen the gate, admit again.",
 )
@@ -126,10 +130,14 @@ RECYCLE = Verb(
     args=(
         _GPU,
         Arg(("--now",), {"action": "store_true", "help": "at once: busy ones are killed and their commands fail"}),
+        _NODE,
     ),
     says=_recycling,
     confirm="Replaces the pooled context processes of this GPU now.",
 )
+
+# Verbs whose body names a `node`: a cluster gateway sends them to that node.
+NODE_TARGETED: frozenset[str] = frozenset({"pause", "resume", "lease", "release", "recycle", "snapshot"})
 
 VERBS: dict[str, Verb] = {
     verb.name: verb

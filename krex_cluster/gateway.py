@@ -1,0 +1,368 @@
+"""The cluster gateway: a Ray driver that speaks the KREX control protocol v1
+on its own endpoint, so a `Client` or `krex --cluster` uses a cluster as
+it uses one node (CLUSTER-CONTRACT.md; docs/deployment.md, "A cluster").
+
+It keeps the cluster's commands (commands.py), places each on a node
+(router.py), reads every node's agent (nodes.py) and relays their telemetry.
+The verbs' handlers are in handlers.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+import zmq
+import zmq.asyncio
+
+from krex_runtime.wire import protocol, verbs
+from krex_runtime.wire.protocol import ErrorCode, ProtocolError
+
+from krex_cluster import access, handlers, nodes
+from krex_cluster.commands import ClusterCommand, CommandTable
+from krex_cluster.config import ClusterConfig, default_run_dir
+from krex_cluster.router import Needs, NoPlacement, place
+
+log = logging.getLogger("krex.cluster")
+
+TOPIC_CLUSTER = b"cluster"
+DRAIN_WAIT_S = 0.5
+
+
+class Peer:
+    """Who sent a request: its route on the control socket and, on ipc, the kernel's word."""
+
+    def __init__(self, route: tuple[bytes, ...], credentials: access.Credentials | None, remote: bool) -> None:
+        self.route, self.credentials, self.remote = route, credentials, remote
+
+
+class Gateway:
+    def __init__(self, config: ClusterConfig) -> None:
+        self.config = config
+        g = config.gateway
+        self.run_dir = Path(g.run_dir) if g.run_dir else default_run_dir()
+        self.listen = g.listen or f"ipc://{self.run_dir / 'control.sock'}"
+        self.telemetry_endpoint = g.telemetry or (
+            f"ipc://{Path(self.listen[len('ipc://'):]).parent / 'telemetry.sock'}" if self.listen.startswith("ipc://") else ""
+        )
+        self.nodes = {name: nodes.NodeState(name, spec) for name, spec in config.nodes.items()}
+        self.table = CommandTable(g.keep_finished, g.output_kept_bytes, self._push)
+        self.started_at = time.time()
+        self.ctx = zmq.asyncio.Context()
+        self.control: zmq.asyncio.Socket | None = None
+        self.pub: zmq.asyncio.Socket | None = None
+        self.authenticator: Any = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._membership_changed = True
+        self._joining: dict[str, asyncio.Task[None]] = {}
+        self._stopping = False
+
+    # --- start and stop ---------------------------------------------------------
+
+    def bind(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.control = self.ctx.socket(zmq.ROUTER)
+        self.control.setsockopt(zmq.LINGER, 0)
+        self.control.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.control.setsockopt(zmq.MAXMSGSIZE, max(self.config.gateway.max_message_bytes * 16, 64 << 20))
+        self.pub = self.ctx.socket(zmq.PUB)
+        self.pub.setsockopt(zmq.LINGER, 0)
+        self.pub.setsockopt(zmq.SNDHWM, 100_000)
+        if self.listen.startswith("tcp://"):
+            self._serve_with_curve([self.control, self.pub])
+        for sock, endpoint in ((self.control, self.listen), (self.pub, self.telemetry_endpoint)):
+            if endpoint.startswith("ipc://"):
+                Path(endpoint[len("ipc://"):]).unlink(missing_ok=True)  # a gateway before this one left it
+            sock.bind(endpoint)
+            if endpoint.startswith("ipc://"):
+                self._restrict(Path(endpoint[len("ipc://"):]))
+
+    def _restrict(self, path: Path) -> None:
+        """Owner only, or the operators' group (as a runtime's control.sock)."""
+        group = self.config.gateway.access_group
+        if group:
+            import grp
+
+            os.chown(path, -1, grp.getgrnam(group).gr_gid)
+        os.chmod(path, 0o660 if group else 0o600)
+
+    def _serve_with_curve(self, sockets: list[zmq.asyncio.Socket]) -> None:
+        import zmq.auth
+        from zmq.auth.asyncio import AsyncioAuthenticator
+
+        g = self.config.gateway
+        public, secret = zmq.auth.load_certificate(g.curve_server_key)
+        self.authenticator = AsyncioAuthenticator(self.ctx)
+        self.authenticator.start()
+        self.authenticator.configure_curve(domain="*", location=g.curve_clients)
+        for sock in sockets:
+            sock.curve_server, sock.curve_secretkey, sock.curve_publickey = True, secret, public
+
+    async def run(self, bound: bool = False) -> None:
+        if not bound:
+            self.bind()
+        log.info("krex-cluster gateway %s on %s, telemetry %s", self.config.gateway.name, self.listen,
+                 self.telemetry_endpoint)
+        self._tasks = [asyncio.ensure_future(t) for t in (self._serve(), self._membership(), self._cluster_beat())]
+        try:
+            await asyncio.gather(*self._tasks)
+        except asyncio.CancelledError:
+            pass
+
+    async def stop(self, stop_nodes: bool = False) -> None:
+        """Stop serving; with `stop_nodes` also stop every agent's runtime and the agents."""
+        self._stopping = True
+        for task in self._tasks + [n.pump for n in self.nodes.values() if n.pump is not None]:
+            task.cancel()
+        if stop_nodes:
+            agents = [n.agent for n in self.nodes.values() if n.agent is not None]
+            try:
+                await asyncio.wait_for(asyncio.gather(*(a.stop.remote() for a in agents), return_exceptions=True), 90)
+            except asyncio.TimeoutError:
+                log.warning("agents did not stop their runtimes within 90 s")
+            for agent in agents:
+                nodes.kill_agent(agent)
+        for sock in (self.control, self.pub):
+            if sock is not None:
+                sock.close(linger=0)
+        if self.authenticator is not None:
+            self.authenticator.stop()
+        self.ctx.term()
+
+    # --- requests ---------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        assert self.control is not None
+        remote = self.listen.startswith("tcp://")
+        while True:
+            frames = await self.control.recv_multipart(copy=False)
+            if len(frames) < 2:
+                continue
+            route = tuple(f.bytes for f in frames[:-1])
+            peer = Peer(route, None if remote else access.ipc_credentials(frames[-1]), remote)
+            asyncio.ensure_future(self._handle(peer, frames[-1].bytes))
+
+    async def _handle(self, peer: Peer, frame: bytes) -> None:
+        req_id = None
+        try:
+            req = protocol.decode_request(frame, self.config.gateway.max_message_bytes)
+            req_id = req.id
+            if req.type in verbs.CHANGING or (req.type == "wait" and req.body.attach):
+                why = access.refusal(req.type, peer.credentials, peer.remote)
+                if why:
+                    raise ProtocolError(ErrorCode.FORBIDDEN, why)
+            body = await handlers.HANDLERS[req.type](self, peer, req)
+            if body is not handlers.SENT:
+                self.send(peer, protocol.reply_ok(req_id, body))
+        except ProtocolError as exc:
+            self.send(peer, protocol.reply_error(req_id or protocol.request_id_of(frame), exc.code, exc.reason))
+        except Exception as exc:
+            log.exception("request failed")
+            self.send(peer, protocol.reply_error(req_id, ErrorCode.INTERNAL, f"internal error: {exc!r}"))
+
+    def send(self, peer: Peer, msg: dict[str, Any]) -> None:
+        assert self.control is not None
+        try:
+            self.control.send_multipart([*peer.route, protocol.encode(msg)], flags=zmq.NOBLOCK)
+        except zmq.ZMQError as exc:  # a client that went away, or does not read
+            log.debug("dropping a message to a departed peer: %s", exc)
+
+    def _push(self, cmd: ClusterCommand, kind: str, body: dict[str, Any]) -> None:
+        for peer, request_id in cmd.followers:
+            self.send(peer, protocol.push(kind, request_id, body))
+
+    # --- placement --------------------------------------------------------------
+
+    def views(self) -> list[Any]:
+        return [n.view() for n in self.nodes.values()]
+
+    def needs_of(self, body: dict[str, Any]) -> Needs:
+        return Needs(node_labels=dict(body.get("node_labels") or {}), gpu_model=body.get("gpu_model") or "",
+                     mode=body.get("mode"), gpu=body.get("gpu"))
+
+    def choose(self, body: dict[str, Any]) -> str:
+        """The node for a submission now; NoPlacement when none can take it now."""
+        return place(self.needs_of(body), self.views())
+
+    async def send_to(self, cmd: ClusterCommand, name: str) -> dict[str, Any]:
+        """Queue `cmd` on node `name`: its agent's reply ({ok, body | error})."""
+        node = self.nodes[name]
+        cmd.node, cmd.state, cmd.local = name, "queued", ""
+        cmd.attempts += 1
+        node.outstanding.add(cmd.id)
+        try:
+            reply = await node.agent.submit.remote(cmd.id, cmd.body, cmd.meta())
+        except ray.exceptions.RayError as exc:
+            reason = f"node {name}: agent gone: {type(exc).__name__}"
+            reply = {"ok": False, "error": {"code": ErrorCode.REFUSED, "reason": reason}, "unavailable": True}
+        if reply.get("ok"):
+            if not cmd.final:
+                cmd.local = reply["body"]["id"]
+            return reply
+        node.outstanding.discard(cmd.id)
+        cmd.attempts -= 1
+        if cmd.node == name and not cmd.final:
+            cmd.node, cmd.state = None, "pending"
+        return reply
+
+    async def place_pending(self) -> None:
+        """Place what waits: commands re-placed from a lost node, or held while
+        every node that could run them was down."""
+        for cmd in self.table.pending():
+            if cmd.state != "pending":
+                continue
+            try:
+                name = self.choose(cmd.body)
+            except NoPlacement as exc:
+                if not exc.ever:
+                    self.table.fail(cmd, exc.reason)
+                continue
+            reply = await self.send_to(cmd, name)
+            if not reply.get("ok") and not reply.get("unavailable") and not cmd.final and cmd.state == "pending":
+                error = reply.get("error") or {}
+                self.table.fail(cmd, f"node {name} refused it: {error.get('reason', 'no reason given')}")
+
+    def lost(self, cmd: ClusterCommand, node: str, reason: str, started: bool) -> None:
+        """`cmd` was on `node`, which lost it: queued ones go elsewhere, running
+        ones are re-run if retries are left, else reported failed."""
+        if cmd.final or cmd.node != node:
+            return
+        self.nodes[node].outstanding.discard(cmd.id)
+        if started and cmd.retries_left <= 0:
+            self.table.fail(cmd, f"node {node} was lost while the command ran ({reason})")
+            return
+        if started:
+            cmd.retries_left -= 1
+        cmd.node, cmd.state, cmd.local, cmd.started_at = None, "pending", "", None
+        cmd.output, cmd.output_bytes = [], 0
+
+    # --- the nodes --------------------------------------------------------------
+
+    async def _membership(self) -> None:
+        interval = self.config.gateway.membership_interval_s
+        while True:
+            try:
+                by_name = await asyncio.to_thread(nodes.ray_nodes_by_name)
+            except Exception as exc:
+                log.warning("cannot list Ray's nodes: %s", exc)
+                by_name = None
+            if by_name is not None:
+                for node in self.nodes.values():
+                    await self._check_node(node, by_name.get(node.name))
+            await self.place_pending()
+            await asyncio.sleep(interval)
+
+    async def _check_node(self, node: nodes.NodeState, ray_node: str | None) -> None:
+        if ray_node is None and node.agent is not None:
+            self._node_down(node, "raylet gone")
+            await self.place_pending()
+        if ray_node is None or node.agent is not None or node.name in self._joining:
+            return
+        # Joining waits for the node's runtime to answer: the others are read meanwhile.
+        self._joining[node.name] = asyncio.ensure_future(self._join(node, ray_node))
+        self._joining[node.name].add_done_callback(lambda _: self._joining.pop(node.name, None))
+
+    async def _join(self, node: nodes.NodeState, ray_node: str) -> None:
+        agent = nodes.agent_on(self.config, node, ray_node, node.spec.log)
+        try:
+            info = await agent.start.remote(self.config.gateway.agent_start_timeout_s)
+            adopted = await agent.adopt.remote()
+        except ray.exceptions.RayError as exc:
+            node.reason = f"agent gone: {type(exc).__name__}"
+            nodes.kill_agent(agent)
+            return
+        node.agent, node.ray_node, node.info = agent, ray_node, info
+        self._adopt(node, adopted)
+        self._set_alive(node, info)
+        node.pump = asyncio.ensure_future(self._pump(node, agent))
+
+    def _adopt(self, node: nodes.NodeState, adopted: dict[str, Any]) -> None:
+        """What the node's agent followed for an earlier gateway becomes ours."""
+        for rec in adopted.get("commands", []) + adopted.get("finished", []):
+            cmd = self.table.adopt(rec["cid"], rec["body"], rec.get("meta") or {})
+            if cmd is None:
+                continue
+            cmd.node, cmd.local = node.name, rec.get("local", "")
+            cmd.state = "running" if rec.get("started") else "queued"
+            cmd.output = list(rec.get("output") or [])
+            if rec.get("result") is not None:
+                self.table.finish(cmd, rec["result"])
+            else:
+                node.outstanding.add(cmd.id)
+
+    def _set_alive(self, node: nodes.NodeState, info: dict[str, Any]) -> None:
+        node.info = {**node.info, **{k: v for k, v in info.items() if v or k in ("alive", "reason")}}
+        if info["alive"] and (not node.alive or info["epoch"] != node.epoch):
+            node.alive, node.reason, node.since, node.epoch = True, "", time.time(), info["epoch"]
+            self._membership_changed = True
+        elif not info["alive"] and node.alive:
+            node.alive, node.reason, node.since = False, info["reason"], time.time()
+            self._membership_changed = True
+        elif not info["alive"]:
+            node.reason = info["reason"]
+
+    def _node_down(self, node: nodes.NodeState, reason: str) -> None:
+        """Its agent is unreachable: every command it had is lost."""
+        if node.pump is not None:
+            node.pump.cancel()
+        if node.agent is not None:
+            nodes.kill_agent(node.agent)
+        node.agent, node.pump, node.status = None, None, None
+        if node.alive or node.reason != reason:
+            node.alive, node.reason, node.since = False, reason, time.time()
+            self._membership_changed = True
+        for cmd in self.table.on_node(node.name):
+            self.lost(cmd, node.name, reason, started=cmd.state == "running")
+
+    async def _pump(self, node: nodes.NodeState, agent: Any) -> None:
+        while True:
+            try:
+                batch = await agent.drain.remote(DRAIN_WAIT_S, node.status_seq)
+            except ray.exceptions.RayError as exc:
+                alive = await asyncio.to_thread(nodes.ray_nodes_by_name)
+                self._node_down(node, "raylet gone" if node.name not in alive else f"agent gone: {type(exc).__name__}")
+                await self.place_pending()
+                return
+            self._apply(node, batch)
+            await self.place_pending()
+
+    def _apply(self, node: nodes.NodeState, batch: dict[str, Any]) -> None:
+        if batch.get("status") is not None:
+            node.status, node.status_seq = batch["status"], batch["status_seq"]
+        for kind, cid, body in batch["items"]:
+            cmd = self.table.get(cid)
+            if cmd is None:
+                continue
+            if kind == "started":
+                self.table.started(cmd, node.name)
+            elif kind == "output":
+                self.table.output(cmd, node.name, body)
+            elif kind == "result":
+                if cmd.node == node.name:
+                    node.outstanding.discard(cid)
+                self.table.result_from(cmd, node.name, body)
+            elif kind == "lost":
+                self.lost(cmd, node.name, body["reason"], body["started"])
+        self._set_alive(node, batch["info"])
+        if self.pub is not None:
+            prefix = b"node/" + node.name.encode() + b"/"
+            for topic, frame in batch["telemetry"]:
+                self.pub.send_multipart([prefix + topic, frame])
+
+    async def _cluster_beat(self) -> None:
+        """The `cluster` topic: every node's row on each change, and every few seconds."""
+        last = 0.0
+        while True:
+            now = time.monotonic()
+            if self._membership_changed or now - last >= self.config.gateway.cluster_interval_s:
+                self._membership_changed, last = False, now
+                rows = [n.row(with_status=False) for n in self.nodes.values()]
+                if self.pub is not None:
+                    self.pub.send_multipart([TOPIC_CLUSTER, protocol.encode(
+                        {"type": "cluster_nodes", "time": time.time(), "body": {"nodes": rows}})])
+            await asyncio.sleep(0.1)

@@ -1,0 +1,187 @@
+"""The gateway's handler of each verb of the control protocol (the table in
+krex_runtime/wire/verbs.py): the same bodies and replies as one node, plus
+what CLUSTER-CONTRACT.md adds (`cluster` in hello and status, `node` on the
+operator verbs). Refusals of tenants happen before a handler runs (gateway.py).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+import ray
+
+from krex_runtime.wire import protocol, verbs
+from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request
+from krex_runtime.wire.typed import to_dict
+
+from krex_cluster.router import NoPlacement
+
+if TYPE_CHECKING:
+    from krex_cluster.gateway import Gateway, Peer
+
+Handler = Callable[["Gateway", "Peer", Request], Awaitable[Any]]
+HANDLERS: dict[str, Handler] = {}
+SENT = object()  # the handler sent its reply itself (pushes follow it)
+
+
+def handles(verb: verbs.Verb) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        HANDLERS[verb.name] = fn
+        return fn
+
+    return register
+
+
+def _gpus(gw: Gateway) -> list[dict[str, Any]]:
+    """Every GPU of every node that is up, each with its node's name."""
+    found = []
+    for node in gw.nodes.values():
+        if node.alive:
+            found += [{**g, "node": node.name} for g in (node.status or {}).get("gpus") or node.info.get("gpus") or []]
+    return found
+
+
+def _policy(gw: Gateway) -> str:
+    policies = {n.info.get("policy") for n in gw.nodes.values() if n.info.get("policy")}
+    return policies.pop() if len(policies) == 1 else "mixed" if policies else "unknown"
+
+
+@handles(verbs.HELLO)
+async def hello(gw: Gateway, peer: Peer, req: Request) -> Any:
+    return {"protocol": protocol.VERSION, "node": gw.config.gateway.name, "policy": _policy(gw), "read_only": False,
+            "telemetry": gw.telemetry_endpoint, "gpus": _gpus(gw), "labels": {}, "cluster": True}
+
+
+@handles(verbs.STATUS)
+async def status(gw: Gateway, peer: Peer, req: Request) -> Any:
+    totals: Counter[str] = Counter()
+    for node in gw.nodes.values():
+        if node.alive and node.status:
+            totals.update(node.status.get("totals") or {})
+    live = list(gw.table.live.values())
+    up = [n for n in gw.nodes.values() if n.alive]
+    return {
+        "node": gw.config.gateway.name, "policy": _policy(gw), "labels": {}, "pid": os.getpid(),
+        "uptime_s": time.time() - gw.started_at, "paused": bool(up) and all((n.status or {}).get("paused") for n in up),
+        "stopping": False, "queued": sum(1 for c in live if c.state in ("pending", "queued")),
+        "trace": "", "trace_events_lost": sum((n.status or {}).get("trace_events_lost", 0) for n in up),
+        "cgroups": None, "regions": None, "totals": dict(totals), "gpus": _gpus(gw),
+        "commands": [c.status_row() for c in live],
+        "results_dropped": gw.table.results_dropped,
+        "cluster": {"nodes": [n.row() for n in gw.nodes.values()]},
+    }
+
+
+@handles(verbs.SUBMIT)
+async def submit(gw: Gateway, peer: Peer, req: Request) -> Any:
+    body = {k: v for k, v in to_dict(req.body).items() if k != "attach"}
+    if not 0 <= req.body.retries <= 100:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, "body.retries: must be between 0 and 100")
+    cmd = gw.table.new(body)
+    try:
+        name = gw.choose(body)
+    except NoPlacement as exc:
+        if not exc.ever:
+            gw.table.forget(cmd)
+            raise ProtocolError(ErrorCode.REFUSED, exc.reason) from None
+        name = None  # held until a node that can run it is up
+    if name is not None:
+        reply = await gw.send_to(cmd, name)
+        if not reply.get("ok"):
+            error = reply.get("error") or {}
+            if not reply.get("unavailable"):  # else it waits, and goes to a node that is up
+                gw.table.forget(cmd)
+                raise ProtocolError(error.get("code", ErrorCode.INTERNAL), error.get("reason", "the node refused it"))
+    return _reply_and_follow(gw, peer, req, cmd, req.body.attach)
+
+
+def _reply_and_follow(gw: Gateway, peer: Peer, req: Request, cmd: Any, attach: bool) -> Any:
+    """The reply; with `attach`, then the output so far, the result if it has
+    one, and from then on what comes (the order a runtime streams in)."""
+    state = "queued" if cmd.state == "pending" else cmd.state
+    if not attach:
+        return {"id": cmd.id, "state": state}
+    gw.send(peer, protocol.reply_ok(req.id, {"id": cmd.id, "state": state}))
+    for body in cmd.output:
+        gw.send(peer, protocol.push(protocol.PUSH_OUTPUT, req.id, body))
+    if cmd.result is not None:
+        gw.send(peer, protocol.push(protocol.PUSH_RESULT, req.id, cmd.result))
+    else:
+        cmd.followers.append((peer, req.id))
+    return SENT
+
+
+def _command(gw: Gateway, cid: str) -> Any:
+    cmd = gw.table.get(cid)
+    if cmd is None:
+        raise ProtocolError(ErrorCode.NOT_FOUND, f"no command {cid!r} in this cluster")
+    return cmd
+
+
+@handles(verbs.WAIT)
+async def wait(gw: Gateway, peer: Peer, req: Request) -> Any:
+    cmd = _command(gw, req.body.id)
+    if req.body.attach:
+        return _reply_and_follow(gw, peer, req, cmd, True)
+    await cmd.done.wait()
+    return cmd.result
+
+
+@handles(verbs.CANCEL)
+async def cancel(gw: Gateway, peer: Peer, req: Request) -> Any:
+    cmd = _command(gw, req.body.id)
+    if cmd.final:
+        return {"id": cmd.id, "state": cmd.state}
+    if cmd.state == "pending":
+        gw.table.fail(cmd, "cancelled before it reached a node", state="cancelled")
+        return {"id": cmd.id, "state": cmd.state}
+    if not cmd.local:
+        raise ProtocolError(ErrorCode.BUSY, f"{cmd.id} is being queued on node {cmd.node}: try again")
+    node = gw.nodes[cmd.node]
+    reply = await _call_node(gw, node.name, "cancel", {"id": cmd.local}, verbs.CANCEL.wait_s)
+    return {"id": cmd.id, "state": cmd.state if cmd.final else reply.get("state", cmd.state)}
+
+
+async def _call_node(gw: Gateway, name: str, verb: str, body: dict[str, Any], timeout_s: float) -> Any:
+    """A verb sent to one node's runtime: its reply body, or its error raised as ours."""
+    node = gw.nodes.get(name)
+    if node is None:
+        known = ", ".join(sorted(gw.nodes)) or "none"
+        raise ProtocolError(ErrorCode.NOT_FOUND, f"no node {name!r} in this cluster (its nodes: {known})")
+    if node.agent is None or not node.alive:
+        raise ProtocolError(ErrorCode.REFUSED, f"node {name} is down: {node.reason}")
+    try:
+        reply = await node.agent.call.remote(verb, body, timeout_s)
+    except ray.exceptions.RayError as exc:
+        raise ProtocolError(ErrorCode.REFUSED, f"node {name}: agent gone: {type(exc).__name__}") from None
+    if not reply.get("ok"):
+        error = reply.get("error") or {}
+        raise ProtocolError(error.get("code", ErrorCode.INTERNAL), error.get("reason", f"node {name} refused it"))
+    return reply.get("body")
+
+
+def _node_verb(verb: verbs.Verb) -> Handler:
+    """An operator verb for one node: it must name the node; the node gets the
+    body without it (a runtime knows itself by another name)."""
+
+    async def handle(gw: Gateway, peer: Peer, req: Request) -> Any:
+        body = to_dict(req.body)
+        name = body.pop("node", None)
+        if name is None:
+            known = ", ".join(sorted(gw.nodes)) or "none"
+            raise ProtocolError(ErrorCode.BAD_REQUEST, f"body.node: '{verb.name}' on a cluster names its node ({known})")
+        reply = await _call_node(gw, name, verb.name, body, verb.wait_s)
+        if isinstance(reply, dict) and verb.name != "snapshot":
+            reply = {**reply, "node": name}
+        return reply
+
+    return handle
+
+
+for _verb in (verbs.SNAPSHOT, verbs.PAUSE, verbs.RESUME, verbs.RECYCLE, verbs.LEASE, verbs.RELEASE):
+    handles(_verb)(_node_verb(_verb))
+
+assert set(HANDLERS) == set(verbs.VERBS), f"verbs without a gateway handler: {set(verbs.VERBS) - set(HANDLERS)}"

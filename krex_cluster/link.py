@@ -1,0 +1,115 @@
+"""One agent's connection to its node's runtime: the control socket (requests,
+replies, and the pushes of the commands it follows) and the telemetry socket.
+
+It speaks only the control protocol (krex_runtime.wire), as any client of a
+runtime does; a link lives as long as one runtime process (one epoch of the
+node) and is closed when that runtime is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Callable
+
+import zmq
+import zmq.asyncio
+
+from krex_runtime.wire import endpoints, protocol
+
+# Called with (request id, message) for every push (output, result) of a followed request.
+OnPush = Callable[[str, dict[str, Any]], None]
+# Called with (topic, frame) for every telemetry message.
+OnTelemetry = Callable[[bytes, bytes], None]
+
+
+class LinkLost(Exception):
+    """The runtime did not answer, or the link was closed."""
+
+
+class RuntimeLink:
+    def __init__(self, run_dir: Any, on_push: OnPush, on_telemetry: OnTelemetry) -> None:
+        self.ctx = zmq.asyncio.Context.instance()
+        self.control = self.ctx.socket(zmq.DEALER)
+        self.control.setsockopt(zmq.LINGER, 0)
+        self.control.connect(endpoints.control(run_dir))
+        self.telemetry = self.ctx.socket(zmq.SUB)
+        self.telemetry.setsockopt(zmq.LINGER, 0)
+        self.telemetry.setsockopt(zmq.RCVHWM, 100_000)
+        self.telemetry.setsockopt(zmq.SUBSCRIBE, b"")
+        self.telemetry.connect(endpoints.telemetry(run_dir))
+        self.on_push = on_push
+        self.on_telemetry = on_telemetry
+        self.followed: set[str] = set()  # request ids whose pushes go to on_push
+        self.waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self.tasks = [asyncio.ensure_future(self._read_control()), asyncio.ensure_future(self._read_telemetry())]
+        self.closed = False
+
+    async def request(
+        self, verb: str, body: dict[str, Any], timeout_s: float, follow: bool = False, request_id: str | None = None
+    ) -> dict[str, Any]:
+        """Send one request; its reply message (ok or error). `follow`: the
+        pushes that come after the reply go to on_push under its request id."""
+        if self.closed:
+            raise LinkLost("the link to the runtime is closed")
+        msg = protocol.request(verb, body)
+        if request_id is not None:
+            msg["id"] = request_id
+        reply: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.waiting[msg["id"]] = reply
+        if follow:
+            self.followed.add(msg["id"])
+        try:
+            await self.control.send(protocol.encode(msg))
+            return await asyncio.wait_for(reply, timeout_s)
+        except asyncio.TimeoutError:
+            self.followed.discard(msg["id"])
+            raise LinkLost(f"no reply to {verb} within {timeout_s:g} s") from None
+        finally:
+            self.waiting.pop(msg["id"], None)
+
+    def unfollow(self, request_id: str) -> None:
+        self.followed.discard(request_id)
+
+    async def _read_control(self) -> None:
+        while True:
+            try:
+                msg = protocol.decode_reply(await self.control.recv())
+            except protocol.ProtocolError:
+                continue  # not a message of the protocol: nothing to route it to
+            re = msg.get("re")
+            if msg.get("type") == "reply" and re in self.waiting:
+                future = self.waiting[re]
+                if not future.done():
+                    future.set_result(msg)
+            elif re in self.followed:
+                if msg.get("type") == protocol.PUSH_RESULT:
+                    self.followed.discard(re)
+                self.on_push(re, msg)
+
+    async def _read_telemetry(self) -> None:
+        while True:
+            frames = await self.telemetry.recv_multipart()
+            if len(frames) == 2:
+                self.on_telemetry(frames[0], frames[1])
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for task in self.tasks:
+            task.cancel()
+        for future in self.waiting.values():
+            if not future.done():
+                future.set_exception(LinkLost("the runtime is gone"))
+        self.control.close(linger=0)
+        self.telemetry.close(linger=0)
+
+
+def with_node(frame: bytes, node: str) -> bytes:
+    """A telemetry message's JSON with a top-level "node" added, the rest
+    byte for byte as the runtime sent it (no parse: snapshots are large)."""
+    if not frame.startswith(b"{"):
+        return frame
+    head = b'{"node":' + json.dumps(node).encode()
+    return head + (b"}" if frame.strip() == b"{}" else b"," + frame[1:])
