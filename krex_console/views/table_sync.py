@@ -47,6 +47,12 @@ def sync_rows(table: DataTable[Any], rows: Sequence[Cells]) -> None:
     column_keys = list(table.columns.keys())
     wanted = [key for key, _ in rows]
     keep = selected_key(table)
+    # Rows added above the cursor push its row down: if the operator could see
+    # it, the view follows it; if they had scrolled away from it (the mouse
+    # wheel moves the view, not the cursor), the rows they look at stay where
+    # they are instead of the view jumping back to the cursor at every update.
+    follow = keep is not None and row_visible(table, table.cursor_row)
+    top = None if follow or table.row_count == 0 else table.ordered_rows[min(int(table.scroll_y), table.row_count - 1)].key.value
     present = {k.value for k in table.rows}
     gone = present.difference(wanted)
     if len(gone) > REBUILD_FROM:
@@ -65,7 +71,25 @@ def sync_rows(table: DataTable[Any], rows: Sequence[Cells]) -> None:
     if [row.key.value for row in table.ordered_rows] != wanted:
         _order_by_keys(table, rows)
     if keep is not None:
-        select_key(table, keep)
+        select_key(table, keep, scroll=follow)
+    if top is not None:
+        _keep_at_top(table, top)
+
+
+def row_visible(table: DataTable[Any], row: int) -> bool:
+    """Whether row `row` (rows are one line high here) is inside the viewport."""
+    top = int(table.scroll_y)
+    return top <= row < top + max(1, table.scrollable_content_region.height - table.header_height)
+
+
+def _keep_at_top(table: DataTable[Any], key: str) -> None:
+    """Scroll so that `key`'s row is the first shown, after the refresh: the
+    cursor's watcher scrolls to the cursor then too, and this comes after it."""
+    try:
+        index = table.get_row_index(key)
+    except RowDoesNotExist:
+        return
+    table.call_after_refresh(table.scroll_to, y=index, animate=False)
 
 
 def _order_by_keys(table: DataTable[Any], rows: Sequence[Cells]) -> None:
@@ -86,13 +110,14 @@ def _order_by_keys(table: DataTable[Any], rows: Sequence[Cells]) -> None:
             table.add_row(*cells, key=key)
 
 
-def select_key(table: DataTable[Any], key: str) -> bool:
+def select_key(table: DataTable[Any], key: str, scroll: bool = False) -> bool:
+    """Put the cursor on `key`'s row; `scroll`: bring that row into view."""
     try:
         index = table.get_row_index(key)
     except RowDoesNotExist:
         return False
     if index != table.cursor_row:
-        table.move_cursor(row=index, animate=False, scroll=False)
+        table.move_cursor(row=index, animate=False, scroll=scroll)
     return True
 
 

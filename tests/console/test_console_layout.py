@@ -263,6 +263,46 @@ async def test_filtered_commands_stay_one_row_each_while_they_churn() -> None:
         assert terminal.updates > 0 and table.query_text == ""
 
 
+@run_async
+async def test_rows_arriving_above_keep_the_cursor_seen_and_a_scrolled_view_still() -> None:
+    """New rows above the cursor: a cursor the operator could see stays on its
+    row and in view; a view scrolled away from the cursor (the wheel moves the
+    view, not the cursor) keeps showing the same rows instead of jumping back."""
+    from textual.app import App, ComposeResult
+
+    from krex_console.views.columns import Column, Row
+    from krex_console.views.table_sync import row_visible
+
+    class Table(FittedTable):
+        COLUMNS = [Column("id", "ID", 0), Column("argv", "Command", 2, flex=True, least=10)]
+
+    class Host(App[None]):
+        def compose(self) -> ComposeResult:
+            yield Table()
+
+    def rows(keys: list[str]) -> list[Row]:
+        return [Row(k, {"id": k, "argv": f"python3 bench.py {k}"}, {}) for k in keys]
+
+    async with Host().run_test(size=(80, 24)) as pilot:
+        table = pilot.app.query_one(Table)
+        keys = [f"c{i:03d}" for i in range(100)]
+        table.show(rows(keys))
+        await pilot.pause()
+        table.move_cursor(row=5)
+        keys = [f"n{i:03d}" for i in range(30)] + keys
+        table.show(rows(keys))
+        await wait_for(pilot, lambda: row_visible(table, table.cursor_row), what="the cursor back in view")
+        assert table.ordered_rows[table.cursor_row].key.value == "c005"
+        table.scroll_to(y=80, animate=False)
+        await pilot.pause()
+        top = table.ordered_rows[80].key.value
+        table.show(rows([f"m{i:03d}" for i in range(10)] + keys))
+        await pilot.pause()
+        await pilot.pause()
+        assert table.ordered_rows[table.cursor_row].key.value == "c005"
+        assert table.ordered_rows[int(table.scroll_y)].key.value == top, table.scroll_y
+
+
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     from krex_console.main import main
 
