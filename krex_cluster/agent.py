@@ -36,6 +36,7 @@ TELEMETRY_KEPT = 20_000  # messages held for the next drain; older ones are drop
 OUTBOX_KEPT = 200_000
 FINISHED_KEPT = 5_000  # finished commands kept for a gateway that restarts
 OUTPUT_KEPT = 64 << 10  # per command, for adoption
+BATCH_S = 0.003
 
 
 @dataclass
@@ -108,6 +109,9 @@ class NodeAgent:
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), wait_s)
+                # What comes with it (a command's events, its output and result)
+                # goes in the same reply: one call to the gateway, not several.
+                await asyncio.sleep(BATCH_S)
             except asyncio.TimeoutError:
                 pass
         items, telemetry = list(self.outbox), list(self.telemetry)

@@ -17,7 +17,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the cluster tests need the `cluster` extra (ray)")
 
-from cluster_helpers import KrexCluster, results_by_label, wait_for  # noqa: E402
+from krex_cluster.testing import KrexCluster, results_by_label, wait_for  # noqa: E402
 
 from krex_runtime.api import Client  # noqa: E402
 from krex_runtime.api.results import Command  # noqa: E402

@@ -1,6 +1,7 @@
-"""A KREX cluster on this machine for tests and the router benchmark: a Ray
+"""A KREX cluster on this machine, for tests and the router benchmark: a Ray
 cluster of `ray.cluster_utils.Cluster` nodes, each labelled as a KREX node
-whose agent starts its own runtime on simulated GPUs, and the gateway
+whose agent starts its own runtime on simulated GPUs (its config written as
+krex_runtime.testing writes a test runtime's), and the gateway
 (`krex-cluster head`) as a process of its own, restartable."""
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import psutil
 from krex_runtime.api import Client
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 
-NODE_LABELS = {"n1": {"zone": "a"}, "n2": {"zone": "a"}, "n3": {"zone": "b"}}
+# n1 and n2 alike, n3 apart; `host` pins a command to one node.
+NODE_LABELS = {name: {"zone": zone, "host": name} for name, zone in (("n1", "a"), ("n2", "a"), ("n3", "b"))}
 
 
 @dataclass
