@@ -10,6 +10,7 @@ The verbs' handlers are in handlers.py.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import os
 import time
@@ -66,6 +67,13 @@ class Gateway:
 
     def bind(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # One gateway per run dir: a second would take the first one's sockets.
+        self._lock = os.open(self.run_dir / "gateway.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock)
+            raise RuntimeError(f"another gateway serves {self.run_dir} (gateway.lock is held)") from None
         self.control = self.ctx.socket(zmq.ROUTER)
         self.control.setsockopt(zmq.LINGER, 0)
         self.control.setsockopt(zmq.ROUTER_MANDATORY, 1)

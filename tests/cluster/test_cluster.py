@@ -23,7 +23,7 @@ from krex_runtime.api import Client  # noqa: E402
 from krex_runtime.api.results import Command  # noqa: E402
 from krex_runtime.sim.device_file import remove_device  # noqa: E402
 from krex_runtime.testing import hygiene  # noqa: E402
-from krex_runtime.wire.control_client import ControlClient, RequestFailed  # noqa: E402
+from krex_runtime.wire.control_client import ControlClient, RequestFailed, RuntimeUnavailable  # noqa: E402
 
 pytestmark = pytest.mark.cluster
 
@@ -277,16 +277,20 @@ def test_a_node_whose_raylet_goes_loses_its_commands_once_and_rejoins(cluster: K
 
 
 def test_the_gateway_restarts_and_adopts_what_the_nodes_run(cluster: KrexCluster) -> None:
-    submitted = cluster.krex("submit", "--json", "--", "sh", "-c", "sleep 1.5; echo survived")
-    assert submitted.returncode == 0, submitted.stderr
-    cid = json.loads(submitted.stdout)["id"]
+    attached = cluster.client()
+    handle = attached.submit(["sh", "-c", "sleep 4; echo survived"])
+    with pytest.raises(TimeoutError):
+        handle.wait(timeout=1.5)  # long enough to ping: the client knows which gateway answers
     cluster.stop_gateway(signal.SIGKILL)
     cluster.start_gateway()
+    with pytest.raises(RuntimeUnavailable, match="was restarted"):
+        handle.wait(timeout=60)  # the new gateway has none of the old one's attachments: said, not waited on
+    attached.close()
     cluster.wait_all_up()
-    waited = cluster.krex("wait", "--json", cid)
+    waited = cluster.krex("wait", "--json", handle.id)
     assert waited.returncode == 0, waited.stderr
     result = json.loads(waited.stdout)
-    assert (result["id"], result["state"], result["stdout"]) == (cid, "finished", "survived\n")
+    assert (result["id"], result["state"], result["stdout"]) == (handle.id, "finished", "survived\n")
     status = cluster.krex("status")
     assert status.returncode == 0 and "n1" in status.stdout and "up" in status.stdout
     with cluster.client() as c:
