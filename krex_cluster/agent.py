@@ -37,6 +37,7 @@ OUTBOX_KEPT = 200_000
 FINISHED_KEPT = 5_000  # finished commands kept for a gateway that restarts
 OUTPUT_KEPT = 64 << 10  # per command, for adoption
 BATCH_S = 0.003
+UNLISTED_BEFORE_ASKING = 2
 
 
 @dataclass
@@ -50,6 +51,7 @@ class Followed:
     output: list[dict[str, Any]] = field(default_factory=list)
     output_bytes: int = 0
     result: dict[str, Any] | None = None
+    unlisted: int = 0  # status replies in a row that did not list it (queued or running)
     meta: dict[str, Any] = field(default_factory=dict)  # the gateway's own (retries left...), for adoption
 
     def record(self) -> dict[str, Any]:
@@ -215,6 +217,7 @@ class NodeAgent:
                         self.status, self.status_seq = msg["body"], self.status_seq + 1
                         self.pid = msg["body"].get("pid", self.pid)
                         last_answer = time.monotonic()
+                        self._reconcile(link, msg["body"])
                         self._notify()
                 except LinkLost:
                     pass
@@ -227,6 +230,26 @@ class NodeAgent:
         finally:
             link.close()
             self.link = None
+
+    def _reconcile(self, link: RuntimeLink, status: dict[str, Any]) -> None:
+        """A followed command the runtime no longer lists, twice, whose result
+        never came (a push lost on the way): ask the runtime for its result."""
+        listed = {c.get("id") for c in status.get("commands") or ()}
+        for cmd in list(self.commands.values()):
+            if not cmd.local or cmd.epoch != self.epoch or cmd.local in listed:
+                cmd.unlisted = 0
+                continue
+            cmd.unlisted += 1
+            if cmd.unlisted == UNLISTED_BEFORE_ASKING:
+                asyncio.ensure_future(self._fetch_result(link, cmd))
+
+    async def _fetch_result(self, link: RuntimeLink, cmd: Followed) -> None:
+        try:
+            msg = await link.request("wait", {"id": cmd.local, "attach": False}, 10.0)
+        except LinkLost:
+            return  # the runtime is gone: the command is lost with it
+        if msg.get("ok") and self.commands.get(cmd.cid) is cmd:
+            self._on_push(cmd.request_id, {"type": protocol.PUSH_RESULT, "body": msg["body"]})
 
     async def _first_hello(self, link: RuntimeLink) -> dict[str, Any] | None:
         """The runtime's hello once it answers; None if it ended first (start)

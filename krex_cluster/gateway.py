@@ -77,6 +77,7 @@ class Gateway:
         self.control = self.ctx.socket(zmq.ROUTER)
         self.control.setsockopt(zmq.LINGER, 0)
         self.control.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.control.setsockopt(zmq.SNDHWM, 100_000)  # a client busy elsewhere gets its pushes late, not never
         self.control.setsockopt(zmq.MAXMSGSIZE, max(self.config.gateway.max_message_bytes * 16, 64 << 20))
         self.pub = self.ctx.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)

@@ -34,6 +34,7 @@ class KrexCluster:
     ray_nodes: dict[str, Any] = field(default_factory=dict)
     runtimes: dict[str, Runtime] = field(default_factory=dict)  # their configs and folders (the agents start them)
     gateway: subprocess.Popen[bytes] | None = None
+    fds: dict[str, tuple[int, dict[int, str]]] = field(default_factory=dict)  # node -> (runtime pid, its descriptors)
 
     @property
     def endpoint(self) -> str:
@@ -123,6 +124,11 @@ class KrexCluster:
     def runtime_pid(self, name: str) -> int:
         return int(self.rows()[name]["status"]["pid"])
 
+    def note_fds(self, name: str) -> None:
+        """The descriptors of the node's runtime now (idle), to compare later."""
+        pid = self.runtime_pid(name)
+        self.fds[name] = (pid, {fd: target for fd, target in _open_fds(pid).items()})
+
     def krex(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         from krex_runtime.testing.local_runtime import command
 
@@ -168,6 +174,16 @@ class KrexCluster:
                 survivors.append(f"runtime process {proc.pid} outlived its agent: {' '.join(proc.cmdline())[:200]}")
                 proc.kill()
         return survivors
+
+
+def _open_fds(pid: int) -> dict[int, str]:
+    found = {}
+    for entry in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            found[int(entry.name)] = os.readlink(entry)
+        except OSError:
+            continue
+    return found
 
 
 def runtime_processes(root: Path) -> list[psutil.Process]:

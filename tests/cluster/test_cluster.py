@@ -35,6 +35,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, native_built: Path) -> Ite
     problems: list[str] = []
     try:
         kc.start()
+        with kc.client() as c:  # each node has run a command before its descriptors are noted
+            for name in kc.runtimes:
+                assert c.run(["true"], node_labels={"host": name}).ok
+        for name in kc.runtimes:
+            kc.note_fds(name)
         yield kc
     finally:
         problems += kc.shutdown()
@@ -258,7 +263,8 @@ def test_a_node_whose_runtime_is_killed_loses_its_commands_once_and_rejoins(clus
     wait_for(lambda: cluster.rows()["n1"]["alive"] and cluster.rows()["n1"]["since"] > killed_at, 60, "n1 back")
     assert cluster.runtime_pid("n1") != pid
     with cluster.client() as c:
-        assert c.run(["true"], node_labels={"zone": "a"}).ok
+        assert c.run(["true"], node_labels={"host": "n1"}).record["node"] == "n1"
+    cluster.note_fds("n1")
     for rt in cluster.runtimes.values():
         assert hygiene.held_back(rt.run_dir) == []
 
@@ -274,6 +280,7 @@ def test_a_node_whose_raylet_goes_loses_its_commands_once_and_rejoins(cluster: K
     with cluster.client() as c:
         again = list(c.map([["sleep", "0.5"]] * 12, max_in_flight=12))  # spread by load: some go to n2
     assert all(r.ok for r in again) and "n2" in {r.record["node"] for r in again}
+    cluster.note_fds("n2")
 
 
 def test_the_gateway_restarts_and_adopts_what_the_nodes_run(cluster: KrexCluster) -> None:
@@ -295,3 +302,22 @@ def test_the_gateway_restarts_and_adopts_what_the_nodes_run(cluster: KrexCluster
     assert status.returncode == 0 and "n1" in status.stdout and "up" in status.stdout
     with cluster.client() as c:
         assert c.run(["echo", "after"]).stdout == "after\n"
+
+
+def test_no_node_holds_anything_back_or_grew_its_descriptors(cluster: KrexCluster) -> None:
+    """After all of the above, every node's runtime is idle as it was: nothing
+    frozen, gated or parked, no descriptor more than when it was first idle
+    (the runtime now serving each node: n1's and n2's were replaced)."""
+    problems: dict[str, list[str]] = {}
+    for name, rt in cluster.runtimes.items():
+        pid, before = cluster.fds[name]
+        assert cluster.runtime_pid(name) == pid
+
+        def clean(rt: Any = rt, pid: int = pid, before: dict[int, str] = before) -> bool:
+            return not hygiene.held_back(rt.run_dir) and not hygiene.grown_fds(pid, before)
+
+        try:
+            wait_for(clean, 15, f"{name} idle and clean")
+        except AssertionError:
+            problems[name] = hygiene.held_back(rt.run_dir) + hygiene.grown_fds(pid, before)
+    assert not problems, problems

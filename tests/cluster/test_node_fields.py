@@ -44,3 +44,8 @@ def test_needs_the_node_does_not_meet_are_refused(labelled: Runtime) -> None:
         assert err.value.code == "bad_request"
         result = c.run(["true"], node_labels={"zone": "a"}, gpu_model="simulated", retries=2)
     assert result.ok
+
+
+def test_krex_cluster_refuses_a_single_runtime(labelled: Runtime) -> None:
+    done = labelled.krex("--cluster", f"ipc://{labelled.run_dir / 'control.sock'}", "status")
+    assert done.returncode == 125 and "is a single runtime, not a cluster gateway" in done.stderr
