@@ -281,7 +281,8 @@ class Gateway:
         try:
             info = await agent.start.remote(self.config.gateway.agent_start_timeout_s)
             adopted = await agent.adopt.remote()
-        except ray.exceptions.RayError as exc:
+        except Exception as exc:  # Ray's errors, or an actor that could not be made: tried again next round
+            log.warning("node %s: its agent did not start: %s", node.name, exc)
             node.reason = f"agent gone: {type(exc).__name__}"
             nodes.kill_agent(agent)
             return

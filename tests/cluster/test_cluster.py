@@ -101,7 +101,11 @@ def test_a_command_whose_needs_no_node_meets_is_refused_clearly(cluster: KrexClu
             c.submit(["python3", "-c", "pass"], mode="pooled")
         # What a node meets goes there, and its output and result come back.
         result = c.run(["sh", "-c", "echo out; echo err >&2; exit 3"], node_labels={"zone": "b"}, gpu_model="simulated")
+        measured = c.run([sys.executable, "-c", "from krex_runtime.client import region\nwith region():\n    pass"],
+                         node_labels={"zone": "b"})
     assert (result.exit_code, result.stdout, result.stderr, result.record["node"]) == (3, "out\n", "err\n", "n3")
+    assert measured.ok, measured.stderr
+    assert len(measured.regions) == 1 and measured.regions[0].verdict in ("verified", "unknown", "violated")
 
 
 def test_a_thousand_commands_from_several_submitters_each_result_once(cluster: KrexCluster) -> None:
