@@ -36,6 +36,7 @@ TELEMETRY_KEPT = 20_000  # messages held for the next drain; older ones are drop
 OUTBOX_KEPT = 200_000
 FINISHED_KEPT = 5_000  # finished commands kept for a gateway that restarts
 OUTPUT_KEPT = 64 << 10  # per command, for adoption
+FINISHED_WITH_OUTPUT = 500  # the newest finished keep their output too (the runtime's files keep it all)
 BATCH_S = 0.003
 UNLISTED_BEFORE_ASKING = 2
 
@@ -75,6 +76,7 @@ class NodeAgent:
         self.by_local: dict[str, str] = {}
         self.early_started: collections.deque[str] = collections.deque(maxlen=1000)
         self.finished: collections.OrderedDict[str, Followed] = collections.OrderedDict()
+        self._with_output: collections.deque[Followed] = collections.deque()
         self.outbox: collections.deque[list[Any]] = collections.deque(maxlen=OUTBOX_KEPT)
         self.telemetry: collections.deque[tuple[bytes, bytes]] = collections.deque(maxlen=TELEMETRY_KEPT)
         self.link: RuntimeLink | None = None
@@ -312,6 +314,10 @@ class NodeAgent:
             self.finished[cid] = cmd
             while len(self.finished) > FINISHED_KEPT:
                 self.finished.popitem(last=False)
+            self._with_output.append(cmd)
+            while len(self._with_output) > FINISHED_WITH_OUTPUT:
+                old = self._with_output.popleft()
+                old.output, old.output_bytes = [], 0
         self._notify()
 
     def _on_telemetry(self, topic: bytes, frame: bytes) -> None:
