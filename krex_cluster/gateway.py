@@ -61,6 +61,8 @@ class Gateway:
         self._tasks: list[asyncio.Task[Any]] = []
         self._membership_changed = True
         self._joining: dict[str, asyncio.Task[None]] = {}
+        self._in_flight = 0
+        self._by_peer: dict[tuple[bytes, ...], int] = {}
         self._stopping = False
 
     # --- start and stop ---------------------------------------------------------
@@ -154,7 +156,32 @@ class Gateway:
                 continue
             route = tuple(f.bytes for f in frames[:-1])
             peer = Peer(route, None if remote else access.ipc_credentials(frames[-1]), remote)
-            asyncio.ensure_future(self._handle(peer, frames[-1].bytes))
+            busy = self._busy(route)
+            if busy:  # bounded work whatever clients send, as on one node
+                frame = frames[-1].bytes
+                req_id = protocol.request_id_of(frame) if len(frame) <= 4096 else None
+                self.send(peer, protocol.reply_error(req_id, ErrorCode.BUSY, busy))
+                continue
+            self._in_flight += 1
+            self._by_peer[route] = self._by_peer.get(route, 0) + 1
+            task = asyncio.ensure_future(self._handle(peer, frames[-1].bytes))
+            task.add_done_callback(lambda _, route=route: self._answered(route))
+
+    def _busy(self, route: tuple[bytes, ...]) -> str:
+        g = self.config.gateway
+        if self._by_peer.get(route, 0) >= g.max_requests_per_peer:
+            return f"this client has {g.max_requests_per_peer} requests being answered: try again when they are"
+        if self._in_flight >= g.max_requests_in_flight:
+            return f"the gateway has {g.max_requests_in_flight} requests being answered: try again later"
+        return ""
+
+    def _answered(self, route: tuple[bytes, ...]) -> None:
+        self._in_flight -= 1
+        left = self._by_peer[route] - 1
+        if left:
+            self._by_peer[route] = left
+        else:
+            del self._by_peer[route]
 
     async def _handle(self, peer: Peer, frame: bytes) -> None:
         req_id = None

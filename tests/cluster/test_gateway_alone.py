@@ -89,3 +89,30 @@ def test_ipc_is_the_owners_and_a_second_gateway_is_refused(tmp_path: Path) -> No
     mode, second = serving(first, probe)
     assert mode == 0o600
     assert "another gateway serves" in second
+
+
+def test_a_client_with_too_many_requests_being_answered_is_told_busy(tmp_path: Path) -> None:
+    """A `wait` for a command no node has taken yet stays unanswered; past
+    max_requests_per_peer of them, the next request is refused at once."""
+    from krex_cluster.config import NodeSpec
+
+    config = validate(ClusterConfig(gateway=GatewaySection(run_dir=str(tmp_path / "gw"), max_requests_per_peer=3),
+                                    nodes={"n1": NodeSpec()}))
+    gateway = Gateway(config)
+
+    def probe() -> list[str]:
+        conn = ControlClient(gateway.listen, timeout_s=5)
+        try:
+            cid = conn.call("submit", {"argv": ["true"]})["id"]  # held: its node was never seen
+            for _ in range(3):
+                conn.send("wait", {"id": cid, "attach": False})
+            codes = []
+            for verb in ("hello", "status"):
+                with pytest.raises(RequestFailed) as err:
+                    conn.call(verb)
+                codes.append(err.value.code)
+            return codes
+        finally:
+            conn.close()
+
+    assert serving(gateway, probe) == ["busy", "busy"]
