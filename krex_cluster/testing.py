@@ -30,7 +30,7 @@ class KrexCluster:
     labels: dict[str, dict[str, str]] = field(default_factory=lambda: dict(NODE_LABELS))
     slots: int = 4
     sim: int = 2
-    # n3 runs policy krex (regions, certificates); the others ungated (the cheapest)
+    # n3 runs policy krex (regions, certificates); a node not named here gets Runtime's default (ungated)
     policies: dict[str, str] = field(default_factory=lambda: {"n3": "krex"})
     ray: Any = None  # the ray.cluster_utils.Cluster
     ray_nodes: dict[str, Any] = field(default_factory=dict)
@@ -59,8 +59,8 @@ class KrexCluster:
                  "membership_interval_s = 0.5", ""]
         for name, labels in self.labels.items():
             label_text = ", ".join(f'{k} = "{v}"' for k, v in labels.items())
-            rt = Runtime(self.root / name, sim=self.sim, slots=self.slots, keep_finished=200,
-                         policy=self.policies.get(name, "ungated"),
+            policy = {"policy": self.policies[name]} if name in self.policies else {}
+            rt = Runtime(self.root / name, sim=self.sim, slots=self.slots, keep_finished=200, **policy,
                          runtime_extra=f"labels = {{ {label_text} }}")
             rt.root.mkdir(parents=True, exist_ok=True)
             rt.write_config()
