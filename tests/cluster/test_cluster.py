@@ -122,12 +122,13 @@ def test_a_thousand_commands_from_several_submitters_each_result_once(cluster: K
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=submit, args=(i,)) for i in range(submitters)]
+    threads = [threading.Thread(target=submit, args=(i,), daemon=True) for i in range(submitters)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(300)
+        t.join(150)
     assert not errors, errors
+    assert not any(t.is_alive() for t in threads), f"submitters still waiting: {cluster.rows()}\n{cluster.gateway_log()}"
     every = [r for rs in results.values() for r in rs]
     by_label = results_by_label(every)
     assert len(every) == submitters * each and len({r.id for r in every}) == len(every)
@@ -224,7 +225,7 @@ def _saturate_then(cluster: KrexCluster, victim: str, kill: Any, count: int = 40
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    thread = threading.Thread(target=submit)
+    thread = threading.Thread(target=submit, daemon=True)
     thread.start()
 
     def victim_full() -> dict[str, Any] | None:
@@ -239,6 +240,7 @@ def _saturate_then(cluster: KrexCluster, victim: str, kill: Any, count: int = 40
     kill()
     thread.join(120)
     assert not errors, errors
+    assert not thread.is_alive(), f"results still awaited: {cluster.rows()}\n{cluster.gateway_log()}"
     return before, results_by_label(results)
 
 
