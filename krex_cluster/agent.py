@@ -36,6 +36,9 @@ TELEMETRY_KEPT = 20_000  # messages held for the next drain; older ones are drop
 OUTBOX_KEPT = 200_000
 FINISHED_KEPT = 5_000  # finished commands kept for a gateway that restarts
 OUTPUT_KEPT = 64 << 10  # per command, for adoption
+FINISHED_WITH_OUTPUT = 500  # the newest finished keep their output too (the runtime's files keep it all)
+BATCH_S = 0.003
+UNLISTED_BEFORE_ASKING = 2
 
 
 @dataclass
@@ -49,6 +52,7 @@ class Followed:
     output: list[dict[str, Any]] = field(default_factory=list)
     output_bytes: int = 0
     result: dict[str, Any] | None = None
+    unlisted: int = 0  # status replies in a row that did not list it (queued or running)
     meta: dict[str, Any] = field(default_factory=dict)  # the gateway's own (retries left...), for adoption
 
     def record(self) -> dict[str, Any]:
@@ -72,6 +76,7 @@ class NodeAgent:
         self.by_local: dict[str, str] = {}
         self.early_started: collections.deque[str] = collections.deque(maxlen=1000)
         self.finished: collections.OrderedDict[str, Followed] = collections.OrderedDict()
+        self._with_output: collections.deque[Followed] = collections.deque()
         self.outbox: collections.deque[list[Any]] = collections.deque(maxlen=OUTBOX_KEPT)
         self.telemetry: collections.deque[tuple[bytes, bytes]] = collections.deque(maxlen=TELEMETRY_KEPT)
         self.link: RuntimeLink | None = None
@@ -108,6 +113,9 @@ class NodeAgent:
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), wait_s)
+                # What comes with it (a command's events, its output and result)
+                # goes in the same reply: one call to the gateway, not several.
+                await asyncio.sleep(BATCH_S)
             except asyncio.TimeoutError:
                 pass
         items, telemetry = list(self.outbox), list(self.telemetry)
@@ -211,6 +219,7 @@ class NodeAgent:
                         self.status, self.status_seq = msg["body"], self.status_seq + 1
                         self.pid = msg["body"].get("pid", self.pid)
                         last_answer = time.monotonic()
+                        self._reconcile(link, msg["body"])
                         self._notify()
                 except LinkLost:
                     pass
@@ -223,6 +232,26 @@ class NodeAgent:
         finally:
             link.close()
             self.link = None
+
+    def _reconcile(self, link: RuntimeLink, status: dict[str, Any]) -> None:
+        """A followed command the runtime no longer lists, twice, whose result
+        never came (a push lost on the way): ask the runtime for its result."""
+        listed = {c.get("id") for c in status.get("commands") or ()}
+        for cmd in list(self.commands.values()):
+            if not cmd.local or cmd.epoch != self.epoch or cmd.local in listed:
+                cmd.unlisted = 0
+                continue
+            cmd.unlisted += 1
+            if cmd.unlisted == UNLISTED_BEFORE_ASKING:
+                asyncio.ensure_future(self._fetch_result(link, cmd))
+
+    async def _fetch_result(self, link: RuntimeLink, cmd: Followed) -> None:
+        try:
+            msg = await link.request("wait", {"id": cmd.local, "attach": False}, 10.0)
+        except LinkLost:
+            return  # the runtime is gone: the command is lost with it
+        if msg.get("ok") and self.commands.get(cmd.cid) is cmd:
+            self._on_push(cmd.request_id, {"type": protocol.PUSH_RESULT, "body": msg["body"]})
 
     async def _first_hello(self, link: RuntimeLink) -> dict[str, Any] | None:
         """The runtime's hello once it answers; None if it ended first (start)
@@ -285,6 +314,10 @@ class NodeAgent:
             self.finished[cid] = cmd
             while len(self.finished) > FINISHED_KEPT:
                 self.finished.popitem(last=False)
+            self._with_output.append(cmd)
+            while len(self._with_output) > FINISHED_WITH_OUTPUT:
+                old = self._with_output.popleft()
+                old.output, old.output_bytes = [], 0
         self._notify()
 
     def _on_telemetry(self, topic: bytes, frame: bytes) -> None:

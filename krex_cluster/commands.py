@@ -17,6 +17,8 @@ from typing import Any, Callable, Iterator
 
 from krex_runtime.wire.protocol import FINAL_STATES
 
+# Finished commands whose output a later `wait` still replays.
+OUTPUT_FINISHED_KEPT = 1000
 # Called with (command, message type, body) for each push to the command's followers.
 Push = Callable[["ClusterCommand", str, dict[str, Any]], None]
 
@@ -64,6 +66,7 @@ class CommandTable:
         self.output_kept_bytes = output_kept_bytes
         self.push = push
         self.results_dropped = 0  # results heard twice, or from where a command no longer runs
+        self._with_output: collections.deque[ClusterCommand] = collections.deque()
 
     def new(self, body: dict[str, Any]) -> ClusterCommand:
         self._count += 1
@@ -130,6 +133,11 @@ class CommandTable:
         self.finished[cmd.id] = cmd
         while len(self.finished) > self.keep_finished:
             self.finished.popitem(last=False)
+        # Output is replayed for the newest finished commands only (the node keeps it all in its files).
+        self._with_output.append(cmd)
+        while len(self._with_output) > OUTPUT_FINISHED_KEPT:
+            old = self._with_output.popleft()
+            old.output, old.output_bytes = [], 0
 
     def fail(self, cmd: ClusterCommand, reason: str, state: str = "failed") -> None:
         self.finish(cmd, failed_record(cmd, reason, state))

@@ -47,6 +47,8 @@ class GatewaySection:
     curve_server_key: str = ""  # tcp: the gateway's NAME.key_secret
     curve_clients: str = ""  # tcp: folder of authorized client public keys
     max_message_bytes: int = 1 << 20
+    max_requests_in_flight: int = 1024  # being answered at once; one more is answered `busy` (as a runtime)
+    max_requests_per_peer: int = 64  # the same, per client connection
     keep_finished: int = 10_000  # finished commands whose results `wait` still finds
     output_kept_bytes: int = 1 << 20  # per command, replayed to a later `wait`; the node keeps it all
     membership_interval_s: float = 1.0  # how often Ray's node list is read
@@ -101,6 +103,8 @@ def validate(config: ClusterConfig) -> ClusterConfig:
         (not g.telemetry or g.telemetry.startswith(("ipc://", "tcp://")), "gateway.telemetry must be ipc:// or tcp://"),
         (bool(g.telemetry) or not g.listen.startswith("tcp://"), "a tcp gateway.listen needs gateway.telemetry"),
         (4096 <= g.max_message_bytes <= 1 << 30, "gateway.max_message_bytes must be between 4096 and 1073741824"),
+        (1 <= g.max_requests_per_peer <= g.max_requests_in_flight <= 100_000,
+         "gateway.max_requests_per_peer must be at least 1 and at most gateway.max_requests_in_flight (<= 100000)"),
         (1 <= g.keep_finished <= 10_000_000, "gateway.keep_finished must be between 1 and 10000000"),
         (0 <= g.output_kept_bytes <= 1 << 30, "gateway.output_kept_bytes must be between 0 and 1073741824"),
         (0.05 <= g.membership_interval_s <= 3600, "gateway.membership_interval_s must be between 0.05 and 3600"),

@@ -23,7 +23,7 @@ import zmq.asyncio
 from krex_runtime.wire import protocol, verbs
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 
-from krex_cluster import access, handlers, nodes
+from krex_cluster import access, handlers, nodes, sockets
 from krex_cluster.commands import ClusterCommand, CommandTable
 from krex_cluster.config import ClusterConfig, default_run_dir
 from krex_cluster.router import Needs, NoPlacement, place
@@ -32,6 +32,7 @@ log = logging.getLogger("krex.cluster")
 
 TOPIC_CLUSTER = b"cluster"
 DRAIN_WAIT_S = 0.5
+PUMP_FAILURES = 5  # failed calls in a row, its Ray node up, before an agent counts as gone
 
 
 class Peer:
@@ -60,48 +61,16 @@ class Gateway:
         self._tasks: list[asyncio.Task[Any]] = []
         self._membership_changed = True
         self._joining: dict[str, asyncio.Task[None]] = {}
+        self._in_flight = 0
+        self._by_peer: dict[tuple[bytes, ...], int] = {}
         self._stopping = False
 
     # --- start and stop ---------------------------------------------------------
 
     def bind(self) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.control = self.ctx.socket(zmq.ROUTER)
-        self.control.setsockopt(zmq.LINGER, 0)
-        self.control.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self.control.setsockopt(zmq.MAXMSGSIZE, max(self.config.gateway.max_message_bytes * 16, 64 << 20))
-        self.pub = self.ctx.socket(zmq.PUB)
-        self.pub.setsockopt(zmq.LINGER, 0)
-        self.pub.setsockopt(zmq.SNDHWM, 100_000)
-        if self.listen.startswith("tcp://"):
-            self._serve_with_curve([self.control, self.pub])
-        for sock, endpoint in ((self.control, self.listen), (self.pub, self.telemetry_endpoint)):
-            if endpoint.startswith("ipc://"):
-                Path(endpoint[len("ipc://"):]).unlink(missing_ok=True)  # a gateway before this one left it
-            sock.bind(endpoint)
-            if endpoint.startswith("ipc://"):
-                self._restrict(Path(endpoint[len("ipc://"):]))
-
-    def _restrict(self, path: Path) -> None:
-        """Owner only, or the operators' group (as a runtime's control.sock)."""
-        group = self.config.gateway.access_group
-        if group:
-            import grp
-
-            os.chown(path, -1, grp.getgrnam(group).gr_gid)
-        os.chmod(path, 0o660 if group else 0o600)
-
-    def _serve_with_curve(self, sockets: list[zmq.asyncio.Socket]) -> None:
-        import zmq.auth
-        from zmq.auth.asyncio import AsyncioAuthenticator
-
-        g = self.config.gateway
-        public, secret = zmq.auth.load_certificate(g.curve_server_key)
-        self.authenticator = AsyncioAuthenticator(self.ctx)
-        self.authenticator.start()
-        self.authenticator.configure_curve(domain="*", location=g.curve_clients)
-        for sock in sockets:
-            sock.curve_server, sock.curve_secretkey, sock.curve_publickey = True, secret, public
+        self._lock = sockets.claim(self.run_dir)
+        self.control, self.pub, self.authenticator = sockets.bind(
+            self.ctx, self.config.gateway, self.listen, self.telemetry_endpoint)
 
     async def run(self, bound: bool = False) -> None:
         if not bound:
@@ -145,7 +114,32 @@ class Gateway:
                 continue
             route = tuple(f.bytes for f in frames[:-1])
             peer = Peer(route, None if remote else access.ipc_credentials(frames[-1]), remote)
-            asyncio.ensure_future(self._handle(peer, frames[-1].bytes))
+            busy = self._busy(route)
+            if busy:  # bounded work whatever clients send, as on one node
+                frame = frames[-1].bytes
+                req_id = protocol.request_id_of(frame) if len(frame) <= 4096 else None
+                self.send(peer, protocol.reply_error(req_id, ErrorCode.BUSY, busy))
+                continue
+            self._in_flight += 1
+            self._by_peer[route] = self._by_peer.get(route, 0) + 1
+            task = asyncio.ensure_future(self._handle(peer, frames[-1].bytes))
+            task.add_done_callback(lambda _, route=route: self._answered(route))
+
+    def _busy(self, route: tuple[bytes, ...]) -> str:
+        g = self.config.gateway
+        if self._by_peer.get(route, 0) >= g.max_requests_per_peer:
+            return f"this client has {g.max_requests_per_peer} requests being answered: try again when they are"
+        if self._in_flight >= g.max_requests_in_flight:
+            return f"the gateway has {g.max_requests_in_flight} requests being answered: try again later"
+        return ""
+
+    def _answered(self, route: tuple[bytes, ...]) -> None:
+        self._in_flight -= 1
+        left = self._by_peer[route] - 1
+        if left:
+            self._by_peer[route] = left
+        else:
+            del self._by_peer[route]
 
     async def _handle(self, peer: Peer, frame: bytes) -> None:
         req_id = None
@@ -197,6 +191,9 @@ class Gateway:
         node.outstanding.add(cmd.id)
         try:
             reply = await node.agent.submit.remote(cmd.id, cmd.body, cmd.meta())
+        except ray.exceptions.RayTaskError as exc:  # the agent itself failed on it: not a node to try again
+            log.error("node %s: the agent failed a submit: %s", name, exc)
+            reply = {"ok": False, "error": {"code": ErrorCode.INTERNAL, "reason": f"node {name}'s agent failed: {exc}"}}
         except ray.exceptions.RayError as exc:
             reason = f"node {name}: agent gone: {type(exc).__name__}"
             reply = {"ok": False, "error": {"code": ErrorCode.REFUSED, "reason": reason}, "unavailable": True}
@@ -251,10 +248,13 @@ class Gateway:
             except Exception as exc:
                 log.warning("cannot list Ray's nodes: %s", exc)
                 by_name = None
-            if by_name is not None:
-                for node in self.nodes.values():
-                    await self._check_node(node, by_name.get(node.name))
-            await self.place_pending()
+            try:
+                if by_name is not None:
+                    for node in self.nodes.values():
+                        await self._check_node(node, by_name.get(node.name))
+                await self.place_pending()
+            except Exception:  # the next round tries again
+                log.exception("membership round failed")
             await asyncio.sleep(interval)
 
     async def _check_node(self, node: nodes.NodeState, ray_node: str | None) -> None:
@@ -272,7 +272,8 @@ class Gateway:
         try:
             info = await agent.start.remote(self.config.gateway.agent_start_timeout_s)
             adopted = await agent.adopt.remote()
-        except ray.exceptions.RayError as exc:
+        except Exception as exc:  # Ray's errors, or an actor that could not be made: tried again next round
+            log.warning("node %s: its agent did not start: %s", node.name, exc)
             node.reason = f"agent gone: {type(exc).__name__}"
             nodes.kill_agent(agent)
             return
@@ -320,16 +321,30 @@ class Gateway:
             self.lost(cmd, node.name, reason, started=cmd.state == "running")
 
     async def _pump(self, node: nodes.NodeState, agent: Any) -> None:
+        """Read one agent until it is gone. A call that fails while its Ray
+        node is up is tried again a few times (Ray reports an actor briefly
+        unreachable under load) before the node counts as lost."""
+        failures = 0
         while True:
             try:
                 batch = await agent.drain.remote(DRAIN_WAIT_S, node.status_seq)
             except ray.exceptions.RayError as exc:
+                failures += 1
                 alive = await asyncio.to_thread(nodes.ray_nodes_by_name)
-                self._node_down(node, "raylet gone" if node.name not in alive else f"agent gone: {type(exc).__name__}")
+                gone = node.name not in alive
+                if gone or isinstance(exc, ray.exceptions.ActorDiedError) or failures >= PUMP_FAILURES:
+                    self._node_down(node, "raylet gone" if gone else f"agent gone: {type(exc).__name__}")
+                    await self.place_pending()
+                    return
+                log.warning("node %s: its agent did not answer (%s), asking again", node.name, type(exc).__name__)
+                await asyncio.sleep(0.5)
+                continue
+            failures = 0
+            try:
+                self._apply(node, batch)
                 await self.place_pending()
-                return
-            self._apply(node, batch)
-            await self.place_pending()
+            except Exception:  # one bad batch must not leave the node unread
+                log.exception("node %s: what its agent reported could not be applied", node.name)
 
     def _apply(self, node: nodes.NodeState, batch: dict[str, Any]) -> None:
         if batch.get("status") is not None:

@@ -52,7 +52,9 @@ def _policy(gw: Gateway) -> str:
 @handles(verbs.HELLO)
 async def hello(gw: Gateway, peer: Peer, req: Request) -> Any:
     return {"protocol": protocol.VERSION, "node": gw.config.gateway.name, "policy": _policy(gw), "read_only": False,
-            "telemetry": gw.telemetry_endpoint, "gpus": _gpus(gw), "labels": {}, "cluster": True}
+            "telemetry": gw.telemetry_endpoint, "gpus": _gpus(gw), "labels": {}, "cluster": True,
+            # A client attached through this gateway sees another answer in its place (api/inbox.py, Liveness).
+            "instance": gw.table.prefix}
 
 
 @handles(verbs.STATUS)

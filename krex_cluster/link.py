@@ -32,6 +32,10 @@ class RuntimeLink:
         self.ctx = zmq.asyncio.Context.instance()
         self.control = self.ctx.socket(zmq.DEALER)
         self.control.setsockopt(zmq.LINGER, 0)
+        # Unbounded here: every command's output and result come on this one
+        # connection, and a runtime whose queue to a client fills drops what
+        # it sends (and stalls that client); queued on this side, nothing is lost.
+        self.control.setsockopt(zmq.RCVHWM, 0)
         self.control.connect(endpoints.control(run_dir))
         self.telemetry = self.ctx.socket(zmq.SUB)
         self.telemetry.setsockopt(zmq.LINGER, 0)

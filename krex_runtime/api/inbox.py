@@ -182,12 +182,21 @@ class Liveness:
         self.last_heard = now
         self.ping_id: str | None = None
         self.ping_sent = 0.0
+        # A cluster gateway names its instance in hello: another one answering
+        # at the same endpoint (it restarted) has none of this client's
+        # attachments, so waiting on would be waiting forever.
+        self.instance: str | None = None
+        self.replaced = False
 
     def heard(self, msg: dict[str, Any], now: float) -> bool:
         """Note a message; True when it was our ping's answer (nothing else to do with it)."""
         self.last_heard = now
         if self.ping_id is not None and msg.get("re") == self.ping_id:
             self.ping_id = None
+            instance = (msg.get("body") or {}).get("instance")
+            if instance and self.instance is None:
+                self.instance = instance
+            self.replaced = self.replaced or bool(instance and instance != self.instance)
             return True
         return False
 
@@ -198,4 +207,6 @@ class Liveness:
         return False
 
     def dead(self, now: float) -> bool:
+        if self.replaced:
+            return True
         return self.ping_id is not None and now - self.ping_sent > DEAD_AFTER_S and now - self.last_heard > DEAD_AFTER_S

@@ -277,7 +277,8 @@ class Client:
                 self._take(msg)
                 continue
             if self._alive.dead(now):
-                raise RuntimeUnavailable(f"the krex runtime at {self.endpoint} stopped answering ({what})")
+                how = "was restarted (attach again with wait)" if self._alive.replaced else "stopped answering"
+                raise RuntimeUnavailable(f"the krex runtime at {self.endpoint} {how} ({what})")
             if self._alive.quiet(now):
                 self._alive.ping_id, self._alive.ping_sent = self._conn.send("hello", {"client": "krex-api"}), now
 

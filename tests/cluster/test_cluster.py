@@ -17,13 +17,13 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the cluster tests need the `cluster` extra (ray)")
 
-from cluster_helpers import KrexCluster, results_by_label, wait_for  # noqa: E402
+from krex_cluster.testing import KrexCluster, results_by_label, wait_for  # noqa: E402
 
 from krex_runtime.api import Client  # noqa: E402
 from krex_runtime.api.results import Command  # noqa: E402
 from krex_runtime.sim.device_file import remove_device  # noqa: E402
 from krex_runtime.testing import hygiene  # noqa: E402
-from krex_runtime.wire.control_client import ControlClient, RequestFailed  # noqa: E402
+from krex_runtime.wire.control_client import ControlClient, RequestFailed, RuntimeUnavailable  # noqa: E402
 
 pytestmark = pytest.mark.cluster
 
@@ -35,6 +35,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, native_built: Path) -> Ite
     problems: list[str] = []
     try:
         kc.start()
+        with kc.client() as c:  # each node has run a command before its descriptors are noted
+            for name in kc.runtimes:
+                assert c.run(["true"], node_labels={"host": name}).ok
+        for name in kc.runtimes:
+            kc.note_fds(name)
         yield kc
     finally:
         problems += kc.shutdown()
@@ -96,7 +101,11 @@ def test_a_command_whose_needs_no_node_meets_is_refused_clearly(cluster: KrexClu
             c.submit(["python3", "-c", "pass"], mode="pooled")
         # What a node meets goes there, and its output and result come back.
         result = c.run(["sh", "-c", "echo out; echo err >&2; exit 3"], node_labels={"zone": "b"}, gpu_model="simulated")
+        measured = c.run([sys.executable, "-c", "from krex_runtime.client import region\nwith region():\n    pass"],
+                         node_labels={"zone": "b"})
     assert (result.exit_code, result.stdout, result.stderr, result.record["node"]) == (3, "out\n", "err\n", "n3")
+    assert measured.ok, measured.stderr
+    assert len(measured.regions) == 1 and measured.regions[0].verdict in ("verified", "unknown", "violated")
 
 
 def test_a_thousand_commands_from_several_submitters_each_result_once(cluster: KrexCluster) -> None:
@@ -113,12 +122,13 @@ def test_a_thousand_commands_from_several_submitters_each_result_once(cluster: K
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=submit, args=(i,)) for i in range(submitters)]
+    threads = [threading.Thread(target=submit, args=(i,), daemon=True) for i in range(submitters)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(300)
+        t.join(150)
     assert not errors, errors
+    assert not any(t.is_alive() for t in threads), f"submitters still waiting: {cluster.rows()}\n{cluster.gateway_log()}"
     every = [r for rs in results.values() for r in rs]
     by_label = results_by_label(every)
     assert len(every) == submitters * each and len({r.id for r in every}) == len(every)
@@ -215,7 +225,7 @@ def _saturate_then(cluster: KrexCluster, victim: str, kill: Any, count: int = 40
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    thread = threading.Thread(target=submit)
+    thread = threading.Thread(target=submit, daemon=True)
     thread.start()
 
     def victim_full() -> dict[str, Any] | None:
@@ -230,6 +240,7 @@ def _saturate_then(cluster: KrexCluster, victim: str, kill: Any, count: int = 40
     kill()
     thread.join(120)
     assert not errors, errors
+    assert not thread.is_alive(), f"results still awaited: {cluster.rows()}\n{cluster.gateway_log()}"
     return before, results_by_label(results)
 
 
@@ -258,7 +269,8 @@ def test_a_node_whose_runtime_is_killed_loses_its_commands_once_and_rejoins(clus
     wait_for(lambda: cluster.rows()["n1"]["alive"] and cluster.rows()["n1"]["since"] > killed_at, 60, "n1 back")
     assert cluster.runtime_pid("n1") != pid
     with cluster.client() as c:
-        assert c.run(["true"], node_labels={"zone": "a"}).ok
+        assert c.run(["true"], node_labels={"host": "n1"}).record["node"] == "n1"
+    cluster.note_fds("n1")
     for rt in cluster.runtimes.values():
         assert hygiene.held_back(rt.run_dir) == []
 
@@ -274,20 +286,44 @@ def test_a_node_whose_raylet_goes_loses_its_commands_once_and_rejoins(cluster: K
     with cluster.client() as c:
         again = list(c.map([["sleep", "0.5"]] * 12, max_in_flight=12))  # spread by load: some go to n2
     assert all(r.ok for r in again) and "n2" in {r.record["node"] for r in again}
+    cluster.note_fds("n2")
 
 
 def test_the_gateway_restarts_and_adopts_what_the_nodes_run(cluster: KrexCluster) -> None:
-    submitted = cluster.krex("submit", "--json", "--", "sh", "-c", "sleep 1.5; echo survived")
-    assert submitted.returncode == 0, submitted.stderr
-    cid = json.loads(submitted.stdout)["id"]
+    attached = cluster.client()
+    handle = attached.submit(["sh", "-c", "sleep 4; echo survived"])
+    with pytest.raises(TimeoutError):
+        handle.wait(timeout=1.5)  # long enough to ping: the client knows which gateway answers
     cluster.stop_gateway(signal.SIGKILL)
     cluster.start_gateway()
+    with pytest.raises(RuntimeUnavailable, match="was restarted"):
+        handle.wait(timeout=60)  # the new gateway has none of the old one's attachments: said, not waited on
+    attached.close()
     cluster.wait_all_up()
-    waited = cluster.krex("wait", "--json", cid)
+    waited = cluster.krex("wait", "--json", handle.id)
     assert waited.returncode == 0, waited.stderr
     result = json.loads(waited.stdout)
-    assert (result["id"], result["state"], result["stdout"]) == (cid, "finished", "survived\n")
+    assert (result["id"], result["state"], result["stdout"]) == (handle.id, "finished", "survived\n")
     status = cluster.krex("status")
     assert status.returncode == 0 and "n1" in status.stdout and "up" in status.stdout
     with cluster.client() as c:
         assert c.run(["echo", "after"]).stdout == "after\n"
+
+
+def test_no_node_holds_anything_back_or_grew_its_descriptors(cluster: KrexCluster) -> None:
+    """After all of the above, every node's runtime is idle as it was: nothing
+    frozen, gated or parked, no descriptor more than when it was first idle
+    (the runtime now serving each node: n1's and n2's were replaced)."""
+    problems: dict[str, list[str]] = {}
+    for name, rt in cluster.runtimes.items():
+        pid, before = cluster.fds[name]
+        assert cluster.runtime_pid(name) == pid
+
+        def clean(rt: Any = rt, pid: int = pid, before: dict[int, str] = before) -> bool:
+            return not hygiene.held_back(rt.run_dir) and not hygiene.grown_fds(pid, before)
+
+        try:
+            wait_for(clean, 15, f"{name} idle and clean")
+        except AssertionError:
+            problems[name] = hygiene.held_back(rt.run_dir) + hygiene.grown_fds(pid, before)
+    assert not problems, problems

@@ -1,6 +1,7 @@
-"""A KREX cluster on this machine for tests and the router benchmark: a Ray
+"""A KREX cluster on this machine, for tests and the router benchmark: a Ray
 cluster of `ray.cluster_utils.Cluster` nodes, each labelled as a KREX node
-whose agent starts its own runtime on simulated GPUs, and the gateway
+whose agent starts its own runtime on simulated GPUs (its config written as
+krex_runtime.testing writes a test runtime's), and the gateway
 (`krex-cluster head`) as a process of its own, restartable."""
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import psutil
 from krex_runtime.api import Client
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 
-NODE_LABELS = {"n1": {"zone": "a"}, "n2": {"zone": "a"}, "n3": {"zone": "b"}}
+# n1 and n2 alike, n3 apart; `host` pins a command to one node.
+NODE_LABELS = {name: {"zone": zone, "host": name} for name, zone in (("n1", "a"), ("n2", "a"), ("n3", "b"))}
 
 
 @dataclass
@@ -28,10 +30,13 @@ class KrexCluster:
     labels: dict[str, dict[str, str]] = field(default_factory=lambda: dict(NODE_LABELS))
     slots: int = 4
     sim: int = 2
+    # n3 runs policy krex (regions, certificates); a node not named here gets Runtime's default (ungated)
+    policies: dict[str, str] = field(default_factory=lambda: {"n3": "krex"})
     ray: Any = None  # the ray.cluster_utils.Cluster
     ray_nodes: dict[str, Any] = field(default_factory=dict)
     runtimes: dict[str, Runtime] = field(default_factory=dict)  # their configs and folders (the agents start them)
     gateway: subprocess.Popen[bytes] | None = None
+    fds: dict[str, tuple[int, dict[int, str]]] = field(default_factory=dict)  # node -> (runtime pid, its descriptors)
 
     @property
     def endpoint(self) -> str:
@@ -54,7 +59,8 @@ class KrexCluster:
                  "membership_interval_s = 0.5", ""]
         for name, labels in self.labels.items():
             label_text = ", ".join(f'{k} = "{v}"' for k, v in labels.items())
-            rt = Runtime(self.root / name, sim=self.sim, slots=self.slots, keep_finished=200,
+            policy = {"policy": self.policies[name]} if name in self.policies else {}
+            rt = Runtime(self.root / name, sim=self.sim, slots=self.slots, keep_finished=200, **policy,
                          runtime_extra=f"labels = {{ {label_text} }}")
             rt.root.mkdir(parents=True, exist_ok=True)
             rt.write_config()
@@ -121,6 +127,11 @@ class KrexCluster:
     def runtime_pid(self, name: str) -> int:
         return int(self.rows()[name]["status"]["pid"])
 
+    def note_fds(self, name: str) -> None:
+        """The descriptors of the node's runtime now (idle), to compare later."""
+        pid = self.runtime_pid(name)
+        self.fds[name] = (pid, {fd: target for fd, target in _open_fds(pid).items()})
+
     def krex(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         from krex_runtime.testing.local_runtime import command
 
@@ -166,6 +177,16 @@ class KrexCluster:
                 survivors.append(f"runtime process {proc.pid} outlived its agent: {' '.join(proc.cmdline())[:200]}")
                 proc.kill()
         return survivors
+
+
+def _open_fds(pid: int) -> dict[int, str]:
+    found = {}
+    for entry in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            found[int(entry.name)] = os.readlink(entry)
+        except OSError:
+            continue
+    return found
 
 
 def runtime_processes(root: Path) -> list[psutil.Process]:

@@ -1,0 +1,118 @@
+"""The gateway's own sockets without Ray nodes: tcp served with CURVE only
+(an authorized key is an operator), ipc closed to other users, one gateway
+per run dir. Ray is imported, never joined: no node is ever asked."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("ray", reason="the gateway needs the `cluster` extra (ray)")
+
+from krex_cluster.config import ClusterConfig, GatewaySection, validate  # noqa: E402
+from krex_cluster.gateway import Gateway  # noqa: E402
+from krex_runtime.api import Client  # noqa: E402
+from krex_runtime.service.curve import create_key_pair  # noqa: E402
+from krex_runtime.wire.control_client import ControlClient, CurveKeys, RequestFailed, RuntimeUnavailable  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def serving(gateway: Gateway, probe: Any) -> Any:
+    """Run `probe()` in a thread while the gateway answers requests."""
+
+    async def main() -> Any:
+        gateway.bind()
+        task = asyncio.ensure_future(gateway._serve())
+        try:
+            return await asyncio.to_thread(probe)
+        finally:
+            task.cancel()
+            await gateway.stop()
+
+    return asyncio.run(main())
+
+
+def test_tcp_is_served_with_curve_only(tmp_path: Path) -> None:
+    keys, clients = tmp_path / "keys", tmp_path / "clients"
+    keys.mkdir()
+    clients.mkdir()
+    _, server_secret = create_key_pair(keys, "gateway")
+    client_public, client_secret = create_key_pair(keys, "operator")
+    _, stranger_secret = create_key_pair(keys, "stranger")
+    (clients / "operator.key").write_bytes(client_public.read_bytes())
+    port, telemetry_port = free_port(), free_port()
+    config = validate(ClusterConfig(gateway=GatewaySection(
+        listen=f"tcp://127.0.0.1:{port}", telemetry=f"tcp://127.0.0.1:{telemetry_port}", run_dir=str(tmp_path / "gw"),
+        curve_server_key=str(server_secret), curve_clients=str(clients))))
+
+    def probe() -> tuple[Any, str, str]:
+        endpoint = f"tcp://127.0.0.1:{port}"
+        with Client(endpoint, curve_client_key=client_secret, curve_server_key=keys / "gateway.key", timeout=5) as c:
+            hello = c.call("hello")
+            with pytest.raises(RequestFailed) as err:  # an operator: not forbidden, but no node can take it
+                c.call("pause", {"node": "n1"})
+            refused = err.value.code
+        # One request, no ping: a DEALER whose handshake failed has no peer to send a second to.
+        stranger = ControlClient(endpoint, timeout_s=2, keys=CurveKeys(str(stranger_secret), str(keys / "gateway.key")))
+        try:
+            with pytest.raises(RuntimeUnavailable) as unknown:
+                stranger.call("hello")
+        finally:
+            stranger.close()
+        return hello, refused, str(unknown.value)
+
+    hello, refused, unknown = serving(Gateway(config), probe)
+    assert hello["cluster"] and hello["telemetry"] == f"tcp://127.0.0.1:{telemetry_port}"
+    assert refused == "not_found"
+    assert "no reply" in unknown
+
+
+def test_ipc_is_the_owners_and_a_second_gateway_is_refused(tmp_path: Path) -> None:
+    config = validate(ClusterConfig(gateway=GatewaySection(run_dir=str(tmp_path / "gw"))))
+    first = Gateway(config)
+
+    def probe() -> tuple[int, str]:
+        with pytest.raises(RuntimeError) as err:
+            Gateway(config).bind()
+        return stat.S_IMODE((tmp_path / "gw" / "control.sock").stat().st_mode), str(err.value)
+
+    mode, second = serving(first, probe)
+    assert mode == 0o600
+    assert "another gateway serves" in second
+
+
+def test_a_client_with_too_many_requests_being_answered_is_told_busy(tmp_path: Path) -> None:
+    """A `wait` for a command no node has taken yet stays unanswered; past
+    max_requests_per_peer of them, the next request is refused at once."""
+    from krex_cluster.config import NodeSpec
+
+    config = validate(ClusterConfig(gateway=GatewaySection(run_dir=str(tmp_path / "gw"), max_requests_per_peer=3),
+                                    nodes={"n1": NodeSpec()}))
+    gateway = Gateway(config)
+
+    def probe() -> list[str]:
+        conn = ControlClient(gateway.listen, timeout_s=5)
+        try:
+            cid = conn.call("submit", {"argv": ["true"]})["id"]  # held: its node was never seen
+            for _ in range(3):
+                conn.send("wait", {"id": cid, "attach": False})
+            codes = []
+            for verb in ("hello", "status"):
+                with pytest.raises(RequestFailed) as err:
+                    conn.call(verb)
+                codes.append(err.value.code)
+            return codes
+        finally:
+            conn.close()
+
+    assert serving(gateway, probe) == ["busy", "busy"]
