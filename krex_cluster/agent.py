@@ -133,6 +133,11 @@ class NodeAgent:
                 "commands": [c.record() for c in self.commands.values()],
                 "finished": [c.record() for c in self.finished.values()]}
 
+    async def follows(self) -> list[dict[str, Any]]:
+        """What it follows now, for a person looking into a node (nothing is taken)."""
+        return [{"cid": c.cid, "local": c.local, "started": c.started, "epoch": c.epoch, "unlisted": c.unlisted}
+                for c in self.commands.values()]
+
     async def submit(self, cid: str, body: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
         """Queue a command on the runtime and follow it; the reply as {ok, ...}."""
         if not self.alive or self.link is None:
@@ -298,6 +303,11 @@ class NodeAgent:
         if cmd is None:
             return
         body = dict(msg.get("body") or {})
+        if not cmd.local and isinstance(body.get("id"), str):
+            # The push came before its submit's reply was taken (a trivial
+            # command ends at once): the runtime's id is in it.
+            cmd.local = body["id"]
+            self.by_local[cmd.local] = cid
         body["id"] = cid
         if msg.get("type") == protocol.PUSH_OUTPUT:
             if not cmd.started:
@@ -307,7 +317,7 @@ class NodeAgent:
                 cmd.output_bytes += len(body.get("data", ""))
             self.outbox.append(["output", cid, body])
         elif msg.get("type") == protocol.PUSH_RESULT:
-            body["node"], body["node_command_id"] = self.name, cmd.local or body.get("id")
+            body["node"], body["node_command_id"] = self.name, cmd.local
             cmd.result = body
             self.outbox.append(["result", cid, body])
             self._forget(cmd)

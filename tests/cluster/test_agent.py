@@ -120,3 +120,19 @@ def test_an_agent_attached_to_a_runtime_follows_it_through_a_restart(make_runtim
         assert rt.proc is not None and rt.proc.poll() is None  # attached: the agent never stops the runtime
 
     asyncio.run(scenario())
+
+
+def test_a_result_pushed_before_its_submit_reply_is_taken_names_the_runtime_command() -> None:
+    """A trivial command can end before the agent's submit has taken its
+    reply: the result still says which runtime command it was (the gateway
+    takes a result only from the command it runs as)."""
+
+    async def scenario() -> NodeAgent:
+        agent, cmd = agent_following("")
+        agent._on_push("r-1", {"type": "output", "body": {"id": "L9", "stream": "stdout", "data": "x"}})
+        agent._on_push("r-1", {"type": "result", "body": {"id": "L9", "state": "finished"}})
+        return agent
+
+    agent = asyncio.run(scenario())
+    result = [item for item in agent.outbox if item[0] == "result"][0][2]
+    assert (result["id"], result["node_command_id"]) == ("c1-1", "L9")

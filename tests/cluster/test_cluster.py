@@ -216,17 +216,20 @@ def _saturate_then(cluster: KrexCluster, victim: str, kill: Any, count: int = 40
     returns (status before the kill, results by label)."""
     results: list[Any] = []
     errors: list[BaseException] = []
+    submitters = 4  # submitting in parallel fills the slots before the first sleeps end, even on a busy machine
 
-    def submit() -> None:
+    def submit(first: int) -> None:
         try:
             with cluster.client(timeout=60) as c:
-                commands = [Command(["sleep", "2"], label=f"k{i}", retries=1 if i % 2 else None) for i in range(count)]
+                commands = [Command(["sleep", "3"], label=f"k{i}", retries=1 if i % 2 else None)
+                            for i in range(first, count, submitters)]
                 results.extend(c.map(commands, max_in_flight=count))
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    thread = threading.Thread(target=submit, daemon=True)
-    thread.start()
+    threads = [threading.Thread(target=submit, args=(i,), daemon=True) for i in range(submitters)]
+    for thread in threads:
+        thread.start()
 
     def victim_full() -> dict[str, Any] | None:
         with cluster.client() as c:
@@ -236,11 +239,12 @@ def _saturate_then(cluster: KrexCluster, victim: str, kill: Any, count: int = 40
         queued = [cmd for cmd in mine if cmd["state"] == "queued"]
         return status if len(running) == 2 * cluster.slots and queued else None
 
-    before = wait_for(victim_full, 30, f"{victim}'s slots full and commands queued behind them")
+    before = wait_for(victim_full, 60, f"{victim}'s slots full and commands queued behind them")
     kill()
-    thread.join(120)
+    for thread in threads:
+        thread.join(120)
     assert not errors, errors
-    assert not thread.is_alive(), f"results still awaited: {cluster.rows()}\n{cluster.gateway_log()}"
+    assert not any(t.is_alive() for t in threads), f"results still awaited: {cluster.rows()}\n{cluster.gateway_log()}"
     return before, results_by_label(results)
 
 
