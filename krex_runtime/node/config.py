@@ -262,19 +262,11 @@ def validate(config: Config) -> Config:
     checks = [
         (entry_problem is None, f"regions.auto_region_entries: {entry_problem}"),
         (env_problem is None, f"tenants.env: {env_problem}"),
-        (
-            all(k and k.strip() == k and "=" not in k for k in config.runtime.labels),
-            "runtime.labels names must be non-empty, hold no '=' and no leading or trailing space",
-        ),
+        (all(k and k.strip() == k and "=" not in k for k in config.runtime.labels),
+         "runtime.labels names must be non-empty, hold no '=' and no leading or trailing space"),
         (all(w > 0 for w in config.dispatcher.share_weights.values()), "dispatcher.share_weights must be positive"),
-        (
-            not config.runtime.control_tcp or config.runtime.control_tcp.startswith("tcp://"),
-            "runtime.control_tcp must be a tcp:// endpoint",
-        ),
-        (
-            not config.runtime.telemetry_tcp or config.runtime.telemetry_tcp.startswith("tcp://"),
-            "runtime.telemetry_tcp must be a tcp:// endpoint",
-        ),
+        *((not tcp or tcp.startswith("tcp://"), f"runtime.{name} must be a tcp:// endpoint")
+          for name, tcp in (("control_tcp", config.runtime.control_tcp), ("telemetry_tcp", config.runtime.telemetry_tcp))),
         (
             config.regions.stale_after_s >= 2 * config.regions.heartbeat_interval_s,
             "regions.stale_after_s must be at least twice regions.heartbeat_interval_s",
