@@ -52,7 +52,8 @@ def sync_rows(table: DataTable[Any], rows: Sequence[Cells]) -> None:
     # wheel moves the view, not the cursor), the rows they look at stay where
     # they are instead of the view jumping back to the cursor at every update.
     follow = keep is not None and row_visible(table, table.cursor_row)
-    top = None if follow or table.row_count == 0 else table.ordered_rows[min(int(table.scroll_y), table.row_count - 1)].key.value
+    top_at = min(int(table.scroll_y), table.row_count - 1)
+    top = None if follow or top_at < 0 else table.ordered_rows[top_at].key.value
     present = {k.value for k in table.rows}
     gone = present.difference(wanted)
     if len(gone) > REBUILD_FROM:
@@ -73,7 +74,7 @@ def sync_rows(table: DataTable[Any], rows: Sequence[Cells]) -> None:
     if keep is not None:
         select_key(table, keep, scroll=follow)
     if top is not None:
-        _keep_at_top(table, top)
+        _keep_at_top(table, top, top_at)
 
 
 def row_visible(table: DataTable[Any], row: int) -> bool:
@@ -82,14 +83,17 @@ def row_visible(table: DataTable[Any], row: int) -> bool:
     return top <= row < top + max(1, table.scrollable_content_region.height - table.header_height)
 
 
-def _keep_at_top(table: DataTable[Any], key: str) -> None:
-    """Scroll so that `key`'s row is the first shown, after the refresh: the
-    cursor's watcher scrolls to the cursor then too, and this comes after it."""
+def _keep_at_top(table: DataTable[Any], key: str, was_at: int) -> None:
+    """If rows came or went above `key`'s row, the first shown, scroll so that
+    it is first again, after the refresh: the cursor's watcher scrolls to the
+    cursor then too, and this comes after it. A row that did not move leaves
+    the scroll alone (a view still on its way to the cursor gets there)."""
     try:
         index = table.get_row_index(key)
     except RowDoesNotExist:
         return
-    table.call_after_refresh(table.scroll_to, y=index, animate=False)
+    if index != was_at:
+        table.call_after_refresh(table.scroll_to, y=index, animate=False)
 
 
 def _order_by_keys(table: DataTable[Any], rows: Sequence[Cells]) -> None:
