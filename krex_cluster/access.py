@@ -12,40 +12,18 @@ control socket itself is the operators' only (owner, or `gateway.access_group`).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Iterator
 
-import zmq
+from krex_runtime.wire.peers import Credentials, command_id_of, ipc_credentials, lineage
 
-COMMAND_ENV = b"KREX_COMMAND_ID"  # what a runtime puts in every command's (and context process's) environment
-
-
-@dataclass(frozen=True)
-class Credentials:
-    uid: int
-    gid: int
-    pid: int
-
-
-def ipc_credentials(frame: zmq.Frame) -> Credentials | None:
-    """The ipc sender's credentials (libzmq appends ':uid:gid:pid' to Peer-Address)."""
-    try:
-        address = frame.get("Peer-Address")
-    except zmq.ZMQError:
-        return None
-    parts = str(address).rsplit(":", 3)
-    if len(parts) != 4 or not all(p.isdigit() for p in parts[1:]):
-        return None
-    uid, gid, pid = (int(p) for p in parts[1:])
-    return Credentials(uid, gid, pid) if pid > 0 else None
+__all__ = ["Credentials", "ipc_credentials", "refusal", "tenancy_of"]
 
 
 def tenancy_of(pid: int) -> str:
     """Why process `pid` counts as a tenant of a KREX runtime ("" when it does not)."""
     if not os.path.exists(f"/proc/{pid}"):
         return f"process {pid} has exited, so it cannot be told from a tenant"
-    for member in _lineage(pid):
-        command = _command_of(member)
+    for member in lineage(pid):
+        command = command_id_of(member)
         if command:
             whose = f"process {pid}" + (f" descends from process {member}, which" if member != pid else "")
             return f"{whose} belongs to {command}"
@@ -60,29 +38,3 @@ def refusal(verb: str, credentials: Credentials | None, remote: bool) -> str:
         return f"'{verb}' needs the sender's identity, and libzmq reports no ipc peer credentials here"
     why = tenancy_of(credentials.pid)
     return f"'{verb}' is forbidden to tenants of this cluster: {why}" if why else ""
-
-
-def _lineage(pid: int) -> Iterator[int]:
-    seen: set[int] = set()
-    while pid > 1 and pid not in seen:
-        seen.add(pid)
-        yield pid
-        pid = _parent_of(pid)
-
-
-def _parent_of(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            text = f.read()
-    except OSError:
-        return 0
-    return int(text[text.rindex(b")") + 2 :].split()[1])
-
-
-def _command_of(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-    except OSError:
-        return ""
-    return env.get(COMMAND_ENV, b"").decode(errors="replace")

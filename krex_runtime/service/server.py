@@ -29,11 +29,11 @@ import zmq.asyncio
 
 from krex_runtime.node import access
 from krex_runtime.node.config import Config
-from krex_runtime.service import curve, peers
+from krex_runtime.service import curve
 from krex_runtime.service.event_log import Encoded
 from krex_runtime.service.host import StartupError
-from krex_runtime.service.peers import Credentials
-from krex_runtime.wire import endpoints, protocol, verbs
+from krex_runtime.wire import endpoints, peers, protocol, verbs
+from krex_runtime.wire.peers import Credentials
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request
 
 log = logging.getLogger("krex.runtime")

@@ -16,7 +16,7 @@ from krex_runtime.commands.cgroups import CgroupSlice
 from krex_runtime.commands.dispatcher import Dispatcher
 from krex_runtime.node.access import TenantUser
 from krex_runtime.regions.channel import TenantIdentity
-from krex_runtime.service import peers
+from krex_runtime.wire import peers
 from krex_runtime.service.server import Peer
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 
