@@ -53,7 +53,8 @@ class ClusterCommand:
         return {"id": self.id, "argv": list(b.get("argv") or []), "label": b.get("label", ""),
                 "state": "queued" if self.state == "pending" else self.state, "gpu": b.get("gpu"),
                 "mode": b.get("mode") or "process", "submitted_at": self.submitted_at,
-                "started_at": self.started_at, "node": self.node, "attempts": self.attempts}
+                "started_at": self.started_at, "node": self.node, "attempts": self.attempts,
+                "node_command_id": self.local or None}  # the node's views show its own ids
 
 
 class CommandTable:

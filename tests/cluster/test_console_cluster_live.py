@@ -98,6 +98,11 @@ async def test_nodes_drill_in_and_act_on_a_node(cluster: Any) -> None:
         await wait_for(pilot, lambda: any(c.label == "held" for c in app.model.state.commands.values()),
                        what="the command in n2's state")
         assert app.model.state.node == "n2" and app.status == FeedStatus.LIVE
+        # The node's views show n2's own id; the gateway's status maps it to the cluster's, so
+        # Kill is offered and the output pane follows it by the id the gateway knows.
+        local = next(c for c in app.model.state.commands.values() if c.label == "held")
+        await wait_for(pilot, lambda: app.cluster_id(local.id) == held.id, what="the gateway's id of n2's command")
+        assert app.allows("kill", local)
 
         # Actions on n2's GPU 0: the same dialogs, naming the node; the keys follow the GPU's state.
         assert {"lease", "toggle_admission"} <= shown_actions(app) and "release" not in shown_actions(app)
