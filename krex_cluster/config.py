@@ -17,12 +17,11 @@ docs/deployment.md, "A cluster", describes every key.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from krex_runtime.wire.typed import ShapeError, from_dict
+from krex_runtime.wire.toml_file import load_toml
 
 # The Ray node label that names a KREX node (`ray start --labels krex-node=NAME`).
 NODE_LABEL = "krex-node"
@@ -79,18 +78,7 @@ class ClusterConfig:
 def load(path: str | Path | None) -> ClusterConfig:
     if path is None:
         return validate(ClusterConfig())
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ClusterConfigError(f"{path}: cluster config not found") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ClusterConfigError(f"{path}: not valid TOML: {exc}") from None
-    except OSError as exc:
-        raise ClusterConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        config = from_dict(ClusterConfig, data)
-    except ShapeError as exc:
-        raise ClusterConfigError(f"{path}: {exc}") from None
+    config = load_toml(path, ClusterConfig, ClusterConfigError, "cluster config")
     return validate(replace(config, source=str(path)))
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -16,7 +15,7 @@ from typing import Any, Literal
 from krex_runtime.wire.bodies import Mode
 from krex_runtime.tenant.auto_region import parse_entry
 from krex_runtime.wire.endpoints import default_run_dir
-from krex_runtime.wire.typed import ShapeError, from_dict
+from krex_runtime.wire.toml_file import load_toml
 
 Policy = Literal["command", "ungated", "krex"]
 POLICIES: tuple[str, ...] = ("command", "ungated", "krex")
@@ -219,26 +218,7 @@ def load_config(path: str | os.PathLike[str] | None) -> Config:
     """Load and validate a config file; None gives the built-in defaults."""
     if path is None:
         return validate(Config())
-    path = Path(path)
-    try:
-        with path.open("rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
-    try:
-        config = from_dict(Config, data)
-    except ShapeError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: a value is nested too deeply") from None
+    config = load_toml(path, Config, ConfigError, "config file")
     return validate(replace(config, source=str(path)))
 
 
