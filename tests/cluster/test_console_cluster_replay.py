@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "console"))
 
-from console_helpers import rendered, run_async, settled_screen, shown_actions, wait_for  # noqa: E402
+from console_helpers import check_snapshot, rendered, run_async, settled_screen, shown_actions, wait_for  # noqa: E402
 from test_trace_cluster import shifted_copy  # noqa: E402
 
 from krex_console.cluster_app import ClusterConsole  # noqa: E402
@@ -34,17 +34,6 @@ LONG_HOST = "rack17-h200-sxm-gpu-node-with-a-long-hostname.cluster.example.inter
 # Seconds into the cluster trace (node-03's start, 5 s before the others'):
 # on node-01's GPU 1 the operator's lease is held.
 AT = 5.9
-
-
-def check_snapshot(name: str, text: str) -> None:
-    import os
-
-    path = SNAPSHOTS / f"{name}.txt"
-    if os.environ.get("KREX_UPDATE_SNAPSHOTS"):
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(text)
-    assert path.exists(), f"no snapshot {path.name}: run with KREX_UPDATE_SNAPSHOTS=1 and review it"
-    assert text == path.read_text(), f"{name} differs from {path} (KREX_UPDATE_SNAPSHOTS=1 to accept)"
 
 
 def cluster_dir(root: Path) -> Path:
@@ -84,7 +73,7 @@ async def test_nodes_view_fits_both_sizes(tmp_path: Path, size: tuple[int, int])
         assert "gpu-node-…ame-0042" in text
         footer = text.splitlines()[-1]
         assert "? Help" in footer and "q Quit" in footer, footer
-        check_snapshot(f"nodes-{tag}", text)
+        check_snapshot(SNAPSHOTS, f"nodes-{tag}", text)
 
 
 @run_async

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from rich.console import Console
@@ -131,3 +133,13 @@ def run_async(test: Callable[..., Any]) -> Callable[..., Any]:
 def shown_actions(app: App[Any]) -> set[str]:
     """The actions the footer offers on the current screen (check_action applied)."""
     return {active.binding.action for active in app.screen.active_bindings.values()}
+
+
+def check_snapshot(folder: Path, name: str, text: str) -> None:
+    """`text` equals the committed FOLDER/NAME.txt (KREX_UPDATE_SNAPSHOTS=1 writes it instead)."""
+    path = folder / f"{name}.txt"
+    if os.environ.get("KREX_UPDATE_SNAPSHOTS"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"no snapshot {path.name}: run with KREX_UPDATE_SNAPSHOTS=1 and review it"
+    assert text == path.read_text(), f"{name} differs from {path} (KREX_UPDATE_SNAPSHOTS=1 to accept)"

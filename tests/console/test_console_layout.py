@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_helpers import TerminalCopy, rendered, run_async, screen_text, settled_screen, wait_for
-from test_console_replay import check_snapshot
+from console_helpers import TerminalCopy, check_snapshot, rendered, run_async, screen_text, settled_screen, wait_for
+from test_console_replay import SNAPSHOTS
 
 from krex_console import format as fmt
 from krex_console.app import KrexConsole
@@ -83,7 +83,7 @@ async def test_long_values_fit_both_sizes(size: tuple[int, int]) -> None:
         text = await settled_screen(pilot)
         footer = text.splitlines()[-1]
         assert "? Help" in footer and "q Quit" in footer, footer
-        check_snapshot(f"long-overview-{tag}", text)
+        check_snapshot(SNAPSHOTS, f"long-overview-{tag}", text)
 
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, GpuDetailScreen), what="the GPU detail")
@@ -92,7 +92,7 @@ async def test_long_values_fit_both_sizes(size: tuple[int, int]) -> None:
             assert_uncut(table)
         text = await settled_screen(pilot)
         assert "SM clock" in text and "queue depth" in text
-        check_snapshot(f"long-gpu-detail-{tag}", text)
+        check_snapshot(SNAPSHOTS, f"long-gpu-detail-{tag}", text)
 
         await pilot.press("escape", "2")
         await rendered(pilot)
@@ -100,7 +100,7 @@ async def test_long_values_fit_both_sizes(size: tuple[int, int]) -> None:
         assert_uncut(commands)
         text = await settled_screen(pilot)
         assert "/opt/conda" not in text and "agent.candidates.run --problem" in text
-        check_snapshot(f"long-commands-{tag}", text)
+        check_snapshot(SNAPSHOTS, f"long-commands-{tag}", text)
 
         await pilot.press("3")
         await rendered(pilot)
@@ -108,7 +108,7 @@ async def test_long_values_fit_both_sizes(size: tuple[int, int]) -> None:
         assert_uncut(events)
         text = await settled_screen(pilot)
         assert " 12400 " in text and "+12.4" in text  # 5-digit seq whole, time with its unit
-        check_snapshot(f"long-events-{tag}", text)
+        check_snapshot(SNAPSHOTS, f"long-events-{tag}", text)
 
 
 @run_async

@@ -9,11 +9,10 @@ pytest < 9, and this suite runs on pytest 9.)
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-from console_helpers import rendered, run_async, settled_screen, shown_actions, wait_for
+from console_helpers import check_snapshot, rendered, run_async, settled_screen, shown_actions, wait_for
 
 from krex_console.app import KrexConsole
 from krex_console.main import build_parser, endpoints_for, make_app
@@ -41,15 +40,6 @@ def comparable(state: node_state.NodeState) -> dict:
     return node_state.to_snapshot(state)
 
 
-def check_snapshot(name: str, text: str) -> None:
-    path = SNAPSHOTS / f"{name}.txt"
-    if os.environ.get("KREX_UPDATE_SNAPSHOTS"):
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(text)
-    assert path.exists(), f"no snapshot {path.name}: run with KREX_UPDATE_SNAPSHOTS=1 and review it"
-    assert text == path.read_text(), f"{name} differs from {path} (KREX_UPDATE_SNAPSHOTS=1 to accept)"
-
-
 @pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
 @run_async
 async def test_snapshots_of_the_main_views(size: tuple[int, int]) -> None:
@@ -60,17 +50,17 @@ async def test_snapshots_of_the_main_views(size: tuple[int, int]) -> None:
         await rendered(pilot)
         await pilot.press("down")  # GPU 1: the leased one
         await rendered(pilot)
-        check_snapshot(f"overview-{tag}", await settled_screen(pilot))
+        check_snapshot(SNAPSHOTS, f"overview-{tag}", await settled_screen(pilot))
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, GpuDetailScreen), what="the GPU detail")
         await rendered(pilot)
-        check_snapshot(f"gpu-detail-{tag}", await settled_screen(pilot))
+        check_snapshot(SNAPSHOTS, f"gpu-detail-{tag}", await settled_screen(pilot))
         await pilot.press("escape", "2")
         await rendered(pilot)
-        check_snapshot(f"commands-{tag}", await settled_screen(pilot))
+        check_snapshot(SNAPSHOTS, f"commands-{tag}", await settled_screen(pilot))
         await pilot.press("3")
         await rendered(pilot)
-        check_snapshot(f"events-{tag}", await settled_screen(pilot))
+        check_snapshot(SNAPSHOTS, f"events-{tag}", await settled_screen(pilot))
 
 
 @run_async
