@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 
 from krex_runtime.api import Client
+from krex_runtime.testing.hygiene import open_fds
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 
 # n1 and n2 alike, n3 apart; `host` pins a command to one node.
@@ -130,7 +131,7 @@ class KrexCluster:
     def note_fds(self, name: str) -> None:
         """The descriptors of the node's runtime now (idle), to compare later."""
         pid = self.runtime_pid(name)
-        self.fds[name] = (pid, {fd: target for fd, target in _open_fds(pid).items()})
+        self.fds[name] = (pid, open_fds(pid))
 
     def krex(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         from krex_runtime.testing.local_runtime import command
@@ -177,16 +178,6 @@ class KrexCluster:
                 survivors.append(f"runtime process {proc.pid} outlived its agent: {' '.join(proc.cmdline())[:200]}")
                 proc.kill()
         return survivors
-
-
-def _open_fds(pid: int) -> dict[int, str]:
-    found = {}
-    for entry in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            found[int(entry.name)] = os.readlink(entry)
-        except OSError:
-            continue
-    return found
 
 
 def runtime_processes(root: Path) -> list[psutil.Process]:
