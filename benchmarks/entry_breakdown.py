@@ -18,18 +18,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from krex_bench.analysis import percentile
 from krex_runtime.wire.trace import read_trace
-
-
-def quantile(values: list[float], q: float) -> float:
-    """Linear interpolation, as numpy's default."""
-    if not values:
-        return float("nan")
-    v = sorted(values)
-    k = (len(v) - 1) * q
-    lo = int(k)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
 def breakdown(path: Path) -> dict:
@@ -61,7 +51,7 @@ def main(argv: list[str]) -> int:
     for arg in argv:
         label, path = arg.split("=", 1)
         b = breakdown(Path(path))
-        cells = " ".join(f"{quantile(b[c], 0.5):>9.1f}/{quantile(b[c], 0.99):<10.1f}" for c in cols)
+        cells = " ".join(f"{percentile(b[c], 0.5):>9.1f}/{percentile(b[c], 0.99):<10.1f}" for c in cols)
         print(f"{label:<34} {b['regions']:>3} {cells}  {b['waited_for']}  {b['verdicts']}")
     return 0
 
