@@ -72,7 +72,7 @@ def sync_rows(table: DataTable[Any], rows: Sequence[Cells]) -> None:
     if [row.key.value for row in table.ordered_rows] != wanted:
         _order_by_keys(table, rows)
     if keep is not None:
-        select_key(table, keep, scroll=follow)
+        select_key(table, keep)  # Textual's cursor watcher brings a moved cursor into view
     if top is not None:
         _keep_at_top(table, top, top_at)
 
@@ -114,14 +114,13 @@ def _order_by_keys(table: DataTable[Any], rows: Sequence[Cells]) -> None:
             table.add_row(*cells, key=key)
 
 
-def select_key(table: DataTable[Any], key: str, scroll: bool = False) -> bool:
-    """Put the cursor on `key`'s row; `scroll`: bring that row into view."""
+def select_key(table: DataTable[Any], key: str) -> bool:
     try:
         index = table.get_row_index(key)
     except RowDoesNotExist:
         return False
     if index != table.cursor_row:
-        table.move_cursor(row=index, animate=False, scroll=scroll)
+        table.move_cursor(row=index, animate=False, scroll=False)
     return True
 
 
