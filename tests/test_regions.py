@@ -380,8 +380,10 @@ def test_lease_needs_policy_krex(make_runtime) -> None:
     assert done.returncode == 125 and "policy 'krex'" in done.stderr
 
 
-def test_tenants_never_run_on_reserved_cores_and_the_holder_only_while_it_holds(make_runtime) -> None:
-    rt = krex_runtime(make_runtime)
+@pytest.mark.parametrize("protection", ["gpu+cpu", "gpu-only"])
+def test_tenants_never_run_on_reserved_cores_and_the_holder_only_while_it_holds(make_runtime, protection) -> None:
+    # gpu-only skips the freeze, not the pin: the others' compiles go on, off the measuring thread's cores.
+    rt = krex_runtime(make_runtime, protection=protection)
     with rt.client() as c:
         described = c.call("status")["regions"]
     reserved, tenant = described["reserved_cores"]["0"], described["tenant_cores"]["0"]

@@ -110,10 +110,13 @@ def recover(run_dir: Path, cgroup_slice: CgroupSlice | None) -> list[str]:
 
 def cpu_plan(config: Config, gpus: list[Gpu]) -> CpuPlan:
     """Each GPU's CPU slice: the cores its tenants run on, and the cores
-    reserved for its region holder's measuring thread (gpu+cpu protection)."""
+    reserved for its region holder's measuring thread. Reserved under either
+    protection: pinning the holder costs nothing at entry, and under gpu-only
+    it is what keeps the other tenants' compiles, which go on running, off the
+    measuring thread's cores. `reserved_cores_per_gpu = 0` turns it off."""
     rc = config.regions
     overrides = {int(k): tuple(v) for k, v in rc.cpu_slices.items()}
-    return plan(gpus, rc.reserved_cores_per_gpu if rc.protection == "gpu+cpu" else 0, overrides)
+    return plan(gpus, rc.reserved_cores_per_gpu, overrides)
 
 
 def build(

@@ -287,7 +287,7 @@ class GpuRegions:
                     raise RegionRefused("EAGAIN", f"could not freeze the other tenants: {exc}") from None
             stats["freeze_s"] = lap()
             pinned = False
-            if req.tid and self.settings.protection == "gpu+cpu":
+            if req.tid:  # under either protection (machinery.cpu_plan says why)
                 pinned = cpu_slices.pin_thread(req.pid, req.tid, self.cpus.reserved_cores(self.gpu))
             stats["pin_s"] = lap()
         except BaseException:
