@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="2: native and its repeat (default); 0: neither, merged from --merge results that have both",
     )  # fmt: skip
     run.add_argument("--no-ungated", action="store_true", help="skip the ungated setups")
-    run.add_argument("--merge", type=Path, help="add these results' runs (e.g. an earlier native run) to this one")
+    run.add_argument("--merge", type=Path, help="add these results' runs (e.g. an earlier native run) to this one; a setup run again here replaces its earlier run")
     run.add_argument(
         "--budget-s", type=float, default=0.0, help="start no setup after this many seconds (native and its repeat always run)"
     )
@@ -78,12 +78,21 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--work-dir", type=Path, default=Path("/tmp/krex-bench"), help="runtimes' folders")
     run.add_argument("--keep", action="store_true", help="keep each setup's run folder (traces, output)")
     rep = sub.add_parser("report", parents=[js], help="write the report (markdown, JSON, PNG) for results.json files")
-    rep.add_argument("results", type=Path, nargs="+", help="results.json; several are merged (one native run needed)")
+    rep.add_argument("results", type=Path, nargs="+", help="results.json; several are merged, a later file's run of a setup replacing an earlier one's (one native run needed)")
     rep.add_argument("--out", type=Path, default=None, help="folder (default: beside the first results file)")
     rep.add_argument("--clock-tolerance", type=float, default=analysis.CLOCK_MATCH, help=CLOCK_HELP)
     listing = sub.add_parser("list", parents=[js], help="list the problems, their candidates and the krex variants")
     listing.add_argument("--markdown", action="store_true", help="the candidates' native times and buckets, as a table")
     return p
+
+
+def combine(earlier: list[dict], later: list[dict]) -> list[dict]:
+    """Runs of both, where a later run of a setup replaces an earlier run of
+    the same setup (its label): a report has one row per setup, and the setup
+    measured again is the one asked for (e.g. `--merge` of an earlier run
+    that has the same krex setups as this one)."""
+    again = {r["setup"]["label"] for r in later}
+    return [r for r in earlier if r["setup"]["label"] not in again] + later
 
 
 def merged(paths: list[Path]) -> dict:
@@ -92,7 +101,7 @@ def merged(paths: list[Path]) -> dict:
         more = json.loads(path.read_text())
         if more["workload"] != data["workload"] and set(more["workload"]) != set(data["workload"]):
             raise SystemExit(f"krex bench: {path} ran another workload than {paths[0]}; results cannot be merged")
-        data["runs"] += more["runs"]
+        data["runs"] = combine(data["runs"], more["runs"])
     return data
 
 
@@ -181,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     with SetupProgress(console) as meter:  # a bar per setup while its commands run; the lines as before
         data = runner.run(plan, opts, results, progress=meter.line, argv=["krex", "bench", *argv], meter=meter)
     if args.merge:
-        data["runs"] = json.loads(args.merge.read_text())["runs"] + data["runs"]
+        data["runs"] = combine(json.loads(args.merge.read_text())["runs"], data["runs"])
         results.write_text(json.dumps(data, indent=1))
     try:
         written = report.write(data, args.out, clock_tolerance=tolerance)

@@ -19,6 +19,15 @@ def _num(x: float | None, fmt: str = ".1f") -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
 
+def _by_witness(reasons: list[str]) -> str:
+    """`clock 3, gate 1`: a reason line starts with its witness's name."""
+    counts: dict[str, int] = {}
+    for reason in reasons:
+        witness = reason.split(":", 1)[0]
+        counts[witness] = counts.get(witness, 0) + 1
+    return ", ".join(f"{w} {n}" for w, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -87,6 +96,10 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
             for r in rows
         ],
     )
+    violated = [(run["setup"]["label"], run["violations"]) for run in data["runs"] if run.get("violations")]
+    if violated:
+        out += ["", "Violated regions, by the witness that says so (the first reasons are in results.json):"]
+        out += [f"- {label}: {_by_witness(reasons)}" for label, reasons in violated]
     if not summary.get("native_repeat", True):
         out += ["", "**No native repeat in these results: the noise floor every figure is read against is unknown.**"]
     tolerance = summary.get("clock_tolerance", CLOCK_MATCH)

@@ -147,19 +147,28 @@ def read_result(result: dict[str, Any]) -> dict[str, Any] | None:
         return None
 
 
-def region_verdicts(trace_path: Path) -> dict[str, int]:
-    """Regions of the setup per exclusivity-certificate verdict (the trace's region_released)."""
+MAX_VIOLATIONS = 20  # reasons kept per setup: enough to see the pattern
+
+
+def region_verdicts(trace_path: Path) -> tuple[dict[str, int], list[str]]:
+    """Regions of the setup per exclusivity-certificate verdict (the trace's
+    region_released), and for each violated region its first reason: the
+    certificate lists the violated witnesses first (`clock: ...`)."""
     from krex_runtime.wire.trace import TraceError, read_trace
 
     counts: dict[str, int] = {}
+    violations: list[str] = []
     try:
         events = read_trace(trace_path).events
     except (OSError, TraceError):
-        return counts
+        return counts, violations
     for e in events:
         if e["type"] == "region_released" and e.get("kind") == "region":
-            counts[e.get("verdict", "unknown")] = counts.get(e.get("verdict", "unknown"), 0) + 1
-    return counts
+            verdict = e.get("verdict", "unknown")
+            counts[verdict] = counts.get(verdict, 0) + 1
+            if verdict == "violated" and len(violations) < MAX_VIOLATIONS:
+                violations.append((e.get("verdict_reasons") or ["?: no reason recorded"])[0])
+    return counts, violations
 
 
 def tail(path: str | None, limit: int = 1500) -> str:
@@ -220,7 +229,7 @@ def run_setup(
     finally:
         meter.end()
         rt.stop()
-        record["verdicts"] = region_verdicts(rt.trace_path)
+        record["verdicts"], record["violations"] = region_verdicts(rt.trace_path)
         if opts.sim:
             from krex_runtime.sim.device_file import remove_device
 

@@ -91,6 +91,9 @@ TENANTS = REPO / "tests" / "tenants"
 
 def regions_config(backend: str = "preload", **settings: object) -> str:
     lines = [f'gate_backend = "{backend}"', "stale_after_s = 1.0", "heartbeat_interval_s = 0.2"]
+    # These tests exercise every step of a region's entry, so the freeze too
+    # unless they ask otherwise; the product's default is gpu-only.
+    settings.setdefault("protection", "gpu+cpu")
     lines += [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
     return "[regions]\n" + "\n".join(lines) + "\n"
 

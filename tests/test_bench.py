@@ -145,6 +145,16 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     assert again.returncode == 0, again.stderr
     assert str(tmp_path / "again" / "report.md") in json.loads(again.stdout)["written"]
     assert (tmp_path / "again" / "report.md").read_text() == report
+    # A setup measured again replaces its earlier run in a merge: one row per setup, the later one.
+    violations = ["clock: 1500 MHz, 24% under the baseline", "clock: 1510 MHz, 24% under", "gate: tenant t3 made 1 call"]
+    rerun = {**data, "runs": [{**data["runs"][3], "wall_s": 123.0, "violations": violations}]}
+    (tmp_path / "rerun.json").write_text(json.dumps(rerun))
+    both = krex_bench("report", str(out / "results.json"), str(tmp_path / "rerun.json"), "--out", str(tmp_path / "both"))
+    assert both.returncode == 0, both.stderr
+    lines = (tmp_path / "both" / "report.md").read_text().splitlines()
+    rows = [line for line in lines if line.startswith("| krex preload/process/gpu+cpu c2 | 4 |")]
+    assert len(rows) == 1 and "| 123.0 |" in rows[0], rows
+    assert "- krex preload/process/gpu+cpu c2: clock 2, gate 1" in lines  # why its regions were not verified
 
 
 def test_a_report_without_a_native_run_says_why(tmp_path: Path) -> None:

@@ -146,7 +146,7 @@ class TenantSection:
 @dataclass(frozen=True)
 class RegionSection:
     gate_backend: Literal["preload", "driver-lock"] = "preload"
-    protection: Literal["gpu+cpu", "gpu-only"] = "gpu+cpu"
+    protection: Literal["gpu+cpu", "gpu-only"] = "gpu-only"
     hold_limit_s: float = 60.0
     on_hold_limit: Literal["revoke", "kill"] = "revoke"
     quiesce_timeout_s: float = 5.0
