@@ -26,6 +26,7 @@ import zmq
 from runtime_helpers import REPO
 
 from krex_console.feed import FeedStatus, LiveFeed
+from krex_runtime.api import AsyncClient, Client
 from krex_runtime.node import access
 from krex_runtime.wire import endpoints, protocol
 from krex_runtime.node.config import Config, RuntimeSection
@@ -278,7 +279,18 @@ def test_tcp_admits_only_authorized_curve_keys(make_runtime: Any, tmp_path: Path
     monkeypatch.setenv(CLIENT_KEY_ENV, str(intruder_secret))
     with ControlClient(control) as client:
         client.send("hello")
-        assert client.receive(2.0) is None, "an unknown key was answered"
+        with pytest.raises(RuntimeUnavailable, match="refused this client's CURVE key"):
+            client.receive(30.0)  # not answered, and told why at once
+    # The API clients too: they used to wait forever in a send with no connection left.
+    refused = "refused this client's CURVE key"
+    with pytest.raises(RuntimeUnavailable, match=refused), Client(control, timeout=30) as api:
+        api.status()
+    with pytest.raises(RuntimeUnavailable, match=refused), Client(control, timeout=30) as api:
+        api.submit(["true"]).wait(timeout=60)
+    assert asyncio.run(async_status(control)) == refused
+    wrong_server = {"curve_client_key": agent_secret, "curve_server_key": agent_public}
+    with pytest.raises(RuntimeUnavailable, match="handshake .* failed"), Client(control, timeout=30, **wrong_server) as api:
+        api.status()
     plain = zmq.Context.instance().socket(zmq.DEALER)
     try:
         plain.connect(control)
@@ -292,6 +304,16 @@ def test_tcp_admits_only_authorized_curve_keys(make_runtime: Any, tmp_path: Path
     done = rt.krex("--curve-client-key", str(agent_secret), "--endpoint", control, "status", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["paused"] is False
+
+
+async def async_status(control: str) -> str:
+    """What AsyncClient.status raises on this endpoint, from its message."""
+    async with AsyncClient(control, timeout=30) as api:
+        try:
+            await api.status()
+        except RuntimeUnavailable as exc:
+            return "refused this client's CURVE key" if "refused this client's CURVE key" in str(exc) else str(exc)
+    return "answered"
 
 
 async def console_feed_status(control: str, telemetry: str) -> str:

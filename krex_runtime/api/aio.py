@@ -22,7 +22,9 @@ from krex_runtime.api.results import Command, Event, NodeStatus, Result
 from krex_runtime.api.sync import TELEMETRY_ENV, _path, _verb_wait, telemetry_from_hello
 from krex_runtime.wire import endpoints, protocol
 from krex_runtime.wire.control_client import (
+    SEND_TIMEOUT_S,
     CurveKeys,
+    HandshakeWatch,
     RuntimeUnavailable,
     check_reachable,
     use_curve,
@@ -84,6 +86,7 @@ class AsyncClient:
         except RuntimeUnavailable:
             self._sock.close()
             raise
+        self._handshake = HandshakeWatch(self._sock, self.endpoint)
         self._sock.connect(self.endpoint)
         self._inbox = Inbox()
         self._alive = Liveness(time.monotonic())
@@ -99,6 +102,7 @@ class AsyncClient:
                 await self._reader
             except (asyncio.CancelledError, Exception):
                 pass
+        self._handshake.close()
         self._sock.close(linger=0)
 
     async def __aenter__(self) -> AsyncClient:
@@ -233,9 +237,19 @@ class AsyncClient:
     async def _send(self, msg: dict[str, Any]) -> None:
         if self._failure is not None:
             raise self._failure
-        await self._sock.send(protocol.encode(msg))
+        await self._send_frame(protocol.encode(msg))
         if self._reader is None:
             self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    async def _send_frame(self, frame: bytes) -> None:
+        """Send, bounded: a socket whose runtime refused its CURVE key has no
+        connection left to send on (control_client.SEND_TIMEOUT_S)."""
+        self._handshake.check()
+        try:
+            await asyncio.wait_for(self._sock.send(frame), SEND_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            self._handshake.check()
+            raise RuntimeUnavailable(f"cannot send to the krex runtime at {self.endpoint}: no connection") from None
 
     async def _until(self, done: Any, timeout: float | None, reply_to: str | None = None) -> None:
         """Wait for `done()` as the reader routes messages; after `timeout`,
@@ -256,7 +270,9 @@ class AsyncClient:
     async def _read(self) -> None:
         try:
             while True:
-                if await self._sock.poll(int(core.PING_AFTER_S * 1000)):
+                ready = await self._sock.poll(int(core.PING_AFTER_S * 1000))
+                self._handshake.check()  # a refused CURVE key: every waiter hears why
+                if ready:
                     msg = protocol.decode_reply(await self._sock.recv())
                     if not self._alive.heard(msg, time.monotonic()):
                         self._inbox.feed(msg)
@@ -268,7 +284,7 @@ class AsyncClient:
                     raise RuntimeUnavailable(f"the krex runtime at {self.endpoint} stopped answering")
                 if self._waiting and self._alive.quiet(now):
                     msg = protocol.request("hello", {"client": "krex-api"})
-                    await self._sock.send(protocol.encode(msg))
+                    await self._send_frame(protocol.encode(msg))
                     self._alive.ping_id, self._alive.ping_sent = msg["id"], now
                 elif not self._waiting:
                     self._alive.last_heard = now

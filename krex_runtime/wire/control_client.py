@@ -21,6 +21,9 @@ from krex_runtime.wire.endpoints import client_control
 
 PING_AFTER_S = 1.0
 DEAD_AFTER_S = 5.0
+# A DEALER whose only peer refused it (a CURVE key the runtime does not
+# admit) has no pipe left to queue into, and a plain send then waits forever.
+SEND_TIMEOUT_S = 5.0
 # tcp endpoints are served with CURVE only (docs/deployment.md): a client names
 # its own key pair and the runtime's public key.
 CLIENT_KEY_ENV = "KREX_CURVE_CLIENT_KEY"  # this client's NAME.key_secret
@@ -54,15 +57,18 @@ class ControlClient:
         self._ctx = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.SNDTIMEO, int(SEND_TIMEOUT_S * 1000))
         try:
             check_reachable(self.endpoint)
             use_curve(self._sock, self.endpoint, keys)
         except RuntimeUnavailable:
             self._sock.close()
             raise
+        self.handshake = HandshakeWatch(self._sock, self.endpoint)
         self._sock.connect(self.endpoint)
 
     def close(self) -> None:
+        self.handshake.close()
         self._sock.close(linger=0)
 
     def __enter__(self) -> ControlClient:
@@ -73,17 +79,36 @@ class ControlClient:
 
     def send(self, type_: str, body: Any = None) -> str:
         msg = protocol.request(type_, body)
-        self._sock.send(protocol.encode(msg))
+        self.send_raw(protocol.encode(msg))
         return msg["id"]
 
     def send_raw(self, frame: bytes) -> None:
-        """For tests of malformed input: put bytes on the wire as they are."""
-        self._sock.send(frame)
+        """Put bytes on the wire as they are (tests of malformed input use it directly)."""
+        self.handshake.check()
+        try:
+            self._sock.send(frame)
+        except zmq.Again:
+            self.handshake.check()
+            raise RuntimeUnavailable(f"cannot send to the krex runtime at {self.endpoint}: no connection") from None
 
     def receive(self, timeout_s: float) -> dict[str, Any] | None:
-        if not self._sock.poll(int(timeout_s * 1000)):
-            return None
-        return protocol.decode_reply(self._sock.recv())
+        """The next message, or None after `timeout_s`; RuntimeUnavailable as
+        soon as the runtime refuses this client's CURVE handshake."""
+        if self.handshake.monitor is None:
+            if not self._sock.poll(int(timeout_s * 1000)):
+                return None
+            return protocol.decode_reply(self._sock.recv())
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        poller.register(self.handshake.monitor, zmq.POLLIN)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            ready = dict(poller.poll(max(0, int((deadline - time.monotonic()) * 1000))))
+            self.handshake.check()
+            if self._sock in ready:
+                return protocol.decode_reply(self._sock.recv())
+            if time.monotonic() >= deadline:
+                return None
 
     def call(self, type_: str, body: Any = None, timeout_s: float | None = None) -> Any:
         """Send one request and return its reply body; raise on an error reply."""
@@ -124,6 +149,62 @@ class ControlClient:
                 yield {"type": msg["type"], "body": msg["body"]}
                 if msg["type"] == protocol.PUSH_RESULT:
                     return
+
+
+class HandshakeWatch:
+    """Watches a tcp socket's CURVE handshakes (a zmq socket monitor), so a
+    client the runtime refuses hears why at once instead of waiting for a
+    reply that never comes. Nothing to watch on ipc (no handshake)."""
+
+    EVENTS = (
+        zmq.EVENT_HANDSHAKE_SUCCEEDED
+        | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+        | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+        | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    )
+
+    def __init__(self, sock: zmq.Socket, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self._sock = sock
+        self.monitor: zmq.Socket | None = None
+        self.failure: RuntimeUnavailable | None = None
+        if endpoint.startswith("tcp://"):
+            # A plain socket on the monitored socket's own libzmq context (inproc
+            # needs one), also when that socket is an asyncio one: check() never waits.
+            address = f"inproc://krex-handshake-{id(self)}"
+            sock.monitor(address, self.EVENTS)
+            self.monitor = zmq.Context.shadow(sock.context.underlying).socket(zmq.PAIR)
+            self.monitor.setsockopt(zmq.LINGER, 0)
+            self.monitor.connect(address)
+
+    def check(self) -> None:
+        """Read what the monitor has seen; raise if a handshake failed."""
+        while self.monitor is not None and self.failure is None and self.monitor.poll(0):
+            frames = self.monitor.recv_multipart()
+            event = int.from_bytes(frames[0][:2], "little")  # libzmq: u16 event, u32 value, then the address
+            self.failure = self._failure_of(event)
+        if self.failure is not None:
+            raise self.failure
+
+    def _failure_of(self, event: int) -> RuntimeUnavailable | None:
+        if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            return RuntimeUnavailable(
+                f"the krex runtime at {self.endpoint} refused this client's CURVE key: its public key is not "
+                f"among the runtime's runtime.curve_clients (docs/deployment.md)"
+            )
+        if event in (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL):
+            return RuntimeUnavailable(
+                f"the CURVE handshake with {self.endpoint} failed: is the server key you named (curve_server_key, "
+                f"--curve-server-key or {SERVER_KEY_ENV}) that runtime's public NAME.key, and does a krex runtime "
+                f"listen there?"
+            )
+        return None
+
+    def close(self) -> None:
+        if self.monitor is not None:
+            self._sock.disable_monitor()
+            self.monitor.close(linger=0)
+            self.monitor = None
 
 
 def check_reachable(endpoint: str) -> None:
