@@ -8,13 +8,11 @@ interpreter paths, a canary beside full slots.
 
 from __future__ import annotations
 
-import importlib.util
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
-from console_helpers import TerminalCopy, check_snapshot, rendered, run_async, screen_text, settled_screen, wait_for
+from console_helpers import TerminalCopy, check_snapshot, console_frame, rendered, run_async, screen_text, settled_screen, wait_for
 from test_console_replay import SNAPSHOTS
 
 from krex_console import format as fmt
@@ -28,11 +26,6 @@ from krex_console.views.overview import OverviewTable
 from krex_console.views.table_sync import FittedTable
 from krex_runtime.wire.trace import Trace
 
-REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("console_frame", REPO / "benchmarks" / "console_frame.py")
-assert _spec is not None and _spec.loader is not None
-console_frame = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(console_frame)
 
 SIZES = [(80, 24), (120, 40)]
 # The overview's columns each size must show (by priority), whatever the values.
