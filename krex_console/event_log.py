@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 KEEP_EVENTS = 5000
 KEEP_REGIONS_PER_GPU = 200
@@ -34,14 +34,27 @@ class EventLog:
         self.events: deque[dict[str, Any]] = deque(maxlen=KEEP_EVENTS)
         self.regions: dict[int, OrderedDict[int, RegionRecord]] = {}
         self.generation = 0  # bumped when the log restarts, so views rebuild
+        # Events ever added: each event's number, what a view keys its row by.
+        # A seq is no identity here: a trace of a runtime that restarted numbers
+        # each run from 1 again, and a trace_gap record has no seq.
+        self.added = 0
 
     def clear(self) -> None:
         self.events.clear()
         self.regions.clear()
         self.generation += 1
 
+    def newest_first(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(number, event) pairs from the newest; no two events of the log,
+        before or after a clear, share a number."""
+        number = self.added
+        for event in reversed(self.events):
+            yield number, event
+            number -= 1
+
     def add(self, event: dict[str, Any]) -> None:
         self.events.append(event)
+        self.added += 1
         kind = event.get("type")
         if kind == "region_granted":
             per_gpu = self.regions.setdefault(event["gpu"], OrderedDict())

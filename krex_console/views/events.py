@@ -72,7 +72,7 @@ class EventsTable(FittedTable):
     def __init__(self) -> None:
         super().__init__(id="events-table")
         self.query_text = ""
-        self._shown_seq = 0
+        self._shown_number = 0  # the newest event (its EventLog number) the rows were made from
         self._generation = -1
         self._log: object = None  # the log shown: another one (a cluster's other node) starts afresh
         self._query_shown = ""
@@ -80,43 +80,43 @@ class EventsTable(FittedTable):
 
     def refresh_from(self, model: ConsoleModel) -> None:
         log = model.log
-        newest = log.events[-1].get("seq", 0) if log.events else 0
-        rebuild = (log.generation != self._generation or self.query_text != self._query_shown
-                   or newest < self._shown_seq or log is not self._log)  # (replay went back in time)
-        if not rebuild and newest == self._shown_seq:
+        # A replay that goes back in time clears its log (a new generation).
+        rebuild = log.generation != self._generation or self.query_text != self._query_shown or log is not self._log
+        if not rebuild and log.added == self._shown_number:
             return
-        fresh: list[dict[str, Any]] = []
-        for event in reversed(log.events):
-            if not rebuild and event.get("seq", 0) <= self._shown_seq:
+        fresh: list[tuple[int, dict[str, Any]]] = []
+        for number, event in log.newest_first():
+            if not rebuild and number <= self._shown_number:
                 break
             if not self.query_text or event_matches(event, self.query_text):
-                fresh.append(event)
+                fresh.append((number, event))
                 if len(fresh) >= MAX_ROWS:
                     break
-        self._shown_seq = newest
+        self._shown_number = log.added
         if rebuild:
             self._events.clear()
             self.reset_widths()
             self._generation, self._query_shown, self._log = log.generation, self.query_text, log
         follow = self.row_count == 0 or self.cursor_row >= self.row_count - 1
         start = model.state.started_at
-        self._events.extend(event_row(e, start) for e in reversed(fresh))
+        self._events.extend(event_row(e, start, number) for number, e in reversed(fresh))
         self.show(list(self._events))
         if follow and self.row_count and self.sort_column is None:
             self.move_cursor(row=self.row_count - 1, animate=False)
 
 
-def event_row(event: dict[str, Any], start: float | None) -> Row:
+def event_row(event: dict[str, Any], start: float | None, number: int) -> Row:
+    """The row of the log's event `number` (EventLog.newest_first)."""
     kind = event.get("type", "")
     gpu = event.get("gpu")
     t = event.get("t", 0.0)
-    seq = event.get("seq", 0)
+    seq = event.get("seq")  # none on a trace_gap record
     cells = {
-        "seq": str(seq),
+        "seq": "-" if seq is None else str(seq),
         "t": fmt.elapsed(t - start) if start else fmt.clock(t),
         "type": Text(kind, style=TYPE_STYLE.get(kind, "")),
         "gpu": "-" if gpu is None else str(gpu),
         "subject": subject(event),
         "detail": detail(event),
     }
-    return Row(str(seq), cells, {"seq": seq, "t": t, "gpu": gpu})
+    return Row(str(number), cells, {"seq": seq, "t": t, "gpu": gpu})

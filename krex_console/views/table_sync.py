@@ -43,9 +43,24 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+class DuplicateRowKey(ValueError):
+    """Two rows a view made share a key: the view's rows lost their identity."""
+
+
+def _check_unique(table: DataTable[Any], keys: list[str]) -> None:
+    """Before the table is touched, so it stays as it was; Textual's own
+    DuplicateKey, raised halfway through, names no key."""
+    seen: set[str] = set()
+    for key in keys:
+        if key in seen:
+            raise DuplicateRowKey(f"{type(table).__name__}: two rows have the key {key!r}")
+        seen.add(key)
+
+
 def sync_rows(table: DataTable[Any], rows: Sequence[Cells]) -> None:
     column_keys = list(table.columns.keys())
     wanted = [key for key, _ in rows]
+    _check_unique(table, wanted)
     keep = selected_key(table)
     # Rows added above the cursor push its row down: if the operator could see
     # it, the view follows it; if they had scrolled away from it (the mouse

@@ -16,6 +16,23 @@ from textual.app import App
 from krex_console.app import KrexConsole
 from krex_runtime.testing.local_runtime import Runtime
 
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _load_console_frame() -> Any:
+    """benchmarks/console_frame.py (benchmarks/ is no package): its synthetic
+    trace of a busy node, which layout and replay tests play."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("console_frame", REPO / "benchmarks" / "console_frame.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+console_frame = _load_console_frame()
+
 CANDIDATE = [sys.executable, "-m", "krex_runtime.demo.candidate", "--import-s", "0.1", "--compile-s", "0.05",
              "--kernel-us", "500", "--repeats", "10"]
 

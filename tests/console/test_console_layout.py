@@ -8,13 +8,11 @@ interpreter paths, a canary beside full slots.
 
 from __future__ import annotations
 
-import importlib.util
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
-from console_helpers import TerminalCopy, check_snapshot, rendered, run_async, screen_text, settled_screen, wait_for
+from console_helpers import TerminalCopy, check_snapshot, console_frame, rendered, run_async, screen_text, settled_screen, wait_for
 from test_console_replay import SNAPSHOTS
 
 from krex_console import format as fmt
@@ -28,11 +26,6 @@ from krex_console.views.overview import OverviewTable
 from krex_console.views.table_sync import FittedTable
 from krex_runtime.wire.trace import Trace
 
-REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("console_frame", REPO / "benchmarks" / "console_frame.py")
-assert _spec is not None and _spec.loader is not None
-console_frame = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(console_frame)
 
 SIZES = [(80, 24), (120, 40)]
 # The overview's columns each size must show (by priority), whatever the values.
@@ -301,6 +294,34 @@ async def test_rows_arriving_above_keep_the_cursor_seen_and_a_scrolled_view_stil
         await pilot.pause()
         assert table.ordered_rows[table.cursor_row].key.value == "c005"
         assert table.ordered_rows[int(table.scroll_y)].key.value == top, table.scroll_y
+
+
+@run_async
+async def test_rows_sharing_a_key_are_refused_by_name_and_the_table_kept() -> None:
+    """A view that hands the table two rows with one key gets an error that
+    names the view and the key, before any row changed (Textual's own error,
+    halfway through an update, names neither)."""
+    from textual.app import App, ComposeResult
+
+    from krex_console.views.columns import Column, Row
+    from krex_console.views.table_sync import DuplicateRowKey
+
+    class Table(FittedTable):
+        COLUMNS = [Column("id", "ID", 0), Column("argv", "Command", 2, flex=True, least=10)]
+
+    class Host(App[None]):
+        def compose(self) -> ComposeResult:
+            yield Table()
+
+    def rows(keys: list[str]) -> list[Row]:
+        return [Row(k, {"id": k, "argv": f"python3 bench.py {k}"}, {}) for k in keys]
+
+    async with Host().run_test(size=(80, 24)) as pilot:
+        table = pilot.app.query_one(Table)
+        table.show(rows(["a", "b"]))
+        with pytest.raises(DuplicateRowKey, match="Table: two rows have the key 'c'"):
+            table.show(rows(["c", "a", "c"]))
+        assert [r.key.value for r in table.ordered_rows] == ["a", "b"]
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from console_helpers import check_snapshot, rendered, run_async, settled_screen, shown_actions, wait_for
+from console_helpers import check_snapshot, console_frame, rendered, run_async, settled_screen, shown_actions, wait_for
 
 from krex_console.app import KrexConsole
 from krex_console.main import build_parser, endpoints_for, make_app
@@ -21,7 +21,7 @@ from krex_console.feed import ReplayFeed
 from krex_console.model import gpu_figures
 from krex_console.views.gpu_detail import GpuDetailScreen
 from krex_runtime.wire import state as node_state
-from krex_runtime.wire.trace import read_trace, replay
+from krex_runtime.wire.trace import TraceWriter, read_trace, replay
 
 TRACE = Path(__file__).parent / "data" / "small-trace.jsonl"
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -146,3 +146,62 @@ def test_command_line_finds_the_runtime_like_the_cli(tmp_path: Path, monkeypatch
     assert endpoints_for(build_parser().parse_args([]))[1] == "ipc:///elsewhere/telemetry.sock"
     app = make_app(build_parser().parse_args(["--connect", "ipc:///x/control.sock", "--read-only"]))
     assert app.read_only and app.control_endpoint == "ipc:///x/control-ro.sock" and not app.actions_allowed
+
+
+def two_runs_trace(path: Path) -> list[dict]:
+    """A trace as a restarted runtime leaves it (the first run's file moved
+    aside to trace.jsonl.1 by the second run's writer): each run numbers its
+    events from 1, and each has a gap record, which has no seq of its own.
+    Returns the events a replay reads, in order."""
+    header, first = console_frame.synthetic_events(300, 2)
+    _, second = console_frame.synthetic_events(200, 2)
+    shift = first[-1]["t"] + 1.0 - second[0]["t"]
+    # The second run's commands are its own (another nonce in their ids).
+    second = [e | {"t": e["t"] + shift} | ({"id": f"r2-{e['id']}"} if "id" in e else {}) for e in second]
+    written = []
+    for run, gap_at in ((first, 150), (second, 120)):
+        lost = run[gap_at : gap_at + 3]  # the writer could not write these: a gap record says so
+        gap = {"type": "trace_gap", "t": lost[-1]["t"], "lost": 3, "first_seq": lost[0]["seq"], "last_seq": lost[-1]["seq"]}
+        events = run[:gap_at] + [gap] + run[gap_at + 3 :]
+        writer = TraceWriter(path, {k: v for k, v in header.items() if k not in ("format", "version")})
+        for event in events:
+            writer.write(event)
+        writer.close()
+        written += events
+    return written
+
+
+@run_async
+async def test_events_of_a_restarted_runtime_show_once_each(tmp_path: Path) -> None:
+    """Replaying the history of a runtime that restarted: the two runs' events
+    share seq numbers, and gap records have none; the Events view shows each
+    event once, in the trace's order, from the first run's into the second's."""
+    from krex_console.views.events import MAX_ROWS, EventsTable
+
+    path = tmp_path / "trace.jsonl"
+    events = two_runs_trace(path)
+    assert (tmp_path / "trace.jsonl.1").exists()
+    trace = read_trace(path)
+    assert len(trace.events) == len(events) > MAX_ROWS
+    feed = ReplayFeed(trace)
+    feed.paused = True
+    feed.seek_event(len(events))  # both runs in the view
+    app = KrexConsole(replay=feed)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("3")
+        await rendered(pilot)
+        table = app.query_one(EventsTable)
+
+        def seqs() -> list[str]:
+            return [str(table.get_row(row.key)[0]) for row in table.ordered_rows]
+
+        def expected(upto: int) -> list[str]:
+            return [str(e.get("seq", "-")) for e in events[:upto]][-MAX_ROWS:]
+
+        assert seqs() == expected(len(events))
+        # Played on from the first run into the second (which starts at seq 1 again), the view keeps up.
+        for upto in (250, 320, len(events)):
+            feed.seek_event(upto)
+            await wait_for(pilot, lambda: app.model.now == feed.clock, what="the seek's state")
+            await rendered(pilot)
+            assert seqs() == expected(upto), upto
