@@ -89,3 +89,26 @@ def test_check_event_is_as_strict_as_the_reducer_needs() -> None:
                      "kind": "region", "frozen": ["x"]})
     assert SHAPES["region_released"] == {"gpu": (int,), "region": (int,), "reason": (str,), "verdict?": (str,),
                                          "verdict_reasons?": (list,), "share?": (str,), "exit_flags?": (list,)}  # optional: traces from before the certificate lack them
+
+
+def test_a_restart_in_a_trace_ends_what_the_earlier_run_left() -> None:
+    """Replaying a restarted runtime's trace: the earlier run's queued and
+    running commands ended with it, instead of showing as running forever."""
+    from krex_runtime.wire import state as node_state
+
+    s = node_state.NodeState()
+    seq = iter(range(1, 100))
+    started = {"type": "runtime_started", "node": "n", "policy": "krex", "pid": 1,
+               "gpus": [{"index": 0, "uuid": "u", "name": "g", "memory_total": 1, "simulated": True, "slots": 1}]}
+
+    def apply(**e: object) -> None:
+        node_state.apply(s, {"seq": next(seq), "t": 1.0, **e})
+
+    apply(**started)
+    apply(type="command_queued", id="a-1", argv=["x"], gpu=0)
+    apply(type="command_queued", id="a-2", argv=["x"], gpu=0)
+    apply(type="command_started", id="a-1", gpu=0, pid=2, tenant_id=1)
+    apply(**{**started, "pid": 3})
+    assert {c: (s.commands[c].state, s.commands[c].reason) for c in ("a-1", "a-2")} == {
+        "a-1": ("failed", "the runtime restarted"), "a-2": ("failed", "the runtime restarted")}
+    assert list(s.queue) == [] and s.gpus[0].running == [] and s.gpus[0].queued == 0

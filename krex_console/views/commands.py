@@ -10,6 +10,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Label, Log, Static
 from textual.worker import get_current_worker
@@ -218,7 +219,11 @@ class CommandDetailScreen(CommandActions, Screen[None]):
                 lines.append(f"stdout {self.result.get('stdout_path') or fmt.NA}"
                              f"  stderr {self.result.get('stderr_path') or fmt.NA}")
             text = "\n".join(lines)
-        self.query_one("#command-summary", Static).update(text)
+        try:
+            summary = self.query_one("#command-summary", Static)
+        except NoMatches:  # a tick that lands while the screen is being taken down
+            return
+        summary.update(text)
         self.offer_actions()  # the kill key goes once the command has ended
 
     @work(thread=True, exclusive=True, group="output")

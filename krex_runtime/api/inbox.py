@@ -11,7 +11,7 @@ them as one on the node does; no output file is read.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from krex_runtime.api.results import Command, Result
@@ -97,6 +97,7 @@ class Follow:
     record: dict[str, Any] | None = None
     stdout: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
+    incomplete: bool = False  # messages to this client were dropped while it followed
 
     @property
     def replied(self) -> bool:
@@ -108,7 +109,8 @@ class Follow:
 
     def result(self) -> Result:
         assert self.record is not None
-        return Result.from_record(self.record, "".join(self.stdout), "".join(self.stderr))
+        result = Result.from_record(self.record, "".join(self.stdout), "".join(self.stderr))
+        return replace(result, output_incomplete=True) if self.incomplete else result
 
 
 class Inbox:
@@ -118,6 +120,26 @@ class Inbox:
         self.follows: dict[str, Follow] = {}
         self.replies: dict[str, dict[str, Any]] = {}  # request id -> reply, for plain calls
         self.calls: set[str] = set()
+        # A runtime drops what it sends a client that does not read (its queue
+        # full) and says so in its next reply (`dropped`): a result may be among
+        # them, so each unfinished command is asked for its result again.
+        self.lost = 0
+        self.rewaits: dict[str, Follow] = {}  # request id of a plain `wait` -> its command
+
+    def note_dropped(self, msg: dict[str, Any]) -> None:
+        """Count what a reply says was lost; any reply, a ping's answer too."""
+        if msg.get("type") == "reply" and isinstance(msg.get("dropped"), int):
+            self.lost += msg["dropped"]
+
+    def to_ask_again(self) -> list[Follow]:
+        """The commands to ask `wait` for, once messages were lost (then none until more are)."""
+        if not self.lost:
+            return []
+        self.lost = 0
+        for f in self.follows.values():
+            f.incomplete = f.incomplete or not f.done
+        asked = {id(f) for f in self.rewaits.values()}
+        return [f for f in self.follows.values() if f.command_id is not None and not f.done and id(f) not in asked]
 
     def follow(self, request_id: str, on_output: OutputCallback | None = None) -> Follow:
         f = Follow(request_id, on_output)
@@ -143,6 +165,16 @@ class Inbox:
         re = msg.get("re")
         if not isinstance(re, str):
             return None
+        again = self.rewaits.pop(re, None) if msg.get("type") == "reply" else None
+        if again is not None:
+            # Its result (a `wait` reply's body is the result record), unless one came meanwhile.
+            if again.record is None and again.error is None:
+                if msg.get("ok"):
+                    again.record = msg.get("body") or {}
+                else:
+                    err = msg.get("error") or {}
+                    again.error = RequestFailed(err.get("code", "unknown"), err.get("reason", "request failed"))
+            return again.request_id
         if re in self.calls and msg.get("type") == "reply":
             self.replies[re] = msg
             return re

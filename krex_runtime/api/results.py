@@ -107,6 +107,10 @@ class Result:
     share: str = ""  # its fair-share key
     output_lost: Mapping[str, int] = field(default_factory=dict)  # stream -> bytes its output files did not get
     output_error: str = ""  # why (the first failed write), "" when nothing was lost
+    # The runtime dropped messages to this client while it followed the command
+    # (it did not read in time): stdout/stderr here may miss some output, the
+    # files the record names (stdout_path, stderr_path) have all of it.
+    output_incomplete: bool = False
     record: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)  # as the runtime sent it
 
     @property

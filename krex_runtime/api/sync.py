@@ -255,8 +255,11 @@ class Client:
             self._take(msg)
 
     def _take(self, msg: dict[str, Any]) -> None:
+        self._inbox.note_dropped(msg)
         if not self._alive.heard(msg, time.monotonic()):
             self._inbox.feed(msg)
+        for follow in self._inbox.to_ask_again():  # the runtime dropped messages to us (inbox.py)
+            self._inbox.rewaits[self._conn.send("wait", {"id": follow.command_id, "attach": False})] = follow
 
     def _pump_until(self, done: Callable[[], bool], timeout: float | None, what: str, reply: bool = False) -> None:
         """Read and route messages until `done()`; after `timeout`, TimeoutError

@@ -46,6 +46,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "runtime.trace_rotate_bytes": (0, 1 << 40),
     "runtime.max_requests_in_flight": (1, 100_000),
     "runtime.max_requests_per_peer": (1, 100_000),
+    "runtime.reply_queue": (16, 1_000_000),
     "gpus.simulated": (0, 1024),
     "gpus.visible[]": (0, 1023),
     "dispatcher.slots_per_gpu": (1, 1024),
@@ -103,6 +104,7 @@ class RuntimeSection:
     trace_rotate_bytes: int = 256 << 20
     max_requests_in_flight: int = 1024
     max_requests_per_peer: int = 64
+    reply_queue: int = 1000  # messages queued per control connection; past it, dropped and said so
     watchdog: bool = True  # a process outside the tenants that thaws and reopens if the runtime dies
     # What this node offers beyond its GPUs ("zone" = "a", "nvlink" = "yes"):
     # a cluster places commands by them, and submits that need others are refused.

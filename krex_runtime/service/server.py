@@ -13,7 +13,9 @@ anything else); at most `runtime.max_requests_per_peer` requests of one
 connection and `runtime.max_requests_in_flight` per socket are being answered,
 and one more is refused `busy` at once, for the cost of a short reply; a
 connection that leaves its replies unread until its queue is full is not
-served (its requests are dropped unread) until STALL_S later.
+served until STALL_S later (its requests get a `busy` reply where its queue
+has room again), and the next reply it gets says how many messages to it
+were lost (`dropped`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ log = logging.getLogger("krex.runtime")
 
 # How long a connection whose reply queue was full is not served.
 STALL_S = 1.0
+STALLED = "this client left its replies unread until its queue was full: messages to it were dropped (see `dropped`)"
 RECEIVE_QUEUE = 128
 # A refused request's id is read only from a message this small (parsing a
 # large one would cost what the refusal saves).
@@ -74,6 +77,9 @@ class ControlServer:
         self._in_flight: dict[int, int] = {}  # per socket: a flood of the read-only one leaves operators theirs
         self._by_peer: dict[tuple[int, tuple[bytes, ...]], int] = {}
         self._stalled: dict[tuple[int, tuple[bytes, ...]], float] = {}  # -> served again from (monotonic)
+        # Messages to a connection lost to its full queue since its last reply:
+        # that reply says how many (`dropped`), so the client can ask again.
+        self._dropped: dict[tuple[int, tuple[bytes, ...]], int] = {}
         self.refused_busy = 0
         self.dropped_stalled = 0
         self.control = self._router()
@@ -114,6 +120,8 @@ class ControlServer:
         # vanishing, so the server learns the peer does not read (see send).
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         sock.setsockopt(zmq.LINGER, 0)
+        # Replies and pushes queued per connection that does not read (see send).
+        sock.setsockopt(zmq.SNDHWM, self.config.runtime.reply_queue)
         # Requests queued unread per connection: past this the client's sends
         # wait (backpressure) instead of the runtime buffering them.
         sock.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
@@ -170,14 +178,16 @@ class ControlServer:
             if key in self._stalled:
                 if time.monotonic() < self._stalled[key]:
                     self.dropped_stalled += 1
+                    # Not served, but answered `busy` if its queue has room again:
+                    # that reply ends the stall and says what was lost (`dropped`).
+                    if self._refuse(Peer(sock, route, read_only), frames[-1].bytes, STALLED):
+                        del self._stalled[key]
                     continue
                 del self._stalled[key]
             busy = self._busy(key)
             if busy:
                 self.refused_busy += 1
-                frame = frames[-1].bytes
-                req_id = protocol.request_id_of(frame) if len(frame) <= BUSY_ID_BYTES else None
-                self.send(Peer(sock, route, read_only), protocol.reply_error(req_id, ErrorCode.BUSY, busy))
+                self._refuse(Peer(sock, route, read_only), frames[-1].bytes, busy)
                 continue
             credentials = None if remote else peers.ipc_credentials(frames[-1])
             peer = Peer(sock, route, read_only, credentials, remote)
@@ -186,6 +196,11 @@ class ControlServer:
             self._by_peer[key] = self._by_peer.get(key, 0) + 1
             task = asyncio.create_task(self._handle(peer, frames[-1].bytes, handlers, refuse))
             task.add_done_callback(lambda _, key=key: self._answered(key))
+
+    def _refuse(self, peer: Peer, frame: bytes, reason: str) -> bool:
+        """Answer `busy` for the cost of a short reply; whether it was sent at once."""
+        req_id = protocol.request_id_of(frame) if len(frame) <= BUSY_ID_BYTES else None
+        return self.send(peer, protocol.reply_error(req_id, ErrorCode.BUSY, reason)) is True
 
     def _busy(self, key: tuple[int, tuple[bytes, ...]]) -> str:
         """Why one more request of this connection is refused now ("" if it is not)."""
@@ -221,22 +236,35 @@ class ControlServer:
             log.exception("request failed")
             self.send(peer, protocol.reply_error(req_id, ErrorCode.INTERNAL, f"internal error: {exc!r}"))
 
-    def send(self, peer: Peer, msg: dict[str, Any]) -> None:
-        # zmq.asyncio reports a failed non-blocking send in the future it returns, not by raising.
+    def send(self, peer: Peer, msg: dict[str, Any]) -> bool | None:
+        """Send without waiting: True when sent, False when the peer's queue was
+        full (dropped, and counted for its next reply), None when not known yet."""
+        key = (id(peer.socket), peer.route)
+        lost = self._dropped.pop(key, 0) if msg.get("type") == "reply" else 0
+        if lost:
+            msg = {**msg, "dropped": lost}
+        # zmq.asyncio reports a failed non-blocking send in the future it returns,
+        # not by raising; behind other sends still pending, only later.
         sent = peer.socket.send_multipart([*peer.route, _encode_reply(msg)], flags=zmq.NOBLOCK)
-        if not sent.done():
-            sent.add_done_callback(lambda f: f.cancelled() or f.exception())
-            return
+        if sent.done():
+            return self._sent(key, sent, lost)
+        sent.add_done_callback(lambda f: self._sent(key, f, lost))
+        return None
+
+    def _sent(self, key: tuple[int, tuple[bytes, ...]], sent: asyncio.Future[Any], lost: int) -> bool:
         exc = None if sent.cancelled() else sent.exception()
         if isinstance(exc, zmq.Again):
             # Its queue is full: it does not read. Memory stays bounded by that
-            # queue, and its next requests are not even looked at for a while.
+            # queue, and its next requests are only answered `busy` for a while.
             if len(self._stalled) > 10_000:
                 now = time.monotonic()
                 self._stalled = {k: t for k, t in self._stalled.items() if t > now}
-            self._stalled[(id(peer.socket), peer.route)] = time.monotonic() + STALL_S
+                self._dropped = {k: n for k, n in self._dropped.items() if k in self._stalled}
+            self._stalled[key] = time.monotonic() + STALL_S
+            self._dropped[key] = self._dropped.get(key, 0) + lost + 1  # this one, and what it was to report
         elif exc is not None:  # a peer that went away must not disturb the service
             log.debug("dropping a message to a departed peer: %s", exc)
+        return exc is None
 
     def close(self) -> None:
         if self.refused_busy or self.dropped_stalled:

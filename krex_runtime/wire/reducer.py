@@ -39,6 +39,9 @@ def _runtime_started(s: NodeState, e: dict[str, Any]) -> None:
     if s.keep_finished < 0:
         raise EventError(f"runtime_started: keep_finished {s.keep_finished} is negative")
     s.stopping = False
+    # A trace's earlier run (the runtime restarted): what it left queued or running ended with it.
+    for cmd in [c for c in s.commands.values() if c.state in ("queued", "running")]:
+        _command_finished(s, {"id": cmd.id, "state": "failed", "t": e["t"], "reason": "the runtime restarted"})
     s.gpus = {
         g["index"]: GpuState(
             **{k: g[k] for k in _GPU_IDENTITY}, cpus=list(g.get("cpus", [])), pool=_empty_pool(g.get("pool_size", 0))

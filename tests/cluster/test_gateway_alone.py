@@ -62,7 +62,7 @@ def test_tcp_is_served_with_curve_only(tmp_path: Path) -> None:
             with pytest.raises(RequestFailed) as err:  # an operator: not forbidden, but no node can take it
                 c.call("pause", {"node": "n1"})
             refused = err.value.code
-        # One request, no ping: a DEALER whose handshake failed has no peer to send a second to.
+        # Refused at the handshake: the client says so at once (control_client.HandshakeWatch).
         stranger = ControlClient(endpoint, timeout_s=2, keys=CurveKeys(str(stranger_secret), str(keys / "gateway.key")))
         try:
             with pytest.raises(RuntimeUnavailable) as unknown:
@@ -74,7 +74,7 @@ def test_tcp_is_served_with_curve_only(tmp_path: Path) -> None:
     hello, refused, unknown = serving(Gateway(config), probe)
     assert hello["cluster"] and hello["telemetry"] == f"tcp://127.0.0.1:{telemetry_port}"
     assert refused == "not_found"
-    assert "no reply" in unknown
+    assert "refused this client's CURVE key" in unknown
 
 
 def test_ipc_is_the_owners_and_a_second_gateway_is_refused(tmp_path: Path) -> None:

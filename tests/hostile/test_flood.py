@@ -7,6 +7,8 @@ revoked, its frozen tenant thawed. The flood is bounded in count and time."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -151,3 +153,54 @@ def test_requests_past_the_bounds_are_refused_busy_at_once(make_runtime: Any) ->
         for sock in peers:
             sock.close(linger=0)
         ctx.term()
+
+
+
+# A client in its own process, stopped (SIGSTOP: its zmq I/O thread too, so
+# nothing is read at all) while its command writes 4 MB: far more than the
+# socket buffers and a reply queue of 16 hold, so output and result are dropped.
+FOLLOWER = """
+import asyncio, json, sys
+from krex_runtime.api import AsyncClient, Client
+endpoint, kind = sys.argv[1], sys.argv[2]
+argv = [sys.executable, "-c", "import sys, time; time.sleep(1); sys.stdout.write('x' * 4_000_000); sys.stdout.flush()"]
+def report(r):
+    print(json.dumps({"state": r.state, "incomplete": r.output_incomplete, "got": len(r.stdout), "path": r.record["stdout_path"]}))
+if kind == "sync":
+    with Client(endpoint, timeout=30) as krex:
+        handle = krex.submit(argv)
+        print(handle.id, flush=True)
+        report(handle.wait(timeout=120))
+else:
+    async def main():
+        async with AsyncClient(endpoint, timeout=30) as krex:
+            handle = await krex.submit(argv)
+            print(handle.id, flush=True)
+            report(await handle.wait(timeout=120))
+    asyncio.run(main())
+"""
+
+
+def test_a_client_that_did_not_read_hears_what_was_dropped_and_still_gets_its_result(make_runtime: Any) -> None:
+    from krex_runtime.wire.control_client import ControlClient
+
+    rt = make_runtime(sim=1, runtime_extra="reply_queue = 16")
+    endpoint = f"ipc://{rt.run_dir / 'control.sock'}"
+    for kind in ("sync", "async"):
+        child = subprocess.Popen([PY, "-c", FOLLOWER, endpoint, kind], stdout=subprocess.PIPE, text=True)
+        try:
+            command_id = child.stdout.readline().strip()
+            child.send_signal(signal.SIGSTOP)
+            with ControlClient(endpoint, timeout_s=120) as other:
+                other.call("wait", {"id": command_id, "attach": False})  # answers once it has ended
+            child.send_signal(signal.SIGCONT)
+            out, _ = child.communicate(timeout=120)
+        finally:
+            child.send_signal(signal.SIGCONT)
+            child.kill()
+            child.wait()
+        result = json.loads(out.strip().splitlines()[-1])
+        # It read again, was told of the drops, and asked for the result again.
+        assert result["state"] == "finished", (kind, result)
+        assert result["incomplete"] and result["got"] < 4_000_000, (kind, result)
+        assert Path(result["path"]).stat().st_size == 4_000_000  # the file has it all
