@@ -168,12 +168,15 @@ class Inbox:
         again = self.rewaits.pop(re, None) if msg.get("type") == "reply" else None
         if again is not None:
             # Its result (a `wait` reply's body is the result record), unless one came meanwhile.
-            if again.record is None and again.error is None:
-                if msg.get("ok"):
-                    again.record = msg.get("body") or {}
-                else:
-                    err = msg.get("error") or {}
-                    again.error = RequestFailed(err.get("code", "unknown"), err.get("reason", "request failed"))
+            err = msg.get("error") or {}
+            if again.record is not None or again.error is not None:
+                pass
+            elif msg.get("ok"):
+                again.record = msg.get("body") or {}
+            elif err.get("code") == "busy":
+                self.lost += 1  # not served yet (still stalled, or too many requests): asked again at the next reply
+            else:
+                again.error = RequestFailed(err.get("code", "unknown"), err.get("reason", "request failed"))
             return again.request_id
         if re in self.calls and msg.get("type") == "reply":
             self.replies[re] = msg
