@@ -256,15 +256,11 @@ async def test_filtered_commands_stay_one_row_each_while_they_churn() -> None:
         assert terminal.updates > 0 and table.query_text == ""
 
 
-@run_async
-async def test_rows_arriving_above_keep_the_cursor_seen_and_a_scrolled_view_still() -> None:
-    """New rows above the cursor: a cursor the operator could see stays on its
-    row and in view; a view scrolled away from the cursor (the wheel moves the
-    view, not the cursor) keeps showing the same rows instead of jumping back."""
+def _one_table_app() -> tuple[type, type]:
+    """A two-column table (ID, Command) alone in an app: the table sync's own tests."""
     from textual.app import App, ComposeResult
 
-    from krex_console.views.columns import Column, Row
-    from krex_console.views.table_sync import row_visible
+    from krex_console.views.columns import Column
 
     class Table(FittedTable):
         COLUMNS = [Column("id", "ID", 0), Column("argv", "Command", 2, flex=True, least=10)]
@@ -273,23 +269,37 @@ async def test_rows_arriving_above_keep_the_cursor_seen_and_a_scrolled_view_stil
         def compose(self) -> ComposeResult:
             yield Table()
 
-    def rows(keys: list[str]) -> list[Row]:
-        return [Row(k, {"id": k, "argv": f"python3 bench.py {k}"}, {}) for k in keys]
+    return Table, Host
 
+
+def _rows(keys: list[str]) -> list:
+    from krex_console.views.columns import Row
+
+    return [Row(k, {"id": k, "argv": f"python3 bench.py {k}"}, {}) for k in keys]
+
+
+@run_async
+async def test_rows_arriving_above_keep_the_cursor_seen_and_a_scrolled_view_still() -> None:
+    """New rows above the cursor: a cursor the operator could see stays on its
+    row and in view; a view scrolled away from the cursor (the wheel moves the
+    view, not the cursor) keeps showing the same rows instead of jumping back."""
+    from krex_console.views.table_sync import row_visible
+
+    Table, Host = _one_table_app()
     async with Host().run_test(size=(80, 24)) as pilot:
         table = pilot.app.query_one(Table)
         keys = [f"c{i:03d}" for i in range(100)]
-        table.show(rows(keys))
+        table.show(_rows(keys))
         await pilot.pause()
         table.move_cursor(row=5)
         keys = [f"n{i:03d}" for i in range(30)] + keys
-        table.show(rows(keys))
+        table.show(_rows(keys))
         await wait_for(pilot, lambda: row_visible(table, table.cursor_row), what="the cursor back in view")
         assert table.ordered_rows[table.cursor_row].key.value == "c005"
         table.scroll_to(y=80, animate=False)
         await pilot.pause()
         top = table.ordered_rows[80].key.value
-        table.show(rows([f"m{i:03d}" for i in range(10)] + keys))
+        table.show(_rows([f"m{i:03d}" for i in range(10)] + keys))
         await pilot.pause()
         await pilot.pause()
         assert table.ordered_rows[table.cursor_row].key.value == "c005"
@@ -301,26 +311,14 @@ async def test_rows_sharing_a_key_are_refused_by_name_and_the_table_kept() -> No
     """A view that hands the table two rows with one key gets an error that
     names the view and the key, before any row changed (Textual's own error,
     halfway through an update, names neither)."""
-    from textual.app import App, ComposeResult
-
-    from krex_console.views.columns import Column, Row
     from krex_console.views.table_sync import DuplicateRowKey
 
-    class Table(FittedTable):
-        COLUMNS = [Column("id", "ID", 0), Column("argv", "Command", 2, flex=True, least=10)]
-
-    class Host(App[None]):
-        def compose(self) -> ComposeResult:
-            yield Table()
-
-    def rows(keys: list[str]) -> list[Row]:
-        return [Row(k, {"id": k, "argv": f"python3 bench.py {k}"}, {}) for k in keys]
-
+    Table, Host = _one_table_app()
     async with Host().run_test(size=(80, 24)) as pilot:
         table = pilot.app.query_one(Table)
-        table.show(rows(["a", "b"]))
+        table.show(_rows(["a", "b"]))
         with pytest.raises(DuplicateRowKey, match="Table: two rows have the key 'c'"):
-            table.show(rows(["c", "a", "c"]))
+            table.show(_rows(["c", "a", "c"]))
         assert [r.key.value for r in table.ordered_rows] == ["a", "b"]
 
 
