@@ -10,7 +10,9 @@
   kernel at different clocks from one run to the next (bf16 GEMMs on the H200:
   +-10% between two native runs), which is power-state noise, not
   interference; the matched figures leave it out, and the difference between
-  the two says how much of the raw figure it was. A p95 needs at least
+  the two says how much of the raw figure it was; and over the candidates
+  whose regions were granted with no throttle reason (a power cap left by the
+  drained tenants' work slows a region's first kernels). A p95 needs at least
   MIN_P95_N candidates in its bucket (with fewer it is nearly the maximum): it
   is nan below that, and the report says "n<8";
 - ranking fidelity: over every pair of candidates of one problem, how often
@@ -65,6 +67,19 @@ def clock_matched(
         if mine and base and abs(mine / base - 1) <= tolerance:
             out[key] = ms
     return out
+
+
+def granted_unthrottled(times: dict[str, float], run: dict[str, Any]) -> dict[str, float]:
+    """The measurements whose regions were all granted with no throttle reason
+    (a power cap left by the drained tenants' work: region flags
+    `throttled:...` at the grant). What stays is what the GPU's state at the
+    grant cannot explain. A run without regions (native) keeps them all."""
+    throttled = {
+        f"{r['problem']}/{r['candidate']}"
+        for r in run.get("results", [])
+        if any(f.startswith("throttled:") for f in r.get("region_flags") or [])
+    }
+    return {k: ms for k, ms in times.items() if k not in throttled}
 
 
 def throughput_per_min(run: dict[str, Any]) -> float:
@@ -203,6 +218,7 @@ def summarize(data: dict[str, Any], clock_tolerance: float = CLOCK_MATCH) -> dic
         setup = run["setup"]
         times = medians(run)
         matched = clock_matched(times, sm_clocks(run), native_clocks, clock_tolerance)
+        unthrottled = granted_unthrottled(times, run)
         rate = throughput_per_min(run)
         ungated = by_label.get(f"ungated c{setup['concurrency']}")
         row = {
@@ -219,6 +235,8 @@ def summarize(data: dict[str, Any], clock_tolerance: float = CLOCK_MATCH) -> dic
             "inflation": inflation(times, native),
             "inflation_matched": inflation(matched, native),
             "clock_matched": {"n": len(matched), "of": len(times)},
+            "inflation_unthrottled": inflation(unthrottled, native),
+            "unthrottled": {"n": len(unthrottled), "of": len(times)},
             "off_clock": sum(1 for r in run["results"] if _off_clock(r.get("region_flags") or [])),
             "flips": flips(times, native),
             "tau_b": taus(times, native),

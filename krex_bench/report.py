@@ -119,6 +119,16 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
         "",
     ]
     out += _inflation_table(rows, "inflation_matched")
+    out += [
+        "",
+        "Granted unthrottled: only the candidates whose regions were granted with no throttle reason (a power cap "
+        "left by the drained tenants' work, `throttled:...` in the region's flags; runs without regions keep all):",
+        "",
+    ]
+    out += _inflation_table(rows, "inflation_unthrottled")
+    out += ["", "Unthrottled at the grant: " + ", ".join(
+        f"{r['label']} {r['unthrottled']['n']}/{r['unthrottled']['of']}" for r in rows if r["setup"]["kind"] == "krex"
+    )]  # fmt: skip
     out += ["", "Clock-matched measurements (and regions whose own flags say off-clock, at the grant or the "
             "release): " + ", ".join(
         f"{r['label']} {r['clock_matched']['n']}/{r['clock_matched']['of']} ({r.get('off_clock', 0)})"

@@ -267,6 +267,33 @@ def test_clock_matched_inflation_leaves_out_measurements_at_another_clock() -> N
     assert "within 2% of the clock" in text and "krex c4 6/10 (1)" in text
 
 
+def test_granted_unthrottled_leaves_out_regions_granted_under_a_power_cap() -> None:
+    """Ten >10 ms candidates; two of the krex run's regions were granted under
+    sw_power_cap (left by the drained tenants) and measured 1% slow, at
+    native's clock; the rest +0.02%. Raw and clock-matched, the p95 is the
+    cap's; granted unthrottled, the eight others show what is left."""
+    native = [_result("fp32", f"c{i}", 20.0, 1980) for i in range(10)]
+    krex = [_result("fp32", f"c{i}", 20.0 * (1.01 if i < 2 else 1.0002), 1980) for i in range(10)]
+    for r in krex[:2]:
+        r["region_flags"] = ["throttled:sw_power_cap"]
+    krex[2]["region_flags"] = ["exit:throttled:sw_power_cap"]  # at the release only: the grant was clean
+    setup = {"kind": "krex", "concurrency": 4, "gate_backend": "preload", "mode": "process", "protection": "gpu-only"}
+    data = {"runs": [
+        {"setup": {"kind": "native", "label": "native", "concurrency": 1}, "results": native, "failures": []},
+        {"setup": {**setup, "label": "krex c4"}, "results": krex, "failures": []},
+    ]}  # fmt: skip
+    row = {r["label"]: r for r in analysis.summarize(data)["rows"]}["krex c4"]
+    assert row["inflation_matched"][">10 ms"]["p95"] == pytest.approx(0.01, abs=1e-4)
+    assert row["unthrottled"] == {"n": 8, "of": 10}
+    assert row["inflation_unthrottled"][">10 ms"]["p95"] == pytest.approx(0.0002)
+
+    from krex_bench import report
+
+    header = {"date": "d", "simulated": False, "machine": {}, "workload": [], "scale": 1, "argv": ["krex"]}
+    text = report.markdown({**header, **data}, analysis.summarize(data))
+    assert "| krex c4 | +0.02% / +0.02% (8) |" in text and "Unthrottled at the grant: krex c4 8/10" in text
+
+
 def test_every_bucket_has_eight_candidates_at_the_default_scale() -> None:
     """From each candidate's documented native time on the H200 (workload.py,
     listed in docs/BENCHMARKS.md): the default workload has at least
