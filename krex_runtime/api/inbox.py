@@ -236,8 +236,12 @@ class Liveness:
         return False
 
     def quiet(self, now: float) -> bool:
-        """Nothing came: True when a ping should go out now (set ping_id after sending)."""
-        if self.ping_id is None:
+        """Nothing came: True when a ping should go out now (set ping_id after sending).
+        A ping with something heard since is taken as answered: the runtime is
+        there, and a runtime drops what it sends a client that fell behind
+        (the answer may be among it), so waiting for that answer would be
+        waiting forever."""
+        if self.ping_id is None or self.last_heard > self.ping_sent:
             return now - self.last_heard >= PING_AFTER_S
         return False
 

@@ -187,18 +187,20 @@ def test_a_client_that_did_not_read_hears_what_was_dropped_and_still_gets_its_re
     rt = make_runtime(sim=1, runtime_extra="reply_queue = 16")
     endpoint = f"ipc://{rt.run_dir / 'control.sock'}"
     for kind in ("sync", "async"):
-        child = subprocess.Popen([PY, "-c", FOLLOWER, endpoint, kind], stdout=subprocess.PIPE, text=True)
+        child = subprocess.Popen([PY, "-c", FOLLOWER, endpoint, kind], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
         try:
             command_id = child.stdout.readline().strip()
             child.send_signal(signal.SIGSTOP)
             with ControlClient(endpoint, timeout_s=120) as other:
                 other.call("wait", {"id": command_id, "attach": False})  # answers once it has ended
             child.send_signal(signal.SIGCONT)
-            out, _ = child.communicate(timeout=120)
+            out, err = child.communicate(timeout=120)
         finally:
             child.send_signal(signal.SIGCONT)
             child.kill()
             child.wait()
+        assert out.strip(), f"{kind}: the follower said nothing: {err[-2000:]}"
         result = json.loads(out.strip().splitlines()[-1])
         # It read again, was told of the drops, and asked for the result again.
         assert result["state"] == "finished", (kind, result)
