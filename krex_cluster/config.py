@@ -49,7 +49,7 @@ class GatewaySection:
     max_requests_in_flight: int = 1024  # being answered at once; one more is answered `busy` (as a runtime)
     max_requests_per_peer: int = 64  # the same, per client connection
     keep_finished: int = 10_000  # finished commands whose results `wait` still finds
-    max_held: int = 10_000  # held because no node can take them yet (kept in held.json); one more: `busy`
+    max_held: int = 10_000  # held because no node can take them yet (kept in held.json); one more: `queue_full`
     output_kept_bytes: int = 1 << 20  # per command, replayed to a later `wait`; the node keeps it all
     membership_interval_s: float = 1.0  # how often Ray's node list is read
     cluster_interval_s: float = 2.0  # the `cluster` telemetry message at least this often

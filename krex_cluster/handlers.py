@@ -102,8 +102,8 @@ async def submit(gw: Gateway, peer: Peer, req: Request) -> Any:
         bound = gw.config.gateway.max_held
         if len(gw.table.held) > bound:
             gw.table.forget(cmd)
-            raise ProtocolError(ErrorCode.BUSY, f"the gateway holds {bound} commands no node can take yet: "
-                                                "try again when a node is back")
+            raise ProtocolError(ErrorCode.QUEUE_FULL, f"the gateway holds {bound} commands no node can take yet "
+                                                      "(gateway.max_held): try again when a node is back")
         # Its id is answered once a restarted gateway would know it too (held.py).
         await gw.held_file.flushed()
     return _reply_and_follow(gw, peer, req, cmd, req.body.attach)

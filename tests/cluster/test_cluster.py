@@ -328,11 +328,11 @@ def test_the_gateway_restarts_adopts_what_the_nodes_run_and_holds_again_what_it_
         assert waited.returncode == 0, waited.stderr
         result = json.loads(waited.stdout)
         assert (result["id"], result["state"], result["stdout"]) == (cid, "finished", out), result
-    assert result["node"] == "n3"
     status = cluster.krex("status")
     assert status.returncode == 0 and "n1" in status.stdout and "up" in status.stdout
     with cluster.client() as c:
         assert c.run(["echo", "after"]).stdout == "after\n"
+        assert c.call("wait", {"id": kept.id, "attach": False})["node"] == "n3"
         record = c.call("status")
     assert ran.read_text() == "ran\n"  # run once: on n3, not also on the node the old gateway saw
     assert record["results_dropped"] == 0 and json.loads(held_file.read_text())["commands"] == []

@@ -134,12 +134,16 @@ def test_what_an_earlier_gateway_held_is_held_again_and_a_bad_file_is_moved_asid
     entry = {"id": "cold-1", "body": {"argv": ["true"], "label": "kept", "node_labels": {"host": "n1"}},
              "retries_left": 1, "attempts": 1, "submitted_at": 5.0}
     held.write(path, [entry])
-    config = validate(ClusterConfig(gateway=GatewaySection(run_dir=str(run_dir)), nodes={"n1": NodeSpec()}))
+    config = validate(ClusterConfig(gateway=GatewaySection(run_dir=str(run_dir), max_held=1),
+                                    nodes={"n1": NodeSpec()}))
     gateway = Gateway(config)
 
     def probe() -> tuple[Any, Any, Any]:
         with Client(gateway.listen, timeout=5) as c:
             rows = c.call("status")["commands"]
+            with pytest.raises(RequestFailed) as full:  # n1 never seen: it would be held, past max_held
+                c.call("submit", {"argv": ["true"]})
+            assert full.value.code == "queue_full" and "gateway.max_held" in full.value.reason
             cancelled = c.call("cancel", {"id": "cold-1"})
             waited = c.call("wait", {"id": "cold-1", "attach": False})
         return rows, cancelled, waited
