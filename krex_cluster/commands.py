@@ -4,6 +4,10 @@ where it runs now, its output so far and, once, its result.
 Every result is taken once (`finish` refuses a second), and only from the
 node and the runtime command the record runs as now: a node that comes back
 with a result for a command already re-placed or reported lost is not heard.
+
+The held set is what no node has taken yet (pending, or being sent after it
+was pending): the gateway keeps it in a file (held.py), `on_held` says when
+it changes, and a restarted gateway `restore`s it.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ class ClusterCommand:
     result: dict[str, Any] | None = None
     followers: list[tuple[Any, str]] = field(default_factory=list)  # (peer, request id)
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    restored: bool = False  # held again from an earlier gateway's file: a node may run it already
 
     @property
     def final(self) -> bool:
@@ -47,6 +52,12 @@ class ClusterCommand:
     def meta(self) -> dict[str, Any]:
         """What the node's agent keeps for a gateway that restarts."""
         return {"retries_left": self.retries_left, "attempts": self.attempts, "submitted_at": self.submitted_at}
+
+    def held_entry(self) -> dict[str, Any]:
+        """Its entry in the held-commands file: what a restarted gateway needs
+        to hold it again, and to show it in `status` as this one does."""
+        return {"id": self.id, "body": self.body, "retries_left": self.retries_left, "attempts": self.attempts,
+                "submitted_at": self.submitted_at}
 
     def status_row(self) -> dict[str, Any]:
         b = self.body
@@ -58,7 +69,8 @@ class ClusterCommand:
 
 
 class CommandTable:
-    def __init__(self, keep_finished: int, output_kept_bytes: int, push: Push) -> None:
+    def __init__(self, keep_finished: int, output_kept_bytes: int, push: Push,
+                 on_held: Callable[[], None] = lambda: None) -> None:
         self.prefix = f"c{uuid.uuid4().hex[:6]}"
         self._count = 0
         self.live: dict[str, ClusterCommand] = {}
@@ -68,6 +80,35 @@ class CommandTable:
         self.push = push
         self.results_dropped = 0  # results heard twice, or from where a command no longer runs
         self._with_output: collections.deque[ClusterCommand] = collections.deque()
+        self.held: dict[str, ClusterCommand] = {}  # no node has taken them yet (held.py keeps them on disk)
+        self.on_held = on_held
+
+    def hold(self, cmd: ClusterCommand) -> None:
+        """No node has it: kept for a gateway that restarts."""
+        if cmd.id not in self.held and not cmd.final:
+            self.held[cmd.id] = cmd
+            self.on_held()
+
+    def unhold(self, cmd: ClusterCommand) -> None:
+        """A node took it, or it ended: the nodes' agents keep it from now on."""
+        if self.held.pop(cmd.id, None) is not None:
+            self.on_held()
+
+    def held_entries(self) -> list[dict[str, Any]]:
+        return [c.held_entry() for c in self.held.values()]
+
+    def restore(self, entry: dict[str, Any]) -> ClusterCommand | None:
+        """A command an earlier gateway held (its file's entry), held again
+        under its id; None if known. Not placed before the nodes' agents were
+        asked what they run (`restored`): one of them may run it already."""
+        cid = entry["id"]
+        if cid in self.live or cid in self.finished:
+            return None
+        cmd = ClusterCommand(cid, entry["body"], int(entry["retries_left"]), submitted_at=float(entry["submitted_at"]),
+                             attempts=int(entry["attempts"]), restored=True)
+        self.live[cid] = cmd
+        self.held[cid] = cmd  # already in the file: no write
+        return cmd
 
     def new(self, body: dict[str, Any]) -> ClusterCommand:
         self._count += 1
@@ -76,7 +117,15 @@ class CommandTable:
         return cmd
 
     def adopt(self, cid: str, body: dict[str, Any], meta: dict[str, Any]) -> ClusterCommand | None:
-        """A command a node's agent followed for an earlier gateway; None if known."""
+        """A command a node's agent followed for an earlier gateway; None if known.
+        One held again from the file and not placed yet is that one: the node's."""
+        held = self.live.get(cid)
+        if held is not None and held.restored and held.state == "pending":
+            held.body, held.retries_left = body, int(meta.get("retries_left", held.retries_left))
+            held.attempts = max(held.attempts, int(meta.get("attempts") or 1))
+            held.restored = False
+            self.unhold(held)
+            return held  # its followers (a `wait` already asked of this gateway) stay
         if cid in self.live or cid in self.finished:
             return None
         cmd = ClusterCommand(cid, body, int(meta.get("retries_left", body.get("retries") or 0)),
@@ -97,6 +146,7 @@ class CommandTable:
     def forget(self, cmd: ClusterCommand) -> None:
         """A submission the node refused: it never existed."""
         self.live.pop(cmd.id, None)
+        self.unhold(cmd)
 
     def started(self, cmd: ClusterCommand, node: str) -> None:
         if not cmd.final and cmd.node == node and cmd.state == "queued":
@@ -131,6 +181,7 @@ class CommandTable:
         cmd.followers.clear()
         cmd.done.set()
         self.live.pop(cmd.id, None)
+        self.unhold(cmd)
         self.finished[cmd.id] = cmd
         while len(self.finished) > self.keep_finished:
             self.finished.popitem(last=False)

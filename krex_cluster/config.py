@@ -49,6 +49,7 @@ class GatewaySection:
     max_requests_in_flight: int = 1024  # being answered at once; one more is answered `busy` (as a runtime)
     max_requests_per_peer: int = 64  # the same, per client connection
     keep_finished: int = 10_000  # finished commands whose results `wait` still finds
+    max_held: int = 10_000  # held because no node can take them yet (kept in held.json); one more: `queue_full`
     output_kept_bytes: int = 1 << 20  # per command, replayed to a later `wait`; the node keeps it all
     membership_interval_s: float = 1.0  # how often Ray's node list is read
     cluster_interval_s: float = 2.0  # the `cluster` telemetry message at least this often
@@ -94,6 +95,7 @@ def validate(config: ClusterConfig) -> ClusterConfig:
         (1 <= g.max_requests_per_peer <= g.max_requests_in_flight <= 100_000,
          "gateway.max_requests_per_peer must be at least 1 and at most gateway.max_requests_in_flight (<= 100000)"),
         (1 <= g.keep_finished <= 10_000_000, "gateway.keep_finished must be between 1 and 10000000"),
+        (1 <= g.max_held <= 1_000_000, "gateway.max_held must be between 1 and 1000000"),
         (0 <= g.output_kept_bytes <= 1 << 30, "gateway.output_kept_bytes must be between 0 and 1073741824"),
         (0.05 <= g.membership_interval_s <= 3600, "gateway.membership_interval_s must be between 0.05 and 3600"),
         (0.1 <= g.cluster_interval_s <= 3600, "gateway.cluster_interval_s must be between 0.1 and 3600"),

@@ -4,7 +4,8 @@ it uses one node (CLUSTER-CONTRACT.md; docs/deployment.md, "A cluster").
 
 It keeps the cluster's commands (commands.py), places each on a node
 (router.py), reads every node's agent (nodes.py) and relays their telemetry.
-The verbs' handlers are in handlers.py.
+The verbs' handlers are in handlers.py. What it holds because no node could
+take it yet is kept in its run dir (held.py), and held again after a restart.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import zmq.asyncio
 from krex_runtime.wire import protocol, verbs
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 
-from krex_cluster import access, handlers, nodes, sockets
+from krex_cluster import access, handlers, held, nodes, sockets
 from krex_cluster.commands import ClusterCommand, CommandTable
 from krex_cluster.config import ClusterConfig, default_run_dir
 from krex_cluster.router import Needs, NoPlacement, place
@@ -53,6 +54,8 @@ class Gateway:
         )
         self.nodes = {name: nodes.NodeState(name, spec) for name, spec in config.nodes.items()}
         self.table = CommandTable(g.keep_finished, g.output_kept_bytes, self._push)
+        self.held_file = held.HeldFile(self.run_dir / held.FILE_NAME, self.table.held_entries)
+        self.table.on_held = self.held_file.changed
         self.started_at = time.time()
         self.ctx = zmq.asyncio.Context()
         self.control: zmq.asyncio.Socket | None = None
@@ -64,6 +67,10 @@ class Gateway:
         self._in_flight = 0
         self._by_peer: dict[tuple[bytes, ...], int] = {}
         self._stopping = False
+        self._lock: int | None = None  # gateway.lock's descriptor while it serves the run dir
+        # The joins of the first round that found Ray's nodes; None before it.
+        # Until they are done no held-again command is placed: a node may run it.
+        self._first_joins: list[asyncio.Task[None]] | None = None
 
     # --- start and stop ---------------------------------------------------------
 
@@ -71,6 +78,14 @@ class Gateway:
         self._lock = sockets.claim(self.run_dir)
         self.control, self.pub, self.authenticator = sockets.bind(
             self.ctx, self.config.gateway, self.listen, self.telemetry_endpoint)
+        self.restore()
+
+    def restore(self) -> None:
+        """Hold again what an earlier gateway of this run dir held (its file),
+        under the same ids; known at once to `wait` and `cancel`."""
+        restored = [e for e in held.load(self.held_file.path) if self.table.restore(e) is not None]
+        if restored:
+            log.info("holding again %d commands an earlier gateway held (%s)", len(restored), self.held_file.path)
 
     async def run(self, bound: bool = False) -> None:
         if not bound:
@@ -86,6 +101,10 @@ class Gateway:
     async def stop(self, stop_nodes: bool = False) -> None:
         """Stop serving; with `stop_nodes` also stop every agent's runtime and the agents."""
         self._stopping = True
+        try:  # what is held now is on disk for the next gateway
+            await asyncio.wait_for(self.held_file.flushed(), 30)
+        except asyncio.TimeoutError:
+            log.error("held commands file %s: the last write did not end within 30 s", self.held_file.path)
         for task in self._tasks + [n.pump for n in self.nodes.values() if n.pump is not None]:
             task.cancel()
         if stop_nodes:
@@ -102,6 +121,9 @@ class Gateway:
         if self.authenticator is not None:
             self.authenticator.stop()
         self.ctx.term()
+        if self._lock is not None:  # the run dir is free for the next gateway
+            os.close(self._lock)
+            self._lock = None
 
     # --- requests ---------------------------------------------------------------
 
@@ -199,24 +221,29 @@ class Gateway:
             reply = {"ok": False, "error": {"code": ErrorCode.REFUSED, "reason": reason}, "unavailable": True}
         if reply.get("ok"):
             if not cmd.final:
-                cmd.local = reply["body"]["id"]
+                cmd.local, cmd.restored = reply["body"]["id"], False
+            self.table.unhold(cmd)
             return reply
         node.outstanding.discard(cmd.id)
         cmd.attempts -= 1
         if cmd.node == name and not cmd.final:
             cmd.node, cmd.state = None, "pending"
+            if reply.get("unavailable"):  # it waits for a node: kept for a gateway that restarts
+                self.table.hold(cmd)
         return reply
 
     async def place_pending(self) -> None:
         """Place what waits: commands re-placed from a lost node, or held while
         every node that could run them was down."""
+        adopting = self._first_joins is None or not all(t.done() for t in self._first_joins)
         for cmd in self.table.pending():
-            if cmd.state != "pending":
+            if cmd.state != "pending" or (cmd.restored and adopting):
                 continue
             try:
                 name = self.choose(cmd.body)
             except NoPlacement as exc:
-                if not exc.ever:
+                # A node this gateway has not yet seen may be the one an earlier gateway held it for.
+                if not exc.ever and not (cmd.restored and any(not n.info for n in self.nodes.values())):
                     self.table.fail(cmd, exc.reason)
                 continue
             reply = await self.send_to(cmd, name)
@@ -237,6 +264,7 @@ class Gateway:
             cmd.retries_left -= 1
         cmd.node, cmd.state, cmd.local, cmd.started_at = None, "pending", "", None
         cmd.output, cmd.output_bytes = [], 0
+        self.table.hold(cmd)
 
     # --- the nodes --------------------------------------------------------------
 
@@ -252,6 +280,8 @@ class Gateway:
                 if by_name is not None:
                     for node in self.nodes.values():
                         await self._check_node(node, by_name.get(node.name))
+                    if self._first_joins is None:
+                        self._first_joins = list(self._joining.values())
                 await self.place_pending()
             except Exception:  # the next round tries again
                 log.exception("membership round failed")

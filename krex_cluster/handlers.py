@@ -90,6 +90,7 @@ async def submit(gw: Gateway, peer: Peer, req: Request) -> Any:
             gw.table.forget(cmd)
             raise ProtocolError(ErrorCode.REFUSED, exc.reason) from None
         name = None  # held until a node that can run it is up
+        gw.table.hold(cmd)
     if name is not None:
         reply = await gw.send_to(cmd, name)
         if not reply.get("ok"):
@@ -97,6 +98,14 @@ async def submit(gw: Gateway, peer: Peer, req: Request) -> Any:
             if not reply.get("unavailable"):  # else it waits, and goes to a node that is up
                 gw.table.forget(cmd)
                 raise ProtocolError(error.get("code", ErrorCode.INTERNAL), error.get("reason", "the node refused it"))
+    if cmd.id in gw.table.held:
+        bound = gw.config.gateway.max_held
+        if len(gw.table.held) > bound:
+            gw.table.forget(cmd)
+            raise ProtocolError(ErrorCode.QUEUE_FULL, f"the gateway holds {bound} commands no node can take yet "
+                                                      "(gateway.max_held): try again when a node is back")
+        # Its id is answered once a restarted gateway would know it too (held.py).
+        await gw.held_file.flushed()
     return _reply_and_follow(gw, peer, req, cmd, req.body.attach)
 
 

@@ -293,25 +293,50 @@ def test_a_node_whose_raylet_goes_loses_its_commands_once_and_rejoins(cluster: K
     cluster.note_fds("n2")
 
 
-def test_the_gateway_restarts_and_adopts_what_the_nodes_run(cluster: KrexCluster) -> None:
+def test_the_gateway_restarts_adopts_what_the_nodes_run_and_holds_again_what_it_held(cluster: KrexCluster) -> None:
+    """One command runs on a node, another is held by the gateway (the only
+    node it may run on is down) when the gateway is killed: the next gateway
+    adopts the first and holds the second again under its id (its file in the
+    run dir), which runs once the node is back and is waited for by that id."""
+    cluster.remove_node("n3")
+    wait_for(lambda: not cluster.rows()["n3"]["alive"], 60, "n3 down")
+    ran = cluster.root / "held-ran"
     attached = cluster.client()
     handle = attached.submit(["sh", "-c", "sleep 4; echo survived"])
+    kept = attached.submit(["sh", "-c", f"echo ran >> {ran}; echo held"], label="kept", node_labels={"host": "n3"})
+    with cluster.client() as c:
+        row = {r["id"]: r for r in c.call("status")["commands"]}[kept.id]
+    assert (row["state"], row["node"]) == ("queued", None)
+    held_file = cluster.root / "gateway" / "held.json"
+    assert [e["id"] for e in json.loads(held_file.read_text())["commands"]] == [kept.id]
+    assert held_file.stat().st_mode & 0o777 == 0o600  # bodies carry their environment
     with pytest.raises(TimeoutError):
         handle.wait(timeout=1.5)  # long enough to ping: the client knows which gateway answers
     cluster.stop_gateway(signal.SIGKILL)
     cluster.start_gateway()
-    with pytest.raises(RuntimeUnavailable, match="was restarted"):
-        handle.wait(timeout=60)  # the new gateway has none of the old one's attachments: said, not waited on
+    for waited_on in (handle, kept):
+        with pytest.raises(RuntimeUnavailable, match="was restarted"):
+            waited_on.wait(timeout=60)  # the new gateway has none of the old one's attachments: said, not waited on
     attached.close()
+    with cluster.client() as c:
+        row = {r["id"]: r for r in c.call("status")["commands"]}[kept.id]
+    assert (row["label"], row["state"], row["node"]) == ("kept", "queued", None)
+    cluster.add_node("n3")
     cluster.wait_all_up()
-    waited = cluster.krex("wait", "--json", handle.id)
-    assert waited.returncode == 0, waited.stderr
-    result = json.loads(waited.stdout)
-    assert (result["id"], result["state"], result["stdout"]) == (handle.id, "finished", "survived\n")
+    for cid, out in ((handle.id, "survived\n"), (kept.id, "held\n")):
+        waited = cluster.krex("wait", "--json", cid)
+        assert waited.returncode == 0, waited.stderr
+        result = json.loads(waited.stdout)
+        assert (result["id"], result["state"], result["stdout"]) == (cid, "finished", out), result
     status = cluster.krex("status")
     assert status.returncode == 0 and "n1" in status.stdout and "up" in status.stdout
     with cluster.client() as c:
         assert c.run(["echo", "after"]).stdout == "after\n"
+        assert c.call("wait", {"id": kept.id, "attach": False})["node"] == "n3"
+        record = c.call("status")
+    assert ran.read_text() == "ran\n"  # run once: on n3, not also on the node the old gateway saw
+    assert record["results_dropped"] == 0 and json.loads(held_file.read_text())["commands"] == []
+    cluster.note_fds("n3")  # n3's runtime is a new one
 
 
 def test_no_node_holds_anything_back_or_grew_its_descriptors(cluster: KrexCluster) -> None:

@@ -116,3 +116,47 @@ def test_a_client_with_too_many_requests_being_answered_is_told_busy(tmp_path: P
             conn.close()
 
     assert serving(gateway, probe) == ["busy", "busy"]
+
+
+def test_what_an_earlier_gateway_held_is_held_again_and_a_bad_file_is_moved_aside(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A gateway starting on a run dir holds again the commands of its
+    held-commands file (status, wait and cancel find them by their ids);
+    a malformed file is said, moved aside, and nothing is held from it."""
+    import logging
+
+    from krex_cluster import held
+    from krex_cluster.config import NodeSpec
+
+    run_dir = tmp_path / "gw"
+    run_dir.mkdir()
+    path = run_dir / held.FILE_NAME
+    entry = {"id": "cold-1", "body": {"argv": ["true"], "label": "kept", "node_labels": {"host": "n1"}},
+             "retries_left": 1, "attempts": 1, "submitted_at": 5.0}
+    held.write(path, [entry])
+    config = validate(ClusterConfig(gateway=GatewaySection(run_dir=str(run_dir), max_held=1),
+                                    nodes={"n1": NodeSpec()}))
+    gateway = Gateway(config)
+
+    def probe() -> tuple[Any, Any, Any]:
+        with Client(gateway.listen, timeout=5) as c:
+            rows = c.call("status")["commands"]
+            with pytest.raises(RequestFailed) as full:  # n1 never seen: it would be held, past max_held
+                c.call("submit", {"argv": ["true"]})
+            assert full.value.code == "queue_full" and "gateway.max_held" in full.value.reason
+            cancelled = c.call("cancel", {"id": "cold-1"})
+            waited = c.call("wait", {"id": "cold-1", "attach": False})
+        return rows, cancelled, waited
+
+    rows, cancelled, waited = serving(gateway, probe)
+    assert [(r["id"], r["label"], r["state"], r["node"], r["attempts"]) for r in rows] == [
+        ("cold-1", "kept", "queued", None, 1)]
+    assert cancelled["state"] == "cancelled" and waited["state"] == "cancelled"
+    assert held.read(path) == []  # cancelled: no longer held, on disk too
+
+    path.write_text('{"format": "krex-cluster held commands", "version": 1, "commands": [{"id": ')  # torn
+    with caplog.at_level(logging.ERROR, logger="krex.cluster"):
+        again = Gateway(config)
+        rows = serving(again, lambda: Client(again.listen, timeout=5).status().record["commands"])
+    assert rows == []
+    assert f"held commands file {path} is not JSON" in caplog.text and (run_dir / "held.json.bad").exists()
