@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any, Iterator
@@ -14,6 +15,34 @@ from krex_runtime.node import native_build
 from krex_runtime.commands.cgroups import CgroupSlice
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.sim.device_file import remove_device
+
+
+def _signal_state() -> tuple[object, frozenset[int]]:
+    """How this process takes SIGINT and which signals it blocks: both are
+    inherited by every process a test starts (a child started with SIGINT
+    blocked or ignored never sees a Ctrl-C)."""
+    return signal.getsignal(signal.SIGINT), frozenset(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_SIGNALS] = _signal_state()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    before = item.stash.get(_SIGNALS, None)
+    after = _signal_state()
+    if before is None or after == before:
+        return
+    handler, mask = before
+    signal.signal(signal.SIGINT, handler)  # type: ignore[arg-type]
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    raise AssertionError(f"{item.nodeid} left this process's signals changed: SIGINT {after[0]!r} "
+                         f"(was {handler!r}), blocked {sorted(after[1])} (was {sorted(mask)}); restored")
+
+
+_SIGNALS = pytest.StashKey[tuple[object, frozenset[int]]]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
