@@ -204,12 +204,32 @@ def test_no_runtime_hint_works_as_written(tmp_path: Path, native_built: Path) ->
         remove_device(f"hint{os.getpid()}")
 
 
+def interrupted(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """Its output once it has ended after a SIGINT; one that does not end is
+    described (its signal state, where it waits, its cgroup) and killed."""
+    try:
+        return proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        facts = []
+        for name in ("status", "wchan", "cgroup", "stack"):
+            try:
+                text = Path(f"/proc/{proc.pid}/{name}").read_text()
+            except OSError as exc:
+                text = str(exc)
+            if name == "status":
+                text = "".join(line for line in text.splitlines(True) if line.startswith(("State", "Sig", "Shd")))
+            facts.append(f"{name}: {text.strip()}")
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"pid {proc.pid} did not end after SIGINT\n" + "\n".join(facts) + f"\nstderr: {err[-3000:]}")
+
+
 def test_watch_redraws_until_interrupted(rt: Runtime) -> None:
     watch = subprocess.Popen([*command("krex"), "status", "--watch", "0.2"], env=rt.env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     time.sleep(2)  # a few redraws
     watch.send_signal(signal.SIGINT)
-    out, err = watch.communicate(timeout=60)
+    out, err = interrupted(watch)
     assert watch.returncode == 130 and "Traceback" not in err, err
     assert "\x1b[" not in out  # into a pipe: the last frame as plain text, no escape codes
     assert out.count("ENTER ms") == 1 and "KREX simulated GPU" in out
@@ -236,7 +256,7 @@ def test_ctrl_c_cancels_the_command_and_reports_how_it_ended(rt: Runtime) -> Non
                            env=rt.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert run.stdout is not None and run.stdout.readline() == "started\n"
     run.send_signal(signal.SIGINT)
-    out, err = run.communicate(timeout=60)
+    out, err = interrupted(run)
     assert "cancelling" in err and "cancelled" in err and "Traceback" not in err, err
     assert run.returncode in (128 + signal.SIGTERM, 128 + signal.SIGKILL), err
 
