@@ -204,6 +204,13 @@ def test_no_runtime_hint_works_as_written(tmp_path: Path, native_built: Path) ->
         remove_device(f"hint{os.getpid()}")
 
 
+def default_sigint() -> None:
+    """Before exec: SIGINT as a terminal gives it. A runner started in the
+    background by a shell without job control (`nohup ... &`) passes SIGINT
+    on ignored, and Python keeps an ignored SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupted(proc: subprocess.Popen[str]) -> tuple[str, str]:
     """Its output once it has ended after a SIGINT; one that does not end is
     described (its signal state, where it waits, its cgroup) and killed."""
@@ -226,7 +233,7 @@ def interrupted(proc: subprocess.Popen[str]) -> tuple[str, str]:
 
 def test_watch_redraws_until_interrupted(rt: Runtime) -> None:
     watch = subprocess.Popen([*command("krex"), "status", "--watch", "0.2"], env=rt.env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+                             stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     time.sleep(2)  # a few redraws
     watch.send_signal(signal.SIGINT)
     out, err = interrupted(watch)
@@ -253,7 +260,7 @@ def test_shell_completion_completes_subcommands_and_options(tmp_path: Path) -> N
 
 def test_ctrl_c_cancels_the_command_and_reports_how_it_ended(rt: Runtime) -> None:
     run = subprocess.Popen([*command("krex"), "run", "--", PY, "-u", "-c", "print('started'); import time; time.sleep(60)"],
-                           env=rt.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           env=rt.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     assert run.stdout is not None and run.stdout.readline() == "started\n"
     run.send_signal(signal.SIGINT)
     out, err = interrupted(run)
