@@ -277,10 +277,8 @@ class AsyncClient:
                     self._inbox.note_dropped(msg)
                     if not self._alive.heard(msg, time.monotonic()):
                         self._inbox.feed(msg)
-                    for follow in self._inbox.to_ask_again():  # the runtime dropped messages to us (inbox.py)
-                        again = protocol.request("wait", {"id": follow.command_id, "attach": False})
-                        await self._send_frame(protocol.encode(again))
-                        self._inbox.rewaits[again["id"]] = follow
+                    for request in self._inbox.ask_again():  # the runtime dropped messages to us (inbox.py)
+                        await self._send_frame(protocol.encode(request))
                     async with self._changed:
                         self._changed.notify_all()
                     continue

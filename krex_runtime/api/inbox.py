@@ -131,15 +131,23 @@ class Inbox:
         if msg.get("type") == "reply" and isinstance(msg.get("dropped"), int):
             self.lost += msg["dropped"]
 
-    def to_ask_again(self) -> list[Follow]:
-        """The commands to ask `wait` for, once messages were lost (then none until more are)."""
+    def ask_again(self) -> list[dict[str, Any]]:
+        """The `wait` requests to send, one per unfinished command, once
+        messages were lost (then none until more are); their replies are
+        routed to the commands they ask for."""
         if not self.lost:
             return []
         self.lost = 0
         for f in self.follows.values():
             f.incomplete = f.incomplete or not f.done
         asked = {id(f) for f in self.rewaits.values()}
-        return [f for f in self.follows.values() if f.command_id is not None and not f.done and id(f) not in asked]
+        requests = []
+        for f in self.follows.values():
+            if f.command_id is not None and not f.done and id(f) not in asked:
+                request = protocol.request("wait", {"id": f.command_id, "attach": False})
+                self.rewaits[request["id"]] = f
+                requests.append(request)
+        return requests
 
     def follow(self, request_id: str, on_output: OutputCallback | None = None) -> Follow:
         f = Follow(request_id, on_output)
@@ -168,15 +176,14 @@ class Inbox:
         again = self.rewaits.pop(re, None) if msg.get("type") == "reply" else None
         if again is not None:
             # Its result (a `wait` reply's body is the result record), unless one came meanwhile.
-            err = msg.get("error") or {}
-            if again.record is not None or again.error is not None:
-                pass
-            elif msg.get("ok"):
-                again.record = msg.get("body") or {}
-            elif err.get("code") == "busy":
-                self.lost += 1  # not served yet (still stalled, or too many requests): asked again at the next reply
-            else:
-                again.error = RequestFailed(err.get("code", "unknown"), err.get("reason", "request failed"))
+            if not again.done:
+                try:
+                    again.record = reply_body(msg) or {}
+                except RequestFailed as exc:
+                    if exc.code == "busy":
+                        self.lost += 1  # not served yet (still stalled, or too many requests): asked at the next reply
+                    else:
+                        again.error = exc
             return again.request_id
         if re in self.calls and msg.get("type") == "reply":
             self.replies[re] = msg

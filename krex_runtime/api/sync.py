@@ -258,8 +258,8 @@ class Client:
         self._inbox.note_dropped(msg)
         if not self._alive.heard(msg, time.monotonic()):
             self._inbox.feed(msg)
-        for follow in self._inbox.to_ask_again():  # the runtime dropped messages to us (inbox.py)
-            self._inbox.rewaits[self._conn.send("wait", {"id": follow.command_id, "attach": False})] = follow
+        for request in self._inbox.ask_again():  # the runtime dropped messages to us (inbox.py)
+            self._conn.send_raw(protocol.encode(request))
 
     def _pump_until(self, done: Callable[[], bool], timeout: float | None, what: str, reply: bool = False) -> None:
         """Read and route messages until `done()`; after `timeout`, TimeoutError
