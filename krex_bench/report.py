@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,7 @@ def _num(x: float | None, fmt: str = ".1f") -> str:
 
 def _by_witness(reasons: list[str]) -> str:
     """`clock 3, gate 1`: a reason line starts with its witness's name."""
-    counts: dict[str, int] = {}
-    for reason in reasons:
-        witness = reason.split(":", 1)[0]
-        counts[witness] = counts.get(witness, 0) + 1
+    counts = Counter(reason.split(":", 1)[0] for reason in reasons)
     return ", ".join(f"{w} {n}" for w, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
