@@ -72,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="krex setups wait up to this long at region entry for the GPU's clock and power state to settle "
         "(regions.settle_max_s; default 0: grant at once)",
     )  # fmt: skip
+    run.add_argument(
+        "--gap-s", default="",
+        help="comma-separated values of regions.gap_s; each krex variant runs once per value "
+        "(default: once, with the runtime's default)",
+    )  # fmt: skip
     run.add_argument("--clock-tolerance", type=float, default=analysis.CLOCK_MATCH, help=CLOCK_HELP)
     run.add_argument("--seed", type=int, default=1, help="submission order")
     run.add_argument("--out", type=Path, default=Path("bench-results"), help="folder for results.json and the report")
@@ -167,7 +172,12 @@ def main(argv: list[str] | None = None) -> int:
         variants = named[args.variants] if args.variants in named else tuple(args.variants.split(","))
         if not 0 <= args.settle_s <= 10:
             raise ValueError(f"--settle-s must be within [0, 10] seconds, got {args.settle_s}")
-        plan = setups.matrix(concurrency, variants, native=args.native, ungated=not args.no_ungated, settle_s=args.settle_s)
+        gaps: tuple[float | None, ...] = tuple(float(g) for g in args.gap_s.split(",") if g) or (None,)
+        if any(g is not None and not 0 <= g <= 1 for g in gaps):
+            raise ValueError(f"--gap-s values must be within [0, 1] seconds, got {args.gap_s}")
+        plan = setups.matrix(
+            concurrency, variants, native=args.native, ungated=not args.no_ungated, settle_s=args.settle_s, gaps=gaps
+        )
         tolerance = _tolerance(args.clock_tolerance)
         if args.native == 0:
             _has_native_runs(args.merge)

@@ -105,6 +105,7 @@ def runtime_for(setup: Setup, opts: Options, folder: Path) -> Runtime:
     regions = (
         f'[regions]\ngate_backend = "{setup.gate_backend}"\nprotection = "{setup.protection}"\n'
         f"hold_limit_s = 120.0\nsettle_max_s = {setup.settle_s}\n"
+        + (f"gap_s = {setup.gap_s}\n" if setup.gap_s is not None else "")
     )
     return Runtime(
         folder,

@@ -28,6 +28,7 @@ class Setup:
     mode: str = "process"
     protection: str = "gpu+cpu"
     settle_s: float = 0.0  # krex only: regions.settle_max_s (0: grant at once, the default)
+    gap_s: float | None = None  # krex only: regions.gap_s (None: the runtime's default)
 
     @property
     def policy(self) -> str:
@@ -44,14 +45,17 @@ class Setup:
         if self.kind == "ungated":
             return f"ungated c{self.concurrency}"
         settle = f" settle {self.settle_s:g}s" if self.settle_s > 0 else ""
-        return f"krex {self.variant} c{self.concurrency}{settle}"
+        gap = f" gap {self.gap_s * 1000:g}ms" if self.gap_s is not None else ""
+        return f"krex {self.variant} c{self.concurrency}{settle}{gap}"
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "label": self.label, "policy": self.policy}
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> Setup:
-        return Setup(d["kind"], d["concurrency"], d["gate_backend"], d["mode"], d["protection"], d.get("settle_s", 0.0))
+        return Setup(
+            d["kind"], d["concurrency"], d["gate_backend"], d["mode"], d["protection"], d.get("settle_s", 0.0), d.get("gap_s")
+        )
 
 
 def parse_variant(text: str) -> tuple[str, str, str]:
@@ -67,9 +71,11 @@ def matrix(
     native: int = 2,
     ungated: bool = True,
     settle_s: float = 0.0,
+    gaps: tuple[float | None, ...] = (None,),
 ) -> list[Setup]:
     """Native first (`native` runs: the baseline every other setup is compared
-    with, then its repeat), then per concurrency ungated and each krex variant."""
+    with, then its repeat), then per concurrency ungated and each krex variant
+    (once per value of `gaps`)."""
     setups = [Setup("native"), Setup("native-repeat")][:native]
     for c in concurrency:
         if c < 1:
@@ -78,5 +84,5 @@ def matrix(
             setups.append(Setup("ungated", c))
         for text in variants:
             backend, mode, protection = parse_variant(text)
-            setups.append(Setup("krex", c, backend, mode, protection, settle_s))
+            setups.extend(Setup("krex", c, backend, mode, protection, settle_s, gap) for gap in gaps)
     return setups

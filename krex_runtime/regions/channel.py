@@ -45,7 +45,8 @@ from typing import Callable
 
 from krex_runtime.regions import cpu_slices
 from krex_runtime.node.config import RegionSection
-from krex_runtime.regions.manager import RegionManager, RegionRefused, Request
+from krex_runtime.regions.manager import RegionRefused, Request
+from krex_runtime.regions.node_regions import RegionManager
 from krex_runtime.regions.channel_wire import (
     MAX_LINE,
     RateLimit,

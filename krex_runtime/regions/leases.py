@@ -16,7 +16,8 @@ from typing import Any, Callable
 from krex_runtime.commands.dispatcher import Dispatcher
 from krex_runtime.commands.job import Job
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
-from krex_runtime.regions.manager import OPERATOR, RegionManager, RegionRefused, Request
+from krex_runtime.regions.manager import OPERATOR, RegionRefused, Request
+from krex_runtime.regions.node_regions import RegionManager
 
 
 class CommandLeases:

@@ -30,12 +30,8 @@ from krex_runtime.node.gpus import Gpu
 from krex_runtime.sim import layout as sim_layout
 from krex_runtime.node.sink import EventSink
 from krex_runtime.commands.tenants import TenantRegistry
-from krex_runtime.regions.manager import (
-    GpuRegions,
-    RegionManager,
-    ClockProbe,
-    RegionSettings,
-)
+from krex_runtime.regions.manager import ClockProbe, GpuRegions, RegionSettings
+from krex_runtime.regions.node_regions import RegionManager
 
 log = logging.getLogger("krex.regions")
 
@@ -154,6 +150,7 @@ def build(
         drain_timeout_s=rc.drain_timeout_s,
         settle_max_s=rc.settle_max_s,
         settle_poll_s=rc.settle_poll_s,
+        gap_s=rc.gap_s,
         share_weights=dict(config.dispatcher.share_weights),
         entry_waits_for=rc.entry_waits_for,
     )

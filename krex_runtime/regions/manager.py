@@ -19,7 +19,6 @@ so the service's event loop keeps answering while a GPU drains.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 from collections import deque
@@ -32,6 +31,7 @@ from krex_runtime.regions import cpu_slices
 from krex_runtime.regions.certificate import Certifier, certify
 from krex_runtime.regions.cpu_slices import CpuPlan
 from krex_runtime.regions.freezer import FreezeError, Freezer, Target
+from krex_runtime.regions.gap import Gap
 from krex_runtime.regions.gate import Gate
 from krex_runtime.regions.gate_backends import DrainReport, GateBackend
 from krex_runtime.regions.late_freeze import LateFreeze, Pending, split_freeze
@@ -69,6 +69,7 @@ class RegionSettings:
     drain_timeout_s: float
     settle_max_s: float = 0.0  # 0: no settle
     settle_poll_s: float = 0.001
+    gap_s: float = 0.0  # the gate's open time between two regions (gap.py)
     share_weights: Mapping[str, float] = field(default_factory=dict)  # share key -> weight (default 1)
     entry_waits_for: str = "perturbing"  # "perturbing" | "all" (quiesce.py)
 
@@ -100,6 +101,8 @@ class GpuRegions:
         self.clock_probe = clock_probe
         self.certifier: Certifier | None = None  # set by the node where it can say who uses the GPU
         self.fair = RegionShares(dict(settings.share_weights))
+        self.gap = Gap(settings.gap_s)
+        self._gap_s = 0.0  # what the next entry waited for the gap
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -172,6 +175,9 @@ class GpuRegions:
             while not self.queue:
                 self._wake.clear()
                 await self._wake.wait()
+            self._gap_s = await self.gap.wait()
+            if not self.queue:  # withdrawn during the gap
+                continue
             req = self.fair.take(self.queue)  # leases first, then by fair share
             try:
                 await self._serve_one(req)
@@ -245,7 +251,7 @@ class GpuRegions:
             t.append(time.monotonic())
             return t[-1] - t[-2]
 
-        stats: dict[str, Any] = {"wait_s": t[0] - req.requested_at}
+        stats: dict[str, Any] = {"wait_s": t[0] - req.requested_at, "gap_s": self._gap_s}
         holder = req.tenant_id  # OPERATOR for an operator's lease: nobody passes
         self.gate.close_gate(holder)
         stats["close_s"] = lap()
@@ -332,9 +338,12 @@ class GpuRegions:
         left_locked = self.backend.release(entry.report)
         if left_locked:
             log.warning("GPU %d: processes stopped by someone else stay driver-locked: %s", self.gpu, left_locked)
+        held_back = sum(e.parked for e in self.gate.others(req.tenant_id)) + len(entry.report.locked)
         self.gate.open_gate()
+        self.gap.released(held_back)
         t3 = time.monotonic()
         return {
+            "held_back": held_back,
             "unpin_s": t1 - t0,
             "thaw_s": t2 - t1,
             "late_frozen": late_frozen,
@@ -363,37 +372,3 @@ def _fail(req: Request, exc: RegionRefused) -> None:
     if not req.granted.done():
         req.granted.set_exception(exc)
         req.granted.exception()  # retrieved: nobody may be awaiting it
-
-
-class RegionManager:
-    """The GPUs' region queues, with one numbering of requests for the node."""
-
-    def __init__(self, regions: dict[int, GpuRegions], tenants: TenantRegistry) -> None:
-        self.gpus = regions
-        self._tenants = tenants  # a request's share key is its command's
-        self._seq = itertools.count(1)
-
-    def start(self) -> None:
-        for r in self.gpus.values():
-            r.start()
-
-    def new_request(
-        self,
-        gpu: int,
-        kind: str,
-        tenant_id: int,
-        command_id: str,
-        pid: int,
-        tid: int,
-        limit_s: float | None,
-    ) -> Request:
-        req = Request(next(self._seq), gpu, kind, tenant_id, command_id, pid, tid, limit_s, share=self._tenants.share_of(command_id))
-        self.gpus[gpu].submit(req)
-        return req
-
-    def stamp_heartbeats(self) -> None:
-        for r in self.gpus.values():
-            r.gate.stamp_heartbeat()
-
-    async def shutdown(self) -> None:
-        await asyncio.gather(*(r.shutdown() for r in self.gpus.values()))

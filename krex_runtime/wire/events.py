@@ -125,6 +125,8 @@ class RegionGranted(Event):
     frozen: list[int] = note("tenant ids", factory=list)
     drain: dict[str, str] = unread("pid -> ok / timed_out / error / no_ack / exited / stopped")
     wait_s: float = unread("seconds queued; the entry's steps follow")
+    gap_s: float = unread("seconds of it the gate stayed open for the work the previous region held back "
+                        "(`regions.gap_s`)", 0.0)
     close_s: float = unread()
     quiesce_s: float = unread()
     inside_at_close: dict[str, int] = unread("call class -> the other tenants' threads inside a gated call at the close",
@@ -163,6 +165,8 @@ class RegionReleased(Event):
     late_frozen: list[int] = unread("tenant ids frozen during the hold, once out of the host-side call entry let them finish",
                                     factory=list)
     open_s: float = unread()
+    held_back: int = unread("the other tenants' threads parked at the gate at the release, and processes "
+                          "driver-locked: a next entry waits `regions.gap_s` for them", 0)
     released_mono_ns: int = unread("CLOCK_MONOTONIC")
     others_calls: int = unread("the same as at the grant: none of them submitted meanwhile")
     exit_sm_clock_mhz: float | None = unread("the SM clock, power, temperature and throttle reasons at the release",
