@@ -26,6 +26,7 @@ from runtime_helpers import (
     krex_runtime,
     output,
     region_results,
+    snapshot,
     submit,
     trace_events,
 )
@@ -75,6 +76,27 @@ def test_entry_lets_context_creation_and_module_loads_finish_outside(make_runtim
     check_exclusive(events, held, rt.root / "sim.log")
 
 
+@pytest.mark.parametrize("backend", ["preload", "driver-lock"])
+def test_entry_does_not_wait_for_a_launch_that_loads_its_function(make_runtime, backend: str) -> None:
+    # CUDA's lazy loading: a function's first launch loads its code. The library
+    # loads it before the launch, as a module-class call entry lets finish.
+    rt = krex_runtime(make_runtime, backend)
+    lazy = submit(rt, PY, str(TENANTS / "startup.py"), "--lazy-ms", str(SLOW_MS))
+    wait_until(lambda: "launching" in output(rt, lazy), 60, "the tenant to start its first launch")
+    done = rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "1", "--kernel-us", "200")
+    assert done.returncode == 0, done.stderr
+    granted = trace_events(rt, "region_granted")[-1]
+    released_ns = trace_events(rt, "region_released")[-1]["released_mono_ns"]
+    assert granted["inside_at_close"] == {"module": 1} and granted["waited_for"] == {}, granted
+    wait_until(lambda: "done" in output(rt, lazy), 60, "the tenant to finish")
+    assert _stamp(output(rt, lazy), "launched") > released_ns  # over before its load returned
+    check_nothing_left(rt.run_dir)
+    rt.stop()
+    events, held = regions_of(rt.trace_path)
+    check_no_submissions_while_held(held)
+    check_exclusive(events, held, rt.root / "sim.log")
+
+
 def test_a_tenant_let_run_is_frozen_once_its_call_returns(make_runtime) -> None:
     rt = krex_runtime(make_runtime)
     loading = submit(rt, PY, str(TENANTS / "startup.py"), "--module-ms", "1500")
@@ -110,3 +132,33 @@ def test_entry_waits_for_every_call_when_told(make_runtime) -> None:
     wait_until(lambda: "done" in output(rt, creating), 60, "the tenant to finish")
     assert _stamp(output(rt, creating), "created") < granted["granted_mono_ns"]
     check_nothing_left(rt.run_dir)
+
+
+def _commands_running(rt, ids: list[str]) -> list[str]:
+    states = {c["id"]: c["state"] for c in snapshot(rt)["commands"]}
+    return [i for i in ids if states.get(i) == "running"]
+
+
+@pytest.mark.parametrize("backend, protection", [("preload", "gpu-only"), ("driver-lock", "gpu+cpu")])
+def test_work_outside_regions_goes_on_while_regions_queue_back_to_back(make_runtime, backend, protection) -> None:
+    # Three tenants keep the queue full: at every release another request waits.
+    rt = krex_runtime(make_runtime, backend, protection=protection)
+    loopers = [submit(rt, PY, str(TENANTS / "regions.py"), "--regions", "2000", "--kernel-us", "2000", "--repeats", "10")
+               for _ in range(3)]
+    wait_until(lambda: all(region_results(output(rt, i)) for i in loopers), 60, "every looper to hold a region")
+    outside = submit(rt, PY, str(TENANTS / "outside.py"), "--rounds", "20")
+    # Its launches park while a region is held; the gap after each release lets them through.
+    wait_until(lambda: "done" in output(rt, outside) or not _commands_running(rt, loopers), 300,
+               "the tenant outside regions to finish, or the loopers")
+    assert "done" in output(rt, outside) and _commands_running(rt, loopers) == loopers, (
+        "the tenant outside regions finished only once the regions stopped"
+    )
+    finish(rt, *loopers)
+    # Releases that held its rounds back, and entries that left the gate open for them first.
+    assert any(e["held_back"] > 0 for e in trace_events(rt, "region_released"))
+    assert any(e["gap_s"] > 0 for e in trace_events(rt, "region_granted"))
+    check_nothing_left(rt.run_dir)
+    rt.stop()
+    events, held = regions_of(rt.trace_path)
+    check_no_submissions_while_held(held)
+    check_exclusive(events, held, rt.root / "sim.log")

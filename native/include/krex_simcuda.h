@@ -55,6 +55,11 @@ extern "C" {
  * at each call, so a program may set them for itself; unset means none. */
 #define KREX_SIM_ENV_CTX_CREATE_MS "KREX_SIM_CTX_CREATE_MS"
 #define KREX_SIM_ENV_MODULE_LOAD_MS "KREX_SIM_MODULE_LOAD_MS"
+/* Lazy loading (CUDA's default since 12.2): a function's code is loaded at its
+ * first launch, which stays inside cuLaunchKernel this long (ms) before it
+ * enqueues; cuFuncLoad does the same load on its own, and cuFuncIsLoaded says
+ * which has happened. Unset means none. */
+#define KREX_SIM_ENV_LAZY_LOAD_MS "KREX_SIM_LAZY_LOAD_MS"
 
 #define KREX_SIM_DEFAULT_DEVICE_NAME "default"
 #define KREX_SIM_DEFAULT_MEM_MB 81920u    /* 80 GiB */

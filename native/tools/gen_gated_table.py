@@ -88,7 +88,9 @@ CLASSES: list[tuple[str, str]] = [
     # code of a function is uploaded at its first launch instead, which is a
     # gated launch and parks. The residual copy is accepted; entry waits for
     # every class with `regions.entry_waits_for = "all"` where it must not be.
-    ("KREX_CLASS_MODULE", r"cuModuleLoad\w*|cuLibraryLoad\w*"),
+    # cuFuncLoad and cuKernelGetFunction load one function's code (the library
+    # itself calls them before a launch that would load it: lazy_load.c).
+    ("KREX_CLASS_MODULE", r"cuModuleLoad\w*|cuLibraryLoad\w*|cuFuncLoad|cuKernelGetFunction"),
     # External semaphores (the device waits or signals) and sparse array
     # mapping (stream-ordered): stream work. Entry waits.
     ("KREX_CLASS_OTHER", r"cuSignalExternalSemaphoresAsync|cuWaitExternalSemaphoresAsync|cuMemMapArrayAsync"),
@@ -139,6 +141,14 @@ def collect(text: str) -> list[Variant]:
     return [seen[n] for n in sorted(seen)]
 
 
+def launched_function(v: Variant) -> str:
+    """The CUfunction argument of a kernel launch, loaded before it (lazy_load.c); "" otherwise."""
+    if v.klass != "KREX_CLASS_LAUNCH":
+        return ""
+    plist = [] if v.params in ("", "void") else split_params(v.params)
+    return next((a for p, a in zip(plist, v.args) if p.split()[0] == "CUfunction"), "")
+
+
 def render(variants: list[Variant], version: str) -> str:
     gated = [v for v in variants if v.klass != "KREX_CLASS_TRACKED"]
     bases = sorted({v.base for v in gated})
@@ -168,6 +178,12 @@ def render(variants: list[Variant], version: str) -> str:
             f"    krex_pfn_{v.name} real = (krex_pfn_{v.name})krex_gated_real({i});",
             "    if (real == NULL)",
             "        return CUDA_ERROR_NOT_FOUND;",
+        ]
+        function = launched_function(v)
+        if function:
+            # Before the gate: the load is a module-class call of its own.
+            out.append(f"    krex_load_before_launch({function});")
+        out += [
             f"    int token = krex_track_enter({i});" if tracked else f"    int token = krex_gate_enter({i});",
         ]
         if before or after:

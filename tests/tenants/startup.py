@@ -1,7 +1,9 @@
 """A tenant in start-up on the simulated driver: "imports" (a sleep), context
 creation and a module load that take as long as told (the simulator's
 KREX_SIM_CTX_CREATE_MS and KREX_SIM_MODULE_LOAD_MS, set for its own calls),
-then a few kernels.
+then a few kernels. With --lazy-ms the first launch of a new function loads
+its code that long (KREX_SIM_LAZY_LOAD_MS: CUDA's lazy loading), between
+"launching" and "launched".
 
 Without --warm the first context is the primary one (SimCuda(), as a fresh
 process starts). With --warm the tenant first runs a kernel in its primary
@@ -25,6 +27,7 @@ p.add_argument("--ctx-ms", type=int, default=0)
 p.add_argument("--module-ms", type=int, default=0)
 p.add_argument("--kernels", type=int, default=2)
 p.add_argument("--kernel-us", type=float, default=500)
+p.add_argument("--lazy-ms", type=int, default=0)
 p.add_argument("--warm", action="store_true")
 args = p.parse_args()
 
@@ -53,6 +56,11 @@ say("loading")
 module = HANDLE()
 cuda.drv("cuModuleLoadData", ctypes.byref(module), b"krex simulated module")
 say("loaded")
+if args.lazy_ms:
+    os.environ["KREX_SIM_LAZY_LOAD_MS"] = str(args.lazy_ms)
+    say("launching")
+    cuda.launch(int(args.kernel_us * 1000), name="lazy_kernel")
+    say("launched")
 for _ in range(args.kernels):
     cuda.launch(int(args.kernel_us * 1000))
 cuda.drv("cuCtxSynchronize")

@@ -102,6 +102,11 @@ uint64_t krex_now_ns(void); /* CLOCK_MONOTONIC */
 void krex_futex_wait(const uint32_t *word, uint32_t expected, uint64_t timeout_ns);
 void krex_futex_wake_all(uint32_t *word);
 
+/* ---- lazy_load.c ---------------------------------------------------------- */
+/* Before a launch of `f` (a CUfunction or a CUkernel): loads its code in the
+ * current context if lazy loading has not yet, as a module-class call. */
+void krex_load_before_launch(void *f);
+
 /* ---- drain.c -------------------------------------------------------------- */
 /* Starts the drain helper for this process's entry (idempotent). */
 void krex_drain_start(struct krex_gate_proc *entry);

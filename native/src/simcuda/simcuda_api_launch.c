@@ -143,6 +143,46 @@ static bool valid_function(CUfunction f)
     return f && __atomic_load_n(&f->magic, __ATOMIC_ACQUIRE) == SIM_MAGIC_FUNC;
 }
 
+/* Lazy loading: the first caller loads (host-side latency), later ones find it loaded. */
+static void function_load(CUfunction f)
+{
+    if (__atomic_load_n(&f->loaded, __ATOMIC_ACQUIRE))
+        return;
+    sim_host_latency(KREX_SIM_ENV_LAZY_LOAD_MS);
+    __atomic_store_n(&f->loaded, 1, __ATOMIC_RELEASE);
+}
+
+static CUresult func_is_loaded(CUfunctionLoadingState *state, CUfunction f)
+{
+    CHECK_INIT();
+    if (!state)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_function(f))
+        return CUDA_ERROR_INVALID_HANDLE;
+    *state = __atomic_load_n(&f->loaded, __ATOMIC_ACQUIRE) ? CU_FUNCTION_LOADING_STATE_LOADED
+                                                            : CU_FUNCTION_LOADING_STATE_UNLOADED;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function)
+{
+    SIM_GATED(func_is_loaded(state, function));
+}
+
+static CUresult func_load(CUfunction f)
+{
+    CHECK_INIT();
+    if (!valid_function(f))
+        return CUDA_ERROR_INVALID_HANDLE;
+    function_load(f);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuFuncLoad(CUfunction function)
+{
+    SIM_GATED(func_load(function));
+}
+
 /* Reads the two simulated kernel arguments (see krex_simcuda.h) from either
  * kernelParams or the `extra` packed-buffer form. */
 static CUresult read_kernel_args(void **params, void **extra, struct sim_kernel_args *k)
@@ -183,6 +223,7 @@ static CUresult launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned 
         return CUDA_ERROR_INVALID_HANDLE;
     if (!gx || !gy || !gz || !bx || !by || !bz)
         return CUDA_ERROR_INVALID_VALUE;
+    function_load(f);
     struct sim_kernel_args k;
     memset(&k, 0, sizeof k);
     snprintf(k.name, sizeof k.name, "%s", f->name);

@@ -172,6 +172,7 @@ struct CUevent_st {
 
 struct CUfunc_st {
     uint32_t magic;
+    uint32_t loaded; /* 1 once its code is "uploaded": cuFuncLoad, or its first launch (lazy loading) */
     struct CUmod_st *module;
     struct CUfunc_st *next;
     char name[KREX_SIM_LOG_NAME_LEN];
