@@ -32,7 +32,7 @@ try:
 except ImportError:
     HAVE_NUMPY = False
 
-PRELOAD = ["stateful", "numpy"] if HAVE_NUMPY else ["stateful"]
+PRELOAD = ["stateful", "pynvml"] + (["numpy"] if HAVE_NUMPY else [])
 
 CHANGES = {
     "stateful.FACTOR": "import stateful\nstateful.FACTOR = 99.0\n",
@@ -111,3 +111,21 @@ def test_no_command_observes_an_earlier_change(rt: Runtime, mode: str) -> None:
         replaced = [e for e in trace_events(rt, "pool_worker_replaced") if e["cause"] == "state-changed"]
         reasons = [e["reason"] for e in replaced[-(len(CHANGES) - 1):]]
         assert reasons == [f"state-changed: {what}" for what in CHANGES if what != "rng"], reasons
+
+
+# What pynvml.nvmlInit() binds in its module (the library's handle, the count
+# of inits), done by hand: there is no NVML on a machine without a GPU.
+USES_NVML = "import ctypes, pynvml\npynvml.nvmlLib = ctypes.CDLL(None)\npynvml._nvmlLib_refcount += 1\n"
+NVML_PROBE = "import json, pynvml\nprint(json.dumps([pynvml.nvmlLib is None, pynvml._nvmlLib_refcount]))\n"
+
+
+def test_a_command_that_used_nvml_leaves_its_context_process_serving(rt: Runtime) -> None:
+    # A benchmark that reads the SM clock through pynvml must not cost the next
+    # command a fresh context process.
+    with rt.client(timeout_s=120) as c:
+        replaced = len(trace_events(rt, "pool_worker_replaced"))
+        first, _ = run(c, "pooled", USES_NVML)
+        second, out = run(c, "pooled", NVML_PROBE)
+    assert json.loads(out) == [True, 0]  # as a fresh process has them
+    assert second["worker"] == first["worker"] is not None
+    assert len(trace_events(rt, "pool_worker_replaced")) == replaced

@@ -51,6 +51,11 @@ QUIET = frozenset({
     "builtins._",  # the interactive last result
     "tempfile.tempdir", "tempfile._name_sequence",  # tempfile's lazily made defaults
     "_frozen_importlib_external._NamespacePath._epoch",  # counts importlib.invalidate_caches()
+    # pynvml's handle of libnvidia-ml and its count of nvmlInit calls: a command
+    # that read the SM clock leaves them set. Put back, the next command's
+    # nvmlInit loads and counts again, as in a fresh process (NVML keeps its
+    # own count, so a command that left it initialised changes nothing seen).
+    "pynvml.nvmlLib", "pynvml._nvmlLib_refcount",
 })
 
 
