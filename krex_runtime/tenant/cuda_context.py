@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 from typing import Any, Callable
 
 
@@ -123,6 +124,7 @@ class TorchContext(Context):
         # baseline rather than a change made by the first command that uses them.
         torch.backends.cudnn.is_available()
         torch.cuda.get_device_properties(0)
+        _fill_triton_driver()
         self.baseline = 0
 
     def check(self) -> None:
@@ -140,6 +142,21 @@ class TorchContext(Context):
         self.torch.cuda.empty_cache()
         held = self.torch.cuda.memory_allocated() - self.baseline
         return f"{held} bytes of tensors still referenced" if held > 0 else ""
+
+
+def _fill_triton_driver() -> None:
+    """Triton binds its driver's helpers as module globals
+    (triton.backends.nvidia.driver.PyCUtensorMap, ...) when its driver is first
+    used, and nothing binds them again if they are put back; the first
+    command that ran a Triton kernel would retire the process
+    (state-changed). Made now, they are part of the baseline."""
+    triton = sys.modules.get("triton")
+    if triton is None:
+        return
+    try:
+        triton.runtime.driver.active.utils  # noqa: B018 - the lookup builds the driver
+    except Exception:  # a Triton without a usable driver: the check says what changes
+        return
 
 
 CONTEXTS: dict[str, Callable[[], Context]] = {
