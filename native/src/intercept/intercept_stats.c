@@ -22,7 +22,11 @@
 static uint64_t counts[KREX_GATED_MAX];
 
 /* Named event counters; a short fixed list keeps this lock-free. */
-static const char *const event_names[] = {"swapped", "unmapped", "parked", "fail_open", "drains", "unprotected"};
+static const char *const event_names[] = {
+    "swapped", "unmapped", "parked", "fail_open", "drains", "unprotected",
+    /* lazy_load.c: functions loaded before their launch, and handles it could not ask about */
+    "lazy_load", "lazy_load_failed", "lazy_load_kernel_handle", "lazy_load_unknown_handle",
+};
 #define N_EVENTS (sizeof event_names / sizeof event_names[0])
 static uint64_t events[N_EVENTS];
 
