@@ -2,11 +2,10 @@
 
 When a region is released while another waits, the next entry would close
 the gate again within a millisecond: threads of other tenants that the region
-held back (parked at the gate, or driver-locked) wake, find it shut again and
-park once more. Their work outside regions (a correctness check, a pooled
-process's cleanup before its next command) then waits until no region is
-queued at all, however long the queue stays full, and a node whose commands
-all queue regions runs its GPU phases in bursts with the GPU idle in between.
+held back (parked at the gate, or driver-locked) wake and may find it shut
+again, and park once more. Whether they get through is a race, so their work
+outside regions (a correctness check, a pooled process's cleanup before its
+next command) can wait as long as the queue stays full.
 
 So after a release that held anyone back, the next entry starts no earlier
 than `regions.gap_s` after it (0: at once). The work those threads submit in

@@ -4,9 +4,8 @@
  * With CUDA's lazy loading (the default since 12.2) a function's code is
  * uploaded at its first launch, inside cuLaunchKernel. To region entry such a
  * thread is inside a launch, a call it must wait for, for as long as the load
- * takes (one entry on the H200 waited 83 ms for a launch in progress, where
- * an enqueue takes microseconds). So before a
- * launch the library asks the driver whether the function is loaded and, if
+ * takes, where an enqueue takes microseconds. So before a launch the
+ * library asks the driver whether the function is loaded and, if
  * not, loads it with cuFuncLoad through the gate: a module-class call, which
  * entry does not wait for (krex_gate.h) and which parks while another
  * tenant's region is held, as the launch would. The launch then only enqueues.
