@@ -98,6 +98,11 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
     if violated:
         out += ["", "Violated regions, by the witness that says so (the first reasons are in results.json):"]
         out += [f"- {label}: {_by_witness(reasons)}" for label, reasons in violated]
+    retired = [(run["setup"]["label"], run["pool_replaced"]) for run in data["runs"] if run.get("pool_replaced")]
+    if retired:
+        out += ["", "Pooled context processes replaced after a command, by reason (each costs the next command a fresh process):"]
+        out += [f"- {label}: " + ", ".join(f"{n} `{why}`" for why, n in sorted(r.items(), key=lambda x: -x[1]))
+                for label, r in retired]
     if not summary.get("native_repeat", True):
         out += ["", "**No native repeat in these results: the noise floor every figure is read against is unknown.**"]
     tolerance = summary.get("clock_tolerance", CLOCK_MATCH)

@@ -151,25 +151,32 @@ def read_result(result: dict[str, Any]) -> dict[str, Any] | None:
 MAX_VIOLATIONS = 20  # reasons kept per setup: enough to see the pattern
 
 
-def region_verdicts(trace_path: Path) -> tuple[dict[str, int], list[str]]:
-    """Regions of the setup per exclusivity-certificate verdict (the trace's
-    region_released), and for each violated region its first reason: the
-    certificate lists the violated witnesses first (`clock: ...`)."""
+def trace_findings(trace_path: Path) -> tuple[dict[str, int], list[str], dict[str, int]]:
+    """From the setup's trace: its regions per exclusivity-certificate verdict
+    (region_released), for each violated region its first reason (the
+    certificate lists the violated witnesses first: `clock: ...`), and the
+    pooled context processes replaced, per reason (a pooled command that
+    retires its process costs the next one a fresh process: pooled mode then
+    measures little more than process mode)."""
     from krex_runtime.wire.trace import TraceError, read_trace
 
     counts: dict[str, int] = {}
     violations: list[str] = []
+    replaced: dict[str, int] = {}
     try:
         events = read_trace(trace_path).events
     except (OSError, TraceError):
-        return counts, violations
+        return counts, violations, replaced
     for e in events:
         if e["type"] == "region_released" and e.get("kind") == "region":
             verdict = e.get("verdict", "unknown")
             counts[verdict] = counts.get(verdict, 0) + 1
             if verdict == "violated" and len(violations) < MAX_VIOLATIONS:
                 violations.append((e.get("verdict_reasons") or ["?: no reason recorded"])[0])
-    return counts, violations
+        elif e["type"] == "pool_worker_replaced" and e.get("cause") != "shutdown":
+            why = e.get("reason") or e.get("cause") or "?"
+            replaced[why] = replaced.get(why, 0) + 1
+    return counts, violations, replaced
 
 
 def tail(path: str | None, limit: int = 1500) -> str:
@@ -230,7 +237,9 @@ def run_setup(
     finally:
         meter.end()
         rt.stop()
-        record["verdicts"], record["violations"] = region_verdicts(rt.trace_path)
+        record["verdicts"], record["violations"], replaced = trace_findings(rt.trace_path)
+        if setup.mode == "pooled":
+            record["pool_replaced"] = replaced
         if opts.sim:
             from krex_runtime.sim.device_file import remove_device
 

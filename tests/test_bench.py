@@ -155,6 +155,15 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     rows = [line for line in lines if line.startswith("| krex preload/process/gpu+cpu c2 | 4 |")]
     assert len(rows) == 1 and "| 123.0 |" in rows[0], rows
     assert "- krex preload/process/gpu+cpu c2: clock 2, gate 1" in lines  # why its regions were not verified
+    # The pooled run says whether its commands retired their context processes (here none did).
+    pooled = data["runs"][5]
+    assert pooled["pool_replaced"] == {}, pooled["pool_replaced"]
+    retired = {**data, "runs": [{**pooled, "pool_replaced": {"state-changed: pynvml.nvmlLib": 3}}]}
+    (tmp_path / "retired.json").write_text(json.dumps(retired))
+    assert krex_bench("report", str(out / "results.json"), str(tmp_path / "retired.json"),
+                      "--out", str(tmp_path / "retired")).returncode == 0
+    assert "- krex driver-lock/pooled/gpu-only c2: 3 `state-changed: pynvml.nvmlLib`" in (
+        tmp_path / "retired" / "report.md").read_text().splitlines()
 
 
 def test_a_report_without_a_native_run_says_why(tmp_path: Path) -> None:
