@@ -18,7 +18,8 @@ from krex_runtime.wire.trace import read_trace
 PY = sys.executable
 
 
-def test_a_hundred_commands_through_submit_and_wait(runtime: Runtime) -> None:
+def test_commands_submitted_and_waited_for_in_parallel(runtime: Runtime) -> None:
+    # Six CLI clients at once, 42 commands: every exit code 0-6 six times.
     def one(i: int) -> tuple[int, int, str, str]:
         code = i % 7
         sub = runtime.krex("submit", "--", "sh", "-c", f"echo out-{i}; echo err-{i} >&2; exit {code}")
@@ -28,13 +29,13 @@ def test_a_hundred_commands_through_submit_and_wait(runtime: Runtime) -> None:
         return i, done.returncode, done.stdout, done.stderr
 
     with ThreadPoolExecutor(max_workers=6) as pool:
-        results = list(pool.map(one, range(100)))
+        results = list(pool.map(one, range(42)))
     for i, rc, out, err in results:
         assert rc == i % 7
         assert out == f"out-{i}\n"
         assert err == f"err-{i}\n"
     totals = read_final_totals(runtime)
-    assert totals["finished"] == 100
+    assert totals["finished"] == 42
 
 
 def read_final_totals(runtime: Runtime) -> dict[str, int]:

@@ -27,7 +27,7 @@ def _fault_kinds() -> tuple[str, ...]:
 def test_short_soak_accounts_for_every_command_and_leaks_nothing(tmp_path: Path, native_built: Path) -> None:
     out = tmp_path / "soak.json"
     done = subprocess.run(
-        [sys.executable, str(SOAK), "--duration", "36", "--fault-every", "3", "--pause-ms", "3000",
+        [sys.executable, str(SOAK), "--duration", "28", "--fault-every", "2", "--pause-ms", "3000",
          "--sample-every", "2", "--root", str(tmp_path / "soak"), "--json", str(out)],
         capture_output=True, text=True, timeout=240,
     )
