@@ -5,7 +5,9 @@
     krex bench list [--markdown]
 
 Every run measures native and its repeat (the noise floor) first; `--native
-0` skips both only to `--merge` them from an earlier run that has them.
+0` skips both only to `--merge` them from an earlier run that has them, and
+`--native native` / `--native repeat` measure one each, so that both fit a
+time limit per invocation (the second merges the first).
 
 Every subcommand takes `--json`: one JSON document on stdout (progress and
 the setups' lines go to stderr then). Exit status as for every `krex`
@@ -59,8 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="krex variants BACKEND/MODE/PROTECTION, comma-separated, or `all` or `none` (default all)",
     )
     run.add_argument(
-        "--native", type=int, choices=(0, 2), default=2,
-        help="2: native and its repeat (default); 0: neither, merged from --merge results that have both",
+        "--native", choices=tuple(setups.NATIVE_RUNS), default="2",
+        help="2: native and its repeat (default); native: native only; repeat: the repeat only, native merged "
+        "from --merge; 0: neither, merged from --merge results that have both",
     )  # fmt: skip
     run.add_argument("--no-ungated", action="store_true", help="skip the ungated setups")
     run.add_argument("--merge", type=Path, help="add these results' runs (e.g. an earlier native run) to this one; a setup run again here replaces its earlier run")
@@ -116,17 +119,21 @@ def _tolerance(value: float) -> float:
     return value
 
 
-def _has_native_runs(merge: Path | None) -> None:
-    """`--native 0` is for results merged from a run that measured native and its repeat."""
+def _has_native_runs(native: str, merge: Path | None) -> None:
+    """The native runs this invocation does not measure must come from --merge
+    (the native one at least: everything is compared with it)."""
+    needed = [k for k in ("native", "native-repeat") if k not in setups.NATIVE_RUNS[native]]
+    if native == "native" or not needed:
+        return
     if merge is None:
-        raise ValueError("--native 0 needs --merge RESULTS.json with the native and native-repeat runs")
+        raise ValueError(f"--native {native} needs --merge RESULTS.json with the {' and '.join(needed)} run")
     try:
         labels = {r["setup"]["label"] for r in json.loads(merge.read_text())["runs"] if "results" in r}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"--merge {merge}: cannot read its runs ({exc})") from None
-    missing = [label for label in ("native", "native-repeat") if label not in labels]
+    missing = [label for label in needed if label not in labels]
     if missing:
-        raise ValueError(f"--native 0: {merge} has no {' and no '.join(missing)} run to merge")
+        raise ValueError(f"--native {native}: {merge} has no {' and no '.join(missing)} run to merge")
 
 
 def fail(message: str, as_json: bool) -> int:
@@ -179,8 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             concurrency, variants, native=args.native, ungated=not args.no_ungated, settle_s=args.settle_s, gaps=gaps
         )
         tolerance = _tolerance(args.clock_tolerance)
-        if args.native == 0:
-            _has_native_runs(args.merge)
+        _has_native_runs(args.native, args.merge)
         problems = [p for p in args.problems.split(",") if p] or None
         for p in problems or []:
             if p not in workload.BY_NAME:

@@ -20,6 +20,14 @@ VARIANTS = tuple(f"{b}/{m}/{p}" for b in BACKENDS for m in MODES for p in PROTEC
 DEFAULT_CONCURRENCY = (4, 8, 16)
 
 
+# --native: which of the two native runs this invocation measures ("native" and
+# "repeat" split them over two invocations on one machine start, each within a
+# time limit; the other comes from --merge).
+NATIVE_RUNS: dict[str, tuple[str, ...]] = {
+    "2": ("native", "native-repeat"), "native": ("native",), "repeat": ("native-repeat",), "0": (),
+}
+
+
 @dataclass(frozen=True)
 class Setup:
     kind: str  # native | native-repeat | ungated | krex
@@ -68,7 +76,7 @@ def parse_variant(text: str) -> tuple[str, str, str]:
 def matrix(
     concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY,
     variants: tuple[str, ...] = VARIANTS,
-    native: int = 2,
+    native: int | str = 2,
     ungated: bool = True,
     settle_s: float = 0.0,
     gaps: tuple[float | None, ...] = (None,),
@@ -76,7 +84,7 @@ def matrix(
     """Native first (`native` runs: the baseline every other setup is compared
     with, then its repeat), then per concurrency ungated and each krex variant
     (once per value of `gaps`)."""
-    setups = [Setup("native"), Setup("native-repeat")][:native]
+    setups = [Setup(kind) for kind in NATIVE_RUNS[str(native)]]
     for c in concurrency:
         if c < 1:
             raise ValueError(f"concurrency must be >= 1, got {c}")

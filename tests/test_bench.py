@@ -74,6 +74,12 @@ def test_the_matrix_has_every_variant_at_every_concurrency() -> None:
     settled = setups.matrix((16,), ("preload/process/gpu-only",), native=0, ungated=False, settle_s=0.2)
     assert [s.label for s in settled] == ["krex preload/process/gpu-only c16 settle 0.2s"]
     assert setups.Setup.from_dict(settled[0].to_dict()) == settled[0]  # merged runs keep the setting
+    gaps = setups.matrix((16,), ("preload/pooled/gpu-only",), native="repeat", ungated=False, gaps=(0.0, 0.02))
+    assert [s.label for s in gaps] == [
+        "native-repeat", "krex preload/pooled/gpu-only c16 gap 0ms", "krex preload/pooled/gpu-only c16 gap 20ms",
+    ]  # fmt: skip
+    assert setups.Setup.from_dict(gaps[2].to_dict()) == gaps[2]
+    assert [s.label for s in setups.matrix((16,), (), native="native", ungated=False)] == ["native"]
 
 
 def krex_bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -86,6 +92,8 @@ def test_bad_arguments_are_refused_before_anything_starts(tmp_path: Path) -> Non
         (["--variants", "preload/sometimes/gpu+cpu"], "is not BACKEND/MODE/PROTECTION"),
         (["--problems", "fft"], "unknown problem 'fft'"),
         (["--native", "0"], "--native 0 needs --merge"),
+        (["--native", "repeat"], "--native repeat needs --merge RESULTS.json with the native run"),
+        (["--gap-s", "0,2"], "--gap-s values must be within [0, 1] seconds"),
         (["--clock-tolerance", "0"], "--clock-tolerance must be in (0, 1)"),
         (["--settle-s", "-1"], "--settle-s must be within [0, 10] seconds"),
         (["--variants", "none", "--no-ungated", "--native", "0", "--merge", "missing.json"], "cannot read its runs"),
