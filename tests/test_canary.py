@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.wire.trace import read_trace
 from krex_runtime.wire import state as node_state
@@ -34,6 +36,7 @@ def canary_after(rt: Runtime, samples: int) -> dict:
     return gpu0(rt)["canary"]
 
 
+@pytest.mark.serial
 def test_canary_is_near_zero_under_krex_and_positive_under_ungated(make_runtime) -> None:
     protected = make_runtime("krex", policy="krex", sim=1, slots=8, canary=True)
     busy_tenants(protected, 6)

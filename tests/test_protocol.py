@@ -26,30 +26,31 @@ def _valid(type_: str, body: object, **override: object) -> bytes:
     return json.dumps(msg).encode()
 
 
-@pytest.mark.parametrize(
-    "frame, code",
-    [
-        (b"not json at all", "bad_message"),
-        (b"\xff\xfe\x00", "bad_message"),
-        (b"[1, 2, 3]", "bad_message"),
-        (b'{"v": 1, "type": "status"}', "bad_message"),
-        (_valid("status", {}, v=2), "unsupported_version"),
-        (_valid("status", {}, v="1"), "unsupported_version"),
-        (_valid("launch_missiles", {}), "unknown_type"),
-        (_valid("submit", {"argv": "ls"}), "bad_request"),
-        (_valid("submit", {"argv": ["ls"], "gpu": "0"}), "bad_request"),
-        (_valid("submit", {"argv": ["ls"], "colour": "red"}), "bad_request"),
-        (_valid("submit", {"argv": []}), "bad_request"),
-        (_valid("submit", {"argv": ["ls"], "gpu": 99}), "bad_request"),
-        (_valid("submit", {"argv": ["ls"], "timeout_s": -1}), "bad_request"),
-        (_valid("wait", {"id": "no-such-command"}), "not_found"),
-        (_valid("cancel", {}), "bad_request"),
-        (_valid("pause", {"gpu": 7}), "bad_request"),
-        (b"{" * 100_000, "bad_message"),
-        (_valid("status", {}) + b" " * (2 << 20), "too_large"),
-    ],
-    ids=lambda v: v if isinstance(v, str) else None,
-)
+# Ids by position: a frame holds a fresh message id and time, and ids must be
+# the same in every process that collects the tests (pytest-xdist's workers).
+BAD_FRAMES = [
+    (b"not json at all", "bad_message"),
+    (b"\xff\xfe\x00", "bad_message"),
+    (b"[1, 2, 3]", "bad_message"),
+    (b'{"v": 1, "type": "status"}', "bad_message"),
+    (_valid("status", {}, v=2), "unsupported_version"),
+    (_valid("status", {}, v="1"), "unsupported_version"),
+    (_valid("launch_missiles", {}), "unknown_type"),
+    (_valid("submit", {"argv": "ls"}), "bad_request"),
+    (_valid("submit", {"argv": ["ls"], "gpu": "0"}), "bad_request"),
+    (_valid("submit", {"argv": ["ls"], "colour": "red"}), "bad_request"),
+    (_valid("submit", {"argv": []}), "bad_request"),
+    (_valid("submit", {"argv": ["ls"], "gpu": 99}), "bad_request"),
+    (_valid("submit", {"argv": ["ls"], "timeout_s": -1}), "bad_request"),
+    (_valid("wait", {"id": "no-such-command"}), "not_found"),
+    (_valid("cancel", {}), "bad_request"),
+    (_valid("pause", {"gpu": 7}), "bad_request"),
+    (b"{" * 100_000, "bad_message"),
+    (_valid("status", {}) + b" " * (2 << 20), "too_large"),
+]
+
+
+@pytest.mark.parametrize("frame, code", BAD_FRAMES, ids=[f"{i}-{code}" for i, (_, code) in enumerate(BAD_FRAMES)])
 def test_bad_message_gets_error_reply(runtime: Runtime, frame: bytes, code: str) -> None:
     with runtime.client() as client:
         reply = _reply_to_raw(client, frame)

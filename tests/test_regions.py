@@ -310,6 +310,7 @@ def _median_ms(text: str) -> float:
     return statistics.median(t for r in region_results(text) for t in r["times_ms"])
 
 
+@pytest.mark.serial
 def test_fidelity_inside_a_region_and_inflation_without(make_runtime) -> None:
     kernel = ["--regions", "2", "--kernel-us", "20000", "--repeats", "5"]
     # Eight busy tenants: enough for ungated to be several times slower, few enough to start quickly.
