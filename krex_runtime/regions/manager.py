@@ -102,7 +102,6 @@ class GpuRegions:
         self.certifier: Certifier | None = None  # set by the node where it can say who uses the GPU
         self.fair = RegionShares(dict(settings.share_weights))
         self.gap = Gap(settings.gap_s)
-        self._gap_s = 0.0  # what the next entry waited for the gap
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -175,12 +174,12 @@ class GpuRegions:
             while not self.queue:
                 self._wake.clear()
                 await self._wake.wait()
-            self._gap_s = await self.gap.wait()
+            gap_s = await self.gap.wait()
             if not self.queue:  # withdrawn during the gap
                 continue
             req = self.fair.take(self.queue)  # leases first, then by fair share
             try:
-                await self._serve_one(req)
+                await self._serve_one(req, gap_s)
             except Exception:
                 # A bug must not leave the gate shut, tenants frozen or the queue stuck.
                 log.exception("GPU %d: region %d failed; reopening the gate", self.gpu, req.seq)
@@ -188,9 +187,9 @@ class GpuRegions:
                 self.gate.open_gate()
                 _fail(req, RegionRefused("EIO", "runtime error while serving the region"))
 
-    async def _serve_one(self, req: Request) -> None:
+    async def _serve_one(self, req: Request, gap_s: float) -> None:
         try:
-            entry = await asyncio.to_thread(self._enter, req)
+            entry = await asyncio.to_thread(self._enter, req, gap_s)
         except Exception as exc:
             if not isinstance(exc, RegionRefused):
                 log.exception("GPU %d: region %d entry failed", self.gpu, req.seq)
@@ -244,14 +243,15 @@ class GpuRegions:
 
     # --- entry and exit (worker thread) ---------------------------------------------
 
-    def _enter(self, req: Request) -> Entry:
+    def _enter(self, req: Request, gap_s: float) -> Entry:
+        """`gap_s`: how long the gate stayed open before it for the work the last region held back."""
         t = [time.monotonic()]
 
         def lap() -> float:
             t.append(time.monotonic())
             return t[-1] - t[-2]
 
-        stats: dict[str, Any] = {"wait_s": t[0] - req.requested_at, "gap_s": self._gap_s}
+        stats: dict[str, Any] = {"wait_s": t[0] - req.requested_at, "gap_s": gap_s}
         holder = req.tenant_id  # OPERATOR for an operator's lease: nobody passes
         self.gate.close_gate(holder)
         stats["close_s"] = lap()
