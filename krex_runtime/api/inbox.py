@@ -138,12 +138,13 @@ class Inbox:
         if not self.lost:
             return []
         self.lost = 0
-        for f in self.follows.values():
-            f.incomplete = f.incomplete or not f.done
         asked = {id(f) for f in self.rewaits.values()}
         requests = []
         for f in self.follows.values():
-            if f.command_id is not None and not f.done and id(f) not in asked:
+            if f.done:
+                continue
+            f.incomplete = True
+            if f.command_id is not None and id(f) not in asked:
                 request = protocol.request("wait", {"id": f.command_id, "attach": False})
                 self.rewaits[request["id"]] = f
                 requests.append(request)
