@@ -84,12 +84,12 @@ CLASSES: list[tuple[str, str]] = [
     # Module loading is mostly host work (parsing the fatbinary, JIT-compiling
     # PTX: seconds), ending with an upload of the module's code and static data
     # into device memory: a copy bounded by the module's size (usually KBs to a
-    # few MB), no kernel. With lazy loading (the default since CUDA 12.2) the
-    # code of a function is uploaded at its first launch instead, which is a
-    # gated launch and parks. The residual copy is accepted; entry waits for
-    # every class with `regions.entry_waits_for = "all"` where it must not be.
-    # cuFuncLoad and cuKernelGetFunction load one function's code (the library
-    # itself calls them before a launch that would load it: lazy_load.c).
+    # few MB), no kernel. With lazy loading (the default since CUDA 12.2) a
+    # function's code is uploaded later, one function at a time: by
+    # cuKernelGetFunction or cuFuncLoad, or else inside its first launch, so
+    # the library calls cuFuncLoad itself before a launch whose function is
+    # not loaded yet (lazy_load.c). The residual copy is accepted; entry waits
+    # for every class with `regions.entry_waits_for = "all"` where it must not be.
     ("KREX_CLASS_MODULE", r"cuModuleLoad\w*|cuLibraryLoad\w*|cuFuncLoad|cuKernelGetFunction"),
     # External semaphores (the device waits or signals) and sparse array
     # mapping (stream-ordered): stream work. Entry waits.
