@@ -86,11 +86,15 @@ CLASSES: list[tuple[str, str]] = [
     # into device memory: a copy bounded by the module's size (usually KBs to a
     # few MB), no kernel. With lazy loading (the default since CUDA 12.2) a
     # function's code is uploaded later, one function at a time: by
-    # cuKernelGetFunction or cuFuncLoad, or else inside its first launch, so
-    # the library calls cuFuncLoad itself before a launch whose function is
-    # not loaded yet (lazy_load.c). The residual copy is accepted; entry waits
-    # for every class with `regions.entry_waits_for = "all"` where it must not be.
-    ("KREX_CLASS_MODULE", r"cuModuleLoad\w*|cuLibraryLoad\w*|cuFuncLoad|cuKernelGetFunction"),
+    # cuModuleGetFunction (Triton, CuPy), cuKernelGetFunction (cudart) or
+    # cuFuncLoad, or else inside its first launch, so the library calls
+    # cuFuncLoad itself before a launch whose function is not loaded yet
+    # (lazy_load.c). The residual copy is accepted; entry waits for every
+    # class with `regions.entry_waits_for = "all"` where it must not be.
+    (
+        "KREX_CLASS_MODULE",
+        r"cuModuleLoad\w*|cuLibraryLoad\w*|cuModuleGetFunction|cuFuncLoad|cuKernelGetFunction",
+    ),
     # External semaphores (the device waits or signals) and sparse array
     # mapping (stream-ordered): stream work. Entry waits.
     ("KREX_CLASS_OTHER", r"cuSignalExternalSemaphoresAsync|cuWaitExternalSemaphoresAsync|cuMemMapArrayAsync"),

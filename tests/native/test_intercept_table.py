@@ -51,7 +51,8 @@ def test_table_covers_every_submission_family() -> None:
         "cuEventRecord", "cuEventRecordWithFlags_ptsz", "cuStreamWaitEvent", "cuStreamWaitValue32_v2",
         "cuStreamWriteValue64", "cuStreamBatchMemOp_v2", "cuMemAllocAsync", "cuMemFreeAsync_ptsz",
         "cuMemAllocFromPoolAsync", "cuMemPrefetchAsync_v2", "cuCtxCreate_v4", "cuDevicePrimaryCtxRetain",
-        "cuModuleLoadData", "cuModuleLoadDataEx", "cuLibraryLoadData",
+        "cuModuleLoadData", "cuModuleLoadDataEx", "cuLibraryLoadData", "cuModuleGetFunction",
+        "cuKernelGetFunction", "cuFuncLoad",
     ):
         assert must in names, must
     for never in ("cuGetProcAddress", "cuGetExportTable", "cuCtxSynchronize", "cuStreamSynchronize",
