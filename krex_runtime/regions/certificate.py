@@ -13,9 +13,11 @@ Witnesses, each read at the grant and at the release:
   "foreign"); on the simulator, so is any process other than the holder's
   whose work items grew during the region (a tenant that runs with the gate
   disabled, a foreign process).
-- **utilisation**: NVML's per-process SM utilisation samples in the window:
-  any process but the holder's with a sample above 0 is a violation. A
-  simulated GPU has none: `n/a`.
+- **utilisation**: NVML's per-process SM utilisation samples that cover
+  only time inside the region (stamped at least one sample period after the
+  grant; telemetry/gpu_processes.py): any process but the holder's with a
+  sample above 0 is a violation. A simulated GPU has none, and a region
+  shorter than a period has none that speaks for it alone: `n/a`.
 - **clock**: the SM clock at the grant and at the release, within
   `telemetry.clock_tolerance` of the canary's baseline (throttle reasons
   alone are named, not a violation: the region's flags carry them).
@@ -45,7 +47,7 @@ class GpuProcesses(Protocol):
 
     def running(self, gpu: int) -> dict[int, Any] | None: ...  # pid -> GpuProcess (work_items, active)
 
-    def utilisation(self, gpu: int, since_mono_ns: int) -> dict[int, int] | None: ...
+    def utilisation(self, gpu: int, since_mono_ns: int) -> dict[int, tuple[int, int]] | None: ...  # pid -> (SM %, ms after)
 
 
 @dataclass(frozen=True)
@@ -154,7 +156,8 @@ class Certifier:
         samples = self.processes.utilisation(self.gpu, w.granted_mono_ns)
         if samples is None:
             return None, "n/a"
-        bad = [f"pid {pid} at {util}% SM" for pid, util in sorted(samples.items()) if util > 0 and not self._holder(pid, holder, w)]
+        bad = [f"pid {pid} at {util}% SM, stamped {after_ms} ms after the grant"
+               for pid, (util, after_ms) in sorted(samples.items()) if util > 0 and not self._holder(pid, holder, w)]
         if bad:
             return False, "samples show " + ", ".join(bad)
         return True, "samples show only the holder"

@@ -6,9 +6,17 @@ exclusivity certificate (regions/certificate.py) besides the gate.
   unknown there: None); simulated GPUs: the simulated device's process slots
   of processes that executed work on it, with their items started.
 - `utilisation(gpu, since_mono_ns)`: per-process SM utilisation samples
-  since then (NVML's nvmlDeviceGetProcessUtilization), pid -> highest SM %;
-  None where there are none to read: a simulated GPU has no samples, and an
-  NVML that does not support them says so.
+  that cover only time after then (NVML's nvmlDeviceGetProcessUtilization),
+  pid -> (highest SM %, how long after then that sample was stamped, ms);
+  None where there are none to read: a simulated GPU has no samples, an NVML
+  that does not support them says so, and a window shorter than one sample
+  period holds no sample that covers it alone.
+
+A sample covers the sampling period before its stamp, and NVML's period is
+the product's (1/6 s to 1 s, per its documentation): one stamped within a
+period after the grant may still show work drained before it. The period is
+read at start-up from the spacing of the GPU's own utilisation samples; where
+that cannot be read, the documented longest period is assumed.
 
 A read that fails is None ("n/a"), never an exception.
 """
@@ -23,7 +31,8 @@ from typing import Any, Callable
 from krex_runtime.node.gpus import Gpu
 
 
-SAMPLE_PERIOD_US = 200_000  # longer than NVML's per-process sampling period
+LONGEST_PERIOD_US = 1_000_000  # NVML's documented longest sampling period
+MARGIN_US = 20_000  # for the jitter of a period's stamps
 
 
 @dataclass(frozen=True)
@@ -52,7 +61,7 @@ class SimulatedProcesses:
             if s.alive and (s.devices_used >> gpu) & 1
         }
 
-    def utilisation(self, gpu: int, since_mono_ns: int) -> dict[int, int] | None:
+    def utilisation(self, gpu: int, since_mono_ns: int) -> dict[int, tuple[int, int]] | None:
         return None
 
 
@@ -63,6 +72,7 @@ class NvmlProcesses:
         self.nvml = pynvml
         pynvml.nvmlInit()
         self.handles = {g.index: pynvml.nvmlDeviceGetHandleByIndex(g.index) for g in gpus}
+        self.period_us = {i: sample_period_us(pynvml, h) for i, h in self.handles.items()}
 
     def running(self, gpu: int) -> dict[int, GpuProcess] | None:
         try:
@@ -71,11 +81,12 @@ class NvmlProcesses:
             return None
         return {int(p.pid): GpuProcess(int(p.pid), None, True) for p in procs}
 
-    def utilisation(self, gpu: int, since_mono_ns: int) -> dict[int, int] | None:
-        # NVML stamps samples in wall-clock microseconds; a sample covers the
-        # sampling period before its stamp, so one stamped just after the grant
-        # may still show the work drained before it: only later ones count.
-        since_us = int((time.time() - (time.monotonic_ns() - since_mono_ns) / 1e9) * 1e6) + SAMPLE_PERIOD_US
+    def utilisation(self, gpu: int, since_mono_ns: int) -> dict[int, tuple[int, int]] | None:
+        # NVML stamps samples in wall-clock microseconds.
+        grant_us = int((time.time() - (time.monotonic_ns() - since_mono_ns) / 1e9) * 1e6)
+        since_us = grant_us + self.period_us[gpu] + MARGIN_US  # only samples that cover the window alone
+        if time.time() * 1e6 < since_us:
+            return None  # shorter than a period: no sample can speak for the window alone
         try:
             samples = self.nvml.nvmlDeviceGetProcessUtilization(self.handles[gpu], since_us)
         except self.nvml.NVMLError as exc:
@@ -84,11 +95,26 @@ class NvmlProcesses:
             return None
         except Exception:
             return None
-        out: dict[int, int] = {}
+        out: dict[int, tuple[int, int]] = {}
         for s in samples:
-            if int(s.timeStamp) >= since_us:
-                out[int(s.pid)] = max(out.get(int(s.pid), 0), int(s.smUtil))
+            pid, util, stamp = int(s.pid), int(s.smUtil), int(s.timeStamp)
+            if stamp >= since_us and util >= out.get(pid, (-1, 0))[0]:
+                out[pid] = (util, (stamp - grant_us) // 1000)
         return out
+
+
+def sample_period_us(nvml: Any, handle: Any) -> int:
+    """The spacing of the GPU's utilisation samples (their median), else the
+    documented longest period."""
+    try:
+        _, samples = nvml.nvmlDeviceGetSamples(handle, nvml.NVML_GPU_UTILIZATION_SAMPLES, 0)
+        stamps = sorted({int(s.timeStamp) for s in samples})
+    except Exception:
+        return LONGEST_PERIOD_US
+    gaps = sorted(b - a for a, b in zip(stamps, stamps[1:]) if b > a)
+    if len(gaps) < 3:
+        return LONGEST_PERIOD_US
+    return min(gaps[len(gaps) // 2], LONGEST_PERIOD_US)
 
 
 class NoProcesses:
@@ -97,7 +123,7 @@ class NoProcesses:
     def running(self, gpu: int) -> dict[int, GpuProcess] | None:
         return None
 
-    def utilisation(self, gpu: int, since_mono_ns: int) -> dict[int, int] | None:
+    def utilisation(self, gpu: int, since_mono_ns: int) -> dict[int, tuple[int, int]] | None:
         return None
 
 
