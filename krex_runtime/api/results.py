@@ -51,7 +51,7 @@ class Region:
     sm_clock_mhz: float | None
     throttle: tuple[str, ...] | None
     verdict: str | None  # verified / violated / unknown (docs/regions.md); None: this runtime gives no verdicts
-    verdict_reasons: tuple[str, ...] = ()  # one line per witness: gate, processes, utilisation, clock
+    verdict_reasons: tuple[str, ...] = ()  # one line per witness: gate, processes, clock
     exit_flags: tuple[str, ...] = ()  # as `flags`, of the clock at the release
     settle_s: float | None = None  # the entry's wait for the SM clock (regions.settle_max_s)
     on_clock: bool | None = None  # the SM clock at the grant was near the canary baseline; None: unknown

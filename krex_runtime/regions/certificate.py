@@ -13,11 +13,6 @@ Witnesses, each read at the grant and at the release:
   "foreign"); on the simulator, so is any process other than the holder's
   whose work items grew during the region (a tenant that runs with the gate
   disabled, a foreign process).
-- **utilisation**: NVML's per-process SM utilisation samples that cover
-  only time inside the region (stamped at least one sample period after the
-  grant; telemetry/gpu_processes.py): any process but the holder's with a
-  sample above 0 is a violation. A simulated GPU has none, and a region
-  shorter than a period has none that speaks for it alone: `n/a`.
 - **clock**: the SM clock at the grant and at the release, within
   `telemetry.clock_tolerance` of the canary's baseline (throttle reasons
   alone are named, not a violation: the region's flags carry them).
@@ -25,8 +20,14 @@ Witnesses, each read at the grant and at the release:
 The verdict: `violated` when any witness shows a violation; else `verified`
 when the gate and the process list were both read (between them they see
 every submitter: the gate those it holds back, the process list the ones it
-cannot), whatever the other two say (n/a only adds a reason); else
-`unknown`. Reasons are short lines, one per witness (`gate: ...`).
+cannot), whatever the clock says (n/a only adds a reason); else `unknown`.
+Reasons are short lines, one per witness (`gate: ...`).
+
+NVML's per-process SM utilisation is not a witness: on the H200 (driver
+580) a process's samples, one per 200 ms, stay above 0 % for more than 5 s
+after its last kernel, decaying slowly (benchmarks/nvml_sample_lag.py). So a
+sample cannot say whether a process ran inside a region or before its
+grant, and it made drained work look like a violation.
 """
 
 from __future__ import annotations
@@ -46,8 +47,6 @@ class GpuProcesses(Protocol):
     """telemetry/gpu_processes.py: who uses a GPU, as the GPU tells."""
 
     def running(self, gpu: int) -> dict[int, Any] | None: ...  # pid -> GpuProcess (work_items, active)
-
-    def utilisation(self, gpu: int, since_mono_ns: int) -> dict[int, tuple[int, int]] | None: ...  # pid -> (SM %, ms after)
 
 
 @dataclass(frozen=True)
@@ -101,10 +100,8 @@ class Certifier:
         reasons: list[str] = []
         gate = self._gate(w, holder)
         processes = self._processes(w, holder)
-        utilisation = self._utilisation(w, holder)
         clock = self._clock(w)
-        for name, (found, text) in (("gate", gate), ("processes", processes), ("utilisation", utilisation),
-                                    ("clock", clock)):
+        for name, (found, text) in (("gate", gate), ("processes", processes), ("clock", clock)):
             reasons.append(f"{name}: {text}")
             if found is False:
                 violations.append(name)
@@ -151,16 +148,6 @@ class Certifier:
             return False, "; ".join(bad)
         return True, "only the holder ran work" if any(p.work_items is not None for p in now.values()) else \
             "no process outside this runtime's tenants"
-
-    def _utilisation(self, w: Witness, holder: int) -> tuple[bool | None, str]:
-        samples = self.processes.utilisation(self.gpu, w.granted_mono_ns)
-        if samples is None:
-            return None, "n/a"
-        bad = [f"pid {pid} at {util}% SM, stamped {after_ms} ms after the grant"
-               for pid, (util, after_ms) in sorted(samples.items()) if util > 0 and not self._holder(pid, holder, w)]
-        if bad:
-            return False, "samples show " + ", ".join(bad)
-        return True, "samples show only the holder"
 
     def _clock(self, w: Witness) -> tuple[bool | None, str]:
         now = self.clock_probe(self.gpu)

@@ -177,7 +177,7 @@ class RegionReleased(Event):
     exit_on_clock: bool | None = unread("as `on_clock` of the grant", None)
     exit_flags: list[str] = note("as `flags` of the grant, at the release", factory=list)
     verdict: str = note("exclusivity certificate: `verified`, `violated` or `unknown` (docs/regions.md)", "unknown")
-    verdict_reasons: list[str] = note("one line per witness: gate, processes, utilisation, clock", factory=list)
+    verdict_reasons: list[str] = note("one line per witness: gate, processes, clock", factory=list)
     share: str = note("the holder's fair-share key", "default")
 
 
