@@ -112,3 +112,29 @@ def test_a_restart_in_a_trace_ends_what_the_earlier_run_left() -> None:
     assert {c: (s.commands[c].state, s.commands[c].reason) for c in ("a-1", "a-2")} == {
         "a-1": ("failed", "the runtime restarted"), "a-2": ("failed", "the runtime restarted")}
     assert list(s.queue) == [] and s.gpus[0].running == [] and s.gpus[0].queued == 0
+
+
+def test_an_id_a_restarted_runtime_gives_again_does_not_age_out_its_new_command() -> None:
+    """A trace with a restart whose ids repeat the earlier run's: the earlier
+    command's place in the ageing order must not drop the new, queued one."""
+    from krex_runtime.wire import state as node_state
+
+    s = node_state.NodeState()
+    seq = iter(range(1, 100))
+    started = {"type": "runtime_started", "node": "n", "policy": "krex", "pid": 1, "keep_finished": 2,
+               "gpus": [{"index": 0, "uuid": "u", "name": "g", "memory_total": 1, "simulated": True, "slots": 1}]}
+
+    def apply(**e: object) -> None:
+        node_state.apply(s, {"seq": next(seq), "t": 1.0, **e})
+
+    apply(**started)
+    apply(type="command_queued", id="a-1", argv=["x"], gpu=0)
+    apply(type="command_finished", id="a-1", state="cancelled")
+    apply(**{**started, "pid": 3})
+    apply(type="command_queued", id="a-1", argv=["y"], gpu=0)  # the same id, a new command
+    for n in (2, 3):
+        apply(type="command_queued", id=f"a-{n}", argv=["x"], gpu=0)
+        apply(type="command_finished", id=f"a-{n}", state="cancelled")
+    assert s.commands["a-1"].state == "queued" and s.commands["a-1"].argv == ["y"]
+    apply(type="command_started", id="a-1", gpu=0, pid=4, tenant_id=1)  # was: "never queued"
+    assert s.commands["a-1"].state == "running"

@@ -51,6 +51,8 @@ def _runtime_started(s: NodeState, e: dict[str, Any]) -> None:
 
 
 def _command_queued(s: NodeState, e: dict[str, Any]) -> None:
+    if e["id"] in s.commands and e["id"] in s.finished_order:  # a restarted runtime's id again:
+        s.finished_order.remove(e["id"])  # the earlier command's place must not age out this one
     s.commands[e["id"]] = CommandInfo(
         id=e["id"],
         argv=list(e["argv"]),
@@ -357,12 +359,10 @@ def _set_paused(s: NodeState, gpu: int | None, paused: bool) -> None:
 
 
 def _leave_queue(s: NodeState, cmd: CommandInfo) -> None:
-    try:
+    if cmd.id in s.queue:
         s.queue.remove(cmd.id)
-    except ValueError:
-        return
-    if cmd.gpu_request in s.gpus:
-        s.gpus[cmd.gpu_request].queued -= 1
+        if cmd.gpu_request in s.gpus:
+            s.gpus[cmd.gpu_request].queued -= 1
 
 
 def _count(s: NodeState, key: str) -> None:
