@@ -154,6 +154,13 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
             if r["label"] != "native"
         ],
     )
+    repeat = next((r for r in rows if r["label"] == "native-repeat"), None)
+    if repeat is not None:
+        # A group of n pairs resolves the flip rate only in steps of 100/n points:
+        # an excess over the repeat below one step is not a measurable difference.
+        steps = [f"gap {g} {100 / repeat['flips'][g]['pairs']:.1f}" for g, _, _ in GAP_GROUPS
+                 if repeat["flips"][g]["pairs"]]
+        out += ["", "One flip moves a group's rate by (points): " + ", ".join(steps) + "."]
     native = next(r for r in rows if r["label"] == "native")
     if native["phase_shares"]:
         out += ["", "## Where a native command's time goes", ""]

@@ -142,6 +142,7 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     assert "Simulated GPU: these figures are the simulator's, not a GPU's." in report
     assert "| krex driver-lock/pooled/gpu-only c2 | 4 | 0 |" in report
     assert "Clock-matched: only the measurements whose SM clock" in report  # simulated candidates report clocks
+    assert "One flip moves a group's rate by (points): " in report  # the flip rates' resolution per gap group
     assert all(r["sm_clock_mhz"] for run in data["runs"] for r in run["results"])
     summary = json.loads((out / "report.json").read_text())
     krex = next(r for r in summary["rows"] if r["label"] == "krex preload/process/gpu+cpu c2")
