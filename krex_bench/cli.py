@@ -76,6 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(regions.settle_max_s; default 0: grant at once)",
     )  # fmt: skip
     run.add_argument(
+        "--settle-long-s", type=float, default=0.0,
+        help="krex setups: candidates whose kernel takes at least 5 ms ask their own region to settle up to this "
+        "long (region(settle_s=...); at most the runtime's regions.settle_cap_s, 1 s; default 0: none asks)",
+    )  # fmt: skip
+    run.add_argument(
         "--gap-s", default="",
         help="comma-separated values of regions.gap_s; each krex variant runs once per value "
         "(default: once, with the runtime's default)",
@@ -179,11 +184,14 @@ def main(argv: list[str] | None = None) -> int:
         variants = named[args.variants] if args.variants in named else tuple(args.variants.split(","))
         if not 0 <= args.settle_s <= 10:
             raise ValueError(f"--settle-s must be within [0, 10] seconds, got {args.settle_s}")
+        if not 0 <= args.settle_long_s <= 1:
+            raise ValueError(f"--settle-long-s must be within [0, 1] seconds, got {args.settle_long_s}")
         gaps: tuple[float | None, ...] = tuple(float(g) for g in args.gap_s.split(",") if g) or (None,)
         if any(g is not None and not 0 <= g <= 1 for g in gaps):
             raise ValueError(f"--gap-s values must be within [0, 1] seconds, got {args.gap_s}")
         plan = setups.matrix(
-            concurrency, variants, native=args.native, ungated=not args.no_ungated, settle_s=args.settle_s, gaps=gaps
+            concurrency, variants, native=args.native, ungated=not args.no_ungated, settle_s=args.settle_s, gaps=gaps,
+            settle_long_s=args.settle_long_s,
         )
         tolerance = _tolerance(args.clock_tolerance)
         _has_native_runs(args.native, args.merge)

@@ -135,9 +135,11 @@ def wait_zygote_ready(rt: Runtime, timeout_s: float = 900.0) -> float:
     raise RuntimeError(f"the zygote was not ready after {timeout_s:.0f} s")
 
 
-def argv_for(c: workload.Candidate, opts: Options) -> list[str]:
-    module = "krex_bench.sim_candidate" if opts.sim else "krex_bench.candidate"
-    return [sys.executable, "-m", module, c.problem, c.name]
+def argv_for(c: workload.Candidate, opts: Options, setup: Setup) -> list[str]:
+    if opts.sim:  # simulated candidates have no power state to settle
+        return [sys.executable, "-m", "krex_bench.sim_candidate", c.problem, c.name]
+    long = ["--settle-long-s", f"{setup.settle_long_s:g}"] if setup.settle_long_s > 0 else []
+    return [sys.executable, "-m", "krex_bench.candidate", c.problem, c.name, *long]
 
 
 def read_result(result: dict[str, Any]) -> dict[str, Any] | None:
@@ -204,7 +206,7 @@ def run_setup(
             ids = []
             for i, c in enumerate(work):
                 body = {
-                    "argv": argv_for(c, opts),
+                    "argv": argv_for(c, opts, setup),
                     "mode": setup.mode,
                     "cwd": str(PROJECT_ROOT),
                     "env": {**env, "TRITON_CACHE_DIR": str(folder / "triton" / str(i))},

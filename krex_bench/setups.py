@@ -37,6 +37,9 @@ class Setup:
     protection: str = "gpu+cpu"
     settle_s: float = 0.0  # krex only: regions.settle_max_s (0: grant at once, the default)
     gap_s: float | None = None  # krex only: regions.gap_s (None: the runtime's default)
+    # krex only: candidates whose kernel takes at least candidate.LONG_KERNEL_MS
+    # ask their own region for this settle bound (region(settle_s=...)); 0: none asks.
+    settle_long_s: float = 0.0
 
     @property
     def policy(self) -> str:
@@ -54,7 +57,8 @@ class Setup:
             return f"ungated c{self.concurrency}"
         settle = f" settle {self.settle_s:g}s" if self.settle_s > 0 else ""
         gap = f" gap {self.gap_s * 1000:g}ms" if self.gap_s is not None else ""
-        return f"krex {self.variant} c{self.concurrency}{settle}{gap}"
+        long = f" settle-long {self.settle_long_s:g}s" if self.settle_long_s > 0 else ""
+        return f"krex {self.variant} c{self.concurrency}{settle}{long}{gap}"
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "label": self.label, "policy": self.policy}
@@ -62,7 +66,8 @@ class Setup:
     @staticmethod
     def from_dict(d: dict[str, Any]) -> Setup:
         return Setup(
-            d["kind"], d["concurrency"], d["gate_backend"], d["mode"], d["protection"], d.get("settle_s", 0.0), d.get("gap_s")
+            d["kind"], d["concurrency"], d["gate_backend"], d["mode"], d["protection"], d.get("settle_s", 0.0), d.get("gap_s"),
+            d.get("settle_long_s", 0.0),
         )
 
 
@@ -80,6 +85,7 @@ def matrix(
     ungated: bool = True,
     settle_s: float = 0.0,
     gaps: tuple[float | None, ...] = (None,),
+    settle_long_s: float = 0.0,
 ) -> list[Setup]:
     """Native first (`native` runs: the baseline every other setup is compared
     with, then its repeat), then per concurrency ungated and each krex variant
@@ -92,5 +98,5 @@ def matrix(
             setups.append(Setup("ungated", c))
         for text in variants:
             backend, mode, protection = parse_variant(text)
-            setups.extend(Setup("krex", c, backend, mode, protection, settle_s, gap) for gap in gaps)
+            setups.extend(Setup("krex", c, backend, mode, protection, settle_s, gap, settle_long_s) for gap in gaps)
     return setups

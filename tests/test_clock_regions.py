@@ -18,16 +18,21 @@ PY = sys.executable
 BOUND_S = 1.0
 NOMINAL, LOW = 1980, 1500  # 1500 MHz is 24% under the baseline: off by more than the 10% tolerance
 
-# A tenant that holds one region, optionally moves the simulated clock while
-# holding it (so only the release is off-clock), and prints what region() said.
+# A tenant that holds one region (with its own settle bound, if given),
+# optionally moves the simulated clock while holding it (so only the release
+# is off-clock), and prints what region() said.
 TENANT = """
 import json, sys
-from krex_runtime.client import region
-clock_file, inside = sys.argv[1], sys.argv[2]
-with region() as r:
-    entry = list(r.flags)
-    if inside != "-":
-        open(clock_file, "w").write(inside)
+from krex_runtime.client import RegionError, region
+clock_file, inside, settle = sys.argv[1], sys.argv[2], sys.argv[3]
+try:
+    with region(settle_s=None if settle == "-" else float(settle)) as r:
+        entry = list(r.flags)
+        if inside != "-":
+            open(clock_file, "w").write(inside)
+except RegionError as exc:
+    print(json.dumps({"error": exc.code, "reason": exc.reason}))
+    sys.exit(0)
 print(json.dumps({"entry": entry, "after": r.flags, "off_clock": r.off_clock}))
 """
 
@@ -63,8 +68,8 @@ def test_settle_returns_at_the_first_on_clock_reading_and_at_the_bound() -> None
     assert out["throttle"] == ["gpu_idle"] and abs(out["settle_s"] - 0.2) < 1e-9
 
 
-def _run(rt, clock_file: Path, inside: str = "-") -> dict:
-    done = rt.krex("run", "--", PY, "-c", TENANT, str(clock_file), inside)
+def _run(rt, clock_file: Path, inside: str = "-", settle: str = "-") -> dict:
+    done = rt.krex("run", "--", PY, "-c", TENANT, str(clock_file), inside, settle)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -95,6 +100,14 @@ def test_off_clock_regions_settle_to_the_bound_and_say_so(make_runtime, tmp_path
     clock_file.write_text(str(NOMINAL))  # on at the grant, moved off while held: only the release says so
     late = _run(rt, clock_file, inside=str(LOW))
     assert late == {"entry": [], "after": [f"exit:{flag}"], "off_clock": True}
+
+    # A region's own settle bound replaces the node's: none at all, or a
+    # shorter one; one over regions.settle_cap_s (default 1 s) is refused.
+    clock_file.write_text(str(LOW))
+    assert _run(rt, clock_file, settle="0")["entry"] == [flag]
+    assert _run(rt, clock_file, settle="0.2")["entry"] == [flag]
+    over = _run(rt, clock_file, settle="2.5")
+    assert over["error"] == "EINVAL" and "regions.settle_cap_s (1 s)" in over["reason"], over
     clock_file.write_text(str(NOMINAL))
     rt.stop()
 
@@ -102,9 +115,12 @@ def test_off_clock_regions_settle_to_the_bound_and_say_so(make_runtime, tmp_path
     granted = {e["region"]: e for e in trace if e["type"] == "region_granted" and e["kind"] == "region"}
     released = {e["region"]: e for e in trace if e["type"] == "region_released" and e["kind"] == "region"}
     canaries = {e["id"] for e in trace if e["type"] == "command_queued" and e.get("label") == "canary"}
-    ours = [r for r, e in granted.items() if e["command_id"] not in canaries][-3:]
-    assert len(ours) == 3, granted
-    first, second, third = (granted[r] for r in ours)
+    ours = [r for r, e in granted.items() if e["command_id"] not in canaries][-5:]
+    assert len(ours) == 5, granted
+    first, second, third, none, short = (granted[r] for r in ours)
+    assert none["settle_max_s"] == 0 and none["settle_s"] == 0 and none["on_clock"] is False
+    assert short["settle_max_s"] == 0.2 and short["settle_s"] >= 0.2 and short["on_clock"] is False
+    assert second["settle_max_s"] == BOUND_S
     assert first["on_clock"] is True and first["settle_s"] < BOUND_S and first["sm_clock_mhz"] == NOMINAL
     # Off-clock, the entry waited for the clock until the bound, then granted, saying so.
     assert second["on_clock"] is False and BOUND_S <= second["settle_s"] < 10 * BOUND_S
@@ -121,3 +137,14 @@ def test_off_clock_regions_settle_to_the_bound_and_say_so(make_runtime, tmp_path
         node_state.apply(state, event)
     record = state.commands[second["command_id"]].regions[0]
     assert record["on_clock"] is False and record["exit_flags"] == [flag] and record["settle_s"] >= BOUND_S
+
+
+def test_a_settle_bound_out_of_range_is_refused_before_anything_is_asked() -> None:
+    import pytest
+
+    from krex_runtime.client import region
+
+    for bad in (-0.1, 10.5, float("nan")):
+        with pytest.raises(ValueError, match="settle_s must be within"):
+            region(settle_s=bad)
+    assert region(settle_s=0.5).settle_s == 0.5 and region().settle_s is None

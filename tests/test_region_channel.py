@@ -236,6 +236,12 @@ def test_every_abuse_gets_a_clear_error_and_leaves_nothing_held(make_runtime) ->
     for abuse, (steps, want) in strangers.items():
         assert stranger(rt, *steps) == [want], abuse
         legitimate_region_works(rt, f"a stranger's {abuse}")
+    # A malformed or too long settle bound on ENTER: refused, the connection stays.
+    bad_enter = "ERROR EINVAL ENTER needs a thread id (and optionally a settle bound in ms)"
+    replies = probe(rt, [0, "{hello}\n"], [0, "ENTER {tid} soon\n"], [0, "ENTER {tid} 5000\n"], [0, "ENTER {tid} 10\n"],
+                    [0, "EXIT\n"])
+    assert replies[:3] == ["OK", bad_enter, "ERROR EINVAL a settle of 5 s is over this node's regions.settle_cap_s (1 s)"]
+    assert replies[3].startswith("GRANTED ") and replies[4].startswith("RELEASED "), replies
     finish(rt, other)
 
 

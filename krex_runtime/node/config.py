@@ -60,6 +60,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "regions.drain_timeout_s": (0.001, HOUR),
     "regions.settle_max_s": (0, 10.0),  # every millisecond of it no tenant uses the GPU
     "regions.settle_poll_s": (0.0001, 0.1),
+    "regions.settle_cap_s": (0, 10.0),
     "regions.gap_s": (0, 1.0),  # every region may cost this much more
     "regions.heartbeat_interval_s": (0.01, 10.0),
     "regions.stale_after_s": (0.02, HOUR),
@@ -159,6 +160,7 @@ class RegionSection:
     drain_timeout_s: float = 10.0
     settle_max_s: float = 0.0  # wait at entry for the SM clock to be back near its baseline; 0 = no wait
     settle_poll_s: float = 0.001  # how often that wait reads the clock
+    settle_cap_s: float = 1.0  # the most a region may ask to settle (region(settle_s=...)); 0 = none may
     gap_s: float = 0.02  # the gate's open time after a release that held tenants back (regions/gap.py)
     heartbeat_interval_s: float = 0.5
     stale_after_s: float = 3.0

@@ -5,7 +5,7 @@ One connection per tenant process, one ASCII line per message (docs/native.md,
 krex_runtime/tenant/region.py):
 
     HELLO 2 <tenant_id> <pid> <token>  ->  OK | ERROR <errno name> <reason>
-    ENTER <tid>                        ->  GRANTED <seq> [<flags>] | ERROR ...
+    ENTER <tid> [<settle_ms>]          ->  GRANTED <seq> [<flags>] | ERROR ...
     EXIT                               ->  RELEASED <seq> [<exit flags>] | ERROR ...
     VERDICT                            ->  VERDICT <seq> <verdict> <reason> | <reason>... | ERROR ...
 
@@ -246,12 +246,19 @@ class RegionChannel:
         if conn.req is not None:
             await send(conn.writer, "ERROR EBUSY this connection already holds or awaits its region")
             return True
-        if not (arg.isascii() and arg.isdigit()):  # str.isdigit alone takes digits int() cannot read
-            await send(conn.writer, "ERROR EINVAL ENTER needs a thread id")
+        tid, _, settle_ms = arg.partition(" ")
+        # str.isdigit alone takes digits int() cannot read.
+        if not (tid.isascii() and tid.isdigit()) or (settle_ms and not (settle_ms.isascii() and settle_ms.isdigit())):
+            await send(conn.writer, "ERROR EINVAL ENTER needs a thread id (and optionally a settle bound in ms)")
             return True
-        if int(arg) and not cpu_slices.is_thread_of(conn.pid, int(arg)):
+        settle_s = int(settle_ms[:8]) / 1000 if settle_ms else None
+        if settle_s is not None and settle_s > self._settings.settle_cap_s:
+            cap = self._settings.settle_cap_s
+            await send(conn.writer, f"ERROR EINVAL a settle of {settle_s:g} s is over this node's regions.settle_cap_s ({cap:g} s)")
+            return True
+        if int(tid) and not cpu_slices.is_thread_of(conn.pid, int(tid)):
             # The runtime pins that thread: it must be the requester's own.
-            await send(conn.writer, f"ERROR EINVAL thread {arg[:16]} is not a thread of process {conn.pid}")
+            await send(conn.writer, f"ERROR EINVAL thread {tid[:16]} is not a thread of process {conn.pid}")
             return True
         if any(c.req is not None and c.pid == conn.pid for c in self._connections):
             # Two requests of one process would queue behind each other: the
@@ -261,7 +268,7 @@ class RegionChannel:
         if self._identify(conn.pid) != conn.who:
             # A context process outlives its commands: the connection is the ended one's.
             raise Refusal("EPERM", f"command {conn.who.command_id}, for which this connection was opened, is no longer running")
-        return await self._enter(conn, int(arg))
+        return await self._enter(conn, int(tid), settle_s)
 
     async def _on_exit(self, conn: Connection) -> None:
         assert conn.who is not None
@@ -294,7 +301,7 @@ class RegionChannel:
         text = " | ".join(r.replace("|", "/") for r in reasons)
         await send(conn.writer, f"VERDICT {req.seq} {verdict} {text}")  # long reasons cut: the trace has them whole
 
-    async def _enter(self, conn: Connection, tid: int) -> bool:
+    async def _enter(self, conn: Connection, tid: int, settle_s: float | None) -> bool:
         """Queues the request and answers when it is granted or refused; False when the peer has gone."""
         assert conn.who is not None
         who, writer = conn.who, conn.writer
@@ -304,7 +311,7 @@ class RegionChannel:
             await send(writer, f"GRANTED {lease.seq}")
             return True
         req = conn.req = self.manager.new_request(
-            who.gpu, "region", who.tenant_id, who.command_id, conn.pid, tid, self._settings.hold_limit_s
+            who.gpu, "region", who.tenant_id, who.command_id, conn.pid, tid, self._settings.hold_limit_s, settle_s
         )
         # While waiting, the only thing the peer may do is go away.
         gone = asyncio.create_task(conn.reader.read(1))

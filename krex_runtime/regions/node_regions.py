@@ -32,8 +32,10 @@ class RegionManager:
         pid: int,
         tid: int,
         limit_s: float | None,
+        settle_s: float | None = None,
     ) -> Request:
-        req = Request(next(self._seq), gpu, kind, tenant_id, command_id, pid, tid, limit_s, share=self._tenants.share_of(command_id))
+        req = Request(next(self._seq), gpu, kind, tenant_id, command_id, pid, tid, limit_s,
+                      share=self._tenants.share_of(command_id), settle_s=settle_s)
         self.gpus[gpu].submit(req)
         return req
 

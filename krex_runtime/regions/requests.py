@@ -37,6 +37,7 @@ class Request:
     certified: asyncio.Event = field(default_factory=asyncio.Event)  # its verdict is in (regions/certificate.py)
     verdict: tuple[str, list[str]] = ("unknown", ["not released yet"])
     share: str = DEFAULT_KEY  # its command's share key (commands/fair_share.py)
+    settle_s: float | None = None  # the settle bound it asked for (ENTER); None: regions.settle_max_s
 
 
 @dataclass

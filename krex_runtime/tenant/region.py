@@ -108,7 +108,7 @@ class _Channel:
             self._sock.close()
         self._sock, self._file, self.holding, self.depth = None, None, False, 0
 
-    def enter(self, path: str) -> None:
+    def enter(self, path: str, settle_s: float | None = None) -> None:
         with self._lock:
             if self.depth and self._pid == os.getpid():
                 # A region inside a region (a wrapped timing harness called in the
@@ -117,7 +117,8 @@ class _Channel:
                 self.depth += 1
                 return
             self._connect(path)
-            granted = self._transact(f"ENTER {threading.get_native_id()}", "GRANTED").split()
+            settle = "" if settle_s is None else f" {round(settle_s * 1000)}"
+            granted = self._transact(f"ENTER {threading.get_native_id()}{settle}", "GRANTED").split()
             self.holding, self.depth = True, 1
             self.region_seq = int(granted[0]) if granted and granted[0].isdigit() else None
             self.flags = granted[1].split(",") if len(granted) > 1 else []
@@ -171,11 +172,25 @@ class region(contextlib.ContextDecorator):
     its SM clock far from the canary baseline's: `clock:...`), at the grant
     and, once the region is released, at the release too (prefixed `exit:`);
     `off_clock` says whether the clock was off at either.
+
+    `settle_s` bounds this region's settle step (docs/regions.md): at entry,
+    with the others drained, wait up to that long for the GPU's clock and
+    power state to recover from their work before the grant, instead of the
+    node's `regions.settle_max_s`. Ask for it where a measurement is long
+    enough to feel a power cap (kernels over a few milliseconds); every
+    millisecond of it no tenant uses the GPU. At most the node's
+    `regions.settle_cap_s` (else RegionError EINVAL); ignored by a region
+    nested in one already held.
     """
 
     flags: list[str] = []  # e.g. "throttled:hw_thermal", "exit:clock:1500MHz-vs-baseline-1980MHz"
     _released = False  # this object's exit released the region (it was the outermost)
     _certificate: tuple[str, list[str]] | None = None
+
+    def __init__(self, settle_s: float | None = None) -> None:
+        if settle_s is not None and not 0 <= settle_s <= 10:
+            raise ValueError(f"settle_s must be within [0, 10] seconds, got {settle_s!r}")
+        self.settle_s = settle_s
 
     @property
     def verdict(self) -> str:
@@ -203,7 +218,7 @@ class region(contextlib.ContextDecorator):
     def __enter__(self) -> region:
         path = os.environ.get(env.REGION_SOCKET)
         if path:
-            _channel.enter(path)
+            _channel.enter(path, self.settle_s)
             self.flags = list(_channel.flags)
         return self
 

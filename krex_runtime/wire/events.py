@@ -139,6 +139,8 @@ class RegionGranted(Event):
     pin_s: float = unread()
     settle_s: float | None = note("seconds the entry waited for the SM clock (`regions.settle_max_s`; 0: no wait)",
                                   None)
+    settle_max_s: float = unread("the bound of that wait: the region's own request (`region(settle_s=...)`), else "
+                                 "`regions.settle_max_s`", 0.0)
     enter_s: float = unread("the whole entry")
     sm_clock_mhz: float | None = unread("at the grant", None)
     throttle: list[str] | None = unread("", None)
