@@ -21,7 +21,17 @@ fi
 if compgen -G '.venv/lib/python3*/site-packages/krex-*.dist-info' >/dev/null; then
   .venv/bin/python -m pip uninstall -q -y krex
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,cluster]'
+# The install is editable: the code needs no reinstall, only a changed
+# pyproject.toml (dependencies, commands) does. Reinstalling rewrites the
+# commands in .venv/bin, under anything running them meanwhile (the demo's
+# test runs this script while other tests run `krex`), so it runs only then.
+stamp=.venv/.krex-pyproject.sha256
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x .venv/bin/krex ] ||
+  ! .venv/bin/python -c 'import importlib.metadata as m; m.version("krex-runtime")' 2>/dev/null; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,cluster]'
+  echo "$want" >"$stamp"
+fi
 # native/ needs cuda.h (prototypes only; nothing links CUDA). Without a CUDA
 # toolkit, take the headers from NVIDIA's runtime wheel into the venv.
 if [ -z "${CUDA_INCLUDE:-}" ] && [ ! -f /usr/local/cuda/include/cuda.h ]; then
