@@ -121,6 +121,12 @@ def test_off_clock_regions_settle_to_the_bound_and_say_so(make_runtime, tmp_path
     assert none["settle_max_s"] == 0 and none["settle_s"] == 0 and none["on_clock"] is False
     assert short["settle_max_s"] == 0.2 and short["settle_s"] >= 0.2 and short["on_clock"] is False
     assert second["settle_max_s"] == BOUND_S
+    # `krex trace` counts the regions that waited and the GPU time it cost.
+    from krex_runtime.wire.trace_summary import summarize
+
+    waits = [e["settle_s"] for e in granted.values() if e["settle_s"]]
+    gpu = summarize(read_trace(rt.trace_path))["regions_per_gpu"]["0"]
+    assert gpu["settled"] == len(waits) >= 2 and abs(gpu["settle_total_s"] - sum(waits)) < 1e-6
     assert first["on_clock"] is True and first["settle_s"] < BOUND_S and first["sm_clock_mhz"] == NOMINAL
     # Off-clock, the entry waited for the clock until the bound, then granted, saying so.
     assert second["on_clock"] is False and BOUND_S <= second["settle_s"] < 10 * BOUND_S

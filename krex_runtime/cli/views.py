@@ -133,13 +133,15 @@ def region_table(summary: dict[str, Any]) -> RenderableType:
     if not per_gpu:
         return Text("regions: none")
     table = Table(box=None, pad_edge=False, header_style="bold", title="regions", title_justify="left")
-    for name in ("GPU", "GRANTED", "ENTER p50 ms", "ENTER p99 ms", "HOLD p50 ms", "HOLD p99 ms", "FLAGGED", "VERDICTS"):
+    for name in ("GPU", "GRANTED", "ENTER p50 ms", "ENTER p99 ms", "HOLD p50 ms", "HOLD p99 ms", "FLAGGED", "SETTLED (s)",
+                 "VERDICTS"):
         table.add_column(name, justify="left" if name in ("GPU", "VERDICTS") else "right", no_wrap=True)
     for gpu, g in per_gpu.items():
         verdicts = ", ".join(f"{k} {v}" for k, v in sorted(g["verdicts"].items())) or NA
         table.add_row(
             gpu, str(g["granted"]), _ms(g["enter_s"].get("p50")), _ms(g["enter_s"].get("p99")),
-            _ms(g["hold_s"].get("p50")), _ms(g["hold_s"].get("p99")), str(g["flagged"]), verdicts,
+            _ms(g["hold_s"].get("p50")), _ms(g["hold_s"].get("p99")), str(g["flagged"]),
+            f"{g.get('settled', 0)} ({g.get('settle_total_s', 0.0):.2f})", verdicts,
         )
     return table
 

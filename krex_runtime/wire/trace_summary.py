@@ -55,9 +55,10 @@ def summarize(trace: Trace) -> dict[str, Any]:
 
 
 def _region_figures(trace_events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per GPU: regions' entry and hold times, flags and verdicts (when the
-    runtime gives them); leases apart, since an operator's hold says nothing
-    of measurement."""
+    """Per GPU: regions' entry and hold times, flags, verdicts (when the
+    runtime gives them) and the settle waits (how many regions waited, and
+    the GPU time that cost: no tenant used the GPU meanwhile); leases apart,
+    since an operator's hold says nothing of measurement."""
     per_gpu: dict[str, dict[str, Any]] = {}
     leases: dict[str, Any] = {"granted": 0, "hold_s": [], "reasons": {}}
     kinds: dict[tuple[Any, Any], str] = {}
@@ -75,11 +76,16 @@ def _region_figures(trace_events: list[dict[str, Any]]) -> dict[str, Any]:
                 _add_number(leases["hold_s"], e.get("hold_s"))
                 _tally(leases["reasons"], e.get("reason"))
             continue
-        g = per_gpu.setdefault(str(e.get("gpu")), {"granted": 0, "enter_s": [], "hold_s": [], "flagged": 0, "verdicts": {}})
+        g = per_gpu.setdefault(str(e.get("gpu")), {"granted": 0, "enter_s": [], "hold_s": [], "flagged": 0, "verdicts": {},
+                                                   "settled": 0, "settle_total_s": 0.0})
         if kind == "region_granted":
             g["granted"] += 1
             _add_number(g["enter_s"], e.get("enter_s"))
             g["flagged"] += 1 if e.get("flags") else 0
+            waited = e.get("settle_s")
+            if isinstance(waited, (int, float)) and waited > 0:
+                g["settled"] += 1
+                g["settle_total_s"] += float(waited)
         else:
             _add_number(g["hold_s"], e.get("hold_s"))
             if e.get("verdict") is not None:
