@@ -76,9 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
         "(regions.settle_max_s; default 0: grant at once)",
     )  # fmt: skip
     run.add_argument(
-        "--settle-long-s", type=float, default=0.0,
-        help="krex setups: candidates whose kernel takes at least 5 ms ask their own region to settle up to this "
-        "long (region(settle_s=...); at most the runtime's regions.settle_cap_s, 1 s; default 0: none asks)",
+        "--settle-long-s", default="0",
+        help="comma-separated; krex setups: candidates whose kernel takes at least 5 ms ask their own region to "
+        "settle up to this long (region(settle_s=...); at most the runtime's regions.settle_cap_s, 1 s); each krex "
+        "variant runs once per value (default 0: none asks)",
     )  # fmt: skip
     run.add_argument(
         "--gap-s", default="",
@@ -184,14 +185,15 @@ def main(argv: list[str] | None = None) -> int:
         variants = named[args.variants] if args.variants in named else tuple(args.variants.split(","))
         if not 0 <= args.settle_s <= 10:
             raise ValueError(f"--settle-s must be within [0, 10] seconds, got {args.settle_s}")
-        if not 0 <= args.settle_long_s <= 1:
-            raise ValueError(f"--settle-long-s must be within [0, 1] seconds, got {args.settle_long_s}")
+        longs = tuple(float(v) for v in args.settle_long_s.split(",") if v) or (0.0,)
+        if any(not 0 <= v <= 1 for v in longs):
+            raise ValueError(f"--settle-long-s values must be within [0, 1] seconds, got {args.settle_long_s}")
         gaps: tuple[float | None, ...] = tuple(float(g) for g in args.gap_s.split(",") if g) or (None,)
         if any(g is not None and not 0 <= g <= 1 for g in gaps):
             raise ValueError(f"--gap-s values must be within [0, 1] seconds, got {args.gap_s}")
         plan = setups.matrix(
             concurrency, variants, native=args.native, ungated=not args.no_ungated, settle_s=args.settle_s, gaps=gaps,
-            settle_long_s=args.settle_long_s,
+            settle_longs=longs,
         )
         tolerance = _tolerance(args.clock_tolerance)
         _has_native_runs(args.native, args.merge)

@@ -85,11 +85,11 @@ def matrix(
     ungated: bool = True,
     settle_s: float = 0.0,
     gaps: tuple[float | None, ...] = (None,),
-    settle_long_s: float = 0.0,
+    settle_longs: tuple[float, ...] = (0.0,),
 ) -> list[Setup]:
     """Native first (`native` runs: the baseline every other setup is compared
     with, then its repeat), then per concurrency ungated and each krex variant
-    (once per value of `gaps`)."""
+    (once per value of `gaps` and of `settle_longs`)."""
     setups = [Setup(kind) for kind in NATIVE_RUNS[str(native)]]
     for c in concurrency:
         if c < 1:
@@ -98,5 +98,6 @@ def matrix(
             setups.append(Setup("ungated", c))
         for text in variants:
             backend, mode, protection = parse_variant(text)
-            setups.extend(Setup("krex", c, backend, mode, protection, settle_s, gap, settle_long_s) for gap in gaps)
+            setups.extend(Setup("krex", c, backend, mode, protection, settle_s, gap, long)
+                          for long in settle_longs for gap in gaps)
     return setups

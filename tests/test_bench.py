@@ -80,8 +80,8 @@ def test_the_matrix_has_every_variant_at_every_concurrency() -> None:
     ]  # fmt: skip
     assert setups.Setup.from_dict(gaps[2].to_dict()) == gaps[2]
     assert [s.label for s in setups.matrix((16,), (), native="native", ungated=False)] == ["native"]
-    long = setups.matrix((16,), ("preload/process/gpu-only",), native=0, ungated=False, settle_long_s=0.5)
-    assert [s.label for s in long] == ["krex preload/process/gpu-only c16 settle-long 0.5s"]
+    long = setups.matrix((16,), ("preload/process/gpu-only",), native=0, ungated=False, settle_longs=(0.5, 0.0))
+    assert [s.label for s in long] == ["krex preload/process/gpu-only c16 settle-long 0.5s", "krex preload/process/gpu-only c16"]
     assert setups.Setup.from_dict(long[0].to_dict()) == long[0]
     from krex_bench import runner, workload
 
@@ -105,7 +105,7 @@ def test_bad_arguments_are_refused_before_anything_starts(tmp_path: Path) -> Non
         (["--gap-s", "0,2"], "--gap-s values must be within [0, 1] seconds"),
         (["--clock-tolerance", "0"], "--clock-tolerance must be in (0, 1)"),
         (["--settle-s", "-1"], "--settle-s must be within [0, 10] seconds"),
-        (["--settle-long-s", "2"], "--settle-long-s must be within [0, 1] seconds"),
+        (["--settle-long-s", "0,2"], "--settle-long-s values must be within [0, 1] seconds"),
         (["--variants", "none", "--no-ungated", "--native", "0", "--merge", "missing.json"], "cannot read its runs"),
     ):
         done = krex_bench("run", "--sim", "--out", str(tmp_path), *args)
