@@ -278,9 +278,9 @@ def test_tcp_admits_only_authorized_curve_keys(make_runtime: Any, tmp_path: Path
 
     monkeypatch.setenv(CLIENT_KEY_ENV, str(intruder_secret))
     with ControlClient(control) as client:
-        client.send("hello")
         with pytest.raises(RuntimeUnavailable, match="refused this client's CURVE key"):
-            client.receive(30.0)  # not answered, and told why at once
+            client.send("hello")  # told here already where the handshake has failed by then,
+            client.receive(30.0)  # else not answered, and told why at once
     # The API clients too: they used to wait forever in a send with no connection left.
     refused = "refused this client's CURVE key"
     with pytest.raises(RuntimeUnavailable, match=refused), Client(control, timeout=30) as api:
