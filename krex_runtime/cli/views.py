@@ -141,7 +141,7 @@ def region_table(summary: dict[str, Any]) -> RenderableType:
         table.add_row(
             gpu, str(g["granted"]), _ms(g["enter_s"].get("p50")), _ms(g["enter_s"].get("p99")),
             _ms(g["hold_s"].get("p50")), _ms(g["hold_s"].get("p99")), str(g["flagged"]),
-            f"{g.get('settled', 0)} ({g.get('settle_total_s', 0.0):.2f})", verdicts,
+            f"{g['settled']} ({g['settle_total_s']:.2f})", verdicts,
         )
     return table
 
