@@ -302,7 +302,9 @@ class GpuRegions:
             self.backend.release(report)
             self.gate.open_gate()
             raise
-        settle_s = 0.0 if req.kind != "region" else self.settings.settle_max_s if req.settle_s is None else req.settle_s
+        settle_s = 0.0  # a lease measures nothing
+        if req.kind == "region":
+            settle_s = self.settings.settle_max_s if req.settle_s is None else req.settle_s  # its own bound first
         stats.update(settle(self.clock_probe, self.gpu, settle_s, self.settings.settle_poll_s), settle_max_s=settle_s)
         lap()
         stats["enter_s"] = t[-1] - t[0]
