@@ -125,6 +125,14 @@ def _tolerance(value: float) -> float:
     return value
 
 
+def _seconds(text: str, flag: str) -> tuple[float, ...]:
+    """A comma-separated list of seconds, each within [0, 1] (one setup per value)."""
+    values = tuple(float(v) for v in text.split(",") if v)
+    if any(not 0 <= v <= 1 for v in values):
+        raise ValueError(f"{flag} values must be within [0, 1] seconds, got {text}")
+    return values
+
+
 def _has_native_runs(native: str, merge: Path | None) -> None:
     """The native runs this invocation does not measure must come from --merge
     (the native one at least: everything is compared with it)."""
@@ -185,12 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         variants = named[args.variants] if args.variants in named else tuple(args.variants.split(","))
         if not 0 <= args.settle_s <= 10:
             raise ValueError(f"--settle-s must be within [0, 10] seconds, got {args.settle_s}")
-        longs = tuple(float(v) for v in args.settle_long_s.split(",") if v) or (0.0,)
-        if any(not 0 <= v <= 1 for v in longs):
-            raise ValueError(f"--settle-long-s values must be within [0, 1] seconds, got {args.settle_long_s}")
-        gaps: tuple[float | None, ...] = tuple(float(g) for g in args.gap_s.split(",") if g) or (None,)
-        if any(g is not None and not 0 <= g <= 1 for g in gaps):
-            raise ValueError(f"--gap-s values must be within [0, 1] seconds, got {args.gap_s}")
+        longs = _seconds(args.settle_long_s, "--settle-long-s") or (0.0,)
+        gaps: tuple[float | None, ...] = _seconds(args.gap_s, "--gap-s") or (None,)
         plan = setups.matrix(
             concurrency, variants, native=args.native, ungated=not args.no_ungated, settle_s=args.settle_s, gaps=gaps,
             settle_longs=longs,
