@@ -4,7 +4,9 @@ Shaped like a kernel agent's command: import torch and triton, build the
 candidate (its Triton kernel compiles on first launch), check it against a
 reference on fresh random inputs, then time it inside `region()`: warm-up,
 an L2 flush before every repeat, CUDA events around each launch, the median
-of the repeats. Prints one JSON line with the median, the SM clock read
+of the repeats. The repeats are shared among PLACEMENTS builds of the
+candidate, each with its own buffers, since where the buffers land moves a
+small kernel's time by up to 4.5%. Prints one JSON line with the median, the SM clock read
 at the start of the timed repeats and at their end (the report matches
 measurements by the end's clock: the one the last repeats ran at) and the
 time each phase took.
@@ -26,10 +28,15 @@ import shutil  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
-from typing import Callable  # noqa: E402
+from typing import Any, Callable  # noqa: E402
 
 L2_FLUSH_BYTES = 256 << 20  # several times the H200's 50 MB L2
 WARMUP_S = 0.05  # long enough for an idle GPU's clocks to come up
+# A small kernel's time depends on where its buffers landed: on the H200 one
+# build times within 0.5% of itself, two builds up to 4.5% apart
+# (docs/BENCHMARKS.md, "Where a small kernel's levels come from"). One build's
+# median is one draw of that; the median over several builds is the kernel's.
+PLACEMENTS = 4
 LONG_KERNEL_MS = 5.0  # a kernel this long feels a power cap the others left (docs/BENCHMARKS.md, runs 4-7)
 
 
@@ -55,12 +62,29 @@ def clock_reader() -> Callable[[], int | None]:
     return read
 
 
+def time_launches(run: Callable[[], object], flush: Any, starts: list[Any], ends: list[Any]) -> list[float]:
+    """One timed launch per pair of events, each after an L2 flush; the
+    launches' times in ms. Also what benchmarks/small_kernel_levels.py times
+    with, so its levels are this command's."""
+    import torch
+
+    for start, end in zip(starts, ends):
+        flush.zero_()
+        start.record()
+        run()
+        end.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m krex_bench.candidate", description=__doc__)
     p.add_argument("problem")
     p.add_argument("candidate")
     p.add_argument("--repeats", type=int, default=0, help="timed repeats (default: the problem's)")
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--placements", type=int, default=PLACEMENTS,
+                   help="builds the repeats are shared among, each with its own buffers (default %(default)s)")
     p.add_argument("--settle-long-s", type=float, default=0.0,
                    help=f"a kernel of at least {LONG_KERNEL_MS:g} ms asks its region to settle up to this long")
     args = p.parse_args(argv)
@@ -85,23 +109,32 @@ def measure(args: argparse.Namespace) -> int:
     imported = time.time()
     cand = workload.candidate(args.problem, args.candidate)
     repeats = args.repeats or workload.BY_NAME[args.problem].repeats
+    if not 1 <= args.placements <= repeats:
+        raise SystemExit(f"--placements must be between 1 and the repeats ({repeats}), got {args.placements}")
     if args.seed is not None:
         torch.manual_seed(args.seed)
-    built = kernels.build(cand)
-    built.run()  # the first launch compiles
+    first = kernels.build(cand)
+    first.run()  # the first launch compiles
+    # The other placements: built while the earlier ones stay alive, so their
+    # buffers land elsewhere in GPU memory.
+    builds = [first] + [kernels.build(cand) for _ in range(args.placements - 1)]
     torch.cuda.synchronize()
     sm_clock_mhz = clock_reader()  # part of the set-up, not of the region's wait
     compiled = time.time()
 
-    built.poison()
-    error = kernels.relative_error(built.run(), built.reference)
+    error = 0.0
+    for built in builds:
+        built.poison()
+        error = max(error, kernels.relative_error(built.run(), built.reference))
     torch.cuda.synchronize()
     checked = time.time()
     result: dict[str, object] = {"problem": cand.problem, "candidate": cand.name, "rel_error": error}
-    if not error <= built.tolerance:
-        result.update(ok=False, reason=f"relative error {error:.3g} over the tolerance {built.tolerance:g}")
+    if not error <= first.tolerance:
+        result.update(ok=False, reason=f"relative error {error:.3g} over the tolerance {first.tolerance:g}")
         print(json.dumps(result), flush=True)
         return 1
+    runs = [b.run for b in builds]  # the closures hold the inputs; the references go
+    del builds, built, first
 
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
@@ -111,7 +144,7 @@ def measure(args: argparse.Namespace) -> int:
         # One launch timed outside the region, under whatever the other tenants
         # run: an upper bound of the kernel's time, so no long kernel is missed.
         starts[0].record()
-        built.run()
+        runs[0]()
         ends[0].record()
         torch.cuda.synchronize()
         if starts[0].elapsed_time(ends[0]) >= LONG_KERNEL_MS:
@@ -122,24 +155,25 @@ def measure(args: argparse.Namespace) -> int:
         warm_until = time.monotonic() + WARMUP_S
         warm_runs = 0
         while warm_runs < 3 or time.monotonic() < warm_until:
-            built.run()
+            runs[0]()
             torch.cuda.synchronize()
             warm_runs += 1
         clock_start = sm_clock_mhz()
-        for start, end in zip(starts, ends):
-            flush.zero_()
-            start.record()
-            built.run()
-            end.record()
-        torch.cuda.synchronize()
+        per_placement = []
+        for i, run in enumerate(runs):
+            share = slice(i * repeats // len(runs), (i + 1) * repeats // len(runs))
+            run()  # untimed: the first touch of this placement's buffers
+            per_placement.append(time_launches(run, flush, starts[share], ends[share]))
         clock = sm_clock_mhz()
+    times = [t for chunk in per_placement for t in chunk]
     timed = time.time()
-    times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
     result.update(
         ok=True,
         median_ms=statistics.median(times),
         min_ms=min(times),
         repeats=repeats,
+        placements=len(runs),
+        placement_medians_ms=[statistics.median(chunk) for chunk in per_placement],
         warm_runs=warm_runs,
         sm_clock_mhz=clock,
         sm_clock_start_mhz=clock_start,

@@ -246,6 +246,8 @@ def _gelu(c: Candidate) -> Built:
 def build(c: Candidate) -> Built:
     if c.problem == "matmul_fp32":
         return _matmul(c, torch.float32, 8192, 1e-4)
+    if c.problem == "matmul_fp32_4k":
+        return _matmul(c, torch.float32, 4096, 1e-4)
     if c.problem == "matmul_bf16":
         return _matmul(c, torch.bfloat16, 8192, 2e-2)
     if c.problem == "softmax":

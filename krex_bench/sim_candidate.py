@@ -26,7 +26,7 @@ import statistics  # noqa: E402
 import sys  # noqa: E402
 
 # Simulated kernel time per problem (ms): one per report bucket.
-BASE_MS = {"matmul_fp32": 12.0, "matmul_bf16": 2.0, "softmax": 0.3, "rmsnorm": 0.05, "gelu": 0.03}
+BASE_MS = {"matmul_fp32": 12.0, "matmul_fp32_4k": 3.0, "matmul_bf16": 2.0, "softmax": 0.3, "rmsnorm": 0.05, "gelu": 0.03}
 BUILD_S = 0.05  # stands in for the compile; sleeping keeps CI's CPUs free
 NOMINAL_MHZ = 1980
 POWER_CAPPED = {"matmul_bf16": (1410, 1425, 1485, 1500, 1530, 1545)}  # MHz seen on the H200 at its power cap
