@@ -43,6 +43,8 @@ seen = {
     "cudnn_benchmark": torch.backends.cudnn.benchmark,
     "default_dtype": str(torch.get_default_dtype()),
     "matmul_precision": torch.get_float32_matmul_precision(),
+    "fp32_precision": getattr(torch.backends.cuda.matmul, "fp32_precision", None),
+    "cudnn_tf32": torch.backends.cudnn.allow_tf32,
     "gelu": [F.gelu is torch._C._nn.gelu, F.gelu(torch.tensor([1.0], dtype=torch.float32)).item()],
     "builtins": hasattr(builtins, "krex_probe_polluted"),
     "torch_rand": [torch.rand(1, dtype=torch.float32).item(), torch.rand(1, device="cuda", dtype=torch.float32).item()],
@@ -57,6 +59,10 @@ CHANGES: dict[str, tuple[str, str]] = {
     "torch.backends.cudnn.benchmark = True": ("torch.backends.cudnn.benchmark = True", "cudnn_benchmark"),
     "torch.set_default_dtype(torch.float64)": ("torch.set_default_dtype(torch.float64)", "default_dtype"),
     "torch.set_float32_matmul_precision('medium')": ("torch.set_float32_matmul_precision('medium')", "matmul_precision"),
+    "torch.backends.cuda.matmul.fp32_precision = 'tf32'": (
+        "torch.backends.cuda.matmul.fp32_precision = 'tf32'", "fp32_precision"
+    ),
+    "torch.backends.cudnn.allow_tf32 = False": ("torch.backends.cudnn.allow_tf32 = False", "cudnn_tf32"),
     "F.gelu monkeypatched": ("import torch.nn.functional as F\nF.gelu = lambda x, approximate='none': x * 0", "gelu"),
     "builtins attribute": ("import builtins\nbuiltins.krex_probe_polluted = True", "builtins"),
     "torch.rand stream (manual_seed + draws)": (

@@ -39,6 +39,7 @@ CHANGES = {
     "stateful.activation": "import stateful\nstateful.activation = lambda x: -1.0\n",
     "stateful.Config.precision": "import stateful\nstateful.Config.precision = 'low'\n",
     "stateful.mode": "import stateful\nstateful.set_mode('fast')\n",
+    "stateful.fast_math": "import stateful\nstateful.set_fast_math(True)\n",  # put back: no retirement
     "builtins.polluted": "import builtins\nbuiltins.polluted = True\n",
     "rng": (
         "import random, stateful\nstateful.manual_seed(7)\nstateful.rand()\nrandom.seed(1)\n"
@@ -53,6 +54,7 @@ PROBE = (
     "    'activation': stateful.activation(-2.0),\n"
     "    'precision': stateful.Config.precision,\n"
     "    'mode': stateful.get_mode(),\n"
+    "    'fast_math': stateful.get_fast_math(),\n"
     "    'polluted': hasattr(builtins, 'polluted'),\n"
     "    'rand': stateful.rand(),\n"
     "    'random': random.getrandbits(64),\n"
@@ -62,7 +64,9 @@ PROBE = (
     "print(json.dumps(seen))\n"
 )
 
-FRESH = {"factor": 1.0, "activation": 0.0, "precision": "highest", "mode": "default", "polluted": False}
+FRESH = {"factor": 1.0, "activation": 0.0, "precision": "highest", "mode": "default", "fast_math": False,
+         "polluted": False}
+PUT_BACK = {"rng", "stateful.fast_math"}  # changes a context process undoes and keeps serving
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +113,8 @@ def test_no_command_observes_an_earlier_change(rt: Runtime, mode: str) -> None:
         assert len({p["numpy"] for p in seen}) == len(seen)
     if mode == "pooled":
         replaced = [e for e in trace_events(rt, "pool_worker_replaced") if e["cause"] == "state-changed"]
-        reasons = [e["reason"] for e in replaced[-(len(CHANGES) - 1):]]
-        assert reasons == [f"state-changed: {what}" for what in CHANGES if what != "rng"], reasons
+        reasons = [e["reason"] for e in replaced[-(len(CHANGES) - len(PUT_BACK)):]]
+        assert reasons == [f"state-changed: {what}" for what in CHANGES if what not in PUT_BACK], reasons
 
 
 # What pynvml.nvmlInit() binds in its module (the library's handle, the count
@@ -127,5 +131,17 @@ def test_a_command_that_used_nvml_leaves_its_context_process_serving(rt: Runtime
         first, _ = run(c, "pooled", USES_NVML)
         second, out = run(c, "pooled", NVML_PROBE)
     assert json.loads(out) == [True, 0]  # as a fresh process has them
+    assert second["worker"] == first["worker"] is not None
+    assert len(trace_events(rt, "pool_worker_replaced")) == replaced
+
+
+def test_a_flag_read_on_every_use_is_put_back_and_the_process_keeps_serving(rt: Runtime) -> None:
+    # Like a candidate that sets torch.backends.cuda.matmul.allow_tf32: the
+    # next command sees the fresh value, from the same context process.
+    with rt.client(timeout_s=120) as c:
+        replaced = len(trace_events(rt, "pool_worker_replaced"))
+        first, _ = run(c, "pooled", CHANGES["stateful.fast_math"])
+        second, out = run(c, "pooled", PROBE)
+    assert json.loads(out)["fast_math"] is False
     assert second["worker"] == first["worker"] is not None
     assert len(trace_events(rt, "pool_worker_replaced")) == replaced

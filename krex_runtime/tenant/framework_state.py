@@ -3,15 +3,24 @@
 A framework keeps state that no module attribute shows: torch's default
 dtype, its tf32 and cuDNN switches, its thread count, its generators' states
 live in C++. Each framework here is read through its own getters:
-`settings()` gives name -> value (compared after each pooled command; any
-difference retires the context process), `save_rng`/`restore_rng` put its
+`settings()` gives name -> value (compared after each pooled command; a
+difference retires the context process, unless `put_back` names the
+setting), `save_rng`/`restore_rng` put its
 generators back to the state of a fresh process, `reseed` seeds from the OS
 what a fresh process seeds from the OS.
 
 Known frameworks are read when they are imported (torch, NumPy, Python's
 `random`); any other module can take part by defining `__krex_state__`, a
-mapping with any of "settings" (a callable returning a dict), "get_rng_state"
-and "set_rng_state" (a pair), "reseed" (a callable). Nothing here imports a
+mapping with any of "settings" (a callable returning a dict), "put_back" (a
+dict: setting -> its setter, or None where it follows from the others),
+"get_rng_state" and "set_rng_state" (a pair), "reseed" (a callable).
+
+`put_back` is only for settings that are read on every use and from which
+nothing is built or cached (torch's matmul precision flags: each matmul
+reads them when it calls cuBLAS): set back to the baseline's value, the
+next command sees what a fresh process sees. A setting whose value shaped
+something that outlives the command (cudnn.benchmark fills an algorithm
+cache) is never put back: it retires the process. Nothing here imports a
 framework: a module that is not in sys.modules is not read.
 """
 
@@ -19,7 +28,7 @@ from __future__ import annotations
 
 import sys
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 Getter = Callable[[], Any]
@@ -29,6 +38,9 @@ Getter = Callable[[], Any]
 class Framework:
     name: str
     settings: Callable[[], dict[str, Any]]
+    # Setting -> its setter; None: it follows from the others (torch's legacy
+    # allow_tf32 from fp32_precision). Put back, then read again to verify.
+    put_back: dict[str, Callable[[Any], None] | None] = field(default_factory=dict)
     save_rng: Callable[[], Any] | None = None
     restore_rng: Callable[[Any], None] | None = None
     reseed: Callable[[], None] | None = None
@@ -103,7 +115,25 @@ def _torch(torch: Any) -> Framework:
             if gen.initial_seed() != _TORCH_FIXED_SEED:
                 gen.seed()
 
-    return Framework("torch", lambda: _read(getters), save, restore, reseed)
+    return Framework("torch", lambda: _read(getters), _torch_put_back(torch), save, restore, reseed)
+
+
+def _torch_put_back(torch: Any) -> dict[str, Callable[[Any], None] | None]:
+    """The precision flags each matmul and convolution reads when it is called
+    (their cuDNN algorithm cache is keyed by them too). Where torch has the
+    fp32_precision API, the legacy flags follow from it: only it is set, and
+    setting both would mix the two APIs, which torch warns about."""
+    out: dict[str, Callable[[Any], None] | None] = {}
+    for module, name in ((torch.backends.cuda.matmul, "torch.backends.cuda.matmul"),
+                         (torch.backends.cudnn, "torch.backends.cudnn")):
+        new_api = hasattr(module, "fp32_precision")
+        for attr in _TORCH_MATMUL if module is torch.backends.cuda.matmul else ("allow_tf32", "fp32_precision"):
+            derived = new_api and attr == "allow_tf32"
+            out[f"{name}.{attr}"] = None if derived else (lambda v, m=module, a=attr: setattr(m, a, v))
+    out["torch.get_float32_matmul_precision()"] = (
+        None if hasattr(torch.backends.cuda.matmul, "fp32_precision") else torch.set_float32_matmul_precision
+    )
+    return out
 
 
 # --- NumPy and Python's random -------------------------------------------------------
@@ -127,8 +157,9 @@ def _random(rnd: Any) -> Framework:
 def _declared(name: str, state: Any) -> Framework:
     settings = state.get("settings") or dict
     get, set_ = state.get("get_rng_state"), state.get("set_rng_state")
+    put_back = {f"{name}.{k}": v for k, v in (state.get("put_back") or {}).items()}
     return Framework(
-        name, lambda: {f"{name}.{k}": v for k, v in settings().items()},
+        name, lambda: {f"{name}.{k}": v for k, v in settings().items()}, put_back,
         get if get and set_ else None, set_ if get and set_ else None, state.get("reseed"),
     )
 

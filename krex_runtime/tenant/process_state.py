@@ -13,7 +13,9 @@ compares:
     ...`). Putting the binding back would not undo what was built from it
     meanwhile, so the process is retired: "state-changed: torch.nn.functional.gelu";
   - a framework setting that differs: "state-changed:
-    torch.backends.cuda.matmul.allow_tf32";
+    torch.backends.cudnn.benchmark"; except those a framework reads on
+    every use (its `put_back`: torch's matmul precision flags), which are
+    set back and read again;
   - except caches that the interpreter and the standard library fill in as a
     matter of course (QUIET), and private attributes that were None at the
     baseline (lazily filled caches): those are put back without a word. A
@@ -85,6 +87,10 @@ def _quiet(owner: str, attr: str, was: Any = MISSING) -> bool:
     if was is None and attr.startswith("_"):
         return True
     return attr in QUIET or f"{owner}.{attr}" in QUIET or f"{module}.*" in QUIET
+
+
+def _differing(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    return [k for k in sorted(set(before) | set(now)) if before.get(k, MISSING) != now.get(k, MISSING)]
 
 
 class ProcessState:
@@ -165,12 +171,24 @@ class ProcessState:
         for f in self.frameworks:
             before = self.settings.get(f.name, {})
             try:
-                now = f.settings()
+                changed = _differing(before, f.settings())
+                if not changed:
+                    continue
+                # Put back what may be (every changed setting named in
+                # put_back and known at the baseline), then read again: what
+                # still differs, or anything else, retires the process.
+                blocked = [k for k in changed if k not in f.put_back or k not in before]
+                if blocked:
+                    return blocked[0].removesuffix("()")
+                for key in changed:
+                    setter = f.put_back[key]
+                    if setter is not None:
+                        setter(before[key])
+                still = _differing(before, f.settings())
             except Exception as exc:
-                return f"{f.name} settings unreadable ({type(exc).__name__})"
-            for key in sorted(set(before) | set(now)):
-                if before.get(key, MISSING) != now.get(key, MISSING):
-                    return key.removesuffix("()")
+                return f"{f.name} settings unreadable or not put back ({type(exc).__name__})"
+            if still:
+                return still[0].removesuffix("()")
         return ""
 
     def _restore_rng(self) -> None:
