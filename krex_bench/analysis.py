@@ -248,7 +248,8 @@ def summarize(data: dict[str, Any], clock_tolerance: float = CLOCK_MATCH) -> dic
     repeat = next((r for r in rows if r["label"] == "native-repeat"), None)
     for row in rows:
         row["flips_over_repeat_pts"] = flips_over(row["flips"], repeat["flips"]) if repeat else math.nan
+    gpus = {r["setup"]["label"]: r["gpu_uuid"] for r in runs if r.get("gpu_uuid")}
     skipped = [r["setup"]["label"] for r in data["runs"] if "skipped" in r]
     errors = {r["setup"]["label"]: r["error"] for r in data["runs"] if "error" in r}
     return {"rows": rows, "skipped": skipped, "errors": errors, "clock_tolerance": clock_tolerance,
-            "native_repeat": repeat is not None}
+            "native_repeat": repeat is not None, "gpus": gpus}

@@ -76,10 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(regions.settle_max_s; default 0: grant at once)",
     )  # fmt: skip
     run.add_argument(
-        "--settle-long-s", default="0",
+        "--settle-long-s", default="0.5",
         help="comma-separated; krex setups: candidates whose kernel takes at least 5 ms ask their own region to "
         "settle up to this long (region(settle_s=...); at most the runtime's regions.settle_cap_s, 1 s); each krex "
-        "variant runs once per value (default 0: none asks)",
+        "variant runs once per value (default 0.5: what long kernels need on the H200 to stay within 0.30%%, "
+        "docs/BENCHMARKS.md run 8; 0: none asks; 0,0.5: both)",
     )  # fmt: skip
     run.add_argument(
         "--gap-s", default="",

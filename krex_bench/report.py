@@ -59,6 +59,20 @@ def workload_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _gpus_line(gpus: dict[str, str]) -> list[str]:
+    """A warning when the runs were measured on more than one GPU (merged from
+    other machine starts): two GPUs of one model differ by more than the
+    noise floor, so figures across them include that difference."""
+    by_gpu: dict[str, list[str]] = {}
+    for label, uuid in gpus.items():
+        by_gpu.setdefault(uuid, []).append(label)
+    if len(by_gpu) < 2:
+        return []
+    parts = [f"{uuid}: {', '.join(labels)}" for uuid, labels in by_gpu.items()]
+    return ["**Measured on more than one GPU** (figures across them include the GPUs' own difference): "
+            + "; ".join(parts), ""]
+
+
 def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
     m = data["machine"]
     out = [f"# KREX evaluation, {data['date']}", ""]
@@ -70,6 +84,9 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
         f"- Workload: {len(data['workload'])} commands (scale {data['scale']}), submitted at once per setup",
         f"- Command: `{' '.join(data['argv'])}`",
         "",
+    ]
+    out += _gpus_line(summary.get("gpus") or {})
+    out += [
         "## Throughput",
         "",
     ]

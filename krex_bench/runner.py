@@ -87,6 +87,8 @@ def machine(opts: Options) -> dict[str, Any]:
         driver = pynvml.nvmlSystemGetDriverVersion()
         info["driver"] = driver.decode() if isinstance(driver, bytes) else driver
         info["sm_clock_max_mhz"] = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
+        uuid = pynvml.nvmlDeviceGetUUID(handle)
+        info["gpu_uuid"] = uuid.decode() if isinstance(uuid, bytes) else uuid
     except Exception as exc:  # the report shows what could not be read
         info["gpu"] = f"n/a ({exc})"
     return info
@@ -285,6 +287,9 @@ def run(
             record = run_setup(setup, work, opts, folder, meter)
         except Exception as exc:  # one broken setup must not lose the others' results
             record = {"setup": setup.to_dict(), "error": f"{type(exc).__name__}: {exc}"}
+        # Which GPU measured it: a merged run may come from another machine
+        # start, and two H200s differ (memory-bound kernels by ~1%).
+        record["gpu_uuid"] = data["machine"].get("gpu_uuid")
         data["runs"].append(record)
         out.write_text(json.dumps(data, indent=1))
         progress(

@@ -140,9 +140,9 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     assert "setups x" in done.stderr
     data = json.loads((out / "results.json").read_text())
     labels = [r["setup"]["label"] for r in data["runs"]]
-    assert labels == [
-        "native", "native-repeat", "ungated c2", "krex preload/process/gpu+cpu c2", "krex preload/forked/gpu+cpu c2",
-        "krex driver-lock/pooled/gpu-only c2",
+    # By default a long kernel asks its region to settle (0.5 s): every krex label says so.
+    assert labels == ["native", "native-repeat", "ungated c2"] + [
+        f"krex {v} c2 settle-long 0.5s" for v in ("preload/process/gpu+cpu", "preload/forked/gpu+cpu", "driver-lock/pooled/gpu-only")
     ]  # fmt: skip
     for run in data["runs"]:
         assert run["failures"] == [] and len(run["results"]) == 4, run
@@ -150,12 +150,12 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     assert data["simulated"] is True
     report = (out / "report.md").read_text()
     assert "Simulated GPU: these figures are the simulator's, not a GPU's." in report
-    assert "| krex driver-lock/pooled/gpu-only c2 | 4 | 0 |" in report
+    assert "| krex driver-lock/pooled/gpu-only c2 settle-long 0.5s | 4 | 0 |" in report
     assert "Clock-matched: only the measurements whose SM clock" in report  # simulated candidates report clocks
     assert "One flip moves a group's rate by (points): " in report  # the flip rates' resolution per gap group
     assert all(r["sm_clock_mhz"] for run in data["runs"] for r in run["results"])
     summary = json.loads((out / "report.json").read_text())
-    krex = next(r for r in summary["rows"] if r["label"] == "krex preload/process/gpu+cpu c2")
+    krex = next(r for r in summary["rows"] if r["label"] == "krex preload/process/gpu+cpu c2 settle-long 0.5s")
     assert krex["ok"] == 4 and krex["throughput_per_min"] > 0
     assert krex["verified_share"] == 1.0, data["runs"][3].get("verdicts")  # every region's certificate: verified
     assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -171,9 +171,9 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     both = krex_bench("report", str(out / "results.json"), str(tmp_path / "rerun.json"), "--out", str(tmp_path / "both"))
     assert both.returncode == 0, both.stderr
     lines = (tmp_path / "both" / "report.md").read_text().splitlines()
-    rows = [line for line in lines if line.startswith("| krex preload/process/gpu+cpu c2 | 4 |")]
+    rows = [line for line in lines if line.startswith("| krex preload/process/gpu+cpu c2 settle-long 0.5s | 4 |")]
     assert len(rows) == 1 and "| 123.0 |" in rows[0], rows
-    assert "- krex preload/process/gpu+cpu c2: clock 2, gate 1" in lines  # why its regions were not verified
+    assert "- krex preload/process/gpu+cpu c2 settle-long 0.5s: clock 2, gate 1" in lines  # why its regions were not verified
     # The pooled run says whether its commands retired their context processes (here none did).
     pooled = data["runs"][5]
     assert pooled["pool_replaced"] == {}, pooled["pool_replaced"]
@@ -181,7 +181,7 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     (tmp_path / "retired.json").write_text(json.dumps(retired))
     assert krex_bench("report", str(out / "results.json"), str(tmp_path / "retired.json"),
                       "--out", str(tmp_path / "retired")).returncode == 0
-    assert "- krex driver-lock/pooled/gpu-only c2: 3 `state-changed: pynvml.nvmlLib`" in (
+    assert "- krex driver-lock/pooled/gpu-only c2 settle-long 0.5s: 3 `state-changed: pynvml.nvmlLib`" in (
         tmp_path / "retired" / "report.md").read_text().splitlines()
 
 
@@ -335,3 +335,26 @@ def test_every_bucket_has_eight_candidates_at_the_default_scale() -> None:
     assert min(counts.values()) >= analysis.MIN_P95_N, counts
     doc = (Path(__file__).resolve().parent.parent / "docs" / "BENCHMARKS.md").read_text()
     assert report.workload_table() in doc, "docs/BENCHMARKS.md: paste `krex bench list --markdown`"
+
+
+def test_a_report_of_runs_from_two_gpus_says_so() -> None:
+    """Runs merged from another machine start carry another GPU's UUID: the
+    report names which setup ran where, since two GPUs of one model differ by
+    more than the noise floor. One GPU (or results without UUIDs): no line."""
+    from krex_bench import report
+
+    results = [_result("mm", f"c{i}", 2.0, 1500) for i in range(3)]
+
+    def data(uuids: list[str | None]) -> dict:
+        labels = ["native", "native-repeat", "krex c4"]
+        runs = [{"setup": {"kind": label.split()[0], "label": label, "concurrency": 1}, "results": results,
+                 "failures": [], **({"gpu_uuid": u} if u else {})} for label, u in zip(labels, uuids)]
+        return {"date": "d", "simulated": False, "machine": {}, "workload": [], "scale": 1, "argv": ["krex"],
+                "runs": runs}
+
+    two = data(["GPU-a", "GPU-a", "GPU-b"])
+    text = report.markdown(two, analysis.summarize(two))
+    assert "**Measured on more than one GPU**" in text
+    assert "GPU-a: native, native-repeat; GPU-b: krex c4" in text
+    for same in (data(["GPU-a"] * 3), data([None] * 3)):
+        assert "more than one GPU" not in report.markdown(same, analysis.summarize(same))
