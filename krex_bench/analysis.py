@@ -198,6 +198,34 @@ def verified_share(run: dict[str, Any]) -> float:
     return verdicts.get("verified", 0) / total if total else math.nan
 
 
+UNSTEADY_SPREAD = 0.01  # placement medians of a >=1 ms kernel this far apart: something changed mid-measurement
+POWER_STATES = frozenset({"sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"})
+
+
+def unsteady(run: dict[str, Any], native: dict[str, float]) -> dict[str, Any]:
+    """The measurements of kernels of 1 ms or more (by native) whose placements'
+    medians lie more than UNSTEADY_SPREAD apart. Natively a long fp32 GEMM's
+    four placements agree within 0.1%, so a spread means the kernel ran slower
+    over part of the measurement (power-capped bf16 GEMMs spread natively too:
+    the native runs are the floor). `keys`: the worst first."""
+    spreads = []
+    for r in run.get("results", []):
+        key, medians_ = f"{r['problem']}/{r['candidate']}", r.get("placement_medians_ms") or []
+        if native.get(key, 0) >= 1.0 and len(medians_) > 1 and min(medians_) > 0:
+            spreads.append((max(medians_) / min(medians_) - 1, key))
+    over = sorted((s for s in spreads if s[0] > UNSTEADY_SPREAD), reverse=True)
+    return {"n": len(over), "of": len(spreads), "keys": [k for _, k in over]}
+
+
+def throttled_during(run: dict[str, Any]) -> dict[str, int] | None:
+    """How many measurements saw a power-state throttle reason while their
+    repeats ran (krex_bench/clock_watch.py); None: no result says."""
+    watched = [r["throttle_seen"] for r in run.get("results", []) if r.get("throttle_seen") is not None]
+    if not watched:
+        return None
+    return {"n": sum(1 for seen in watched if POWER_STATES & set(seen)), "of": len(watched)}
+
+
 def _off_clock(flags: list[str]) -> bool:
     """The region said its SM clock was off the canary baseline, at the grant or the release."""
     return any(f.removeprefix("exit:").startswith("clock:") for f in flags)
@@ -238,6 +266,8 @@ def summarize(data: dict[str, Any], clock_tolerance: float = CLOCK_MATCH) -> dic
             "inflation_unthrottled": inflation(unthrottled, native),
             "unthrottled": {"n": len(unthrottled), "of": len(times)},
             "off_clock": sum(1 for r in run["results"] if _off_clock(r.get("region_flags") or [])),
+            "unsteady": unsteady(run, native),
+            "throttled_during": throttled_during(run),
             "flips": flips(times, native),
             "tau_b": taus(times, native),
             "sm_clock_mhz": clocks(run),

@@ -4,7 +4,8 @@ Shaped like a kernel agent's command: import torch and triton, build the
 candidate (its Triton kernel compiles on first launch), check it against a
 reference on fresh random inputs, then time it inside `region()`: warm-up,
 an L2 flush before every repeat, CUDA events around each launch, the median
-of the repeats. The repeats are shared among PLACEMENTS builds of the
+of the repeats (with `--watch-clock-ms`, the SM clock and throttle reasons
+sampled while they run: clock_watch.py). The repeats are shared among PLACEMENTS builds of the
 candidate, each with its own buffers, since where the buffers land moves a
 small kernel's time by up to 4.5%. Prints one JSON line with the median, the SM clock read
 at the start of the timed repeats and at their end (the report matches
@@ -40,22 +41,30 @@ PLACEMENTS = 4
 LONG_KERNEL_MS = 5.0  # a kernel this long feels a power cap the others left (docs/BENCHMARKS.md, runs 4-7)
 
 
-def clock_reader() -> Callable[[], int | None]:
-    """A reader of the SM clock of this command's GPU (None where NVML cannot
-    say). NVML is opened here, before the region, so that the reads inside it
-    cost microseconds, not NVML's start-up."""
+def nvml_device() -> tuple[Any, Any] | None:
+    """pynvml and the handle of this command's GPU; None where NVML cannot say.
+    Opened before the region, so that the reads inside it cost microseconds,
+    not NVML's start-up."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
         uuid = os.environ.get("KREX_GPU_UUID")
-        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid) if uuid else pynvml.nvmlDeviceGetHandleByIndex(0)
+        return pynvml, pynvml.nvmlDeviceGetHandleByUUID(uuid) if uuid else pynvml.nvmlDeviceGetHandleByIndex(0)
     except Exception:
+        return None
+
+
+def clock_reader(device: tuple[Any, Any] | None = None) -> Callable[[], int | None]:
+    """A reader of the SM clock of this command's GPU (None where NVML cannot say)."""
+    device = device or nvml_device()
+    if device is None:
         return lambda: None
+    nvml, handle = device
 
     def read() -> int | None:
         try:
-            return int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+            return int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
         except Exception:
             return None
 
@@ -83,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("candidate")
     p.add_argument("--repeats", type=int, default=0, help="timed repeats (default: the problem's)")
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--watch-clock-ms", type=int, default=0,
+                   help="sample the SM clock and throttle reasons this often while the repeats run (0: off)")
     p.add_argument("--placements", type=int, default=PLACEMENTS,
                    help="builds the repeats are shared among, each with its own buffers (default %(default)s)")
     p.add_argument("--settle-long-s", type=float, default=0.0,
@@ -103,12 +114,14 @@ def measure(args: argparse.Namespace) -> int:
     import torch
     import triton  # noqa: F401 (imported as every candidate does, kernel or not)
 
-    from krex_bench import kernels, workload
+    from krex_bench import clock_watch, kernels, workload
     from krex_runtime.client import region
 
     imported = time.time()
     cand = workload.candidate(args.problem, args.candidate)
     repeats = args.repeats or workload.BY_NAME[args.problem].repeats
+    if not 0 <= args.watch_clock_ms <= 1000:
+        raise SystemExit(f"--watch-clock-ms must be between 0 (off) and 1000, got {args.watch_clock_ms}")
     if not 1 <= args.placements <= repeats:
         raise SystemExit(f"--placements must be between 1 and the repeats ({repeats}), got {args.placements}")
     if args.seed is not None:
@@ -119,7 +132,9 @@ def measure(args: argparse.Namespace) -> int:
     # buffers land elsewhere in GPU memory.
     builds = [first] + [kernels.build(cand) for _ in range(args.placements - 1)]
     torch.cuda.synchronize()
-    sm_clock_mhz = clock_reader()  # part of the set-up, not of the region's wait
+    device = nvml_device()  # part of the set-up, not of the region's wait
+    sm_clock_mhz = clock_reader(device)
+    watched = clock_watch.nvml_reader(*device) if device and args.watch_clock_ms > 0 else None
     compiled = time.time()
 
     error = 0.0
@@ -160,10 +175,11 @@ def measure(args: argparse.Namespace) -> int:
             warm_runs += 1
         clock_start = sm_clock_mhz()
         per_placement = []
-        for i, run in enumerate(runs):
-            share = slice(i * repeats // len(runs), (i + 1) * repeats // len(runs))
-            run()  # untimed: the first touch of this placement's buffers
-            per_placement.append(time_launches(run, flush, starts[share], ends[share]))
+        with clock_watch.ClockWatch(watched, args.watch_clock_ms / 1000) as watch:
+            for i, run in enumerate(runs):
+                share = slice(i * repeats // len(runs), (i + 1) * repeats // len(runs))
+                run()  # untimed: the first touch of this placement's buffers
+                per_placement.append(time_launches(run, flush, starts[share], ends[share]))
         clock = sm_clock_mhz()
     times = [t for chunk in per_placement for t in chunk]
     timed = time.time()
@@ -177,6 +193,7 @@ def measure(args: argparse.Namespace) -> int:
         warm_runs=warm_runs,
         sm_clock_mhz=clock,
         sm_clock_start_mhz=clock_start,
+        **watch.summary(),  # the lowest clock and the throttle reasons seen between the two reads
         region_flags=list(held.flags),  # at the grant, and at the release (exit:...)
         phases_s={
             "import": imported - STARTED,

@@ -88,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: once, with the runtime's default)",
     )  # fmt: skip
     run.add_argument("--clock-tolerance", type=float, default=analysis.CLOCK_MATCH, help=CLOCK_HELP)
+    run.add_argument(
+        "--watch-clock-ms", type=int, default=0,
+        help="every command (native too) samples the SM clock and throttle reasons this often while its repeats "
+        "run, and its result says the lowest clock and the reasons seen (krex_bench/clock_watch.py; default 0: off)",
+    )  # fmt: skip
     run.add_argument("--seed", type=int, default=1, help="submission order")
     run.add_argument("--out", type=Path, default=Path("bench-results"), help="folder for results.json and the report")
     run.add_argument("--work-dir", type=Path, default=Path("/tmp/krex-bench"), help="runtimes' folders")
@@ -208,8 +213,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"unknown problem {p!r}; problems: {', '.join(workload.BY_NAME)}")
         opts = runner.Options(
             gpu=args.gpu, sim=args.sim, scale=args.scale, problems=problems, seed=args.seed,
-            budget_s=args.budget_s, keep=args.keep, root=args.work_dir,
+            budget_s=args.budget_s, keep=args.keep, root=args.work_dir, watch_clock_ms=args.watch_clock_ms,
         )  # fmt: skip
+        if not 0 <= args.watch_clock_ms <= 1000:
+            raise ValueError(f"--watch-clock-ms must be between 0 (off) and 1000, got {args.watch_clock_ms}")
         runner.commands(opts)  # a bad scale is reported before anything starts
     except ValueError as exc:
         return fail(str(exc), args.json)

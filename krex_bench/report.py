@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from krex_bench import workload
+from krex_bench import analysis, workload
 from krex_bench.analysis import BUCKETS, CLOCK_MATCH, GAP_GROUPS, MIN_P95_N, bucket_of, summarize
 
 
@@ -154,6 +154,16 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
         f"{r['label']} {r['clock_matched']['n']}/{r['clock_matched']['of']} ({r.get('off_clock', 0)})"
         for r in rows if r["label"] != "native"
     )]  # fmt: skip
+    out += ["", f"Unsteady: kernels of 1 ms or more whose four placements' medians lie more than "
+            f"{analysis.UNSTEADY_SPREAD:.0%} apart, so the kernel ran slower over part of its measurement "
+            "(power-capped bf16 GEMMs do so natively too): " + ", ".join(
+        f"{r['label']} {r['unsteady']['n']}/{r['unsteady']['of']}" for r in rows if r.get("unsteady")
+    )]  # fmt: skip
+    watched = [r for r in rows if r.get("throttled_during")]
+    if watched:
+        out += ["", "A power-state throttle reason seen while the repeats ran (`--watch-clock-ms`): " + ", ".join(
+            f"{r['label']} {r['throttled_during']['n']}/{r['throttled_during']['of']}" for r in watched
+        )]  # fmt: skip
     out += ["", "## Ranking against native: flip rate by native gap (flips/pairs), Kendall tau-b per problem", ""]
     problems = sorted({p for r in rows for p in r["tau_b"]})
     out += _table(

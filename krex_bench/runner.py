@@ -38,6 +38,7 @@ class Options:
     budget_s: float = 0.0  # > 0: skip the setups (but native and its repeat) that would start after this long
     keep: bool = False
     root: Path = field(default_factory=lambda: Path("/tmp/krex-bench"))
+    watch_clock_ms: int = 0  # > 0: every command samples the SM clock this often while its repeats run
 
 
 class Meter(Protocol):
@@ -141,7 +142,8 @@ def argv_for(c: workload.Candidate, opts: Options, setup: Setup) -> list[str]:
     if opts.sim:  # simulated candidates have no power state to settle
         return [sys.executable, "-m", "krex_bench.sim_candidate", c.problem, c.name]
     long = ["--settle-long-s", f"{setup.settle_long_s:g}"] if setup.settle_long_s > 0 else []
-    return [sys.executable, "-m", "krex_bench.candidate", c.problem, c.name, *long]
+    watch = ["--watch-clock-ms", str(opts.watch_clock_ms)] if opts.watch_clock_ms > 0 else []
+    return [sys.executable, "-m", "krex_bench.candidate", c.problem, c.name, *long, *watch]
 
 
 def read_result(result: dict[str, Any]) -> dict[str, Any] | None:

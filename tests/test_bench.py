@@ -106,6 +106,7 @@ def test_bad_arguments_are_refused_before_anything_starts(tmp_path: Path) -> Non
         (["--clock-tolerance", "0"], "--clock-tolerance must be in (0, 1)"),
         (["--settle-s", "-1"], "--settle-s must be within [0, 10] seconds"),
         (["--settle-long-s", "0,2"], "--settle-long-s values must be within [0, 1] seconds"),
+        (["--watch-clock-ms", "-1"], "--watch-clock-ms must be between 0 (off) and 1000"),
         (["--variants", "none", "--no-ungated", "--native", "0", "--merge", "missing.json"], "cannot read its runs"),
     ):
         done = krex_bench("run", "--sim", "--out", str(tmp_path), *args)
@@ -358,3 +359,32 @@ def test_a_report_of_runs_from_two_gpus_says_so() -> None:
     assert "GPU-a: native, native-repeat; GPU-b: krex c4" in text
     for same in (data(["GPU-a"] * 3), data([None] * 3)):
         assert "more than one GPU" not in report.markdown(same, analysis.summarize(same))
+
+
+def test_unsteady_counts_long_kernels_whose_placements_disagree_and_the_watch_counts_power_states() -> None:
+    """Three 2 ms candidates and one 0.02 ms one. In the krex run one 2 ms
+    candidate's third placement ran 12% slow (unsteady), one ran within 0.5%,
+    and the small kernel's placements differ by 4% (where its buffers landed:
+    not counted, it is under 1 ms). The clock watch saw sw_power_cap in one
+    measurement and idle in another (idle is no power state)."""
+    native = [_result("mm", f"c{i}", 2.0, 1980) for i in range(3)] + [_result("g", "s", 0.02, 1980)]
+    krex = [dict(_result("mm", "c0", 2.05, 1980), placement_medians_ms=[2.0, 2.0, 2.24, 2.0],
+                 throttle_seen=["sw_power_cap"]),
+            dict(_result("mm", "c1", 2.0, 1980), placement_medians_ms=[2.0, 2.01, 2.0, 2.0], throttle_seen=[]),
+            _result("mm", "c2", 2.0, 1980),  # from before placements: left out
+            dict(_result("g", "s", 0.02, 1980), placement_medians_ms=[0.020, 0.0208, 0.020, 0.020],
+                 throttle_seen=["applications_clocks"])]
+    data = {"runs": [
+        {"setup": {"kind": "native", "label": "native", "concurrency": 1}, "results": native, "failures": []},
+        {"setup": {"kind": "krex", "label": "krex c4", "concurrency": 4}, "results": krex, "failures": []},
+    ]}  # fmt: skip
+    rows = {r["label"]: r for r in analysis.summarize(data)["rows"]}
+    assert rows["krex c4"]["unsteady"] == {"n": 1, "of": 2, "keys": ["mm/c0"]}
+    assert rows["krex c4"]["throttled_during"] == {"n": 1, "of": 3}
+    assert rows["native"]["unsteady"]["of"] == 0 and rows["native"]["throttled_during"] is None
+    from krex_bench import report
+
+    header = {"date": "d", "simulated": False, "machine": {}, "workload": [], "scale": 1, "argv": ["krex"]}
+    text = report.markdown({**header, **data}, analysis.summarize(data))
+    assert "more than 1% apart" in text and "krex c4 1/2" in text
+    assert "A power-state throttle reason seen while the repeats ran (`--watch-clock-ms`): krex c4 1/3" in text

@@ -1,0 +1,98 @@
+"""The SM clock and throttle reasons while a command's repeats run.
+
+The clock read at the start and at the end of the repeats misses what happens
+between them: on the H200 (docs/BENCHMARKS.md, run 8) a long fp32 GEMM inside
+a verified region ran 8-48% slower over one of its four placements while
+both reads said 1980 MHz and the region's flags said nothing. A thread reads
+the clock and the throttle reasons every PERIOD_S while the repeats run, so
+the result line says the lowest clock and every reason seen, and the report
+can tell a power-state dip from interference.
+
+NVML's calls go through ctypes, which lets go of the GIL: the thread does not
+hold up the launching thread beyond the few microseconds of Python around
+each read.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+PERIOD_S = 0.01
+
+# NVML's throttle-reason bits, by the names the runtime's region flags use
+# (krex_bench keeps to the runtime's public surface, so not imported from its
+# telemetry). Idle is left out: it is no reason for a measurement to be slow.
+REASONS = {
+    0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x10: "sync_boost",
+    0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake", 0x100: "display_clocks",
+}
+
+# (SM clock in MHz, NVML throttle-reason bits); either None where unknown.
+Reader = Callable[[], tuple[int | None, int | None]]
+
+
+class ClockWatch:
+    def __init__(self, read: Reader | None, period_s: float = PERIOD_S) -> None:
+        self.read = read
+        self.period_s = period_s
+        self.clocks: list[int] = []
+        self.reasons = 0
+        self.failed = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> ClockWatch:
+        if self.read is not None:
+            self._thread = threading.Thread(target=self._watch, name="krex-bench-clock-watch", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _watch(self) -> None:
+        assert self.read is not None
+        while True:
+            self._sample()
+            if self._stop.wait(self.period_s):
+                self._sample()  # the last one, at the end of the repeats
+                return
+
+    def _sample(self) -> None:
+        assert self.read is not None
+        try:
+            clock, reasons = self.read()
+        except Exception:  # one read that fails is a missing sample, not a failed measurement
+            self.failed += 1
+            return
+        if clock:
+            self.clocks.append(int(clock))
+        if reasons:
+            self.reasons |= int(reasons)
+
+    def summary(self) -> dict[str, Any]:
+        """What the result line carries: the lowest and highest clock seen,
+        how many samples, and the throttle reasons seen in any of them (None
+        where nothing could be read)."""
+        if self.read is None:
+            return {"sm_clock_min_mhz": None, "sm_clock_max_mhz": None, "clock_samples": 0, "throttle_seen": None}
+        return {
+            "sm_clock_min_mhz": min(self.clocks) if self.clocks else None,
+            "sm_clock_max_mhz": max(self.clocks) if self.clocks else None,
+            "clock_samples": len(self.clocks),
+            "throttle_seen": [name for bit, name in REASONS.items() if self.reasons & bit],
+        }
+
+
+def nvml_reader(nvml: Any, handle: Any) -> Reader:
+    """The clock and throttle reasons of one GPU through pynvml (the reasons'
+    call under its current name where this pynvml has it)."""
+    reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+
+    def read() -> tuple[int | None, int | None]:
+        return int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)), int(reasons(handle))
+
+    return read
