@@ -8,9 +8,10 @@ buckets: fp32 matmul > 10 ms, bf16 and smaller fp32 matmuls 1-10 ms (the
 fp32 ones run below the power cap, so the bucket has clock-matched
 candidates), softmax 0.1-1 ms, RMSNorm
 and GELU < 0.1 ms, and the unfused torch variants one bucket up. Every
-candidate carries its native median on the H200 (`native_ms`): measured in the
-runs of docs/bench/ (the median of their native and native-repeat runs) or,
-where `estimated`, what its problem's measured candidates make likely; the
+candidate carries its native median on the H200 (`native_ms`): the mean of
+the native and native-repeat runs of run 8 (docs/bench/h200-run8-results.json,
+every candidate measured, four placements each) or, where `estimated` (a
+candidate added since), what its problem's measured candidates make likely; the
 report's p95 needs at least 8 candidates per bucket, and
 tests/test_bench.py checks from these times that the whole workload has them.
 docs/BENCHMARKS.md lists them (`krex bench list --markdown`).
@@ -69,14 +70,14 @@ PROBLEMS: tuple[Problem, ...] = (
         candidates=_candidates(
             "matmul_fp32",
             [
-                ("torch", {"impl": "torch"}, 21.43),
+                ("torch", {"impl": "torch"}, 21.44),
                 ("t128x128x32w8s3", _tiles(128, 128, 32, 8, 3), 25.08),
                 ("t128x64x32w4s4", _tiles(128, 64, 32, 4, 4), 23.38),
                 ("t64x128x32w4s4", _tiles(64, 128, 32, 4, 4), 23.55),
-                ("t64x64x32w4s3", _tiles(64, 64, 32, 4, 3), "~30"),
-                ("t128x128x16w8s2", _tiles(128, 128, 16, 8, 2), "~28"),
-                ("t64x64x64w4s2", _tiles(64, 64, 64, 4, 2), "~32"),
-                ("t128x128x32w8s3g1", _tiles(128, 128, 32, 8, 3, group=1), "~26"),
+                ("t64x64x32w4s3", _tiles(64, 64, 32, 4, 3), 24.32),
+                ("t128x128x16w8s2", _tiles(128, 128, 16, 8, 2), 33.62),
+                ("t64x64x64w4s2", _tiles(64, 64, 64, 4, 2), 23.41),
+                ("t128x128x32w8s3g1", _tiles(128, 128, 32, 8, 3, group=1), 25.09),
             ],
         ),
     ),
@@ -87,14 +88,14 @@ PROBLEMS: tuple[Problem, ...] = (
         candidates=_candidates(
             "matmul_fp32_4k",
             [
-                ("torch", {"impl": "torch"}, "~2.7"),
-                ("t128x128x32w8s3", _tiles(128, 128, 32, 8, 3), "~3.2"),
-                ("t128x64x32w4s4", _tiles(128, 64, 32, 4, 4), "~3.0"),
-                ("t64x128x32w4s4", _tiles(64, 128, 32, 4, 4), "~3.0"),
-                ("t64x64x32w4s3", _tiles(64, 64, 32, 4, 3), "~3.8"),
-                ("t128x128x16w8s2", _tiles(128, 128, 16, 8, 2), "~3.5"),
-                ("t64x64x64w4s2", _tiles(64, 64, 64, 4, 2), "~4"),
-                ("t128x128x32w8s3g1", _tiles(128, 128, 32, 8, 3, group=1), "~3.3"),
+                ("torch", {"impl": "torch"}, 2.676),
+                ("t128x128x32w8s3", _tiles(128, 128, 32, 8, 3), 3.17),
+                ("t128x64x32w4s4", _tiles(128, 64, 32, 4, 4), 3.042),
+                ("t64x128x32w4s4", _tiles(64, 128, 32, 4, 4), 3.065),
+                ("t64x64x32w4s3", _tiles(64, 64, 32, 4, 3), 3.135),
+                ("t128x128x16w8s2", _tiles(128, 128, 16, 8, 2), 4.221),
+                ("t64x64x64w4s2", _tiles(64, 64, 64, 4, 2), 3.031),
+                ("t128x128x32w8s3g1", _tiles(128, 128, 32, 8, 3, group=1), 3.169),
             ],
         ),
     ),
@@ -105,14 +106,14 @@ PROBLEMS: tuple[Problem, ...] = (
         candidates=_candidates(
             "matmul_bf16",
             [
-                ("torch", {"impl": "torch"}, 1.592),
-                ("t128x256x64w8s3", _tiles(128, 256, 64, 8, 3), 1.619),
-                ("t128x128x64w8s4", _tiles(128, 128, 64, 8, 4), 1.776),
-                ("t128x128x32w4s4", _tiles(128, 128, 32, 4, 4), 1.854),
-                ("t64x128x64w4s4", _tiles(64, 128, 64, 4, 4), "~2.4"),
-                ("t64x64x64w4s3", _tiles(64, 64, 64, 4, 3), "~3.5"),
-                ("t32x64x32w4s2", _tiles(32, 64, 32, 4, 2), "~8"),
-                ("t128x128x64w8s4g1", _tiles(128, 128, 64, 8, 4, group=1), "~1.9"),
+                ("torch", {"impl": "torch"}, 1.598),
+                ("t128x256x64w8s3", _tiles(128, 256, 64, 8, 3), 1.623),
+                ("t128x128x64w8s4", _tiles(128, 128, 64, 8, 4), 1.75),
+                ("t128x128x32w4s4", _tiles(128, 128, 32, 4, 4), 1.828),
+                ("t64x128x64w4s4", _tiles(64, 128, 64, 4, 4), 2.461),
+                ("t64x64x64w4s3", _tiles(64, 64, 64, 4, 3), 3.326),
+                ("t32x64x32w4s2", _tiles(32, 64, 32, 4, 2), 6.324),
+                ("t128x128x64w8s4g1", _tiles(128, 128, 64, 8, 4, group=1), 1.894),
             ],
         ),
     ),
@@ -123,14 +124,14 @@ PROBLEMS: tuple[Problem, ...] = (
         candidates=_candidates(
             "softmax",
             [
-                ("torch", {"impl": "torch"}, 0.5488),
+                ("torch", {"impl": "torch"}, 0.5496),
                 ("torch_unfused", {"impl": "torch_unfused"}, 1.359),
-                ("row_w4", {"impl": "triton_row", "warps": 4}, 0.2649),
-                ("row_w8", {"impl": "triton_row", "warps": 8}, 0.2648),
-                ("row_w16", {"impl": "triton_row", "warps": 16}, "~0.27"),
-                ("online_b1024w4", {"impl": "triton_online", "block": 1024, "warps": 4}, "~0.45"),
-                ("online_b2048w8", {"impl": "triton_online", "block": 2048, "warps": 8}, "~0.4"),
-                ("online_b4096w8", {"impl": "triton_online", "block": 4096, "warps": 8}, "~0.38"),
+                ("row_w4", {"impl": "triton_row", "warps": 4}, 0.2641),
+                ("row_w8", {"impl": "triton_row", "warps": 8}, 0.2634),
+                ("row_w16", {"impl": "triton_row", "warps": 16}, 0.2613),
+                ("online_b1024w4", {"impl": "triton_online", "block": 1024, "warps": 4}, 0.3858),
+                ("online_b2048w8", {"impl": "triton_online", "block": 2048, "warps": 8}, 0.3618),
+                ("online_b4096w8", {"impl": "triton_online", "block": 4096, "warps": 8}, 0.2772),
             ],
         ),
     ),
@@ -141,12 +142,12 @@ PROBLEMS: tuple[Problem, ...] = (
         candidates=_candidates(
             "rmsnorm",
             [
-                ("torch_eager", {"impl": "torch_eager"}, 0.2497),
-                ("torch_fn", {"impl": "torch_fn"}, 0.0270),
-                ("row_w1", {"impl": "triton_row", "warps": 1}, 0.0236),
-                ("row_w2", {"impl": "triton_row", "warps": 2}, 0.0223),
-                ("row_w4", {"impl": "triton_row", "warps": 4}, "~0.023"),
-                ("rows4_w8", {"impl": "triton_rows", "rows": 4, "warps": 8}, "~0.025"),
+                ("torch_eager", {"impl": "torch_eager"}, 0.2494),
+                ("torch_fn", {"impl": "torch_fn"}, 0.02718),
+                ("row_w1", {"impl": "triton_row", "warps": 1}, 0.02325),
+                ("row_w2", {"impl": "triton_row", "warps": 2}, 0.02242),
+                ("row_w4", {"impl": "triton_row", "warps": 4}, 0.02211),
+                ("rows4_w8", {"impl": "triton_rows", "rows": 4, "warps": 8}, 0.02312),
             ],
         ),
     ),
@@ -157,11 +158,11 @@ PROBLEMS: tuple[Problem, ...] = (
         candidates=_candidates(
             "gelu",
             [
-                ("torch", {"impl": "torch"}, 0.0210),
-                ("torch_unfused", {"impl": "torch_unfused"}, 0.1625),
-                ("b256w2", {"impl": "triton", "block": 256, "warps": 2}, 0.0244),
-                ("b512w4", {"impl": "triton", "block": 512, "warps": 4}, 0.0207),
-                ("b4096w8", {"impl": "triton", "block": 4096, "warps": 8}, "~0.021"),
+                ("torch", {"impl": "torch"}, 0.02122),
+                ("torch_unfused", {"impl": "torch_unfused"}, 0.1634),
+                ("b256w2", {"impl": "triton", "block": 256, "warps": 2}, 0.02442),
+                ("b512w4", {"impl": "triton", "block": 512, "warps": 4}, 0.02123),
+                ("b4096w8", {"impl": "triton", "block": 4096, "warps": 8}, 0.02125),
             ],
         ),
     ),
