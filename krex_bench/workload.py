@@ -62,42 +62,38 @@ def _tiles(m: int, n: int, k: int, warps: int, stages: int, group: int = 8) -> d
     return {"impl": "triton", "block_m": m, "block_n": n, "block_k": k, "warps": warps, "stages": stages, "group_m": group}
 
 
+# The fp32 problems' Triton tilings (after torch's own), one set for both sizes.
+FP32_TILES = (
+    ("t128x128x32w8s3", _tiles(128, 128, 32, 8, 3)),
+    ("t128x64x32w4s4", _tiles(128, 64, 32, 4, 4)),
+    ("t64x128x32w4s4", _tiles(64, 128, 32, 4, 4)),
+    ("t64x64x32w4s3", _tiles(64, 64, 32, 4, 3)),
+    ("t128x128x16w8s2", _tiles(128, 128, 16, 8, 2)),
+    ("t64x64x64w4s2", _tiles(64, 64, 64, 4, 2)),
+    ("t128x128x32w8s3g1", _tiles(128, 128, 32, 8, 3, group=1)),
+)
+
+
+def _fp32_candidates(problem: str, native_ms: list[float | str]) -> tuple[Candidate, ...]:
+    """torch, then FP32_TILES, with their native times in that order."""
+    names = [("torch", {"impl": "torch"})] + list(FP32_TILES)
+    if len(native_ms) != len(names):
+        raise ValueError(f"{problem}: {len(native_ms)} native times for {len(names)} candidates")
+    return _candidates(problem, [(name, params, ms) for (name, params), ms in zip(names, native_ms)])
+
+
 PROBLEMS: tuple[Problem, ...] = (
     Problem(
         "matmul_fp32",
         "C = A @ B, 8192^3 float32 in IEEE precision (no tensor-core shortcuts)",
         repeats=16,
-        candidates=_candidates(
-            "matmul_fp32",
-            [
-                ("torch", {"impl": "torch"}, 21.44),
-                ("t128x128x32w8s3", _tiles(128, 128, 32, 8, 3), 25.08),
-                ("t128x64x32w4s4", _tiles(128, 64, 32, 4, 4), 23.38),
-                ("t64x128x32w4s4", _tiles(64, 128, 32, 4, 4), 23.55),
-                ("t64x64x32w4s3", _tiles(64, 64, 32, 4, 3), 24.32),
-                ("t128x128x16w8s2", _tiles(128, 128, 16, 8, 2), 33.62),
-                ("t64x64x64w4s2", _tiles(64, 64, 64, 4, 2), 23.41),
-                ("t128x128x32w8s3g1", _tiles(128, 128, 32, 8, 3, group=1), 25.09),
-            ],
-        ),
+        candidates=_fp32_candidates("matmul_fp32", [21.44, 25.08, 23.38, 23.55, 24.32, 33.62, 23.41, 25.09]),
     ),
     Problem(
         "matmul_fp32_4k",
         "C = A @ B, 4096^3 float32 in IEEE precision: 1-10 ms kernels below the power cap",
         repeats=120,
-        candidates=_candidates(
-            "matmul_fp32_4k",
-            [
-                ("torch", {"impl": "torch"}, 2.676),
-                ("t128x128x32w8s3", _tiles(128, 128, 32, 8, 3), 3.17),
-                ("t128x64x32w4s4", _tiles(128, 64, 32, 4, 4), 3.042),
-                ("t64x128x32w4s4", _tiles(64, 128, 32, 4, 4), 3.065),
-                ("t64x64x32w4s3", _tiles(64, 64, 32, 4, 3), 3.135),
-                ("t128x128x16w8s2", _tiles(128, 128, 16, 8, 2), 4.221),
-                ("t64x64x64w4s2", _tiles(64, 64, 64, 4, 2), 3.031),
-                ("t128x128x32w8s3g1", _tiles(128, 128, 32, 8, 3, group=1), 3.169),
-            ],
-        ),
+        candidates=_fp32_candidates("matmul_fp32_4k", [2.676, 3.17, 3.042, 3.065, 3.135, 4.221, 3.031, 3.169]),
     ),
     Problem(
         "matmul_bf16",
