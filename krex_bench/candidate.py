@@ -4,8 +4,8 @@ Shaped like a kernel agent's command: import torch and triton, build the
 candidate (its Triton kernel compiles on first launch), check it against a
 reference on fresh random inputs, then time it inside `region()`: warm-up,
 an L2 flush before every repeat, CUDA events around each launch, the median
-of the repeats (with `--watch-clock-ms`, the SM clock and throttle reasons
-sampled while they run: clock_watch.py). The repeats are shared among PLACEMENTS builds of the
+of the repeats (with `--watch-clock-ms`, the SM clock, throttle reasons,
+power and temperature sampled while they run: clock_watch.py). The repeats are shared among PLACEMENTS builds of the
 candidate, each with its own buffers, since where the buffers land moves a
 small kernel's time by up to 4.5%. Prints one JSON line with the median, the SM clock read
 at the start of the timed repeats and at their end (the report matches
@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=0, help="timed repeats (default: the problem's)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--watch-clock-ms", type=int, default=0,
-                   help="sample the SM clock and throttle reasons this often while the repeats run (0: off)")
+                   help="sample the SM clock, throttle reasons, power and temperature this often while the repeats "
+                   "run (0: off)")
     p.add_argument("--placements", type=int, default=PLACEMENTS,
                    help="builds the repeats are shared among, each with its own buffers (default %(default)s)")
     p.add_argument("--settle-long-s", type=float, default=0.0,

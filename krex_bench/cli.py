@@ -90,8 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--clock-tolerance", type=float, default=analysis.CLOCK_MATCH, help=CLOCK_HELP)
     run.add_argument(
         "--watch-clock-ms", type=int, default=0,
-        help="every command (native too) samples the SM clock and throttle reasons this often while its repeats "
-        "run, and its result says the lowest clock and the reasons seen (krex_bench/clock_watch.py; default 0: off)",
+        help="every command (native too) samples the SM clock, throttle reasons, power and temperature this often "
+        "while its repeats run; its result says the lowest clock, the reasons seen, the highest power and the "
+        "temperature's range (krex_bench/clock_watch.py; default 0: off)",
     )  # fmt: skip
     run.add_argument("--seed", type=int, default=1, help="submission order")
     run.add_argument("--out", type=Path, default=Path("bench-results"), help="folder for results.json and the report")

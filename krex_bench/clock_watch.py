@@ -1,4 +1,4 @@
-"""The SM clock and throttle reasons while a command's repeats run.
+"""The SM clock, throttle reasons, power and temperature while a command's repeats run.
 
 The clock read at the start and at the end of the repeats misses what happens
 between them: on the H200 (docs/BENCHMARKS.md, run 8) a long fp32 GEMM inside
@@ -28,8 +28,10 @@ REASONS = {
     0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake", 0x100: "display_clocks",
 }
 
-# (SM clock in MHz, NVML throttle-reason bits); either None where unknown.
-Reader = Callable[[], tuple[int | None, int | None]]
+# (SM clock in MHz, NVML throttle-reason bits, power in mW, temperature in C);
+# any of them None where unknown.
+Reading = tuple[int | None, int | None, int | None, int | None]
+Reader = Callable[[], Reading]
 
 
 class ClockWatch:
@@ -38,6 +40,8 @@ class ClockWatch:
         self.period_s = period_s
         self.clocks: list[int] = []
         self.reasons = 0
+        self.power_mw: list[int] = []
+        self.temps: list[int] = []
         self.failed = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -64,7 +68,7 @@ class ClockWatch:
     def _sample(self) -> None:
         assert self.read is not None
         try:
-            clock, reasons = self.read()
+            clock, reasons, power_mw, temp_c = self.read()
         except Exception:  # one read that fails is a missing sample, not a failed measurement
             self.failed += 1
             return
@@ -72,14 +76,25 @@ class ClockWatch:
             self.clocks.append(int(clock))
         if reasons:
             self.reasons |= int(reasons)
+        if power_mw:
+            self.power_mw.append(int(power_mw))
+        if temp_c:
+            self.temps.append(int(temp_c))
 
     def summary(self) -> dict[str, Any]:
         """What the result line carries: the lowest and highest clock seen,
-        how many samples, and the throttle reasons seen in any of them (None
-        where nothing could be read)."""
+        how many samples, the throttle reasons seen in any of them, the
+        highest power and the temperature's range (None where nothing could
+        be read). A power cap that a hot GPU reaches only part way through a
+        long kernel shows here: power at the limit, the clock down, the
+        temperature above native's."""
         if self.read is None:
-            return {"sm_clock_min_mhz": None, "sm_clock_max_mhz": None, "clock_samples": 0, "throttle_seen": None}
+            return {"sm_clock_min_mhz": None, "sm_clock_max_mhz": None, "clock_samples": 0, "throttle_seen": None,
+                    "power_max_w": None, "temp_min_c": None, "temp_max_c": None}
         return {
+            "power_max_w": max(self.power_mw) / 1000 if self.power_mw else None,
+            "temp_min_c": min(self.temps) if self.temps else None,
+            "temp_max_c": max(self.temps) if self.temps else None,
             "sm_clock_min_mhz": min(self.clocks) if self.clocks else None,
             "sm_clock_max_mhz": max(self.clocks) if self.clocks else None,
             "clock_samples": len(self.clocks),
@@ -92,7 +107,12 @@ def nvml_reader(nvml: Any, handle: Any) -> Reader:
     call under its current name where this pynvml has it)."""
     reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
 
-    def read() -> tuple[int | None, int | None]:
-        return int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)), int(reasons(handle))
+    def read() -> Reading:
+        return (
+            int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
+            int(reasons(handle)),
+            int(nvml.nvmlDeviceGetPowerUsage(handle)),
+            int(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
+        )
 
     return read

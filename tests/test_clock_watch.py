@@ -10,11 +10,12 @@ from krex_bench.clock_watch import ClockWatch
 
 
 def test_the_watch_keeps_the_lowest_clock_and_every_reason_seen() -> None:
-    readings = iter([(1980, 0), (1410, 0x4), (1980, 0x1)] + [(1980, 0)] * 10_000)
+    readings = iter([(1980, 0, 500_000, 50), (1410, 0x4, 700_000, 61), (1980, 0x1, None, 55)]
+                    + [(1980, 0, 600_000, 55)] * 10_000)
     enough = threading.Event()
     seen = []
 
-    def read() -> tuple[int | None, int | None]:
+    def read() -> tuple[int | None, int | None, int | None, int | None]:
         seen.append(1)
         if len(seen) >= 5:
             enough.set()
@@ -26,17 +27,18 @@ def test_the_watch_keeps_the_lowest_clock_and_every_reason_seen() -> None:
     assert summary["sm_clock_min_mhz"] == 1410 and summary["sm_clock_max_mhz"] == 1980
     assert summary["clock_samples"] == len(seen) >= 5
     assert summary["throttle_seen"] == ["sw_power_cap"]  # idle (0x1) is no reason
+    assert summary["power_max_w"] == 700.0 and (summary["temp_min_c"], summary["temp_max_c"]) == (50, 61)
 
 
 def test_a_failing_reader_is_missing_samples_and_no_reader_is_none() -> None:
-    def broken() -> tuple[int | None, int | None]:
+    def broken() -> tuple[int | None, int | None, int | None, int | None]:
         raise RuntimeError("NVML_ERROR_UNKNOWN")
 
     with ClockWatch(broken, period_s=0.001) as watch:
         pass
     assert watch.failed >= 1
     assert watch.summary() == {"sm_clock_min_mhz": None, "sm_clock_max_mhz": None, "clock_samples": 0,
-                               "throttle_seen": []}
+                               "throttle_seen": [], "power_max_w": None, "temp_min_c": None, "temp_max_c": None}
     with ClockWatch(None) as none:
         pass
     assert none.summary()["throttle_seen"] is None and none.summary()["clock_samples"] == 0
