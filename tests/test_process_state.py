@@ -1,67 +1,75 @@
-"""ProcessState's settings check in this process (no runtime): what a
+"""ProcessState's settings check, in a fresh Python process (no runtime; the
+test runner's own modules change as it runs, so not in this one): what a
 framework declares it can put back is set back and read again; anything
 else, a setter that fails, or a setting that does not follow, retires."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
-import types
-from typing import Any, Iterator
+from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parent.parent
+
+# A framework with settings a, b (b follows from a, as torch's legacy
+# allow_tf32 follows fp32_precision) and c; `put_back` is the case's.
+SCRIPT = r"""
+import json, sys, types
 from krex_runtime.tenant.process_state import ProcessState
 
 
-def _framework(name: str, put_back: Any) -> dict[str, Any]:
-    """A module `name` with settings a, b (b follows a, as torch's legacy
-    allow_tf32 follows fp32_precision) and c."""
+def main(case):  # a function: __main__'s own bindings are made before the baseline
     values = {"a": 1, "c": 1}
-    module = types.ModuleType(name)
-    module.values = values  # type: ignore[attr-defined]
-    module.__krex_state__ = {  # type: ignore[attr-defined]
-        "settings": lambda: {"a": values["a"], "b": values["a"] * 10, "c": values["c"]},
-        "put_back": put_back(values) if callable(put_back) else put_back,
-    }
-    sys.modules[name] = module
-    return values
 
+    def set_a(x):
+        values["a"] = x
 
-@pytest.fixture
-def name() -> Iterator[str]:
-    name = "krex_test_settings"
-    yield name
-    sys.modules.pop(name, None)
-
-
-def test_a_declared_setting_is_put_back_with_what_follows_from_it(name: str) -> None:
-    values = _framework(name, lambda v: {"a": lambda x: v.__setitem__("a", x), "b": None})
-    state = ProcessState()
-    values["a"] = 2
-    assert state.check() == ""
-    assert values["a"] == 1
-    assert state.check() == ""
-
-
-def test_a_setting_without_a_setter_retires(name: str) -> None:
-    values = _framework(name, lambda v: {"a": lambda x: v.__setitem__("a", x), "b": None})
-    state = ProcessState()
-    values["c"] = 2
-    assert state.check() == f"state-changed: {name}.c"
-
-
-def test_a_setter_that_fails_retires(name: str) -> None:
-    def refuse(_: Any) -> None:
+    def refuse(x):
         raise RuntimeError("mixing APIs")
 
-    values = _framework(name, {"a": refuse, "b": None})
+    put_back = {
+        "put-back": {"a": set_a, "b": None},
+        "refused": {"a": refuse, "b": None},
+        "ignored": {"a": lambda x: None, "b": None},
+    }[case.split(":")[0]]
+    module = types.ModuleType("krex_test_settings")
+    module.__krex_state__ = {
+        "settings": lambda: {"a": values["a"], "b": values["a"] * 10, "c": values["c"]},
+        "put_back": put_back,
+    }
+    sys.modules["krex_test_settings"] = module
     state = ProcessState()
-    values["a"] = 2
-    assert state.check() == f"state-changed: {name} settings unreadable or not put back (RuntimeError)"
+    values[case.split(":")[1]] = 2
+    first = state.check()
+    print(json.dumps({"first": first, "a": values["a"], "again": state.check()}))
 
 
-def test_a_setting_that_does_not_come_back_retires(name: str) -> None:
-    values = _framework(name, lambda v: {"a": lambda x: None, "b": None})  # the setter does nothing
-    state = ProcessState()
-    values["a"] = 2
-    assert state.check() == f"state-changed: {name}.a"
+main(sys.argv[1])
+"""
+
+
+def check(case: str) -> dict[str, object]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", SCRIPT, case], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_declared_setting_is_put_back_with_what_follows_from_it() -> None:
+    assert check("put-back:a") == {"first": "", "a": 1, "again": ""}
+
+
+@pytest.mark.parametrize(
+    "case, why",
+    [
+        ("put-back:c", "state-changed: krex_test_settings.c"),  # no setter
+        ("refused:a", "state-changed: krex_test_settings settings unreadable or not put back (RuntimeError)"),
+        ("ignored:a", "state-changed: krex_test_settings.a"),  # the setter does nothing: it does not come back
+    ],
+)
+def test_what_cannot_be_put_back_retires(case: str, why: str) -> None:
+    assert check(case)["first"] == why
