@@ -154,6 +154,8 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     assert "| krex driver-lock/pooled/gpu-only c2 settle-long 0.5s | 4 | 0 |" in report
     assert "Clock-matched: only the measurements whose SM clock" in report  # simulated candidates report clocks
     assert "One flip moves a group's rate by (points): " in report  # the flip rates' resolution per gap group
+    assert "Unsteady: kernels of 1 ms or more whose four placements' medians" in report
+    assert all(len(r["placement_medians_ms"]) == 4 for run in data["runs"] for r in run["results"])
     assert all(r["sm_clock_mhz"] for run in data["runs"] for r in run["results"])
     summary = json.loads((out / "report.json").read_text())
     krex = next(r for r in summary["rows"] if r["label"] == "krex preload/process/gpu+cpu c2 settle-long 0.5s")
