@@ -278,7 +278,10 @@ def summarize(data: dict[str, Any], clock_tolerance: float = CLOCK_MATCH) -> dic
     repeat = next((r for r in rows if r["label"] == "native-repeat"), None)
     for row in rows:
         row["flips_over_repeat_pts"] = flips_over(row["flips"], repeat["flips"]) if repeat else math.nan
-    gpus = {r["setup"]["label"]: r["gpu_uuid"] for r in runs if r.get("gpu_uuid")}
+    # A run from before UUIDs were recorded is "unknown" once any run has one:
+    # merged with newer runs it may well come from another GPU.
+    known = any(r.get("gpu_uuid") for r in runs)
+    gpus = {r["setup"]["label"]: r.get("gpu_uuid") or "unknown GPU" for r in runs} if known else {}
     skipped = [r["setup"]["label"] for r in data["runs"] if "skipped" in r]
     errors = {r["setup"]["label"]: r["error"] for r in data["runs"] if "error" in r}
     return {"rows": rows, "skipped": skipped, "errors": errors, "clock_tolerance": clock_tolerance,

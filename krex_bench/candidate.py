@@ -138,12 +138,14 @@ def measure(args: argparse.Namespace) -> int:
     watched = clock_watch.nvml_reader(*device) if device and args.watch_clock_ms > 0 else None
     compiled = time.time()
 
-    error = 0.0
+    errors = []
     for built in builds:
         built.poison()
-        error = max(error, kernels.relative_error(built.run(), built.reference))
+        errors.append(kernels.relative_error(built.run(), built.reference))
     torch.cuda.synchronize()
     checked = time.time()
+    # The worst build's error; a NaN (a zero reference) fails, as max() would hide it.
+    error = next((e for e in errors if not e <= first.tolerance), max(errors))
     result: dict[str, object] = {"problem": cand.problem, "candidate": cand.name, "rel_error": error}
     if not error <= first.tolerance:
         result.update(ok=False, reason=f"relative error {error:.3g} over the tolerance {first.tolerance:g}")

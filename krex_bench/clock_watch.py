@@ -4,7 +4,8 @@ The clock read at the start and at the end of the repeats misses what happens
 between them: on the H200 (docs/BENCHMARKS.md, run 8) a long fp32 GEMM inside
 a verified region ran 8-48% slower over one of its four placements while
 both reads said 1980 MHz and the region's flags said nothing. A thread reads
-the clock and the throttle reasons every PERIOD_S while the repeats run, so
+the clock, the throttle reasons, the power and the temperature every
+`--watch-clock-ms` (PERIOD_S when built without one) while the repeats run, so
 the result line says the lowest clock and every reason seen, and the report
 can tell a power-state dip from interference.
 
@@ -43,6 +44,8 @@ class ClockWatch:
         self.power_mw: list[int] = []
         self.temps: list[int] = []
         self.failed = 0
+        self.samples = 0  # readings that came back (each field may still be None)
+        self.reason_samples = 0  # of them, those with the throttle reasons
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -55,7 +58,11 @@ class ClockWatch:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            # Bounded: an NVML call that hangs must not keep the command's
+            # region held; the daemon thread is left behind, and says so.
+            self._thread.join(timeout=max(1.0, 10 * self.period_s))
+            if self._thread.is_alive():
+                self.failed += 1
 
     def _watch(self) -> None:
         assert self.read is not None
@@ -72,9 +79,11 @@ class ClockWatch:
         except Exception:  # one read that fails is a missing sample, not a failed measurement
             self.failed += 1
             return
+        self.samples += 1
         if clock:
             self.clocks.append(int(clock))
-        if reasons:
+        if reasons is not None:
+            self.reason_samples += 1
             self.reasons |= int(reasons)
         if power_mw:
             self.power_mw.append(int(power_mw))
@@ -88,31 +97,40 @@ class ClockWatch:
         be read). A power cap that a hot GPU reaches only part way through a
         long kernel shows here: power at the limit, the clock down, the
         temperature above native's."""
-        if self.read is None:
+        if self.read is None or not self.samples:
             return {"sm_clock_min_mhz": None, "sm_clock_max_mhz": None, "clock_samples": 0, "throttle_seen": None,
-                    "power_max_w": None, "temp_min_c": None, "temp_max_c": None}
+                    "power_max_w": None, "temp_min_c": None, "temp_max_c": None, "watch_failed": self.failed}
         return {
+            "watch_failed": self.failed,
             "power_max_w": max(self.power_mw) / 1000 if self.power_mw else None,
             "temp_min_c": min(self.temps) if self.temps else None,
             "temp_max_c": max(self.temps) if self.temps else None,
             "sm_clock_min_mhz": min(self.clocks) if self.clocks else None,
             "sm_clock_max_mhz": max(self.clocks) if self.clocks else None,
             "clock_samples": len(self.clocks),
-            "throttle_seen": [name for bit, name in REASONS.items() if self.reasons & bit],
+            # None, not []: no sample said, which is not "none seen".
+            "throttle_seen": [name for bit, name in REASONS.items() if self.reasons & bit] if self.reason_samples else None,
         }
 
 
 def nvml_reader(nvml: Any, handle: Any) -> Reader:
-    """The clock and throttle reasons of one GPU through pynvml (the reasons'
-    call under its current name where this pynvml has it)."""
+    """The clock, throttle reasons, power and temperature of one GPU through
+    pynvml, each read on its own (the reasons' call under its current name
+    where this pynvml has it)."""
     reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+
+    def field(get: Callable[[], Any]) -> int | None:
+        try:
+            return int(get())
+        except Exception:  # one the GPU does not report (power under MIG or vGPU): that field is None
+            return None
 
     def read() -> Reading:
         return (
-            int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
-            int(reasons(handle)),
-            int(nvml.nvmlDeviceGetPowerUsage(handle)),
-            int(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
+            field(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
+            field(lambda: reasons(handle)),
+            field(lambda: nvml.nvmlDeviceGetPowerUsage(handle)),
+            field(lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
         )
 
     return read

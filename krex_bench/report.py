@@ -154,11 +154,12 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
         f"{r['label']} {r['clock_matched']['n']}/{r['clock_matched']['of']} ({r.get('off_clock', 0)})"
         for r in rows if r["label"] != "native"
     )]  # fmt: skip
-    out += ["", f"Unsteady: kernels of 1 ms or more whose four placements' medians lie more than "
-            f"{analysis.UNSTEADY_SPREAD:.0%} apart, so the kernel ran slower over part of its measurement "
-            "(power-capped bf16 GEMMs do so natively too): " + ", ".join(
-        f"{r['label']} {r['unsteady']['n']}/{r['unsteady']['of']}" for r in rows if r.get("unsteady")
-    )]  # fmt: skip
+    if any(r.get("unsteady", {}).get("of") for r in rows):  # results from before placements have none
+        out += ["", f"Unsteady: kernels of 1 ms or more whose placements' medians lie more than "
+                f"{analysis.UNSTEADY_SPREAD:.0%} apart, so the kernel ran slower over part of its measurement "
+                "(power-capped bf16 GEMMs do so natively too): " + ", ".join(
+            f"{r['label']} {r['unsteady']['n']}/{r['unsteady']['of']}" for r in rows if r.get("unsteady")
+        )]  # fmt: skip
     watched = [r for r in rows if r.get("throttled_during")]
     if watched:
         out += ["", "A power-state throttle reason seen while the repeats ran (`--watch-clock-ms`): " + ", ".join(

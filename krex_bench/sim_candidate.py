@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
     imported = time.time()
     cand = workload.candidate(args.problem, args.candidate)
-    repeats = min(args.repeats or workload.BY_NAME[args.problem].repeats, 20)
+    repeats = max(PLACEMENTS, min(args.repeats or workload.BY_NAME[args.problem].repeats, 20))
     cuda = SimCuda()
     clock = sm_clock_mhz(cand.problem)
     reference_mhz = POWER_CAPPED[cand.problem][0] if cand.problem in POWER_CAPPED else NOMINAL_MHZ
@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         entered = time.time()
         # Shared among placements as the GPU command shares them (the
         # simulated device has one memory: they differ only by its noise).
-        per_placement = [cuda.time_kernel(duration_ns, repeats=max(1, repeats // PLACEMENTS)) for _ in range(PLACEMENTS)]
+        shares = [(i + 1) * repeats // PLACEMENTS - i * repeats // PLACEMENTS for i in range(PLACEMENTS)]
+        per_placement = [cuda.time_kernel(duration_ns, repeats=n) for n in shares]
         times = [t for chunk in per_placement for t in chunk]
     timed = time.time()
     cuda.synchronize()
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                 "ok": True,
                 "median_ms": statistics.median(times),
                 "min_ms": min(times),
-                "repeats": len(times),
+                "repeats": repeats,
                 "placements": PLACEMENTS,
                 "placement_medians_ms": [statistics.median(chunk) for chunk in per_placement],
                 "warm_runs": 1,

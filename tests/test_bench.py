@@ -154,7 +154,7 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     assert "| krex driver-lock/pooled/gpu-only c2 settle-long 0.5s | 4 | 0 |" in report
     assert "Clock-matched: only the measurements whose SM clock" in report  # simulated candidates report clocks
     assert "One flip moves a group's rate by (points): " in report  # the flip rates' resolution per gap group
-    assert "Unsteady: kernels of 1 ms or more whose four placements' medians" in report
+    assert "Unsteady: kernels of 1 ms or more whose placements' medians" in report
     assert all(len(r["placement_medians_ms"]) == 4 for run in data["runs"] for r in run["results"])
     assert all(r["sm_clock_mhz"] for run in data["runs"] for r in run["results"])
     summary = json.loads((out / "report.json").read_text())
@@ -361,6 +361,9 @@ def test_a_report_of_runs_from_two_gpus_says_so() -> None:
     assert "GPU-a: native, native-repeat; GPU-b: krex c4" in text
     for same in (data(["GPU-a"] * 3), data([None] * 3)):
         assert "more than one GPU" not in report.markdown(same, analysis.summarize(same))
+    # A run from before UUIDs were recorded, merged with newer ones: it may be another GPU.
+    old = data([None, None, "GPU-b"])
+    assert "unknown GPU: native, native-repeat; GPU-b: krex c4" in report.markdown(old, analysis.summarize(old))
 
 
 def test_unsteady_counts_long_kernels_whose_placements_disagree_and_the_watch_counts_power_states() -> None:
@@ -368,7 +371,7 @@ def test_unsteady_counts_long_kernels_whose_placements_disagree_and_the_watch_co
     candidate's third placement ran 12% slow (unsteady), one ran within 0.5%,
     and the small kernel's placements differ by 4% (where its buffers landed:
     not counted, it is under 1 ms). The clock watch saw sw_power_cap in one
-    measurement and idle in another (idle is no power state)."""
+    measurement and applications_clocks in another (no power state)."""
     native = [_result("mm", f"c{i}", 2.0, 1980) for i in range(3)] + [_result("g", "s", 0.02, 1980)]
     krex = [dict(_result("mm", "c0", 2.05, 1980), placement_medians_ms=[2.0, 2.0, 2.24, 2.0],
                  throttle_seen=["sw_power_cap"]),
@@ -388,5 +391,5 @@ def test_unsteady_counts_long_kernels_whose_placements_disagree_and_the_watch_co
 
     header = {"date": "d", "simulated": False, "machine": {}, "workload": [], "scale": 1, "argv": ["krex"]}
     text = report.markdown({**header, **data}, analysis.summarize(data))
-    assert "more than 1% apart" in text and "krex c4 1/2" in text
+    assert "placements' medians lie more than 1% apart" in text and "krex c4 1/2" in text
     assert "A power-state throttle reason seen while the repeats ran (`--watch-clock-ms`): krex c4 1/3" in text

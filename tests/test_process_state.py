@@ -15,15 +15,16 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-# A framework with settings a, b (b follows from a, as torch's legacy
-# allow_tf32 follows fp32_precision) and c; `put_back` is the case's.
+# A framework with settings a, b (b follows from a, as torch's
+# float32_matmul_precision follows fp32_precision), c and d; `put_back` is the
+# case's.
 SCRIPT = r"""
 import json, sys, types
 from krex_runtime.tenant.process_state import ProcessState
 
 
 def main(case):  # a function: __main__'s own bindings are made before the baseline
-    values = {"a": 1, "c": 1}
+    values = {"a": 1, "c": 1, "d": 1}
 
     def set_a(x):
         values["a"] = x
@@ -32,13 +33,13 @@ def main(case):  # a function: __main__'s own bindings are made before the basel
         raise RuntimeError("mixing APIs")
 
     put_back = {
-        "put-back": {"a": set_a, "b": None},
+        "put-back": {"a": set_a, "b": None, "d": None},
         "refused": {"a": refuse, "b": None},
         "ignored": {"a": lambda x: None, "b": None},
     }[case.split(":")[0]]
     module = types.ModuleType("krex_test_settings")
     module.__krex_state__ = {
-        "settings": lambda: {"a": values["a"], "b": values["a"] * 10, "c": values["c"]},
+        "settings": lambda: {"a": values["a"], "b": values["a"] * 10, "c": values["c"], "d": values["d"]},
         "put_back": put_back,
     }
     sys.modules["krex_test_settings"] = module
@@ -67,6 +68,8 @@ def test_a_declared_setting_is_put_back_with_what_follows_from_it() -> None:
     "case, why",
     [
         ("put-back:c", "state-changed: krex_test_settings.c"),  # no setter
+        # declared as following from the others, which did not change: it does not come back
+        ("put-back:d", "state-changed: krex_test_settings.d"),
         ("refused:a", "state-changed: krex_test_settings settings unreadable or not put back (RuntimeError)"),
         ("ignored:a", "state-changed: krex_test_settings.a"),  # the setter does nothing: it does not come back
     ],

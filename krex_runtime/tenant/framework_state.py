@@ -12,12 +12,13 @@ what a fresh process seeds from the OS.
 Known frameworks are read when they are imported (torch, NumPy, Python's
 `random`); any other module can take part by defining `__krex_state__`, a
 mapping with any of "settings" (a callable returning a dict), "put_back" (a
-dict: setting -> its setter, or None where it follows from the others),
+dict: setting -> its setter, or None where it follows from the others;
+anything but a dict puts nothing back),
 "get_rng_state" and "set_rng_state" (a pair), "reseed" (a callable).
 
 `put_back` is only for settings that are read on every use and from which
-nothing is built or cached (torch's matmul precision flags: each matmul
-reads them when it calls cuBLAS): set back to the baseline's value, the
+nothing is built or cached (torch's matmul and cuDNN precision flags: each
+matmul reads them when it calls cuBLAS): set back to the baseline's value, the
 next command sees what a fresh process sees. A setting whose value shaped
 something that outlives the command (cudnn.benchmark fills an algorithm
 cache) is never put back: it retires the process. Nothing here imports a
@@ -38,8 +39,9 @@ Getter = Callable[[], Any]
 class Framework:
     name: str
     settings: Callable[[], dict[str, Any]]
-    # Setting -> its setter; None: it follows from the others (torch's legacy
-    # allow_tf32 from fp32_precision). Put back, then read again to verify.
+    # Setting -> its setter; None: it follows from the others (torch's
+    # float32_matmul_precision from fp32_precision). Put back, then read
+    # again to verify.
     put_back: dict[str, Callable[[Any], None] | None] = field(default_factory=dict)
     save_rng: Callable[[], Any] | None = None
     restore_rng: Callable[[Any], None] | None = None
@@ -66,6 +68,14 @@ _TORCH_MATMUL = (
 # torch's default_rng_seed_val: the seed of a generator that does not seed from the OS.
 _TORCH_FIXED_SEED = 67280421310721
 _TORCH_CUDNN = ("enabled", "benchmark", "benchmark_limit", "deterministic", "allow_tf32", "fp32_precision")
+# Below torch.backends ("" is torch.backends itself); cuda.matmul and cudnn are read above.
+_TORCH_FP32_PRECISION_NODES = ("", "cudnn.conv", "cudnn.rnn", "mkldnn", "mkldnn.matmul", "mkldnn.conv", "mkldnn.rnn")
+
+
+def _attr_path(root: Any, path: str) -> Any:
+    for part in filter(None, path.split(".")):
+        root = getattr(root, part)
+    return root
 
 
 def _torch(torch: Any) -> Framework:
@@ -86,6 +96,13 @@ def _torch(torch: Any) -> Framework:
     for attr in _TORCH_CUDNN:
         getters[f"torch.backends.cudnn.{attr}"] = lambda a=attr: getattr(torch.backends.cudnn, a)
     getters["torch.backends.mkldnn.enabled"] = lambda: torch.backends.mkldnn.enabled
+    # The fp32_precision API's other nodes (compared, never put back): a
+    # command that set one of them and then put the matmul flags back as
+    # they were must still retire its process.
+    for path in _TORCH_FP32_PRECISION_NODES:
+        getters[f"torch.backends.{path}.fp32_precision" if path else "torch.backends.fp32_precision"] = (
+            lambda p=path: _attr_path(torch.backends, p).fp32_precision
+        )
     getters["torch.cuda.current_device()"] = (
         lambda: torch.cuda.current_device() if torch.cuda.is_initialized() else None
     )
@@ -120,16 +137,18 @@ def _torch(torch: Any) -> Framework:
 
 def _torch_put_back(torch: Any) -> dict[str, Callable[[Any], None] | None]:
     """The precision flags each matmul and convolution reads when it is called
-    (their cuDNN algorithm cache is keyed by them too). Where torch has the
-    fp32_precision API, the legacy flags follow from it: only it is set, and
-    setting both would mix the two APIs, which torch warns about."""
+    (their cuDNN algorithm cache is keyed by them too), each through its own
+    setter. Changed ones are set in sorted order, so the legacy `allow_tf32`
+    before `fp32_precision`: after a legacy set, setting the new API alone
+    leaves torch refusing to read the legacy flag ("mix of the legacy and new
+    APIs"), while the legacy value and then the new one read back as the
+    baseline (torch 2.13). float32_matmul_precision follows from
+    cuda.matmul's fp32_precision where torch has that API."""
     out: dict[str, Callable[[Any], None] | None] = {}
     for module, name in ((torch.backends.cuda.matmul, "torch.backends.cuda.matmul"),
                          (torch.backends.cudnn, "torch.backends.cudnn")):
-        new_api = hasattr(module, "fp32_precision")
         for attr in _TORCH_MATMUL if module is torch.backends.cuda.matmul else ("allow_tf32", "fp32_precision"):
-            derived = new_api and attr == "allow_tf32"
-            out[f"{name}.{attr}"] = None if derived else (lambda v, m=module, a=attr: setattr(m, a, v))
+            out[f"{name}.{attr}"] = lambda v, m=module, a=attr: setattr(m, a, v)
     out["torch.get_float32_matmul_precision()"] = (
         None if hasattr(torch.backends.cuda.matmul, "fp32_precision") else torch.set_float32_matmul_precision
     )
@@ -157,7 +176,9 @@ def _random(rnd: Any) -> Framework:
 def _declared(name: str, state: Any) -> Framework:
     settings = state.get("settings") or dict
     get, set_ = state.get("get_rng_state"), state.get("set_rng_state")
-    put_back = {f"{name}.{k}": v for k, v in (state.get("put_back") or {}).items()}
+    declared = state.get("put_back")
+    # A malformed declaration puts nothing back (its settings retire when they change).
+    put_back = {f"{name}.{k}": v for k, v in declared.items() if v is None or callable(v)} if isinstance(declared, dict) else {}
     return Framework(
         name, lambda: {f"{name}.{k}": v for k, v in settings().items()}, put_back,
         get if get and set_ else None, set_ if get and set_ else None, state.get("reseed"),
