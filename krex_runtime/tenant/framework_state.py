@@ -43,6 +43,9 @@ class Framework:
     # float32_matmul_precision from fp32_precision). Put back, then read
     # again to verify.
     put_back: dict[str, Callable[[Any], None] | None] = field(default_factory=dict)
+    # Of those, the ones set only when setting the others did not bring every
+    # reading back (torch's legacy allow_tf32 where fp32_precision exists).
+    fallback: frozenset[str] = frozenset()
     save_rng: Callable[[], Any] | None = None
     restore_rng: Callable[[Any], None] | None = None
     reseed: Callable[[], None] | None = None
@@ -132,27 +135,33 @@ def _torch(torch: Any) -> Framework:
             if gen.initial_seed() != _TORCH_FIXED_SEED:
                 gen.seed()
 
-    return Framework("torch", lambda: _read(getters), _torch_put_back(torch), save, restore, reseed)
+    put_back, fallback = _torch_put_back(torch)
+    return Framework("torch", lambda: _read(getters), put_back, fallback, save, restore, reseed)
 
 
-def _torch_put_back(torch: Any) -> dict[str, Callable[[Any], None] | None]:
+def _torch_put_back(torch: Any) -> tuple[dict[str, Callable[[Any], None] | None], frozenset[str]]:
     """The precision flags each matmul and convolution reads when it is called
-    (their cuDNN algorithm cache is keyed by them too), each through its own
-    setter. Changed ones are set in sorted order, so the legacy `allow_tf32`
-    before `fp32_precision`: after a legacy set, setting the new API alone
-    leaves torch refusing to read the legacy flag ("mix of the legacy and new
-    APIs"), while the legacy value and then the new one read back as the
-    baseline (torch 2.13). float32_matmul_precision follows from
-    cuda.matmul's fp32_precision where torch has that API."""
+    (their cuDNN algorithm cache is keyed by them too), each with its own
+    setter; float32_matmul_precision follows from cuda.matmul's
+    fp32_precision where torch has that API. Where it does, the legacy
+    allow_tf32 is a fallback: the new API alone is set first (what brings a
+    new-API change back on torch 2.11), and only if a reading still differs
+    are all of them set, legacy first (after a legacy set, setting the new
+    API alone leaves torch refusing to read the legacy flag, "mix of the
+    legacy and new APIs"; legacy then new reads back as the baseline on
+    torch 2.13)."""
     out: dict[str, Callable[[Any], None] | None] = {}
+    fallback = set()
     for module, name in ((torch.backends.cuda.matmul, "torch.backends.cuda.matmul"),
                          (torch.backends.cudnn, "torch.backends.cudnn")):
         for attr in _TORCH_MATMUL if module is torch.backends.cuda.matmul else ("allow_tf32", "fp32_precision"):
             out[f"{name}.{attr}"] = lambda v, m=module, a=attr: setattr(m, a, v)
+        if hasattr(module, "fp32_precision"):
+            fallback.add(f"{name}.allow_tf32")
     out["torch.get_float32_matmul_precision()"] = (
         None if hasattr(torch.backends.cuda.matmul, "fp32_precision") else torch.set_float32_matmul_precision
     )
-    return out
+    return out, frozenset(fallback)
 
 
 # --- NumPy and Python's random -------------------------------------------------------
@@ -180,7 +189,7 @@ def _declared(name: str, state: Any) -> Framework:
     # A malformed declaration puts nothing back (its settings retire when they change).
     put_back = {f"{name}.{k}": v for k, v in declared.items() if v is None or callable(v)} if isinstance(declared, dict) else {}
     return Framework(
-        name, lambda: {f"{name}.{k}": v for k, v in settings().items()}, put_back,
+        name, lambda: {f"{name}.{k}": v for k, v in settings().items()}, put_back, frozenset(),
         get if get and set_ else None, set_ if get and set_ else None, state.get("reseed"),
     )
 

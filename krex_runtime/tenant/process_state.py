@@ -180,11 +180,15 @@ class ProcessState:
                 blocked = [k for k in changed if k not in f.put_back or k not in before]
                 if blocked:
                     return blocked[0].removesuffix("()")
-                for key in changed:
-                    setter = f.put_back[key]
-                    if setter is not None:
-                        setter(before[key])
-                still = _differing(before, f.settings())
+                first = [k for k in changed if k not in f.fallback]
+                for attempt in (first, changed) if first != changed else (changed,):
+                    for key in attempt:
+                        setter = f.put_back[key]
+                        if setter is not None:
+                            setter(before[key])
+                    still = _differing(before, f.settings())
+                    if not still:
+                        break
             except Exception as exc:
                 return f"{f.name} settings unreadable or not put back ({type(exc).__name__})"
             if still:
