@@ -38,7 +38,7 @@ def measure(shape: list[int], benchmark: bool, repeats: int) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from krex_bench.candidate import L2_FLUSH_BYTES, clock_reader, time_launches
+    from krex_bench.candidate import L2_FLUSH_BYTES, clock_reader, nvml_device, time_launches
 
     torch.backends.cudnn.benchmark = benchmark
     n, cin, cout, d, h, w = shape
@@ -58,7 +58,7 @@ def measure(shape: list[int], benchmark: bool, repeats: int) -> dict[str, Any]:
             conv(x)
         times = time_launches(lambda: conv(x), flush, starts, ends)
     free, _ = torch.cuda.mem_get_info()
-    return {"median_ms": statistics.median(times), "min_ms": min(times), "sm_clock_mhz": clock_reader()(),
+    return {"median_ms": statistics.median(times), "min_ms": min(times), "sm_clock_mhz": clock_reader(nvml_device())(),
             "free_gib": free / (1 << 30), "kernels": kernels}
 
 

@@ -37,9 +37,9 @@ def child(candidates: list[str], placements: int, repeats: int) -> None:
     import torch
 
     from krex_bench import kernels, workload
-    from krex_bench.candidate import L2_FLUSH_BYTES, WARMUP_S, clock_reader, time_launches
+    from krex_bench.candidate import L2_FLUSH_BYTES, WARMUP_S, clock_reader, nvml_device, time_launches
 
-    clock = clock_reader()
+    clock = clock_reader(nvml_device())
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
     keep = []
     for key in candidates:

@@ -55,9 +55,8 @@ def nvml_device() -> tuple[Any, Any] | None:
         return None
 
 
-def clock_reader(device: tuple[Any, Any] | None = None) -> Callable[[], int | None]:
-    """A reader of the SM clock of this command's GPU (None where NVML cannot say)."""
-    device = device or nvml_device()
+def clock_reader(device: tuple[Any, Any] | None) -> Callable[[], int | None]:
+    """A reader of the SM clock of `device` (nvml_device()'s; None where NVML cannot say)."""
     if device is None:
         return lambda: None
     nvml, handle = device
@@ -69,6 +68,11 @@ def clock_reader(device: tuple[Any, Any] | None = None) -> Callable[[], int | No
             return None
 
     return read
+
+
+def placement_shares(repeats: int, placements: int) -> list[slice]:
+    """The repeats each placement times: consecutive, as even as they divide."""
+    return [slice(i * repeats // placements, (i + 1) * repeats // placements) for i in range(placements)]
 
 
 def time_launches(run: Callable[[], object], flush: Any, starts: list[Any], ends: list[Any]) -> list[float]:
@@ -179,8 +183,7 @@ def measure(args: argparse.Namespace) -> int:
         clock_start = sm_clock_mhz()
         per_placement = []
         with clock_watch.ClockWatch(watched, args.watch_clock_ms / 1000) as watch:
-            for i, run in enumerate(runs):
-                share = slice(i * repeats // len(runs), (i + 1) * repeats // len(runs))
+            for run, share in zip(runs, placement_shares(repeats, len(runs))):
                 run()  # untimed: the first touch of this placement's buffers
                 per_placement.append(time_launches(run, flush, starts[share], ends[share]))
         clock = sm_clock_mhz()

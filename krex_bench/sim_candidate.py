@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from krex_bench import workload
-    from krex_bench.candidate import PLACEMENTS
+    from krex_bench.candidate import PLACEMENTS, placement_shares
     from krex_runtime.client import region
     from krex_runtime.sim.simcuda import SimCuda
 
@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         entered = time.time()
         # Shared among placements as the GPU command shares them (the
         # simulated device has one memory: they differ only by its noise).
-        shares = [(i + 1) * repeats // PLACEMENTS - i * repeats // PLACEMENTS for i in range(PLACEMENTS)]
-        per_placement = [cuda.time_kernel(duration_ns, repeats=n) for n in shares]
+        per_placement = [cuda.time_kernel(duration_ns, repeats=s.stop - s.start)
+                         for s in placement_shares(repeats, PLACEMENTS)]
         times = [t for chunk in per_placement for t in chunk]
     timed = time.time()
     cuda.synchronize()

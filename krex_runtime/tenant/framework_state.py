@@ -158,9 +158,8 @@ def _torch_put_back(torch: Any) -> tuple[dict[str, Callable[[Any], None] | None]
             out[f"{name}.{attr}"] = lambda v, m=module, a=attr: setattr(m, a, v)
         if hasattr(module, "fp32_precision"):
             fallback.add(f"{name}.allow_tf32")
-    out["torch.get_float32_matmul_precision()"] = (
-        None if hasattr(torch.backends.cuda.matmul, "fp32_precision") else torch.set_float32_matmul_precision
-    )
+    new_api = "torch.backends.cuda.matmul.allow_tf32" in fallback
+    out["torch.get_float32_matmul_precision()"] = None if new_api else torch.set_float32_matmul_precision
     return out, frozenset(fallback)
 
 
