@@ -153,6 +153,8 @@ class KrexConsole(App[None]):
         self._dirty = True
 
     def _render_tick(self) -> None:
+        if not self.screen_stack:
+            return  # the timer's last tick can land after exit has taken every screen down
         if self.replay is None and time.monotonic() - self._last_render >= AGE_EVERY_S:
             self.model.now = self.model.cluster_now = time.time()
             self._dirty = True

@@ -206,3 +206,17 @@ def test_the_cluster_command_line() -> None:
     assert isinstance(app, ClusterConsole) and app.cluster is not None and app.live is None
     with pytest.raises(SystemExit, match="--cluster names the gateway: leave out --connect and --run-dir"):
         make_app(build_parser().parse_args(["--cluster", "ipc:///a", "--connect", "ipc:///b"]))
+
+
+@run_async
+async def test_a_render_tick_after_exit_draws_nothing(tmp_path: Path) -> None:
+    """The render timer's last tick can land after exit has taken every screen
+    down; it must neither raise nor touch a screen."""
+    app = cluster_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settled_screen(pilot)
+    assert not app.screen_stack
+    app._dirty = True
+    renders = app.renders
+    app._render_tick()
+    assert app.renders == renders
