@@ -209,14 +209,46 @@ def unsteady(run: dict[str, Any], native: dict[str, float]) -> dict[str, Any]:
     medians lie more than UNSTEADY_SPREAD apart. Natively a long fp32 GEMM's
     four placements agree within 0.1%, so a spread means the kernel ran slower
     over part of the measurement (power-capped bf16 GEMMs spread natively too:
-    the native runs are the floor). `keys`: the worst first."""
+    the native runs are the floor). `keys`: the worst first. `causes`: what
+    the clock watch saw over the slow placements (slow_cause()), by cause."""
     spreads = []
     for r in run.get("results", []):
         key, medians_ = f"{r['problem']}/{r['candidate']}", r.get("placement_medians_ms") or []
         if native.get(key, 0) >= 1.0 and len(medians_) > 1 and min(medians_) > 0:
-            spreads.append((max(medians_) / min(medians_) - 1, key))
-    over = sorted((s for s in spreads if s[0] > UNSTEADY_SPREAD), reverse=True)
-    return {"n": len(over), "of": len(spreads), "keys": [k for _, k in over]}
+            spreads.append((max(medians_) / min(medians_) - 1, key, r))
+    over = sorted((s for s in spreads if s[0] > UNSTEADY_SPREAD), key=lambda s: s[:2], reverse=True)
+    causes: dict[str, int] = {}
+    for _, _, r in over:
+        cause = slow_cause(r)
+        causes[cause] = causes.get(cause, 0) + 1
+    return {"n": len(over), "of": len(spreads), "keys": [k for _, k, _ in over], "causes": causes}
+
+
+def slow_cause(result: dict[str, Any]) -> str:
+    """What the clock watch saw while an unsteady measurement's slow
+    placements ran (those more than UNSTEADY_SPREAD above the fastest), set
+    against its other placements:
+    - "power state": a power or thermal throttle reason in a slow placement;
+    - "lower clock": no such reason, but a slow placement's lowest clock is
+      below the other placements' lowest;
+    - "same clock": watched, no reason, no lower clock: the kernel ran slower
+      at the clock the others ran at, which a power state does not explain;
+    - "unwatched": no watch, or no sample fell in a slow placement."""
+    medians_, watch = result.get("placement_medians_ms") or [], result.get("placement_watch") or []
+    if len(watch) != len(medians_) or not medians_:
+        return "unwatched"
+    fastest = min(medians_)
+    slow = [w for m, w in zip(medians_, watch) if m > fastest * (1 + UNSTEADY_SPREAD)]
+    rest = [w for m, w in zip(medians_, watch) if m <= fastest * (1 + UNSTEADY_SPREAD)]
+    seen = [w for w in slow if w and w.get("clock_samples")]
+    if not seen:
+        return "unwatched"
+    if any(POWER_STATES & set(w.get("throttle_seen") or []) for w in seen):
+        return "power state"
+    others = [w["sm_clock_min_mhz"] for w in rest if w and w.get("sm_clock_min_mhz")]
+    if others and any(w.get("sm_clock_min_mhz") and w["sm_clock_min_mhz"] < min(others) for w in seen):
+        return "lower clock"
+    return "same clock"
 
 
 def throttled_during(run: dict[str, Any]) -> dict[str, int] | None:

@@ -182,10 +182,14 @@ def measure(args: argparse.Namespace) -> int:
             warm_runs += 1
         clock_start = sm_clock_mhz()
         per_placement = []
+        # time_launches synchronizes: between two marks the GPU ran one
+        # placement's launches and nothing else of this command's.
+        marks = [time.monotonic()]
         with clock_watch.ClockWatch(watched, args.watch_clock_ms / 1000) as watch:
             for run, share in zip(runs, placement_shares(repeats, len(runs))):
                 run()  # untimed: the first touch of this placement's buffers
                 per_placement.append(time_launches(run, flush, starts[share], ends[share]))
+                marks.append(time.monotonic())
         clock = sm_clock_mhz()
     times = [t for chunk in per_placement for t in chunk]
     timed = time.time()
@@ -200,6 +204,7 @@ def measure(args: argparse.Namespace) -> int:
         sm_clock_mhz=clock,
         sm_clock_start_mhz=clock_start,
         **watch.summary(),  # the lowest clock and the throttle reasons seen between the two reads
+        placement_watch=watch.windows(marks) if watched is not None else None,
         region_flags=list(held.flags),  # at the grant, and at the release (exit:...)
         phases_s={
             "import": imported - STARTED,

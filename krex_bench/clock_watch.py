@@ -17,6 +17,7 @@ each read.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable
 
 PERIOD_S = 0.01
@@ -39,13 +40,10 @@ class ClockWatch:
     def __init__(self, read: Reader | None, period_s: float = PERIOD_S) -> None:
         self.read = read
         self.period_s = period_s
-        self.clocks: list[int] = []
-        self.reasons = 0
-        self.power_mw: list[int] = []
-        self.temps: list[int] = []
+        # (time.monotonic() after the read, the reading): kept whole, so the
+        # part of the repeats each placement ran in can be summarized on its own.
+        self.samples: list[tuple[float, Reading]] = []
         self.failed = 0
-        self.samples = 0  # readings that came back (each field may still be None)
-        self.reason_samples = 0  # of them, those with the throttle reasons
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -75,20 +73,11 @@ class ClockWatch:
     def _sample(self) -> None:
         assert self.read is not None
         try:
-            clock, reasons, power_mw, temp_c = self.read()
+            reading = self.read()
         except Exception:  # one read that fails is a missing sample, not a failed measurement
             self.failed += 1
             return
-        self.samples += 1
-        if clock:
-            self.clocks.append(int(clock))
-        if reasons is not None:
-            self.reason_samples += 1
-            self.reasons |= int(reasons)
-        if power_mw:
-            self.power_mw.append(int(power_mw))
-        if temp_c:
-            self.temps.append(int(temp_c))
+        self.samples.append((time.monotonic(), reading))
 
     def summary(self) -> dict[str, Any]:
         """What the result line carries: the lowest and highest clock seen,
@@ -97,20 +86,41 @@ class ClockWatch:
         be read). A power cap that a hot GPU reaches only part way through a
         long kernel shows here: power at the limit, the clock down, the
         temperature above native's."""
-        if self.read is None or not self.samples:
-            return {"sm_clock_min_mhz": None, "sm_clock_max_mhz": None, "clock_samples": 0, "throttle_seen": None,
-                    "power_max_w": None, "temp_min_c": None, "temp_max_c": None, "watch_failed": self.failed}
-        return {
-            "watch_failed": self.failed,
-            "power_max_w": max(self.power_mw) / 1000 if self.power_mw else None,
-            "temp_min_c": min(self.temps) if self.temps else None,
-            "temp_max_c": max(self.temps) if self.temps else None,
-            "sm_clock_min_mhz": min(self.clocks) if self.clocks else None,
-            "sm_clock_max_mhz": max(self.clocks) if self.clocks else None,
-            "clock_samples": len(self.clocks),
-            # None, not []: no sample said, which is not "none seen".
-            "throttle_seen": [name for bit, name in REASONS.items() if self.reasons & bit] if self.reason_samples else None,
-        }
+        summary = _summarize([r for _, r in list(self.samples)] if self.read is not None else [])
+        return {"watch_failed": self.failed, **summary}
+
+    def windows(self, marks: list[float]) -> list[dict[str, Any]]:
+        """The same summary for each span between consecutive `marks`
+        (time.monotonic() values, in order): one per placement, so the report
+        can say whether a placement that ran slow ran at a lower clock or
+        under a power state. A span no sample fell in says None throughout."""
+        samples = list(self.samples)
+        spans = []
+        for start, end in zip(marks, marks[1:]):
+            summary = _summarize([r for t, r in samples if start <= t < end])
+            spans.append({k: summary[k] for k in ("clock_samples", "sm_clock_min_mhz", "throttle_seen",
+                                                  "power_max_w", "temp_max_c")})
+        return spans
+
+
+def _summarize(readings: list[Reading]) -> dict[str, Any]:
+    clocks = [int(c) for c, _, _, _ in readings if c]
+    reasons = [int(r) for _, r, _, _ in readings if r is not None]
+    power = [int(p) for _, _, p, _ in readings if p]
+    temps = [int(t) for _, _, _, t in readings if t]
+    seen = 0
+    for bits in reasons:
+        seen |= bits
+    return {
+        "power_max_w": max(power) / 1000 if power else None,
+        "temp_min_c": min(temps) if temps else None,
+        "temp_max_c": max(temps) if temps else None,
+        "sm_clock_min_mhz": min(clocks) if clocks else None,
+        "sm_clock_max_mhz": max(clocks) if clocks else None,
+        "clock_samples": len(clocks),
+        # None, not []: no sample said, which is not "none seen".
+        "throttle_seen": [name for bit, name in REASONS.items() if seen & bit] if reasons else None,
+    }
 
 
 def nvml_reader(nvml: Any, handle: Any) -> Reader:

@@ -158,8 +158,14 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
         out += ["", f"Unsteady: kernels of 1 ms or more whose placements' medians lie more than "
                 f"{analysis.UNSTEADY_SPREAD:.0%} apart, so the kernel ran slower over part of its measurement "
                 "(power-capped bf16 GEMMs do so natively too): " + ", ".join(
-            f"{r['label']} {r['unsteady']['n']}/{r['unsteady']['of']}" for r in rows if r.get("unsteady")
+            f"{r['label']} {r['unsteady']['n']}/{r['unsteady']['of']}{_causes(r['unsteady'])}"
+            for r in rows if r.get("unsteady")
         )]  # fmt: skip
+        if any(set(r.get("unsteady", {}).get("causes") or {}) - {"unwatched"} for r in rows):
+            out += ["", "What the clock watch saw over the slow placements: *power state*, a power or thermal "
+                    "throttle reason; *lower clock*, a lower SM clock than the other placements' without one; "
+                    "*same clock*, neither: the kernel ran slower at the same clock, which a power state does "
+                    "not explain."]
     watched = [r for r in rows if r.get("throttled_during")]
     if watched:
         out += ["", "A power-state throttle reason seen while the repeats ran (`--watch-clock-ms`): " + ", ".join(
@@ -251,3 +257,12 @@ def write(data: dict[str, Any], out_dir: Path, stem: str = "report", clock_toler
     if chart(summary, png, f"KREX evaluation, {kind}, {data['date']}"):
         written.append(png)
     return written
+
+
+def _causes(unsteady: dict[str, Any]) -> str:
+    """The unsteady measurements by cause, as in "krex c4 3/20 (power state 2,
+    same clock 1)"; nothing where no slow placement was watched."""
+    causes = unsteady.get("causes") or {}
+    if not set(causes) - {"unwatched"}:
+        return ""
+    return " (" + ", ".join(f"{cause} {n}" for cause, n in sorted(causes.items())) + ")"

@@ -384,7 +384,7 @@ def test_unsteady_counts_long_kernels_whose_placements_disagree_and_the_watch_co
         {"setup": {"kind": "krex", "label": "krex c4", "concurrency": 4}, "results": krex, "failures": []},
     ]}  # fmt: skip
     rows = {r["label"]: r for r in analysis.summarize(data)["rows"]}
-    assert rows["krex c4"]["unsteady"] == {"n": 1, "of": 2, "keys": ["mm/c0"]}
+    assert rows["krex c4"]["unsteady"] == {"n": 1, "of": 2, "keys": ["mm/c0"], "causes": {"unwatched": 1}}
     assert rows["krex c4"]["throttled_during"] == {"n": 1, "of": 3}
     assert rows["native"]["unsteady"]["of"] == 0 and rows["native"]["throttled_during"] is None
     from krex_bench import report
@@ -393,3 +393,43 @@ def test_unsteady_counts_long_kernels_whose_placements_disagree_and_the_watch_co
     text = report.markdown({**header, **data}, analysis.summarize(data))
     assert "placements' medians lie more than 1% apart" in text and "krex c4 1/2" in text
     assert "A power-state throttle reason seen while the repeats ran (`--watch-clock-ms`): krex c4 1/3" in text
+
+
+def _watched(clocks: list[int | None], reasons: list[list[str] | None]) -> list[dict]:
+    return [{"clock_samples": 0 if c is None else 5, "sm_clock_min_mhz": c, "throttle_seen": r,
+             "power_max_w": 600.0, "temp_max_c": 60} for c, r in zip(clocks, reasons)]
+
+
+def test_the_slow_placements_of_an_unsteady_measurement_are_told_apart_by_what_the_watch_saw() -> None:
+    """Four 2 ms candidates whose third placement ran 10% slow: under
+    sw_power_cap (power state); at 1800 MHz against the others' 1980 with no
+    reason (lower clock); at 1980 with no reason (same clock: not power);
+    with no sample in that placement (unwatched). applications_clocks in a
+    fast placement is no power state."""
+    from krex_bench import report
+
+    slow = [2.0, 2.0, 2.2, 2.0]
+    cases = {
+        "power": _watched([1980, 1980, 1980, 1980], [[], [], ["sw_power_cap"], []]),
+        "lower": _watched([1980, 1980, 1800, 1980], [[], [], [], []]),
+        "same": _watched([1980, 1980, 1980, 1980], [["applications_clocks"], [], [], []]),
+        "empty": _watched([1980, 1980, None, 1980], [[], [], None, []]),
+    }
+    native = [_result("mm", name, 2.0, 1980) for name in cases]
+    krex = [dict(_result("mm", name, 2.05, 1980), placement_medians_ms=slow, placement_watch=watch)
+            for name, watch in cases.items()]
+    causes = [analysis.slow_cause(r) for r in krex]
+    assert causes == ["power state", "lower clock", "same clock", "unwatched"]
+    assert analysis.slow_cause(dict(krex[0], placement_watch=None)) == "unwatched"
+    data = {"runs": [
+        {"setup": {"kind": "native", "label": "native", "concurrency": 1}, "results": native, "failures": []},
+        {"setup": {"kind": "krex", "label": "krex c4", "concurrency": 4}, "results": krex, "failures": []},
+    ]}  # fmt: skip
+    summary = analysis.summarize(data)
+    row = {r["label"]: r for r in summary["rows"]}["krex c4"]
+    assert row["unsteady"]["n"] == 4
+    assert row["unsteady"]["causes"] == {"power state": 1, "lower clock": 1, "same clock": 1, "unwatched": 1}
+    header = {"date": "d", "simulated": False, "machine": {}, "workload": [], "scale": 1, "argv": ["krex"]}
+    text = report.markdown({**header, **data}, summary)
+    assert "krex c4 4/4 (lower clock 1, power state 1, same clock 1, unwatched 1)" in text
+    assert "What the clock watch saw over the slow placements" in text

@@ -51,3 +51,16 @@ def test_fields_the_gpu_does_not_report_are_none_and_the_rest_still_counts() -> 
     summary = watch.summary()
     assert summary["sm_clock_min_mhz"] == 1980 and summary["clock_samples"] >= 1
     assert summary["throttle_seen"] is None and summary["power_max_w"] is None and summary["temp_max_c"] == 60
+
+
+def test_each_placement_gets_the_samples_taken_while_it_ran() -> None:
+    """Three spans marked around the samples: the first saw 1980 MHz, the
+    second the power cap at 1600, the third no sample at all."""
+    watch = ClockWatch(lambda: (0, None, None, None))
+    watch.samples = [(1.0, (1980, 0, 500_000, 50)), (1.5, (1980, 0, 510_000, 51)),
+                     (2.2, (1600, 0x4, 700_000, 60)), (9.0, (1980, 0, 500_000, 50))]
+    first, second, third = watch.windows([0.5, 2.0, 3.0, 4.0])
+    assert (first["clock_samples"], first["sm_clock_min_mhz"], first["throttle_seen"]) == (2, 1980, [])
+    assert (second["sm_clock_min_mhz"], second["throttle_seen"], second["power_max_w"]) == (1600, ["sw_power_cap"], 700.0)
+    assert third == {"clock_samples": 0, "sm_clock_min_mhz": None, "throttle_seen": None, "power_max_w": None,
+                     "temp_max_c": None}
