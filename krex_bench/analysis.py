@@ -246,7 +246,8 @@ def slow_cause(result: dict[str, Any]) -> str:
     if any(POWER_STATES & set(w.get("throttle_seen") or []) for w in seen):
         return "power state"
     others = [w["sm_clock_min_mhz"] for w in rest if w and w.get("sm_clock_min_mhz")]
-    if others and any(w.get("sm_clock_min_mhz") and w["sm_clock_min_mhz"] < min(others) for w in seen):
+    lowest_other = min(others) if others else None
+    if lowest_other and any(w.get("sm_clock_min_mhz") and w["sm_clock_min_mhz"] < lowest_other for w in seen):
         return "lower clock"
     return "same clock"
 

@@ -86,7 +86,7 @@ class ClockWatch:
         be read). A power cap that a hot GPU reaches only part way through a
         long kernel shows here: power at the limit, the clock down, the
         temperature above native's."""
-        summary = _summarize([r for _, r in list(self.samples)] if self.read is not None else [])
+        summary = _summarize([r for _, r in list(self.samples)])
         return {"watch_failed": self.failed, **summary}
 
     def windows(self, marks: list[float]) -> list[dict[str, Any]]:

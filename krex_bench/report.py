@@ -161,7 +161,7 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
             f"{r['label']} {r['unsteady']['n']}/{r['unsteady']['of']}{_causes(r['unsteady'])}"
             for r in rows if r.get("unsteady")
         )]  # fmt: skip
-        if any(set(r.get("unsteady", {}).get("causes") or {}) - {"unwatched"} for r in rows):
+        if any(_watched(r.get("unsteady") or {}) for r in rows):
             out += ["", "What the clock watch saw over the slow placements: *power state*, a power or thermal "
                     "throttle reason; *lower clock*, a lower SM clock than the other placements' without one; "
                     "*same clock*, neither: the kernel ran slower at the same clock, which a power state does "
@@ -262,7 +262,11 @@ def write(data: dict[str, Any], out_dir: Path, stem: str = "report", clock_toler
 def _causes(unsteady: dict[str, Any]) -> str:
     """The unsteady measurements by cause, as in "krex c4 3/20 (power state 2,
     same clock 1)"; nothing where no slow placement was watched."""
-    causes = unsteady.get("causes") or {}
-    if not set(causes) - {"unwatched"}:
+    if not _watched(unsteady):
         return ""
-    return " (" + ", ".join(f"{cause} {n}" for cause, n in sorted(causes.items())) + ")"
+    return " (" + ", ".join(f"{cause} {n}" for cause, n in sorted(unsteady["causes"].items())) + ")"
+
+
+def _watched(unsteady: dict[str, Any]) -> bool:
+    """Some unsteady measurement's slow placements were seen by the clock watch."""
+    return bool(set(unsteady.get("causes") or {}) - {"unwatched"})

@@ -85,7 +85,7 @@ class ClusterConsole(KrexConsole):
 
     def refresh_views(self) -> None:
         super().refresh_views()
-        if self.screen_stack and self.screen is self.screen_stack[0] and self.model.node is None:
+        if self.screen is self.screen_stack[0] and self.model.node is None:
             try:
                 self._show_node_panel(self.query_one(NodesTable).selected_node())
             except NoMatches:
