@@ -4,8 +4,8 @@ much the GPU's other work inflates measurements.
 One canary runs per GPU as a tenant of the runtime. It warms the GPU, sizes a
 compute-bound and a memory-bound kernel to about --target-ms each, takes a
 baseline inside a region (the others frozen: the GPU is otherwise idle), then
-every --period seconds times both kernels inside a region (what KREX
-protects) and, with --outside, outside one (what sharing costs). Each result
+every --period seconds times both kernels, with --outside first outside a
+region (what sharing costs), then inside one (what KREX protects). Each result
 is one JSON line on stdout, which the runtime folds into its state.
 
 Simulated GPUs use the simulator's kernels and copies (their figures are
@@ -145,9 +145,13 @@ def main() -> None:
     emit({"type": "baseline", **baseline})
     while True:
         time.sleep(args.period)
-        emit({"type": "sample", "where": "inside", **measure(kernels, "inside")})
+        # Outside first: the others have then run unhindered for a period. Right
+        # after this canary's own region they would still be waking from the
+        # gate (tens of ms on a busy host), and the sample would understate
+        # what sharing costs.
         if args.outside:
             emit({"type": "sample", "where": "outside", **measure(kernels, "outside")})
+        emit({"type": "sample", "where": "inside", **measure(kernels, "inside")})
 
 
 if __name__ == "__main__":
