@@ -32,6 +32,12 @@ class EventLog:
 
     def __init__(self) -> None:
         self.events: deque[dict[str, Any]] = deque(maxlen=KEEP_EVENTS)
+        # Beside each event, the start of the runtime run it belongs to: a
+        # replayed trace of a runtime that restarted holds two runs, and each
+        # event's time is shown from its own run's start. None: this log has
+        # not seen the run start (a console that attached mid-run).
+        self.run_starts: deque[float | None] = deque(maxlen=KEEP_EVENTS)
+        self.run_start: float | None = None
         self.regions: dict[int, OrderedDict[int, RegionRecord]] = {}
         self.generation = 0  # bumped when the log restarts, so views rebuild
         # Events ever added: each event's number, what a view keys its row by.
@@ -39,23 +45,30 @@ class EventLog:
         # each run from 1 again, and a trace_gap record has no seq.
         self.added = 0
 
-    def clear(self) -> None:
+    def clear(self, run_start: float | None = None) -> None:
+        """Forget every event; `run_start` is the start of the run the next
+        events belong to, where the caller knows it (a replay's seek)."""
         self.events.clear()
+        self.run_starts.clear()
         self.regions.clear()
+        self.run_start = run_start
         self.generation += 1
 
-    def newest_first(self) -> Iterator[tuple[int, dict[str, Any]]]:
-        """(number, event) pairs from the newest; no two events of the log,
-        before or after a clear, share a number."""
+    def newest_first(self) -> Iterator[tuple[int, dict[str, Any], float | None]]:
+        """(number, event, its run's start) from the newest; no two events of
+        the log, before or after a clear, share a number."""
         number = self.added
-        for event in reversed(self.events):
-            yield number, event
+        for event, run_start in zip(reversed(self.events), reversed(self.run_starts)):
+            yield number, event, run_start
             number -= 1
 
     def add(self, event: dict[str, Any]) -> None:
-        self.events.append(event)
-        self.added += 1
         kind = event.get("type")
+        if kind == "runtime_started":
+            self.run_start = event.get("t")
+        self.events.append(event)
+        self.run_starts.append(self.run_start)
+        self.added += 1
         if kind == "region_granted":
             per_gpu = self.regions.setdefault(event["gpu"], OrderedDict())
             per_gpu[event["region"]] = RegionRecord(

@@ -275,6 +275,8 @@ class ReplayFeed:
         self.start = self.times[0] if self.times else trace.header.get("started_at", 0.0)
         self.end = self.times[-1] if self.times else self.start
         self.checkpoint_every = checkpoint_every
+        # Where each run of the trace begins (a runtime that restarted wrote two).
+        self.run_begins = [i for i, e in enumerate(self.events) if e.get("type") == "runtime_started"]
         self.checkpoints: dict[int, node_state.NodeState] = {0: node_state.NodeState()}
         self.state = node_state.NodeState()
         self.log = EventLog()
@@ -312,6 +314,12 @@ class ReplayFeed:
             self._apply_next()
         self.clock = min(max(t, self.start), self.end)
 
+    def _run_start_at(self, index: int) -> float | None:
+        """The start of the run that events[index] belongs to: the time of the
+        last runtime_started before it (None before the first)."""
+        before = bisect.bisect_right(self.run_begins, index) - 1
+        return self.times[self.run_begins[before]] if before >= 0 else None
+
     def seek(self, t: float) -> None:
         """Show the state at trace time `t` (events with time <= t applied)."""
         target = bisect.bisect_right(self.times, t)
@@ -319,10 +327,11 @@ class ReplayFeed:
             base = max(i for i in self.checkpoints if i <= target)
             self.state = node_state.clone(self.checkpoints[base])
             self.index = base
-            self.log.clear()
+            first = max(0, base - KEEP_EVENTS)
+            self.log.clear(run_start=self._run_start_at(first))
             # The audit log and region timeline show the events before the
             # checkpoint too, as they would have after playing up to here.
-            for event in self.events[max(0, base - KEEP_EVENTS) : base]:
+            for event in self.events[first:base]:
                 self.log.add(event)
         self._advance_to(t)
         self.clock = min(max(t, self.start), self.end)

@@ -84,12 +84,12 @@ class EventsTable(FittedTable):
         rebuild = log.generation != self._generation or self.query_text != self._query_shown or log is not self._log
         if not rebuild and log.added == self._shown_number:
             return
-        fresh: list[tuple[int, dict[str, Any]]] = []
-        for number, event in log.newest_first():
+        fresh: list[tuple[int, dict[str, Any], float | None]] = []
+        for number, event, run_start in log.newest_first():
             if not rebuild and number <= self._shown_number:
                 break
             if not self.query_text or event_matches(event, self.query_text):
-                fresh.append((number, event))
+                fresh.append((number, event, run_start))
                 if len(fresh) >= MAX_ROWS:
                     break
         self._shown_number = log.added
@@ -98,8 +98,10 @@ class EventsTable(FittedTable):
             self.reset_widths()
             self._generation, self._query_shown, self._log = log.generation, self.query_text, log
         follow = self.row_count == 0 or self.cursor_row >= self.row_count - 1
-        start = model.state.started_at
-        self._events.extend(event_row(e, start, number) for number, e in reversed(fresh))
+        # An event's time counts from its own run's start: the state's is the
+        # latest run's, which the log may not have seen begin (attached mid-run).
+        current = model.state.started_at
+        self._events.extend(event_row(e, start or current, n) for n, e, start in reversed(fresh))
         self.show(list(self._events))
         if follow and self.row_count and self.sort_column is None:
             self.move_cursor(row=self.row_count - 1, animate=False)

@@ -205,3 +205,36 @@ async def test_events_of_a_restarted_runtime_show_once_each(tmp_path: Path) -> N
             await wait_for(pilot, lambda: app.model.now == feed.clock, what="the seek's state")
             await rendered(pilot)
             assert seqs() == expected(upto), upto
+
+
+@run_async
+async def test_each_event_of_a_restarted_runtime_is_timed_from_its_own_runs_start(tmp_path: Path) -> None:
+    """The Events view's time is since the runtime started: for the first
+    run's events of a trace that holds two runs, since the first run's start,
+    not the second's (which would show each of them as +0.000s)."""
+    from krex_console import format as fmt
+    from krex_console.views.events import MAX_ROWS, EventsTable
+
+    path = tmp_path / "trace.jsonl"
+    events = two_runs_trace(path)
+    times, start = [], None
+    for event in events:
+        start = event["t"] if event["type"] == "runtime_started" else start
+        times.append(fmt.elapsed(event["t"] - start))
+    feed = ReplayFeed(read_trace(path))
+    feed.paused = True
+    feed.seek_event(len(events))
+    app = KrexConsole(replay=feed)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("3")
+        await rendered(pilot)
+        table = app.query_one(EventsTable)
+        # From near the end of the first run into the second, from a seek back
+        # (the log refilled from a checkpoint) and one forward.
+        for upto in (len(events), 320, 250, 320):
+            feed.seek_event(upto)
+            await wait_for(pilot, lambda: app.model.now == feed.clock, what="the seek's state")
+            await rendered(pilot)
+            shown = [str(table.get_row(row.key)[1]) for row in table.ordered_rows]
+            assert shown == times[:upto][-MAX_ROWS:], upto
+            assert len(set(shown)) > 1
