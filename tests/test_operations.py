@@ -278,3 +278,14 @@ def test_systemd_accepts_the_unit(tmp_path: Path) -> None:
     unit.write_text(text.replace("/opt/krex/venv/bin/krex-runtime", program[0]))  # it checks the program exists
     done = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "krex-runtime.service" not in done.stderr, done.stderr
+
+
+def test_a_runtime_that_never_answers_is_not_left_running(tmp_path: Path) -> None:
+    """The test harness's start(): a runtime that does not answer in time is
+    stopped, and the error says what the last try met (here: no socket yet)."""
+    from krex_runtime.testing.local_runtime import Runtime
+
+    rt = Runtime(tmp_path / "rt", runtime_argv=(PY, "-c", "import time; time.sleep(600)"), answer_timeout_s=1.0)
+    with pytest.raises(AssertionError, match="control socket does not exist yet"):
+        rt.start()
+    assert rt.proc is not None and rt.proc.poll() is not None

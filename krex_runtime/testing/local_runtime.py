@@ -67,6 +67,8 @@ class Runtime:
     keep_finished: int | None = None  # finished commands kept in memory (node state, dispatcher); None: defaults
     proc: subprocess.Popen[bytes] | None = None
     device: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:10]}")
+    answer_timeout_s: float = 30.0  # how long start() waits for the first answer to hello
+    _unanswered: str = field(default="", repr=False)  # why the last hello of start() got no answer
 
     @property
     def run_dir(self) -> Path:
@@ -145,7 +147,16 @@ canary_target_ms = {self.canary_target_ms}
                 env={**os.environ, **self.runtime_env},
                 stderr=subprocess.STDOUT,
             )
-        wait_until(self._answers, 30, "the runtime to answer")
+        self._unanswered = "its control socket does not exist yet"
+        deadline = time.monotonic() + self.answer_timeout_s
+        while not self._answers():
+            if time.monotonic() >= deadline:
+                # One that never answered is stopped here: whoever called start()
+                # has no Runtime to stop, and it would serve on, unseen, for good.
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError(f"timed out waiting for the runtime to answer (last: {self._unanswered})")
+            time.sleep(0.02)
         return self
 
     def _answers(self) -> bool:
@@ -157,7 +168,8 @@ canary_target_ms = {self.canary_target_ms}
             with self.client(timeout_s=1.0) as c:
                 c.call("hello")
             return True
-        except Exception:
+        except Exception as e:
+            self._unanswered = f"{type(e).__name__}: {e}"
             return False
 
     @property

@@ -37,22 +37,35 @@ def interesting(app: KrexConsole) -> bool:
     return any(g.region_holder is not None for g in gpus) and any(g.running for g in gpus)
 
 
+def idle(app: KrexConsole) -> bool:
+    return not any(c.state in ("queued", "running") for c in app.model.state.commands.values())
+
+
 @run_async
 async def _record_and_replay(rt: Runtime) -> None:
     live = live_app(rt)
     captured: list[tuple[int, float, dict[str, list[str]]]] = []
     async with live.run_test(size=(160, 40)) as pilot:
         await wait_for(pilot, lambda: live.status == FeedStatus.LIVE and live.model.state.gpus)
-        for i in range(6):
-            submit(rt, WORKLOAD, label=f"cand-{i}")
+        submitted = 0
         while len(captured) < 3:
-            await wait_for(pilot, lambda: interesting(live), 60, "a region held while others run")
+            if idle(live):
+                # Another batch when the last ended before the console saw three
+                # such moments (a busy host can stretch a candidate's start-up
+                # past its neighbours' regions).
+                for _ in range(6):
+                    submit(rt, WORKLOAD, label=f"cand-{submitted}")
+                    submitted += 1
+                await wait_for(pilot, lambda: len(live.model.state.commands) >= submitted, 60, "the batch")
+            await wait_for(pilot, lambda: interesting(live) or idle(live), 60, "a region held while others run")
+            if not interesting(live):
+                continue
             # Within one synchronous stretch the feed cannot move the state, and
             # the views age things by the state's own time, as replay does.
             live.model.now = live.model.state.time
             captured.append((live.model.state.seq, live.model.state.time, overview_rows(live)))
             await pilot.pause(0.15)
-        await wait_for(pilot, lambda: live.model.state.totals.get("finished", 0) == 6, 90, "the workload")
+        await wait_for(pilot, lambda: live.model.state.totals.get("finished", 0) == submitted, 90, "the workload")
 
     feed = ReplayFeed(read_trace(rt.trace_path), checkpoint_every=16)
     feed.paused = True
