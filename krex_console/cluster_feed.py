@@ -18,7 +18,6 @@ step applies the next event of the merged history.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import json
 import time
 from typing import Any
@@ -195,11 +194,6 @@ class ClusterReplayFeed:
             name: ReplayFeed(Trace(trace.header, trace.events, trace.headers), checkpoint_every=checkpoint_every)
             for name, trace in cluster.nodes.items()
         }
-        # Where each node's runs begin (a node that stopped and came back has several).
-        self.run_starts = {
-            name: [i for i, e in enumerate(trace.events) if e.get("type") == "runtime_started"]
-            for name, trace in cluster.nodes.items()
-        }
         times = [e.get("t", 0.0) for e in cluster.events]
         self.start = min(times) if times else 0.0
         self.end = max(times) if times else self.start
@@ -273,9 +267,7 @@ class ClusterReplayFeed:
         if feed.index == 0:
             return False, "not started yet", None
         last = feed.events[feed.index - 1]
-        starts = self.run_starts[name]
-        run = bisect.bisect_right(starts, feed.index - 1)
-        run_started = feed.times[starts[run - 1]] if run else None
+        run_started = feed.run_start_at(feed.index - 1)
         if last.get("type") == "runtime_stopped":
             return False, "stopped", last.get("t")
         if feed.index == len(feed.events) and self.clock - last.get("t", 0.0) > SILENT_AFTER_S:

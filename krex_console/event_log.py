@@ -31,12 +31,11 @@ class EventLog:
     """The recent events (the audit log) and region records built from them."""
 
     def __init__(self) -> None:
-        self.events: deque[dict[str, Any]] = deque(maxlen=KEEP_EVENTS)
-        # Beside each event, the start of the runtime run it belongs to: a
+        # Each event with the start of the runtime run it belongs to: a
         # replayed trace of a runtime that restarted holds two runs, and each
         # event's time is shown from its own run's start. None: this log has
         # not seen the run start (a console that attached mid-run).
-        self.run_starts: deque[float | None] = deque(maxlen=KEEP_EVENTS)
+        self.events: deque[tuple[dict[str, Any], float | None]] = deque(maxlen=KEEP_EVENTS)
         self.run_start: float | None = None
         self.regions: dict[int, OrderedDict[int, RegionRecord]] = {}
         self.generation = 0  # bumped when the log restarts, so views rebuild
@@ -49,7 +48,6 @@ class EventLog:
         """Forget every event; `run_start` is the start of the run the next
         events belong to, where the caller knows it (a replay's seek)."""
         self.events.clear()
-        self.run_starts.clear()
         self.regions.clear()
         self.run_start = run_start
         self.generation += 1
@@ -58,7 +56,7 @@ class EventLog:
         """(number, event, its run's start) from the newest; no two events of
         the log, before or after a clear, share a number."""
         number = self.added
-        for event, run_start in zip(reversed(self.events), reversed(self.run_starts)):
+        for event, run_start in reversed(self.events):
             yield number, event, run_start
             number -= 1
 
@@ -66,8 +64,7 @@ class EventLog:
         kind = event.get("type")
         if kind == "runtime_started":
             self.run_start = event.get("t")
-        self.events.append(event)
-        self.run_starts.append(self.run_start)
+        self.events.append((event, self.run_start))
         self.added += 1
         if kind == "region_granted":
             per_gpu = self.regions.setdefault(event["gpu"], OrderedDict())

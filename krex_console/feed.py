@@ -275,7 +275,8 @@ class ReplayFeed:
         self.start = self.times[0] if self.times else trace.header.get("started_at", 0.0)
         self.end = self.times[-1] if self.times else self.start
         self.checkpoint_every = checkpoint_every
-        # Where each run of the trace begins (a runtime that restarted wrote two).
+        # Where each run of the trace begins (a runtime that restarted, or a node
+        # that stopped and came back, wrote several).
         self.run_begins = [i for i, e in enumerate(self.events) if e.get("type") == "runtime_started"]
         self.checkpoints: dict[int, node_state.NodeState] = {0: node_state.NodeState()}
         self.state = node_state.NodeState()
@@ -314,7 +315,7 @@ class ReplayFeed:
             self._apply_next()
         self.clock = min(max(t, self.start), self.end)
 
-    def _run_start_at(self, index: int) -> float | None:
+    def run_start_at(self, index: int) -> float | None:
         """The start of the run that events[index] belongs to: the time of the
         last runtime_started before it (None before the first)."""
         before = bisect.bisect_right(self.run_begins, index) - 1
@@ -328,7 +329,7 @@ class ReplayFeed:
             self.state = node_state.clone(self.checkpoints[base])
             self.index = base
             first = max(0, base - KEEP_EVENTS)
-            self.log.clear(run_start=self._run_start_at(first))
+            self.log.clear(run_start=self.run_start_at(first))
             # The audit log and region timeline show the events before the
             # checkpoint too, as they would have after playing up to here.
             for event in self.events[first:base]:

@@ -40,8 +40,7 @@ def canary_under_load(rt: Runtime, tenants: int, samples: int) -> dict:
     ids = busy_tenants(rt, tenants)
     wait_ready(rt, *ids)
     with rt.client() as c:
-        loaded = c.call("snapshot")
-    since = loaded["seq"]
+        since = c.call("snapshot")["seq"]
 
     def replayed() -> dict:
         state = node_state.NodeState()

@@ -148,15 +148,16 @@ canary_target_ms = {self.canary_target_ms}
                 stderr=subprocess.STDOUT,
             )
         self._unanswered = "its control socket does not exist yet"
-        deadline = time.monotonic() + self.answer_timeout_s
-        while not self._answers():
-            if time.monotonic() >= deadline:
-                # One that never answered is stopped here: whoever called start()
-                # has no Runtime to stop, and it would serve on, unseen, for good.
-                self.proc.kill()
-                self.proc.wait()
-                raise AssertionError(f"timed out waiting for the runtime to answer (last: {self._unanswered})")
-            time.sleep(0.02)
+        try:
+            wait_until(self._answers, self.answer_timeout_s, "the runtime to answer")
+        except AssertionError as e:
+            if self.proc.poll() is not None:
+                raise  # it exited: _answers said so, with its log
+            # One that never answered is stopped here: whoever called start()
+            # has no Runtime to stop, and it would serve on, unseen, for good.
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"{e} (last: {self._unanswered})") from None
         return self
 
     def _answers(self) -> bool:
