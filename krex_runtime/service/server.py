@@ -7,7 +7,11 @@ and snapshots. ipc sockets are guarded by file permissions (node/access.py);
 tcp endpoints are served with CURVE only, on sockets of their own.
 
 The region plane shares the event loop, so the control plane's work is
-bounded whatever clients send: the serving loop yields after every message
+bounded whatever clients send: zmq itself closes a connection whose message
+is larger than `runtime.max_message_bytes` as it reads the frame's size (a
+telemetry subscriber's, larger than a subscription), so no such message is
+buffered or handled, and at most RECEIVE_QUEUE messages of each connection
+wait unread; the serving loop yields after every message
 (a socket that always has one ready would otherwise never let the loop run
 anything else); at most `runtime.max_requests_per_peer` requests of one
 connection and `runtime.max_requests_in_flight` per socket are being answered,
@@ -21,6 +25,7 @@ were lost (`dropped`).
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import time
 from dataclasses import dataclass
@@ -43,7 +48,13 @@ log = logging.getLogger("krex.runtime")
 # How long a connection whose reply queue was full is not served.
 STALL_S = 1.0
 STALLED = "this client left its replies unread until its queue was full: messages to it were dropped (see `dropped`)"
-RECEIVE_QUEUE = 128
+# Requests queued unread per connection. With the message limit it bounds
+# what one connection can park in the runtime: 16 x runtime.max_message_bytes.
+RECEIVE_QUEUE = 16
+# A CURVE frame is its message in a box: the MESSAGE command, nonce and MAC.
+CURVE_OVERHEAD = 64
+# The most a telemetry subscriber may send in one message (a subscription).
+SUBSCRIPTION_BYTES = 4096
 # A refused request's id is read only from a message this small (parsing a
 # large one would cost what the refusal saves).
 BUSY_ID_BYTES = 4096
@@ -82,6 +93,7 @@ class ControlServer:
         self._dropped: dict[tuple[int, tuple[bytes, ...]], int] = {}
         self.refused_busy = 0
         self.dropped_stalled = 0
+        return_large_buffers()
         self.control = self._router()
         self.control_ro = self._router()
         self.pub = self._publisher()
@@ -113,9 +125,11 @@ class ControlServer:
 
     def _router(self, keys: curve.ServerKeys | None = None) -> zmq.asyncio.Socket:
         sock = self.ctx.socket(zmq.ROUTER)
-        # zmq drops larger messages by closing the peer; keep that far above our own
-        # limit so an oversized request still gets a `too_large` reply.
-        sock.setsockopt(zmq.MAXMSGSIZE, max(self.config.runtime.max_message_bytes * 16, 64 << 20))
+        # Where the bytes arrive: zmq reads a frame's size first and closes a
+        # connection that announces more than the limit, before it buffers any
+        # of it. (A larger limit here let each connection park RECEIVE_QUEUE
+        # messages of that size in the runtime.) CURVE frames carry their box.
+        sock.setsockopt(zmq.MAXMSGSIZE, self.config.runtime.max_message_bytes + (CURVE_OVERHEAD if keys else 0))
         # Mandatory: a reply to a connection whose queue is full raises instead of
         # vanishing, so the server learns the peer does not read (see send).
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -131,6 +145,8 @@ class ControlServer:
 
     def _publisher(self, keys: curve.ServerKeys | None = None) -> zmq.asyncio.Socket:
         sock = self.ctx.socket(zmq.PUB)
+        # What a subscriber sends is its subscriptions (a topic each): small.
+        sock.setsockopt(zmq.MAXMSGSIZE, SUBSCRIPTION_BYTES)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, 100_000)
         if keys is not None:
@@ -224,6 +240,7 @@ class ControlServer:
         try:
             req = protocol.decode_request(frame, self.config.runtime.max_message_bytes)
             req_id = req.id
+            frame = b""  # answered later (a `wait` when its command ends): not its bytes kept till then
             if req.type in verbs.CHANGING:
                 if peer.read_only:
                     raise ProtocolError(ErrorCode.REFUSED, f"'{req.type}' is refused on the read-only control socket")
@@ -278,6 +295,24 @@ class ControlServer:
         self.ctx.term()
         for name in endpoints.SOCKETS:
             (self.run_dir / name).unlink(missing_ok=True)
+
+
+# glibc's mallopt(M_MMAP_THRESHOLD): blocks from this size up are mapped on
+# their own and unmapped when freed.
+M_MMAP_THRESHOLD, LARGE_BUFFER = -3, 128 << 10
+
+
+def return_large_buffers() -> None:
+    """Give large message buffers back to the system when they are freed.
+    glibc maps a large block on its own, but raises that threshold to the size
+    of each such block freed: after a burst of large messages the next ones
+    come from the heap, which stays at its peak (a flood of 1 MB requests left
+    the runtime at 500 MiB once it ended). Fixing the threshold keeps it from
+    rising. Nothing to do where the C library has no mallopt."""
+    try:
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, LARGE_BUFFER)
+    except (AttributeError, OSError):
+        pass
 
 
 def _encode_reply(msg: dict[str, Any]) -> bytes:

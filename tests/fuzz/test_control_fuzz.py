@@ -202,14 +202,13 @@ def test_multipart_messages_are_answered_on_their_route(rt: Runtime, control: Wi
 
 
 @budget(12)
-@given(st.integers(-8, 8), st.sampled_from([b" ", b"x", b"\xff"]))
-def test_messages_around_the_size_limit(rt: Runtime, control: Wire, delta: int, pad: bytes) -> None:
+@given(st.integers(-8, 0), st.sampled_from([b" ", b"x", b"\xff"]))
+def test_messages_up_to_the_size_limit(rt: Runtime, control: Wire, delta: int, pad: bytes) -> None:
+    # One byte more and zmq closes the connection unanswered, as it reads the
+    # frame's size (tests/hostile/test_limits.py).
     head = frame_of("status", {})
     frame = head + pad * (MAX_BYTES + delta - len(head))
-    reply = control.reply_to([frame])
-    check_reply(reply, frame)
-    if delta > 0:
-        assert reply["error"]["code"] == ErrorCode.TOO_LARGE and str(MAX_BYTES) in reply["error"]["reason"]
+    check_reply(control.reply_to([frame]), frame)
 
 
 @budget(150)

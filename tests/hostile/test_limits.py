@@ -1,0 +1,141 @@
+"""Limits a hostile client meets where its bytes arrive, with real runtimes:
+a message over `runtime.max_message_bytes` is refused by zmq as it reads the
+frame's size (the connection is closed, no handler sees it) on every socket
+the runtime binds, and the memory a flood of messages at the limit takes is
+bounded while it lasts and given back when it ends."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import psutil
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from krex_runtime.testing.local_runtime import wait_until
+from krex_runtime.wire import endpoints, protocol
+
+LIMIT = 65536  # runtime.max_message_bytes of these runtimes
+
+
+def _status_of_size(size: int) -> tuple[str, bytes]:
+    """A valid `status` request of exactly `size` bytes (padded with spaces)."""
+    msg = protocol.request("status")
+    head = protocol.encode(msg)
+    return msg["id"], head[:-1] + b" " * (size - len(head)) + b"}"
+
+
+class Connection:
+    """A DEALER to one of the runtime's sockets that sees its disconnections."""
+
+    def __init__(self, ctx: zmq.Context, endpoint: str, kind: int = zmq.DEALER) -> None:
+        self.sock = ctx.socket(kind)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.monitor = self.sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        self.sock.connect(endpoint)
+        self.wait_for(zmq.EVENT_CONNECTED)
+
+    def wait_for(self, event: int, timeout_s: float = 30.0) -> None:
+        def seen() -> bool:
+            while self.monitor.poll(0):
+                if recv_monitor_message(self.monitor)["event"] == event:
+                    return True
+            return False
+
+        wait_until(seen, timeout_s, f"zmq event {event}")
+
+    def close(self) -> None:
+        self.sock.disable_monitor()
+        self.monitor.close(linger=0)
+        self.sock.close(linger=0)
+
+
+def test_a_message_over_the_limit_closes_its_connection_unanswered_on_every_socket(make_runtime: Any) -> None:
+    rt = make_runtime(sim=1, runtime_extra=f"max_message_bytes = {LIMIT}")
+    ctx = zmq.Context()
+    try:
+        for endpoint in (endpoints.control(rt.run_dir), endpoints.control_read_only(rt.run_dir)):
+            conn = Connection(ctx, endpoint)
+            try:
+                at_limit, frame = _status_of_size(LIMIT)
+                conn.sock.send(frame)
+                assert conn.sock.poll(30_000), f"{endpoint}: no reply to a message of exactly the limit"
+                reply = protocol.decode_reply(conn.sock.recv())
+                assert reply["re"] == at_limit and reply["ok"], reply
+                _, over = _status_of_size(LIMIT + 1)
+                conn.sock.send(over)
+                # zmq closed the connection on reading the frame's size: nothing read it.
+                conn.wait_for(zmq.EVENT_DISCONNECTED)
+                assert not conn.sock.poll(0), f"{endpoint}: a message over the limit was answered"
+            finally:
+                conn.close()
+            with rt.client() as c:  # the runtime answers on
+                assert c.call("status")["policy"] == "ungated"
+        # The telemetry socket reads only subscriptions: a large one is refused the same way.
+        sub = Connection(ctx, endpoints.telemetry(rt.run_dir), zmq.SUB)
+        try:
+            sub.sock.setsockopt(zmq.SUBSCRIBE, b"x" * LIMIT)
+            sub.wait_for(zmq.EVENT_DISCONNECTED)
+        finally:
+            sub.close()
+        with rt.client() as c:
+            assert c.call("status")["policy"] == "ungated"
+    finally:
+        ctx.term()
+
+
+class Flood(threading.Thread):
+    """Requests of one size, sent as fast as the runtime takes them, from a
+    few connections, replies read and dropped; bounded in count."""
+
+    def __init__(self, endpoint: str, frame: bytes, count: int, connections: int = 4) -> None:
+        super().__init__(daemon=True)
+        self.endpoint, self.frame, self.count, self.connections = endpoint, frame, count, connections
+        self.sent = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        ctx = zmq.Context()
+        socks = [ctx.socket(zmq.DEALER) for _ in range(self.connections)]
+        for s in socks:
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(self.endpoint)
+        while not self.stop.is_set() and self.sent < self.count:
+            for s in socks:
+                try:
+                    s.send(self.frame, zmq.NOBLOCK)
+                    self.sent += 1
+                except zmq.Again:
+                    self.stop.wait(0.0005)  # the runtime pushes back: its queue for this connection is full
+                while s.poll(0):
+                    s.recv()
+        for s in socks:
+            s.close(linger=0)
+        ctx.term()
+
+
+def test_a_flood_of_messages_at_the_limit_takes_bounded_memory_and_gives_it_back(make_runtime: Any) -> None:
+    """A sanity bound with a wide margin, not a measurement: 4 connections
+    sending 1 MiB requests once grew the runtime by 500 MiB, and it stayed
+    there after they closed; now each connection can park at most 16 of them,
+    and the buffers go back to the system once freed."""
+    rt = make_runtime(sim=1)  # the default limit, 1 MiB
+    runtime = psutil.Process(rt.proc.pid)
+    before = runtime.memory_info().rss
+    _, frame = _status_of_size(1 << 20)
+    flood = Flood(endpoints.control_read_only(rt.run_dir), frame, count=1500)
+    peak = 0
+    flood.start()
+    try:
+        while flood.is_alive():
+            peak = max(peak, runtime.memory_info().rss)
+            flood.join(0.05)
+    finally:
+        flood.stop.set()
+        flood.join()
+    assert flood.sent == 1500
+    with rt.client() as c:
+        assert c.call("status")["policy"] == "ungated"
+    assert peak - before < 250 << 20, f"RSS grew {(peak - before) >> 20} MiB under the flood"
+    wait_until(lambda: runtime.memory_info().rss - before < 64 << 20, 30, "the flood's memory to be given back")
