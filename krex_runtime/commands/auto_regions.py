@@ -8,7 +8,7 @@ are the built-in ones, the config's `regions.auto_region_entries` and the
 submit's own. All of it travels in the command's environment (tenant/env.py),
 so every way of starting a tenant (a process, a pooled or forked context)
 gets it from the one environment builder. The tenant lists what it wrapped,
-a line each, in a file made for the command (commands/tenant_reports.py);
+a line each, in a report made for the command (commands/tenant_reports.py);
 the result and the trace's command_finished carry the list.
 """
 
@@ -16,15 +16,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from krex_runtime.commands import tenant_reports
 from krex_runtime.commands.job import Job
-from krex_runtime.node.access import RunAs
+from krex_runtime.commands.tenant_reports import Report, Reports
 from krex_runtime.node.config import RegionSection, auto_region_entry_problem
 from krex_runtime.tenant import env as names
 from krex_runtime.wire.bodies import SubmitBody
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
-
-MAX_REPORT_BYTES = 1 << 16  # a tenant cannot make the runtime read more than this
 
 
 def check(body: SubmitBody) -> None:
@@ -49,23 +46,21 @@ def command_env(body: SubmitBody, regions: RegionSection, report: Path) -> dict[
     return env
 
 
-def setup(job: Job, body: SubmitBody, regions: RegionSection, run_dir: Path, run_as: RunAs | None) -> None:
-    """Give a just-submitted command its environment and, with auto-regions, its report file."""
-    name = f"{job.id}.auto-regions"
-    job.env = command_env(body, regions, run_dir / tenant_reports.FOLDER / name)
+def setup(job: Job, body: SubmitBody, regions: RegionSection, reports: Reports) -> None:
+    """Give a just-submitted command its environment and, with auto-regions, its
+    report (made as it starts)."""
+    path = reports.path(f"{job.id}.auto-regions")
+    job.env = command_env(body, regions, path)
     if job.env.get(names.AUTO_REGION) == "1":
-        job.auto_region_report = tenant_reports.report_file(run_dir, run_as, name)
+        job.auto_region_report = path
 
 
-def read_report(path: Path | None) -> list[str]:
-    """What the tenant wrapped, each name once, in the order it did so."""
-    if path is None:
-        return []
-    try:
-        with path.open("rb") as f:
-            data = f.read(MAX_REPORT_BYTES)
-    except OSError:
-        return []
+def wrapped(report: Report) -> list[str]:
+    """What the tenant reported it wrapped, each name once, in the order it did
+    so (of a report longer than the runtime keeps, the whole lines kept)."""
+    data = report.kept
+    if report.size > len(data):
+        data = data[: data.rfind(b"\n") + 1]
     seen: dict[str, None] = {}
     for line in data.decode("utf-8", "replace").splitlines():
         if line.strip():

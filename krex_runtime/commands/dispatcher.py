@@ -27,6 +27,7 @@ from krex_runtime.commands.context_pool import ContextPool
 from krex_runtime.commands.job import Job, check_spawnable
 from krex_runtime.commands.context_process import ContextWorker
 from krex_runtime.commands.environment import AdmitError, TenantSetup
+from krex_runtime.commands.identities import Identity
 from krex_runtime.commands.launchers import Launchers
 from krex_runtime.commands.tenants import TenantRegistry
 from krex_runtime.commands.zygote import Zygotes
@@ -81,6 +82,8 @@ class Dispatcher:
         self._tenants = tenants
         self._watcher = watcher
         self._output_dir = output_dir
+        # What tenants report about their commands, read as they write it (an earlier run's cleared).
+        self.reports = tenant_reports.Reports(setup.env.run_dir, setup.run_as)
         self._leases = leases
         self.leased_gpus: set[int] = set()
         self._finished: deque[str] = deque()
@@ -150,9 +153,9 @@ class Dispatcher:
             share=body.share or fair_share.DEFAULT_KEY,
         )
         job.share_tag = self.fair.tag(job.share)
-        auto_regions.setup(job, body, self.config.regions, self._setup.env.run_dir, self._setup.run_as)
+        auto_regions.setup(job, body, self.config.regions, self.reports)
         if self.config.runtime.policy == "krex":
-            unprotected.setup(job, self._setup.env.run_dir, self._setup.run_as)
+            unprotected.setup(job, self.reports)
         self.jobs[job.id] = job
         self.queue.append(job)
         self._emit(
@@ -281,7 +284,7 @@ class Dispatcher:
             # The context process's tenant id: its interception library and
             # gate slot were set up under it.
             job.tenant_id, job.worker, job.identity = worker.tenant_id, worker.id, worker.identity
-            tenant_reports.hand_over(job, worker.identity)
+            self._open_reports(job, worker.identity)
         else:
             job.tenant_id = self._setup.new_tenant_id()
         job.stdout_path = self._output_dir / f"{job.id}.stdout"
@@ -314,7 +317,7 @@ class Dispatcher:
                 self._finish(job, Outcome("failed", None, None, f"cannot start: {exc}"), "failed", started=False)
                 return
             admitted = True
-            tenant_reports.hand_over(job, job.identity)
+            self._open_reports(job, job.identity)
             if job.mode == "forked":
                 await self._launch.run_forked(job, gpu)
             else:
@@ -327,13 +330,18 @@ class Dispatcher:
                 self.leased_gpus.discard(gpu.index)
                 self.pump()
 
+    def _open_reports(self, job: Job, identity: Identity | None) -> None:
+        """As it starts: the command's reports, for its uid's group to write."""
+        self.reports.open([job.auto_region_report, job.unprotected_path], identity, keep=job.auto_region_report)
+
     def _finish_started(self, job: Job, outcome: Outcome, state: str, started: bool) -> None:
         self._finish(job, outcome, state, started=started)
 
     def _finish(self, job: Job, outcome: Outcome, state: str, started: bool = True) -> None:
         job.outcome, job.state, job.finished_at = outcome, state, time.time()
-        job.auto_regions = auto_regions.read_report(job.auto_region_report)
-        job.unprotected_timings = unprotected.count(job)
+        # Read to their end, and gone: nothing a tenant wrote stays in the run folder.
+        job.auto_regions = auto_regions.wrapped(self.reports.close(job.auto_region_report))
+        job.unprotected_timings = self.reports.close(job.unprotected_path).size
         if job.gpu is not None:
             self._tenants.discard(job.gpu, job.id)
         self._emit(
@@ -372,13 +380,14 @@ class Dispatcher:
                 job.cancel("runtime shutting down")
         if self._tasks:
             await asyncio.wait(set(self._tasks))
+        self.reports.close_all()
 
 
 def _remove_output(job: Job) -> None:
     """A command that left the history can no longer be waited on or attached
     to; its output files go with it, so the output folder (often on a RAM-backed
     /run) stays bounded however many commands a node runs."""
-    for path in (job.stdout_path, job.stderr_path, job.auto_region_report, job.unprotected_path):
+    for path in (job.stdout_path, job.stderr_path):
         if path is not None:
             try:
                 path.unlink(missing_ok=True)

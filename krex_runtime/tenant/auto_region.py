@@ -135,11 +135,15 @@ class _Hook:
         if not self.report:
             return
         try:
-            fd = os.open(self.report, os.O_WRONLY | os.O_APPEND)
+            # Non-blocking: the report is a pipe the runtime drains; with no
+            # runtime reading it the open fails rather than waits.
+            fd = os.open(self.report, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
         except OSError:
-            return  # no report file: the runtime did not ask for one
+            return  # no report: the runtime did not ask for one, or is gone
         try:
             os.write(fd, name.encode() + b"\n")
+        except OSError:
+            pass  # a report left full: this line is lost, the command goes on
         finally:
             os.close(fd)
 

@@ -1,5 +1,5 @@
 """What a runtime leaves on its node: processes, cgroups, gates, sockets,
-locks, shared memory and file descriptors.
+tenant homes and reports, locks, shared memory and file descriptors.
 
 A runtime freezes and gates other people's processes, so after any run or
 fault the node must be as it was. Tests and the soak benchmark take a
@@ -21,6 +21,7 @@ import psutil
 from krex_runtime.commands import cgroups
 from krex_runtime.regions.gate import Gate, GateError
 from krex_runtime.commands.identities import HOMES
+from krex_runtime.commands.tenant_reports import FOLDER as REPORTS
 from krex_runtime.regions.machinery import GATES_DIR
 from krex_runtime.sim.layout import SHM_DIR, SHM_FILE_PREFIX
 
@@ -53,6 +54,7 @@ def leftovers(run_dir: Path, lock_dir: Path, base: Baseline) -> list[str]:
             found.append(f"cgroup v{version} slice {path} (command cgroups: {children or 'none'})")
     found += [f"gate file {p}" for p in sorted((run_dir / GATES_DIR).glob("*.gate*"))]
     found += [f"tenant home {p}" for p in sorted((run_dir / HOMES).glob("*"))]
+    found += [f"tenant report {p}" for p in sorted((run_dir / REPORTS).glob("*"))]
     if run_dir.is_dir():
         found += [f"socket {p}" for p in sorted(run_dir.iterdir()) if p.is_socket()]
     for lock in [run_dir / "runtime.lock", *sorted(lock_dir.glob("*.lock"))]:

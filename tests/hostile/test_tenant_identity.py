@@ -5,7 +5,7 @@ account behind it. A victim command holds its region token in its
 environment and prints a secret; an attacker command, another tenant of the
 same GPU, tries what a tenant sharing the victim's uid could do: read its
 environment, its output (through /proc and in the run folder), signal it,
-write its gate entries and its report file, and write the gate's header
+write its gate entries and its report, and write the gate's header
 (setting `holder` or the gate word would park every other tenant). Each
 attempt must fail, the header write with SIGSEGV on the read-only mapping.
 Afterwards every uid is back: nothing runs as one, no home or gate entries
@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -124,8 +125,9 @@ def test_tenants_with_their_own_uids_cannot_reach_each_other(open_root: Path, ma
         for name, value in (("pid", 1), ("start_time", 0), ("in_call", 1), ("state", gate_layout.PROC_LIVE)):
             gate._pget(int(victim["tenant"]), 3, name).value = value
         assert [e.pid for e in gate.processes()] == []
-    report = rt.run_dir / "tenant-reports" / f"{victim_id}.unprotected"  # handed to its uid as it started
-    assert (report.stat().st_uid, report.stat().st_mode & 0o777) == (victim["uid"], 0o600)
+    report = rt.run_dir / "tenant-reports" / f"{victim_id}.unprotected"  # the runtime's pipe, for its uid's group
+    st = report.stat()
+    assert stat.S_ISFIFO(st.st_mode) and (st.st_uid, st.st_gid, st.st_mode & 0o777) == (0, victim["gid"], 0o620)
 
     done = rt.krex("run", "--", PYTHON, "-c", ATTACKER, json.dumps(victim))
     assert done.returncode == 0, done.stderr

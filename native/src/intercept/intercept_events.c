@@ -21,11 +21,11 @@
  * room the home slot is overwritten (that event's timing then counts as
  * unprotected: it cannot be shown protected).
  *
- * The count reaches the runtime one byte per unprotected timing appended to
- * the file named by KREX_UNPROTECTED_TIMINGS (the runtime makes one per
- * command; its size is the count), read when each is counted, so a pooled
- * command's count goes to its own file and one killed by a signal loses
- * nothing. Protected timings cost a table lookup and no system call.
+ * The count reaches the runtime one byte per unprotected timing written to
+ * the report named by KREX_UNPROTECTED_TIMINGS (the runtime makes one per
+ * command, a pipe it reads as it goes; the bytes are the count), named when
+ * each is counted, so a pooled command's count goes to its own report and
+ * one killed by a signal loses nothing. Protected timings cost a table lookup and no system call.
  */
 #include <fcntl.h>
 #include <stdlib.h>
@@ -130,7 +130,10 @@ static void report(void)
     const char *path = getenv(KREX_ENV_UNPROTECTED_TIMINGS);
     if (path == NULL || path[0] == '\0')
         return;
-    int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+    /* Non-blocking: the report is a pipe the runtime drains; with no runtime
+     * reading it (one that died) the open fails rather than waits, and a
+     * pipe left full loses this count rather than stall the tenant. */
+    int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0)
         return;
     ssize_t w = write(fd, "u", 1);
