@@ -78,6 +78,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "telemetry.canary_target_ms": (0.001, 10_000.0),
     "telemetry.canary_window": (1, 100_000),
     "telemetry.clock_tolerance": (1e-6, 0.999999),
+    "telemetry.prometheus_max_connections": (1, 1024),
     "tenants.uid_range[]": (1, 2_147_483_647),
     "pool.size_per_gpu": (0, 64),
     "pool.max_commands": (1, 10_000_000),
@@ -187,6 +188,7 @@ class TelemetrySection:
     canary_window: int = 30
     clock_tolerance: float = 0.10
     prometheus_listen: str = ""  # "HOST:PORT" serves /metrics there; "" = no exporter
+    prometheus_max_connections: int = 16  # open at once; past it none is accepted until one ends
 
 
 

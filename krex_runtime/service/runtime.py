@@ -164,7 +164,7 @@ class RuntimeService:
         address = listen_address(listen)
         assert address is not None  # the config's validation checked it
         metrics = Metrics(lambda: event_log.state)
-        server = MetricsServer(metrics, *address)
+        server = MetricsServer(metrics, *address, max_connections=self.config.telemetry.prometheus_max_connections)
         try:
             await server.start()
         except OSError as exc:

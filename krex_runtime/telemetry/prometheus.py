@@ -11,13 +11,16 @@ function of the GPU's state that returns a number, or None for "not known":
 missing data is left out of the scrape rather than reported as 0).
 
 The endpoint is served on the runtime's event loop, so a scrape reads the
-state between two events, never half-way through one.
+state between two events, never half-way through one; what its clients can
+cost that loop is bounded (MetricsServer).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -81,6 +84,8 @@ FINAL_STATES = ("finished", "timeout", "cancelled", "failed")
 # Region timings: entry (closing the gate to the grant, waiting excluded) spans
 # sub-millisecond to drain timeouts; holds are benchmark loops, up to the hold limit.
 ENTRY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# An exposition is served again, unchanged, for this long while no event came.
+BUILT_FOR_S = 1.0
 HOLD_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 WAIT_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 
@@ -142,6 +147,8 @@ class Metrics:
     """The registry of one runtime: the state collector and the region histograms."""
 
     def __init__(self, state: Callable[[], NodeState]) -> None:
+        self._state = state
+        self._built: tuple[int, float, bytes] | None = None  # (seq, when, exposition)
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(NodeCollector(state))
         ProcessCollector(namespace="krex_runtime", registry=self.registry)
@@ -168,7 +175,13 @@ class Metrics:
             _observe(self.hold, str(event["gpu"]), event.get("hold_s"))
 
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        """The scrape, built once per event (and at most BUILT_FOR_S old, for
+        the process metrics, which change without one): a client scraping in a
+        loop costs a copy per scrape, not a walk of the state."""
+        seq, now = self._state().seq, time.monotonic()
+        if self._built is None or self._built[0] != seq or now - self._built[1] > BUILT_FOR_S:
+            self._built = (seq, now, generate_latest(self.registry))
+        return self._built[2]
 
 
 def _observe(histogram: Histogram, gpu: str, value: Any) -> None:
@@ -177,41 +190,122 @@ def _observe(histogram: Histogram, gpu: str, value: Any) -> None:
 
 
 class MetricsServer:
-    """A minimal HTTP/1.0 server for GET /metrics on the event loop."""
+    """A minimal HTTP/1.0 server for GET /metrics on the event loop, bounded
+    whatever its clients do, since it shares the loop with the region plane:
+
+    - at most `max_connections` connections are open at once; while that
+      many are, no more is accepted (the kernel's listen queue holds them,
+      then refuses them), so a flood of connections costs the loop nothing;
+    - each connection has REQUEST_TIMEOUT_S for its request and the reply,
+      then is closed: an idle or half-open one (connected, never a request)
+      keeps its place that long and no longer;
+    - the exposition is built once per event (Metrics.exposition), so
+      scrapes in a row cost a copy each, not a walk of the state.
+
+    A flood can keep scrapes out while it lasts; it cannot stall the loop."""
 
     MAX_REQUEST = 8192
+    REQUEST_TIMEOUT_S = 5.0
+    BACKLOG = 64
 
-    def __init__(self, metrics: Metrics, host: str, port: int) -> None:
+    def __init__(self, metrics: Metrics, host: str, port: int, max_connections: int = 16) -> None:
         self.metrics, self.host, self.port = metrics, host, port
-        self._server: asyncio.Server | None = None
+        self.max_connections = max_connections
+        self.open_connections = 0
+        self._slots = asyncio.Semaphore(max_connections)
+        self._listening: list[socket.socket] = []
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, reuse_address=True)
+        """Listen on every address HOST names; OSError (with its errno) when one cannot be bound."""
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        try:
+            for family, kind, proto, _, address in dict.fromkeys(infos):
+                sock = socket.socket(family, kind, proto)
+                self._listening.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(address)
+                sock.listen(self.BACKLOG)
+                sock.setblocking(False)
+        except BaseException:
+            await self.close()
+            raise
+        for sock in self._listening:
+            self._spawn(self._accept(sock))
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for sock in self._listening:
+            sock.close()
+        self._listening.clear()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _accept(self, listening: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._slots.acquire()  # a place first: at the cap nothing is accepted
+            try:
+                conn, _ = await loop.sock_accept(listening)
+            except OSError as exc:  # out of descriptors, a connection reset in the queue
+                self._slots.release()
+                log.debug("metrics: accept failed: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            except BaseException:
+                self._slots.release()
+                raise
+            self.open_connections += 1
+            self._spawn(self._serve(conn))
+
+    async def _serve(self, conn: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-            method, _, rest = head[: self.MAX_REQUEST].decode("latin-1").partition(" ")
-            path = rest.split(" ", 1)[0].split("?", 1)[0]
-            if method not in ("GET", "HEAD"):
-                status, body, kind = "405 Method Not Allowed", b"GET /metrics only\n", "text/plain"
-            elif path != "/metrics":
-                status, body, kind = "404 Not Found", b"see /metrics\n", "text/plain"
-            else:
-                status, body, kind = "200 OK", self.metrics.exposition(), CONTENT_TYPE_LATEST
-            writer.write(
-                f"HTTP/1.0 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
-                "Connection: close\r\n\r\n".encode() + (body if method == "GET" else b"")
-            )
-            await writer.drain()
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            async with asyncio.timeout(self.REQUEST_TIMEOUT_S):
+                head = await self._read_head(loop, conn)
+                if head is not None:
+                    await loop.sock_sendall(conn, self._respond(head))
+        except (TimeoutError, OSError):
             pass
         except Exception:  # a scrape must never take the runtime down
             log.exception("metrics request failed")
         finally:
-            writer.close()
+            conn.close()
+            self.open_connections -= 1
+            self._slots.release()
+
+    async def _read_head(self, loop: asyncio.AbstractEventLoop, conn: socket.socket) -> bytes | None:
+        """The request up to its blank line; None when the client closed first
+        or sent more than MAX_REQUEST without one."""
+        head = b""
+        while b"\r\n\r\n" not in head:
+            if len(head) > self.MAX_REQUEST:
+                return None
+            chunk = await loop.sock_recv(conn, 4096)
+            if not chunk:
+                return None
+            head += chunk
+        return head
+
+    def _respond(self, head: bytes) -> bytes:
+        method, _, rest = head[: self.MAX_REQUEST].decode("latin-1").partition(" ")
+        path = rest.split(" ", 1)[0].split("?", 1)[0]
+        if method not in ("GET", "HEAD"):
+            status, body, kind = "405 Method Not Allowed", b"GET /metrics only\n", "text/plain"
+        elif path != "/metrics":
+            status, body, kind = "404 Not Found", b"see /metrics\n", "text/plain"
+        else:
+            status, body, kind = "200 OK", self.metrics.exposition(), CONTENT_TYPE_LATEST
+        return (
+            f"HTTP/1.0 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n".encode() + (body if method == "GET" else b"")
+        )

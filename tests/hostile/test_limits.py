@@ -1,12 +1,16 @@
 """Limits a hostile client meets where its bytes arrive, with real runtimes:
 a message over `runtime.max_message_bytes` is refused by zmq as it reads the
 frame's size (the connection is closed, no handler sees it) on every socket
-the runtime binds, and the memory a flood of messages at the limit takes is
-bounded while it lasts and given back when it ends."""
+the runtime binds; the memory a flood of messages at the limit takes is
+bounded while it lasts and given back when it ends; the metrics endpoint
+holds at most `telemetry.prometheus_max_connections` connections and closes
+idle ones."""
 
 from __future__ import annotations
 
+import socket
 import threading
+import urllib.request
 from typing import Any
 
 import psutil
@@ -139,3 +143,51 @@ def test_a_flood_of_messages_at_the_limit_takes_bounded_memory_and_gives_it_back
         assert c.call("status")["policy"] == "ungated"
     assert peak - before < 250 << 20, f"RSS grew {(peak - before) >> 20} MiB under the flood"
     wait_until(lambda: runtime.memory_info().rss - before < 64 << 20, 30, "the flood's memory to be given back")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_metrics_endpoint_holds_a_few_connections_and_closes_idle_ones(make_runtime: Any) -> None:
+    """Thousands of connections that never send a request once stalled the
+    runtime's event loop; now it accepts 4 at a time, closes each idle one
+    after its timeout, and answers on throughout."""
+    port = _free_port()
+    rt = make_runtime(sim=1, extra_config=f'prometheus_listen = "127.0.0.1:{port}"\nprometheus_max_connections = 4\n')
+    runtime = psutil.Process(rt.proc.pid)
+
+    def accepted() -> set[tuple[str, int]]:
+        return {c.raddr for c in runtime.net_connections("tcp")
+                if c.laddr and c.laddr.port == port and c.status == psutil.CONN_ESTABLISHED}
+
+    silent = []
+    try:
+        for _ in range(300):  # connected, never a request (the kernel queues what the runtime does not accept)
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+            silent.append(s)
+        first = wait_until(lambda: (found := accepted()) and len(found) >= 4 and found, 30, "4 connections accepted")
+        assert len(first) == 4, first
+        for _ in range(3):
+            with rt.client() as c:  # the runtime serves on
+                assert c.call("status")["policy"] == "ungated"
+            assert len(accepted()) <= 4
+        # The idle ones are closed after their timeout; queued ones take their places.
+        wait_until(lambda: not (first & accepted()), 60, "the first idle connections closed")
+        assert len(accepted()) <= 4
+    finally:
+        for s in silent:
+            s.close()
+
+    def scraped() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+                return reply.status == 200 and b"krex_runtime_info" in reply.read()
+        except OSError:
+            return False
+
+    wait_until(scraped, 120, "a scrape once the silent connections were gone")
