@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from krex_console import format as fmt
-from krex_console.model import CANARY_LABEL, OPERATOR_TENANT, holder_short, tenants_of
+from krex_console.model import CANARY_LABEL, OPERATOR_TENANT, holder_short, inflation_of, tenants_of
 from krex_runtime.wire.state import NodeState
 
 
@@ -85,6 +85,8 @@ def from_status_row(row: Mapping[str, Any]) -> NodeSummary:
             running = [cid for cid in g.get("running") or ()]
             canaries = sum(1 for cid in running if _is_canary_record(commands.get(cid)))
             canary = g.get("canary") if isinstance(g.get("canary"), dict) else {}
+            if fmt.number(canary.get("inside_p50")) is None and isinstance(g.get("estimate"), dict):
+                canary = g["estimate"]  # no canary: the regions' own estimate (model.inflation_of)
             lines.append(GpuLine(
                 index=int(g.get("index", len(lines))), holder=_holder_of_status(g),
                 region_queue=_count(g.get("region_queue")), queued=_count(g.get("queued")),
@@ -124,8 +126,8 @@ def from_state(name: str, state: NodeState, alive: bool, reason: str = "", since
             index=gpu.index, holder=holder_short(gpu), region_queue=len(gpu.region_queue), queued=gpu.queued,
             running=tenants, slots=gpu.slots, canary=canary, paused=gpu.paused,
             leased=gpu.region_kind == "lease" and gpu.region_holder is not None,
-            inflation_p50=fmt.number(fmt.get(gpu.canary, "inside_p50")),
-            inflation_p95=fmt.number(fmt.get(gpu.canary, "inside_p95")), name=gpu.name,
+            inflation_p50=fmt.number(fmt.get(inflation_of(gpu), "inside_p50")),
+            inflation_p95=fmt.number(fmt.get(inflation_of(gpu), "inside_p95")), name=gpu.name,
         ))
     return NodeSummary(
         name=name, alive=alive, reason=reason, since=since, labels=dict(labels or {}), gpu_count=len(lines) or gpu_count,

@@ -38,7 +38,7 @@ class MetricHistory:
         for gpu in state.gpus.values():
             telemetry = getattr(gpu, "telemetry", None)
             values = {name: fmt.number(fmt.get(telemetry, name)) for name in TELEMETRY_SERIES}
-            values["inflation"] = fmt.number(fmt.get(getattr(gpu, "canary", None), "inside_p50"))
+            values["inflation"] = fmt.number(fmt.get(inflation_of(gpu), "inside_p50"))
             values["queue"] = float(len(gpu.region_queue) + gpu.queued)
             for name, value in values.items():
                 series = self._series.setdefault((gpu.uuid, name), [])
@@ -65,6 +65,16 @@ class ConsoleModel:
     nodes: list[Any] = field(default_factory=list)
     cluster_now: float = 0.0
     node: str | None = None
+
+
+def inflation_of(gpu: Any) -> Any:
+    """The GPU's inflation estimate inside regions: the canary's where one
+    runs and has samples (telemetry.canary), else the one every region's
+    own record gives (the node state's `estimate`)."""
+    canary = getattr(gpu, "canary", None)
+    if fmt.number(fmt.get(canary, "inside_p50")) is not None:
+        return canary
+    return getattr(gpu, "estimate", None)
 
 
 def is_canary(cmd: CommandInfo | None) -> bool:
@@ -128,7 +138,7 @@ def count_text(v: Any) -> str:
 def gpu_figures(state: NodeState, gpu: GpuState, now: float) -> dict[str, str]:
     """Every per-GPU figure the overview shows, as text ("n/a" when absent)."""
     telemetry = getattr(gpu, "telemetry", None)
-    canary = getattr(gpu, "canary", None)
+    estimate = inflation_of(gpu)
     hold = now - gpu.region_since if gpu.region_since is not None else None
     return {
         "gpu": f"{gpu.index} {gpu.name}{' (sim)' if gpu.simulated else ''}",
@@ -141,8 +151,8 @@ def gpu_figures(state: NodeState, gpu: GpuState, now: float) -> dict[str, str]:
         "parked": count_text(getattr(gpu, "parked", None)),
         "draining": count_text(getattr(gpu, "draining", None)),
         "frozen": str(len(gpu.frozen)),
-        "inflation_p50": fmt.inflation(fmt.get(canary, "inside_p50")),
-        "inflation_p95": fmt.inflation(fmt.get(canary, "inside_p95")),
+        "inflation_p50": fmt.inflation(fmt.get(estimate, "inside_p50")),
+        "inflation_p95": fmt.inflation(fmt.get(estimate, "inside_p95")),
         "util": fmt.percent(fmt.get(telemetry, "util_pct")),
         "memory": fmt.memory(fmt.get(telemetry, "mem_used"), fmt.get(telemetry, "mem_total")),
         "sm_clock": fmt.value(fmt.get(telemetry, "sm_clock_mhz"), "MHz"),

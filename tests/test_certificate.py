@@ -87,3 +87,41 @@ def test_verified_alone_violated_by_a_foreign_process_and_by_an_ungated_tenant(m
     regions = json.loads(rt.krex("wait", "--json", holder).stdout)["regions"]
     assert [r["verdict"] for r in regions] == ["verified", "violated", "violated"]
     assert regions[1]["verdict_reasons"][0] == second["reasons"][0]
+
+
+def test_a_runtime_started_under_a_power_cap_certifies_later_regions_at_the_top_clock(make_runtime, tmp_path: Path) -> None:
+    """The runtime starts while busy tenants hold the GPU at a power-capped
+    clock (its canary's baseline is taken there); later regions run at the
+    GPU's top clock. A clock above a sample taken under load is no evidence
+    of anyone: every region is verified, with no clock flag; one granted
+    below the top clock is still verified, its measurement flagged."""
+    capped, top = 1395, 1980
+    clock_file = tmp_path / "sm_clock"
+    clock_file.write_text(str(capped))
+    rt = make_runtime(policy="krex", sim=1, slots=16, canary=True, canary_period_s=0.5,
+                      runtime_env={"KREX_SIM_SM_CLOCK_FILE": str(clock_file)})
+    for _ in range(3):
+        wait_ready(rt, submit(rt, PY, str(TENANTS / "busy.py"), "2000", "4"))
+
+    def baseline() -> float | None:
+        with rt.client() as c:
+            return c.call("snapshot")["state"]["gpus"][0]["canary"].get("baseline_sm_clock_mhz")
+
+    wait_until(lambda: baseline() == capped, 120, "the canary's baseline under the power cap")
+    clock_file.write_text(str(top))
+    go = tmp_path / "go"
+    holder = submit(rt, PY, str(TENANTS / "certified.py"), str(go), "2")
+    wait_until(lambda: "waiting" in lines(rt, holder), 60, "the first region to end")
+    clock_file.write_text(str(capped))  # the second region is granted power-capped
+    go.touch()
+    assert rt.krex("wait", holder).returncode == 0
+    first, second = (json.loads(line) for line in lines(rt, holder) if line.startswith("{"))
+    assert first["verdict"] == "verified" and "clock: 1980 MHz, within tolerance" in first["reasons"], first
+    assert second["verdict"] == "verified", second
+    note = "clock: 1395 MHz at the release (flags on the measurement, not interference: clock:1395MHz-below-top-1980MHz)"
+    assert note in second["reasons"], second
+    regions = json.loads(rt.krex("wait", "--json", holder).stdout)["regions"]
+    assert [r["flags"] for r in regions] == [[], ["clock:1395MHz-below-top-1980MHz"]], regions
+    # Every region on the node, the canary's included, is verified.
+    verdicts = [e["verdict"] for e in trace_events(rt, "region_released")]
+    assert verdicts and set(verdicts) == {"verified"}, verdicts

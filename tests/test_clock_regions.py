@@ -16,7 +16,7 @@ from krex_runtime.wire.trace import read_trace
 
 PY = sys.executable
 BOUND_S = 1.0
-NOMINAL, LOW = 1980, 1500  # 1500 MHz is 24% under the baseline: off by more than the 10% tolerance
+NOMINAL, LOW, HIGH = 1980, 1500, 2100  # 1500 MHz is 24% under the top clock: off by more than the 10% tolerance
 
 # A tenant that holds one region (with its own settle bound, if given),
 # optionally moves the simulated clock while holding it (so only the release
@@ -78,23 +78,17 @@ def test_off_clock_regions_settle_to_the_bound_and_say_so(make_runtime, tmp_path
     clock_file = tmp_path / "sm_clock"
     clock_file.write_text(str(NOMINAL))
     rt = make_runtime(
-        policy="krex", sim=1, canary=True, canary_period_s=60.0,
+        policy="krex", sim=1,
         runtime_env={"KREX_SIM_SM_CLOCK_FILE": str(clock_file)},
         extra_config=f"\n[regions]\nsettle_max_s = {BOUND_S}\nsettle_poll_s = 0.01\n",
     )  # fmt: skip
-
-    def baseline() -> float | None:
-        with rt.client() as c:
-            return c.call("snapshot")["state"]["gpus"][0]["canary"].get("baseline_sm_clock_mhz")
-
-    wait_until(lambda: baseline() == NOMINAL, 120, "the canary's baseline at the nominal clock")
 
     on = _run(rt, clock_file)  # on-clock: granted without waiting, nothing flagged
     assert on == {"entry": [], "after": [], "off_clock": False}
 
     clock_file.write_text(str(LOW))  # off at the grant and at the release
     off = _run(rt, clock_file)
-    flag = f"clock:{LOW}MHz-vs-baseline-{NOMINAL}MHz"
+    flag = f"clock:{LOW}MHz-below-top-{NOMINAL}MHz"
     assert off["entry"] == [flag] and off["after"] == [flag, f"exit:{flag}"] and off["off_clock"] is True
 
     clock_file.write_text(str(NOMINAL))  # on at the grant, moved off while held: only the release says so
@@ -114,8 +108,7 @@ def test_off_clock_regions_settle_to_the_bound_and_say_so(make_runtime, tmp_path
     trace = read_trace(rt.trace_path).events
     granted = {e["region"]: e for e in trace if e["type"] == "region_granted" and e["kind"] == "region"}
     released = {e["region"]: e for e in trace if e["type"] == "region_released" and e["kind"] == "region"}
-    canaries = {e["id"] for e in trace if e["type"] == "command_queued" and e.get("label") == "canary"}
-    ours = [r for r, e in granted.items() if e["command_id"] not in canaries][-5:]
+    ours = list(granted)[-5:]
     assert len(ours) == 5, granted
     first, second, third, none, short = (granted[r] for r in ours)
     assert none["settle_max_s"] == 0 and none["settle_s"] == 0 and none["on_clock"] is False

@@ -10,7 +10,7 @@ from textual.widgets import DataTable
 
 from krex_console import format as fmt
 from krex_console.messages import GpuHighlighted, OpenGpu
-from krex_console.model import ConsoleModel, gpu_by_uuid, gpu_figures, holder_short, tenants_of
+from krex_console.model import ConsoleModel, gpu_by_uuid, gpu_figures, holder_short, inflation_of, tenants_of
 from krex_console.views.bindings import GPU_ACTION_BINDINGS, ActionGate, GpuActions
 from krex_console.views.columns import Column, Row
 from krex_console.views.table_sync import FittedTable, selected_key
@@ -49,10 +49,10 @@ def with_spark(text: str, samples: list[float | None]) -> Text:
 def gpu_row(model: ConsoleModel, gpu: GpuState) -> Row:
     f = gpu_figures(model.state, gpu, model.now)
     h = model.history
-    canary = getattr(gpu, "canary", None)
+    estimate = inflation_of(gpu)
     telemetry = getattr(gpu, "telemetry", None)
-    flagged = bool(fmt.get(canary, "flagged"))
-    p50, p95 = fmt.get(canary, "inside_p50"), fmt.get(canary, "inside_p95")
+    flagged = bool(fmt.get(estimate, "flagged"))
+    p50, p95 = fmt.get(estimate, "inside_p50"), fmt.get(estimate, "inside_p95")
     if fmt.number(p50) is None and fmt.number(p95) is None:
         inflation = Text(fmt.NA, style="dim")
     else:

@@ -54,7 +54,7 @@ class Region:
     verdict_reasons: tuple[str, ...] = ()  # one line per witness: gate, processes, clock
     exit_flags: tuple[str, ...] = ()  # as `flags`, of the clock at the release
     settle_s: float | None = None  # the entry's wait for the SM clock (regions.settle_max_s)
-    on_clock: bool | None = None  # the SM clock at the grant was near the canary baseline; None: unknown
+    on_clock: bool | None = None  # the SM clock at the grant was near the GPU's top clock (or above); None: unknown
 
     @classmethod
     def from_record(cls, r: Mapping[str, Any]) -> Region:

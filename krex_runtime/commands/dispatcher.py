@@ -56,6 +56,17 @@ class CommandLeases(Protocol):
     async def for_command(self, job: Job) -> Callable[[], None]: ...
 
 
+class RegionCertificates(Protocol):
+    """The regions' certificates a command's result waits for (policy krex)."""
+
+    def uncertified(self, command_id: str) -> list[asyncio.Event]: ...
+
+
+# How long a command's end waits for its last region's certificate (made in
+# the release's worker thread, milliseconds after the holder is answered).
+CERTIFICATE_WAIT_S = 10.0
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -68,6 +79,7 @@ class Dispatcher:
         output_dir: Path,
         pool_dir: Path,
         leases: CommandLeases | None = None,
+        certificates: RegionCertificates | None = None,
     ) -> None:
         self.config = config
         self.gpus = {g.index: g for g in gpus}
@@ -85,6 +97,7 @@ class Dispatcher:
         # What tenants report about their commands, read as they write it (an earlier run's cleared).
         self.reports = tenant_reports.Reports(setup.env.run_dir, setup.run_as)
         self._leases = leases
+        self._certificates = certificates
         self.leased_gpus: set[int] = set()
         self._finished: deque[str] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -178,7 +191,7 @@ class Dispatcher:
         if job.state == "queued":
             self.queue.remove(job)
             self._finish(job, Outcome("cancelled", None, None, reason), "cancelled")
-        elif job.state == "running":
+        elif job.state == "running" and not job.ending:
             job.cancel(reason)
         return job
 
@@ -338,6 +351,26 @@ class Dispatcher:
         self._finish(job, outcome, state, started=started)
 
     def _finish(self, job: Job, outcome: Outcome, state: str, started: bool = True) -> None:
+        """The command has ended. Its result waits for the certificate of a
+        region it released just before (a pooled command ends within
+        microseconds of its release, before the release's steps have made
+        the verdict): every region in a result carries its verdict."""
+        if job.ending:
+            return  # ended once already
+        job.ending = True
+        pending = self._certificates.uncertified(job.id) if self._certificates is not None else []
+        if not pending:
+            self._finished_now(job, outcome, state)
+            return
+        task = asyncio.create_task(self._finish_certified(job, outcome, state, pending))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _finish_certified(self, job: Job, outcome: Outcome, state: str, pending: list[asyncio.Event]) -> None:
+        await asyncio.wait([asyncio.create_task(e.wait()) for e in pending], timeout=CERTIFICATE_WAIT_S)
+        self._finished_now(job, outcome, state)
+
+    def _finished_now(self, job: Job, outcome: Outcome, state: str) -> None:
         job.outcome, job.state, job.finished_at = outcome, state, time.time()
         # Read to their end, and gone: nothing a tenant wrote stays in the run folder.
         job.auto_regions = auto_regions.wrapped(self.reports.close(job.auto_region_report))

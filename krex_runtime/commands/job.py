@@ -55,6 +55,7 @@ class Job:
     identity: Identity | None = None  # tenants.uid_range: the uid it runs as (pooled: its context process's)
     submitter_uid: int | None = None  # who submitted it, by the kernel's word (None: unknown, tcp)
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    ending: bool = False  # it has ended; its result waits for a region's certificate (Dispatcher._finish)
 
     @property
     def pid(self) -> int | None:

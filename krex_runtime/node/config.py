@@ -159,7 +159,10 @@ class RegionSection:
     # module loading (regions/quiesce.py); "all": it waits for every gated call.
     entry_waits_for: Literal["perturbing", "all"] = "perturbing"
     drain_timeout_s: float = 10.0
-    settle_max_s: float = 0.0  # wait at entry for the SM clock to be back near its baseline; 0 = no wait
+    # At entry, wait up to this long while the GPU shows a power or thermal
+    # state the drained tenants left, or a clock below its top (regions/settle.py);
+    # a GPU granted in a settled state waits nothing. 0 = never wait.
+    settle_max_s: float = 0.5
     settle_poll_s: float = 0.001  # how often that wait reads the clock
     settle_cap_s: float = 1.0  # the most a region may ask to settle (region(settle_s=...)); 0 = none may
     gap_s: float = 0.02  # the gate's open time after a release that held tenants back (regions/gap.py)
@@ -181,7 +184,10 @@ class RegionSection:
 @dataclass(frozen=True)
 class TelemetrySection:
     sample_interval_s: float = 1.0
-    canary: bool = True
+    # The canary is a load of its own: it perturbed other tenants' measurements
+    # (docs/BENCHMARKS.md), so it runs only when asked; the regions' own records
+    # give the inflation estimate without it.
+    canary: bool = False
     canary_period_s: float = 10.0
     canary_outside: bool = True
     canary_target_ms: float = 1.0

@@ -97,6 +97,7 @@ class GpuRegions:
         self._emit = sink.emit
         self.queue: deque[Request] = deque()
         self.holder: Request | None = None
+        self.serving: Request | None = None  # the request between its turn and its certificate
         # SM clock, throttle reasons and flags now, recorded at every entry.
         self.clock_probe = clock_probe
         self.certifier: Certifier | None = None  # set by the node where it can say who uses the GPU
@@ -112,6 +113,14 @@ class GpuRegions:
     def _served(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
             log.critical("GPU %d: the region loop died", self.gpu, exc_info=task.exception())
+
+    def uncertified(self, command_id: str) -> list[asyncio.Event]:
+        """The certificate this command's region is still owed: granted, not
+        yet certified (the command's result waits for its verdict)."""
+        r = self.serving
+        if r is None or r.command_id != command_id or r.entry is None or r.certified.is_set():
+            return []
+        return [r.certified]
 
     def leased_to(self, tenant_id: int) -> Request | None:
         """The lease this tenant holds on the GPU: its regions are already exclusive."""
@@ -178,6 +187,7 @@ class GpuRegions:
             if not self.queue:  # withdrawn during the gap
                 continue
             req = self.fair.take(self.queue)  # leases first, then by fair share
+            self.serving = req
             try:
                 await self._serve_one(req, gap_s)
             except Exception:
@@ -186,6 +196,10 @@ class GpuRegions:
                 self.holder = None
                 self.gate.open_gate()
                 _fail(req, RegionRefused("EIO", "runtime error while serving the region"))
+            finally:
+                self.serving = None
+                if req.entry is not None:
+                    req.certified.set()  # nothing waits for a verdict that will not come
 
     async def _serve_one(self, req: Request, gap_s: float) -> None:
         try:

@@ -39,6 +39,10 @@ class RegionManager:
         self.gpus[gpu].submit(req)
         return req
 
+    def uncertified(self, command_id: str) -> list[asyncio.Event]:
+        """The certificates this command's regions are still owed, on every GPU."""
+        return [e for r in self.gpus.values() for e in r.uncertified(command_id)]
+
     def stamp_heartbeats(self) -> None:
         for r in self.gpus.values():
             r.gate.stamp_heartbeat()

@@ -1,22 +1,27 @@
 """The settle step at the end of a region's entry: with the other tenants
-gated, drained and frozen, wait until the SM clock is back within tolerance of
-its baseline (telemetry/clocks.py: the canary baseline and
-`telemetry.clock_tolerance`), or until the bound passes, whichever comes first.
+gated, drained and frozen, wait until the GPU has shed the power state their
+work left, or until the bound passes, whichever comes first.
 
 Why: a power-capped GPU that has just run other tenants' heavy kernels runs
 below its clock for a while after they stop; a measurement started at once
 reads the power state it inherited, not the candidate. An idle GPU (everyone
-else drained) sheds that state within milliseconds. The wait is bounded
-(`regions.settle_max_s`, 0 = no settle): every millisecond of it is one no
+else drained) sheds that state within tens to hundreds of milliseconds.
+
+The runtime decides, not the candidate: the wait happens only where the
+reading at the grant shows that state (a power or thermal throttle reason,
+POWER_STATES, or an SM clock below what the GPU is set to hold:
+telemetry/clocks.py), so a region granted on a settled GPU waits nothing and
+an unmodified harness's long kernels are protected without asking. It is
+bounded (`regions.settle_max_s`, default 0.5 s; 0 = never; a region may ask
+its own bound with `region(settle_s=...)`): every millisecond of it is one no
 tenant may use the GPU. Where there is no clock reading, there is nothing to
-settle against and the region is granted at once; without a baseline (no
-canary yet) only the throttle reasons are waited for.
+settle against and the region is granted at once.
 
 A clock within tolerance is not enough on its own: on the H200 the regions
 whose long (>10 ms) kernels measured 0.6-1.1% slow were, nearly all, granted
 while NVML still reported `sw_power_cap` from the drained tenants' work, at a
-clock within 10% of the baseline. So the wait also lasts while the GPU reports
-a power or thermal throttle (POWER_STATES).
+clock within 10% of the one they were measured at alone. So the wait also
+lasts while the GPU reports a power or thermal throttle.
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ def settle(
 
 
 def unsettled(clock: dict[str, Any]) -> bool:
-    """Off its baseline clock, or throttled by power or heat."""
+    """Below the GPU's top clock (not merely idle), or throttled by power or heat."""
     return clock.get("on_clock") is False or bool(POWER_STATES.intersection(clock.get("throttle") or ()))
 
 

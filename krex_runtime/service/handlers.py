@@ -128,6 +128,8 @@ def _gpu_status(ctx: Context, gpu: Gpu, state: node_state.GpuState) -> dict[str,
         "foreign_processes": (state.telemetry or {}).get("foreign"),
         # The canary's inflation estimate inside regions (None before its baseline): a cluster's Nodes view shows it.
         "canary": {k: state.canary.get(k) for k in ("inside_p50", "inside_p95", "samples", "flagged")},
+        # The estimate from the regions' own records (no load of its own; reducer.py, _estimate).
+        "estimate": {k: state.estimate.get(k) for k in ("inside_p50", "inside_p95", "regions", "flagged")},
         "pool": {k: v for k, v in state.pool.items() if k != "workers"},
         "zygote": dict(state.zygote),
     }

@@ -23,6 +23,7 @@ from krex_runtime.node.gpus import Gpu
 from krex_runtime.node.locks import Claim, ClaimError, claim
 from krex_runtime.regions import machinery
 from krex_runtime.service import curve
+from krex_runtime.sim import device_file
 from krex_runtime.wire import endpoints
 
 log = logging.getLogger("krex.runtime")
@@ -46,6 +47,7 @@ class Host:
     recovered: list[str]  # what recovery did, one line each
     claims: list[Claim] = field(default_factory=list)
     identities: Identities | None = None  # tenants.uid_range: a uid of its own per tenant
+    simulated_device: str | None = None  # the simulated device this runtime owns (None: real GPUs)
 
     @property
     def cgroups(self) -> str | None:
@@ -60,6 +62,10 @@ class Host:
         if self.cgroup_slice is not None:
             self.cgroup_slice.remove()
             self.cgroup_slice = None
+        if self.simulated_device is not None:  # its tenants have ended: nothing of this run stays in /dev/shm
+            device_file.remove_device(self.simulated_device)
+            # Unlinked while still locked: a runtime that opened it meanwhile was refused, a later one makes its own.
+            Path(device_file.claim_path(self.simulated_device)).unlink(missing_ok=True)
         for c in self.claims:
             c.release()
         self.claims.clear()
@@ -85,11 +91,27 @@ def prepare(config: Config, gpus: list[Gpu]) -> Host:
         lock_dir = resolve_lock_dir(config)
         for gpu in gpus:
             claims.append(claim(lock_dir / f"gpu-{gpu.uuid}.lock", f"GPU {gpu.index} ({gpu.uuid})", info))
+        if gpus and gpus[0].simulated:
+            claims.append(_own_simulated_device(config.gpus.simulated_device, tenant_user, info))
         return _prepare_claimed(config, gpus, run_dir, tenant_user, access.RunAs(tenant_user, umask), curve_keys, claims)
     except BaseException:
         for c in claims:
             c.release()
         raise
+
+
+def _own_simulated_device(name: str, tenant_user: access.TenantUser | None, info: str) -> Claim:
+    """A simulated device serves one runtime at a time, whatever its lock
+    folder: the claim beside the device file keeps a second runtime off it (a
+    runtime sharing it would see the other's tenants as foreign processes),
+    and the device starts fresh (device_file.fresh_device)."""
+    held = claim(Path(device_file.claim_path(name)), f"simulated device {name!r}", info)
+    try:
+        device_file.fresh_device(name, tenant_user.gid if tenant_user is not None else None)
+    except OSError as exc:
+        held.release()
+        raise StartupError(f"cannot make the simulated device {name!r}: {exc}") from None
+    return held
 
 
 # A start (or a recovery) right after a runtime died meets its watchdog (or
@@ -155,7 +177,7 @@ def _prepare_claimed(
     if tenant_user is not None and tenant_user.uids is not None:
         identities = Identities(*tenant_user.uids, tenant_user.gid, run_dir)
     return Host(run_dir, output_dir, library, tenant_user, run_as, curve_keys, cgroup_slice, recovered, claims,
-                identities)
+                identities, config.gpus.simulated_device if gpus and gpus[0].simulated else None)
 
 
 def _check_enough_uids(config: Config, gpus: int, count: int) -> None:

@@ -115,6 +115,7 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventLog, server: C
         host.output_dir,
         host.run_dir / "pool",
         leases=CommandLeases(regions.manager) if regions is not None else None,
+        certificates=regions.manager if regions is not None else None,
     )
     tenancy = Tenancy(dispatcher, host.cgroup_slice, host.tenant_user)
     witnesses = gpu_processes.open_processes(gpus, config.gpus.simulated_device)  # who uses each GPU

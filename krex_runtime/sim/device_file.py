@@ -34,6 +34,11 @@ def device_path(name: str | None = None) -> str:
     return os.path.join(SHM_DIR, SHM_FILE_PREFIX + name)
 
 
+def claim_path(name: str) -> str:
+    """The lock a runtime holds while it serves the simulated device `name`."""
+    return device_path(name) + ".runtime"
+
+
 def remove_device(name: str | None = None) -> bool:
     """Delete a shared simulated device. Processes still mapping it keep their
     copy; the next process creates a fresh one. Returns whether it existed."""
@@ -42,6 +47,26 @@ def remove_device(name: str | None = None) -> bool:
         return True
     except FileNotFoundError:
         return False
+
+
+def fresh_device(name: str, group: int | None) -> None:
+    """Give a runtime a simulated device of its own: what an earlier run (or a
+    killed runtime) left under this name goes, and the first tenant's
+    simulated driver lays out a fresh one in the empty file made here. Its
+    slots, counters and execution history are therefore this runtime's alone
+    (processes still mapping the old file keep that copy). The file is the
+    runtime's, closed to everyone but the tenants' `group` when they run as
+    other users (None: they run as the runtime's user). Call it while holding
+    the device's claim, so no other runtime serves it meanwhile."""
+    path = device_path(name)
+    remove_device(name)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        if group is not None:
+            os.fchown(fd, -1, group)
+            os.fchmod(fd, 0o660)
+    finally:
+        os.close(fd)
 
 
 def _pid_alive(pid: int, start_time: int) -> bool:
@@ -70,7 +95,7 @@ class ProcSlot:
     active: tuple[int, ...]
     mem_used: tuple[int, ...]
     devices_used: int = 0  # bit d: it executed work on device d
-    work_items: int = 0  # items it started, all devices
+    work_items: tuple[int, ...] = ()  # items it started, per device
     last_work_ns: int = 0  # CLOCK_MONOTONIC of its latest item's start
 
 
@@ -118,8 +143,8 @@ def read_device(name: str | None = None) -> DeviceState:
             pid=pid, alive=_pid_alive(pid, start_time), locked=bool(lock_word),
             locker_pid=locker, in_call=in_call, inflight=inflight, tenant_id=tenant,
             active=tuple(v[9:9 + MAX_DEVICES]), mem_used=tuple(v[9 + MAX_DEVICES:9 + 2 * MAX_DEVICES]),
-            devices_used=v[9 + 2 * MAX_DEVICES], work_items=v[11 + 2 * MAX_DEVICES],
-            last_work_ns=v[12 + 2 * MAX_DEVICES],
+            devices_used=v[9 + 2 * MAX_DEVICES], last_work_ns=v[11 + 2 * MAX_DEVICES],
+            work_items=tuple(v[12 + 2 * MAX_DEVICES:12 + 3 * MAX_DEVICES]),
         ))
     return DeviceState(ndev, copy_mbps, tuple(names), tuple(uuids), tuple(mems), tuple(slots))
 

@@ -21,7 +21,7 @@ SHM_DIR = "/dev/shm"
 SHM_FILE_PREFIX = "krex-sim-"
 
 SHM_MAGIC = 0x314D49535845524B  # b"KREXSIM1" little-endian
-SHM_VERSION = 1
+SHM_VERSION = 2
 MAX_DEVICES = 16
 MAX_PROCS = 512
 
@@ -31,7 +31,7 @@ SHM_HEADER = struct.Struct("<QIIIIII5Q")
 # struct krex_sim_device_info: uuid[16], name[64], total_mem, reserved[5]
 DEVICE_INFO = struct.Struct("<16s64sQ5Q")
 # struct krex_sim_proc_slot
-PROC_SLOT = struct.Struct(f"<iIQiIIIiI{MAX_DEVICES}I{MAX_DEVICES}QIIQQ")
+PROC_SLOT = struct.Struct(f"<iIQiIIIiI{MAX_DEVICES}I{MAX_DEVICES}QIIQ{MAX_DEVICES}QQ")
 PROC_SLOT_FIELDS = (
     "pid", "lock_word", "start_time", "locker_pid", "in_call", "inflight",
     "drain_seq", "tenant_id", "reserved0",

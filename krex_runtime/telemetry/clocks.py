@@ -1,23 +1,50 @@
-"""The SM clock of each GPU now, and whether a measurement taken at it can be
-trusted: the GPU throttles, or runs far from the clock its canary baseline was
-taken at. Recorded at every region entry and exit and with every canary
-sample, so power-state noise is told apart from interference."""
+"""The SM clock of each GPU now, and what it says of a measurement taken at
+it. Recorded at every region entry and exit and with every canary sample, so
+power-state noise is told apart from interference.
+
+A clock is judged against what the GPU itself is set to hold (its application
+clock, else its highest: `top`), never against a sample taken earlier: a
+baseline sampled while other tenants held the GPU under its power cap made
+every later region at the top clock look wrong. So:
+
+- a clock at or above `top` less `telemetry.clock_tolerance` is on clock
+  (a clock above a sample taken under load is only recorded);
+- a lower clock is a flag on the measurement (`clock:<now>MHz-below-top-<top>MHz`),
+  unless NVML says the GPU is merely idle (its clock comes back with work);
+- power and thermal throttle reasons are flags too (`throttled:<reason>`;
+  an application-clock or sync-boost reason is a setting, not a state).
+
+Flags describe the conditions of a measurement for its reader
+(`region().flags`, the result, the bench); they are never evidence that
+another tenant ran inside a region (regions/certificate.py).
+"""
 
 from __future__ import annotations
 
 from typing import Any
+
+from krex_runtime.regions.settle import POWER_STATES
 
 
 class Clocks:
     def __init__(self, sampler: Any, tolerance: float) -> None:  # a gpu_metrics sampler
         self.sampler = sampler
         self.tolerance = tolerance
-        self.baseline: dict[int, float] = {}  # GPU index -> SM clock of its canary baseline
+        self._top: dict[int, float | None] = {}  # GPU index -> the SM clock it is set to hold
+
+    def top(self, gpu: int) -> float | None:
+        """The GPU's application (else highest) SM clock, read once (None: unknown)."""
+        if gpu not in self._top:
+            try:
+                self._top[gpu] = self.sampler.top_clock(gpu)
+            except Exception:  # a sampler that cannot say: nothing to judge against
+                self._top[gpu] = None
+        return self._top[gpu]
 
     def now(self, gpu: int) -> dict[str, Any]:
         """SM clock, throttle reasons, power and temperature right now, what is
-        wrong with them (`flags`) and whether the clock is within the tolerance
-        of the baseline (`on_clock`; None: no baseline or no reading)."""
+        wrong with them (`flags`), the GPU's top clock and whether the clock is
+        near it (`on_clock`; None: unknown, or the GPU is idle)."""
         try:
             read = getattr(self.sampler, "clock_sample", None) or self.sampler.sample
             sample = read(gpu)
@@ -28,18 +55,21 @@ class Clocks:
             "throttle": sample.get("throttle"),
             "power_w": sample.get("power_w"),
             "temp_c": sample.get("temp_c"),
+            "top_clock_mhz": self.top(gpu),
         }
-        return clock | {"flags": self.flags(gpu, clock), "on_clock": self.on_clock(gpu, clock.get("sm_clock_mhz"))}
+        on_clock = self.on_clock(gpu, clock["sm_clock_mhz"], bool(sample.get("idle")))
+        return clock | {"flags": self.flags(gpu, clock, on_clock), "on_clock": on_clock}
 
-    def on_clock(self, gpu: int, mhz: float | None) -> bool | None:
-        base = self.baseline.get(gpu)
-        if not base or not mhz:
+    def on_clock(self, gpu: int, mhz: float | None, idle: bool = False) -> bool | None:
+        top = self.top(gpu)
+        if not top or not mhz:
             return None
-        return abs(mhz / base - 1) <= self.tolerance
+        if mhz >= top * (1 - self.tolerance):
+            return True
+        return None if idle else False
 
-    def flags(self, gpu: int, clock: dict[str, Any]) -> list[str]:
-        flags = [f"throttled:{reason}" for reason in clock.get("throttle") or []]
-        base, now = self.baseline.get(gpu), clock.get("sm_clock_mhz")
-        if self.on_clock(gpu, now) is False:
-            flags.append(f"clock:{now:.0f}MHz-vs-baseline-{base:.0f}MHz")
+    def flags(self, gpu: int, clock: dict[str, Any], on_clock: bool | None) -> list[str]:
+        flags = [f"throttled:{reason}" for reason in clock.get("throttle") or [] if reason in POWER_STATES]
+        if on_clock is False:
+            flags.append(f"clock:{clock['sm_clock_mhz']:.0f}MHz-below-top-{self.top(gpu):.0f}MHz")
         return flags

@@ -37,10 +37,11 @@ THROTTLE_REASONS = {
     0x0000000000000080: "hw_power_brake",
     0x0000000000000100: "display_clocks",
 }
+GPU_IDLE = 0x0000000000000001  # NVML: nothing runs, the clock is down for that alone (not a throttle)
 SIMULATED_SM_CLOCK_MHZ = 1980
 SIMULATED_MEM_CLOCK_MHZ = 3201
 SIM_SM_CLOCK_FILE = "KREX_SIM_SM_CLOCK_FILE"
-CLOCK_METRICS = ("sm_clock_mhz", "throttle", "power_w", "temp_c")
+CLOCK_METRICS = ("sm_clock_mhz", "throttle", "idle", "power_w", "temp_c")
 
 
 def injected_faults() -> set[str]:
@@ -86,12 +87,22 @@ class NvmlSampler:
 
     def clock_sample(self, gpu: int) -> dict[str, Any]:
         nv, h, faults = self.nvml, self.handles[gpu], injected_faults()
+        mask = _read("throttle", faults, lambda: nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))
         return {
             "sm_clock_mhz": _read("sm_clock_mhz", faults, lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
-            "throttle": _read("throttle", faults, lambda: throttle_names(nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))),
+            "throttle": throttle_names(mask) if mask is not None else None,
+            "idle": bool(mask & GPU_IDLE) if mask is not None else None,
             "power_w": _read("power_w", faults, lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0),
             "temp_c": _read("temp_c", faults, lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
         }
+
+    def top_clock(self, gpu: int) -> float | None:
+        """The SM clock this GPU is set to hold: its application clock where
+        one is set, else its highest (None: NVML does not say)."""
+        nv, h = self.nvml, self.handles[gpu]
+        app = _read("sm_clock_mhz", set(), lambda: nv.nvmlDeviceGetApplicationsClock(h, nv.NVML_CLOCK_SM))
+        top = _read("sm_clock_mhz", set(), lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM))
+        return float(app) if app else float(top) if top else None
 
     def close(self) -> None:
         try:
@@ -129,7 +140,11 @@ class SimulatedSampler:
         }
 
     def clock_sample(self, gpu: int) -> dict[str, Any]:
-        return {k: v for k, v in self.sample(gpu).items() if k in CLOCK_METRICS}
+        return {k: v for k, v in self.sample(gpu).items() if k in CLOCK_METRICS} | {"idle": False}
+
+    def top_clock(self, gpu: int) -> float | None:
+        """The simulated GPU's nominal clock (KREX_SIM_SM_CLOCK_FILE moves only the current one)."""
+        return float(SIMULATED_SM_CLOCK_MHZ)
 
     def _active(self, gpu: int) -> int:
         from krex_runtime.sim.device_file import active_count
@@ -169,6 +184,9 @@ class UnavailableSampler:
 
     def clock_sample(self, gpu: int) -> dict[str, Any]:
         return {m: None for m in CLOCK_METRICS}
+
+    def top_clock(self, gpu: int) -> float | None:
+        return None
 
     def close(self) -> None:
         pass

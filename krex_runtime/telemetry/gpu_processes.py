@@ -42,7 +42,7 @@ class SimulatedProcesses:
         except Exception:
             return None
         return {
-            s.pid: GpuProcess(s.pid, s.work_items, bool(s.active[gpu]))
+            s.pid: GpuProcess(s.pid, s.work_items[gpu], bool(s.active[gpu]))
             for s in state.slots
             if s.alive and (s.devices_used >> gpu) & 1
         }

@@ -115,8 +115,6 @@ class Telemetry:
                 "throttle": clock.get("throttle"),
             }
             if record.get("type") == "baseline":
-                if clock["sm_clock_mhz"]:
-                    self.clocks.baseline[gpu] = clock["sm_clock_mhz"]
                 self._emit(events.CanaryBaseline(window=self.config.telemetry.canary_window, **common))
             elif record.get("type") == "sample":
                 self._emit(events.CanarySample(where=record.get("where", "inside"), flagged=bool(clock["flags"]), **common))

@@ -168,8 +168,8 @@ class region(contextlib.ContextDecorator):
     Raises RegionError when the runtime refuses the region, and on exit when
     the runtime revoked it (the hold limit passed): measurements taken inside
     a revoked region are not protected and should be discarded. `flags`
-    names conditions that make a measurement suspect (the GPU throttling, or
-    its SM clock far from the canary baseline's: `clock:...`), at the grant
+    names conditions that make a measurement suspect (a power or thermal
+    throttle, or an SM clock below what the GPU is set to hold: `clock:...`), at the grant
     and, once the region is released, at the release too (prefixed `exit:`);
     `off_clock` says whether the clock was off at either.
 
@@ -183,7 +183,7 @@ class region(contextlib.ContextDecorator):
     nested in one already held.
     """
 
-    flags: list[str] = []  # e.g. "throttled:hw_thermal", "exit:clock:1500MHz-vs-baseline-1980MHz"
+    flags: list[str] = []  # e.g. "throttled:hw_thermal", "exit:clock:1500MHz-below-top-1980MHz"
     _released = False  # this object's exit released the region (it was the outermost)
     _certificate: tuple[str, list[str]] | None = None
 
@@ -205,7 +205,7 @@ class region(contextlib.ContextDecorator):
 
     @property
     def off_clock(self) -> bool:
-        """The SM clock was off its baseline by more than the tolerance at the grant or the release."""
+        """The SM clock was below the GPU's top clock by more than the tolerance at the grant or the release."""
         return any(f.removeprefix("exit:").startswith("clock:") for f in self.flags)
 
     def _certify(self) -> tuple[str, list[str]]:

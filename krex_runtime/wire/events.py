@@ -146,8 +146,10 @@ class RegionGranted(Event):
     throttle: list[str] | None = unread("", None)
     power_w: float | None = unread("", None)
     temp_c: float | None = unread("", None)
-    on_clock: bool | None = note("SM clock within `telemetry.clock_tolerance` of the canary baseline; null: unknown",
-                                 None)
+    top_clock_mhz: float | None = unread("the SM clock the GPU is set to hold (application clock, else its highest)",
+                                         None, omit_none=True)
+    on_clock: bool | None = note("SM clock within `telemetry.clock_tolerance` of the GPU's top clock, or above it; "
+                                 "null: unknown or the GPU idle", None)
     flags: list[str] | None = None
     others_calls: int = unread("the other tenants' intercepted calls so far")
     granted_mono_ns: int = unread("CLOCK_MONOTONIC")

@@ -46,6 +46,10 @@ class GpuState:
     parked: int | None = None
     draining: int | None = None
     canary: dict[str, Any] = field(default_factory=dict)
+    # The inflation estimate from what regions already record, with no load of
+    # its own (reducer.py, _estimate): {"clock_costs": the last ESTIMATE_WINDOW
+    # regions' clock cost, "inside_p50", "inside_p95", "regions", "flagged"}.
+    estimate: dict[str, Any] = field(default_factory=dict)
     # The context pool: {"size", "idle", "busy", "warming", "cleaning", "replaced",
     # "reasons": {cause: count}, "workers": {id: {state, pid, tenant_id, served, command}}}
     pool: dict[str, Any] = field(default_factory=dict)

@@ -142,6 +142,7 @@ def _region_granted(s: NodeState, e: dict[str, Any]) -> None:
         "region": e["region"],
         "tenant_id": e["tenant_id"],
         "sm_clock_mhz": e.get("sm_clock_mhz"),
+        "top_clock_mhz": e.get("top_clock_mhz"),
         "flags": list(e.get("flags") or []),
     }
     cmd = s.commands.get(e.get("command_id") or "")
@@ -174,11 +175,43 @@ def _region_released(s: NodeState, e: dict[str, Any]) -> None:
         if "verdict" in e:  # traces from before the certificate have none
             gpu.last_region["verdict"] = e["verdict"]
             gpu.verdicts[e["verdict"]] = gpu.verdicts.get(e["verdict"], 0) + 1
+        if e.get("kind") == "region":
+            _estimate(gpu, e)
         hold = e.get("hold_s")
         if "share" in e and e.get("kind") == "region" and isinstance(hold, (int, float)) and not isinstance(hold, bool):
             gpu.share_region_s[e["share"]] = gpu.share_region_s.get(e["share"], 0.0) + hold  # hold_s is not checked
         gpu.region_holder, gpu.region_kind, gpu.region_command = None, "", ""
         gpu.region_seq, gpu.region_since, gpu.frozen = None, None, []
+
+
+ESTIMATE_WINDOW = 100  # regions the passive inflation estimate spans
+
+
+def _estimate(gpu: GpuState, e: dict[str, Any]) -> None:
+    """The inflation a region's measurement may carry, from what the region
+    recorded (no load of its own, unlike the canary): none from other tenants
+    when the certificate verified it, plus the clock's cost, top / lowest of
+    the grant's and the release's SM clock - 1 (what a compute-bound kernel
+    loses running below the clock the GPU is set to hold). A region whose
+    verdict is not `verified` has no estimate (its interference is not known)
+    and is counted as flagged."""
+    est = gpu.estimate or {"clock_costs": [], "inside_p50": None, "inside_p95": None, "regions": 0, "flagged": 0}
+    est["regions"] += 1
+    top = gpu.last_region.get("top_clock_mhz")
+    clocks = [c for c in (gpu.last_region.get("sm_clock_mhz"), e.get("exit_sm_clock_mhz")) if _positive(c)]
+    if e.get("verdict") != "verified" or not _positive(top) or not clocks:
+        est["flagged"] += e.get("verdict") != "verified"
+        gpu.estimate = est
+        return
+    cost = max(0.0, top / min(clocks) - 1)
+    est["flagged"] += cost > 0
+    est["clock_costs"] = (est["clock_costs"] + [cost])[-ESTIMATE_WINDOW:]
+    est["inside_p50"], est["inside_p95"] = _quantile(est["clock_costs"], 0.5), _quantile(est["clock_costs"], 0.95)
+    gpu.estimate = est
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
 def _region_withdrawn(s: NodeState, e: dict[str, Any]) -> None:

@@ -75,7 +75,7 @@ extern "C" {
  * implicit padding: every struct spells its padding out.
  * ------------------------------------------------------------------------- */
 #define KREX_SIM_SHM_MAGIC 0x314d49535845524bull /* "KREXSIM1" read as little-endian u64 */
-#define KREX_SIM_SHM_VERSION 1u
+#define KREX_SIM_SHM_VERSION 2u
 #define KREX_SIM_MAX_DEVICES 16
 #define KREX_SIM_MAX_PROCS 512
 
@@ -102,8 +102,11 @@ struct krex_sim_proc_slot {
      * real GPU: which devices the owner ran work on, and how much. */
     uint32_t devices_used;       /* bit d: the owner executed work on device d */
     uint32_t reserved2;
-    uint64_t work_items;         /* items (kernels, copies, memsets) the owner started, all devices */
     uint64_t last_work_ns;       /* CLOCK_MONOTONIC when the owner's latest item started */
+    /* Items (kernels, copies, memsets) the owner started, per device: a
+     * certificate on one GPU must not count work its tenant ran on another. */
+    uint64_t work_items[KREX_SIM_MAX_DEVICES];
+    uint64_t reserved3;          /* pads the slot to whole cache lines */
 };
 
 struct krex_sim_device_info {
@@ -179,7 +182,7 @@ struct krex_sim_log_record {
 
 #ifndef __cplusplus
 _Static_assert(sizeof(struct krex_sim_log_record) == 128, "log record is 128 bytes");
-_Static_assert(sizeof(struct krex_sim_proc_slot) == 256, "process slot is 256 bytes");
+_Static_assert(sizeof(struct krex_sim_proc_slot) == 384, "process slot is 384 bytes (six cache lines)");
 _Static_assert(sizeof(struct krex_sim_device_info) == 128, "device info is 128 bytes");
 #endif
 

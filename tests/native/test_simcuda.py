@@ -177,6 +177,7 @@ def test_python_layout_matches_header(tmp_path: Path):
             P(sizeof(struct krex_sim_proc_slot));
             P(offsetof(struct krex_sim_proc_slot, active));
             P(offsetof(struct krex_sim_proc_slot, mem_used));
+            P(offsetof(struct krex_sim_proc_slot, work_items));
             P(sizeof(struct krex_sim_device_info));
             P(offsetof(struct krex_sim_shm, devices));
             P(offsetof(struct krex_sim_shm, procs));
@@ -202,6 +203,7 @@ def test_python_layout_matches_header(tmp_path: Path):
     assert got["sizeof(struct krex_sim_proc_slot)"] == layout.PROC_SLOT.size
     assert got["offsetof(struct krex_sim_proc_slot, active)"] == 40
     assert got["offsetof(struct krex_sim_proc_slot, mem_used)"] == 40 + 4 * layout.MAX_DEVICES
+    assert got["offsetof(struct krex_sim_proc_slot, work_items)"] == 40 + 12 * layout.MAX_DEVICES + 16
     assert got["sizeof(struct krex_sim_device_info)"] == layout.DEVICE_INFO.size
     assert got["offsetof(struct krex_sim_shm, devices)"] == layout.DEVICES_OFFSET
     assert got["offsetof(struct krex_sim_shm, procs)"] == layout.PROCS_OFFSET

@@ -136,6 +136,17 @@ bool sim_slot_alive(const struct krex_sim_proc_slot *slot, int pid)
     return pid_alive(pid, __atomic_load_n(&slot->start_time, __ATOMIC_ACQUIRE));
 }
 
+/* A slot's counters start from zero for each owner: a new owner must not
+ * inherit the devices and work of the process that held the slot before. */
+static void clear_counters(struct krex_sim_proc_slot *slot)
+{
+    memset(slot->active, 0, sizeof slot->active);
+    memset(slot->mem_used, 0, sizeof slot->mem_used);
+    memset(slot->work_items, 0, sizeof slot->work_items);
+    __atomic_store_n(&slot->devices_used, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&slot->last_work_ns, 0, __ATOMIC_RELAXED);
+}
+
 /* Takes a dead process's slot back. The CAS to BUSY makes exactly one reaper
  * (or claimer) own the slot while its counters are cleared. */
 static void reap_slot(struct krex_sim_proc_slot *slot, int pid)
@@ -144,8 +155,7 @@ static void reap_slot(struct krex_sim_proc_slot *slot, int pid)
     if (!__atomic_compare_exchange_n(&slot->pid, &expected, KREX_SIM_SLOT_BUSY, false, __ATOMIC_ACQ_REL,
                                      __ATOMIC_RELAXED))
         return;
-    memset(slot->active, 0, sizeof slot->active);
-    memset(slot->mem_used, 0, sizeof slot->mem_used);
+    clear_counters(slot);
     __atomic_store_n(&slot->inflight, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&slot->in_call, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&slot->lock_word, 0, __ATOMIC_RELEASE);
@@ -239,7 +249,7 @@ void sim_device_run(int phys, uint64_t solo_ns)
     __atomic_add_fetch(mine, 1, __ATOMIC_ACQ_REL);
     __atomic_or_fetch(&sim_proc.slot->devices_used, 1u << phys, __ATOMIC_RELAXED);
     __atomic_store_n(&sim_proc.slot->last_work_ns, sim_now_ns(), __ATOMIC_RELAXED);
-    __atomic_add_fetch(&sim_proc.slot->work_items, 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&sim_proc.slot->work_items[phys], 1, __ATOMIC_RELEASE);
     double remaining = (double)solo_ns;
     uint64_t last = sim_now_ns();
     while (remaining > 0.0) {
@@ -355,7 +365,9 @@ static CUresult attach_locked(void)
         fprintf(stderr, "krex simulated CUDA driver: shm_open(%s): %s\n", path, strerror(errno));
         return CUDA_ERROR_OPERATING_SYSTEM;
     }
-    fchmod(fd, 0666); /* tenants may run as other users; umask must not lock them out */
+    /* No fchmod: a runtime makes its device file itself, open to its tenants'
+     * group only (krex_runtime/sim/device_file.py, fresh_device); one made here
+     * by a process alone keeps its creator's umask. */
     CUresult rc = CUDA_SUCCESS;
     while (flock(fd, LOCK_EX) != 0 && errno == EINTR)
         ;
@@ -469,8 +481,7 @@ static CUresult claim_slot(void)
             if (!__atomic_compare_exchange_n(&slot->pid, &expected, KREX_SIM_SLOT_BUSY, false,
                                              __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
                 continue;
-            memset(slot->active, 0, sizeof slot->active);
-            memset(slot->mem_used, 0, sizeof slot->mem_used);
+            clear_counters(slot);
             slot->lock_word = 0;
             slot->locker_pid = 0;
             slot->in_call = 0;
