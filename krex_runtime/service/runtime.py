@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from krex_runtime.node import access
-from krex_runtime.node.config import Config, listen_address
+from krex_runtime.node.config import Config, listen_address, resolve_run_dir
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.service import handlers
 from krex_runtime.service import node as node_build
@@ -34,7 +34,7 @@ from krex_runtime.service.notify import Notifier
 from krex_runtime.service.server import ControlServer
 from krex_runtime.service.watchdog import Watchdog
 from krex_runtime.wire import endpoints, events
-from krex_runtime.wire.trace import TraceWriter
+from krex_runtime.wire.trace import TraceWriter, check_trace_path
 
 if TYPE_CHECKING:
     from krex_runtime.telemetry.prometheus import MetricsServer
@@ -68,6 +68,7 @@ class RuntimeService:
             loop.add_signal_handler(sig, self.request_stop, signal.Signals(sig).name)
         with contextlib.ExitStack() as made:
             made.callback(self.notifier.close)
+            self._check_trace_path()  # before anything is made: a FIFO there would block the start for good
             host = prepare(self.config, self.gpus)
             made.callback(host.release)
             if self.config.runtime.watchdog:  # from here on a death of this process is undone (service/watchdog.py)
@@ -193,8 +194,18 @@ class RuntimeService:
             await zygotes.shutdown()
         event_log.emit(events.RuntimeStopped())
 
+    def _trace_path(self, run_dir: Path) -> Path:
+        return Path(self.config.runtime.trace_path) if self.config.runtime.trace_path else run_dir / "trace.jsonl"
+
+    def _check_trace_path(self) -> None:
+        path = self._trace_path(resolve_run_dir(self.config))
+        try:
+            check_trace_path(path)
+        except OSError as exc:
+            raise StartupError(f"cannot write the trace {path}: {exc.strerror or exc}") from None
+
     def _open_trace(self, host: Host) -> TraceWriter:
-        path = Path(self.config.runtime.trace_path) if self.config.runtime.trace_path else host.run_dir / "trace.jsonl"
+        path = self._trace_path(host.run_dir)
         header = {
             "node": socket.gethostname(),
             "started_at": time.time(),

@@ -15,9 +15,11 @@ says so when it is a torn last line).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +45,30 @@ class TraceError(Exception):
     """A trace that cannot be read; the message names the file and line."""
 
 
+# What a trace path may be instead of a regular file, as the refusal names it.
+_NOT_A_FILE = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+               stat.S_IFDIR: "a folder", stat.S_IFSOCK: "a socket"}
+
+
+def not_a_trace_file(mode: int) -> str | None:
+    """What a file of this st_mode is when it cannot be a trace (None: a
+    regular file). A FIFO would block the writer's open until someone reads
+    it, a device takes what is written (or does something on open)."""
+    return None if stat.S_ISREG(mode) else _NOT_A_FILE.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def check_trace_path(path: Path) -> None:
+    """OSError, with a reason to show, unless `path` is a regular file or
+    does not exist yet (a symbolic link counts as what it points to)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    kind = not_a_trace_file(mode)
+    if kind is not None:
+        raise OSError(errno.EINVAL, f"it is {kind}, not a regular file")
+
+
 class TraceWriter:
     """Appends events, one whole line per write to an O_APPEND descriptor.
 
@@ -59,6 +85,7 @@ class TraceWriter:
         """Raises OSError when the trace cannot be created; an earlier trace at
         `path` becomes the next numbered segment first, never truncated."""
         path.parent.mkdir(parents=True, exist_ok=True)
+        check_trace_path(path)
         self.path = path
         self.rotate_bytes = rotate_bytes  # 0: never rotate
         if path.exists() and path.stat().st_size > 0:
@@ -78,7 +105,15 @@ class TraceWriter:
         self._write_owed()
 
     def _open_live(self) -> int:
-        return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        """The live file, opened without ever blocking: a FIFO put at the path
+        meanwhile fails (ENXIO without a reader) or is refused once open."""
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK,
+                     0o644)
+        kind = not_a_trace_file(os.fstat(fd).st_mode)
+        if kind is not None:
+            os.close(fd)
+            raise OSError(errno.EINVAL, f"it is {kind}, not a regular file")
+        return fd
 
     def write(self, record: dict[str, Any]) -> None:
         # Each event tries again (a failing write costs one syscall), so nothing

@@ -1,0 +1,53 @@
+"""What a runtime refuses before it serves, each in one line with exit 125,
+leaving nothing behind (no sockets, claims, cgroups or processes): a trace
+path that is no regular file, and config values that would break the node
+or its tenants."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from krex_runtime.testing import hygiene
+from krex_runtime.testing.local_runtime import Runtime, command
+
+
+def _start_fails(rt: Runtime, *args: str) -> str:
+    rt.root.mkdir(parents=True, exist_ok=True)
+    rt.write_config()
+    done = subprocess.run([*command("krex-runtime"), "--config", str(rt.config_path), "--sim", str(rt.sim), *args],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 125, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr  # one line, no traceback
+    return lines[0]
+
+
+def _nothing_left(rt: Runtime, before: hygiene.Baseline) -> None:
+    assert hygiene.leftovers(rt.run_dir, rt.lock_dir, before) == []
+    if rt.run_dir.exists():
+        assert not [p for p in rt.run_dir.iterdir() if p.is_socket()]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
+def test_a_trace_path_that_is_no_regular_file_is_refused(tmp_path: Path, native_built: Path, kind: str) -> None:
+    """A FIFO once blocked the start for good (the open waits for a reader),
+    deaf to SIGTERM, with the three sockets already bound."""
+    before = hygiene.baseline()
+    if kind == "fifo":
+        trace = tmp_path / "trace.fifo"
+        os.mkfifo(trace)
+        what = "a FIFO"
+    elif kind == "device":
+        trace, what = Path("/dev/null"), "a character device"
+    else:
+        trace = tmp_path / "trace.d"
+        trace.mkdir()
+        what = "a folder"
+    rt = Runtime(tmp_path / "rt", sim=1, policy="krex")
+    line = _start_fails(rt, "--trace", str(trace))
+    assert line == f"krex-runtime: cannot write the trace {trace}: it is {what}, not a regular file", line
+    _nothing_left(rt, before)
