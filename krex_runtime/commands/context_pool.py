@@ -16,14 +16,17 @@ next command needs it.
 
 A context process is replaced when it crashed, when its command timed out or
 was cancelled (its whole tree is ended), when it fails its cleanup or health
-check, when it has served `pool.max_commands` commands, and on `recycle`.
+check, when it has served `pool.max_commands` commands, on `recycle`, and
+when it misbehaves on its channel: a line it did not sign (a command inside
+it wrote on the socket), a message that is not well formed, or one it has no
+business sending now (tenant/worker_link.py). A command in a process that
+misbehaves fails; the pool never waits on such a process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import os
 import secrets
@@ -33,7 +36,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from krex_runtime.commands import cgroups, process_tree
+from krex_runtime.commands import cgroups, process_tree, worker_logs
 from krex_runtime.commands.command_process import (
     READER_DRAIN_TIMEOUT_S,
     Outcome,
@@ -47,11 +50,17 @@ from krex_runtime.commands.environment import AdmitError, TenantSetup
 from krex_runtime.node.config import PoolSection
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.node.sink import EventSink
+from krex_runtime.tenant.worker_link import hello, new_key
 from krex_runtime.wire import events
 
 log = logging.getLogger("krex.pool")
 RETRY_BASE_S, RETRY_MAX_S = 0.5, 30.0
 LINE_LIMIT = 1 << 20
+# What a context process may send next, after each message it sends (and
+# `done` once it has been given a `run`); anything else is misbehaving.
+NEXT: dict[str, set[str]] = {
+    "imported": {"ready", "failed"}, "ready": set(), "failed": set(), "done": {"clean"}, "clean": set(),
+}
 
 
 class ContextPool:
@@ -82,6 +91,7 @@ class ContextPool:
 
     def start(self) -> None:
         self._log_dir.mkdir(parents=True, exist_ok=True)
+        worker_logs.prune(self._log_dir, "pool-", set())
         for _ in range(self.size):
             for gpu in self.gpus:
                 self._create.put_nowait(gpu)
@@ -153,6 +163,7 @@ class ContextPool:
         assert run is not None
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        worker.expect = {"done"}
         try:
             await worker.send({"type": "run", "id": command_id, "entry": entry, "cwd": cwd, "env": env}, [out_w, err_w])
         except OSError as exc:
@@ -173,7 +184,7 @@ class ContextPool:
             {message, worker.exited, cancelled}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
         )
         reply = message.result() if message in done else None
-        if reply is not None and reply.get("type") == "done":
+        if reply is not None:  # `done`: nothing else passes the channel now
             worker.served += 1
             outcome = Outcome(reply["state"], reply["exit_code"], reply["signal"], reply["reason"])
             # The entry point returned: its command's end. What it started gets the grace.
@@ -181,15 +192,13 @@ class ContextPool:
                                                run.cancelled)
             process_tree.kill_all(self._leftovers(worker, command_id))  # as with a process command
             self._after_command(worker, command_id)
-        elif message in done or worker.exited in done:
-            returncode = await worker.exited
-            outcome = outcome_of(returncode)
-            self._retire(worker, "exited", f"context process ended with its command ({describe_exit(returncode)})")
-        elif cancelled in done:
+        elif run.cancelled.is_set():
             returncode = await self._end_tree(worker)
             outcome = Outcome(run.state, None, signal_of(returncode), run.reason)
             why = "recycled by operator" if run.cause == "recycled" else f"its command was cancelled ({run.reason})"
             self._retire(worker, run.cause, why)
+        elif message in done or worker.exited in done:
+            outcome = await self._channel_ended(worker)
         else:
             returncode = await self._end_tree(worker)
             outcome = Outcome("timeout", None, signal_of(returncode), f"exceeded its {timeout_s:g} s limit")
@@ -200,6 +209,19 @@ class ContextPool:
         for r in readers:
             r.cancel()
         return outcome
+
+    async def _channel_ended(self, worker: ContextWorker) -> Outcome:
+        """Its channel ended while its command ran: it died (crashed, os._exit),
+        or something in it closed the socket and it lives on (ended here)."""
+        try:
+            returncode = await asyncio.wait_for(asyncio.shield(worker.exited), self.kill_grace_s)
+        except asyncio.TimeoutError:
+            returncode = await self._end_tree(worker)
+            why = "its context process closed its control channel while the command ran"
+            self._retire(worker, "misbehaved", why)
+            return Outcome("failed", None, signal_of(returncode), why)
+        self._retire(worker, "exited", f"context process ended with its command ({describe_exit(returncode)})")
+        return outcome_of(returncode)
 
     def _after_command(self, worker: ContextWorker, command_id: str) -> None:
         worker.state, worker.job_id, worker.run = "cleaning", None, None
@@ -272,11 +294,14 @@ class ContextPool:
         cgroup = slice_.create(worker_id) if slice_ is not None else None
         runtime_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         spec = {
-            "control_fd": worker_end.fileno(),
             "preload": list(self.settings.preload),
             "context": self._context_kind(gpu),
             "health_check": self.settings.health_check,
         }
+        # Its channel is its stdin and its first line: nothing of it on the
+        # command line, where a command inside could read it in /proc.
+        key = new_key()
+        runtime_end.sendall(hello(key, spec))
         log_file = (self._log_dir / f"{worker_id}.log").open("ab")
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -284,14 +309,12 @@ class ContextPool:
                 "-P",
                 "-m",
                 "krex_runtime.tenant.context_worker",
-                json.dumps(spec),
-                stdin=asyncio.subprocess.DEVNULL,
+                stdin=worker_end,
                 stdout=log_file,
                 stderr=log_file,
                 cwd="/",
                 env=self._setup.env.build(worker_id, tenant_id, {}, gpu, identity),
                 start_new_session=True,
-                pass_fds=(worker_end.fileno(),),
                 preexec_fn=child_setup(cgroup, self._setup.cores_of(gpu_index), self._setup.run_as_for(identity)),
             )
         except OSError as exc:
@@ -305,9 +328,9 @@ class ContextPool:
             log_file.close()
         reader, writer = await asyncio.open_unix_connection(sock=runtime_end, limit=LINE_LIMIT)
         worker = ContextWorker(worker_id, gpu_index, tenant_id, cgroup, proc, runtime_end, reader, writer,
-                               asyncio.create_task(proc.wait()), identity=identity)
+                               asyncio.create_task(proc.wait()), identity=identity, key=key)
         self.workers[worker_id] = worker
-        self._spawn(worker.listen())
+        self._spawn(self._listen(worker))
         worker.exited.add_done_callback(lambda _t: self._on_exit(worker))
         self._emit(events.PoolWorkerStarted(gpu=gpu_index, worker=worker_id, pid=proc.pid, tenant_id=tenant_id))
         reply = await worker.next_message(self.settings.start_timeout_s)
@@ -341,6 +364,25 @@ class ContextPool:
                     self._log_dir / f"{worker_id}.log")
         self._failures[gpu_index] += 1
         self._retire(worker, "start_failed", why)
+
+    async def _listen(self, worker: ContextWorker) -> None:
+        """Pass its messages to whoever waits on them; replace it at the first
+        one it had no business sending, or one that is not its own."""
+        async for msg in worker.messages():
+            if msg["type"] not in worker.expect:
+                worker.misbehaved = f"an unexpected {msg['type']!r} message (while {worker.state})"
+                break
+            worker.expect = NEXT[msg["type"]]
+            worker.inbox.put_nowait(msg)
+        if worker.misbehaved and worker.state != "retired":
+            log.warning("context process %s misbehaved on its control channel: %s", worker.id, worker.misbehaved)
+            why = f"misbehaved on its control channel: {worker.misbehaved}"
+            if worker.state == "warming":
+                self._failures[worker.gpu] += 1
+                self._retire(worker, "start_failed", why)
+            else:
+                self._retire(worker, "misbehaved", why)
+        worker.inbox.put_nowait(None)
 
     def _cannot_start(self, gpu: int, why: str) -> None:
         log.error("cannot start a context process on GPU %d: %s", gpu, why)
@@ -386,6 +428,7 @@ class ContextPool:
         if worker.cgroup is not None:
             await asyncio.to_thread(cgroups.kill_and_remove, worker.cgroup)
         self._setup.dismiss(worker.gpu, worker.tenant_id, worker.identity)
+        worker_logs.prune(self._log_dir, "pool-", set(self.workers))
 
     def _on_exit(self, worker: ContextWorker) -> None:
         """A context process that dies while idle (killed from outside) is replaced."""

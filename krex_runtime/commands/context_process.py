@@ -1,6 +1,10 @@
 """One context process as the runtime sees it: its handle, the pooled command
 it runs now, and its control channel (one JSON line per message, with the
-command's output pipes passed as descriptors)."""
+command's output pipes passed as descriptors). Each line the process sends
+is checked (tenant/worker_link.py): signed with its key, in sequence, one of
+its messages with every field of its type. The first line that is not ends
+the listening: the pool replaces the process (it is misbehaving, or a
+command inside it wrote on its socket)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from krex_runtime.commands.identities import Identity
+from krex_runtime.tenant.worker_link import CONTEXT_MESSAGES, LinkError, Verifier
 
 log = logging.getLogger("krex.pool")
 
@@ -36,6 +41,9 @@ class ContextWorker:
     retire_after: str = ""  # set by `recycle`: replace once the current command is done
     inbox: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
     identity: Identity | None = None  # tenants.uid_range: the uid it (and every command it runs) runs as
+    key: bytes = b""  # what its lines are signed with (worker_link)
+    expect: set[str] = field(default_factory=lambda: {"imported", "ready", "failed"})  # what it may send next
+    misbehaved: str = ""  # why its channel was given up, when it was
 
     @property
     def pid(self) -> int:
@@ -43,16 +51,23 @@ class ContextWorker:
 
     # --- its control channel ------------------------------------------------------
 
-    async def listen(self) -> None:
+    async def messages(self) -> Any:
+        """Each message it sends, checked; ends at EOF. Sets `misbehaved` and
+        ends at the first line that is not its own well-formed message."""
+        verifier = Verifier(self.key, CONTEXT_MESSAGES)
         try:
             while line := await self.reader.readline():
+                if not line.endswith(b"\n"):
+                    break  # EOF inside a line
                 try:
-                    self.inbox.put_nowait(json.loads(line))
-                except json.JSONDecodeError:
-                    log.warning("context process %s sent a bad line: %r", self.id, line[:200])
-        except (ConnectionError, ValueError):
+                    yield verifier.check(line)
+                except LinkError as exc:
+                    self.misbehaved = str(exc)
+                    return
+        except ValueError:  # a line over the limit
+            self.misbehaved = "a line over the length limit"
+        except ConnectionError:
             pass
-        self.inbox.put_nowait(None)
 
     async def next_message(self, timeout_s: float) -> dict[str, Any] | None:
         """The next message, or None when the process died or went quiet for `timeout_s`."""

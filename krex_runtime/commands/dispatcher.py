@@ -7,6 +7,11 @@ only; a command that may go anywhere takes the least-loaded GPU
 with a free slot, and when none is free it holds back everything behind it.
 The policy sets the slots: `command` allows one command per GPU (the
 exclusive baseline), `ungated` and `krex` allow `slots_per_gpu`.
+
+A pooled or forked command also waits for a process the runtime makes (an
+idle context process, a ready zygote); it never waits longer than its own
+time limit: still queued when the limit runs out, it ends as `timeout` with
+a reason that says what it waited for.
 """
 
 from __future__ import annotations
@@ -89,6 +94,7 @@ class Dispatcher:
         self.paused_node = False
         self.paused_gpus: set[int] = set()
         self.closed = False
+        self._queue_deadlines: dict[str, asyncio.TimerHandle] = {}  # pooled and forked commands still queued
         self._emit = sink.emit
         self._setup = setup
         self._tenants = tenants
@@ -177,6 +183,9 @@ class Dispatcher:
                 lease=job.lease, mode=job.mode, share=job.share,
             )
         )
+        if mode in ("pooled", "forked"):
+            loop = asyncio.get_running_loop()
+            self._queue_deadlines[job.id] = loop.call_later(job.timeout_s, self._queued_too_long, job)
         self.pump()
         return job
 
@@ -254,6 +263,26 @@ class Dispatcher:
             return self.zygotes is not None and self.zygotes.ready(gpu) is not None
         return job.mode != "pooled" or (self.pool is not None and self.pool.has_idle(gpu))
 
+    def _queued_too_long(self, job: Job) -> None:
+        """A pooled or forked command still queued at its time limit ends, never outliving it."""
+        self._queue_deadlines.pop(job.id, None)
+        if job.state != "queued" or job not in self.queue:
+            return  # started, cancelled or refused meanwhile
+        self.queue.remove(job)
+        reason = f"still queued when its {job.timeout_s:g} s limit ran out ({self._waiting_for(job)})"
+        self._finish(job, Outcome("timeout", None, None, reason), "timeout", started=False)
+
+    def _waiting_for(self, job: Job) -> str:
+        gpus = [job.gpu_request] if job.gpu_request is not None else sorted(self.gpus)
+        where = f"GPU {gpus[0]}" if len(gpus) == 1 else "any GPU"
+        if self.paused_node or all(g in self.paused_gpus | self.leased_gpus for g in gpus):
+            return f"admission paused or leased on {where}"
+        if all(self._load(g) >= self.slots for g in gpus):
+            return f"no free slot on {where}"
+        if job.mode == "pooled":
+            return f"no context process of {where} became idle"
+        return f"no zygote of {where} became ready"
+
     def _refuse_forked(self, job: Job) -> bool:
         """A queued forked command whose zygote refused to serve fails with its reason
         (only a change of configuration can make that zygote serve)."""
@@ -288,6 +317,9 @@ class Dispatcher:
         return job
 
     def _start(self, job: Job, gpu_index: int) -> None:
+        deadline = self._queue_deadlines.pop(job.id, None)
+        if deadline is not None:
+            deadline.cancel()
         gpu = self.gpus[gpu_index]
         job.state, job.gpu = "running", gpu_index
         worker = None

@@ -8,7 +8,10 @@ module leaves it unsafe to fork (a thread started, the driver initialised):
 that refusal is final, it says which module and why, and forked commands are
 then refused with the same words. A zygote that dies is started again, with
 growing pauses if it keeps failing; the commands it had forked fail and
-their trees are ended.
+their trees are ended. So does one that misbehaves on its channel: a line it
+did not sign, one that is not one of its messages, well formed
+(tenant/worker_link.py). Its logs are pruned like the context processes'
+(commands/worker_logs.py).
 
 The zygote itself is not a tenant: it never uses the GPU, takes no slot and
 is never frozen. Its children are, each as its own command
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from krex_runtime.commands import cgroups, process_tree
+from krex_runtime.commands import cgroups, process_tree, worker_logs
 from krex_runtime.commands.command_process import child_setup
 from krex_runtime.commands.context_process import describe_exit
 from krex_runtime.commands.environment import TenantSetup
@@ -37,6 +40,7 @@ from krex_runtime.commands.forked_process import ZygoteLink
 from krex_runtime.node.config import PoolSection
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.node.sink import EventSink
+from krex_runtime.tenant.worker_link import ZYGOTE_MESSAGES, LinkError, Verifier, hello, new_key
 from krex_runtime.wire import events
 
 log = logging.getLogger("krex.zygote")
@@ -114,6 +118,7 @@ class Zygotes:
 
     def start(self) -> None:
         self._log_dir.mkdir(parents=True, exist_ok=True)
+        worker_logs.prune(self._log_dir, "zygote-", set())
         for gpu in self.gpus:
             self._spawn(self._start(gpu))
 
@@ -169,17 +174,19 @@ class Zygotes:
         slice_ = self._setup.cgroups
         cgroup = slice_.create(zygote_id) if slice_ is not None else None
         runtime_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        spec = {"control_fd": zygote_end.fileno(), "preload": list(self.settings.preload)}
+        # Its channel is its stdin and its first line (the spec and its key):
+        # nothing of it on the command line.
+        key = new_key()
+        runtime_end.sendall(hello(key, {"preload": list(self.settings.preload)}))
         log_file = (self._log_dir / f"{zygote_id}.log").open("ab")
         try:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-P", "-m", "krex_runtime.tenant.zygote", json.dumps(spec),
-                stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file, cwd="/",
+                sys.executable, "-P", "-m", "krex_runtime.tenant.zygote",
+                stdin=zygote_end, stdout=log_file, stderr=log_file, cwd="/",
                 # Not a tenant: no tenant id, so no region token either; each
                 # child gets its own with the command's environment.
                 env=self._setup.env.build(zygote_id, None, {}, gpu),
                 start_new_session=True,
-                pass_fds=(zygote_end.fileno(),),
                 preexec_fn=child_setup(cgroup, self._setup.cores_of(gpu_index), self._zygote_run_as()),
             )
         except OSError as exc:
@@ -199,7 +206,7 @@ class Zygotes:
         z.link.send = z.send
         self.current[gpu_index] = z
         first: asyncio.Future[dict[str, Any] | None] = asyncio.get_running_loop().create_future()
-        self._spawn(self._listen(z, reader, first))
+        self._spawn(self._listen(z, reader, first, Verifier(key, ZYGOTE_MESSAGES)))
         exited.add_done_callback(lambda _t: self._on_exit(z))
         self._emit(events.ZygoteStarted(gpu=gpu_index, zygote=zygote_id, pid=proc.pid))
         try:
@@ -233,20 +240,34 @@ class Zygotes:
         self._failures[gpu_index] += 1
         self._retire(z, why, replace=True)
 
-    async def _listen(self, z: ZygoteProcess, reader: asyncio.StreamReader, first: asyncio.Future[Any]) -> None:
+    async def _listen(
+        self, z: ZygoteProcess, reader: asyncio.StreamReader, first: asyncio.Future[Any], verifier: Verifier,
+    ) -> None:
+        why = ""
         try:
             while line := await reader.readline():
-                try:
-                    msg = json.loads(line)
-                except json.JSONDecodeError:
-                    log.warning("zygote %s sent a bad line: %r", z.id, line[:200])
-                    continue
+                if not line.endswith(b"\n"):
+                    break  # EOF inside a line
+                msg = verifier.check(line)
                 if not first.done():
+                    if msg["type"] not in ("ready", "failed"):
+                        raise LinkError(f"an unexpected {msg['type']!r} message before it was ready")
                     first.set_result(msg)
+                elif msg["type"] in ("ready", "failed"):
+                    raise LinkError(f"a second {msg['type']!r} message")
                 else:
-                    z.link.deliver(msg)
-        except (ConnectionError, ValueError):
+                    z.link.deliver(msg)  # one about a run that ended already (a late report) is dropped
+        except LinkError as exc:
+            why = str(exc)
+        except ValueError:
+            why = "a line over the length limit"
+        except ConnectionError:
             pass
+        if why:
+            log.warning("zygote %s misbehaved on its control channel: %s", z.id, why)
+            if z.state == "starting":
+                self._failures[z.gpu] += 1
+            self._retire(z, f"misbehaved on its control channel: {why}", replace=True)
         if not first.done():
             first.set_result(None)
 
@@ -297,6 +318,7 @@ class Zygotes:
         z.writer.close()
         if z.cgroup is not None:
             await asyncio.to_thread(cgroups.kill_and_remove, z.cgroup)
+        worker_logs.prune(self._log_dir, "zygote-", {z.id for z in self.current.values()})
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)

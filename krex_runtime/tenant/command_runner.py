@@ -116,12 +116,14 @@ def _run_entry(entry: dict[str, Any], env: dict[str, str]) -> None:
 def run_command(msg: dict[str, Any], fds: list[int], worker_pid: int, join_threads: bool = False) -> dict[str, Any]:
     """Run one command with fds as its stdout and stderr; the `done` message.
     `join_threads`: wait for its non-daemon threads before its exit handlers,
-    as the interpreter does at exit (a forked child, which then exits; a
-    context process instead retires when a command leaves one running)."""
+    as the interpreter does at exit (a forked child, which then exits, so
+    its fds 1 and 2 are not kept to be put back either: the command sees only
+    its own descriptors; a context process instead retires when a command
+    leaves a thread running)."""
     entry, env = msg["entry"], msg["env"]
     sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
+    saved = None if join_threads else (os.dup(1), os.dup(2))
     os.dup2(fds[0], 1)
     os.dup2(fds[1], 2)
     for fd in fds:
@@ -168,10 +170,11 @@ def run_command(msg: dict[str, Any], fds: list[int], worker_pid: int, join_threa
         atexit._clear()
         _flush()
         sys.stdout, sys.stderr = outer
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        os.close(saved[0])
-        os.close(saved[1])
+        if saved is not None:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
     return {"type": "done", "state": state, "exit_code": exit_code, "signal": sig, "reason": reason}
 
 

@@ -3,9 +3,13 @@
 The child starts as a copy of the zygote (its imports done, CUDA untouched)
 and becomes the command's own process:
   1. its own session (the runtime signals the command's process group);
-  2. the zygote's descriptors closed: its control socket, its other children's
-     pidfds; with `tenants.uid_range`, the command's own uid taken (`become`:
-     the zygote keeps the runtime's uid for this);
+  2. every descriptor but its own closed (`close_inherited`): its stdout and
+     stderr become the command's pipes, stdin /dev/null, and nothing else of
+     the zygote's stays open (its control socket, whose key the zygote wiped
+     before calling here, its other children's pidfds, its log, which fds 1
+     and 2 were, and whatever a preloaded module opened); made dumpable again
+     (the zygote is not); with `tenants.uid_range`, the command's own uid
+     taken (`become`: the zygote keeps the runtime's uid for this);
   3. it waits for the runtime's go (one byte on the go pipe): the runtime has
      moved it into the command's cgroup by then, so nothing of the command
      runs outside it. EOF instead means the runtime gave up on it: exit 125;
@@ -46,15 +50,12 @@ from krex_runtime.tenant.framework_state import frameworks, reseed_all
 PR_SET_DUMPABLE = 4
 
 
-def run_child(msg: dict[str, Any], fds: list[int], zygote_fds: list[int]) -> None:
+def run_child(msg: dict[str, Any], fds: list[int]) -> None:
     """Never returns: the process exits with the command's status."""
-    out_w, err_w, go_r = fds
     os.setsid()
-    for fd in zygote_fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+    out_w, err_w, go_r = close_inherited(fds)
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+    _prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
     if "identity" in msg:
         become(msg["identity"])
     try:
@@ -73,6 +74,28 @@ def run_child(msg: dict[str, Any], fds: list[int], zygote_fds: list[int]) -> Non
     os._exit(code if code is not None else 127)
 
 
+def close_inherited(fds: list[int]) -> list[int]:
+    """Keep only the command's own descriptors: `fds` (stdout, stderr and the
+    go pipe's read end, returned at their new numbers), with stdout and
+    stderr also as fds 1 and 2 and /dev/null as fd 0. Everything else the
+    zygote had open is closed."""
+    out_w, err_w, go_r = fds
+    os.dup2(out_w, 1)
+    os.dup2(err_w, 2)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    moved = [os.dup(fd) for fd in (out_w, err_w, go_r)]  # above 2, whatever their numbers were
+    keep = {0, 1, 2, *moved}
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the listing's own descriptor, closed by now
+    return moved
+
+
 def become(identity: dict[str, Any]) -> None:
     """With a uid per tenant: the command's own uid, before anything of it runs
     (the zygote kept the runtime's for this). A child that cannot is not run."""
@@ -84,7 +107,7 @@ def become(identity: dict[str, Any]) -> None:
     except (OSError, KeyError, TypeError, ValueError):
         os._exit(126)
     # A process whose uid changed is not dumpable: its /proc files stay the
-    # runtime's. It holds nothing of the runtime's now, so it is made its own
-    # uid's again (as a process started by that uid would be).
+    # runtime's. It holds nothing of the runtime's now (close_inherited), so
+    # it is made its own uid's again (as a process started by that uid would be).
     _prctl = ctypes.CDLL(None, use_errno=True).prctl
     _prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)

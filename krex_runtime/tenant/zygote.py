@@ -1,16 +1,21 @@
 """The main of a zygote: the per-GPU parent of forked-mode commands.
 
-The runtime starts this module (`python -P -m krex_runtime.tenant.zygote
-SPEC`) like a context process: its GPU's tenant environment (the interception
-library preloaded), a cgroup of its own, its cores and user, a control socket
-inherited as a file descriptor. It imports the configured modules once,
+The runtime starts this module (`python -P -m krex_runtime.tenant.zygote`)
+like a context process: its GPU's tenant environment (the interception
+library preloaded), a cgroup of its own, its cores and user, its control
+socket as stdin, whose first line brings the spec and the key the zygote
+signs its lines with (tenant/worker_link.py). It makes itself not dumpable,
+so that its children, which may run as its own uid, can neither ptrace it
+nor take its descriptors (pidfd_getfd) or read its memory; each child is
+made dumpable again. It imports the configured modules once,
 checking after each that it may still fork safely (tenant/fork_safety.py:
 single-threaded, CUDA driver not initialised), reports `ready`, then forks one
 child per `fork` message. It never touches CUDA and never runs a command
 itself; each child is a fresh process that creates its own context
 (tenant/forked_child.py).
 
-Control messages are JSON lines:
+Control messages are JSON lines (the zygote's signed, worker_link.ZYGOTE_MESSAGES):
+    runtime -> zygote:  {"type": "hello", "key", "spec"}             (first)
     zygote -> runtime:  {"type": "ready", "import_s", "modules"}
                         {"type": "failed", "reason"}                (start-up)
     runtime -> zygote:  {"type": "fork", "id", "entry", "cwd", "env"}
@@ -30,23 +35,19 @@ before that.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import importlib
-import json
 import os
 import select
-import socket
 import sys
 import time
 import traceback
 from typing import Any
 
 from krex_runtime.tenant import fork_safety
-from krex_runtime.tenant.forked_child import run_child
-
-
-def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
-    sock.sendall(json.dumps(msg).encode() + b"\n")
+from krex_runtime.tenant.forked_child import PR_SET_DUMPABLE, run_child
+from krex_runtime.tenant.worker_link import Link
 
 
 def preload(modules: list[str]) -> None:
@@ -60,50 +61,42 @@ def preload(modules: list[str]) -> None:
 
 
 class Zygote:
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
+    def __init__(self, link: Link) -> None:
+        self.link = link
         self.poll = select.poll()
-        self.poll.register(sock.fileno(), select.POLLIN)
+        self.poll.register(link.fileno(), select.POLLIN)
         self.children: dict[int, tuple[str, int]] = {}  # pidfd -> (command id, pid)
-        # Several fork messages may be on their way at once: bytes are split
-        # into lines here, and each message's 3 descriptors, which travel with
-        # its first bytes, are taken in the order they came.
-        self.buf = bytearray()
-        self.fds: list[int] = []
-
-    def own_fds(self) -> list[int]:
-        """What a child must not keep: the zygote's channel and its other children's pidfds."""
-        return [self.sock.fileno(), *self.children]
 
     def serve(self) -> None:
         while True:
             for fd, _events in self.poll.poll():
-                if fd == self.sock.fileno():
+                if fd == self.link.fileno():
                     self.read()
                 else:
                     self.reap(fd)
 
     def read(self) -> None:
-        data, fds, _flags, _addr = socket.recv_fds(self.sock, 1 << 16, 16)
-        if not data:
-            os._exit(0)  # the runtime is gone; the children are in its cgroups
-        self.buf += data
-        self.fds += fds
-        while (end := self.buf.find(b"\n")) >= 0:
-            line = bytes(self.buf[:end])
-            del self.buf[: end + 1]
-            mine, self.fds = self.fds[:3], self.fds[3:]
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                msg = {}
-            self.handle(msg, mine)
+        # Several fork messages may be on their way at once: each one's 3
+        # descriptors, which travel with its first bytes, are taken in the
+        # order they came; lines already read are handled before polling again.
+        while True:
+            msg, fds = self.link.receive(take=3)
+            if msg is None:
+                os._exit(0)  # the runtime is gone; the children are in its cgroups
+            self.handle(msg, fds)
+            if not self.link.pending():
+                return
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        self.link.send(msg)
 
     def handle(self, msg: dict[str, Any], fds: list[int]) -> None:
         if msg.get("type") != "fork" or len(fds) != 3:
             for fd in fds:
                 os.close(fd)
-            _send(self.sock, {"type": "fork_failed", "id": msg.get("id"), "reason": "bad fork message"})
+            command_id = msg.get("id")
+            self._send({"type": "fork_failed", "id": command_id if isinstance(command_id, str) else None,
+                        "reason": "bad fork message"})
             return
         # Whatever the zygote's own streams hold is written once, by the zygote.
         sys.stdout.flush()
@@ -113,11 +106,12 @@ class Zygote:
         except OSError as exc:
             for fd in fds:
                 os.close(fd)
-            _send(self.sock, {"type": "fork_failed", "id": msg["id"], "reason": f"fork failed: {exc.strerror}"})
+            self._send({"type": "fork_failed", "id": msg["id"], "reason": f"fork failed: {exc.strerror}"})
             return
         if pid == 0:
             try:
-                run_child(msg, fds, self.own_fds())
+                self.link.forget()  # its key wiped, its socket closed: the child cannot speak for the zygote
+                run_child(msg, fds)
             finally:
                 os._exit(70)  # never back into the zygote's loop
         for fd in fds:
@@ -125,36 +119,37 @@ class Zygote:
         pidfd = os.pidfd_open(pid)
         self.children[pidfd] = (msg["id"], pid)
         self.poll.register(pidfd, select.POLLIN)
-        _send(self.sock, {"type": "forked", "id": msg["id"], "pid": pid})
+        self._send({"type": "forked", "id": msg["id"], "pid": pid})
 
     def reap(self, pidfd: int) -> None:
         command_id, pid = self.children.pop(pidfd)
         self.poll.unregister(pidfd)
         os.close(pidfd)
         _, status = os.waitpid(pid, 0)
-        _send(self.sock, {"type": "exited", "id": command_id, "pid": pid, "status": status})
+        self._send({"type": "exited", "id": command_id, "pid": pid, "status": status})
 
 
 def main() -> None:
-    spec = json.loads(sys.argv[1])
-    sock = socket.socket(fileno=spec["control_fd"])
-    sock.setblocking(True)
+    link, spec = Link.from_stdin()
+    # Not dumpable: a child running as this uid cannot ptrace the zygote, take
+    # its descriptors or read its memory (each child is made dumpable again).
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     t0 = time.monotonic()
     try:
         preload(list(spec["preload"]))
     except fork_safety.UnsafePreload as exc:
-        _send(sock, {"type": "failed", "reason": f"unsafe preload: {exc}"})
+        link.send({"type": "failed", "reason": f"unsafe preload: {exc}"})
         os._exit(1)
     except BaseException as exc:
         traceback.print_exc()
-        _send(sock, {"type": "failed", "reason": str(exc)})
+        link.send({"type": "failed", "reason": str(exc)})
         os._exit(1)
     # What the imports made lives as long as the process: kept out of the
     # collector's reach, a child's collections do not touch (and so copy) its pages.
     gc.collect()
     gc.freeze()
-    _send(sock, {"type": "ready", "import_s": time.monotonic() - t0, "modules": list(spec["preload"])})
-    Zygote(sock).serve()
+    link.send({"type": "ready", "import_s": time.monotonic() - t0, "modules": list(spec["preload"])})
+    Zygote(link).serve()
 
 
 if __name__ == "__main__":
