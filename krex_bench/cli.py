@@ -53,6 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--gpu", type=int, default=0, help="GPU index to run on (default 0)")
     run.add_argument("--sim", action="store_true", help="one simulated GPU and simulated candidates (no torch)")
     run.add_argument("--scale", type=float, default=1.0, help="share of each problem's candidates, in (0, 1]")
+    run.add_argument(
+        "--suite", type=Path, default=None,
+        help="a folder of problems in KernelBench's format (a Model, get_inputs and get_init_inputs per file; your own "
+        "checkout, e.g. KernelBench/level1) to run instead of the built-in workload (krex_bench/suite.py)",
+    )  # fmt: skip
+    run.add_argument("--suite-problems", default="", help="comma-separated stems or their leading numbers (default: all)")
+    run.add_argument("--suite-trials", type=int, default=30, help="timed trials per suite command (default 30)")
     run.add_argument("--problems", default="", help="comma-separated problems (default: all; see `krex bench list`)")
     run.add_argument("--concurrency", default="4,8,16", help="comma-separated concurrencies (default 4,8,16)")
     run.add_argument(
@@ -71,10 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--budget-s", type=float, default=0.0, help="start no setup after this many seconds (native and its repeat always run)"
     )
     run.add_argument(
-        "--settle-s", type=float, default=0.0,
-        help="krex setups wait up to this long at region entry for the GPU's clock and power state to settle "
-        "(regions.settle_max_s; default 0: grant at once)",
+        "--settle-s", default="",
+        help="comma-separated values of regions.settle_max_s (how long an entry may wait for the power state the "
+        "drained tenants left to clear); each krex variant runs once per value (default: once, with the runtime's "
+        "default)",
     )  # fmt: skip
+    run.add_argument("--canary-too", action="store_true",
+                     help="each krex variant runs once more with telemetry.canary on (off by default)")
     run.add_argument(
         "--settle-long-s", default="0.5",
         help="comma-separated; krex setups: candidates whose kernel takes at least 5 ms ask their own region to "
@@ -198,13 +208,12 @@ def main(argv: list[str] | None = None) -> int:
         concurrency = tuple(int(c) for c in args.concurrency.split(",") if c)
         named = {"all": setups.VARIANTS, "none": ()}
         variants = named[args.variants] if args.variants in named else tuple(args.variants.split(","))
-        if not 0 <= args.settle_s <= 10:
-            raise ValueError(f"--settle-s must be within [0, 10] seconds, got {args.settle_s}")
+        settles: tuple[float | None, ...] = _seconds(args.settle_s, "--settle-s") or (None,)
         longs = _seconds(args.settle_long_s, "--settle-long-s") or (0.0,)
         gaps: tuple[float | None, ...] = _seconds(args.gap_s, "--gap-s") or (None,)
         plan = setups.matrix(
-            concurrency, variants, native=args.native, ungated=not args.no_ungated, settle_s=args.settle_s, gaps=gaps,
-            settle_longs=longs,
+            concurrency, variants, native=args.native, ungated=not args.no_ungated, settles=settles, gaps=gaps,
+            settle_longs=longs, canary_too=args.canary_too,
         )
         tolerance = _tolerance(args.clock_tolerance)
         _has_native_runs(args.native, args.merge)
@@ -215,7 +224,11 @@ def main(argv: list[str] | None = None) -> int:
         opts = runner.Options(
             gpu=args.gpu, sim=args.sim, scale=args.scale, problems=problems, seed=args.seed,
             budget_s=args.budget_s, keep=args.keep, root=args.work_dir, watch_clock_ms=args.watch_clock_ms,
+            suite=args.suite, suite_problems=[p for p in args.suite_problems.split(",") if p] or None,
+            suite_trials=args.suite_trials,
         )  # fmt: skip
+        if not 1 <= args.suite_trials <= 10_000:
+            raise ValueError(f"--suite-trials must be between 1 and 10000, got {args.suite_trials}")
         if not 0 <= args.watch_clock_ms <= 1000:
             raise ValueError(f"--watch-clock-ms must be between 0 (off) and 1000, got {args.watch_clock_ms}")
         runner.commands(opts)  # a bad scale is reported before anything starts

@@ -20,12 +20,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from krex_bench import workload
+from krex_bench import suite, workload
 from krex_bench.setups import Setup
+from krex_runtime.node.config import TelemetrySection
 from krex_runtime.testing.local_runtime import Runtime
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 COMMAND_TIMEOUT_S = 600.0
+DEFAULTS = TelemetrySection()  # what a node's telemetry is without a config
 
 
 @dataclass
@@ -39,6 +41,9 @@ class Options:
     keep: bool = False
     root: Path = field(default_factory=lambda: Path("/tmp/krex-bench"))
     watch_clock_ms: int = 0  # > 0: every command samples the SM clock this often while its repeats run
+    suite: Path | None = None  # a folder of problems in KernelBench's format instead of the workload (suite.py)
+    suite_problems: list[str] | None = None  # the suite's problems to run (None: all)
+    suite_trials: int = 30  # timed trials per suite command
 
 
 class Meter(Protocol):
@@ -63,7 +68,12 @@ class NoMeter:
 
 def commands(opts: Options) -> list[workload.Candidate]:
     """The workload in submission order: problems interleaved, the same order for every setup."""
-    picked = workload.select(opts.scale, opts.problems)
+    if opts.suite is not None:
+        if opts.sim:
+            raise ValueError("--suite runs the suite's PyTorch models on a GPU; it has no simulated form (--sim)")
+        picked = suite.select(opts.suite, opts.suite_problems)
+    else:
+        picked = workload.select(opts.scale, opts.problems)
     random.Random(opts.seed).shuffle(picked)
     return picked
 
@@ -105,9 +115,11 @@ def runtime_for(setup: Setup, opts: Options, folder: Path) -> Runtime:
         )
     elif setup.mode == "forked":
         pool = f"[pool]\nzygote = true\npreload = {json.dumps(modules)}\n"
+    # The runtime's defaults but for what the setup names: a figure is quoted
+    # for the configuration a node gets without tuning.
     regions = (
         f'[regions]\ngate_backend = "{setup.gate_backend}"\nprotection = "{setup.protection}"\n'
-        f"hold_limit_s = 120.0\nsettle_max_s = {setup.settle_s}\n"
+        + (f"settle_max_s = {setup.settle_s}\n" if setup.settle_s is not None else "")
         + (f"gap_s = {setup.gap_s}\n" if setup.gap_s is not None else "")
     )
     return Runtime(
@@ -118,6 +130,9 @@ def runtime_for(setup: Setup, opts: Options, folder: Path) -> Runtime:
         visible=() if opts.sim else (opts.gpu,),
         # Baselines run their commands as they would without KREX: no interception library.
         preload=setup.kind == "krex",
+        canary=setup.canary,
+        canary_period_s=DEFAULTS.canary_period_s,  # the test harness's own is far shorter
+        canary_target_ms=DEFAULTS.canary_target_ms,
         extra_config=regions + pool,
     )
 
@@ -139,6 +154,8 @@ def wait_zygote_ready(rt: Runtime, timeout_s: float = 900.0) -> float:
 
 
 def argv_for(c: workload.Candidate, opts: Options, setup: Setup) -> list[str]:
+    if "path" in c.params:  # a suite's problem file
+        return [sys.executable, "-m", "krex_bench.suite_candidate", c.params["path"], "--trials", str(opts.suite_trials)]
     if opts.sim:  # simulated candidates have no power state to settle
         return [sys.executable, "-m", "krex_bench.sim_candidate", c.problem, c.name]
     long = ["--settle-long-s", f"{setup.settle_long_s:g}"] if setup.settle_long_s > 0 else []

@@ -35,11 +35,12 @@ class Setup:
     gate_backend: str = "preload"
     mode: str = "process"
     protection: str = "gpu+cpu"
-    settle_s: float = 0.0  # krex only: regions.settle_max_s (0: grant at once, the default)
+    settle_s: float | None = None  # krex only: regions.settle_max_s (None: the runtime's default)
     gap_s: float | None = None  # krex only: regions.gap_s (None: the runtime's default)
     # krex only: candidates whose kernel takes at least candidate.LONG_KERNEL_MS
     # ask their own region for this settle bound (region(settle_s=...)); 0: none asks.
     settle_long_s: float = 0.0
+    canary: bool = False  # krex only: telemetry.canary on (off by default)
 
     @property
     def policy(self) -> str:
@@ -55,10 +56,11 @@ class Setup:
             return self.kind
         if self.kind == "ungated":
             return f"ungated c{self.concurrency}"
-        settle = f" settle {self.settle_s:g}s" if self.settle_s > 0 else ""
+        settle = f" settle {self.settle_s:g}s" if self.settle_s is not None else ""
         gap = f" gap {self.gap_s * 1000:g}ms" if self.gap_s is not None else ""
         long = f" settle-long {self.settle_long_s:g}s" if self.settle_long_s > 0 else ""
-        return f"krex {self.variant} c{self.concurrency}{settle}{long}{gap}"
+        canary = " canary" if self.canary else ""
+        return f"krex {self.variant} c{self.concurrency}{settle}{long}{gap}{canary}"
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "label": self.label, "policy": self.policy}
@@ -66,8 +68,9 @@ class Setup:
     @staticmethod
     def from_dict(d: dict[str, Any]) -> Setup:
         return Setup(
-            d["kind"], d["concurrency"], d["gate_backend"], d["mode"], d["protection"], d.get("settle_s", 0.0), d.get("gap_s"),
-            d.get("settle_long_s", 0.0),
+            d["kind"], d["concurrency"], d["gate_backend"], d["mode"], d["protection"],
+            d.get("settle_s"), d.get("gap_s"),  # an earlier result's 0.0 was no settle: "settle 0s" now
+            d.get("settle_long_s", 0.0), d.get("canary", False),
         )
 
 
@@ -83,13 +86,15 @@ def matrix(
     variants: tuple[str, ...] = VARIANTS,
     native: int | str = 2,
     ungated: bool = True,
-    settle_s: float = 0.0,
+    settles: tuple[float | None, ...] = (None,),
     gaps: tuple[float | None, ...] = (None,),
     settle_longs: tuple[float, ...] = (0.0,),
+    canary_too: bool = False,
 ) -> list[Setup]:
     """Native first (`native` runs: the baseline every other setup is compared
     with, then its repeat), then per concurrency ungated and each krex variant
-    (once per value of `gaps` and of `settle_longs`)."""
+    (once per value of `settles`, `gaps` and `settle_longs`; None: the runtime's
+    default), and with `canary_too` each once more with the canary on."""
     setups = [Setup(kind) for kind in NATIVE_RUNS[str(native)]]
     for c in concurrency:
         if c < 1:
@@ -98,6 +103,7 @@ def matrix(
             setups.append(Setup("ungated", c))
         for text in variants:
             backend, mode, protection = parse_variant(text)
-            setups.extend(Setup("krex", c, backend, mode, protection, settle_s, gap, long)
-                          for long in settle_longs for gap in gaps)
+            setups.extend(Setup("krex", c, backend, mode, protection, settle, gap, long, canary)
+                          for canary in ((False, True) if canary_too else (False,))
+                          for settle in settles for long in settle_longs for gap in gaps)
     return setups

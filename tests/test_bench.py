@@ -71,8 +71,11 @@ def test_the_matrix_has_every_variant_at_every_concurrency() -> None:
     assert "krex driver-lock/pooled/gpu-only c16" in labels and "krex preload/forked/gpu+cpu c16" in labels
     with pytest.raises(ValueError, match="BACKEND/MODE/PROTECTION"):
         setups.matrix((4,), ("preload/process",))
-    settled = setups.matrix((16,), ("preload/process/gpu-only",), native=0, ungated=False, settle_s=0.2)
-    assert [s.label for s in settled] == ["krex preload/process/gpu-only c16 settle 0.2s"]
+    settled = setups.matrix((16,), ("preload/process/gpu-only",), native=0, ungated=False, settles=(0.2, None))
+    assert [s.label for s in settled] == ["krex preload/process/gpu-only c16 settle 0.2s", "krex preload/process/gpu-only c16"]
+    canary = setups.matrix((16,), ("preload/process/gpu-only",), native=0, ungated=False, canary_too=True)
+    assert [s.label for s in canary] == ["krex preload/process/gpu-only c16", "krex preload/process/gpu-only c16 canary"]
+    assert setups.Setup.from_dict(canary[1].to_dict()) == canary[1]
     assert setups.Setup.from_dict(settled[0].to_dict()) == settled[0]  # merged runs keep the setting
     gaps = setups.matrix((16,), ("preload/pooled/gpu-only",), native="repeat", ungated=False, gaps=(0.0, 0.02))
     assert [s.label for s in gaps] == [
@@ -104,7 +107,8 @@ def test_bad_arguments_are_refused_before_anything_starts(tmp_path: Path) -> Non
         (["--native", "repeat"], "--native repeat needs --merge RESULTS.json with the native run"),
         (["--gap-s", "0,2"], "--gap-s values must be within [0, 1] seconds"),
         (["--clock-tolerance", "0"], "--clock-tolerance must be in (0, 1)"),
-        (["--settle-s", "-1"], "--settle-s must be within [0, 10] seconds"),
+        (["--settle-s", "0,2"], "--settle-s values must be within [0, 1] seconds"),
+        (["--suite-trials", "0"], "--suite-trials must be between 1 and 10000"),
         (["--settle-long-s", "0,2"], "--settle-long-s values must be within [0, 1] seconds"),
         (["--watch-clock-ms", "-1"], "--watch-clock-ms must be between 0 (off) and 1000"),
         (["--variants", "none", "--no-ungated", "--native", "0", "--merge", "missing.json"], "cannot read its runs"),
@@ -433,3 +437,45 @@ def test_the_slow_placements_of_an_unsteady_measurement_are_told_apart_by_what_t
     text = report.markdown({**header, **data}, summary)
     assert "krex c4 4/4 (lower clock 1, power state 1, same clock 1, unwatched 1)" in text
     assert "What the clock watch saw over the slow placements" in text
+
+
+SUITE_PROBLEM = """import torch
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+def get_inputs():
+    return [torch.rand(4)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_suite_in_kernelbench_format_is_a_workload_read_where_it_is(tmp_path: Path) -> None:
+    """krex bench run --suite DIR: every file with a Model, get_inputs and
+    get_init_inputs is one command of the suite's candidate; the files are
+    run from the folder, never copied; a selection names stems or numbers."""
+    from krex_bench import runner, suite
+
+    level = tmp_path / "level1"
+    level.mkdir()
+    for name in ("1_Double.py", "19_ReLU.py", "2_Other.py"):
+        (level / name).write_text(SUITE_PROBLEM)
+    (level / "helper.py").write_text("def get_inputs():\n    return []\n")  # not a problem: no Model
+    picked = suite.select(level)
+    assert [(c.problem, c.name) for c in picked] == [("level1", "19_ReLU"), ("level1", "1_Double"), ("level1", "2_Other")]
+    assert [c.name for c in suite.select(level, ["19", "2_Other"])] == ["19_ReLU", "2_Other"]
+    with pytest.raises(suite.SuiteError, match="7 not in"):
+        suite.select(level, ["7"])
+    with pytest.raises(suite.SuiteError, match="no file defines Model"):
+        suite.select(tmp_path)
+    opts = runner.Options(suite=level, suite_problems=["1"], suite_trials=12)
+    (only,) = runner.commands(opts)
+    argv = runner.argv_for(only, opts, setups.Setup("krex", 16))
+    assert argv[1:] == ["-m", "krex_bench.suite_candidate", str(level / "1_Double.py"), "--trials", "12"]
+    with pytest.raises(ValueError, match="no simulated form"):
+        runner.commands(runner.Options(suite=level, sim=True))
+    done = krex_bench("run", "--suite", str(tmp_path / "missing"), "--native", "native", "--variants", "none")
+    assert done.returncode == 125 and "not a folder" in done.stderr
