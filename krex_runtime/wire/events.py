@@ -279,9 +279,11 @@ class PoolWorkerIdle(PoolWorkerEvent):
 class PoolWorkerReplaced(PoolWorkerEvent):
     """it was ended and a replacement queued"""
     cause: str = note(
-        "`exited` (crashed, `os._exit`, killed from outside), `timeout`, `cancelled`, `recycled`, `threads` (left a "
-        "non-daemon thread), `leak` (device memory it could not free), `health`, `cleanup`, `clean_timeout`, "
-        "`max_commands`, `start_failed`, `state-changed` (a command changed process-wide state that cannot be "
+        "`exited` (crashed, `os._exit`, killed from outside), `timeout`, `cancelled`, `recycled`, `threads` (its "
+        "command left a thread running, of any kind), `leak` (device memory it could not free), `health`, `cleanup`, "
+        "`clean_timeout`, `misbehaved` (a line on its control channel that was not its own expected message, or the "
+        "channel closed under a command), `max_commands`, `start_failed`, `state-changed` (a command changed "
+        "process-wide state that cannot be "
         "put back; `reason` names it: `state-changed: torch.backends.cuda.matmul.allow_tf32`)"
     )
     reason: str = unread("", "")
