@@ -22,12 +22,10 @@ from typing import Any, Callable, Protocol
 
 from krex_bench import suite, workload
 from krex_bench.setups import Setup
-from krex_runtime.node.config import TelemetrySection
 from krex_runtime.testing.local_runtime import Runtime
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 COMMAND_TIMEOUT_S = 600.0
-DEFAULTS = TelemetrySection()  # what a node's telemetry is without a config
 
 
 @dataclass
@@ -131,8 +129,7 @@ def runtime_for(setup: Setup, opts: Options, folder: Path) -> Runtime:
         # Baselines run their commands as they would without KREX: no interception library.
         preload=setup.kind == "krex",
         canary=setup.canary,
-        canary_period_s=DEFAULTS.canary_period_s,  # the test harness's own is far shorter
-        canary_target_ms=DEFAULTS.canary_target_ms,
+        canary_period_s=None, canary_target_ms=None,  # the runtime's defaults, not the test harness's
         extra_config=regions + pool,
     )
 

@@ -55,8 +55,8 @@ class Runtime:
     shutdown_grace_s: float = 2.0
     visible: tuple[int, ...] = ()  # real GPUs to serve; () = all
     preload: bool = True
-    canary_period_s: float = 0.5
-    canary_target_ms: float = 1.0
+    canary_period_s: float | None = 0.5  # None: the runtime's default
+    canary_target_ms: float | None = 1.0  # None: the runtime's default
     runtime_env: dict[str, str] = field(default_factory=dict)
     runtime_extra: str = ""  # more lines of [runtime]
     dispatcher_extra: str = ""  # more lines of [dispatcher]
@@ -125,8 +125,8 @@ allow_root = true
 [telemetry]
 canary = {str(self.canary).lower()}
 sample_interval_s = 0.5
-canary_period_s = {self.canary_period_s}
-canary_target_ms = {self.canary_target_ms}
+{f"canary_period_s = {self.canary_period_s}" if self.canary_period_s is not None else ""}
+{f"canary_target_ms = {self.canary_target_ms}" if self.canary_target_ms is not None else ""}
 {self.extra_config}
 """
         )
