@@ -1,7 +1,9 @@
 """Fair share across share keys (commands/fair_share.py, regions/region_shares.py):
-two keys asking for regions at 10:1 (ten tenants against one) on one
-simulated GPU get equal shares of its region time, and the low-rate key's
-requests wait behind a bounded number of regions; plus the orders alone."""
+two keys of one submitter asking for regions at 10:1 (ten tenants against
+one) on one simulated GPU get equal shares of its region time, and the
+low-rate key's requests wait behind a bounded number of regions; plus the
+orders alone, across submitters and within one. (Two submitters, one taking
+a fresh key per command: tests/hostile/test_share_keys.py.)"""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from typing import Any
 from region_checks import check_nothing_left
 from runtime_helpers import PY, TENANTS, krex_runtime, trace_events, wait_ready
 
-from krex_runtime.commands.fair_share import FairShare
+from krex_runtime.commands.fair_share import AdmissionOrder, effective_key
 from krex_runtime.regions.region_shares import RegionShares
 from krex_runtime.testing.local_runtime import wait_until
 from krex_runtime.wire.trace import read_trace
@@ -37,7 +39,8 @@ def test_ten_to_one_gets_equal_region_time_and_a_bounded_wait(make_runtime: Any,
     events = read_trace(rt.trace_path).events
     tenant_of = {e["id"]: e["tenant_id"] for e in events if e["type"] == "command_started"}
     few_tenant = tenant_of[few]
-    assert {e["share"] for e in trace_events(rt, "command_queued") if e["id"] in many} == {"many"}
+    # The submitter (root, by the kernel's word) first, the key it chose within its share.
+    assert {e["share"] for e in trace_events(rt, "command_queued") if e["id"] in many} == {"root/many"}
     # The window in which both keys wanted the GPU: the few key's first request to its last release.
     requested = [i for i, e in enumerate(events) if e["type"] == "region_requested" and e["tenant_id"] == few_tenant]
     released = [i for i, e in enumerate(events) if e["type"] == "region_released" and e["tenant_id"] == few_tenant]
@@ -67,7 +70,7 @@ def request(seq: int, share: str, kind: str = "region") -> Any:
     return SimpleNamespace(seq=seq, share=share, kind=kind)
 
 
-def test_the_region_order_is_fair_across_keys_fifo_within_and_leases_first() -> None:
+def test_the_region_order_is_fair_across_submitters_fifo_within_and_leases_first() -> None:
     shares = RegionShares({"b": 2.0})
     queue: deque[Any] = deque([request(1, "a"), request(2, "a"), request(3, "b"), request(4, "c")])
     shares.charge("a", 1.0)
@@ -76,21 +79,55 @@ def test_the_region_order_is_fair_across_keys_fifo_within_and_leases_first() -> 
     queue.appendleft(request(5, "x", kind="lease"))
     assert shares.take(queue).seq == 5
     assert shares.take(queue).seq == 1  # FIFO within a
-    # A key back from idle starts level with the least served key waiting: no saved-up credit.
+    # A submitter back from idle starts level with the least served one waiting: no saved-up credit.
     shares.charge("a", 10.0)
     shares.arrive(request(6, "c"), deque([request(2, "a")]), None)
     assert shares.attained["c"] == shares.attained["a"]
 
 
-def test_admission_interleaves_keys_by_weight_fifo_within() -> None:
-    fair = FairShare({"heavy": 3.0})
+def test_the_region_order_serves_submitters_first_then_their_keys() -> None:
+    """A submitter's keys share its part: a/x and a/y against b serve b every
+    other region; within a, the keys alternate, weighted by "a/y"."""
+    shares = RegionShares({"a/y": 2.0})
+    queue: deque[Any] = deque(
+        [request(i, key) for i, key in enumerate(["a/x"] * 4 + ["a/y"] * 4 + ["b"] * 4)])
+    served = []
+    while queue:
+        r = shares.take(queue)
+        served.append(r.share)
+        shares.charge(r.share, 1.0)
+    assert served[:8] == ["a/x", "b", "a/y", "b", "a/y", "b", "a/x", "b"], served
+    # A fresh key of a's comes back level with a's keys waiting, and a stays one submitter.
+    queue = deque([request(20, "a/x"), request(21, "b")])
+    shares.arrive(request(22, "a/new"), queue, None)
+    assert shares.attained_key["a/new"] == shares.attained_key["a/x"]
+    assert set(shares.attained) == {"a", "b"}
+
+
+def test_admission_interleaves_submitters_by_weight_fifo_within() -> None:
+    fair = AdmissionOrder({"heavy": 3.0})
     jobs = [SimpleNamespace(n=i, share=s) for i, s in enumerate(["a"] * 4 + ["b"] * 2 + ["heavy"] * 6)]
-    for j in jobs:
-        j.tag = fair.tag(j.share)
-    order = [j.share for j in fair.admission_order(jobs, lambda j: j.share, lambda j: j.tag)]
+    order = [j.share for j, _ in fair.order(jobs, lambda j: j.share)]
     # Each round: one of a, one of b, three of heavy (weight 3), each key FIFO.
     assert order[:5] == ["a", "b", "heavy", "heavy", "heavy"], order
-    assert [j.n for j in fair.admission_order(jobs, lambda j: j.share, lambda j: j.tag) if j.share == "a"] == [0, 1, 2, 3]
+    assert [j.n for j, _ in fair.order(jobs, lambda j: j.share) if j.share == "a"] == [0, 1, 2, 3]
+
+
+def test_admission_divides_a_submitters_turns_among_its_keys() -> None:
+    """A submitter with a fresh key per command gets one turn in two against
+    another submitter, its keys sharing its turns; as commands start, the
+    order holds."""
+    fair = AdmissionOrder({})
+    fresh = [SimpleNamespace(n=i, share=effective_key("mallory", f"k{i}")) for i in range(6)]
+    steady = [SimpleNamespace(n=10 + i, share=effective_key("alice", "")) for i in range(6)]
+    queue = [*fresh, *steady]
+    started = []
+    while queue:
+        job, turn = next(iter(fair.order(queue, lambda j: j.share)))
+        fair.started(job.share, turn)
+        queue.remove(job)
+        started.append(job.share.split("/")[0])
+    assert started == ["mallory", "alice"] * 6, started
 
 
 def test_admission_gives_a_late_key_the_next_slot(make_runtime: Any, tmp_path: Path) -> None:

@@ -99,7 +99,7 @@ def build_parser(version: Callable[[], str]) -> Parser:
                              "(default: the runtime's regions.auto_region)")
         sp.add_argument("--auto-region-entry", action="append", default=[], metavar="MODULE:FUNC",
                         help="one more entry point to run in a region (module:function or module:Class.method)")
-        sp.add_argument("--share", default="", metavar="KEY", help="fair-share key (default: your user name)")
+        sp.add_argument("--share", default="", metavar="KEY", help="fair-share key, dividing your own share (default: none, your share undivided)")
         sp.add_argument("--node-label", action="append", default=[], metavar="KEY=VALUE", dest="node_label",
                         help="run only on a node with this label (runtime.labels); repeat for more")
         sp.add_argument("--gpu-model", default=None, metavar="NAME", help="run on a GPU whose name contains NAME")

@@ -1,8 +1,10 @@
 """Admission: a FIFO queue, per-GPU slots, GPU choice, and the life of each command.
 
-Order is FIFO per GPU within a share key, and across keys weighted fair share
-(fair_share.py: start-time fair queueing, a key's turn comes within one
-start of every other key's): a command pinned to a busy GPU holds back later commands for that GPU
+Order is FIFO per GPU within a share key, and weighted fair share across
+submitters, then across each submitter's keys (fair_share.py: start-time
+fair queueing, a submitter's turn comes within one start of every other
+submitter's, a key's within one of its submitter's other keys'; a fresh key
+per command gains its submitter nothing): a command pinned to a busy GPU holds back later commands for that GPU
 only; a command that may go anywhere takes the least-loaded GPU
 with a free slot, and when none is free it holds back everything behind it.
 The policy sets the slots: `command` allows one command per GPU (the
@@ -111,7 +113,7 @@ class Dispatcher:
         self._ids = itertools.count(1)
         # The context pool serves this dispatcher's pooled commands; an idle
         # context process may let a queued command start.
-        self.fair = fair_share.FairShare(config.dispatcher.share_weights)  # admission order across share keys
+        self.fair = fair_share.AdmissionOrder(config.dispatcher.share_weights)  # across submitters, then their keys
         self.pool: ContextPool | None = (
             ContextPool(config.pool, config.dispatcher.kill_grace_s, gpus, sink, setup, pool_dir, on_idle=self.pump)
             if config.pool.size_per_gpu > 0
@@ -171,7 +173,6 @@ class Dispatcher:
             entry=entry,
             share=body.share or fair_share.DEFAULT_KEY,
         )
-        job.share_tag = self.fair.tag(job.share)
         auto_regions.setup(job, body, self.config.regions, self.reports)
         if self.config.runtime.policy == "krex":
             unprotected.setup(job, self.reports)
@@ -234,7 +235,7 @@ class Dispatcher:
         if self.closed or self.paused_node:
             return
         blocked: set[int] = self.paused_gpus | self.leased_gpus
-        for job in self.fair.admission_order(list(self.queue), lambda j: j.share, lambda j: j.share_tag):
+        for job, turn in self.fair.order(list(self.queue), lambda j: j.share):
             if len(blocked) == len(self.gpus):
                 break
             if job.mode == "forked" and self._refuse_forked(job):
@@ -251,7 +252,7 @@ class Dispatcher:
                     break
                 gpu = min(candidates, key=lambda i: (self._load(i), i))
             self.queue.remove(job)
-            self.fair.started(job.share_tag)
+            self.fair.started(job.share, turn)
             self._start(job, gpu)
 
     def _free(self, gpu: int, job: Job) -> bool:

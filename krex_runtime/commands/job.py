@@ -49,8 +49,7 @@ class Job:
     start_s: float | None = None  # placement to a running process: spawn (process), fork and placement (forked)
     unprotected_path: Path | None = None  # policy krex: where the library counts its unprotected timings
     unprotected_timings: int = 0  # event timings no single region covered (read when it ends)
-    share: str = "default"  # fair-share key (commands/fair_share.py)
-    share_tag: float = 0.0  # its place in the admission order (fair_share.FairShare.tag)
+    share: str = "default"  # effective fair-share key, "<submitter>/<key>" (commands/fair_share.py)
     output_loss: OutputLoss = field(default_factory=OutputLoss)  # output its files did not get (a full disk)
     identity: Identity | None = None  # tenants.uid_range: the uid it runs as (pooled: its context process's)
     submitter_uid: int | None = None  # who submitted it, by the kernel's word (None: unknown, tcp)

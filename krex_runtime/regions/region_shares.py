@@ -1,6 +1,7 @@
 """The region queue's order: operators' leases first, then regions by
-weighted fair share across their commands' share keys, FIFO within a key
-(commands/fair_share.py has the rule; this applies it to region requests)."""
+weighted fair share across their commands' submitters, then across each
+submitter's share keys, FIFO within a key (commands/fair_share.py has the
+rule; this applies it to region requests)."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import zmq
 import zmq.auth
+import zmq.utils.z85
 from zmq.auth.asyncio import AsyncioAuthenticator
 
 from krex_runtime.node.config import RuntimeSection
@@ -69,9 +70,33 @@ def _load(path: Path, key: str) -> tuple[bytes, bytes | None]:
         raise CurveError(f"{key}: {path} is not a ZeroMQ key file") from None
 
 
+class _NamingAuthenticator(AsyncioAuthenticator):
+    """Names each client it admits after its key file (NAME.key: NAME), the
+    "User-Id" of its messages: who submits, for fair share."""
+
+    def __init__(self, ctx: zmq.Context, names: dict[bytes, str]) -> None:
+        super().__init__(ctx)
+        self._names = names
+
+    def curve_user_id(self, client_public_key: bytes) -> str:
+        key = zmq.utils.z85.encode(client_public_key)
+        return self._names.get(key, key.decode())
+
+
+def client_names(folder: Path) -> dict[bytes, str]:
+    """Each authorized public key (z85) -> the name of its key file."""
+    names = {}
+    for path in sorted(folder.glob("*.key")):
+        try:
+            names.setdefault(zmq.auth.load_certificate(path)[0], path.stem)
+        except (OSError, ValueError):
+            continue
+    return names
+
+
 def start_authenticator(ctx: zmq.Context, keys: ServerKeys) -> AsyncioAuthenticator:
     """The ZAP handler admitting the authorized clients (needs a running event loop)."""
-    auth = AsyncioAuthenticator(ctx)
+    auth = _NamingAuthenticator(ctx, client_names(keys.clients))
     auth.start()
     auth.configure_curve(domain="*", location=str(keys.clients))
     return auth

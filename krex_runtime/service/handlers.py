@@ -181,8 +181,9 @@ def _check_needs(ctx: Context, body: Any) -> Any:
 @handles(verbs.SUBMIT)
 async def submit(ctx: Context, peer: Peer, req: Request) -> Any:
     body = _check_needs(ctx, req.body)
-    if not body.share:  # fair share: by default the submitting user's
-        body = dataclasses.replace(body, share=fair_share.key_of_user(peer.credentials.uid if peer.credentials else None))
+    # Fair share is the submitter's, by the kernel's word (or its CURVE key's);
+    # the key the client chose only divides that share.
+    body = dataclasses.replace(body, share=fair_share.effective_key(submitter_of(peer), body.share))
     job = ctx.node.dispatcher.submit(body)
     job.submitter_uid = peer.credentials.uid if peer.credentials is not None and not peer.remote else None
     if req.body.attach:
@@ -199,6 +200,14 @@ async def wait(ctx: Context, peer: Peer, req: Request) -> Any:
         return {"id": job.id, "state": job.state}
     await job.done.wait()
     return result_record(job, ctx.log.state)
+
+
+def submitter_of(peer: Peer) -> str:
+    """Who submits, for fair share: the user of an ipc peer (SO_PEERCRED), the
+    key name of a tcp client."""
+    if peer.remote:
+        return f"key:{peer.key_name}" if peer.key_name else "tcp"
+    return fair_share.key_of_user(peer.credentials.uid if peer.credentials is not None else None)
 
 
 def check_may_stream(ctx: Context, peer: Peer, command_id: str, submitter_uid: int | None) -> None:

@@ -70,6 +70,7 @@ class Peer:
     read_only: bool
     credentials: Credentials | None = None
     remote: bool = False  # came over tcp, from a client with an authorized CURVE key
+    key_name: str = ""  # tcp: the name of that key (NAME.key in runtime.curve_clients)
 
 
 Handler = Callable[[Peer, Request], Awaitable[Any]]
@@ -206,7 +207,7 @@ class ControlServer:
                 self._refuse(Peer(sock, route, read_only), frames[-1].bytes, busy)
                 continue
             credentials = None if remote else peers.ipc_credentials(frames[-1])
-            peer = Peer(sock, route, read_only, credentials, remote)
+            peer = Peer(sock, route, read_only, credentials, remote, peers.curve_user(frames[-1]) if remote else "")
             # Each request runs on its own so a `wait` never blocks the socket.
             self._in_flight[key[0]] = self._in_flight.get(key[0], 0) + 1
             self._by_peer[key] = self._by_peer.get(key, 0) + 1

@@ -34,7 +34,7 @@ class SubmitBody:
     mode: Mode | None = None  # None: the runtime's dispatcher.default_mode
     auto_region: bool | None = None  # timing harnesses in regions; None: the config's regions.auto_region
     auto_region_entries: list[str] = field(default_factory=list)  # more entry points, "module:function"
-    share: str = ""  # fair-share key; "": the submitting user's name
+    share: str = ""  # fair-share key within the submitter's share; "": the submitter's own
     # What a node must have to run it (a cluster gateway places by these; one
     # runtime refuses a command its labels or GPUs do not meet).
     node_labels: dict[str, str] = field(default_factory=dict)  # runtime.labels the node must carry

@@ -54,8 +54,9 @@ class CommandQueued(Event):
     lease: bool = unread("", False)
     mode: str | None = note("`process`, `forked` or `pooled`; absent for the runtime's own commands", None,
                             omit_none=True)
-    share: str | None = unread("fair-share key (`--share`, else the submitting user); absent for the runtime's own commands",
-                               None, omit_none=True)
+    share: str | None = unread(
+        "effective fair-share key: the submitter (its user; `key:NAME` over tcp), then `/` and its `--share` key if "
+        "it gave one; absent for the runtime's own commands", None, omit_none=True)
 
 
 @event("command_started")
@@ -182,7 +183,7 @@ class RegionReleased(Event):
     exit_flags: list[str] = note("as `flags` of the grant, at the release", factory=list)
     verdict: str = note("exclusivity certificate: `verified`, `violated` or `unknown` (docs/regions.md)", "unknown")
     verdict_reasons: list[str] = note("one line per witness: gate, processes, clock", factory=list)
-    share: str = note("the holder's fair-share key", "default")
+    share: str = note("the holder's effective fair-share key", "default")
 
 
 @event("region_withdrawn")

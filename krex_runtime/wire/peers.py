@@ -3,7 +3,8 @@
 On an ipc connection libzmq reads the peer's SO_PEERCRED when it accepts it
 and appends ":uid:gid:pid" to the message property "Peer-Address". The pid is
 the process that connected; the runtime then looks at that process and its
-ancestors (a tenant's child is a tenant too).
+ancestors (a tenant's child is a tenant too). On a tcp connection the client
+proved a CURVE key, and the message property "User-Id" names it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,15 @@ def ipc_credentials(frame: zmq.Frame) -> Credentials | None:
         return None
     uid, gid, pid = (int(p) for p in parts[1:])
     return Credentials(uid, gid, pid) if pid > 0 else None
+
+
+def curve_user(frame: zmq.Frame) -> str:
+    """The name the runtime's ZAP handler gave the tcp client that sent
+    `frame` (its key file's, service/curve.py; "" where there is none)."""
+    try:
+        return str(frame.get("User-Id") or "")
+    except zmq.ZMQError:
+        return ""
 
 
 def lineage(pid: int) -> Iterator[int]:
