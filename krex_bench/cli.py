@@ -86,11 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--canary-too", action="store_true",
                      help="each krex variant runs once more with telemetry.canary on (off by default)")
     run.add_argument(
-        "--settle-long-s", default="0.5",
+        "--settle-long-s", default="0",
         help="comma-separated; krex setups: candidates whose kernel takes at least 5 ms ask their own region to "
         "settle up to this long (region(settle_s=...); at most the runtime's regions.settle_cap_s, 1 s); each krex "
-        "variant runs once per value (default 0.5: what long kernels need on the H200 to stay within 0.30%%, "
-        "docs/BENCHMARKS.md run 8; 0: none asks; 0,0.5: both)",
+        "variant runs once per value (default 0: none asks, the runtime settles where the grant shows a power state, "
+        "regions.settle_max_s; 0,0.5: both)",
     )  # fmt: skip
     run.add_argument(
         "--gap-s", default="",

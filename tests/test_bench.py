@@ -145,9 +145,9 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     assert "setups x" in done.stderr
     data = json.loads((out / "results.json").read_text())
     labels = [r["setup"]["label"] for r in data["runs"]]
-    # By default a long kernel asks its region to settle (0.5 s): every krex label says so.
+    # By default no candidate asks its region to settle (the runtime decides): no krex label says so.
     assert labels == ["native", "native-repeat", "ungated c2"] + [
-        f"krex {v} c2 settle-long 0.5s" for v in ("preload/process/gpu+cpu", "preload/forked/gpu+cpu", "driver-lock/pooled/gpu-only")
+        f"krex {v} c2" for v in ("preload/process/gpu+cpu", "preload/forked/gpu+cpu", "driver-lock/pooled/gpu-only")
     ]  # fmt: skip
     for run in data["runs"]:
         assert run["failures"] == [] and len(run["results"]) == 4, run
@@ -155,14 +155,14 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     assert data["simulated"] is True
     report = (out / "report.md").read_text()
     assert "Simulated GPU: these figures are the simulator's, not a GPU's." in report
-    assert "| krex driver-lock/pooled/gpu-only c2 settle-long 0.5s | 4 | 0 |" in report
+    assert "| krex driver-lock/pooled/gpu-only c2 | 4 | 0 |" in report
     assert "Clock-matched: only the measurements whose SM clock" in report  # simulated candidates report clocks
     assert "One flip moves a group's rate by (points): " in report  # the flip rates' resolution per gap group
     assert "Unsteady: kernels of 1 ms or more whose placements' medians" in report
     assert all(len(r["placement_medians_ms"]) == 4 for run in data["runs"] for r in run["results"])
     assert all(r["sm_clock_mhz"] for run in data["runs"] for r in run["results"])
     summary = json.loads((out / "report.json").read_text())
-    krex = next(r for r in summary["rows"] if r["label"] == "krex preload/process/gpu+cpu c2 settle-long 0.5s")
+    krex = next(r for r in summary["rows"] if r["label"] == "krex preload/process/gpu+cpu c2")
     assert krex["ok"] == 4 and krex["throughput_per_min"] > 0
     assert krex["verified_share"] == 1.0, data["runs"][3].get("verdicts")  # every region's certificate: verified
     assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -172,15 +172,15 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     assert str(tmp_path / "again" / "report.md") in json.loads(again.stdout)["written"]
     assert (tmp_path / "again" / "report.md").read_text() == report
     # A setup measured again replaces its earlier run in a merge: one row per setup, the later one.
-    violations = ["clock: 1500 MHz, 24% under the baseline", "clock: 1510 MHz, 24% under", "gate: tenant t3 made 1 call"]
+    violations = ["processes: pid 9 uses the GPU", "processes: pid 8 uses the GPU", "gate: tenant t3 made 1 call"]
     rerun = {**data, "runs": [{**data["runs"][3], "wall_s": 123.0, "violations": violations}]}
     (tmp_path / "rerun.json").write_text(json.dumps(rerun))
     both = krex_bench("report", str(out / "results.json"), str(tmp_path / "rerun.json"), "--out", str(tmp_path / "both"))
     assert both.returncode == 0, both.stderr
     lines = (tmp_path / "both" / "report.md").read_text().splitlines()
-    rows = [line for line in lines if line.startswith("| krex preload/process/gpu+cpu c2 settle-long 0.5s | 4 |")]
+    rows = [line for line in lines if line.startswith("| krex preload/process/gpu+cpu c2 | 4 |")]
     assert len(rows) == 1 and "| 123.0 |" in rows[0], rows
-    assert "- krex preload/process/gpu+cpu c2 settle-long 0.5s: clock 2, gate 1" in lines  # why its regions were not verified
+    assert "- krex preload/process/gpu+cpu c2: processes 2, gate 1" in lines  # why its regions were not verified
     # The pooled run says whether its commands retired their context processes (here none did).
     pooled = data["runs"][5]
     assert pooled["pool_replaced"] == {}, pooled["pool_replaced"]
@@ -188,7 +188,7 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     (tmp_path / "retired.json").write_text(json.dumps(retired))
     assert krex_bench("report", str(out / "results.json"), str(tmp_path / "retired.json"),
                       "--out", str(tmp_path / "retired")).returncode == 0
-    assert "- krex driver-lock/pooled/gpu-only c2 settle-long 0.5s: 3 `state-changed: pynvml.nvmlLib`" in (
+    assert "- krex driver-lock/pooled/gpu-only c2: 3 `state-changed: pynvml.nvmlLib`" in (
         tmp_path / "retired" / "report.md").read_text().splitlines()
 
 
