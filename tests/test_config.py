@@ -259,3 +259,49 @@ def test_a_tenant_user_that_cannot_run_the_runtimes_python_is_refused_at_start(t
     assert len(line.splitlines()) == 1, line
     assert hygiene.leftovers(run_dir, lock_dir, before) == []
     assert nobody.pw_uid != 0
+
+
+# --- values no type can refuse: the kernel's trees, cores, labels, root's group ------------------
+
+_NO_CORE = max(os.sched_getaffinity(0)) + 1  # one past the last core this process may use
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[tenants]\noutput_dir = '/proc'\n", "tenants.output_dir = '/proc' is in /proc, a file system of the "
+         "kernel's that keeps no files of ours (/proc, /sys and /dev are refused, /dev/shm aside)"),
+        ("[tenants]\noutput_dir = '/sys/fs/x'\n", "tenants.output_dir = '/sys/fs/x' is in /sys,"),
+        ("[tenants]\noutput_dir = '/dev/../dev/krex'\n", "tenants.output_dir = '/dev/../dev/krex' (that is '/dev/krex') is in /dev,"),
+        ("[runtime]\nrun_dir = '/proc/krex'\n", "runtime.run_dir = '/proc/krex' is in /proc,"),
+        ("[runtime]\nlock_dir = '/dev'\n", "runtime.lock_dir = '/dev' is in /dev,"),
+        (f"[regions.cpu_slices]\n0 = [0, {_NO_CORE}]\n",
+         f"regions.cpu_slices.0 names core {_NO_CORE}, not one of this machine's cores the runtime may use ("),
+        ("[runtime.labels]\nzone = \"a\\nb\"\n", "runtime.labels.'zone': names and values may hold only printable "
+         "characters (no newline or other control character)"),
+        ("[runtime.labels]\n\"zo\\tne\" = \"a\"\n", "runtime.labels.'zo\\tne': names and values"),
+        ("[tenants]\nuser = 'root'\nuid_range = [70000, 64]\ngroup = 'krex'\n", "tenants.user = 'root' with "
+         "tenants.uid_range would put every tenant in root's group: name an unprivileged account or only "
+         "tenants.group, or set tenants.allow_root = true"),
+    ],
+    ids=["proc", "sys", "dev-dotdot", "run-dir", "lock-dir", "no-such-core", "label-newline", "label-name-tab", "root-range"],
+)
+def test_values_this_node_cannot_use_are_refused(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(_write(tmp_path, text))
+    assert str(err.value).startswith(f"{tmp_path / 'bad.toml'}: {message}"), str(err.value)
+    assert len(str(err.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[tenants]\noutput_dir = '/dev/shm/krex-output'\n",  # a tmpfs like any other
+        "[tenants]\nuser = 'root'\nuid_range = [70000, 64]\ngroup = 'krex'\nallow_root = true\n",
+        "[regions.cpu_slices]\n0 = [0]\n",
+        "[runtime.labels]\nzone = \"été-a\"\n",
+    ],
+    ids=["dev-shm", "root-range-allowed", "core-0", "label-unicode"],
+)
+def test_what_those_checks_still_accept(tmp_path: Path, text: str) -> None:
+    load_config(_write(tmp_path, text))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import pwd
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -28,7 +29,7 @@ class ConfigError(Exception):
 # Every duration (a key ending in _s or _ms) at most this: about 31 years, so that in
 # nanoseconds it still fits the 64-bit fields of the gate and the simulator.
 MAX_DURATION_S = 1e9
-# zmq takes the message limit as a 64-bit size and the runtime sets 16 times it.
+# zmq takes the message limit as a 64-bit size (runtime.max_message_bytes is it).
 MAX_MESSAGE_BYTES = 1 << 30
 HOUR, DAY = 3600.0, 86400.0
 MAX_TENANT_UIDS = 65536
@@ -253,6 +254,10 @@ def validate(config: Config) -> Config:
             raise ConfigError(f"{where}: {key} must be between {_number(bounds[0])} and {_number(bounds[1])}")
     env_problem = environment_problem(config.tenants.env)
     entry_problem = auto_region_entry_problem(config.regions.auto_region_entries)
+    for problem in (*_kernel_paths(config), cpu_slices_problem(config.regions.cpu_slices), _labels_problem(config),
+                    _root_range_problem(config)):
+        if problem is not None:
+            raise ConfigError(f"{where}: {problem}")
     checks = [
         (entry_problem is None, f"regions.auto_region_entries: {entry_problem}"),
         (env_problem is None, f"tenants.env: {env_problem}"),
@@ -318,6 +323,84 @@ def validate(config: Config) -> Config:
         if not ok:
             raise ConfigError(f"{where}: {message}")
     return config
+
+
+# The kernel's own file systems: what is written there is not kept as files
+# (a command's output in /proc is lost); /dev/shm is a tmpfs like any other.
+KERNEL_TREES = ("/proc", "/sys", "/dev")
+KEPT_UNDER_DEV = "/dev/shm"
+
+
+def _kernel_paths(config: Config) -> list[str | None]:
+    """Why a folder the runtime keeps files in cannot be where it is set (None: it can)."""
+    folders = (("runtime.run_dir", config.runtime.run_dir), ("runtime.lock_dir", config.runtime.lock_dir),
+               ("tenants.output_dir", config.tenants.output_dir))
+    return [_kernel_path_problem(key, value) for key, value in folders if value]
+
+
+def _kernel_path_problem(key: str, value: str) -> str | None:
+    real = os.path.realpath(value)  # where it leads: a symbolic link on the way counts as its target
+    if real == KEPT_UNDER_DEV or real.startswith(KEPT_UNDER_DEV + "/"):
+        return None
+    for tree in KERNEL_TREES:
+        if real == tree or real.startswith(tree + "/"):
+            shown = f"{value!r}" + (f" (that is {real!r})" if real != value else "")
+            return (f"{key} = {shown} is in {tree}, a file system of the kernel's that keeps no files of ours "
+                    f"(/proc, /sys and /dev are refused, /dev/shm aside)")
+    return None
+
+
+def cpu_slices_problem(slices: dict[str, list[int]], usable: set[int] | None = None) -> str | None:
+    """Why `regions.cpu_slices` cannot be used on this machine (None: it can):
+    a core that is not one the runtime may run on (os.sched_getaffinity),
+    which could neither take the GPU's tenants nor its region holder."""
+    cores = usable if usable is not None else set(os.sched_getaffinity(0))
+    for gpu, listed in slices.items():
+        missing = sorted(set(listed) - cores)
+        if missing:
+            return (f"regions.cpu_slices.{gpu} names core {missing[0]}, not one of this machine's cores the runtime "
+                    f"may use ({_core_ranges(cores)})")
+    return None
+
+
+def _core_ranges(cores: set[int]) -> str:
+    """{0, 1, 2, 5} -> "0-2, 5"."""
+    ranges: list[list[int]] = []
+    for core in sorted(cores):
+        if ranges and core == ranges[-1][1] + 1:
+            ranges[-1][1] = core
+        else:
+            ranges.append([core, core])
+    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in ranges)
+
+
+def _labels_problem(config: Config) -> str | None:
+    """Labels are shown one per line (`krex status`, the console, logs): a
+    newline or any other control character in one would forge lines."""
+    for name, value in config.runtime.labels.items():
+        if not (name.isprintable() and value.isprintable()):
+            return (f"runtime.labels.{name!r}: names and values may hold only printable characters "
+                    f"(no newline or other control character)")
+    return None
+
+
+def _root_range_problem(config: Config) -> str | None:
+    """With a uid range, tenants.user gives the tenants its group and home:
+    root's would make every tenant a member of root's group."""
+    t = config.tenants
+    if not t.uid_range or not t.user or t.allow_root or not _is_root(t.user):
+        return None
+    return (f"tenants.user = {t.user!r} with tenants.uid_range would put every tenant in root's group: name an "
+            f"unprivileged account or only tenants.group, or set tenants.allow_root = true")
+
+
+def _is_root(user: str) -> bool:
+    if user == "root":
+        return True
+    try:
+        return pwd.getpwnam(user).pw_uid == 0
+    except KeyError:
+        return False  # an unknown user is refused at start, by name
 
 
 def listen_address(text: str) -> tuple[str, int] | None:

@@ -51,3 +51,33 @@ def test_a_trace_path_that_is_no_regular_file_is_refused(tmp_path: Path, native_
     line = _start_fails(rt, "--trace", str(trace))
     assert line == f"krex-runtime: cannot write the trace {trace}: it is {what}, not a regular file", line
     _nothing_left(rt, before)
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ("[tenants]\noutput_dir = '/proc'\n", "tenants.output_dir = '/proc' is in /proc"),
+        (f"[regions.cpu_slices]\n0 = [{max(os.sched_getaffinity(0)) + 1}]\n", "regions.cpu_slices.0 names core"),
+        ("[runtime.labels]\nzone = \"a\\nb\"\n", "runtime.labels.'zone': names and values may hold only printable"),
+        ("[tenants]\nuser = 'root'\nuid_range = [70000, 4096]\ngroup = '70000'\n", "tenants.user = 'root' with tenants.uid_range"),
+    ],
+    ids=["output-in-proc", "no-such-core", "label-newline", "root-range"],
+)
+def test_a_config_this_node_cannot_use_stops_the_start_in_one_line(
+    tmp_path: Path, native_built: Path, setting: str, message: str
+) -> None:
+    """Each of these was accepted: every command lost its output to /proc,
+    tenants were pinned to cores that do not exist, a label forged a line of
+    `krex status`, tenants of a uid range were put in root's group."""
+    before = hygiene.baseline()
+    run_dir, lock_dir = tmp_path / "run", tmp_path / "locks"
+    config = tmp_path / "krex.toml"
+    # Each section once: the setting's own table comes after the plain keys.
+    plain = f"[runtime]\nrun_dir = '{run_dir}'\nlock_dir = '{lock_dir}'\n[telemetry]\ncanary = false\n"
+    config.write_text(plain + setting)
+    done = subprocess.run([*command("krex-runtime"), "--config", str(config), "--sim", "1"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 125, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"krex-runtime: {config}: {message}"), done.stderr
+    assert hygiene.leftovers(run_dir, lock_dir, before) == [] and not run_dir.exists()
