@@ -124,6 +124,11 @@ class TorchContext(Context):
         # baseline rather than a change made by the first command that uses them.
         torch.backends.cudnn.is_available()
         torch.cuda.get_device_properties(0)
+        # Start torch's CPU thread pool (OpenMP, which its CPU matmuls share):
+        # the first parallel CPU operation of a command would start it
+        # otherwise, and a thread a command leaves retires the process (a
+        # 64x64 CPU matmul started 15 on the H200, torch 2.11).
+        (torch.ones(1 << 20) + 1).sum()
         _fill_triton_driver()
         self.baseline = 0
 

@@ -43,7 +43,7 @@ from krex_runtime.tenant.process_state import ProcessState
 _UNCATCHABLE = {signal.SIGKILL, signal.SIGSTOP}
 # A thread the command joined may still be leaving the kernel's list a moment
 # after join() returned: how long to look again before it counts as left running.
-THREAD_EXIT_WAIT_S = 0.5
+THREAD_EXIT_WAIT_S = 0.2
 
 
 class _AuditWatch:

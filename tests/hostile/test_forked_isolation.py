@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import psutil
-from runtime_helpers import trace_events
+from runtime_helpers import tenant_processes, trace_events
 
 from krex_runtime.testing.local_runtime import wait_until
 
@@ -69,6 +68,6 @@ def test_a_forked_child_holds_only_its_own_descriptors(make_runtime: Any, tmp_pa
     again = rt.krex("run", "--mode", "forked", "--", PY, "-c", "print('forked again')")
     assert again.returncode == 0 and again.stdout == "forked again\n", again.stderr
     # Nothing of its channel is on the zygote's command line.
-    pid = [p for p in psutil.process_iter(["cmdline"]) if "krex_runtime.tenant.zygote" in (p.info["cmdline"] or [])]
-    assert len(pid) == 1
-    assert pid[0].cmdline()[-1] == "krex_runtime.tenant.zygote", pid[0].cmdline()
+    zygotes = [p for p in tenant_processes(rt.run_dir) if "krex_runtime.tenant.zygote" in p.cmdline()]
+    assert len(zygotes) == 1
+    assert zygotes[0].cmdline()[-1] == "krex_runtime.tenant.zygote", zygotes[0].cmdline()
