@@ -191,7 +191,7 @@ class AsyncClient:
             await asyncio.gather(*(h.cancel() for h in in_flight if not h.done()), return_exceptions=True)
 
     async def cancel(self, command_id: str) -> str:
-        return (await self.call("cancel", {"id": command_id}))["state"]
+        return core.state_of(await self.call("cancel", {"id": command_id}), "cancel")
 
     # --- the node -------------------------------------------------------------
 

@@ -14,9 +14,10 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
-from krex_runtime.api.results import Command, Result
+from krex_runtime.api.results import Command, Result, malformed
 from krex_runtime.wire import protocol
 from krex_runtime.wire.control_client import RequestFailed
+from krex_runtime.wire.protocol import ProtocolError
 
 # Called with ("stdout" | "stderr", text) as a followed command writes.
 OutputCallback = Callable[[str, str], None]
@@ -93,7 +94,7 @@ class Follow:
     request_id: str
     on_output: OutputCallback | None = None
     command_id: str | None = None
-    error: RequestFailed | None = None
+    error: RequestFailed | ProtocolError | None = None  # refused, or a reply that is not one
     record: dict[str, Any] | None = None
     stdout: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
@@ -108,6 +109,9 @@ class Follow:
         return self.record is not None or self.error is not None
 
     def result(self) -> Result:
+        """Its Result; the error instead when it ended in one."""
+        if self.error is not None:
+            raise self.error
         assert self.record is not None
         result = Result.from_record(self.record, "".join(self.stdout), "".join(self.stderr))
         return replace(result, output_incomplete=True) if self.incomplete else result
@@ -179,12 +183,14 @@ class Inbox:
             # Its result (a `wait` reply's body is the result record), unless one came meanwhile.
             if not again.done:
                 try:
-                    again.record = reply_body(msg) or {}
+                    again.record = checked_result(reply_body(msg))
                 except RequestFailed as exc:
                     if exc.code == "busy":
                         self.lost += 1  # not served yet (still stalled, or too many requests): asked at the next reply
                     else:
                         again.error = exc
+                except ProtocolError as exc:
+                    again.error = exc
             return again.request_id
         if re in self.calls and msg.get("type") == "reply":
             self.replies[re] = msg
@@ -192,21 +198,41 @@ class Inbox:
         f = self.follows.get(re)
         if f is None:
             return None
-        kind, body = msg.get("type"), msg.get("body") or {}
-        if kind == "reply":
-            if msg.get("ok"):
-                f.command_id = body.get("id")
-            else:
-                err = msg.get("error") or {}
-                f.error = RequestFailed(err.get("code", "unknown"), err.get("reason", "request failed"))
-        elif kind == protocol.PUSH_OUTPUT:
-            stream, text = body.get("stream"), body.get("data", "")
-            (f.stdout if stream == "stdout" else f.stderr).append(text)
-            if f.on_output is not None:
-                f.on_output(stream, text)
-        elif kind == protocol.PUSH_RESULT:
-            f.record = body
+        # decode_reply checked the envelope: pushes have an object body, error replies {code, reason}.
+        kind, body = msg.get("type"), msg.get("body")
+        try:
+            if kind == "reply":
+                if not msg["ok"]:
+                    f.error = RequestFailed(msg["error"]["code"], msg["error"]["reason"])
+                elif not isinstance(body, dict) or not isinstance(body.get("id"), str) or not body["id"]:
+                    raise malformed(f"the reply to {re} names no command id")
+                else:
+                    f.command_id = body["id"]
+            elif kind == protocol.PUSH_OUTPUT:
+                stream, text = body.get("stream"), body.get("data")
+                if stream not in ("stdout", "stderr") or not isinstance(text, str):
+                    raise malformed("an output push needs a stream (stdout or stderr) and its text")
+                (f.stdout if stream == "stdout" else f.stderr).append(text)
+                if f.on_output is not None:
+                    f.on_output(stream, text)
+            elif kind == protocol.PUSH_RESULT:
+                f.record = checked_result(body)
+        except ProtocolError as exc:
+            f.error = exc
         return re
+
+
+def checked_result(body: Any) -> dict[str, Any]:
+    """A result record, once it reads as one (ProtocolError if not)."""
+    Result.from_record(body)
+    return dict(body)
+
+
+def state_of(body: Any, verb: str) -> str:
+    """The `state` a reply body names (a cancel's), or ProtocolError."""
+    if not isinstance(body, dict) or not isinstance(body.get("state"), str):
+        raise malformed(f"the reply to {verb} names no state")
+    return body["state"]
 
 
 def reply_body(msg: dict[str, Any]) -> Any:
@@ -236,7 +262,9 @@ class Liveness:
         self.last_heard = now
         if self.ping_id is not None and msg.get("re") == self.ping_id:
             self.ping_id = None
-            instance = (msg.get("body") or {}).get("instance")
+            body = msg.get("body")
+            instance = body.get("instance") if isinstance(body, dict) else None
+            instance = instance if isinstance(instance, str) else None
             if instance and self.instance is None:
                 self.instance = instance
             self.replaced = self.replaced or bool(instance and instance != self.instance)

@@ -3,16 +3,97 @@ records (docs/protocol.md), so callers read attributes, not dict keys.
 
 Fields an older runtime does not send (a region's verdict, the count of
 unprotected timings, what auto-regions wrapped) are None / 0 / empty from it;
-nothing here invents them.
+nothing here invents them. A field sent with the wrong type (`exit_code:
+"zero"`), a record that is not an object or lacks its id is no record: it
+raises ProtocolError (`bad_message`) naming the field, never KeyError or
+AttributeError, and nothing of it reaches a dataclass.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from krex_runtime.wire import protocol
+from krex_runtime.wire.protocol import ErrorCode, ProtocolError
+
+
+# --- reading a record by the types of its fields ------------------------------------
+
+Check = Callable[[Any], bool]
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and math.isfinite(v))
+
+
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+def _is_object(v: Any) -> bool:
+    return isinstance(v, Mapping)
+
+
+def _list_of(item: Check) -> Check:
+    return lambda v: isinstance(v, list) and all(item(x) for x in v)
+
+
+def _map_of(item: Check) -> Check:
+    return lambda v: isinstance(v, Mapping) and all(isinstance(k, str) and item(x) for k, x in v.items())
+
+
+_KINDS: dict[Check, str] = {_is_int: "an integer", _is_number: "a number", _is_str: "a string", _is_bool: "a boolean",
+                            _is_object: "an object"}
+
+
+class Fields:
+    """One record from the runtime, read field by field: a field that is
+    missing (or null) gives its default, one of another type a ProtocolError
+    naming it."""
+
+    def __init__(self, record: Any, what: str) -> None:
+        if not isinstance(record, Mapping):
+            raise malformed(f"{what} is {_shown(record)}, not an object")
+        self.record, self.what = record, what
+
+    def get(self, key: str, check: Check, default: Any = None, kind: str = "") -> Any:
+        value = self.record.get(key)
+        if value is None:
+            return default
+        if not check(value):
+            raise malformed(f"{self.what}.{key} must be {kind or _KINDS.get(check, 'of another type')}, "
+                            f"not {_shown(value)}")
+        return value
+
+    def need(self, key: str, check: Check, kind: str = "") -> Any:
+        value = self.get(key, check, kind=kind)
+        if value is None:
+            raise malformed(f"{self.what} has no {key}")
+        return value
+
+
+def malformed(reason: str) -> ProtocolError:
+    """The client's error for a reply or record that is not one of the protocol."""
+    return ProtocolError(ErrorCode.BAD_MESSAGE, f"the runtime sent a malformed message: {reason}")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
+
+
+_STRS, _INTS = _list_of(_is_str), _list_of(_is_int)
 
 
 @dataclass(frozen=True)
@@ -58,24 +139,25 @@ class Region:
 
     @classmethod
     def from_record(cls, r: Mapping[str, Any]) -> Region:
-        throttle = r.get("throttle")
+        f = Fields(r, "region")
+        throttle = f.get("throttle", _STRS, kind="a list of strings")
         return cls(
-            region=int(r.get("region", 0)),
-            gpu=int(r.get("gpu", 0)),
-            kind=str(r.get("kind", "region")),
-            granted_at=r.get("granted_at"),
-            wait_s=r.get("wait_s"),
-            enter_s=r.get("enter_s"),
-            hold_s=r.get("hold_s"),
-            reason=r.get("reason"),
-            flags=tuple(r.get("flags") or ()),
-            sm_clock_mhz=r.get("sm_clock_mhz"),
+            region=f.get("region", _is_int, 0),
+            gpu=f.get("gpu", _is_int, 0),
+            kind=f.get("kind", _is_str, "region"),
+            granted_at=f.get("granted_at", _is_number),
+            wait_s=f.get("wait_s", _is_number),
+            enter_s=f.get("enter_s", _is_number),
+            hold_s=f.get("hold_s", _is_number),
+            reason=f.get("reason", _is_str),
+            flags=tuple(f.get("flags", _STRS, (), "a list of strings")),
+            sm_clock_mhz=f.get("sm_clock_mhz", _is_number),
             throttle=tuple(throttle) if throttle is not None else None,
-            verdict=r.get("verdict"),
-            verdict_reasons=tuple(r.get("verdict_reasons") or ()),
-            exit_flags=tuple(r.get("exit_flags") or ()),
-            settle_s=r.get("settle_s"),
-            on_clock=r.get("on_clock"),
+            verdict=f.get("verdict", _is_str),
+            verdict_reasons=tuple(f.get("verdict_reasons", _STRS, (), "a list of strings")),
+            exit_flags=tuple(f.get("exit_flags", _STRS, (), "a list of strings")),
+            settle_s=f.get("settle_s", _is_number),
+            on_clock=f.get("on_clock", _is_bool),
         )
 
 
@@ -125,32 +207,34 @@ class Result:
 
     @classmethod
     def from_record(cls, r: Mapping[str, Any], stdout: str = "", stderr: str = "") -> Result:
-        regions = tuple(Region.from_record(x) for x in r.get("regions") or ())
+        """ProtocolError for a record that is not a result record (docs/protocol.md)."""
+        f = Fields(r, "result")
+        regions = tuple(Region.from_record(x) for x in f.get("regions", _list_of(_is_object), (), "a list of objects"))
         return cls(
-            id=str(r["id"]),
-            state=str(r["state"]),
-            exit_code=r.get("exit_code"),
-            signal=r.get("signal"),
-            reason=str(r.get("reason") or ""),
+            id=f.need("id", _is_str),
+            state=f.need("state", _is_str),
+            exit_code=f.get("exit_code", _is_int),
+            signal=f.get("signal", _is_int),
+            reason=f.get("reason", _is_str, ""),
             stdout=stdout,
             stderr=stderr,
-            gpu=r.get("gpu"),
-            label=str(r.get("label") or ""),
-            mode=str(r.get("mode") or "process"),
-            submitted_at=float(r.get("submitted_at") or 0.0),
-            started_at=r.get("started_at"),
-            finished_at=r.get("finished_at"),
-            queue_s=r.get("queue_s"),
-            run_s=r.get("run_s"),
-            total_s=r.get("total_s"),
+            gpu=f.get("gpu", _is_int),
+            label=f.get("label", _is_str, ""),
+            mode=f.get("mode", _is_str, "process") or "process",
+            submitted_at=float(f.get("submitted_at", _is_number, 0.0)),
+            started_at=f.get("started_at", _is_number),
+            finished_at=f.get("finished_at", _is_number),
+            queue_s=f.get("queue_s", _is_number),
+            run_s=f.get("run_s", _is_number),
+            total_s=f.get("total_s", _is_number),
             regions=regions,
-            region_count=int(r.get("region_count", len(regions))),
-            unprotected_timings=int(r.get("unprotected_timings") or 0),
-            worker=r.get("worker"),
-            auto_regions=tuple(r.get("auto_regions") or ()),
-            share=str(r.get("share") or ""),
-            output_lost={k: int(v) for k, v in (r.get("output_lost") or {}).items()},
-            output_error=str(r.get("output_error") or ""),
+            region_count=f.get("region_count", _is_int, len(regions)),
+            unprotected_timings=f.get("unprotected_timings", _is_int, 0),
+            worker=f.get("worker", _is_str),
+            auto_regions=tuple(f.get("auto_regions", _STRS, (), "a list of strings")),
+            share=f.get("share", _is_str, ""),
+            output_lost=dict(f.get("output_lost", _map_of(_is_int), {}, "an object of integers")),
+            output_error=f.get("output_error", _is_str, ""),
             record=dict(r),
         )
 
@@ -212,32 +296,44 @@ class NodeStatus:
 
     @classmethod
     def from_record(cls, r: Mapping[str, Any]) -> NodeStatus:
+        """ProtocolError for a record that is not a `status` reply's body."""
+        f = Fields(r, "status")
+        objects = _list_of(_is_object)
         return cls(
-            node=r["node"], policy=r["policy"], pid=r["pid"], uptime_s=r["uptime_s"], paused=r["paused"],
-            stopping=r["stopping"], queued=r["queued"], totals=dict(r.get("totals") or {}),
-            gpus=tuple(_gpu_status(g) for g in r.get("gpus") or ()),
-            commands=tuple(_command_status(c) for c in r.get("commands") or ()),
+            node=f.need("node", _is_str), policy=f.need("policy", _is_str), pid=f.need("pid", _is_int),
+            uptime_s=f.need("uptime_s", _is_number), paused=f.need("paused", _is_bool),
+            stopping=f.need("stopping", _is_bool), queued=f.need("queued", _is_int),
+            totals=dict(f.get("totals", _map_of(_is_int), {}, "an object of integers")),
+            gpus=tuple(_gpu_status(g) for g in f.get("gpus", objects, (), "a list of objects")),
+            commands=tuple(_command_status(c) for c in f.get("commands", objects, (), "a list of objects")),
             record=dict(r),
         )
 
 
 def _gpu_status(g: Mapping[str, Any]) -> GpuStatus:
+    f = Fields(g, "status.gpus[]")
+    last_region = Fields(f.get("last_region", _is_object, {}), "status.gpus[].last_region")
     return GpuStatus(
-        index=g["index"], name=g["name"], simulated=bool(g.get("simulated")), slots=g["slots"],
-        running=tuple(g.get("running") or ()), queued=g.get("queued", 0), paused=bool(g.get("paused")),
-        leased=bool(g.get("leased")), region_holder=g.get("region_holder"), region_kind=g.get("region_kind") or "",
-        region_since=g.get("region_since"), region_queue=g.get("region_queue", 0),
-        frozen=tuple(g.get("frozen") or ()), regions_granted=g.get("regions_granted", 0),
-        last_enter_s=(g.get("last_region") or {}).get("enter_s"), pool=dict(g.get("pool") or {}),
-        verdicts=dict(g.get("verdicts") or {}), foreign_processes=tuple(g.get("foreign_processes") or ()),
+        index=f.need("index", _is_int), name=f.need("name", _is_str), simulated=f.get("simulated", _is_bool, False),
+        slots=f.need("slots", _is_int), running=tuple(f.get("running", _STRS, (), "a list of strings")),
+        queued=f.get("queued", _is_int, 0), paused=f.get("paused", _is_bool, False),
+        leased=f.get("leased", _is_bool, False), region_holder=f.get("region_holder", _is_int),
+        region_kind=f.get("region_kind", _is_str, ""), region_since=f.get("region_since", _is_number),
+        region_queue=f.get("region_queue", _is_int, 0), frozen=tuple(f.get("frozen", _INTS, (), "a list of integers")),
+        regions_granted=f.get("regions_granted", _is_int, 0), last_enter_s=last_region.get("enter_s", _is_number),
+        pool=dict(f.get("pool", _is_object, {})),
+        verdicts=dict(f.get("verdicts", _map_of(_is_int), {}, "an object of integers")),
+        foreign_processes=tuple(f.get("foreign_processes", _INTS, (), "a list of integers")),
     )
 
 
 def _command_status(c: Mapping[str, Any]) -> CommandStatus:
+    f = Fields(c, "status.commands[]")
     return CommandStatus(
-        id=c["id"], state=c["state"], argv=tuple(c.get("argv") or ()), label=c.get("label") or "",
-        gpu=c.get("gpu"), mode=c.get("mode") or "process", submitted_at=c.get("submitted_at") or 0.0,
-        started_at=c.get("started_at"),
+        id=f.need("id", _is_str), state=f.need("state", _is_str),
+        argv=tuple(f.get("argv", _STRS, (), "a list of strings")), label=f.get("label", _is_str, ""),
+        gpu=f.get("gpu", _is_int), mode=f.get("mode", _is_str, "process") or "process",
+        submitted_at=f.get("submitted_at", _is_number, 0.0), started_at=f.get("started_at", _is_number),
     )
 
 
@@ -252,7 +348,8 @@ class Event:
 
     @classmethod
     def from_wire(cls, e: Mapping[str, Any]) -> Event:
+        f = Fields(e, "event")
         return cls(
-            seq=int(e.get("seq", 0)), t=float(e.get("t", 0.0)), type=str(e.get("type", "")),
+            seq=f.get("seq", _is_int, 0), t=float(f.get("t", _is_number, 0.0)), type=f.get("type", _is_str, ""),
             fields={k: v for k, v in e.items() if k not in ("seq", "t", "type")},
         )

@@ -18,7 +18,7 @@ from krex_runtime.api.inbox import Follow, Inbox, Liveness, OutputCallback
 from krex_runtime.api.results import Command, Event, NodeStatus, Result
 from krex_runtime.wire import endpoints, protocol
 from krex_runtime.wire.control_client import ControlClient, CurveKeys, RuntimeUnavailable, use_curve
-from krex_runtime.wire.verbs import VERBS
+from krex_runtime.wire.verbs import REPLY_WAIT_S, VERBS
 
 TELEMETRY_ENV = "KREX_TELEMETRY"  # the telemetry endpoint of a tcp runtime
 
@@ -184,7 +184,7 @@ class Client:
 
     def cancel(self, command_id: str) -> str:
         """Cancel a queued or running command; its state after the cancel."""
-        return self.call("cancel", {"id": command_id})["state"]
+        return core.state_of(self.call("cancel", {"id": command_id}), "cancel")
 
     def _cancel_all(self, command_ids: list[str]) -> None:
         """Cancel many at once (each reply waits for its command's end, so
@@ -288,8 +288,8 @@ class Client:
 
 def telemetry_from_hello(endpoint: str, hello: Mapping[str, Any]) -> str:
     """The telemetry endpoint a runtime names to a tcp client (runtime.telemetry_tcp)."""
-    found = hello.get("telemetry") or ""
-    if not found.startswith("tcp://"):
+    found = hello.get("telemetry") if isinstance(hello, Mapping) else None
+    if not isinstance(found, str) or not found.startswith("tcp://"):
         raise RuntimeUnavailable(
             f"the runtime at {endpoint} serves no tcp telemetry endpoint (runtime.telemetry_tcp); "
             f"name one with telemetry= or {TELEMETRY_ENV}"
@@ -302,6 +302,8 @@ def _path(value: str | os.PathLike[str] | None) -> str | None:
 
 
 def _verb_wait(verb: str, default: float) -> float:
-    """A verb that takes long to answer (a lease waits for its region) gets its table's wait."""
+    """The client's timeout, unless the verb takes longer to answer by its
+    nature (a lease waits for its region): then its table's wait. Every other
+    verb waits the client's timeout, shorter or longer than the usual reply wait."""
     known = VERBS.get(verb)
-    return max(default, known.wait_s) if known is not None else default
+    return max(default, known.wait_s) if known is not None and known.wait_s > REPLY_WAIT_S else default

@@ -145,8 +145,8 @@ class ControlClient:
                 continue
             if msg["type"] == "reply":
                 yield {"type": "reply", "body": _body_of(msg)}
-            else:
-                yield {"type": msg["type"], "body": msg["body"]}
+            else:  # decode_reply checked a push's envelope: its body is an object
+                yield {"type": msg["type"], "body": msg.get("body")}
                 if msg["type"] == protocol.PUSH_RESULT:
                     return
 
@@ -252,10 +252,10 @@ def use_curve(sock: zmq.Socket, endpoint: str, keys: CurveKeys | None = None) ->
 
 
 def _body_of(msg: dict[str, Any]) -> Any:
-    if msg.get("ok"):
+    """A reply's body, or RequestFailed; decode_reply checked `ok` and `error`."""
+    if msg["ok"]:
         return msg.get("body", {})
-    err = msg.get("error") or {}
-    raise RequestFailed(err.get("code", "unknown"), err.get("reason", "request failed"))
+    raise RequestFailed(msg["error"]["code"], msg["error"]["reason"])
 
 
 def how_to_start() -> str:

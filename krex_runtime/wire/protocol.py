@@ -149,12 +149,42 @@ def request_id_of(frame: bytes) -> str | None:
 
 
 def decode_reply(frame: bytes) -> dict[str, Any]:
+    """One message from the runtime, its envelope checked (what a client reads
+    of it has the type the protocol says), or ProtocolError: a client meets a
+    malformed reply as this error, never as a KeyError or AttributeError."""
     msg = load_json(frame)
     if not isinstance(msg, dict):
         raise ProtocolError(ErrorCode.BAD_MESSAGE, "the runtime replied with something other than a JSON object")
     if msg.get("v") != VERSION:
         raise ProtocolError(ErrorCode.UNSUPPORTED_VERSION, f"runtime replied with protocol {msg.get('v')!r}")
+    problem = _envelope_problem(msg)
+    if problem:
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"the runtime sent a malformed message: {problem}")
     return msg
+
+
+def _envelope_problem(msg: dict[str, Any]) -> str:
+    """What is wrong with a message's envelope ("" when nothing is)."""
+    kind, re = msg.get("type"), msg.get("re")
+    if not isinstance(kind, str):
+        return "'type' is not a string"
+    if re is not None and not isinstance(re, str):
+        return "'re' is not a string"
+    if kind == "reply":
+        if not isinstance(msg.get("ok"), bool):
+            return "a reply's 'ok' is not true or false"
+        dropped = msg.get("dropped")
+        if dropped is not None and (not isinstance(dropped, int) or isinstance(dropped, bool) or dropped < 0):
+            return "a reply's 'dropped' is not a count"
+        if not msg["ok"]:
+            error = msg.get("error")
+            if not (isinstance(error, dict) and isinstance(error.get("code"), str)
+                    and isinstance(error.get("reason"), str)):
+                return "an error reply's 'error' is not {code, reason} strings"
+    elif kind in (PUSH_OUTPUT, PUSH_RESULT):
+        if not isinstance(re, str) or not isinstance(msg.get("body"), dict):
+            return f"a '{kind}' push needs a string 're' and an object 'body'"
+    return ""
 
 
 # --- the result record of a finished command ----------------------------------

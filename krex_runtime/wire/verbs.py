@@ -38,6 +38,10 @@ class Arg:
     options: dict[str, Any] = field(default_factory=dict)
 
 
+# How long a client waits for a reply, unless the verb says it takes longer.
+REPLY_WAIT_S = 10.0
+
+
 @dataclass(frozen=True)
 class Verb:
     name: str  # the request type on the wire
@@ -47,7 +51,7 @@ class Verb:
     args: tuple[Arg, ...] = ()  # `krex NAME ...`; every dest is a body field
     says: Callable[[dict[str, Any]], str] | None = None  # `krex NAME` prints this of the reply
     confirm: str = ""  # what the console's confirm dialog explains; "" when the console does not offer it
-    wait_s: float = 10.0  # how long a client waits for the reply
+    wait_s: float = REPLY_WAIT_S  # how long a client waits for the reply
 
     @property
     def on_cli(self) -> bool:

@@ -1,0 +1,215 @@
+"""The Python client against a runtime that answers with malformed messages:
+a fake runtime (a real zmq ROUTER socket on ipc) sends replies and pushes of
+the wrong shape or types. Whatever it sends, the client raises its own
+ProtocolError (bad_message), never a KeyError, AttributeError or TypeError,
+and no Result holds a field of the wrong type; a reply naming another
+request does not make a call wait past its timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import zmq
+
+from krex_runtime.api import AsyncClient, Client, ProtocolError, RuntimeUnavailable, sync
+from krex_runtime.wire import protocol
+from krex_runtime.wire.verbs import LEASE_WAIT_S
+
+# What the fake runtime sends for one request: messages (dicts are encoded, bytes sent as they are).
+Answer = Callable[[dict[str, Any]], list[Any]]
+
+
+def reply(req: dict[str, Any], body: Any = None, **envelope: Any) -> dict[str, Any]:
+    return {"v": 1, "type": "reply", "id": "r", "time": 0.0, "re": req["id"], "ok": True,
+            "body": {} if body is None else body, **envelope}
+
+
+def push(req: dict[str, Any], kind: str, body: Any) -> dict[str, Any]:
+    return {"v": 1, "type": kind, "id": "p", "time": 0.0, "re": req["id"], "body": body}
+
+
+RESULT = {"id": "c-1", "state": "finished", "exit_code": 0, "signal": None, "reason": "", "gpu": 0, "label": "",
+          "mode": "process", "submitted_at": 1.0, "started_at": 1.0, "finished_at": 2.0, "queue_s": 0.0,
+          "run_s": 1.0, "total_s": 1.0, "regions": [], "region_count": 0, "unprotected_timings": 0}
+STATUS = {"node": "n", "policy": "krex", "pid": 1, "uptime_s": 1.0, "paused": False, "stopping": False,
+          "queued": 0, "totals": {}, "gpus": [], "commands": []}
+
+
+class FakeRuntime(threading.Thread):
+    """A ROUTER that answers each request as `answer` says; `hello` (the
+    clients' ping) is answered properly unless `answer` handles it too."""
+
+    def __init__(self, endpoint: str, answer: Answer, pings_too: bool = False) -> None:
+        super().__init__(daemon=True)
+        self.answer, self.pings_too = answer, pings_too
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(endpoint)
+        self.stop = threading.Event()
+        self.requests: list[dict[str, Any]] = []
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            if not self.sock.poll(50):
+                continue
+            route, frame = self.sock.recv_multipart()
+            req = json.loads(frame)
+            self.requests.append(req)
+            if req["type"] == "hello" and not self.pings_too:
+                messages: list[Any] = [reply(req, {"protocol": 1})]
+            else:
+                messages = self.answer(req)
+            for msg in messages:
+                self.sock.send_multipart([route, msg if isinstance(msg, bytes) else json.dumps(msg).encode()])
+        self.sock.close(linger=0)
+        self.ctx.term()
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[Callable[..., str]]:
+    started: list[FakeRuntime] = []
+
+    def start(answer: Answer, pings_too: bool = False) -> str:
+        endpoint = f"ipc://{tmp_path / f'fake{len(started)}.sock'}"
+        server = FakeRuntime(endpoint, answer, pings_too)
+        server.start()
+        started.append(server)
+        return endpoint
+
+    yield start
+    for server in started:
+        server.stop.set()
+        server.join()
+
+
+def _submit_then(*messages: Callable[[dict[str, Any]], Any]) -> Answer:
+    """A submit accepted as command c-1, then these pushes; other requests answered {}."""
+    def answer(req: dict[str, Any]) -> list[Any]:
+        if req["type"] != "submit":
+            return [reply(req)]
+        return [reply(req, {"id": "c-1", "state": "queued"}), *(m(req) for m in messages)]
+    return answer
+
+
+def _on(verb: str, *messages: Callable[[dict[str, Any]], Any]) -> Answer:
+    return lambda req: [m(req) for m in messages] if req["type"] == verb else [reply(req)]
+
+
+# (what the client does, what the fake runtime answers, what the error says)
+CASES: list[tuple[str, Answer, str]] = [
+    ("status", _on("status", lambda r: reply(r, [1, 2])), "status is list"),
+    ("status", _on("status", lambda r: reply(r, {k: v for k, v in STATUS.items() if k != "node"})), "status has no node"),
+    ("status", _on("status", lambda r: reply(r, {**STATUS, "pid": "one"})), "status.pid must be an integer"),
+    ("status", _on("status", lambda r: reply(r, {**STATUS, "gpus": [{"index": 0}]})), "status.gpus[] has no name"),
+    ("status", _on("status", lambda r: reply(r, ok="yes")), "'ok' is not true or false"),
+    ("status", _on("status", lambda r: reply(r, ok=False, error="boom")), "'error' is not {code, reason} strings"),
+    ("status", _on("status", lambda r: reply(r, ok=False)), "'error' is not {code, reason} strings"),
+    ("status", _on("status", lambda r: b"not json"), "not JSON"),
+    ("status", _on("status", lambda r: b"[1]"), "something other than a JSON object"),
+    ("status", _on("status", lambda r: reply(r, STATUS, type=7)), "'type' is not a string"),
+    ("status", _on("status", lambda r: reply(r, STATUS, dropped="many")), "'dropped' is not a count"),
+    ("cancel", _on("cancel", lambda r: reply(r, {"id": "c-1"})), "the reply to cancel names no state"),
+    ("cancel", _on("cancel", lambda r: reply(r, "cancelled")), "the reply to cancel names no state"),
+    ("run", _on("submit", lambda r: reply(r, {"id": 5})), "names no command id"),
+    ("run", _on("submit", lambda r: reply(r, [])), "names no command id"),
+    ("run", _submit_then(lambda r: push(r, "result", {**RESULT, "exit_code": "zero"})),
+     "result.exit_code must be an integer, not str 'zero'"),
+    ("run", _submit_then(lambda r: push(r, "result", {**RESULT, "state": None})), "result has no state"),
+    ("run", _submit_then(lambda r: push(r, "result", {**RESULT, "regions": [{"region": "x"}]})),
+     "region.region must be an integer"),
+    ("run", _submit_then(lambda r: push(r, "result", {**RESULT, "output_lost": {"stdout": "1"}})),
+     "result.output_lost must be an object of integers"),
+    ("run", _submit_then(lambda r: push(r, "result", ["x"])), "needs a string 're' and an object 'body'"),
+    ("run", _submit_then(lambda r: push(r, "output", {"stream": "stdout", "data": 5})),
+     "an output push needs a stream"),
+    ("run", _submit_then(lambda r: push(r, "output", {"stream": "fd3", "data": "x"})),
+     "an output push needs a stream"),
+]
+
+
+def _act(client: Client, action: str) -> Any:
+    if action == "status":
+        return client.status()
+    if action == "cancel":
+        return client.cancel("c-1")
+    return client.run(["true"])
+
+
+async def _act_async(client: AsyncClient, action: str) -> Any:
+    if action == "status":
+        return await client.status()
+    if action == "cancel":
+        return await client.cancel("c-1")
+    return await client.run(["true"])
+
+
+@pytest.mark.parametrize("action, answer, message", CASES, ids=[f"{i}-{c[0]}" for i, c in enumerate(CASES)])
+def test_a_malformed_reply_is_a_protocol_error(fake: Callable[..., str], action: str, answer: Answer,
+                                               message: str) -> None:
+    endpoint = fake(answer)
+    with Client(endpoint, timeout=20) as client:
+        with pytest.raises(ProtocolError) as err:
+            _act(client, action)
+    assert err.value.code == "bad_message", err.value
+    assert message in str(err.value), err.value
+
+    async def main() -> None:
+        async with AsyncClient(endpoint, timeout=20) as client:
+            with pytest.raises(ProtocolError) as err:
+                await _act_async(client, action)
+            assert message in str(err.value), err.value
+
+    asyncio.run(main())
+
+
+def test_a_well_formed_fake_result_still_reads(fake: Callable[..., str]) -> None:
+    """The same fake runtime, answering properly: the checks refuse only what is wrong."""
+    endpoint = fake(_submit_then(lambda r: push(r, "output", {"stream": "stdout", "data": "hi\n"}),
+                                 lambda r: push(r, "result", RESULT)))
+    with Client(endpoint, timeout=20) as client:
+        result = client.run(["true"])
+    assert (result.id, result.exit_code, result.stdout, result.ok) == ("c-1", 0, "hi\n", True)
+
+
+class CountingClock:
+    """A monotonic clock that moves 50 ms each time it is read: how long a
+    client waited is then counted in its own reads of the clock, whatever
+    the machine's load."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        self.now += 0.05
+        return self.now
+
+
+def test_replies_to_other_requests_do_not_stretch_a_call_past_its_timeout(
+    fake: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `status` under timeout=2 waited 10 s (the verb table's usual wait won
+    over the client's), and no reply it could not use may restart its wait:
+    the runtime here answers every request, pings too, with replies naming
+    other requests, as fast as the client reads them."""
+
+    def elsewhere(req: dict[str, Any]) -> list[Any]:
+        return [reply({"id": f"other-{i}"}, {}) for i in range(200)]
+
+    endpoint = fake(elsewhere, pings_too=True)
+    clock = CountingClock()
+    monkeypatch.setattr(sync, "time", clock)
+    with Client(endpoint, timeout=2) as client:
+        started = clock.now
+        with pytest.raises(RuntimeUnavailable, match="no reply"):
+            client.call("status")
+        waited = clock.now - started
+    assert 2 <= waited < 3, f"the call gave up after {waited:.2f} s of its clock, under timeout=2"
+    # Only a verb that waits by its nature (a lease, for its region) waits longer than the client's timeout.
+    assert sync._verb_wait("status", 2) == 2 and sync._verb_wait("cancel", 2) == 2
+    assert sync._verb_wait("lease", 2) == LEASE_WAIT_S
