@@ -119,9 +119,13 @@ def format_uuid(raw: bytes) -> str:
 
 
 def read_device(name: str | None = None) -> DeviceState:
-    """A snapshot of the shared device (raises FileNotFoundError if absent)."""
+    """A snapshot of the shared device. FileNotFoundError where nobody has
+    used it yet: no file, or the empty one a runtime made for its first
+    tenant to lay out (fresh_device)."""
     with open(device_path(name), "rb") as f:
         data = f.read(SHM_SIZE)
+    if not data:
+        raise FileNotFoundError(f"simulated device {device_path(name)} is not laid out yet: nobody has used it")
     if len(data) < SHM_SIZE:
         raise ValueError("shared device file is not initialised")
     magic, version, ready, ndev, max_procs, copy_mbps, *_ = SHM_HEADER.unpack_from(data, 0)
