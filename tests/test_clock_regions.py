@@ -83,6 +83,9 @@ def test_off_clock_regions_settle_to_the_bound_and_say_so(make_runtime, tmp_path
         extra_config=f"\n[regions]\nsettle_max_s = {BOUND_S}\nsettle_poll_s = 0.01\n",
     )  # fmt: skip
 
+    clock_file.write_text(str(HIGH))  # above the GPU's top clock: recorded, never flagged
+    assert _run(rt, clock_file) == {"entry": [], "after": [], "off_clock": False}
+    clock_file.write_text(str(NOMINAL))
     on = _run(rt, clock_file)  # on-clock: granted without waiting, nothing flagged
     assert on == {"entry": [], "after": [], "off_clock": False}
 
@@ -136,6 +139,12 @@ def test_off_clock_regions_settle_to_the_bound_and_say_so(make_runtime, tmp_path
         node_state.apply(state, event)
     record = state.commands[second["command_id"]].regions[0]
     assert record["on_clock"] is False and record["exit_flags"] == [flag] and record["settle_s"] >= BOUND_S
+    # The inflation estimate from these records (no canary): what the clock cost each verified region.
+    estimate = state.gpus[0].estimate
+    cost = NOMINAL / LOW - 1
+    assert estimate["regions"] == 6 and estimate["flagged"] == 4, estimate
+    assert [round(c, 6) for c in sorted(estimate["clock_costs"])] == [0.0] * 2 + [round(cost, 6)] * 4, estimate
+    assert round(estimate["inside_p50"], 6) == round(cost, 6) and round(estimate["inside_p95"], 6) == round(cost, 6)
 
 
 def test_a_settle_bound_out_of_range_is_refused_before_anything_is_asked() -> None:
