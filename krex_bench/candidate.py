@@ -70,6 +70,17 @@ def clock_reader(device: tuple[Any, Any] | None) -> Callable[[], int | None]:
     return read
 
 
+def phases(started: float, imported: float, built: float, checked: float, entered: float, timed: float) -> dict[str, float]:
+    """Where a command's time went, from the moments each step ended (the report's phase shares)."""
+    return {
+        "import": imported - started,
+        "build_compile": built - imported,
+        "check": checked - built,
+        "region_wait": entered - checked,
+        "timing": timed - entered,
+    }
+
+
 def placement_shares(repeats: int, placements: int) -> list[slice]:
     """The repeats each placement times: consecutive, as even as they divide."""
     return [slice(i * repeats // placements, (i + 1) * repeats // placements) for i in range(placements)]
@@ -206,13 +217,7 @@ def measure(args: argparse.Namespace) -> int:
         **watch.summary(),  # the lowest clock and the throttle reasons seen between the two reads
         placement_watch=watch.windows(marks) if watched is not None else None,
         region_flags=list(held.flags),  # at the grant, and at the release (exit:...)
-        phases_s={
-            "import": imported - STARTED,
-            "build_compile": compiled - imported,
-            "check": checked - compiled,
-            "region_wait": entered - checked,
-            "timing": timed - entered,
-        },
+        phases_s=phases(STARTED, imported, compiled, checked, entered, timed),
         started=STARTED,
         ended=time.time(),
     )

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from krex_bench.candidate import clock_reader, nvml_device
+    from krex_bench.candidate import clock_reader, nvml_device, phases
     from krex_runtime.client import region
 
     imported = time.time()
@@ -113,13 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         sm_clock_mhz=clock,
         sm_clock_start_mhz=clock_start,
         region_flags=list(held.flags),
-        phases_s={
-            "import": imported - STARTED,
-            "build_compile": built - imported,
-            "check": checked - built,
-            "region_wait": entered - checked,
-            "timing": timed - entered,
-        },
+        phases_s=phases(STARTED, imported, built, checked, entered, timed),
         started=STARTED,
         ended=time.time(),
     )
