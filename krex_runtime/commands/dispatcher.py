@@ -196,6 +196,18 @@ class Dispatcher:
             raise ProtocolError(ErrorCode.NOT_FOUND, f"no command {command_id!r} (unknown, or finished long ago)")
         return job
 
+    def remember(self, past: list[Job]) -> None:
+        """Commands earlier runs ended (finished_record.py), oldest first, put
+        in the history before this run's: `wait` and `cancel` find them, and
+        they leave it (their output files with them) as any finished command."""
+        for job in past:
+            if job.id not in self.jobs:
+                self.jobs[job.id] = job
+                self._finished.append(job.id)
+        self._forget_oldest()
+        while any(i.startswith(f"{self._nonce}-") for i in self.jobs):  # this run's ids never name an earlier one
+            self._nonce = secrets.token_hex(2)
+
     def cancel(self, command_id: str, reason: str = "cancelled by request") -> Job:
         job = self.find(command_id)
         if job.state == "queued":
@@ -420,11 +432,14 @@ class Dispatcher:
         job.done.set()
         self._watcher.finished(job)
         self._finished.append(job.id)
+        self._forget_oldest()
+        self.pump()
+
+    def _forget_oldest(self) -> None:
         while len(self._finished) > self.config.dispatcher.keep_finished:
             forgotten = self.jobs.pop(self._finished.popleft(), None)
             if forgotten is not None:
                 _remove_output(forgotten)
-        self.pump()
 
     # --- shutdown -----------------------------------------------------------
 

@@ -30,10 +30,12 @@ class Attachment:
 
 def result_record(job: Job, state: NodeState) -> dict[str, Any]:
     """The result record (docs/protocol.md): the job's own figures and its
-    regions as the node state folded them from the region events."""
+    regions as the node state folded them from the region events (a command
+    an earlier run ended: as that run recorded it, its regions left out)."""
     info = state.commands.get(job.id)
-    regions = [dict(r) for r in info.regions] if info is not None else []
-    return job.result() | {"regions": regions, "region_count": info.region_count if info is not None else 0}
+    if info is None:
+        return {"regions": [], "region_count": 0} | job.result()
+    return job.result() | {"regions": [dict(r) for r in info.regions], "region_count": info.region_count}
 
 
 class Attachments:

@@ -3,7 +3,8 @@
 Start: claim the host (service/host.py), start the watchdog that undoes a
 death of the runtime (watchdog.py), bind the sockets (server.py), open
 the trace and the event log (event_log.py), build the node's components
-(node.py), serve the verb handlers (handlers.py) and, if configured, the
+(node.py), give its dispatcher the commands earlier runs ended
+(commands/finished_record.py), serve the verb handlers (handlers.py) and, if configured, the
 Prometheus endpoint (telemetry/prometheus.py); then tell systemd it is ready
 (notify.py). Stop (SIGTERM, SIGINT): refuse new commands, end regions, finish
 or cancel what runs, and leave nothing frozen, gated, claimed or bound.
@@ -21,12 +22,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from krex_runtime.commands import finished_record
+from krex_runtime.commands.finished_record import RECORD_FILE, FinishedRecord
 from krex_runtime.node import access
 from krex_runtime.node.config import Config, listen_address, resolve_run_dir
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.service import handlers
 from krex_runtime.service import node as node_build
 from krex_runtime.service.event_log import EventLog
+from krex_runtime.service.followers import result_record
 from krex_runtime.service.heartbeat import Heartbeat
 from krex_runtime.service.host import Host, StartupError, prepare
 from krex_runtime.service.node import Node
@@ -83,6 +87,7 @@ class RuntimeService:
             event_log = EventLog(trace, server.publish)
             node = node_build.build(self.config, self.gpus, host, event_log, server)
             made.callback(node_build.close_regions, node, host)
+            self._remember_finished(host, event_log, node, made)
             if node.channel is not None:
                 made.callback(_remove_socket, node.channel.path)
             made.callback(node.telemetry.close)
@@ -93,6 +98,16 @@ class RuntimeService:
                                       regions.stale_after_s)
                 made.callback(heartbeat.stop)  # before the gates are unmapped
             await self._serve(host, server, event_log, node, heartbeat)
+
+    def _remember_finished(self, host: Host, event_log: EventLog, node: Node, made: contextlib.ExitStack) -> None:
+        """The commands earlier runs ended stay answerable (`wait` finds them),
+        and this run records its own for the next (commands/finished_record.py)."""
+        record = FinishedRecord(host.run_dir / RECORD_FILE, self.config.dispatcher.keep_finished, host.output_dir)
+        node.dispatcher.remember(record.load())
+        made.callback(record.close)
+        event_log.observers.append(
+            finished_record.observer(record, node.dispatcher.jobs.get, lambda job: result_record(job, event_log.state))
+        )
 
     async def _serve(
         self, host: Host, server: ControlServer, event_log: EventLog, node: Node, heartbeat: Heartbeat | None
