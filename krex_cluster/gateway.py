@@ -168,7 +168,7 @@ class Gateway:
         try:
             req = protocol.decode_request(frame, self.config.gateway.max_message_bytes)
             req_id = req.id
-            if req.type in verbs.CHANGING or (req.type == "wait" and req.body.attach):
+            if req.type in verbs.CHANGING or req.type == "logs" or (req.type == "wait" and req.body.attach):
                 why = access.refusal(req.type, peer.credentials, peer.remote)
                 if why:
                     raise ProtocolError(ErrorCode.FORBIDDEN, why)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import ray
 
-from krex_runtime.wire import protocol, verbs
+from krex_runtime.wire import history, protocol, verbs
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request
 from krex_runtime.wire.typed import to_dict
 
@@ -190,6 +190,38 @@ def _node_verb(verb: verbs.Verb) -> Handler:
         return reply
 
     return handle
+
+
+@handles(verbs.LIST)
+async def list_commands(gw: Gateway, peer: Peer, req: Request) -> Any:
+    """The commands the gateway remembers, by their cluster ids, each with its node."""
+    try:
+        history.states_of(req.body.state)
+    except ValueError as exc:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"body.state: {exc}") from None
+    rows = []
+    for cmd in [*gw.table.finished.values(), *gw.table.live.values()]:
+        record = {**cmd.status_row(), "share": cmd.body.get("share", ""), **(cmd.result or {}), "id": cmd.id}
+        rows.append(history.row(record, list(cmd.body.get("argv") or [])) | {"node": cmd.node})
+    rows = [r for r in rows if history.matches(r, req.body)]
+    return {"commands": sorted(rows, key=lambda r: r["submitted_at"] or 0.0)}
+
+
+@handles(verbs.LOGS)
+async def logs(gw: Gateway, peer: Peer, req: Request) -> Any:
+    """A command's output as the gateway kept it (gateway.output_kept_bytes);
+    offsets count characters here."""
+    cmd = _command(gw, req.body.id)
+    output = {}
+    for stream in req.body.streams:
+        text = "".join(o.get("data", "") for o in cmd.output if o.get("stream") == stream)
+        start = req.body.offsets.get(stream, 0)
+        data = text[start:]
+        if req.body.tail is not None:
+            data = "".join(data.splitlines(keepends=True)[-req.body.tail:]) if req.body.tail > 0 else ""
+        output[stream] = {"data": data, "next": len(text), "more": False}
+    state = "queued" if cmd.state == "pending" else cmd.state
+    return {"id": cmd.id, "state": state, "ended": cmd.final, "output": output, "missing": []}
 
 
 for _verb in (verbs.SNAPSHOT, verbs.PAUSE, verbs.RESUME, verbs.RECYCLE, verbs.LEASE, verbs.RELEASE):

@@ -203,12 +203,50 @@ def verb_command(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
+# How often `krex logs --follow` asks for more.
+FOLLOW_POLL_S = 0.25
+
+
+def logs_command(client: Client, args: argparse.Namespace) -> int:
+    """A command's output from its files, stdout to stdout and stderr to
+    stderr; with --follow, then the rest as it is written, until it ends."""
+    streams = ["stderr"] if args.stderr else ["stdout", "stderr"]
+    offsets: dict[str, int] = {}
+    kept: dict[str, list[str]] = {s: [] for s in streams}
+    tail = args.tail
+    while True:
+        body = {"id": args.id, "streams": streams, "tail": tail, "offsets": offsets}
+        reply = client.call("logs", body, timeout=args.wait)
+        tail = None  # the tail once; then everything after it
+        for stream, part in reply["output"].items():
+            offsets[stream] = part["next"]
+            if args.json:
+                kept[stream].append(part["data"])
+            elif part["data"]:
+                out = sys.stdout if stream == "stdout" else sys.stderr
+                out.write(part["data"])
+                out.flush()
+        if any(part["more"] for part in reply["output"].values()):
+            continue
+        if reply["ended"] and len(reply["missing"]) == len(streams):
+            return fail(args, "no_output", f"{args.id} {reply['state']}: its output files are gone")
+        if not args.follow or reply["ended"]:
+            break
+        time.sleep(FOLLOW_POLL_S)
+    if args.json:
+        emit_json({"id": reply["id"], "state": reply["state"]} | {s: "".join(kept[s]) for s in streams})
+    elif reply["state"] == "queued":
+        print(f"krex: {reply['id']} is queued: no output yet (--follow waits for it)", file=sys.stderr)
+    return 0
+
+
 # Subcommands that talk to a runtime, beyond the table's plain verbs.
 WITH_RUNTIME = {
     "run": run_command,
     "submit": submit_command,
     "wait": wait_command,
     "status": status_command,
+    "logs": logs_command,
 }
 
 

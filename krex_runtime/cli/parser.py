@@ -116,11 +116,16 @@ def build_parser(version: Callable[[], str]) -> Parser:
     status = sub.add_parser("status", parents=js, help=verbs.STATUS.summary)
     status.add_argument("--watch", type=float, nargs="?", const=1.0, metavar="S", help="redraw every S seconds (default 1)")
     for verb in verbs.VERBS.values():
-        if verb.on_cli:
-            sp = sub.add_parser(verb.name, parents=js, help=verb.summary)
+        if verb.on_cli or verb.args:
+            sp = sub.add_parser(verb.name, parents=js, help=verb.summary, aliases=list(verb.aliases))
+            sp.set_defaults(verb=verb.name)  # under an alias too
             for arg in verb.args:
                 sp.add_argument(*arg.flags, **arg.options)
             sp.add_argument("--wait", type=float, default=verb.wait_s, metavar="S", help="give up waiting after S seconds")
+            if verb is verbs.LOGS:
+                sp.add_argument("--follow", "-f", action="store_true",
+                                help="then print what it writes until it ends")
+                sp.add_argument("--stderr", action="store_true", help="only its stderr (default: stdout and stderr)")
     bench = sub.add_parser(
         "bench", help="the evaluation workload under each policy: run, report, list (krex bench --help)", add_help=False
     )

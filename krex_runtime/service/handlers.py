@@ -10,6 +10,7 @@ Refusals (read-only socket, tenants) happen before a handler runs
 from __future__ import annotations
 
 import asyncio
+import codecs
 import dataclasses
 import os
 import time
@@ -24,7 +25,7 @@ from krex_runtime.service.event_log import EventLog
 from krex_runtime.service.followers import result_record
 from krex_runtime.service.node import Node
 from krex_runtime.service.server import Handler, Peer
-from krex_runtime.wire import endpoints, protocol, verbs
+from krex_runtime.wire import endpoints, history, protocol, verbs
 from krex_runtime.wire import state as node_state
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request
 
@@ -286,3 +287,65 @@ def _leases_or_refuse(ctx: Context) -> LeaseDesk:
             ErrorCode.REFUSED, f"leases need policy 'krex' (this runtime runs '{ctx.node.config.runtime.policy}')"
         )
     return ctx.node.leases
+
+
+@handles(verbs.LIST)
+async def list_commands(ctx: Context, peer: Peer, req: Request) -> Any:
+    """Every command the dispatcher remembers (not the runtime's own canaries),
+    oldest first: anyone who may see `status` sees who ran what (not its output)."""
+    try:
+        history.states_of(req.body.state)
+    except ValueError as exc:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"body.state: {exc}") from None
+    rows = [history.row(job.result(), job.argv) for job in ctx.node.dispatcher.jobs.values() if not job.internal]
+    rows = [r for r in rows if history.matches(r, req.body)]
+    return {"commands": sorted(rows, key=lambda r: r["submitted_at"] or 0.0)}
+
+
+@handles(verbs.LOGS)
+async def logs(ctx: Context, peer: Peer, req: Request) -> Any:
+    """A command's output from its files: to operators and to its submitter,
+    as streaming it is (check_may_stream)."""
+    job = ctx.node.dispatcher.find(req.body.id)
+    check_may_stream(ctx, peer, job.id, job.submitter_uid)
+    ended = job.done.is_set()  # before reading: an ended command's files are whole
+    record = job.result()
+    output, missing = {}, []
+    for stream in req.body.streams:
+        if stream not in history.STREAMS:
+            raise ProtocolError(ErrorCode.BAD_REQUEST, f"body.streams: no stream {stream!r} (stdout, stderr)")
+        path = record.get(f"{stream}_path")
+        read = output_file_part(Path(path), req.body.offsets.get(stream, 0), req.body.tail) if path else None
+        if read is None:
+            missing.append(stream)
+        else:
+            output[stream] = read
+    return {"id": job.id, "state": record["state"], "ended": ended, "output": output, "missing": missing}
+
+
+def output_file_part(path: Path, offset: int, tail: int | None) -> dict[str, Any] | None:
+    """From byte `offset` on (whole UTF-8 characters only; the rest comes next
+    time), or the last `tail` lines: {"data", "next" (the offset to ask from
+    next), "more" (the file holds more already)}. None: there is no file."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if tail is not None:
+                start = max(offset, size - history.LOGS_CHUNK_BYTES)
+                f.seek(start)
+                data = f.read(size - start)
+                lines = data.splitlines(keepends=True)
+                data = b"".join(lines[-tail:]) if tail > 0 else b""
+                return {"data": data.decode("utf-8", "replace"), "next": size, "more": False}
+            f.seek(offset)
+            data = f.read(history.LOGS_CHUNK_BYTES)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ProtocolError(ErrorCode.REFUSED, f"cannot read {path}: {exc.strerror or exc}") from None
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    text = decoder.decode(data)
+    whole = len(data) - len(decoder.getstate()[0])
+    if whole == 0 and data and offset + len(data) >= size and len(data) >= 4:
+        text, whole = data.decode("utf-8", "replace"), len(data)  # not a character being written: bad bytes
+    return {"data": text, "next": offset + whole, "more": offset + len(data) < size}

@@ -94,3 +94,26 @@ class PauseBody:
 @dataclass(frozen=True)
 class SnapshotBody:
     node: str | None = None
+
+
+@dataclass(frozen=True)
+class ListBody:
+    """`ls`: the commands the runtime remembers (queued, running, and the last
+    dispatcher.keep_finished ended ones), those that match every filter given."""
+
+    state: str | None = None  # one state, or several "a,b"; "active" is queued,running; "ended" the final ones
+    label: str | None = None  # a label, or a glob of one ("bench-*")
+    since: float | None = None  # submitted at or after (unix time)
+    until: float | None = None  # submitted at or before (unix time)
+    user: str | None = None  # submitted by this user (the submitter part of its share key)
+
+
+@dataclass(frozen=True)
+class LogsBody:
+    """`logs`: a command's output from its files, from `offsets` (bytes
+    already read, per stream) on, or its last `tail` lines."""
+
+    id: str
+    streams: list[str] = field(default_factory=lambda: ["stdout", "stderr"])
+    tail: int | None = None
+    offsets: dict[str, int] = field(default_factory=dict)

@@ -11,16 +11,20 @@ refuses to start if a verb has no handler or a handler no verb.
 
 from __future__ import annotations
 
+import argparse
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from krex_runtime.wire import history
 from krex_runtime.wire.bodies import (
     CommandRef,
     EmptyBody,
     GpuRef,
     HelloBody,
     LeaseBody,
+    ListBody,
+    LogsBody,
     PauseBody,
     RecycleBody,
     SnapshotBody,
@@ -52,6 +56,7 @@ class Verb:
     says: Callable[[dict[str, Any]], str] | None = None  # `krex NAME` prints this of the reply
     confirm: str = ""  # what the console's confirm dialog explains; "" when the console does not offer it
     wait_s: float = REPLY_WAIT_S  # how long a client waits for the reply
+    aliases: tuple[str, ...] = ()  # other names of its `krex` subcommand
 
     @property
     def on_cli(self) -> bool:
@@ -140,12 +145,41 @@ RECYCLE = Verb(
     confirm="Replaces the pooled context processes of this GPU now.",
 )
 
+def _when(text: str) -> float:
+    try:
+        return history.parse_when(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+LIST = Verb(
+    "ls", ListBody, False, "list the commands the runtime remembers: state, user and share, label, times",
+    args=(
+        Arg(("--state",), {"help": "only these states: queued, running, finished, failed, cancelled, timeout, "
+                                   "comma-separated, or active (queued,running), ended (the others)"}),
+        Arg(("--label",), {"help": "only this label, or a glob of labels ('bench-*')"}),
+        Arg(("--since",), {"type": _when, "metavar": "WHEN",
+                           "help": "only those submitted since WHEN: an age (10m, 2h, 1d), unix seconds or an ISO time"}),
+        Arg(("--until",), {"type": _when, "metavar": "WHEN", "help": "only those submitted until WHEN (as --since)"}),
+        Arg(("--user",), {"help": "only those this user submitted (key:NAME for a tcp client's key)"}),
+    ),
+    says=history.listed_table,
+    aliases=("history",),
+)
+LOGS = Verb(
+    "logs", LogsBody, False, "print a command's output so far (--follow: and the rest until it ends)",
+    args=(
+        Arg(("id",), {"help": "the command's id (from krex submit, ls or status)"}),
+        Arg(("--tail",), {"type": int, "metavar": "N", "help": "only its last N lines (of each stream)"}),
+    ),
+)
+
 # Verbs whose body names a `node`: a cluster gateway sends them to that node.
 NODE_TARGETED: frozenset[str] = frozenset({"pause", "resume", "lease", "release", "recycle", "snapshot"})
 
 VERBS: dict[str, Verb] = {
     verb.name: verb
-    for verb in (HELLO, STATUS, SNAPSHOT, SUBMIT, WAIT, CANCEL, PAUSE, RESUME, LEASE, RELEASE, RECYCLE)
+    for verb in (HELLO, STATUS, SNAPSHOT, SUBMIT, WAIT, CANCEL, PAUSE, RESUME, LEASE, RELEASE, RECYCLE, LIST, LOGS)
 }
 
 # Refused on the read-only control socket and to tenants of the runtime.

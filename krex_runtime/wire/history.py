@@ -1,0 +1,107 @@
+"""What `ls` and `logs` share between a runtime, a cluster gateway and the
+CLI: the row a listed command has, the filters, the times `--since` and
+`--until` take, and the table `krex ls` prints."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import time
+from datetime import datetime
+from typing import Any
+
+FINAL_STATES = ("finished", "failed", "cancelled", "timeout")
+STATE_GROUPS = {"active": ("queued", "running"), "ended": FINAL_STATES}
+STATES = ("queued", "running", *FINAL_STATES)
+STREAMS = ("stdout", "stderr")
+# A reply carries at most this much of one stream; `logs` asks again for the rest.
+LOGS_CHUNK_BYTES = 1 << 20
+_AGO = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_when(text: str) -> float:
+    """A point in time as `--since`/`--until` take it: an age ("30s", "10m",
+    "2h", "1d": that long ago), unix seconds, or an ISO date and time in local
+    time ("2026-12-03T14:00", "14:00" for today)."""
+    text = text.strip()
+    ago = _AGO.fullmatch(text)
+    if ago:
+        return time.time() - float(ago.group(1)) * _UNIT_S[ago.group(2)]
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        if re.fullmatch(r"\d{1,2}:\d{2}(:\d{2})?", text):
+            clock = datetime.strptime(text if text.count(":") == 2 else text + ":00", "%H:%M:%S").time()
+            return datetime.combine(datetime.now().date(), clock).timestamp()
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise ValueError(f"{text!r} is not a time: give an age (30s, 10m, 2h, 1d), unix seconds or "
+                         "an ISO time (2026-12-03T14:00, or 14:00 for today)") from None
+
+
+def states_of(text: str | None) -> set[str] | None:
+    """`--state`: one state, several "a,b", or a group (active, ended)."""
+    if not text:
+        return None
+    found: set[str] = set()
+    for word in (w.strip() for w in text.split(",") if w.strip()):
+        if word in STATE_GROUPS:
+            found.update(STATE_GROUPS[word])
+        elif word in STATES:
+            found.add(word)
+        else:
+            raise ValueError(f"no state {word!r}: the states are {', '.join(STATES)}, or active, ended")
+    return found
+
+
+def row(record: dict[str, Any], argv: list[str]) -> dict[str, Any]:
+    """One listed command, from its result record (a running one's so far)."""
+    share = record.get("share") or ""
+    return {
+        "id": record["id"], "state": record.get("state"), "label": record.get("label") or "",
+        "user": share.split("/", 1)[0], "share": share, "gpu": record.get("gpu"), "mode": record.get("mode"),
+        "submitted_at": record.get("submitted_at"), "started_at": record.get("started_at"),
+        "finished_at": record.get("finished_at"), "exit_code": record.get("exit_code"),
+        "signal": record.get("signal"), "reason": record.get("reason") or "", "argv": list(argv),
+    }
+
+
+def matches(listed: dict[str, Any], body: Any) -> bool:
+    """Whether a listed row passes every filter of an `ls` body."""
+    states = states_of(body.state)
+    if states is not None and listed["state"] not in states:
+        return False
+    if body.label is not None and not fnmatch.fnmatchcase(listed["label"], body.label):
+        return False
+    submitted = listed["submitted_at"] or 0.0
+    if body.since is not None and submitted < body.since:
+        return False
+    if body.until is not None and submitted > body.until:
+        return False
+    return body.user is None or listed["user"] == body.user
+
+
+def listed_table(reply: dict[str, Any]) -> str:
+    """`krex ls`: one line per command, oldest first; ids whole (they go into
+    `krex logs` and `krex cancel`)."""
+    rows = reply["commands"]
+    if not rows:
+        return "no commands match"
+    head = ("ID", "STATE", "EXIT", "USER", "LABEL", "SUBMITTED", "RUN", "COMMAND")
+    lines = [head] + [_cells(r) for r in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head) - 1)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)) + "  " + line[-1] for line in lines).rstrip()
+
+
+def _cells(r: dict[str, Any]) -> tuple[str, ...]:
+    exit_ = "" if r["exit_code"] is None else str(r["exit_code"])
+    if r["signal"]:
+        exit_ = f"sig {r['signal']}"
+    submitted = time.strftime("%m-%d %H:%M:%S", time.localtime(r["submitted_at"])) if r["submitted_at"] else "-"
+    started, finished = r["started_at"], r["finished_at"]
+    run = f"{(finished if finished is not None else time.time()) - started:.1f}s" if started is not None else "-"
+    share = r["share"] if r["share"] and r["share"] != r["user"] else r["user"]
+    return (r["id"], r["state"] or "", exit_, share or "-", r["label"] or "-", submitted, run, " ".join(r["argv"]))

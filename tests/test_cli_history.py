@@ -1,0 +1,111 @@
+"""`krex ls` (alias `krex history`) and `krex logs`: the commands a runtime
+remembers, with filters, and a command's output after it ended or while it
+runs. Driven through the real `krex` against one runtime (simulated GPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from runtime_helpers import PY, stop_and_check
+
+from krex_runtime.commands.fair_share import key_of_user
+from krex_runtime.testing import hygiene
+from krex_runtime.testing.local_runtime import Runtime, command
+from krex_runtime.wire import history
+
+
+@pytest.fixture(scope="module")
+def rt(tmp_path_factory: pytest.TempPathFactory, native_built: Path) -> Iterator[Runtime]:
+    before = hygiene.baseline()
+    runtime = Runtime(tmp_path_factory.mktemp("history") / "rt", policy="krex", sim=1, slots=8)
+    runtime.start()
+    try:
+        yield runtime
+    finally:
+        stop_and_check(runtime)
+    assert not hygiene.leftovers(runtime.run_dir, runtime.lock_dir, before)
+
+
+def listed(rt: Runtime, *args: str) -> list[dict]:
+    done = rt.krex("ls", "--json", *args)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)["commands"]
+
+
+def test_ls_lists_commands_with_state_user_label_and_filters(rt: Runtime) -> None:
+    ok = json.loads(rt.krex("run", "--json", "--label", "bench-a", "--", "true").stdout)["id"]
+    bad = json.loads(rt.krex("run", "--json", "--label", "bench-b", "--share", "agent7", "--", "false").stdout)["id"]
+    sleeper = rt.krex("submit", "--label", "other", "--", PY, "-c", "import time; time.sleep(60)").stdout.strip()
+    try:
+        rows = {r["id"]: r for r in listed(rt)}
+        me = key_of_user(os.geteuid())
+        assert rows[ok]["state"] == "finished" and rows[ok]["exit_code"] == 0 and rows[ok]["label"] == "bench-a"
+        assert rows[bad]["state"] == "finished" and rows[bad]["exit_code"] == 1
+        assert rows[bad]["user"] == me and rows[bad]["share"] == f"{me}/agent7"
+        assert rows[sleeper]["state"] in ("queued", "running") and rows[sleeper]["argv"][0] == PY
+        assert {r["id"] for r in listed(rt, "--label", "bench-*")} == {ok, bad}
+        assert {r["id"] for r in listed(rt, "--state", "active")} == {sleeper}
+        assert {r["id"] for r in listed(rt, "--state", "finished", "--label", "bench-a")} == {ok}
+        assert listed(rt, "--user", "nobody-at-all") == []
+        assert {ok, bad, sleeper} <= {r["id"] for r in listed(rt, "--user", me, "--since", "1h")}
+        assert listed(rt, "--until", "1h") == []
+        # The table: whole ids (they go into krex logs and cancel), and `history` is the same list.
+        table = rt.krex("ls")
+        assert table.returncode == 0 and table.stdout.startswith("ID ")
+        for cid in (ok, bad, sleeper):
+            assert cid in table.stdout.split()
+        assert rt.krex("history").stdout.splitlines()[0] == table.stdout.splitlines()[0]
+        wrong = rt.krex("ls", "--state", "sleeping")
+        assert wrong.returncode == 125 and "no state 'sleeping'" in wrong.stderr
+        when = rt.krex("ls", "--since", "yesterday-ish")
+        assert when.returncode == 125 and "is not a time" in when.stderr and "Traceback" not in when.stderr
+    finally:
+        rt.krex("cancel", sleeper)
+    assert listed(rt, "--state", "cancelled")[-1]["id"] == sleeper
+
+
+def test_logs_of_an_ended_command_tail_and_stderr(rt: Runtime) -> None:
+    script = "import sys\nfor i in range(5): print('line', i)\nprint('oops', file=sys.stderr)"
+    cid = json.loads(rt.krex("run", "--json", "--", PY, "-c", script).stdout)["id"]
+    both = rt.krex("logs", cid)
+    assert both.returncode == 0 and both.stdout == "".join(f"line {i}\n" for i in range(5)) and both.stderr == "oops\n"
+    assert rt.krex("logs", "--tail", "2", cid).stdout == "line 3\nline 4\n"
+    only = rt.krex("logs", "--stderr", cid)
+    assert only.stdout == "" and only.stderr == "oops\n"
+    doc = json.loads(rt.krex("logs", "--json", cid).stdout)
+    assert doc == {"id": cid, "state": "finished", "stdout": both.stdout, "stderr": "oops\n"}
+    unknown = rt.krex("logs", "nope-1")
+    assert unknown.returncode == 125 and "no command 'nope-1'" in unknown.stderr
+
+
+def test_logs_follow_prints_a_running_command_until_it_ends(rt: Runtime, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    script = (f"import os, time\nprint('first', flush=True)\n"
+              f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\nprint('second')")
+    cid = rt.krex("submit", "--", PY, "-c", script).stdout.strip()
+    follow = subprocess.Popen([*command("krex"), "logs", "--follow", cid], env=rt.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert follow.stdout is not None and follow.stdout.readline() == "first\n"
+        go.touch()
+        out, err = follow.communicate(timeout=60)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+    assert follow.returncode == 0 and out == "second\n", err
+    assert rt.krex("logs", cid).stdout == "first\nsecond\n"
+
+
+def test_when_takes_ages_unix_seconds_and_clock_times() -> None:
+    now = time.time()
+    assert abs(history.parse_when("10m") - (now - 600)) < 5
+    assert history.parse_when("1700000000") == 1700000000.0
+    assert history.parse_when("2026-12-03T14:00") > 1.7e9
+    with pytest.raises(ValueError, match="is not a time"):
+        history.parse_when("soon")
