@@ -13,6 +13,8 @@
 #ifndef KREX_H
 #define KREX_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -29,6 +31,14 @@ int krex_region_enter(void);
 /* Releases the region. 0 on success or when not under the runtime; -EINVAL if
  * this process does not hold the region; other negative errno as above. */
 int krex_region_exit(void);
+
+/* Measurement integrity of the region this process holds (else of the last
+ * one it held), as the library judged the CUDA-event timings asked for so far:
+ * "<windows>,<escaped>,<other_thread>,<empty>,<stream_mismatch>" (counts of
+ * timed windows; docs/integrity.md). krex_region_exit sends it to the runtime,
+ * which attaches it to the region's certificate. Returns the length written,
+ * or -EINVAL / -ENOSPC. */
+int krex_region_integrity(char *buf, size_t size);
 
 #ifdef __cplusplus
 }

@@ -98,18 +98,34 @@ CLASSES: list[tuple[str, str]] = [
     # External semaphores (the device waits or signals) and sparse array
     # mapping (stream-ordered): stream work. Entry waits.
     ("KREX_CLASS_OTHER", r"cuSignalExternalSemaphoresAsync|cuWaitExternalSemaphoresAsync|cuMemMapArrayAsync"),
-    ("KREX_CLASS_TRACKED", r"cuEventElapsedTime|cuEventDestroy"),
+    # Watched, never gated: the elapsed time between two events and their
+    # destruction (unprotected timings), and the host's waits for the device,
+    # which join streams for measurement integrity (intercept_integrity.c).
+    (
+        "KREX_CLASS_TRACKED",
+        r"cuEventElapsedTime|cuEventDestroy|cuStreamSynchronize|cuCtxSynchronize|cuEventSynchronize"
+        r"|cuStreamQuery|cuEventQuery",
+    ),
 ]
 
 # base name -> (C before the real call, C after it), formatted with the
 # variant's argument names a[0], a[1]...; `r` is the real call's result,
 # `outer` says the call came from the program (not from the driver itself).
+# `{pt}` is 1 in a per-thread-stream variant (_ptsz/_ptds), where a NULL
+# stream is the calling thread's own, else 0.
 HOOKS: dict[str, tuple[str, str]] = {
-    "cuEventRecord": ("", "if (r == CUDA_SUCCESS && outer) krex_event_recorded({a[0]});"),
-    "cuEventRecordWithFlags": ("", "if (r == CUDA_SUCCESS && outer) krex_event_recorded({a[0]});"),
+    "cuEventRecord": ("", "if (r == CUDA_SUCCESS && outer) krex_event_recorded({a[0]}, {a[1]}, {pt});"),
+    "cuEventRecordWithFlags": ("", "if (r == CUDA_SUCCESS && outer) krex_event_recorded({a[0]}, {a[1]}, {pt});"),
     "cuEventElapsedTime": ("", "if (r == CUDA_SUCCESS && outer) krex_event_elapsed({a[1]}, {a[2]});"),
     # Before: once destroyed, the driver may hand the same handle out again.
     "cuEventDestroy": ("if (outer) krex_event_destroyed({a[0]});", ""),
+    # Measurement integrity (intercept_integrity.c): what joins streams.
+    "cuStreamWaitEvent": ("", "if (r == CUDA_SUCCESS && outer) krex_integrity_wait({a[0]}, {a[1]}, {pt});"),
+    "cuStreamSynchronize": ("", "if (r == CUDA_SUCCESS && outer) krex_integrity_sync_stream({a[0]}, {pt});"),
+    "cuStreamQuery": ("", "if (r == CUDA_SUCCESS && outer) krex_integrity_sync_stream({a[0]}, {pt});"),
+    "cuCtxSynchronize": ("", "if (r == CUDA_SUCCESS && outer) krex_integrity_sync_all();"),
+    "cuEventSynchronize": ("", "if (r == CUDA_SUCCESS && outer) krex_integrity_sync_event({a[0]});"),
+    "cuEventQuery": ("", "if (r == CUDA_SUCCESS && outer) krex_integrity_sync_event({a[0]});"),
 }
 
 
@@ -153,6 +169,20 @@ def launched_function(v: Variant) -> str:
     return next((a for p, a in zip(plist, v.args) if p.split()[0] == "CUfunction"), "")
 
 
+def launch_stream(v: Variant) -> str | None:
+    """For a kernel or graph launch, the C expression of the stream it goes on
+    ("NULL" for the legacy forms without one); None for any other call."""
+    if not (v.klass == "KREX_CLASS_LAUNCH" or v.base == "cuGraphLaunch"):
+        return None
+    plist = [] if v.params in ("", "void") else split_params(v.params)
+    for p, a in zip(plist, v.args):
+        if p.split()[0] == "CUstream":
+            return a
+        if "CUlaunchConfig" in p:  # cuLaunchKernelEx: the stream is in the configuration
+            return f"({a} != NULL ? {a}->hStream : NULL)"
+    return "NULL"
+
+
 def render(variants: list[Variant], version: str) -> str:
     gated = [v for v in variants if v.klass != "KREX_CLASS_TRACKED"]
     bases = sorted({v.base for v in gated})
@@ -162,7 +192,7 @@ def render(variants: list[Variant], version: str) -> str:
         f" * {version}). Do not edit; run `make -C native gated-table` to regenerate.",
         " *",
         f" * {len(gated)} gated entry points ({len(bases)} functions and their",
-        f" * exported variants) and {len(variants) - len(gated)} tracked ones (event timing, not gated).",
+        f" * exported variants) and {len(variants) - len(gated)} tracked ones (event timing, host waits; not gated).",
         " * Each gated wrapper passes the gate around the real call;",
         " * programs linked with -lcuda reach them by symbol interposition, the rest",
         " * through dlsym / cuGetProcAddress (real pointer -> wrapper, intercept.c).",
@@ -172,7 +202,11 @@ def render(variants: list[Variant], version: str) -> str:
     ]
     for i, v in enumerate(variants):
         call_args = ", ".join(v.args)
-        before, after = (h.format(a=v.args) for h in HOOKS.get(v.base, ("", "")))
+        pt = int(v.name.endswith(("_ptsz", "_ptds")))
+        before, after = (h.format(a=v.args, pt=pt) for h in HOOKS.get(v.base, ("", "")))
+        stream = launch_stream(v)
+        if stream is not None:
+            after = f"if (r == CUDA_SUCCESS && outer) krex_integrity_launch({stream}, {pt});"
         tracked = v.klass == "KREX_CLASS_TRACKED"
         out += [
             f"#undef {v.name}",

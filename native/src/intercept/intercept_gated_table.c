@@ -3,7 +3,7 @@
  * 13000). Do not edit; run `make -C native gated-table` to regenerate.
  *
  * 186 gated entry points (79 functions and their
- * exported variants) and 4 tracked ones (event timing, not gated).
+ * exported variants) and 12 tracked ones (event timing, host waits; not gated).
  * Each gated wrapper passes the gate around the real call;
  * programs linked with -lcuda reach them by symbol interposition, the rest
  * through dlsym / cuGetProcAddress (real pointer -> wrapper, intercept.c).
@@ -62,16 +62,46 @@ CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreatePar
     return r;
 }
 
+#undef cuCtxSynchronize
+typedef CUresult (CUDAAPI *krex_pfn_cuCtxSynchronize)(void);
+CUresult CUDAAPI cuCtxSynchronize(void)
+{
+    krex_pfn_cuCtxSynchronize real = (krex_pfn_cuCtxSynchronize)krex_gated_real(4);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_track_enter(4);
+    int outer = token != KREX_TOKEN_NESTED;
+    CUresult r = real();
+    if (r == CUDA_SUCCESS && outer) krex_integrity_sync_all();
+    krex_track_leave(token);
+    return r;
+}
+
+#undef cuCtxSynchronize_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuCtxSynchronize_v2)(CUcontext ctx);
+CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
+{
+    krex_pfn_cuCtxSynchronize_v2 real = (krex_pfn_cuCtxSynchronize_v2)krex_gated_real(5);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_track_enter(5);
+    int outer = token != KREX_TOKEN_NESTED;
+    CUresult r = real(ctx);
+    if (r == CUDA_SUCCESS && outer) krex_integrity_sync_all();
+    krex_track_leave(token);
+    return r;
+}
+
 #undef cuDevicePrimaryCtxRetain
 typedef CUresult (CUDAAPI *krex_pfn_cuDevicePrimaryCtxRetain)(CUcontext *pctx, CUdevice dev);
 CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
-    krex_pfn_cuDevicePrimaryCtxRetain real = (krex_pfn_cuDevicePrimaryCtxRetain)krex_gated_real(4);
+    krex_pfn_cuDevicePrimaryCtxRetain real = (krex_pfn_cuDevicePrimaryCtxRetain)krex_gated_real(6);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(4);
+    int token = krex_gate_enter(6);
     CUresult r = real(pctx, dev);
-    krex_gate_leave(4, token);
+    krex_gate_leave(6, token);
     return r;
 }
 
@@ -79,10 +109,10 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 typedef CUresult (CUDAAPI *krex_pfn_cuEventDestroy)(CUevent hEvent);
 CUresult CUDAAPI cuEventDestroy(CUevent hEvent)
 {
-    krex_pfn_cuEventDestroy real = (krex_pfn_cuEventDestroy)krex_gated_real(5);
+    krex_pfn_cuEventDestroy real = (krex_pfn_cuEventDestroy)krex_gated_real(7);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_track_enter(5);
+    int token = krex_track_enter(7);
     int outer = token != KREX_TOKEN_NESTED;
     if (outer) krex_event_destroyed(hEvent);
     CUresult r = real(hEvent);
@@ -94,10 +124,10 @@ CUresult CUDAAPI cuEventDestroy(CUevent hEvent)
 typedef CUresult (CUDAAPI *krex_pfn_cuEventDestroy_v2)(CUevent hEvent);
 CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent)
 {
-    krex_pfn_cuEventDestroy_v2 real = (krex_pfn_cuEventDestroy_v2)krex_gated_real(6);
+    krex_pfn_cuEventDestroy_v2 real = (krex_pfn_cuEventDestroy_v2)krex_gated_real(8);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_track_enter(6);
+    int token = krex_track_enter(8);
     int outer = token != KREX_TOKEN_NESTED;
     if (outer) krex_event_destroyed(hEvent);
     CUresult r = real(hEvent);
@@ -109,10 +139,10 @@ CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent)
 typedef CUresult (CUDAAPI *krex_pfn_cuEventElapsedTime)(float *pMilliseconds, CUevent hStart, CUevent hEnd);
 CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
-    krex_pfn_cuEventElapsedTime real = (krex_pfn_cuEventElapsedTime)krex_gated_real(7);
+    krex_pfn_cuEventElapsedTime real = (krex_pfn_cuEventElapsedTime)krex_gated_real(9);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_track_enter(7);
+    int token = krex_track_enter(9);
     int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(pMilliseconds, hStart, hEnd);
     if (r == CUDA_SUCCESS && outer) krex_event_elapsed(hStart, hEnd);
@@ -124,13 +154,28 @@ CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUeven
 typedef CUresult (CUDAAPI *krex_pfn_cuEventElapsedTime_v2)(float *pMilliseconds, CUevent hStart, CUevent hEnd);
 CUresult CUDAAPI cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
-    krex_pfn_cuEventElapsedTime_v2 real = (krex_pfn_cuEventElapsedTime_v2)krex_gated_real(8);
+    krex_pfn_cuEventElapsedTime_v2 real = (krex_pfn_cuEventElapsedTime_v2)krex_gated_real(10);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_track_enter(8);
+    int token = krex_track_enter(10);
     int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(pMilliseconds, hStart, hEnd);
     if (r == CUDA_SUCCESS && outer) krex_event_elapsed(hStart, hEnd);
+    krex_track_leave(token);
+    return r;
+}
+
+#undef cuEventQuery
+typedef CUresult (CUDAAPI *krex_pfn_cuEventQuery)(CUevent hEvent);
+CUresult CUDAAPI cuEventQuery(CUevent hEvent)
+{
+    krex_pfn_cuEventQuery real = (krex_pfn_cuEventQuery)krex_gated_real(11);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_track_enter(11);
+    int outer = token != KREX_TOKEN_NESTED;
+    CUresult r = real(hEvent);
+    if (r == CUDA_SUCCESS && outer) krex_integrity_sync_event(hEvent);
     krex_track_leave(token);
     return r;
 }
@@ -139,14 +184,14 @@ CUresult CUDAAPI cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUe
 typedef CUresult (CUDAAPI *krex_pfn_cuEventRecord)(CUevent hEvent, CUstream hStream);
 CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
 {
-    krex_pfn_cuEventRecord real = (krex_pfn_cuEventRecord)krex_gated_real(9);
+    krex_pfn_cuEventRecord real = (krex_pfn_cuEventRecord)krex_gated_real(12);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(9);
+    int token = krex_gate_enter(12);
     int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(hEvent, hStream);
-    if (r == CUDA_SUCCESS && outer) krex_event_recorded(hEvent);
-    krex_gate_leave(9, token);
+    if (r == CUDA_SUCCESS && outer) krex_event_recorded(hEvent, hStream, 0);
+    krex_gate_leave(12, token);
     return r;
 }
 
@@ -154,14 +199,14 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
 typedef CUresult (CUDAAPI *krex_pfn_cuEventRecordWithFlags)(CUevent hEvent, CUstream hStream, unsigned int flags);
 CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
-    krex_pfn_cuEventRecordWithFlags real = (krex_pfn_cuEventRecordWithFlags)krex_gated_real(10);
+    krex_pfn_cuEventRecordWithFlags real = (krex_pfn_cuEventRecordWithFlags)krex_gated_real(13);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(10);
+    int token = krex_gate_enter(13);
     int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(hEvent, hStream, flags);
-    if (r == CUDA_SUCCESS && outer) krex_event_recorded(hEvent);
-    krex_gate_leave(10, token);
+    if (r == CUDA_SUCCESS && outer) krex_event_recorded(hEvent, hStream, 0);
+    krex_gate_leave(13, token);
     return r;
 }
 
@@ -169,14 +214,14 @@ CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsign
 typedef CUresult (CUDAAPI *krex_pfn_cuEventRecordWithFlags_ptsz)(CUevent hEvent, CUstream hStream, unsigned int flags);
 CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
-    krex_pfn_cuEventRecordWithFlags_ptsz real = (krex_pfn_cuEventRecordWithFlags_ptsz)krex_gated_real(11);
+    krex_pfn_cuEventRecordWithFlags_ptsz real = (krex_pfn_cuEventRecordWithFlags_ptsz)krex_gated_real(14);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(11);
+    int token = krex_gate_enter(14);
     int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(hEvent, hStream, flags);
-    if (r == CUDA_SUCCESS && outer) krex_event_recorded(hEvent);
-    krex_gate_leave(11, token);
+    if (r == CUDA_SUCCESS && outer) krex_event_recorded(hEvent, hStream, 1);
+    krex_gate_leave(14, token);
     return r;
 }
 
@@ -184,14 +229,29 @@ CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, u
 typedef CUresult (CUDAAPI *krex_pfn_cuEventRecord_ptsz)(CUevent hEvent, CUstream hStream);
 CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
-    krex_pfn_cuEventRecord_ptsz real = (krex_pfn_cuEventRecord_ptsz)krex_gated_real(12);
+    krex_pfn_cuEventRecord_ptsz real = (krex_pfn_cuEventRecord_ptsz)krex_gated_real(15);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(12);
+    int token = krex_gate_enter(15);
     int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(hEvent, hStream);
-    if (r == CUDA_SUCCESS && outer) krex_event_recorded(hEvent);
-    krex_gate_leave(12, token);
+    if (r == CUDA_SUCCESS && outer) krex_event_recorded(hEvent, hStream, 1);
+    krex_gate_leave(15, token);
+    return r;
+}
+
+#undef cuEventSynchronize
+typedef CUresult (CUDAAPI *krex_pfn_cuEventSynchronize)(CUevent hEvent);
+CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
+{
+    krex_pfn_cuEventSynchronize real = (krex_pfn_cuEventSynchronize)krex_gated_real(16);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_track_enter(16);
+    int outer = token != KREX_TOKEN_NESTED;
+    CUresult r = real(hEvent);
+    if (r == CUDA_SUCCESS && outer) krex_integrity_sync_event(hEvent);
+    krex_track_leave(token);
     return r;
 }
 
@@ -199,12 +259,12 @@ CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 typedef CUresult (CUDAAPI *krex_pfn_cuFuncLoad)(CUfunction function);
 CUresult CUDAAPI cuFuncLoad(CUfunction function)
 {
-    krex_pfn_cuFuncLoad real = (krex_pfn_cuFuncLoad)krex_gated_real(13);
+    krex_pfn_cuFuncLoad real = (krex_pfn_cuFuncLoad)krex_gated_real(17);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(13);
+    int token = krex_gate_enter(17);
     CUresult r = real(function);
-    krex_gate_leave(13, token);
+    krex_gate_leave(17, token);
     return r;
 }
 
@@ -212,12 +272,14 @@ CUresult CUDAAPI cuFuncLoad(CUfunction function)
 typedef CUresult (CUDAAPI *krex_pfn_cuGraphLaunch)(CUgraphExec hGraph, CUstream hStream);
 CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraph, CUstream hStream)
 {
-    krex_pfn_cuGraphLaunch real = (krex_pfn_cuGraphLaunch)krex_gated_real(14);
+    krex_pfn_cuGraphLaunch real = (krex_pfn_cuGraphLaunch)krex_gated_real(18);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(14);
+    int token = krex_gate_enter(18);
+    int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(hGraph, hStream);
-    krex_gate_leave(14, token);
+    if (r == CUDA_SUCCESS && outer) krex_integrity_launch(hStream, 0);
+    krex_gate_leave(18, token);
     return r;
 }
 
@@ -225,12 +287,14 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraph, CUstream hStream)
 typedef CUresult (CUDAAPI *krex_pfn_cuGraphLaunch_ptsz)(CUgraphExec hGraphExec, CUstream hStream);
 CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
-    krex_pfn_cuGraphLaunch_ptsz real = (krex_pfn_cuGraphLaunch_ptsz)krex_gated_real(15);
+    krex_pfn_cuGraphLaunch_ptsz real = (krex_pfn_cuGraphLaunch_ptsz)krex_gated_real(19);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(15);
+    int token = krex_gate_enter(19);
+    int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(hGraphExec, hStream);
-    krex_gate_leave(15, token);
+    if (r == CUDA_SUCCESS && outer) krex_integrity_launch(hStream, 1);
+    krex_gate_leave(19, token);
     return r;
 }
 
@@ -238,12 +302,12 @@ CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 typedef CUresult (CUDAAPI *krex_pfn_cuGraphUpload)(CUgraphExec hGraph, CUstream hStream);
 CUresult CUDAAPI cuGraphUpload(CUgraphExec hGraph, CUstream hStream)
 {
-    krex_pfn_cuGraphUpload real = (krex_pfn_cuGraphUpload)krex_gated_real(16);
+    krex_pfn_cuGraphUpload real = (krex_pfn_cuGraphUpload)krex_gated_real(20);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(16);
+    int token = krex_gate_enter(20);
     CUresult r = real(hGraph, hStream);
-    krex_gate_leave(16, token);
+    krex_gate_leave(20, token);
     return r;
 }
 
@@ -251,12 +315,12 @@ CUresult CUDAAPI cuGraphUpload(CUgraphExec hGraph, CUstream hStream)
 typedef CUresult (CUDAAPI *krex_pfn_cuGraphUpload_ptsz)(CUgraphExec hGraphExec, CUstream hStream);
 CUresult CUDAAPI cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
-    krex_pfn_cuGraphUpload_ptsz real = (krex_pfn_cuGraphUpload_ptsz)krex_gated_real(17);
+    krex_pfn_cuGraphUpload_ptsz real = (krex_pfn_cuGraphUpload_ptsz)krex_gated_real(21);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(17);
+    int token = krex_gate_enter(21);
     CUresult r = real(hGraphExec, hStream);
-    krex_gate_leave(17, token);
+    krex_gate_leave(21, token);
     return r;
 }
 
@@ -264,12 +328,12 @@ CUresult CUDAAPI cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 typedef CUresult (CUDAAPI *krex_pfn_cuKernelGetFunction)(CUfunction *pFunc, CUkernel kernel);
 CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
-    krex_pfn_cuKernelGetFunction real = (krex_pfn_cuKernelGetFunction)krex_gated_real(18);
+    krex_pfn_cuKernelGetFunction real = (krex_pfn_cuKernelGetFunction)krex_gated_real(22);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(18);
+    int token = krex_gate_enter(22);
     CUresult r = real(pFunc, kernel);
-    krex_gate_leave(18, token);
+    krex_gate_leave(22, token);
     return r;
 }
 
@@ -277,13 +341,15 @@ CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunch)(CUfunction f);
 CUresult CUDAAPI cuLaunch(CUfunction f)
 {
-    krex_pfn_cuLaunch real = (krex_pfn_cuLaunch)krex_gated_real(19);
+    krex_pfn_cuLaunch real = (krex_pfn_cuLaunch)krex_gated_real(23);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     krex_load_before_launch(f);
-    int token = krex_gate_enter(19);
+    int token = krex_gate_enter(23);
+    int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(f);
-    krex_gate_leave(19, token);
+    if (r == CUDA_SUCCESS && outer) krex_integrity_launch(NULL, 0);
+    krex_gate_leave(23, token);
     return r;
 }
 
@@ -291,13 +357,15 @@ CUresult CUDAAPI cuLaunch(CUfunction f)
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunchCooperativeKernel)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams);
 CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
-    krex_pfn_cuLaunchCooperativeKernel real = (krex_pfn_cuLaunchCooperativeKernel)krex_gated_real(20);
+    krex_pfn_cuLaunchCooperativeKernel real = (krex_pfn_cuLaunchCooperativeKernel)krex_gated_real(24);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     krex_load_before_launch(f);
-    int token = krex_gate_enter(20);
+    int token = krex_gate_enter(24);
+    int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
-    krex_gate_leave(20, token);
+    if (r == CUDA_SUCCESS && outer) krex_integrity_launch(hStream, 0);
+    krex_gate_leave(24, token);
     return r;
 }
 
@@ -305,12 +373,14 @@ CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, 
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunchCooperativeKernelMultiDevice)(CUDA_LAUNCH_PARAMS *launchParamsList, unsigned int numDevices, unsigned int flags);
 CUresult CUDAAPI cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsList, unsigned int numDevices, unsigned int flags)
 {
-    krex_pfn_cuLaunchCooperativeKernelMultiDevice real = (krex_pfn_cuLaunchCooperativeKernelMultiDevice)krex_gated_real(21);
+    krex_pfn_cuLaunchCooperativeKernelMultiDevice real = (krex_pfn_cuLaunchCooperativeKernelMultiDevice)krex_gated_real(25);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(21);
+    int token = krex_gate_enter(25);
+    int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(launchParamsList, numDevices, flags);
-    krex_gate_leave(21, token);
+    if (r == CUDA_SUCCESS && outer) krex_integrity_launch(NULL, 0);
+    krex_gate_leave(25, token);
     return r;
 }
 
@@ -318,13 +388,15 @@ CUresult CUDAAPI cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launch
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunchCooperativeKernel_ptsz)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams);
 CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
-    krex_pfn_cuLaunchCooperativeKernel_ptsz real = (krex_pfn_cuLaunchCooperativeKernel_ptsz)krex_gated_real(22);
+    krex_pfn_cuLaunchCooperativeKernel_ptsz real = (krex_pfn_cuLaunchCooperativeKernel_ptsz)krex_gated_real(26);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     krex_load_before_launch(f);
-    int token = krex_gate_enter(22);
+    int token = krex_gate_enter(26);
+    int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
-    krex_gate_leave(22, token);
+    if (r == CUDA_SUCCESS && outer) krex_integrity_launch(hStream, 1);
+    krex_gate_leave(26, token);
     return r;
 }
 
@@ -332,13 +404,15 @@ CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridD
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunchGrid)(CUfunction f, int grid_width, int grid_height);
 CUresult CUDAAPI cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
 {
-    krex_pfn_cuLaunchGrid real = (krex_pfn_cuLaunchGrid)krex_gated_real(23);
+    krex_pfn_cuLaunchGrid real = (krex_pfn_cuLaunchGrid)krex_gated_real(27);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     krex_load_before_launch(f);
-    int token = krex_gate_enter(23);
+    int token = krex_gate_enter(27);
+    int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(f, grid_width, grid_height);
-    krex_gate_leave(23, token);
+    if (r == CUDA_SUCCESS && outer) krex_integrity_launch(NULL, 0);
+    krex_gate_leave(27, token);
     return r;
 }
 
@@ -346,13 +420,15 @@ CUresult CUDAAPI cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunchGridAsync)(CUfunction f, int grid_width, int grid_height, CUstream hStream);
 CUresult CUDAAPI cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream hStream)
 {
-    krex_pfn_cuLaunchGridAsync real = (krex_pfn_cuLaunchGridAsync)krex_gated_real(24);
+    krex_pfn_cuLaunchGridAsync real = (krex_pfn_cuLaunchGridAsync)krex_gated_real(28);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     krex_load_before_launch(f);
-    int token = krex_gate_enter(24);
+    int token = krex_gate_enter(28);
+    int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(f, grid_width, grid_height, hStream);
-    krex_gate_leave(24, token);
+    if (r == CUDA_SUCCESS && outer) krex_integrity_launch(hStream, 0);
+    krex_gate_leave(28, token);
     return r;
 }
 
@@ -360,12 +436,12 @@ CUresult CUDAAPI cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunchHostFunc)(CUstream hStream, CUhostFn fn, void *userData);
 CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
-    krex_pfn_cuLaunchHostFunc real = (krex_pfn_cuLaunchHostFunc)krex_gated_real(25);
+    krex_pfn_cuLaunchHostFunc real = (krex_pfn_cuLaunchHostFunc)krex_gated_real(29);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(25);
+    int token = krex_gate_enter(29);
     CUresult r = real(hStream, fn, userData);
-    krex_gate_leave(25, token);
+    krex_gate_leave(29, token);
     return r;
 }
 
@@ -373,12 +449,12 @@ CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunchHostFunc_ptsz)(CUstream hStream, CUhostFn fn, void *userData);
 CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
 {
-    krex_pfn_cuLaunchHostFunc_ptsz real = (krex_pfn_cuLaunchHostFunc_ptsz)krex_gated_real(26);
+    krex_pfn_cuLaunchHostFunc_ptsz real = (krex_pfn_cuLaunchHostFunc_ptsz)krex_gated_real(30);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(26);
+    int token = krex_gate_enter(30);
     CUresult r = real(hStream, fn, userData);
-    krex_gate_leave(26, token);
+    krex_gate_leave(30, token);
     return r;
 }
 
@@ -386,13 +462,15 @@ CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *user
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunchKernel)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
-    krex_pfn_cuLaunchKernel real = (krex_pfn_cuLaunchKernel)krex_gated_real(27);
+    krex_pfn_cuLaunchKernel real = (krex_pfn_cuLaunchKernel)krex_gated_real(31);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     krex_load_before_launch(f);
-    int token = krex_gate_enter(27);
+    int token = krex_gate_enter(31);
+    int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
-    krex_gate_leave(27, token);
+    if (r == CUDA_SUCCESS && outer) krex_integrity_launch(hStream, 0);
+    krex_gate_leave(31, token);
     return r;
 }
 
@@ -400,13 +478,15 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned in
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunchKernelEx)(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
-    krex_pfn_cuLaunchKernelEx real = (krex_pfn_cuLaunchKernelEx)krex_gated_real(28);
+    krex_pfn_cuLaunchKernelEx real = (krex_pfn_cuLaunchKernelEx)krex_gated_real(32);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     krex_load_before_launch(f);
-    int token = krex_gate_enter(28);
+    int token = krex_gate_enter(32);
+    int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(config, f, kernelParams, extra);
-    krex_gate_leave(28, token);
+    if (r == CUDA_SUCCESS && outer) krex_integrity_launch((config != NULL ? config->hStream : NULL), 0);
+    krex_gate_leave(32, token);
     return r;
 }
 
@@ -414,13 +494,15 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, vo
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunchKernelEx_ptsz)(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
 CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
-    krex_pfn_cuLaunchKernelEx_ptsz real = (krex_pfn_cuLaunchKernelEx_ptsz)krex_gated_real(29);
+    krex_pfn_cuLaunchKernelEx_ptsz real = (krex_pfn_cuLaunchKernelEx_ptsz)krex_gated_real(33);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     krex_load_before_launch(f);
-    int token = krex_gate_enter(29);
+    int token = krex_gate_enter(33);
+    int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(config, f, kernelParams, extra);
-    krex_gate_leave(29, token);
+    if (r == CUDA_SUCCESS && outer) krex_integrity_launch((config != NULL ? config->hStream : NULL), 1);
+    krex_gate_leave(33, token);
     return r;
 }
 
@@ -428,13 +510,15 @@ CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction 
 typedef CUresult (CUDAAPI *krex_pfn_cuLaunchKernel_ptsz)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
 CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
-    krex_pfn_cuLaunchKernel_ptsz real = (krex_pfn_cuLaunchKernel_ptsz)krex_gated_real(30);
+    krex_pfn_cuLaunchKernel_ptsz real = (krex_pfn_cuLaunchKernel_ptsz)krex_gated_real(34);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     krex_load_before_launch(f);
-    int token = krex_gate_enter(30);
+    int token = krex_gate_enter(34);
+    int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
-    krex_gate_leave(30, token);
+    if (r == CUDA_SUCCESS && outer) krex_integrity_launch(hStream, 1);
+    krex_gate_leave(34, token);
     return r;
 }
 
@@ -442,12 +526,12 @@ CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsign
 typedef CUresult (CUDAAPI *krex_pfn_cuLibraryLoadData)(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void** libraryOptionValues, unsigned int numLibraryOptions);
 CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void** libraryOptionValues, unsigned int numLibraryOptions)
 {
-    krex_pfn_cuLibraryLoadData real = (krex_pfn_cuLibraryLoadData)krex_gated_real(31);
+    krex_pfn_cuLibraryLoadData real = (krex_pfn_cuLibraryLoadData)krex_gated_real(35);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(31);
+    int token = krex_gate_enter(35);
     CUresult r = real(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
-    krex_gate_leave(31, token);
+    krex_gate_leave(35, token);
     return r;
 }
 
@@ -455,12 +539,12 @@ CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_o
 typedef CUresult (CUDAAPI *krex_pfn_cuLibraryLoadFromFile)(CUlibrary *library, const char *fileName, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions);
 CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
-    krex_pfn_cuLibraryLoadFromFile real = (krex_pfn_cuLibraryLoadFromFile)krex_gated_real(32);
+    krex_pfn_cuLibraryLoadFromFile real = (krex_pfn_cuLibraryLoadFromFile)krex_gated_real(36);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(32);
+    int token = krex_gate_enter(36);
     CUresult r = real(library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
-    krex_gate_leave(32, token);
+    krex_gate_leave(36, token);
     return r;
 }
 
@@ -468,12 +552,12 @@ CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary *library, const char *fileName,
 typedef CUresult (CUDAAPI *krex_pfn_cuMemAllocAsync)(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
 CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    krex_pfn_cuMemAllocAsync real = (krex_pfn_cuMemAllocAsync)krex_gated_real(33);
+    krex_pfn_cuMemAllocAsync real = (krex_pfn_cuMemAllocAsync)krex_gated_real(37);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(33);
+    int token = krex_gate_enter(37);
     CUresult r = real(dptr, bytesize, hStream);
-    krex_gate_leave(33, token);
+    krex_gate_leave(37, token);
     return r;
 }
 
@@ -481,12 +565,12 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hS
 typedef CUresult (CUDAAPI *krex_pfn_cuMemAllocAsync_ptsz)(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
 CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    krex_pfn_cuMemAllocAsync_ptsz real = (krex_pfn_cuMemAllocAsync_ptsz)krex_gated_real(34);
+    krex_pfn_cuMemAllocAsync_ptsz real = (krex_pfn_cuMemAllocAsync_ptsz)krex_gated_real(38);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(34);
+    int token = krex_gate_enter(38);
     CUresult r = real(dptr, bytesize, hStream);
-    krex_gate_leave(34, token);
+    krex_gate_leave(38, token);
     return r;
 }
 
@@ -494,12 +578,12 @@ CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstre
 typedef CUresult (CUDAAPI *krex_pfn_cuMemAllocFromPoolAsync)(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
 CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
-    krex_pfn_cuMemAllocFromPoolAsync real = (krex_pfn_cuMemAllocFromPoolAsync)krex_gated_real(35);
+    krex_pfn_cuMemAllocFromPoolAsync real = (krex_pfn_cuMemAllocFromPoolAsync)krex_gated_real(39);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(35);
+    int token = krex_gate_enter(39);
     CUresult r = real(dptr, bytesize, pool, hStream);
-    krex_gate_leave(35, token);
+    krex_gate_leave(39, token);
     return r;
 }
 
@@ -507,12 +591,12 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUm
 typedef CUresult (CUDAAPI *krex_pfn_cuMemAllocFromPoolAsync_ptsz)(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
 CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
-    krex_pfn_cuMemAllocFromPoolAsync_ptsz real = (krex_pfn_cuMemAllocFromPoolAsync_ptsz)krex_gated_real(36);
+    krex_pfn_cuMemAllocFromPoolAsync_ptsz real = (krex_pfn_cuMemAllocFromPoolAsync_ptsz)krex_gated_real(40);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(36);
+    int token = krex_gate_enter(40);
     CUresult r = real(dptr, bytesize, pool, hStream);
-    krex_gate_leave(36, token);
+    krex_gate_leave(40, token);
     return r;
 }
 
@@ -520,12 +604,12 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize
 typedef CUresult (CUDAAPI *krex_pfn_cuMemBatchDecompressAsync)(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex, CUstream stream);
 CUresult CUDAAPI cuMemBatchDecompressAsync(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex, CUstream stream)
 {
-    krex_pfn_cuMemBatchDecompressAsync real = (krex_pfn_cuMemBatchDecompressAsync)krex_gated_real(37);
+    krex_pfn_cuMemBatchDecompressAsync real = (krex_pfn_cuMemBatchDecompressAsync)krex_gated_real(41);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(37);
+    int token = krex_gate_enter(41);
     CUresult r = real(paramsArray, count, flags, errorIndex, stream);
-    krex_gate_leave(37, token);
+    krex_gate_leave(41, token);
     return r;
 }
 
@@ -533,12 +617,12 @@ CUresult CUDAAPI cuMemBatchDecompressAsync(CUmemDecompressParams *paramsArray, s
 typedef CUresult (CUDAAPI *krex_pfn_cuMemBatchDecompressAsync_ptsz)(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex, CUstream stream);
 CUresult CUDAAPI cuMemBatchDecompressAsync_ptsz(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex, CUstream stream)
 {
-    krex_pfn_cuMemBatchDecompressAsync_ptsz real = (krex_pfn_cuMemBatchDecompressAsync_ptsz)krex_gated_real(38);
+    krex_pfn_cuMemBatchDecompressAsync_ptsz real = (krex_pfn_cuMemBatchDecompressAsync_ptsz)krex_gated_real(42);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(38);
+    int token = krex_gate_enter(42);
     CUresult r = real(paramsArray, count, flags, errorIndex, stream);
-    krex_gate_leave(38, token);
+    krex_gate_leave(42, token);
     return r;
 }
 
@@ -546,12 +630,12 @@ CUresult CUDAAPI cuMemBatchDecompressAsync_ptsz(CUmemDecompressParams *paramsArr
 typedef CUresult (CUDAAPI *krex_pfn_cuMemDiscardAndPrefetchBatchAsync)(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream);
 CUresult CUDAAPI cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
-    krex_pfn_cuMemDiscardAndPrefetchBatchAsync real = (krex_pfn_cuMemDiscardAndPrefetchBatchAsync)krex_gated_real(39);
+    krex_pfn_cuMemDiscardAndPrefetchBatchAsync real = (krex_pfn_cuMemDiscardAndPrefetchBatchAsync)krex_gated_real(43);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(39);
+    int token = krex_gate_enter(43);
     CUresult r = real(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
-    krex_gate_leave(39, token);
+    krex_gate_leave(43, token);
     return r;
 }
 
@@ -559,12 +643,12 @@ CUresult CUDAAPI cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *s
 typedef CUresult (CUDAAPI *krex_pfn_cuMemDiscardAndPrefetchBatchAsync_ptsz)(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream);
 CUresult CUDAAPI cuMemDiscardAndPrefetchBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
-    krex_pfn_cuMemDiscardAndPrefetchBatchAsync_ptsz real = (krex_pfn_cuMemDiscardAndPrefetchBatchAsync_ptsz)krex_gated_real(40);
+    krex_pfn_cuMemDiscardAndPrefetchBatchAsync_ptsz real = (krex_pfn_cuMemDiscardAndPrefetchBatchAsync_ptsz)krex_gated_real(44);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(40);
+    int token = krex_gate_enter(44);
     CUresult r = real(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
-    krex_gate_leave(40, token);
+    krex_gate_leave(44, token);
     return r;
 }
 
@@ -572,12 +656,12 @@ CUresult CUDAAPI cuMemDiscardAndPrefetchBatchAsync_ptsz(CUdeviceptr *dptrs, size
 typedef CUresult (CUDAAPI *krex_pfn_cuMemDiscardBatchAsync)(CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream);
 CUresult CUDAAPI cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream)
 {
-    krex_pfn_cuMemDiscardBatchAsync real = (krex_pfn_cuMemDiscardBatchAsync)krex_gated_real(41);
+    krex_pfn_cuMemDiscardBatchAsync real = (krex_pfn_cuMemDiscardBatchAsync)krex_gated_real(45);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(41);
+    int token = krex_gate_enter(45);
     CUresult r = real(dptrs, sizes, count, flags, hStream);
-    krex_gate_leave(41, token);
+    krex_gate_leave(45, token);
     return r;
 }
 
@@ -585,12 +669,12 @@ CUresult CUDAAPI cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_
 typedef CUresult (CUDAAPI *krex_pfn_cuMemDiscardBatchAsync_ptsz)(CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream);
 CUresult CUDAAPI cuMemDiscardBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream)
 {
-    krex_pfn_cuMemDiscardBatchAsync_ptsz real = (krex_pfn_cuMemDiscardBatchAsync_ptsz)krex_gated_real(42);
+    krex_pfn_cuMemDiscardBatchAsync_ptsz real = (krex_pfn_cuMemDiscardBatchAsync_ptsz)krex_gated_real(46);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(42);
+    int token = krex_gate_enter(46);
     CUresult r = real(dptrs, sizes, count, flags, hStream);
-    krex_gate_leave(42, token);
+    krex_gate_leave(46, token);
     return r;
 }
 
@@ -598,12 +682,12 @@ CUresult CUDAAPI cuMemDiscardBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, 
 typedef CUresult (CUDAAPI *krex_pfn_cuMemFreeAsync)(CUdeviceptr dptr, CUstream hStream);
 CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
-    krex_pfn_cuMemFreeAsync real = (krex_pfn_cuMemFreeAsync)krex_gated_real(43);
+    krex_pfn_cuMemFreeAsync real = (krex_pfn_cuMemFreeAsync)krex_gated_real(47);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(43);
+    int token = krex_gate_enter(47);
     CUresult r = real(dptr, hStream);
-    krex_gate_leave(43, token);
+    krex_gate_leave(47, token);
     return r;
 }
 
@@ -611,12 +695,12 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 typedef CUresult (CUDAAPI *krex_pfn_cuMemFreeAsync_ptsz)(CUdeviceptr dptr, CUstream hStream);
 CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
-    krex_pfn_cuMemFreeAsync_ptsz real = (krex_pfn_cuMemFreeAsync_ptsz)krex_gated_real(44);
+    krex_pfn_cuMemFreeAsync_ptsz real = (krex_pfn_cuMemFreeAsync_ptsz)krex_gated_real(48);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(44);
+    int token = krex_gate_enter(48);
     CUresult r = real(dptr, hStream);
-    krex_gate_leave(44, token);
+    krex_gate_leave(48, token);
     return r;
 }
 
@@ -624,12 +708,12 @@ CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 typedef CUresult (CUDAAPI *krex_pfn_cuMemMapArrayAsync)(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream);
 CUresult CUDAAPI cuMemMapArrayAsync(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream)
 {
-    krex_pfn_cuMemMapArrayAsync real = (krex_pfn_cuMemMapArrayAsync)krex_gated_real(45);
+    krex_pfn_cuMemMapArrayAsync real = (krex_pfn_cuMemMapArrayAsync)krex_gated_real(49);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(45);
+    int token = krex_gate_enter(49);
     CUresult r = real(mapInfoList, count, hStream);
-    krex_gate_leave(45, token);
+    krex_gate_leave(49, token);
     return r;
 }
 
@@ -637,12 +721,12 @@ CUresult CUDAAPI cuMemMapArrayAsync(CUarrayMapInfo *mapInfoList, unsigned int co
 typedef CUresult (CUDAAPI *krex_pfn_cuMemMapArrayAsync_ptsz)(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream);
 CUresult CUDAAPI cuMemMapArrayAsync_ptsz(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream)
 {
-    krex_pfn_cuMemMapArrayAsync_ptsz real = (krex_pfn_cuMemMapArrayAsync_ptsz)krex_gated_real(46);
+    krex_pfn_cuMemMapArrayAsync_ptsz real = (krex_pfn_cuMemMapArrayAsync_ptsz)krex_gated_real(50);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(46);
+    int token = krex_gate_enter(50);
     CUresult r = real(mapInfoList, count, hStream);
-    krex_gate_leave(46, token);
+    krex_gate_leave(50, token);
     return r;
 }
 
@@ -650,12 +734,12 @@ CUresult CUDAAPI cuMemMapArrayAsync_ptsz(CUarrayMapInfo *mapInfoList, unsigned i
 typedef CUresult (CUDAAPI *krex_pfn_cuMemPrefetchAsync)(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream);
 CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream)
 {
-    krex_pfn_cuMemPrefetchAsync real = (krex_pfn_cuMemPrefetchAsync)krex_gated_real(47);
+    krex_pfn_cuMemPrefetchAsync real = (krex_pfn_cuMemPrefetchAsync)krex_gated_real(51);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(47);
+    int token = krex_gate_enter(51);
     CUresult r = real(devPtr, count, dstDevice, hStream);
-    krex_gate_leave(47, token);
+    krex_gate_leave(51, token);
     return r;
 }
 
@@ -663,12 +747,12 @@ CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice d
 typedef CUresult (CUDAAPI *krex_pfn_cuMemPrefetchAsync_ptsz)(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream);
 CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream)
 {
-    krex_pfn_cuMemPrefetchAsync_ptsz real = (krex_pfn_cuMemPrefetchAsync_ptsz)krex_gated_real(48);
+    krex_pfn_cuMemPrefetchAsync_ptsz real = (krex_pfn_cuMemPrefetchAsync_ptsz)krex_gated_real(52);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(48);
+    int token = krex_gate_enter(52);
     CUresult r = real(devPtr, count, dstDevice, hStream);
-    krex_gate_leave(48, token);
+    krex_gate_leave(52, token);
     return r;
 }
 
@@ -676,12 +760,12 @@ CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdev
 typedef CUresult (CUDAAPI *krex_pfn_cuMemPrefetchAsync_v2)(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream);
 CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream)
 {
-    krex_pfn_cuMemPrefetchAsync_v2 real = (krex_pfn_cuMemPrefetchAsync_v2)krex_gated_real(49);
+    krex_pfn_cuMemPrefetchAsync_v2 real = (krex_pfn_cuMemPrefetchAsync_v2)krex_gated_real(53);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(49);
+    int token = krex_gate_enter(53);
     CUresult r = real(devPtr, count, location, flags, hStream);
-    krex_gate_leave(49, token);
+    krex_gate_leave(53, token);
     return r;
 }
 
@@ -689,12 +773,12 @@ CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLo
 typedef CUresult (CUDAAPI *krex_pfn_cuMemPrefetchAsync_v2_ptsz)(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream);
 CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream)
 {
-    krex_pfn_cuMemPrefetchAsync_v2_ptsz real = (krex_pfn_cuMemPrefetchAsync_v2_ptsz)krex_gated_real(50);
+    krex_pfn_cuMemPrefetchAsync_v2_ptsz real = (krex_pfn_cuMemPrefetchAsync_v2_ptsz)krex_gated_real(54);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(50);
+    int token = krex_gate_enter(54);
     CUresult r = real(devPtr, count, location, flags, hStream);
-    krex_gate_leave(50, token);
+    krex_gate_leave(54, token);
     return r;
 }
 
@@ -702,12 +786,12 @@ CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count, CU
 typedef CUresult (CUDAAPI *krex_pfn_cuMemPrefetchBatchAsync)(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream);
 CUresult CUDAAPI cuMemPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
-    krex_pfn_cuMemPrefetchBatchAsync real = (krex_pfn_cuMemPrefetchBatchAsync)krex_gated_real(51);
+    krex_pfn_cuMemPrefetchBatchAsync real = (krex_pfn_cuMemPrefetchBatchAsync)krex_gated_real(55);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(51);
+    int token = krex_gate_enter(55);
     CUresult r = real(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
-    krex_gate_leave(51, token);
+    krex_gate_leave(55, token);
     return r;
 }
 
@@ -715,12 +799,12 @@ CUresult CUDAAPI cuMemPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size
 typedef CUresult (CUDAAPI *krex_pfn_cuMemPrefetchBatchAsync_ptsz)(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream);
 CUresult CUDAAPI cuMemPrefetchBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
-    krex_pfn_cuMemPrefetchBatchAsync_ptsz real = (krex_pfn_cuMemPrefetchBatchAsync_ptsz)krex_gated_real(52);
+    krex_pfn_cuMemPrefetchBatchAsync_ptsz real = (krex_pfn_cuMemPrefetchBatchAsync_ptsz)krex_gated_real(56);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(52);
+    int token = krex_gate_enter(56);
     CUresult r = real(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
-    krex_gate_leave(52, token);
+    krex_gate_leave(56, token);
     return r;
 }
 
@@ -728,12 +812,12 @@ CUresult CUDAAPI cuMemPrefetchBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes,
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount);
 CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
-    krex_pfn_cuMemcpy real = (krex_pfn_cuMemcpy)krex_gated_real(53);
+    krex_pfn_cuMemcpy real = (krex_pfn_cuMemcpy)krex_gated_real(57);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(53);
+    int token = krex_gate_enter(57);
     CUresult r = real(dst, src, ByteCount);
-    krex_gate_leave(53, token);
+    krex_gate_leave(57, token);
     return r;
 }
 
@@ -741,59 +825,7 @@ CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2D)(const CUDA_MEMCPY2D_v1 *pCopy);
 CUresult CUDAAPI cuMemcpy2D(const CUDA_MEMCPY2D_v1 *pCopy)
 {
-    krex_pfn_cuMemcpy2D real = (krex_pfn_cuMemcpy2D)krex_gated_real(54);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(54);
-    CUresult r = real(pCopy);
-    krex_gate_leave(54, token);
-    return r;
-}
-
-#undef cuMemcpy2DAsync
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DAsync)(const CUDA_MEMCPY2D_v1 *pCopy, CUstream hStream);
-CUresult CUDAAPI cuMemcpy2DAsync(const CUDA_MEMCPY2D_v1 *pCopy, CUstream hStream)
-{
-    krex_pfn_cuMemcpy2DAsync real = (krex_pfn_cuMemcpy2DAsync)krex_gated_real(55);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(55);
-    CUresult r = real(pCopy, hStream);
-    krex_gate_leave(55, token);
-    return r;
-}
-
-#undef cuMemcpy2DAsync_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DAsync_v2)(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
-CUresult CUDAAPI cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
-{
-    krex_pfn_cuMemcpy2DAsync_v2 real = (krex_pfn_cuMemcpy2DAsync_v2)krex_gated_real(56);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(56);
-    CUresult r = real(pCopy, hStream);
-    krex_gate_leave(56, token);
-    return r;
-}
-
-#undef cuMemcpy2DAsync_v2_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DAsync_v2_ptsz)(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
-CUresult CUDAAPI cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
-{
-    krex_pfn_cuMemcpy2DAsync_v2_ptsz real = (krex_pfn_cuMemcpy2DAsync_v2_ptsz)krex_gated_real(57);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(57);
-    CUresult r = real(pCopy, hStream);
-    krex_gate_leave(57, token);
-    return r;
-}
-
-#undef cuMemcpy2DUnaligned
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DUnaligned)(const CUDA_MEMCPY2D_v1 *pCopy);
-CUresult CUDAAPI cuMemcpy2DUnaligned(const CUDA_MEMCPY2D_v1 *pCopy)
-{
-    krex_pfn_cuMemcpy2DUnaligned real = (krex_pfn_cuMemcpy2DUnaligned)krex_gated_real(58);
+    krex_pfn_cuMemcpy2D real = (krex_pfn_cuMemcpy2D)krex_gated_real(58);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(58);
@@ -802,50 +834,50 @@ CUresult CUDAAPI cuMemcpy2DUnaligned(const CUDA_MEMCPY2D_v1 *pCopy)
     return r;
 }
 
-#undef cuMemcpy2DUnaligned_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DUnaligned_v2)(const CUDA_MEMCPY2D *pCopy);
-CUresult CUDAAPI cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
+#undef cuMemcpy2DAsync
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DAsync)(const CUDA_MEMCPY2D_v1 *pCopy, CUstream hStream);
+CUresult CUDAAPI cuMemcpy2DAsync(const CUDA_MEMCPY2D_v1 *pCopy, CUstream hStream)
 {
-    krex_pfn_cuMemcpy2DUnaligned_v2 real = (krex_pfn_cuMemcpy2DUnaligned_v2)krex_gated_real(59);
+    krex_pfn_cuMemcpy2DAsync real = (krex_pfn_cuMemcpy2DAsync)krex_gated_real(59);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(59);
-    CUresult r = real(pCopy);
+    CUresult r = real(pCopy, hStream);
     krex_gate_leave(59, token);
     return r;
 }
 
-#undef cuMemcpy2DUnaligned_v2_ptds
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DUnaligned_v2_ptds)(const CUDA_MEMCPY2D *pCopy);
-CUresult CUDAAPI cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy)
+#undef cuMemcpy2DAsync_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DAsync_v2)(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
+CUresult CUDAAPI cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
 {
-    krex_pfn_cuMemcpy2DUnaligned_v2_ptds real = (krex_pfn_cuMemcpy2DUnaligned_v2_ptds)krex_gated_real(60);
+    krex_pfn_cuMemcpy2DAsync_v2 real = (krex_pfn_cuMemcpy2DAsync_v2)krex_gated_real(60);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(60);
-    CUresult r = real(pCopy);
+    CUresult r = real(pCopy, hStream);
     krex_gate_leave(60, token);
     return r;
 }
 
-#undef cuMemcpy2D_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2D_v2)(const CUDA_MEMCPY2D *pCopy);
-CUresult CUDAAPI cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
+#undef cuMemcpy2DAsync_v2_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DAsync_v2_ptsz)(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
+CUresult CUDAAPI cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
 {
-    krex_pfn_cuMemcpy2D_v2 real = (krex_pfn_cuMemcpy2D_v2)krex_gated_real(61);
+    krex_pfn_cuMemcpy2DAsync_v2_ptsz real = (krex_pfn_cuMemcpy2DAsync_v2_ptsz)krex_gated_real(61);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(61);
-    CUresult r = real(pCopy);
+    CUresult r = real(pCopy, hStream);
     krex_gate_leave(61, token);
     return r;
 }
 
-#undef cuMemcpy2D_v2_ptds
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2D_v2_ptds)(const CUDA_MEMCPY2D *pCopy);
-CUresult CUDAAPI cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
+#undef cuMemcpy2DUnaligned
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DUnaligned)(const CUDA_MEMCPY2D_v1 *pCopy);
+CUresult CUDAAPI cuMemcpy2DUnaligned(const CUDA_MEMCPY2D_v1 *pCopy)
 {
-    krex_pfn_cuMemcpy2D_v2_ptds real = (krex_pfn_cuMemcpy2D_v2_ptds)krex_gated_real(62);
+    krex_pfn_cuMemcpy2DUnaligned real = (krex_pfn_cuMemcpy2DUnaligned)krex_gated_real(62);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(62);
@@ -854,11 +886,11 @@ CUresult CUDAAPI cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
     return r;
 }
 
-#undef cuMemcpy3D
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3D)(const CUDA_MEMCPY3D_v1 *pCopy);
-CUresult CUDAAPI cuMemcpy3D(const CUDA_MEMCPY3D_v1 *pCopy)
+#undef cuMemcpy2DUnaligned_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DUnaligned_v2)(const CUDA_MEMCPY2D *pCopy);
+CUresult CUDAAPI cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
 {
-    krex_pfn_cuMemcpy3D real = (krex_pfn_cuMemcpy3D)krex_gated_real(63);
+    krex_pfn_cuMemcpy2DUnaligned_v2 real = (krex_pfn_cuMemcpy2DUnaligned_v2)krex_gated_real(63);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(63);
@@ -867,16 +899,68 @@ CUresult CUDAAPI cuMemcpy3D(const CUDA_MEMCPY3D_v1 *pCopy)
     return r;
 }
 
+#undef cuMemcpy2DUnaligned_v2_ptds
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2DUnaligned_v2_ptds)(const CUDA_MEMCPY2D *pCopy);
+CUresult CUDAAPI cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy)
+{
+    krex_pfn_cuMemcpy2DUnaligned_v2_ptds real = (krex_pfn_cuMemcpy2DUnaligned_v2_ptds)krex_gated_real(64);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(64);
+    CUresult r = real(pCopy);
+    krex_gate_leave(64, token);
+    return r;
+}
+
+#undef cuMemcpy2D_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2D_v2)(const CUDA_MEMCPY2D *pCopy);
+CUresult CUDAAPI cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
+{
+    krex_pfn_cuMemcpy2D_v2 real = (krex_pfn_cuMemcpy2D_v2)krex_gated_real(65);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(65);
+    CUresult r = real(pCopy);
+    krex_gate_leave(65, token);
+    return r;
+}
+
+#undef cuMemcpy2D_v2_ptds
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy2D_v2_ptds)(const CUDA_MEMCPY2D *pCopy);
+CUresult CUDAAPI cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
+{
+    krex_pfn_cuMemcpy2D_v2_ptds real = (krex_pfn_cuMemcpy2D_v2_ptds)krex_gated_real(66);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(66);
+    CUresult r = real(pCopy);
+    krex_gate_leave(66, token);
+    return r;
+}
+
+#undef cuMemcpy3D
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3D)(const CUDA_MEMCPY3D_v1 *pCopy);
+CUresult CUDAAPI cuMemcpy3D(const CUDA_MEMCPY3D_v1 *pCopy)
+{
+    krex_pfn_cuMemcpy3D real = (krex_pfn_cuMemcpy3D)krex_gated_real(67);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(67);
+    CUresult r = real(pCopy);
+    krex_gate_leave(67, token);
+    return r;
+}
+
 #undef cuMemcpy3DAsync
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DAsync)(const CUDA_MEMCPY3D_v1 *pCopy, CUstream hStream);
 CUresult CUDAAPI cuMemcpy3DAsync(const CUDA_MEMCPY3D_v1 *pCopy, CUstream hStream)
 {
-    krex_pfn_cuMemcpy3DAsync real = (krex_pfn_cuMemcpy3DAsync)krex_gated_real(64);
+    krex_pfn_cuMemcpy3DAsync real = (krex_pfn_cuMemcpy3DAsync)krex_gated_real(68);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(64);
+    int token = krex_gate_enter(68);
     CUresult r = real(pCopy, hStream);
-    krex_gate_leave(64, token);
+    krex_gate_leave(68, token);
     return r;
 }
 
@@ -884,12 +968,12 @@ CUresult CUDAAPI cuMemcpy3DAsync(const CUDA_MEMCPY3D_v1 *pCopy, CUstream hStream
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DAsync_v2)(const CUDA_MEMCPY3D *pCopy, CUstream hStream);
 CUresult CUDAAPI cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
 {
-    krex_pfn_cuMemcpy3DAsync_v2 real = (krex_pfn_cuMemcpy3DAsync_v2)krex_gated_real(65);
+    krex_pfn_cuMemcpy3DAsync_v2 real = (krex_pfn_cuMemcpy3DAsync_v2)krex_gated_real(69);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(65);
+    int token = krex_gate_enter(69);
     CUresult r = real(pCopy, hStream);
-    krex_gate_leave(65, token);
+    krex_gate_leave(69, token);
     return r;
 }
 
@@ -897,12 +981,12 @@ CUresult CUDAAPI cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DAsync_v2_ptsz)(const CUDA_MEMCPY3D *pCopy, CUstream hStream);
 CUresult CUDAAPI cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
 {
-    krex_pfn_cuMemcpy3DAsync_v2_ptsz real = (krex_pfn_cuMemcpy3DAsync_v2_ptsz)krex_gated_real(66);
+    krex_pfn_cuMemcpy3DAsync_v2_ptsz real = (krex_pfn_cuMemcpy3DAsync_v2_ptsz)krex_gated_real(70);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(66);
+    int token = krex_gate_enter(70);
     CUresult r = real(pCopy, hStream);
-    krex_gate_leave(66, token);
+    krex_gate_leave(70, token);
     return r;
 }
 
@@ -910,12 +994,12 @@ CUresult CUDAAPI cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUstream hS
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DBatchAsync)(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags, CUstream hStream);
 CUresult CUDAAPI cuMemcpy3DBatchAsync(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags, CUstream hStream)
 {
-    krex_pfn_cuMemcpy3DBatchAsync real = (krex_pfn_cuMemcpy3DBatchAsync)krex_gated_real(67);
+    krex_pfn_cuMemcpy3DBatchAsync real = (krex_pfn_cuMemcpy3DBatchAsync)krex_gated_real(71);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(67);
+    int token = krex_gate_enter(71);
     CUresult r = real(numOps, opList, failIdx, flags, hStream);
-    krex_gate_leave(67, token);
+    krex_gate_leave(71, token);
     return r;
 }
 
@@ -923,12 +1007,12 @@ CUresult CUDAAPI cuMemcpy3DBatchAsync(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opL
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DBatchAsync_ptsz)(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags, CUstream hStream);
 CUresult CUDAAPI cuMemcpy3DBatchAsync_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags, CUstream hStream)
 {
-    krex_pfn_cuMemcpy3DBatchAsync_ptsz real = (krex_pfn_cuMemcpy3DBatchAsync_ptsz)krex_gated_real(68);
+    krex_pfn_cuMemcpy3DBatchAsync_ptsz real = (krex_pfn_cuMemcpy3DBatchAsync_ptsz)krex_gated_real(72);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(68);
+    int token = krex_gate_enter(72);
     CUresult r = real(numOps, opList, failIdx, flags, hStream);
-    krex_gate_leave(68, token);
+    krex_gate_leave(72, token);
     return r;
 }
 
@@ -936,12 +1020,12 @@ CUresult CUDAAPI cuMemcpy3DBatchAsync_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DBatchAsync_v2)(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream);
 CUresult CUDAAPI cuMemcpy3DBatchAsync_v2(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream)
 {
-    krex_pfn_cuMemcpy3DBatchAsync_v2 real = (krex_pfn_cuMemcpy3DBatchAsync_v2)krex_gated_real(69);
+    krex_pfn_cuMemcpy3DBatchAsync_v2 real = (krex_pfn_cuMemcpy3DBatchAsync_v2)krex_gated_real(73);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(69);
+    int token = krex_gate_enter(73);
     CUresult r = real(numOps, opList, flags, hStream);
-    krex_gate_leave(69, token);
+    krex_gate_leave(73, token);
     return r;
 }
 
@@ -949,12 +1033,12 @@ CUresult CUDAAPI cuMemcpy3DBatchAsync_v2(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DBatchAsync_v2_ptsz)(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream);
 CUresult CUDAAPI cuMemcpy3DBatchAsync_v2_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream)
 {
-    krex_pfn_cuMemcpy3DBatchAsync_v2_ptsz real = (krex_pfn_cuMemcpy3DBatchAsync_v2_ptsz)krex_gated_real(70);
+    krex_pfn_cuMemcpy3DBatchAsync_v2_ptsz real = (krex_pfn_cuMemcpy3DBatchAsync_v2_ptsz)krex_gated_real(74);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(70);
+    int token = krex_gate_enter(74);
     CUresult r = real(numOps, opList, flags, hStream);
-    krex_gate_leave(70, token);
+    krex_gate_leave(74, token);
     return r;
 }
 
@@ -962,59 +1046,7 @@ CUresult CUDAAPI cuMemcpy3DBatchAsync_v2_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DPeer)(const CUDA_MEMCPY3D_PEER *pCopy);
 CUresult CUDAAPI cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy)
 {
-    krex_pfn_cuMemcpy3DPeer real = (krex_pfn_cuMemcpy3DPeer)krex_gated_real(71);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(71);
-    CUresult r = real(pCopy);
-    krex_gate_leave(71, token);
-    return r;
-}
-
-#undef cuMemcpy3DPeerAsync
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DPeerAsync)(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream);
-CUresult CUDAAPI cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
-{
-    krex_pfn_cuMemcpy3DPeerAsync real = (krex_pfn_cuMemcpy3DPeerAsync)krex_gated_real(72);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(72);
-    CUresult r = real(pCopy, hStream);
-    krex_gate_leave(72, token);
-    return r;
-}
-
-#undef cuMemcpy3DPeerAsync_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DPeerAsync_ptsz)(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream);
-CUresult CUDAAPI cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
-{
-    krex_pfn_cuMemcpy3DPeerAsync_ptsz real = (krex_pfn_cuMemcpy3DPeerAsync_ptsz)krex_gated_real(73);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(73);
-    CUresult r = real(pCopy, hStream);
-    krex_gate_leave(73, token);
-    return r;
-}
-
-#undef cuMemcpy3DPeer_ptds
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DPeer_ptds)(const CUDA_MEMCPY3D_PEER *pCopy);
-CUresult CUDAAPI cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER *pCopy)
-{
-    krex_pfn_cuMemcpy3DPeer_ptds real = (krex_pfn_cuMemcpy3DPeer_ptds)krex_gated_real(74);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(74);
-    CUresult r = real(pCopy);
-    krex_gate_leave(74, token);
-    return r;
-}
-
-#undef cuMemcpy3D_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3D_v2)(const CUDA_MEMCPY3D *pCopy);
-CUresult CUDAAPI cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
-{
-    krex_pfn_cuMemcpy3D_v2 real = (krex_pfn_cuMemcpy3D_v2)krex_gated_real(75);
+    krex_pfn_cuMemcpy3DPeer real = (krex_pfn_cuMemcpy3DPeer)krex_gated_real(75);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(75);
@@ -1023,16 +1055,68 @@ CUresult CUDAAPI cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
     return r;
 }
 
+#undef cuMemcpy3DPeerAsync
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DPeerAsync)(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream);
+CUresult CUDAAPI cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
+{
+    krex_pfn_cuMemcpy3DPeerAsync real = (krex_pfn_cuMemcpy3DPeerAsync)krex_gated_real(76);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(76);
+    CUresult r = real(pCopy, hStream);
+    krex_gate_leave(76, token);
+    return r;
+}
+
+#undef cuMemcpy3DPeerAsync_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DPeerAsync_ptsz)(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream);
+CUresult CUDAAPI cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
+{
+    krex_pfn_cuMemcpy3DPeerAsync_ptsz real = (krex_pfn_cuMemcpy3DPeerAsync_ptsz)krex_gated_real(77);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(77);
+    CUresult r = real(pCopy, hStream);
+    krex_gate_leave(77, token);
+    return r;
+}
+
+#undef cuMemcpy3DPeer_ptds
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3DPeer_ptds)(const CUDA_MEMCPY3D_PEER *pCopy);
+CUresult CUDAAPI cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER *pCopy)
+{
+    krex_pfn_cuMemcpy3DPeer_ptds real = (krex_pfn_cuMemcpy3DPeer_ptds)krex_gated_real(78);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(78);
+    CUresult r = real(pCopy);
+    krex_gate_leave(78, token);
+    return r;
+}
+
+#undef cuMemcpy3D_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3D_v2)(const CUDA_MEMCPY3D *pCopy);
+CUresult CUDAAPI cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
+{
+    krex_pfn_cuMemcpy3D_v2 real = (krex_pfn_cuMemcpy3D_v2)krex_gated_real(79);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(79);
+    CUresult r = real(pCopy);
+    krex_gate_leave(79, token);
+    return r;
+}
+
 #undef cuMemcpy3D_v2_ptds
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy3D_v2_ptds)(const CUDA_MEMCPY3D *pCopy);
 CUresult CUDAAPI cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy)
 {
-    krex_pfn_cuMemcpy3D_v2_ptds real = (krex_pfn_cuMemcpy3D_v2_ptds)krex_gated_real(76);
+    krex_pfn_cuMemcpy3D_v2_ptds real = (krex_pfn_cuMemcpy3D_v2_ptds)krex_gated_real(80);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(76);
+    int token = krex_gate_enter(80);
     CUresult r = real(pCopy);
-    krex_gate_leave(76, token);
+    krex_gate_leave(80, token);
     return r;
 }
 
@@ -1040,12 +1124,12 @@ CUresult CUDAAPI cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy)
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAsync)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
 CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
-    krex_pfn_cuMemcpyAsync real = (krex_pfn_cuMemcpyAsync)krex_gated_real(77);
+    krex_pfn_cuMemcpyAsync real = (krex_pfn_cuMemcpyAsync)krex_gated_real(81);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(77);
+    int token = krex_gate_enter(81);
     CUresult r = real(dst, src, ByteCount, hStream);
-    krex_gate_leave(77, token);
+    krex_gate_leave(81, token);
     return r;
 }
 
@@ -1053,12 +1137,12 @@ CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCoun
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAsync_ptsz)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
 CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
-    krex_pfn_cuMemcpyAsync_ptsz real = (krex_pfn_cuMemcpyAsync_ptsz)krex_gated_real(78);
+    krex_pfn_cuMemcpyAsync_ptsz real = (krex_pfn_cuMemcpyAsync_ptsz)krex_gated_real(82);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(78);
+    int token = krex_gate_enter(82);
     CUresult r = real(dst, src, ByteCount, hStream);
-    krex_gate_leave(78, token);
+    krex_gate_leave(82, token);
     return r;
 }
 
@@ -1066,12 +1150,12 @@ CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t Byt
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoA)(CUarray dstArray, unsigned int dstOffset, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount);
 CUresult CUDAAPI cuMemcpyAtoA(CUarray dstArray, unsigned int dstOffset, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount)
 {
-    krex_pfn_cuMemcpyAtoA real = (krex_pfn_cuMemcpyAtoA)krex_gated_real(79);
+    krex_pfn_cuMemcpyAtoA real = (krex_pfn_cuMemcpyAtoA)krex_gated_real(83);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(79);
+    int token = krex_gate_enter(83);
     CUresult r = real(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
-    krex_gate_leave(79, token);
+    krex_gate_leave(83, token);
     return r;
 }
 
@@ -1079,12 +1163,12 @@ CUresult CUDAAPI cuMemcpyAtoA(CUarray dstArray, unsigned int dstOffset, CUarray 
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoA_v2)(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyAtoA_v2 real = (krex_pfn_cuMemcpyAtoA_v2)krex_gated_real(80);
+    krex_pfn_cuMemcpyAtoA_v2 real = (krex_pfn_cuMemcpyAtoA_v2)krex_gated_real(84);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(80);
+    int token = krex_gate_enter(84);
     CUresult r = real(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
-    krex_gate_leave(80, token);
+    krex_gate_leave(84, token);
     return r;
 }
 
@@ -1092,12 +1176,12 @@ CUresult CUDAAPI cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray src
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoA_v2_ptds)(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyAtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyAtoA_v2_ptds real = (krex_pfn_cuMemcpyAtoA_v2_ptds)krex_gated_real(81);
+    krex_pfn_cuMemcpyAtoA_v2_ptds real = (krex_pfn_cuMemcpyAtoA_v2_ptds)krex_gated_real(85);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(81);
+    int token = krex_gate_enter(85);
     CUresult r = real(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
-    krex_gate_leave(81, token);
+    krex_gate_leave(85, token);
     return r;
 }
 
@@ -1105,12 +1189,12 @@ CUresult CUDAAPI cuMemcpyAtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUarra
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoD)(CUdeviceptr_v1 dstDevice, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount);
 CUresult CUDAAPI cuMemcpyAtoD(CUdeviceptr_v1 dstDevice, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount)
 {
-    krex_pfn_cuMemcpyAtoD real = (krex_pfn_cuMemcpyAtoD)krex_gated_real(82);
+    krex_pfn_cuMemcpyAtoD real = (krex_pfn_cuMemcpyAtoD)krex_gated_real(86);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(82);
+    int token = krex_gate_enter(86);
     CUresult r = real(dstDevice, srcArray, srcOffset, ByteCount);
-    krex_gate_leave(82, token);
+    krex_gate_leave(86, token);
     return r;
 }
 
@@ -1118,12 +1202,12 @@ CUresult CUDAAPI cuMemcpyAtoD(CUdeviceptr_v1 dstDevice, CUarray srcArray, unsign
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoD_v2)(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyAtoD_v2 real = (krex_pfn_cuMemcpyAtoD_v2)krex_gated_real(83);
+    krex_pfn_cuMemcpyAtoD_v2 real = (krex_pfn_cuMemcpyAtoD_v2)krex_gated_real(87);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(83);
+    int token = krex_gate_enter(87);
     CUresult r = real(dstDevice, srcArray, srcOffset, ByteCount);
-    krex_gate_leave(83, token);
+    krex_gate_leave(87, token);
     return r;
 }
 
@@ -1131,12 +1215,12 @@ CUresult CUDAAPI cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoD_v2_ptds)(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyAtoD_v2_ptds(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyAtoD_v2_ptds real = (krex_pfn_cuMemcpyAtoD_v2_ptds)krex_gated_real(84);
+    krex_pfn_cuMemcpyAtoD_v2_ptds real = (krex_pfn_cuMemcpyAtoD_v2_ptds)krex_gated_real(88);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(84);
+    int token = krex_gate_enter(88);
     CUresult r = real(dstDevice, srcArray, srcOffset, ByteCount);
-    krex_gate_leave(84, token);
+    krex_gate_leave(88, token);
     return r;
 }
 
@@ -1144,59 +1228,7 @@ CUresult CUDAAPI cuMemcpyAtoD_v2_ptds(CUdeviceptr dstDevice, CUarray srcArray, s
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoH)(void *dstHost, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount);
 CUresult CUDAAPI cuMemcpyAtoH(void *dstHost, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount)
 {
-    krex_pfn_cuMemcpyAtoH real = (krex_pfn_cuMemcpyAtoH)krex_gated_real(85);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(85);
-    CUresult r = real(dstHost, srcArray, srcOffset, ByteCount);
-    krex_gate_leave(85, token);
-    return r;
-}
-
-#undef cuMemcpyAtoHAsync
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoHAsync)(void *dstHost, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyAtoHAsync(void *dstHost, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyAtoHAsync real = (krex_pfn_cuMemcpyAtoHAsync)krex_gated_real(86);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(86);
-    CUresult r = real(dstHost, srcArray, srcOffset, ByteCount, hStream);
-    krex_gate_leave(86, token);
-    return r;
-}
-
-#undef cuMemcpyAtoHAsync_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoHAsync_v2)(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyAtoHAsync_v2 real = (krex_pfn_cuMemcpyAtoHAsync_v2)krex_gated_real(87);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(87);
-    CUresult r = real(dstHost, srcArray, srcOffset, ByteCount, hStream);
-    krex_gate_leave(87, token);
-    return r;
-}
-
-#undef cuMemcpyAtoHAsync_v2_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoHAsync_v2_ptsz)(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyAtoHAsync_v2_ptsz(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyAtoHAsync_v2_ptsz real = (krex_pfn_cuMemcpyAtoHAsync_v2_ptsz)krex_gated_real(88);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(88);
-    CUresult r = real(dstHost, srcArray, srcOffset, ByteCount, hStream);
-    krex_gate_leave(88, token);
-    return r;
-}
-
-#undef cuMemcpyAtoH_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoH_v2)(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount);
-CUresult CUDAAPI cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
-{
-    krex_pfn_cuMemcpyAtoH_v2 real = (krex_pfn_cuMemcpyAtoH_v2)krex_gated_real(89);
+    krex_pfn_cuMemcpyAtoH real = (krex_pfn_cuMemcpyAtoH)krex_gated_real(89);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(89);
@@ -1205,16 +1237,68 @@ CUresult CUDAAPI cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffs
     return r;
 }
 
+#undef cuMemcpyAtoHAsync
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoHAsync)(void *dstHost, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyAtoHAsync(void *dstHost, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyAtoHAsync real = (krex_pfn_cuMemcpyAtoHAsync)krex_gated_real(90);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(90);
+    CUresult r = real(dstHost, srcArray, srcOffset, ByteCount, hStream);
+    krex_gate_leave(90, token);
+    return r;
+}
+
+#undef cuMemcpyAtoHAsync_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoHAsync_v2)(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyAtoHAsync_v2 real = (krex_pfn_cuMemcpyAtoHAsync_v2)krex_gated_real(91);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(91);
+    CUresult r = real(dstHost, srcArray, srcOffset, ByteCount, hStream);
+    krex_gate_leave(91, token);
+    return r;
+}
+
+#undef cuMemcpyAtoHAsync_v2_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoHAsync_v2_ptsz)(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyAtoHAsync_v2_ptsz(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyAtoHAsync_v2_ptsz real = (krex_pfn_cuMemcpyAtoHAsync_v2_ptsz)krex_gated_real(92);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(92);
+    CUresult r = real(dstHost, srcArray, srcOffset, ByteCount, hStream);
+    krex_gate_leave(92, token);
+    return r;
+}
+
+#undef cuMemcpyAtoH_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoH_v2)(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount);
+CUresult CUDAAPI cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
+{
+    krex_pfn_cuMemcpyAtoH_v2 real = (krex_pfn_cuMemcpyAtoH_v2)krex_gated_real(93);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(93);
+    CUresult r = real(dstHost, srcArray, srcOffset, ByteCount);
+    krex_gate_leave(93, token);
+    return r;
+}
+
 #undef cuMemcpyAtoH_v2_ptds
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyAtoH_v2_ptds)(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyAtoH_v2_ptds(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyAtoH_v2_ptds real = (krex_pfn_cuMemcpyAtoH_v2_ptds)krex_gated_real(90);
+    krex_pfn_cuMemcpyAtoH_v2_ptds real = (krex_pfn_cuMemcpyAtoH_v2_ptds)krex_gated_real(94);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(90);
+    int token = krex_gate_enter(94);
     CUresult r = real(dstHost, srcArray, srcOffset, ByteCount);
-    krex_gate_leave(90, token);
+    krex_gate_leave(94, token);
     return r;
 }
 
@@ -1222,12 +1306,12 @@ CUresult CUDAAPI cuMemcpyAtoH_v2_ptds(void *dstHost, CUarray srcArray, size_t sr
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyBatchAsync)(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream);
 CUresult CUDAAPI cuMemcpyBatchAsync(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream)
 {
-    krex_pfn_cuMemcpyBatchAsync real = (krex_pfn_cuMemcpyBatchAsync)krex_gated_real(91);
+    krex_pfn_cuMemcpyBatchAsync real = (krex_pfn_cuMemcpyBatchAsync)krex_gated_real(95);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(91);
+    int token = krex_gate_enter(95);
     CUresult r = real(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream);
-    krex_gate_leave(91, token);
+    krex_gate_leave(95, token);
     return r;
 }
 
@@ -1235,12 +1319,12 @@ CUresult CUDAAPI cuMemcpyBatchAsync(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyBatchAsync_ptsz)(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream);
 CUresult CUDAAPI cuMemcpyBatchAsync_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream)
 {
-    krex_pfn_cuMemcpyBatchAsync_ptsz real = (krex_pfn_cuMemcpyBatchAsync_ptsz)krex_gated_real(92);
+    krex_pfn_cuMemcpyBatchAsync_ptsz real = (krex_pfn_cuMemcpyBatchAsync_ptsz)krex_gated_real(96);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(92);
+    int token = krex_gate_enter(96);
     CUresult r = real(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream);
-    krex_gate_leave(92, token);
+    krex_gate_leave(96, token);
     return r;
 }
 
@@ -1248,12 +1332,12 @@ CUresult CUDAAPI cuMemcpyBatchAsync_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, s
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyBatchAsync_v2)(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream);
 CUresult CUDAAPI cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
 {
-    krex_pfn_cuMemcpyBatchAsync_v2 real = (krex_pfn_cuMemcpyBatchAsync_v2)krex_gated_real(93);
+    krex_pfn_cuMemcpyBatchAsync_v2 real = (krex_pfn_cuMemcpyBatchAsync_v2)krex_gated_real(97);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(93);
+    int token = krex_gate_enter(97);
     CUresult r = real(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream);
-    krex_gate_leave(93, token);
+    krex_gate_leave(97, token);
     return r;
 }
 
@@ -1261,12 +1345,12 @@ CUresult CUDAAPI cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, siz
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyBatchAsync_v2_ptsz)(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream);
 CUresult CUDAAPI cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
 {
-    krex_pfn_cuMemcpyBatchAsync_v2_ptsz real = (krex_pfn_cuMemcpyBatchAsync_v2_ptsz)krex_gated_real(94);
+    krex_pfn_cuMemcpyBatchAsync_v2_ptsz real = (krex_pfn_cuMemcpyBatchAsync_v2_ptsz)krex_gated_real(98);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(94);
+    int token = krex_gate_enter(98);
     CUresult r = real(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream);
-    krex_gate_leave(94, token);
+    krex_gate_leave(98, token);
     return r;
 }
 
@@ -1274,12 +1358,12 @@ CUresult CUDAAPI cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoA)(CUarray dstArray, unsigned int dstOffset, CUdeviceptr_v1 srcDevice, unsigned int ByteCount);
 CUresult CUDAAPI cuMemcpyDtoA(CUarray dstArray, unsigned int dstOffset, CUdeviceptr_v1 srcDevice, unsigned int ByteCount)
 {
-    krex_pfn_cuMemcpyDtoA real = (krex_pfn_cuMemcpyDtoA)krex_gated_real(95);
+    krex_pfn_cuMemcpyDtoA real = (krex_pfn_cuMemcpyDtoA)krex_gated_real(99);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(95);
+    int token = krex_gate_enter(99);
     CUresult r = real(dstArray, dstOffset, srcDevice, ByteCount);
-    krex_gate_leave(95, token);
+    krex_gate_leave(99, token);
     return r;
 }
 
@@ -1287,12 +1371,12 @@ CUresult CUDAAPI cuMemcpyDtoA(CUarray dstArray, unsigned int dstOffset, CUdevice
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoA_v2)(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyDtoA_v2 real = (krex_pfn_cuMemcpyDtoA_v2)krex_gated_real(96);
+    krex_pfn_cuMemcpyDtoA_v2 real = (krex_pfn_cuMemcpyDtoA_v2)krex_gated_real(100);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(96);
+    int token = krex_gate_enter(100);
     CUresult r = real(dstArray, dstOffset, srcDevice, ByteCount);
-    krex_gate_leave(96, token);
+    krex_gate_leave(100, token);
     return r;
 }
 
@@ -1300,12 +1384,12 @@ CUresult CUDAAPI cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoA_v2_ptds)(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyDtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyDtoA_v2_ptds real = (krex_pfn_cuMemcpyDtoA_v2_ptds)krex_gated_real(97);
+    krex_pfn_cuMemcpyDtoA_v2_ptds real = (krex_pfn_cuMemcpyDtoA_v2_ptds)krex_gated_real(101);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(97);
+    int token = krex_gate_enter(101);
     CUresult r = real(dstArray, dstOffset, srcDevice, ByteCount);
-    krex_gate_leave(97, token);
+    krex_gate_leave(101, token);
     return r;
 }
 
@@ -1313,59 +1397,7 @@ CUresult CUDAAPI cuMemcpyDtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUdevi
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoD)(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount);
 CUresult CUDAAPI cuMemcpyDtoD(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount)
 {
-    krex_pfn_cuMemcpyDtoD real = (krex_pfn_cuMemcpyDtoD)krex_gated_real(98);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(98);
-    CUresult r = real(dstDevice, srcDevice, ByteCount);
-    krex_gate_leave(98, token);
-    return r;
-}
-
-#undef cuMemcpyDtoDAsync
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoDAsync)(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyDtoDAsync real = (krex_pfn_cuMemcpyDtoDAsync)krex_gated_real(99);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(99);
-    CUresult r = real(dstDevice, srcDevice, ByteCount, hStream);
-    krex_gate_leave(99, token);
-    return r;
-}
-
-#undef cuMemcpyDtoDAsync_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoDAsync_v2)(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyDtoDAsync_v2 real = (krex_pfn_cuMemcpyDtoDAsync_v2)krex_gated_real(100);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(100);
-    CUresult r = real(dstDevice, srcDevice, ByteCount, hStream);
-    krex_gate_leave(100, token);
-    return r;
-}
-
-#undef cuMemcpyDtoDAsync_v2_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoDAsync_v2_ptsz)(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyDtoDAsync_v2_ptsz real = (krex_pfn_cuMemcpyDtoDAsync_v2_ptsz)krex_gated_real(101);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(101);
-    CUresult r = real(dstDevice, srcDevice, ByteCount, hStream);
-    krex_gate_leave(101, token);
-    return r;
-}
-
-#undef cuMemcpyDtoD_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoD_v2)(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount);
-CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    krex_pfn_cuMemcpyDtoD_v2 real = (krex_pfn_cuMemcpyDtoD_v2)krex_gated_real(102);
+    krex_pfn_cuMemcpyDtoD real = (krex_pfn_cuMemcpyDtoD)krex_gated_real(102);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(102);
@@ -1374,16 +1406,68 @@ CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, s
     return r;
 }
 
+#undef cuMemcpyDtoDAsync
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoDAsync)(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyDtoDAsync real = (krex_pfn_cuMemcpyDtoDAsync)krex_gated_real(103);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(103);
+    CUresult r = real(dstDevice, srcDevice, ByteCount, hStream);
+    krex_gate_leave(103, token);
+    return r;
+}
+
+#undef cuMemcpyDtoDAsync_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoDAsync_v2)(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyDtoDAsync_v2 real = (krex_pfn_cuMemcpyDtoDAsync_v2)krex_gated_real(104);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(104);
+    CUresult r = real(dstDevice, srcDevice, ByteCount, hStream);
+    krex_gate_leave(104, token);
+    return r;
+}
+
+#undef cuMemcpyDtoDAsync_v2_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoDAsync_v2_ptsz)(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyDtoDAsync_v2_ptsz real = (krex_pfn_cuMemcpyDtoDAsync_v2_ptsz)krex_gated_real(105);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(105);
+    CUresult r = real(dstDevice, srcDevice, ByteCount, hStream);
+    krex_gate_leave(105, token);
+    return r;
+}
+
+#undef cuMemcpyDtoD_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoD_v2)(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount);
+CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    krex_pfn_cuMemcpyDtoD_v2 real = (krex_pfn_cuMemcpyDtoD_v2)krex_gated_real(106);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(106);
+    CUresult r = real(dstDevice, srcDevice, ByteCount);
+    krex_gate_leave(106, token);
+    return r;
+}
+
 #undef cuMemcpyDtoD_v2_ptds
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoD_v2_ptds)(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyDtoD_v2_ptds real = (krex_pfn_cuMemcpyDtoD_v2_ptds)krex_gated_real(103);
+    krex_pfn_cuMemcpyDtoD_v2_ptds real = (krex_pfn_cuMemcpyDtoD_v2_ptds)krex_gated_real(107);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(103);
+    int token = krex_gate_enter(107);
     CUresult r = real(dstDevice, srcDevice, ByteCount);
-    krex_gate_leave(103, token);
+    krex_gate_leave(107, token);
     return r;
 }
 
@@ -1391,59 +1475,7 @@ CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevi
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoH)(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount);
 CUresult CUDAAPI cuMemcpyDtoH(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount)
 {
-    krex_pfn_cuMemcpyDtoH real = (krex_pfn_cuMemcpyDtoH)krex_gated_real(104);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(104);
-    CUresult r = real(dstHost, srcDevice, ByteCount);
-    krex_gate_leave(104, token);
-    return r;
-}
-
-#undef cuMemcpyDtoHAsync
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoHAsync)(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyDtoHAsync real = (krex_pfn_cuMemcpyDtoHAsync)krex_gated_real(105);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(105);
-    CUresult r = real(dstHost, srcDevice, ByteCount, hStream);
-    krex_gate_leave(105, token);
-    return r;
-}
-
-#undef cuMemcpyDtoHAsync_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoHAsync_v2)(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyDtoHAsync_v2 real = (krex_pfn_cuMemcpyDtoHAsync_v2)krex_gated_real(106);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(106);
-    CUresult r = real(dstHost, srcDevice, ByteCount, hStream);
-    krex_gate_leave(106, token);
-    return r;
-}
-
-#undef cuMemcpyDtoHAsync_v2_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoHAsync_v2_ptsz)(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyDtoHAsync_v2_ptsz real = (krex_pfn_cuMemcpyDtoHAsync_v2_ptsz)krex_gated_real(107);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(107);
-    CUresult r = real(dstHost, srcDevice, ByteCount, hStream);
-    krex_gate_leave(107, token);
-    return r;
-}
-
-#undef cuMemcpyDtoH_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoH_v2)(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount);
-CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    krex_pfn_cuMemcpyDtoH_v2 real = (krex_pfn_cuMemcpyDtoH_v2)krex_gated_real(108);
+    krex_pfn_cuMemcpyDtoH real = (krex_pfn_cuMemcpyDtoH)krex_gated_real(108);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(108);
@@ -1452,16 +1484,68 @@ CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t By
     return r;
 }
 
+#undef cuMemcpyDtoHAsync
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoHAsync)(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyDtoHAsync real = (krex_pfn_cuMemcpyDtoHAsync)krex_gated_real(109);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(109);
+    CUresult r = real(dstHost, srcDevice, ByteCount, hStream);
+    krex_gate_leave(109, token);
+    return r;
+}
+
+#undef cuMemcpyDtoHAsync_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoHAsync_v2)(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyDtoHAsync_v2 real = (krex_pfn_cuMemcpyDtoHAsync_v2)krex_gated_real(110);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(110);
+    CUresult r = real(dstHost, srcDevice, ByteCount, hStream);
+    krex_gate_leave(110, token);
+    return r;
+}
+
+#undef cuMemcpyDtoHAsync_v2_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoHAsync_v2_ptsz)(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyDtoHAsync_v2_ptsz real = (krex_pfn_cuMemcpyDtoHAsync_v2_ptsz)krex_gated_real(111);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(111);
+    CUresult r = real(dstHost, srcDevice, ByteCount, hStream);
+    krex_gate_leave(111, token);
+    return r;
+}
+
+#undef cuMemcpyDtoH_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoH_v2)(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount);
+CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    krex_pfn_cuMemcpyDtoH_v2 real = (krex_pfn_cuMemcpyDtoH_v2)krex_gated_real(112);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(112);
+    CUresult r = real(dstHost, srcDevice, ByteCount);
+    krex_gate_leave(112, token);
+    return r;
+}
+
 #undef cuMemcpyDtoH_v2_ptds
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyDtoH_v2_ptds)(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyDtoH_v2_ptds real = (krex_pfn_cuMemcpyDtoH_v2_ptds)krex_gated_real(109);
+    krex_pfn_cuMemcpyDtoH_v2_ptds real = (krex_pfn_cuMemcpyDtoH_v2_ptds)krex_gated_real(113);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(109);
+    int token = krex_gate_enter(113);
     CUresult r = real(dstHost, srcDevice, ByteCount);
-    krex_gate_leave(109, token);
+    krex_gate_leave(113, token);
     return r;
 }
 
@@ -1469,59 +1553,7 @@ CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoA)(CUarray dstArray, unsigned int dstOffset, const void *srcHost, unsigned int ByteCount);
 CUresult CUDAAPI cuMemcpyHtoA(CUarray dstArray, unsigned int dstOffset, const void *srcHost, unsigned int ByteCount)
 {
-    krex_pfn_cuMemcpyHtoA real = (krex_pfn_cuMemcpyHtoA)krex_gated_real(110);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(110);
-    CUresult r = real(dstArray, dstOffset, srcHost, ByteCount);
-    krex_gate_leave(110, token);
-    return r;
-}
-
-#undef cuMemcpyHtoAAsync
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoAAsync)(CUarray dstArray, unsigned int dstOffset, const void *srcHost, unsigned int ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyHtoAAsync(CUarray dstArray, unsigned int dstOffset, const void *srcHost, unsigned int ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyHtoAAsync real = (krex_pfn_cuMemcpyHtoAAsync)krex_gated_real(111);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(111);
-    CUresult r = real(dstArray, dstOffset, srcHost, ByteCount, hStream);
-    krex_gate_leave(111, token);
-    return r;
-}
-
-#undef cuMemcpyHtoAAsync_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoAAsync_v2)(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyHtoAAsync_v2 real = (krex_pfn_cuMemcpyHtoAAsync_v2)krex_gated_real(112);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(112);
-    CUresult r = real(dstArray, dstOffset, srcHost, ByteCount, hStream);
-    krex_gate_leave(112, token);
-    return r;
-}
-
-#undef cuMemcpyHtoAAsync_v2_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoAAsync_v2_ptsz)(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyHtoAAsync_v2_ptsz(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyHtoAAsync_v2_ptsz real = (krex_pfn_cuMemcpyHtoAAsync_v2_ptsz)krex_gated_real(113);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(113);
-    CUresult r = real(dstArray, dstOffset, srcHost, ByteCount, hStream);
-    krex_gate_leave(113, token);
-    return r;
-}
-
-#undef cuMemcpyHtoA_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoA_v2)(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount);
-CUresult CUDAAPI cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount)
-{
-    krex_pfn_cuMemcpyHtoA_v2 real = (krex_pfn_cuMemcpyHtoA_v2)krex_gated_real(114);
+    krex_pfn_cuMemcpyHtoA real = (krex_pfn_cuMemcpyHtoA)krex_gated_real(114);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(114);
@@ -1530,16 +1562,68 @@ CUresult CUDAAPI cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void 
     return r;
 }
 
+#undef cuMemcpyHtoAAsync
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoAAsync)(CUarray dstArray, unsigned int dstOffset, const void *srcHost, unsigned int ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyHtoAAsync(CUarray dstArray, unsigned int dstOffset, const void *srcHost, unsigned int ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyHtoAAsync real = (krex_pfn_cuMemcpyHtoAAsync)krex_gated_real(115);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(115);
+    CUresult r = real(dstArray, dstOffset, srcHost, ByteCount, hStream);
+    krex_gate_leave(115, token);
+    return r;
+}
+
+#undef cuMemcpyHtoAAsync_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoAAsync_v2)(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyHtoAAsync_v2 real = (krex_pfn_cuMemcpyHtoAAsync_v2)krex_gated_real(116);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(116);
+    CUresult r = real(dstArray, dstOffset, srcHost, ByteCount, hStream);
+    krex_gate_leave(116, token);
+    return r;
+}
+
+#undef cuMemcpyHtoAAsync_v2_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoAAsync_v2_ptsz)(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyHtoAAsync_v2_ptsz(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyHtoAAsync_v2_ptsz real = (krex_pfn_cuMemcpyHtoAAsync_v2_ptsz)krex_gated_real(117);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(117);
+    CUresult r = real(dstArray, dstOffset, srcHost, ByteCount, hStream);
+    krex_gate_leave(117, token);
+    return r;
+}
+
+#undef cuMemcpyHtoA_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoA_v2)(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount);
+CUresult CUDAAPI cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount)
+{
+    krex_pfn_cuMemcpyHtoA_v2 real = (krex_pfn_cuMemcpyHtoA_v2)krex_gated_real(118);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(118);
+    CUresult r = real(dstArray, dstOffset, srcHost, ByteCount);
+    krex_gate_leave(118, token);
+    return r;
+}
+
 #undef cuMemcpyHtoA_v2_ptds
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoA_v2_ptds)(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyHtoA_v2_ptds(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyHtoA_v2_ptds real = (krex_pfn_cuMemcpyHtoA_v2_ptds)krex_gated_real(115);
+    krex_pfn_cuMemcpyHtoA_v2_ptds real = (krex_pfn_cuMemcpyHtoA_v2_ptds)krex_gated_real(119);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(115);
+    int token = krex_gate_enter(119);
     CUresult r = real(dstArray, dstOffset, srcHost, ByteCount);
-    krex_gate_leave(115, token);
+    krex_gate_leave(119, token);
     return r;
 }
 
@@ -1547,59 +1631,7 @@ CUresult CUDAAPI cuMemcpyHtoA_v2_ptds(CUarray dstArray, size_t dstOffset, const 
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoD)(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount);
 CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount)
 {
-    krex_pfn_cuMemcpyHtoD real = (krex_pfn_cuMemcpyHtoD)krex_gated_real(116);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(116);
-    CUresult r = real(dstDevice, srcHost, ByteCount);
-    krex_gate_leave(116, token);
-    return r;
-}
-
-#undef cuMemcpyHtoDAsync
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoDAsync)(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyHtoDAsync real = (krex_pfn_cuMemcpyHtoDAsync)krex_gated_real(117);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(117);
-    CUresult r = real(dstDevice, srcHost, ByteCount, hStream);
-    krex_gate_leave(117, token);
-    return r;
-}
-
-#undef cuMemcpyHtoDAsync_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoDAsync_v2)(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyHtoDAsync_v2 real = (krex_pfn_cuMemcpyHtoDAsync_v2)krex_gated_real(118);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(118);
-    CUresult r = real(dstDevice, srcHost, ByteCount, hStream);
-    krex_gate_leave(118, token);
-    return r;
-}
-
-#undef cuMemcpyHtoDAsync_v2_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoDAsync_v2_ptsz)(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream);
-CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
-{
-    krex_pfn_cuMemcpyHtoDAsync_v2_ptsz real = (krex_pfn_cuMemcpyHtoDAsync_v2_ptsz)krex_gated_real(119);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(119);
-    CUresult r = real(dstDevice, srcHost, ByteCount, hStream);
-    krex_gate_leave(119, token);
-    return r;
-}
-
-#undef cuMemcpyHtoD_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoD_v2)(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount);
-CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
-{
-    krex_pfn_cuMemcpyHtoD_v2 real = (krex_pfn_cuMemcpyHtoD_v2)krex_gated_real(120);
+    krex_pfn_cuMemcpyHtoD real = (krex_pfn_cuMemcpyHtoD)krex_gated_real(120);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(120);
@@ -1608,16 +1640,68 @@ CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, siz
     return r;
 }
 
+#undef cuMemcpyHtoDAsync
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoDAsync)(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyHtoDAsync real = (krex_pfn_cuMemcpyHtoDAsync)krex_gated_real(121);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(121);
+    CUresult r = real(dstDevice, srcHost, ByteCount, hStream);
+    krex_gate_leave(121, token);
+    return r;
+}
+
+#undef cuMemcpyHtoDAsync_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoDAsync_v2)(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyHtoDAsync_v2 real = (krex_pfn_cuMemcpyHtoDAsync_v2)krex_gated_real(122);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(122);
+    CUresult r = real(dstDevice, srcHost, ByteCount, hStream);
+    krex_gate_leave(122, token);
+    return r;
+}
+
+#undef cuMemcpyHtoDAsync_v2_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoDAsync_v2_ptsz)(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
+{
+    krex_pfn_cuMemcpyHtoDAsync_v2_ptsz real = (krex_pfn_cuMemcpyHtoDAsync_v2_ptsz)krex_gated_real(123);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(123);
+    CUresult r = real(dstDevice, srcHost, ByteCount, hStream);
+    krex_gate_leave(123, token);
+    return r;
+}
+
+#undef cuMemcpyHtoD_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoD_v2)(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount);
+CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+    krex_pfn_cuMemcpyHtoD_v2 real = (krex_pfn_cuMemcpyHtoD_v2)krex_gated_real(124);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(124);
+    CUresult r = real(dstDevice, srcHost, ByteCount);
+    krex_gate_leave(124, token);
+    return r;
+}
+
 #undef cuMemcpyHtoD_v2_ptds
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyHtoD_v2_ptds)(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyHtoD_v2_ptds real = (krex_pfn_cuMemcpyHtoD_v2_ptds)krex_gated_real(121);
+    krex_pfn_cuMemcpyHtoD_v2_ptds real = (krex_pfn_cuMemcpyHtoD_v2_ptds)krex_gated_real(125);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(121);
+    int token = krex_gate_enter(125);
     CUresult r = real(dstDevice, srcHost, ByteCount);
-    krex_gate_leave(121, token);
+    krex_gate_leave(125, token);
     return r;
 }
 
@@ -1625,12 +1709,12 @@ CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyPeer)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyPeer real = (krex_pfn_cuMemcpyPeer)krex_gated_real(122);
+    krex_pfn_cuMemcpyPeer real = (krex_pfn_cuMemcpyPeer)krex_gated_real(126);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(122);
+    int token = krex_gate_enter(126);
     CUresult r = real(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
-    krex_gate_leave(122, token);
+    krex_gate_leave(126, token);
     return r;
 }
 
@@ -1638,12 +1722,12 @@ CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdev
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyPeerAsync)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
 CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
-    krex_pfn_cuMemcpyPeerAsync real = (krex_pfn_cuMemcpyPeerAsync)krex_gated_real(123);
+    krex_pfn_cuMemcpyPeerAsync real = (krex_pfn_cuMemcpyPeerAsync)krex_gated_real(127);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(123);
+    int token = krex_gate_enter(127);
     CUresult r = real(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
-    krex_gate_leave(123, token);
+    krex_gate_leave(127, token);
     return r;
 }
 
@@ -1651,12 +1735,12 @@ CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, 
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyPeerAsync_ptsz)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
 CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
-    krex_pfn_cuMemcpyPeerAsync_ptsz real = (krex_pfn_cuMemcpyPeerAsync_ptsz)krex_gated_real(124);
+    krex_pfn_cuMemcpyPeerAsync_ptsz real = (krex_pfn_cuMemcpyPeerAsync_ptsz)krex_gated_real(128);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(124);
+    int token = krex_gate_enter(128);
     CUresult r = real(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
-    krex_gate_leave(124, token);
+    krex_gate_leave(128, token);
     return r;
 }
 
@@ -1664,12 +1748,12 @@ CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstCont
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpyPeer_ptds)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
-    krex_pfn_cuMemcpyPeer_ptds real = (krex_pfn_cuMemcpyPeer_ptds)krex_gated_real(125);
+    krex_pfn_cuMemcpyPeer_ptds real = (krex_pfn_cuMemcpyPeer_ptds)krex_gated_real(129);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(125);
+    int token = krex_gate_enter(129);
     CUresult r = real(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
-    krex_gate_leave(125, token);
+    krex_gate_leave(129, token);
     return r;
 }
 
@@ -1677,12 +1761,12 @@ CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, 
 typedef CUresult (CUDAAPI *krex_pfn_cuMemcpy_ptds)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount);
 CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
-    krex_pfn_cuMemcpy_ptds real = (krex_pfn_cuMemcpy_ptds)krex_gated_real(126);
+    krex_pfn_cuMemcpy_ptds real = (krex_pfn_cuMemcpy_ptds)krex_gated_real(130);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(126);
+    int token = krex_gate_enter(130);
     CUresult r = real(dst, src, ByteCount);
-    krex_gate_leave(126, token);
+    krex_gate_leave(130, token);
     return r;
 }
 
@@ -1690,59 +1774,7 @@ CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCoun
 typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD16)(CUdeviceptr_v1 dstDevice, unsigned short us, unsigned int N);
 CUresult CUDAAPI cuMemsetD16(CUdeviceptr_v1 dstDevice, unsigned short us, unsigned int N)
 {
-    krex_pfn_cuMemsetD16 real = (krex_pfn_cuMemsetD16)krex_gated_real(127);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(127);
-    CUresult r = real(dstDevice, us, N);
-    krex_gate_leave(127, token);
-    return r;
-}
-
-#undef cuMemsetD16Async
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD16Async)(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream);
-CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
-{
-    krex_pfn_cuMemsetD16Async real = (krex_pfn_cuMemsetD16Async)krex_gated_real(128);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(128);
-    CUresult r = real(dstDevice, us, N, hStream);
-    krex_gate_leave(128, token);
-    return r;
-}
-
-#undef cuMemsetD16Async_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD16Async_ptsz)(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream);
-CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
-{
-    krex_pfn_cuMemsetD16Async_ptsz real = (krex_pfn_cuMemsetD16Async_ptsz)krex_gated_real(129);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(129);
-    CUresult r = real(dstDevice, us, N, hStream);
-    krex_gate_leave(129, token);
-    return r;
-}
-
-#undef cuMemsetD16_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD16_v2)(CUdeviceptr dstDevice, unsigned short us, size_t N);
-CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
-{
-    krex_pfn_cuMemsetD16_v2 real = (krex_pfn_cuMemsetD16_v2)krex_gated_real(130);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(130);
-    CUresult r = real(dstDevice, us, N);
-    krex_gate_leave(130, token);
-    return r;
-}
-
-#undef cuMemsetD16_v2_ptds
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD16_v2_ptds)(CUdeviceptr dstDevice, unsigned short us, size_t N);
-CUresult CUDAAPI cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
-{
-    krex_pfn_cuMemsetD16_v2_ptds real = (krex_pfn_cuMemsetD16_v2_ptds)krex_gated_real(131);
+    krex_pfn_cuMemsetD16 real = (krex_pfn_cuMemsetD16)krex_gated_real(131);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(131);
@@ -1751,63 +1783,63 @@ CUresult CUDAAPI cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, s
     return r;
 }
 
-#undef cuMemsetD2D16
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D16)(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned short us, unsigned int Width, unsigned int Height);
-CUresult CUDAAPI cuMemsetD2D16(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned short us, unsigned int Width, unsigned int Height)
+#undef cuMemsetD16Async
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD16Async)(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream);
+CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
-    krex_pfn_cuMemsetD2D16 real = (krex_pfn_cuMemsetD2D16)krex_gated_real(132);
+    krex_pfn_cuMemsetD16Async real = (krex_pfn_cuMemsetD16Async)krex_gated_real(132);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(132);
-    CUresult r = real(dstDevice, dstPitch, us, Width, Height);
+    CUresult r = real(dstDevice, us, N, hStream);
     krex_gate_leave(132, token);
     return r;
 }
 
-#undef cuMemsetD2D16Async
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D16Async)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream);
-CUresult CUDAAPI cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
+#undef cuMemsetD16Async_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD16Async_ptsz)(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream);
+CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
-    krex_pfn_cuMemsetD2D16Async real = (krex_pfn_cuMemsetD2D16Async)krex_gated_real(133);
+    krex_pfn_cuMemsetD16Async_ptsz real = (krex_pfn_cuMemsetD16Async_ptsz)krex_gated_real(133);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(133);
-    CUresult r = real(dstDevice, dstPitch, us, Width, Height, hStream);
+    CUresult r = real(dstDevice, us, N, hStream);
     krex_gate_leave(133, token);
     return r;
 }
 
-#undef cuMemsetD2D16Async_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D16Async_ptsz)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream);
-CUresult CUDAAPI cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
+#undef cuMemsetD16_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD16_v2)(CUdeviceptr dstDevice, unsigned short us, size_t N);
+CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
-    krex_pfn_cuMemsetD2D16Async_ptsz real = (krex_pfn_cuMemsetD2D16Async_ptsz)krex_gated_real(134);
+    krex_pfn_cuMemsetD16_v2 real = (krex_pfn_cuMemsetD16_v2)krex_gated_real(134);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(134);
-    CUresult r = real(dstDevice, dstPitch, us, Width, Height, hStream);
+    CUresult r = real(dstDevice, us, N);
     krex_gate_leave(134, token);
     return r;
 }
 
-#undef cuMemsetD2D16_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D16_v2)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height);
-CUresult CUDAAPI cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
+#undef cuMemsetD16_v2_ptds
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD16_v2_ptds)(CUdeviceptr dstDevice, unsigned short us, size_t N);
+CUresult CUDAAPI cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
-    krex_pfn_cuMemsetD2D16_v2 real = (krex_pfn_cuMemsetD2D16_v2)krex_gated_real(135);
+    krex_pfn_cuMemsetD16_v2_ptds real = (krex_pfn_cuMemsetD16_v2_ptds)krex_gated_real(135);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(135);
-    CUresult r = real(dstDevice, dstPitch, us, Width, Height);
+    CUresult r = real(dstDevice, us, N);
     krex_gate_leave(135, token);
     return r;
 }
 
-#undef cuMemsetD2D16_v2_ptds
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D16_v2_ptds)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height);
-CUresult CUDAAPI cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
+#undef cuMemsetD2D16
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D16)(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned short us, unsigned int Width, unsigned int Height);
+CUresult CUDAAPI cuMemsetD2D16(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned short us, unsigned int Width, unsigned int Height)
 {
-    krex_pfn_cuMemsetD2D16_v2_ptds real = (krex_pfn_cuMemsetD2D16_v2_ptds)krex_gated_real(136);
+    krex_pfn_cuMemsetD2D16 real = (krex_pfn_cuMemsetD2D16)krex_gated_real(136);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(136);
@@ -1816,63 +1848,63 @@ CUresult CUDAAPI cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, u
     return r;
 }
 
-#undef cuMemsetD2D32
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D32)(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned int ui, unsigned int Width, unsigned int Height);
-CUresult CUDAAPI cuMemsetD2D32(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned int ui, unsigned int Width, unsigned int Height)
+#undef cuMemsetD2D16Async
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D16Async)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream);
+CUresult CUDAAPI cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
-    krex_pfn_cuMemsetD2D32 real = (krex_pfn_cuMemsetD2D32)krex_gated_real(137);
+    krex_pfn_cuMemsetD2D16Async real = (krex_pfn_cuMemsetD2D16Async)krex_gated_real(137);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(137);
-    CUresult r = real(dstDevice, dstPitch, ui, Width, Height);
+    CUresult r = real(dstDevice, dstPitch, us, Width, Height, hStream);
     krex_gate_leave(137, token);
     return r;
 }
 
-#undef cuMemsetD2D32Async
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D32Async)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream);
-CUresult CUDAAPI cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
+#undef cuMemsetD2D16Async_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D16Async_ptsz)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream);
+CUresult CUDAAPI cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
-    krex_pfn_cuMemsetD2D32Async real = (krex_pfn_cuMemsetD2D32Async)krex_gated_real(138);
+    krex_pfn_cuMemsetD2D16Async_ptsz real = (krex_pfn_cuMemsetD2D16Async_ptsz)krex_gated_real(138);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(138);
-    CUresult r = real(dstDevice, dstPitch, ui, Width, Height, hStream);
+    CUresult r = real(dstDevice, dstPitch, us, Width, Height, hStream);
     krex_gate_leave(138, token);
     return r;
 }
 
-#undef cuMemsetD2D32Async_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D32Async_ptsz)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream);
-CUresult CUDAAPI cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
+#undef cuMemsetD2D16_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D16_v2)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height);
+CUresult CUDAAPI cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
 {
-    krex_pfn_cuMemsetD2D32Async_ptsz real = (krex_pfn_cuMemsetD2D32Async_ptsz)krex_gated_real(139);
+    krex_pfn_cuMemsetD2D16_v2 real = (krex_pfn_cuMemsetD2D16_v2)krex_gated_real(139);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(139);
-    CUresult r = real(dstDevice, dstPitch, ui, Width, Height, hStream);
+    CUresult r = real(dstDevice, dstPitch, us, Width, Height);
     krex_gate_leave(139, token);
     return r;
 }
 
-#undef cuMemsetD2D32_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D32_v2)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height);
-CUresult CUDAAPI cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
+#undef cuMemsetD2D16_v2_ptds
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D16_v2_ptds)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height);
+CUresult CUDAAPI cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
 {
-    krex_pfn_cuMemsetD2D32_v2 real = (krex_pfn_cuMemsetD2D32_v2)krex_gated_real(140);
+    krex_pfn_cuMemsetD2D16_v2_ptds real = (krex_pfn_cuMemsetD2D16_v2_ptds)krex_gated_real(140);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(140);
-    CUresult r = real(dstDevice, dstPitch, ui, Width, Height);
+    CUresult r = real(dstDevice, dstPitch, us, Width, Height);
     krex_gate_leave(140, token);
     return r;
 }
 
-#undef cuMemsetD2D32_v2_ptds
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D32_v2_ptds)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height);
-CUresult CUDAAPI cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
+#undef cuMemsetD2D32
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D32)(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned int ui, unsigned int Width, unsigned int Height);
+CUresult CUDAAPI cuMemsetD2D32(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned int ui, unsigned int Width, unsigned int Height)
 {
-    krex_pfn_cuMemsetD2D32_v2_ptds real = (krex_pfn_cuMemsetD2D32_v2_ptds)krex_gated_real(141);
+    krex_pfn_cuMemsetD2D32 real = (krex_pfn_cuMemsetD2D32)krex_gated_real(141);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(141);
@@ -1881,63 +1913,63 @@ CUresult CUDAAPI cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, u
     return r;
 }
 
-#undef cuMemsetD2D8
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D8)(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned char uc, unsigned int Width, unsigned int Height);
-CUresult CUDAAPI cuMemsetD2D8(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned char uc, unsigned int Width, unsigned int Height)
+#undef cuMemsetD2D32Async
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D32Async)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream);
+CUresult CUDAAPI cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
-    krex_pfn_cuMemsetD2D8 real = (krex_pfn_cuMemsetD2D8)krex_gated_real(142);
+    krex_pfn_cuMemsetD2D32Async real = (krex_pfn_cuMemsetD2D32Async)krex_gated_real(142);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(142);
-    CUresult r = real(dstDevice, dstPitch, uc, Width, Height);
+    CUresult r = real(dstDevice, dstPitch, ui, Width, Height, hStream);
     krex_gate_leave(142, token);
     return r;
 }
 
-#undef cuMemsetD2D8Async
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D8Async)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream);
-CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
+#undef cuMemsetD2D32Async_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D32Async_ptsz)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream);
+CUresult CUDAAPI cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
-    krex_pfn_cuMemsetD2D8Async real = (krex_pfn_cuMemsetD2D8Async)krex_gated_real(143);
+    krex_pfn_cuMemsetD2D32Async_ptsz real = (krex_pfn_cuMemsetD2D32Async_ptsz)krex_gated_real(143);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(143);
-    CUresult r = real(dstDevice, dstPitch, uc, Width, Height, hStream);
+    CUresult r = real(dstDevice, dstPitch, ui, Width, Height, hStream);
     krex_gate_leave(143, token);
     return r;
 }
 
-#undef cuMemsetD2D8Async_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D8Async_ptsz)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream);
-CUresult CUDAAPI cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
+#undef cuMemsetD2D32_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D32_v2)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height);
+CUresult CUDAAPI cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
 {
-    krex_pfn_cuMemsetD2D8Async_ptsz real = (krex_pfn_cuMemsetD2D8Async_ptsz)krex_gated_real(144);
+    krex_pfn_cuMemsetD2D32_v2 real = (krex_pfn_cuMemsetD2D32_v2)krex_gated_real(144);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(144);
-    CUresult r = real(dstDevice, dstPitch, uc, Width, Height, hStream);
+    CUresult r = real(dstDevice, dstPitch, ui, Width, Height);
     krex_gate_leave(144, token);
     return r;
 }
 
-#undef cuMemsetD2D8_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D8_v2)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height);
-CUresult CUDAAPI cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
+#undef cuMemsetD2D32_v2_ptds
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D32_v2_ptds)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height);
+CUresult CUDAAPI cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
 {
-    krex_pfn_cuMemsetD2D8_v2 real = (krex_pfn_cuMemsetD2D8_v2)krex_gated_real(145);
+    krex_pfn_cuMemsetD2D32_v2_ptds real = (krex_pfn_cuMemsetD2D32_v2_ptds)krex_gated_real(145);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(145);
-    CUresult r = real(dstDevice, dstPitch, uc, Width, Height);
+    CUresult r = real(dstDevice, dstPitch, ui, Width, Height);
     krex_gate_leave(145, token);
     return r;
 }
 
-#undef cuMemsetD2D8_v2_ptds
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D8_v2_ptds)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height);
-CUresult CUDAAPI cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
+#undef cuMemsetD2D8
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D8)(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned char uc, unsigned int Width, unsigned int Height);
+CUresult CUDAAPI cuMemsetD2D8(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned char uc, unsigned int Width, unsigned int Height)
 {
-    krex_pfn_cuMemsetD2D8_v2_ptds real = (krex_pfn_cuMemsetD2D8_v2_ptds)krex_gated_real(146);
+    krex_pfn_cuMemsetD2D8 real = (krex_pfn_cuMemsetD2D8)krex_gated_real(146);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(146);
@@ -1946,63 +1978,63 @@ CUresult CUDAAPI cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, un
     return r;
 }
 
-#undef cuMemsetD32
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD32)(CUdeviceptr_v1 dstDevice, unsigned int ui, unsigned int N);
-CUresult CUDAAPI cuMemsetD32(CUdeviceptr_v1 dstDevice, unsigned int ui, unsigned int N)
+#undef cuMemsetD2D8Async
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D8Async)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream);
+CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
-    krex_pfn_cuMemsetD32 real = (krex_pfn_cuMemsetD32)krex_gated_real(147);
+    krex_pfn_cuMemsetD2D8Async real = (krex_pfn_cuMemsetD2D8Async)krex_gated_real(147);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(147);
-    CUresult r = real(dstDevice, ui, N);
+    CUresult r = real(dstDevice, dstPitch, uc, Width, Height, hStream);
     krex_gate_leave(147, token);
     return r;
 }
 
-#undef cuMemsetD32Async
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD32Async)(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);
-CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
+#undef cuMemsetD2D8Async_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D8Async_ptsz)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream);
+CUresult CUDAAPI cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
-    krex_pfn_cuMemsetD32Async real = (krex_pfn_cuMemsetD32Async)krex_gated_real(148);
+    krex_pfn_cuMemsetD2D8Async_ptsz real = (krex_pfn_cuMemsetD2D8Async_ptsz)krex_gated_real(148);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(148);
-    CUresult r = real(dstDevice, ui, N, hStream);
+    CUresult r = real(dstDevice, dstPitch, uc, Width, Height, hStream);
     krex_gate_leave(148, token);
     return r;
 }
 
-#undef cuMemsetD32Async_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD32Async_ptsz)(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);
-CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
+#undef cuMemsetD2D8_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D8_v2)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height);
+CUresult CUDAAPI cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
 {
-    krex_pfn_cuMemsetD32Async_ptsz real = (krex_pfn_cuMemsetD32Async_ptsz)krex_gated_real(149);
+    krex_pfn_cuMemsetD2D8_v2 real = (krex_pfn_cuMemsetD2D8_v2)krex_gated_real(149);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(149);
-    CUresult r = real(dstDevice, ui, N, hStream);
+    CUresult r = real(dstDevice, dstPitch, uc, Width, Height);
     krex_gate_leave(149, token);
     return r;
 }
 
-#undef cuMemsetD32_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD32_v2)(CUdeviceptr dstDevice, unsigned int ui, size_t N);
-CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+#undef cuMemsetD2D8_v2_ptds
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD2D8_v2_ptds)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height);
+CUresult CUDAAPI cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
 {
-    krex_pfn_cuMemsetD32_v2 real = (krex_pfn_cuMemsetD32_v2)krex_gated_real(150);
+    krex_pfn_cuMemsetD2D8_v2_ptds real = (krex_pfn_cuMemsetD2D8_v2_ptds)krex_gated_real(150);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(150);
-    CUresult r = real(dstDevice, ui, N);
+    CUresult r = real(dstDevice, dstPitch, uc, Width, Height);
     krex_gate_leave(150, token);
     return r;
 }
 
-#undef cuMemsetD32_v2_ptds
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD32_v2_ptds)(CUdeviceptr dstDevice, unsigned int ui, size_t N);
-CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+#undef cuMemsetD32
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD32)(CUdeviceptr_v1 dstDevice, unsigned int ui, unsigned int N);
+CUresult CUDAAPI cuMemsetD32(CUdeviceptr_v1 dstDevice, unsigned int ui, unsigned int N)
 {
-    krex_pfn_cuMemsetD32_v2_ptds real = (krex_pfn_cuMemsetD32_v2_ptds)krex_gated_real(151);
+    krex_pfn_cuMemsetD32 real = (krex_pfn_cuMemsetD32)krex_gated_real(151);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(151);
@@ -2011,63 +2043,63 @@ CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, siz
     return r;
 }
 
-#undef cuMemsetD8
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD8)(CUdeviceptr_v1 dstDevice, unsigned char uc, unsigned int N);
-CUresult CUDAAPI cuMemsetD8(CUdeviceptr_v1 dstDevice, unsigned char uc, unsigned int N)
+#undef cuMemsetD32Async
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD32Async)(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);
+CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
-    krex_pfn_cuMemsetD8 real = (krex_pfn_cuMemsetD8)krex_gated_real(152);
+    krex_pfn_cuMemsetD32Async real = (krex_pfn_cuMemsetD32Async)krex_gated_real(152);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(152);
-    CUresult r = real(dstDevice, uc, N);
+    CUresult r = real(dstDevice, ui, N, hStream);
     krex_gate_leave(152, token);
     return r;
 }
 
-#undef cuMemsetD8Async
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD8Async)(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);
-CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
+#undef cuMemsetD32Async_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD32Async_ptsz)(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);
+CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
-    krex_pfn_cuMemsetD8Async real = (krex_pfn_cuMemsetD8Async)krex_gated_real(153);
+    krex_pfn_cuMemsetD32Async_ptsz real = (krex_pfn_cuMemsetD32Async_ptsz)krex_gated_real(153);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(153);
-    CUresult r = real(dstDevice, uc, N, hStream);
+    CUresult r = real(dstDevice, ui, N, hStream);
     krex_gate_leave(153, token);
     return r;
 }
 
-#undef cuMemsetD8Async_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD8Async_ptsz)(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);
-CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
+#undef cuMemsetD32_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD32_v2)(CUdeviceptr dstDevice, unsigned int ui, size_t N);
+CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
-    krex_pfn_cuMemsetD8Async_ptsz real = (krex_pfn_cuMemsetD8Async_ptsz)krex_gated_real(154);
+    krex_pfn_cuMemsetD32_v2 real = (krex_pfn_cuMemsetD32_v2)krex_gated_real(154);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(154);
-    CUresult r = real(dstDevice, uc, N, hStream);
+    CUresult r = real(dstDevice, ui, N);
     krex_gate_leave(154, token);
     return r;
 }
 
-#undef cuMemsetD8_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD8_v2)(CUdeviceptr dstDevice, unsigned char uc, size_t N);
-CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+#undef cuMemsetD32_v2_ptds
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD32_v2_ptds)(CUdeviceptr dstDevice, unsigned int ui, size_t N);
+CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
-    krex_pfn_cuMemsetD8_v2 real = (krex_pfn_cuMemsetD8_v2)krex_gated_real(155);
+    krex_pfn_cuMemsetD32_v2_ptds real = (krex_pfn_cuMemsetD32_v2_ptds)krex_gated_real(155);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(155);
-    CUresult r = real(dstDevice, uc, N);
+    CUresult r = real(dstDevice, ui, N);
     krex_gate_leave(155, token);
     return r;
 }
 
-#undef cuMemsetD8_v2_ptds
-typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD8_v2_ptds)(CUdeviceptr dstDevice, unsigned char uc, size_t N);
-CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+#undef cuMemsetD8
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD8)(CUdeviceptr_v1 dstDevice, unsigned char uc, unsigned int N);
+CUresult CUDAAPI cuMemsetD8(CUdeviceptr_v1 dstDevice, unsigned char uc, unsigned int N)
 {
-    krex_pfn_cuMemsetD8_v2_ptds real = (krex_pfn_cuMemsetD8_v2_ptds)krex_gated_real(156);
+    krex_pfn_cuMemsetD8 real = (krex_pfn_cuMemsetD8)krex_gated_real(156);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(156);
@@ -2076,16 +2108,68 @@ CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, siz
     return r;
 }
 
+#undef cuMemsetD8Async
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD8Async)(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);
+CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
+{
+    krex_pfn_cuMemsetD8Async real = (krex_pfn_cuMemsetD8Async)krex_gated_real(157);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(157);
+    CUresult r = real(dstDevice, uc, N, hStream);
+    krex_gate_leave(157, token);
+    return r;
+}
+
+#undef cuMemsetD8Async_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD8Async_ptsz)(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);
+CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
+{
+    krex_pfn_cuMemsetD8Async_ptsz real = (krex_pfn_cuMemsetD8Async_ptsz)krex_gated_real(158);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(158);
+    CUresult r = real(dstDevice, uc, N, hStream);
+    krex_gate_leave(158, token);
+    return r;
+}
+
+#undef cuMemsetD8_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD8_v2)(CUdeviceptr dstDevice, unsigned char uc, size_t N);
+CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+    krex_pfn_cuMemsetD8_v2 real = (krex_pfn_cuMemsetD8_v2)krex_gated_real(159);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(159);
+    CUresult r = real(dstDevice, uc, N);
+    krex_gate_leave(159, token);
+    return r;
+}
+
+#undef cuMemsetD8_v2_ptds
+typedef CUresult (CUDAAPI *krex_pfn_cuMemsetD8_v2_ptds)(CUdeviceptr dstDevice, unsigned char uc, size_t N);
+CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+    krex_pfn_cuMemsetD8_v2_ptds real = (krex_pfn_cuMemsetD8_v2_ptds)krex_gated_real(160);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(160);
+    CUresult r = real(dstDevice, uc, N);
+    krex_gate_leave(160, token);
+    return r;
+}
+
 #undef cuModuleGetFunction
 typedef CUresult (CUDAAPI *krex_pfn_cuModuleGetFunction)(CUfunction *hfunc, CUmodule hmod, const char *name);
 CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
-    krex_pfn_cuModuleGetFunction real = (krex_pfn_cuModuleGetFunction)krex_gated_real(157);
+    krex_pfn_cuModuleGetFunction real = (krex_pfn_cuModuleGetFunction)krex_gated_real(161);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(157);
+    int token = krex_gate_enter(161);
     CUresult r = real(hfunc, hmod, name);
-    krex_gate_leave(157, token);
+    krex_gate_leave(161, token);
     return r;
 }
 
@@ -2093,12 +2177,12 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const cha
 typedef CUresult (CUDAAPI *krex_pfn_cuModuleLoad)(CUmodule *module, const char *fname);
 CUresult CUDAAPI cuModuleLoad(CUmodule *module, const char *fname)
 {
-    krex_pfn_cuModuleLoad real = (krex_pfn_cuModuleLoad)krex_gated_real(158);
+    krex_pfn_cuModuleLoad real = (krex_pfn_cuModuleLoad)krex_gated_real(162);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(158);
+    int token = krex_gate_enter(162);
     CUresult r = real(module, fname);
-    krex_gate_leave(158, token);
+    krex_gate_leave(162, token);
     return r;
 }
 
@@ -2106,12 +2190,12 @@ CUresult CUDAAPI cuModuleLoad(CUmodule *module, const char *fname)
 typedef CUresult (CUDAAPI *krex_pfn_cuModuleLoadData)(CUmodule *module, const void *image);
 CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
 {
-    krex_pfn_cuModuleLoadData real = (krex_pfn_cuModuleLoadData)krex_gated_real(159);
+    krex_pfn_cuModuleLoadData real = (krex_pfn_cuModuleLoadData)krex_gated_real(163);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(159);
+    int token = krex_gate_enter(163);
     CUresult r = real(module, image);
-    krex_gate_leave(159, token);
+    krex_gate_leave(163, token);
     return r;
 }
 
@@ -2119,12 +2203,12 @@ CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
 typedef CUresult (CUDAAPI *krex_pfn_cuModuleLoadDataEx)(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues);
 CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
-    krex_pfn_cuModuleLoadDataEx real = (krex_pfn_cuModuleLoadDataEx)krex_gated_real(160);
+    krex_pfn_cuModuleLoadDataEx real = (krex_pfn_cuModuleLoadDataEx)krex_gated_real(164);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(160);
+    int token = krex_gate_enter(164);
     CUresult r = real(module, image, numOptions, options, optionValues);
-    krex_gate_leave(160, token);
+    krex_gate_leave(164, token);
     return r;
 }
 
@@ -2132,12 +2216,12 @@ CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *module, const void *image, unsigne
 typedef CUresult (CUDAAPI *krex_pfn_cuModuleLoadFatBinary)(CUmodule *module, const void *fatCubin);
 CUresult CUDAAPI cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
 {
-    krex_pfn_cuModuleLoadFatBinary real = (krex_pfn_cuModuleLoadFatBinary)krex_gated_real(161);
+    krex_pfn_cuModuleLoadFatBinary real = (krex_pfn_cuModuleLoadFatBinary)krex_gated_real(165);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(161);
+    int token = krex_gate_enter(165);
     CUresult r = real(module, fatCubin);
-    krex_gate_leave(161, token);
+    krex_gate_leave(165, token);
     return r;
 }
 
@@ -2145,12 +2229,12 @@ CUresult CUDAAPI cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
 typedef CUresult (CUDAAPI *krex_pfn_cuSignalExternalSemaphoresAsync)(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream);
 CUresult CUDAAPI cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
-    krex_pfn_cuSignalExternalSemaphoresAsync real = (krex_pfn_cuSignalExternalSemaphoresAsync)krex_gated_real(162);
+    krex_pfn_cuSignalExternalSemaphoresAsync real = (krex_pfn_cuSignalExternalSemaphoresAsync)krex_gated_real(166);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(162);
+    int token = krex_gate_enter(166);
     CUresult r = real(extSemArray, paramsArray, numExtSems, stream);
-    krex_gate_leave(162, token);
+    krex_gate_leave(166, token);
     return r;
 }
 
@@ -2158,12 +2242,12 @@ CUresult CUDAAPI cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *extS
 typedef CUresult (CUDAAPI *krex_pfn_cuSignalExternalSemaphoresAsync_ptsz)(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream);
 CUresult CUDAAPI cuSignalExternalSemaphoresAsync_ptsz(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
-    krex_pfn_cuSignalExternalSemaphoresAsync_ptsz real = (krex_pfn_cuSignalExternalSemaphoresAsync_ptsz)krex_gated_real(163);
+    krex_pfn_cuSignalExternalSemaphoresAsync_ptsz real = (krex_pfn_cuSignalExternalSemaphoresAsync_ptsz)krex_gated_real(167);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(163);
+    int token = krex_gate_enter(167);
     CUresult r = real(extSemArray, paramsArray, numExtSems, stream);
-    krex_gate_leave(163, token);
+    krex_gate_leave(167, token);
     return r;
 }
 
@@ -2171,12 +2255,12 @@ CUresult CUDAAPI cuSignalExternalSemaphoresAsync_ptsz(const CUexternalSemaphore 
 typedef CUresult (CUDAAPI *krex_pfn_cuStreamAddCallback)(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags);
 CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
-    krex_pfn_cuStreamAddCallback real = (krex_pfn_cuStreamAddCallback)krex_gated_real(164);
+    krex_pfn_cuStreamAddCallback real = (krex_pfn_cuStreamAddCallback)krex_gated_real(168);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(164);
+    int token = krex_gate_enter(168);
     CUresult r = real(hStream, callback, userData, flags);
-    krex_gate_leave(164, token);
+    krex_gate_leave(168, token);
     return r;
 }
 
@@ -2184,12 +2268,12 @@ CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallback callback
 typedef CUresult (CUDAAPI *krex_pfn_cuStreamAddCallback_ptsz)(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags);
 CUresult CUDAAPI cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
-    krex_pfn_cuStreamAddCallback_ptsz real = (krex_pfn_cuStreamAddCallback_ptsz)krex_gated_real(165);
+    krex_pfn_cuStreamAddCallback_ptsz real = (krex_pfn_cuStreamAddCallback_ptsz)krex_gated_real(169);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(165);
+    int token = krex_gate_enter(169);
     CUresult r = real(hStream, callback, userData, flags);
-    krex_gate_leave(165, token);
+    krex_gate_leave(169, token);
     return r;
 }
 
@@ -2197,12 +2281,12 @@ CUresult CUDAAPI cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback cal
 typedef CUresult (CUDAAPI *krex_pfn_cuStreamBatchMemOp)(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags);
 CUresult CUDAAPI cuStreamBatchMemOp(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
 {
-    krex_pfn_cuStreamBatchMemOp real = (krex_pfn_cuStreamBatchMemOp)krex_gated_real(166);
+    krex_pfn_cuStreamBatchMemOp real = (krex_pfn_cuStreamBatchMemOp)krex_gated_real(170);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(166);
+    int token = krex_gate_enter(170);
     CUresult r = real(stream, count, paramArray, flags);
-    krex_gate_leave(166, token);
+    krex_gate_leave(170, token);
     return r;
 }
 
@@ -2210,12 +2294,12 @@ CUresult CUDAAPI cuStreamBatchMemOp(CUstream stream, unsigned int count, CUstrea
 typedef CUresult (CUDAAPI *krex_pfn_cuStreamBatchMemOp_ptsz)(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags);
 CUresult CUDAAPI cuStreamBatchMemOp_ptsz(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
 {
-    krex_pfn_cuStreamBatchMemOp_ptsz real = (krex_pfn_cuStreamBatchMemOp_ptsz)krex_gated_real(167);
+    krex_pfn_cuStreamBatchMemOp_ptsz real = (krex_pfn_cuStreamBatchMemOp_ptsz)krex_gated_real(171);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(167);
+    int token = krex_gate_enter(171);
     CUresult r = real(stream, count, paramArray, flags);
-    krex_gate_leave(167, token);
+    krex_gate_leave(171, token);
     return r;
 }
 
@@ -2223,12 +2307,12 @@ CUresult CUDAAPI cuStreamBatchMemOp_ptsz(CUstream stream, unsigned int count, CU
 typedef CUresult (CUDAAPI *krex_pfn_cuStreamBatchMemOp_v2)(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags);
 CUresult CUDAAPI cuStreamBatchMemOp_v2(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
 {
-    krex_pfn_cuStreamBatchMemOp_v2 real = (krex_pfn_cuStreamBatchMemOp_v2)krex_gated_real(168);
+    krex_pfn_cuStreamBatchMemOp_v2 real = (krex_pfn_cuStreamBatchMemOp_v2)krex_gated_real(172);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(168);
+    int token = krex_gate_enter(172);
     CUresult r = real(stream, count, paramArray, flags);
-    krex_gate_leave(168, token);
+    krex_gate_leave(172, token);
     return r;
 }
 
@@ -2236,12 +2320,72 @@ CUresult CUDAAPI cuStreamBatchMemOp_v2(CUstream stream, unsigned int count, CUst
 typedef CUresult (CUDAAPI *krex_pfn_cuStreamBatchMemOp_v2_ptsz)(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags);
 CUresult CUDAAPI cuStreamBatchMemOp_v2_ptsz(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
 {
-    krex_pfn_cuStreamBatchMemOp_v2_ptsz real = (krex_pfn_cuStreamBatchMemOp_v2_ptsz)krex_gated_real(169);
+    krex_pfn_cuStreamBatchMemOp_v2_ptsz real = (krex_pfn_cuStreamBatchMemOp_v2_ptsz)krex_gated_real(173);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(169);
+    int token = krex_gate_enter(173);
     CUresult r = real(stream, count, paramArray, flags);
-    krex_gate_leave(169, token);
+    krex_gate_leave(173, token);
+    return r;
+}
+
+#undef cuStreamQuery
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamQuery)(CUstream hStream);
+CUresult CUDAAPI cuStreamQuery(CUstream hStream)
+{
+    krex_pfn_cuStreamQuery real = (krex_pfn_cuStreamQuery)krex_gated_real(174);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_track_enter(174);
+    int outer = token != KREX_TOKEN_NESTED;
+    CUresult r = real(hStream);
+    if (r == CUDA_SUCCESS && outer) krex_integrity_sync_stream(hStream, 0);
+    krex_track_leave(token);
+    return r;
+}
+
+#undef cuStreamQuery_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamQuery_ptsz)(CUstream hStream);
+CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream)
+{
+    krex_pfn_cuStreamQuery_ptsz real = (krex_pfn_cuStreamQuery_ptsz)krex_gated_real(175);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_track_enter(175);
+    int outer = token != KREX_TOKEN_NESTED;
+    CUresult r = real(hStream);
+    if (r == CUDA_SUCCESS && outer) krex_integrity_sync_stream(hStream, 1);
+    krex_track_leave(token);
+    return r;
+}
+
+#undef cuStreamSynchronize
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamSynchronize)(CUstream hStream);
+CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
+{
+    krex_pfn_cuStreamSynchronize real = (krex_pfn_cuStreamSynchronize)krex_gated_real(176);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_track_enter(176);
+    int outer = token != KREX_TOKEN_NESTED;
+    CUresult r = real(hStream);
+    if (r == CUDA_SUCCESS && outer) krex_integrity_sync_stream(hStream, 0);
+    krex_track_leave(token);
+    return r;
+}
+
+#undef cuStreamSynchronize_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamSynchronize_ptsz)(CUstream hStream);
+CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream)
+{
+    krex_pfn_cuStreamSynchronize_ptsz real = (krex_pfn_cuStreamSynchronize_ptsz)krex_gated_real(177);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_track_enter(177);
+    int outer = token != KREX_TOKEN_NESTED;
+    CUresult r = real(hStream);
+    if (r == CUDA_SUCCESS && outer) krex_integrity_sync_stream(hStream, 1);
+    krex_track_leave(token);
     return r;
 }
 
@@ -2249,12 +2393,14 @@ CUresult CUDAAPI cuStreamBatchMemOp_v2_ptsz(CUstream stream, unsigned int count,
 typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitEvent)(CUstream hStream, CUevent hEvent, unsigned int Flags);
 CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
-    krex_pfn_cuStreamWaitEvent real = (krex_pfn_cuStreamWaitEvent)krex_gated_real(170);
+    krex_pfn_cuStreamWaitEvent real = (krex_pfn_cuStreamWaitEvent)krex_gated_real(178);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(170);
+    int token = krex_gate_enter(178);
+    int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(hStream, hEvent, Flags);
-    krex_gate_leave(170, token);
+    if (r == CUDA_SUCCESS && outer) krex_integrity_wait(hStream, hEvent, 0);
+    krex_gate_leave(178, token);
     return r;
 }
 
@@ -2262,12 +2408,14 @@ CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned in
 typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitEvent_ptsz)(CUstream hStream, CUevent hEvent, unsigned int Flags);
 CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
-    krex_pfn_cuStreamWaitEvent_ptsz real = (krex_pfn_cuStreamWaitEvent_ptsz)krex_gated_real(171);
+    krex_pfn_cuStreamWaitEvent_ptsz real = (krex_pfn_cuStreamWaitEvent_ptsz)krex_gated_real(179);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(171);
+    int token = krex_gate_enter(179);
+    int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(hStream, hEvent, Flags);
-    krex_gate_leave(171, token);
+    if (r == CUDA_SUCCESS && outer) krex_integrity_wait(hStream, hEvent, 1);
+    krex_gate_leave(179, token);
     return r;
 }
 
@@ -2275,111 +2423,7 @@ CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsign
 typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue32)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
 CUresult CUDAAPI cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    krex_pfn_cuStreamWaitValue32 real = (krex_pfn_cuStreamWaitValue32)krex_gated_real(172);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(172);
-    CUresult r = real(stream, addr, value, flags);
-    krex_gate_leave(172, token);
-    return r;
-}
-
-#undef cuStreamWaitValue32_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue32_ptsz)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWaitValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
-{
-    krex_pfn_cuStreamWaitValue32_ptsz real = (krex_pfn_cuStreamWaitValue32_ptsz)krex_gated_real(173);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(173);
-    CUresult r = real(stream, addr, value, flags);
-    krex_gate_leave(173, token);
-    return r;
-}
-
-#undef cuStreamWaitValue32_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue32_v2)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
-{
-    krex_pfn_cuStreamWaitValue32_v2 real = (krex_pfn_cuStreamWaitValue32_v2)krex_gated_real(174);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(174);
-    CUresult r = real(stream, addr, value, flags);
-    krex_gate_leave(174, token);
-    return r;
-}
-
-#undef cuStreamWaitValue32_v2_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue32_v2_ptsz)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
-{
-    krex_pfn_cuStreamWaitValue32_v2_ptsz real = (krex_pfn_cuStreamWaitValue32_v2_ptsz)krex_gated_real(175);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(175);
-    CUresult r = real(stream, addr, value, flags);
-    krex_gate_leave(175, token);
-    return r;
-}
-
-#undef cuStreamWaitValue64
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue64)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWaitValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
-{
-    krex_pfn_cuStreamWaitValue64 real = (krex_pfn_cuStreamWaitValue64)krex_gated_real(176);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(176);
-    CUresult r = real(stream, addr, value, flags);
-    krex_gate_leave(176, token);
-    return r;
-}
-
-#undef cuStreamWaitValue64_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue64_ptsz)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWaitValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
-{
-    krex_pfn_cuStreamWaitValue64_ptsz real = (krex_pfn_cuStreamWaitValue64_ptsz)krex_gated_real(177);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(177);
-    CUresult r = real(stream, addr, value, flags);
-    krex_gate_leave(177, token);
-    return r;
-}
-
-#undef cuStreamWaitValue64_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue64_v2)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
-{
-    krex_pfn_cuStreamWaitValue64_v2 real = (krex_pfn_cuStreamWaitValue64_v2)krex_gated_real(178);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(178);
-    CUresult r = real(stream, addr, value, flags);
-    krex_gate_leave(178, token);
-    return r;
-}
-
-#undef cuStreamWaitValue64_v2_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue64_v2_ptsz)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWaitValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
-{
-    krex_pfn_cuStreamWaitValue64_v2_ptsz real = (krex_pfn_cuStreamWaitValue64_v2_ptsz)krex_gated_real(179);
-    if (real == NULL)
-        return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(179);
-    CUresult r = real(stream, addr, value, flags);
-    krex_gate_leave(179, token);
-    return r;
-}
-
-#undef cuStreamWriteValue32
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue32)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
-{
-    krex_pfn_cuStreamWriteValue32 real = (krex_pfn_cuStreamWriteValue32)krex_gated_real(180);
+    krex_pfn_cuStreamWaitValue32 real = (krex_pfn_cuStreamWaitValue32)krex_gated_real(180);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(180);
@@ -2388,11 +2432,11 @@ CUresult CUDAAPI cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint3
     return r;
 }
 
-#undef cuStreamWriteValue32_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue32_ptsz)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWriteValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+#undef cuStreamWaitValue32_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue32_ptsz)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWaitValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    krex_pfn_cuStreamWriteValue32_ptsz real = (krex_pfn_cuStreamWriteValue32_ptsz)krex_gated_real(181);
+    krex_pfn_cuStreamWaitValue32_ptsz real = (krex_pfn_cuStreamWaitValue32_ptsz)krex_gated_real(181);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(181);
@@ -2401,11 +2445,11 @@ CUresult CUDAAPI cuStreamWriteValue32_ptsz(CUstream stream, CUdeviceptr addr, cu
     return r;
 }
 
-#undef cuStreamWriteValue32_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue32_v2)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+#undef cuStreamWaitValue32_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue32_v2)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    krex_pfn_cuStreamWriteValue32_v2 real = (krex_pfn_cuStreamWriteValue32_v2)krex_gated_real(182);
+    krex_pfn_cuStreamWaitValue32_v2 real = (krex_pfn_cuStreamWaitValue32_v2)krex_gated_real(182);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(182);
@@ -2414,11 +2458,11 @@ CUresult CUDAAPI cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuui
     return r;
 }
 
-#undef cuStreamWriteValue32_v2_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue32_v2_ptsz)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+#undef cuStreamWaitValue32_v2_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue32_v2_ptsz)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    krex_pfn_cuStreamWriteValue32_v2_ptsz real = (krex_pfn_cuStreamWriteValue32_v2_ptsz)krex_gated_real(183);
+    krex_pfn_cuStreamWaitValue32_v2_ptsz real = (krex_pfn_cuStreamWaitValue32_v2_ptsz)krex_gated_real(183);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(183);
@@ -2427,11 +2471,11 @@ CUresult CUDAAPI cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr,
     return r;
 }
 
-#undef cuStreamWriteValue64
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue64)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+#undef cuStreamWaitValue64
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue64)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWaitValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
-    krex_pfn_cuStreamWriteValue64 real = (krex_pfn_cuStreamWriteValue64)krex_gated_real(184);
+    krex_pfn_cuStreamWaitValue64 real = (krex_pfn_cuStreamWaitValue64)krex_gated_real(184);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(184);
@@ -2440,11 +2484,11 @@ CUresult CUDAAPI cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint6
     return r;
 }
 
-#undef cuStreamWriteValue64_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue64_ptsz)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWriteValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+#undef cuStreamWaitValue64_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue64_ptsz)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWaitValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
-    krex_pfn_cuStreamWriteValue64_ptsz real = (krex_pfn_cuStreamWriteValue64_ptsz)krex_gated_real(185);
+    krex_pfn_cuStreamWaitValue64_ptsz real = (krex_pfn_cuStreamWaitValue64_ptsz)krex_gated_real(185);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(185);
@@ -2453,11 +2497,11 @@ CUresult CUDAAPI cuStreamWriteValue64_ptsz(CUstream stream, CUdeviceptr addr, cu
     return r;
 }
 
-#undef cuStreamWriteValue64_v2
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue64_v2)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+#undef cuStreamWaitValue64_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue64_v2)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
-    krex_pfn_cuStreamWriteValue64_v2 real = (krex_pfn_cuStreamWriteValue64_v2)krex_gated_real(186);
+    krex_pfn_cuStreamWaitValue64_v2 real = (krex_pfn_cuStreamWaitValue64_v2)krex_gated_real(186);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(186);
@@ -2466,11 +2510,11 @@ CUresult CUDAAPI cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuui
     return r;
 }
 
-#undef cuStreamWriteValue64_v2_ptsz
-typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue64_v2_ptsz)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
-CUresult CUDAAPI cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+#undef cuStreamWaitValue64_v2_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWaitValue64_v2_ptsz)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWaitValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
-    krex_pfn_cuStreamWriteValue64_v2_ptsz real = (krex_pfn_cuStreamWriteValue64_v2_ptsz)krex_gated_real(187);
+    krex_pfn_cuStreamWaitValue64_v2_ptsz real = (krex_pfn_cuStreamWaitValue64_v2_ptsz)krex_gated_real(187);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
     int token = krex_gate_enter(187);
@@ -2479,16 +2523,120 @@ CUresult CUDAAPI cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr,
     return r;
 }
 
+#undef cuStreamWriteValue32
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue32)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    krex_pfn_cuStreamWriteValue32 real = (krex_pfn_cuStreamWriteValue32)krex_gated_real(188);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(188);
+    CUresult r = real(stream, addr, value, flags);
+    krex_gate_leave(188, token);
+    return r;
+}
+
+#undef cuStreamWriteValue32_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue32_ptsz)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWriteValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    krex_pfn_cuStreamWriteValue32_ptsz real = (krex_pfn_cuStreamWriteValue32_ptsz)krex_gated_real(189);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(189);
+    CUresult r = real(stream, addr, value, flags);
+    krex_gate_leave(189, token);
+    return r;
+}
+
+#undef cuStreamWriteValue32_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue32_v2)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    krex_pfn_cuStreamWriteValue32_v2 real = (krex_pfn_cuStreamWriteValue32_v2)krex_gated_real(190);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(190);
+    CUresult r = real(stream, addr, value, flags);
+    krex_gate_leave(190, token);
+    return r;
+}
+
+#undef cuStreamWriteValue32_v2_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue32_v2_ptsz)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    krex_pfn_cuStreamWriteValue32_v2_ptsz real = (krex_pfn_cuStreamWriteValue32_v2_ptsz)krex_gated_real(191);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(191);
+    CUresult r = real(stream, addr, value, flags);
+    krex_gate_leave(191, token);
+    return r;
+}
+
+#undef cuStreamWriteValue64
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue64)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    krex_pfn_cuStreamWriteValue64 real = (krex_pfn_cuStreamWriteValue64)krex_gated_real(192);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(192);
+    CUresult r = real(stream, addr, value, flags);
+    krex_gate_leave(192, token);
+    return r;
+}
+
+#undef cuStreamWriteValue64_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue64_ptsz)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWriteValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    krex_pfn_cuStreamWriteValue64_ptsz real = (krex_pfn_cuStreamWriteValue64_ptsz)krex_gated_real(193);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(193);
+    CUresult r = real(stream, addr, value, flags);
+    krex_gate_leave(193, token);
+    return r;
+}
+
+#undef cuStreamWriteValue64_v2
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue64_v2)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    krex_pfn_cuStreamWriteValue64_v2 real = (krex_pfn_cuStreamWriteValue64_v2)krex_gated_real(194);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(194);
+    CUresult r = real(stream, addr, value, flags);
+    krex_gate_leave(194, token);
+    return r;
+}
+
+#undef cuStreamWriteValue64_v2_ptsz
+typedef CUresult (CUDAAPI *krex_pfn_cuStreamWriteValue64_v2_ptsz)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    krex_pfn_cuStreamWriteValue64_v2_ptsz real = (krex_pfn_cuStreamWriteValue64_v2_ptsz)krex_gated_real(195);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    int token = krex_gate_enter(195);
+    CUresult r = real(stream, addr, value, flags);
+    krex_gate_leave(195, token);
+    return r;
+}
+
 #undef cuWaitExternalSemaphoresAsync
 typedef CUresult (CUDAAPI *krex_pfn_cuWaitExternalSemaphoresAsync)(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream);
 CUresult CUDAAPI cuWaitExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
-    krex_pfn_cuWaitExternalSemaphoresAsync real = (krex_pfn_cuWaitExternalSemaphoresAsync)krex_gated_real(188);
+    krex_pfn_cuWaitExternalSemaphoresAsync real = (krex_pfn_cuWaitExternalSemaphoresAsync)krex_gated_real(196);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(188);
+    int token = krex_gate_enter(196);
     CUresult r = real(extSemArray, paramsArray, numExtSems, stream);
-    krex_gate_leave(188, token);
+    krex_gate_leave(196, token);
     return r;
 }
 
@@ -2496,31 +2644,35 @@ CUresult CUDAAPI cuWaitExternalSemaphoresAsync(const CUexternalSemaphore *extSem
 typedef CUresult (CUDAAPI *krex_pfn_cuWaitExternalSemaphoresAsync_ptsz)(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream);
 CUresult CUDAAPI cuWaitExternalSemaphoresAsync_ptsz(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
-    krex_pfn_cuWaitExternalSemaphoresAsync_ptsz real = (krex_pfn_cuWaitExternalSemaphoresAsync_ptsz)krex_gated_real(189);
+    krex_pfn_cuWaitExternalSemaphoresAsync_ptsz real = (krex_pfn_cuWaitExternalSemaphoresAsync_ptsz)krex_gated_real(197);
     if (real == NULL)
         return CUDA_ERROR_NOT_FOUND;
-    int token = krex_gate_enter(189);
+    int token = krex_gate_enter(197);
     CUresult r = real(extSemArray, paramsArray, numExtSems, stream);
-    krex_gate_leave(189, token);
+    krex_gate_leave(197, token);
     return r;
 }
 
-const unsigned krex_gated_count = 190;
+const unsigned krex_gated_count = 198;
 
 const struct krex_gated_fn krex_gated_fns[] = {
     {"cuCtxCreate", KREX_CLASS_CONTEXT, (void *)cuCtxCreate},
     {"cuCtxCreate_v2", KREX_CLASS_CONTEXT, (void *)cuCtxCreate_v2},
     {"cuCtxCreate_v3", KREX_CLASS_CONTEXT, (void *)cuCtxCreate_v3},
     {"cuCtxCreate_v4", KREX_CLASS_CONTEXT, (void *)cuCtxCreate_v4},
+    {"cuCtxSynchronize", KREX_CLASS_TRACKED, (void *)cuCtxSynchronize},
+    {"cuCtxSynchronize_v2", KREX_CLASS_TRACKED, (void *)cuCtxSynchronize_v2},
     {"cuDevicePrimaryCtxRetain", KREX_CLASS_CONTEXT, (void *)cuDevicePrimaryCtxRetain},
     {"cuEventDestroy", KREX_CLASS_TRACKED, (void *)cuEventDestroy},
     {"cuEventDestroy_v2", KREX_CLASS_TRACKED, (void *)cuEventDestroy_v2},
     {"cuEventElapsedTime", KREX_CLASS_TRACKED, (void *)cuEventElapsedTime},
     {"cuEventElapsedTime_v2", KREX_CLASS_TRACKED, (void *)cuEventElapsedTime_v2},
+    {"cuEventQuery", KREX_CLASS_TRACKED, (void *)cuEventQuery},
     {"cuEventRecord", KREX_CLASS_EVENT, (void *)cuEventRecord},
     {"cuEventRecordWithFlags", KREX_CLASS_EVENT, (void *)cuEventRecordWithFlags},
     {"cuEventRecordWithFlags_ptsz", KREX_CLASS_EVENT, (void *)cuEventRecordWithFlags_ptsz},
     {"cuEventRecord_ptsz", KREX_CLASS_EVENT, (void *)cuEventRecord_ptsz},
+    {"cuEventSynchronize", KREX_CLASS_TRACKED, (void *)cuEventSynchronize},
     {"cuFuncLoad", KREX_CLASS_MODULE, (void *)cuFuncLoad},
     {"cuGraphLaunch", KREX_CLASS_GRAPH, (void *)cuGraphLaunch},
     {"cuGraphLaunch_ptsz", KREX_CLASS_GRAPH, (void *)cuGraphLaunch_ptsz},
@@ -2678,6 +2830,10 @@ const struct krex_gated_fn krex_gated_fns[] = {
     {"cuStreamBatchMemOp_ptsz", KREX_CLASS_STREAM_MEMOP, (void *)cuStreamBatchMemOp_ptsz},
     {"cuStreamBatchMemOp_v2", KREX_CLASS_STREAM_MEMOP, (void *)cuStreamBatchMemOp_v2},
     {"cuStreamBatchMemOp_v2_ptsz", KREX_CLASS_STREAM_MEMOP, (void *)cuStreamBatchMemOp_v2_ptsz},
+    {"cuStreamQuery", KREX_CLASS_TRACKED, (void *)cuStreamQuery},
+    {"cuStreamQuery_ptsz", KREX_CLASS_TRACKED, (void *)cuStreamQuery_ptsz},
+    {"cuStreamSynchronize", KREX_CLASS_TRACKED, (void *)cuStreamSynchronize},
+    {"cuStreamSynchronize_ptsz", KREX_CLASS_TRACKED, (void *)cuStreamSynchronize_ptsz},
     {"cuStreamWaitEvent", KREX_CLASS_EVENT, (void *)cuStreamWaitEvent},
     {"cuStreamWaitEvent_ptsz", KREX_CLASS_EVENT, (void *)cuStreamWaitEvent_ptsz},
     {"cuStreamWaitValue32", KREX_CLASS_STREAM_MEMOP, (void *)cuStreamWaitValue32},

@@ -17,6 +17,8 @@
  *   region_api.c            krex_region_enter / krex_region_exit
  *   intercept_events.c      CUDA events: which region each was recorded in, and
  *                           elapsed times that no region protected
+ *   intercept_integrity.c   what each timed window held: launches, streams, threads,
+ *                           joins; flags windows whose work may escape the end event
  *
  * Declares no CUDA types, so that the cudart shim can include it next to
  * cuda_runtime_api.h.
@@ -91,9 +93,42 @@ void krex_gate_leave(unsigned i, int token);
 int krex_track_enter(unsigned i);
 void krex_track_leave(int token);
 /* Events are opaque pointers here (CUevent is a pointer type). */
-void krex_event_recorded(const void *event);
+void krex_event_recorded(const void *event, const void *stream, int per_thread);
 void krex_event_elapsed(const void *start, const void *end);
 void krex_event_destroyed(const void *event);
+/* The gate's generation while this tenant holds its GPU (a region or a
+ * lease), else 0 (also when not under a gate). */
+uint64_t krex_current_region(void);
+
+/* ---- intercept_integrity.c ------------------------------------------------ */
+/* Counts per region, in the order of krex_region_integrity's line (krex.h). */
+enum krex_integrity_count {
+    KREX_INTEGRITY_WINDOWS = 0, /* timed windows analysed */
+    KREX_INTEGRITY_ESCAPED,
+    KREX_INTEGRITY_OTHER_THREAD,
+    KREX_INTEGRITY_EMPTY,
+    KREX_INTEGRITY_STREAM_MISMATCH,
+    KREX_INTEGRITY_COUNTS,
+};
+/* A timed window: where in the operation log its two records are. */
+struct krex_window {
+    uint64_t start_seq, end_seq; /* 0: not logged */
+    uintptr_t start_stream, end_stream;
+    uint32_t end_thread;
+};
+/* Hooks of the wrappers (streams and events are opaque pointers here);
+ * per_thread: the call was a _ptsz/_ptds variant. Each logs only while the
+ * tenant holds its region. */
+void krex_integrity_launch(const void *stream, int per_thread);
+void krex_integrity_wait(const void *stream, const void *event, int per_thread);
+void krex_integrity_sync_stream(const void *stream, int per_thread);
+void krex_integrity_sync_all(void);
+void krex_integrity_sync_event(const void *event);
+/* An event record: its log position (0: not logged), stream key and thread. */
+uint64_t krex_integrity_record(const void *event, const void *stream, int per_thread, uintptr_t *key,
+                               uint32_t *thread);
+/* Analyses a window whose two events were recorded in `region`. */
+void krex_integrity_window(uint64_t region, const struct krex_window *w);
 
 /* ---- gate_futex.c --------------------------------------------------------- */
 uint64_t krex_now_ns(void); /* CLOCK_MONOTONIC */

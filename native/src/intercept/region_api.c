@@ -6,7 +6,9 @@
  * docs/native.md ("Region channel"):
  *   client: HELLO 2 <tenant_id> <pid> <token>  server: OK | ERROR <code> <reason>
  *   client: ENTER <tid>                        server: GRANTED <seq> | ERROR <code> <reason>
- *   client: EXIT                               server: RELEASED <seq> | ERROR <code> <reason>
+ *   client: EXIT [integrity=<counts>]          server: RELEASED <seq> | ERROR <code> <reason>
+ * EXIT carries this process's measurement integrity for the region
+ * (krex_region_integrity, intercept_integrity.c), for its certificate.
  * The token is the tenant's secret from KREX_REGION_TOKEN; it goes nowhere
  * but the HELLO line. Closing the connection withdraws a queued request and
  * releases a held region, so a crashed tenant never keeps the GPU.
@@ -202,8 +204,10 @@ KREX_EXPORT int krex_region_exit(void)
     if (region_fd < 0 || region_pid != getpid() || !holding) {
         rc = -EINVAL;
     } else {
-        char reply[REPLY_MAX + 1];
-        rc = transact("EXIT\n", "RELEASED", reply, sizeof reply);
+        char reply[REPLY_MAX + 1], counts[128], request[160] = "EXIT\n";
+        if (krex_region_integrity(counts, sizeof counts) > 0)
+            snprintf(request, sizeof request, "EXIT integrity=%s\n", counts);
+        rc = transact(request, "RELEASED", reply, sizeof reply);
         holding = false; /* whatever the answer, the server no longer counts us as holder */
     }
     pthread_mutex_unlock(&region_lock);
