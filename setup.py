@@ -3,8 +3,9 @@ native build; this only runs them and copies what a node needs.
 
 A wheel gets krex_runtime/_native/ with libkrex.so (the interception
 library), sim/libcuda.so.1 (the simulated driver) and include/krex.h, found
-at run time by krex_runtime/node/native_build.py. An editable install copies
-nothing: a checkout uses native/build, which scripts/setup.sh builds.
+at run time by krex_runtime/node/native_build.py, and krex_runtime/_configs/
+with the default config and the systemd unit (krex_runtime/node/shipped.py).
+An editable install copies nothing: a checkout uses native/build, which scripts/setup.sh builds.
 """
 
 from __future__ import annotations
@@ -54,11 +55,23 @@ def build_native(into: Path) -> None:
         shutil.copy2(HERE / "native" / "include" / header, into / "include" / header)
 
 
+# The default config and the systemd unit, for `krex config default|unit`
+# (krex_runtime/node/shipped.py): configs/ stays their one copy.
+SHIPPED = {"default.toml": "configs/default.toml", "krex-runtime.service": "configs/systemd/krex-runtime.service"}
+
+
+def copy_shipped(into: Path) -> None:
+    into.mkdir(parents=True, exist_ok=True)
+    for name, source in SHIPPED.items():
+        shutil.copy2(HERE / source, into / name)
+
+
 class build_py_with_native(build_py):
     def run(self) -> None:
         super().run()
         if not self.editable_mode:
             build_native(Path(self.build_lib) / "krex_runtime" / "_native")
+            copy_shipped(Path(self.build_lib) / "krex_runtime" / "_configs")
 
 
 class NativeDistribution(Distribution):

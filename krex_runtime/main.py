@@ -46,6 +46,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--run-dir", metavar="DIR", help="override runtime.run_dir (sockets, trace, output)")
     p.add_argument("--trace", metavar="FILE", help="override runtime.trace_path")
     p.add_argument(
+        "--check-config", metavar="FILE",
+        help="read FILE as the runtime would and exit: 0 when it is valid, else 125 with what is wrong in one line",
+    )
+    p.add_argument(
         "--recover", action="store_true",
         help="serve nothing: thaw and reopen what a runtime that died left in its run dir, then exit "
         "(a unit's ExecStopPost=; run it in the runtime's cgroup)",
@@ -68,6 +72,17 @@ def effective_config(args: argparse.Namespace) -> Config:
     return validate(replace(config, runtime=runtime))
 
 
+def check_config(path: str) -> int:
+    """`--check-config FILE`: validate as a start would, start nothing."""
+    try:
+        validate(load_config(path))
+    except ConfigError as exc:
+        print(f"krex-runtime: {path}: {exc}".replace(f"{path}: {path}", path), file=sys.stderr)
+        return FAILURE
+    print(f"{path}: valid")
+    return 0
+
+
 def root_on_simulator(config: Config, gpus: list[Gpu]) -> Config:
     """Started as root on simulated GPUs only (a laptop, a CI container), tenants
     may run as root: nothing of a real GPU node is at stake. Said in one line."""
@@ -86,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s krex-runtime %(levelname)s %(message)s",
         stream=sys.stderr,
     )
+    if args.check_config is not None:
+        return check_config(args.check_config)
     try:
         config = effective_config(args)
         if args.recover:

@@ -23,6 +23,7 @@ from krex_runtime.cli.commands import (
     check_cluster,
     check_usage,
     completion_command,
+    config_command,
     fail,
     keys_command,
     trace_command,
@@ -81,7 +82,8 @@ def _main(argv: list[str]) -> int:
     try:
         if args.verb == "bench":  # after krex's own options (`krex --run-dir D bench ...`)
             return _bench(args.bench_args)
-        local = {"trace": trace_command, "keys": keys_command, "completion": completion_command}.get(args.verb)
+        local = {"trace": trace_command, "keys": keys_command, "config": config_command,
+                 "completion": completion_command}.get(args.verb)
         if local is not None:
             return local(args)
         return _with_runtime(args)

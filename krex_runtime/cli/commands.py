@@ -284,6 +284,24 @@ def keys_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def config_command(args: argparse.Namespace) -> int:
+    """`krex config default|unit`: the files the package ships (node/shipped.py)."""
+    import shutil
+
+    from krex_runtime.node import shipped
+
+    try:
+        if args.config_verb == "default":
+            text = shipped.shipped_text("default.toml")
+        else:
+            beside = Path(sys.argv[0]).absolute().parent / "krex-runtime"  # this install's, beside krex
+            text = shipped.unit_text(str(beside) if beside.is_file() else shutil.which("krex-runtime"))
+    except FileNotFoundError as exc:
+        return fail(args, "not_shipped", str(exc))
+    sys.stdout.write(text)
+    return 0
+
+
 def completion_command(args: argparse.Namespace) -> int:
     import argcomplete
 

@@ -1,5 +1,5 @@
 """`krex`'s command line: one subcommand per verb of the table (wire/verbs.py)
-plus the client-side ones (run, trace, keys, completion, bench), every one
+plus the client-side ones (run, trace, keys, config, completion, bench), every one
 with `--json`.
 
 A usage error exits 125 like every other KREX failure (argparse's own 2
@@ -139,6 +139,13 @@ def build_parser(version: Callable[[], str]) -> Parser:
     )
     create.add_argument("dir", help="the folder to write the pair into")
     create.add_argument("--name", default="client", help="file name of the pair (default: client)")
+    config = sub.add_parser("config", help="print what a node is set up with: the default config, the systemd unit")
+    config_verbs = config.add_subparsers(dest="config_verb", required=True, metavar="WHAT")
+    config_verbs.add_parser("default", help="the default config, every key (krex config default > /etc/krex/krex.toml)")
+    config_verbs.add_parser(
+        "unit", help="the systemd unit, its paths this install's krex-runtime "
+        "(krex config unit > /etc/systemd/system/krex-runtime.service)",
+    )
     completion = sub.add_parser(
         "completion", parents=js,
         help="print the shell code that completes krex (e.g. eval \"$(krex completion bash)\")",

@@ -265,7 +265,7 @@ def how_to_start() -> str:
     where = f" --run-dir {run_dir}" if run_dir else ""
     if os.geteuid() == 0:
         return (
-            f"start one with `krex-runtime --config FILE{where}` (add `--sim 2` without GPUs), FILE a copy of "
-            f"configs/default.toml that sets [tenants] user = \"NAME\" (or allow_root = true)"
+            f"start one with `krex-runtime --config FILE{where}` (add `--sim 2` without GPUs), FILE the output of "
+            f"`krex config default` with [tenants] user = \"NAME\" (or allow_root = true)"
         )
     return f"start one with `krex-runtime{where}` (this node's GPUs) or `krex-runtime --sim 2{where}` (simulated GPUs)"
