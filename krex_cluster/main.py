@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import logging
 import os
 import signal
 import sys
 from dataclasses import replace
+
+from krex_runtime.wire.version import version_line
 
 from krex_cluster.config import ClusterConfigError, load, validate
 
@@ -25,6 +28,7 @@ FAILURE = 125
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="krex-cluster", description="The KREX cluster gateway on Ray.")
+    p.add_argument("--version", action="version", version=version_line("krex-cluster"))
     sub = p.add_subparsers(dest="verb", required=True, metavar="COMMAND")
     head = sub.add_parser("head", help="serve the control protocol for every KREX node of the Ray cluster")
     head.add_argument("--config", metavar="FILE", default=os.environ.get("KREX_CLUSTER_CONFIG") or None,
@@ -38,8 +42,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+# What `krex-cluster head` says where Ray is not installed.
+NO_RAY = "krex-cluster: the cluster gateway needs Ray: pip install 'krex-runtime[cluster]'"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if importlib.util.find_spec("ray") is None:  # before the config: nothing here runs without it
+        print(NO_RAY, file=sys.stderr)
+        return FAILURE
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s krex-cluster %(levelname)s %(message)s")
     try:
         config = load(args.config)
