@@ -40,7 +40,7 @@ check-gated-table:
 KREX_TEST_DIR := $(BUILD)/tests
 KREX_TEST_CFLAGS = $(CFLAGS) -I$(CUDA_INCLUDE)
 intercept-tests: $(KREX_TEST_DIR)/gate_layout $(KREX_TEST_DIR)/linked_tenant $(KREX_TEST_DIR)/resolver_probe $(KREX_TEST_DIR)/region_client \
-	$(KREX_TEST_DIR)/event_timing
+	$(KREX_TEST_DIR)/event_timing $(KREX_TEST_DIR)/integrity_hacks
 
 $(KREX_TEST_DIR)/gate_layout: tests/gate_layout.c include/krex_gate.h
 	@mkdir -p $(dir $@)
@@ -63,3 +63,9 @@ $(KREX_TEST_DIR)/event_timing: tests/event_timing.c include/krex.h $(BUILD)/sim/
 	@mkdir -p $(dir $@)
 	$(CC) $(KREX_TEST_CFLAGS) -o $@ $< -L$(BUILD)/sim -l:libcuda.so.1 -L$(BUILD) -l:libkrex.so \
 		-Wl,-rpath,'$$ORIGIN/../sim' -Wl,-rpath,'$$ORIGIN/..'
+
+# Measurement integrity's catalogue of timing hacks (and honest timings).
+$(KREX_TEST_DIR)/integrity_hacks: tests/integrity_hacks.c include/krex.h $(BUILD)/sim/libcuda.so.1 $(BUILD)/libkrex.so
+	@mkdir -p $(dir $@)
+	$(CC) $(KREX_TEST_CFLAGS) -o $@ $< -L$(BUILD)/sim -l:libcuda.so.1 -L$(BUILD) -l:libkrex.so \
+		-Wl,-rpath,'$$ORIGIN/../sim' -Wl,-rpath,'$$ORIGIN/..' -pthread

@@ -136,6 +136,9 @@ class Region:
     exit_flags: tuple[str, ...] = ()  # as `flags`, of the clock at the release
     settle_s: float | None = None  # the entry's wait for the SM clock (regions.settle_max_s)
     on_clock: bool | None = None  # the SM clock at the grant was near the GPU's top clock (or above); None: unknown
+    # Measurement integrity of its timed windows (docs/integrity.md): windows, clean, summary,
+    # flags {name: {count, reason}}; None: the holder reported none (or an older runtime)
+    integrity: Mapping[str, Any] | None = None
 
     @classmethod
     def from_record(cls, r: Mapping[str, Any]) -> Region:
@@ -158,7 +161,20 @@ class Region:
             exit_flags=tuple(f.get("exit_flags", _STRS, (), "a list of strings")),
             settle_s=f.get("settle_s", _is_number),
             on_clock=f.get("on_clock", _is_bool),
+            integrity=_integrity(f.get("integrity", _is_object)),
         )
+
+
+def _integrity(v: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    f = Fields(v, "region.integrity")
+    flags = f.get("flags", _map_of(_is_object), {}, "an object of objects")
+    return {"windows": f.get("windows", _is_int, 0), "clean": f.get("clean", _is_bool, not flags),
+            "summary": f.get("summary", _is_str, ""),
+            "flags": {name: {"count": Fields(x, f"region.integrity.flags.{name}").get("count", _is_int, 0),
+                             "reason": Fields(x, f"region.integrity.flags.{name}").get("reason", _is_str, "")}
+                      for name, x in flags.items()}}
 
 
 @dataclass(frozen=True)

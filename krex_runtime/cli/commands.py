@@ -154,11 +154,30 @@ def _say_end(result: Result) -> None:
     if result.unprotected_timings:
         print(f"krex: warning: {result.id} took {result.unprotected_timings} CUDA-event timing(s) "
               "outside a region: those measurements are not protected", file=sys.stderr)
+    integrity = _integrity_line(result)
+    if integrity:
+        print(f"krex: {'warning: ' if 'flagged' in integrity else ''}{result.id}: {integrity}", file=sys.stderr)
     if any(result.output_lost.values()):
         lost = ", ".join(f"{n} bytes of {stream}" for stream, n in sorted(result.output_lost.items()) if n)
         print(f"krex: warning: {result.id}: its output files lost {lost} ({result.output_error})", file=sys.stderr)
     if result.state != "finished" or result.reason:
         print(f"krex: {result.id} {result.state}: {result.reason}".rstrip(": "), file=sys.stderr)
+
+
+def _integrity_line(result: Result) -> str:
+    """Its regions' measurement integrity in one line (docs/integrity.md); "" when none timed a window."""
+    records = [r.integrity for r in result.regions if r.integrity]
+    windows = sum(int(r.get("windows") or 0) for r in records)
+    flags: dict[str, int] = {}
+    for r in records:
+        for name, f in (r.get("flags") or {}).items():
+            flags[name] = flags.get(name, 0) + int(f.get("count") or 0)
+    if not flags:
+        return f"integrity: clean ({windows} timed window{'' if windows == 1 else 's'})" if windows else ""
+    flagged = sum(1 for r in records if r.get("flags"))
+    named = ", ".join(f"{name} {n}" for name, n in flags.items())
+    return (f"integrity: flagged in {flagged} of {len(records)} region(s): {named} ({windows} timed windows); "
+            "see the regions' integrity records (--json)")
 
 
 def submit_command(client: Client, args: argparse.Namespace) -> int:

@@ -6,7 +6,8 @@ krex_runtime/tenant/region.py):
 
     HELLO 2 <tenant_id> <pid> <token>  ->  OK | ERROR <errno name> <reason>
     ENTER <tid> [<settle_ms>]          ->  GRANTED <seq> [<flags>] | ERROR ...
-    EXIT                               ->  RELEASED <seq> [<exit flags>] | ERROR ...
+    EXIT [integrity=<counts>] [harness=<name>]...
+                                       ->  RELEASED <seq> [<exit flags>] [<integrity words>] | ERROR ...
     VERDICT                            ->  VERDICT <seq> <verdict> <reason> | <reason>... | ERROR ...
 
 Who a peer is comes from the kernel (SO_PEERCRED), not from what it claims:
@@ -58,6 +59,7 @@ from krex_runtime.regions.channel_wire import (
     watch_requester,
 )
 from krex_runtime.regions.tokens import RegionTokens
+from krex_runtime.tenant import integrity
 
 log = logging.getLogger("krex.region_channel")
 
@@ -232,7 +234,7 @@ class RegionChannel:
         if word == "ENTER":
             return await self._on_enter(conn, arg)
         if word == "EXIT":
-            await self._on_exit(conn)
+            await self._on_exit(conn, arg)
         elif word == "VERDICT":
             await self._on_verdict(conn)
         elif not word:
@@ -270,20 +272,25 @@ class RegionChannel:
             raise Refusal("EPERM", f"command {conn.who.command_id}, for which this connection was opened, is no longer running")
         return await self._enter(conn, int(tid), settle_s)
 
-    async def _on_exit(self, conn: Connection) -> None:
+    async def _on_exit(self, conn: Connection, arg: str = "") -> None:
         assert conn.who is not None
         req, conn.req = conn.req, None
         if req is None:
             await send(conn.writer, "ERROR EINVAL this connection holds no region")
             return
         conn.released = req
+        # What the tenant's library saw of its timed windows (docs/integrity.md),
+        # into the certificate the release makes.
+        counts, patched = integrity.parse_exit(arg)
+        req.integrity = integrity.record(counts, patched)
+        said = integrity.words(",".join(str(counts[k]) for k in integrity.COUNTS) if counts else None, patched)
         if req.kind == "region":
             self.manager.gpus[conn.who.gpu].release(req, "released")
         if req.revoked:
             await send(conn.writer, f"ERROR ETIMEDOUT {req.reason}")
         else:
             exit_flags = ",".join((req.exit_clock or {}).get("flags") or [])  # the clock at the release
-            await send(conn.writer, f"RELEASED {req.seq} {exit_flags}".rstrip())
+            await send(conn.writer, f"RELEASED {req.seq} {exit_flags} {said}".rstrip())
 
     async def _on_verdict(self, conn: Connection) -> None:
         """The exclusivity certificate of the connection's last released region,

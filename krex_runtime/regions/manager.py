@@ -367,6 +367,7 @@ class GpuRegions:
             "released_mono_ns": released_mono_ns,
             "others_calls": others_calls,
             "verdict": req.verdict[0], "verdict_reasons": req.verdict[1],
+            "integrity": req.integrity,
         } | {f"exit_{k}": exit_clock.get(k) for k in ("sm_clock_mhz", "power_w", "temp_c", "throttle", "on_clock")} | {
             "exit_flags": list(exit_clock.get("flags") or []),
         }

@@ -38,6 +38,7 @@ class Request:
     verdict: tuple[str, list[str]] = ("unknown", ["not released yet"])
     share: str = DEFAULT_KEY  # its command's share key (commands/fair_share.py)
     settle_s: float | None = None  # the settle bound it asked for (ENTER); None: regions.settle_max_s
+    integrity: dict[str, Any] | None = None  # its timed windows, as its tenant reported at EXIT (tenant/integrity.py)
 
 
 @dataclass

@@ -30,6 +30,7 @@ import threading
 from typing import Any, Callable, TypeVar
 
 from krex_runtime.tenant import env
+from krex_runtime.tenant import integrity as integrity_words
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -58,6 +59,7 @@ class _Channel:
         self.region_seq: int | None = None
         self.flags: list[str] = []
         self.exit_flags: list[str] = []  # of the clock at the last release (RELEASED <seq> <flags>)
+        self.integrity: dict[str, Any] | None = None  # the runtime's integrity record of the last release
 
     def _connect(self, path: str) -> None:
         if self._sock is not None and self._pid == os.getpid() and not self.holding and _readable(self._sock):
@@ -142,8 +144,14 @@ class _Channel:
             if not self.holding:
                 raise RegionError("EINVAL", "this process does not hold its region")
             self.holding = False
-            released = self._transact("EXIT", "RELEASED").split()
-            self.exit_flags = released[1].split(",") if len(released) > 1 else []
+            patched, integrity_words.patched_since_release[:] = list(integrity_words.patched_since_release), []
+            sent = integrity_words.words(integrity_words.library_counts(), patched)
+            released = self._transact(f"EXIT {sent}".rstrip(), "RELEASED").split()
+            # RELEASED <seq> [<exit flags>] [integrity=... harness=...]: the words the record was made of
+            said = [w for w in released[1:] if w.startswith(("integrity=", "harness="))]
+            flags = [w for w in released[1:2] if w not in said]
+            self.exit_flags = flags[0].split(",") if flags else []
+            self.integrity = integrity_words.record(*integrity_words.parse_exit(" ".join(said))) if said else None
             return True
 
 
@@ -186,6 +194,11 @@ class region(contextlib.ContextDecorator):
     flags: list[str] = []  # e.g. "throttled:hw_thermal", "exit:clock:1500MHz-below-top-1980MHz"
     _released = False  # this object's exit released the region (it was the outermost)
     _certificate: tuple[str, list[str]] | None = None
+    integrity: dict[str, Any] | None = None
+    """After the region: the runtime's integrity record of its timed windows
+    (docs/integrity.md): {"windows", "clean", "summary", "flags": {name:
+    {"count", "reason"}}}; None outside the runtime, for an inner region, or
+    when the runtime made none (a process without the interception library)."""
 
     def __init__(self, settle_s: float | None = None) -> None:
         if settle_s is not None and not 0 <= settle_s <= 10:
@@ -228,3 +241,4 @@ class region(contextlib.ContextDecorator):
             self._released = _channel.exit()
             if self._released:
                 self.flags = self.flags + [f"exit:{f}" for f in _channel.exit_flags]
+                self.integrity = _channel.integrity

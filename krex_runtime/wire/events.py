@@ -183,6 +183,10 @@ class RegionReleased(Event):
     exit_flags: list[str] = note("as `flags` of the grant, at the release", factory=list)
     verdict: str = note("exclusivity certificate: `verified`, `violated` or `unknown` (docs/regions.md)", "unknown")
     verdict_reasons: list[str] = note("one line per witness: gate, processes, clock", factory=list)
+    integrity: dict[str, Any] | None = note(
+        "measurement integrity of the holder's timed windows (docs/integrity.md): `windows`, `clean`, `summary`, "
+        "`flags` {name: {count, reason}} for escaped, other_thread, empty, stream_mismatch, patched_harness; "
+        "None: the holder reported none", None)
     share: str = note("the holder's effective fair-share key", "default")
 
 

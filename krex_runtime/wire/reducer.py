@@ -155,7 +155,7 @@ def _region_granted(s: NodeState, e: dict[str, Any]) -> None:
                     "wait_s": e.get("wait_s"), "enter_s": e.get("enter_s"), "sm_clock_mhz": e.get("sm_clock_mhz"),
                     "throttle": e.get("throttle"), "flags": list(e.get("flags") or []), "exit_flags": [],
                     "settle_s": e.get("settle_s"), "on_clock": e.get("on_clock"), "released_at": None, "hold_s": None,
-                    "reason": None, "verdict": e.get("verdict"), "verdict_reasons": [],
+                    "reason": None, "verdict": e.get("verdict"), "verdict_reasons": [], "integrity": None,
                 }
             )
 
@@ -170,6 +170,8 @@ def _region_released(s: NodeState, e: dict[str, Any]) -> None:
             if e.get("verdict") is not None:
                 record["verdict"] = e["verdict"]
                 record["verdict_reasons"] = list(e.get("verdict_reasons") or [])
+            if isinstance(e.get("integrity"), dict):
+                record["integrity"] = e["integrity"]
     if gpu.region_seq == e["region"]:
         gpu.last_region = gpu.last_region | {k: v for k, v in e.items() if k.endswith("_s")} | {"reason": e["reason"]}
         if "verdict" in e:  # traces from before the certificate have none

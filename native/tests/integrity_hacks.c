@@ -1,0 +1,151 @@
+/*
+ * The catalogue of timing hacks measurement integrity catches (and honest
+ * timings it must leave alone), one region each, on the simulated driver:
+ *
+ *   integrity_hacks
+ *
+ * Each scenario enters a region, times simulated kernels with two CUDA events
+ * on a timed stream T, reads the elapsed time inside the region and exits.
+ * The runtime's record of region k (in order) must say:
+ *
+ *   honest         launch on T                                   clean
+ *   side_stream    launch on T and on S, S never joined to T     escaped
+ *   thread         a second thread launches on T in the window   other_thread
+ *   launch_only    end recorded before the work is queued        empty
+ *   other_stream   events on E, work on S joined to E            stream_mismatch
+ *   fork_join      work on T and S, S joined by an event wait    clean
+ *   synced         work on S synchronised before the end record  clean
+ *
+ * Prints each scenario's name as it runs and exits 0.
+ */
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "krex.h"
+
+#define CHECK(call)                                                                 \
+    do {                                                                            \
+        CUresult r_ = (call);                                                       \
+        if (r_ != CUDA_SUCCESS) {                                                   \
+            fprintf(stderr, "integrity_hacks: %s failed: %d\n", #call, (int)r_);    \
+            exit(2);                                                                \
+        }                                                                           \
+    } while (0)
+#define REGION(call)                                                                \
+    do {                                                                            \
+        int r_ = (call);                                                            \
+        if (r_ != 0) {                                                              \
+            fprintf(stderr, "integrity_hacks: %s failed: %d\n", #call, r_);         \
+            exit(3);                                                                \
+        }                                                                           \
+    } while (0)
+
+static CUfunction kernel;
+static CUcontext ctx;
+static CUstream timed, side, other;
+static CUevent start, end, fork_ev, join_ev;
+
+static void launch(CUstream stream)
+{
+    unsigned long long duration = 50000;
+    CUdeviceptr none = 0;
+    void *params[] = {&duration, &none};
+    CHECK(cuLaunchKernel(kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, NULL));
+}
+
+static void *background(void *arg)
+{
+    (void)arg;
+    CHECK(cuCtxSetCurrent(ctx));
+    launch(timed);
+    return NULL;
+}
+
+static void begin(const char *name, CUstream stream)
+{
+    printf("%s\n", name);
+    fflush(stdout);
+    REGION(krex_region_enter());
+    CHECK(cuEventRecord(start, stream));
+}
+
+static void finish(CUstream stream)
+{
+    float ms = 0;
+    CHECK(cuEventRecord(end, stream));
+    CHECK(cuEventSynchronize(end));
+    CHECK(cuEventElapsedTime_v2(&ms, start, end));
+    CHECK(cuCtxSynchronize()); /* nothing of this scenario runs into the next */
+    REGION(krex_region_exit());
+}
+
+int main(void)
+{
+    CUdevice dev;
+    CUmodule module;
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(&dev, 0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK(cuCtxSetCurrent(ctx));
+    CHECK(cuModuleLoadData(&module, "krex simulated module"));
+    CHECK(cuModuleGetFunction(&kernel, module, "sim_kernel"));
+    CHECK(cuStreamCreate(&timed, CU_STREAM_NON_BLOCKING));
+    CHECK(cuStreamCreate(&side, CU_STREAM_NON_BLOCKING));
+    CHECK(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+    CUevent *events[] = {&start, &end, &fork_ev, &join_ev};
+    for (unsigned i = 0; i < 4; i++)
+        CHECK(cuEventCreate(events[i], CU_EVENT_DEFAULT));
+
+    begin("honest", timed);
+    launch(timed);
+    finish(timed);
+
+    begin("side_stream", timed);
+    launch(timed);
+    launch(side); /* may still run when the end event fires */
+    finish(timed);
+
+    begin("thread", timed);
+    pthread_t t;
+    pthread_create(&t, NULL, background, NULL);
+    pthread_join(t, NULL);
+    finish(timed);
+
+    begin("launch_only", timed);
+    CHECK(cuEventRecord(end, timed)); /* the end before the work */
+    launch(timed);
+    {
+        float ms = 0;
+        CHECK(cuEventSynchronize(end));
+        CHECK(cuEventElapsedTime_v2(&ms, start, end));
+        CHECK(cuCtxSynchronize());
+        REGION(krex_region_exit());
+    }
+
+    begin("other_stream", other);
+    launch(side);
+    CHECK(cuEventRecord(join_ev, side));
+    CHECK(cuStreamWaitEvent(other, join_ev, 0));
+    finish(other);
+
+    begin("fork_join", timed);
+    CHECK(cuEventRecord(fork_ev, timed));
+    CHECK(cuStreamWaitEvent(side, fork_ev, 0));
+    launch(timed);
+    launch(side);
+    CHECK(cuEventRecord(join_ev, side));
+    CHECK(cuStreamWaitEvent(timed, join_ev, 0));
+    finish(timed);
+
+    begin("synced", timed);
+    launch(side);
+    CHECK(cuStreamSynchronize(side));
+    launch(timed);
+    finish(timed);
+
+    return 0;
+}

@@ -1,0 +1,53 @@
+"""Measurement integrity end to end (native/src/intercept/intercept_integrity.c,
+docs/integrity.md): a C tenant on the simulated driver runs the catalogue of
+timing hacks, one region each, and honest timings beside them; each region's
+integrity record names its hack (or says clean) in the trace's
+region_released, `krex run --json` and the end line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+from runtime_helpers import REPO, krex_runtime, trace_events
+
+from krex_runtime.testing.local_runtime import command
+
+HACKS = REPO / "native" / "build" / "tests" / "integrity_hacks"
+# scenario -> the flags its region's record must carry (none: clean)
+EXPECTED = {
+    "honest": set(),
+    "side_stream": {"escaped"},
+    "thread": {"other_thread"},
+    "launch_only": {"empty"},
+    "other_stream": {"stream_mismatch"},
+    "fork_join": set(),
+    "synced": set(),
+}
+
+
+def test_each_hack_is_flagged_and_honest_timings_are_clean(make_runtime: Any) -> None:
+    subprocess.run(["make", "-s", "-C", str(REPO / "native"), "build/tests/integrity_hacks"], check=True)
+    rt = krex_runtime(make_runtime)
+    done = subprocess.run([*command("krex"), "run", "--json", "--", str(HACKS)], env=rt.env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    scenarios = result["stdout"].split()
+    assert scenarios == list(EXPECTED)
+    records = [r["integrity"] for r in result["regions"]]
+    assert len(records) == len(EXPECTED)
+    for name, rec in zip(scenarios, records):
+        assert rec is not None, name
+        assert rec["windows"] == 1, (name, rec)
+        assert set(rec["flags"]) == EXPECTED[name], (name, rec)
+        assert rec["clean"] == (not EXPECTED[name]), (name, rec)
+        if not EXPECTED[name]:
+            assert rec["summary"] == "integrity: clean (1 timed window)"
+        for flag in rec["flags"].values():
+            assert flag["count"] == 1 and flag["reason"]
+
+    released = [e for e in trace_events(rt, "region_released") if e.get("kind") == "region"]
+    assert [set((e["integrity"] or {}).get("flags", {})) for e in released[-len(EXPECTED):]] == list(EXPECTED.values())
+    assert f"krex: warning: {result['id']}: integrity: flagged in 4 of 7 region(s)" in done.stderr
