@@ -147,7 +147,7 @@ def test_trace_summarises_regions_and_leases(rt: Runtime) -> None:
     gpu = summary["regions_per_gpu"]["0"]
     assert gpu["granted"] >= 3 and gpu["enter_s"]["n"] >= 3 and gpu["hold_s"]["p99"] >= gpu["hold_s"]["p50"]
     assert set(gpu["verdicts"]) == {"verified"} and gpu["verdicts"]["verified"] >= 3
-    assert gpu["settled"] == 0 and gpu["settle_total_s"] == 0  # settle is off: no region waited for the clock
+    assert gpu["settled"] == 0 and gpu["settle_total_s"] == 0  # the GPU was settled: no region waited for the clock
     assert summary["leases"]["granted"] >= 1 and summary["leases"]["reasons"]
     text = rt.krex("trace", str(rt.trace_path)).stdout
     assert "ENTER p99 ms" in text and "HOLD p50 ms" in text and "SETTLED (s)" in text and "leases:" in text

@@ -49,13 +49,15 @@ def settle(
     reading is `unsettled`, at most `max_s`."""
     t0 = now()
     clock = _read(probe, gpu)
+    waited = False  # a grant whose first reading is settled waited nothing: settle_s 0
     while max_s > 0 and unsettled(clock):
         left = max_s - (now() - t0)
         if left <= 0:
             break
         sleep(min(poll_s, left))
+        waited = True
         clock = _read(probe, gpu)
-    return clock | {"settle_s": now() - t0 if max_s > 0 else 0.0, "on_clock": clock.get("on_clock")}
+    return clock | {"settle_s": now() - t0 if waited else 0.0, "on_clock": clock.get("on_clock")}
 
 
 def unsettled(clock: dict[str, Any]) -> bool:
