@@ -62,7 +62,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
     _run([str(DEV_BIN / "auditwheel"), "repair", "-w", str(root / "wheelhouse"), str(built)], env={**os.environ, "PATH": path})
     wheel = next((root / "wheelhouse").glob("krex_runtime-*manylinux*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    for inside in ("krex_runtime/_native/libkrex.so", "krex_runtime/_native/sim/libcuda.so.1", "krex_runtime/_native/include/krex.h"):
+    for inside in ("krex_runtime/_native/libkrex.so", "krex_runtime/_native/sim/libcuda.so.1", "krex_runtime/_native/include/krex.h",
+                   "krex_runtime/_configs/default.toml", "krex_runtime/_configs/krex-runtime.service"):
         assert inside in names, f"{inside} is not in {wheel.name}"
     assert not [n for n in names if n.split("/")[0] in ("bench", "benchmarks", "tests")], names
 
@@ -123,6 +124,29 @@ def test_wheel_installs_a_working_runtime(installed: tuple[Path, dict[str, str]]
             log.close()
             remove_device(device)
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def test_wheel_ships_its_config_and_unit_and_checks_configs(installed: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    """Setting a node up needs no checkout: the default config and the unit
+    come from the installed package, a config is checked without starting
+    anything, and krex-cluster without the cluster extra says what to install."""
+    venv, env = installed
+    bin_ = venv / "bin"
+    default = _run([str(bin_ / "krex"), "config", "default"], env=env, cwd=tmp_path)
+    assert default.stdout == (REPO / "configs" / "default.toml").read_text()
+    (tmp_path / "krex.toml").write_text(default.stdout)
+    checked = _run([str(bin_ / "krex-runtime"), "--check-config", "krex.toml"], env=env, cwd=tmp_path)
+    assert checked.stdout == "krex.toml: valid\n"
+    (tmp_path / "bad.toml").write_text('[runtime]\npolicyy = "krex"\n')
+    bad = subprocess.run([str(bin_ / "krex-runtime"), "--check-config", "bad.toml"], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 125 and bad.stderr == "krex-runtime: bad.toml: runtime.policyy: unknown key (did you mean 'policy'?)\n"
+    unit = _run([str(bin_ / "krex"), "config", "unit"], env=env, cwd=tmp_path)
+    assert f"ExecStart={bin_ / 'krex-runtime'}\n" in unit.stdout and "Type=notify" in unit.stdout
+    # The fresh venv has no Ray (the cluster extra was not asked for).
+    head = subprocess.run([str(bin_ / "krex-cluster"), "head"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert head.returncode == 125 and head.stderr == "krex-cluster: the cluster gateway needs Ray: pip install 'krex-runtime[cluster]'\n"
+    assert _run([str(bin_ / "krex-cluster"), "--version"], env=env, cwd=tmp_path).stdout == f"krex-cluster {_project_version()}\n"
 
 
 def _source_tree(into: Path) -> Path:
