@@ -30,6 +30,7 @@ import pytest
 from krex_runtime.commands.identities import Identities, processes_of
 from krex_runtime.regions import gate_layout
 from krex_runtime.regions.gate import Gate
+from krex_runtime.sim.device_file import device_path
 from krex_runtime.testing.local_runtime import Runtime, command, wait_until
 from krex_runtime.wire.control_client import ControlClient, RequestFailed
 
@@ -128,6 +129,9 @@ def test_tenants_with_their_own_uids_cannot_reach_each_other(open_root: Path, ma
     report = rt.run_dir / "tenant-reports" / f"{victim_id}.unprotected"  # the runtime's pipe, for its uid's group
     st = report.stat()
     assert stat.S_ISFIFO(st.st_mode) and (st.st_uid, st.st_gid, st.st_mode & 0o777) == (0, victim["gid"], 0o620)
+    # The simulated device is the runtime's, open to the tenants' group alone (it was 0666, owned by a tenant).
+    device = Path(device_path(rt.device)).stat()
+    assert (device.st_uid, device.st_gid, device.st_mode & 0o777) == (0, GROUP, 0o660)
 
     done = rt.krex("run", "--", PYTHON, "-c", ATTACKER, json.dumps(victim))
     assert done.returncode == 0, done.stderr
