@@ -171,6 +171,7 @@ def test_ready_watchdog_and_metrics_during_a_workload(make_runtime) -> None:
         assert _value(after, "krex_gpu_parked_tenant_threads", gpu="0") >= 0
         assert _value(after, "krex_queued_commands") == 0
         assert -1 < _value(after, "krex_canary_inflation_inside_ratio", gpu="0") < 10
+        assert _value(after, "krex_region_clock_cost_ratio", gpu="0") == 0  # the simulated GPU held its top clock
         assert _value(after, "krex_pool_workers", gpu="0", state="idle") == 0
         assert _value(after, "krex_runtime_info", policy="krex") == 1
         assert _status(f"http://127.0.0.1:{port}/") == 404
