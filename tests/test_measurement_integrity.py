@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from typing import Any
 
-from runtime_helpers import REPO, krex_runtime, trace_events
+from runtime_helpers import REPO, TENANTS, krex_runtime, trace_events
 
 from krex_runtime.testing.local_runtime import command
 
@@ -51,3 +52,19 @@ def test_each_hack_is_flagged_and_honest_timings_are_clean(make_runtime: Any) ->
     released = [e for e in trace_events(rt, "region_released") if e.get("kind") == "region"]
     assert [set((e["integrity"] or {}).get("flags", {})) for e in released[-len(EXPECTED):]] == list(EXPECTED.values())
     assert f"krex: warning: {result['id']}: integrity: flagged in 4 of 7 region(s)" in done.stderr
+
+
+def test_a_harness_patched_after_import_is_flagged(make_runtime: Any) -> None:
+    rt = krex_runtime(make_runtime)
+    env = {**rt.env, "PYTHONPATH": str(TENANTS / "harness")}
+    done = subprocess.run([*command("krex"), "run", "--json", "--auto-region", "--", sys.executable,
+                           str(TENANTS / "patched_harness.py")], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    seen = json.loads(result["stdout"].strip().splitlines()[-1])
+    # The honest region: do_bench's 4 event timings, each a launch on the stream of its events.
+    assert seen["honest"]["summary"] == "integrity: clean (4 timed windows)"
+    assert set(seen["after"]["flags"]) == {"patched_harness"}
+    assert "triton.testing:do_bench" in seen["after"]["flags"]["patched_harness"]["reason"]
+    records = [r["integrity"] for r in result["regions"]]
+    assert records == [seen["honest"], seen["after"]]

@@ -31,6 +31,14 @@ the user's own `region()`, or one wrapped harness calling another.
 What was wrapped is appended, one `module:attr` a line, to the file named by
 KREX_AUTO_REGION_REPORT; the runtime puts it in the command's result.
 
+A harness replaced after import (`triton.testing.do_bench = fake`, a new
+`__code__` on the original, a class's method set anew) is flagged in the
+measurement integrity of every region the process releases after it
+(tenant/integrity.py, docs/integrity.md): a module's attribute is watched as
+it is set (the module's class becomes a subclass that notices), a wrapped
+function's code is compared at each call, and every wrapped attribute is
+checked at each release.
+
 Standard library only, and no import at module level but `os` and `sys`.
 """
 
@@ -78,10 +86,22 @@ def entries_of(env):
     return targets
 
 
+def _note_patched(name):
+    try:
+        from krex_runtime.tenant import integrity
+    except ImportError:  # the runtime's package is not importable here: nothing to tell
+        return
+    integrity.note_patched(name)
+
+
 def _wrapper(original, name):
+    code = getattr(original, "__code__", None)
+
     def timed_in_a_region(*args, **kwargs):
         from krex_runtime.tenant.region import region
 
+        if code is not None and getattr(original, "__code__", None) is not code:
+            _note_patched(name)  # the original's code was replaced after import
         with region():
             return original(*args, **kwargs)
 
@@ -108,7 +128,8 @@ class _Hook:
     def __init__(self, targets, report):
         self.targets = targets  # module name -> [[function] | [Class, method]]
         self.report = report
-        self.done = []  # (owner, attr, what it was) for undo
+        self.done = []  # (owner, attr, what it was, its name) for undo
+        self.checked = False  # its check runs at each release (once it wrapped something)
 
     def wrap_module(self, module):
         for parts in self.targets.get(module.__name__, ()):
@@ -128,8 +149,20 @@ class _Hook:
                 setattr(owner, attr, type(raw)(wrapped) if func is not raw else wrapped)
             except (AttributeError, TypeError):
                 continue  # a read-only owner (an extension type): left as it is
-            self.done.append((owner, attr, raw))
+            self.done.append((owner, attr, raw, name))
             self._tell(name)
+            if owner is module:
+                _guard(module)
+            if not self.checked:
+                self.checked = _register_check(self.check)
+
+    def check(self):
+        """At a release: each wrapped attribute still ours, else flagged."""
+        for owner, attr, _raw, name in self.done:
+            now = _class_attr(owner, attr) if isinstance(owner, type) else owner.__dict__.get(attr)
+            now = now.__func__ if isinstance(now, (staticmethod, classmethod)) else now
+            if not getattr(now, _MARK, None):
+                _note_patched(name)
 
     def _tell(self, name):
         if not self.report:
@@ -148,12 +181,36 @@ class _Hook:
             os.close(fd)
 
     def undo(self):
+        if self.checked:
+            self.checked = not _unregister_check(self.check)
         while self.done:
-            owner, attr, raw = self.done.pop()
+            owner, attr, raw, _name = self.done.pop()
             try:
+                if isinstance(owner, _Guarded):
+                    owner.__class__ = type(sys)  # no longer watched: putting back is no patch
                 setattr(owner, attr, raw)
             except (AttributeError, TypeError):
                 pass
+
+
+class _Guarded(type(sys)):
+    """A harness module whose wrapped attributes are watched: setting one to
+    anything but a wrapper is a patched harness."""
+
+    def __setattr__(self, attr, value):
+        current = self.__dict__.get(attr)
+        name = getattr(current, _MARK, None)
+        if name and not getattr(value, _MARK, None):
+            _note_patched(name)
+        super().__setattr__(attr, value)
+
+
+def _guard(module):
+    if type(module) is type(sys):  # a module of its own class is left alone
+        try:
+            module.__class__ = _Guarded
+        except TypeError:
+            pass
 
 
 class _Loader:
@@ -223,6 +280,26 @@ def activate(env):
         hook.undo()
 
     return undo
+
+
+def _register_check(check):
+    """True once `check` runs at each release (the runtime's package is importable)."""
+    try:
+        from krex_runtime.tenant import integrity
+    except ImportError:
+        return False
+    integrity.release_checks.append(check)
+    return True
+
+
+def _unregister_check(check):
+    try:
+        from krex_runtime.tenant import integrity
+
+        integrity.release_checks.remove(check)
+    except (ImportError, ValueError):
+        pass
+    return True
 
 
 def _chain_user_sitecustomize():

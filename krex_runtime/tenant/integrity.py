@@ -12,7 +12,7 @@ certificate, and hands it back in RELEASED. Standard library only.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 COUNTS = ("windows", "escaped", "other_thread", "empty", "stream_mismatch")
 FLAGS = ("escaped", "other_thread", "empty", "stream_mismatch", "patched_harness")
@@ -29,9 +29,27 @@ MAX_COUNT = 1 << 62
 MAX_HARNESS_NAME = 48
 MAX_HARNESSES = 4  # an EXIT line and its RELEASED reply stay within the channel's 256 bytes
 
-# Harnesses auto-regions found replaced in this process since the last release
-# (tenant/auto_region.py adds, the region client sends them with EXIT and clears).
-patched_since_release: list[str] = []
+# Harnesses auto-regions found replaced in this process (tenant/auto_region.py
+# adds them; a replaced harness taints every region after it): the region
+# client sends them with each EXIT, after running `release_checks` (each adds
+# what it finds replaced now).
+patched_harnesses: list[str] = []
+release_checks: list[Callable[[], None]] = []
+
+
+def note_patched(name: str) -> None:
+    if name not in patched_harnesses:
+        patched_harnesses.append(name)
+
+
+def patched_now() -> list[str]:
+    """The harnesses found replaced so far, the release checks run first."""
+    for check in list(release_checks):
+        try:
+            check()
+        except Exception:  # a check must never make a release fail
+            pass
+    return list(patched_harnesses)
 
 
 def parse_counts(text: str) -> dict[str, int] | None:

@@ -144,8 +144,7 @@ class _Channel:
             if not self.holding:
                 raise RegionError("EINVAL", "this process does not hold its region")
             self.holding = False
-            patched, integrity_words.patched_since_release[:] = list(integrity_words.patched_since_release), []
-            sent = integrity_words.words(integrity_words.library_counts(), patched)
+            sent = integrity_words.words(integrity_words.library_counts(), integrity_words.patched_now())
             released = self._transact(f"EXIT {sent}".rstrip(), "RELEASED").split()
             # RELEASED <seq> [<exit flags>] [integrity=... harness=...]: the words the record was made of
             said = [w for w in released[1:] if w.startswith(("integrity=", "harness="))]

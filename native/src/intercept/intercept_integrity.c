@@ -317,6 +317,8 @@ KREX_EXPORT int krex_region_integrity(char *buf, size_t size)
 {
     if (buf == NULL || size == 0)
         return -EINVAL;
+    if (krex_gate_header() == NULL)
+        return -ENODEV; /* no gate (not policy krex, or not under the runtime): nothing was judged */
     uint64_t region = krex_current_region();
     uint64_t counts[KREX_INTEGRITY_COUNTS] = {0};
     pthread_mutex_lock(&analysis_lock);

@@ -205,7 +205,9 @@ KREX_EXPORT int krex_region_exit(void)
         rc = -EINVAL;
     } else {
         char reply[REPLY_MAX + 1], counts[128], request[160] = "EXIT\n";
-        if (krex_region_integrity(counts, sizeof counts) > 0)
+        /* Only while the gate says the region is ours: without a gate there
+         * are no timed windows to speak of (and a plain EXIT is what was always sent). */
+        if (krex_current_region() != 0 && krex_region_integrity(counts, sizeof counts) > 0)
             snprintf(request, sizeof request, "EXIT integrity=%s\n", counts);
         rc = transact(request, "RELEASED", reply, sizeof reply);
         holding = false; /* whatever the answer, the server no longer counts us as holder */
