@@ -88,7 +88,8 @@ def test_check_event_is_as_strict_as_the_reducer_needs() -> None:
         check_event({"seq": 1, "t": 1.0, "type": "region_granted", "gpu": 0, "region": 1, "tenant_id": 1,
                      "kind": "region", "frozen": ["x"]})
     assert SHAPES["region_released"] == {"gpu": (int,), "region": (int,), "reason": (str,), "verdict?": (str,),
-                                         "verdict_reasons?": (list,), "share?": (str,), "exit_flags?": (list,)}  # optional: traces from before the certificate lack them
+                                         "verdict_reasons?": (list,), "share?": (str,), "exit_flags?": (list,),
+                                         "integrity?": (dict, type(None))}  # optional: traces from before the certificate lack them
 
 
 def test_a_restart_in_a_trace_ends_what_the_earlier_run_left() -> None:
