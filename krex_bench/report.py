@@ -115,6 +115,12 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
     if violated:
         out += ["", "Violated regions, by the witness that says so (the first reasons are in results.json):"]
         out += [f"- {label}: {_by_witness(reasons)}" for label, reasons in violated]
+    integrity = [(run["setup"]["label"], run["integrity"]) for run in data["runs"] if (run.get("integrity") or {}).get("regions")]
+    if integrity:
+        out += ["", "Measurement integrity of the regions' timed windows (docs/integrity.md), per setup:"]
+        out += [f"- {label}: {i['flagged']} of {i['regions']} regions flagged"
+                + (f" ({', '.join(f'{name} {n}' for name, n in sorted(i['flags'].items()))})" if i["flags"] else "")
+                + f", {i['windows']} timed windows" for label, i in integrity]
     retired = [(run["setup"]["label"], run["pool_replaced"]) for run in data["runs"] if run.get("pool_replaced")]
     if retired:
         out += ["", "Pooled context processes replaced after a command, by reason (each costs the next command a fresh process):"]

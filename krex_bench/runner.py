@@ -199,6 +199,30 @@ def trace_findings(trace_path: Path) -> tuple[dict[str, int], list[str], dict[st
     return counts, violations, replaced
 
 
+def integrity_findings(trace_path: Path) -> dict[str, Any]:
+    """From the setup's trace: the measurement integrity of its regions
+    (region_released's record, docs/integrity.md): how many carried one, how
+    many were flagged, their timed windows, and each flag's count."""
+    from krex_runtime.wire.trace import TraceError, read_trace
+
+    found: dict[str, Any] = {"regions": 0, "flagged": 0, "windows": 0, "flags": {}}
+    try:
+        events = read_trace(trace_path).events
+    except (OSError, TraceError):
+        return found
+    for e in events:
+        rec = e.get("integrity") if e["type"] == "region_released" and e.get("kind") == "region" else None
+        if not isinstance(rec, dict):
+            continue
+        found["regions"] += 1
+        found["windows"] += int(rec.get("windows") or 0)
+        flags = rec.get("flags") or {}
+        found["flagged"] += bool(flags)
+        for name, f in flags.items():
+            found["flags"][name] = found["flags"].get(name, 0) + int((f or {}).get("count") or 0)
+    return found
+
+
 def tail(path: str | None, limit: int = 1500) -> str:
     try:
         return Path(path).read_text(errors="replace")[-limit:] if path else ""
@@ -258,6 +282,7 @@ def run_setup(
         meter.end()
         rt.stop()
         record["verdicts"], record["violations"], replaced = trace_findings(rt.trace_path)
+        record["integrity"] = integrity_findings(rt.trace_path)
         if setup.mode == "pooled":
             record["pool_replaced"] = replaced
         if opts.sim:

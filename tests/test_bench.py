@@ -479,3 +479,20 @@ def test_a_suite_in_kernelbench_format_is_a_workload_read_where_it_is(tmp_path: 
         runner.commands(runner.Options(suite=level, sim=True))
     done = krex_bench("run", "--suite", str(tmp_path / "missing"), "--native", "native", "--variants", "none")
     assert done.returncode == 125 and "not a folder" in done.stderr
+
+
+def test_the_regions_integrity_is_counted_per_setup(tmp_path: Path) -> None:
+    from krex_bench.runner import integrity_findings
+    from krex_runtime.wire.trace import TraceWriter
+
+    writer = TraceWriter(tmp_path / "trace.jsonl", {"node": "n"})
+    writer.write({"seq": 1, "t": 1.0, "type": "runtime_started", "node": "n", "policy": "krex", "pid": 1, "gpus": [
+        {"index": 0, "uuid": "u", "name": "g", "memory_total": 1, "simulated": True, "slots": 1}]})
+    clean = {"windows": 3, "clean": True, "summary": "integrity: clean (3 timed windows)", "flags": {}}
+    flagged = {"windows": 2, "clean": False, "summary": "integrity: flagged (escaped 1; 2 timed windows)",
+               "flags": {"escaped": {"count": 1, "reason": "1 of 2 window(s): ..."}}}
+    for seq, rec in enumerate([clean, flagged, None], 2):
+        writer.write({"seq": seq, "t": 1.0, "type": "region_released", "gpu": 0, "region": seq, "kind": "region",
+                      "reason": "released", "integrity": rec})
+    assert integrity_findings(tmp_path / "trace.jsonl") == {
+        "regions": 2, "flagged": 1, "windows": 5, "flags": {"escaped": 1}}
