@@ -69,6 +69,8 @@ extern "C" {
 /* A file the runtime made for the command: one byte appended per unprotected
  * timing (an event elapsed time no single region of the tenant covered). */
 #define KREX_ENV_UNPROTECTED_TIMINGS "KREX_UNPROTECTED_TIMINGS"
+/* "0": no measurement-integrity bookkeeping in this process (benchmarks) */
+#define KREX_ENV_INTEGRITY "KREX_INTEGRITY"
 
 #define KREX_GATE_MAX_PROCS 256u /* default entries per tenant */
 #define KREX_GATE_NO_HOLDER (-1)

@@ -16,6 +16,9 @@
  *   stream_mismatch  launches in the window, none on the stream of either
  *                    event.
  *
+ * KREX_INTEGRITY=0 in the environment turns the log off (no window is judged;
+ * EXIT then reports no timed windows).
+ *
  * Fast path (a launch, a record, a stream wait, a host wait, while the
  * tenant holds its region): one atomic increment and five stores into a
  * fixed ring of operations. Outside a region nothing is logged. The analysis
@@ -34,6 +37,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "intercept.h"
 
@@ -87,10 +92,25 @@ static bool per_thread_key(uintptr_t key)
     return (key & 0xfu) == 2u;
 }
 
+/* KREX_INTEGRITY=0 turns the log off (benchmarks/integrity_cost.py measures
+ * with and without); read once per process. 1: on, 2: off. */
+static int enabled;
+
+static bool integrity_on(void)
+{
+    int e = __atomic_load_n(&enabled, __ATOMIC_RELAXED);
+    if (e == 0) {
+        const char *v = getenv(KREX_ENV_INTEGRITY);
+        e = v != NULL && strcmp(v, "0") == 0 ? 2 : 1;
+        __atomic_store_n(&enabled, e, __ATOMIC_RELAXED);
+    }
+    return e == 1;
+}
+
 /* Appends one operation; 0 when the tenant holds no region (nothing logged). */
 static uint64_t log_op(enum op_kind kind, uintptr_t stream, uintptr_t event)
 {
-    if (krex_current_region() == 0)
+    if (!integrity_on() || krex_current_region() == 0)
         return 0;
     uint64_t seq = __atomic_fetch_add(&next_seq, 1, __ATOMIC_RELAXED);
     struct op_slot *s = &oplog[seq & (LOG_SLOTS - 1)];
