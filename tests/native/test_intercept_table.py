@@ -68,3 +68,29 @@ def test_docs_state_the_table_size() -> None:
     header = re.search(r"(\d+) gated entry points", TABLE.read_text())
     assert header and int(header.group(1)) == n
     assert f"{n} gated entry points" in (REPO / "docs" / "native.md").read_text()
+
+
+def test_kernel_and_graph_launches_feed_measurement_integrity() -> None:
+    """Every kernel and graph launch, and every join (stream wait, host wait),
+    reaches intercept_integrity.c with its stream; per-thread variants say so.
+    (The simulator has no graphs: cuGraphLaunch's hook is checked here.)"""
+    text = TABLE.read_text()
+
+    def body(name: str) -> str:
+        return text.split(f"CUresult CUDAAPI {name}(", 1)[1].split("\n}", 1)[0]
+
+    for name, call in (
+        ("cuLaunchKernel", "krex_integrity_launch(hStream, 0)"),
+        ("cuLaunchKernel_ptsz", "krex_integrity_launch(hStream, 1)"),
+        ("cuLaunchKernelEx", "krex_integrity_launch((config != NULL ? config->hStream : NULL), 0)"),
+        ("cuLaunchCooperativeKernel", "krex_integrity_launch(hStream, 0)"),
+        ("cuGraphLaunch", "krex_integrity_launch(hStream, 0)"),
+        ("cuGraphLaunch_ptsz", "krex_integrity_launch(hStream, 1)"),
+        ("cuStreamWaitEvent", "krex_integrity_wait(hStream, hEvent, 0)"),
+        ("cuStreamSynchronize_ptsz", "krex_integrity_sync_stream(hStream, 1)"),
+        ("cuCtxSynchronize", "krex_integrity_sync_all()"),
+        ("cuEventQuery", "krex_integrity_sync_event(hEvent)"),
+    ):
+        assert f"if (r == CUDA_SUCCESS && outer) {call};" in body(name), name
+    for name in ("cuGraphUpload", "cuLaunchHostFunc", "cuMemcpyAsync"):
+        assert "krex_integrity_launch" not in body(name), name
