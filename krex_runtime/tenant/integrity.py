@@ -112,15 +112,23 @@ def words(counts: str | None, patched: list[str]) -> str:
     return " ".join(out + [f"harness={name[:MAX_HARNESS_NAME]}" for name in patched[:MAX_HARNESSES]])
 
 
+_library: list[Any] = []  # [krex_region_integrity or None], looked up once per process
+
+
 def library_counts() -> str | None:
-    """This process's counts from libkrex.so (preloaded by the runtime), or None without it."""
+    """This process's counts from libkrex.so (preloaded by the runtime), or
+    None without it or without a gate (nothing was judged)."""
     import ctypes  # here: a candidate that never releases a region does not pay for it
 
-    try:
-        fn = ctypes.CDLL(None).krex_region_integrity
-    except (AttributeError, OSError):
+    if not _library:
+        try:
+            fn = ctypes.CDLL(None).krex_region_integrity
+            fn.argtypes, fn.restype = [ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int
+        except (AttributeError, OSError):
+            fn = None
+        _library.append(fn)
+    if _library[0] is None:
         return None
-    fn.argtypes, fn.restype = [ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int
     buf = ctypes.create_string_buffer(128)
-    n = fn(buf, len(buf))
+    n = _library[0](buf, len(buf))
     return buf.value.decode("ascii") if n > 0 else None

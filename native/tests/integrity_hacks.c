@@ -15,6 +15,8 @@
  *   other_stream   events on E, work on S joined to E            stream_mismatch
  *   fork_join      work on T and S, S joined by an event wait    clean
  *   synced         work on S synchronised before the end record  clean
+ *   legacy         events on the legacy default stream, work on a
+ *                  blocking stream B (implicitly joined)          clean
  *
  * Prints each scenario's name as it runs and exits 0.
  */
@@ -46,7 +48,7 @@
 
 static CUfunction kernel;
 static CUcontext ctx;
-static CUstream timed, side, other;
+static CUstream timed, side, other, blocking;
 static CUevent start, end, fork_ev, join_ev;
 
 static void launch(CUstream stream)
@@ -96,6 +98,7 @@ int main(void)
     CHECK(cuStreamCreate(&timed, CU_STREAM_NON_BLOCKING));
     CHECK(cuStreamCreate(&side, CU_STREAM_NON_BLOCKING));
     CHECK(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+    CHECK(cuStreamCreate(&blocking, CU_STREAM_DEFAULT));
     CUevent *events[] = {&start, &end, &fork_ev, &join_ev};
     for (unsigned i = 0; i < 4; i++)
         CHECK(cuEventCreate(events[i], CU_EVENT_DEFAULT));
@@ -146,6 +149,11 @@ int main(void)
     CHECK(cuStreamSynchronize(side));
     launch(timed);
     finish(timed);
+
+    begin("legacy", NULL);
+    launch(blocking); /* the legacy stream's end record waits for it */
+    launch(NULL);
+    finish(NULL);
 
     return 0;
 }
