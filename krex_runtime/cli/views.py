@@ -18,7 +18,29 @@ NA = "-"
 COMMAND_WIDTH = 80  # of a command line in the commands table; the rest is cut with …
 
 
-def status_view(status: NodeStatus, now: float | None = None) -> RenderableType:
+def fitted_table(headers: list[tuple[str, str]], rows: list[list[str]], width: int | None, flexible: str) -> Table:
+    """A table whose columns keep their whole cells and headers (ids stay
+    copyable), but for the `flexible` one, cut with … to what `width` leaves."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    names = [name for name, _ in headers]
+    widths = [max([len(name)] + [len(r[i]) for r in rows]) for i, name in enumerate(names)]
+    flex = names.index(flexible)
+    if width is not None:
+        room = width - (sum(widths) - widths[flex]) - 2 * (len(names) - 1)  # 2: the padding between columns
+        widths[flex] = max(len(flexible), min(widths[flex], room))
+        for r in rows:
+            if len(r[flex]) > widths[flex]:
+                r[flex] = r[flex][: widths[flex] - 1] + "…"
+    for (name, justify), w in zip(headers, widths):
+        table.add_column(name, justify=justify, no_wrap=True, min_width=w)  # type: ignore[arg-type]
+    for r in rows:
+        table.add_row(*r)
+    return table
+
+
+def status_view(status: NodeStatus, now: float | None = None, width: int | None = None) -> RenderableType:
+    """`width`: the terminal's; the GPU's name and the command line give way,
+    never an id or a header."""
     now = time.time() if now is None else now
     flags = [f for f, on in (("PAUSED", status.paused), ("STOPPING", status.stopping)) if on]
     t = status.totals
@@ -30,7 +52,7 @@ def status_view(status: NodeStatus, now: float | None = None) -> RenderableType:
         f"submitted {t.get('submitted', 0)}  finished {t.get('finished', 0)}  timeout {t.get('timeout', 0)}  "
         f"cancelled {t.get('cancelled', 0)}  failed {t.get('failed', 0)}"
     )
-    parts: list[RenderableType] = [header, totals, gpu_table(status, now), command_table(status, now)]
+    parts: list[RenderableType] = [header, totals, gpu_table(status, now, width), command_table(status, now, width)]
     if status.record.get("cluster"):
         parts.insert(2, node_table(status.record["cluster"].get("nodes") or [], now))
     foreign = [f"GPU {g.index}: pid {', '.join(map(str, g.foreign_processes))}" for g in status.gpus if g.foreign_processes]
@@ -52,14 +74,13 @@ def node_table(rows: list[dict[str, Any]], now: float) -> Table:
     return table
 
 
-def gpu_table(status: NodeStatus, now: float) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for name, justify in (
+def gpu_table(status: NodeStatus, now: float, width: int | None = None) -> Table:
+    headers = [
         ("GPU", "left"), ("NAME", "left"), ("RUN", "right"), ("SLOT", "right"), ("QUEUE", "right"),
         ("POOL", "right"), ("REGION", "left"), ("RQ", "right"), ("FRZ", "right"), ("GRANTED", "right"),
         ("ENTER ms", "right"), ("STATE", "left"),
-    ):
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    ]
+    rows = []
     nodes = [g.get("node") for g in status.record.get("gpus") or ()]  # a cluster's: which node each is on
     for i, g in enumerate(status.gpus):
         where = f"{nodes[i]}/" if i < len(nodes) and nodes[i] else ""
@@ -73,31 +94,30 @@ def gpu_table(status: NodeStatus, now: float) -> Table:
         pool = f"{g.pool.get('idle', 0)}/{g.pool['size']}" if g.pool.get("size") else NA
         enter = f"{g.last_enter_s * 1000:.1f}" if g.last_enter_s is not None else NA
         state = "paused" if g.paused else "leased" if g.leased else "open"
-        table.add_row(
+        rows.append([
             where + str(g.index), name, str(len(g.running)), str(g.slots), str(g.queued), pool, region,
             str(g.region_queue), str(len(g.frozen)), str(g.regions_granted), enter, state,
-        )
-    return table
+        ])
+    return fitted_table(headers, rows, width, "NAME")
 
 
-def command_table(status: NodeStatus, now: float) -> RenderableType:
+def command_table(status: NodeStatus, now: float, width: int | None = None) -> RenderableType:
     if not status.commands:
         return Text("no command queued or running")
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for name, justify in (("ID", "left"), ("STATE", "left"), ("GPU", "right"), ("MODE", "left"),
-                          ("FOR", "right"), ("LABEL", "left"), ("COMMAND", "left")):
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    headers = [("ID", "left"), ("STATE", "left"), ("GPU", "right"), ("MODE", "left"),
+               ("FOR", "right"), ("LABEL", "left"), ("COMMAND", "left")]
+    rows = []
     for c in status.commands:
         since = c.started_at if c.started_at is not None else c.submitted_at
         # The program's name, not its folder: what tells commands apart is what follows it.
         line = shlex.join([os.path.basename(c.argv[0]), *c.argv[1:]]) if c.argv else NA
         if len(line) > COMMAND_WIDTH:
             line = line[: COMMAND_WIDTH - 1] + "…"
-        table.add_row(
+        rows.append([
             c.id, c.state, str(c.gpu) if c.gpu is not None else NA, c.mode, f"{max(0.0, now - since):.1f}s",
             c.label or NA, line,
-        )
-    return table
+        ])
+    return fitted_table(headers, rows, width, "COMMAND")
 
 
 def trace_view(summary: dict[str, Any]) -> RenderableType:
