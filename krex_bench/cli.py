@@ -167,6 +167,12 @@ def _has_native_runs(native: str, merge: Path | None) -> None:
         raise ValueError(f"--native {native}: {merge} has no {' and no '.join(missing)} run to merge")
 
 
+def _say_no_chart(written: list[Path]) -> None:
+    """The report promises a PNG: where it could not draw one, say so (stderr, one line)."""
+    if not any(p.suffix == ".png" for p in written):
+        print(f"krex bench: {report.NO_CHART}", file=sys.stderr)
+
+
 def fail(message: str, as_json: bool) -> int:
     print(f"krex bench: {message}", file=sys.stderr)
     if as_json:
@@ -203,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError, KeyError) as exc:
             return fail(f"no report: {exc}", args.json)
         print(json.dumps({"written": [str(p) for p in written]}) if args.json else "\n".join(str(p) for p in written))
+        _say_no_chart(written)
         return 0
     try:
         concurrency = tuple(int(c) for c in args.concurrency.split(",") if c)
@@ -249,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # e.g. no native run to compare with
         return fail(f"results kept in {results}; no report: {exc}", args.json)
     failed = any("error" in r or r.get("failures") for r in data["runs"])
+    _say_no_chart(written)
     if args.json:
         summary = json.loads(Path(written[1]).read_text())
         print(json.dumps({"results": str(results), "written": [str(p) for p in written], "failed": failed, **summary}))

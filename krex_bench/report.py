@@ -218,6 +218,9 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+NO_CHART = "no PNG chart: matplotlib is not installed (pip install 'krex-runtime[bench]'); the markdown and JSON are complete"
+
+
 def chart(summary: dict[str, Any], path: Path, title: str) -> bool:
     """A PNG of throughput and p95 inflation per setup; False where matplotlib is missing."""
     try:

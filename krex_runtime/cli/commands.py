@@ -93,7 +93,7 @@ def check_cluster(client: Client, endpoint: str) -> None:
 def run_command(client: Client, args: argparse.Namespace) -> int:
     argv = command_argv(args)
     handle = client.submit(argv, **_options(args), on_output=None if args.json else Streamer())
-    return _finish(client, handle, args.json)
+    return _finish(client, handle, args.json, asked_auto_region=args.auto_region is True)
 
 
 def wait_command(client: Client, args: argparse.Namespace) -> int:
@@ -120,7 +120,7 @@ class Streamer:
             raise
 
 
-def _finish(client: Client, handle: Handle, as_json: bool) -> int:
+def _finish(client: Client, handle: Handle, as_json: bool, asked_auto_region: bool = False) -> int:
     """Wait for the command; Ctrl-C (or a closed stdout) cancels it, and we
     still report how it ended."""
     try:
@@ -130,7 +130,7 @@ def _finish(client: Client, handle: Handle, as_json: bool) -> int:
         raise
     if as_json:
         emit_json(result.to_dict())
-    _say_end(result)
+    _say_end(result, asked_auto_region)
     return result.exit_status
 
 
@@ -150,7 +150,11 @@ def _cancel_quietly(handle: Handle) -> None:
         print(f"krex: could not cancel {handle.id}: {exc}", file=sys.stderr)
 
 
-def _say_end(result: Result) -> None:
+def _say_end(result: Result, asked_auto_region: bool = False) -> None:
+    if asked_auto_region and not result.auto_regions and result.state == "finished":
+        print(f"krex: warning: {result.id}: --auto-region wrapped nothing: it called no timing harness KREX knows "
+              "(do_bench, torch Timer, cupyx benchmark; name yours with --auto-region-entry MODULE:FUNC), "
+              "so no timing of it ran in a region", file=sys.stderr)
     if result.unprotected_timings:
         print(f"krex: warning: {result.id} took {result.unprotected_timings} CUDA-event timing(s) "
               "outside a region: those measurements are not protected", file=sys.stderr)
@@ -200,13 +204,19 @@ def status_command(client: Client, args: argparse.Namespace) -> int:
 
     out = console()
     if not args.watch:
-        out.print(status_view(client.status()))
+        out.print(status_view(client.status(), width=out.width))
         return 0
+    if not out.is_terminal:  # a pipe or a file: each frame whole, as it is drawn, a blank line between
+        while True:
+            out.print(status_view(client.status(), width=out.width))
+            out.print()
+            sys.stdout.flush()
+            time.sleep(args.watch)
     # In place, not on the alternate screen: the last frame stays on the terminal after Ctrl-C.
-    with Live(status_view(client.status()), console=out, auto_refresh=False) as live:
+    with Live(status_view(client.status(), width=out.width), console=out, auto_refresh=False) as live:
         while True:
             time.sleep(args.watch)
-            live.update(status_view(client.status()), refresh=True)
+            live.update(status_view(client.status(), width=out.width), refresh=True)
 
 
 def verb_command(client: Client, args: argparse.Namespace) -> int:
