@@ -309,8 +309,13 @@ def test_shell_completion_completes_subcommands_and_options(tmp_path: Path) -> N
     assert complete("krex sta") == ["status"]
     assert complete("krex run --mo") == ["--mode"]
     assert "pooled" in complete("krex run --mode ")
+    assert {"run", "report", "list"} <= set(complete("krex bench "))  # krex bench's own parser
+    assert {"--scale", "--seed", "--settle-long-s"} <= set(complete("krex bench run --s"))
+    assert complete("krex bench report --o") == ["--out"]
     script = subprocess.run([*command("krex"), "completion", "bash"], capture_output=True, text=True)
     assert script.returncode == 0 and "complete " in script.stdout and "krex" in script.stdout
+    powershell = subprocess.run([*command("krex"), "completion", "powershell"], capture_output=True, text=True)
+    assert powershell.returncode == 0 and "Register-ArgumentCompleter" in powershell.stdout and "krex" in powershell.stdout
 
 
 def test_ctrl_c_cancels_the_command_and_reports_how_it_ended(rt: Runtime) -> None:

@@ -75,6 +75,7 @@ def _main(argv: list[str]) -> int:
     if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions: answer and exit
         import argcomplete
 
+        _complete_bench_too(parser)
         argcomplete.autocomplete(parser)
     args = parser.parse_args(argv)
     if args.run_dir:
@@ -92,6 +93,17 @@ def _main(argv: list[str]) -> int:
         return fail(args, "usage", str(exc))
     except KeyboardInterrupt:
         return EXIT_SIGNAL_BASE + signal.SIGINT
+
+
+def _complete_bench_too(parser: argparse.ArgumentParser) -> None:
+    """`krex bench` passes its arguments on to krex_bench's own parser; for
+    completion, put that parser in its place, so that `krex bench <TAB>`
+    offers its subcommands and `krex bench run --s<TAB>` their options."""
+    from krex_bench.cli import build_parser as bench_parser
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and "bench" in action.choices:
+            action.choices["bench"] = argparse.ArgumentParser(prog="krex bench", parents=[bench_parser()], add_help=False)
 
 
 def subcommand_parser(parser: argparse.ArgumentParser, verb: str) -> argparse.ArgumentParser:

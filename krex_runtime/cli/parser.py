@@ -17,7 +17,7 @@ from krex_runtime.wire.bodies import submit_modes
 from krex_runtime.wire.control_client import CLIENT_KEY_ENV, SERVER_KEY_ENV
 from krex_runtime.wire.protocol import EXIT_KREX_ERROR, EXIT_SIGNAL_BASE, EXIT_TIMEOUT
 
-COMPLETION_SHELLS = ("bash", "zsh", "fish", "tcsh")
+COMPLETION_SHELLS = ("bash", "zsh", "fish", "tcsh", "powershell")
 
 # `krex`'s exit status, the one table (README and docs/api.md show it; a test keeps them in step).
 EXIT_STATUS_TABLE: tuple[tuple[str, str], ...] = (
