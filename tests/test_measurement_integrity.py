@@ -26,6 +26,8 @@ EXPECTED = {
     "fork_join": set(),
     "synced": set(),
     "legacy": set(),
+    "graph": set(),
+    "graph_side": {"escaped"},
 }
 
 
@@ -52,7 +54,7 @@ def test_each_hack_is_flagged_and_honest_timings_are_clean(make_runtime: Any) ->
 
     released = [e for e in trace_events(rt, "region_released") if e.get("kind") == "region"]
     assert [set((e["integrity"] or {}).get("flags", {})) for e in released[-len(EXPECTED):]] == list(EXPECTED.values())
-    assert f"krex: warning: {result['id']}: integrity: flagged in 4 of 8 region(s)" in done.stderr
+    assert f"krex: warning: {result['id']}: integrity: flagged in 5 of 10 region(s)" in done.stderr
 
 
 def test_a_harness_patched_after_import_is_flagged(make_runtime: Any) -> None:

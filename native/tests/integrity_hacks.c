@@ -17,6 +17,8 @@
  *   synced         work on S synchronised before the end record  clean
  *   legacy         events on the legacy default stream, work on a
  *                  blocking stream B (implicitly joined)          clean
+ *   graph          a graph of two kernels replayed on T           clean
+ *   graph_side     the same graph replayed on S, never joined     escaped
  *
  * Prints each scenario's name as it runs and exits 0.
  */
@@ -50,6 +52,24 @@ static CUfunction kernel;
 static CUcontext ctx;
 static CUstream timed, side, other, blocking;
 static CUevent start, end, fork_ev, join_ev;
+static CUgraphExec graph;
+
+/* A graph of two kernel nodes (the simulator replays them in order). */
+static void make_graph(void)
+{
+    CUgraph g;
+    CUgraphNode nodes[2];
+    unsigned long long duration = 50000;
+    CUdeviceptr none = 0;
+    void *params[] = {&duration, &none};
+    CUDA_KERNEL_NODE_PARAMS p = {.func = kernel, .gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32,
+                                 .blockDimY = 1, .blockDimZ = 1, .kernelParams = params};
+    CHECK(cuGraphCreate(&g, 0));
+    CHECK(cuGraphAddKernelNode_v2(&nodes[0], g, NULL, 0, &p));
+    CHECK(cuGraphAddKernelNode_v2(&nodes[1], g, &nodes[0], 1, &p));
+    CHECK(cuGraphInstantiateWithFlags(&graph, g, 0));
+    CHECK(cuGraphDestroy(g));
+}
 
 static void launch(CUstream stream)
 {
@@ -154,6 +174,17 @@ int main(void)
     launch(blocking); /* the legacy stream's end record waits for it */
     launch(NULL);
     finish(NULL);
+
+    make_graph();
+    begin("graph", timed);
+    CHECK(cuGraphLaunch(graph, timed));
+    finish(timed);
+
+    begin("graph_side", timed);
+    CHECK(cuGraphLaunch(graph, side));
+    launch(timed);
+    finish(timed);
+    CHECK(cuGraphExecDestroy(graph));
 
     return 0;
 }

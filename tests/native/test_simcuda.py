@@ -563,7 +563,8 @@ def test_get_proc_address_returns_working_simulator_functions(sim: Sim):
         assert ctx_sync_v2(s.ctx) == 0 and s.read_u64(c) == 1
 
         # unsupported and private entry points answer cleanly
-        assert lib.cuGraphLaunch(None, None) == layout.CUDA_ERROR_NOT_SUPPORTED
+        assert lib.cuStreamEndCapture(None, None) == layout.CUDA_ERROR_NOT_SUPPORTED
+        assert lib.cuGraphLaunch(None, None) == layout.CUDA_ERROR_INVALID_HANDLE  # graphs of kernels are simulated
         table = ctypes.c_void_p(1)
         assert lib.cuGetExportTable(ctypes.byref(table), None) == layout.CUDA_ERROR_NOT_SUPPORTED and not table.value
         text = ctypes.c_char_p()

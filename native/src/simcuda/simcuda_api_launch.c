@@ -1,5 +1,5 @@
 /*
- * Driver entry points: modules, kernel launches, host functions.
+ * Driver entry points: modules, kernel launches, host functions, graphs of kernels.
  */
 #include "simcuda_internal.h"
 
@@ -301,4 +301,137 @@ static CUresult stream_add_callback(CUstream stream, CUstreamCallback fn, void *
 CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
     SIM_GATED(stream_add_callback(hStream, callback, userData, flags));
+}
+
+/* ---- graphs: kernel nodes only, replayed in the order they were added ------------ */
+
+/* Enough for the graphs tests build by hand; no stream capture. Dependencies
+ * are accepted and ignored: nodes run one after another on the launch's
+ * stream, which is one valid order of any dependency graph. */
+#define SIM_GRAPH_NODES 64
+
+struct CUgraphNode_st {
+    unsigned index;
+};
+
+struct CUgraph_st {
+    unsigned n;
+    struct sim_kernel_args nodes[SIM_GRAPH_NODES];
+    struct CUgraphNode_st handles[SIM_GRAPH_NODES];
+};
+
+struct CUgraphExec_st {
+    unsigned n;
+    struct sim_kernel_args nodes[SIM_GRAPH_NODES];
+};
+
+static CUresult graph_create(CUgraph *graph, unsigned int flags)
+{
+    CHECK_INIT();
+    if (!graph || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    *graph = calloc(1, sizeof **graph);
+    return *graph ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult CUDAAPI cuGraphCreate(CUgraph *phGraph, unsigned int flags)
+{
+    return graph_create(phGraph, flags);
+}
+
+static CUresult graph_add_kernel(CUgraphNode *node, CUgraph graph, CUfunction f, const unsigned int grid[3],
+                                 const unsigned int block[3], void **params, void **extra)
+{
+    CHECK_INIT();
+    if (!node || !graph || !valid_function(f))
+        return !node || !graph ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+    if (graph->n == SIM_GRAPH_NODES)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct sim_kernel_args *k = &graph->nodes[graph->n];
+    memset(k, 0, sizeof *k);
+    snprintf(k->name, sizeof k->name, "%s", f->name);
+    for (int i = 0; i < 3; i++) {
+        if (!grid[i] || !block[i])
+            return CUDA_ERROR_INVALID_VALUE;
+        k->grid[i] = grid[i];
+        k->block[i] = block[i];
+    }
+    CUresult rc = read_kernel_args(params, extra, k); /* the values now, as CUDA copies them */
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    graph->handles[graph->n].index = graph->n;
+    *node = &graph->handles[graph->n++];
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                         size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    (void)dependencies, (void)numDependencies;
+    if (!nodeParams)
+        return CUDA_ERROR_INVALID_VALUE;
+    const CUDA_KERNEL_NODE_PARAMS *p = nodeParams;
+    const unsigned int grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ};
+    const unsigned int block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
+    return graph_add_kernel(phGraphNode, hGraph, p->func, grid, block, p->kernelParams, p->extra);
+}
+
+CUresult CUDAAPI cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                      size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams)
+{
+    (void)dependencies, (void)numDependencies;
+    if (!nodeParams)
+        return CUDA_ERROR_INVALID_VALUE;
+    const CUDA_KERNEL_NODE_PARAMS_v1 *p = nodeParams;
+    const unsigned int grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ};
+    const unsigned int block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
+    return graph_add_kernel(phGraphNode, hGraph, p->func, grid, block, p->kernelParams, p->extra);
+}
+
+static CUresult graph_instantiate(CUgraphExec *exec, CUgraph graph)
+{
+    CHECK_INIT();
+    if (!exec || !graph)
+        return CUDA_ERROR_INVALID_VALUE;
+    *exec = malloc(sizeof **exec);
+    if (!*exec)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    (*exec)->n = graph->n;
+    memcpy((*exec)->nodes, graph->nodes, sizeof graph->nodes);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
+{
+    (void)flags;
+    return graph_instantiate(phGraphExec, hGraph);
+}
+
+static CUresult graph_launch(CUgraphExec exec, CUstream stream)
+{
+    CHECK_INIT();
+    if (!exec)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct CUstream_st *s;
+    CUresult rc = sim_stream_resolve(stream, &s);
+    for (unsigned i = 0; rc == CUDA_SUCCESS && i < exec->n; i++)
+        rc = sim_enqueue_kernel(s, &exec->nodes[i]);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+    SIM_GATED(graph_launch(hGraphExec, hStream));
+}
+
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
+{
+    free(hGraphExec);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph)
+{
+    free(hGraph);
+    return CUDA_SUCCESS;
 }
