@@ -122,6 +122,16 @@ def test_pooled_commands_get_auto_regions_per_command(rt: Runtime) -> None:
     assert after["unprotected_timings"] == 4  # counted for this command alone, in its context process
 
 
+def test_a_patched_harness_taints_only_its_own_pooled_command(rt: Runtime) -> None:
+    """Measurement integrity (docs/integrity.md): a candidate that replaces
+    do_bench after import has its later regions flagged; the next command of
+    the same context process starts untainted."""
+    patched, seen = run(rt, "--mode", "pooled", "--auto-region", "--", "python", str(TENANTS / "patched_harness.py"))
+    assert set(seen["after"]["flags"]) == {"patched_harness"} and seen["honest"]["clean"]
+    after, _ = run(rt, "--mode", "pooled", "--auto-region", "--", "python", CANDIDATE, "do_bench")
+    assert [r["integrity"]["flags"] for r in after["regions"]] == [{}], (patched["worker"], after["worker"])
+
+
 def test_forked_commands_get_auto_regions_per_command(rt: Runtime) -> None:
     wait_until(lambda: rt.client().call("status")["gpus"][0]["zygote"].get("state") == "ready", 60, "the zygote")
     result, seen = run(rt, "--mode", "forked", "--auto-region", "--", "python", CANDIDATE, "do_bench", "timeit")

@@ -278,6 +278,7 @@ def activate(env):
         except ValueError:
             pass
         hook.undo()
+        _forget_patched()  # a pooled context process's next command starts untainted
 
     return undo
 
@@ -290,6 +291,12 @@ def _register_check(check):
         return False
     integrity.release_checks.append(check)
     return True
+
+
+def _forget_patched():
+    integrity = sys.modules.get("krex_runtime.tenant.integrity")
+    if integrity is not None:
+        integrity.patched_harnesses.clear()
 
 
 def _unregister_check(check):
