@@ -20,7 +20,7 @@
  * EXIT then reports no timed windows).
  *
  * Fast path (a launch, a record, a stream wait, a host wait, while the
- * tenant holds its region): one atomic increment and five stores into a
+ * tenant holds its region): one atomic increment and six stores into a
  * fixed ring of operations. Outside a region nothing is logged. The analysis
  * runs at the elapsed-time query, under a mutex, walking the ring backwards
  * from the end record to the start record; a window longer than the ring is
