@@ -57,7 +57,7 @@ int main(void)
     CUdriverProcAddressQueryResult st;
     void *p = NULL;
     static const char *gpa_names[] = {"cuGetProcAddress", "cuLaunchKernel", "cuMemcpyHtoD", "cuCtxSynchronize",
-                                      "cuGetExportTable", "cuStreamSynchronize"};
+                                      "cuGetExportTable", "cuStreamSynchronize", "cuDeviceGet"};
     for (size_t i = 0; i < sizeof gpa_names / sizeof gpa_names[0]; i++) {
         p = NULL;
         CUresult r = gpa(gpa_names[i], &p, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &st);

@@ -40,7 +40,8 @@ def test_resolvers_are_wrapped_and_others_untouched(probe) -> None:
     assert probe[("dlsym", "cuGetProcAddress_v2")] == ["krex"]
     assert probe[("dlsym", "cuGetExportTable")] == ["driver"]
     assert probe[("dlsym", "cuDeviceGet")] == ["driver"]
-    assert probe[("dlsym", "cuCtxSynchronize")] == ["driver"]
+    # host waits are tracked (measurement integrity), so they are swapped too
+    assert probe[("dlsym", "cuCtxSynchronize")] == ["krex"]
     assert probe[("dlsym-default", "strlen")] == ["other"]
 
 
@@ -49,8 +50,9 @@ def test_cu_get_proc_address_swaps_by_identity(probe) -> None:
     assert probe[("getproc", "cuGetProcAddress")] == ["krex"]
     assert probe[("getproc", "cuLaunchKernel")] == ["krex"]
     assert probe[("getproc", "cuMemcpyHtoD")] == ["krex"]
-    assert probe[("getproc", "cuCtxSynchronize")] == ["driver"]
-    assert probe[("getproc", "cuStreamSynchronize")] == ["driver"]
+    assert probe[("getproc", "cuCtxSynchronize")] == ["krex"]  # tracked: a host wait joins streams
+    assert probe[("getproc", "cuStreamSynchronize")] == ["krex"]
+    assert probe[("getproc", "cuDeviceGet")] == ["driver"]
     assert probe[("getproc", "cuGetExportTable")] in (["driver"], ["error"])
     # the per-thread-default-stream flag yields the _ptsz variant, mapped to its own wrapper
     assert probe[("getproc-ptsz", "cuLaunchKernel")] == ["krex", "cuLaunchKernel_ptsz"]
