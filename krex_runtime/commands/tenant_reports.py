@@ -93,6 +93,15 @@ class _Pipe:
         return self.report
 
 
+def remove_left(run_dir: Path) -> list[str]:
+    """The reports a runtime that no longer runs left (its commands have
+    ended with it): removed. What was done, one line (none when nothing was left)."""
+    folder = run_dir / FOLDER
+    left = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    shutil.rmtree(folder, ignore_errors=True)
+    return [f"removed {len(left)} tenant report(s)"] if left else []
+
+
 class Reports:
     """The reports of the commands that run now (keyed by path)."""
 
@@ -100,7 +109,7 @@ class Reports:
         self.folder = run_dir / FOLDER
         self._user = run_as.user if run_as is not None else None
         self._open: dict[Path, _Pipe] = {}
-        shutil.rmtree(self.folder, ignore_errors=True)  # an earlier run's: none of its commands runs now
+        remove_left(run_dir)  # an earlier run's: none of its commands runs now
         self.folder.mkdir(mode=0o700)
         if self._user is not None:
             os.chown(self.folder, -1, self._user.gid)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import krex_runtime
-from krex_runtime.commands import cgroups
+from krex_runtime.commands import cgroups, tenant_reports
 from krex_runtime.commands.identities import Identities
 from krex_runtime.commands.cgroups import CgroupSlice
 from krex_runtime.node import access, native_build
@@ -231,6 +231,7 @@ def recover_run_dir(run_dir: Path, who: str) -> list[str]:
         for socket_path in sorted(p for p in run_dir.iterdir() if p.is_socket()):  # control, telemetry, region
             socket_path.unlink(missing_ok=True)
             done.append(f"removed {socket_path.name}")
+        done += tenant_reports.remove_left(run_dir)  # their commands ended above
         return done
     finally:
         held.release()
