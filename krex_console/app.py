@@ -38,7 +38,7 @@ from krex_console.views.commands import CommandDetailScreen, CommandsTable
 from krex_console.views.events import EventsTable
 from krex_console.views.gpu_detail import GpuDetailScreen, summarize_gpu
 from krex_console.views.overview import OverviewTable
-from krex_console.widgets import FilterInput, StatusBar
+from krex_console.widgets import FIELD, FilterInput, StatusBar
 from krex_runtime.wire.state import GpuState
 
 RENDER_EVERY_S = 0.1  # at most 10 repaints a second, however fast events come
@@ -203,13 +203,15 @@ class KrexConsole(App[None]):
         totals = s.totals
         running = sum(tenants_of(s, g)[0] for g in s.gpus.values())  # the canaries take no slot
         slots = sum(g.slots for g in s.gpus.values())
-        node = (
-            f"node [b]{s.node or '?'}[/b]  policy {s.policy or '?'}  seq {s.seq}  GPUs {len(s.gpus)}"
-            f"  running {running}/{slots}  queued {len(s.queue)}  done {sum(totals.get(k, 0) for k in ('finished', 'timeout', 'cancelled', 'failed'))}"
-            f"{'  [b red]NODE PAUSED[/]' if s.paused else ''}{'  [b red]STOPPING[/]' if s.stopping else ''}"
-        )
+        done = sum(totals.get(k, 0) for k in ("finished", "timeout", "cancelled", "failed"))
+        # Fields (FIELD between them: where a narrow header goes on to a second line, never cutting one).
+        node = FIELD.join([
+            f"node [b]{s.node or '?'}[/b]", f"policy {s.policy or '?'}", f"seq {s.seq}", f"GPUs {len(s.gpus)}",
+            f"running {running}/{slots}", f"queued {len(s.queue)}", f"done {done}",
+            *(["[b red]NODE PAUSED[/]"] if s.paused else []), *(["[b red]STOPPING[/]"] if s.stopping else []),
+        ])
         if self.replay is not None:
-            return f"[b reverse] REPLAY [/] {self.replay.describe()}  {node}"
+            return f"[b reverse] REPLAY [/] {self.replay.describe()}{FIELD}{node}"
         status = self.status
         age = self.feed_age()
         if status == FeedStatus.LIVE and self.live is not None and age >= self.live.stale_after_s:
@@ -220,7 +222,7 @@ class KrexConsole(App[None]):
             FeedStatus.STALE: f"[b yellow]◌ STALE {fmt.duration(age)}[/] (no telemetry since)",
             FeedStatus.DISCONNECTED: f"[b red]✖ DISCONNECTED[/] ({self.status_detail}; retrying)",
         }.get(status, status)
-        return f"{badge}{'  [b magenta]READ-ONLY[/]' if self.read_only else ''}  {node}"
+        return f"{badge}{FIELD + '[b magenta]READ-ONLY[/]' if self.read_only else ''}{FIELD}{node}"
 
     def feed_age(self) -> float:
         """Seconds since the live feed last heard from the runtime (0 in replay)."""

@@ -33,7 +33,7 @@ from krex_console.feed import FeedStatus, LiveFeed
 from krex_console.messages import NodeHighlighted, OpenCommand, OpenNode
 from krex_console.views.commands import CommandDetailScreen
 from krex_console.views.nodes import NodesTable, node_panel
-from krex_console.widgets import FilterInput
+from krex_console.widgets import FIELD, FilterInput
 from krex_runtime.wire.state import CommandInfo, NodeState
 
 NODE_TABS = ("overview", "commands", "events")
@@ -108,9 +108,9 @@ class ClusterConsole(KrexConsole):
         if node is not None:
             summary = self.node_summary()
             # First, so that an 80-column header still says it.
-            down = (f"[b red]NODE DOWN: {summary.reason or 'no reason given'}[/]  "
+            down = (f"[b red]NODE DOWN: {summary.reason or 'no reason given'}[/]{FIELD}"
                     if summary is not None and not summary.alive else "")
-            return f"{down}{super().status_text()}  [dim]esc: all nodes[/]"
+            return f"{down}{super().status_text()}{FIELD}[dim]esc: all nodes[/]"
         nodes = self.model.nodes
         figures = (
             f"cluster  nodes {sum(1 for n in nodes if n.alive)}/{len(nodes)} alive  GPUs {sum(n.gpu_count for n in nodes)}"

@@ -77,32 +77,33 @@ class SeekDialog(ModalScreen["float | None"]):
         self.dismiss(None)
 
 
+# Every line fits an 80x24 terminal whole (72 cells inside the dialog's
+# border and padding), so no phrase wraps and nothing is cut.
 HELP_TEXT = """\
-[b]Views[/b]
-  1  node overview (a row per GPU)     2  commands     3  events (audit log)
-  0  a cluster's nodes (enter: that node's views 1 2 3; esc: back to all nodes)
-  enter  open the selected GPU / command          esc  back
-  j / k  down / up        /  filter (commands, events)    ctrl+p  command palette
-  shift+letter (the underlined one) or a click on a header: sort by that column,
-  again to reverse        s  step the commands' sort (newest, state, GPU, ...)
+[b]Views[/b]  1 node overview   2 commands   3 events (audit log)
+  0  a cluster's nodes (enter: that node's views; esc: all nodes)
+  enter  open the selected GPU / command       esc  back
+  j / k  down / up     /  filter (commands, events)     ctrl+p  palette
+  shift+letter (the underlined one) or a click on a header: sort by
+  that column, again to reverse;  s  step the commands' sort
 
-[b]Actions[/b] (live, not read-only; each asks first, Cancel is the default;
-  shown only where they apply to the selected GPU or command)
-  l  lease the GPU        u  release its lease     c  recycle its contexts
-  p  pause / resume admission on the GPU           ctrl+k  kill the command
+[b]Actions[/b]  live, not read-only; each asks first (Cancel is the default);
+  offered only where they apply to the selected GPU or command
+  l  lease the GPU     u  release its lease     c  recycle its contexts
+  p  pause / resume admission on the GPU        ctrl+k  kill the command
 
 [b]Replay[/b]
-  space  play / pause     n  step one event       + / -  speed
-  g  seek to a time       [ / ]  back / forward 10 s
+  space  play / pause    n  step one event      + / -  speed
+  g  seek to a time      [ / ]  back / forward 10 s
 
-  q or ctrl+c  quit       ?  this help
-"""
+  q or ctrl+c  quit      ?  this help           esc  close it"""
+HELP_WIDTH = 72  # the widest line above
 
 
 class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > Vertical { width: 84; max-width: 98%; height: auto; border: thick $accent; background: $surface; padding: 1 2; }
+    HelpScreen > Vertical { width: 78; max-width: 100%; height: auto; border: thick $accent; background: $surface; padding: 0 2; }
     """
     BINDINGS = [Binding("escape,question_mark,q", "close", "Close")]
 

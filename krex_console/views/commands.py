@@ -154,6 +154,19 @@ def region_summary(model: ConsoleModel, command_id: str) -> str:
     )
 
 
+def ended_text(result: dict[str, Any]) -> str:
+    """How a command ended, for a person: its state, then its exit code, or
+    the signal and reason where it has no exit code (a cancelled command)."""
+    parts = [str(result.get("state") or "ended")]
+    if result.get("exit_code") is not None:
+        parts.append(f"exit {result['exit_code']}")
+    elif result.get("signal"):
+        parts.append(f"signal {result['signal']}")
+    if result.get("reason"):
+        parts.append(str(result["reason"]))
+    return ", ".join(parts)
+
+
 class CommandDetailScreen(CommandActions, Screen[None]):
     """A command's record, its region statistics and the tail of its output.
 
@@ -180,6 +193,9 @@ class CommandDetailScreen(CommandActions, Screen[None]):
         self.endpoint = endpoint
         self.status = status  # the status bar's first text; the app keeps it current
         self.result: dict[str, Any] | None = None
+        # Set in on_mount: is_mounted is still False there, and a paused replay
+        # sends no later state that would fill the summary in (it stayed blank).
+        self._ready = False
 
     def compose(self) -> ComposeResult:
         yield StatusBar(self.status)
@@ -190,6 +206,7 @@ class CommandDetailScreen(CommandActions, Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self._ready = True
         self.refresh_from(self.model)
         if self.endpoint is not None:
             self.follow_output(self.endpoint)
@@ -197,7 +214,7 @@ class CommandDetailScreen(CommandActions, Screen[None]):
             self.query_one(Log).write_line(self.no_output)
 
     def refresh_from(self, model: ConsoleModel) -> None:
-        if not self.is_mounted:
+        if not self._ready:
             return
         cmd = model.state.commands.get(self.command_id)
         if cmd is None:
@@ -258,7 +275,7 @@ class CommandDetailScreen(CommandActions, Screen[None]):
         if not self.is_mounted:
             return
         self.result = result
-        self.query_one(Log).write(f"\n(ended: {result.get('state')}, exit {result.get('exit_code')})\n")
+        self.query_one(Log).write(f"\n(ended: {ended_text(result)})\n")
         self.refresh_from(self.model)
 
     def selected_command(self) -> CommandInfo | None:
