@@ -282,9 +282,10 @@ class RegionChannel:
         # What the tenant's library saw of its timed windows (docs/integrity.md),
         # into the certificate the release makes.
         counts, patched = integrity.parse_exit(arg)
+        said = ""  # the words the record was made of, echoed in RELEASED
         if req.kind == "region":  # inside a lease a region is a no-op: the lease's record stays none
             req.integrity = integrity.record(counts, patched)
-        said = integrity.words(",".join(str(counts[k]) for k in integrity.COUNTS) if counts else None, patched)
+            said = integrity.words(",".join(str(counts[k]) for k in integrity.COUNTS) if counts else None, patched)
         if req.kind == "region":
             self.manager.gpus[conn.who.gpu].release(req, "released")
         if req.revoked:

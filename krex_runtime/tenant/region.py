@@ -144,6 +144,7 @@ class _Channel:
             if not self.holding:
                 raise RegionError("EINVAL", "this process does not hold its region")
             self.holding = False
+            self.integrity = None
             sent = integrity_words.words(integrity_words.library_counts(), integrity_words.patched_now())
             released = self._transact(f"EXIT {sent}".rstrip(), "RELEASED").split()
             # RELEASED <seq> [<exit flags>] [integrity=... harness=...]: the words the record was made of
