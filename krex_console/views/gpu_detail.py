@@ -46,11 +46,36 @@ def describe_gpu(model: ConsoleModel, gpu: GpuState) -> str:
         f"  throttle {', '.join(throttle) if isinstance(throttle, list) and throttle else ('none' if isinstance(throttle, list) else fmt.NA)}"
         f"{'  [i](simulated telemetry)[/i]' if sim else ''}",
         "pool " + pool_text(pool) + share_text(gpu),
+        process_memory_text(model, t),
     ]
     isolation = isolation_text(gpu)
     if isolation:
         lines.append(isolation)
     return "\n".join(lines)
+
+
+PROCESSES_SHOWN = 6  # the GPU memory line names the biggest users; the rest are counted
+
+
+def process_memory_text(model: ConsoleModel, telemetry: Any) -> str:
+    """GPU memory per process, most first, as nvitop lists them: its pid, its
+    command where it is one of the node's (id and label), else `foreign`."""
+    entries = fmt.get(telemetry, "process_memory")
+    if not isinstance(entries, list):
+        return f"GPU memory by process {fmt.NA}"
+    if not entries:
+        return "GPU memory by process: none"
+    by_pid = {c.pid: c for c in model.state.commands.values() if c.pid is not None and c.state == "running"}
+    parts = []
+    for entry in entries[:PROCESSES_SHOWN]:
+        if not isinstance(entry, dict):
+            continue
+        cmd = by_pid.get(entry.get("pid"))
+        who = f"{cmd.id}{' ' + cmd.label if cmd.label else ''}" if cmd is not None else (
+            "[b]foreign[/b]" if entry.get("foreign") else "tenant")
+        parts.append(f"pid {entry.get('pid')} {who} {fmt.bytes_(entry.get('mem_used'))}")
+    more = f"  (+{len(entries) - PROCESSES_SHOWN} more)" if len(entries) > PROCESSES_SHOWN else ""
+    return "GPU memory by process: " + "; ".join(parts) + more
 
 
 def canary_line(canary: Any, f: dict[str, str], simulated: bool) -> str:

@@ -125,6 +125,7 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventLog, server: C
         channel = RegionChannel(region_access.socket, regions.manager, tenancy.identify, config.regions, tokens)
         certify_regions(regions, witnesses, tenancy, clocks)
     telemetry.foreign_processes = gpu_processes.foreign(witnesses, lambda pid: _is_tenant(tenancy, pid))
+    telemetry.process_memory = gpu_processes.process_memory(witnesses, lambda pid: _is_tenant(tenancy, pid))
     return Node(config, gpus, dispatcher, telemetry, attachments, tenancy, canaries, regions, leases, channel)
 
 

@@ -128,7 +128,7 @@ class SimulatedSampler:
         busy = 1.0 if active else 0.0
         return {
             "util_pct": 100 * busy if active is not None else None,
-            "mem_used": None if "mem_used" in faults else 0,
+            "mem_used": _read("mem_used", faults, lambda: self._mem_used(gpu)),
             "mem_total": None if "mem_total" in faults else self.memory_total,
             "sm_clock_mhz": None if "sm_clock_mhz" in faults else simulated_sm_clock(),
             "mem_clock_mhz": None if "mem_clock_mhz" in faults else SIMULATED_MEM_CLOCK_MHZ,
@@ -153,6 +153,16 @@ class SimulatedSampler:
             return active_count(self.device_name, gpu)
         except FileNotFoundError:  # no tenant has opened the simulated device yet
             return 0
+
+    def _mem_used(self, gpu: int) -> int:
+        """What the device's live processes hold allocated on it (the simulator's per-process mem_used)."""
+        from krex_runtime.sim.device_file import read_device
+
+        try:
+            state = read_device(self.device_name)
+        except FileNotFoundError:
+            return 0
+        return sum(int(s.mem_used[gpu]) for s in state.slots if s.alive)
 
     def close(self) -> None:
         pass

@@ -59,6 +59,8 @@ class Telemetry:
         # GPU index -> pids using it that are not tenants of this runtime (None: n/a);
         # the node sets it once it can tell tenants apart (telemetry/gpu_processes.py).
         self.foreign_processes: Callable[[int], list[int] | None] = lambda gpu: None
+        # GPU index -> GPU memory per process (gpu_processes.process_memory; None: n/a).
+        self.process_memory: Callable[[int], list[dict[str, Any]] | None] = lambda gpu: None
 
     async def run(self) -> None:
         interval = self.config.telemetry.sample_interval_s
@@ -79,6 +81,10 @@ class Telemetry:
                 sample["foreign"] = self.foreign_processes(int(key))
             except Exception:  # missing data is a value
                 sample["foreign"] = None
+            try:
+                sample["process_memory"] = self.process_memory(int(key))
+            except Exception:
+                sample["process_memory"] = None
         return metrics
 
     # --- canaries -----------------------------------------------------------------
