@@ -127,6 +127,26 @@ def gpu_offers(action: str, gpu: GpuState) -> bool:
     return action == "toggle_admission"
 
 
+def why_not_gpu(action: str, gpu: GpuState) -> str:
+    """Why the GPU action does nothing on this GPU now ("" where it applies)."""
+    if gpu_offers(action, gpu):
+        return ""
+    if action == "lease":
+        return f"GPU {gpu.index} is leased already (u releases it)"
+    if action == "release":
+        return f"GPU {gpu.index} has no operator lease to release (l leases it)"
+    if action == "recycle":
+        return f"GPU {gpu.index} has no context pool to recycle (the runtime's [pool] size_per_gpu is 0)"
+    return f"{action} does not apply to a GPU"
+
+
+def why_not_command(action: str, command: CommandInfo) -> str:
+    """Why kill does nothing on this command now ("" where it applies)."""
+    if command_offers(action, command):
+        return ""
+    return f"command {command.id} has ended ({command.state}): nothing to kill"
+
+
 def command_offers(action: str, command: CommandInfo) -> bool:
     """Kill applies to a command that has not ended."""
     return action == "kill" and command.state in LIVE_STATES

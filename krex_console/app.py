@@ -72,6 +72,12 @@ class KrexConsole(App[None]):
         Binding("g", "seek", "Seek"),
         Binding("left_square_bracket", "jump(-10)", "-10 s", show=False),
         Binding("right_square_bracket", "jump(10)", "+10 s", show=False),
+        # A view's action key that may not act falls through to these: they say why.
+        Binding("l", "why_not('lease')", show=False),
+        Binding("u", "why_not('release')", show=False),
+        Binding("c", "why_not('recycle')", show=False),
+        Binding("p", "why_not('toggle_admission')", show=False),
+        Binding("ctrl+k", "why_not('kill')", show=False),
     ]
     INITIAL_TAB = "overview"
     TABLES: dict[str, Any] = {"overview": OverviewTable, "commands": CommandsTable, "events": EventsTable}
@@ -310,6 +316,32 @@ class KrexConsole(App[None]):
         if action in actions.CHANGING_ACTIONS:
             return self.actions_allowed
         return True
+
+    def action_why_not(self, action: str) -> None:
+        """An action key pressed where the action does nothing: say why, in
+        one notice (the view hid the key: replay, read-only, no target, or
+        the target does not take it now)."""
+        self.notify(self.why_not(action), severity="warning")
+
+    def why_not(self, action: str) -> str:
+        if self.replay is not None:
+            return "replay: a trace cannot be acted on (actions are off)"
+        if not self.actions_allowed:
+            return "read-only: actions are off (this console watches through the read-only socket)"
+        selected = "selected_command" if action == "kill" else "selected_gpu"
+        node: Any = self.focused
+        while node is not None and not hasattr(node, selected):
+            node = node.parent
+        if node is None and hasattr(self.screen, selected):
+            node = self.screen
+        if node is None:
+            where = "command (2: commands)" if action == "kill" else "GPU (1: overview)"
+            return f"{action.replace('_', ' ')} acts on the selected {where}: select one first"
+        target = getattr(node, selected)()
+        if target is None:
+            return f"no {'command' if action == 'kill' else 'GPU'} selected"
+        why = actions.why_not_command(action, target) if action == "kill" else actions.why_not_gpu(action, target)
+        return why or f"{action.replace('_', ' ')} is not offered here"
 
     def on_request_action(self, message: RequestAction) -> None:
         self.confirm_and_perform(message.action)

@@ -29,7 +29,7 @@ COLUMNS = [
     Column("draining", "Drain", 9, hotkey="N"),
     Column("frozen", "Frz", 5, hotkey="F"),
     Column("lease", "Lease", 7, hotkey="L", least=8),
-    Column("admission", "Adm", 2, hotkey="D"),
+    Column("admission", "Admit", 2, hotkey="D", least=6),  # least: "paused" never widens it (no rebuild)
     Column("inflation", "Infl p50/p95", 2, hotkey="I"),
     Column("util", "Util", 3, hotkey="T"),
     Column("memory", "Memory", 4, hotkey="M", least=7),

@@ -72,7 +72,7 @@ async def test_the_header_counts_and_the_admission_column_are_there(size: tuple[
         for field in ("node node-01", "running 2/6", "queued 0", "done 4"):
             assert field in text, text
         header = next(row for row in text.splitlines() if " GPU " in row)
-        assert "Adm" in header.split(), text
+        assert "Admit" in header.split(), text
         gpu_rows = [row.split() for row in text.splitlines() if row.split()[:1] in (["0"], ["1"]) and "Overview" not in row]
         assert all("open" in row for row in gpu_rows) and len(gpu_rows) == 2, text
 
