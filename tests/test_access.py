@@ -148,13 +148,13 @@ def connect(path: Path) -> Callable[[], str]:
     return attempt
 
 
-def call(endpoint: str, type_: str) -> Callable[[], str]:
+def call(endpoint: str, type_: str, body: dict[str, Any] | None = None) -> Callable[[], str]:
     """A request through the real client: "ok", the error code, or why there was no reply."""
 
     def attempt() -> str:
         try:
             with ControlClient(endpoint, timeout_s=10) as client:
-                client.call(type_)
+                client.call(type_, body)
         except RequestFailed as exc:
             return exc.code
         except RuntimeUnavailable as exc:
@@ -206,6 +206,11 @@ def test_operators_group_and_world_readable_read_only_socket(accounts: Accounts,
     assert "permission denied" in as_user(accounts.stranger, call(control, "hello"))
     assert as_user(accounts.stranger, call(read_only, "status")) == "ok"
     assert as_user(accounts.stranger, call(read_only, "pause")) == protocol.ErrorCode.REFUSED
+    # `ls` is anyone's who may read; `logs` only its submitter's and operators' (as streaming is).
+    theirs = json.loads(rt.krex("run", "--json", "--", "echo", "private").stdout)["id"]
+    assert as_user(accounts.stranger, call(read_only, "ls")) == "ok"
+    assert as_user(accounts.stranger, call(read_only, "logs", {"id": theirs})) == protocol.ErrorCode.FORBIDDEN
+    assert as_user(accounts.operator, call(control, "logs", {"id": theirs})) == "ok"
     with rt.client() as c:
         assert c.call("status")["paused"] is False
 
@@ -379,6 +384,8 @@ krex pause; echo "pause $?"
 krex submit -- true; echo "submit $?"
 krex status --json >/dev/null; echo "status $?"
 krex wait --json {finished} >/dev/null; echo "wait $?"
+krex logs {finished} >/dev/null; echo "logs $?"
+krex ls --json >/dev/null; echo "ls $?"
 env -i PATH="$PATH" {krex} --endpoint "$ctl" recycle 0; echo "scrubbed $?"
 {krex} cancel {victim}; echo "default-endpoint $?"
 """
@@ -404,9 +411,9 @@ def test_a_tenant_is_refused_every_change_but_may_read(make_runtime: Any) -> Non
     krex_error = protocol.EXIT_KREX_ERROR
     assert results == {
         "cancel": krex_error, "pause": krex_error, "submit": krex_error, "status": 0, "wait": krex_error,
-        "scrubbed": krex_error, "default-endpoint": krex_error,
+        "logs": krex_error, "ls": 0, "scrubbed": krex_error, "default-endpoint": krex_error,
     }, stderr
-    assert stderr.count("[forbidden]") == 5, stderr
+    assert stderr.count("[forbidden]") == 6, stderr
     # Another command's output is not a tenant's to read.
     assert "'streaming a command's output' is forbidden to tenants of this runtime" in stderr
     assert "'cancel' is forbidden to tenants of this runtime: process " in stderr
