@@ -112,18 +112,18 @@ class ClusterConsole(KrexConsole):
                     if summary is not None and not summary.alive else "")
             return f"{down}{super().status_text()}{FIELD}[dim]esc: all nodes[/]"
         nodes = self.model.nodes
-        figures = (
-            f"cluster  nodes {sum(1 for n in nodes if n.alive)}/{len(nodes)} alive  GPUs {sum(n.gpu_count for n in nodes)}"
-            f"  running {sum(n.running for n in nodes)}/{sum(n.slots for n in nodes)}  queued {sum(n.queued for n in nodes)}"
-        )
+        figures = FIELD.join([
+            "cluster", f"nodes {sum(1 for n in nodes if n.alive)}/{len(nodes)} alive", f"GPUs {sum(n.gpu_count for n in nodes)}",
+            f"running {sum(n.running for n in nodes)}/{sum(n.slots for n in nodes)}", f"queued {sum(n.queued for n in nodes)}",
+        ])
         if self.replay is not None:
-            return f"[b reverse] REPLAY [/] {self.replay.describe()}  {figures}"
+            return f"[b reverse] REPLAY [/] {self.replay.describe()}{FIELD}{figures}"
         badge = {
             FeedStatus.LIVE: "[b green]● LIVE[/]",
             FeedStatus.CONNECTING: "[b yellow]◌ CONNECTING[/]",
             FeedStatus.DISCONNECTED: f"[b red]✖ DISCONNECTED[/] ({self.cluster_detail}; retrying)",
         }.get(self.cluster_status, self.cluster_status)
-        return f"{badge}{'  [b magenta]READ-ONLY[/]' if self.read_only else ''}  {figures}"
+        return f"{badge}{FIELD + '[b magenta]READ-ONLY[/]' if self.read_only else ''}{FIELD}{figures}"
 
     # --- drilling in and out --------------------------------------------------------
 
