@@ -109,3 +109,18 @@ def test_when_takes_ages_unix_seconds_and_clock_times() -> None:
     assert history.parse_when("2026-12-03T14:00") > 1.7e9
     with pytest.raises(ValueError, match="is not a time"):
         history.parse_when("soon")
+
+
+def test_logs_reads_whole_characters_until_the_command_has_ended(tmp_path: Path) -> None:
+    """A character half written is left for the next read while the command
+    runs; once it has ended, what is there is the output (bad bytes replaced)."""
+    from krex_runtime.service.handlers import output_file_part
+
+    out = tmp_path / "x.stdout"
+    out.write_bytes("né".encode() + "€".encode()[:2])
+    running = output_file_part(out, 0, None, final=False)
+    assert running == {"data": "né", "next": 3, "more": False}
+    assert output_file_part(out, 3, None, final=True) == {"data": "\ufffd", "next": 5, "more": False}
+    assert output_file_part(tmp_path / "gone", 0, None, final=True) is None
+    out.write_text("a\nb\nc\n")
+    assert output_file_part(out, 0, 2, final=True) == {"data": "b\nc\n", "next": 6, "more": False}

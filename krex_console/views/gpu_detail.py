@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, Label, Static
 
@@ -297,7 +298,10 @@ class GpuDetailScreen(GpuActions, Screen[None]):
         if not self._ready:
             return
         gpu = gpu_by_uuid(model.state, self.uuid)
-        summary = self.query_one("#gpu-summary", Static)
+        try:
+            summary = self.query_one("#gpu-summary", Static)
+        except NoMatches:  # a tick that lands while the screen is being taken down (the app exiting)
+            return
         if gpu is None:
             summary.update(f"GPU {self.uuid} is not in the node's state (yet)")
             return

@@ -315,7 +315,7 @@ async def logs(ctx: Context, peer: Peer, req: Request) -> Any:
         if stream not in history.STREAMS:
             raise ProtocolError(ErrorCode.BAD_REQUEST, f"body.streams: no stream {stream!r} (stdout, stderr)")
         path = record.get(f"{stream}_path")
-        read = output_file_part(Path(path), req.body.offsets.get(stream, 0), req.body.tail) if path else None
+        read = output_file_part(Path(path), req.body.offsets.get(stream, 0), req.body.tail, ended) if path else None
         if read is None:
             missing.append(stream)
         else:
@@ -323,10 +323,11 @@ async def logs(ctx: Context, peer: Peer, req: Request) -> Any:
     return {"id": job.id, "state": record["state"], "ended": ended, "output": output, "missing": missing}
 
 
-def output_file_part(path: Path, offset: int, tail: int | None) -> dict[str, Any] | None:
-    """From byte `offset` on (whole UTF-8 characters only; the rest comes next
-    time), or the last `tail` lines: {"data", "next" (the offset to ask from
-    next), "more" (the file holds more already)}. None: there is no file."""
+def output_file_part(path: Path, offset: int, tail: int | None, final: bool) -> dict[str, Any] | None:
+    """From byte `offset` on (whole UTF-8 characters only, the rest next time,
+    unless the file is `final`: its command has ended), or the last `tail`
+    lines: {"data", "next" (the offset to ask from next), "more" (the file
+    holds more already)}. None: there is no file."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -343,9 +344,8 @@ def output_file_part(path: Path, offset: int, tail: int | None) -> dict[str, Any
         return None
     except OSError as exc:
         raise ProtocolError(ErrorCode.REFUSED, f"cannot read {path}: {exc.strerror or exc}") from None
+    more = offset + len(data) < size
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    text = decoder.decode(data)
+    text = decoder.decode(data, final=final and not more)
     whole = len(data) - len(decoder.getstate()[0])
-    if whole == 0 and data and offset + len(data) >= size and len(data) >= 4:
-        text, whole = data.decode("utf-8", "replace"), len(data)  # not a character being written: bad bytes
-    return {"data": text, "next": offset + whole, "more": offset + len(data) < size}
+    return {"data": text, "next": offset + whole, "more": more}

@@ -38,6 +38,7 @@ async def _detail_shows_memory_per_process(rt: Runtime) -> None:
         await rendered(pilot)
         text = screen_text(app)
         assert f"GPU memory by process: pid {pid} {holder} holder 256.0MiB" in text, text
+        await pilot.press("escape")
         with rt.client() as client:
             client.call("cancel", {"id": holder})
 
