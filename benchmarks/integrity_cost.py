@@ -44,7 +44,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="krex-integrity-"))
     exe = work / "integrity_launch_loop"
     cuda_include = os.environ.get("CUDA_INCLUDE", "/usr/local/cuda/include")
-    subprocess.run(["cc", "-std=c11", "-D_GNU_SOURCE", "-O2", f"-I{native / 'include'}", f"-I{cuda_include}",
+    subprocess.run(["cc", "-std=c11", "-D_GNU_SOURCE", "-O2", f"-I{native / 'include'}", f"-I{native / 'tests'}", f"-I{cuda_include}",
                     "-o", str(exe), str(REPO / "benchmarks/tenants/integrity_launch_loop.c"),
                     f"-L{native / 'build/sim'}", "-l:libcuda.so.1", f"-Wl,-rpath,{native / 'build/sim'}"], check=True)
 

@@ -59,13 +59,13 @@ $(KREX_TEST_DIR)/region_client: tests/region_client.c include/krex.h $(BUILD)/li
 	$(CC) $(KREX_TEST_CFLAGS) -o $@ $< -L$(BUILD) -l:libkrex.so -Wl,-rpath,'$$ORIGIN/..'
 
 # Unprotected-timing detection's tenant: the simulated driver and the region API.
-$(KREX_TEST_DIR)/event_timing: tests/event_timing.c include/krex.h $(BUILD)/sim/libcuda.so.1 $(BUILD)/libkrex.so
+$(KREX_TEST_DIR)/event_timing: tests/event_timing.c tests/tenant_check.h include/krex.h $(BUILD)/sim/libcuda.so.1 $(BUILD)/libkrex.so
 	@mkdir -p $(dir $@)
 	$(CC) $(KREX_TEST_CFLAGS) -o $@ $< -L$(BUILD)/sim -l:libcuda.so.1 -L$(BUILD) -l:libkrex.so \
 		-Wl,-rpath,'$$ORIGIN/../sim' -Wl,-rpath,'$$ORIGIN/..'
 
 # Measurement integrity's catalogue of timing hacks (and honest timings).
-$(KREX_TEST_DIR)/integrity_hacks: tests/integrity_hacks.c include/krex.h $(BUILD)/sim/libcuda.so.1 $(BUILD)/libkrex.so
+$(KREX_TEST_DIR)/integrity_hacks: tests/integrity_hacks.c tests/tenant_check.h include/krex.h $(BUILD)/sim/libcuda.so.1 $(BUILD)/libkrex.so
 	@mkdir -p $(dir $@)
 	$(CC) $(KREX_TEST_CFLAGS) -o $@ $< -L$(BUILD)/sim -l:libcuda.so.1 -L$(BUILD) -l:libkrex.so \
 		-Wl,-rpath,'$$ORIGIN/../sim' -Wl,-rpath,'$$ORIGIN/..' -pthread

@@ -12,14 +12,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#define CHECK(call)                                                                 \
-    do {                                                                            \
-        CUresult r_ = (call);                                                       \
-        if (r_ != CUDA_SUCCESS) {                                                   \
-            fprintf(stderr, "integrity_launch_loop: %s failed: %d\n", #call, (int)r_); \
-            exit(2);                                                                \
-        }                                                                           \
-    } while (0)
+#define TENANT "integrity_launch_loop"
+#include "tenant_check.h" /* native/tests */
 
 static double now_ns(void)
 {

@@ -30,22 +30,8 @@
 #include "krex.h"
 #include "krex_gate.h"
 
-#define CHECK(call)                                                                 \
-    do {                                                                            \
-        CUresult r_ = (call);                                                       \
-        if (r_ != CUDA_SUCCESS) {                                                   \
-            fprintf(stderr, "event_timing: %s failed: %d\n", #call, (int)r_);       \
-            exit(2);                                                                \
-        }                                                                           \
-    } while (0)
-#define REGION(call)                                                                \
-    do {                                                                            \
-        int r_ = (call);                                                            \
-        if (r_ != 0) {                                                              \
-            fprintf(stderr, "event_timing: %s failed: %d\n", #call, r_);            \
-            exit(3);                                                                \
-        }                                                                           \
-    } while (0)
+#define TENANT "event_timing"
+#include "tenant_check.h"
 
 typedef CUresult(CUDAAPI *elapsed_fn)(float *, CUevent, CUevent);
 

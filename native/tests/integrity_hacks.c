@@ -31,22 +31,8 @@
 
 #include "krex.h"
 
-#define CHECK(call)                                                                 \
-    do {                                                                            \
-        CUresult r_ = (call);                                                       \
-        if (r_ != CUDA_SUCCESS) {                                                   \
-            fprintf(stderr, "integrity_hacks: %s failed: %d\n", #call, (int)r_);    \
-            exit(2);                                                                \
-        }                                                                           \
-    } while (0)
-#define REGION(call)                                                                \
-    do {                                                                            \
-        int r_ = (call);                                                            \
-        if (r_ != 0) {                                                              \
-            fprintf(stderr, "integrity_hacks: %s failed: %d\n", #call, r_);         \
-            exit(3);                                                                \
-        }                                                                           \
-    } while (0)
+#define TENANT "integrity_hacks"
+#include "tenant_check.h"
 
 static CUfunction kernel;
 static CUcontext ctx;
