@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -13,6 +14,7 @@ from region_checks import is_frozen
 
 from krex_runtime.regions import gate
 from krex_runtime.commands.cgroups import CgroupSlice
+from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.sim.device_file import remove_device
 from krex_runtime.wire.trace import read_trace
@@ -168,3 +170,16 @@ def finish(rt: Runtime, *ids: str) -> None:
         rt.krex("cancel", command_id)
     for command_id in ids:
         rt.krex("wait", "--json", command_id)
+
+
+def module_runtime(folder: Path, **settings: object) -> Iterator[Runtime]:
+    """A runtime a test file's tests share (a module-scoped fixture yields from
+    it): started in `folder`, stopped and checked clean at the end, and
+    nothing of it left on the node."""
+    before = hygiene.baseline()
+    runtime = Runtime(folder, **settings).start()
+    try:
+        yield runtime
+    finally:
+        stop_and_check(runtime)
+    assert not hygiene.leftovers(runtime.run_dir, runtime.lock_dir, before)

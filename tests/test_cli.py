@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from runtime_helpers import PY, REPO, TENANTS, regions_config, stop_and_check
+from runtime_helpers import PY, REPO, TENANTS, regions_config, module_runtime
 
 from rich.console import Console
 
@@ -30,7 +30,6 @@ from krex_runtime.api import NodeStatus
 from krex_runtime.cli.parser import EXIT_STATUS_TABLE, build_parser
 from krex_runtime.cli.views import status_view
 from krex_runtime.sim.device_file import remove_device
-from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import Runtime, command, wait_until
 
 SLEEP = [PY, "-c", "import time; time.sleep(60)"]
@@ -38,14 +37,7 @@ SLEEP = [PY, "-c", "import time; time.sleep(60)"]
 
 @pytest.fixture(scope="module")
 def rt(tmp_path_factory: pytest.TempPathFactory, native_built: Path) -> Iterator[Runtime]:
-    before = hygiene.baseline()
-    runtime = Runtime(tmp_path_factory.mktemp("cli") / "rt", policy="krex", sim=1, slots=8, extra_config=regions_config())
-    runtime.start()
-    try:
-        yield runtime
-    finally:
-        stop_and_check(runtime)
-    assert not hygiene.leftovers(runtime.run_dir, runtime.lock_dir, before)
+    yield from module_runtime(tmp_path_factory.mktemp("cli") / "rt", policy="krex", sim=1, slots=8, extra_config=regions_config())
 
 
 def one_document(done: subprocess.CompletedProcess[str]) -> dict:

@@ -12,24 +12,16 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from runtime_helpers import PY, stop_and_check
+from runtime_helpers import PY, module_runtime
 
 from krex_runtime.commands.fair_share import key_of_user
-from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import Runtime, command
 from krex_runtime.wire import history
 
 
 @pytest.fixture(scope="module")
 def rt(tmp_path_factory: pytest.TempPathFactory, native_built: Path) -> Iterator[Runtime]:
-    before = hygiene.baseline()
-    runtime = Runtime(tmp_path_factory.mktemp("history") / "rt", policy="krex", sim=1, slots=8)
-    runtime.start()
-    try:
-        yield runtime
-    finally:
-        stop_and_check(runtime)
-    assert not hygiene.leftovers(runtime.run_dir, runtime.lock_dir, before)
+    yield from module_runtime(tmp_path_factory.mktemp("history") / "rt", policy="krex", sim=1, slots=8)
 
 
 def listed(rt: Runtime, *args: str) -> list[dict]:

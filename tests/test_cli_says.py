@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from runtime_helpers import stop_and_check
+from runtime_helpers import module_runtime
 from test_bench import _result
 
-from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import Runtime
 
 WITHOUT_MATPLOTLIB = ("import sys; sys.modules['matplotlib'] = None; from krex_runtime.cli import main; "
@@ -23,14 +22,7 @@ WITHOUT_MATPLOTLIB = ("import sys; sys.modules['matplotlib'] = None; from krex_r
 
 @pytest.fixture(scope="module")
 def rt(tmp_path_factory: pytest.TempPathFactory, native_built: Path) -> Iterator[Runtime]:
-    before = hygiene.baseline()
-    runtime = Runtime(tmp_path_factory.mktemp("says") / "rt", policy="krex", sim=1, slots=4)
-    runtime.start()
-    try:
-        yield runtime
-    finally:
-        stop_and_check(runtime)
-    assert not hygiene.leftovers(runtime.run_dir, runtime.lock_dir, before)
+    yield from module_runtime(tmp_path_factory.mktemp("says") / "rt", policy="krex", sim=1, slots=4)
 
 
 def test_auto_region_that_wrapped_nothing_says_so(rt: Runtime) -> None:

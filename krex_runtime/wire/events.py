@@ -208,7 +208,9 @@ class Telemetry(Event):
     """one sample of every GPU"""
     gpus: dict[str, dict[str, Any]] = note(
         "per GPU index: `util_pct`, `mem_used`, `mem_total`, `sm_clock_mhz`, `mem_clock_mhz`, `temp_c`, `power_w`, "
-        "`throttle`, `processes`, `simulated`, `time`, `parked`, `draining` (null: not available)"
+        "`throttle`, `processes`, `simulated`, `time`, `parked`, `draining`, `foreign` (pids the runtime did not "
+        "start), `process_memory` (GPU memory per process, most first: `pid`, `mem_used` (bytes; NVML's running "
+        "compute processes, the simulator's allocations per process), `foreign`) (null: not available)"
     )
 
 
