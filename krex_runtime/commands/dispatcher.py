@@ -457,7 +457,7 @@ class Dispatcher:
         if mode == "finish" and running:
             await asyncio.wait([asyncio.create_task(j.done.wait()) for j in running], timeout=grace_s)
         for job in running:
-            if not job.done.is_set():
+            if not job.done.is_set() and not job.ending:  # an ended one only waits for its certificate
                 job.cancel("runtime shutting down")
         if self._tasks:
             await asyncio.wait(set(self._tasks))
