@@ -15,7 +15,14 @@ import os
 
 from krex_runtime.wire.peers import Credentials, command_id_of, ipc_credentials, lineage
 
-__all__ = ["Credentials", "ipc_credentials", "refusal", "tenancy_of"]
+__all__ = ["Credentials", "Peer", "ipc_credentials", "refusal", "tenancy_of"]
+
+
+class Peer:
+    """Who sent a request: its route on the control socket and, on ipc, the kernel's word."""
+
+    def __init__(self, route: tuple[bytes, ...], credentials: Credentials | None, remote: bool) -> None:
+        self.route, self.credentials, self.remote = route, credentials, remote
 
 
 def tenancy_of(pid: int) -> str:

@@ -25,6 +25,7 @@ from krex_runtime.wire import protocol, verbs
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 
 from krex_cluster import access, handlers, held, nodes, sockets
+from krex_cluster.access import Peer
 from krex_cluster.commands import ClusterCommand, CommandTable
 from krex_cluster.config import ClusterConfig, default_run_dir
 from krex_cluster.router import Needs, NoPlacement, place
@@ -34,13 +35,6 @@ log = logging.getLogger("krex.cluster")
 TOPIC_CLUSTER = b"cluster"
 DRAIN_WAIT_S = 0.5
 PUMP_FAILURES = 5  # failed calls in a row, its Ray node up, before an agent counts as gone
-
-
-class Peer:
-    """Who sent a request: its route on the control socket and, on ipc, the kernel's word."""
-
-    def __init__(self, route: tuple[bytes, ...], credentials: access.Credentials | None, remote: bool) -> None:
-        self.route, self.credentials, self.remote = route, credentials, remote
 
 
 class Gateway:

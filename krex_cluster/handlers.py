@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Protocol
 
 import ray
 
@@ -17,12 +17,34 @@ from krex_runtime.wire import history, protocol, verbs
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request
 from krex_runtime.wire.typed import to_dict
 
+from krex_cluster.access import Peer
+from krex_cluster.commands import ClusterCommand, CommandTable
+from krex_cluster.config import ClusterConfig
+from krex_cluster.held import HeldFile
+from krex_cluster.nodes import NodeState
 from krex_cluster.router import NoPlacement
 
-if TYPE_CHECKING:
-    from krex_cluster.gateway import Gateway, Peer
 
-Handler = Callable[["Gateway", "Peer", Request], Awaitable[Any]]
+class GatewayContext(Protocol):
+    """What the handlers use of the gateway (gateway.py): they are bound
+    through it, as the runtime's handlers through their context, so that
+    neither module imports the other's."""
+
+    config: ClusterConfig
+    nodes: dict[str, NodeState]
+    table: CommandTable
+    held_file: HeldFile
+    started_at: float
+    telemetry_endpoint: str
+
+    def send(self, peer: Peer, msg: dict[str, Any]) -> None: ...
+
+    def choose(self, body: dict[str, Any]) -> str: ...
+
+    async def send_to(self, cmd: ClusterCommand, name: str) -> dict[str, Any]: ...
+
+
+Handler = Callable[[GatewayContext, Peer, Request], Awaitable[Any]]
 HANDLERS: dict[str, Handler] = {}
 SENT = object()  # the handler sent its reply itself (pushes follow it)
 
@@ -35,7 +57,7 @@ def handles(verb: verbs.Verb) -> Callable[[Handler], Handler]:
     return register
 
 
-def _gpus(gw: Gateway) -> list[dict[str, Any]]:
+def _gpus(gw: GatewayContext) -> list[dict[str, Any]]:
     """Every GPU of every node that is up, each with its node's name."""
     found = []
     for node in gw.nodes.values():
@@ -44,13 +66,13 @@ def _gpus(gw: Gateway) -> list[dict[str, Any]]:
     return found
 
 
-def _policy(gw: Gateway) -> str:
+def _policy(gw: GatewayContext) -> str:
     policies = {n.info.get("policy") for n in gw.nodes.values() if n.info.get("policy")}
     return policies.pop() if len(policies) == 1 else "mixed" if policies else "unknown"
 
 
 @handles(verbs.HELLO)
-async def hello(gw: Gateway, peer: Peer, req: Request) -> Any:
+async def hello(gw: GatewayContext, peer: Peer, req: Request) -> Any:
     return {"protocol": protocol.VERSION, "node": gw.config.gateway.name, "policy": _policy(gw), "read_only": False,
             "telemetry": gw.telemetry_endpoint, "gpus": _gpus(gw), "labels": {}, "cluster": True,
             # A client attached through this gateway sees another answer in its place (api/inbox.py, Liveness).
@@ -58,7 +80,7 @@ async def hello(gw: Gateway, peer: Peer, req: Request) -> Any:
 
 
 @handles(verbs.STATUS)
-async def status(gw: Gateway, peer: Peer, req: Request) -> Any:
+async def status(gw: GatewayContext, peer: Peer, req: Request) -> Any:
     totals: Counter[str] = Counter()
     for node in gw.nodes.values():
         if node.alive and node.status:
@@ -78,7 +100,7 @@ async def status(gw: Gateway, peer: Peer, req: Request) -> Any:
 
 
 @handles(verbs.SUBMIT)
-async def submit(gw: Gateway, peer: Peer, req: Request) -> Any:
+async def submit(gw: GatewayContext, peer: Peer, req: Request) -> Any:
     body = {k: v for k, v in to_dict(req.body).items() if k != "attach"}
     if not 0 <= req.body.retries <= 100:
         raise ProtocolError(ErrorCode.BAD_REQUEST, "body.retries: must be between 0 and 100")
@@ -109,7 +131,7 @@ async def submit(gw: Gateway, peer: Peer, req: Request) -> Any:
     return _reply_and_follow(gw, peer, req, cmd, req.body.attach)
 
 
-def _reply_and_follow(gw: Gateway, peer: Peer, req: Request, cmd: Any, attach: bool) -> Any:
+def _reply_and_follow(gw: GatewayContext, peer: Peer, req: Request, cmd: Any, attach: bool) -> Any:
     """The reply; with `attach`, then the output so far, the result if it has
     one, and from then on what comes (the order a runtime streams in)."""
     state = "queued" if cmd.state == "pending" else cmd.state
@@ -125,7 +147,7 @@ def _reply_and_follow(gw: Gateway, peer: Peer, req: Request, cmd: Any, attach: b
     return SENT
 
 
-def _command(gw: Gateway, cid: str) -> Any:
+def _command(gw: GatewayContext, cid: str) -> Any:
     cmd = gw.table.get(cid)
     if cmd is None:
         raise ProtocolError(ErrorCode.NOT_FOUND, f"no command {cid!r} in this cluster")
@@ -133,7 +155,7 @@ def _command(gw: Gateway, cid: str) -> Any:
 
 
 @handles(verbs.WAIT)
-async def wait(gw: Gateway, peer: Peer, req: Request) -> Any:
+async def wait(gw: GatewayContext, peer: Peer, req: Request) -> Any:
     cmd = _command(gw, req.body.id)
     if req.body.attach:
         return _reply_and_follow(gw, peer, req, cmd, True)
@@ -142,7 +164,7 @@ async def wait(gw: Gateway, peer: Peer, req: Request) -> Any:
 
 
 @handles(verbs.CANCEL)
-async def cancel(gw: Gateway, peer: Peer, req: Request) -> Any:
+async def cancel(gw: GatewayContext, peer: Peer, req: Request) -> Any:
     cmd = _command(gw, req.body.id)
     if cmd.final:
         return {"id": cmd.id, "state": cmd.state}
@@ -156,7 +178,7 @@ async def cancel(gw: Gateway, peer: Peer, req: Request) -> Any:
     return {"id": cmd.id, "state": cmd.state if cmd.final else reply.get("state", cmd.state)}
 
 
-async def _call_node(gw: Gateway, name: str, verb: str, body: dict[str, Any], timeout_s: float) -> Any:
+async def _call_node(gw: GatewayContext, name: str, verb: str, body: dict[str, Any], timeout_s: float) -> Any:
     """A verb sent to one node's runtime: its reply body, or its error raised as ours."""
     node = gw.nodes.get(name)
     if node is None:
@@ -178,7 +200,7 @@ def _node_verb(verb: verbs.Verb) -> Handler:
     """An operator verb for one node: it must name the node; the node gets the
     body without it (a runtime knows itself by another name)."""
 
-    async def handle(gw: Gateway, peer: Peer, req: Request) -> Any:
+    async def handle(gw: GatewayContext, peer: Peer, req: Request) -> Any:
         body = to_dict(req.body)
         name = body.pop("node", None)
         if name is None:
@@ -193,7 +215,7 @@ def _node_verb(verb: verbs.Verb) -> Handler:
 
 
 @handles(verbs.LIST)
-async def list_commands(gw: Gateway, peer: Peer, req: Request) -> Any:
+async def list_commands(gw: GatewayContext, peer: Peer, req: Request) -> Any:
     """The commands the gateway remembers, by their cluster ids, each with its node."""
     try:
         history.states_of(req.body.state)
@@ -208,7 +230,7 @@ async def list_commands(gw: Gateway, peer: Peer, req: Request) -> Any:
 
 
 @handles(verbs.LOGS)
-async def logs(gw: Gateway, peer: Peer, req: Request) -> Any:
+async def logs(gw: GatewayContext, peer: Peer, req: Request) -> Any:
     """A command's output as the gateway kept it (gateway.output_kept_bytes);
     offsets count characters here."""
     cmd = _command(gw, req.body.id)

@@ -236,3 +236,17 @@ void krex_gate_attach_after_fork(void)
     pthread_mutex_init(&attach_lock, NULL);
     __atomic_store_n(&self_entry, NULL, __ATOMIC_RELEASE);
 }
+
+/* The region this tenant holds now (the gate's generation while it holds
+ * it), or 0 (also when not under a gate): what an event record, a launch and
+ * the region API file their bookkeeping under. */
+uint64_t krex_current_region(void)
+{
+    const struct krex_gate_header *gate = krex_gate_header();
+    if (gate == NULL)
+        return 0;
+    uint32_t word = __atomic_load_n(&gate->gate_word, __ATOMIC_SEQ_CST);
+    if (!(word & KREX_GATE_CLOSED) || __atomic_load_n(&gate->holder, __ATOMIC_SEQ_CST) != krex_gate_tenant())
+        return 0;
+    return __atomic_load_n(&gate->generation, __ATOMIC_SEQ_CST);
+}

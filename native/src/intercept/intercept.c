@@ -171,21 +171,32 @@ static bool is_our_wrapper(const void *p)
     return p == (void *)cuGetProcAddress || p == (void *)cuGetProcAddress_v2;
 }
 
-/* Binary search: is `name` (an exact exported name) gated? */
-static bool is_gated_name(const char *name)
+/* Binary search: the gated entry of `name` (an exact exported name), or NULL. */
+static const struct krex_gated_fn *gated_entry(const char *name)
 {
     unsigned lo = 0, hi = krex_gated_count;
     while (lo < hi) {
         unsigned mid = (lo + hi) / 2;
         int c = strcmp(krex_gated_fns[mid].name, name);
         if (c == 0)
-            return true;
+            return &krex_gated_fns[mid];
         if (c < 0)
             lo = mid + 1;
         else
             hi = mid;
     }
-    return false;
+    return NULL;
+}
+
+static bool is_gated_name(const char *name)
+{
+    return gated_entry(name) != NULL;
+}
+
+void *krex_gated_wrapper(const char *name)
+{
+    const struct krex_gated_fn *e = gated_entry(name);
+    return e != NULL ? e->wrapper : NULL;
 }
 
 void *krex_swap(const char *name, void *real)

@@ -77,18 +77,6 @@ static unsigned home_of(uintptr_t x)
     return (unsigned)(x >> 40) & (EVENT_SLOTS - 1);
 }
 
-/* The region this tenant holds now, or OUTSIDE (also when not under a gate). */
-uint64_t krex_current_region(void)
-{
-    const struct krex_gate_header *gate = krex_gate_header();
-    if (gate == NULL)
-        return OUTSIDE;
-    uint32_t word = __atomic_load_n(&gate->gate_word, __ATOMIC_SEQ_CST);
-    if (!(word & KREX_GATE_CLOSED) || __atomic_load_n(&gate->holder, __ATOMIC_SEQ_CST) != krex_gate_tenant())
-        return OUTSIDE;
-    return __atomic_load_n(&gate->generation, __ATOMIC_SEQ_CST);
-}
-
 static struct event_slot *find(uintptr_t key)
 {
     unsigned home = home_of(key);

@@ -50,6 +50,9 @@ void *krex_swap(const char *name, void *real);
 KREX_NO_SANITIZE bool krex_is_cu_name(const char *name);
 /* Real pointer behind the i-th gated wrapper (resolved once). */
 void *krex_gated_real(unsigned i);
+/* This library's gated definition of `name` (a call through it meets the
+ * gate), or NULL when the name is not gated. */
+void *krex_gated_wrapper(const char *name);
 
 /* Thread-local re-entrancy depth: while it is non-zero on a thread, wrappers
  * and resolvers pass straight through (calls made by the driver itself, by our

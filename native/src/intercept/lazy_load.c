@@ -26,8 +26,14 @@
 static KREX_TLS const void *known[KNOWN_SLOTS];
 
 typedef CUresult (CUDAAPI *is_loaded_fn)(CUfunctionLoadingState *state, CUfunction function);
+typedef CUresult (CUDAAPI *func_load_fn)(CUfunction function);
+typedef CUresult (CUDAAPI *kernel_function_fn)(CUfunction *function, CUkernel kernel);
 static is_loaded_fn is_loaded_real;
 static int is_loaded_resolved;
+/* The loads go through the gate: this library's own definitions, looked up
+ * by name (the generated table defines them; it calls in here, not back). */
+static func_load_fn func_load;
+static kernel_function_fn kernel_function;
 
 static unsigned slot_of(const void *f)
 {
@@ -39,6 +45,9 @@ static is_loaded_fn is_loaded(void)
 {
     if (!__atomic_load_n(&is_loaded_resolved, __ATOMIC_ACQUIRE)) {
         __atomic_store_n(&is_loaded_real, (is_loaded_fn)krex_driver_symbol("cuFuncIsLoaded"), __ATOMIC_RELAXED);
+        __atomic_store_n(&func_load, (func_load_fn)krex_gated_wrapper("cuFuncLoad"), __ATOMIC_RELAXED);
+        __atomic_store_n(&kernel_function, (kernel_function_fn)krex_gated_wrapper("cuKernelGetFunction"),
+                         __ATOMIC_RELAXED);
         __atomic_store_n(&is_loaded_resolved, 1, __ATOMIC_RELEASE);
     }
     return __atomic_load_n(&is_loaded_real, __ATOMIC_RELAXED);
@@ -63,12 +72,12 @@ void krex_load_before_launch(void *handle)
         return;
     known[s] = f;
     is_loaded_fn query = is_loaded();
-    if (query == NULL) /* a driver before CUDA 12.4 */
+    if (query == NULL || func_load == NULL || kernel_function == NULL) /* a driver before CUDA 12.4 */
         return;
     CUfunctionLoadingState state;
     CUfunction fn = f;
     if (!state_of(query, fn, &state)) {
-        if (cuKernelGetFunction(&fn, (CUkernel)f) != CUDA_SUCCESS || !state_of(query, fn, &state)) {
+        if (kernel_function(&fn, (CUkernel)f) != CUDA_SUCCESS || !state_of(query, fn, &state)) {
             krex_stats_note("lazy_load_unknown_handle");
             return;
         }
@@ -76,5 +85,5 @@ void krex_load_before_launch(void *handle)
     }
     if (state != CU_FUNCTION_LOADING_STATE_UNLOADED)
         return;
-    krex_stats_note(cuFuncLoad(fn) == CUDA_SUCCESS ? "lazy_load" : "lazy_load_failed");
+    krex_stats_note(func_load(fn) == CUDA_SUCCESS ? "lazy_load" : "lazy_load_failed");
 }
