@@ -60,7 +60,7 @@ BAD_MODULES = {
     ),
     "a console view imports the app": (
         "krex_console/views/bad_view.py", "from krex_console.app import KrexConsole\n",
-        "No import circles in the console or the runtime", ".views -> .app",
+        "No import circles in the console, the runtime or the cluster layer", ".views -> .app",
     ),
 }
 
