@@ -262,7 +262,7 @@ def throttled_during(run: dict[str, Any]) -> dict[str, int] | None:
 
 
 def _off_clock(flags: list[str]) -> bool:
-    """The region said its SM clock was off the canary baseline, at the grant or the release."""
+    """The region said its SM clock was off clock (below the GPU's top), at the grant or the release."""
     return any(f.removeprefix("exit:").startswith("clock:") for f in flags)
 
 

@@ -269,7 +269,7 @@ def test_clock_matched_inflation_leaves_out_measurements_at_another_clock() -> N
     native = [_result("mm", f"c{i}", 2.0, 1500) for i in range(10)]
     repeat = [_result("mm", f"c{i}", 2.0, 1500) for i in range(10)]
     krex = [_result("mm", f"c{i}", 2.0 * 1.08, 1410) for i in range(4)]
-    krex[0]["region_flags"] = ["exit:clock:1410MHz-vs-baseline-1980MHz"]  # the region's own word on its clock
+    krex[0]["region_flags"] = ["exit:clock:1410MHz-below-top-1980MHz"]  # the region's own word on its clock
     krex += [_result("mm", f"c{i}", 2.0 * 1.005, 1500 if i % 2 else 1515) for i in range(4, 10)]
     setup = {"kind": "krex", "concurrency": 4, "gate_backend": "preload", "mode": "process", "protection": "gpu+cpu"}
     data = {
