@@ -16,8 +16,8 @@ from typing import Any, Callable
 from krex_runtime.commands.dispatcher import Dispatcher
 from krex_runtime.commands.job import Job
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
-from krex_runtime.regions.manager import OPERATOR, RegionRefused, Request
-from krex_runtime.regions.node_regions import RegionManager
+from krex_runtime.regions.region_manager import RegionManager
+from krex_runtime.regions.requests import OPERATOR, RegionRefused, Request
 
 
 class CommandLeases:
@@ -32,8 +32,7 @@ class CommandLeases:
         assert job.gpu is not None
         region = self.manager.new_request(job.gpu, "lease", job.tenant_id or 0, job.id, 0, 0, job.timeout_s)
         await region.granted
-        gpu_regions = self.manager.gpus[job.gpu]
-        return lambda: gpu_regions.release(region, "command ended")
+        return lambda: self.manager.release(region, "command ended")
 
 
 class LeaseDesk:
@@ -69,9 +68,9 @@ class LeaseDesk:
         if region is None:
             raise ProtocolError(ErrorCode.NOT_FOUND, f"GPU {gpu} is not leased")
         if region.granted.done():
-            self.manager.gpus[gpu].release(region, "released by operator")
+            self.manager.release(region, "released by operator")
         else:
-            self.manager.gpus[gpu].withdraw(region, "released by operator before it was granted")
+            self.manager.withdraw(region, "released by operator before it was granted")
         self._end(gpu)
         return {"gpu": gpu, "released": True}
 

@@ -30,8 +30,9 @@ from krex_runtime.node.gpus import Gpu
 from krex_runtime.sim import layout as sim_layout
 from krex_runtime.node.sink import EventSink
 from krex_runtime.commands.tenants import TenantRegistry
-from krex_runtime.regions.manager import ClockProbe, GpuRegions, RegionSettings
-from krex_runtime.regions.node_regions import RegionManager
+from krex_runtime.regions.gpu_regions import GpuRegions, RegionSettings
+from krex_runtime.regions.region_manager import RegionManager
+from krex_runtime.regions.settle import ClockProbe
 
 log = logging.getLogger("krex.regions")
 

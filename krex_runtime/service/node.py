@@ -139,10 +139,9 @@ def certify_regions(regions: RegionMachinery, witnesses: GpuProcesses, tenancy: 
             return None
         return who.tenant_id if who is not None else None
 
-    for index, gpu_regions in regions.manager.gpus.items():
-        gpu_regions.certifier = Certifier(
-            index, gpu_regions.gate, witnesses, tenant_of, lambda pid: _is_tenant(tenancy, pid), clocks.now
-        )
+    regions.manager.attach_certifiers(
+        lambda index, gate: Certifier(index, gate, witnesses, tenant_of, lambda pid: _is_tenant(tenancy, pid), clocks.now)
+    )
 
 
 def _is_tenant(tenancy: Tenancy, pid: int) -> bool:
