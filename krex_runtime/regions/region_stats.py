@@ -14,6 +14,15 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 
+# What the clock probe reads (telemetry/clocks.py) that both the grant and the release record.
+_CLOCK_KEYS = ("sm_clock_mhz", "throttle", "power_w", "temp_c", "on_clock")
+
+
+def _take_clock(stats: Any, clock: dict[str, Any], prefix: str) -> None:
+    for key in _CLOCK_KEYS:
+        setattr(stats, prefix + key, clock.get(key))
+
+
 def _event_fields(stats: Any) -> dict[str, Any]:
     """The stats as the event's keyword arguments (shallow: the event holds the same lists)."""
     return {f.name: getattr(stats, f.name) for f in fields(stats)}
@@ -49,12 +58,8 @@ class EntryStats:
 
     def take_clock(self, clock: dict[str, Any]) -> None:
         """The settle step's reading: the clock at the grant and how long it waited for it."""
-        self.sm_clock_mhz = clock.get("sm_clock_mhz")
-        self.throttle = clock.get("throttle")
-        self.power_w = clock.get("power_w")
-        self.temp_c = clock.get("temp_c")
+        _take_clock(self, clock, "")
         self.top_clock_mhz = clock.get("top_clock_mhz")
-        self.on_clock = clock.get("on_clock")
         self.flags = clock.get("flags")
         self.settle_s = clock.get("settle_s")
 
@@ -85,11 +90,7 @@ class ExitStats:
 
     def take_clock(self, clock: dict[str, Any]) -> None:
         """The probe's reading at the release."""
-        self.exit_sm_clock_mhz = clock.get("sm_clock_mhz")
-        self.exit_power_w = clock.get("power_w")
-        self.exit_temp_c = clock.get("temp_c")
-        self.exit_throttle = clock.get("throttle")
-        self.exit_on_clock = clock.get("on_clock")
+        _take_clock(self, clock, "exit_")
         self.exit_flags = list(clock.get("flags") or [])
 
     def event_fields(self) -> dict[str, Any]:
