@@ -118,6 +118,7 @@ class AsyncClient:
         argv: Sequence[str],
         *,
         gpu: int | None = None,
+        gpus: int | Sequence[int] | None = None,
         mode: str | None = None,
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
@@ -134,7 +135,7 @@ class AsyncClient:
     ) -> AsyncHandle:
         """As `Client.submit`."""
         body = core.submit_body(
-            argv, gpu=gpu, mode=mode, timeout=timeout, env=env, cwd=cwd, label=label,
+            argv, gpu=gpu, gpus=gpus, mode=mode, timeout=timeout, env=env, cwd=cwd, label=label,
             auto_region=auto_region, auto_region_entries=auto_region_entries, share=share, lease=lease,
             node_labels=node_labels, gpu_model=gpu_model, retries=retries,
         )

@@ -30,6 +30,7 @@ def submit_body(
     argv: Sequence[str],
     *,
     gpu: int | None = None,
+    gpus: int | Sequence[int] | None = None,
     mode: str | None = None,
     timeout: float | None = None,
     env: Mapping[str, str] | None = None,
@@ -61,6 +62,13 @@ def submit_body(
         "attach": True,
         "lease": lease,
     }
+    if gpus is not None:  # a set of GPUs: how many, or which (docs/api.md)
+        if isinstance(gpus, bool) or not isinstance(gpus, (int, Sequence)) or isinstance(gpus, (str, bytes)):
+            raise TypeError("gpus is a number of GPUs (2) or a list of GPU indices ([0, 1])")
+        if isinstance(gpus, int):
+            body["gpu_count"] = gpus
+        else:
+            body["gpus"] = [int(g) for g in gpus]
     if mode is not None:
         body["mode"] = mode
     if auto_region is not None:

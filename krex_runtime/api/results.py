@@ -139,6 +139,9 @@ class Region:
     # Measurement integrity of its timed windows (docs/integrity.md): windows, clean, summary,
     # flags {name: {count, reason}}; None: the holder reported none (or an older runtime)
     integrity: Mapping[str, Any] | None = None
+    # A region over a set of GPUs: the set (it has a Region per GPU, each with this one
+    # `region` id; the set's verdict is the worst of theirs); (): one GPU.
+    gpus: tuple[int, ...] = ()
 
     @classmethod
     def from_record(cls, r: Mapping[str, Any]) -> Region:
@@ -162,6 +165,7 @@ class Region:
             settle_s=f.get("settle_s", _is_number),
             on_clock=f.get("on_clock", _is_bool),
             integrity=_integrity(f.get("integrity", _is_object)),
+            gpus=tuple(f.get("gpus", _INTS, (), "a list of integers")),
         )
 
 
@@ -209,6 +213,7 @@ class Result:
     # (it did not read in time): stdout/stderr here may miss some output, the
     # files the record names (stdout_path, stderr_path) have all of it.
     output_incomplete: bool = False
+    gpus: tuple[int, ...] = ()  # placed on a set of GPUs: the set (`gpu` its first); (): one GPU
     record: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)  # as the runtime sent it
 
     @property
@@ -251,6 +256,7 @@ class Result:
             share=f.get("share", _is_str, ""),
             output_lost=dict(f.get("output_lost", _map_of(_is_int), {}, "an object of integers")),
             output_error=f.get("output_error", _is_str, ""),
+            gpus=tuple(f.get("gpus", _INTS, (), "a list of integers")),
             record=dict(r),
         )
 

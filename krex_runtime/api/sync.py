@@ -100,6 +100,7 @@ class Client:
         argv: Sequence[str],
         *,
         gpu: int | None = None,
+        gpus: int | Sequence[int] | None = None,
         mode: str | None = None,
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
@@ -116,13 +117,15 @@ class Client:
     ) -> Handle:
         """Queue a command; returns once the runtime accepted it (RequestFailed if refused).
 
+        gpus: a set of GPUs for one command: how many (2, placed where that many
+            have a free slot) or which ([0, 1]); its regions cover them all.
         timeout: its wall-time limit in seconds (state `timeout`, exit status 124).
         env: its whole environment (default: this process's, as `krex` sends).
         cwd: its working folder (default: this process's).
         on_output(stream, text): called with its output as it arrives.
         """
         body = core.submit_body(
-            argv, gpu=gpu, mode=mode, timeout=timeout, env=env, cwd=cwd, label=label,
+            argv, gpu=gpu, gpus=gpus, mode=mode, timeout=timeout, env=env, cwd=cwd, label=label,
             auto_region=auto_region, auto_region_entries=auto_region_entries, share=share, lease=lease,
             node_labels=node_labels, gpu_model=gpu_model, retries=retries,
         )

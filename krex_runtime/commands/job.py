@@ -12,8 +12,10 @@ from krex_runtime.commands.identities import Identity
 from krex_runtime.commands.command_process import CommandProcess, Outcome
 from krex_runtime.commands.context_process import PooledRun
 from krex_runtime.commands.forked_process import ForkedRun
+from krex_runtime.commands.gpu_placement import GpuAsk
 from krex_runtime.commands.output import OutputLoss
 from krex_runtime.node.config import environment_problem
+from krex_runtime.node.gpus import Gpu
 from krex_runtime.wire.bodies import SubmitBody
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 
@@ -31,6 +33,8 @@ class Job:
     submitted_at: float
     state: str = "queued"
     gpu: int | None = None
+    gpu_ask: GpuAsk | None = None  # asked for a set of GPUs (commands/gpu_placement.py); None: one GPU
+    gpu_set: tuple[Gpu, ...] = ()  # placed on a set of GPUs: them, ascending (`gpu` is the first); (): one GPU
     tenant_id: int | None = None
     started_at: float | None = None
     finished_at: float | None = None
@@ -74,6 +78,7 @@ class Job:
             "id": self.id,
             "label": self.label,
             "gpu": self.gpu,
+            **({"gpus": [g.index for g in self.gpu_set]} if self.gpu_set else {}),
             "state": self.state,
             "exit_code": o.exit_code if o else None,
             "signal": o.signal if o else None,

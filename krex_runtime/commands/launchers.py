@@ -44,7 +44,7 @@ class Launchers:
         self._zygotes = zygotes
 
     def env_of(self, job: Job, gpu: Gpu) -> dict[str, str]:
-        return self._setup.env.build(job.id, job.tenant_id, job.env, gpu, job.identity)
+        return self._setup.env.build(job.id, job.tenant_id, job.env, gpu, job.identity, job.gpu_set[1:])
 
     def _spec(self, job: Job, gpu: Gpu, cgroup: Path | None) -> LaunchSpec:
         assert job.stdout_path is not None and job.stderr_path is not None
@@ -60,7 +60,8 @@ class Launchers:
             stdout_path=job.stdout_path,
             stderr_path=job.stderr_path,
             cgroup=cgroup,
-            cpus=self._setup.cores_of(gpu.index),
+            # A set's command may use the cores of each of its GPUs.
+            cpus=tuple(sorted({c for g in job.gpu_set or (gpu,) for c in self._setup.cores_of(g.index)})),
             run_as=self._setup.run_as_for(job.identity),
         )
 
@@ -101,7 +102,8 @@ class Launchers:
 
     async def _follow(self, job: Job, gpu: Gpu, pid: int | None, wait: Callable[[], object]) -> None:
         job.started_at = time.time()
-        self._emit(events.CommandStarted(id=job.id, gpu=gpu.index, pid=pid, tenant_id=job.tenant_id))
+        self._emit(events.CommandStarted(id=job.id, gpu=gpu.index, pid=pid, tenant_id=job.tenant_id,
+                                         gpus=[g.index for g in job.gpu_set] or None))
         try:
             outcome = await wait()  # type: ignore[misc]
         except Exception as exc:  # never leave a slot taken by a command we lost track of

@@ -45,7 +45,7 @@ class Tenancy:
         root = job.process.pid if job.process is not None else None
         if root is None or not process_tree.contains(root, job.cgroup, pid):
             return None
-        return TenantIdentity(job.tenant_id, job.id, job.gpu)
+        return TenantIdentity(job.tenant_id, job.id, job.gpu, tuple(g.index for g in job.gpu_set))
 
     def tenancy_of(self, pid: int) -> str:
         """Why process `pid` counts as a tenant of this runtime ("" when it does

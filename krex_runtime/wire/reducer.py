@@ -78,7 +78,9 @@ def _command_started(s: NodeState, e: dict[str, Any]) -> None:
     _leave_queue(s, cmd)
     cmd.state, cmd.gpu, cmd.pid, cmd.tenant_id, cmd.started_at = "running", e["gpu"], e["pid"], e["tenant_id"], e["t"]
     cmd.worker = e.get("worker")
-    gpu.running.append(cmd.id)
+    cmd.gpus = list(e.get("gpus") or [])
+    for other in _set_gpus(s, cmd):  # a command placed on a set runs on each of its GPUs
+        other.running.append(cmd.id)
     gpu.started += 1
     if cmd.mode == "forked" and gpu.zygote:
         gpu.zygote["forks"] += 1
@@ -91,10 +93,10 @@ def _command_finished(s: NodeState, e: dict[str, Any]) -> None:
     if cmd.state == "queued":
         _leave_queue(s, cmd)
     elif cmd.state == "running" and cmd.gpu in s.gpus:
-        gpu = s.gpus[cmd.gpu]
-        if cmd.id in gpu.running:
-            gpu.running.remove(cmd.id)
-        gpu.finished += 1
+        for other in _set_gpus(s, cmd):
+            if cmd.id in other.running:
+                other.running.remove(cmd.id)
+        s.gpus[cmd.gpu].finished += 1
     cmd.state, cmd.finished_at = e["state"], e["t"]
     cmd.exit_code, cmd.signal, cmd.reason = e.get("exit_code"), e.get("signal"), e.get("reason", "")
     cmd.auto_regions, cmd.unprotected_timings = list(e.get("auto_regions", [])), e.get("unprotected_timings", 0)
@@ -102,6 +104,12 @@ def _command_finished(s: NodeState, e: dict[str, Any]) -> None:
     s.finished_order.append(cmd.id)
     while len(s.finished_order) > s.keep_finished:
         s.commands.pop(s.finished_order.popleft(), None)
+
+
+def _set_gpus(s: NodeState, cmd: CommandInfo) -> list[GpuState]:
+    """The GPUs a running command is placed on: its set, or its one GPU."""
+    indices = cmd.gpus or [cmd.gpu]
+    return [s.gpus[i] for i in indices if i in s.gpus]
 
 
 def _admission_paused(s: NodeState, e: dict[str, Any]) -> None:
@@ -147,7 +155,8 @@ def _region_granted(s: NodeState, e: dict[str, Any]) -> None:
     }
     cmd = s.commands.get(e.get("command_id") or "")
     if cmd is not None:
-        cmd.region_count += 1
+        if not e.get("gpus") or e["gpu"] == e["gpus"][0]:  # a region over a set counts once, at its first GPU
+            cmd.region_count += 1
         if len(cmd.regions) < REGIONS_KEPT:
             cmd.regions.append(
                 {
@@ -156,7 +165,7 @@ def _region_granted(s: NodeState, e: dict[str, Any]) -> None:
                     "throttle": e.get("throttle"), "flags": list(e.get("flags") or []), "exit_flags": [],
                     "settle_s": e.get("settle_s"), "on_clock": e.get("on_clock"), "released_at": None, "hold_s": None,
                     "reason": None, "verdict": e.get("verdict"), "verdict_reasons": [], "integrity": None,
-                }
+                } | ({"gpus": list(e["gpus"])} if e.get("gpus") else {})
             )
 
 
@@ -164,7 +173,7 @@ def _region_released(s: NodeState, e: dict[str, Any]) -> None:
     gpu = _gpu(s, e)
     cmd = s.commands.get(gpu.region_command) if gpu.region_seq == e["region"] else None
     for record in cmd.regions if cmd is not None else ():
-        if record["region"] == e["region"]:
+        if record["region"] == e["region"] and record["gpu"] == e["gpu"]:  # a set has a record per GPU
             record.update(released_at=e["t"], hold_s=e.get("hold_s"), reason=e["reason"],
                           exit_flags=list(e.get("exit_flags") or []))
             if e.get("verdict") is not None:

@@ -4,7 +4,9 @@
  * acknowledge (drain_ack = drain_req, FUTEX_WAKE). Only then may the runtime
  * let the region holder measure.
  *
- * Two plain C threads, started with the process's registration:
+ * Plain C threads, started with the process's registration (a coordinator
+ * per gate entry: a command placed on a set of GPUs has one in each GPU's
+ * gate, and a drain asked on any of them synchronises every context):
  *   - the coordinator waits for requests and acknowledges, within a bound;
  *   - the worker synchronises each context this process used (pushed onto its
  *     own stack: cuCtxSynchronize covers every stream of a context). Its
@@ -43,7 +45,10 @@ static CUcontext contexts[MAX_CONTEXTS];
 static unsigned n_contexts;
 static KREX_TLS CUcontext last_context;
 
-static struct krex_gate_proc *entry;
+/* Our entry in each gate (several for a command placed on a set of GPUs):
+ * each has a coordinator; one worker synchronises for them all. */
+static struct krex_gate_proc *entries[KREX_GATE_SET_MAX];
+static unsigned n_entries;
 static int started;
 
 /* Jobs: the coordinator posts, the worker completes; both counters only grow. */
@@ -72,9 +77,9 @@ void krex_drain_note_context(void)
         i++;
     if (i == n_contexts && n_contexts < MAX_CONTEXTS)
         contexts[n_contexts++] = c;
-    if (entry != NULL) {
-        __atomic_store_n(&entry->contexts, n_contexts, __ATOMIC_RELAXED);
-        __atomic_store_n(&entry->uses_cuda, 1, __ATOMIC_RELAXED);
+    for (unsigned k = 0; k < n_entries; k++) {
+        __atomic_store_n(&entries[k]->contexts, n_contexts, __ATOMIC_RELAXED);
+        __atomic_store_n(&entries[k]->uses_cuda, 1, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&ctx_lock);
 }
@@ -210,14 +215,23 @@ static void init_sync_objects(void)
 
 void krex_drain_start(struct krex_gate_proc *e)
 {
-    if (__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL))
-        return;
     pthread_mutex_lock(&ctx_lock);
-    entry = e;
+    for (unsigned k = 0; k < n_entries; k++)
+        if (entries[k] == e) {
+            pthread_mutex_unlock(&ctx_lock);
+            return; /* started for this entry already */
+        }
+    if (n_entries == KREX_GATE_SET_MAX) {
+        pthread_mutex_unlock(&ctx_lock);
+        return;
+    }
+    entries[n_entries++] = e;
     __atomic_store_n(&e->contexts, n_contexts, __ATOMIC_RELAXED);
     __atomic_store_n(&e->uses_cuda, n_contexts > 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&ctx_lock);
-    init_sync_objects();
+    bool first = !__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL);
+    if (first)
+        init_sync_objects();
 
     /* The helpers take no signals: those belong to the program's threads. */
     sigset_t all, old;
@@ -228,7 +242,7 @@ void krex_drain_start(struct krex_gate_proc *e)
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 256 * 1024);
     pthread_t t;
-    if (pthread_create(&t, &attr, worker_main, NULL) != 0 ||
+    if ((first && pthread_create(&t, &attr, worker_main, NULL) != 0) ||
         pthread_create(&t, &attr, coordinator_main, e) != 0)
         krex_log("cannot start the drain helper; drains of this process will time out");
     pthread_attr_destroy(&attr);
@@ -241,7 +255,7 @@ void krex_drain_after_fork(void)
     pthread_mutex_init(&job_lock, NULL);
     n_contexts = 0;
     last_context = NULL;
-    entry = NULL;
+    n_entries = 0;
     job_posted = job_done = 0;
     started = 0;
 }

@@ -74,8 +74,13 @@ void krex_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 struct krex_gate_proc *krex_gate_register(bool *registered_now);
 /* This process's entry if it has one already (never attaches), else NULL. */
 struct krex_gate_proc *krex_gate_self(void);
-/* The attached gate's header (mapped read-only), or NULL. */
+/* The attached gate's header (mapped read-only), or NULL; the first of a set. */
 const struct krex_gate_header *krex_gate_header(void);
+/* A command placed on a set of GPUs has a gate and an entry per GPU
+ * (KREX_GATE_SET): how many (0 before registering), and the i-th of each. */
+unsigned krex_gate_count(void);
+const struct krex_gate_header *krex_gate_header_at(unsigned i);
+struct krex_gate_proc *krex_gate_self_at(unsigned i);
 int64_t krex_gate_tenant(void); /* KREX_TENANT_ID as read when attaching */
 void krex_gate_attach_after_fork(void);
 
