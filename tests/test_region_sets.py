@@ -136,6 +136,12 @@ def test_one_region_over_the_set_freezes_each_gpus_others(make_runtime, native_b
     state = {g["index"]: g for g in snapshot(rt)["gpus"]}
     assert state[0]["region_seq"] == state[1]["region_seq"]  # one region id, a row per GPU
     assert state[2]["region_holder"] is None  # GPU 2 is not in the set: its tenant runs on
+    assert state[0]["region_gpus"] == state[1]["region_gpus"] == [0, 1] and state[2]["region_gpus"] == []
+    with rt.client() as c:
+        status = c.call("status")
+    assert [g["region_gpus"] for g in status["gpus"]] == [[0, 1], [0, 1], []]
+    shown = rt.krex("status")
+    assert shown.returncode == 0 and shown.stdout.count("gpus 0,1") == 2, shown.stdout
     assert len(frozen_cgroups(cgroup_root(rt))) == 2  # the other tenants of GPUs 0 and 1
     os.kill(command_pid(rt, holder), signal.SIGKILL)
     wait_until(lambda: all(gpu_state(rt, g)["region_holder"] is None for g in (0, 1)), RECOVERY_BOUND_S,

@@ -288,6 +288,7 @@ class GpuStatus:
     pool: Mapping[str, Any]
     verdicts: Mapping[str, int] = field(default_factory=dict)  # released regions per certificate verdict
     foreign_processes: tuple[int, ...] = ()  # pids using the GPU that this runtime did not start
+    region_gpus: tuple[int, ...] = ()  # the holder's region is over this set of GPUs (one region id on each); (): this one
 
 
 @dataclass(frozen=True)
@@ -346,6 +347,7 @@ def _gpu_status(g: Mapping[str, Any]) -> GpuStatus:
         pool=dict(f.get("pool", _is_object, {})),
         verdicts=dict(f.get("verdicts", _map_of(_is_int), {}, "an object of integers")),
         foreign_processes=tuple(f.get("foreign_processes", _INTS, (), "a list of integers")),
+        region_gpus=tuple(f.get("region_gpus", _INTS, (), "a list of integers")),
     )
 
 

@@ -35,6 +35,7 @@ class GpuState:
     region_kind: str = ""
     region_command: str = ""
     region_seq: int | None = None
+    region_gpus: list[int] = field(default_factory=list)  # a region over a set of GPUs: the set (same seq on each)
     region_since: float | None = None
     region_queue: list[dict[str, Any]] = field(default_factory=list)
     frozen: list[int] = field(default_factory=list)

@@ -145,6 +145,7 @@ def _region_granted(s: NodeState, e: dict[str, Any]) -> None:
     _drop_request(gpu, e["region"])
     gpu.region_holder, gpu.region_kind, gpu.region_command = e["tenant_id"], e["kind"], e.get("command_id", "")
     gpu.region_seq, gpu.region_since, gpu.frozen = e["region"], e["t"], list(e.get("frozen", []))
+    gpu.region_gpus = list(e.get("gpus") or [])
     gpu.regions_granted += 1
     gpu.last_region = {k: v for k, v in e.items() if k.endswith("_s")} | {
         "region": e["region"],
@@ -193,6 +194,7 @@ def _region_released(s: NodeState, e: dict[str, Any]) -> None:
             gpu.share_region_s[e["share"]] = gpu.share_region_s.get(e["share"], 0.0) + hold  # hold_s is not checked
         gpu.region_holder, gpu.region_kind, gpu.region_command = None, "", ""
         gpu.region_seq, gpu.region_since, gpu.frozen = None, None, []
+        gpu.region_gpus = []
 
 
 ESTIMATE_WINDOW = 100  # regions the passive inflation estimate spans
