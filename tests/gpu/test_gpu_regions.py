@@ -51,6 +51,13 @@ def gpu_runtime(make_runtime, backend: str = "preload", slots: int = 17, watchdo
                         runtime_extra="" if watchdog else NO_WATCHDOG)
 
 
+def runtime_refusals(rt: Runtime) -> str:
+    """The runtime log's warnings: why a region was refused, for a failure message."""
+    log = rt.log_path
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    return "\n".join(line[:300] for line in lines if "WARNING" in line or "ERROR" in line][-12:]
+
+
 def torch_busy(rt: Runtime, n: int = 4096, depth: int = 4) -> str:
     return submit(rt, PY, str(TENANTS / "torch_busy.py"), str(n), str(depth), gpu=0)
 
@@ -69,7 +76,9 @@ def test_gpu_stress_sixteen_tenants(make_runtime, backend: str) -> None:
     for command_id in ids:
         done = rt.krex("wait", command_id, timeout=600)
         assert done.returncode == 0, done.stderr
-        assert [r.get("error") for r in region_results(done.stdout)] == [None] * 4
+        results = region_results(done.stdout)
+        refused = [r for r in results if r.get("error")]
+        assert len(results) == 4 and not refused, f"{command_id}: {refused or results}\n" + runtime_refusals(rt)
     check_nothing_left(rt.run_dir)
     rt.stop()
     events, held = regions_of(rt.trace_path)
