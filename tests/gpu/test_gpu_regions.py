@@ -55,7 +55,7 @@ def runtime_refusals(rt: Runtime) -> str:
     """The runtime log's warnings: why a region was refused, for a failure message."""
     log = rt.log_path
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
-    return "\n".join(line[:300] for line in lines if "WARNING" in line or "ERROR" in line][-12:]
+    return "\n".join([line[:300] for line in lines if "WARNING" in line or "ERROR" in line][-12:])
 
 
 def torch_busy(rt: Runtime, n: int = 4096, depth: int = 4) -> str:
