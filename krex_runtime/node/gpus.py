@@ -58,7 +58,7 @@ def simulated_gpus(count: int, device_name: str, amd: int = 0) -> list[Gpu]:
     devices of one simulated device file."""
     if count + amd > MAX_DEVICES:
         raise GpuDiscoveryError(
-            f"{count + amd} simulated GPUs asked for (gpus.simulated, gpus.simulated_amd or --sim); "
+            f"{count + amd} simulated GPUs asked for ({'gpus.simulated, gpus.simulated_amd' if amd else 'gpus.simulated'} or --sim); "
             f"the simulator has at most {MAX_DEVICES}"
         )
     cpus = tuple(sorted(os.sched_getaffinity(0)))

@@ -23,25 +23,6 @@
 #else
 #define TENANT_RESULT CUresult
 #define TENANT_SUCCESS CUDA_SUCCESS
-static inline void wait_gate_open(void)
-{
-    const char *path = getenv(KREX_ENV_GATE_PATH);
-    if (path == NULL)
-        return; /* no gate (not policy krex): regions are no-ops */
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) {
-        fprintf(stderr, TENANT ": cannot open the gate %s\n", path);
-        exit(4);
-    }
-    const struct krex_gate_header *gate = mmap(NULL, sizeof *gate, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    if (gate == MAP_FAILED)
-        exit(4);
-    for (int i = 0; i < 10000 && (__atomic_load_n(&gate->gate_word, __ATOMIC_SEQ_CST) & KREX_GATE_CLOSED); i++)
-        usleep(1000);
-    munmap((void *)gate, sizeof *gate);
-}
-
 #endif
 
 #define CHECK(call)                                                                 \
