@@ -28,6 +28,7 @@ from krex_runtime.commands.cgroups import CgroupSlice
 from krex_runtime.commands.identities import Identities, Identity
 from krex_runtime.node.access import RunAs, TenantUser
 from krex_runtime.node.gpus import Gpu
+from krex_runtime.node.native_build import hip_library
 from krex_runtime.tenant import env as names
 from krex_runtime.tenant import python_path
 
@@ -83,9 +84,12 @@ class TenantEnvironment:
         env = dict(os.environ)
         env.update(self.extra)
         env.update(command_env)
+        if gpu.vendor == "amd":  # the runtime's own CUDA_VISIBLE_DEVICES is not this tenant's
+            env.pop("CUDA_VISIBLE_DEVICES", None)
+        env.update(gpu.visibility_env)
         env.update(
             {
-                "CUDA_VISIBLE_DEVICES": gpu.visible_devices,
+                names.GPU_VENDOR: gpu.vendor,
                 names.GPU: str(gpu.index),
                 names.GPU_UUID: gpu.uuid,
                 names.COMMAND_ID: command_id,
@@ -105,7 +109,9 @@ class TenantEnvironment:
             startup = python_path.startup_folder(self.python_dir)
             env["PYTHONPATH"] = _prepend(str(startup), env["PYTHONPATH"], os.pathsep)
         if self.library is not None:
-            env["LD_PRELOAD"] = _prepend(str(self.library), env.get("LD_PRELOAD", ""), " ")
+            # The HIP library for an AMD GPU's tenants, built beside libkrex.so.
+            library = hip_library(self.library) if gpu.vendor == "amd" else self.library
+            env["LD_PRELOAD"] = _prepend(str(library), env.get("LD_PRELOAD", ""), " ")
         if self.regions is not None:
             env[names.GATE_PATH] = str(self.regions.gates[gpu.index])
             env[names.REGION_SOCKET] = str(self.regions.socket)

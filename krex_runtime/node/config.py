@@ -49,6 +49,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "runtime.max_requests_per_peer": (1, 100_000),
     "runtime.reply_queue": (16, 1_000_000),
     "gpus.simulated": (0, 1024),
+    "gpus.simulated_amd": (0, 1024),
     "gpus.visible[]": (0, 1023),
     "dispatcher.slots_per_gpu": (1, 1024),
     "dispatcher.max_queued": (1, 10_000_000),
@@ -118,6 +119,10 @@ class RuntimeSection:
 @dataclass(frozen=True)
 class GpuSection:
     simulated: int = 0
+    # Simulated AMD GPUs (the simulated HIP runtime), numbered after the simulated NVIDIA ones.
+    simulated_amd: int = 0
+    # Whose real GPUs to discover: NVML's, AMD SMI's, or both ("all").
+    vendor: Literal["nvidia", "amd", "all"] = "nvidia"
     simulated_device: str = "default"
     simulated_log: str = ""
     visible: tuple[int, ...] = ()
@@ -313,6 +318,10 @@ def validate(config: Config) -> Config:
         (
             config.dispatcher.default_mode != "forked" or config.pool.zygote,
             "dispatcher.default_mode = \"forked\" needs the zygotes (pool.zygote = true)",
+        ),
+        (
+            config.regions.gate_backend != "driver-lock" or (config.gpus.simulated_amd == 0 and config.gpus.vendor == "nvidia"),
+            "regions.gate_backend = \"driver-lock\" is NVIDIA's checkpoint lock; AMD GPUs need \"preload\"",
         ),
         (
             config.gpus.simulated_device.replace("-", "").replace("_", "").isalnum(),

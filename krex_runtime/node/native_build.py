@@ -40,6 +40,12 @@ def interception_library(sanitized: bool = False) -> Path:
     return native_dir(sanitized) / "libkrex.so"
 
 
+def hip_library(cuda_library: Path) -> Path:
+    """The HIP interception library preloaded into an AMD GPU's tenants: built
+    beside the CUDA one (libkrex_hip.so next to libkrex.so, either variant)."""
+    return cuda_library.with_name("libkrex_hip.so")
+
+
 def simulated_driver_dir(sanitized: bool = False) -> Path:
     """The folder holding the simulated libcuda.so.1 (put it on LD_LIBRARY_PATH)."""
     return native_dir(sanitized) / "sim"

@@ -291,6 +291,8 @@ def _check_tenant_runs_python(user: access.TenantUser, env: dict[str, str]) -> N
 def _tenant_files(config: Config, gpus: list[Gpu], library: Path) -> list[Path]:
     """What a tenant running as another user must be able to read."""
     files = [library] if config.tenants.preload else []
+    if config.tenants.preload and any(g.vendor == "amd" for g in gpus):
+        files.append(native_build.hip_library(library))
     if gpus and gpus[0].simulated:
         files.append(native_build.simulated_driver_dir())
     if config.pool.size_per_gpu > 0 or config.pool.zygote:

@@ -75,6 +75,7 @@ def gpu_record(config: Config, gpu: Gpu) -> dict[str, Any]:
         "name": gpu.name,
         "memory_total": gpu.memory_total,
         "simulated": gpu.simulated,
+        "vendor": gpu.vendor,
         "slots": slots,
         "cpus": list(gpu.cpus),
         "pool_size": config.pool.size_per_gpu,

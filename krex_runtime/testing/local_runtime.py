@@ -46,6 +46,7 @@ class Runtime:
 
     root: Path
     sim: int = 2
+    sim_amd: int = 0  # simulated AMD GPUs, numbered after the `sim` NVIDIA ones
     policy: str = "ungated"
     slots: int = 4
     cgroups: str = "auto"
@@ -105,6 +106,7 @@ shutdown_grace_s = {self.shutdown_grace_s}
 
 [gpus]
 visible = {list(self.visible)}
+simulated_amd = {self.sim_amd}
 simulated_device = "{self.device}"
 simulated_log = "{self.root / 'sim.log'}"
 

@@ -40,7 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "intercept.h"
+#include "intercept_internal.h"
 
 #define LOG_SLOTS 8192u /* power of two */
 #define REGIONS 8u
@@ -69,6 +69,10 @@ static uint64_t last_region;
 static pthread_mutex_t analysis_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define LEGACY_KEY ((uintptr_t)0)
+/* The special stream handles: CUDA's CU_STREAM_LEGACY and CU_STREAM_PER_THREAD;
+ * HIP's hipStreamPerThread is the latter's value too. */
+#define LEGACY_HANDLE ((uintptr_t)1)
+#define PER_THREAD_HANDLE ((uintptr_t)2)
 
 static uint32_t this_thread(void)
 {
@@ -80,9 +84,9 @@ static uint32_t this_thread(void)
 static uintptr_t stream_key(const void *stream, int per_thread)
 {
     uintptr_t s = (uintptr_t)stream;
-    if (s == (uintptr_t)CU_STREAM_PER_THREAD || (s == 0 && per_thread))
+    if (s == PER_THREAD_HANDLE || (s == 0 && per_thread))
         return ((uintptr_t)this_thread() << 4) | 2u; /* handles are aligned: no collision */
-    if (s == (uintptr_t)CU_STREAM_LEGACY)
+    if (s == LEGACY_HANDLE)
         return LEGACY_KEY;
     return s;
 }
@@ -225,23 +229,12 @@ static bool take_pending(struct analysis *a, uintptr_t event)
     return false;
 }
 
-typedef CUresult(CUDAAPI *stream_flags_fn)(CUstream, unsigned int *);
-
 /* A stream that waits for the legacy default stream and that stream for it. */
 static bool blocking(uintptr_t key)
 {
     if (key == LEGACY_KEY || per_thread_key(key))
         return true;
-    static stream_flags_fn flags_of;
-    if (flags_of == NULL)
-        flags_of = (stream_flags_fn)krex_driver_symbol("cuStreamGetFlags");
-    unsigned int flags = 0;
-    if (flags_of == NULL)
-        return false; /* cannot say: not joined */
-    krex_depth++;
-    CUresult r = flags_of((CUstream)key, &flags);
-    krex_depth--;
-    return r == CUDA_SUCCESS && !(flags & CU_STREAM_NON_BLOCKING);
+    return krex_stream_blocking((const void *)key); /* the vendor's stream flags */
 }
 
 /* Implicit synchronisation with the legacy default stream joins `launch` to `end`. */

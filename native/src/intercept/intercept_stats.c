@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "intercept.h"
+#include "intercept_internal.h"
 
 static uint64_t counts[KREX_GATED_MAX];
 
