@@ -128,3 +128,13 @@ def test_the_bookkeeping_switched_off_makes_no_record(make_runtime: Any) -> None
     assert off["regions"][0]["integrity"] is None and seen_off is None, off["regions"]
     released = [e for e in trace_events(rt, "region_released") if e.get("kind") == "region"]
     assert [e["integrity"] for e in released[-2:]] == [seen_on, None]
+
+
+def test_the_benchmark_of_the_bookkeeping_runs() -> None:
+    # benchmarks/integrity_cost.py (docs/BENCHMARKS.md), tiny: its rows and its last line, not its figures.
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "integrity_cost.py"), "--launches", "2000",
+                           "--rounds", "1"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rows = [line.split("  ")[0] for line in done.stdout.splitlines()[2:5]]
+    assert rows == ["plain", "libkrex, region held", "libkrex, region held + integrity"], done.stdout
+    assert done.stdout.splitlines()[-1].startswith("integrity bookkeeping per launch"), done.stdout
