@@ -23,7 +23,10 @@ from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 # What a wheel carries, relative to the native build folder and to krex_runtime/_native.
-ARTEFACTS = {"libkrex.so": "libkrex.so", "sim/libcuda.so.1": "sim/libcuda.so.1"}
+ARTEFACTS = {
+    "libkrex.so": "libkrex.so", "sim/libcuda.so.1": "sim/libcuda.so.1",
+    "forward/libcuda.so.1": "forward/libcuda.so.1", "krex-ctxd": "krex-ctxd",
+}
 HEADERS = ("krex.h",)
 
 

@@ -153,3 +153,18 @@ FWD_EXPORT CUresult CUDAAPI cuMemFreeHost(void *p)
     free(p);
     return CUDA_SUCCESS;
 }
+
+/* Stream capture is not forwarded, so no stream of this process is ever
+ * captured: the mode is kept per thread and only exchanged (the drain
+ * helper of the interception library relaxes it on its own thread). */
+static __thread CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+FWD_EXPORT CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    if (mode == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode old = capture_mode;
+    capture_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}
