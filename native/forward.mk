@@ -63,8 +63,13 @@ $(FWD_DIR)/libcuda.so: $(FWD_LIB)
 $(FWD_SERVER): $(FWD_SERVER_OBJS)
 	$(CC) $(FWD_CFLAGS) -o $@ $(FWD_SERVER_OBJS) -ldl -pthread
 
-# A hostile client: writes malformed and oversized requests into its segment.
-forward-tests: $(BUILD)/tests/forward_garbage
+# The tenant run in process and forwarded mode alike, and a hostile client
+# that writes malformed and oversized requests into its segment.
+forward-tests: $(BUILD)/tests/forward_tenant $(BUILD)/tests/forward_garbage
+$(BUILD)/tests/forward_tenant: tests/forward_tenant.c $(BUILD)/sim/libcuda.so.1
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I$(CUDA_INCLUDE) -o $@ $< -L$(BUILD)/sim -l:libcuda.so.1 -Wl,-rpath,'$$ORIGIN/../sim'
+
 $(BUILD)/tests/forward_garbage: tests/forward_garbage.c include/krex_forward.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $<

@@ -80,11 +80,10 @@ class ForwardedRun:
         """The command's outcome, with what its server side says."""
         refused, stopped = await self.end()
         reason = outcome.reason
-        if refused:
-            reason = f"its context server refused a request: {refused}"
+        if refused or stopped:
+            # Its GPU calls failed from then on: whatever it did next, it failed.
+            reason = f"its context server refused a request: {refused}" if refused else stopped
             outcome = dataclasses.replace(outcome, state="failed" if outcome.state == "finished" else outcome.state)
-        elif stopped:
-            reason = stopped
         elif self.unknown_call and (outcome.exit_code or outcome.signal):
             reason = f"it called {self.unknown_call}, which forwarded mode does not forward (run it in process mode)"
         return dataclasses.replace(outcome, reason=reason) if reason != outcome.reason else outcome

@@ -106,9 +106,10 @@ class ForwardPool:
         return any(s.pid == pid for s in self.servers.values())
 
     def job_of_pid(self, pid: int) -> str | None:
-        """The command the context server `pid` serves now (by its pid, never its environment)."""
+        """The command the context server `pid` serves now, until it has put
+        its context back (by its pid, never its environment)."""
         for server in self.servers.values():
-            if server.pid == pid and server.state == "busy":
+            if server.pid == pid and server.state in ("busy", "cleaning"):
                 return server.job_id
         return None
 

@@ -92,7 +92,10 @@ class Segment:
         return SegmentState(state, reason, unknown, sent, done, client)
 
     def mark_failed(self, reason: str) -> None:
-        """Its server died: a client waiting on it sees this within its park bound."""
+        """Its server died: a client waiting on it sees this within its park bound
+        (a server that failed the segment itself keeps its own reason)."""
+        if self.state().state == STATE_FAILED:
+            return
         o = OFFSETS["reason"]
         data = reason.encode()[: REASON_LEN - 1] + b"\0"
         self._map[o:o + len(data)] = data

@@ -104,7 +104,10 @@ class Launchers:
             # forward.fallback = "process": the same command, from the start, as a process command.
             note = f"krex: {run.unknown_call} is not forwarded; running the command again in process mode\n"
             self._output(job, "stderr", note.encode())
-            process = CommandProcess(self._spec(job, gpu, job.cgroup), lambda stream, data: self._output(job, stream, data))
+            # Its first cgroup went with the forwarded attempt: a fresh one.
+            cgroup = self._setup.cgroups.create(f"cmd-{job.id}") if self._setup.cgroups is not None else None
+            job.cgroup = cgroup
+            process = CommandProcess(self._spec(job, gpu, cgroup), lambda stream, data: self._output(job, stream, data))
             job.process = process
             failed = await process.start()
             return failed if failed is not None else await process.wait()

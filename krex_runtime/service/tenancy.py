@@ -50,6 +50,11 @@ class Tenancy:
             return None
         return TenantIdentity(job.tenant_id, job.id, job.gpu)
 
+    def acts_for_commands(self, pid: int) -> bool:
+        """A context server of forwarded mode: the command it acts for changes."""
+        forward = self._dispatcher.forward
+        return forward is not None and forward.is_server_pid(pid)
+
     def _served_by(self, command_id: str | None) -> TenantIdentity | None:
         """A context server of forwarded mode acts for the command it serves
         (the GPU names the server's pid for that command's work). Which

@@ -256,6 +256,17 @@ int main(void)
         if (!served) {
             fail_segment(&seg, why);
             say("failed %s", why);
+            /* The command goes on (its calls fail from now on) until it ends. */
+            while (!control_closed) {
+                char end[128];
+                int extra;
+                if (read_control(end, sizeof end, &extra) != 0)
+                    control_closed = true;
+                if (extra >= 0)
+                    close(extra);
+                if (strcmp(end, "end") == 0)
+                    break;
+            }
         } else {
             snprintf(seg.h->reason, sizeof seg.h->reason, "the command ended");
             __atomic_store_n(&seg.h->server_state, KREX_FWD_STATE_ENDED, __ATOMIC_RELEASE);
