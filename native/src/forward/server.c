@@ -93,7 +93,8 @@ static bool control_has_line(void)
 
 static void fail_segment(struct fwd_segment *seg, const char *why)
 {
-    snprintf(seg->h->reason, sizeof seg->h->reason, "%s", why);
+    /* Cut to the header's field: the reason's start says what happened. */
+    snprintf(seg->h->reason, sizeof seg->h->reason, "%.*s", (int)sizeof seg->h->reason - 1, why);
     __atomic_store_n(&seg->h->server_state, KREX_FWD_STATE_FAILED, __ATOMIC_RELEASE);
     /* A client waiting for a reply or for room sees the state at once. */
     __atomic_fetch_add(&seg->h->reply_seq, 1, __ATOMIC_SEQ_CST);
@@ -201,7 +202,7 @@ static bool serve(struct fwd_segment *seg, char *why, size_t whylen, bool *contr
         tail += size;
         if (!srv_execute(seg, &m, blob, why, whylen)) {
             char detail[300];
-            snprintf(detail, sizeof detail, "malformed request: %s", why);
+            snprintf(detail, sizeof detail, "malformed request: %.280s", why);
             snprintf(why, whylen, "%s", detail);
             ok = false;
             break;
