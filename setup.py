@@ -24,8 +24,13 @@ from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 # What a wheel carries, relative to the native build folder and to krex_runtime/_native.
-ARTEFACTS = {"libkrex.so": "libkrex.so", "sim/libcuda.so.1": "sim/libcuda.so.1",
-             "libkrex_hip.so": "libkrex_hip.so", "sim/libamdhip64.so.5": "sim/libamdhip64.so.5"}
+ARTEFACTS = {
+    "libkrex.so": "libkrex.so", "sim/libcuda.so.1": "sim/libcuda.so.1",
+    "libkrex_hip.so": "libkrex_hip.so", "sim/libamdhip64.so.5": "sim/libamdhip64.so.5",
+    "forward/libcuda.so.1": "forward/libcuda.so.1", "krex-ctxd": "krex-ctxd",
+}
+# Built only where the HIP headers are (native/hip.mk): an NVIDIA-only wheel goes without them.
+OPTIONAL = {"libkrex_hip.so", "sim/libamdhip64.so.5"}
 HEADERS = ("krex.h",)
 
 
@@ -50,6 +55,8 @@ def build_native(into: Path) -> None:
             check=True,
         )
         for source, target in ARTEFACTS.items():
+            if source in OPTIONAL and not (Path(build) / source).exists():
+                continue
             (into / target).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(Path(build) / source, into / target)
     (into / "include").mkdir(parents=True, exist_ok=True)

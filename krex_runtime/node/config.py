@@ -86,6 +86,12 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "pool.max_commands": (1, 10_000_000),
     "pool.start_timeout_s": (0.1, DAY),
     "pool.clean_timeout_s": (0.1, DAY),
+    "forward.servers_per_gpu": (0, 256),
+    "forward.ring_kib": (64, 1 << 20),
+    "forward.staging_kib": (64, 1 << 20),
+    "forward.max_commands": (1, 10_000_000),
+    "forward.start_timeout_s": (0.1, DAY),
+    "forward.clean_timeout_s": (0.1, DAY),
 }
 
 
@@ -217,6 +223,21 @@ class PoolSection:
 
 
 @dataclass(frozen=True)
+class ForwardSection:
+    """Forwarded mode (docs/modes.md): context servers that execute native
+    commands' driver calls in a live context."""
+
+    servers_per_gpu: int = 0  # 0: forwarded mode off
+    native_default: bool = False  # submissions naming no mode that are not Python entry points run forwarded
+    fallback: Literal["fail", "process"] = "fail"  # a call not forwarded: fails, or the command runs again in process mode
+    ring_kib: int = 1024  # each command's request ring (a power of two)
+    staging_kib: int = 1024  # each command's reply staging area (copies to the host, in chunks of it)
+    max_commands: int = 1000  # a server is replaced after this many commands
+    start_timeout_s: float = 60.0
+    clean_timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
 class Config:
     runtime: RuntimeSection = field(default_factory=RuntimeSection)
     gpus: GpuSection = field(default_factory=GpuSection)
@@ -225,6 +246,7 @@ class Config:
     regions: RegionSection = field(default_factory=RegionSection)
     telemetry: TelemetrySection = field(default_factory=TelemetrySection)
     pool: PoolSection = field(default_factory=PoolSection)
+    forward: ForwardSection = field(default_factory=ForwardSection)
     # Where the config came from: set by load_config, never read from a file.
     source: str = field(default="(built-in defaults)", metadata={"internal": True})
 
@@ -296,6 +318,18 @@ def validate(config: Config) -> Config:
             "runtime.trace_rotate_bytes must be 0 (never rotate) or at least 4096",
         ),
         (all(m and not m.startswith(".") for m in config.pool.preload), "pool.preload holds absolute module names"),
+        (
+            config.dispatcher.default_mode != "forwarded" or config.forward.servers_per_gpu >= 1,
+            'dispatcher.default_mode = "forwarded" needs context servers (forward.servers_per_gpu >= 1)',
+        ),
+        (
+            not config.forward.native_default or config.forward.servers_per_gpu >= 1,
+            "forward.native_default needs context servers (forward.servers_per_gpu >= 1)",
+        ),
+        (
+            config.forward.ring_kib & (config.forward.ring_kib - 1) == 0,
+            "forward.ring_kib must be a power of two",
+        ),
         (
             len(config.tenants.uid_range) in (0, 2),
             "tenants.uid_range is [first uid, how many] (or [] for none)",

@@ -51,6 +51,17 @@ def simulated_driver_dir(sanitized: bool = False) -> Path:
     return native_dir(sanitized) / "sim"
 
 
+def forwarding_client_dir(sanitized: bool = False) -> Path:
+    """The folder holding forwarded mode's libcuda.so.1, the client that sends a
+    command's driver calls to its context server (first on its LD_LIBRARY_PATH)."""
+    return native_dir(sanitized) / "forward"
+
+
+def context_server(sanitized: bool = False) -> Path:
+    """krex-ctxd, forwarded mode's context server."""
+    return native_dir(sanitized) / "krex-ctxd"
+
+
 def header_dir() -> Path:
     """The folder holding krex.h, the C region API (`cc -I$(...)`): the
     override's include/, the wheel's, else the checkout's native/include."""

@@ -142,7 +142,8 @@ def certify_regions(regions: RegionMachinery, witnesses: GpuProcesses, tenancy: 
 
     for index, gpu_regions in regions.manager.gpus.items():
         gpu_regions.certifier = Certifier(
-            index, gpu_regions.gate, witnesses, tenant_of, lambda pid: _is_tenant(tenancy, pid), clocks.now
+            index, gpu_regions.gate, witnesses, tenant_of, lambda pid: _is_tenant(tenancy, pid), clocks.now,
+            changes_tenant=tenancy.acts_for_commands,
         )
 
 

@@ -39,6 +39,14 @@ extern "C" {
  * ------------------------------------------------------------------------- */
 #define KREX_SIM_PARAM_DURATION_NS 0
 #define KREX_SIM_PARAM_COUNTER_PTR 1
+/* cuFuncGetParamInfo answers this layout for every function: the duration
+ * (8 bytes at offset 0) and the counter pointer (8 bytes at offset 8). */
+#define KREX_SIM_PARAM_COUNT 2
+
+/* Not a CUDA entry point: a context server of forwarded mode, which runs the
+ * work of one command at a time, sets the tenant id its execution-log records
+ * and its process slot carry (0 between commands). Found with dlsym. */
+void krex_sim_set_tenant(int32_t tenant_id);
 
 /* ---------------------------------------------------------------------------
  * Environment
