@@ -282,6 +282,7 @@ class GpuStatus:
     pool: Mapping[str, Any]
     verdicts: Mapping[str, int] = field(default_factory=dict)  # released regions per certificate verdict
     foreign_processes: tuple[int, ...] = ()  # pids using the GPU that this runtime did not start
+    vendor: str = "nvidia"  # "nvidia" or "amd" (a runtime from before AMD support sends none: NVIDIA's)
 
 
 @dataclass(frozen=True)
@@ -340,6 +341,7 @@ def _gpu_status(g: Mapping[str, Any]) -> GpuStatus:
         pool=dict(f.get("pool", _is_object, {})),
         verdicts=dict(f.get("verdicts", _map_of(_is_int), {}, "an object of integers")),
         foreign_processes=tuple(f.get("foreign_processes", _INTS, (), "a list of integers")),
+        vendor=f.get("vendor", _is_str, "nvidia"),
     )
 
 

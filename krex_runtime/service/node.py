@@ -36,8 +36,7 @@ from krex_runtime.service.followers import Attachments, CanaryKeeper, Followers
 from krex_runtime.service.host import Host
 from krex_runtime.service.server import ControlServer
 from krex_runtime.service.tenancy import Tenancy
-from krex_runtime.telemetry import gpu_metrics
-from krex_runtime.telemetry import gpu_processes
+from krex_runtime.telemetry import gpu_processes, sources
 from krex_runtime.telemetry.clocks import Clocks
 from krex_runtime.telemetry.monitor import Telemetry
 from krex_runtime.sim import layout as sim_layout
@@ -85,7 +84,7 @@ def gpu_record(config: Config, gpu: Gpu) -> dict[str, Any]:
 def build(config: Config, gpus: list[Gpu], host: Host, sink: EventLog, server: ControlServer) -> Node:
     krex = config.runtime.policy == "krex"
     tenants = TenantRegistry([g.index for g in gpus])
-    clocks = Clocks(gpu_metrics.open_sampler(gpus, config.gpus.simulated_device), config.telemetry.clock_tolerance)
+    clocks = Clocks(sources.open_sampler(gpus, config.gpus.simulated_device), config.telemetry.clock_tolerance)
     regions: RegionMachinery | None = None
     region_access: RegionAccess | None = None
     tokens = RegionTokens()
@@ -119,7 +118,7 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventLog, server: C
         certificates=regions.manager if regions is not None else None,
     )
     tenancy = Tenancy(dispatcher, host.cgroup_slice, host.tenant_user)
-    witnesses = gpu_processes.open_processes(gpus, config.gpus.simulated_device)  # who uses each GPU
+    witnesses = sources.open_processes(gpus, config.gpus.simulated_device)  # who uses each GPU
     leases = channel = None
     if regions is not None and region_access is not None:
         leases = LeaseDesk(regions.manager, dispatcher, config.regions.lease_ttl_s)

@@ -61,6 +61,7 @@ class Runtime:
     runtime_env: dict[str, str] = field(default_factory=dict)
     runtime_extra: str = ""  # more lines of [runtime]
     dispatcher_extra: str = ""  # more lines of [dispatcher]
+    gpus_extra: str = ""  # more lines of [gpus]
     tenant_user: str = ""  # tenants.user; "": as whoever starts the runtime, root included
     tenants_extra: str = ""  # more lines of [tenants]
     runtime_argv: tuple[str, ...] = ()  # how to start krex-runtime; (): this Python's
@@ -109,6 +110,7 @@ visible = {list(self.visible)}
 simulated_amd = {self.sim_amd}
 simulated_device = "{self.device}"
 simulated_log = "{self.root / 'sim.log'}"
+{self.gpus_extra}
 
 [dispatcher]
 slots_per_gpu = {self.slots}
