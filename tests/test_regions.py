@@ -274,6 +274,27 @@ def test_a_tenant_that_was_already_stopped(make_runtime, backend: str) -> None:
     finish(rt, *others)
 
 
+def test_a_lock_the_driver_refuses_is_drained_by_the_library(make_runtime) -> None:
+    """driver-lock: the driver refuses the checkpoint lock with an OS error (as
+    the H200's does now and then for a process busy in the driver); the
+    library's drain thread drains that tenant instead, and the region is granted."""
+    rt = make_runtime(policy="krex", sim=1, slots=8, extra_config=regions_config("driver-lock"),
+                      runtime_env={"KREX_SIM_LOCK_FAILS": "304"})
+    others = [busy(rt) for _ in range(2)]
+    wait_ready(rt, *others)
+    done = rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "2")
+    assert done.returncode == 0, done.stderr
+    assert all("times_ms" in r for r in region_results(done.stdout)), done.stdout
+    granted = trace_events(rt, "region_granted")[-1]
+    assert {granted["drain"].get(str(command_pid(rt, c))) for c in others} == {"ok"}, granted["drain"]
+    finish(rt, *others)
+    rt.stop()
+    events, held = regions_of(rt.trace_path)
+    check_no_submissions_while_held(held)
+    assert check_exclusive(events, held, rt.root / "sim.log") > 0
+    assert {e["verdict"] for e in events if e["type"] == "region_released"} == {"verified"}
+
+
 def _tree_frozen(rt: Runtime, freezer: str, command_id: str) -> bool:
     pid = command_pid(rt, command_id)
     if freezer == "sigstop":

@@ -68,6 +68,11 @@ void krex_sim_set_tenant(int32_t tenant_id);
  * enqueues; cuFuncLoad does the same load on its own, and cuFuncIsLoaded says
  * which has happened. Unset means none. */
 #define KREX_SIM_ENV_LAZY_LOAD_MS "KREX_SIM_LAZY_LOAD_MS"
+/* Read by the process that takes checkpoint locks (the runtime): a CUresult
+ * that cuCheckpointProcessLock returns instead of locking, as the real driver
+ * now and then refuses a lock with CUDA_ERROR_OPERATING_SYSTEM (304). Unset
+ * means none. */
+#define KREX_SIM_ENV_LOCK_FAILS "KREX_SIM_LOCK_FAILS"
 
 #define KREX_SIM_DEFAULT_DEVICE_NAME "default"
 #define KREX_SIM_DEFAULT_MEM_MB 81920u    /* 80 GiB */
