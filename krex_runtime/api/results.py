@@ -14,8 +14,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
+from krex_runtime.api.options import Command  # noqa: F401 (one map item: defined with the options it carries)
 from krex_runtime.wire import protocol
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 
@@ -94,26 +95,6 @@ def _shown(value: Any) -> str:
 
 
 _STRS, _INTS = _list_of(_is_str), _list_of(_is_int)
-
-
-@dataclass(frozen=True)
-class Command:
-    """One command for `Client.map` (or `submit(**vars(command))`): argv and
-    the same options as `run`."""
-
-    argv: Sequence[str]
-    gpu: int | None = None
-    mode: str | None = None
-    timeout: float | None = None
-    env: Mapping[str, str] | None = None
-    cwd: str | None = None
-    label: str | None = None
-    auto_region: bool | None = None
-    auto_region_entries: Sequence[str] | None = None
-    share: str | None = None
-    node_labels: Mapping[str, str] | None = None
-    gpu_model: str | None = None
-    retries: int | None = None
 
 
 @dataclass(frozen=True)
