@@ -2,7 +2,7 @@
 // mode's benchmark (benchmarks/forward_gemm.py builds and runs it):
 //
 //   nvcc -cubin -arch=sm_90 -DFORWARD_GEMM_KERNEL -o forward_gemm.cubin forward_gemm.cu   (the kernel)
-//   nvcc -cudart none -o forward_gemm forward_gemm.cu -I native/include -L native/build -lkrex -lcuda
+//   c++ -x c++ -o forward_gemm forward_gemm.cu -I$CUDA/include -I native/include -L native/build -lkrex -lcuda
 //                                                                                         (the program)
 //
 //   forward_gemm CUBIN N SAMPLES [region]
