@@ -1,7 +1,8 @@
 """The layering is enforced by import-linter's contracts (pyproject.toml,
 [tool.importlinter]), not by a list in a test: the console sees only the
 wire, tenant code only the standard library, the wire no service module, the
-runtime never the console, krex_bench only the public surface, no import circles
+runtime never the console, krex_bench only the public surface, regions and
+commands side by side on the host plumbing, no import circles
 among the siblings of any package of the console or the runtime.
 
 The real tree must keep every contract, and a module that breaks one must be
@@ -52,6 +53,14 @@ BAD_MODULES = {
     ),
     "regions import the service": (
         "krex_runtime/regions/bad_hook.py", "from krex_runtime.service import runtime\n",
+        "The runtime's parts stand in layers",
+    ),
+    "regions import the dispatcher": (
+        "krex_runtime/regions/bad_admission.py", "from krex_runtime.commands import dispatcher\n",
+        "Regions and commands stand side by side",
+    ),
+    "the host plumbing imports the regions": (
+        "krex_runtime/host/bad_registry.py", "from krex_runtime.regions import region_manager\n",
         "The runtime's parts stand in layers",
     ),
     "the runtime imports the console": (

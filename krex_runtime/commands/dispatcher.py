@@ -27,16 +27,17 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Protocol
 
-from krex_runtime.commands import auto_regions, fair_share, tenant_reports, unprotected
+from krex_runtime.host import fair_share
+from krex_runtime.commands import auto_regions, tenant_reports, unprotected
 from krex_runtime.commands.command_process import Outcome
 from krex_runtime.node.config import Config
 from krex_runtime.commands.context_pool import ContextPool
 from krex_runtime.commands.job import Job, check_spawnable
 from krex_runtime.commands.context_process import ContextWorker
 from krex_runtime.commands.environment import AdmitError, TenantSetup
-from krex_runtime.commands.identities import Identity
+from krex_runtime.host.identities import Identity
 from krex_runtime.commands.launchers import Launchers
-from krex_runtime.commands.tenants import TenantRegistry
+from krex_runtime.host.tenant_registry import TenantRegistry
 from krex_runtime.commands.zygote import Zygotes
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.node.sink import EventSink

@@ -21,7 +21,7 @@ from typing import Any
 
 from krex_runtime.commands.dispatcher import Dispatcher
 from krex_runtime.commands.environment import RegionAccess, TenantEnvironment, TenantSetup
-from krex_runtime.commands.tenants import TenantRegistry
+from krex_runtime.host.tenant_registry import TenantRegistry
 from krex_runtime.node import access, native_build
 from krex_runtime.node.config import Config
 from krex_runtime.node.gpus import Gpu
