@@ -91,7 +91,7 @@ class Dispatcher:
     ) -> None:
         self.config = config
         self.gpus = {g.index: g for g in gpus}
-        self.slots = 1 if config.runtime.policy == "command" else config.dispatcher.slots_per_gpu
+        self.slots = config.effective_slots_per_gpu
         self.queue: deque[Job] = deque()
         self.jobs: dict[str, Job] = {}
         self.paused_node = False

@@ -183,8 +183,7 @@ def _prepare_claimed(
 
 def _check_enough_uids(config: Config, gpus: int, count: int) -> None:
     """Every tenant that can run at once needs a uid of its own."""
-    slots = 1 if config.runtime.policy == "command" else config.dispatcher.slots_per_gpu
-    most = gpus * (slots + config.pool.size_per_gpu + (1 if config.telemetry.canary else 0))
+    most = gpus * (config.effective_slots_per_gpu + config.pool.size_per_gpu + (1 if config.telemetry.canary else 0))
     if count < most:
         raise StartupError(
             f"tenants.uid_range has {count} uids, fewer than the {most} tenants this node can run at once "

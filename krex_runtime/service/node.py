@@ -68,14 +68,13 @@ class Node:
 
 
 def gpu_record(config: Config, gpu: Gpu) -> dict[str, Any]:
-    slots = 1 if config.runtime.policy == "command" else config.dispatcher.slots_per_gpu
     return {
         "index": gpu.index,
         "uuid": gpu.uuid,
         "name": gpu.name,
         "memory_total": gpu.memory_total,
         "simulated": gpu.simulated,
-        "slots": slots,
+        "slots": config.effective_slots_per_gpu,
         "cpus": list(gpu.cpus),
         "pool_size": config.pool.size_per_gpu,
     }
