@@ -261,11 +261,8 @@ def main() -> int:
     if not variants:
         raise SystemExit("gen_gated_table: no gated prototypes found; wrong cuda.h?")
     rendered = render(variants, cuda_version(ns.cuda_include))
-    if write_or_check(ns.output, rendered, f"{ns.cuda_include}/cuda.h", ns.check):
-        return 1
-    if not ns.check:
-        print(f"wrote {ns.output}: {len(variants)} wrapped entry points")
-    return 0
+    return write_or_check(ns.output, rendered, f"{ns.cuda_include}/cuda.h", ns.check,
+                          f"{len(variants)} wrapped entry points")
 
 
 if __name__ == "__main__":

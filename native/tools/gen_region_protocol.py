@@ -64,12 +64,8 @@ def main() -> int:
     ap.add_argument("--check", action="store_true", help="compare instead of writing")
     ns = ap.parse_args()
 
-    rendered = render(protocol_of(ns.source))
-    if write_or_check(ns.output, rendered, ns.source, ns.check):
-        return 1
-    if not ns.check:
-        print(f"wrote {ns.output}")
-    return 0
+    return write_or_check(ns.output, render(protocol_of(ns.source)), ns.source, ns.check)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -7,12 +7,14 @@ import difflib
 import sys
 
 
-def write_or_check(path: str, rendered: str, source: str, check: bool) -> int:
-    """Writes `rendered` to `path`; with `check`, compares instead: 1 (and the
-    diff on stdout) when `path` is out of date with `source`, else 0."""
+def write_or_check(path: str, rendered: str, source: str, check: bool, what: str = "") -> int:
+    """Writes `rendered` to `path` and says so (with `what` it holds); with
+    `check`, compares instead: 1 (and the diff on stdout) when `path` is out of
+    date with `source`, else 0. The exit status of the generator."""
     if not check:
         with open(path, "w", encoding="utf-8") as f:
             f.write(rendered)
+        print(f"wrote {path}" + (f": {what}" if what else ""))
         return 0
     try:
         with open(path, encoding="utf-8") as f:
