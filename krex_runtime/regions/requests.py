@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from krex_runtime.host.fair_share import DEFAULT_KEY
 from krex_runtime.regions.certificate import Witness
