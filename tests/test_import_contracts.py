@@ -2,8 +2,9 @@
 [tool.importlinter]), not by a list in a test: the console sees only the
 wire, tenant code only the standard library, the wire no service module, the
 runtime never the console, krex_bench only the public surface (and nothing
-imports krex_bench), no import circles among the siblings of any package of
-the console or the runtime.
+imports krex_bench), regions and commands side by side on the host plumbing,
+no import circles among the siblings of any package of the console or the
+runtime.
 
 The real tree must keep every contract, and a module that breaks one must be
 caught: the checker runs over a copy of the packages with such a module added.
@@ -40,7 +41,7 @@ def test_the_tree_keeps_every_contract() -> None:
 # names: the module itself, or for a circle the siblings it ties)
 BAD_MODULES = {
     "console reaches into the region manager": (
-        "krex_console/bad_view.py", "from krex_runtime.regions import manager\n",
+        "krex_console/bad_view.py", "from krex_runtime.regions import region_manager\n",
         "The console sees the runtime only through the wire",
     ),
     "tenant code imports zmq": (
@@ -53,6 +54,14 @@ BAD_MODULES = {
     ),
     "regions import the service": (
         "krex_runtime/regions/bad_hook.py", "from krex_runtime.service import runtime\n",
+        "The runtime's parts stand in layers",
+    ),
+    "regions import the dispatcher": (
+        "krex_runtime/regions/bad_admission.py", "from krex_runtime.commands import dispatcher\n",
+        "Regions and commands stand side by side",
+    ),
+    "the host plumbing imports the regions": (
+        "krex_runtime/host/bad_registry.py", "from krex_runtime.regions import region_manager\n",
         "The runtime's parts stand in layers",
     ),
     "the runtime imports the console": (

@@ -27,7 +27,8 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Protocol
 
-from krex_runtime.commands import auto_regions, fair_share, tenant_reports, unprotected
+from krex_runtime.host import fair_share
+from krex_runtime.commands import auto_regions, tenant_reports, unprotected
 from krex_runtime.commands.command_process import Outcome
 from krex_runtime.node.config import Config
 from krex_runtime.commands.context_pool import ContextPool
@@ -35,9 +36,9 @@ from krex_runtime.commands.forward_pool import ContextServer, ForwardPool
 from krex_runtime.commands.job import Job, check_spawnable
 from krex_runtime.commands.context_process import ContextWorker
 from krex_runtime.commands.environment import AdmitError, TenantSetup
-from krex_runtime.commands.identities import Identity
+from krex_runtime.host.identities import Identity
 from krex_runtime.commands.launchers import Launchers
-from krex_runtime.commands.tenants import TenantRegistry
+from krex_runtime.host.tenant_registry import TenantRegistry
 from krex_runtime.commands.zygote import Zygotes
 from krex_runtime.node import native_build
 from krex_runtime.node.gpus import Gpu
@@ -92,7 +93,7 @@ class Dispatcher:
     ) -> None:
         self.config = config
         self.gpus = {g.index: g for g in gpus}
-        self.slots = 1 if config.runtime.policy == "command" else config.dispatcher.slots_per_gpu
+        self.slots = config.effective_slots_per_gpu
         self.queue: deque[Job] = deque()
         self.jobs: dict[str, Job] = {}
         self.paused_node = False

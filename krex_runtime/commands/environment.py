@@ -13,7 +13,7 @@ which the tenant-side code reads.
 Under policy krex every tenant (a process or forked command, a context
 process) also gets its own entries in its GPU's gate before it starts and
 loses them after its processes have ended (`TenantSetup.admit`, `dismiss`);
-with `tenants.uid_range` it gets its own uid too (commands/identities.py).
+with `tenants.uid_range` it gets its own uid too (host/identities.py).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from krex_runtime.commands.cgroups import CgroupSlice
-from krex_runtime.commands.identities import Identities, Identity
+from krex_runtime.host.cgroups import CgroupSlice
+from krex_runtime.host.identities import Identities, Identity
 from krex_runtime.node.access import RunAs, TenantUser
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.node.native_build import hip_library

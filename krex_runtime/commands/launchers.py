@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from krex_runtime.commands import cgroups
+from krex_runtime.host import cgroups
 from krex_runtime.commands.command_process import CommandProcess, LaunchSpec, Outcome
 from krex_runtime.commands.context_pool import ContextPool
 from krex_runtime.commands.context_process import ContextWorker

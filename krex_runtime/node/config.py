@@ -251,6 +251,13 @@ class Config:
     source: str = field(default="(built-in defaults)", metadata={"internal": True})
 
     @property
+    def effective_slots_per_gpu(self) -> int:
+        """THE slot rule: how many commands a GPU runs at once. One under policy
+        `command` (the exclusive baseline), else `dispatcher.slots_per_gpu`; the
+        dispatcher admits by it, the node reports it, start-up counts uids by it."""
+        return 1 if self.runtime.policy == "command" else self.dispatcher.slots_per_gpu
+
+    @property
     def digest(self) -> str:
         """A short fingerprint of the effective config, recorded in the trace header."""
         return hashlib.sha256(repr(replace(self, source="")).encode()).hexdigest()[:16]

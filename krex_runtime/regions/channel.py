@@ -2,9 +2,11 @@
 
 One connection per tenant process, one ASCII line per message (docs/native.md,
 "Region channel"; the C client is native/src/intercept/region_api.c, the Python one
-krex_runtime/tenant/region.py):
+krex_runtime/tenant/region.py; the version they name is PROTOCOL of
+krex_runtime/tenant/region_protocol.py):
 
-    HELLO 2 <tenant_id> <pid> <token>  ->  OK | ERROR <errno name> <reason>
+    HELLO <version> <tenant_id> <pid> <token>
+                                       ->  OK | ERROR <errno name> <reason>
     ENTER <tid> [<settle_ms>]          ->  GRANTED <seq> [<flags>] | ERROR ...
     EXIT [integrity=<counts>] [harness=<name>]...
                                        ->  RELEASED <seq> [<exit flags>] [<integrity words>] | ERROR ...
@@ -46,8 +48,8 @@ from typing import Callable
 
 from krex_runtime.regions import cpu_slices
 from krex_runtime.node.config import RegionSection
-from krex_runtime.regions.manager import RegionRefused, Request
-from krex_runtime.regions.node_regions import RegionManager
+from krex_runtime.regions.region_manager import RegionManager
+from krex_runtime.regions.requests import RegionRefused, Request
 from krex_runtime.regions.channel_wire import (
     MAX_LINE,
     RateLimit,
@@ -60,10 +62,10 @@ from krex_runtime.regions.channel_wire import (
 )
 from krex_runtime.regions.tokens import RegionTokens
 from krex_runtime.tenant import integrity
+from krex_runtime.tenant.region_protocol import PROTOCOL
 
 log = logging.getLogger("krex.region_channel")
 
-PROTOCOL = 2
 HELLO_USAGE = f"HELLO {PROTOCOL} <tenant_id> <pid> <token>"
 VERDICT_WAIT_S = 30.0  # a release takes its exit steps (thaw, reopen) before the verdict is in
 
@@ -148,7 +150,7 @@ class RegionChannel:
             self._connections.discard(conn)
             req, conn.req = conn.req, None
             if req is not None and req.kind == "region":
-                self.manager.gpus[req.gpu].withdraw(req, conn.ended or "tenant disconnected")
+                self.manager.withdraw(req, conn.ended or "tenant disconnected")
             writer.close()
 
     def _crowded(self, bucket: tuple[str, int | str]) -> str:
@@ -287,7 +289,7 @@ class RegionChannel:
             req.integrity = integrity.record(counts, patched)
             said = integrity.words(",".join(str(counts[k]) for k in integrity.COUNTS) if counts else None, patched)
         if req.kind == "region":
-            self.manager.gpus[conn.who.gpu].release(req, "released")
+            self.manager.release(req, "released")
         if req.revoked:
             await send(conn.writer, f"ERROR ETIMEDOUT {req.reason}")
         else:
@@ -314,7 +316,7 @@ class RegionChannel:
         """Queues the request and answers when it is granted or refused; False when the peer has gone."""
         assert conn.who is not None
         who, writer = conn.who, conn.writer
-        lease = self.manager.gpus[who.gpu].leased_to(who.tenant_id)
+        lease = self.manager.leased_to(who.gpu, who.tenant_id)
         if lease is not None:  # inside its own lease a region is a no-op
             conn.req = lease
             await send(writer, f"GRANTED {lease.seq}")
@@ -332,9 +334,9 @@ class RegionChannel:
         if req.granted not in done:
             conn.req = None
             if gone.exception() is None and gone.result():
-                self.manager.gpus[who.gpu].withdraw(req, "tenant sent a message while waiting")
+                self.manager.withdraw(req, "tenant sent a message while waiting")
                 raise Refusal("EPROTO", "nothing may be sent while ENTER waits: request withdrawn")
-            self.manager.gpus[who.gpu].withdraw(req, conn.ended or "tenant disconnected while waiting")
+            self.manager.withdraw(req, conn.ended or "tenant disconnected while waiting")
             return False
         gone.cancel()
         # The reader allows one waiter: let the cancelled read finish leaving.

@@ -14,7 +14,7 @@ import struct
 import time
 from typing import Any, Callable
 
-from krex_runtime.regions.manager import RegionRefused
+from krex_runtime.regions.requests import RegionRefused
 
 log = logging.getLogger("krex.region_channel")
 

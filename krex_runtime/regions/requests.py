@@ -1,18 +1,33 @@
-"""A region request as the GPU's queue holds it, and what its entry took
-(regions/manager.py serves them; the channel and the lease desk make them)."""
+"""A region request as the GPU's queue holds it, what its entry took, and the
+refusal it ends with when it is not granted (gpu_regions.py serves them; the
+channel and the lease desk make them through region_manager.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from krex_runtime.commands.fair_share import DEFAULT_KEY
+from krex_runtime.host.fair_share import DEFAULT_KEY
 from krex_runtime.regions.certificate import Witness
 from krex_runtime.regions.freezer import Target
 from krex_runtime.regions.gate_backends import DrainReport
 from krex_runtime.regions.late_freeze import LateFreeze
+from krex_runtime.regions.region_stats import EntryStats
+
+# The holder id a gate names during an operator's lease: tenant ids start at 1,
+# so no process passes.
+OPERATOR = 0
+
+
+class RegionRefused(Exception):
+    """The region could not be granted; `code` is an errno name for the channel."""
+
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
 
 
 @dataclass
@@ -36,7 +51,7 @@ class Request:
     entry: Entry | None = None  # what its entry took, once granted
     certified: asyncio.Event = field(default_factory=asyncio.Event)  # its verdict is in (regions/certificate.py)
     verdict: tuple[str, list[str]] = ("unknown", ["not released yet"])
-    share: str = DEFAULT_KEY  # its command's share key (commands/fair_share.py)
+    share: str = DEFAULT_KEY  # its command's share key (host/fair_share.py)
     settle_s: float | None = None  # the settle bound it asked for (ENTER); None: regions.settle_max_s
     integrity: dict[str, Any] | None = None  # its timed windows, as its tenant reported at EXIT (tenant/integrity.py)
 
@@ -49,6 +64,6 @@ class Entry:
     frozen_tenants: list[int]
     report: DrainReport
     pinned: bool
-    stats: dict[str, Any]
+    stats: EntryStats
     witness: Witness | None = None  # what the exclusivity certificate compares the release with
     late: LateFreeze | None = None  # freezes, during the hold, the tenants entry left inside a host-side call

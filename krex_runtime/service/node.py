@@ -21,7 +21,7 @@ from typing import Any
 
 from krex_runtime.commands.dispatcher import Dispatcher
 from krex_runtime.commands.environment import RegionAccess, TenantEnvironment, TenantSetup
-from krex_runtime.commands.tenants import TenantRegistry
+from krex_runtime.host.tenant_registry import TenantRegistry
 from krex_runtime.node import access, native_build
 from krex_runtime.node.config import Config
 from krex_runtime.node.gpus import Gpu
@@ -67,7 +67,6 @@ class Node:
 
 
 def gpu_record(config: Config, gpu: Gpu) -> dict[str, Any]:
-    slots = 1 if config.runtime.policy == "command" else config.dispatcher.slots_per_gpu
     return {
         "index": gpu.index,
         "uuid": gpu.uuid,
@@ -75,7 +74,7 @@ def gpu_record(config: Config, gpu: Gpu) -> dict[str, Any]:
         "memory_total": gpu.memory_total,
         "simulated": gpu.simulated,
         "vendor": gpu.vendor,
-        "slots": slots,
+        "slots": config.effective_slots_per_gpu,
         "cpus": list(gpu.cpus),
         "pool_size": config.pool.size_per_gpu,
     }
@@ -139,11 +138,10 @@ def certify_regions(regions: RegionMachinery, witnesses: GpuProcesses, tenancy: 
             return None
         return who.tenant_id if who is not None else None
 
-    for index, gpu_regions in regions.manager.gpus.items():
-        gpu_regions.certifier = Certifier(
-            index, gpu_regions.gate, witnesses, tenant_of, lambda pid: _is_tenant(tenancy, pid), clocks.now,
-            changes_tenant=tenancy.acts_for_commands,
-        )
+    regions.manager.attach_certifiers(
+        lambda index, gate: Certifier(index, gate, witnesses, tenant_of, lambda pid: _is_tenant(tenancy, pid), clocks.now,
+                                      changes_tenant=tenancy.acts_for_commands)
+    )
 
 
 def _is_tenant(tenancy: Tenancy, pid: int) -> bool:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import psutil
 
-from krex_runtime.commands import process_tree
-from krex_runtime.commands.cgroups import CgroupSlice
+from krex_runtime.host import process_tree
+from krex_runtime.host.cgroups import CgroupSlice
 from krex_runtime.commands.dispatcher import Dispatcher
 from krex_runtime.node.access import TenantUser
 from krex_runtime.regions.channel import TenantIdentity

@@ -32,6 +32,7 @@ from test_regions import (
     output,
     region_results,
     regions_config,
+    stop_the_first,
     submit,
     trace_events,
     wait_ready,
@@ -134,10 +135,7 @@ def test_gpu_sigkill_of_the_holder(make_runtime, backend: str) -> None:
 def test_gpu_a_tenant_that_was_already_stopped(make_runtime, backend: str) -> None:
     rt = gpu_runtime(make_runtime, backend)
     others = [torch_busy(rt) for _ in range(2)]
-    wait_ready(rt, *others)
-    stopped = command_pid(rt, others[0])
-    os.kill(stopped, signal.SIGSTOP)
-    wait_until(lambda: is_stopped(stopped), 10, "the tenant to stop")
+    stopped = stop_the_first(rt, others)
     done = rt.krex("run", "--gpu", "0", "--", PY, str(TENANTS / "torch_regions.py"), "--regions", "2", timeout=600)
     assert done.returncode == 0, done.stderr
     assert all("times_ms" in r for r in region_results(done.stdout))

@@ -1,4 +1,5 @@
-"""Where a region gets granted: per GPU, a queue of requests (fair share across
+"""Where a region gets granted on one GPU (`GpuRegions`; the node's front door
+to them all is region_manager.py): per GPU, a queue of requests (fair share across
 share keys, FIFO within one: region_shares.py) and at most one holder.
 
 Entry, for tenant T on GPU g (each step timed and traced): close the gate ->
@@ -23,9 +24,9 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Mapping
 
-from krex_runtime.commands.tenants import TenantRegistry
+from krex_runtime.host.tenant_registry import TenantRegistry
 from krex_runtime.node.sink import EventSink
 from krex_runtime.regions import cpu_slices
 from krex_runtime.regions.certificate import Certifier, certify
@@ -37,27 +38,12 @@ from krex_runtime.regions.gate_backends import DrainReport, GateBackend
 from krex_runtime.regions.late_freeze import LateFreeze, Pending, split_freeze
 from krex_runtime.regions.quiesce import deferred, describe, quiesce
 from krex_runtime.regions.region_shares import RegionShares
-from krex_runtime.regions.requests import Entry, Request
-from krex_runtime.regions.settle import settle
+from krex_runtime.regions.region_stats import EntryStats, ExitStats
+from krex_runtime.regions.requests import Entry, RegionRefused, Request
+from krex_runtime.regions.settle import ClockProbe, settle
 from krex_runtime.wire import events
 
-# GPU index -> its SM clock, throttle reasons and what is wrong with them now.
-ClockProbe = Callable[[int], dict[str, Any]]
-
 log = logging.getLogger("krex.regions")
-
-# The holder id a gate names during an operator's lease: tenant ids start at 1,
-# so no process passes.
-OPERATOR = 0
-
-
-class RegionRefused(Exception):
-    """The region could not be granted; `code` is an errno name for the channel."""
-
-    def __init__(self, code: str, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -212,12 +198,12 @@ class GpuRegions:
             return
         self.holder = req
         req.entry = entry
-        req.flags = list(entry.stats.get("flags") or [])
+        req.flags = list(entry.stats.flags or [])
         self._emit(
             events.RegionGranted(
                 gpu=self.gpu, region=req.seq, kind=req.kind, tenant_id=req.tenant_id, command_id=req.command_id,
                 frozen=entry.frozen_tenants, drain={str(pid): r for pid, r in entry.report.outcomes.items()},
-                **entry.stats,
+                **entry.stats.event_fields(),
             )
         )
         if req.withdrawn:
@@ -239,7 +225,7 @@ class GpuRegions:
         self._emit(
             events.RegionReleased(
                 gpu=self.gpu, region=req.seq, kind=req.kind, tenant_id=req.tenant_id, reason=req.reason or "released",
-                hold_s=hold_s, share=req.share, **exit_stats,
+                hold_s=hold_s, share=req.share, **exit_stats.event_fields(),
             )
         )
 
@@ -265,15 +251,15 @@ class GpuRegions:
             t.append(time.monotonic())
             return t[-1] - t[-2]
 
-        stats: dict[str, Any] = {"wait_s": t[0] - req.requested_at, "gap_s": gap_s}
+        stats = EntryStats(wait_s=t[0] - req.requested_at, gap_s=gap_s)
         holder = req.tenant_id  # OPERATOR for an operator's lease: nobody passes
         self.gate.close_gate(holder)
-        stats["close_s"] = lap()
+        stats.close_s = lap()
         # A lease waits for every call: it freezes everyone and its entry is not in a hurry.
         every_call = self.settings.entry_waits_for == "all" or req.kind == "lease"
         q = quiesce(self.gate, holder, self.settings.quiesce_timeout_s, every_call=every_call)
-        stats["quiesce_s"] = lap()
-        stats["inside_at_close"], stats["waited_for"] = q.inside_at_close, q.waited_for
+        stats.quiesce_s = lap()
+        stats.inside_at_close, stats.waited_for = q.inside_at_close, q.waited_for
         report = DrainReport()
         targets: list[Target] = []
         try:
@@ -285,7 +271,7 @@ class GpuRegions:
                 )
             # Inside a host-side call still (quiesce.py): drained, held by the gate, not locked.
             report = self.backend.drain(self.gate, holder, self.settings.drain_timeout_s, {e.pid for e in q.deferred})
-            stats["drain_s"] = lap()
+            stats.drain_s = lap()
             if report.stuck:
                 raise RegionRefused(
                     "ETIMEDOUT",
@@ -297,7 +283,7 @@ class GpuRegions:
             # Still inside a host-side call: frozen once out of it, during the hold (late_freeze.py).
             # Read after the drain: those whose calls returned meanwhile are frozen now.
             left_running = deferred(self.gate, holder) if q.deferred else []  # none can join after the close
-            stats["deferred"] = describe(left_running)
+            stats.deferred = describe(left_running)
             if self.settings.protection == "gpu+cpu" or req.kind == "lease":
                 others = [t for t in self._tenants.of_gpu(self.gpu) if t.tenant_id != req.tenant_id]
                 targets, frozen, late = split_freeze(others, left_running)
@@ -305,11 +291,11 @@ class GpuRegions:
                     self.freezer.freeze(targets)
                 except FreezeError as exc:
                     raise RegionRefused("EAGAIN", f"could not freeze the other tenants: {exc}") from None
-            stats["freeze_s"] = lap()
+            stats.freeze_s = lap()
             pinned = False
             if req.tid:  # under either protection (machinery.cpu_plan says why)
                 pinned = cpu_slices.pin_thread(req.pid, req.tid, self.cpus.reserved_cores(self.gpu))
-            stats["pin_s"] = lap()
+            stats.pin_s = lap()
         except BaseException:
             # Give back everything this entry took, whatever went wrong.
             self.freezer.thaw(targets)
@@ -319,21 +305,23 @@ class GpuRegions:
         settle_s = 0.0  # a lease measures nothing
         if req.kind == "region":
             settle_s = self.settings.settle_max_s if req.settle_s is None else req.settle_s  # its own bound first
-        stats.update(settle(self.clock_probe, self.gpu, settle_s, self.settings.settle_poll_s), settle_max_s=settle_s)
+        clock = settle(self.clock_probe, self.gpu, settle_s, self.settings.settle_poll_s)
+        stats.take_clock(clock)
+        stats.settle_max_s = settle_s
         lap()
-        stats["enter_s"] = t[-1] - t[0]
+        stats.enter_s = t[-1] - t[0]
         # Calls the other tenants have made so far, per the interception counters:
         # the same figure at release proves none of them submitted meanwhile.
-        stats["others_calls"] = self._others_calls(holder)
+        stats.others_calls = self._others_calls(holder)
         # CLOCK_MONOTONIC, as the simulator's execution log and the gate use.
-        stats["granted_mono_ns"] = time.monotonic_ns()
-        witness = self.certifier and self.certifier.start(holder, req.pid, stats)
+        stats.granted_mono_ns = time.monotonic_ns()
+        witness = self.certifier and self.certifier.start(holder, req.pid, clock)
         return Entry(targets, frozen, report, pinned, stats, witness, LateFreeze(self.gate, self.freezer, late) if late else None)
 
     def _others_calls(self, holder: int) -> int:
         return sum(e.calls_total for e in self.gate.others(holder))
 
-    def _exit(self, req: Request, entry: Entry) -> dict[str, Any]:
+    def _exit(self, req: Request, entry: Entry) -> ExitStats:
         released_mono_ns = time.monotonic_ns()
         others_calls = self._others_calls(req.tenant_id)
         # Released by its holder: read then; withdrawn, revoked or shut down: read now.
@@ -358,19 +346,13 @@ class GpuRegions:
         self.gate.open_gate()
         self.gap.released(held_back)
         t3 = time.monotonic()
-        return {
-            "held_back": held_back,
-            "unpin_s": t1 - t0,
-            "thaw_s": t2 - t1,
-            "late_frozen": late_frozen,
-            "open_s": t3 - t2,
-            "released_mono_ns": released_mono_ns,
-            "others_calls": others_calls,
-            "verdict": req.verdict[0], "verdict_reasons": req.verdict[1],
-            "integrity": req.integrity,
-        } | {f"exit_{k}": exit_clock.get(k) for k in ("sm_clock_mhz", "power_w", "temp_c", "throttle", "on_clock")} | {
-            "exit_flags": list(exit_clock.get("flags") or []),
-        }
+        stats = ExitStats(
+            held_back=held_back, unpin_s=t1 - t0, thaw_s=t2 - t1, late_frozen=late_frozen, open_s=t3 - t2,
+            released_mono_ns=released_mono_ns, others_calls=others_calls,
+            verdict=req.verdict[0], verdict_reasons=req.verdict[1], integrity=req.integrity,
+        )
+        stats.take_clock(exit_clock)
+        return stats
 
     async def shutdown(self) -> None:
         """Withdraw everything queued and release the holder; the gate ends open."""

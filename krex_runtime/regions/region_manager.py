@@ -1,0 +1,84 @@
+"""The node's front door to its regions: every grant, release, withdrawal and
+lease lookup goes through `RegionManager`, which routes it to the GPU's
+queue (gpu_regions.py) and numbers requests once for the whole node.
+
+The region channel, the lease desk and the service hold a RegionManager,
+never a GPU's queue: what a GPU's queue is made of can change without them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Callable
+
+from krex_runtime.host.tenant_registry import TenantRegistry
+from krex_runtime.regions.certificate import Certifier
+from krex_runtime.regions.gate import Gate
+from krex_runtime.regions.gpu_regions import GpuRegions
+from krex_runtime.regions.requests import Request
+
+
+class RegionManager:
+    """The GPUs' region queues, with one numbering of requests for the node."""
+
+    def __init__(self, regions: dict[int, GpuRegions], tenants: TenantRegistry) -> None:
+        self._gpus = regions
+        self._tenants = tenants  # a request's share key is its command's
+        self._seq = itertools.count(1)
+
+    def start(self) -> None:
+        for r in self._gpus.values():
+            r.start()
+
+    # --- grant, release, withdraw ---------------------------------------------------
+
+    def new_request(
+        self,
+        gpu: int,
+        kind: str,
+        tenant_id: int,
+        command_id: str,
+        pid: int,
+        tid: int,
+        limit_s: float | None,
+        settle_s: float | None = None,
+    ) -> Request:
+        """Queues a request on its GPU; its `granted` future says when it is served."""
+        req = Request(next(self._seq), gpu, kind, tenant_id, command_id, pid, tid, limit_s,
+                      share=self._tenants.share_of(command_id), settle_s=settle_s)
+        self._gpus[gpu].submit(req)
+        return req
+
+    def release(self, req: Request, reason: str = "released") -> None:
+        """The holder is done with it (a request not holding its GPU is left as it is)."""
+        self._gpus[req.gpu].release(req, reason)
+
+    def withdraw(self, req: Request, reason: str) -> None:
+        """The requester went away or gave up: drop it from its queue, or release what it holds."""
+        self._gpus[req.gpu].withdraw(req, reason)
+
+    # --- lookups ---------------------------------------------------------------------
+
+    def leased_to(self, gpu: int, tenant_id: int) -> Request | None:
+        """The lease this tenant holds on the GPU: its regions are already exclusive."""
+        return self._gpus[gpu].leased_to(tenant_id)
+
+    def uncertified(self, command_id: str) -> list[asyncio.Event]:
+        """The certificates this command's regions are still owed, on every GPU."""
+        return [e for r in self._gpus.values() for e in r.uncertified(command_id)]
+
+    # --- wiring and life ---------------------------------------------------------------
+
+    def attach_certifiers(self, make: Callable[[int, Gate], Certifier]) -> None:
+        """Each GPU's certificate is made by `make(gpu, its gate)` (set by the node,
+        where it can say who uses a GPU)."""
+        for index, r in self._gpus.items():
+            r.certifier = make(index, r.gate)
+
+    def stamp_heartbeats(self) -> None:
+        for r in self._gpus.values():
+            r.gate.stamp_heartbeat()
+
+    async def shutdown(self) -> None:
+        await asyncio.gather(*(r.shutdown() for r in self._gpus.values()))
