@@ -1,8 +1,9 @@
 """Builds native/ into the wheel: the Makefiles stay the one description of the
 native build; this only runs them and copies what a node needs.
 
-A wheel gets krex_runtime/_native/ with libkrex.so (the interception
-library), sim/libcuda.so.1 (the simulated driver) and include/krex.h, found
+A wheel gets krex_runtime/_native/ with libkrex.so and libkrex_hip.so (the
+CUDA and HIP interception libraries), sim/libcuda.so.1 and
+sim/libamdhip64.so.5 (the simulated driver and HIP runtime) and include/krex.h, found
 at run time by krex_runtime/node/native_build.py, and krex_runtime/_configs/
 with the default config and the systemd unit (krex_runtime/node/shipped.py).
 An editable install copies nothing: a checkout uses native/build, which scripts/setup.sh builds.
@@ -23,7 +24,13 @@ from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 # What a wheel carries, relative to the native build folder and to krex_runtime/_native.
-ARTEFACTS = {"libkrex.so": "libkrex.so", "sim/libcuda.so.1": "sim/libcuda.so.1"}
+ARTEFACTS = {
+    "libkrex.so": "libkrex.so", "sim/libcuda.so.1": "sim/libcuda.so.1",
+    "libkrex_hip.so": "libkrex_hip.so", "sim/libamdhip64.so.5": "sim/libamdhip64.so.5",
+    "forward/libcuda.so.1": "forward/libcuda.so.1", "krex-ctxd": "krex-ctxd",
+}
+# Built only where the HIP headers are (native/hip.mk): an NVIDIA-only wheel goes without them.
+OPTIONAL = {"libkrex_hip.so", "sim/libamdhip64.so.5"}
 HEADERS = ("krex.h",)
 
 
@@ -48,6 +55,8 @@ def build_native(into: Path) -> None:
             check=True,
         )
         for source, target in ARTEFACTS.items():
+            if source in OPTIONAL and not (Path(build) / source).exists():
+                continue
             (into / target).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(Path(build) / source, into / target)
     (into / "include").mkdir(parents=True, exist_ok=True)

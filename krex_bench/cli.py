@@ -1,4 +1,6 @@
-"""`krex bench`: run the evaluation, or report on results already measured.
+# PYTHON_ARGCOMPLETE_OK
+"""`krex bench` (the program krex-bench, which `krex bench` runs): run the
+evaluation, or report on results already measured.
 
     krex bench run [--scale S] [--concurrency 4,8,16] [--variants ...] [--budget-s N] [--out DIR] [--sim]
     krex bench report RESULTS.json [--out DIR] [--clock-tolerance F]
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -182,7 +185,12 @@ def fail(message: str, as_json: bool) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (through `krex bench` too): answer and exit
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
+    args = parser.parse_args(argv)
     if args.verb == "list":
         if args.markdown:
             print(report.workload_table(), end="")

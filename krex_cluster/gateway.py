@@ -11,6 +11,7 @@ take it yet is kept in its run dir (held.py), and held again after a restart.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
@@ -21,8 +22,8 @@ import ray
 import zmq
 import zmq.asyncio
 
-from krex_runtime.wire import protocol, verbs
-from krex_runtime.wire.protocol import ErrorCode, ProtocolError
+from krex_runtime.wire import protocol, serving, verbs
+from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request
 
 from krex_cluster import access, handlers, held, nodes, sockets
 from krex_cluster.access import Peer
@@ -58,8 +59,7 @@ class Gateway:
         self._tasks: list[asyncio.Task[Any]] = []
         self._membership_changed = True
         self._joining: dict[str, asyncio.Task[None]] = {}
-        self._in_flight = 0
-        self._by_peer: dict[tuple[bytes, ...], int] = {}
+        self._requests = serving.InFlight(g.max_requests_per_peer, g.max_requests_in_flight, "the gateway")
         self._stopping = False
         self._lock: int | None = None  # gateway.lock's descriptor while it serves the run dir
         # The joins of the first round that found Ray's nodes; None before it.
@@ -130,50 +130,22 @@ class Gateway:
                 continue
             route = tuple(f.bytes for f in frames[:-1])
             peer = Peer(route, None if remote else access.ipc_credentials(frames[-1]), remote)
-            busy = self._busy(route)
+            busy = self._requests.busy(route)
             if busy:  # bounded work whatever clients send, as on one node
-                frame = frames[-1].bytes
-                req_id = protocol.request_id_of(frame) if len(frame) <= 4096 else None
-                self.send(peer, protocol.reply_error(req_id, ErrorCode.BUSY, busy))
+                self.send(peer, serving.busy_reply(frames[-1].bytes, busy))
                 continue
-            self._in_flight += 1
-            self._by_peer[route] = self._by_peer.get(route, 0) + 1
-            task = asyncio.ensure_future(self._handle(peer, frames[-1].bytes))
-            task.add_done_callback(lambda _, route=route: self._answered(route))
+            route_to = functools.partial(self._route, peer)
+            answering = serving.answer(frames[-1].bytes, self.config.gateway.max_message_bytes, route_to,
+                                       functools.partial(self.send, peer), log)
+            self._requests.track(route, asyncio.ensure_future(answering))
 
-    def _busy(self, route: tuple[bytes, ...]) -> str:
-        g = self.config.gateway
-        if self._by_peer.get(route, 0) >= g.max_requests_per_peer:
-            return f"this client has {g.max_requests_per_peer} requests being answered: try again when they are"
-        if self._in_flight >= g.max_requests_in_flight:
-            return f"the gateway has {g.max_requests_in_flight} requests being answered: try again later"
-        return ""
-
-    def _answered(self, route: tuple[bytes, ...]) -> None:
-        self._in_flight -= 1
-        left = self._by_peer[route] - 1
-        if left:
-            self._by_peer[route] = left
-        else:
-            del self._by_peer[route]
-
-    async def _handle(self, peer: Peer, frame: bytes) -> None:
-        req_id = None
-        try:
-            req = protocol.decode_request(frame, self.config.gateway.max_message_bytes)
-            req_id = req.id
-            if req.type in verbs.CHANGING or req.type == "logs" or (req.type == "wait" and req.body.attach):
-                why = access.refusal(req.type, peer.credentials, peer.remote)
-                if why:
-                    raise ProtocolError(ErrorCode.FORBIDDEN, why)
-            body = await handlers.HANDLERS[req.type](self, peer, req)
-            if body is not handlers.SENT:
-                self.send(peer, protocol.reply_ok(req_id, body))
-        except ProtocolError as exc:
-            self.send(peer, protocol.reply_error(req_id or protocol.request_id_of(frame), exc.code, exc.reason))
-        except Exception as exc:
-            log.exception("request failed")
-            self.send(peer, protocol.reply_error(req_id, ErrorCode.INTERNAL, f"internal error: {exc!r}"))
+    async def _route(self, peer: Peer, req: Request) -> Any:
+        """Refuse a tenant what it may not ask (access.py); else the verb's handler (handlers.py)."""
+        if req.type in verbs.CHANGING or req.type == "logs" or (req.type == "wait" and req.body.attach):
+            why = access.refusal(req.type, peer.credentials, peer.remote)
+            if why:
+                raise ProtocolError(ErrorCode.FORBIDDEN, why)
+        return await handlers.HANDLERS[req.type](self, peer, req)
 
     def send(self, peer: Peer, msg: dict[str, Any]) -> None:
         assert self.control is not None

@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable, Protocol
 
 import ray
 
-from krex_runtime.wire import history, protocol, verbs
+from krex_runtime.wire import history, protocol, serving, verbs
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request
 from krex_runtime.wire.typed import to_dict
 
@@ -46,7 +46,7 @@ class GatewayContext(Protocol):
 
 Handler = Callable[[GatewayContext, Peer, Request], Awaitable[Any]]
 HANDLERS: dict[str, Handler] = {}
-SENT = object()  # the handler sent its reply itself (pushes follow it)
+SENT = serving.SENT  # the handler sent its reply itself (pushes follow it)
 
 
 def handles(verb: verbs.Verb) -> Callable[[Handler], Handler]:
@@ -249,4 +249,4 @@ async def logs(gw: GatewayContext, peer: Peer, req: Request) -> Any:
 for _verb in (verbs.SNAPSHOT, verbs.PAUSE, verbs.RESUME, verbs.RECYCLE, verbs.LEASE, verbs.RELEASE):
     handles(_verb)(_node_verb(_verb))
 
-assert set(HANDLERS) == set(verbs.VERBS), f"verbs without a gateway handler: {set(verbs.VERBS) - set(HANDLERS)}"
+serving.check_handlers(HANDLERS, "the gateway")

@@ -142,7 +142,7 @@ def gpu_figures(state: NodeState, gpu: GpuState, now: float) -> dict[str, str]:
     estimate = inflation_of(gpu)
     hold = now - gpu.region_since if gpu.region_since is not None else None
     return {
-        "gpu": f"{gpu.index} {gpu.name}{' (sim)' if gpu.simulated else ''}",
+        "gpu": f"{gpu.index} {gpu.name}{' (sim)' if gpu.simulated else ''}{' (AMD)' if gpu.vendor == 'amd' else ''}",
         "uuid": gpu.uuid,
         "holder": holder_text(state, gpu),
         "hold": fmt.duration(hold) if hold is not None else "-",

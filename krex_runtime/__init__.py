@@ -2,8 +2,9 @@
 
 The folders are the parts (docs/architecture.md draws them): wire (what
 clients and the console speak), api (the Python client of a runtime), node
-(configuration, GPUs, files), commands (running tenants), regions
-(exclusivity), telemetry, service (the process that ties them together),
+(configuration, GPUs, files), host (cgroups, process trees, identities,
+the tenant registry, fair share), commands (running tenants) and regions
+(exclusivity) side by side on it, telemetry, service (the process that ties them together),
 tenant (code that runs inside tenants), sim (the simulated driver's
 bindings), testing and demo (support, not the service).
 

@@ -6,6 +6,8 @@
 #   make -C native asan                 build/asan/libkrex.so (ASan + UBSan)
 #   make -C native gated-table          regenerate src/intercept/intercept_gated_table.c
 #   make -C native check-gated-table    fail if it is out of date with cuda.h
+#   make -C native region-protocol      regenerate src/intercept/region_protocol.h
+#   make -C native check-region-protocol fail if it differs from krex_runtime/tenant/region_protocol.py
 #   make -C native intercept-tests      C test programs under $(BUILD)/tests
 #
 # The library does not link libcuda: it finds the driver at run time.
@@ -19,7 +21,7 @@ KREX_OBJS := $(patsubst $(KREX_SRC_DIR)/%.c,$(KREX_OBJDIR)/%.o,$(KREX_SRCS))
 KREX_HDRS := include/krex.h include/krex_gate.h $(wildcard $(KREX_SRC_DIR)/*.h)
 KREX_CFLAGS = $(CFLAGS) -I$(CUDA_INCLUDE) -fvisibility=hidden
 
-.PHONY: gated-table check-gated-table intercept-tests
+.PHONY: gated-table check-gated-table region-protocol check-region-protocol intercept-tests
 all: $(BUILD)/libkrex.so
 
 $(BUILD)/libkrex.so: $(KREX_OBJS)
@@ -34,6 +36,13 @@ gated-table:
 
 check-gated-table:
 	$(PYTHON) tools/gen_gated_table.py --cuda-include $(CUDA_INCLUDE) --cc $(CC) --check
+
+# The region protocol version is the Python constant's (tools/gen_region_protocol.py).
+region-protocol:
+	$(PYTHON) tools/gen_region_protocol.py
+
+check-region-protocol:
+	$(PYTHON) tools/gen_region_protocol.py --check
 
 # Test programs: linked against the simulated driver ($(BUILD)/sim) where they
 # call the driver directly, the way a program built with -lcuda does.

@@ -37,5 +37,16 @@ fi
 if [ -z "${CUDA_INCLUDE:-}" ] && [ ! -f /usr/local/cuda/include/cuda.h ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check 'nvidia-cuda-runtime>=13,<14'
 fi
+# native/ builds the HIP interception library against the real HIP headers
+# (prototypes only; nothing links ROCm): Debian's libamdhip64-dev, or a ROCm
+# install (HIP_INCLUDE=/opt/rocm/include).
+if [ -z "${HIP_INCLUDE:-}" ] && [ ! -f /usr/include/hip/hip_runtime_api.h ] && [ ! -f /opt/rocm/include/hip/hip_runtime_api.h ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libamdhip64-dev >/dev/null
+  else
+    echo "setup: native/ needs the HIP headers: apt-get install libamdhip64-dev (as root), or set HIP_INCLUDE" >&2
+    exit 1
+  fi
+fi
 make -s -C native all
 make -s -C native asan

@@ -12,7 +12,7 @@ from runtime_helpers import REPO, tenant_processes
 
 from krex_runtime.testing import hygiene
 from krex_runtime.node import native_build
-from krex_runtime.commands.cgroups import CgroupSlice
+from krex_runtime.host.cgroups import CgroupSlice
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.sim.device_file import remove_device
 

@@ -13,7 +13,7 @@ import psutil
 from region_checks import is_frozen
 
 from krex_runtime.regions import gate
-from krex_runtime.commands.cgroups import CgroupSlice
+from krex_runtime.host.cgroups import CgroupSlice
 from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.sim.device_file import remove_device

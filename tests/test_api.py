@@ -4,12 +4,14 @@ over ipc and over tcp + CURVE: one runtime serves both, for the whole module."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -265,3 +267,68 @@ def test_a_runtime_that_stops_answering_is_noticed(node: dict[str, Any]) -> None
         finally:
             os.kill(pid, signal.SIGCONT)
         assert handle.cancel() == "cancelled"
+
+
+def test_one_options_type_makes_every_submit_body() -> None:
+    """`submit`, `run`, `enqueue` and `map` take one options type: a Command's
+    own options win over map's common ones, positional ones read as always."""
+    from krex_runtime.api import SubmitOptions
+    from krex_runtime.api.options import split
+
+    argv, options = split(Command(["x"], 0, "pooled", 5.0, label="mine"), SubmitOptions(label="all", lease=True,
+                                                                                        gpu_model="H200"))
+    body = options.body(argv, attach=True)
+    assert (body["argv"], body["gpu"], body["mode"], body["timeout_s"], body["label"]) == (["x"], 0, "pooled", 5.0, "mine")
+    assert body["lease"] is True and body["gpu_model"] == "H200" and body["attach"] is True
+    assert SubmitOptions().body(["x"], attach=False)["attach"] is False
+    with pytest.raises(TypeError, match="not one string"):
+        SubmitOptions().body("python3 bench.py", attach=True)
+    for call in (Client.submit, Client.run, Client.map, Client.enqueue, AsyncClient.submit, AsyncClient.map):
+        assert {"gpu", "lease", "retries", "on_output"} <= set(inspect.signature(call).parameters), call
+
+
+def test_enqueue_queues_a_command_this_client_does_not_follow(where: dict[str, Any]) -> None:
+    with Client(**where) as krex:
+        reply = krex.enqueue(["sh", "-c", "echo later"], label="enqueued")
+        result = krex.attach(reply["id"]).wait(timeout=60)
+        with pytest.raises(ValueError, match="on_output"):
+            krex.enqueue(["true"], on_output=print)
+    assert set(reply) >= {"id", "state"} and result.label == "enqueued" and result.stdout == "later\n"
+
+
+def test_an_on_output_that_raises_ends_its_wait_not_the_client(where: dict[str, Any]) -> None:
+    def refuse(stream: str, text: str) -> None:
+        raise LookupError(f"no room for {text!r}")
+
+    seen: list[str] = []
+
+    def nested(stream: str, text: str) -> None:
+        try:
+            krex.status()  # on the client's own thread: it would wait on itself
+        except RuntimeError as exc:
+            seen.append(str(exc))
+
+    with Client(**where) as krex:
+        handle = krex.submit([PY, "-u", "-c", "print('first'); import time; time.sleep(60)"], on_output=refuse)
+        with pytest.raises(LookupError, match="first"):
+            handle.wait(timeout=60)
+        assert handle.cancel() == "cancelled"
+        assert krex.run(["echo", "x"], on_output=nested).ok and krex.run(["true"]).ok
+    assert seen and "its own thread" in seen[0]
+
+
+def test_a_blocking_client_works_inside_an_event_loop_and_from_other_threads(node: dict[str, Any]) -> None:
+    async def in_a_notebook_cell() -> Result:
+        with Client(**node["ipc"]) as krex:  # blocking calls while this thread runs an event loop
+            return krex.run(["echo", "cell"])
+
+    assert asyncio.run(in_a_notebook_cell()).stdout == "cell\n"
+    with Client(**node["ipc"]) as krex:
+        handle = krex.submit(["echo", "elsewhere"])
+        waited: list[Result] = []
+        other = threading.Thread(target=lambda: waited.append(handle.wait(timeout=60)))
+        other.start()
+        other.join()
+    assert [r.stdout for r in waited] == ["elsewhere\n"]
+    with pytest.raises(RuntimeError, match="closed"):
+        krex.status()

@@ -14,7 +14,7 @@ from typing import Iterator
 import pytest
 from runtime_helpers import PY, module_runtime
 
-from krex_runtime.commands.fair_share import key_of_user
+from krex_runtime.host.fair_share import key_of_user
 from krex_runtime.testing.local_runtime import Runtime, command
 from krex_runtime.wire import history
 

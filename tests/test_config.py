@@ -305,3 +305,12 @@ def test_values_this_node_cannot_use_are_refused(tmp_path: Path, text: str, mess
 )
 def test_what_those_checks_still_accept(tmp_path: Path, text: str) -> None:
     load_config(_write(tmp_path, text))
+
+
+@pytest.mark.parametrize(("policy", "slots"), [("command", 1), ("ungated", 5), ("krex", 5)])
+def test_the_slot_rule_is_the_configs(tmp_path: Path, policy: str, slots: int) -> None:
+    """One rule, read by the dispatcher, the node's GPU record and the uid count:
+    policy `command` runs one command per GPU whatever dispatcher.slots_per_gpu says."""
+    path = tmp_path / "krex.toml"
+    path.write_text(f'[runtime]\npolicy = "{policy}"\n[dispatcher]\nslots_per_gpu = 5\n')
+    assert load_config(path).effective_slots_per_gpu == slots

@@ -1,4 +1,4 @@
-"""Fair share across share keys (commands/fair_share.py, regions/region_shares.py):
+"""Fair share across share keys (host/fair_share.py, regions/region_shares.py):
 two keys of one submitter asking for regions at 10:1 (ten tenants against
 one) on one simulated GPU get equal shares of its region time, and the
 low-rate key's requests wait behind a bounded number of regions; plus the
@@ -15,7 +15,7 @@ from typing import Any
 from region_checks import check_nothing_left
 from runtime_helpers import PY, TENANTS, krex_runtime, trace_events, wait_ready
 
-from krex_runtime.commands.fair_share import AdmissionOrder, effective_key
+from krex_runtime.host.fair_share import AdmissionOrder, effective_key
 from krex_runtime.regions.region_shares import RegionShares
 from krex_runtime.testing.local_runtime import wait_until
 from krex_runtime.wire.trace import read_trace

@@ -38,7 +38,7 @@ from test_regions import (
 )
 
 from krex_runtime.testing import hygiene
-from krex_runtime.commands.cgroups import CgroupSlice
+from krex_runtime.host.cgroups import CgroupSlice
 from krex_runtime.regions.freezer import CgroupV2Freezer, Target
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.wire.trace import read_trace

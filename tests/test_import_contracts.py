@@ -1,8 +1,10 @@
 """The layering is enforced by import-linter's contracts (pyproject.toml,
 [tool.importlinter]), not by a list in a test: the console sees only the
 wire, tenant code only the standard library, the wire no service module, the
-runtime never the console, krex_bench only the public surface, no import circles
-among the siblings of any package of the console or the runtime.
+runtime never the console, krex_bench only the public surface (and nothing
+imports krex_bench), regions and commands side by side on the host plumbing,
+no import circles among the siblings of any package of the console or the
+runtime.
 
 The real tree must keep every contract, and a module that breaks one must be
 caught: the checker runs over a copy of the packages with such a module added.
@@ -54,9 +56,21 @@ BAD_MODULES = {
         "krex_runtime/regions/bad_hook.py", "from krex_runtime.service import runtime\n",
         "The runtime's parts stand in layers",
     ),
+    "regions import the dispatcher": (
+        "krex_runtime/regions/bad_admission.py", "from krex_runtime.commands import dispatcher\n",
+        "Regions and commands stand side by side",
+    ),
+    "the host plumbing imports the regions": (
+        "krex_runtime/host/bad_registry.py", "from krex_runtime.regions import region_manager\n",
+        "The runtime's parts stand in layers",
+    ),
     "the runtime imports the console": (
         "krex_runtime/telemetry/bad_panel.py", "import krex_console.format\n",
         "The runtime never imports the console",
+    ),
+    "the CLI imports the benchmark tool": (
+        "krex_runtime/cli/bad_bench.py", "from krex_bench.cli import main\n",
+        "Nothing imports krex_bench",
     ),
     "a console view imports the app": (
         "krex_console/views/bad_view.py", "from krex_console.app import KrexConsole\n",

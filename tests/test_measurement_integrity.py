@@ -91,3 +91,50 @@ def test_exit_words_from_a_tenant_are_read_strictly() -> None:
     assert rec is not None and not rec["clean"]
     assert rec["summary"] == "integrity: flagged (escaped 2, empty 1, patched_harness 1; 5 timed windows)"
     assert integrity.lines(rec)[1].startswith("escaped: 2 of 5 window(s): work launched")
+
+
+def many_windows(rt: Any, windows: int, launches: int, **env: str) -> tuple[dict, Any]:
+    """Run tests/tenants/many_windows.py under `krex run --json`: (the result, the tenant's own record)."""
+    done = subprocess.run([*command("krex"), "run", "--json", "--", sys.executable, str(TENANTS / "many_windows.py"),
+                           str(windows), str(launches)], env={**rt.env, **env}, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    return result, json.loads(result["stdout"].strip().splitlines()[-1])
+
+
+def test_windows_read_after_the_log_moved_on_are_not_flagged(make_runtime: Any) -> None:
+    # do_bench's pattern: 1000 windows of 8 launches each (10 operations a
+    # window with the cache clear and the two records), every elapsed time
+    # asked at the end. The log holds the last 8192 operations: the first
+    # windows' operations are gone by then. They are not judged (not counted),
+    # never flagged `empty` for want of the launches the log no longer holds.
+    rt = krex_runtime(make_runtime)
+    result, seen = many_windows(rt, 1000, 8)
+    rec = result["regions"][0]["integrity"]
+    assert rec == seen
+    assert rec["clean"] and rec["flags"] == {}, rec
+    assert 0 < rec["windows"] < 1000, rec
+
+
+def test_the_bookkeeping_switched_off_makes_no_record(make_runtime: Any) -> None:
+    # KREX_INTEGRITY=0 (docs/native.md): the library logs nothing and reports
+    # nothing, so the region's record is null, not a clean one.
+    rt = krex_runtime(make_runtime)
+    on, seen_on = many_windows(rt, 5, 1)
+    assert on["regions"][0]["integrity"] == seen_on
+    assert seen_on["summary"] == "integrity: clean (5 timed windows)"
+    off, seen_off = many_windows(rt, 5, 1, KREX_INTEGRITY="0")
+    assert off["regions"][0]["integrity"] is None and seen_off is None, off["regions"]
+    released = [e for e in trace_events(rt, "region_released") if e.get("kind") == "region"]
+    assert [e["integrity"] for e in released[-2:]] == [seen_on, None]
+
+
+def test_the_benchmark_of_the_bookkeeping_runs() -> None:
+    # benchmarks/integrity_cost.py (docs/BENCHMARKS.md), tiny: its rows and its last line, not its figures.
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "integrity_cost.py"), "--launches", "2000",
+                           "--rounds", "1"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rows = [line.split("  ")[0] for line in done.stdout.splitlines()[2:5]]
+    assert rows == ["plain", "libkrex, region held", "libkrex, region held + integrity"], done.stdout
+    assert done.stdout.splitlines()[-1].startswith("integrity bookkeeping per launch"), done.stdout

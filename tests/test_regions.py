@@ -26,25 +26,9 @@ from region_checks import (
     is_frozen,
     regions_of,
 )
-from runtime_helpers import (
-    PY,
-    TENANTS,
-    busy,
-    cgroup_root,
-    command_pid,
-    finish,
-    frozen_cgroups,
-    gpu_state,
-    krex_runtime,
-    output,
-    region_results,
-    regions_config,
-    snapshot,
-    submit,
-    tenant_processes,
-    trace_events,
-    wait_ready,
-)
+from runtime_helpers import (PY, TENANTS, busy, cgroup_root, command_pid, finish, frozen_cgroups, gpu_state,
+                             krex_runtime, output, region_results, regions_config, snapshot, submit, tenant_processes,
+                             trace_events, wait_ready)
 
 from krex_runtime.node import native_build
 from krex_runtime.regions.freezer import is_stopped
@@ -254,14 +238,21 @@ def test_a_tenant_that_never_drains(make_runtime, backend: str) -> None:
     finish(rt, hog)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_a_tenant_that_was_already_stopped(make_runtime, backend: str) -> None:
-    rt = krex_runtime(make_runtime, backend)
-    others = [busy(rt) for _ in range(2)]
+def stop_the_first(rt: Runtime, others: list[str]) -> int:
+    """Stops the first of the running tenants `others` (SIGSTOP, as an operator
+    or a debugger would, not the runtime's freezer); its pid."""
     wait_ready(rt, *others)
     stopped = command_pid(rt, others[0])
     os.kill(stopped, signal.SIGSTOP)
     wait_until(lambda: is_stopped(stopped), 10, "the tenant to stop")
+    return stopped
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_tenant_that_was_already_stopped(make_runtime, backend: str) -> None:
+    rt = krex_runtime(make_runtime, backend)
+    others = [busy(rt) for _ in range(2)]
+    stopped = stop_the_first(rt, others)
     done = rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "2")
     assert done.returncode == 0, done.stderr
     assert all("times_ms" in r for r in region_results(done.stdout))
@@ -272,6 +263,27 @@ def test_a_tenant_that_was_already_stopped(make_runtime, backend: str) -> None:
     os.kill(stopped, signal.SIGCONT)
     check_nothing_left(rt.run_dir)
     finish(rt, *others)
+
+
+def test_a_lock_the_driver_refuses_is_drained_by_the_library(make_runtime) -> None:
+    """driver-lock: the driver refuses the checkpoint lock with an OS error (as
+    the H200's does now and then for a process busy in the driver); the
+    library's drain thread drains that tenant instead, and the region is granted."""
+    rt = make_runtime(policy="krex", sim=1, slots=8, extra_config=regions_config("driver-lock"),
+                      runtime_env={"KREX_SIM_LOCK_FAILS": "304"})
+    others = [busy(rt) for _ in range(2)]
+    wait_ready(rt, *others)
+    done = rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "2")
+    assert done.returncode == 0, done.stderr
+    assert all("times_ms" in r for r in region_results(done.stdout)), done.stdout
+    granted = trace_events(rt, "region_granted")[-1]
+    assert {granted["drain"].get(str(command_pid(rt, c))) for c in others} == {"ok"}, granted["drain"]
+    finish(rt, *others)
+    rt.stop()
+    events, held = regions_of(rt.trace_path)
+    check_no_submissions_while_held(held)
+    assert check_exclusive(events, held, rt.root / "sim.log") > 0
+    assert {e["verdict"] for e in events if e["type"] == "region_released"} == {"verified"}
 
 
 def _tree_frozen(rt: Runtime, freezer: str, command_id: str) -> bool:

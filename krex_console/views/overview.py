@@ -76,7 +76,7 @@ def gpu_row(model: ConsoleModel, gpu: GpuState) -> Row:
         "memory": fmt.memory_short(fmt.get(telemetry, "mem_used"), fmt.get(telemetry, "mem_total")),
         "sm_clock": f["sm_clock"],
         "temp": f["temp"],
-        "name": f"{gpu.name}{' (sim)' if gpu.simulated else ''}",
+        "name": f"{gpu.name}{' (sim)' if gpu.simulated else ''}{' (AMD)' if gpu.vendor == 'amd' else ''}",
     }
     order = {
         "gpu": gpu.index, "hold": hold, "region_queue": len(gpu.region_queue), "admission_queue": gpu.queued,

@@ -7,28 +7,20 @@ their results, from a script or an agent loop (docs/api.md).
         result = krex.run(["python3", "bench.py"], label="candidate-7")
         print(result.exit_code, result.stdout, [r.hold_s for r in result.regions])
 
-`Client` blocks, `AsyncClient` is its asyncio twin. Both speak only the
-control protocol (krex_runtime/wire), so they work against a runtime on
-this node (ipc) or another one (tcp + CURVE) alike; `krex` is built on them.
+`AsyncClient` (aio.py) is the one implementation; `Client` (sync.py) is the
+same calls, blocking. Both speak only the control protocol
+(krex_runtime/wire), so they work against a runtime on this node (ipc) or
+another one (tcp + CURVE) alike; `krex` is built on them.
 """
 
-from typing import Any
-
-from krex_runtime.api.results import Command, CommandStatus, Event, GpuStatus, NodeStatus, Region, Result
+from krex_runtime.api.aio import AsyncClient, AsyncHandle
+from krex_runtime.api.options import Command, SubmitOptions
+from krex_runtime.api.results import CommandStatus, Event, GpuStatus, NodeStatus, Region, Result
 from krex_runtime.api.sync import Client, Handle
 from krex_runtime.wire.control_client import RequestFailed, RuntimeUnavailable
 from krex_runtime.wire.protocol import ProtocolError
 
 __all__ = [
     "AsyncClient", "AsyncHandle", "Client", "Command", "CommandStatus", "Event", "GpuStatus", "Handle",
-    "NodeStatus", "ProtocolError", "Region", "RequestFailed", "Result", "RuntimeUnavailable",
+    "NodeStatus", "ProtocolError", "Region", "RequestFailed", "Result", "RuntimeUnavailable", "SubmitOptions",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    """The asyncio client loads asyncio and zmq.asyncio: only when named."""
-    if name in ("AsyncClient", "AsyncHandle"):
-        from krex_runtime.api import aio
-
-        return getattr(aio, name)
-    raise AttributeError(f"module 'krex_runtime.api' has no attribute {name!r}")

@@ -1,9 +1,15 @@
-"""The asyncio client: `AsyncClient` and `AsyncHandle`, the same calls as
-the blocking client, awaited.
+"""The asyncio client, `AsyncClient` and `AsyncHandle`: the one
+implementation of the Python API's calls. The blocking `Client` (sync.py)
+runs it on an event loop of its own.
 
 One reader task per client takes every message from the control socket and
 routes it (api/inbox.py) to the request it answers, so any number of
 commands can be awaited at once on one connection.
+
+A failure the reader meets ends waits, not the client: a runtime that
+stopped answering or a message that is not one of the protocol fails every
+wait under way (or, when none is, the next one), and a later call is served
+if the runtime answers again. Only a refused CURVE handshake ends the client.
 """
 
 from __future__ import annotations
@@ -11,17 +17,17 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Any, AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
 
 import zmq
 import zmq.asyncio
 
-from krex_runtime.api import inbox as core
-from krex_runtime.api.inbox import Follow, Inbox, Liveness, OutputCallback
-from krex_runtime.api.results import Command, Event, NodeStatus, Result
-from krex_runtime.api.sync import TELEMETRY_ENV, _path, _verb_wait, telemetry_from_hello
+from krex_runtime.api.inbox import Follow, Inbox, Liveness, reply_body, state_of
+from krex_runtime.api.options import Command, OutputCallback, SubmitOptions, split, takes_options
+from krex_runtime.api.results import Event, NodeStatus, Result
 from krex_runtime.wire import endpoints, protocol
 from krex_runtime.wire.control_client import (
+    PING_AFTER_S,
     SEND_TIMEOUT_S,
     CurveKeys,
     HandshakeWatch,
@@ -29,11 +35,15 @@ from krex_runtime.wire.control_client import (
     check_reachable,
     use_curve,
 )
-from krex_runtime.wire.endpoints import client_control
+from krex_runtime.wire.protocol import ProtocolError
+from krex_runtime.wire.verbs import REPLY_WAIT_S, VERBS
+
+TELEMETRY_ENV = "KREX_TELEMETRY"  # the telemetry endpoint of a tcp runtime
+HELLO = {"client": "krex-api"}
 
 
 class AsyncHandle:
-    """A submitted command, awaited."""
+    """A submitted command: await its end, cancel it, or look at its result."""
 
     def __init__(self, client: AsyncClient, follow: Follow) -> None:
         self._client = client
@@ -49,20 +59,30 @@ class AsyncHandle:
         return self._follow.result() if self._follow.done else None
 
     async def wait(self, timeout: float | None = None) -> Result:
-        """Until it ends; TimeoutError after `timeout` seconds (it keeps running)."""
-        await self._client._until(lambda: self._follow.done, timeout)
+        """Until it ends; TimeoutError after `timeout` seconds (it keeps
+        running: cancel it if you gave up on it)."""
+        await self._client._until(lambda: self._follow.done, timeout, f"command {self.id}")
         return self._follow.result()
 
     async def cancel(self) -> str:
+        """Cancel it; its state after the cancel (`cancelled`, or how it had already ended)."""
         return await self._client.cancel(self.id)
 
     def __repr__(self) -> str:
-        return f"AsyncHandle({self.id!r}, done={self._follow.done})"
+        return f"{type(self).__name__}({self.id!r}, done={self._follow.done})"
 
 
 class AsyncClient:
-    """The asyncio twin of `Client` (same arguments). Use `async with`, or
-    call `close()`; it must be used from one event loop."""
+    """A client of one runtime's control socket, used from one event loop
+    (`async with`, or `await close()`).
+
+    endpoint: default KREX_ENDPOINT, else the control socket of KREX_RUN_DIR
+    (else the default run dir). A tcp endpoint needs CURVE key files: this
+    client's NAME.key_secret and the runtime's public NAME.key (default:
+    KREX_CURVE_CLIENT_KEY, KREX_CURVE_SERVER_KEY). telemetry: the PUB
+    endpoint for `events()` (ipc: found beside the control socket; tcp:
+    default KREX_TELEMETRY). timeout: how long a plain request waits for its reply.
+    """
 
     def __init__(
         self,
@@ -73,7 +93,7 @@ class AsyncClient:
         curve_server_key: str | os.PathLike[str] | None = None,
         timeout: float = 10.0,
     ) -> None:
-        self.endpoint = endpoint or client_control()
+        self.endpoint = endpoint or endpoints.client_control()
         self._keys = CurveKeys(_path(curve_client_key), _path(curve_server_key))
         self._telemetry = telemetry
         self._timeout = timeout
@@ -92,8 +112,12 @@ class AsyncClient:
         self._alive = Liveness(time.monotonic())
         self._changed = asyncio.Condition()
         self._reader: asyncio.Task[None] | None = None
-        self._failure: BaseException | None = None
         self._waiting = 0  # coroutines awaiting a message: the reader pings only for them
+        # What the reader met, for the waits (see the module's docstring):
+        self._failures = 0  # how many failures so far: a wait ends in the ones after its start
+        self._failure: BaseException | None = None  # the latest
+        self._failure_raised = True  # some wait ended in it (else the next one does)
+        self._broken: BaseException | None = None  # no message can come any more
 
     async def close(self) -> None:
         if self._reader is not None:
@@ -113,45 +137,37 @@ class AsyncClient:
 
     # --- commands -------------------------------------------------------------
 
-    async def submit(
-        self,
-        argv: Sequence[str],
-        *,
-        gpu: int | None = None,
-        gpus: int | Sequence[int] | None = None,
-        mode: str | None = None,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str | os.PathLike[str] | None = None,
-        label: str | None = None,
-        auto_region: bool | None = None,
-        auto_region_entries: Sequence[str] | None = None,
-        share: str | None = None,
-        lease: bool = False,
-        node_labels: Mapping[str, str] | None = None,
-        gpu_model: str | None = None,
-        retries: int | None = None,
-        on_output: OutputCallback | None = None,
-    ) -> AsyncHandle:
-        """As `Client.submit`."""
-        body = core.submit_body(
-            argv, gpu=gpu, gpus=gpus, mode=mode, timeout=timeout, env=env, cwd=cwd, label=label,
-            auto_region=auto_region, auto_region_entries=auto_region_entries, share=share, lease=lease,
-            node_labels=node_labels, gpu_model=gpu_model, retries=retries,
-        )
-        return await self._follow("submit", body, on_output)
+    @takes_options
+    async def submit(self, argv: Sequence[str], **options: Any) -> AsyncHandle:
+        """Queue a command and follow it; returns once the runtime accepted it
+        (RequestFailed if refused). The options: `SubmitOptions`."""
+        return await self._submit(argv, SubmitOptions(**options))
+
+    async def _submit(self, argv: Sequence[str], options: SubmitOptions) -> AsyncHandle:
+        return await self._follow("submit", options.body(argv, attach=True), options.on_output)
+
+    @takes_options
+    async def enqueue(self, argv: Sequence[str], **options: Any) -> dict[str, Any]:
+        """Queue a command that this client does not follow (`krex submit`):
+        the runtime's reply, `{"id", "state"}`; `attach(id)` follows it later."""
+        given = SubmitOptions(**options)
+        if given.on_output is not None:
+            raise ValueError("enqueue follows nothing, so on_output would never be called: use submit")
+        return await self.call("submit", given.body(argv, attach=False))
 
     async def attach(self, command_id: str, on_output: OutputCallback | None = None) -> AsyncHandle:
-        """As `Client.attach`."""
+        """Follow a command submitted earlier (by anyone): its output so far,
+        then the rest, then its Result (a finished one's at once)."""
         return await self._follow("wait", {"id": command_id, "attach": True}, on_output)
 
     async def _follow(self, verb: str, body: dict[str, Any], on_output: OutputCallback | None) -> AsyncHandle:
+        """Send a request that attaches to a command; its handle once the runtime accepted it."""
         msg = protocol.request(verb, body)
         request_id = msg["id"]
         follow = self._inbox.follow(request_id, on_output)  # before sending: the reader may get the reply first
         try:
             await self._send(msg)
-            await self._until(lambda: follow.replied, self._timeout, reply_to=verb)
+            await self._until(lambda: follow.replied, self._timeout, f"the reply to {verb}", reply=True)
         except BaseException:
             self._inbox.forget(request_id)
             raise
@@ -160,15 +176,23 @@ class AsyncClient:
             raise follow.error
         return AsyncHandle(self, follow)
 
+    @takes_options
     async def run(self, argv: Sequence[str], **options: Any) -> Result:
+        """Submit a command and wait for its Result."""
         return await (await self.submit(argv, **options)).wait()
 
+    @takes_options
     async def map(
         self, commands: Iterable[Command | Sequence[str]], *, max_in_flight: int = 8, **common: Any
     ) -> AsyncIterator[Result]:
-        """As `Client.map`: an async iterator of Results in completion order."""
+        """Run many commands, at most `max_in_flight` submitted at a time, and
+        yield each Result as its command ends (completion order: match them by
+        `id` or `label`). Each item is an argv or a Command; `common` options
+        apply to all (a Command's own win). Leaving the loop early cancels the
+        commands still in flight."""
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
+        shared = SubmitOptions(**common)
         todo = iter(commands)
         in_flight: list[AsyncHandle] = []
         exhausted = False
@@ -179,11 +203,10 @@ class AsyncClient:
                     if item is None:
                         exhausted = True
                         break
-                    argv, options = core.options_of(item, common)
-                    in_flight.append(await self.submit(argv, **options))
+                    in_flight.append(await self._submit(*split(item, shared)))
                 if not in_flight:
                     return
-                await self._until(lambda: any(h.done() for h in in_flight), None)
+                await self._until(lambda: any(h.done() for h in in_flight), None, "a command to end")
                 for h in [h for h in in_flight if h.done()]:
                     in_flight.remove(h)
                     yield h._follow.result()
@@ -192,7 +215,8 @@ class AsyncClient:
             await asyncio.gather(*(h.cancel() for h in in_flight if not h.done()), return_exceptions=True)
 
     async def cancel(self, command_id: str) -> str:
-        return core.state_of(await self.call("cancel", {"id": command_id}), "cancel")
+        """Cancel a queued or running command; its state after the cancel."""
+        return state_of(await self.call("cancel", {"id": command_id}), "cancel")
 
     # --- the node -------------------------------------------------------------
 
@@ -200,27 +224,29 @@ class AsyncClient:
         return NodeStatus.from_record(await self.call("status"))
 
     async def call(self, verb: str, body: Mapping[str, Any] | None = None, timeout: float | None = None) -> Any:
+        """Any verb of the protocol (docs/protocol.md): its reply body, or RequestFailed."""
         msg = protocol.request(verb, dict(body or {}))
         request_id = msg["id"]
         self._inbox.expect(request_id)
         wait_s = timeout if timeout is not None else _verb_wait(verb, self._timeout)
         try:
             await self._send(msg)
-            await self._until(lambda: request_id in self._inbox.replies, wait_s, reply_to=verb)
+            await self._until(lambda: request_id in self._inbox.replies, wait_s, f"the reply to {verb}", reply=True)
         finally:
-            msg = self._inbox.take_reply(request_id)
+            reply = self._inbox.take_reply(request_id)
             self._inbox.calls.discard(request_id)
-        assert msg is not None
-        return core.reply_body(msg)
+        assert reply is not None
+        return reply_body(reply)
 
     async def events(self, *, idle_timeout: float | None = None) -> AsyncIterator[Event]:
-        """As `Client.events`."""
+        """The runtime's events as they happen (the telemetry PUB socket).
+        Ends after `idle_timeout` seconds without one (None: never)."""
         sock = self._ctx.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
         try:
             endpoint = self._telemetry or endpoints.client_telemetry(self.endpoint) or os.environ.get(TELEMETRY_ENV, "")
             if not endpoint:
-                endpoint = telemetry_from_hello(self.endpoint, await self.call("hello", {"client": "krex-api"}))
+                endpoint = telemetry_from_hello(self.endpoint, await self.call("hello", HELLO))
             use_curve(sock, endpoint, self._keys)
             sock.setsockopt(zmq.SUBSCRIBE, protocol.TOPIC_EVENT)
             sock.connect(endpoint)
@@ -236,8 +262,8 @@ class AsyncClient:
     # --- the reader -----------------------------------------------------------
 
     async def _send(self, msg: dict[str, Any]) -> None:
-        if self._failure is not None:
-            raise self._failure
+        if self._broken is not None:
+            raise self._broken
         await self._send_frame(protocol.encode(msg))
         if self._reader is None:
             self._reader = asyncio.get_running_loop().create_task(self._read())
@@ -252,49 +278,98 @@ class AsyncClient:
             self._handshake.check()
             raise RuntimeUnavailable(f"cannot send to the krex runtime at {self.endpoint}: no connection") from None
 
-    async def _until(self, done: Any, timeout: float | None, reply_to: str | None = None) -> None:
-        """Wait for `done()` as the reader routes messages; after `timeout`,
-        TimeoutError (awaiting a reply: RuntimeUnavailable)."""
+    async def _until(self, done: Callable[[], bool], timeout: float | None, what: str, reply: bool = False) -> None:
+        """Wait for `done()` as the reader routes messages. After `timeout`,
+        TimeoutError (awaiting a `reply`: RuntimeUnavailable); the reader's
+        failure that came meanwhile, or that no wait has yet ended in."""
+        since = self._failures - (0 if self._failure_raised else 1)
+
+        def ended() -> bool:
+            return done() or self._broken is not None or self._failures > since
+
         self._waiting += 1
         try:
             async with self._changed:
-                await asyncio.wait_for(self._changed.wait_for(lambda: done() or self._failure is not None), timeout)
+                await asyncio.wait_for(self._changed.wait_for(ended), timeout)
         except asyncio.TimeoutError:
-            if reply_to is not None:
-                raise RuntimeUnavailable(f"no reply from the krex runtime at {self.endpoint} (the reply to {reply_to})") from None
-            raise TimeoutError("timed out waiting for the command to end") from None
+            if reply:
+                raise RuntimeUnavailable(f"no reply from the krex runtime at {self.endpoint} ({what})") from None
+            raise TimeoutError(f"timed out waiting for {what}") from None
         finally:
             self._waiting -= 1
-        if not done() and self._failure is not None:
-            raise self._failure
+        if done():
+            return
+        if self._broken is not None:
+            raise self._broken
+        assert self._failure is not None
+        self._failure_raised = True
+        raise self._failure
+
+    async def _fail_waits(self, failure: BaseException) -> None:
+        self._failures, self._failure, self._failure_raised = self._failures + 1, failure, False
+        async with self._changed:
+            self._changed.notify_all()
 
     async def _read(self) -> None:
         try:
             while True:
-                ready = await self._sock.poll(int(core.PING_AFTER_S * 1000))
+                ready = await self._sock.poll(int(PING_AFTER_S * 1000))
                 self._handshake.check()  # a refused CURVE key: every waiter hears why
                 if ready:
-                    msg = protocol.decode_reply(await self._sock.recv())
-                    self._inbox.note_dropped(msg)
-                    if not self._alive.heard(msg, time.monotonic()):
-                        self._inbox.feed(msg)
-                    for request in self._inbox.ask_again():  # the runtime dropped messages to us (inbox.py)
-                        await self._send_frame(protocol.encode(request))
-                    async with self._changed:
-                        self._changed.notify_all()
+                    frame = await self._sock.recv()
+                    try:
+                        msg = protocol.decode_reply(frame)
+                    except ProtocolError as exc:  # not one of the protocol: whatever waits hears it
+                        await self._fail_waits(exc)
+                        continue
+                    await self._take(msg)
                     continue
                 now = time.monotonic()
-                if self._waiting and self._alive.dead(now):
-                    raise RuntimeUnavailable(f"the krex runtime at {self.endpoint} stopped answering")
-                if self._waiting and self._alive.quiet(now):
-                    msg = protocol.request("hello", {"client": "krex-api"})
-                    await self._send_frame(protocol.encode(msg))
-                    self._alive.ping_id, self._alive.ping_sent = msg["id"], now
-                elif not self._waiting:
-                    self._alive.last_heard = now
+                if not self._waiting:
+                    self._alive.last_heard = now  # quiet time counts only while someone waits
+                elif self._alive.dead(now):
+                    how = "was restarted (attach again with wait)" if self._alive.replaced else "stopped answering"
+                    await self._fail_waits(RuntimeUnavailable(f"the krex runtime at {self.endpoint} {how}"))
+                elif self._alive.quiet(now):
+                    ping = protocol.request("hello", HELLO)
+                    await self._send_frame(protocol.encode(ping))
+                    self._alive.ping_id, self._alive.ping_sent = ping["id"], now
         except asyncio.CancelledError:
             raise
-        except BaseException as exc:  # a dead runtime or a reply that is not one: every waiter hears it
-            self._failure = exc
+        except BaseException as exc:  # a refused handshake (or a fault here): every call from now on hears it
+            self._broken = exc
             async with self._changed:
                 self._changed.notify_all()
+
+    async def _take(self, msg: dict[str, Any]) -> None:
+        """Route one message; ask again for what the runtime dropped (inbox.py)."""
+        self._inbox.note_dropped(msg)
+        if not self._alive.heard(msg, time.monotonic()):
+            self._inbox.feed(msg)
+        for request in self._inbox.ask_again():
+            await self._send_frame(protocol.encode(request))
+        async with self._changed:
+            self._changed.notify_all()
+
+
+def telemetry_from_hello(endpoint: str, hello: Mapping[str, Any]) -> str:
+    """The telemetry endpoint a runtime names to a tcp client (runtime.telemetry_tcp)."""
+    found = hello.get("telemetry") if isinstance(hello, Mapping) else None
+    if not isinstance(found, str) or not found.startswith("tcp://"):
+        raise RuntimeUnavailable(
+            f"the runtime at {endpoint} serves no tcp telemetry endpoint (runtime.telemetry_tcp); "
+            f"name one with telemetry= or {TELEMETRY_ENV}"
+        )
+    return found
+
+
+def _path(value: str | os.PathLike[str] | None) -> str | None:
+    return os.fspath(value) if value is not None else None
+
+
+def _verb_wait(verb: str, default: float) -> float:
+    """The client's timeout, unless the verb takes longer to answer by its
+    nature (a lease waits for its region): then its table's wait. Every other
+    verb waits the client's timeout, shorter or longer than the usual reply wait."""
+    known = VERBS.get(verb)
+    return max(default, known.wait_s) if known is not None and known.wait_s > REPLY_WAIT_S else default

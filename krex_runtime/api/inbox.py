@@ -1,8 +1,9 @@
-"""What both clients share and that does no I/O: the submit body a call
-makes, and the routing of what the runtime sends back to the request it
-answers (replies, a followed command's output, its result).
+"""The routing of what the runtime sends back to the request it answers
+(replies, a followed command's output, its result), and the watch on a
+runtime that stops answering: the client's bookkeeping, without I/O
+(the reader in aio.py feeds it).
 
-Every submission attaches (`attach: true`): the runtime pushes the
+A followed submission attaches (`attach: true`): the runtime pushes the
 command's output and result over the control socket (docs/protocol.md,
 "Attaching to a command"), so a client on another machine (tcp + CURVE) gets
 them as one on the node does; no output file is read.
@@ -10,89 +11,15 @@ them as one on the node does; no output file is read.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
-from krex_runtime.api.results import Command, Result, malformed
+from krex_runtime.api.options import OutputCallback
+from krex_runtime.api.results import Result, malformed
 from krex_runtime.wire import protocol
-from krex_runtime.wire.control_client import RequestFailed
+# Quiet PING_AFTER_S while waiting: ping; no answer DEAD_AFTER_S after: the runtime is gone.
+from krex_runtime.wire.control_client import DEAD_AFTER_S, PING_AFTER_S, RequestFailed
 from krex_runtime.wire.protocol import ProtocolError
-
-# Called with ("stdout" | "stderr", text) as a followed command writes.
-OutputCallback = Callable[[str, str], None]
-# Quiet this long while waiting: ping; no answer this long after: the runtime is gone.
-PING_AFTER_S = 1.0
-DEAD_AFTER_S = 5.0
-
-
-def submit_body(
-    argv: Sequence[str],
-    *,
-    gpu: int | None = None,
-    gpus: int | Sequence[int] | None = None,
-    mode: str | None = None,
-    timeout: float | None = None,
-    env: Mapping[str, str] | None = None,
-    cwd: str | os.PathLike[str] | None = None,
-    label: str | None = None,
-    auto_region: bool | None = None,
-    auto_region_entries: Sequence[str] | None = None,
-    share: str | None = None,
-    lease: bool = False,
-    node_labels: Mapping[str, str] | None = None,
-    gpu_model: str | None = None,
-    retries: int | None = None,
-) -> dict[str, Any]:
-    """The `submit` body, inheriting the caller's cwd and environment as the
-    CLI does. `mode` and `auto_region` are sent only when given: the runtime
-    decides which modes exist and refuses what it cannot do."""
-    if isinstance(argv, (str, bytes)):
-        raise TypeError("argv is a list of strings (e.g. ['python3', 'bench.py']), not one string")
-    args = [os.fspath(a) for a in argv]
-    if not args:
-        raise ValueError("no command given: argv is empty")
-    body: dict[str, Any] = {
-        "argv": args,
-        "gpu": gpu,
-        "timeout_s": timeout,
-        "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
-        "env": dict(os.environ if env is None else env),
-        "label": label or "",
-        "attach": True,
-        "lease": lease,
-    }
-    if gpus is not None:  # a set of GPUs: how many, or which (docs/api.md)
-        if isinstance(gpus, bool) or not isinstance(gpus, (int, Sequence)) or isinstance(gpus, (str, bytes)):
-            raise TypeError("gpus is a number of GPUs (2) or a list of GPU indices ([0, 1])")
-        if isinstance(gpus, int):
-            body["gpu_count"] = gpus
-        else:
-            body["gpus"] = [int(g) for g in gpus]
-    if mode is not None:
-        body["mode"] = mode
-    if auto_region is not None:
-        body["auto_region"] = auto_region
-    if auto_region_entries:
-        body["auto_region_entries"] = list(auto_region_entries)
-    if share:
-        body["share"] = share
-    # What a cluster places by (docs/protocol.md); sent only when given.
-    if node_labels:
-        body["node_labels"] = dict(node_labels)
-    if gpu_model:
-        body["gpu_model"] = gpu_model
-    if retries:
-        body["retries"] = retries
-    return body
-
-
-def options_of(command: Command | Sequence[str], common: Mapping[str, Any]) -> tuple[Sequence[str], dict[str, Any]]:
-    """argv and submit options of one `map` item: its own options over the common ones."""
-    if isinstance(command, Command):
-        own = {k: v for k, v in vars(command).items() if k != "argv" and v is not None}
-        return command.argv, {**common, **own}
-    return command, dict(common)
 
 
 @dataclass
@@ -102,7 +29,8 @@ class Follow:
     request_id: str
     on_output: OutputCallback | None = None
     command_id: str | None = None
-    error: RequestFailed | ProtocolError | None = None  # refused, or a reply that is not one
+    # Refused, a reply that is not one, or what its on_output raised: its wait ends in it.
+    error: Exception | None = None
     record: dict[str, Any] | None = None
     stdout: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
@@ -221,8 +149,11 @@ class Inbox:
                 if stream not in ("stdout", "stderr") or not isinstance(text, str):
                     raise malformed("an output push needs a stream (stdout or stderr) and its text")
                 (f.stdout if stream == "stdout" else f.stderr).append(text)
-                if f.on_output is not None:
-                    f.on_output(stream, text)
+                if f.on_output is not None and f.error is None:
+                    try:
+                        f.on_output(stream, text)
+                    except Exception as exc:  # the caller's callback: it ends that command's wait, not the connection
+                        f.error = exc
             elif kind == protocol.PUSH_RESULT:
                 f.record = checked_result(body)
         except ProtocolError as exc:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
+from krex_runtime.api.options import Command  # noqa: F401 (one map item: defined with the options it carries)
 from krex_runtime.wire import protocol
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 
@@ -94,26 +95,6 @@ def _shown(value: Any) -> str:
 
 
 _STRS, _INTS = _list_of(_is_str), _list_of(_is_int)
-
-
-@dataclass(frozen=True)
-class Command:
-    """One command for `Client.map` (or `submit(**vars(command))`): argv and
-    the same options as `run`."""
-
-    argv: Sequence[str]
-    gpu: int | None = None
-    mode: str | None = None
-    timeout: float | None = None
-    env: Mapping[str, str] | None = None
-    cwd: str | None = None
-    label: str | None = None
-    auto_region: bool | None = None
-    auto_region_entries: Sequence[str] | None = None
-    share: str | None = None
-    node_labels: Mapping[str, str] | None = None
-    gpu_model: str | None = None
-    retries: int | None = None
 
 
 @dataclass(frozen=True)
@@ -289,6 +270,7 @@ class GpuStatus:
     verdicts: Mapping[str, int] = field(default_factory=dict)  # released regions per certificate verdict
     foreign_processes: tuple[int, ...] = ()  # pids using the GPU that this runtime did not start
     region_gpus: tuple[int, ...] = ()  # the holder's region is over this set of GPUs (one region id on each); (): this one
+    vendor: str = "nvidia"  # "nvidia" or "amd" (a runtime from before AMD support sends none: NVIDIA's)
 
 
 @dataclass(frozen=True)
@@ -348,6 +330,7 @@ def _gpu_status(g: Mapping[str, Any]) -> GpuStatus:
         verdicts=dict(f.get("verdicts", _map_of(_is_int), {}, "an object of integers")),
         foreign_processes=tuple(f.get("foreign_processes", _INTS, (), "a list of integers")),
         region_gpus=tuple(f.get("region_gpus", _INTS, (), "a list of integers")),
+        vendor=f.get("vendor", _is_str, "nvidia"),
     )
 
 

@@ -29,6 +29,7 @@ from krex_runtime.cli.commands import (
     trace_command,
     verb_command,
 )
+from krex_runtime.cli import external
 from krex_runtime.cli.parser import build_parser
 from krex_runtime.wire import protocol
 from krex_runtime.api.sync import Client
@@ -62,27 +63,21 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_SIGNAL_BASE + signal.SIGPIPE
 
 
-def _bench(argv: list[str]) -> int:
-    from krex_bench.cli import main as bench_main  # the evaluation is not part of the runtime
-
-    return bench_main(argv)
-
-
 def _main(argv: list[str]) -> int:
-    if argv[:1] == ["bench"]:  # its own options, --help included, belong to it
-        return _bench(argv[1:])
+    if argv[:1] and argv[0] in external.EXTERNAL:  # its own options, --help included, belong to it
+        return _external(argv[0], argv[1:], argparse.Namespace(json=False))
     parser = build_parser(version)
     if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions: answer and exit
         import argcomplete
 
-        _complete_bench_too(parser)
+        external.complete_in_program(parser)
         argcomplete.autocomplete(parser)
     args = parser.parse_args(argv)
     if args.run_dir:
         os.environ["KREX_RUN_DIR"] = args.run_dir
     try:
-        if args.verb == "bench":  # after krex's own options (`krex --run-dir D bench ...`)
-            return _bench(args.bench_args)
+        if args.verb in external.EXTERNAL:  # after krex's own options (`krex --run-dir D bench ...`)
+            return _external(args.verb, args.external_args, args)
         local = {"trace": trace_command, "keys": keys_command, "config": config_command,
                  "completion": completion_command}.get(args.verb)
         if local is not None:
@@ -95,15 +90,12 @@ def _main(argv: list[str]) -> int:
         return EXIT_SIGNAL_BASE + signal.SIGINT
 
 
-def _complete_bench_too(parser: argparse.ArgumentParser) -> None:
-    """`krex bench` passes its arguments on to krex_bench's own parser; for
-    completion, put that parser in its place, so that `krex bench <TAB>`
-    offers its subcommands and `krex bench run --s<TAB>` their options."""
-    from krex_bench.cli import build_parser as bench_parser
-
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction) and "bench" in action.choices:
-            action.choices["bench"] = argparse.ArgumentParser(prog="krex bench", parents=[bench_parser()], add_help=False)
+def _external(name: str, args: list[str], options: argparse.Namespace) -> int:
+    """`krex NAME ...` of an external subcommand: its program takes over (external.py)."""
+    try:
+        external.run(name, args)
+    except external.NotInstalled as exc:
+        return fail(options, "not_installed", str(exc))
 
 
 def subcommand_parser(parser: argparse.ArgumentParser, verb: str) -> argparse.ArgumentParser:

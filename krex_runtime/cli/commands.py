@@ -18,7 +18,6 @@ from typing import Any
 
 from rich.console import Console
 
-from krex_runtime.api.inbox import submit_body
 from krex_runtime.api.results import Result
 from krex_runtime.api.sync import Client, Handle
 from krex_runtime.wire import verbs
@@ -197,8 +196,7 @@ def _integrity_line(result: Result) -> str:
 
 
 def submit_command(client: Client, args: argparse.Namespace) -> int:
-    body = submit_body(command_argv(args), **_options(args)) | {"attach": False}  # nobody follows it here
-    reply = client.call("submit", body)
+    reply = client.enqueue(command_argv(args), **_options(args))  # nobody follows it here
     if args.json:
         emit_json(reply)
     else:

@@ -132,7 +132,7 @@ def build_parser(version: Callable[[], str]) -> Parser:
     bench = sub.add_parser(
         "bench", help="the evaluation workload under each policy: run, report, list (krex bench --help)", add_help=False
     )
-    bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="krex bench's own arguments")
+    bench.add_argument("external_args", nargs=argparse.REMAINDER, help="krex bench's own arguments (the krex-bench program's)")
     trace = sub.add_parser("trace", parents=js, help="summarise a trace file (or a cluster trace directory, per node): commands, regions and leases")
     trace.add_argument("file", help="a trace (the runtime's runtime.trace_path, JSON lines), or a directory of node traces")
     keys = sub.add_parser("keys", help="CURVE key pairs for tcp endpoints")

@@ -85,6 +85,7 @@ def gpu_table(status: NodeStatus, now: float, width: int | None = None) -> Table
     for i, g in enumerate(status.gpus):
         where = f"{nodes[i]}/" if i < len(nodes) and nodes[i] else ""
         name = g.name + (" (sim)" if g.simulated and "simulated" not in g.name else "")
+        name += " (AMD)" if g.vendor == "amd" and "AMD" not in g.name else ""
         if g.region_holder is None:
             region = NA
         elif g.region_kind == "lease":

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from krex_runtime.commands import cgroups, process_tree
+from krex_runtime.host import cgroups, process_tree
 from krex_runtime.commands.output import OutputLoss, OutputSink, pump_output
 from krex_runtime.node.access import RunAs
 

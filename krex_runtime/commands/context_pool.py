@@ -36,7 +36,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from krex_runtime.commands import cgroups, process_tree, worker_logs
+from krex_runtime.host import cgroups, process_tree
+from krex_runtime.commands import worker_logs
 from krex_runtime.commands.command_process import (
     READER_DRAIN_TIMEOUT_S,
     Outcome,

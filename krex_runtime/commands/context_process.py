@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from krex_runtime.commands.identities import Identity
+from krex_runtime.host.identities import Identity
 from krex_runtime.tenant.worker_link import CONTEXT_MESSAGES, LinkError, Verifier
 
 log = logging.getLogger("krex.pool")

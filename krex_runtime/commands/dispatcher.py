@@ -27,17 +27,20 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Protocol
 
-from krex_runtime.commands import auto_regions, fair_share, gpu_placement, tenant_reports, unprotected
+from krex_runtime.host import fair_share
+from krex_runtime.commands import auto_regions, gpu_placement, tenant_reports, unprotected
 from krex_runtime.commands.command_process import Outcome
 from krex_runtime.node.config import Config
 from krex_runtime.commands.context_pool import ContextPool
+from krex_runtime.commands.forward_pool import ContextServer, ForwardPool
 from krex_runtime.commands.job import Job, check_spawnable
 from krex_runtime.commands.context_process import ContextWorker
 from krex_runtime.commands.environment import AdmitError, TenantSetup
-from krex_runtime.commands.identities import Identity
+from krex_runtime.host.identities import Identity
 from krex_runtime.commands.launchers import Launchers
-from krex_runtime.commands.tenants import TenantRegistry
+from krex_runtime.host.tenant_registry import TenantRegistry
 from krex_runtime.commands.zygote import Zygotes
+from krex_runtime.node import native_build
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.node.sink import EventSink
 from krex_runtime.tenant.pooled_entry import EntryError, parse_entry
@@ -90,7 +93,7 @@ class Dispatcher:
     ) -> None:
         self.config = config
         self.gpus = {g.index: g for g in gpus}
-        self.slots = 1 if config.runtime.policy == "command" else config.dispatcher.slots_per_gpu
+        self.slots = config.effective_slots_per_gpu
         self.queue: deque[Job] = deque()
         self.jobs: dict[str, Job] = {}
         self.paused_node = False
@@ -124,8 +127,15 @@ class Dispatcher:
         self.zygotes: Zygotes | None = (
             Zygotes(config.pool, gpus, sink, setup, pool_dir, on_change=self.pump) if config.pool.zygote else None
         )
+        # Forwarded mode's context servers: an idle one may let a queued command start.
+        self.forward: ForwardPool | None = (
+            ForwardPool(config.forward, config.dispatcher.kill_grace_s, gpus, setup, pool_dir,
+                        native_build.context_server(), on_idle=self.pump)
+            if config.forward.servers_per_gpu > 0
+            else None
+        )
         self._launch = Launchers(
-            config, setup, watcher.output, sink.emit, self._finish_started, self.pool, self.zygotes
+            config, setup, watcher.output, sink.emit, self._finish_started, self.pool, self.zygotes, self.forward
         )
 
     # --- requests ---------------------------------------------------------
@@ -141,8 +151,12 @@ class Dispatcher:
             raise ProtocolError(ErrorCode.BAD_REQUEST, "timeout_s must be positive")
         if body.lease and self._leases is None:
             raise ProtocolError(ErrorCode.REFUSED, "leases need policy 'krex'")
-        mode = body.mode or self.config.dispatcher.default_mode
+        # A set of GPUs runs in process mode (gpu_placement.py): its default too.
+        on_a_set = len(body.gpus) > 1 or body.gpu_count > 1
+        mode = body.mode or ("process" if on_a_set else self._default_mode(body.argv))
         entry = None
+        if mode == "forwarded" and self.forward is None:
+            raise ProtocolError(ErrorCode.REFUSED, "forwarded commands need context servers (forward.servers_per_gpu >= 1)")
         if mode == "pooled" and self.pool is None:
             raise ProtocolError(ErrorCode.REFUSED, "pooled commands need a context pool (pool.size_per_gpu >= 1)")
         if mode == "forked":
@@ -187,11 +201,21 @@ class Dispatcher:
                 gpus=list(ask.indices) or None if ask else None, gpu_count=ask.count if ask else None,
             )
         )
-        if mode in ("pooled", "forked"):
+        if mode in ("pooled", "forked", "forwarded"):
             loop = asyncio.get_running_loop()
             self._queue_deadlines[job.id] = loop.call_later(job.timeout_s, self._queued_too_long, job)
         self.pump()
         return job
+
+    def _default_mode(self, argv: list[str]) -> str:
+        """The configured mode; with forward.native_default, a command that is
+        not a Python entry point runs forwarded."""
+        if self.config.forward.native_default and self.forward is not None:
+            try:
+                parse_entry(list(argv))
+            except EntryError:
+                return "forwarded"
+        return self.config.dispatcher.default_mode
 
     def find(self, command_id: str) -> Job:
         job = self.jobs.get(command_id)
@@ -289,6 +313,8 @@ class Dispatcher:
             return False
         if job.mode == "forked":
             return self.zygotes is not None and self.zygotes.ready(gpu) is not None
+        if job.mode == "forwarded":
+            return self.forward is not None and self.forward.has_idle(gpu)
         return job.mode != "pooled" or (self.pool is not None and self.pool.has_idle(gpu))
 
     def _queued_too_long(self, job: Job) -> None:
@@ -309,6 +335,8 @@ class Dispatcher:
             return f"no free slot on {where}"
         if job.mode == "pooled":
             return f"no context process of {where} became idle"
+        if job.mode == "forwarded":
+            return f"no context server of {where} became idle"
         return f"no zygote of {where} became ready"
 
     def _refuse_forked(self, job: Job) -> bool:
@@ -352,6 +380,10 @@ class Dispatcher:
         job.state, job.gpu = "running", gpu_index
         job.gpu_set = tuple(self.gpus[i] for i in gpu_set)
         worker = None
+        server: ContextServer | None = None
+        if job.mode == "forwarded":
+            assert self.forward is not None
+            server = self.forward.take(gpu_index, job.id)
         if job.mode == "pooled":
             assert self.pool is not None
             worker = self.pool.take(gpu_index, job.id)
@@ -365,11 +397,13 @@ class Dispatcher:
         job.stderr_path = self._output_dir / f"{job.id}.stderr"
         for index in gpu_set or (gpu_index,):  # a set's command is a tenant of each of its GPUs
             self._tenants.add(index, job)
-        task = asyncio.create_task(self._run(job, gpu, worker))
+        task = asyncio.create_task(self._run(job, gpu, worker, server))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, job: Job, gpu: Gpu, worker: ContextWorker | None = None) -> None:
+    async def _run(
+        self, job: Job, gpu: Gpu, worker: ContextWorker | None = None, server: ContextServer | None = None
+    ) -> None:
         release_lease: Callable[[], None] | None = None
         if job.lease:
             assert self._leases is not None
@@ -396,6 +430,8 @@ class Dispatcher:
             self._open_reports(job, job.identity)
             if job.mode == "forked":
                 await self._launch.run_forked(job, gpu)
+            elif server is not None:
+                await self._launch.run_forwarded(job, gpu, server)
             else:
                 await self._launch.run_process(job, gpu)
         finally:

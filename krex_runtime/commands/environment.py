@@ -13,7 +13,7 @@ which the tenant-side code reads.
 Under policy krex every tenant (a process or forked command, a context
 process) also gets its own entries in its GPU's gate before it starts and
 loses them after its processes have ended (`TenantSetup.admit`, `dismiss`);
-with `tenants.uid_range` it gets its own uid too (commands/identities.py).
+with `tenants.uid_range` it gets its own uid too (host/identities.py).
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from krex_runtime.commands.cgroups import CgroupSlice
-from krex_runtime.commands.identities import Identities, Identity
+from krex_runtime.host.cgroups import CgroupSlice
+from krex_runtime.host.identities import Identities, Identity
 from krex_runtime.node.access import RunAs, TenantUser
 from krex_runtime.node.gpus import Gpu
+from krex_runtime.node.native_build import hip_library
 from krex_runtime.tenant import env as names
 from krex_runtime.tenant import python_path
 
@@ -85,9 +86,15 @@ class TenantEnvironment:
         env = dict(os.environ)
         env.update(self.extra)
         env.update(command_env)
+        if gpu.vendor == "amd":  # the runtime's own CUDA_VISIBLE_DEVICES is not this tenant's
+            env.pop("CUDA_VISIBLE_DEVICES", None)
+        env.update(gpu.visibility_env)
+        if more:  # a set of GPUs (of one vendor: placement refuses a mixed set): all of them visible
+            for name in gpu.visibility_env:
+                env[name] = ",".join(g.visibility_env[name] for g in (gpu, *more))
         env.update(
             {
-                "CUDA_VISIBLE_DEVICES": ",".join(g.visible_devices for g in (gpu, *more)),
+                names.GPU_VENDOR: gpu.vendor,
                 names.GPU: str(gpu.index),
                 names.GPU_UUID: gpu.uuid,
                 names.COMMAND_ID: command_id,
@@ -109,7 +116,9 @@ class TenantEnvironment:
             startup = python_path.startup_folder(self.python_dir)
             env["PYTHONPATH"] = _prepend(str(startup), env["PYTHONPATH"], os.pathsep)
         if self.library is not None:
-            env["LD_PRELOAD"] = _prepend(str(self.library), env.get("LD_PRELOAD", ""), " ")
+            # The HIP library for an AMD GPU's tenants, built beside libkrex.so.
+            library = hip_library(self.library) if gpu.vendor == "amd" else self.library
+            env["LD_PRELOAD"] = _prepend(str(library), env.get("LD_PRELOAD", ""), " ")
         if self.regions is not None:
             env[names.GATE_PATH] = str(self.regions.gates[gpu.index])
             if more:

@@ -20,7 +20,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
-from krex_runtime.commands import cgroups, process_tree
+from krex_runtime.host import cgroups, process_tree
 from krex_runtime.commands.command_process import (
     READER_DRAIN_TIMEOUT_S,
     LaunchSpec,

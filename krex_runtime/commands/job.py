@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from krex_runtime.commands.identities import Identity
+from krex_runtime.host.identities import Identity
 from krex_runtime.commands.command_process import CommandProcess, Outcome
 from krex_runtime.commands.context_process import PooledRun
 from krex_runtime.commands.forked_process import ForkedRun
@@ -53,7 +53,7 @@ class Job:
     start_s: float | None = None  # placement to a running process: spawn (process), fork and placement (forked)
     unprotected_path: Path | None = None  # policy krex: where the library counts its unprotected timings
     unprotected_timings: int = 0  # event timings no single region covered (read when it ends)
-    share: str = "default"  # effective fair-share key, "<submitter>/<key>" (commands/fair_share.py)
+    share: str = "default"  # effective fair-share key, "<submitter>/<key>" (host/fair_share.py)
     output_loss: OutputLoss = field(default_factory=OutputLoss)  # output its files did not get (a full disk)
     identity: Identity | None = None  # tenants.uid_range: the uid it runs as (pooled: its context process's)
     submitter_uid: int | None = None  # who submitted it, by the kernel's word (None: unknown, tcp)

@@ -2,7 +2,9 @@
 
 `process` spawns its own process tree (commands/command_process.py), `forked`
 has its GPU's zygote fork it (commands/forked_process.py), `pooled` hands its
-entry point to a context process (commands/context_pool.py). Each gives the
+entry point to a context process (commands/context_pool.py), `forwarded`
+spawns it like `process` with its driver calls sent to a context server
+(commands/forward_launch.py). Each gives the
 command its own tenant environment from the one builder
 (commands/environment.py), emits `command_started` once it has a process, and
 ends with the dispatcher's `finish`, whatever happened.
@@ -15,12 +17,14 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from krex_runtime.commands import cgroups
+from krex_runtime.host import cgroups
 from krex_runtime.commands.command_process import CommandProcess, LaunchSpec, Outcome
 from krex_runtime.commands.context_pool import ContextPool
 from krex_runtime.commands.context_process import ContextWorker
 from krex_runtime.commands.environment import TenantSetup
 from krex_runtime.commands.forked_process import ForkedRun
+from krex_runtime.commands.forward_launch import ForwardedRun
+from krex_runtime.commands.forward_pool import ContextServer, ForwardPool
 from krex_runtime.commands.job import Job
 from krex_runtime.commands.zygote import Zygotes
 from krex_runtime.node.config import Config
@@ -28,12 +32,14 @@ from krex_runtime.node.gpus import Gpu
 from krex_runtime.wire import events
 
 Finish = Callable[[Job, Outcome, str, bool], None]
+EnvEdit = Callable[[dict[str, str]], dict[str, str]]
 
 
 class Launchers:
     def __init__(
         self, config: Config, setup: TenantSetup, output: Callable[[Job, str, bytes], None],
         emit: Callable[[events.Event], None], finish: Finish, pool: ContextPool | None, zygotes: Zygotes | None,
+        forward: ForwardPool | None = None,
     ) -> None:
         self._config = config
         self._setup = setup
@@ -42,17 +48,19 @@ class Launchers:
         self._finish = finish
         self._pool = pool
         self._zygotes = zygotes
+        self._forward = forward
 
     def env_of(self, job: Job, gpu: Gpu) -> dict[str, str]:
         return self._setup.env.build(job.id, job.tenant_id, job.env, gpu, job.identity, job.gpu_set[1:])
 
-    def _spec(self, job: Job, gpu: Gpu, cgroup: Path | None) -> LaunchSpec:
+    def _spec(self, job: Job, gpu: Gpu, cgroup: Path | None, edit_env: EnvEdit | None = None) -> LaunchSpec:
         assert job.stdout_path is not None and job.stderr_path is not None
+        env = self.env_of(job, gpu)
         return LaunchSpec(
             command_id=job.id,
             argv=job.argv,
             cwd=job.cwd,
-            env=self.env_of(job, gpu),
+            env=edit_env(env) if edit_env is not None else env,
             timeout_s=job.timeout_s,
             kill_grace_s=self._config.dispatcher.kill_grace_s,
             orphan_grace_s=self._config.dispatcher.orphan_grace_s,
@@ -81,14 +89,42 @@ class Launchers:
         await self._launch(job, gpu, lambda spec, out: ForkedRun(spec, entry, zygote, out),
                            lambda cgroup: asyncio.to_thread(cgroups.kill_and_remove, cgroup))
 
+    async def run_forwarded(self, job: Job, gpu: Gpu, server: ContextServer) -> None:
+        assert self._forward is not None
+        run = ForwardedRun(self._config.forward, self._forward, server, self._setup.run_as_for(job.identity))
+        failure = await run.begin(job)
+        if failure is not None:
+            await run.end()
+            self._finish(job, failure, failure.state, False)
+            return
+
+        async def after(job: Job, outcome: Outcome) -> Outcome:
+            outcome = await run.after(job, outcome)
+            if not run.fell_back(outcome):
+                return outcome
+            # forward.fallback = "process": the same command, from the start, as a process command.
+            note = f"krex: {run.unknown_call} is not forwarded; running the command again in process mode\n"
+            self._output(job, "stderr", note.encode())
+            # Its first cgroup went with the forwarded attempt: a fresh one.
+            cgroup = self._setup.cgroups.create(f"cmd-{job.id}") if self._setup.cgroups is not None else None
+            job.cgroup = cgroup
+            process = CommandProcess(self._spec(job, gpu, cgroup), lambda stream, data: self._output(job, stream, data))
+            job.process = process
+            failed = await process.start()
+            return failed if failed is not None else await process.wait()
+
+        await self._launch(job, gpu, CommandProcess, _rmdir, run.edit_env, after=after)
+
     async def _launch(
         self, job: Job, gpu: Gpu, make: Callable[[LaunchSpec, Callable[[str, bytes], None]], Any],
-        discard: Callable[[Path], Awaitable[None]],
+        discard: Callable[[Path], Awaitable[None]], edit_env: EnvEdit | None = None,
+        after: Callable[[Job, Outcome], Awaitable[Outcome]] | None = None,
     ) -> None:
-        """Start a process or forked command in its own cgroup, then follow it to its end."""
+        """Start a process or forked command in its own cgroup, then follow it
+        to its end (`after` may change its outcome before it is reported)."""
         cgroup = self._setup.cgroups.create(f"cmd-{job.id}") if self._setup.cgroups is not None else None
         job.cgroup = cgroup
-        process = make(self._spec(job, gpu, cgroup), lambda stream, data: self._output(job, stream, data))
+        process = make(self._spec(job, gpu, cgroup, edit_env), lambda stream, data: self._output(job, stream, data))
         job.process = process
         t0 = time.monotonic()
         failure = await process.start()
@@ -96,16 +132,23 @@ class Launchers:
         if failure is not None:
             if cgroup is not None:
                 await discard(cgroup)
+            if after is not None:
+                failure = await after(job, failure)
             self._finish(job, failure, failure.state, False)
             return
-        await self._follow(job, gpu, process.pid, process.wait)
+        await self._follow(job, gpu, process.pid, process.wait, after)
 
-    async def _follow(self, job: Job, gpu: Gpu, pid: int | None, wait: Callable[[], object]) -> None:
+    async def _follow(
+        self, job: Job, gpu: Gpu, pid: int | None, wait: Callable[[], object],
+        after: Callable[[Job, Outcome], Awaitable[Outcome]] | None = None,
+    ) -> None:
         job.started_at = time.time()
         self._emit(events.CommandStarted(id=job.id, gpu=gpu.index, pid=pid, tenant_id=job.tenant_id,
                                          gpus=[g.index for g in job.gpu_set] or None))
         try:
             outcome = await wait()  # type: ignore[misc]
+            if after is not None:
+                outcome = await after(job, outcome)
         except Exception as exc:  # never leave a slot taken by a command we lost track of
             outcome = Outcome("failed", None, None, f"runtime error while running: {exc!r}")
         self._finish(job, outcome, outcome.state, True)

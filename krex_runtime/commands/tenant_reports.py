@@ -31,7 +31,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from krex_runtime.commands.identities import Identity
+from krex_runtime.host.identities import Identity
 from krex_runtime.node.access import RunAs
 
 FOLDER = "tenant-reports"

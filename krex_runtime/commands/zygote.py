@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from krex_runtime.commands import cgroups, process_tree, worker_logs
+from krex_runtime.host import cgroups, process_tree
+from krex_runtime.commands import worker_logs
 from krex_runtime.commands.command_process import child_setup
 from krex_runtime.commands.context_process import describe_exit
 from krex_runtime.commands.environment import TenantSetup

@@ -16,7 +16,7 @@ Commands and context processes run as `tenants.user` (its primary group, no
 supplementary groups) with the umask the runtime was started with. A runtime
 started as root refuses to run them as root unless `tenants.allow_root`.
 With `tenants.uid_range` each runs as a uid of its own from the range instead
-(commands/identities.py), its group of the same number, and the tenants'
+(host/identities.py), its group of the same number, and the tenants'
 group (`tenants.group`, else the user's) as its only supplementary group:
 what all tenants reach (the region socket, the gates, the tenant-reports
 folder) is group-owned by that group, what is one tenant's by its uid.

@@ -49,6 +49,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "runtime.max_requests_per_peer": (1, 100_000),
     "runtime.reply_queue": (16, 1_000_000),
     "gpus.simulated": (0, 1024),
+    "gpus.simulated_amd": (0, 1024),
     "gpus.visible[]": (0, 1023),
     "dispatcher.slots_per_gpu": (1, 1024),
     "dispatcher.max_queued": (1, 10_000_000),
@@ -85,6 +86,12 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "pool.max_commands": (1, 10_000_000),
     "pool.start_timeout_s": (0.1, DAY),
     "pool.clean_timeout_s": (0.1, DAY),
+    "forward.servers_per_gpu": (0, 256),
+    "forward.ring_kib": (64, 1 << 20),
+    "forward.staging_kib": (64, 1 << 20),
+    "forward.max_commands": (1, 10_000_000),
+    "forward.start_timeout_s": (0.1, DAY),
+    "forward.clean_timeout_s": (0.1, DAY),
 }
 
 
@@ -118,6 +125,10 @@ class RuntimeSection:
 @dataclass(frozen=True)
 class GpuSection:
     simulated: int = 0
+    # Simulated AMD GPUs (the simulated HIP runtime), numbered after the simulated NVIDIA ones.
+    simulated_amd: int = 0
+    # Whose real GPUs to discover: NVML's, AMD SMI's, or both ("all").
+    vendor: Literal["nvidia", "amd", "all"] = "nvidia"
     simulated_device: str = "default"
     simulated_log: str = ""
     visible: tuple[int, ...] = ()
@@ -212,6 +223,21 @@ class PoolSection:
 
 
 @dataclass(frozen=True)
+class ForwardSection:
+    """Forwarded mode (docs/modes.md): context servers that execute native
+    commands' driver calls in a live context."""
+
+    servers_per_gpu: int = 0  # 0: forwarded mode off
+    native_default: bool = False  # submissions naming no mode that are not Python entry points run forwarded
+    fallback: Literal["fail", "process"] = "fail"  # a call not forwarded: fails, or the command runs again in process mode
+    ring_kib: int = 1024  # each command's request ring (a power of two)
+    staging_kib: int = 1024  # each command's reply staging area (copies to the host, in chunks of it)
+    max_commands: int = 1000  # a server is replaced after this many commands
+    start_timeout_s: float = 60.0
+    clean_timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
 class Config:
     runtime: RuntimeSection = field(default_factory=RuntimeSection)
     gpus: GpuSection = field(default_factory=GpuSection)
@@ -220,8 +246,16 @@ class Config:
     regions: RegionSection = field(default_factory=RegionSection)
     telemetry: TelemetrySection = field(default_factory=TelemetrySection)
     pool: PoolSection = field(default_factory=PoolSection)
+    forward: ForwardSection = field(default_factory=ForwardSection)
     # Where the config came from: set by load_config, never read from a file.
     source: str = field(default="(built-in defaults)", metadata={"internal": True})
+
+    @property
+    def effective_slots_per_gpu(self) -> int:
+        """THE slot rule: how many commands a GPU runs at once. One under policy
+        `command` (the exclusive baseline), else `dispatcher.slots_per_gpu`; the
+        dispatcher admits by it, the node reports it, start-up counts uids by it."""
+        return 1 if self.runtime.policy == "command" else self.dispatcher.slots_per_gpu
 
     @property
     def digest(self) -> str:
@@ -292,6 +326,18 @@ def validate(config: Config) -> Config:
         ),
         (all(m and not m.startswith(".") for m in config.pool.preload), "pool.preload holds absolute module names"),
         (
+            config.dispatcher.default_mode != "forwarded" or config.forward.servers_per_gpu >= 1,
+            'dispatcher.default_mode = "forwarded" needs context servers (forward.servers_per_gpu >= 1)',
+        ),
+        (
+            not config.forward.native_default or config.forward.servers_per_gpu >= 1,
+            "forward.native_default needs context servers (forward.servers_per_gpu >= 1)",
+        ),
+        (
+            config.forward.ring_kib & (config.forward.ring_kib - 1) == 0,
+            "forward.ring_kib must be a power of two",
+        ),
+        (
             len(config.tenants.uid_range) in (0, 2),
             "tenants.uid_range is [first uid, how many] (or [] for none)",
         ),
@@ -313,6 +359,10 @@ def validate(config: Config) -> Config:
         (
             config.dispatcher.default_mode != "forked" or config.pool.zygote,
             "dispatcher.default_mode = \"forked\" needs the zygotes (pool.zygote = true)",
+        ),
+        (
+            config.regions.gate_backend != "driver-lock" or (config.gpus.simulated_amd == 0 and config.gpus.vendor == "nvidia"),
+            "regions.gate_backend = \"driver-lock\" is NVIDIA's checkpoint lock; AMD GPUs need \"preload\"",
         ),
         (
             config.gpus.simulated_device.replace("-", "").replace("_", "").isalnum(),

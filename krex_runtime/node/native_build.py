@@ -40,9 +40,26 @@ def interception_library(sanitized: bool = False) -> Path:
     return native_dir(sanitized) / "libkrex.so"
 
 
+def hip_library(cuda_library: Path) -> Path:
+    """The HIP interception library preloaded into an AMD GPU's tenants: built
+    beside the CUDA one (libkrex_hip.so next to libkrex.so, either variant)."""
+    return cuda_library.with_name("libkrex_hip.so")
+
+
 def simulated_driver_dir(sanitized: bool = False) -> Path:
     """The folder holding the simulated libcuda.so.1 (put it on LD_LIBRARY_PATH)."""
     return native_dir(sanitized) / "sim"
+
+
+def forwarding_client_dir(sanitized: bool = False) -> Path:
+    """The folder holding forwarded mode's libcuda.so.1, the client that sends a
+    command's driver calls to its context server (first on its LD_LIBRARY_PATH)."""
+    return native_dir(sanitized) / "forward"
+
+
+def context_server(sanitized: bool = False) -> Path:
+    """krex-ctxd, forwarded mode's context server."""
+    return native_dir(sanitized) / "krex-ctxd"
 
 
 def header_dir() -> Path:

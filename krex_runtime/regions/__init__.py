@@ -1,4 +1,6 @@
-"""Exclusivity: the region channel tenants ask on, the region manager
-that grants regions per GPU (gate, drain, freeze, pin; exit in reverse), the
+"""Exclusivity: the region channel tenants ask on, the region manager (the
+one front door: grant, release, withdraw, lease lookups) over each GPU's
+queue that grants its regions (gate, drain, freeze, pin; exit in reverse), the
 gate in shared memory and its backends, the freezer, CPU slices, the driver
-lock, whole-device leases and the tenants' channel tokens."""
+lock, whole-device leases and the tenants' channel tokens. It stands beside
+commands/, on host/."""

@@ -70,6 +70,9 @@ class Certifier:
     tenant_of: Callable[[int], int | None]  # pid -> tenant id of a running command, None: none
     is_tenant: Callable[[int], bool]  # any process of this runtime's tenants (idle context processes too)
     clock_probe: Callable[[int], dict[str, Any]]
+    # Processes whose tenant changes while they live (forwarded mode's context
+    # servers act for one command after another): asked every time, never cached.
+    changes_tenant: Callable[[int], bool] = lambda pid: False
 
     def __post_init__(self) -> None:
         # pid -> (when asked, answer): who a process is does not change while it
@@ -82,6 +85,8 @@ class Certifier:
         if hit is not None and now - hit[0] < CACHE_S:
             return hit[1]
         answer = self.tenant_of(pid) if what == "tenant" else self.is_tenant(pid)
+        if self.changes_tenant(pid):
+            return answer
         if len(self._cache) > 4096:
             self._cache.clear()
         self._cache[(what, pid)] = (now, answer)

@@ -2,9 +2,11 @@
 
 One connection per tenant process, one ASCII line per message (docs/native.md,
 "Region channel"; the C client is native/src/intercept/region_api.c, the Python one
-krex_runtime/tenant/region.py):
+krex_runtime/tenant/region.py; the version they name is PROTOCOL of
+krex_runtime/tenant/region_protocol.py):
 
-    HELLO 2 <tenant_id> <pid> <token>  ->  OK | ERROR <errno name> <reason>
+    HELLO <version> <tenant_id> <pid> <token>
+                                       ->  OK | ERROR <errno name> <reason>
     ENTER <tid> [<settle_ms>]          ->  GRANTED <seq> [<flags>] | ERROR ...
     EXIT [integrity=<counts>] [harness=<name>]...
                                        ->  RELEASED <seq> [<exit flags>] [<integrity words>] | ERROR ...
@@ -66,10 +68,10 @@ from krex_runtime.regions.channel_wire import (
 )
 from krex_runtime.regions.tokens import RegionTokens
 from krex_runtime.tenant import integrity
+from krex_runtime.tenant.region_protocol import PROTOCOL
 
 log = logging.getLogger("krex.region_channel")
 
-PROTOCOL = 2
 HELLO_USAGE = f"HELLO {PROTOCOL} <tenant_id> <pid> <token>"
 VERDICT_WAIT_S = 30.0  # a release takes its exit steps (thaw, reopen) before the verdict is in
 

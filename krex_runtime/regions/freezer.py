@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from krex_runtime.commands import cgroups, process_tree
+from krex_runtime.host import cgroups, process_tree
 
 FREEZE_TIMEOUT_S = 5.0
 

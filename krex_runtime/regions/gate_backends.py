@@ -17,10 +17,16 @@ until no other tenant is inside a gated call that may perturb the region
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from krex_runtime.regions.driver_lock import CUDA_ERROR_NOT_INITIALIZED, CUDA_SUCCESS, CheckpointDriver
+from krex_runtime.regions.driver_lock import (
+    CUDA_ERROR_NOT_INITIALIZED,
+    CUDA_ERROR_TIMEOUT,
+    CUDA_SUCCESS,
+    CheckpointDriver,
+)
 from krex_runtime.regions.freezer import is_stopped
 from krex_runtime.regions.gate import Gate
 
@@ -69,6 +75,7 @@ class DriverLockBackend(GateBackend):
 
     def drain(self, gate: Gate, holder: int, timeout_s: float, deferred: set[int] = frozenset(),
               skip: frozenset[int] = frozenset()) -> DrainReport:
+        started = time.monotonic()
         report = DrainReport()
         pids = [e.pid for e in gate.others(holder, skip) if e.uses_cuda and e.pid not in deferred
                 and not _note_stopped(report, e.pid)]
@@ -85,8 +92,21 @@ class DriverLockBackend(GateBackend):
                 # The driver holds no CUDA state of it (any more): nothing of it can run. A
                 # tenant that ends during the drain gets here; were it to start again, the gate holds it.
                 report.outcomes[pid] = "exited"
+            elif rc == CUDA_ERROR_TIMEOUT:
+                report.outcomes[pid] = "timed_out"
             else:
-                report.outcomes[pid] = "timed_out" if rc == 909 else f"error {rc}"
+                report.outcomes[pid] = f"error {rc}"
+        # The driver refused the lock for another reason (on the H200, now and then
+        # CUDA_ERROR_OPERATING_SYSTEM for a process busy in the driver): the
+        # library's drain thread can still drain it, within what is left of the bound.
+        refused = {pid for pid, r in report.outcomes.items() if r.startswith("error ")}
+        if refused:
+            left_s = max(0.001, timeout_s - (time.monotonic() - started))
+            errors = {pid: report.outcomes[pid] for pid in refused}
+            _preload_drain(report, gate, holder, left_s, refused)
+            for pid, first in errors.items():
+                if report.outcomes.get(pid) != "ok":
+                    report.outcomes[pid] = f"{first}, then {report.outcomes.get(pid, 'no_ack')}"
         return report
 
     def release(self, report: DrainReport) -> list[int]:

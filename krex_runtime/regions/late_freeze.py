@@ -29,7 +29,7 @@ Pending = dict[int, tuple[Target, list[tuple[int, int]]]]
 
 
 def split_freeze(others: list[Any], left_running: list[Any]) -> tuple[list[Target], list[int], Pending]:
-    """The GPU's other tenants (commands/tenants.Tenant) split into those entry
+    """The GPU's other tenants (host/tenant_registry.Tenant) split into those entry
     freezes now (their trees, their ids) and those still inside a host-side call
     (gate entries `left_running`), which are frozen once out of it."""
     running: dict[int, list[tuple[int, int]]] = {}

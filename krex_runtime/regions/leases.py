@@ -11,13 +11,36 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
-from krex_runtime.commands.dispatcher import Dispatcher
-from krex_runtime.commands.job import Job
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 from krex_runtime.regions.region_manager import RegionManager
 from krex_runtime.regions.requests import OPERATOR, RegionRefused, Request
+
+
+class LeasedCommand(Protocol):
+    """What a command's lease reads of the command (the dispatcher's Job)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def gpu(self) -> int | None: ...
+
+    @property
+    def tenant_id(self) -> int | None: ...
+
+    @property
+    def timeout_s(self) -> float | None: ...
+
+
+class Admission(Protocol):
+    """Admission to the GPUs (the dispatcher), which an operator's lease stops
+    on its GPU and starts again when it ends."""
+
+    leased_gpus: set[int]  # GPUs no command is admitted to
+
+    def pump(self) -> None: ...  # admit what may start now
 
 
 class CommandLeases:
@@ -27,7 +50,7 @@ class CommandLeases:
     def __init__(self, manager: RegionManager) -> None:
         self.manager = manager
 
-    async def for_command(self, job: Job) -> Callable[[], None]:
+    async def for_command(self, job: LeasedCommand) -> Callable[[], None]:
         """The whole GPU for one command, granted before it starts; returns the release."""
         assert job.gpu is not None
         region = self.manager.new_request(job.gpu, "lease", job.tenant_id or 0, job.id, 0, 0, job.timeout_s)
@@ -39,9 +62,9 @@ class LeaseDesk:
     """Operators' leases (`krex lease`): held until released or expired, with
     admission to the GPU stopped meanwhile."""
 
-    def __init__(self, manager: RegionManager, dispatcher: Dispatcher, default_ttl_s: float) -> None:
+    def __init__(self, manager: RegionManager, admission: Admission, default_ttl_s: float) -> None:
         self.manager = manager
-        self.dispatcher = dispatcher
+        self.admission = admission
         self.default_ttl_s = default_ttl_s
         self._operator: dict[int, Request] = {}
 
@@ -52,7 +75,7 @@ class LeaseDesk:
         ttl = ttl_s if ttl_s is not None else self.default_ttl_s
         if ttl <= 0:
             raise ProtocolError(ErrorCode.BAD_REQUEST, "ttl_s must be positive")
-        self.dispatcher.leased_gpus.add(gpu)
+        self.admission.leased_gpus.add(gpu)
         region = self.manager.new_request(gpu, "lease", OPERATOR, "", 0, 0, ttl)
         self._operator[gpu] = region
         try:
@@ -82,5 +105,5 @@ class LeaseDesk:
 
     def _end(self, gpu: int) -> None:
         self._operator.pop(gpu, None)
-        self.dispatcher.leased_gpus.discard(gpu)
-        self.dispatcher.pump()
+        self.admission.leased_gpus.discard(gpu)
+        self.admission.pump()

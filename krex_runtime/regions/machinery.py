@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from krex_runtime.commands import cgroups
+from krex_runtime.host import cgroups
 from krex_runtime.regions import driver_lock
 from krex_runtime.node import native_build
-from krex_runtime.commands.cgroups import CgroupSlice
-from krex_runtime.commands.identities import Identity
+from krex_runtime.host.cgroups import CgroupSlice
+from krex_runtime.host.identities import Identity
 from krex_runtime.node.config import Config
 from krex_runtime.regions.cpu_slices import CpuPlan, plan
 from krex_runtime.regions.freezer import Freezer, freezer_for
@@ -29,7 +29,7 @@ from krex_runtime.regions.gate_backends import DriverLockBackend, GateBackend, P
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.sim import layout as sim_layout
 from krex_runtime.node.sink import EventSink
-from krex_runtime.commands.tenants import TenantRegistry
+from krex_runtime.host.tenant_registry import TenantRegistry
 from krex_runtime.regions.gpu_regions import GpuRegions, RegionSettings
 from krex_runtime.regions.region_manager import RegionManager
 from krex_runtime.regions.settle import ClockProbe

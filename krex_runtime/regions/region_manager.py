@@ -14,7 +14,7 @@ import asyncio
 import itertools
 from typing import Callable
 
-from krex_runtime.commands.tenants import TenantRegistry
+from krex_runtime.host.tenant_registry import TenantRegistry
 from krex_runtime.regions.certificate import Certifier
 from krex_runtime.regions.gate import Gate
 from krex_runtime.regions.gpu_regions import GpuRegions

@@ -1,6 +1,6 @@
 """The region queue's order: operators' leases first, then regions by
 weighted fair share across their commands' submitters, then across each
-submitter's share keys, FIFO within a key (commands/fair_share.py has the
+submitter's share keys, FIFO within a key (host/fair_share.py has the
 rule; this applies it to region requests)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from krex_runtime.commands.fair_share import FairShare
+from krex_runtime.host.fair_share import FairShare
 
 
 class RegionShares(FairShare):

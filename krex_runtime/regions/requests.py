@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from krex_runtime.commands.fair_share import DEFAULT_KEY
+from krex_runtime.host.fair_share import DEFAULT_KEY
 from krex_runtime.regions.certificate import Witness
 from krex_runtime.regions.freezer import Target
 from krex_runtime.regions.gate_backends import DrainReport
@@ -51,7 +51,7 @@ class Request:
     entry: Entry | None = None  # what its entry took, once granted
     certified: asyncio.Event = field(default_factory=asyncio.Event)  # its verdict is in (regions/certificate.py)
     verdict: tuple[str, list[str]] = ("unknown", ["not released yet"])
-    share: str = DEFAULT_KEY  # its command's share key (commands/fair_share.py)
+    share: str = DEFAULT_KEY  # its command's share key (host/fair_share.py)
     settle_s: float | None = None  # the settle bound it asked for (ENTER); None: regions.settle_max_s
     integrity: dict[str, Any] | None = None  # its timed windows, as its tenant reported at EXIT (tenant/integrity.py)
     gpus: tuple[int, ...] = ()  # part of a region over this set of GPUs (gpu_sets.py); (): this GPU alone

@@ -32,8 +32,12 @@ from typing import Any, Callable
 ClockProbe = Callable[[int], dict[str, Any]]
 
 # Throttle reasons that are inherited power state, which an idle GPU sheds:
-# not `gpu_idle` or `applications_clocks` (settings, not history).
-POWER_STATES = frozenset({"sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"})
+# not `gpu_idle` or `applications_clocks` (settings, not history). NVML's
+# names, then AMD SMI's violations (telemetry/amd_smi.py).
+POWER_STATES = frozenset({
+    "sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake",
+    "ppt_power", "socket_thermal", "prochot_thermal", "vr_thermal", "hbm_thermal", "smu_throttle",
+})
 
 
 def settle(

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from krex_runtime.commands import fair_share
+from krex_runtime.host import fair_share
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.regions.leases import LeaseDesk
 from krex_runtime.service.event_log import EventLog

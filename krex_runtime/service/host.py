@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import krex_runtime
-from krex_runtime.commands import cgroups, tenant_reports
-from krex_runtime.commands.identities import Identities
-from krex_runtime.commands.cgroups import CgroupSlice
+from krex_runtime.host import cgroups
+from krex_runtime.commands import tenant_reports
+from krex_runtime.host.identities import Identities
+from krex_runtime.host.cgroups import CgroupSlice
 from krex_runtime.node import access, native_build
 from krex_runtime.node.config import Config, resolve_lock_dir, resolve_run_dir
 from krex_runtime.node.gpus import Gpu
@@ -182,8 +183,7 @@ def _prepare_claimed(
 
 def _check_enough_uids(config: Config, gpus: int, count: int) -> None:
     """Every tenant that can run at once needs a uid of its own."""
-    slots = 1 if config.runtime.policy == "command" else config.dispatcher.slots_per_gpu
-    most = gpus * (slots + config.pool.size_per_gpu + (1 if config.telemetry.canary else 0))
+    most = gpus * (config.effective_slots_per_gpu + config.pool.size_per_gpu + (1 if config.telemetry.canary else 0))
     if count < most:
         raise StartupError(
             f"tenants.uid_range has {count} uids, fewer than the {most} tenants this node can run at once "
@@ -291,6 +291,8 @@ def _check_tenant_runs_python(user: access.TenantUser, env: dict[str, str]) -> N
 def _tenant_files(config: Config, gpus: list[Gpu], library: Path) -> list[Path]:
     """What a tenant running as another user must be able to read."""
     files = [library] if config.tenants.preload else []
+    if config.tenants.preload and any(g.vendor == "amd" for g in gpus):
+        files.append(native_build.hip_library(library))
     if gpus and gpus[0].simulated:
         files.append(native_build.simulated_driver_dir())
     if config.pool.size_per_gpu > 0 or config.pool.zygote:

@@ -21,7 +21,7 @@ from typing import Any
 
 from krex_runtime.commands.dispatcher import Dispatcher
 from krex_runtime.commands.environment import RegionAccess, TenantEnvironment, TenantSetup
-from krex_runtime.commands.tenants import TenantRegistry
+from krex_runtime.host.tenant_registry import TenantRegistry
 from krex_runtime.node import access, native_build
 from krex_runtime.node.config import Config
 from krex_runtime.node.gpus import Gpu
@@ -36,8 +36,7 @@ from krex_runtime.service.followers import Attachments, CanaryKeeper, Followers
 from krex_runtime.service.host import Host
 from krex_runtime.service.server import ControlServer
 from krex_runtime.service.tenancy import Tenancy
-from krex_runtime.telemetry import gpu_metrics
-from krex_runtime.telemetry import gpu_processes
+from krex_runtime.telemetry import gpu_processes, sources
 from krex_runtime.telemetry.clocks import Clocks
 from krex_runtime.telemetry.monitor import Telemetry
 from krex_runtime.sim import layout as sim_layout
@@ -68,14 +67,14 @@ class Node:
 
 
 def gpu_record(config: Config, gpu: Gpu) -> dict[str, Any]:
-    slots = 1 if config.runtime.policy == "command" else config.dispatcher.slots_per_gpu
     return {
         "index": gpu.index,
         "uuid": gpu.uuid,
         "name": gpu.name,
         "memory_total": gpu.memory_total,
         "simulated": gpu.simulated,
-        "slots": slots,
+        "vendor": gpu.vendor,
+        "slots": config.effective_slots_per_gpu,
         "cpus": list(gpu.cpus),
         "pool_size": config.pool.size_per_gpu,
     }
@@ -84,7 +83,7 @@ def gpu_record(config: Config, gpu: Gpu) -> dict[str, Any]:
 def build(config: Config, gpus: list[Gpu], host: Host, sink: EventLog, server: ControlServer) -> Node:
     krex = config.runtime.policy == "krex"
     tenants = TenantRegistry([g.index for g in gpus])
-    clocks = Clocks(gpu_metrics.open_sampler(gpus, config.gpus.simulated_device), config.telemetry.clock_tolerance)
+    clocks = Clocks(sources.open_sampler(gpus, config.gpus.simulated_device), config.telemetry.clock_tolerance)
     regions: RegionMachinery | None = None
     region_access: RegionAccess | None = None
     tokens = RegionTokens()
@@ -118,7 +117,7 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventLog, server: C
         certificates=regions.manager if regions is not None else None,
     )
     tenancy = Tenancy(dispatcher, host.cgroup_slice, host.tenant_user)
-    witnesses = gpu_processes.open_processes(gpus, config.gpus.simulated_device)  # who uses each GPU
+    witnesses = sources.open_processes(gpus, config.gpus.simulated_device)  # who uses each GPU
     leases = channel = None
     if regions is not None and region_access is not None:
         leases = LeaseDesk(regions.manager, dispatcher, config.regions.lease_ttl_s)
@@ -140,7 +139,8 @@ def certify_regions(regions: RegionMachinery, witnesses: GpuProcesses, tenancy: 
         return who.tenant_id if who is not None else None
 
     regions.manager.attach_certifiers(
-        lambda index, gate: Certifier(index, gate, witnesses, tenant_of, lambda pid: _is_tenant(tenancy, pid), clocks.now)
+        lambda index, gate: Certifier(index, gate, witnesses, tenant_of, lambda pid: _is_tenant(tenancy, pid), clocks.now,
+                                      changes_tenant=tenancy.acts_for_commands)
     )
 
 

@@ -160,6 +160,8 @@ class RuntimeService:
                 pool.start()
             if node.dispatcher.zygotes is not None:
                 node.dispatcher.zygotes.start()
+            if node.dispatcher.forward is not None:
+                node.dispatcher.forward.start()
             self.notifier.ready(f"serving {len(self.gpus)} GPU(s) under policy {self.config.runtime.policy}")
             await self._stop.wait()
             self.notifier.stopping(f"stopping ({self._stop_reason})")
@@ -207,6 +209,8 @@ class RuntimeService:
             await pool.shutdown()
         if zygotes is not None:
             await zygotes.shutdown()
+        if node.dispatcher.forward is not None:
+            await node.dispatcher.forward.shutdown()
         event_log.emit(events.RuntimeStopped())
 
     def _trace_path(self, run_dir: Path) -> Path:

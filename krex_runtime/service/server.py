@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from krex_runtime.node.config import Config
 from krex_runtime.service import curve
 from krex_runtime.service.event_log import Encoded
 from krex_runtime.service.host import StartupError
-from krex_runtime.wire import endpoints, peers, protocol, verbs
+from krex_runtime.wire import endpoints, peers, protocol, serving, verbs
 from krex_runtime.wire.peers import Credentials
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request
 
@@ -55,9 +56,6 @@ RECEIVE_QUEUE = 16
 CURVE_OVERHEAD = 64
 # The most a telemetry subscriber may send in one message (a subscription).
 SUBSCRIPTION_BYTES = 4096
-# A refused request's id is read only from a message this small (parsing a
-# large one would cost what the refusal saves).
-BUSY_ID_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -86,8 +84,6 @@ class ControlServer:
         self.authenticator: Any = None
         self.remote_control: zmq.asyncio.Socket | None = None
         self.remote_pub: zmq.asyncio.Socket | None = None
-        self._in_flight: dict[int, int] = {}  # per socket: a flood of the read-only one leaves operators theirs
-        self._by_peer: dict[tuple[int, tuple[bytes, ...]], int] = {}
         self._stalled: dict[tuple[int, tuple[bytes, ...]], float] = {}  # -> served again from (monotonic)
         # Messages to a connection lost to its full queue since its last reply:
         # that reply says how many (`dropped`), so the client can ask again.
@@ -170,8 +166,7 @@ class ControlServer:
 
     def serve(self, handlers: dict[str, Handler], refuse_tenants: Refuse) -> list[asyncio.Task[None]]:
         """One task per control socket; each request runs on its own task."""
-        missing, unknown = set(verbs.VERBS) - set(handlers), set(handlers) - set(verbs.VERBS)
-        assert not missing and not unknown, f"verbs without a handler {missing}, handlers without a verb {unknown}"
+        serving.check_handlers(handlers, "the runtime")
         sockets = [(self.control, False, False), (self.control_ro, True, False)]
         if self.remote_control is not None:
             sockets.append((self.remote_control, False, True))
@@ -183,6 +178,9 @@ class ControlServer:
     async def _serve(
         self, sock: zmq.asyncio.Socket, read_only: bool, remote: bool, handlers: dict[str, Handler], refuse: Refuse
     ) -> None:
+        runtime = self.config.runtime
+        # Per socket: a flood of the read-only one leaves operators theirs.
+        requests = serving.InFlight(runtime.max_requests_per_peer, runtime.max_requests_in_flight, "this socket")
         while True:
             frames = await sock.recv_multipart(copy=False)
             # A ready message resolves the await at once: yield, or a flood on
@@ -201,7 +199,7 @@ class ControlServer:
                         del self._stalled[key]
                     continue
                 del self._stalled[key]
-            busy = self._busy(key)
+            busy = requests.busy(route)
             if busy:
                 self.refused_busy += 1
                 self._refuse(Peer(sock, route, read_only), frames[-1].bytes, busy)
@@ -209,50 +207,23 @@ class ControlServer:
             credentials = None if remote else peers.ipc_credentials(frames[-1])
             peer = Peer(sock, route, read_only, credentials, remote, peers.curve_user(frames[-1]) if remote else "")
             # Each request runs on its own so a `wait` never blocks the socket.
-            self._in_flight[key[0]] = self._in_flight.get(key[0], 0) + 1
-            self._by_peer[key] = self._by_peer.get(key, 0) + 1
-            task = asyncio.create_task(self._handle(peer, frames[-1].bytes, handlers, refuse))
-            task.add_done_callback(lambda _, key=key: self._answered(key))
+            route_to = functools.partial(self._route, peer, handlers, refuse)
+            answering = serving.answer(frames[-1].bytes, runtime.max_message_bytes, route_to,
+                                       functools.partial(self.send, peer), log)
+            requests.track(route, asyncio.create_task(answering))
 
     def _refuse(self, peer: Peer, frame: bytes, reason: str) -> bool:
         """Answer `busy` for the cost of a short reply; whether it was sent at once."""
-        req_id = protocol.request_id_of(frame) if len(frame) <= BUSY_ID_BYTES else None
-        return self.send(peer, protocol.reply_error(req_id, ErrorCode.BUSY, reason)) is True
+        return self.send(peer, serving.busy_reply(frame, reason)) is True
 
-    def _busy(self, key: tuple[int, tuple[bytes, ...]]) -> str:
-        """Why one more request of this connection is refused now ("" if it is not)."""
-        runtime = self.config.runtime
-        if self._by_peer.get(key, 0) >= runtime.max_requests_per_peer:
-            return f"this client has {runtime.max_requests_per_peer} requests being answered: try again when they are"
-        if self._in_flight.get(key[0], 0) >= runtime.max_requests_in_flight:
-            return f"this socket has {runtime.max_requests_in_flight} requests being answered: try again later"
-        return ""
-
-    def _answered(self, key: tuple[int, tuple[bytes, ...]]) -> None:
-        self._in_flight[key[0]] -= 1
-        left = self._by_peer[key] - 1
-        if left:
-            self._by_peer[key] = left
-        else:
-            del self._by_peer[key]
-
-    async def _handle(self, peer: Peer, frame: bytes, handlers: dict[str, Handler], refuse: Refuse) -> None:
-        req_id = None
-        try:
-            req = protocol.decode_request(frame, self.config.runtime.max_message_bytes)
-            req_id = req.id
-            frame = b""  # answered later (a `wait` when its command ends): not its bytes kept till then
-            if req.type in verbs.CHANGING:
-                if peer.read_only:
-                    raise ProtocolError(ErrorCode.REFUSED, f"'{req.type}' is refused on the read-only control socket")
-                refuse(peer, req.type)
-            body = await handlers[req.type](peer, req)
-            self.send(peer, protocol.reply_ok(req_id, body))
-        except ProtocolError as exc:
-            self.send(peer, protocol.reply_error(req_id or protocol.request_id_of(frame), exc.code, exc.reason))
-        except Exception as exc:
-            log.exception("request failed")
-            self.send(peer, protocol.reply_error(req_id, ErrorCode.INTERNAL, f"internal error: {exc!r}"))
+    @staticmethod
+    async def _route(peer: Peer, handlers: dict[str, Handler], refuse: Refuse, req: Request) -> Any:
+        """Refuse what changes state on the read-only socket or from a tenant; else the verb's handler."""
+        if req.type in verbs.CHANGING:
+            if peer.read_only:
+                raise ProtocolError(ErrorCode.REFUSED, f"'{req.type}' is refused on the read-only control socket")
+            refuse(peer, req.type)
+        return await handlers[req.type](peer, req)
 
     def send(self, peer: Peer, msg: dict[str, Any]) -> bool | None:
         """Send without waiting: True when sent, False when the peer's queue was

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import psutil
 
-from krex_runtime.commands import process_tree
-from krex_runtime.commands.cgroups import CgroupSlice
+from krex_runtime.host import process_tree
+from krex_runtime.host.cgroups import CgroupSlice
 from krex_runtime.commands.dispatcher import Dispatcher
 from krex_runtime.node.access import TenantUser
 from krex_runtime.regions.channel import TenantIdentity
@@ -29,6 +29,9 @@ class Tenancy:
 
     def identify(self, pid: int) -> TenantIdentity | None:
         """The running command process `pid` belongs to (None: none of ours)."""
+        forward = self._dispatcher.forward
+        if forward is not None and forward.is_server_pid(pid):
+            return self._served_by(forward.job_of_pid(pid))
         command_id = peers.command_id_of(pid)
         pool = self._dispatcher.pool
         if pool is not None and pool.is_worker(command_id):
@@ -47,6 +50,20 @@ class Tenancy:
             return None
         return TenantIdentity(job.tenant_id, job.id, job.gpu, tuple(g.index for g in job.gpu_set))
 
+    def acts_for_commands(self, pid: int) -> bool:
+        """A context server of forwarded mode: the command it acts for changes."""
+        forward = self._dispatcher.forward
+        return forward is not None and forward.is_server_pid(pid)
+
+    def _served_by(self, command_id: str | None) -> TenantIdentity | None:
+        """A context server of forwarded mode acts for the command it serves
+        (the GPU names the server's pid for that command's work). Which
+        command is the pool's word, by the server's pid."""
+        job = self._dispatcher.jobs.get(command_id or "")
+        if job is None or job.state != "running" or job.gpu is None or job.tenant_id is None:
+            return None
+        return TenantIdentity(job.tenant_id, job.id, job.gpu)
+
     def tenancy_of(self, pid: int) -> str:
         """Why process `pid` counts as a tenant of this runtime ("" when it does
         not): it, or an ancestor, is in a command cgroup, or was started as a
@@ -63,6 +80,7 @@ class Tenancy:
                 command_id in self._dispatcher.jobs
                 or (pool is not None and pool.is_worker(command_id))
                 or (zygotes is not None and zygotes.is_zygote(command_id))
+                or (self._dispatcher.forward is not None and self._dispatcher.forward.is_server_pid(member))
             ):
                 return f"{whose} belongs to {command_id}"
             if self._slice is not None and self._slice.holds(member):

@@ -3,16 +3,19 @@ it. Recorded at every region entry and exit and with every canary sample, so
 power-state noise is told apart from interference.
 
 A clock is judged against what the GPU itself is set to hold (its application
-clock, else its highest: `top`), never against a sample taken earlier: a
+clock, else its highest; on an AMD GPU its GFX clock's highest, AMD SMI's
+max_clk: `top`), never against a sample taken earlier: a
 baseline sampled while other tenants held the GPU under its power cap made
 every later region at the top clock look wrong. So:
 
 - a clock at or above `top` less `telemetry.clock_tolerance` is on clock
   (a clock above a sample taken under load is only recorded);
 - a lower clock is a flag on the measurement (`clock:<now>MHz-below-top-<top>MHz`),
-  unless NVML says the GPU is merely idle (its clock comes back with work);
+  unless NVML says the GPU is merely idle (AMD SMI: its GFX clock in deep
+  sleep; its clock comes back with work);
 - power and thermal throttle reasons are flags too (`throttled:<reason>`;
-  an application-clock or sync-boost reason is a setting, not a state).
+  an application-clock or sync-boost reason is a setting, not a state; AMD
+  GPUs' power and thermal violations are named in telemetry/amd_smi.py).
 
 Flags describe the conditions of a measurement for its reader
 (`region().flags`, the result, the bench); they are never evidence that

@@ -1,4 +1,6 @@
-"""Per-GPU metrics: NVML on real GPUs, the simulator's device on simulated ones.
+"""Per-GPU metrics: NVML on real NVIDIA GPUs (AMD SMI on AMD ones:
+telemetry/amd_smi.py; telemetry/sources.py picks), the simulator's device on
+simulated ones.
 
 Every metric is read on its own; one that fails or is missing is None (shown
 as "n/a"), never an exception out of the sampler. Simulated GPUs report
@@ -187,7 +189,7 @@ def simulated_sm_clock() -> float:
 
 
 class UnavailableSampler:
-    """NVML could not be opened: every metric is n/a, and the service goes on."""
+    """NVML (or AMD SMI) could not be opened: every metric is n/a, and the service goes on."""
 
     def sample(self, gpu: int) -> dict[str, Any]:
         return {m: None for m in METRICS} | {"simulated": False}
@@ -200,15 +202,6 @@ class UnavailableSampler:
 
     def close(self) -> None:
         pass
-
-
-def open_sampler(gpus: list[Gpu], simulated_device: str) -> Any:
-    if gpus and gpus[0].simulated:
-        return SimulatedSampler(simulated_device, gpus[0].memory_total)
-    try:
-        return NvmlSampler(gpus)
-    except Exception:
-        return UnavailableSampler()
 
 
 def sample_all(sampler: Any, gpus: list[Gpu]) -> dict[str, dict[str, Any]]:

@@ -2,8 +2,9 @@
 exclusivity certificate (regions/certificate.py) besides the gate.
 
 - `running(gpu)`: the processes with work on the GPU and how much they have
-  done so far. Real GPUs: NVML's running compute processes (work counts are
-  unknown there: None); simulated GPUs: the simulated device's process slots
+  done so far. Real GPUs: NVML's running compute processes, AMD SMI's
+  process list on AMD GPUs (telemetry/amd_smi.py) (work counts are unknown
+  there: None); simulated GPUs: the simulated device's process slots
   of processes that executed work on it, with their items started.
 
 - `memory(gpu)`: GPU memory per process, as nvitop shows it: NVML's running
@@ -92,7 +93,7 @@ def _used(process: Any) -> int | None:
 
 
 class NoProcesses:
-    """NVML could not be opened: the process witness is n/a."""
+    """NVML (or AMD SMI) could not be opened: the process witness is n/a."""
 
     def running(self, gpu: int) -> dict[int, GpuProcess] | None:
         return None
@@ -126,12 +127,3 @@ def process_memory(processes: Any, is_tenant: Callable[[int], bool]) -> Callable
                 for pid, used in ordered]
 
     return of_gpu
-
-
-def open_processes(gpus: list[Gpu], simulated_device: str) -> Any:
-    if gpus and gpus[0].simulated:
-        return SimulatedProcesses(simulated_device)
-    try:
-        return NvmlProcesses(gpus)
-    except Exception:
-        return NoProcesses()

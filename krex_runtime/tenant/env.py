@@ -8,6 +8,7 @@ Standard library only and free of logic: the runtime's environment builder
 GPU = "KREX_GPU"  # the GPU index on this node (the first of a set)
 GPUS = "KREX_GPUS"  # a command placed on several GPUs: their indices, comma-separated, ascending
 GPU_UUID = "KREX_GPU_UUID"
+GPU_VENDOR = "KREX_GPU_VENDOR"  # "nvidia" or "amd": whose GPU it is (which library and runtime it uses)
 COMMAND_ID = "KREX_COMMAND_ID"  # the command (or context process) this process belongs to
 TENANT_ID = "KREX_TENANT_ID"  # its tenant id: gate slot, region requests
 ENDPOINT = "KREX_ENDPOINT"  # the runtime's read-only control socket

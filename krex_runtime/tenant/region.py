@@ -31,10 +31,9 @@ from typing import Any, Callable, TypeVar
 
 from krex_runtime.tenant import env
 from krex_runtime.tenant import integrity as integrity_words
+from krex_runtime.tenant.region_protocol import PROTOCOL
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-PROTOCOL = 2
 
 
 class RegionError(RuntimeError):

@@ -46,6 +46,7 @@ class Runtime:
 
     root: Path
     sim: int = 2
+    sim_amd: int = 0  # simulated AMD GPUs, numbered after the `sim` NVIDIA ones
     policy: str = "ungated"
     slots: int = 4
     cgroups: str = "auto"
@@ -60,6 +61,7 @@ class Runtime:
     runtime_env: dict[str, str] = field(default_factory=dict)
     runtime_extra: str = ""  # more lines of [runtime]
     dispatcher_extra: str = ""  # more lines of [dispatcher]
+    gpus_extra: str = ""  # more lines of [gpus]
     tenant_user: str = ""  # tenants.user; "": as whoever starts the runtime, root included
     tenants_extra: str = ""  # more lines of [tenants]
     runtime_argv: tuple[str, ...] = ()  # how to start krex-runtime; (): this Python's
@@ -105,8 +107,10 @@ shutdown_grace_s = {self.shutdown_grace_s}
 
 [gpus]
 visible = {list(self.visible)}
+simulated_amd = {self.sim_amd}
 simulated_device = "{self.device}"
 simulated_log = "{self.root / 'sim.log'}"
+{self.gpus_extra}
 
 [dispatcher]
 slots_per_gpu = {self.slots}

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 # How a command runs (README, "Modes"): its own process tree; forked from its
-# GPU's preloaded zygote; a Python entry point in a warm context process.
-Mode = Literal["process", "forked", "pooled"]
+# GPU's preloaded zygote; a Python entry point in a warm context process; its
+# own process tree with its driver calls executed by a warm context server.
+Mode = Literal["process", "forked", "pooled", "forwarded"]
 MODES: tuple[str, ...] = get_args(Mode)
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ _TYPE_NAMES = {int: "integer", float: "number", str: "string", bool: "boolean", 
 # The fields of each GPU in runtime_started's `gpus` that the reducer reads.
 _GPU_RECORD: dict[str, tuple[type, ...]] = {
     "index": (int,), "uuid": (str,), "name": (str,), "memory_total": (int,), "simulated": (bool,), "slots": (int,),
-    "cpus?": (list,), "pool_size?": (int,),
+    "cpus?": (list,), "pool_size?": (int,), "vendor?": (str,),
 }
 _EVERY_EVENT: dict[str, tuple[type, ...]] = {"seq": (int,), "t": (int, float), "type": (str,)}
 _GAP_RECORD: dict[str, tuple[type, ...]] = {"t": (int, float), "type": (str,)}  # written by the trace: no seq

@@ -26,6 +26,7 @@ class GpuState:
     simulated: bool
     slots: int
     cpus: list[int] = field(default_factory=list)
+    vendor: str = "nvidia"  # "nvidia" or "amd" (a trace from before AMD support has none: NVIDIA's)
     running: list[str] = field(default_factory=list)
     queued: int = 0
     paused: bool = False

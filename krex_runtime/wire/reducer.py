@@ -44,7 +44,8 @@ def _runtime_started(s: NodeState, e: dict[str, Any]) -> None:
         _command_finished(s, {"id": cmd.id, "state": "failed", "t": e["t"], "reason": "the runtime restarted"})
     s.gpus = {
         g["index"]: GpuState(
-            **{k: g[k] for k in _GPU_IDENTITY}, cpus=list(g.get("cpus", [])), pool=_empty_pool(g.get("pool_size", 0))
+            **{k: g[k] for k in _GPU_IDENTITY}, cpus=list(g.get("cpus", [])),
+            vendor=g.get("vendor", "nvidia"), pool=_empty_pool(g.get("pool_size", 0))
         )
         for g in e["gpus"]
     }

@@ -37,7 +37,8 @@ int krex_region_exit(void);
  * "<windows>,<escaped>,<other_thread>,<empty>,<stream_mismatch>" (counts of
  * timed windows; docs/integrity.md). krex_region_exit sends it to the runtime,
  * which attaches it to the region's certificate. Returns the length written,
- * -ENODEV when the process is under no gate (nothing is judged then), or
+ * -ENODEV when the process is under no gate (nothing is judged then),
+ * -ENOTSUP when KREX_INTEGRITY=0 turned the bookkeeping off, or
  * -EINVAL / -ENOSPC. */
 int krex_region_integrity(char *buf, size_t size);
 

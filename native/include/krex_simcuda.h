@@ -39,6 +39,14 @@ extern "C" {
  * ------------------------------------------------------------------------- */
 #define KREX_SIM_PARAM_DURATION_NS 0
 #define KREX_SIM_PARAM_COUNTER_PTR 1
+/* cuFuncGetParamInfo answers this layout for every function: the duration
+ * (8 bytes at offset 0) and the counter pointer (8 bytes at offset 8). */
+#define KREX_SIM_PARAM_COUNT 2
+
+/* Not a CUDA entry point: a context server of forwarded mode, which runs the
+ * work of one command at a time, sets the tenant id its execution-log records
+ * and its process slot carry (0 between commands). Found with dlsym. */
+void krex_sim_set_tenant(int32_t tenant_id);
 
 /* ---------------------------------------------------------------------------
  * Environment
@@ -60,6 +68,11 @@ extern "C" {
  * enqueues; cuFuncLoad does the same load on its own, and cuFuncIsLoaded says
  * which has happened. Unset means none. */
 #define KREX_SIM_ENV_LAZY_LOAD_MS "KREX_SIM_LAZY_LOAD_MS"
+/* Read by the process that takes checkpoint locks (the runtime): a CUresult
+ * that cuCheckpointProcessLock returns instead of locking, as the real driver
+ * now and then refuses a lock with CUDA_ERROR_OPERATING_SYSTEM (304). Unset
+ * means none. */
+#define KREX_SIM_ENV_LOCK_FAILS "KREX_SIM_LOCK_FAILS"
 
 #define KREX_SIM_DEFAULT_DEVICE_NAME "default"
 #define KREX_SIM_DEFAULT_MEM_MB 81920u    /* 80 GiB */

@@ -46,25 +46,6 @@ static void launch(void)
     CHECK(cuLaunchKernel(kernel, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL));
 }
 
-static void wait_gate_open(void)
-{
-    const char *path = getenv(KREX_ENV_GATE_PATH);
-    if (path == NULL)
-        return; /* no gate (not policy krex): regions are no-ops */
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) {
-        fprintf(stderr, "event_timing: cannot open the gate %s\n", path);
-        exit(4);
-    }
-    const struct krex_gate_header *gate = mmap(NULL, sizeof *gate, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    if (gate == MAP_FAILED)
-        exit(4);
-    for (int i = 0; i < 10000 && (__atomic_load_n(&gate->gate_word, __ATOMIC_SEQ_CST) & KREX_GATE_CLOSED); i++)
-        usleep(1000);
-    munmap((void *)gate, sizeof *gate);
-}
-
 static float elapsed(void)
 {
     float ms = 0;

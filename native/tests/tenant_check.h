@@ -1,16 +1,34 @@
 /* The C test tenants' checks: a failed driver call exits 2, a failed region
  * call exits 3, each naming the call. Define TENANT (the program's name)
- * before including it. */
+ * before including it, and KREX_TENANT_HIP for a HIP tenant (HIP results).
+ *
+ * wait_gate_open: the GPU stays the tenant's from the grant until the
+ * runtime has reopened the gate after the release (a moment after
+ * krex_region_exit returns); a tenant about to act "outside a region" waits
+ * for its gate to open first. */
 #ifndef KREX_TENANT_CHECK_H
 #define KREX_TENANT_CHECK_H
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "krex_gate.h"
+
+#ifdef KREX_TENANT_HIP
+#define TENANT_RESULT hipError_t
+#define TENANT_SUCCESS hipSuccess
+#else
+#define TENANT_RESULT CUresult
+#define TENANT_SUCCESS CUDA_SUCCESS
+#endif
 
 #define CHECK(call)                                                                 \
     do {                                                                            \
-        CUresult r_ = (call);                                                       \
-        if (r_ != CUDA_SUCCESS) {                                                   \
+        TENANT_RESULT r_ = (call);                                                  \
+        if (r_ != TENANT_SUCCESS) {                                                 \
             fprintf(stderr, TENANT ": %s failed: %d\n", #call, (int)r_);            \
             exit(2);                                                                \
         }                                                                           \
@@ -23,5 +41,24 @@
             exit(3);                                                                \
         }                                                                           \
     } while (0)
+
+static inline void wait_gate_open(void)
+{
+    const char *path = getenv(KREX_ENV_GATE_PATH);
+    if (path == NULL)
+        return; /* no gate (not policy krex): regions are no-ops */
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        fprintf(stderr, TENANT ": cannot open the gate %s\n", path);
+        exit(4);
+    }
+    const struct krex_gate_header *gate = mmap(NULL, sizeof *gate, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (gate == MAP_FAILED)
+        exit(4);
+    for (int i = 0; i < 10000 && (__atomic_load_n(&gate->gate_word, __ATOMIC_SEQ_CST) & KREX_GATE_CLOSED); i++)
+        usleep(1000);
+    munmap((void *)gate, sizeof *gate);
+}
 
 #endif

@@ -27,13 +27,13 @@ header is picked up without editing a list.
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import re
 import sys
 from dataclasses import dataclass
 
 from cuda_header import PROTOTYPE, base_name, cuda_version, param_name, preprocess, split_params
+from generated_file import write_or_check
 
 # (class, base-name pattern). First match wins; order matters (host functions
 # before the general launch rule, synchronous copies before asynchronous ones).
@@ -261,22 +261,8 @@ def main() -> int:
     if not variants:
         raise SystemExit("gen_gated_table: no gated prototypes found; wrong cuda.h?")
     rendered = render(variants, cuda_version(ns.cuda_include))
-    if ns.check:
-        try:
-            with open(ns.output, encoding="utf-8") as f:
-                current = f.read()
-        except FileNotFoundError:
-            current = ""
-        if current != rendered:
-            sys.stdout.writelines(difflib.unified_diff(
-                current.splitlines(True), rendered.splitlines(True), ns.output, "generated"))
-            print(f"{ns.output} is out of date with {ns.cuda_include}/cuda.h", file=sys.stderr)
-            return 1
-        return 0
-    with open(ns.output, "w", encoding="utf-8") as f:
-        f.write(rendered)
-    print(f"wrote {ns.output}: {len(variants)} wrapped entry points")
-    return 0
+    return write_or_check(ns.output, rendered, f"{ns.cuda_include}/cuda.h", ns.check,
+                          f"{len(variants)} wrapped entry points")
 
 
 if __name__ == "__main__":

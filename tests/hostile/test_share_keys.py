@@ -2,7 +2,7 @@
 
 Share keys are the client's to choose, so fair share is keyed first by who
 submitted, by the kernel's word (the control socket's SO_PEERCRED uid), and
-a key only divides its submitter's share (commands/fair_share.py). Two
+a key only divides its submitter's share (host/fair_share.py). Two
 submitters with uids of their own reach the control socket through
 `runtime.access_group`; one takes a fresh key for every command, as a
 client gaming fair share would. In the admission queue its commands take

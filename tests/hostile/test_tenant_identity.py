@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from krex_runtime.commands.identities import Identities, processes_of
+from krex_runtime.host.identities import Identities, processes_of
 from krex_runtime.regions import gate_layout
 from krex_runtime.regions.gate import Gate
 from krex_runtime.sim.device_file import device_path

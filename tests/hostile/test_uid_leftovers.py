@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from krex_runtime.commands import uid_leftovers
+from krex_runtime.host import uid_leftovers
 from krex_runtime.testing.local_runtime import wait_until
 
 UID, GROUP = 62100, 60999  # no account; not the range of test_tenant_identity

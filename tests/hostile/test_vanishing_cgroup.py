@@ -20,8 +20,8 @@ from typing import Any, Iterator
 import pytest
 from runtime_helpers import PY, TENANTS, krex_runtime
 
-from krex_runtime.commands import cgroups
-from krex_runtime.commands.cgroups import CgroupSlice
+from krex_runtime.host import cgroups
+from krex_runtime.host.cgroups import CgroupSlice
 from krex_runtime.regions.freezer import CgroupV1Freezer, CgroupV2Freezer, Target
 from krex_runtime.testing.local_runtime import command
 

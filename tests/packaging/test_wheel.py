@@ -129,7 +129,8 @@ def test_wheel_installs_a_working_runtime(installed: tuple[Path, dict[str, str]]
 def test_wheel_ships_its_config_and_unit_and_checks_configs(installed: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     """Setting a node up needs no checkout: the default config and the unit
     come from the installed package, a config is checked without starting
-    anything, and krex-cluster without the cluster extra says what to install."""
+    anything, krex-cluster without the cluster extra says what to install, and
+    `krex bench` finds its program."""
     venv, env = installed
     bin_ = venv / "bin"
     default = _run([str(bin_ / "krex"), "config", "default"], env=env, cwd=tmp_path)
@@ -147,6 +148,10 @@ def test_wheel_ships_its_config_and_unit_and_checks_configs(installed: tuple[Pat
     head = subprocess.run([str(bin_ / "krex-cluster"), "head"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert head.returncode == 125 and head.stderr == "krex-cluster: the cluster gateway needs Ray: pip install 'krex-runtime[cluster]'\n"
     assert _run([str(bin_ / "krex-cluster"), "--version"], env=env, cwd=tmp_path).stdout == f"krex-cluster {_project_version()}\n"
+    # `krex bench` runs the krex-bench program the wheel installed beside krex.
+    assert (bin_ / "krex-bench").is_file()
+    listed = _run([str(bin_ / "krex"), "bench", "list", "--json"], env=env, cwd=tmp_path)
+    assert json.loads(listed.stdout)["problems"], listed.stdout
 
 
 def _source_tree(into: Path) -> Path:

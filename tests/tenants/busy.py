@@ -7,12 +7,12 @@ stdout once its first batch completed.
 import sys
 import threading
 
-from krex_runtime.sim.simcuda import SimCuda
+from krex_runtime.sim.simhip import sim_gpu
 
 kernel_ns = int(float(sys.argv[1]) * 1000)
 depth = int(sys.argv[2]) if len(sys.argv) > 2 else 4
 threads = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-cuda = SimCuda()
+cuda = sim_gpu()
 ready = threading.Event()
 
 

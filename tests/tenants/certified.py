@@ -13,12 +13,12 @@ import sys
 import time
 
 from krex_runtime.client import region
-from krex_runtime.sim.simcuda import SimCuda
+from krex_runtime.sim.simhip import sim_gpu
 from krex_runtime.tenant import region as client
 
 go = sys.argv[1]
 count = int(sys.argv[2]) if len(sys.argv) > 2 else 2
-cuda = SimCuda()
+cuda = sim_gpu()
 for n in range(count):
     if n:
         print("waiting", flush=True)

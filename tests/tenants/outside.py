@@ -8,14 +8,14 @@ Prints "started <ns>" after its first round and "done <ns>" after its last
 import argparse
 import time
 
-from krex_runtime.sim.simcuda import SimCuda
+from krex_runtime.sim.simhip import sim_gpu
 
 p = argparse.ArgumentParser()
 p.add_argument("--rounds", type=int, default=20)
 p.add_argument("--kernel-us", type=float, default=100)
 args = p.parse_args()
 
-cuda = SimCuda()
+cuda = sim_gpu()
 for n in range(args.rounds):
     cuda.launch(int(args.kernel_us * 1000))
     cuda.synchronize()

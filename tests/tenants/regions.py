@@ -11,7 +11,7 @@ import random
 import time
 
 from krex_runtime.client import RegionError, region
-from krex_runtime.sim.simcuda import SimCuda
+from krex_runtime.sim.simhip import sim_gpu
 
 p = argparse.ArgumentParser()
 p.add_argument("--regions", type=int, default=3)
@@ -23,7 +23,7 @@ p.add_argument("--noise-us", type=float, default=500)
 p.add_argument("--hold-s", type=float, default=0.0)
 args = p.parse_args()
 
-cuda = SimCuda()
+cuda = sim_gpu()
 noise_stream = cuda.stream()
 cuda.time_kernel(int(args.kernel_us * 1000), repeats=1)  # warm: the first launch sets up the stream
 rng = random.Random()

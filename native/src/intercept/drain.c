@@ -6,15 +6,15 @@
  *
  * Plain C threads, started with the process's registration (a coordinator
  * per gate entry: a command placed on a set of GPUs has one in each GPU's
- * gate, and a drain asked on any of them synchronises every context):
+ * gate, and a drain asked on any of them waits for all of its work):
  *   - the coordinator waits for requests and acknowledges, within a bound;
- *   - the worker synchronises each context this process used (pushed onto its
- *     own stack: cuCtxSynchronize covers every stream of a context). Its
- *     stream-capture mode is relaxed so that a stream being captured by the
- *     program does not make the synchronise fail or invalidate the capture.
- * The split exists because cuCtxSynchronize cannot be interrupted: when it
+ *   - one worker waits for the device to complete what this process
+ *     submitted: the vendor's krex_drain_sync_all (drain_cuda.c synchronises
+ *     each context used; the HIP library each device, hip_intercept/hip_drain.c).
+ * The split exists because a synchronise cannot be interrupted: when it
  * outlasts the bound the coordinator acknowledges KREX_DRAIN_TIMED_OUT and the
- * worker finishes in the background.
+ * worker finishes in the background. Both the CUDA and the HIP library link
+ * this file.
  *
  * Both threads call the real driver directly and run with krex_depth set, so
  * the gate (closed at that moment) never stops them.
@@ -22,31 +22,16 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "intercept.h"
-
-#define MAX_CONTEXTS 64
-
-typedef CUresult(CUDAAPI *ctx_get_fn)(CUcontext *);
-typedef CUresult(CUDAAPI *ctx_push_fn)(CUcontext);
-typedef CUresult(CUDAAPI *ctx_pop_fn)(CUcontext *);
-typedef CUresult(CUDAAPI *ctx_sync_fn)(void);
-typedef CUresult(CUDAAPI *capture_mode_fn)(CUstreamCaptureMode *);
-
-static ctx_get_fn real_ctx_get;
-
-/* Contexts seen after gated calls; the thread-local copy saves the lock on
- * the common path (same context as this thread's last call). */
-static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
-static CUcontext contexts[MAX_CONTEXTS];
-static unsigned n_contexts;
-static KREX_TLS CUcontext last_context;
+#include "intercept_internal.h"
 
 /* Our entry in each gate (several for a command placed on a set of GPUs):
- * each has a coordinator; one worker synchronises for them all. */
+ * written once each, before n_entries counts it. */
+static pthread_mutex_t entries_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct krex_gate_proc *entries[KREX_GATE_SET_MAX];
 static unsigned n_entries;
 static int started;
@@ -58,85 +43,28 @@ static pthread_cond_t job_done_cv;
 static uint64_t job_posted, job_done;
 static uint32_t job_result;
 
-void krex_drain_note_context(void)
+unsigned krex_drain_entry_count(void)
 {
-    ctx_get_fn get = __atomic_load_n(&real_ctx_get, __ATOMIC_ACQUIRE);
-    if (get == NULL) {
-        get = (ctx_get_fn)krex_driver_symbol("cuCtxGetCurrent");
-        if (get == NULL)
-            return;
-        __atomic_store_n(&real_ctx_get, get, __ATOMIC_RELEASE);
-    }
-    CUcontext c = NULL;
-    if (get(&c) != CUDA_SUCCESS || c == NULL || c == last_context)
-        return;
-    last_context = c;
-    pthread_mutex_lock(&ctx_lock);
-    unsigned i = 0;
-    while (i < n_contexts && contexts[i] != c)
-        i++;
-    if (i == n_contexts && n_contexts < MAX_CONTEXTS)
-        contexts[n_contexts++] = c;
-    for (unsigned k = 0; k < n_entries; k++) {
-        __atomic_store_n(&entries[k]->contexts, n_contexts, __ATOMIC_RELAXED);
-        __atomic_store_n(&entries[k]->uses_cuda, 1, __ATOMIC_RELAXED);
-    }
-    pthread_mutex_unlock(&ctx_lock);
+    return __atomic_load_n(&n_entries, __ATOMIC_ACQUIRE);
 }
 
-/* Synchronises every context seen; drops contexts that no longer exist. */
-static uint32_t sync_all(void)
+struct krex_gate_proc *krex_drain_entry_at(unsigned k)
 {
-    ctx_push_fn push = (ctx_push_fn)krex_driver_symbol("cuCtxPushCurrent_v2");
-    ctx_pop_fn pop = (ctx_pop_fn)krex_driver_symbol("cuCtxPopCurrent_v2");
-    ctx_sync_fn sync = (ctx_sync_fn)krex_driver_symbol("cuCtxSynchronize");
-    if (push == NULL || pop == NULL || sync == NULL)
-        return KREX_DRAIN_ERROR;
-    CUcontext todo[MAX_CONTEXTS];
-    pthread_mutex_lock(&ctx_lock);
-    unsigned n = n_contexts;
-    memcpy(todo, contexts, n * sizeof todo[0]);
-    pthread_mutex_unlock(&ctx_lock);
-
-    uint32_t result = KREX_DRAIN_OK;
-    for (unsigned i = 0; i < n; i++) {
-        CUresult r = push(todo[i]);
-        if (r == CUDA_SUCCESS) {
-            r = sync();
-            CUcontext popped;
-            pop(&popped);
-        }
-        if (r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_CONTEXT_IS_DESTROYED ||
-            r == CUDA_ERROR_DEINITIALIZED) {
-            /* Gone: nothing of it can be running. */
-            pthread_mutex_lock(&ctx_lock);
-            for (unsigned j = 0; j < n_contexts; j++)
-                if (contexts[j] == todo[i])
-                    contexts[j] = contexts[--n_contexts];
-            pthread_mutex_unlock(&ctx_lock);
-        } else if (r != CUDA_SUCCESS) {
-            result = KREX_DRAIN_ERROR;
-        }
-    }
-    return result;
+    return entries[k];
 }
 
 static void *worker_main(void *arg)
 {
     (void)arg;
     krex_depth = 1;
-    capture_mode_fn exchange = (capture_mode_fn)krex_driver_symbol("cuThreadExchangeStreamCaptureMode");
-    if (exchange != NULL) {
-        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-        exchange(&mode);
-    }
+    krex_drain_worker_init();
     pthread_mutex_lock(&job_lock);
     for (;;) {
         while (job_done == job_posted)
             pthread_cond_wait(&job_posted_cv, &job_lock);
         uint64_t target = job_posted;
         pthread_mutex_unlock(&job_lock);
-        uint32_t r = sync_all();
+        uint32_t r = krex_drain_sync_all();
         pthread_mutex_lock(&job_lock);
         job_done = target;
         job_result = r;
@@ -215,20 +143,20 @@ static void init_sync_objects(void)
 
 void krex_drain_start(struct krex_gate_proc *e)
 {
-    pthread_mutex_lock(&ctx_lock);
+    pthread_mutex_lock(&entries_lock);
     for (unsigned k = 0; k < n_entries; k++)
         if (entries[k] == e) {
-            pthread_mutex_unlock(&ctx_lock);
+            pthread_mutex_unlock(&entries_lock);
             return; /* started for this entry already */
         }
     if (n_entries == KREX_GATE_SET_MAX) {
-        pthread_mutex_unlock(&ctx_lock);
+        pthread_mutex_unlock(&entries_lock);
         return;
     }
-    entries[n_entries++] = e;
-    __atomic_store_n(&e->contexts, n_contexts, __ATOMIC_RELAXED);
-    __atomic_store_n(&e->uses_cuda, n_contexts > 0, __ATOMIC_RELAXED);
-    pthread_mutex_unlock(&ctx_lock);
+    entries[n_entries] = e;
+    __atomic_store_n(&n_entries, n_entries + 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&entries_lock);
+    krex_drain_publish(e);
     bool first = !__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL);
     if (first)
         init_sync_objects();
@@ -251,10 +179,9 @@ void krex_drain_start(struct krex_gate_proc *e)
 
 void krex_drain_after_fork(void)
 {
-    pthread_mutex_init(&ctx_lock, NULL);
     pthread_mutex_init(&job_lock, NULL);
-    n_contexts = 0;
-    last_context = NULL;
+    pthread_mutex_init(&entries_lock, NULL);
+    krex_drain_vendor_after_fork();
     n_entries = 0;
     job_posted = job_done = 0;
     started = 0;

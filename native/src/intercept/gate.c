@@ -13,7 +13,7 @@
  */
 #include <pthread.h>
 
-#include "intercept.h"
+#include "intercept_internal.h"
 
 static int stale_reported;
 

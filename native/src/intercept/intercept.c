@@ -2,6 +2,8 @@
  * Interception core: find the real dlsym and the real driver, and map each
  * real gated entry point to our wrapper, so that whatever resolver a program
  * uses (dlsym, cuGetProcAddress, cudaGetDriverEntryPoint) hands out wrappers.
+ * The CUDA and the HIP library both link this file; the driver's names and
+ * resolvers are the vendor hooks (intercept_cuda.c, hip_intercept/hip_vendor.c).
  *
  * Mapping by pointer identity, not by name, is what makes per-thread-stream
  * and versioned variants right: cuGetProcAddress("cuLaunchKernel", v,
@@ -17,7 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "intercept.h"
+#include "intercept_internal.h"
 
 KREX_TLS int krex_depth;
 
@@ -43,7 +45,7 @@ KREX_NO_SANITIZE void *krex_real_dlsym(void *handle, const char *name)
 
 /* ---- the real driver ------------------------------------------------------ */
 
-static void *driver_handle; /* dlopen("libcuda.so.1", NOLOAD), once loaded */
+static void *driver_handle; /* dlopen(krex_driver_sonames[i], NOLOAD), once loaded */
 
 static void *driver(void)
 {
@@ -52,7 +54,8 @@ static void *driver(void)
         return h;
     /* NOLOAD: we never load the driver ourselves; a program that has not
      * loaded it cannot be submitting work. */
-    h = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
+    for (unsigned i = 0; h == NULL && krex_driver_sonames[i] != NULL; i++)
+        h = dlopen(krex_driver_sonames[i], RTLD_NOLOAD | RTLD_LAZY);
     if (h != NULL)
         __atomic_store_n(&driver_handle, h, __ATOMIC_RELEASE);
     return h;
@@ -80,11 +83,6 @@ static struct map_slot map[MAP_SLOTS];
 static void *gated_real[KREX_GATED_MAX];
 static int map_ready;
 static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* The resolvers we wrap (intercept_procaddr.c); their real pointers map too. */
-CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
-CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
-                                     CUdriverProcAddressQueryResult *symbolStatus);
 
 static unsigned slot_of(const void *p)
 {
@@ -134,8 +132,8 @@ static bool map_build(void)
             gated_real[i] = real;
             map_put(real, krex_gated_fns[i].wrapper);
         }
-        map_put(krex_real_dlsym(h, "cuGetProcAddress"), (void *)cuGetProcAddress);
-        map_put(krex_real_dlsym(h, "cuGetProcAddress_v2"), (void *)cuGetProcAddress_v2);
+        /* The resolvers we wrap; their real pointers map too. */
+        krex_map_resolvers(h, map_put);
         __atomic_store_n(&map_ready, 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&map_lock);
@@ -158,17 +156,12 @@ void *krex_gated_real(unsigned i)
     return gated_real[i];
 }
 
-KREX_NO_SANITIZE bool krex_is_cu_name(const char *name)
-{
-    return name != NULL && name[0] == 'c' && name[1] == 'u' && name[2] >= 'A' && name[2] <= 'Z';
-}
-
 static bool is_our_wrapper(const void *p)
 {
     for (unsigned i = 0; i < krex_gated_count; i++)
         if (krex_gated_fns[i].wrapper == p)
             return true;
-    return p == (void *)cuGetProcAddress || p == (void *)cuGetProcAddress_v2;
+    return krex_is_resolver_wrapper(p);
 }
 
 /* Binary search: the gated entry of `name` (an exact exported name), or NULL. */
@@ -201,7 +194,7 @@ void *krex_gated_wrapper(const char *name)
 
 void *krex_swap(const char *name, void *real)
 {
-    if (real == NULL || !krex_is_cu_name(name) || strcmp(name, "cuGetExportTable") == 0)
+    if (real == NULL || !krex_is_api_name(name) || krex_never_swapped(name))
         return real;
     if (!map_build())
         return real;
@@ -227,7 +220,7 @@ void *krex_swap(const char *name, void *real)
 KREX_EXPORT KREX_NO_SANITIZE void *dlsym(void *handle, const char *name)
 {
     void *p = krex_real_dlsym(handle, name);
-    if (p == NULL || !krex_is_cu_name(name) || krex_depth > 0)
+    if (p == NULL || !krex_is_api_name(name) || krex_depth > 0)
         return p;
     krex_depth++;
     void *out = krex_swap(name, p);

@@ -14,13 +14,4 @@
 
 #include "intercept_internal.h"
 
-struct krex_gated_fn {
-    const char *name;   /* exported symbol, sorted by name */
-    int klass;          /* enum krex_call_class */
-    void *wrapper;      /* our definition of that symbol */
-};
-
-extern const unsigned krex_gated_count;
-extern const struct krex_gated_fn krex_gated_fns[];
-
 #endif /* KREX_INTERCEPT_H */

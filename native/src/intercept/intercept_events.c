@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "intercept.h"
+#include "intercept_internal.h"
 
 #define EVENT_SLOTS 4096u /* power of two */
 #define EVENT_PROBE 16u

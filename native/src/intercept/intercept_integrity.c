@@ -16,16 +16,24 @@
  *   stream_mismatch  launches in the window, none on the stream of either
  *                    event.
  *
- * KREX_INTEGRITY=0 in the environment turns the log off (no window is judged;
- * EXIT then reports no timed windows).
+ * KREX_INTEGRITY=0 in the environment turns the log off: no window is judged
+ * and krex_region_integrity reports nothing (EXIT carries no counts, the
+ * region's record is null).
  *
  * Fast path (a launch, a record, a stream wait, a host wait, while the
  * tenant holds its region): one atomic increment and six stores into a
  * fixed ring of operations. Outside a region nothing is logged. The analysis
  * runs at the elapsed-time query, under a mutex, walking the ring backwards
  * from the end record to the start record; a window longer than the ring is
- * judged on its last LOG_SLOTS operations (the ones that can escape). The
- * counts are kept per region (the gate's generation), a few regions back.
+ * judged on its last LOG_SLOTS operations (the ones that can escape). A
+ * window whose operations the ring no longer holds, all or in part (its
+ * elapsed time asked after more than LOG_SLOTS later operations, as a
+ * harness does that records hundreds of windows and reads them all at the
+ * end), is judged on what is left: what is seen to escape is flagged, but
+ * absence is not evidence, so it is never `empty` or `stream_mismatch`, and
+ * one of which nothing is left is not judged at all (not counted; the stats
+ * note integrity_unjudged). The counts are kept per region (the gate's
+ * generation), a few regions back.
  *
  * Streams are keys: a handle, 0 for the legacy default stream (NULL or
  * CU_STREAM_LEGACY), and a per-thread key for the per-thread default stream
@@ -40,7 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "intercept.h"
+#include "intercept_internal.h"
 
 #define LOG_SLOTS 8192u /* power of two */
 #define REGIONS 8u
@@ -69,6 +77,10 @@ static uint64_t last_region;
 static pthread_mutex_t analysis_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define LEGACY_KEY ((uintptr_t)0)
+/* The special stream handles: CUDA's CU_STREAM_LEGACY and CU_STREAM_PER_THREAD;
+ * HIP's hipStreamPerThread is the latter's value too. */
+#define LEGACY_HANDLE ((uintptr_t)1)
+#define PER_THREAD_HANDLE ((uintptr_t)2)
 
 static uint32_t this_thread(void)
 {
@@ -80,9 +92,9 @@ static uint32_t this_thread(void)
 static uintptr_t stream_key(const void *stream, int per_thread)
 {
     uintptr_t s = (uintptr_t)stream;
-    if (s == (uintptr_t)CU_STREAM_PER_THREAD || (s == 0 && per_thread))
+    if (s == PER_THREAD_HANDLE || (s == 0 && per_thread))
         return ((uintptr_t)this_thread() << 4) | 2u; /* handles are aligned: no collision */
-    if (s == (uintptr_t)CU_STREAM_LEGACY)
+    if (s == LEGACY_HANDLE)
         return LEGACY_KEY;
     return s;
 }
@@ -225,23 +237,12 @@ static bool take_pending(struct analysis *a, uintptr_t event)
     return false;
 }
 
-typedef CUresult(CUDAAPI *stream_flags_fn)(CUstream, unsigned int *);
-
 /* A stream that waits for the legacy default stream and that stream for it. */
 static bool blocking(uintptr_t key)
 {
     if (key == LEGACY_KEY || per_thread_key(key))
         return true;
-    static stream_flags_fn flags_of;
-    if (flags_of == NULL)
-        flags_of = (stream_flags_fn)krex_driver_symbol("cuStreamGetFlags");
-    unsigned int flags = 0;
-    if (flags_of == NULL)
-        return false; /* cannot say: not joined */
-    krex_depth++;
-    CUresult r = flags_of((CUstream)key, &flags);
-    krex_depth--;
-    return r == CUDA_SUCCESS && !(flags & CU_STREAM_NON_BLOCKING);
+    return krex_stream_blocking((const void *)key); /* the vendor's stream flags */
 }
 
 /* Implicit synchronisation with the legacy default stream joins `launch` to `end`. */
@@ -270,19 +271,24 @@ void krex_integrity_window(uint64_t region, const struct krex_window *w)
     if (region == 0 || w->start_seq == 0 || w->end_seq == 0)
         return; /* a record the log did not take (outside a region) */
     unsigned flags = 0;
-    uint64_t launches = 0;
-    bool on_event_stream = false;
+    uint64_t launches = 0, seen = 0;
+    bool on_event_stream = false, partial = false;
     pthread_mutex_lock(&analysis_lock);
     if (w->end_seq > w->start_seq + 1) {
         struct analysis a = {.ncuts = 0};
         join(&a, w->end_stream, w->end_seq);
         uint64_t first = w->start_seq + 1;
-        if (w->end_seq - first > LOG_SLOTS - 1)
+        if (w->end_seq - first > LOG_SLOTS - 1) {
             first = w->end_seq - (LOG_SLOTS - 1);
+            partial = true;
+        }
         for (uint64_t q = w->end_seq - 1; q >= first; q--) {
             struct op_slot op;
-            if (!read_op(q, &op))
-                break; /* overwritten by launches since: judge what is left */
+            if (!read_op(q, &op)) {
+                partial = true; /* overwritten by operations since: judge what is left */
+                break;
+            }
+            seen++;
             switch (op.kind) {
             case OP_WAIT:
                 if (cut_of(&a, op.stream) > q)
@@ -318,9 +324,14 @@ void krex_integrity_window(uint64_t region, const struct krex_window *w)
                 break;
         }
     }
-    if (launches == 0)
+    if (partial && seen == 0) {
+        pthread_mutex_unlock(&analysis_lock);
+        krex_stats_note("integrity_unjudged");
+        return;
+    }
+    if (launches == 0 && !partial)
         flags = 1u << KREX_INTEGRITY_EMPTY;
-    else if (!on_event_stream)
+    else if (launches != 0 && !on_event_stream && !partial)
         flags |= 1u << KREX_INTEGRITY_STREAM_MISMATCH;
     struct region_counts *c = counts_of(region);
     c->counts[KREX_INTEGRITY_WINDOWS]++;
@@ -339,6 +350,8 @@ KREX_EXPORT int krex_region_integrity(char *buf, size_t size)
         return -EINVAL;
     if (krex_gate_header() == NULL)
         return -ENODEV; /* no gate (not policy krex, or not under the runtime): nothing was judged */
+    if (!integrity_on())
+        return -ENOTSUP; /* KREX_INTEGRITY=0: nothing was logged, so nothing to say */
     uint64_t region = krex_current_region();
     uint64_t counts[KREX_INTEGRITY_COUNTS] = {0};
     pthread_mutex_lock(&analysis_lock);

@@ -6,6 +6,8 @@
  * Files, one concern each:
  *   intercept.c             real dlsym, the driver handle, real pointer -> wrapper map,
  *                           the exported dlsym
+ *   intercept_cuda.c        what is CUDA's in that: the driver's name, the cu* names,
+ *                           the resolvers, stream flags (the vendor hooks below)
  *   intercept_procaddr.c    cuGetProcAddress(_v2), cudaGetDriverEntryPoint(ByVersion)
  *   intercept_gated_table.c GENERATED typed wrappers of the gated entry points
  *   intercept_stats.c       per-process call counts, dumped at exit
@@ -13,7 +15,8 @@
  *   gate_attach.c           the gate file (read-only) and this tenant's entries file: attach, claim an entry
  *   gate.c                  gate client: register (+ drain helper), pass / park, heartbeat
  *   gate_futex.c            futex and clock helpers
- *   drain.c                 drain helper thread, contexts seen
+ *   drain.c                 drain helper threads (coordinator, worker)
+ *   drain_cuda.c            what the CUDA drain synchronises: the contexts seen
  *   region_api.c            krex_region_enter / krex_region_exit
  *   intercept_events.c      CUDA events: which region each was recorded in, and
  *                           elapsed times that no region protected
@@ -21,7 +24,9 @@
  *                           joins; flags windows whose work may escape the end event
  *
  * Declares no CUDA types, so that the cudart shim can include it next to
- * cuda_runtime_api.h.
+ * cuda_runtime_api.h, and so that the HIP library (src/hip_intercept/)
+ * links the same gate, drain, region client, stats, events and integrity
+ * code: what differs per vendor is behind the vendor hooks below.
  */
 #ifndef KREX_INTERCEPT_INTERNAL_H
 #define KREX_INTERCEPT_INTERNAL_H
@@ -37,6 +42,39 @@
  * up the functions it intercepts with dlsym, and ours is that dlsym. */
 #define KREX_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
 
+/* ---- the generated table (intercept_gated_table.c, hip_gated_table.c) ------ */
+struct krex_gated_fn {
+    const char *name;   /* exported symbol, sorted by name */
+    int klass;          /* enum krex_call_class */
+    void *wrapper;      /* our definition of that symbol */
+};
+
+extern const unsigned krex_gated_count;
+extern const struct krex_gated_fn krex_gated_fns[];
+
+/* ---- vendor hooks (intercept_cuda.c + drain_cuda.c, or src/hip_intercept/) - */
+/* The driver library as a program loads it, by its sonames (NULL-terminated):
+ * it is found with RTLD_NOLOAD, never loaded by us. */
+extern const char *const krex_driver_sonames[];
+/* Names the resolvers consider (cu[A-Z]..., hip[A-Z]...): run before the
+ * sanitizers are initialised, like dlsym. */
+KREX_NO_SANITIZE bool krex_is_api_name(const char *name);
+/* A name whose pointer is handed out untouched (cuGetExportTable). */
+bool krex_never_swapped(const char *name);
+/* The resolvers this library wraps (cuGetProcAddress...): put(real, wrapper)
+ * for each, given the driver's handle; and whether p is one of our wrappers. */
+void krex_map_resolvers(void *driver, void (*put)(void *real, void *wrapper));
+bool krex_is_resolver_wrapper(const void *p);
+/* Whether work on `stream` is ordered with the legacy default stream (it is
+ * not a non-blocking stream); false when the driver cannot say. */
+bool krex_stream_blocking(const void *stream);
+/* The drain worker: its per-thread setup (capture mode), one round of waiting
+ * for everything this process submitted (KREX_DRAIN_*), and forgetting it all
+ * in a forked child. krex_drain_note_context (below) is the vendor's too. */
+void krex_drain_worker_init(void);
+uint32_t krex_drain_sync_all(void);
+void krex_drain_vendor_after_fork(void);
+
 /* ---- intercept.c ---------------------------------------------------------- */
 /* libc's dlsym, bypassing our own export. */
 KREX_NO_SANITIZE void *krex_real_dlsym(void *handle, const char *name);
@@ -46,7 +84,7 @@ void *krex_driver_symbol(const char *name);
 /* Given what a resolver returned for `name`, the pointer to hand out: our
  * wrapper when `real` is a gated entry point (or a resolver), else `real`. */
 void *krex_swap(const char *name, void *real);
-/* Names the library considers: cu[A-Z]... */
+/* Names the CUDA library considers: cu[A-Z]... (intercept_cuda.c) */
 KREX_NO_SANITIZE bool krex_is_cu_name(const char *name);
 /* Real pointer behind the i-th gated wrapper (resolved once). */
 void *krex_gated_real(unsigned i);
@@ -153,7 +191,15 @@ void krex_load_before_launch(void *f);
 /* ---- drain.c -------------------------------------------------------------- */
 /* Starts the drain helper for this process's entry (idempotent). */
 void krex_drain_start(struct krex_gate_proc *entry);
-/* Records the calling thread's current context for later drains. */
+/* This process's gate entries whose drain helper started (one per GPU of the
+ * command's set; the vendor's bookkeeping publishes what it drains in each):
+ * how many, and the k-th (k < the count read). */
+unsigned krex_drain_entry_count(void);
+struct krex_gate_proc *krex_drain_entry_at(unsigned k);
+/* The vendor's: once the entry is known, publish what is noted so far. */
+void krex_drain_publish(struct krex_gate_proc *entry);
+/* Records the calling thread's current context (device) for later drains,
+ * after a gated call that passed the gate. */
 void krex_drain_note_context(void);
 /* Forget everything after fork(): the child has no helper and no contexts. */
 void krex_drain_after_fork(void);

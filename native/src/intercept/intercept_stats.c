@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "intercept.h"
+#include "intercept_internal.h"
 
 static uint64_t counts[KREX_GATED_MAX];
 
@@ -26,7 +26,8 @@ static const char *const event_names[] = {
     "swapped", "unmapped", "parked", "fail_open", "drains", "unprotected",
     /* lazy_load.c: functions loaded before their launch, and handles it could not ask about */
     "lazy_load", "lazy_load_failed", "lazy_load_kernel_handle", "lazy_load_unknown_handle",
-    "integrity_flagged", /* intercept_integrity.c: timed windows with a flag */
+    "integrity_flagged",  /* intercept_integrity.c: timed windows with a flag */
+    "integrity_unjudged", /* intercept_integrity.c: timed windows the log no longer held */
 };
 #define N_EVENTS (sizeof event_names / sizeof event_names[0])
 static uint64_t events[N_EVENTS];

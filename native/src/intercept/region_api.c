@@ -5,6 +5,7 @@
  * opened at the first enter and kept; a text-line protocol, documented in
  * docs/native.md ("Region channel"):
  *   client: HELLO 2 <tenant_id> <pid> <token>  server: OK | ERROR <code> <reason>
+ *           (2: KREX_REGION_PROTOCOL, region_protocol.h, generated from the Python constant)
  *   client: ENTER <tid>                        server: GRANTED <seq> | ERROR <code> <reason>
  *   client: EXIT [integrity=<counts>]          server: RELEASED <seq> | ERROR <code> <reason>
  * EXIT carries this process's measurement integrity for the region
@@ -26,6 +27,7 @@
 
 #include "intercept_internal.h"
 #include "krex.h"
+#include "region_protocol.h"
 
 /* The longest line the server sends, without its newline. */
 #define REPLY_MAX 256
@@ -166,8 +168,8 @@ static int connect_channel(const char *path)
     const char *tenant = getenv(KREX_ENV_TENANT_ID);
     const char *token = getenv(KREX_ENV_REGION_TOKEN);
     char hello[256], reply[REPLY_MAX + 1];
-    int len = snprintf(hello, sizeof hello, "HELLO 2 %s %d %s\n", tenant && *tenant ? tenant : "-1", (int)getpid(),
-                       token && *token ? token : "-");
+    int len = snprintf(hello, sizeof hello, "HELLO %d %s %d %s\n", KREX_REGION_PROTOCOL,
+                       tenant && *tenant ? tenant : "-1", (int)getpid(), token && *token ? token : "-");
     /* Longer than any valid HELLO: the environment is not the runtime's. */
     int rc = len < 0 || (size_t)len >= sizeof hello ? -EINVAL : transact(hello, "OK", reply, sizeof reply);
     if (rc != 0)

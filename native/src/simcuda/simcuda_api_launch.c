@@ -183,6 +183,26 @@ CUresult CUDAAPI cuFuncLoad(CUfunction function)
     SIM_GATED(func_load(function));
 }
 
+/* Every simulated function takes the two arguments of krex_simcuda.h, 8 bytes each. */
+static CUresult func_param_info(CUfunction f, size_t index, size_t *offset, size_t *size)
+{
+    CHECK_INIT();
+    if (!valid_function(f))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (index >= KREX_SIM_PARAM_COUNT)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (offset)
+        *offset = index * 8;
+    if (size)
+        *size = 8;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
+{
+    SIM_GATED(func_param_info(func, paramIndex, paramOffset, paramSize));
+}
+
 /* Reads the two simulated kernel arguments (see krex_simcuda.h) from either
  * kernelParams or the `extra` packed-buffer form. */
 static CUresult read_kernel_args(void **params, void **extra, struct sim_kernel_args *k)

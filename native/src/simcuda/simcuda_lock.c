@@ -13,6 +13,7 @@
  */
 #include "simcuda_internal.h"
 
+#include <stdlib.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -95,6 +96,9 @@ CUresult CUDAAPI cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
     uint64_t start = sim_now_ns();
     if (pid == (int)getpid())
         return CUDA_ERROR_INVALID_VALUE; /* would deadlock on our own next call */
+    const char *fails = getenv(KREX_SIM_ENV_LOCK_FAILS);
+    if (fails && *fails)
+        return (CUresult)atoi(fails);
     struct krex_sim_proc_slot *slot;
     CUresult rc = target_slot(pid, &slot);
     if (rc != CUDA_SUCCESS)

@@ -42,7 +42,7 @@ void sim_log_fill_common(struct krex_sim_log_record *rec, uint16_t kind)
     rec->kind = kind;
     rec->pid = (int32_t)getpid();
     pthread_once(&log_once, load_config);
-    rec->tenant_id = log_tenant;
+    rec->tenant_id = __atomic_load_n(&log_tenant, __ATOMIC_RELAXED);
     rec->device = -1;
 }
 
@@ -57,4 +57,16 @@ void sim_log_record(const struct krex_sim_log_record *rec)
     do
         n = write(log_fd, rec, sizeof *rec);
     while (n < 0 && errno == EINTR);
+}
+
+/* A context server of forwarded mode runs the work of one command at a time:
+ * its records, and its process slot, carry that command's tenant id while
+ * it serves (krex_simcuda.h). */
+__attribute__((visibility("default"))) void krex_sim_set_tenant(int32_t tenant_id)
+{
+    pthread_once(&log_once, load_config);
+    __atomic_store_n(&log_tenant, tenant_id, __ATOMIC_RELAXED);
+    struct krex_sim_proc_slot *slot = __atomic_load_n(&sim_proc.slot, __ATOMIC_ACQUIRE);
+    if (slot)
+        __atomic_store_n(&slot->tenant_id, tenant_id, __ATOMIC_RELAXED);
 }

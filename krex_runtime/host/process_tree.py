@@ -16,7 +16,7 @@ from typing import Callable, Iterable
 
 import psutil
 
-from krex_runtime.commands import cgroups
+from krex_runtime.host import cgroups
 
 
 def members(pid: int, command_id: str, cgroup: Path | None) -> set[int]:

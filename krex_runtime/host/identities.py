@@ -14,7 +14,7 @@ that uid (a process that escaped the command's tree, with cgroups off) is
 killed when it comes back, and again before it is handed out, so a new
 tenant never meets a former one's leftovers. Then what the uid owns where
 every user may write (/dev/shm, /tmp, /var/tmp, message queues, System V
-IPC: commands/uid_leftovers.py) is removed, on a thread of its own so that
+IPC: host/uid_leftovers.py) is removed, on a thread of its own so that
 a tenant that left a million files cannot stall the runtime's loop; the uid
 is not handed out before that sweep has ended (`take` prefers another free
 uid, and waits for it only when none is left). At start and at shutdown the
@@ -37,7 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from krex_runtime.commands import process_tree, uid_leftovers
+from krex_runtime.host import process_tree, uid_leftovers
 
 log = logging.getLogger("krex.identities")
 

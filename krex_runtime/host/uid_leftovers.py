@@ -2,7 +2,7 @@
 folders in /dev/shm, /tmp and /var/tmp, POSIX message queues (/dev/mqueue,
 where it is mounted) and System V shared memory, message queues and
 semaphore sets. A uid is handed to one tenant after another
-(commands/identities.py); whatever the last one left there, a 0600 file
+(host/identities.py); whatever the last one left there, a 0600 file
 included, would be the next one's to read, so it goes before the uid is
 handed out again.
 

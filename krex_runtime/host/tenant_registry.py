@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from krex_runtime.commands.fair_share import DEFAULT_KEY
+from krex_runtime.host.fair_share import DEFAULT_KEY
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Running(Protocol):
     tenant_id: int | None
     cgroup: Path | None
     internal: bool  # started by the runtime itself (a canary): takes no slot
-    share: str  # its fair-share key (commands/fair_share.py)
+    share: str  # its fair-share key (host/fair_share.py)
 
     @property
     def pid(self) -> int | None: ...

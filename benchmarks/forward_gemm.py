@@ -1,0 +1,211 @@
+"""Forwarded mode against process mode for a native CUDA program: start-up,
+throughput and timing fidelity, in one run.
+
+Builds tests/gpu/forward_gemm.cu with nvcc (a driver-API GEMM timed with CUDA
+events, no CUDA runtime), starts its own krex-runtime (policy krex) on this
+node's GPUs with `--servers` context servers per GPU, and measures for
+process and forwarded mode:
+  - start-to-first-kernel, alone: from the client's submit to the end of the
+    command's first kernel, as the command prints it (same clock), over
+    --samples commands run one after another;
+  - throughput: --n commands submitted at once, commands per second;
+  - timing fidelity: --fidelity commands, each timing the GEMM inside a region
+    --timings times single-shot (one kernel between two events) and as medians
+    of ten; the median of each per mode, and the shift forwarded - process,
+    under regions.protection "gpu-only" and "gpu+cpu" (a runtime each).
+
+Prints a table and one JSON document (--json FILE writes it too).
+
+With --sim it runs on one simulated GPU with native/build/tests/linked_tenant
+instead (no nvcc, no GPU): only submit-to-result and throughput, and the
+figures are this machine's, not a GPU's.
+
+Usage: PYTHONPATH=. python3 benchmarks/forward_gemm.py [--gpus 0] [--n 64] [--servers 16] [--sim]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from krex_runtime.node import native_build
+from krex_runtime.sim.device_file import remove_device
+from krex_runtime.testing.local_runtime import Runtime
+from krex_runtime.wire.control_client import ControlClient
+
+REPO = Path(__file__).resolve().parent.parent
+MODES = ("process", "forwarded")
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sim", action="store_true", help="one simulated GPU and a C test tenant (no nvcc, no GPU)")
+    p.add_argument("--gpus", default="0", help="GPU indices to serve, comma-separated (default: 0)")
+    p.add_argument("--n", type=int, default=64, help="commands submitted at once in the throughput run")
+    p.add_argument("--servers", type=int, default=16, help="dispatcher slots and context servers per GPU")
+    p.add_argument("--samples", type=int, default=8, help="sequential commands for start-to-first-kernel")
+    p.add_argument("--size", type=int, default=1024, help="GEMM size N (N x N, fp32)")
+    p.add_argument("--fidelity", type=int, default=5, help="commands per mode in the fidelity run")
+    p.add_argument("--timings", type=int, default=20, help="single-shot timings (and medians of ten) per command")
+    p.add_argument("--arch", default="sm_90", help="nvcc -arch of the kernel")
+    p.add_argument("--json", type=Path, help="also write the results here")
+    return p.parse_args()
+
+
+def build(out: Path, arch: str) -> tuple[Path, Path]:
+    """The kernel's cubin and the program, from tests/gpu/forward_gemm.cu."""
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    source = REPO / "tests" / "gpu" / "forward_gemm.cu"
+    cubin, program = out / "forward_gemm.cubin", out / "forward_gemm"
+    native = native_build.native_dir()
+    subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-DFORWARD_GEMM_KERNEL", f"-I{native_build.header_dir()}",
+                    "-o", str(cubin), str(source)], check=True)
+    # The program is host code only: built by the host compiler, so nothing of the
+    # CUDA runtime (nvcc's fatbinary registration) is linked in.
+    cuda = Path(nvcc).resolve().parent.parent
+    subprocess.run(["c++", "-O2", "-x", "c++", "-o", str(program), str(source), f"-I{cuda / 'include'}",
+                    f"-I{native_build.header_dir()}", f"-L{native}", "-l:libkrex.so", f"-Wl,-rpath,{native}",
+                    f"-L{cuda / 'lib64' / 'stubs'}", "-lcuda"], check=True)
+    return cubin, program
+
+
+def start_runtime(root: Path, args: argparse.Namespace, protection: str) -> Runtime:
+    return Runtime(
+        root,
+        sim=1 if args.sim else 0,
+        policy="krex",
+        slots=args.servers,
+        visible=() if args.sim else tuple(int(g) for g in args.gpus.split(",")),
+        extra_config=(
+            f'[regions]\nprotection = "{protection}"\n'
+            f"[forward]\nservers_per_gpu = {args.servers}\nmax_commands = 100000\n"
+        ),
+    ).start()
+
+
+def wait_servers(rt: Runtime, count: int, timeout_s: float = 300) -> None:
+    """Until the runtime has `count` context servers (krex-ctxd children)."""
+    import psutil
+
+    assert rt.proc is not None
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if sum(p.name() == "krex-ctxd" for p in psutil.Process(rt.proc.pid).children()) >= count:
+            time.sleep(1.0)  # each says ready right after its context exists
+            return
+        time.sleep(0.2)
+    raise SystemExit("the context servers were not ready in time")
+
+
+def submit(c: ControlClient, argv: list[str], mode: str) -> str:
+    return str(c.call("submit", {"argv": argv, "mode": mode, "cwd": "/", "env": {}})["id"])
+
+
+def result_of(c: ControlClient, command_id: str, mode: str) -> dict[str, Any]:
+    result: dict[str, Any] = c.call("wait", {"id": command_id, "attach": False}, timeout_s=1800)
+    if result["state"] != "finished" or result["exit_code"] != 0:
+        err = Path(result["stderr_path"]).read_text()[-2000:]
+        raise SystemExit(f"{mode} command failed: {result['state']} {result['exit_code']} {result['reason']}\n{err}")
+    return result
+
+
+def stamps(result: dict[str, Any]) -> dict[str, Any]:
+    line = Path(result["stdout_path"]).read_text().strip().splitlines()[-1]
+    return dict(json.loads(line))
+
+
+def alone(c: ControlClient, argv: list[str], mode: str, samples: int, sim: bool) -> dict[str, float]:
+    firsts, totals = [], []
+    for _ in range(samples):
+        submitted = time.time()
+        result = result_of(c, submit(c, argv, mode), mode)
+        totals.append(time.time() - submitted)
+        if not sim:
+            firsts.append(stamps(result)["first_kernel"] - submitted)
+    out = {"submit_to_result_s": statistics.median(totals)}
+    if firsts:
+        out["start_to_first_kernel_s"] = statistics.median(firsts)
+    return out
+
+
+def throughput(c: ControlClient, argv: list[str], mode: str, n: int) -> float:
+    t0 = time.perf_counter()
+    ids = [submit(c, argv, mode) for _ in range(n)]
+    for command_id in ids:
+        result_of(c, command_id, mode)
+    return n / (time.perf_counter() - t0)
+
+
+def fidelity(c: ControlClient, argv: list[str], mode: str, commands: int) -> dict[str, float]:
+    single, median10 = [], []
+    for _ in range(commands):
+        s = stamps(result_of(c, submit(c, argv, mode), mode))
+        single += s["single_ms"]
+        median10 += s["median10_ms"]
+    return {"single_shot_median_us": statistics.median(single) * 1000,
+            "median_of_ten_median_us": statistics.median(median10) * 1000}
+
+
+def main() -> int:
+    args = parse_args()
+    root = Path(tempfile.mkdtemp(prefix="krex-forward-bench-"))
+    results: dict[str, Any] = {"sim": args.sim, "servers": args.servers, "n": args.n, "size": args.size}
+    if args.sim:
+        tool = native_build.native_dir() / "tests" / "linked_tenant"
+        if not tool.exists():
+            subprocess.run(["make", "-s", "-C", str(REPO / "native"), "all", "intercept-tests"], check=True)
+        quick = [str(tool), "1", "1", "100000", "1"]
+        timed: list[str] = []
+        protections = ["gpu-only"]
+    else:
+        cubin, program = build(root, args.arch)
+        quick = [str(program), str(cubin), str(args.size), "1"]
+        timed = [str(program), str(cubin), str(args.size), str(args.timings), "region"]
+        protections = ["gpu-only", "gpu+cpu"]
+    for index, protection in enumerate(protections):
+        rt = start_runtime(root / f"node-{index}", args, protection)
+        try:
+            wait_servers(rt, args.servers * (1 if args.sim else len(args.gpus.split(","))))
+            with rt.client(timeout_s=60) as c:
+                for mode in MODES:
+                    entry = results.setdefault(mode, {})
+                    if index == 0:
+                        entry.update(alone(c, quick, mode, args.samples, args.sim))
+                        entry["commands_per_s"] = throughput(c, quick, mode, args.n)
+                    if timed:
+                        entry[protection] = fidelity(c, timed, mode, args.fidelity)
+        finally:
+            rt.stop()
+            if args.sim:
+                remove_device(rt.device)
+    for protection in protections if timed else []:
+        for key in ("single_shot_median_us", "median_of_ten_median_us"):
+            shift = results["forwarded"][protection][key] - results["process"][protection][key]
+            results.setdefault("shift_us", {}).setdefault(protection, {})[key] = shift
+    label = "SIMULATED GPU (this machine's figures, not a GPU's)" if args.sim else f"GPUs {args.gpus}"
+    print(f"forwarded vs process mode, {label}; {args.servers} servers per GPU, {args.n} commands at once")
+    for mode in MODES:
+        print(f"  {mode:10s} " + ", ".join(f"{k} {v:.4g}" for k, v in results[mode].items() if isinstance(v, float)))
+        for protection in protections if timed else []:
+            print(f"    {protection}: " + ", ".join(f"{k} {v:.2f}" for k, v in results[mode][protection].items()))
+    if "shift_us" in results:
+        print("  forwarding shift of the median (us): " + json.dumps(results["shift_us"]))
+    print(json.dumps(results))
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""The shared-memory segment of one forwarded command (native/include/krex_forward.h).
+
+The runtime makes it before the command starts (a file under /dev/shm, for
+the command's user only), passes its descriptor to the context server that
+serves the command and its path to the command (KREX_FORWARD_RING), reads
+its state when the command has ended (which call was not forwarded, why the
+server stopped) and removes it. The offsets below mirror the C header; a
+test compiles the header and compares them.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+MAGIC = 0x31474E4952574B4B  # "KKWRING1"
+VERSION = 1
+HEADER_SIZE = 4096
+ENV_RING = "KREX_FORWARD_RING"
+ENV_FALLBACK = "KREX_FORWARD_FALLBACK"
+EXIT_UNKNOWN_CALL = 86  # KREX_FWD_EXIT_UNKNOWN_CALL
+
+STATE_NEW, STATE_SERVING, STATE_ENDED, STATE_FAILED = 0, 1, 2, 3
+
+# Field offsets of struct krex_fwd_header.
+OFFSETS = {
+    "server_state": 32,
+    "server_pid": 36,
+    "client_pid": 40,
+    "req_head": 64,
+    "calls_sent": 80,
+    "req_tail": 128,
+    "deferred_result": 156,
+    "calls_done": 160,
+    "reply_out": 192,
+    "deferred_call": 256,
+    "reason": 320,
+    "unknown_call": 576,
+}
+REASON_LEN, CALL_LEN = 256, 64
+SHM_DIR = Path("/dev/shm")
+
+
+@dataclass(frozen=True)
+class SegmentState:
+    state: int
+    reason: str  # why the server stopped serving ("" while it serves)
+    unknown_call: str  # the first call the client did not forward ("": none)
+    calls_sent: int
+    calls_done: int
+    client_pid: int
+
+
+def _text(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+class Segment:
+    """One command's segment: made at construction, removed by `remove`."""
+
+    def __init__(self, tag: str, ring_size: int, staging_size: int, owner: tuple[int, int] | None) -> None:
+        if ring_size < 4096 or ring_size & (ring_size - 1):
+            raise ValueError(f"the ring size must be a power of two of at least 4096 bytes, not {ring_size}")
+        self.path = SHM_DIR / f"krex-fwd-{tag}-{secrets.token_hex(6)}"
+        size = HEADER_SIZE + ring_size + staging_size
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            os.pwrite(fd, struct.pack("<QIIQQ", MAGIC, VERSION, HEADER_SIZE, ring_size, staging_size), 0)
+            if owner is not None:  # the command's uid: only it (and the runtime) may open it
+                os.fchown(fd, owner[0], owner[1])
+            self._map = mmap.mmap(fd, HEADER_SIZE)
+        except BaseException:
+            os.close(fd)
+            self.path.unlink(missing_ok=True)
+            raise
+        self.fd = fd  # passed to the context server
+
+    def state(self) -> SegmentState:
+        m = self._map
+        o = OFFSETS
+        state, = struct.unpack_from("<I", m, o["server_state"])
+        client, = struct.unpack_from("<i", m, o["client_pid"])
+        sent, = struct.unpack_from("<Q", m, o["calls_sent"])
+        done, = struct.unpack_from("<Q", m, o["calls_done"])
+        reason = _text(m[o["reason"]:o["reason"] + REASON_LEN]) if state == STATE_FAILED else ""
+        unknown = _text(m[o["unknown_call"]:o["unknown_call"] + CALL_LEN])
+        return SegmentState(state, reason, unknown, sent, done, client)
+
+    def mark_failed(self, reason: str) -> None:
+        """Its server died: a client waiting on it sees this within its park bound
+        (a server that failed the segment itself keeps its own reason)."""
+        if self.state().state == STATE_FAILED:
+            return
+        o = OFFSETS["reason"]
+        data = reason.encode()[: REASON_LEN - 1] + b"\0"
+        self._map[o:o + len(data)] = data
+        struct.pack_into("<I", self._map, OFFSETS["server_state"], STATE_FAILED)
+
+    def remove(self) -> None:
+        self._map.close()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.path.unlink(missing_ok=True)

@@ -1,0 +1,57 @@
+/*
+ * The forwarding client: a libcuda.so.1 whose entry points send each call to
+ * the command's context server (krex_forward.h). Files:
+ *   client.c           the channel: attach, send, wait for a reply, failures
+ *   client_api.c       the forwarded entry points
+ *   client_local.c     what never leaves the process: current contexts,
+ *                      error strings, page-locked host memory
+ *   client_procaddr.c  cuGetProcAddress over this library's own entry points
+ *   (generated)        _v2/_ptsz aliases and a stub for every other entry
+ *                      point of cuda.h, which reports the call as not forwarded
+ */
+#ifndef KREX_FWD_CLIENT_H
+#define KREX_FWD_CLIENT_H
+
+#define __CUDA_API_VERSION_INTERNAL 1
+#define __CUDA_API_PUSH_VISIBILITY_DEFAULT 1
+#include <cuda.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "fwd_common.h"
+
+struct fwd_reply {
+    uint64_t out[KREX_FWD_MAX_OUT];
+    void *data;      /* where staged reply bytes go (NULL: dropped) */
+    size_t data_cap;
+    size_t data_len; /* bytes the server staged */
+};
+
+/* Sends one request. With a reply (reply != NULL) it waits for it and returns
+ * the server's result; without, it returns CUDA_SUCCESS once the request is
+ * in the ring. Two blobs are sent one after the other (either may be empty). */
+CUresult fwd_call(unsigned op, unsigned flags, const uint64_t *args, unsigned nargs, const void *blob,
+                  size_t blob_len, const void *blob2, size_t blob2_len, struct fwd_reply *reply);
+/* The largest blob one request may carry (copies from the host are chunked). */
+size_t fwd_max_blob(void);
+/* The staging area's size: the most one reply can carry. */
+size_t fwd_staging_size(void);
+/* An entry point this library does not forward: says which, remembers it for
+ * the runtime and, under KREX_FORWARD_FALLBACK=process, ends the command. */
+CUresult fwd_unknown(const char *name);
+/* Was cuInit called (successfully) in this process. */
+bool fwd_initialised(void);
+void fwd_set_initialised(void);
+
+/* client_local.c: the calling thread's current context (a server handle). */
+CUcontext fwd_ctx_current(void);
+void fwd_ctx_pushed(CUcontext ctx);
+void fwd_ctx_destroyed(CUcontext ctx);
+/* Forgets every function's parameter layout (a module was unloaded). */
+void fwd_forget_layouts(void);
+
+void fwd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#define FWD_EXPORT __attribute__((visibility("default")))
+
+#endif /* KREX_FWD_CLIENT_H */

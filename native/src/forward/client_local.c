@@ -1,0 +1,170 @@
+/*
+ * Entry points of the forwarding client that never leave the process.
+ *
+ * Current contexts are per thread in the driver; here each thread keeps its
+ * own stack of server context handles and sends the top one with every
+ * request (the server makes it current before it executes the request). A
+ * handle is checked by the server where it is used, not here.
+ *
+ * Page-locked host memory is ordinary memory of the command: the GPU never
+ * reads it directly, every copy passes through the segment.
+ */
+#include "client.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define STACK_MAX 32
+
+static __thread CUcontext stack[STACK_MAX];
+static __thread unsigned depth;
+
+CUcontext fwd_ctx_current(void)
+{
+    return depth > 0 ? stack[depth - 1] : NULL;
+}
+
+FWD_EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx)
+{
+    if (pctx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!fwd_initialised())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    *pctx = fwd_ctx_current();
+    return CUDA_SUCCESS;
+}
+
+FWD_EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
+{
+    if (!fwd_initialised())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (depth == 0) {
+        if (ctx == NULL)
+            return CUDA_SUCCESS;
+        depth = 1;
+    }
+    stack[depth - 1] = ctx;
+    return CUDA_SUCCESS;
+}
+
+FWD_EXPORT CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx)
+{
+    if (!fwd_initialised())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (ctx == NULL)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (depth == STACK_MAX)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    stack[depth++] = ctx;
+    return CUDA_SUCCESS;
+}
+
+FWD_EXPORT CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx)
+{
+    if (!fwd_initialised())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (depth == 0 || stack[depth - 1] == NULL)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    CUcontext c = stack[--depth];
+    if (pctx != NULL)
+        *pctx = c;
+    return CUDA_SUCCESS;
+}
+
+/* ---- error strings: the table the simulator's build makes from cuda.h -------- */
+
+struct fwd_error {
+    CUresult code;
+    const char *name;
+    const char *text;
+};
+
+static const struct fwd_error errors[] = {
+#include "simcuda_errors.inc"
+};
+
+static const struct fwd_error *find_error(CUresult code)
+{
+    for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++)
+        if (errors[i].code == code)
+            return &errors[i];
+    return NULL;
+}
+
+FWD_EXPORT CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr)
+{
+    if (pStr == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    const struct fwd_error *e = find_error(error);
+    *pStr = e ? e->name : NULL;
+    return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+FWD_EXPORT CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
+{
+    if (pStr == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    const struct fwd_error *e = find_error(error);
+    *pStr = e ? e->text : NULL;
+    return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- page-locked host memory: ordinary memory here ---------------------------- */
+
+static CUresult host_alloc(void **pp, size_t bytesize)
+{
+    if (pp == NULL || bytesize == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!fwd_initialised())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    return posix_memalign(pp, 4096, bytesize) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* Called by cuCtxCreate (which makes its context current) and cuCtxDestroy. */
+void fwd_ctx_pushed(CUcontext ctx)
+{
+    if (depth < STACK_MAX)
+        stack[depth++] = ctx;
+}
+
+void fwd_ctx_destroyed(CUcontext ctx)
+{
+    for (unsigned i = 0; i < depth; i++)
+        if (stack[i] == ctx)
+            stack[i] = NULL;
+    while (depth > 0 && stack[depth - 1] == NULL)
+        depth--;
+}
+
+FWD_EXPORT CUresult CUDAAPI cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+    return host_alloc(pp, bytesize);
+}
+
+FWD_EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+    if (Flags & CU_MEMHOSTALLOC_DEVICEMAP)
+        return fwd_unknown("cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP)");
+    return host_alloc(pp, bytesize);
+}
+
+FWD_EXPORT CUresult CUDAAPI cuMemFreeHost(void *p)
+{
+    free(p);
+    return CUDA_SUCCESS;
+}
+
+/* Stream capture is not forwarded, so no stream of this process is ever
+ * captured: the mode is kept per thread and only exchanged (the drain
+ * helper of the interception library relaxes it on its own thread). */
+static __thread CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+FWD_EXPORT CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    if (mode == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode old = capture_mode;
+    capture_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}

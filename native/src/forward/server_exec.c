@@ -1,0 +1,685 @@
+/*
+ * Executing forwarded requests against the real (or simulated) driver, and
+ * putting the context back after each command.
+ *
+ * Every handle a command creates (allocation, module, stream, event,
+ * context, primary-context retain) is remembered; after the command the
+ * server destroys what is left and synchronises its context. A context in
+ * an error state, or a driver call that fails while cleaning, retires the
+ * process (the pool replaces it).
+ *
+ * Contexts are the only handles checked before use (they are made current
+ * for every request): a command that passes invalid handles of other kinds
+ * meets the driver's own checks, and at worst crashes this process, which
+ * serves nobody else meanwhile and is then replaced.
+ */
+#include "server.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "krex_simcuda.h"
+
+/* ---- the driver's entry points ------------------------------------------------ */
+
+#define FNS(X)                                                                                              \
+    X(cuInit) X(cuDriverGetVersion) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetName)                   \
+    X(cuDeviceGetAttribute) X(cuDeviceTotalMem_v2) X(cuDeviceGetUuid_v2) X(cuDevicePrimaryCtxRetain)        \
+    X(cuDevicePrimaryCtxRelease_v2) X(cuDevicePrimaryCtxGetState) X(cuCtxCreate_v2) X(cuCtxDestroy_v2)      \
+    X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuCtxGetDevice) X(cuMemGetInfo_v2) X(cuMemAlloc_v2)           \
+    X(cuMemFree_v2) X(cuMemcpyHtoD_v2) X(cuMemcpyHtoD_v2_ptds) X(cuMemcpyHtoDAsync_v2)                      \
+    X(cuMemcpyHtoDAsync_v2_ptsz) X(cuMemcpyDtoH_v2) X(cuMemcpyDtoH_v2_ptds) X(cuMemcpyDtoHAsync_v2)        \
+    X(cuMemcpyDtoHAsync_v2_ptsz) X(cuMemcpyDtoD_v2) X(cuMemcpyDtoD_v2_ptds) X(cuMemcpyDtoDAsync_v2)        \
+    X(cuMemcpyDtoDAsync_v2_ptsz) X(cuMemsetD8_v2) X(cuMemsetD8_v2_ptds) X(cuMemsetD16_v2)                  \
+    X(cuMemsetD16_v2_ptds) X(cuMemsetD32_v2) X(cuMemsetD32_v2_ptds) X(cuMemsetD8Async)                      \
+    X(cuMemsetD8Async_ptsz) X(cuMemsetD16Async) X(cuMemsetD16Async_ptsz) X(cuMemsetD32Async)               \
+    X(cuMemsetD32Async_ptsz) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)                  \
+    X(cuModuleGetGlobal_v2) X(cuFuncGetParamInfo) X(cuFuncGetAttribute) X(cuFuncSetAttribute)              \
+    X(cuFuncIsLoaded) X(cuFuncLoad) X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx)           \
+    X(cuLaunchKernelEx_ptsz) X(cuLaunchHostFunc) X(cuLaunchHostFunc_ptsz) X(cuStreamCreateWithPriority)    \
+    X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuStreamSynchronize_ptsz) X(cuStreamQuery)              \
+    X(cuStreamQuery_ptsz) X(cuStreamWaitEvent) X(cuStreamWaitEvent_ptsz) X(cuEventCreate)                  \
+    X(cuEventDestroy_v2) X(cuEventRecordWithFlags) X(cuEventRecordWithFlags_ptsz) X(cuEventSynchronize)    \
+    X(cuEventQuery) X(cuEventElapsedTime_v2) X(cuModuleGetLoadingMode) X(cuGetErrorName)
+
+#define DECLARE(name) static __typeof__(&name) p_##name;
+FNS(DECLARE)
+#undef DECLARE
+
+static void *driver;
+static CUdevice device;
+static CUcontext primary;
+static void (*sim_set_tenant)(int32_t);
+
+/* ---- what the current command created ------------------------------------------ */
+
+struct handles {
+    uint64_t *v;
+    size_t n, cap;
+};
+static struct handles allocs, modules, streams, events, contexts;
+static long primary_retains; /* the command's retains minus its releases */
+static CUcontext current;    /* the server thread's current context */
+
+static bool remember(struct handles *h, uint64_t x)
+{
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? 2 * h->cap : 64;
+        uint64_t *v = realloc(h->v, cap * sizeof *v);
+        if (v == NULL)
+            return false;
+        h->v = v;
+        h->cap = cap;
+    }
+    h->v[h->n++] = x;
+    return true;
+}
+
+static bool forget(struct handles *h, uint64_t x)
+{
+    for (size_t i = h->n; i-- > 0;)
+        if (h->v[i] == x) {
+            h->v[i] = h->v[--h->n];
+            return true;
+        }
+    return false;
+}
+
+static bool known_context(uint64_t c)
+{
+    if (c == 0 || c == (uint64_t)(uintptr_t)primary)
+        return true;
+    for (size_t i = 0; i < contexts.n; i++)
+        if (contexts.v[i] == c)
+            return true;
+    return false;
+}
+
+static const char *error_name(CUresult r)
+{
+    const char *s = NULL;
+    if (p_cuGetErrorName == NULL || p_cuGetErrorName(r, &s) != CUDA_SUCCESS || s == NULL)
+        return "an unknown error";
+    return s;
+}
+
+bool srv_driver_open(char *err, size_t errlen)
+{
+    driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (driver == NULL) {
+        snprintf(err, errlen, "cannot load libcuda.so.1: %s", dlerror());
+        return false;
+    }
+#define RESOLVE(name) p_##name = (__typeof__(p_##name))dlsym(driver, #name);
+    FNS(RESOLVE)
+#undef RESOLVE
+    sim_set_tenant = (void (*)(int32_t))dlsym(driver, "krex_sim_set_tenant");
+    if (p_cuInit == NULL || p_cuDeviceGet == NULL || p_cuDevicePrimaryCtxRetain == NULL ||
+        p_cuCtxSetCurrent == NULL || p_cuCtxSynchronize == NULL || p_cuMemGetInfo_v2 == NULL) {
+        snprintf(err, errlen, "the driver lacks an entry point the server needs");
+        return false;
+    }
+    CUresult r = p_cuInit(0);
+    if (r == CUDA_SUCCESS)
+        r = p_cuDeviceGet(&device, 0);
+    if (r == CUDA_SUCCESS)
+        r = p_cuDevicePrimaryCtxRetain(&primary, device);
+    if (r == CUDA_SUCCESS)
+        r = p_cuCtxSetCurrent(primary);
+    if (r != CUDA_SUCCESS) {
+        snprintf(err, errlen, "cannot create its context: %s", error_name(r));
+        return false;
+    }
+    current = primary;
+    return true;
+}
+
+void srv_set_tenant(int tenant_id)
+{
+    if (sim_set_tenant != NULL)
+        sim_set_tenant(tenant_id);
+}
+
+/* ---- one request ---------------------------------------------------------------- */
+
+static void reply(struct fwd_segment *seg, CUresult r, const uint64_t *out, unsigned nout, uint32_t len)
+{
+    struct krex_fwd_header *h = seg->h;
+    memset(h->reply_out, 0, sizeof h->reply_out);
+    if (nout)
+        memcpy(h->reply_out, out, nout * sizeof out[0]);
+    h->reply_len = len;
+    h->reply_result = (int32_t)r;
+    __atomic_fetch_add(&h->reply_seq, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&h->client_parked, __ATOMIC_SEQ_CST))
+        fwd_futex_wake(&h->reply_seq);
+}
+
+static void defer(struct fwd_segment *seg, unsigned op, CUresult r)
+{
+    struct krex_fwd_header *h = seg->h;
+    if (r == CUDA_SUCCESS || __atomic_load_n(&h->deferred_result, __ATOMIC_ACQUIRE) != 0)
+        return;
+    snprintf(h->deferred_call, sizeof h->deferred_call, "%s", fwd_op_name(op));
+    __atomic_store_n(&h->deferred_result, (uint32_t)r, __ATOMIC_RELEASE);
+}
+
+#define PICK(flag, plain, pt) ((flag) ? (pt) : (plain))
+#define CALL(fn, ...) ((fn) != NULL ? (fn)(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
+#define BAD(...)                                                                                            \
+    do {                                                                                                    \
+        snprintf(err, errlen, __VA_ARGS__);                                                                 \
+        return false;                                                                                       \
+    } while (0)
+
+static void free_host_copy(void *p)
+{
+    free(p);
+}
+
+/* Rebuilds kernelParams (or `extra`) from the parameter blob, pointing into it. */
+static bool unpack_params(const uint8_t *b, size_t len, void ***params, void ***extra, void **extra_store,
+                          size_t *extra_size, char *err, size_t errlen)
+{
+    *params = NULL;
+    *extra = NULL;
+    if (len < 8)
+        BAD("a launch without its parameter header");
+    uint32_t head[2];
+    memcpy(head, b, 8);
+    if (head[1] == 0)
+        return true;
+    if (head[1] == 2) {
+        if (head[0] != len - 8)
+            BAD("a launch whose parameter buffer is %u bytes in a blob of %zu", head[0], len);
+        *extra_size = head[0];
+        extra_store[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
+        extra_store[1] = (void *)(b + 8);
+        extra_store[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
+        extra_store[3] = extra_size;
+        extra_store[4] = CU_LAUNCH_PARAM_END;
+        *extra = extra_store;
+        return true;
+    }
+    if (head[1] != 1 || head[0] > 4096)
+        BAD("a launch with a parameter header it cannot read (mode %u, %u parameters)", head[1], head[0]);
+    void **p = calloc(head[0] ? head[0] : 1, sizeof *p);
+    if (p == NULL)
+        BAD("out of memory for %u kernel parameters", head[0]);
+    size_t at = 8;
+    for (uint32_t i = 0; i < head[0]; i++) {
+        uint32_t word[2];
+        if (at + 8 > len) {
+            free(p);
+            BAD("a launch whose parameter %u runs past its blob", i);
+        }
+        memcpy(word, b + at, 8);
+        at += 8;
+        uint32_t size = word[0] & 0x7fffffffu;
+        if (at + fwd_round8(size) > len) {
+            free(p);
+            BAD("a launch whose parameter %u (%u bytes) runs past its blob", i, size);
+        }
+        p[i] = (word[0] & 0x80000000u) ? NULL : (void *)(b + at);
+        at += fwd_round8(size);
+    }
+    *params = p;
+    return true;
+}
+
+static CUresult do_launch(const struct krex_fwd_msg *m, const uint8_t *blob, bool pt, char *err, size_t errlen,
+                          bool *bad)
+{
+    const uint64_t *a = m->args;
+    uint64_t nattrs = a[9], plen = a[10];
+    if (plen > m->blob_len || nattrs > 64 || plen + nattrs * sizeof(CUlaunchAttribute) != m->blob_len) {
+        snprintf(err, errlen, "a launch whose sizes (%llu bytes of parameters, %llu attributes) do not match its "
+                              "%u-byte blob",
+                 (unsigned long long)plen, (unsigned long long)nattrs, m->blob_len);
+        *bad = true;
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    void **params, **extra, *extra_store[5];
+    size_t extra_size = 0;
+    if (!unpack_params(blob, plen, &params, &extra, extra_store, &extra_size, err, errlen)) {
+        *bad = true;
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    CUfunction f = (CUfunction)(uintptr_t)a[0];
+    CUstream s = (CUstream)(uintptr_t)a[8];
+    CUresult r;
+    if (nattrs == 0) {
+        r = CALL(PICK(pt, p_cuLaunchKernel, p_cuLaunchKernel_ptsz), f, (unsigned)a[1], (unsigned)a[2],
+                 (unsigned)a[3], (unsigned)a[4], (unsigned)a[5], (unsigned)a[6], (unsigned)a[7], s, params, extra);
+    } else {
+        CUlaunchAttribute attrs[64];
+        memcpy(attrs, blob + plen, nattrs * sizeof attrs[0]);
+        CUlaunchConfig c = {(unsigned)a[1], (unsigned)a[2], (unsigned)a[3], (unsigned)a[4], (unsigned)a[5],
+                            (unsigned)a[6], (unsigned)a[7], s, attrs, (unsigned)nattrs};
+        r = CALL(PICK(pt, p_cuLaunchKernelEx, p_cuLaunchKernelEx_ptsz), &c, f, params, extra);
+    }
+    free(params);
+    return r;
+}
+
+bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const uint8_t *blob, char *err,
+                 size_t errlen)
+{
+    const uint64_t *a = m->args;
+    bool pt = (m->flags & KREX_FWD_PER_THREAD) != 0;
+    bool wants = (m->flags & KREX_FWD_WANT_REPLY) != 0;
+    size_t staging = (size_t)seg->h->staging_size; /* fixed since the segment was checked */
+    uint64_t out[KREX_FWD_MAX_OUT] = {0};
+    unsigned nout = 0;
+    uint32_t len = 0;
+    CUresult r = CUDA_SUCCESS;
+
+    if (!known_context(m->ctx))
+        BAD("a request (%s) in context %#llx, which this server did not give the command", fwd_op_name(m->op),
+            (unsigned long long)m->ctx);
+    if ((CUcontext)(uintptr_t)m->ctx != current) {
+        r = p_cuCtxSetCurrent((CUcontext)(uintptr_t)m->ctx);
+        if (r == CUDA_SUCCESS)
+            current = (CUcontext)(uintptr_t)m->ctx;
+    }
+    bool bad = false;
+    if (r == CUDA_SUCCESS) {
+        switch (m->op) {
+        case KREX_FWD_OP_INIT:
+            r = p_cuInit((unsigned)a[0]);
+            break;
+        case KREX_FWD_OP_DRIVER_VERSION: {
+            int v = 0;
+            r = CALL(p_cuDriverGetVersion, &v);
+            out[0] = (uint64_t)v, nout = 1;
+            break;
+        }
+        case KREX_FWD_OP_DEVICE_GET: {
+            CUdevice d = 0;
+            r = p_cuDeviceGet(&d, (int)a[0]);
+            out[0] = (uint64_t)d, nout = 1;
+            break;
+        }
+        case KREX_FWD_OP_DEVICE_COUNT: {
+            int n = 0;
+            r = CALL(p_cuDeviceGetCount, &n);
+            out[0] = (uint64_t)n, nout = 1;
+            break;
+        }
+        case KREX_FWD_OP_DEVICE_NAME: {
+            if (a[0] == 0 || a[0] > staging || a[0] > 1 << 20)
+                BAD("cuDeviceGetName for %llu bytes (the staging area holds %zu)", (unsigned long long)a[0], staging);
+            r = CALL(p_cuDeviceGetName, (char *)seg->staging, (int)a[0], (CUdevice)a[1]);
+            len = (uint32_t)a[0];
+            break;
+        }
+        case KREX_FWD_OP_DEVICE_ATTR: {
+            int v = 0;
+            r = CALL(p_cuDeviceGetAttribute, &v, (CUdevice_attribute)a[0], (CUdevice)a[1]);
+            out[0] = (uint64_t)(int64_t)v, nout = 1;
+            break;
+        }
+        case KREX_FWD_OP_DEVICE_TOTAL_MEM: {
+            size_t v = 0;
+            r = CALL(p_cuDeviceTotalMem_v2, &v, (CUdevice)a[0]);
+            out[0] = v, nout = 1;
+            break;
+        }
+        case KREX_FWD_OP_DEVICE_UUID:
+            r = CALL(p_cuDeviceGetUuid_v2, (CUuuid *)seg->staging, (CUdevice)a[0]);
+            len = sizeof(CUuuid);
+            break;
+        case KREX_FWD_OP_PRIMARY_RETAIN: {
+            CUcontext c = NULL;
+            r = p_cuDevicePrimaryCtxRetain(&c, (CUdevice)a[0]);
+            if (r == CUDA_SUCCESS)
+                primary_retains++;
+            out[0] = (uint64_t)(uintptr_t)c, nout = 1;
+            break;
+        }
+        case KREX_FWD_OP_PRIMARY_RELEASE:
+            /* The server's own retain is never the command's to give back. */
+            if (primary_retains <= 0) {
+                r = CUDA_ERROR_INVALID_CONTEXT;
+                break;
+            }
+            r = CALL(p_cuDevicePrimaryCtxRelease_v2, (CUdevice)a[0]);
+            if (r == CUDA_SUCCESS)
+                primary_retains--;
+            break;
+        case KREX_FWD_OP_PRIMARY_STATE: {
+            unsigned flags = 0;
+            int active = 0;
+            r = CALL(p_cuDevicePrimaryCtxGetState, (CUdevice)a[0], &flags, &active);
+            out[0] = flags, out[1] = (uint64_t)active, nout = 2;
+            break;
+        }
+        case KREX_FWD_OP_CTX_CREATE: {
+            CUcontext c = NULL;
+            r = CALL(p_cuCtxCreate_v2, &c, (unsigned)a[0], (CUdevice)a[1]);
+            if (r == CUDA_SUCCESS) {
+                remember(&contexts, (uint64_t)(uintptr_t)c);
+                current = c; /* the driver made it current */
+            }
+            out[0] = (uint64_t)(uintptr_t)c, nout = 1;
+            break;
+        }
+        case KREX_FWD_OP_CTX_DESTROY:
+            if (!forget(&contexts, a[0])) {
+                r = CUDA_ERROR_INVALID_CONTEXT; /* the primary context, or not the command's */
+                break;
+            }
+            r = CALL(p_cuCtxDestroy_v2, (CUcontext)(uintptr_t)a[0]);
+            p_cuCtxSetCurrent(primary);
+            current = primary;
+            break;
+        case KREX_FWD_OP_CTX_SYNC:
+            if (a[0] != 0 && !known_context(a[0]))
+                BAD("cuCtxSynchronize of context %#llx, which this server did not give the command",
+                    (unsigned long long)a[0]);
+            if (a[0] != 0 && (CUcontext)(uintptr_t)a[0] != current) {
+                r = p_cuCtxSetCurrent((CUcontext)(uintptr_t)a[0]);
+                if (r == CUDA_SUCCESS)
+                    current = (CUcontext)(uintptr_t)a[0];
+            }
+            if (r == CUDA_SUCCESS)
+                r = p_cuCtxSynchronize();
+            break;
+        case KREX_FWD_OP_CTX_GET_DEVICE: {
+            CUdevice d = 0;
+            r = CALL(p_cuCtxGetDevice, &d);
+            out[0] = (uint64_t)d, nout = 1;
+            break;
+        }
+        case KREX_FWD_OP_MEM_GET_INFO: {
+            size_t f = 0, t = 0;
+            r = p_cuMemGetInfo_v2(&f, &t);
+            out[0] = f, out[1] = t, nout = 2;
+            break;
+        }
+        case KREX_FWD_OP_MEM_ALLOC: {
+            CUdeviceptr d = 0;
+            r = CALL(p_cuMemAlloc_v2, &d, (size_t)a[0]);
+            if (r == CUDA_SUCCESS)
+                remember(&allocs, d);
+            out[0] = d, nout = 1;
+            break;
+        }
+        case KREX_FWD_OP_MEM_FREE:
+            r = CALL(p_cuMemFree_v2, (CUdeviceptr)a[0]);
+            if (r == CUDA_SUCCESS)
+                forget(&allocs, a[0]);
+            break;
+        case KREX_FWD_OP_HTOD:
+            if (a[1] != m->blob_len)
+                BAD("a copy to the device of %llu bytes carrying %u", (unsigned long long)a[1], m->blob_len);
+            r = CALL(PICK(pt, p_cuMemcpyHtoD_v2, p_cuMemcpyHtoD_v2_ptds), (CUdeviceptr)a[0], blob, (size_t)a[1]);
+            break;
+        case KREX_FWD_OP_HTOD_ASYNC: {
+            if (a[1] != m->blob_len)
+                BAD("a copy to the device of %llu bytes carrying %u", (unsigned long long)a[1], m->blob_len);
+            /* The copy may run after the ring has moved on: it reads a copy
+             * that a host function frees once the stream has passed it. */
+            void *copy = malloc(a[1] ? a[1] : 1);
+            if (copy == NULL) {
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+                break;
+            }
+            memcpy(copy, blob, a[1]);
+            CUstream s = (CUstream)(uintptr_t)a[2];
+            r = CALL(PICK(pt, p_cuMemcpyHtoDAsync_v2, p_cuMemcpyHtoDAsync_v2_ptsz), (CUdeviceptr)a[0], copy,
+                     (size_t)a[1], s);
+            if (r == CUDA_SUCCESS)
+                r = CALL(PICK(pt, p_cuLaunchHostFunc, p_cuLaunchHostFunc_ptsz), s, free_host_copy, copy);
+            else
+                free(copy);
+            break;
+        }
+        case KREX_FWD_OP_DTOH:
+        case KREX_FWD_OP_DTOH_ASYNC:
+            if (a[1] > staging)
+                BAD("a copy to the host of %llu bytes (the staging area holds %zu)", (unsigned long long)a[1], staging);
+            if (m->op == KREX_FWD_OP_DTOH) {
+                r = CALL(PICK(pt, p_cuMemcpyDtoH_v2, p_cuMemcpyDtoH_v2_ptds), seg->staging, (CUdeviceptr)a[0],
+                         (size_t)a[1]);
+            } else {
+                CUstream s = (CUstream)(uintptr_t)a[2];
+                r = CALL(PICK(pt, p_cuMemcpyDtoHAsync_v2, p_cuMemcpyDtoHAsync_v2_ptsz), seg->staging,
+                         (CUdeviceptr)a[0], (size_t)a[1], s);
+                if (r == CUDA_SUCCESS)
+                    r = CALL(PICK(pt, p_cuStreamSynchronize, p_cuStreamSynchronize_ptsz), s);
+            }
+            len = (uint32_t)a[1];
+            break;
+        case KREX_FWD_OP_DTOD:
+            r = CALL(PICK(pt, p_cuMemcpyDtoD_v2, p_cuMemcpyDtoD_v2_ptds), (CUdeviceptr)a[0], (CUdeviceptr)a[1],
+                     (size_t)a[2]);
+            break;
+        case KREX_FWD_OP_DTOD_ASYNC:
+            r = CALL(PICK(pt, p_cuMemcpyDtoDAsync_v2, p_cuMemcpyDtoDAsync_v2_ptsz), (CUdeviceptr)a[0],
+                     (CUdeviceptr)a[1], (size_t)a[2], (CUstream)(uintptr_t)a[3]);
+            break;
+        case KREX_FWD_OP_MEMSET:
+        case KREX_FWD_OP_MEMSET_ASYNC: {
+            CUdeviceptr d = (CUdeviceptr)a[0];
+            size_t n = (size_t)a[2];
+            CUstream s = (CUstream)(uintptr_t)a[4];
+            bool async = m->op == KREX_FWD_OP_MEMSET_ASYNC;
+            switch (a[3]) {
+            case 1:
+                r = async ? CALL(PICK(pt, p_cuMemsetD8Async, p_cuMemsetD8Async_ptsz), d, (unsigned char)a[1], n, s)
+                          : CALL(PICK(pt, p_cuMemsetD8_v2, p_cuMemsetD8_v2_ptds), d, (unsigned char)a[1], n);
+                break;
+            case 2:
+                r = async ? CALL(PICK(pt, p_cuMemsetD16Async, p_cuMemsetD16Async_ptsz), d, (unsigned short)a[1], n, s)
+                          : CALL(PICK(pt, p_cuMemsetD16_v2, p_cuMemsetD16_v2_ptds), d, (unsigned short)a[1], n);
+                break;
+            case 4:
+                r = async ? CALL(PICK(pt, p_cuMemsetD32Async, p_cuMemsetD32Async_ptsz), d, (unsigned)a[1], n, s)
+                          : CALL(PICK(pt, p_cuMemsetD32_v2, p_cuMemsetD32_v2_ptds), d, (unsigned)a[1], n);
+                break;
+            default:
+                BAD("a memset of %llu-byte elements", (unsigned long long)a[3]);
+            }
+            break;
+        }
+        case KREX_FWD_OP_MODULE_LOAD: {
+            if (m->blob_len == 0)
+                BAD("a module load without its image");
+            CUmodule mod = NULL;
+            r = CALL(p_cuModuleLoadData, &mod, blob);
+            if (r == CUDA_SUCCESS)
+                remember(&modules, (uint64_t)(uintptr_t)mod);
+            out[0] = (uint64_t)(uintptr_t)mod, nout = 1;
+            break;
+        }
+        case KREX_FWD_OP_MODULE_UNLOAD:
+            r = CALL(p_cuModuleUnload, (CUmodule)(uintptr_t)a[0]);
+            if (r == CUDA_SUCCESS)
+                forget(&modules, a[0]);
+            break;
+        case KREX_FWD_OP_MODULE_FUNCTION:
+        case KREX_FWD_OP_MODULE_GLOBAL: {
+            if (m->blob_len == 0 || blob[m->blob_len - 1] != '\0')
+                BAD("%s with a name that does not end in NUL", fwd_op_name(m->op));
+            if (m->op == KREX_FWD_OP_MODULE_FUNCTION) {
+                CUfunction f = NULL;
+                r = CALL(p_cuModuleGetFunction, &f, (CUmodule)(uintptr_t)a[0], (const char *)blob);
+                out[0] = (uint64_t)(uintptr_t)f, nout = 1;
+            } else {
+                CUdeviceptr d = 0;
+                size_t n = 0;
+                r = CALL(p_cuModuleGetGlobal_v2, &d, &n, (CUmodule)(uintptr_t)a[0], (const char *)blob);
+                out[0] = d, out[1] = n, nout = 2;
+            }
+            break;
+        }
+        case KREX_FWD_OP_FUNC_PARAMS: {
+            /* The layout, as (offset, size) pairs, until the driver says no more. */
+            CUfunction f = (CUfunction)(uintptr_t)a[0];
+            if (p_cuFuncGetParamInfo == NULL) {
+                r = CUDA_ERROR_NOT_SUPPORTED;
+                break;
+            }
+            uint32_t *pairs = (uint32_t *)seg->staging;
+            size_t max = staging / (2 * sizeof(uint32_t));
+            size_t i = 0;
+            for (; i < max && i < 4096; i++) {
+                size_t off = 0, size = 0;
+                CUresult q = p_cuFuncGetParamInfo(f, i, &off, &size);
+                if (q == CUDA_ERROR_INVALID_VALUE)
+                    break;
+                if (q != CUDA_SUCCESS) {
+                    r = q;
+                    break;
+                }
+                pairs[2 * i] = (uint32_t)off;
+                pairs[2 * i + 1] = (uint32_t)size;
+            }
+            out[0] = i, nout = 1;
+            len = (uint32_t)(i * 2 * sizeof(uint32_t));
+            break;
+        }
+        case KREX_FWD_OP_FUNC_GET_ATTR: {
+            int v = 0;
+            r = CALL(p_cuFuncGetAttribute, &v, (CUfunction_attribute)a[0], (CUfunction)(uintptr_t)a[1]);
+            out[0] = (uint64_t)(int64_t)v, nout = 1;
+            break;
+        }
+        case KREX_FWD_OP_FUNC_SET_ATTR:
+            r = CALL(p_cuFuncSetAttribute, (CUfunction)(uintptr_t)a[0], (CUfunction_attribute)a[1], (int)a[2]);
+            break;
+        case KREX_FWD_OP_FUNC_IS_LOADED: {
+            CUfunctionLoadingState st = CU_FUNCTION_LOADING_STATE_LOADED;
+            r = CALL(p_cuFuncIsLoaded, &st, (CUfunction)(uintptr_t)a[0]);
+            out[0] = (uint64_t)st, nout = 1;
+            break;
+        }
+        case KREX_FWD_OP_FUNC_LOAD:
+            r = CALL(p_cuFuncLoad, (CUfunction)(uintptr_t)a[0]);
+            break;
+        case KREX_FWD_OP_LAUNCH:
+            r = do_launch(m, blob, pt, err, errlen, &bad);
+            if (bad)
+                return false;
+            break;
+        case KREX_FWD_OP_STREAM_CREATE: {
+            CUstream s = NULL;
+            r = CALL(p_cuStreamCreateWithPriority, &s, (unsigned)a[0], (int)a[1]);
+            if (r == CUDA_SUCCESS)
+                remember(&streams, (uint64_t)(uintptr_t)s);
+            out[0] = (uint64_t)(uintptr_t)s, nout = 1;
+            break;
+        }
+        case KREX_FWD_OP_STREAM_DESTROY:
+            r = CALL(p_cuStreamDestroy_v2, (CUstream)(uintptr_t)a[0]);
+            if (r == CUDA_SUCCESS)
+                forget(&streams, a[0]);
+            break;
+        case KREX_FWD_OP_STREAM_SYNC:
+            r = CALL(PICK(pt, p_cuStreamSynchronize, p_cuStreamSynchronize_ptsz), (CUstream)(uintptr_t)a[0]);
+            break;
+        case KREX_FWD_OP_STREAM_QUERY:
+            r = CALL(PICK(pt, p_cuStreamQuery, p_cuStreamQuery_ptsz), (CUstream)(uintptr_t)a[0]);
+            break;
+        case KREX_FWD_OP_STREAM_WAIT_EVENT:
+            r = CALL(PICK(pt, p_cuStreamWaitEvent, p_cuStreamWaitEvent_ptsz), (CUstream)(uintptr_t)a[0],
+                     (CUevent)(uintptr_t)a[1], (unsigned)a[2]);
+            break;
+        case KREX_FWD_OP_EVENT_CREATE: {
+            CUevent e = NULL;
+            r = CALL(p_cuEventCreate, &e, (unsigned)a[0]);
+            if (r == CUDA_SUCCESS)
+                remember(&events, (uint64_t)(uintptr_t)e);
+            out[0] = (uint64_t)(uintptr_t)e, nout = 1;
+            break;
+        }
+        case KREX_FWD_OP_EVENT_DESTROY:
+            r = CALL(p_cuEventDestroy_v2, (CUevent)(uintptr_t)a[0]);
+            if (r == CUDA_SUCCESS)
+                forget(&events, a[0]);
+            break;
+        case KREX_FWD_OP_EVENT_RECORD:
+            r = CALL(PICK(pt, p_cuEventRecordWithFlags, p_cuEventRecordWithFlags_ptsz), (CUevent)(uintptr_t)a[0],
+                     (CUstream)(uintptr_t)a[1], (unsigned)a[2]);
+            break;
+        case KREX_FWD_OP_EVENT_SYNC:
+            r = CALL(p_cuEventSynchronize, (CUevent)(uintptr_t)a[0]);
+            break;
+        case KREX_FWD_OP_EVENT_QUERY:
+            r = CALL(p_cuEventQuery, (CUevent)(uintptr_t)a[0]);
+            break;
+        case KREX_FWD_OP_EVENT_ELAPSED: {
+            float ms = 0;
+            r = CALL(p_cuEventElapsedTime_v2, &ms, (CUevent)(uintptr_t)a[0], (CUevent)(uintptr_t)a[1]);
+            uint32_t bits;
+            memcpy(&bits, &ms, sizeof bits);
+            out[0] = bits, nout = 1;
+            break;
+        }
+        case KREX_FWD_OP_LOADING_MODE: {
+            CUmoduleLoadingMode mode = CU_MODULE_EAGER_LOADING;
+            r = CALL(p_cuModuleGetLoadingMode, &mode);
+            out[0] = (uint64_t)mode, nout = 1;
+            break;
+        }
+        default:
+            BAD("an unknown operation %u", (unsigned)m->op);
+        }
+    }
+    if (wants)
+        reply(seg, r, out, nout, r == CUDA_SUCCESS ? len : 0);
+    else
+        defer(seg, m->op, r);
+    return true;
+}
+
+/* ---- after a command ---------------------------------------------------------------- */
+
+#define CLEAN(call)                                                                                         \
+    do {                                                                                                    \
+        CUresult c_ = (call);                                                                               \
+        if (c_ != CUDA_SUCCESS && ok) {                                                                     \
+            snprintf(why, whylen, "%s failed while cleaning: %s", #call, error_name(c_));                   \
+            ok = false;                                                                                     \
+        }                                                                                                   \
+    } while (0)
+
+bool srv_reset(char *why, size_t whylen)
+{
+    bool ok = true;
+    size_t n_left = allocs.n + modules.n + streams.n + events.n + contexts.n;
+    p_cuCtxSetCurrent(primary);
+    current = primary;
+    for (size_t i = 0; i < contexts.n; i++)
+        CLEAN(CALL(p_cuCtxDestroy_v2, (CUcontext)(uintptr_t)contexts.v[i]));
+    contexts.n = 0;
+    p_cuCtxSetCurrent(primary);
+    CUresult sync = p_cuCtxSynchronize();
+    if (sync != CUDA_SUCCESS) {
+        snprintf(why, whylen, "its context is in an error state after the command: %s", error_name(sync));
+        return false;
+    }
+    for (size_t i = 0; i < events.n; i++)
+        CLEAN(CALL(p_cuEventDestroy_v2, (CUevent)(uintptr_t)events.v[i]));
+    for (size_t i = 0; i < streams.n; i++)
+        CLEAN(CALL(p_cuStreamDestroy_v2, (CUstream)(uintptr_t)streams.v[i]));
+    for (size_t i = 0; i < modules.n; i++)
+        CLEAN(CALL(p_cuModuleUnload, (CUmodule)(uintptr_t)modules.v[i]));
+    for (size_t i = 0; i < allocs.n; i++)
+        CLEAN(CALL(p_cuMemFree_v2, (CUdeviceptr)allocs.v[i]));
+    events.n = streams.n = modules.n = allocs.n = 0;
+    for (; primary_retains > 0; primary_retains--)
+        CLEAN(CALL(p_cuDevicePrimaryCtxRelease_v2, device));
+    primary_retains = 0;
+    /* Host functions of asynchronous copies run on the driver's thread: they
+     * finish before the next command. (Free device memory is not compared
+     * with a baseline: other processes share the device; every allocation
+     * the command made went through this server and was freed above.) */
+    CLEAN(p_cuCtxSynchronize());
+    if (ok && why != NULL && whylen > 0)
+        snprintf(why, whylen, "freed %zu handle(s) the command left", n_left);
+    return ok;
+}

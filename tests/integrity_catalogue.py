@@ -1,0 +1,126 @@
+"""The PyTorch/Triton catalogue of timing hacks and honest timings
+(tests/gpu/integrity_candidates, docs/integrity.md): what each candidate's
+regions must carry, how one is run under a runtime, and the check. Shared by
+tests/gpu/test_gpu_integrity.py (real torch and Triton on a GPU) and
+tests/test_integrity_catalogue.py (the same scripts on the simulator, with
+the stand-ins of tests/tenants/torch_on_sim)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from runtime_helpers import REPO
+
+from krex_runtime.testing.local_runtime import Runtime, command
+
+CANDIDATES = REPO / "tests" / "gpu" / "integrity_candidates"
+WINDOWS = 3  # timed windows per region of a candidate (integrity_candidates/_candidate.py)
+DO_BENCH = None  # a do_bench region: its own count of windows (the estimate, then one per repetition)
+
+
+@dataclass(frozen=True)
+class Expect:
+    needs: str  # the module it imports ("triton" implies torch)
+    regions: tuple[tuple[int | None, frozenset[str]], ...]  # per region, in order: (windows, the flags it must carry)
+    auto_region: bool = False
+
+
+def hack(*flags: str) -> tuple[tuple[int, frozenset[str]], ...]:
+    return ((WINDOWS, frozenset(flags)),)
+
+
+HONEST = hack()
+EXPECTED = {
+    "side_stream": Expect("torch", hack("escaped")),
+    "background_thread": Expect("torch", hack("other_thread")),
+    "launch_only": Expect("torch", hack("empty")),
+    "cached_result": Expect("torch", hack("empty")),
+    "events_elsewhere": Expect("torch", hack("stream_mismatch")),
+    "graph_side_stream": Expect("torch", hack("escaped")),
+    "patched_do_bench": Expect("triton", ((DO_BENCH, frozenset()), (WINDOWS, frozenset({"patched_harness"}))),
+                               auto_region=True),
+    "honest_torch": Expect("torch", HONEST),
+    "honest_cublas": Expect("torch", HONEST),
+    "honest_triton": Expect("triton", HONEST),
+    "honest_graph": Expect("torch", HONEST),
+    "honest_fork_join": Expect("torch", HONEST),
+}
+
+
+def missing(name: str) -> str | None:
+    """The module a candidate needs that this Python lacks, or None."""
+    for module in ("torch", EXPECTED[name].needs):
+        if importlib.util.find_spec(module) is None:
+            return module
+    return None
+
+
+@dataclass
+class Outcome:
+    returncode: int
+    result: dict
+    stderr: str
+
+    def records(self) -> list[dict | None]:
+        return [r.get("integrity") for r in self.result.get("regions", [])]
+
+    def diagnosis(self) -> str:
+        regions = [{k: r.get(k) for k in ("region", "reason", "verdict", "integrity")}
+                   for r in self.result.get("regions", [])]
+        return (f"exit {self.returncode}; regions (the runtime's records): {json.dumps(regions, indent=1)}\n"
+                f"unprotected_timings: {self.result.get('unprotected_timings')}; "
+                f"auto_regions: {self.result.get('auto_regions')}\n"
+                f"candidate's stdout:\n{self.result.get('stdout', '')[-3000:]}\n"
+                f"candidate's stderr:\n{self.result.get('stderr', '')[-4000:]}\nkrex run's stderr:\n{self.stderr[-2000:]}")
+
+
+def run_candidate(rt: Runtime, name: str, *krex_args: str, env: dict[str, str] | None = None) -> Outcome:
+    """`krex run --json [krex_args] [--auto-region] -- python <candidate>.py` under `rt`."""
+    auto = ["--auto-region"] if EXPECTED[name].auto_region else []
+    done = subprocess.run([*command("krex"), "run", "--json", *krex_args, *auto, "--", sys.executable,
+                           str(CANDIDATES / f"{name}.py")], env={**rt.env, **(env or {})}, capture_output=True,
+                          text=True, timeout=240)
+    try:
+        result = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        result = {"stdout": done.stdout}
+    return Outcome(done.returncode, result, done.stderr)
+
+
+def run_all(rt: Runtime, names: list[str], *krex_args: str, env: dict[str, str] | None = None) -> dict[str, Outcome]:
+    """Every candidate named, four at a time (their start-ups overlap; their regions take turns), with a table."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        done = dict(zip(names, pool.map(lambda n: run_candidate(rt, n, *krex_args, env=env), names)))
+    print("\ncandidate            exit  integrity per region")
+    for name, o in done.items():
+        print(f"{name:<20} {o.returncode:>4}  {[(r or {}).get('summary') for r in o.records()]}")
+    return done
+
+
+def check(name: str, o: Outcome) -> None:
+    """The candidate's regions carry exactly the flags EXPECTED names, in every window."""
+    expect, why = EXPECTED[name], f"{name}:\n{o.diagnosis()}"
+    assert o.returncode == 0, why
+    records = o.records()
+    assert len(records) == len(expect.regions), why
+    for rec, (windows, flags) in zip(records, expect.regions):
+        assert rec is not None, f"no integrity record; {why}"
+        if windows is None:
+            assert rec["windows"] >= 2, why
+        else:
+            assert rec["windows"] == windows, why
+        assert set(rec["flags"]) == flags, why
+        assert rec["clean"] == (not flags), why
+        for flag, body in rec["flags"].items():
+            # A window's hack is in each of its windows; a patched harness counts the harnesses replaced.
+            assert body["count"] == (1 if flag == "patched_harness" else rec["windows"]), why
+            assert body["reason"], why
+    assert o.result.get("unprotected_timings") == 0, why
+    if expect.auto_region:
+        assert "triton.testing:do_bench" in o.result.get("auto_regions", []), why

@@ -1,0 +1,153 @@
+"""AMD GPUs end to end on the simulated HIP runtime: a real runtime under
+policy krex serving simulated AMD GPUs (and, on a mixed node, simulated
+NVIDIA ones beside them), real tenants with the HIP interception library
+preloaded: Python tenants calling HIP through ctypes (krex_runtime.sim.simhip)
+and a C tenant linked with libamdhip64. The region invariants, unprotected
+timings, faults and the freeze after HIP's initialisation, as
+tests/test_regions.py proves them on CUDA.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from typing import Any
+
+from region_checks import (
+    check_exclusive,
+    check_fifo,
+    check_no_submissions_while_held,
+    check_nothing_left,
+    check_one_holder_per_gpu,
+    regions_of,
+)
+from runtime_helpers import (
+    PY,
+    REPO,
+    TENANTS,
+    busy,
+    cgroup_root,
+    command_pid,
+    finish,
+    frozen_cgroups,
+    gpu_state,
+    region_results,
+    regions_config,
+    submit,
+    trace_events,
+    wait_ready,
+)
+
+from krex_runtime.testing.local_runtime import command, wait_until
+
+HIP_TENANT = REPO / "native" / "build" / "tests" / "hip_tenant"
+RECOVERY_BOUND_S = 10.0
+
+
+def amd_runtime(make_runtime: Any, nvidia: int = 0, amd: int = 1, slots: int = 16) -> Any:
+    return make_runtime(policy="krex", sim=nvidia, sim_amd=amd, slots=slots, extra_config=regions_config())
+
+
+def test_an_amd_tenant_gets_hip_and_its_gpu_alone(make_runtime: Any) -> None:
+    rt = amd_runtime(make_runtime, nvidia=1, amd=1)
+    script = ("import os; e = os.environ; print(e['KREX_GPU_VENDOR'], e.get('HIP_VISIBLE_DEVICES'), "
+              "e.get('CUDA_VISIBLE_DEVICES'), os.path.basename(e['LD_PRELOAD'].split()[0]))")
+    on_amd = rt.krex("run", "--gpu", "1", "--", PY, "-c", script)
+    on_nvidia = rt.krex("run", "--gpu", "0", "--", PY, "-c", script)
+    assert on_amd.returncode == 0 and on_nvidia.returncode == 0, on_amd.stderr + on_nvidia.stderr
+    assert on_amd.stdout.split() == ["amd", "1", "None", "libkrex_hip.so"]
+    assert on_nvidia.stdout.split() == ["nvidia", "None", "0", "libkrex.so"]
+    gpus = rt.krex("status", "--json")
+    assert gpus.returncode == 0, gpus.stderr
+    assert [g.get("vendor") for g in json.loads(gpus.stdout)["gpus"]] == ["nvidia", "amd"]
+
+
+def test_mixed_node_serves_regions_on_both_vendors_independently(make_runtime: Any) -> None:
+    """The invariant suite on one NVIDIA and one AMD simulated GPU under one
+    runtime: 8 Python tenants per GPU (HIP through ctypes on the AMD one),
+    each with 3 regions and work left queued before each."""
+    rt = amd_runtime(make_runtime, nvidia=1, amd=1)
+    ids = [
+        submit(rt, PY, str(TENANTS / "regions.py"), "--regions", "3", "--kernel-us", "300", "--repeats", "3",
+               "--pause-ms", "30", "--noise", str(i % 3), "--noise-us", "400", gpu=i % 2)
+        for i in range(16)
+    ]
+    for command_id in ids:
+        done = rt.krex("wait", command_id)
+        assert done.returncode == 0, done.stderr
+        assert [r.get("error") for r in region_results(done.stdout)] == [None] * 3, done.stdout
+    check_nothing_left(rt.run_dir)
+    rt.stop()
+    events, held = regions_of(rt.trace_path)
+    assert len(held) == 48
+    assert sorted({h.gpu for h in held}) == [0, 1]
+    check_one_holder_per_gpu(events)
+    check_fifo(events)
+    check_no_submissions_while_held(held)
+    assert check_exclusive(events, held, rt.root / "sim.log") > 48 * 3
+    verdicts = [e for e in events if e["type"] == "region_released"]
+    assert {e["verdict"] for e in verdicts} == {"verified"}, [e["verdict_reasons"] for e in verdicts
+                                                             if e["verdict"] != "verified"][:3]
+
+
+def test_hip_event_timings_outside_or_across_regions_are_counted(make_runtime: Any) -> None:
+    subprocess.run(["make", "-s", "-C", str(REPO / "native"), "build/tests/hip_tenant"], check=True)
+    rt = amd_runtime(make_runtime)
+    done = subprocess.run([*command("krex"), "run", "--json", "--", str(HIP_TENANT), "timing"], env=rt.env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["stdout"].strip() == "expected 3"
+    assert result["unprotected_timings"] == 3
+    assert f"{result['id']} took 3 CUDA-event timing(s) outside a region" in done.stderr
+
+
+def test_c_hip_tenants_measure_in_regions(make_runtime: Any) -> None:
+    subprocess.run(["make", "-s", "-C", str(REPO / "native"), "build/tests/hip_tenant"], check=True)
+    rt = amd_runtime(make_runtime)
+    others = [busy(rt) for _ in range(2)]
+    wait_ready(rt, *others)
+    done = rt.krex("run", "--", str(HIP_TENANT), "regions", "3", "500")
+    assert done.returncode == 0, done.stderr
+    assert [line.split()[:2] for line in done.stdout.splitlines()] == [["region", str(n)] for n in range(3)]
+    finish(rt, *others)
+    rt.stop()
+    events, held = regions_of(rt.trace_path)
+    check_no_submissions_while_held(held)
+    assert check_exclusive(events, held, rt.root / "sim.log") >= 9
+    assert {e["verdict"] for e in events if e["type"] == "region_released"} == {"verified"}
+
+
+def test_sigkill_of_an_amd_holder(make_runtime: Any) -> None:
+    rt = amd_runtime(make_runtime)
+    others = [busy(rt) for _ in range(3)]
+    wait_ready(rt, *others)
+    holder = submit(rt, PY, str(TENANTS / "regions.py"), "--regions", "1", "--kernel-us", "200", "--hold-s", "1000")
+    wait_until(lambda: gpu_state(rt)["region_holder"] is not None, 60, "the region to be granted")
+    root = cgroup_root(rt)
+    assert len(frozen_cgroups(root)) == 3
+    os.kill(command_pid(rt, holder), signal.SIGKILL)
+    wait_until(lambda: gpu_state(rt)["region_holder"] is None, RECOVERY_BOUND_S, "the region to be released")
+    assert trace_events(rt, "region_released")[-1]["reason"] == "tenant disconnected"
+    check_nothing_left(rt.run_dir)
+    assert frozen_cgroups(root) == []
+    finish(rt, *others)
+
+
+def test_a_tenant_is_frozen_only_after_its_hip_initialisation(make_runtime: Any) -> None:
+    """A tenant inside hipInit (3 s here: the simulated runtime's context
+    creation) when a region is entered is left running and frozen once out
+    of it (the HIP library makes initialisation a context-class call)."""
+    rt = amd_runtime(make_runtime)
+    starting = submit(rt, "env", "KREX_SIM_CTX_CREATE_MS=3000", PY, str(TENANTS / "busy.py"), "2000", "2", "1")
+    time.sleep(1.0)  # inside its hipInit by now (start-up of Python is well under that)
+    holder = submit(rt, PY, str(TENANTS / "regions.py"), "--regions", "1", "--kernel-us", "200", "--hold-s", "5")
+    done = rt.krex("wait", holder)
+    assert done.returncode == 0, done.stderr
+    released = trace_events(rt, "region_released")[-1]
+    assert len(released["late_frozen"]) == 1, released
+    check_nothing_left(rt.run_dir)
+    finish(rt, starting)

@@ -1,0 +1,237 @@
+"""Forwarded mode end to end (docs/modes.md, "Forwarded mode"): a real runtime
+on the simulated driver, C tenants whose driver calls go to the GPU's context
+servers, and the failures of either side."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any, Iterator
+
+import psutil
+import pytest
+from region_checks import (
+    check_exclusive,
+    check_fifo,
+    check_no_submissions_while_held,
+    check_nothing_left,
+    check_one_holder_per_gpu,
+    regions_of,
+)
+from runtime_helpers import PY, REPO, TENANTS, module_runtime, region_results, regions_config
+
+from krex_runtime.node import native_build
+from krex_runtime.testing.local_runtime import Runtime, wait_until
+
+TESTS = native_build.native_dir() / "tests"
+SERVERS = 4
+
+
+@pytest.fixture(scope="module")
+def tools(native_built: Path) -> Path:
+    subprocess.run(["make", "-s", "-C", str(REPO / "native"), "intercept-tests", "forward-tests"], check=True)
+    return TESTS
+
+
+def _runtime(folder: Path, fallback: str = "fail", servers: int = SERVERS) -> Iterator[Runtime]:
+    forward = f'\n[forward]\nservers_per_gpu = {servers}\nfallback = "{fallback}"\nclean_timeout_s = 5\n'
+    yield from module_runtime(folder, sim=1, policy="krex", slots=64, extra_config=regions_config() + forward)
+
+
+@pytest.fixture(scope="module")
+def rt(tmp_path_factory: pytest.TempPathFactory, tools: Path) -> Iterator[Runtime]:
+    for runtime in _runtime(tmp_path_factory.mktemp("forwarded") / "rt"):
+        wait_until(lambda: _idle_servers(runtime) == SERVERS, 60, "the context servers to be ready")
+        yield runtime
+
+
+def _servers(rt: Runtime) -> list[psutil.Process]:
+    """The runtime's context servers (krex-ctxd children of it)."""
+    assert rt.proc is not None
+    return [p for p in psutil.Process(rt.proc.pid).children() if p.name() == "krex-ctxd"]
+
+
+def _idle_servers(rt: Runtime) -> int:
+    return len(_servers(rt))
+
+
+def run(rt: Runtime, mode: str, *argv: str, timeout_s: float | None = None) -> dict[str, Any]:
+    limit = ["--timeout", str(timeout_s)] if timeout_s is not None else []
+    done = rt.krex("run", "--mode", mode, "--json", *limit, "--", *argv)
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def test_a_c_tenant_gets_the_same_results_as_in_process_mode(rt: Runtime, tools: Path) -> None:
+    process = run(rt, "process", str(tools / "forward_tenant"), "work")
+    forwarded = run(rt, "forwarded", str(tools / "forward_tenant"), "work")
+    assert process["state"] == "finished", process
+    assert forwarded["state"] == "finished", forwarded
+    assert forwarded["stdout"] == process["stdout"]
+    assert "kernels counted 26" in forwarded["stdout"]
+    assert "async copy intact" in forwarded["stdout"] and "event timing covers the kernel" in forwarded["stdout"]
+    assert "krex forward" not in forwarded["stderr"]
+
+
+def test_threads_launch_paths_and_event_timings_are_seen_as_in_process_mode(rt: Runtime, tools: Path) -> None:
+    linked = run(rt, "forwarded", str(tools / "linked_tenant"), "4", "50", "20000", "4")
+    assert linked["state"] == "finished", linked
+    assert linked["stdout"].splitlines()[-1] == "done 200"
+    # Unprotected-timing detection and regions belong to the command: the
+    # same count as in process mode (tests/test_unprotected_timings.py).
+    timed = {mode: run(rt, mode, str(tools / "event_timing")) for mode in ("process", "forwarded")}
+    assert timed["forwarded"]["state"] == "finished", timed["forwarded"]
+    assert timed["forwarded"]["unprotected_timings"] == timed["process"]["unprotected_timings"] == 4
+
+
+def test_sixty_four_commands_at_once_on_four_servers(rt: Runtime, tools: Path) -> None:
+    ids = []
+    for _ in range(64):
+        done = rt.krex("submit", "--mode", "forwarded", "--", str(tools / "linked_tenant"), "2", "10", "10000", "2")
+        assert done.returncode == 0, done.stderr
+        ids.append(done.stdout.strip())
+    for command_id in ids:
+        done = rt.krex("wait", "--json", command_id)
+        result = json.loads(done.stdout)
+        assert result["state"] == "finished", result
+        assert result["stdout"].splitlines()[-1] == "done 20"
+    assert _idle_servers(rt) == SERVERS  # each served in turn and put back, none retired
+    check_nothing_left(rt.run_dir)
+    assert not list(Path("/dev/shm").glob("krex-fwd-*")), "a command's segment was left behind"
+
+
+def test_regions_of_forwarded_tenants_keep_every_invariant(rt: Runtime) -> None:
+    start = len(regions_of(rt.trace_path)[1])
+    ids = []
+    for i in range(8):
+        argv = [PY, str(TENANTS / "regions.py"), "--regions", "3", "--kernel-us", "300", "--repeats", "3",
+                "--pause-ms", "30", "--noise", str(i % 4), "--noise-us", "400"]
+        done = rt.krex("submit", "--mode", "forwarded", "--", *argv)
+        assert done.returncode == 0, done.stderr
+        ids.append(done.stdout.strip())
+    for command_id in ids:
+        result = json.loads(rt.krex("wait", "--json", command_id).stdout)
+        assert result["state"] == "finished", result
+        assert [r.get("error") for r in region_results(result["stdout"])] == [None] * 3, result
+    check_nothing_left(rt.run_dir)
+    events, held = regions_of(rt.trace_path)
+    mine = held[start:]
+    assert len(mine) == 24
+    check_one_holder_per_gpu(events)
+    check_fifo(events)
+    check_no_submissions_while_held(mine)
+    # The execution log attributes a server's work to the command it serves.
+    assert check_exclusive(events, mine, rt.root / "sim.log") > 24 * 3
+    verdicts = {e["region"]: e for e in events if e["type"] == "region_released"}
+    assert {verdicts[h.region]["verdict"] for h in mine} == {"verified"}, [
+        verdicts[h.region]["verdict_reasons"] for h in mine if verdicts[h.region]["verdict"] != "verified"][:3]
+
+
+# --- failures -------------------------------------------------------------------------
+
+
+def _waiting(rt: Runtime, tools: Path, kernel_ms: int, timeout_s: float = 60) -> str:
+    done = rt.krex("submit", "--mode", "forwarded", "--timeout", str(timeout_s), "--",
+                   str(tools / "forward_tenant"), "wait", str(kernel_ms))
+    command_id = done.stdout.strip()
+    wait_until(lambda: "waiting" in _output(rt, command_id), 30, "the tenant to wait on its kernel")
+    return command_id
+
+
+def _output(rt: Runtime, command_id: str) -> str:
+    path = rt.run_dir / "output" / f"{command_id}.stdout"
+    return path.read_text() if path.exists() else ""
+
+
+def _server_of(rt: Runtime) -> psutil.Process:
+    """The one server serving now: the one with a command's segment mapped."""
+    for p in _servers(rt):
+        try:
+            if any("krex-fwd-" in m.path for m in p.memory_maps()):
+                return p
+        except psutil.Error:
+            continue
+    raise AssertionError("no context server is serving")
+
+
+def _result(rt: Runtime, command_id: str) -> dict[str, Any]:
+    return json.loads(rt.krex("wait", "--json", command_id).stdout)
+
+
+def test_a_server_that_crashes_mid_call_fails_its_command_and_is_replaced(rt: Runtime, tools: Path) -> None:
+    command_id = _waiting(rt, tools, 5000)
+    server = _server_of(rt)
+    server.kill()
+    result = _result(rt, command_id)
+    assert result["state"] == "failed", result
+    assert "died" in result["reason"] and "context server" in result["reason"], result
+    assert "CUDA_ERROR_DEVICE_UNAVAILABLE" in result["stdout"]
+    wait_until(lambda: _idle_servers(rt) == SERVERS and server.pid not in {p.pid for p in _servers(rt)}, 30,
+               "the server to be replaced")
+    check_nothing_left(rt.run_dir)
+
+
+def test_a_server_that_hangs_ends_at_the_time_limit_and_is_retired(rt: Runtime, tools: Path) -> None:
+    command_id = _waiting(rt, tools, 5000, timeout_s=3)
+    server = _server_of(rt)
+    server.suspend()  # hangs: neither answers nor dies
+    result = _result(rt, command_id)
+    assert result["state"] == "timeout", result
+    wait_until(lambda: not psutil.pid_exists(server.pid) or server.status() == psutil.STATUS_ZOMBIE, 30,
+               "the hung server to be ended")
+    wait_until(lambda: _idle_servers(rt) == SERVERS, 30, "the server to be replaced")
+    check_nothing_left(rt.run_dir)
+
+
+def test_a_client_that_dies_mid_call_leaves_its_server_clean(rt: Runtime, tools: Path) -> None:
+    command_id = _waiting(rt, tools, 1500)
+    server = _server_of(rt)
+    client = next(p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"][:2] == [
+        str(tools / "forward_tenant"), "wait"])
+    client.kill()
+    result = _result(rt, command_id)
+    assert result["signal"] == signal.SIGKILL, result
+    # The server finished the call, put its context back and serves the next command.
+    wait_until(lambda: not any("krex-fwd-" in m.path for m in server.memory_maps()), 30, "the server to clean up")
+    assert server.is_running()
+    again = run(rt, "forwarded", str(tools / "forward_tenant"), "work")
+    assert again["state"] == "finished", again
+    check_nothing_left(rt.run_dir)
+
+
+@pytest.mark.parametrize("what, said", [("oversized", "oversized request"), ("malformed", "malformed request")])
+def test_a_bad_request_fails_its_command_and_retires_its_server(rt: Runtime, tools: Path, what: str, said: str) -> None:
+    result = run(rt, "forwarded", str(tools / "forward_garbage"), what)
+    assert result["state"] == "failed", result
+    assert said in result["reason"] and "refused a request" in result["reason"], result
+    assert said in result["stdout"]  # the command itself was told
+    wait_until(lambda: _idle_servers(rt) == SERVERS, 30, "the server to be replaced")
+    check_nothing_left(rt.run_dir)
+
+
+def test_a_call_that_is_not_forwarded_is_named(rt: Runtime, tools: Path) -> None:
+    result = run(rt, "forwarded", str(tools / "forward_tenant"), "unknown")
+    assert result["state"] == "finished" and result["exit_code"] == 3, result
+    assert "cuMemAllocManaged is not forwarded" in result["stderr"]
+    assert "it called cuMemAllocManaged, which forwarded mode does not forward" in result["reason"], result
+
+
+def test_a_call_that_is_not_forwarded_falls_back_to_process_mode(tmp_path: Path, tools: Path) -> None:
+    for runtime in _runtime(tmp_path / "rt", fallback="process", servers=1):
+        wait_until(lambda: _idle_servers(runtime) == 1, 60, "the context server to be ready")
+        result = run(runtime, "forwarded", str(tools / "forward_tenant"), "unknown")
+        # The simulator does not serve managed memory either: what counts is
+        # that the second run was a process command that reached the driver.
+        assert "running the command again in process mode" in result["stderr"], result
+        assert result["stdout"].strip() == f"cuMemAllocManaged: {801}", result  # CUDA_ERROR_NOT_SUPPORTED
+        assert "krex forward" not in result["stderr"].split("process mode", 1)[1]
+
+
+def test_forwarded_mode_needs_servers(make_runtime: Any) -> None:
+    rt = make_runtime(policy="krex", sim=1, slots=2, extra_config=regions_config())
+    done = rt.krex("run", "--mode", "forwarded", "--", "/bin/true")
+    assert done.returncode != 0
+    assert "forward.servers_per_gpu" in done.stderr
+
