@@ -20,8 +20,19 @@ from region_checks import (
     check_one_holder_per_gpu,
     regions_of,
 )
-from runtime_helpers import PY, REPO, TENANTS, module_runtime, region_results, regions_config
+from runtime_helpers import (
+    NO_WATCHDOG,
+    PY,
+    REPO,
+    TENANTS,
+    module_runtime,
+    region_results,
+    regions_config,
+    tenant_processes,
+    trace_events,
+)
 
+from krex_runtime.commands import forward_ring
 from krex_runtime.node import native_build
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 
@@ -235,3 +246,26 @@ def test_forwarded_mode_needs_servers(make_runtime: Any) -> None:
     assert done.returncode != 0
     assert "forward.servers_per_gpu" in done.stderr
 
+
+
+def test_a_killed_runtimes_segments_are_removed_by_its_restart(make_runtime: Any, tools: Path) -> None:
+    """A runtime killed with a forwarded command running leaves its segment in
+    /dev/shm; the next start on the same run folder removes it (and only its own)."""
+    forward = "\n[forward]\nservers_per_gpu = 1\nclean_timeout_s = 5\n"
+    rt = make_runtime(policy="krex", sim=1, slots=2, extra_config=regions_config() + forward,
+                      runtime_extra=NO_WATCHDOG)
+    wait_until(lambda: _idle_servers(rt) == 1, 60, "the context server to be ready")
+    prefix = forward_ring.segment_prefix(rt.run_dir)
+    _waiting(rt, tools, kernel_ms=60_000)
+    left = sorted(forward_ring.SHM_DIR.glob(prefix + "*"))
+    assert len(left) == 1
+    rt.stop(signal.SIGKILL)
+    assert left[0].exists()  # nobody removed it...
+    rt.start()  # ...until the restart's recovery
+    started = trace_events(rt, "runtime_started")[-1]
+    assert f"removed forwarding segment {left[0].name}" in started["recovered"]
+    assert not left[0].exists()
+    assert rt.proc is not None
+    runtime = rt.proc.pid  # its own context server is no orphan
+    wait_until(lambda: [p for p in tenant_processes(rt.run_dir) if p.ppid() != runtime] == [], 30,
+               "the orphaned command and server to end")

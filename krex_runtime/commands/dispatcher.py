@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from krex_runtime.host import fair_share
-from krex_runtime.commands import auto_regions, tenant_reports, unprotected
+from krex_runtime.commands import auto_regions, forward_ring, tenant_reports, unprotected
 from krex_runtime.commands.command_process import Outcome
 from krex_runtime.node.config import Config
 from krex_runtime.commands.context_pool import ContextPool
@@ -130,7 +130,8 @@ class Dispatcher:
         # Forwarded mode's context servers: an idle one may let a queued command start.
         self.forward: ForwardPool | None = (
             ForwardPool(config.forward, config.dispatcher.kill_grace_s, gpus, setup, pool_dir,
-                        native_build.context_server(), on_idle=self.pump)
+                        native_build.context_server(), on_idle=self.pump,
+                        segment_prefix=forward_ring.segment_prefix(setup.env.run_dir))
             if config.forward.servers_per_gpu > 0
             else None
         )

@@ -40,7 +40,8 @@ class ForwardedRun:
         """Its segment, served by its server; an Outcome when it cannot start."""
         assert job.tenant_id is not None
         try:
-            self.segment = Segment(job.id, self._settings.ring_kib * 1024, self._settings.staging_kib * 1024, self._owner)
+            self.segment = Segment(self._pool.segment_prefix, job.id, self._settings.ring_kib * 1024,
+                                   self._settings.staging_kib * 1024, self._owner)
         except OSError as exc:
             return Outcome("failed", None, None, f"cannot start: cannot make its forwarding segment: {exc}")
         why = await self._pool.serve(self._server, self.segment, job.tenant_id)
