@@ -31,7 +31,8 @@ SERVERS = 4
 
 @pytest.fixture(scope="module")
 def tools(native_built: Path) -> Path:
-    subprocess.run(["make", "-s", "-C", str(REPO / "native"), "intercept-tests", "forward-tests"], check=True)
+    subprocess.run(["make", "-s", "-C", str(REPO / "native"), "intercept-tests", "forward-tests", "cudart-tests"],
+                   check=True)
     return TESTS
 
 
@@ -84,6 +85,26 @@ def test_threads_launch_paths_and_event_timings_are_seen_as_in_process_mode(rt: 
     timed = {mode: run(rt, mode, str(tools / "event_timing")) for mode in ("process", "forwarded")}
     assert timed["forwarded"]["state"] == "finished", timed["forwarded"]
     assert timed["forwarded"]["unprotected_timings"] == timed["process"]["unprotected_timings"] == 4
+
+
+def test_a_cuda_runtime_program_gets_the_same_results_as_in_process_mode(rt: Runtime, tools: Path) -> None:
+    # Process mode: forwarded mode's libcudart over the simulated driver
+    # (the toolkit's cudart needs the driver's private tables, which the
+    # simulator does not have); forwarded: the same library over the client.
+    process = run(rt, "process", str(tools / "cudart_tenant"), "work")
+    forwarded = run(rt, "forwarded", str(tools / "cudart_tenant"), "work")
+    assert process["state"] == "finished", process
+    assert forwarded["state"] == "finished", forwarded
+    assert forwarded["stdout"] == process["stdout"]
+    out = forwarded["stdout"]
+    assert "devices 1, device 0, runtime " in out and "memory yes, a name yes" in out
+    assert "kernels counted 21" in out and "async copy intact" in out and "event timing covers the kernel" in out
+    assert ("unregistered launch: cudaErrorInvalidDeviceFunction, peeked cudaErrorInvalidDeviceFunction, "
+            "last cudaErrorInvalidDeviceFunction, then cudaSuccess") in out
+    assert "after reset counted 1" in out and out.endswith("done\n")
+    assert "krex" not in forwarded["stderr"]
+    # Its event timings are the command's, as in process mode.
+    assert forwarded["unprotected_timings"] == process["unprotected_timings"] > 0
 
 
 def test_sixty_four_commands_at_once_on_four_servers(rt: Runtime, tools: Path) -> None:
