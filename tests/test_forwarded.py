@@ -123,12 +123,15 @@ def test_sixty_four_commands_at_once_on_four_servers(rt: Runtime, tools: Path) -
     assert not list(Path("/dev/shm").glob("krex-fwd-*")), "a command's segment was left behind"
 
 
-def test_regions_of_forwarded_tenants_keep_every_invariant(rt: Runtime) -> None:
+def test_regions_of_forwarded_tenants_keep_every_invariant(rt: Runtime, tools: Path) -> None:
     start = len(regions_of(rt.trace_path)[1])
     ids = []
     for i in range(8):
+        # Half of them Python tenants on the driver, half C tenants on the CUDA runtime.
         argv = [PY, str(TENANTS / "regions.py"), "--regions", "3", "--kernel-us", "300", "--repeats", "3",
                 "--pause-ms", "30", "--noise", str(i % 4), "--noise-us", "400"]
+        if i % 2:
+            argv = [str(tools / "cudart_tenant"), "regions", "3", "300", "3", str(i % 4)]
         done = rt.krex("submit", "--mode", "forwarded", "--", *argv)
         assert done.returncode == 0, done.stderr
         ids.append(done.stdout.strip())
@@ -209,7 +212,7 @@ def test_a_server_that_hangs_ends_at_the_time_limit_and_is_retired(rt: Runtime, 
 def test_a_client_that_dies_mid_call_leaves_its_server_clean(rt: Runtime, tools: Path) -> None:
     command_id = _waiting(rt, tools, 1500)
     server = _server_of(rt)
-    client = next(p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"][:2] == [
+    client = next(p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [])[:2] == [
         str(tools / "forward_tenant"), "wait"])
     client.kill()
     result = _result(rt, command_id)
@@ -239,6 +242,23 @@ def test_a_call_that_is_not_forwarded_is_named(rt: Runtime, tools: Path) -> None
     assert "it called cuMemAllocManaged, which forwarded mode does not forward" in result["reason"], result
 
 
+def test_a_cuda_runtime_call_forwarded_mode_does_not_implement_is_named(rt: Runtime, tools: Path) -> None:
+    result = run(rt, "forwarded", str(tools / "cudart_tenant"), "unknown")
+    assert result["state"] == "finished" and result["exit_code"] == 3, result
+    assert result["stdout"] == "cudaMallocManaged: cudaErrorNotSupported\n"
+    assert "krex forward: cudaMallocManaged is not forwarded" in result["stderr"]
+    assert "it called cudaMallocManaged, which forwarded mode does not forward" in result["reason"], result
+
+
+def test_a_program_that_carries_its_own_cuda_runtime_is_told_why(rt: Runtime, tools: Path) -> None:
+    # A statically linked cudart first asks the driver for its private tables.
+    result = run(rt, "forwarded", str(tools / "forward_tenant"), "export-table")
+    assert result["exit_code"] == 3, result
+    assert "carries its own CUDA runtime" in result["stderr"] and "nvcc -cudart shared" in result["stderr"]
+    assert "carries its own CUDA runtime (cudart linked statically" in result["reason"], result
+    assert "build it with `nvcc -cudart shared`, or run it in process mode" in result["reason"]
+
+
 def test_a_call_that_is_not_forwarded_falls_back_to_process_mode(tmp_path: Path, tools: Path) -> None:
     for runtime in _runtime(tmp_path / "rt", fallback="process", servers=1):
         wait_until(lambda: _idle_servers(runtime) == 1, 60, "the context server to be ready")
@@ -248,6 +268,12 @@ def test_a_call_that_is_not_forwarded_falls_back_to_process_mode(tmp_path: Path,
         assert "running the command again in process mode" in result["stderr"], result
         assert result["stdout"].strip() == f"cuMemAllocManaged: {801}", result  # CUDA_ERROR_NOT_SUPPORTED
         assert "krex forward" not in result["stderr"].split("process mode", 1)[1]
+        # A CUDA runtime program: in process mode (the simulator has no
+        # toolkit runtime) it meets forwarded mode's libcudart over the driver.
+        result = run(runtime, "forwarded", str(tools / "cudart_tenant"), "unknown")
+        assert "running the command again in process mode" in result["stderr"], result
+        assert "krex cudart: cudaMallocManaged is not implemented" in result["stderr"], result
+        assert result["stdout"].strip() == "cudaMallocManaged: cudaErrorNotSupported", result
 
 
 def test_forwarded_mode_needs_servers(make_runtime: Any) -> None:
