@@ -5,6 +5,7 @@ servers, and the failures of either side."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -105,6 +106,28 @@ def test_a_cuda_runtime_program_gets_the_same_results_as_in_process_mode(rt: Run
     assert "krex" not in forwarded["stderr"]
     # Its event timings are the command's, as in process mode.
     assert forwarded["unprotected_timings"] == process["unprotected_timings"] > 0
+
+
+NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
+
+
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc (the program is built by it)")
+def test_a_program_built_by_nvcc_runs_forwarded_with_the_shared_cuda_runtime(rt: Runtime, tmp_path: Path) -> None:
+    source = native_build.native_dir().parent / "tests" / "cudart_nvcc_tenant.cu"
+    assert NVCC is not None
+    shared, static = tmp_path / "shared", tmp_path / "static"
+    # The shared one finds forwarded mode's libcudart through its run path in
+    # process mode too (the simulator cannot serve the toolkit's).
+    subprocess.run([NVCC, "-cudart", "shared", "-Xlinker", f"-rpath,{native_build.forwarding_client_dir()}",
+                    "-o", str(shared), str(source)], check=True)
+    subprocess.run([NVCC, "-o", str(static), str(source)], check=True)
+    process = run(rt, "process", str(shared))
+    forwarded = run(rt, "forwarded", str(shared))
+    assert forwarded["state"] == "finished" and forwarded["exit_code"] == 0, forwarded
+    assert forwarded["stdout"] == process["stdout"] == "counted 5, timing covers the kernels, last error cudaSuccess\n"
+    assert "krex" not in forwarded["stderr"]
+    carried = run(rt, "forwarded", str(static))
+    assert "carries its own CUDA runtime (cudart linked statically" in carried["reason"], carried
 
 
 def test_sixty_four_commands_at_once_on_four_servers(rt: Runtime, tools: Path) -> None:

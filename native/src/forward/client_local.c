@@ -180,8 +180,10 @@ FWD_EXPORT CUresult CUDAAPI cuGetExportTable(const void **ppExportTable, const C
     (void)pExportTableId;
     if (ppExportTable != NULL)
         *ppExportTable = NULL;
-    fwd_log("the program carries its own CUDA runtime (cudart linked statically, or a libcudart loaded by "
-            "path), which asks for the driver's private tables (cuGetExportTable): build it with "
-            "`nvcc -cudart shared` to run it forwarded");
+    static int told;
+    if (!__atomic_exchange_n(&told, 1, __ATOMIC_ACQ_REL))
+        fwd_log("the program carries its own CUDA runtime (cudart linked statically, or a libcudart loaded by "
+                "path), which asks for the driver's private tables (cuGetExportTable): build it with "
+                "`nvcc -cudart shared` to run it forwarded");
     return fwd_unknown("cuGetExportTable");
 }
