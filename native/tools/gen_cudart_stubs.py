@@ -2,7 +2,7 @@
 """Generate forwarded mode's CUDA runtime stubs and linker version script.
 
 Sources of truth:
-  - cuda_runtime_api.h and cuda_profiler_api.h, preprocessed twice (as is, and with
+  - cuda_runtime_api.h and cuda_profiler_api.h (where it is), preprocessed twice (as is, and with
     CUDA_API_PER_THREAD_DEFAULT_STREAM, which names the _ptsz/_ptds entry
     points): every function returning cudaError_t is an entry point of the
     runtime;
@@ -38,8 +38,11 @@ HIDDEN = ("__cudaRegisterHostVar", "__cudaRegisterUnifiedTable", "__cudaGetProcA
 
 def entry_points(cc: str, include: str) -> set[str]:
     names: set[str] = set()
+    # The profiler's header is a toolkit component of its own: used where it is.
+    headers = tuple(h for h in ("cuda_runtime_api.h", "cuda_profiler_api.h")
+                    if os.path.exists(os.path.join(include, h)))
     for defines in ((), ("-DCUDA_API_PER_THREAD_DEFAULT_STREAM",)):
-        text = preprocess(cc, include, ("cuda_runtime_api.h", "cuda_profiler_api.h"), defines)
+        text = preprocess(cc, include, headers, defines)
         names.update(ENTRY.findall(text))
     return names
 

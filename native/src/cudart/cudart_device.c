@@ -7,7 +7,6 @@
  */
 #include "cudart.h"
 
-#include <cuda_profiler_api.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -258,7 +257,11 @@ CUDART_EXPORT cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void 
 }
 
 /* Profiling ranges belong to a profiler attached to the process that owns the
- * context (the server, in forwarded mode): nothing to start or stop here. */
+ * context (the server, in forwarded mode): nothing to start or stop here.
+ * (Declared here: cuda_profiler_api.h is a toolkit component of its own.) */
+CUDART_EXPORT cudaError_t cudaProfilerStart(void);
+CUDART_EXPORT cudaError_t cudaProfilerStop(void);
+
 CUDART_EXPORT cudaError_t cudaProfilerStart(void)
 {
     return cudaSuccess;
