@@ -143,7 +143,9 @@ def test_sixty_four_commands_at_once_on_four_servers(rt: Runtime, tools: Path) -
         assert result["stdout"].splitlines()[-1] == "done 20"
     assert _idle_servers(rt) == SERVERS  # each served in turn and put back, none retired
     check_nothing_left(rt.run_dir)
-    assert not list(Path("/dev/shm").glob("krex-fwd-*")), "a command's segment was left behind"
+    # This runtime's (other runtimes of the machine may hold segments of their own).
+    left = [p for p in Path("/dev/shm").glob("krex-fwd-*") if any(p.name.startswith(f"krex-fwd-{i}-") for i in ids)]
+    assert not left, "a command's segment was left behind"
 
 
 def test_regions_of_forwarded_tenants_keep_every_invariant(rt: Runtime, tools: Path) -> None:
