@@ -425,7 +425,8 @@ class Dispatcher:
 
     def _open_reports(self, job: Job, identity: Identity | None) -> None:
         """As it starts: the command's reports, for its uid's group to write."""
-        self.reports.open([job.auto_region_report, job.unprotected_path], identity, keep=job.auto_region_report)
+        self.reports.open([job.auto_region_report, job.unprotected_path], identity, keep=job.auto_region_report,
+                          tally=(job.unprotected_path, unprotected.UNTRACKED))
 
     def _finish_started(self, job: Job, outcome: Outcome, state: str, started: bool) -> None:
         self._finish(job, outcome, state, started=started)
@@ -454,13 +455,14 @@ class Dispatcher:
         job.outcome, job.state, job.finished_at = outcome, state, time.time()
         # Read to their end, and gone: nothing a tenant wrote stays in the run folder.
         job.auto_regions = auto_regions.wrapped(self.reports.close(job.auto_region_report))
-        job.unprotected_timings = self.reports.close(job.unprotected_path).size
+        unprotected.counted(job, self.reports.close(job.unprotected_path))
         if job.gpu is not None:
             self._tenants.discard(job.gpu, job.id)
         self._emit(
             events.CommandFinished(
                 id=job.id, state=state, exit_code=outcome.exit_code, signal=outcome.signal, reason=outcome.reason,
                 gpu=job.gpu, auto_regions=job.auto_regions, unprotected_timings=job.unprotected_timings,
+                untracked_timings=job.untracked_timings,
                 output_lost=job.output_loss.record() if job.output_loss.total else None,
             )
         )
