@@ -1,7 +1,10 @@
 """Unprotected-timing detection end to end (native/src/intercept/intercept_events.c):
 a C tenant on the simulated driver times with CUDA events inside one region,
 outside, across two regions and through the _v1 entry point from
-cuGetProcAddress; the count reaches `krex run`'s warning line and `--json`."""
+cuGetProcAddress; the count reaches `krex run`'s warning line and `--json`.
+A tenant holding thousands of live events (do_bench's pattern) is never
+counted; one holding more than the library's table can track gets its
+timings counted untracked, apart."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from runtime_helpers import REPO, krex_runtime, trace_events
 from krex_runtime.testing.local_runtime import command
 
 EVENT_TIMING = REPO / "native" / "build" / "tests" / "event_timing"
+EVENT_TABLE = REPO / "native" / "build" / "tests" / "event_table"
 
 
 def test_event_timings_outside_or_across_regions_are_counted(make_runtime: Any) -> None:
@@ -24,7 +28,7 @@ def test_event_timings_outside_or_across_regions_are_counted(make_runtime: Any) 
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["stdout"].strip() == "expected 4"
-    assert result["unprotected_timings"] == 4
+    assert result["unprotected_timings"] == 4 and result["untracked_timings"] == 0
     id_ = result["id"]
     assert done.stderr.strip().splitlines() == [
         f"krex: warning: {id_} took 4 CUDA-event timing(s) outside a region: those measurements are not protected",
@@ -40,3 +44,34 @@ def test_event_timings_outside_or_across_regions_are_counted(make_runtime: Any) 
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and json.loads(done.stdout)["unprotected_timings"] == 0
     assert "warning" not in done.stderr
+
+
+def test_a_harness_holding_thousands_of_events_is_counted_truthfully(make_runtime: Any) -> None:
+    subprocess.run(["make", "-s", "-C", str(REPO / "native"), "build/tests/event_table"], check=True)
+    rt = krex_runtime(make_runtime)
+
+    def run(pairs: int) -> tuple[dict, list[str]]:
+        done = subprocess.run([*command("krex"), "run", "--json", "--", str(EVENT_TABLE), str(pairs)], env=rt.env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        result = json.loads(done.stdout)
+        assert result["stdout"].strip() == "expected 1"
+        return result, done.stderr.strip().splitlines()
+
+    # 6000 windows read at the end, as do_bench does: only the one timing
+    # outside the region is unprotected.
+    result, _ = run(6000)
+    assert (result["unprotected_timings"], result["untracked_timings"]) == (1, 0)
+
+    # 30000 windows: more live events than the table holds. Those it cannot
+    # track are untracked, apart, with a warning of their own; the timing
+    # outside is still the one unprotected.
+    result, stderr = run(30000)
+    untracked, id_ = result["untracked_timings"], result["id"]
+    assert result["unprotected_timings"] == 1 and 0 < untracked < 30000
+    assert stderr[:2] == [
+        f"krex: warning: {id_} took 1 CUDA-event timing(s) outside a region: those measurements are not protected",
+        f"krex: warning: {id_} took {untracked} CUDA-event timing(s) the interception library could not track "
+        "(too many live events): not known to be protected"]
+    finished = [e for e in trace_events(rt, "command_finished") if e["id"] == id_]
+    assert (finished[0]["unprotected_timings"], finished[0]["untracked_timings"]) == (1, untracked)

@@ -185,6 +185,7 @@ class Result:
     regions: tuple[Region, ...]
     region_count: int  # all its regions; `regions` holds the first ones the runtime keeps
     unprotected_timings: int  # event timings outside any region; 0 from a runtime that does not count them
+    untracked_timings: int = 0  # event timings the library could not track (known neither way); 0 from older runtimes
     worker: str | None = None
     auto_regions: tuple[str, ...] = ()  # the timing entry points auto-regions ran in regions
     share: str = ""  # its fair-share key
@@ -232,6 +233,7 @@ class Result:
             regions=regions,
             region_count=f.get("region_count", _is_int, len(regions)),
             unprotected_timings=f.get("unprotected_timings", _is_int, 0),
+            untracked_timings=f.get("untracked_timings", _is_int, 0),
             worker=f.get("worker", _is_str),
             auto_regions=tuple(f.get("auto_regions", _STRS, (), "a list of strings")),
             share=f.get("share", _is_str, ""),

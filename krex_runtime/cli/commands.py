@@ -169,6 +169,9 @@ def _say_end(result: Result, asked_auto_region: bool = False) -> None:
     if result.unprotected_timings:
         print(f"krex: warning: {result.id} took {result.unprotected_timings} CUDA-event timing(s) "
               "outside a region: those measurements are not protected", file=sys.stderr)
+    if result.untracked_timings:
+        print(f"krex: warning: {result.id} took {result.untracked_timings} CUDA-event timing(s) the interception "
+              "library could not track (too many live events): not known to be protected", file=sys.stderr)
     integrity = _integrity_line(result)
     if integrity:
         print(f"krex: {'warning: ' if 'flagged' in integrity else ''}{result.id}: {integrity}", file=sys.stderr)

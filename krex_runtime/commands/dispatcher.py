@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from krex_runtime.host import fair_share
-from krex_runtime.commands import auto_regions, gpu_placement, tenant_reports, unprotected
+from krex_runtime.commands import auto_regions, forward_ring, gpu_placement, tenant_reports, unprotected
 from krex_runtime.commands.command_process import Outcome
 from krex_runtime.node.config import Config
 from krex_runtime.commands.context_pool import ContextPool
@@ -130,7 +130,8 @@ class Dispatcher:
         # Forwarded mode's context servers: an idle one may let a queued command start.
         self.forward: ForwardPool | None = (
             ForwardPool(config.forward, config.dispatcher.kill_grace_s, gpus, setup, pool_dir,
-                        native_build.context_server(), on_idle=self.pump)
+                        native_build.context_server(), on_idle=self.pump,
+                        segment_prefix=forward_ring.segment_prefix(setup.env.run_dir))
             if config.forward.servers_per_gpu > 0
             else None
         )
@@ -444,7 +445,8 @@ class Dispatcher:
 
     def _open_reports(self, job: Job, identity: Identity | None) -> None:
         """As it starts: the command's reports, for its uid's group to write."""
-        self.reports.open([job.auto_region_report, job.unprotected_path], identity, keep=job.auto_region_report)
+        self.reports.open([job.auto_region_report, job.unprotected_path], identity, keep=job.auto_region_report,
+                          tally=(job.unprotected_path, unprotected.UNTRACKED))
 
     def _finish_started(self, job: Job, outcome: Outcome, state: str, started: bool) -> None:
         self._finish(job, outcome, state, started=started)
@@ -473,7 +475,7 @@ class Dispatcher:
         job.outcome, job.state, job.finished_at = outcome, state, time.time()
         # Read to their end, and gone: nothing a tenant wrote stays in the run folder.
         job.auto_regions = auto_regions.wrapped(self.reports.close(job.auto_region_report))
-        job.unprotected_timings = self.reports.close(job.unprotected_path).size
+        unprotected.counted(job, self.reports.close(job.unprotected_path))
         if job.gpu is not None:
             for index in [g.index for g in job.gpu_set] or [job.gpu]:
                 self._tenants.discard(index, job.id)
@@ -481,6 +483,7 @@ class Dispatcher:
             events.CommandFinished(
                 id=job.id, state=state, exit_code=outcome.exit_code, signal=outcome.signal, reason=outcome.reason,
                 gpu=job.gpu, auto_regions=job.auto_regions, unprotected_timings=job.unprotected_timings,
+                untracked_timings=job.untracked_timings,
                 output_lost=job.output_loss.record() if job.output_loss.total else None,
             )
         )

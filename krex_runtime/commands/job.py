@@ -53,6 +53,7 @@ class Job:
     start_s: float | None = None  # placement to a running process: spawn (process), fork and placement (forked)
     unprotected_path: Path | None = None  # policy krex: where the library counts its unprotected timings
     unprotected_timings: int = 0  # event timings no single region covered (read when it ends)
+    untracked_timings: int = 0  # event timings the library could not track, known neither way (read when it ends)
     share: str = "default"  # effective fair-share key, "<submitter>/<key>" (host/fair_share.py)
     output_loss: OutputLoss = field(default_factory=OutputLoss)  # output its files did not get (a full disk)
     identity: Identity | None = None  # tenants.uid_range: the uid it runs as (pooled: its context process's)
@@ -97,6 +98,7 @@ class Job:
             "stderr_path": str(self.stderr_path) if self.stderr_path else None,
             "auto_regions": list(self.auto_regions),
             "unprotected_timings": self.unprotected_timings,
+            "untracked_timings": self.untracked_timings,
             "share": self.share,
             "output_lost": self.output_loss.record(),
             "output_error": self.output_loss.error,

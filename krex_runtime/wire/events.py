@@ -87,6 +87,9 @@ class CommandFinished(Event):
     gpu: int | None = unread("", None)
     auto_regions: list[str] = note("entry points its tenant ran in regions (auto-regions)", factory=list)
     unprotected_timings: int = note("CUDA-event timings no single region of its tenant covered (policy krex)", 0)
+    untracked_timings: int = note("CUDA-event timings with an event the interception library could not track (tens "
+                                  "of thousands live): known neither protected nor unprotected (policy krex; absent "
+                                  "from older traces)", 0)
     output_lost: dict[str, int] | None = unread("bytes of `stdout` and `stderr` its output files did not get (a full "
                                                 "disk; attached clients got them); absent when none", None, omit_none=True)
 

@@ -88,6 +88,7 @@ class CommandInfo:
     region_count: int = 0
     auto_regions: list[str] = field(default_factory=list)  # what auto-regions wrapped
     unprotected_timings: int = 0  # CUDA-event timings no region covered (policy krex)
+    untracked_timings: int = 0  # CUDA-event timings the library could not track: known neither way
 
 
 @dataclass

@@ -101,6 +101,7 @@ def _command_finished(s: NodeState, e: dict[str, Any]) -> None:
     cmd.state, cmd.finished_at = e["state"], e["t"]
     cmd.exit_code, cmd.signal, cmd.reason = e.get("exit_code"), e.get("signal"), e.get("reason", "")
     cmd.auto_regions, cmd.unprotected_timings = list(e.get("auto_regions", [])), e.get("unprotected_timings", 0)
+    cmd.untracked_timings = e.get("untracked_timings", 0)
     _count(s, e["state"])
     s.finished_order.append(cmd.id)
     while len(s.finished_order) > s.keep_finished:
