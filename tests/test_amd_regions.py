@@ -16,11 +16,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
 from typing import Any
 
+import test_fault_matrix
+import test_region_channel
+import test_regions
+import test_unprotected_timings
 from region_checks import (
     check_exclusive,
     check_fifo,
@@ -158,3 +163,25 @@ def test_a_tenant_is_frozen_only_after_its_hip_initialisation(make_runtime: Any)
     assert len(released["late_frozen"]) == 1, released
     check_nothing_left(rt.run_dir)
     finish(rt, starting)
+
+
+def _runs_on_amd(function: Any) -> bool:
+    """A test function with an `amd` among the values it is parametrised with."""
+    marks = [m for m in getattr(function, "pytestmark", []) if m.name == "parametrize"]
+    return any("amd" in (value if isinstance(value, tuple) else (value,)) for m in marks for value in m.args[1])
+
+
+def test_the_docs_name_exactly_the_tests_that_run_on_hip() -> None:
+    """docs/native.md's table of what is proven on AMD GPUs names every test
+    parametrised onto the simulated AMD GPU, and no test that is not."""
+    doc = (REPO / "docs" / "native.md").read_text()
+    table = doc[doc.index("### What is proven, and what awaits an AMD GPU"):doc.index("## GPU results")]
+    named = set(re.findall(r"`(?:[\w/]+\.py::)?(test_\w+)", table))
+    parametrised = {name: function for module in (test_regions, test_fault_matrix, test_region_channel,
+                                                  test_unprotected_timings)
+                    for name, function in vars(module).items() if name.startswith("test_")}
+    on_amd = {name for name, function in parametrised.items() if _runs_on_amd(function)}
+    assert on_amd - named == set(), "docs/native.md does not name these tests that run on HIP"
+    assert {n for n in named if n in parametrised} - on_amd == set(), "docs/native.md names tests that never run on HIP"
+    assert {n for n in named if n not in parametrised} <= set(globals()), "docs/native.md names tests that do not exist"
+
