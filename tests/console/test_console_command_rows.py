@@ -121,7 +121,7 @@ def ids_on_screen(text: str) -> list[str]:
 @run_async
 async def test_each_command_shows_once_through_churn_gaps_snapshots_and_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
     # Small enough that the cap drops rows and a filter change takes the one-rebuild path.
-    monkeypatch.setattr(commands, "MAX_ROWS", 45)
+    monkeypatch.setattr(command_list, "MAX_ROWS", 45)
     monkeypatch.setattr(table_sync, "REBUILD_FROM", 12)
     rng = random.Random(SEED)
     runtime = SimulatedRuntime(rng, pid=4000, nonce="001a", t=1_800_000_000.0)
