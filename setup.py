@@ -3,7 +3,8 @@ native build; this only runs them and copies what a node needs.
 
 A wheel gets krex_runtime/_native/ with libkrex.so and libkrex_hip.so (the
 CUDA and HIP interception libraries), sim/libcuda.so.1 and
-sim/libamdhip64.so.5 (the simulated driver and HIP runtime) and include/krex.h, found
+sim/libamdhip64.so.5 (the simulated driver and HIP runtime), forward/libcuda.so.1,
+forward/libcudart.so.N and krex-ctxd (forwarded mode) and include/krex.h, found
 at run time by krex_runtime/node/native_build.py, and krex_runtime/_configs/
 with the default config and the systemd unit (krex_runtime/node/shipped.py).
 An editable install copies nothing: a checkout uses native/build, which scripts/setup.sh builds.
@@ -59,6 +60,9 @@ def build_native(into: Path) -> None:
                 continue
             (into / target).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(Path(build) / source, into / target)
+        # Forwarded mode's CUDA runtime, named after the headers' major version (native/cudart.mk).
+        for runtime in (Path(build) / "forward").glob("libcudart.so.*"):
+            shutil.copy2(runtime, into / "forward" / runtime.name)
     (into / "include").mkdir(parents=True, exist_ok=True)
     for header in HEADERS:
         shutil.copy2(HERE / "native" / "include" / header, into / "include" / header)

@@ -16,11 +16,18 @@ process and forwarded mode:
 
 Prints a table and one JSON document (--json FILE writes it too).
 
-With --sim it runs on one simulated GPU with native/build/tests/linked_tenant
-instead (no nvcc, no GPU): only submit-to-result and throughput, and the
-figures are this machine's, not a GPU's.
+With --cudart the program is tests/gpu/forward_gemm_cudart.cu instead: the same
+GEMM written against the CUDA runtime (cudaMalloc, kernel<<<>>>, cudaEvent
+timing), built with `nvcc -cudart shared`. In process mode it loads the
+toolkit's libcudart, in forwarded mode forwarded mode's libcudart
+(native/build/forward/), which runs its runtime calls over the forwarded
+driver calls.
 
-Usage: PYTHONPATH=. python3 benchmarks/forward_gemm.py [--gpus 0] [--n 64] [--servers 16] [--sim]
+With --sim it runs on one simulated GPU with native/build/tests/linked_tenant
+(with --cudart: cudart_tenant) instead (no nvcc, no GPU): only submit-to-result
+and throughput, and the figures are this machine's, not a GPU's.
+
+Usage: PYTHONPATH=. python3 benchmarks/forward_gemm.py [--gpus 0] [--n 64] [--servers 16] [--cudart] [--sim]
 """
 
 from __future__ import annotations
@@ -57,6 +64,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--fidelity", type=int, default=5, help="commands per mode in the fidelity run")
     p.add_argument("--timings", type=int, default=20, help="single-shot timings (and medians of ten) per command")
     p.add_argument("--arch", default="sm_90", help="nvcc -arch of the kernel")
+    p.add_argument("--cudart", action="store_true",
+                   help="the CUDA runtime program (tests/gpu/forward_gemm_cudart.cu, nvcc -cudart shared)")
     p.add_argument("--json", type=Path, help="also write the results here")
     return p.parse_args()
 
@@ -76,6 +85,21 @@ def build(out: Path, arch: str) -> tuple[Path, Path]:
                     f"-I{native_build.header_dir()}", f"-L{native}", "-l:libkrex.so", f"-Wl,-rpath,{native}",
                     f"-L{cuda / 'lib64' / 'stubs'}", "-lcuda"], check=True)
     return cubin, program
+
+
+def build_cudart(out: Path, arch: str) -> Path:
+    """The CUDA runtime program, from tests/gpu/forward_gemm_cudart.cu, linked with
+    the shared CUDA runtime (its run path names the toolkit's, which forwarded
+    mode's library path comes before)."""
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    source = REPO / "tests" / "gpu" / "forward_gemm_cudart.cu"
+    program = out / "forward_gemm_cudart"
+    native = native_build.native_dir()
+    cuda = Path(nvcc).resolve().parent.parent
+    subprocess.run([nvcc, "-cudart", "shared", f"-arch={arch}", "-O2", f"-I{native_build.header_dir()}",
+                    "-o", str(program), str(source), f"-L{native}", "-l:libkrex.so",
+                    "-Xlinker", f"-rpath,{native}", "-Xlinker", f"-rpath,{cuda / 'lib64'}"], check=True)
+    return program
 
 
 def start_runtime(root: Path, args: argparse.Namespace, protection: str) -> Runtime:
@@ -158,14 +182,22 @@ def fidelity(c: ControlClient, argv: list[str], mode: str, commands: int) -> dic
 def main() -> int:
     args = parse_args()
     root = Path(tempfile.mkdtemp(prefix="krex-forward-bench-"))
-    results: dict[str, Any] = {"sim": args.sim, "servers": args.servers, "n": args.n, "size": args.size}
+    results: dict[str, Any] = {"sim": args.sim, "cudart": args.cudart, "servers": args.servers, "n": args.n,
+                               "size": args.size}
     if args.sim:
-        tool = native_build.native_dir() / "tests" / "linked_tenant"
+        # The CUDA runtime variant: the C tenant on forwarded mode's libcudart.
+        name, target = ("cudart_tenant", "cudart-tests") if args.cudart else ("linked_tenant", "intercept-tests")
+        tool = native_build.native_dir() / "tests" / name
         if not tool.exists():
-            subprocess.run(["make", "-s", "-C", str(REPO / "native"), "all", "intercept-tests"], check=True)
-        quick = [str(tool), "1", "1", "100000", "1"]
+            subprocess.run(["make", "-s", "-C", str(REPO / "native"), "all", target], check=True)
+        quick = [str(tool), "regions", "1", "100", "1", "0"] if args.cudart else [str(tool), "1", "1", "100000", "1"]
         timed: list[str] = []
         protections = ["gpu-only"]
+    elif args.cudart:
+        program = build_cudart(root, args.arch)
+        quick = [str(program), str(args.size), "1"]
+        timed = [str(program), str(args.size), str(args.timings), "region"]
+        protections = ["gpu-only", "gpu+cpu"]
     else:
         cubin, program = build(root, args.arch)
         quick = [str(program), str(cubin), str(args.size), "1"]
@@ -192,7 +224,9 @@ def main() -> int:
             shift = results["forwarded"][protection][key] - results["process"][protection][key]
             results.setdefault("shift_us", {}).setdefault(protection, {})[key] = shift
     label = "SIMULATED GPU (this machine's figures, not a GPU's)" if args.sim else f"GPUs {args.gpus}"
-    print(f"forwarded vs process mode, {label}; {args.servers} servers per GPU, {args.n} commands at once")
+    program = ("CUDA runtime " + ("C tenant" if args.sim else "program (nvcc -cudart shared)")) if args.cudart \
+        else "driver-API program"
+    print(f"forwarded vs process mode, {label}, {program}; {args.servers} servers per GPU, {args.n} commands at once")
     for mode in MODES:
         print(f"  {mode:10s} " + ", ".join(f"{k} {v:.4g}" for k, v in results[mode].items() if isinstance(v, float)))
         for protection in protections if timed else []:

@@ -206,6 +206,7 @@ def failed_record(cmd: ClusterCommand, reason: str, state: str = "failed") -> di
         "queue_s": (started or now) - cmd.submitted_at, "run_s": now - started if started else None,
         "total_s": now - cmd.submitted_at, "lease": bool(b.get("lease")), "mode": b.get("mode") or "process",
         "worker": None, "start_s": None, "stdout_path": "", "stderr_path": "", "auto_regions": [],
-        "unprotected_timings": 0, "share": b.get("share", ""), "output_lost": {}, "output_error": "",
+        "unprotected_timings": 0, "untracked_timings": 0, "share": b.get("share", ""), "output_lost": {},
+        "output_error": "",
         "regions": [], "region_count": 0, "node": cmd.node, "node_command_id": cmd.local or None,
     }

@@ -114,7 +114,8 @@ def holder_text(state: NodeState, gpu: GpuState) -> str:
     if cmd is not None and cmd.label:
         label = f" {cmd.label}"
     kind = " lease" if gpu.region_kind == "lease" else ""
-    return f"t{gpu.region_holder}{label}{kind}"
+    region_set = f" (region {gpu.region_seq} over GPUs {','.join(map(str, gpu.region_gpus))})" if gpu.region_gpus else ""
+    return f"t{gpu.region_holder}{label}{kind}{region_set}"
 
 
 def lease_text(gpu: GpuState) -> str:

@@ -1,5 +1,10 @@
 """Invariants of the region protocol, checked from a run's trace and the
-simulator's execution log (the ground truth of what executed when)."""
+simulator's execution log (the ground truth of what executed when).
+
+A region over a set of GPUs has a row per GPU in the trace, each with the
+one region id and `gpus`: every check here works per (GPU, region) row, and
+`check_sets` checks what only sets have (every GPU of the set held at once,
+one id, one holder)."""
 
 from __future__ import annotations
 
@@ -24,21 +29,22 @@ class HeldRegion:
     released_ns: int
     calls_at_grant: int
     calls_at_release: int
+    gpus: tuple[int, ...] = ()  # a region over a set: the set; (): one GPU
 
 
 def regions_of(trace_path: Path) -> tuple[list[dict], list[HeldRegion]]:
     events = read_trace(trace_path).events
-    granted: dict[int, dict] = {}
+    granted: dict[tuple[int, int], dict] = {}  # (gpu, region): a set's region has a row per GPU
     held = []
     for e in events:
         if e["type"] == "region_granted":
-            granted[e["region"]] = e
-        elif e["type"] == "region_released" and e["region"] in granted:
-            g = granted.pop(e["region"])
+            granted[(e["gpu"], e["region"])] = e
+        elif e["type"] == "region_released" and (e["gpu"], e["region"]) in granted:
+            g = granted.pop((e["gpu"], e["region"]))
             held.append(
                 HeldRegion(
                     g["gpu"], g["region"], g["tenant_id"], g["granted_mono_ns"], e["released_mono_ns"],
-                    g["others_calls"], e["others_calls"],
+                    g["others_calls"], e["others_calls"], tuple(g.get("gpus") or ()),
                 )
             )
     assert not granted, f"regions granted but never released: {sorted(granted)}"
@@ -57,7 +63,8 @@ def check_one_holder_per_gpu(events: list[dict]) -> None:
 
 
 def check_fifo(events: list[dict]) -> None:
-    """Regions are granted in the order they were requested, per GPU (leases go first)."""
+    """Regions are granted in the order they were requested, per GPU (leases go first;
+    a set's region is requested on each GPU once the GPU before it is held)."""
     requested: dict[int, list[int]] = {}
     granted: dict[int, list[int]] = {}
     withdrawn = {e["region"] for e in events if e["type"] == "region_withdrawn"}
@@ -70,8 +77,9 @@ def check_fifo(events: list[dict]) -> None:
         assert order == requested[gpu][: len(order)], f"GPU {gpu}: granted {order}, requested {requested[gpu]}"
 
 
-def tenant_gpus(events: list[dict]) -> dict[int, int]:
-    return {e["tenant_id"]: e["gpu"] for e in events if e["type"] == "command_started"}
+def tenant_gpus(events: list[dict]) -> dict[int, set[int]]:
+    """Each tenant's GPUs: its one GPU, or its set."""
+    return {e["tenant_id"]: set(e.get("gpus") or [e["gpu"]]) for e in events if e["type"] == "command_started"}
 
 
 def check_no_submissions_while_held(held: list[HeldRegion]) -> None:
@@ -92,13 +100,36 @@ def check_exclusive(events: list[dict], held: list[HeldRegion], sim_log: Path) -
     records = [r for r in read_execution_log(sim_log) if r.kind in WORK_KINDS]
     for region in held:
         for r in records:
-            if r.tenant_id == region.tenant_id or gpus.get(r.tenant_id) != region.gpu:
+            # Work on the region's GPU by another tenant (the simulator logs the device each ran on).
+            if r.tenant_id == region.tenant_id or region.gpu not in gpus.get(r.tenant_id, set()):
+                continue
+            if r.device >= 0 and r.device != region.gpu:  # a set's tenant's work on another of its GPUs
                 continue
             assert not (r.start_ns < region.released_ns and r.end_ns > region.granted_ns), (
                 f"tenant {r.tenant_id} ran {r.kind_name} [{r.start_ns}, {r.end_ns}] during region {region.region} "
                 f"of tenant {region.tenant_id} [{region.granted_ns}, {region.released_ns}] on GPU {region.gpu}"
             )
     return len(records)
+
+
+def check_sets(events: list[dict], held: list[HeldRegion]) -> int:
+    """Each region over a set of GPUs was held on every GPU of its set at once
+    (its holder was answered only once all were granted), by one tenant, under
+    one id; each released row names the same set. Returns how many sets."""
+    by_id: dict[int, list[HeldRegion]] = {}
+    for h in held:
+        if h.gpus:
+            by_id.setdefault(h.region, []).append(h)
+    for region, rows in by_id.items():
+        assert sorted(r.gpu for r in rows) == list(rows[0].gpus), f"region {region}: rows on {[r.gpu for r in rows]}"
+        assert len({(r.tenant_id, r.gpus) for r in rows}) == 1, f"region {region}: rows disagree: {rows}"
+        all_held = max(r.granted_ns for r in rows)
+        assert all_held < min(r.released_ns for r in rows), f"region {region}: its GPUs were never held all at once"
+    released = {(e["gpu"], e["region"]): e for e in events if e["type"] == "region_released"}
+    for h in held:
+        if h.gpus:
+            assert tuple(released[(h.gpu, h.region)].get("gpus") or ()) == h.gpus
+    return len(by_id)
 
 
 def check_nothing_left(run_dir: Path, within_s: float = 10.0) -> None:

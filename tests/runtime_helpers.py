@@ -104,11 +104,28 @@ def regions_config(backend: str = "preload", **settings: object) -> str:
 NO_WATCHDOG = "watchdog = false"
 
 
+# The simulated GPUs a region test can run on: NVIDIA's (tenants call the
+# simulated CUDA driver, libkrex.so preloaded) and AMD's (tenants call the
+# simulated HIP runtime, libkrex_hip.so preloaded). The tenants in
+# tests/tenants/ pick theirs by the GPU's vendor (sim_gpu()).
+VENDORS = ["nvidia", "amd"]
+# Each gate backend on the simulated NVIDIA GPU, and the AMD GPU's only one
+# (driver-lock is NVIDIA's checkpoint lock): (backend, vendor).
+GATES = [("preload", "nvidia"), ("driver-lock", "nvidia"), ("preload", "amd")]
+
+
 def krex_runtime(
-    make_runtime, backend: str = "preload", sim: int = 1, slots: int = 16, watchdog: bool = True, **settings: object
+    make_runtime, backend: str = "preload", sim: int = 1, slots: int = 16, watchdog: bool = True,
+    vendor: str = "nvidia", **settings: object,
 ) -> Runtime:
-    return make_runtime(policy="krex", sim=sim, slots=slots, extra_config=regions_config(backend, **settings),
-                        runtime_extra="" if watchdog else NO_WATCHDOG)
+    """A runtime under policy krex with `sim` simulated GPUs of `vendor`."""
+    return make_runtime(policy="krex", slots=slots, extra_config=regions_config(backend, **settings),
+                        runtime_extra="" if watchdog else NO_WATCHDOG, **simulated_gpus(vendor, sim))
+
+
+def simulated_gpus(vendor: str, count: int = 1) -> dict[str, int]:
+    """make_runtime's arguments for `count` simulated GPUs of `vendor`, and none of the other's."""
+    return {"nvidia": {"sim": count, "sim_amd": 0}, "amd": {"sim": 0, "sim_amd": count}}[vendor]
 
 
 def submit(rt: Runtime, *argv: str, gpu: int | None = None) -> str:
@@ -143,6 +160,18 @@ def gpu_state(rt: Runtime, gpu: int = 0) -> dict:
 
 def command_pid(rt: Runtime, command_id: str) -> int:
     return next(c["pid"] for c in snapshot(rt)["commands"] if c["id"] == command_id)
+
+
+def check_vendor(rt: Runtime, vendor: str, *ids: str) -> None:
+    """The tenants `ids` run on their vendor's API with its interception
+    library mapped: the simulated HIP runtime and libkrex_hip.so on AMD,
+    libkrex.so and no HIP on NVIDIA (a test parametrised over the vendor
+    that silently ran NVIDIA tenants twice would prove nothing of HIP)."""
+    for command_id in ids:
+        maps = Path(f"/proc/{command_pid(rt, command_id)}/maps").read_text()
+        libraries = {name for name in ("libamdhip64.so", "libkrex_hip.so", "libkrex.so") if name in maps}
+        want = {"libamdhip64.so", "libkrex_hip.so"} if vendor == "amd" else {"libkrex.so"}
+        assert libraries == want, f"{command_id} on {vendor} maps {sorted(libraries)}"
 
 
 def cgroup_root(rt: Runtime) -> Path | None:

@@ -56,6 +56,9 @@ def test_unknown_section(tmp_path: Path) -> None:
         load_config(_write(tmp_path, "[dispatch]\nslots_per_gpu = 3\n"))
 
 
+AMD_NEEDS_PRELOAD = 'regions.gate_backend = "driver-lock" is NVIDIA\'s checkpoint lock; AMD GPUs need "preload"'
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
@@ -72,6 +75,9 @@ def test_unknown_section(tmp_path: Path) -> None:
         ),
         ("[dispatcher]\ndefault_mode = 'forked'\n", 'dispatcher.default_mode = "forked" needs the zygotes (pool.zygote = true)'),
         ("[dispatcher]\ndefault_mode = 'pooled'\n", 'needs a context pool (pool.size_per_gpu >= 1)'),
+        # The driver's checkpoint lock is NVIDIA's: an AMD GPU (real or simulated) has none.
+        ("[regions]\ngate_backend = 'driver-lock'\n[gpus]\nvendor = 'amd'\n", AMD_NEEDS_PRELOAD),
+        ("[regions]\ngate_backend = 'driver-lock'\n[gpus]\nsimulated_amd = 1\n", AMD_NEEDS_PRELOAD),
         ("[dispatcher]\ndefault_mode = 'fork'\n", "dispatcher.default_mode: expected one of 'process', 'forked', 'pooled'"),
         ("runtime = 3\n", "runtime: expected a table, got an integer"),
         ("[runtime\n", "not valid TOML"),

@@ -89,7 +89,8 @@ def test_check_event_is_as_strict_as_the_reducer_needs() -> None:
                      "kind": "region", "frozen": ["x"]})
     assert SHAPES["region_released"] == {"gpu": (int,), "region": (int,), "reason": (str,), "verdict?": (str,),
                                          "verdict_reasons?": (list,), "share?": (str,), "exit_flags?": (list,),
-                                         "integrity?": (dict, type(None))}  # optional: traces from before the certificate lack them
+                                         "integrity?": (dict, type(None)),
+                                         "gpus?": (list, type(None))}  # optional: traces from before the certificate (or sets) lack them
 
 
 def test_a_restart_in_a_trace_ends_what_the_earlier_run_left() -> None:

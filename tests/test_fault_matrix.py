@@ -27,6 +27,7 @@ from test_regions import (
     RECOVERY_BOUND_S,
     TENANTS,
     busy,
+    check_vendor,
     command_pid,
     finish,
     frozen_cgroups,
@@ -50,14 +51,17 @@ MATRIX = {
     "tenant killed while waiting for a region": ["test_regions.py::test_sigkill_of_a_waiting_tenant"],
     "tenant hanging in a driver call (never drains)": ["test_regions.py::test_a_tenant_that_never_drains"],
     "tenant already stopped (SIGSTOP) at an entry": ["test_regions.py::test_a_tenant_that_was_already_stopped"],
-    "command timeout": ["test_commands.py::test_timeout_kills_whole_tree", "test_fault_matrix.py::test_fault_in_a_region[timeout]"],
-    "cancel of a running tree": ["test_commands.py::test_cancel_kills_whole_tree", "test_fault_matrix.py::test_fault_in_a_region[cancel]"],
+    "command timeout": ["test_commands.py::test_timeout_kills_whole_tree",
+                        "test_fault_matrix.py::test_fault_in_a_region[timeout-nvidia]"],
+    "cancel of a running tree": ["test_commands.py::test_cancel_kills_whole_tree",
+                                 "test_fault_matrix.py::test_fault_in_a_region[cancel-nvidia]",
+                                 "test_fault_matrix.py::test_fault_in_a_region[cancel-amd]"],
     "main process exits with a child alive": [
         "hostile/test_command_lifetime.py::test_a_command_ends_with_its_main_process_in_every_mode",
     ],
     "requester forks and exits, its child keeps the region socket": [
         "hostile/test_command_lifetime.py::test_a_region_is_released_when_its_requester_dies_though_its_child_keeps_the_socket",
-        "test_fault_matrix.py::test_fault_in_a_region[requester_dies]",
+        "test_fault_matrix.py::test_fault_in_a_region[requester_dies-nvidia]",
     ],
     "output disk full": ["hostile/test_full_disk.py::test_a_full_output_disk_loses_output_loudly_and_blocks_nothing"],
     "runtime SIGKILLed with frozen tenants, then restarted": ["test_regions.py::test_sigkill_of_the_runtime_then_restart"],
@@ -66,7 +70,8 @@ MATRIX = {
     ],
     "runtime SIGTERM with work in flight": [
         "test_commands.py::test_sigterm_leaves_no_process_behind",
-        "test_fault_matrix.py::test_fault_in_a_region[sigterm]",
+        "test_fault_matrix.py::test_fault_in_a_region[sigterm-nvidia]",
+        "test_fault_matrix.py::test_fault_in_a_region[sigterm-amd]",
         "hostile/test_startup_shutdown.py::test_sigterm_with_canaries_on_three_gpus_leaves_nothing",
     ],
     "start-up failure after resources were made": [
@@ -138,9 +143,16 @@ def _tree(pid: int) -> list[psutil.Process]:
 HOLD_FOREVER = [PY, str(TENANTS / "regions.py"), "--regions", "1", "--hold-s", "1000"]
 
 
-@pytest.mark.parametrize("fault", ["timeout", "cancel", "sigterm", "requester_dies"])
-def test_fault_in_a_region(make_runtime, fault: str) -> None:
-    rt = krex_runtime(make_runtime)  # hold limit 60 s: the fault, not the limit, ends the region
+# Each fault on the simulated NVIDIA GPU; on the AMD one (HIP tenants) those
+# that end frozen HIP tenants (the requester's death is the region channel's,
+# whatever the vendor, and a timeout ends the tree as a cancel does).
+FAULTS = [("timeout", "nvidia"), ("cancel", "nvidia"), ("sigterm", "nvidia"), ("requester_dies", "nvidia"),
+          ("cancel", "amd"), ("sigterm", "amd")]
+
+
+@pytest.mark.parametrize("fault, vendor", FAULTS)
+def test_fault_in_a_region(make_runtime, fault: str, vendor: str) -> None:
+    rt = krex_runtime(make_runtime, vendor=vendor)  # hold limit 60 s: the fault, not the limit, ends the region
     if fault == "requester_dies":
         _requester_dies(rt)
         return
@@ -148,6 +160,7 @@ def test_fault_in_a_region(make_runtime, fault: str) -> None:
     # A tree: the holder, and a child that would outlive it if only the holder were signalled.
     tree = ["bash", "-c", f"sleep 1000 & exec {' '.join(HOLD_FOREVER)}"]
     holder, others = _holding_with_frozen_others(rt, *timeout, "--", *tree)
+    check_vendor(rt, vendor, holder, *others)
     pids = [p.pid for p in _tree(command_pid(rt, holder))]
     assert len(pids) == 2
 

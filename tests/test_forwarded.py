@@ -5,6 +5,7 @@ servers, and the failures of either side."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -20,8 +21,19 @@ from region_checks import (
     check_one_holder_per_gpu,
     regions_of,
 )
-from runtime_helpers import PY, REPO, TENANTS, module_runtime, region_results, regions_config
+from runtime_helpers import (
+    NO_WATCHDOG,
+    PY,
+    REPO,
+    TENANTS,
+    module_runtime,
+    region_results,
+    regions_config,
+    tenant_processes,
+    trace_events,
+)
 
+from krex_runtime.commands import forward_ring
 from krex_runtime.node import native_build
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 
@@ -31,7 +43,8 @@ SERVERS = 4
 
 @pytest.fixture(scope="module")
 def tools(native_built: Path) -> Path:
-    subprocess.run(["make", "-s", "-C", str(REPO / "native"), "intercept-tests", "forward-tests"], check=True)
+    subprocess.run(["make", "-s", "-C", str(REPO / "native"), "intercept-tests", "forward-tests", "cudart-tests"],
+                   check=True)
     return TESTS
 
 
@@ -86,6 +99,48 @@ def test_threads_launch_paths_and_event_timings_are_seen_as_in_process_mode(rt: 
     assert timed["forwarded"]["unprotected_timings"] == timed["process"]["unprotected_timings"] == 4
 
 
+def test_a_cuda_runtime_program_gets_the_same_results_as_in_process_mode(rt: Runtime, tools: Path) -> None:
+    # Process mode: forwarded mode's libcudart over the simulated driver
+    # (the toolkit's cudart needs the driver's private tables, which the
+    # simulator does not have); forwarded: the same library over the client.
+    process = run(rt, "process", str(tools / "cudart_tenant"), "work")
+    forwarded = run(rt, "forwarded", str(tools / "cudart_tenant"), "work")
+    assert process["state"] == "finished", process
+    assert forwarded["state"] == "finished", forwarded
+    assert forwarded["stdout"] == process["stdout"]
+    out = forwarded["stdout"]
+    assert "devices 1, device 0, runtime " in out and "memory yes, a name yes" in out
+    assert "kernels counted 21" in out and "async copy intact" in out and "event timing covers the kernel" in out
+    assert ("unregistered launch: cudaErrorInvalidDeviceFunction, peeked cudaErrorInvalidDeviceFunction, "
+            "last cudaErrorInvalidDeviceFunction, then cudaSuccess") in out
+    assert "after reset counted 1" in out and out.endswith("done\n")
+    assert "krex" not in forwarded["stderr"]
+    # Its event timings are the command's, as in process mode.
+    assert forwarded["unprotected_timings"] == process["unprotected_timings"] > 0
+
+
+NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
+
+
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc (the program is built by it)")
+def test_a_program_built_by_nvcc_runs_forwarded_with_the_shared_cuda_runtime(rt: Runtime, tmp_path: Path) -> None:
+    source = native_build.native_dir().parent / "tests" / "cudart_nvcc_tenant.cu"
+    assert NVCC is not None
+    shared, static = tmp_path / "shared", tmp_path / "static"
+    # The shared one finds forwarded mode's libcudart through its run path in
+    # process mode too (the simulator cannot serve the toolkit's).
+    subprocess.run([NVCC, "-cudart", "shared", "-Xlinker", f"-rpath,{native_build.forwarding_client_dir()}",
+                    "-o", str(shared), str(source)], check=True)
+    subprocess.run([NVCC, "-o", str(static), str(source)], check=True)
+    process = run(rt, "process", str(shared))
+    forwarded = run(rt, "forwarded", str(shared))
+    assert forwarded["state"] == "finished" and forwarded["exit_code"] == 0, forwarded
+    assert forwarded["stdout"] == process["stdout"] == "counted 5, timing covers the kernels, last error cudaSuccess\n"
+    assert "krex" not in forwarded["stderr"]
+    carried = run(rt, "forwarded", str(static))
+    assert "carries its own CUDA runtime (cudart linked statically" in carried["reason"], carried
+
+
 def test_sixty_four_commands_at_once_on_four_servers(rt: Runtime, tools: Path) -> None:
     ids = []
     for _ in range(64):
@@ -99,15 +154,20 @@ def test_sixty_four_commands_at_once_on_four_servers(rt: Runtime, tools: Path) -
         assert result["stdout"].splitlines()[-1] == "done 20"
     assert _idle_servers(rt) == SERVERS  # each served in turn and put back, none retired
     check_nothing_left(rt.run_dir)
-    assert not list(Path("/dev/shm").glob("krex-fwd-*")), "a command's segment was left behind"
+    # This runtime's (other runtimes of the machine may hold segments of their own).
+    left = [p for p in Path("/dev/shm").glob("krex-fwd-*") if any(p.name.startswith(f"krex-fwd-{i}-") for i in ids)]
+    assert not left, "a command's segment was left behind"
 
 
-def test_regions_of_forwarded_tenants_keep_every_invariant(rt: Runtime) -> None:
+def test_regions_of_forwarded_tenants_keep_every_invariant(rt: Runtime, tools: Path) -> None:
     start = len(regions_of(rt.trace_path)[1])
     ids = []
     for i in range(8):
+        # Half of them Python tenants on the driver, half C tenants on the CUDA runtime.
         argv = [PY, str(TENANTS / "regions.py"), "--regions", "3", "--kernel-us", "300", "--repeats", "3",
                 "--pause-ms", "30", "--noise", str(i % 4), "--noise-us", "400"]
+        if i % 2:
+            argv = [str(tools / "cudart_tenant"), "regions", "3", "300", "3", str(i % 4)]
         done = rt.krex("submit", "--mode", "forwarded", "--", *argv)
         assert done.returncode == 0, done.stderr
         ids.append(done.stdout.strip())
@@ -188,7 +248,7 @@ def test_a_server_that_hangs_ends_at_the_time_limit_and_is_retired(rt: Runtime, 
 def test_a_client_that_dies_mid_call_leaves_its_server_clean(rt: Runtime, tools: Path) -> None:
     command_id = _waiting(rt, tools, 1500)
     server = _server_of(rt)
-    client = next(p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"][:2] == [
+    client = next(p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [])[:2] == [
         str(tools / "forward_tenant"), "wait"])
     client.kill()
     result = _result(rt, command_id)
@@ -218,6 +278,23 @@ def test_a_call_that_is_not_forwarded_is_named(rt: Runtime, tools: Path) -> None
     assert "it called cuMemAllocManaged, which forwarded mode does not forward" in result["reason"], result
 
 
+def test_a_cuda_runtime_call_forwarded_mode_does_not_implement_is_named(rt: Runtime, tools: Path) -> None:
+    result = run(rt, "forwarded", str(tools / "cudart_tenant"), "unknown")
+    assert result["state"] == "finished" and result["exit_code"] == 3, result
+    assert result["stdout"] == "cudaMallocManaged: cudaErrorNotSupported\n"
+    assert "krex forward: cudaMallocManaged is not forwarded" in result["stderr"]
+    assert "it called cudaMallocManaged, which forwarded mode does not forward" in result["reason"], result
+
+
+def test_a_program_that_carries_its_own_cuda_runtime_is_told_why(rt: Runtime, tools: Path) -> None:
+    # A statically linked cudart first asks the driver for its private tables.
+    result = run(rt, "forwarded", str(tools / "forward_tenant"), "export-table")
+    assert result["exit_code"] == 3, result
+    assert "carries its own CUDA runtime" in result["stderr"] and "nvcc -cudart shared" in result["stderr"]
+    assert "carries its own CUDA runtime (cudart linked statically" in result["reason"], result
+    assert "build it with `nvcc -cudart shared`, or run it in process mode" in result["reason"]
+
+
 def test_a_call_that_is_not_forwarded_falls_back_to_process_mode(tmp_path: Path, tools: Path) -> None:
     for runtime in _runtime(tmp_path / "rt", fallback="process", servers=1):
         wait_until(lambda: _idle_servers(runtime) == 1, 60, "the context server to be ready")
@@ -227,6 +304,12 @@ def test_a_call_that_is_not_forwarded_falls_back_to_process_mode(tmp_path: Path,
         assert "running the command again in process mode" in result["stderr"], result
         assert result["stdout"].strip() == f"cuMemAllocManaged: {801}", result  # CUDA_ERROR_NOT_SUPPORTED
         assert "krex forward" not in result["stderr"].split("process mode", 1)[1]
+        # A CUDA runtime program: in process mode (the simulator has no
+        # toolkit runtime) it meets forwarded mode's libcudart over the driver.
+        result = run(runtime, "forwarded", str(tools / "cudart_tenant"), "unknown")
+        assert "running the command again in process mode" in result["stderr"], result
+        assert "krex cudart: cudaMallocManaged is not implemented" in result["stderr"], result
+        assert result["stdout"].strip() == "cudaMallocManaged: cudaErrorNotSupported", result
 
 
 def test_forwarded_mode_needs_servers(make_runtime: Any) -> None:
@@ -235,3 +318,26 @@ def test_forwarded_mode_needs_servers(make_runtime: Any) -> None:
     assert done.returncode != 0
     assert "forward.servers_per_gpu" in done.stderr
 
+
+
+def test_a_killed_runtimes_segments_are_removed_by_its_restart(make_runtime: Any, tools: Path) -> None:
+    """A runtime killed with a forwarded command running leaves its segment in
+    /dev/shm; the next start on the same run folder removes it (and only its own)."""
+    forward = "\n[forward]\nservers_per_gpu = 1\nclean_timeout_s = 5\n"
+    rt = make_runtime(policy="krex", sim=1, slots=2, extra_config=regions_config() + forward,
+                      runtime_extra=NO_WATCHDOG)
+    wait_until(lambda: _idle_servers(rt) == 1, 60, "the context server to be ready")
+    prefix = forward_ring.segment_prefix(rt.run_dir)
+    _waiting(rt, tools, kernel_ms=60_000)
+    left = sorted(forward_ring.SHM_DIR.glob(prefix + "*"))
+    assert len(left) == 1
+    rt.stop(signal.SIGKILL)
+    assert left[0].exists()  # nobody removed it...
+    rt.start()  # ...until the restart's recovery
+    started = trace_events(rt, "runtime_started")[-1]
+    assert f"removed forwarding segment {left[0].name}" in started["recovered"]
+    assert not left[0].exists()
+    assert rt.proc is not None
+    runtime = rt.proc.pid  # its own context server is no orphan
+    wait_until(lambda: [p for p in tenant_processes(rt.run_dir) if p.ppid() != runtime] == [], 30,
+               "the orphaned command and server to end")

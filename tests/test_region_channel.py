@@ -19,8 +19,9 @@ from pathlib import Path
 import psutil
 import pytest
 from region_checks import check_nothing_left
-from runtime_helpers import (PY, TENANTS, busy, cgroup_root, command_pid, finish, frozen_cgroups, gpu_state,
-                             krex_runtime, regions_config, snapshot, submit, trace_events, wait_ready)
+from runtime_helpers import (PY, TENANTS, VENDORS, busy, cgroup_root, check_vendor, command_pid, finish,
+                             frozen_cgroups, gpu_state, krex_runtime, regions_config, snapshot, submit, trace_events,
+                             wait_ready)
 
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 
@@ -174,10 +175,14 @@ def test_without_cgroups_a_tenant_is_its_command_and_descendants(make_runtime, t
 # --- what a peer can cost ----------------------------------------------------------------
 
 
-def test_every_abuse_gets_a_clear_error_and_leaves_nothing_held(make_runtime) -> None:
-    rt = krex_runtime(make_runtime, channel_hello_timeout_s=1.0, channel_max_messages_per_s=5)
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_every_abuse_gets_a_clear_error_and_leaves_nothing_held(make_runtime, vendor: str) -> None:
+    """Each abuse, then a legitimate region: the other tenant (HIP on the AMD
+    GPU) is frozen, drained and thawed around every one of them."""
+    rt = krex_runtime(make_runtime, channel_hello_timeout_s=1.0, channel_max_messages_per_s=5, vendor=vendor)
     other = busy(rt)
     wait_ready(rt, other)
+    check_vendor(rt, vendor, other)
     busy_again = "ERROR EBUSY this connection already holds or awaits its region"
     abuses = {
         # As a tenant holding its region: the runtime hangs up, which releases the region.

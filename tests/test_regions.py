@@ -26,9 +26,9 @@ from region_checks import (
     is_frozen,
     regions_of,
 )
-from runtime_helpers import (PY, TENANTS, busy, cgroup_root, command_pid, finish, frozen_cgroups, gpu_state,
-                             krex_runtime, output, region_results, regions_config, snapshot, submit, tenant_processes,
-                             trace_events, wait_ready)
+from runtime_helpers import (GATES, PY, TENANTS, VENDORS, busy, cgroup_root, check_vendor, command_pid, finish,
+                             frozen_cgroups, gpu_state, krex_runtime, output, region_results, regions_config,
+                             snapshot, submit, tenant_processes, trace_events, wait_ready)
 
 from krex_runtime.node import native_build
 from krex_runtime.regions.freezer import is_stopped
@@ -38,7 +38,6 @@ from krex_runtime.sim.device_file import active_count, remove_device
 from krex_runtime.sim.execution_log import read_execution_log
 
 RECOVERY_BOUND_S = 10.0
-BACKENDS = ["preload", "driver-lock"]
 
 
 # --- basics -------------------------------------------------------------------
@@ -83,9 +82,9 @@ def test_region_decorator_and_c_api_under_the_runtime(make_runtime, native_built
 # --- the invariant suite ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_stress_sixteen_tenants_per_gpu(make_runtime, backend: str) -> None:
-    rt = krex_runtime(make_runtime, backend, sim=2, slots=16)
+@pytest.mark.parametrize("backend, vendor", GATES)
+def test_stress_sixteen_tenants_per_gpu(make_runtime, backend: str, vendor: str) -> None:
+    rt = krex_runtime(make_runtime, backend, sim=2, slots=16, vendor=vendor)
     ids = []
     for i in range(32):
         ids.append(
@@ -122,12 +121,13 @@ def _holding(rt: Runtime, hold_s: float = 1000) -> str:
     return holder
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_sigkill_of_the_holder(make_runtime, backend: str) -> None:
-    rt = krex_runtime(make_runtime, backend)
+@pytest.mark.parametrize("backend, vendor", GATES)
+def test_sigkill_of_the_holder(make_runtime, backend: str, vendor: str) -> None:
+    rt = krex_runtime(make_runtime, backend, vendor=vendor)
     others = [busy(rt) for _ in range(3)]
     wait_ready(rt, *others)
     holder = _holding(rt)
+    check_vendor(rt, vendor, holder, *others)
     root = cgroup_root(rt)
     assert len(frozen_cgroups(root)) == 3
     os.kill(command_pid(rt, holder), signal.SIGKILL)
@@ -138,9 +138,11 @@ def test_sigkill_of_the_holder(make_runtime, backend: str) -> None:
     finish(rt, *others)
 
 
-def test_sigkill_of_a_waiting_tenant(make_runtime) -> None:
-    rt = krex_runtime(make_runtime)
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_sigkill_of_a_waiting_tenant(make_runtime, vendor: str) -> None:
+    rt = krex_runtime(make_runtime, vendor=vendor)
     holder = _holding(rt)
+    check_vendor(rt, vendor, holder)
     # No GPU work before the request: a tenant's kernels would park at the closed gate.
     waiter = submit(rt, PY, "-c", "from krex_runtime.client import region\nwith region(): pass")
     wait_until(lambda: len(gpu_state(rt)["region_queue"]) == 1, 60, "the second request to queue")
@@ -152,11 +154,12 @@ def test_sigkill_of_a_waiting_tenant(make_runtime) -> None:
     check_nothing_left(rt.run_dir)
 
 
-def test_sigkill_of_the_runtime_then_restart(make_runtime) -> None:
-    rt = krex_runtime(make_runtime, watchdog=False)  # the restart's recovery, not the watchdog's
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_sigkill_of_the_runtime_then_restart(make_runtime, vendor: str) -> None:
+    rt = krex_runtime(make_runtime, watchdog=False, vendor=vendor)  # the restart's recovery, not the watchdog's
     others = [busy(rt) for _ in range(2)]
     wait_ready(rt, *others)
-    _holding(rt)
+    check_vendor(rt, vendor, *others, _holding(rt))
     root = cgroup_root(rt)
     assert len(frozen_cgroups(root)) == 2
     rt.stop(signal.SIGKILL)
@@ -171,13 +174,14 @@ def test_sigkill_of_the_runtime_then_restart(make_runtime) -> None:
     assert rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "1").returncode == 0
 
 
-def test_gate_fails_open_when_the_runtime_dies(make_runtime) -> None:
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_gate_fails_open_when_the_runtime_dies(make_runtime, vendor: str) -> None:
     # gpu-only protection: nothing frozen, so the gated tenants show the fail-open path.
-    rt = krex_runtime(make_runtime, protection="gpu-only", watchdog=False)
+    rt = krex_runtime(make_runtime, protection="gpu-only", watchdog=False, vendor=vendor)
     others = [busy(rt, threads=2) for _ in range(2)]
     wait_ready(rt, *others)
     pids = [command_pid(rt, c) for c in others]
-    _holding(rt)
+    check_vendor(rt, vendor, *others, _holding(rt))
     gate = Gate.attach(rt.run_dir / "gates" / "gpu0.gate")
     wait_until(lambda: gate.parked() > 0, 30, "the other tenants to park")
     rt.stop(signal.SIGKILL)
@@ -196,12 +200,14 @@ def test_gate_fails_open_when_the_runtime_dies(make_runtime) -> None:
     psutil.wait_procs(orphans, timeout=10)
 
 
-@pytest.mark.parametrize("action", ["revoke", "kill"])
-def test_holder_over_the_hold_limit(make_runtime, action: str) -> None:
-    rt = krex_runtime(make_runtime, hold_limit_s=1.0, on_hold_limit=action)
+# Killing the holder is the runtime's, whatever the vendor: AMD's runs the revoke.
+@pytest.mark.parametrize("action, vendor", [("revoke", "nvidia"), ("kill", "nvidia"), ("revoke", "amd")])
+def test_holder_over_the_hold_limit(make_runtime, action: str, vendor: str) -> None:
+    rt = krex_runtime(make_runtime, hold_limit_s=1.0, on_hold_limit=action, vendor=vendor)
     others = [busy(rt) for _ in range(2)]
     wait_ready(rt, *others)
     holder = submit(rt, PY, str(TENANTS / "regions.py"), "--regions", "1", "--hold-s", "4")
+    check_vendor(rt, vendor, *others)
     done = rt.krex("wait", "--json", holder)
     released = trace_events(rt, "region_released")[-1]
     assert "limit" in released["reason"]
@@ -223,11 +229,12 @@ def _active(device: str) -> int:
         return 0
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_a_tenant_that_never_drains(make_runtime, backend: str) -> None:
-    rt = krex_runtime(make_runtime, backend, drain_timeout_s=1.0)
+@pytest.mark.parametrize("backend, vendor", GATES)
+def test_a_tenant_that_never_drains(make_runtime, backend: str, vendor: str) -> None:
+    rt = krex_runtime(make_runtime, backend, drain_timeout_s=1.0, vendor=vendor)
     hog = busy(rt, kernel_us=600e6, depth=1)  # one 10-minute kernel
     wait_until(lambda: _active(rt.device) >= 1, 30, "the hog's kernel to run")
+    check_vendor(rt, vendor, hog)
     done = rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "1")
     assert done.returncode == 0, done.stderr
     assert region_results(done.stdout)[0]["error"] == "ETIMEDOUT"
@@ -248,11 +255,12 @@ def stop_the_first(rt: Runtime, others: list[str]) -> int:
     return stopped
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_a_tenant_that_was_already_stopped(make_runtime, backend: str) -> None:
-    rt = krex_runtime(make_runtime, backend)
+@pytest.mark.parametrize("backend, vendor", GATES)
+def test_a_tenant_that_was_already_stopped(make_runtime, backend: str, vendor: str) -> None:
+    rt = krex_runtime(make_runtime, backend, vendor=vendor)
     others = [busy(rt) for _ in range(2)]
     stopped = stop_the_first(rt, others)
+    check_vendor(rt, vendor, *others)
     done = rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "2")
     assert done.returncode == 0, done.stderr
     assert all("times_ms" in r for r in region_results(done.stdout))

@@ -228,6 +228,7 @@ class CommandDetailScreen(CommandActions, Screen[None]):
                 f"  exit {cmd.exit_code if cmd.exit_code is not None else '-'}"
                 f"{f'  signal {cmd.signal}' if cmd.signal else ''}{f'  reason {cmd.reason}' if cmd.reason else ''}"
                 f"{f'  unprotected timings {cmd.unprotected_timings}' if cmd.unprotected_timings else ''}"
+                f"{f'  untracked timings {cmd.untracked_timings}' if cmd.untracked_timings else ''}"
                 f"{f'  auto-regions {len(cmd.auto_regions)}' if cmd.auto_regions else ''}",
                 fmt.argv_text(cmd.argv, 200),
                 region_summary(model, cmd.id),

@@ -33,7 +33,7 @@ def describe_gpu(model: ConsoleModel, gpu: GpuState) -> str:
     throttle = fmt.get(t, "throttle")
     sim = fmt.get(t, "simulated")
     lines = [
-        f"[b]GPU {gpu.index}[/b]  {gpu.uuid}  {gpu.name}  {'AMD' if gpu.vendor == 'amd' else 'NVIDIA'}{'  [i](simulated)[/i]' if gpu.simulated else ''}"
+        f"[b]GPU {gpu.index}[/b]  {gpu.uuid}  {gpu.name}{'  AMD' if gpu.vendor == 'amd' else ''}{'  [i](simulated)[/i]' if gpu.simulated else ''}"
         f"  memory {fmt.bytes_(gpu.memory_total)}  cpus {','.join(map(str, gpu.cpus)) or fmt.NA}",
         f"region holder {f['holder']}  hold {f['hold']}  region queue {f['region_queue']}"
         f"  admission queue {f['admission_queue']}  lease {f['lease']}  admission {f['admission']}",
@@ -108,7 +108,7 @@ def summarize_gpu(model: ConsoleModel, gpu: GpuState) -> str:
     holder = holder_text(model.state, gpu)
     holder_cmd = f"  holder {holder}{f' (command {gpu.region_command})' if gpu.region_command else ''}" if gpu.region_holder is not None else ""
     return "\n".join([
-        f"[b]GPU {gpu.index}[/b]  {gpu.uuid}  {gpu.name}  {'AMD' if gpu.vendor == 'amd' else 'NVIDIA'}{'  [i](simulated)[/i]' if gpu.simulated else ''}{holder_cmd}"
+        f"[b]GPU {gpu.index}[/b]  {gpu.uuid}  {gpu.name}{'  AMD' if gpu.vendor == 'amd' else ''}{'  [i](simulated)[/i]' if gpu.simulated else ''}{holder_cmd}"
         f"  frozen {','.join(f't{x}' for x in gpu.frozen) or '-'}",
         f"canary outside p50/p95 {fmt.inflation(fmt.get(canary, 'outside_p50'))}/"
         f"{fmt.inflation(fmt.get(canary, 'outside_p95'))}  contention {fmt.factor(fmt.get(canary, 'contention'))}"

@@ -45,6 +45,9 @@ class SubmitOptions:
     retries: int | None = None
     lease: bool = False
     on_output: OutputCallback | None = None
+    # A set of GPUs (docs/api.md, "Regions over several GPUs"): how many, or which.
+    # Last, so that Command(argv, gpu, mode, ...) keeps its positional order.
+    gpus: int | Sequence[int] | None = None
 
     def body(self, argv: Sequence[str], *, attach: bool) -> dict[str, Any]:
         """The `submit` request's body; `attach`: the runtime pushes the
@@ -64,6 +67,14 @@ class SubmitOptions:
             "attach": attach,
             "lease": self.lease,
         }
+        if self.gpus is not None:
+            gpus = self.gpus
+            if isinstance(gpus, bool) or not isinstance(gpus, (int, Sequence)) or isinstance(gpus, (str, bytes)):
+                raise TypeError("gpus is a number of GPUs (2) or a list of GPU indices ([0, 1])")
+            if isinstance(gpus, int):
+                body["gpu_count"] = gpus
+            else:
+                body["gpus"] = [int(g) for g in gpus]
         if self.mode is not None:
             body["mode"] = self.mode
         if self.auto_region is not None:

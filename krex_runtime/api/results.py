@@ -120,6 +120,9 @@ class Region:
     # Measurement integrity of its timed windows (docs/integrity.md): windows, clean, summary,
     # flags {name: {count, reason}}; None: the holder reported none (or an older runtime)
     integrity: Mapping[str, Any] | None = None
+    # A region over a set of GPUs: the set (it has a Region per GPU, each with this one
+    # `region` id; the set's verdict is the worst of theirs); (): one GPU.
+    gpus: tuple[int, ...] = ()
 
     @classmethod
     def from_record(cls, r: Mapping[str, Any]) -> Region:
@@ -143,6 +146,7 @@ class Region:
             settle_s=f.get("settle_s", _is_number),
             on_clock=f.get("on_clock", _is_bool),
             integrity=_integrity(f.get("integrity", _is_object)),
+            gpus=tuple(f.get("gpus", _INTS, (), "a list of integers")),
         )
 
 
@@ -181,6 +185,7 @@ class Result:
     regions: tuple[Region, ...]
     region_count: int  # all its regions; `regions` holds the first ones the runtime keeps
     unprotected_timings: int  # event timings outside any region; 0 from a runtime that does not count them
+    untracked_timings: int = 0  # event timings the library could not track (known neither way); 0 from older runtimes
     worker: str | None = None
     auto_regions: tuple[str, ...] = ()  # the timing entry points auto-regions ran in regions
     share: str = ""  # its fair-share key
@@ -190,6 +195,7 @@ class Result:
     # (it did not read in time): stdout/stderr here may miss some output, the
     # files the record names (stdout_path, stderr_path) have all of it.
     output_incomplete: bool = False
+    gpus: tuple[int, ...] = ()  # placed on a set of GPUs: the set (`gpu` its first); (): one GPU
     record: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)  # as the runtime sent it
 
     @property
@@ -227,11 +233,13 @@ class Result:
             regions=regions,
             region_count=f.get("region_count", _is_int, len(regions)),
             unprotected_timings=f.get("unprotected_timings", _is_int, 0),
+            untracked_timings=f.get("untracked_timings", _is_int, 0),
             worker=f.get("worker", _is_str),
             auto_regions=tuple(f.get("auto_regions", _STRS, (), "a list of strings")),
             share=f.get("share", _is_str, ""),
             output_lost=dict(f.get("output_lost", _map_of(_is_int), {}, "an object of integers")),
             output_error=f.get("output_error", _is_str, ""),
+            gpus=tuple(f.get("gpus", _INTS, (), "a list of integers")),
             record=dict(r),
         )
 
@@ -263,6 +271,7 @@ class GpuStatus:
     pool: Mapping[str, Any]
     verdicts: Mapping[str, int] = field(default_factory=dict)  # released regions per certificate verdict
     foreign_processes: tuple[int, ...] = ()  # pids using the GPU that this runtime did not start
+    region_gpus: tuple[int, ...] = ()  # the holder's region is over this set of GPUs (one region id on each); (): this one
     vendor: str = "nvidia"  # "nvidia" or "amd" (a runtime from before AMD support sends none: NVIDIA's)
 
 
@@ -322,6 +331,7 @@ def _gpu_status(g: Mapping[str, Any]) -> GpuStatus:
         pool=dict(f.get("pool", _is_object, {})),
         verdicts=dict(f.get("verdicts", _map_of(_is_int), {}, "an object of integers")),
         foreign_processes=tuple(f.get("foreign_processes", _INTS, (), "a list of integers")),
+        region_gpus=tuple(f.get("region_gpus", _INTS, (), "a list of integers")),
         vendor=f.get("vendor", _is_str, "nvidia"),
     )
 

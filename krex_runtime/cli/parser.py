@@ -85,6 +85,9 @@ def build_parser(version: Callable[[], str]) -> Parser:
 
     def command_options(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--gpu", type=int, help="run on this GPU index (default: the least-loaded)")
+        sp.add_argument("--gpus", metavar="N|I,J", default=None,
+                        help="run on a set of GPUs: N of them (where N have a free slot) or these indices (0,1); "
+                             "its regions cover the whole set (policy krex; process mode)")
         sp.add_argument("--timeout", type=float, metavar="S", help="wall-time limit in seconds (then exit status 124)")
         sp.add_argument("--label", default="", help="a name shown in status and the trace")
         sp.add_argument("--lease", action="store_true", help="run with the whole GPU leased to the command (policy krex)")

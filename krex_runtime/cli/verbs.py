@@ -76,8 +76,20 @@ def node_labels(args: argparse.Namespace) -> dict[str, str]:
     return found
 
 
+def gpu_set(text: str | None) -> int | list[int] | None:
+    """--gpus N (how many) or --gpus I,J (which)."""
+    if text is None:
+        return None
+    words = [w.strip() for w in text.split(",")]
+    if not all(w.isascii() and w.isdigit() for w in words):
+        raise UsageError(f"--gpus takes a number of GPUs (2) or GPU indices (0,1), not {text!r}")
+    if len(words) == 1 and "," not in text:
+        return int(words[0])
+    return [int(w) for w in words]
+
+
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    return {"gpu": args.gpu, "mode": args.mode, "timeout": args.timeout, "label": args.label, "lease": args.lease,
+    return {"gpu": args.gpu, "gpus": gpu_set(args.gpus), "mode": args.mode, "timeout": args.timeout, "label": args.label, "lease": args.lease,
             "auto_region": args.auto_region, "auto_region_entries": args.auto_region_entry, "share": args.share,
             "node_labels": node_labels(args), "gpu_model": args.gpu_model, "retries": args.retries}
 
@@ -157,6 +169,9 @@ def _say_end(result: Result, asked_auto_region: bool = False) -> None:
     if result.unprotected_timings:
         print(f"krex: warning: {result.id} took {result.unprotected_timings} CUDA-event timing(s) "
               "outside a region: those measurements are not protected", file=sys.stderr)
+    if result.untracked_timings:
+        print(f"krex: warning: {result.id} took {result.untracked_timings} CUDA-event timing(s) the interception "
+              "library could not track (too many live events): not known to be protected", file=sys.stderr)
     integrity = _integrity_line(result)
     if integrity:
         print(f"krex: {'warning: ' if 'flagged' in integrity else ''}{result.id}: {integrity}", file=sys.stderr)

@@ -92,6 +92,8 @@ def gpu_table(status: NodeStatus, now: float, width: int | None = None) -> Table
             region = f"lease {now - (g.region_since or now):.0f}s"
         else:
             region = f"t{g.region_holder} {now - (g.region_since or now):.1f}s"
+            if g.region_gpus:  # one region over a set of GPUs: the same on each of its rows
+                region += f" gpus {','.join(str(i) for i in g.region_gpus)}"
         pool = f"{g.pool.get('idle', 0)}/{g.pool['size']}" if g.pool.get("size") else NA
         enter = f"{g.last_enter_s * 1000:.1f}" if g.last_enter_s is not None else NA
         state = "paused" if g.paused else "leased" if g.leased else "open"

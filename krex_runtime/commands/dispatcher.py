@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from krex_runtime.host import fair_share
-from krex_runtime.commands import auto_regions, tenant_reports, unprotected
+from krex_runtime.commands import auto_regions, forward_ring, gpu_placement, tenant_reports, unprotected
 from krex_runtime.commands.command_process import Outcome
 from krex_runtime.node.config import Config
 from krex_runtime.commands.context_pool import ContextPool
@@ -130,7 +130,8 @@ class Dispatcher:
         # Forwarded mode's context servers: an idle one may let a queued command start.
         self.forward: ForwardPool | None = (
             ForwardPool(config.forward, config.dispatcher.kill_grace_s, gpus, setup, pool_dir,
-                        native_build.context_server(), on_idle=self.pump)
+                        native_build.context_server(), on_idle=self.pump,
+                        segment_prefix=forward_ring.segment_prefix(setup.env.run_dir))
             if config.forward.servers_per_gpu > 0
             else None
         )
@@ -151,7 +152,9 @@ class Dispatcher:
             raise ProtocolError(ErrorCode.BAD_REQUEST, "timeout_s must be positive")
         if body.lease and self._leases is None:
             raise ProtocolError(ErrorCode.REFUSED, "leases need policy 'krex'")
-        mode = body.mode or self._default_mode(body.argv)
+        # A set of GPUs runs in process mode (gpu_placement.py): its default too.
+        on_a_set = len(body.gpus) > 1 or body.gpu_count > 1
+        mode = body.mode or ("process" if on_a_set else self._default_mode(body.argv))
         entry = None
         if mode == "forwarded" and self.forward is None:
             raise ProtocolError(ErrorCode.REFUSED, "forwarded commands need context servers (forward.servers_per_gpu >= 1)")
@@ -163,6 +166,7 @@ class Dispatcher:
             refused = self.zygotes.refused(body.gpu)
             if refused:
                 raise ProtocolError(ErrorCode.REFUSED, f"forked mode is unavailable: {refused}")
+        ask = gpu_placement.ask_of(body, self.gpus, mode)  # a set of GPUs, or None
         if mode in ("pooled", "forked"):
             try:
                 entry = parse_entry(list(body.argv)).to_dict()
@@ -184,6 +188,7 @@ class Dispatcher:
             mode=mode,
             entry=entry,
             share=body.share or fair_share.DEFAULT_KEY,
+            gpu_ask=ask,
         )
         auto_regions.setup(job, body, self.config.regions, self.reports)
         if self.config.runtime.policy == "krex":
@@ -194,6 +199,7 @@ class Dispatcher:
             events.CommandQueued(
                 id=job.id, argv=job.argv, gpu=job.gpu_request, timeout_s=job.timeout_s, label=job.label,
                 lease=job.lease, mode=job.mode, share=job.share,
+                gpus=list(ask.indices) or None if ask else None, gpu_count=ask.count if ask else None,
             )
         )
         if mode in ("pooled", "forked", "forwarded"):
@@ -273,6 +279,18 @@ class Dispatcher:
             if len(blocked) == len(self.gpus):
                 break
             if job.mode == "forked" and self._refuse_forked(job):
+                continue
+            if job.gpu_ask is not None:  # a set of GPUs (gpu_placement.py)
+                free = [i for i in self.gpus if i not in blocked and self._free(i, job)]
+                chosen = gpu_placement.place(job.gpu_ask, free, self._load)
+                if chosen is None:
+                    if not job.gpu_ask.indices:
+                        break  # as a command that may go anywhere: it holds back what is behind it
+                    blocked.update(job.gpu_ask.indices)  # its GPUs serve it first
+                    continue
+                self.queue.remove(job)
+                self.fair.started(job.share, turn)
+                self._start(job, chosen[0], chosen)
                 continue
             if job.gpu_request is not None:
                 free = job.gpu_request not in blocked and self._free(job.gpu_request, job)
@@ -355,12 +373,13 @@ class Dispatcher:
         self._start(job, gpu)
         return job
 
-    def _start(self, job: Job, gpu_index: int) -> None:
+    def _start(self, job: Job, gpu_index: int, gpu_set: tuple[int, ...] = ()) -> None:
         deadline = self._queue_deadlines.pop(job.id, None)
         if deadline is not None:
             deadline.cancel()
         gpu = self.gpus[gpu_index]
         job.state, job.gpu = "running", gpu_index
+        job.gpu_set = tuple(self.gpus[i] for i in gpu_set)
         worker = None
         server: ContextServer | None = None
         if job.mode == "forwarded":
@@ -377,7 +396,8 @@ class Dispatcher:
             job.tenant_id = self._setup.new_tenant_id()
         job.stdout_path = self._output_dir / f"{job.id}.stdout"
         job.stderr_path = self._output_dir / f"{job.id}.stderr"
-        self._tenants.add(gpu_index, job)
+        for index in gpu_set or (gpu_index,):  # a set's command is a tenant of each of its GPUs
+            self._tenants.add(index, job)
         task = asyncio.create_task(self._run(job, gpu, worker, server))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -396,13 +416,14 @@ class Dispatcher:
                 self._finish(job, Outcome("failed", None, None, f"lease refused: {exc}"), "failed", started=False)
                 return
         admitted = False
+        more = tuple(g.index for g in job.gpu_set[1:])  # the rest of its set of GPUs
         try:
             if worker is not None:
                 await self._launch.run_pooled(job, gpu, worker)
                 return
             assert job.tenant_id is not None
             try:
-                job.identity = self._setup.admit(gpu.index, job.tenant_id)
+                job.identity = self._setup.admit(gpu.index, job.tenant_id, more)
             except AdmitError as exc:
                 self._finish(job, Outcome("failed", None, None, f"cannot start: {exc}"), "failed", started=False)
                 return
@@ -416,7 +437,7 @@ class Dispatcher:
                 await self._launch.run_process(job, gpu)
         finally:
             if admitted:  # its processes have ended: its uid and gate entries go back
-                self._setup.dismiss(gpu.index, job.tenant_id, job.identity)  # type: ignore[arg-type]
+                self._setup.dismiss(gpu.index, job.tenant_id, job.identity, more)  # type: ignore[arg-type]
             if release_lease is not None:
                 release_lease()
                 self.leased_gpus.discard(gpu.index)
@@ -424,7 +445,8 @@ class Dispatcher:
 
     def _open_reports(self, job: Job, identity: Identity | None) -> None:
         """As it starts: the command's reports, for its uid's group to write."""
-        self.reports.open([job.auto_region_report, job.unprotected_path], identity, keep=job.auto_region_report)
+        self.reports.open([job.auto_region_report, job.unprotected_path], identity, keep=job.auto_region_report,
+                          tally=(job.unprotected_path, unprotected.UNTRACKED))
 
     def _finish_started(self, job: Job, outcome: Outcome, state: str, started: bool) -> None:
         self._finish(job, outcome, state, started=started)
@@ -453,13 +475,15 @@ class Dispatcher:
         job.outcome, job.state, job.finished_at = outcome, state, time.time()
         # Read to their end, and gone: nothing a tenant wrote stays in the run folder.
         job.auto_regions = auto_regions.wrapped(self.reports.close(job.auto_region_report))
-        job.unprotected_timings = self.reports.close(job.unprotected_path).size
+        unprotected.counted(job, self.reports.close(job.unprotected_path))
         if job.gpu is not None:
-            self._tenants.discard(job.gpu, job.id)
+            for index in [g.index for g in job.gpu_set] or [job.gpu]:
+                self._tenants.discard(index, job.id)
         self._emit(
             events.CommandFinished(
                 id=job.id, state=state, exit_code=outcome.exit_code, signal=outcome.signal, reason=outcome.reason,
                 gpu=job.gpu, auto_regions=job.auto_regions, unprotected_timings=job.unprotected_timings,
+                untracked_timings=job.untracked_timings,
                 output_lost=job.output_loss.record() if job.output_loss.total else None,
             )
         )

@@ -76,17 +76,22 @@ class TenantEnvironment:
 
     def build(
         self, command_id: str, tenant_id: int | None, command_env: dict[str, str], gpu: Gpu,
-        identity: Identity | None = None,
+        identity: Identity | None = None, more: tuple[Gpu, ...] = (),
     ) -> dict[str, str]:
         """The environment of one tenant. A context process gets it too, under
         its own id (its commands' ids are mapped to it by the runtime, never
-        read from its environment)."""
+        read from its environment). `more`: the rest of a set of GPUs the
+        command is placed on (`gpu` first): it sees them all and meets every
+        one's gate."""
         env = dict(os.environ)
         env.update(self.extra)
         env.update(command_env)
         if gpu.vendor == "amd":  # the runtime's own CUDA_VISIBLE_DEVICES is not this tenant's
             env.pop("CUDA_VISIBLE_DEVICES", None)
         env.update(gpu.visibility_env)
+        if more:  # a set of GPUs (of one vendor: placement refuses a mixed set): all of them visible
+            for name in gpu.visibility_env:
+                env[name] = ",".join(g.visibility_env[name] for g in (gpu, *more))
         env.update(
             {
                 names.GPU_VENDOR: gpu.vendor,
@@ -98,6 +103,8 @@ class TenantEnvironment:
                 names.RUN_DIR: str(self.run_dir),
             }
         )
+        if more:
+            env[names.GPUS] = ",".join(str(g.index) for g in (gpu, *more))
         env.update(self.user_env)
         if identity is not None:
             name = f"tenant{identity.uid}"
@@ -114,6 +121,8 @@ class TenantEnvironment:
             env["LD_PRELOAD"] = _prepend(str(library), env.get("LD_PRELOAD", ""), " ")
         if self.regions is not None:
             env[names.GATE_PATH] = str(self.regions.gates[gpu.index])
+            if more:
+                env[names.GATE_SET] = ":".join(str(self.regions.gates[g.index]) for g in (gpu, *more))
             env[names.REGION_SOCKET] = str(self.regions.socket)
             if tenant_id is not None:
                 env[names.REGION_TOKEN] = self.regions.tokens.token_for(tenant_id)
@@ -142,27 +151,34 @@ class TenantSetup:
     def new_tenant_id(self) -> int:
         return next(self._ids)
 
-    def admit(self, gpu: int, tenant_id: int) -> Identity | None:
-        """Before a tenant starts: its uid (with a range) and its gate entries.
-        AdmitError says why it cannot start."""
+    def admit(self, gpu: int, tenant_id: int, more: tuple[int, ...] = ()) -> Identity | None:
+        """Before a tenant starts: its uid (with a range) and its gate entries (in
+        the gate of every GPU of its set, `more` the rest of it). AdmitError says
+        why it cannot start."""
         identity = None
         if self.identities is not None:
             identity = self.identities.take()
             if identity is None:
                 raise AdmitError(f"all {self.identities.count} uids of tenants.uid_range are in use")
         if self.gates is not None:
+            admitted: list[int] = []
             try:
-                self.gates.admit(gpu, tenant_id, identity)
+                for index in (gpu, *more):
+                    self.gates.admit(index, tenant_id, identity)
+                    admitted.append(index)
             except OSError as exc:
+                for index in admitted:
+                    self.gates.dismiss(index, tenant_id)
                 if identity is not None and self.identities is not None:
                     self.identities.give_back(identity)
                 raise AdmitError(f"cannot make its gate entries: {exc.strerror or exc}") from None
         return identity
 
-    def dismiss(self, gpu: int, tenant_id: int, identity: Identity | None) -> None:
+    def dismiss(self, gpu: int, tenant_id: int, identity: Identity | None, more: tuple[int, ...] = ()) -> None:
         """After a tenant's processes have all ended."""
         if self.gates is not None:
-            self.gates.dismiss(gpu, tenant_id)
+            for index in (gpu, *more):
+                self.gates.dismiss(index, tenant_id)
         if identity is not None and self.identities is not None:
             self.identities.give_back(identity)
 

@@ -26,6 +26,10 @@ from krex_runtime.node import native_build
 from krex_runtime.node.access import RunAs
 from krex_runtime.node.config import ForwardSection
 
+# The driver call only a CUDA runtime makes: the client reports it when the
+# program brought its own runtime (forwarded mode's libcudart never asks).
+EXPORT_TABLE = "cuGetExportTable"
+
 
 class ForwardedRun:
     def __init__(self, settings: ForwardSection, pool: ForwardPool, server: ContextServer, run_as: RunAs | None) -> None:
@@ -40,7 +44,8 @@ class ForwardedRun:
         """Its segment, served by its server; an Outcome when it cannot start."""
         assert job.tenant_id is not None
         try:
-            self.segment = Segment(job.id, self._settings.ring_kib * 1024, self._settings.staging_kib * 1024, self._owner)
+            self.segment = Segment(self._pool.segment_prefix, job.id, self._settings.ring_kib * 1024,
+                                   self._settings.staging_kib * 1024, self._owner)
         except OSError as exc:
             return Outcome("failed", None, None, f"cannot start: cannot make its forwarding segment: {exc}")
         why = await self._pool.serve(self._server, self.segment, job.tenant_id)
@@ -84,6 +89,11 @@ class ForwardedRun:
             # Its GPU calls failed from then on: whatever it did next, it failed.
             reason = f"its context server refused a request: {refused}" if refused else stopped
             outcome = dataclasses.replace(outcome, state="failed" if outcome.state == "finished" else outcome.state)
+        elif self.unknown_call == EXPORT_TABLE:
+            # Whatever the program did after its runtime found no tables, this is why.
+            reason = (f"it carries its own CUDA runtime (cudart linked statically, nvcc's default, or a libcudart "
+                      f"loaded by path), which asks for the driver's private tables ({EXPORT_TABLE}) and cannot "
+                      f"run forwarded: build it with `nvcc -cudart shared`, or run it in process mode")
         elif self.unknown_call and (outcome.exit_code or outcome.signal):
             reason = f"it called {self.unknown_call}, which forwarded mode does not forward (run it in process mode)"
         return dataclasses.replace(outcome, reason=reason) if reason != outcome.reason else outcome

@@ -67,9 +67,10 @@ class ContextServer:
 class ForwardPool:
     def __init__(
         self, settings: ForwardSection, kill_grace_s: float, gpus: list[Gpu], setup: TenantSetup, log_dir: Path,
-        server_path: Path, on_idle: Callable[[], None],
+        server_path: Path, on_idle: Callable[[], None], segment_prefix: str,
     ) -> None:
         self.settings = settings
+        self.segment_prefix = segment_prefix  # forward_ring.segment_prefix of the run folder
         self.kill_grace_s = kill_grace_s
         self.gpus = {g.index: g for g in gpus}
         self.servers: dict[str, ContextServer] = {}

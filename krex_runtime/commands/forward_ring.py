@@ -10,6 +10,7 @@ test compiles the header and compares them.
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 import secrets
@@ -59,13 +60,30 @@ def _text(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
+def segment_prefix(run_dir: Path) -> str:
+    """The name every segment of one runtime starts with: its run folder's, so a
+    restarted runtime removes what its predecessor left (`remove_left`) and no
+    other runtime's segment is touched or counted."""
+    return f"krex-fwd-{hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:10]}-"
+
+
+def remove_left(run_dir: Path) -> list[str]:
+    """Remove the segments an earlier run of this runtime left (killed before
+    it could): none of its commands runs now."""
+    done = []
+    for path in sorted(SHM_DIR.glob(segment_prefix(run_dir) + "*")):
+        path.unlink(missing_ok=True)
+        done.append(f"removed forwarding segment {path.name}")
+    return done
+
+
 class Segment:
     """One command's segment: made at construction, removed by `remove`."""
 
-    def __init__(self, tag: str, ring_size: int, staging_size: int, owner: tuple[int, int] | None) -> None:
+    def __init__(self, prefix: str, tag: str, ring_size: int, staging_size: int, owner: tuple[int, int] | None) -> None:
         if ring_size < 4096 or ring_size & (ring_size - 1):
             raise ValueError(f"the ring size must be a power of two of at least 4096 bytes, not {ring_size}")
-        self.path = SHM_DIR / f"krex-fwd-{tag}-{secrets.token_hex(6)}"
+        self.path = SHM_DIR / f"{prefix}{tag}-{secrets.token_hex(6)}"
         size = HEADER_SIZE + ring_size + staging_size
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:

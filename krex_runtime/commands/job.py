@@ -12,8 +12,10 @@ from krex_runtime.host.identities import Identity
 from krex_runtime.commands.command_process import CommandProcess, Outcome
 from krex_runtime.commands.context_process import PooledRun
 from krex_runtime.commands.forked_process import ForkedRun
+from krex_runtime.commands.gpu_placement import GpuAsk
 from krex_runtime.commands.output import OutputLoss
 from krex_runtime.node.config import environment_problem
+from krex_runtime.node.gpus import Gpu
 from krex_runtime.wire.bodies import SubmitBody
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 
@@ -31,6 +33,8 @@ class Job:
     submitted_at: float
     state: str = "queued"
     gpu: int | None = None
+    gpu_ask: GpuAsk | None = None  # asked for a set of GPUs (commands/gpu_placement.py); None: one GPU
+    gpu_set: tuple[Gpu, ...] = ()  # placed on a set of GPUs: them, ascending (`gpu` is the first); (): one GPU
     tenant_id: int | None = None
     started_at: float | None = None
     finished_at: float | None = None
@@ -49,6 +53,7 @@ class Job:
     start_s: float | None = None  # placement to a running process: spawn (process), fork and placement (forked)
     unprotected_path: Path | None = None  # policy krex: where the library counts its unprotected timings
     unprotected_timings: int = 0  # event timings no single region covered (read when it ends)
+    untracked_timings: int = 0  # event timings the library could not track, known neither way (read when it ends)
     share: str = "default"  # effective fair-share key, "<submitter>/<key>" (host/fair_share.py)
     output_loss: OutputLoss = field(default_factory=OutputLoss)  # output its files did not get (a full disk)
     identity: Identity | None = None  # tenants.uid_range: the uid it runs as (pooled: its context process's)
@@ -74,6 +79,7 @@ class Job:
             "id": self.id,
             "label": self.label,
             "gpu": self.gpu,
+            **({"gpus": [g.index for g in self.gpu_set]} if self.gpu_set else {}),
             "state": self.state,
             "exit_code": o.exit_code if o else None,
             "signal": o.signal if o else None,
@@ -92,6 +98,7 @@ class Job:
             "stderr_path": str(self.stderr_path) if self.stderr_path else None,
             "auto_regions": list(self.auto_regions),
             "unprotected_timings": self.unprotected_timings,
+            "untracked_timings": self.untracked_timings,
             "share": self.share,
             "output_lost": self.output_loss.record(),
             "output_error": self.output_loss.error,

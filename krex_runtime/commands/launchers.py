@@ -51,7 +51,7 @@ class Launchers:
         self._forward = forward
 
     def env_of(self, job: Job, gpu: Gpu) -> dict[str, str]:
-        return self._setup.env.build(job.id, job.tenant_id, job.env, gpu, job.identity)
+        return self._setup.env.build(job.id, job.tenant_id, job.env, gpu, job.identity, job.gpu_set[1:])
 
     def _spec(self, job: Job, gpu: Gpu, cgroup: Path | None, edit_env: EnvEdit | None = None) -> LaunchSpec:
         assert job.stdout_path is not None and job.stderr_path is not None
@@ -68,7 +68,8 @@ class Launchers:
             stdout_path=job.stdout_path,
             stderr_path=job.stderr_path,
             cgroup=cgroup,
-            cpus=self._setup.cores_of(gpu.index),
+            # A set's command may use the cores of each of its GPUs.
+            cpus=tuple(sorted({c for g in job.gpu_set or (gpu,) for c in self._setup.cores_of(g.index)})),
             run_as=self._setup.run_as_for(job.identity),
         )
 
@@ -142,7 +143,8 @@ class Launchers:
         after: Callable[[Job, Outcome], Awaitable[Outcome]] | None = None,
     ) -> None:
         job.started_at = time.time()
-        self._emit(events.CommandStarted(id=job.id, gpu=gpu.index, pid=pid, tenant_id=job.tenant_id))
+        self._emit(events.CommandStarted(id=job.id, gpu=gpu.index, pid=pid, tenant_id=job.tenant_id,
+                                         gpus=[g.index for g in job.gpu_set] or None))
         try:
             outcome = await wait()  # type: ignore[misc]
             if after is not None:

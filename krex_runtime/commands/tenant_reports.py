@@ -7,7 +7,9 @@ A pipe, not a file: nothing a tenant writes stays on the runtime's disk (the
 run folder is often a RAM-backed /run), so a tenant that writes megabytes
 costs the runtime a read, never the space. The runtime keeps at most
 `MAX_KEPT_BYTES` of a report (auto-regions lists what it wrapped, a line
-each) and counts the bytes of all of it (one byte per unprotected timing).
+each) and counts the bytes of all of it (one byte per timing the
+interception library counted), and of one it tallies, the bytes of one value
+apart (`t`: an untracked timing, commands/unprotected.py).
 
 The runtime makes each pipe as its command starts and holds it open (read
 and write, non-blocking), so a tenant's open never waits; it drains it
@@ -47,14 +49,16 @@ class Report:
 
     kept: bytes = b""  # its first MAX_KEPT_BYTES (of one kept at all)
     size: int = 0  # every byte written to it
+    tallied: int = 0  # those of them equal to the report's tally byte (of one tallied at all)
 
 
 class _Pipe:
-    def __init__(self, path: Path, fd: int, keep: bool) -> None:
+    def __init__(self, path: Path, fd: int, keep: bool, tally: bytes = b"") -> None:
         self.path, self.fd = path, fd
         self.report = Report()
         self._kept = bytearray()
         self._keep = keep
+        self._tally = tally
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def watch(self) -> None:
@@ -78,6 +82,8 @@ class _Pipe:
             if not data:
                 return
             self.report.size += len(data)
+            if self._tally:
+                self.report.tallied += data.count(self._tally)
             if self._keep and len(self._kept) < MAX_KEPT_BYTES:
                 self._kept += data[: MAX_KEPT_BYTES - len(self._kept)]
 
@@ -119,15 +125,18 @@ class Reports:
         """Where the report `name` of a command will be (it exists while the command runs)."""
         return self.folder / name
 
-    def open(self, paths: list[Path | None], identity: Identity | None, keep: Path | None = None) -> None:
+    def open(self, paths: list[Path | None], identity: Identity | None, keep: Path | None = None,
+             tally: tuple[Path | None, bytes] = (None, b"")) -> None:
         """As the command starts: its reports, writable by its group (its uid's
-        own with an identity); `keep`: the report whose bytes are kept."""
+        own with an identity); `keep`: the report whose bytes are kept;
+        `tally`: a report and the byte (one) whose occurrences it counts apart."""
         gid = identity.gid if identity is not None else self._user.gid if self._user is not None else None
         for path in paths:
             if path is None or path in self._open:
                 continue
             try:
-                pipe = _Pipe(path, _make_pipe(path, gid), keep=path == keep)
+                pipe = _Pipe(path, _make_pipe(path, gid), keep=path == keep,
+                             tally=tally[1] if path == tally[0] else b"")
             except OSError as exc:  # the command runs; it cannot report
                 log.warning("cannot make the tenant report %s: %s", path.name, exc.strerror or exc)
                 continue

@@ -12,6 +12,11 @@ krex_runtime/tenant/region_protocol.py):
                                        ->  RELEASED <seq> [<exit flags>] [<integrity words>] | ERROR ...
     VERDICT                            ->  VERDICT <seq> <verdict> <reason> | <reason>... | ERROR ...
 
+A command placed on a set of GPUs asks in the same words: its ENTER is
+answered GRANTED once every GPU of its set is held, under one region id, and
+its EXIT releases them all (regions/gpu_sets.py); VERDICT gives the set's
+verdict, the worst of its GPUs', each reason prefixed by its GPU.
+
 Who a peer is comes from the kernel (SO_PEERCRED), not from what it claims:
 its pid must be the one it names and belong to the process tree of a running
 command (`identify`), whose tenant id it must name and whose token
@@ -48,6 +53,7 @@ from typing import Callable
 
 from krex_runtime.regions import cpu_slices
 from krex_runtime.node.config import RegionSection
+from krex_runtime.regions.gpu_sets import RegionSet
 from krex_runtime.regions.region_manager import RegionManager
 from krex_runtime.regions.requests import RegionRefused, Request
 from krex_runtime.regions.channel_wire import (
@@ -75,6 +81,7 @@ class TenantIdentity:
     tenant_id: int
     command_id: str
     gpu: int
+    gpus: tuple[int, ...] = ()  # placed on a set of GPUs: its regions cover them all (gpu_sets.py)
 
 
 Identify = Callable[[int], TenantIdentity | None]
@@ -89,8 +96,8 @@ class Connection:
     rate: RateLimit
     bucket: tuple[str, int | str] = ("uid", -1)  # what its connections are counted by: its tenant, else its uid
     who: TenantIdentity | None = None
-    req: Request | None = None  # its request, from ENTER until it is released or ends ungranted
-    released: Request | None = None  # the last one it released: VERDICT tells its certificate
+    req: Request | RegionSet | None = None  # its request, from ENTER until it is released or ends ungranted
+    released: Request | RegionSet | None = None  # the last one it released: VERDICT tells its certificate
     ended: str = ""  # why the runtime ended it (its requester died), for the release's reason
 
 
@@ -322,7 +329,8 @@ class RegionChannel:
             await send(writer, f"GRANTED {lease.seq}")
             return True
         req = conn.req = self.manager.new_request(
-            who.gpu, "region", who.tenant_id, who.command_id, conn.pid, tid, self._settings.hold_limit_s, settle_s
+            who.gpu, "region", who.tenant_id, who.command_id, conn.pid, tid, self._settings.hold_limit_s, settle_s,
+            gpus=who.gpus,
         )
         # While waiting, the only thing the peer may do is go away.
         gone = asyncio.create_task(conn.reader.read(1))

@@ -323,27 +323,32 @@ class Gate:
             out += [e for e in entries if e.alive or include_dead]
         return out
 
-    def others(self, holder: int) -> list[ProcEntry]:
-        """Live processes of tenants other than `holder`."""
-        return [e for e in self.processes() if e.tenant_id != holder]
+    def others(self, holder: int, skip: frozenset[int] = frozenset()) -> list[ProcEntry]:
+        """Live processes of tenants other than `holder` (and those in `skip`:
+        tenants of several GPUs another GPU's region holds frozen, gpu_sets.py)."""
+        return [e for e in self.processes() if e.tenant_id != holder and e.tenant_id not in skip]
 
-    def wait_quiescent(self, holder: int, timeout_s: float, *, every_call: bool = False) -> list[ProcEntry]:
+    def wait_quiescent(
+        self, holder: int, timeout_s: float, *, every_call: bool = False, skip: frozenset[int] = frozenset()
+    ) -> list[ProcEntry]:
         """Wait until no other tenant's thread is inside a gated call of a class in
         PERTURBING_CLASSES (of any class with `every_call`). Returns the processes still
         inside at the deadline (empty: quiescent); dead ones do not count."""
         deadline = time.monotonic() + timeout_s
         pause = 50e-6
         while True:
-            busy = [e for e in self.others(holder) if (e.in_call if every_call else e.in_perturbing) > 0]
+            busy = [e for e in self.others(holder, skip) if (e.in_call if every_call else e.in_perturbing) > 0]
             if not busy or time.monotonic() >= deadline:
                 return busy
             time.sleep(pause)
             pause = min(pause * 2, 2e-3)
 
-    def request_drain(self, holder: int, pids: set[int] | None = None) -> list[DrainRequest]:
+    def request_drain(
+        self, holder: int, pids: set[int] | None = None, skip: frozenset[int] = frozenset()
+    ) -> list[DrainRequest]:
         """Ask every other live process (of `pids` only, if given) to synchronise its contexts."""
         requests = []
-        for e in (e for e in self.others(holder) if pids is None or e.pid in pids):
+        for e in (e for e in self.others(holder, skip) if pids is None or e.pid in pids):
             try:
                 cell = self._pget(e.tenant_id, e.index, "drain_req")
                 seq = (cell.value + 1) & 0xFFFFFFFF

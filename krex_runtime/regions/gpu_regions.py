@@ -35,6 +35,7 @@ from krex_runtime.regions.freezer import FreezeError, Freezer, Target
 from krex_runtime.regions.gap import Gap
 from krex_runtime.regions.gate import Gate
 from krex_runtime.regions.gate_backends import DrainReport, GateBackend
+from krex_runtime.regions.gpu_sets import NO_SHARED, SharedHolds
 from krex_runtime.regions.late_freeze import LateFreeze, Pending, split_freeze
 from krex_runtime.regions.quiesce import deferred, describe, quiesce
 from krex_runtime.regions.region_shares import RegionShares
@@ -88,6 +89,7 @@ class GpuRegions:
         self.clock_probe = clock_probe
         self.certifier: Certifier | None = None  # set by the node where it can say who uses the GPU
         self.fair = RegionShares(dict(settings.share_weights))
+        self.shared: SharedHolds | None = None  # tenants placed on several GPUs (set by the manager: gpu_sets.py)
         self.gap = Gap(settings.gap_s)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -125,7 +127,8 @@ class GpuRegions:
             self.queue.append(req)
         self._emit(
             events.RegionRequested(
-                gpu=self.gpu, region=req.seq, kind=req.kind, tenant_id=req.tenant_id, command_id=req.command_id
+                gpu=self.gpu, region=req.seq, kind=req.kind, tenant_id=req.tenant_id, command_id=req.command_id,
+                gpus=req.set_field,
             )
         )
         self._wake.set()
@@ -154,7 +157,8 @@ class GpuRegions:
 
     def _refuse(self, req: Request, exc: RegionRefused) -> None:
         """The request ends ungranted: say so in the trace and to whoever waits."""
-        self._emit(events.RegionWithdrawn(gpu=self.gpu, region=req.seq, tenant_id=req.tenant_id, reason=exc.reason))
+        self._emit(events.RegionWithdrawn(gpu=self.gpu, region=req.seq, tenant_id=req.tenant_id, reason=exc.reason,
+                                          gpus=req.set_field))
         _fail(req, exc)
 
     def _unpin(self, req: Request) -> None:
@@ -203,7 +207,7 @@ class GpuRegions:
             events.RegionGranted(
                 gpu=self.gpu, region=req.seq, kind=req.kind, tenant_id=req.tenant_id, command_id=req.command_id,
                 frozen=entry.frozen_tenants, drain={str(pid): r for pid, r in entry.report.outcomes.items()},
-                **entry.stats.event_fields(),
+                gpus=req.set_field, **entry.stats.event_fields(),
             )
         )
         if req.withdrawn:
@@ -225,7 +229,7 @@ class GpuRegions:
         self._emit(
             events.RegionReleased(
                 gpu=self.gpu, region=req.seq, kind=req.kind, tenant_id=req.tenant_id, reason=req.reason or "released",
-                hold_s=hold_s, share=req.share, **exit_stats.event_fields(),
+                hold_s=hold_s, share=req.share, gpus=req.set_field, **exit_stats.event_fields(),
             )
         )
 
@@ -257,12 +261,17 @@ class GpuRegions:
         stats.close_s = lap()
         # A lease waits for every call: it freezes everyone and its entry is not in a hurry.
         every_call = self.settings.entry_waits_for == "all" or req.kind == "lease"
-        q = quiesce(self.gate, holder, self.settings.quiesce_timeout_s, every_call=every_call)
-        stats.quiesce_s = lap()
-        stats.inside_at_close, stats.waited_for = q.inside_at_close, q.waited_for
+        # Tenants placed on several GPUs: the entry steps that touch them run one GPU
+        # at a time, and those another GPU's region froze are left to it (gpu_sets.py).
+        sharers = [(t.tenant_id, t.command_id) for t in self._tenants.of_gpu(self.gpu) if t.tenant_id != req.tenant_id]
+        shared = self.shared.enter(self.gpu, sharers) if self.shared is not None else NO_SHARED
+        skip = shared.skip
         report = DrainReport()
         targets: list[Target] = []
         try:
+            q = quiesce(self.gate, holder, self.settings.quiesce_timeout_s, every_call=every_call, skip=skip)
+            stats.quiesce_s = lap()
+            stats.inside_at_close, stats.waited_for = q.inside_at_close, q.waited_for
             if q.busy:
                 raise RegionRefused(
                     "ETIMEDOUT",
@@ -270,7 +279,10 @@ class GpuRegions:
                     f"{self.settings.quiesce_timeout_s:g} s: " + ", ".join(f"pid {e.pid}" for e in q.busy),
                 )
             # Inside a host-side call still (quiesce.py): drained, held by the gate, not locked.
-            report = self.backend.drain(self.gate, holder, self.settings.drain_timeout_s, {e.pid for e in q.deferred})
+            # Tenants of several GPUs are drained by their library, never driver-locked (gpu_sets.py).
+            by_library = {e.pid for e in q.deferred} | {
+                e.pid for e in self.gate.others(holder, skip) if e.tenant_id in shared.shared}
+            report = self.backend.drain(self.gate, holder, self.settings.drain_timeout_s, by_library, skip)
             stats.drain_s = lap()
             if report.stuck:
                 raise RegionRefused(
@@ -282,15 +294,18 @@ class GpuRegions:
             late: Pending = {}  # frozen once out of their calls
             # Still inside a host-side call: frozen once out of it, during the hold (late_freeze.py).
             # Read after the drain: those whose calls returned meanwhile are frozen now.
-            left_running = deferred(self.gate, holder) if q.deferred else []  # none can join after the close
+            left_running = deferred(self.gate, holder, skip) if q.deferred else []  # none can join after the close
             stats.deferred = describe(left_running)
             if self.settings.protection == "gpu+cpu" or req.kind == "lease":
-                others = [t for t in self._tenants.of_gpu(self.gpu) if t.tenant_id != req.tenant_id]
+                others = [t for t in self._tenants.of_gpu(self.gpu) if t.tenant_id not in skip | {req.tenant_id}]
                 targets, frozen, late = split_freeze(others, left_running)
                 try:
                     self.freezer.freeze(targets)
                 except FreezeError as exc:
                     raise RegionRefused("EAGAIN", f"could not freeze the other tenants: {exc}") from None
+                frozen = frozen + sorted(skip)  # frozen by another GPU's region, for this one's hold too
+            if self.shared is not None:
+                self.shared.hold(self.gpu, shared, sharers, targets)
             stats.freeze_s = lap()
             pinned = False
             if req.tid:  # under either protection (machinery.cpu_plan says why)
@@ -298,10 +313,13 @@ class GpuRegions:
             stats.pin_s = lap()
         except BaseException:
             # Give back everything this entry took, whatever went wrong.
-            self.freezer.thaw(targets)
+            self.freezer.thaw(self._let_go(targets))
             self.backend.release(report)
             self.gate.open_gate()
             raise
+        finally:
+            if self.shared is not None:
+                self.shared.leave(shared)
         settle_s = 0.0  # a lease measures nothing
         if req.kind == "region":
             settle_s = self.settings.settle_max_s if req.settle_s is None else req.settle_s  # its own bound first
@@ -318,6 +336,10 @@ class GpuRegions:
         witness = self.certifier and self.certifier.start(holder, req.pid, clock)
         return Entry(targets, frozen, report, pinned, stats, witness, LateFreeze(self.gate, self.freezer, late) if late else None)
 
+    def _let_go(self, targets: list[Target]) -> list[Target]:
+        """What a region froze, less what another GPU's region still holds frozen (gpu_sets.py)."""
+        return self.shared.let_go(self.gpu, targets) if self.shared is not None else targets
+
     def _others_calls(self, holder: int) -> int:
         return sum(e.calls_total for e in self.gate.others(holder))
 
@@ -333,7 +355,7 @@ class GpuRegions:
         t1 = time.monotonic()
         late_targets, late_frozen = entry.late.stop() if entry.late is not None else ([], [])
         try:
-            self.freezer.thaw(entry.targets + late_targets)
+            self.freezer.thaw(self._let_go(entry.targets + late_targets))
         except OSError as exc:
             # The freezer tried every tenant; the release goes on, so the gate
             # opens, the release is recorded and the next request is served.

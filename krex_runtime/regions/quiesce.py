@@ -39,11 +39,14 @@ class Quiesced:
     deferred: list[ProcEntry]  # processes with a thread still inside a (host-side) call at the end
 
 
-def quiesce(gate: Gate, holder: int, timeout_s: float, *, every_call: bool = False) -> Quiesced:
+def quiesce(
+    gate: Gate, holder: int, timeout_s: float, *, every_call: bool = False, skip: frozenset[int] = frozenset()
+) -> Quiesced:
     """Wait (bounded) until no other tenant is inside a call that may perturb the
     region (any call with `every_call`), saying what they were inside at the close.
-    One scan of the gate when nobody is (each scan reads every process entry)."""
-    entries = gate.others(holder)
+    One scan of the gate when nobody is (each scan reads every process entry).
+    `skip`: tenants frozen by another GPU's region (gpu_sets.py), not waited for."""
+    entries = gate.others(holder, skip)
     at_close: dict[str, int] = {}
     for e in entries:
         for klass, n in e.in_class.items():
@@ -51,15 +54,16 @@ def quiesce(gate: Gate, holder: int, timeout_s: float, *, every_call: bool = Fal
     waited = {c: n for c, n in at_close.items() if every_call or c in PERTURBING_CLASSES}
     busy: list[ProcEntry] = []
     if waited:
-        busy = [e for e in gate.wait_quiescent(holder, timeout_s, every_call=every_call) if not is_stopped(e.pid)]
-        entries = gate.others(holder)
+        busy = [e for e in gate.wait_quiescent(holder, timeout_s, every_call=every_call, skip=skip)
+                if not is_stopped(e.pid)]
+        entries = gate.others(holder, skip)
     return Quiesced(busy, at_close, waited, _inside(entries))
 
 
-def deferred(gate: Gate, holder: int) -> list[ProcEntry]:
+def deferred(gate: Gate, holder: int, skip: frozenset[int] = frozenset()) -> list[ProcEntry]:
     """Other tenants' processes with a thread still inside a gated call: after
     quiesce, a host-side one."""
-    return _inside(gate.others(holder))
+    return _inside(gate.others(holder, skip))
 
 
 def _inside(entries: list[ProcEntry]) -> list[ProcEntry]:

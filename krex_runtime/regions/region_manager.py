@@ -1,6 +1,8 @@
 """The node's front door to its regions: every grant, release, withdrawal and
 lease lookup goes through `RegionManager`, which routes it to the GPU's
-queue (gpu_regions.py) and numbers requests once for the whole node.
+queue (gpu_regions.py), or for a command placed on several GPUs to the
+region sets over their queues (gpu_sets.py), and numbers requests once for
+the whole node.
 
 The region channel, the lease desk and the service hold a RegionManager,
 never a GPU's queue: what a GPU's queue is made of can change without them.
@@ -16,6 +18,7 @@ from krex_runtime.host.tenant_registry import TenantRegistry
 from krex_runtime.regions.certificate import Certifier
 from krex_runtime.regions.gate import Gate
 from krex_runtime.regions.gpu_regions import GpuRegions
+from krex_runtime.regions.gpu_sets import RegionSet, RegionSets, SharedHolds
 from krex_runtime.regions.requests import Request
 
 
@@ -26,6 +29,15 @@ class RegionManager:
         self._gpus = regions
         self._tenants = tenants  # a request's share key is its command's
         self._seq = itertools.count(1)
+        any_gpu = next(iter(regions.values()), None)
+        self._sets = RegionSets(
+            regions, lambda: any_gpu.settings.on_hold_limit if any_gpu is not None else "revoke", tenants.end
+        )
+        shared = SharedHolds(
+            lambda command_id: sum(1 for g in regions if any(t.command_id == command_id for t in tenants.of_gpu(g)))
+        )
+        for r in regions.values():
+            r.shared = shared
 
     def start(self) -> None:
         for r in self._gpus.values():
@@ -43,20 +55,32 @@ class RegionManager:
         tid: int,
         limit_s: float | None,
         settle_s: float | None = None,
-    ) -> Request:
-        """Queues a request on its GPU; its `granted` future says when it is served."""
-        req = Request(next(self._seq), gpu, kind, tenant_id, command_id, pid, tid, limit_s,
-                      share=self._tenants.share_of(command_id), settle_s=settle_s)
+        gpus: tuple[int, ...] = (),
+    ) -> Request | RegionSet:
+        """Queues a request on its GPU, or over its set of GPUs (`gpus`, two or more:
+        the command's placement); its `granted` future says when it is served."""
+        share = self._tenants.share_of(command_id)
+        if len(gpus) > 1 and kind == "region":
+            rs = RegionSet(next(self._seq), tuple(sorted(gpus)), tenant_id, command_id, pid, tid, limit_s, share, settle_s)
+            self._sets.submit(rs)
+            return rs
+        req = Request(next(self._seq), gpu, kind, tenant_id, command_id, pid, tid, limit_s, share=share, settle_s=settle_s)
         self._gpus[gpu].submit(req)
         return req
 
-    def release(self, req: Request, reason: str = "released") -> None:
+    def release(self, req: Request | RegionSet, reason: str = "released") -> None:
         """The holder is done with it (a request not holding its GPU is left as it is)."""
-        self._gpus[req.gpu].release(req, reason)
+        if isinstance(req, RegionSet):
+            self._sets.release(req, reason)
+        else:
+            self._gpus[req.gpu].release(req, reason)
 
-    def withdraw(self, req: Request, reason: str) -> None:
+    def withdraw(self, req: Request | RegionSet, reason: str) -> None:
         """The requester went away or gave up: drop it from its queue, or release what it holds."""
-        self._gpus[req.gpu].withdraw(req, reason)
+        if isinstance(req, RegionSet):
+            self._sets.withdraw(req, reason)
+        else:
+            self._gpus[req.gpu].withdraw(req, reason)
 
     # --- lookups ---------------------------------------------------------------------
 
@@ -81,4 +105,5 @@ class RegionManager:
             r.gate.stamp_heartbeat()
 
     async def shutdown(self) -> None:
+        await self._sets.shutdown()
         await asyncio.gather(*(r.shutdown() for r in self._gpus.values()))

@@ -54,6 +54,12 @@ class Request:
     share: str = DEFAULT_KEY  # its command's share key (host/fair_share.py)
     settle_s: float | None = None  # the settle bound it asked for (ENTER); None: regions.settle_max_s
     integrity: dict[str, Any] | None = None  # its timed windows, as its tenant reported at EXIT (tenant/integrity.py)
+    gpus: tuple[int, ...] = ()  # part of a region over this set of GPUs (gpu_sets.py); (): this GPU alone
+
+    @property
+    def set_field(self) -> list[int] | None:
+        """The events' `gpus`: the set this request is part of, None on one GPU."""
+        return list(self.gpus) if self.gpus else None
 
 
 @dataclass

@@ -121,6 +121,7 @@ def _gpu_status(ctx: Context, gpu: Gpu, state: node_state.GpuState) -> dict[str,
         "region_kind": state.region_kind,
         "region_since": state.region_since,
         "region_queue": len(state.region_queue),
+        "region_gpus": list(state.region_gpus),  # a region over a set of GPUs: the set (one region id on each)
         "frozen": list(state.frozen),
         "regions_granted": state.regions_granted,
         "last_region": dict(state.last_region),

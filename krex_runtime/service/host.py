@@ -15,7 +15,7 @@ from pathlib import Path
 
 import krex_runtime
 from krex_runtime.host import cgroups
-from krex_runtime.commands import tenant_reports
+from krex_runtime.commands import forward_ring, tenant_reports
 from krex_runtime.host.identities import Identities
 from krex_runtime.host.cgroups import CgroupSlice
 from krex_runtime.node import access, native_build
@@ -164,6 +164,7 @@ def _prepare_claimed(
     cgroup_slice = _open_cgroups(config, run_dir)
     try:
         recovered = machinery.recover(run_dir, cgroup_slice)
+        recovered += forward_ring.remove_left(run_dir)  # an earlier run's: none of its commands runs now
         for line in recovered:
             log.warning("recovery: %s", line)
         if cgroup_slice is not None:
@@ -232,6 +233,7 @@ def recover_run_dir(run_dir: Path, who: str) -> list[str]:
             socket_path.unlink(missing_ok=True)
             done.append(f"removed {socket_path.name}")
         done += tenant_reports.remove_left(run_dir)  # their commands ended above
+        done += forward_ring.remove_left(run_dir)
         return done
     finally:
         held.release()

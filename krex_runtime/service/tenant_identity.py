@@ -48,7 +48,7 @@ class Tenancy:
         root = job.process.pid if job.process is not None else None
         if root is None or not process_tree.contains(root, job.cgroup, pid):
             return None
-        return TenantIdentity(job.tenant_id, job.id, job.gpu)
+        return TenantIdentity(job.tenant_id, job.id, job.gpu, tuple(g.index for g in job.gpu_set))
 
     def acts_for_commands(self, pid: int) -> bool:
         """A context server of forwarded mode: the command it acts for changes."""

@@ -5,7 +5,8 @@ Standard library only and free of logic: the runtime's environment builder
 (the region client, the context worker) reads them, so both name them here.
 """
 
-GPU = "KREX_GPU"  # the GPU index on this node
+GPU = "KREX_GPU"  # the GPU index on this node (the first of a set)
+GPUS = "KREX_GPUS"  # a command placed on several GPUs: their indices, comma-separated, ascending
 GPU_UUID = "KREX_GPU_UUID"
 GPU_VENDOR = "KREX_GPU_VENDOR"  # "nvidia" or "amd": whose GPU it is (which library and runtime it uses)
 COMMAND_ID = "KREX_COMMAND_ID"  # the command (or context process) this process belongs to
@@ -13,6 +14,7 @@ TENANT_ID = "KREX_TENANT_ID"  # its tenant id: gate slot, region requests
 ENDPOINT = "KREX_ENDPOINT"  # the runtime's read-only control socket
 RUN_DIR = "KREX_RUN_DIR"
 GATE_PATH = "KREX_GATE_PATH"  # the GPU's gate in shared memory (policy krex)
+GATE_SET = "KREX_GATE_SET"  # a set of GPUs: every one's gate, ':'-separated, ascending (native/include/krex_gate.h)
 REGION_SOCKET = "KREX_REGION_SOCKET"  # where region() asks (policy krex); absent: region() is a no-op
 REGION_TOKEN = "KREX_REGION_TOKEN"  # the tenant's secret for the region channel's HELLO
 AUTO_REGION = "KREX_AUTO_REGION"  # "1": timing harnesses run in regions (tenant/auto_region.py)

@@ -21,6 +21,7 @@ import psutil
 from krex_runtime.host import cgroups
 from krex_runtime.regions.gate import Gate, GateError
 from krex_runtime.host.identities import HOMES
+from krex_runtime.commands import forward_ring
 from krex_runtime.commands.tenant_reports import FOLDER as REPORTS
 from krex_runtime.regions.machinery import GATES_DIR
 from krex_runtime.sim.layout import SHM_DIR, SHM_FILE_PREFIX
@@ -60,7 +61,9 @@ def leftovers(run_dir: Path, lock_dir: Path, base: Baseline) -> list[str]:
     for lock in [run_dir / "runtime.lock", *sorted(lock_dir.glob("*.lock"))]:
         if _lock_held(lock):
             found.append(f"lock {lock} still held")
-    found += [f"shared memory {SHM_DIR}/{name}" for name in sorted(set(_shm_entries()) - base.shm) if _made_by_krex(name)]
+    mine = forward_ring.segment_prefix(run_dir)  # another runtime's segments are not this one's leftovers
+    found += [f"shared memory {SHM_DIR}/{name}" for name in sorted(set(_shm_entries()) - base.shm)
+              if _made_by_krex(name) and (not name.startswith(FORWARD_SEGMENTS) or name.startswith(mine))]
     return found
 
 
@@ -197,6 +200,9 @@ def _shm_entries() -> list[str]:
         return os.listdir(SHM_DIR)
     except OSError:
         return []
+
+
+FORWARD_SEGMENTS = "krex-fwd-"  # forwarded mode's rings (commands/forward_ring.py), named by run folder
 
 
 def _made_by_krex(name: str) -> bool:

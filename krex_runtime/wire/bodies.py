@@ -26,6 +26,10 @@ class EmptyBody:
 class SubmitBody:
     argv: list[str]
     gpu: int | None = None
+    # Placed on a set of GPUs (docs/regions.md, "Regions over several GPUs"):
+    # these indices, or any `gpu_count` GPUs (0 or 1: one GPU, as `gpu` says).
+    gpus: list[int] = field(default_factory=list)
+    gpu_count: int = 0
     timeout_s: float | None = None
     cwd: str = ""
     env: dict[str, str] = field(default_factory=dict)

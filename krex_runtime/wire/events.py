@@ -57,6 +57,10 @@ class CommandQueued(Event):
     share: str | None = unread(
         "effective fair-share key: the submitter (its user; `key:NAME` over tcp), then `/` and its `--share` key if "
         "it gave one; absent for the runtime's own commands", None, omit_none=True)
+    gpus: list[int] | None = note("a set of GPUs asked for by index (`--gpus 0,1`); absent otherwise", None,
+                                  omit_none=True)
+    gpu_count: int | None = note("how many GPUs it asked for (`--gpus 2`, or the size of `gpus`); absent: one",
+                                 None, omit_none=True)
 
 
 @event("command_started")
@@ -68,6 +72,8 @@ class CommandStarted(Event):
     tenant_id: int | None
     worker: str | None = note("pooled only: the context process's id; `pid` and `tenant_id` are then its", None,
                               omit_none=True)
+    gpus: list[int] | None = note("placed on a set of GPUs: the set (ascending; `gpu` is its first); absent on one "
+                                  "GPU", None, omit_none=True)
 
 
 @event("command_finished")
@@ -81,6 +87,9 @@ class CommandFinished(Event):
     gpu: int | None = unread("", None)
     auto_regions: list[str] = note("entry points its tenant ran in regions (auto-regions)", factory=list)
     unprotected_timings: int = note("CUDA-event timings no single region of its tenant covered (policy krex)", 0)
+    untracked_timings: int = note("CUDA-event timings with an event the interception library could not track (tens "
+                                  "of thousands live): known neither protected nor unprotected (policy krex; absent "
+                                  "from older traces)", 0)
     output_lost: dict[str, int] | None = unread("bytes of `stdout` and `stderr` its output files did not get (a full "
                                                 "disk; attached clients got them); absent when none", None, omit_none=True)
 
@@ -113,6 +122,8 @@ class RegionRequested(Event):
     kind: str = note("`region` or `lease`")
     tenant_id: int | None = note("0: an operator's lease")
     command_id: str = unread()
+    gpus: list[int] | None = note("a region over a set of GPUs: the set (ascending); it has a row per GPU, each "
+                                  "with this one region id; absent on one GPU", None, omit_none=True)
 
 
 @event("region_granted")
@@ -154,6 +165,8 @@ class RegionGranted(Event):
     flags: list[str] | None = None
     others_calls: int = unread("the other tenants' intercepted calls so far")
     granted_mono_ns: int = unread("CLOCK_MONOTONIC")
+    gpus: list[int] | None = note("a region over a set of GPUs: the set (ascending); it has a row per GPU, each "
+                                  "with this one region id; absent on one GPU", None, omit_none=True)
 
 
 @event("region_released")
@@ -188,6 +201,8 @@ class RegionReleased(Event):
         "`flags` {name: {count, reason}} for escaped, other_thread, empty, stream_mismatch, patched_harness; "
         "None: the holder reported none", None)
     share: str = note("the holder's effective fair-share key", "default")
+    gpus: list[int] | None = note("a region over a set of GPUs: the set; `verdict` is this GPU's, the set's is the "
+                                  "worst of its rows; absent on one GPU", None, omit_none=True)
 
 
 @event("region_withdrawn")
@@ -198,6 +213,8 @@ class RegionWithdrawn(Event):
     region: int
     tenant_id: int | None = unread()
     reason: str = unread()
+    gpus: list[int] | None = note("a region over a set of GPUs: the set (ascending); it has a row per GPU, each "
+                                  "with this one region id; absent on one GPU", None, omit_none=True)
 
 
 # --- telemetry and the canary -------------------------------------------------------

@@ -36,6 +36,7 @@ class GpuState:
     region_kind: str = ""
     region_command: str = ""
     region_seq: int | None = None
+    region_gpus: list[int] = field(default_factory=list)  # a region over a set of GPUs: the set (same seq on each)
     region_since: float | None = None
     region_queue: list[dict[str, Any]] = field(default_factory=list)
     frozen: list[int] = field(default_factory=list)
@@ -78,13 +79,16 @@ class CommandInfo:
     reason: str = ""
     mode: str = "process"
     worker: str | None = None
+    gpus: list[int] = field(default_factory=list)  # placed on a set of GPUs: the set (`gpu` its first); else empty
     # Its regions, in grant order (the first REGIONS_KEPT; region_count counts all):
     # {region, gpu, kind, granted_at, wait_s, enter_s, sm_clock_mhz, throttle, flags,
-    #  released_at, hold_s, reason, verdict}. The result record carries them.
+    #  released_at, hold_s, reason, verdict, gpus}. The result record carries them: a
+    # region over a set of GPUs has a record per GPU, each with the one region id and `gpus`.
     regions: list[dict[str, Any]] = field(default_factory=list)
     region_count: int = 0
     auto_regions: list[str] = field(default_factory=list)  # what auto-regions wrapped
     unprotected_timings: int = 0  # CUDA-event timings no region covered (policy krex)
+    untracked_timings: int = 0  # CUDA-event timings the library could not track: known neither way
 
 
 @dataclass

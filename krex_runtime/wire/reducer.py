@@ -79,7 +79,9 @@ def _command_started(s: NodeState, e: dict[str, Any]) -> None:
     _leave_queue(s, cmd)
     cmd.state, cmd.gpu, cmd.pid, cmd.tenant_id, cmd.started_at = "running", e["gpu"], e["pid"], e["tenant_id"], e["t"]
     cmd.worker = e.get("worker")
-    gpu.running.append(cmd.id)
+    cmd.gpus = list(e.get("gpus") or [])
+    for other in _set_gpus(s, cmd):  # a command placed on a set runs on each of its GPUs
+        other.running.append(cmd.id)
     gpu.started += 1
     if cmd.mode == "forked" and gpu.zygote:
         gpu.zygote["forks"] += 1
@@ -92,17 +94,24 @@ def _command_finished(s: NodeState, e: dict[str, Any]) -> None:
     if cmd.state == "queued":
         _leave_queue(s, cmd)
     elif cmd.state == "running" and cmd.gpu in s.gpus:
-        gpu = s.gpus[cmd.gpu]
-        if cmd.id in gpu.running:
-            gpu.running.remove(cmd.id)
-        gpu.finished += 1
+        for other in _set_gpus(s, cmd):
+            if cmd.id in other.running:
+                other.running.remove(cmd.id)
+        s.gpus[cmd.gpu].finished += 1
     cmd.state, cmd.finished_at = e["state"], e["t"]
     cmd.exit_code, cmd.signal, cmd.reason = e.get("exit_code"), e.get("signal"), e.get("reason", "")
     cmd.auto_regions, cmd.unprotected_timings = list(e.get("auto_regions", [])), e.get("unprotected_timings", 0)
+    cmd.untracked_timings = e.get("untracked_timings", 0)
     _count(s, e["state"])
     s.finished_order.append(cmd.id)
     while len(s.finished_order) > s.keep_finished:
         s.commands.pop(s.finished_order.popleft(), None)
+
+
+def _set_gpus(s: NodeState, cmd: CommandInfo) -> list[GpuState]:
+    """The GPUs a running command is placed on: its set, or its one GPU."""
+    indices = cmd.gpus or [cmd.gpu]
+    return [s.gpus[i] for i in indices if i in s.gpus]
 
 
 def _admission_paused(s: NodeState, e: dict[str, Any]) -> None:
@@ -138,6 +147,7 @@ def _region_granted(s: NodeState, e: dict[str, Any]) -> None:
     _drop_request(gpu, e["region"])
     gpu.region_holder, gpu.region_kind, gpu.region_command = e["tenant_id"], e["kind"], e.get("command_id", "")
     gpu.region_seq, gpu.region_since, gpu.frozen = e["region"], e["t"], list(e.get("frozen", []))
+    gpu.region_gpus = list(e.get("gpus") or [])
     gpu.regions_granted += 1
     gpu.last_region = {k: v for k, v in e.items() if k.endswith("_s")} | {
         "region": e["region"],
@@ -148,7 +158,8 @@ def _region_granted(s: NodeState, e: dict[str, Any]) -> None:
     }
     cmd = s.commands.get(e.get("command_id") or "")
     if cmd is not None:
-        cmd.region_count += 1
+        if not e.get("gpus") or e["gpu"] == e["gpus"][0]:  # a region over a set counts once, at its first GPU
+            cmd.region_count += 1
         if len(cmd.regions) < REGIONS_KEPT:
             cmd.regions.append(
                 {
@@ -157,7 +168,7 @@ def _region_granted(s: NodeState, e: dict[str, Any]) -> None:
                     "throttle": e.get("throttle"), "flags": list(e.get("flags") or []), "exit_flags": [],
                     "settle_s": e.get("settle_s"), "on_clock": e.get("on_clock"), "released_at": None, "hold_s": None,
                     "reason": None, "verdict": e.get("verdict"), "verdict_reasons": [], "integrity": None,
-                }
+                } | ({"gpus": list(e["gpus"])} if e.get("gpus") else {})
             )
 
 
@@ -165,7 +176,7 @@ def _region_released(s: NodeState, e: dict[str, Any]) -> None:
     gpu = _gpu(s, e)
     cmd = s.commands.get(gpu.region_command) if gpu.region_seq == e["region"] else None
     for record in cmd.regions if cmd is not None else ():
-        if record["region"] == e["region"]:
+        if record["region"] == e["region"] and record["gpu"] == e["gpu"]:  # a set has a record per GPU
             record.update(released_at=e["t"], hold_s=e.get("hold_s"), reason=e["reason"],
                           exit_flags=list(e.get("exit_flags") or []))
             if e.get("verdict") is not None:
@@ -185,6 +196,7 @@ def _region_released(s: NodeState, e: dict[str, Any]) -> None:
             gpu.share_region_s[e["share"]] = gpu.share_region_s.get(e["share"], 0.0) + hold  # hold_s is not checked
         gpu.region_holder, gpu.region_kind, gpu.region_command = None, "", ""
         gpu.region_seq, gpu.region_since, gpu.frozen = None, None, []
+        gpu.region_gpus = []
 
 
 ESTIMATE_WINDOW = 100  # regions the passive inflation estimate spans

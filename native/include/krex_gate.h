@@ -61,6 +61,13 @@ extern "C" {
 
 /* Environment read by the library. */
 #define KREX_ENV_GATE_PATH "KREX_GATE_PATH"          /* gate file of this tenant's GPU */
+/* A command placed on a set of GPUs: the gate files of every GPU of its set,
+ * ':'-separated, in ascending GPU order (the first is KREX_GATE_PATH). The
+ * library takes an entry in each and parks while any of them is closed to
+ * its tenant; each entry's drain request is answered by draining every
+ * context of the process. Unset: KREX_GATE_PATH alone. */
+#define KREX_ENV_GATE_SET "KREX_GATE_SET"
+#define KREX_GATE_SET_MAX 8u /* gates in a set (the simulator's devices, a node's GPUs) */
 #define KREX_ENV_TENANT_ID "KREX_TENANT_ID"          /* integer tenant id */
 #define KREX_ENV_INTERCEPT_STATS "KREX_INTERCEPT_STATS" /* per-process call counts at exit */
 #define KREX_ENV_DRAIN_TIMEOUT_MS "KREX_DRAIN_TIMEOUT_MS" /* overrides drain_timeout_ns */

@@ -40,10 +40,7 @@ static CUevent start, end;
 
 static void launch(void)
 {
-    unsigned long long duration = 100000;
-    CUdeviceptr none = 0;
-    void *params[] = {&duration, &none};
-    CHECK(cuLaunchKernel(kernel, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL));
+    sim_launch(kernel, NULL, 100000);
 }
 
 static float elapsed(void)
@@ -56,15 +53,8 @@ static float elapsed(void)
 
 int main(void)
 {
-    CUdevice dev;
     CUcontext ctx;
-    CUmodule module;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
-    CHECK(cuModuleLoadData(&module, "krex simulated module"));
-    CHECK(cuModuleGetFunction(&kernel, module, "sim_kernel"));
+    kernel = sim_kernel_in(&ctx);
     CHECK(cuEventCreate(&start, CU_EVENT_DEFAULT));
     CHECK(cuEventCreate(&end, CU_EVENT_DEFAULT));
 

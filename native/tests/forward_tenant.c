@@ -10,6 +10,10 @@
  *                              (prints "waiting" first: a test kills a side meanwhile)
  *   forward_tenant unknown     calls cuMemAllocManaged, which forwarded mode does
  *                              not forward; exits 3 when it fails
+ *   forward_tenant export-table
+ *                              asks for the driver's private tables, as a CUDA
+ *                              runtime linked into the program does first; exits 3
+ *                              when it gets none
  */
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
@@ -111,7 +115,7 @@ static int work(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: forward_tenant work|wait MS|unknown\n");
+        fprintf(stderr, "usage: forward_tenant work|wait MS|unknown|export-table\n");
         return 2;
     }
     CHECK(cuInit(0));
@@ -140,6 +144,16 @@ int main(int argc, char **argv)
         cuGetErrorName(r, &name);
         printf("synchronised: %s\n", name ? name : "?");
         return r == CUDA_SUCCESS ? 0 : 4;
+    }
+    if (strcmp(argv[1], "export-table") == 0) {
+        /* Any table's id: the forwarding client has none to give. */
+        static const CUuuid table = {{(char)0x6b, (char)0xd5, (char)0xfb, (char)0x6c, (char)0x5b, (char)0xf4,
+                                      (char)0xe7, (char)0x4a, (char)0x89, (char)0x87, (char)0xd9, (char)0x39,
+                                      (char)0x12, (char)0xfd, (char)0x9d, (char)0xf9}};
+        const void *p = NULL;
+        CUresult r = cuGetExportTable(&p, &table);
+        printf("cuGetExportTable: %d\n", (int)r);
+        return r == CUDA_SUCCESS ? 0 : 3;
     }
     if (strcmp(argv[1], "unknown") == 0) {
         CUdeviceptr p;

@@ -59,10 +59,7 @@ static void make_graph(void)
 
 static void launch(CUstream stream)
 {
-    unsigned long long duration = 50000;
-    CUdeviceptr none = 0;
-    void *params[] = {&duration, &none};
-    CHECK(cuLaunchKernel(kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, NULL));
+    sim_launch(kernel, stream, 50000);
 }
 
 static void *background(void *arg)
@@ -93,14 +90,7 @@ static void finish(CUstream stream)
 
 int main(void)
 {
-    CUdevice dev;
-    CUmodule module;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
-    CHECK(cuModuleLoadData(&module, "krex simulated module"));
-    CHECK(cuModuleGetFunction(&kernel, module, "sim_kernel"));
+    kernel = sim_kernel_in(&ctx);
     CHECK(cuStreamCreate(&timed, CU_STREAM_NON_BLOCKING));
     CHECK(cuStreamCreate(&side, CU_STREAM_NON_BLOCKING));
     CHECK(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));

@@ -61,4 +61,30 @@ static inline void wait_gate_open(void)
     munmap((void *)gate, sizeof *gate);
 }
 
+#ifndef KREX_TENANT_HIP
+/* Device 0's primary context, made current, and the simulated driver's
+ * kernel (include cuda.h first). */
+static inline CUfunction sim_kernel_in(CUcontext *ctx)
+{
+    CUdevice dev;
+    CUmodule module;
+    CUfunction kernel;
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(&dev, 0));
+    CHECK(cuDevicePrimaryCtxRetain(ctx, dev));
+    CHECK(cuCtxSetCurrent(*ctx));
+    CHECK(cuModuleLoadData(&module, "krex simulated module"));
+    CHECK(cuModuleGetFunction(&kernel, module, "sim_kernel"));
+    return kernel;
+}
+
+/* One launch of the simulated kernel, running for `ns` of simulated time. */
+static inline void sim_launch(CUfunction kernel, CUstream stream, unsigned long long ns)
+{
+    CUdeviceptr none = 0;
+    void *params[] = {&ns, &none};
+    CHECK(cuLaunchKernel(kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, NULL));
+}
+#endif
+
 #endif

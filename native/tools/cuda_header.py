@@ -51,13 +51,13 @@ def param_name(param: str, where: str) -> str:
     return idents[-1]
 
 
-def preprocess(cc: str, include: str, headers: tuple[str, ...] = ("cuda.h",)) -> str:
+def preprocess(cc: str, include: str, headers: tuple[str, ...] = ("cuda.h",), defines: tuple[str, ...] = ()) -> str:
     with tempfile.NamedTemporaryFile("w", suffix=".c", delete=False) as f:
         f.write("".join(f"#include <{h}>\n" for h in headers))
         src = f.name
     try:
         return subprocess.run(
-            [cc, "-E", "-P", "-D__CUDA_API_VERSION_INTERNAL", f"-I{include}", src],
+            [cc, "-E", "-P", "-D__CUDA_API_VERSION_INTERNAL", *defines, f"-I{include}", src],
             check=True, capture_output=True, text=True,
         ).stdout
     finally:

@@ -39,6 +39,9 @@ def test_every_export_is_in_the_proc_address_table() -> None:
     out = subprocess.run(["nm", "-D", "--defined-only", str(sim / "libcuda.so.1")],
                          capture_output=True, text=True, check=True).stdout
     exported = {line.split()[-1] for line in out.splitlines() if line.split()[1] in "TtWw"}
+    # The simulator's own calls (krex_sim_*: forwarded mode's server names the
+    # command it serves) are not driver entry points: no resolver hands them out.
+    exported = {name for name in exported if not name.startswith("krex_sim_")}
     table = (sim / "gen" / "simcuda_procaddr_table.inc").read_text()
     rows = set(re.findall(r"^ROW(?:_PT)?\(\w+, \d+, (\w+)(?:, \w+, (\w+))?\),$", table, re.MULTILINE))
     in_table = {name for row in rows for name in row if name}

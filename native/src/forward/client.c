@@ -278,8 +278,15 @@ CUresult fwd_unknown(const char *name)
         fwd_log("%s is not forwarded; the command ends here and runs again in process mode", name);
         _exit(KREX_FWD_EXIT_UNKNOWN_CALL);
     }
-    fwd_log("%s is not forwarded (forwarded mode): it fails with CUDA_ERROR_NOT_SUPPORTED; run the command in "
+    fwd_log("%s is not forwarded (forwarded mode): it fails as not supported (error 801); run the command in "
             "process mode to use it",
             name);
     return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* The same for forwarded mode's CUDA runtime (libcudart.so.N, src/cudart),
+ * which finds it here by name: the runtime entry points it does not have. */
+FWD_EXPORT CUresult krex_forward_unknown_call(const char *name)
+{
+    return fwd_unknown(name != NULL ? name : "(unnamed)");
 }

@@ -39,6 +39,9 @@ size_t fwd_staging_size(void);
 /* An entry point this library does not forward: says which, remembers it for
  * the runtime and, under KREX_FORWARD_FALLBACK=process, ends the command. */
 CUresult fwd_unknown(const char *name);
+/* fwd_unknown, exported for forwarded mode's CUDA runtime (src/cudart), which
+ * calls it for the runtime entry points it does not implement. */
+CUresult krex_forward_unknown_call(const char *name) __attribute__((visibility("default")));
 /* Was cuInit called (successfully) in this process. */
 bool fwd_initialised(void);
 void fwd_set_initialised(void);

@@ -168,3 +168,22 @@ FWD_EXPORT CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMod
     *mode = old;
     return CUDA_SUCCESS;
 }
+
+/* The driver's private tables, which only the CUDA runtime asks for: a
+ * program that asks carries its own runtime (cudart linked statically, nvcc's
+ * default, or a libcudart loaded by its path), whose state lives in tables of
+ * this process's driver and cannot be forwarded. The runtime names the
+ * reason from this call's name; built with `nvcc -cudart shared`, the program
+ * loads forwarded mode's libcudart instead and runs forwarded. */
+FWD_EXPORT CUresult CUDAAPI cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
+{
+    (void)pExportTableId;
+    if (ppExportTable != NULL)
+        *ppExportTable = NULL;
+    static int told;
+    if (!__atomic_exchange_n(&told, 1, __ATOMIC_ACQ_REL))
+        fwd_log("the program carries its own CUDA runtime (cudart linked statically, or a libcudart loaded by "
+                "path), which asks for the driver's private tables (cuGetExportTable): build it with "
+                "`nvcc -cudart shared` to run it forwarded");
+    return fwd_unknown("cuGetExportTable");
+}

@@ -58,9 +58,8 @@ void krex_drain_note_context(void)
     last_device = d;
     pthread_mutex_lock(&device_lock);
     used |= 1ull << d;
-    struct krex_gate_proc *e = krex_drain_entry();
-    if (e != NULL)
-        publish_locked(e);
+    for (unsigned k = 0, n = krex_drain_entry_count(); k < n; k++)
+        publish_locked(krex_drain_entry_at(k));
     pthread_mutex_unlock(&device_lock);
 }
 

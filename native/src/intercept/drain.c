@@ -4,9 +4,11 @@
  * acknowledge (drain_ack = drain_req, FUTEX_WAKE). Only then may the runtime
  * let the region holder measure.
  *
- * Two plain C threads, started with the process's registration:
+ * Plain C threads, started with the process's registration (a coordinator
+ * per gate entry: a command placed on a set of GPUs has one in each GPU's
+ * gate, and a drain asked on any of them waits for all of its work):
  *   - the coordinator waits for requests and acknowledges, within a bound;
- *   - the worker waits for the device to complete what this process
+ *   - one worker waits for the device to complete what this process
  *     submitted: the vendor's krex_drain_sync_all (drain_cuda.c synchronises
  *     each context used; the HIP library each device, hip_intercept/hip_drain.c).
  * The split exists because a synchronise cannot be interrupted: when it
@@ -20,13 +22,18 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "intercept_internal.h"
 
-static struct krex_gate_proc *entry;
+/* Our entry in each gate (several for a command placed on a set of GPUs):
+ * written once each, before n_entries counts it. */
+static pthread_mutex_t entries_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct krex_gate_proc *entries[KREX_GATE_SET_MAX];
+static unsigned n_entries;
 static int started;
 
 /* Jobs: the coordinator posts, the worker completes; both counters only grow. */
@@ -36,9 +43,14 @@ static pthread_cond_t job_done_cv;
 static uint64_t job_posted, job_done;
 static uint32_t job_result;
 
-struct krex_gate_proc *krex_drain_entry(void)
+unsigned krex_drain_entry_count(void)
 {
-    return __atomic_load_n(&entry, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&n_entries, __ATOMIC_ACQUIRE);
+}
+
+struct krex_gate_proc *krex_drain_entry_at(unsigned k)
+{
+    return entries[k];
 }
 
 static void *worker_main(void *arg)
@@ -131,11 +143,23 @@ static void init_sync_objects(void)
 
 void krex_drain_start(struct krex_gate_proc *e)
 {
-    if (__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL))
+    pthread_mutex_lock(&entries_lock);
+    for (unsigned k = 0; k < n_entries; k++)
+        if (entries[k] == e) {
+            pthread_mutex_unlock(&entries_lock);
+            return; /* started for this entry already */
+        }
+    if (n_entries == KREX_GATE_SET_MAX) {
+        pthread_mutex_unlock(&entries_lock);
         return;
-    __atomic_store_n(&entry, e, __ATOMIC_RELEASE);
+    }
+    entries[n_entries] = e;
+    __atomic_store_n(&n_entries, n_entries + 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&entries_lock);
     krex_drain_publish(e);
-    init_sync_objects();
+    bool first = !__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL);
+    if (first)
+        init_sync_objects();
 
     /* The helpers take no signals: those belong to the program's threads. */
     sigset_t all, old;
@@ -146,7 +170,7 @@ void krex_drain_start(struct krex_gate_proc *e)
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 256 * 1024);
     pthread_t t;
-    if (pthread_create(&t, &attr, worker_main, NULL) != 0 ||
+    if ((first && pthread_create(&t, &attr, worker_main, NULL) != 0) ||
         pthread_create(&t, &attr, coordinator_main, e) != 0)
         krex_log("cannot start the drain helper; drains of this process will time out");
     pthread_attr_destroy(&attr);
@@ -156,8 +180,9 @@ void krex_drain_start(struct krex_gate_proc *e)
 void krex_drain_after_fork(void)
 {
     pthread_mutex_init(&job_lock, NULL);
+    pthread_mutex_init(&entries_lock, NULL);
     krex_drain_vendor_after_fork();
-    entry = NULL;
+    n_entries = 0;
     job_posted = job_done = 0;
     started = 0;
 }

@@ -60,9 +60,8 @@ void krex_drain_note_context(void)
         i++;
     if (i == n_contexts && n_contexts < MAX_CONTEXTS)
         contexts[n_contexts++] = c;
-    struct krex_gate_proc *e = krex_drain_entry();
-    if (e != NULL)
-        publish_locked(e);
+    for (unsigned k = 0, n = krex_drain_entry_count(); k < n; k++)
+        publish_locked(krex_drain_entry_at(k));
     pthread_mutex_unlock(&ctx_lock);
 }
 

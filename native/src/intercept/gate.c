@@ -24,7 +24,8 @@ static struct krex_gate_proc *registered_entry(void)
     bool registered_now;
     struct krex_gate_proc *e = krex_gate_register(&registered_now);
     if (registered_now)
-        krex_drain_start(e);
+        for (unsigned g = 0; g < krex_gate_count(); g++)
+            krex_drain_start(krex_gate_self_at(g));
     return e;
 }
 
@@ -100,6 +101,21 @@ static unsigned class_of(unsigned i)
     return klass < KREX_CLASS_COUNT ? klass : KREX_CLASS_OTHER;
 }
 
+/* The gate of the set closed to us now (its word in *word), or -1: a command
+ * placed on several GPUs passes only when every one of its gates lets it. */
+static int closed_gate(unsigned n, uint32_t *word)
+{
+    for (unsigned g = 0; g < n; g++) {
+        const struct krex_gate_header *gate = krex_gate_header_at(g);
+        uint32_t w = __atomic_load_n(&gate->gate_word, __ATOMIC_SEQ_CST);
+        if (closed_for_us(gate, w) && !heartbeat_stale(gate, krex_gate_self_at(g))) {
+            *word = w;
+            return (int)g;
+        }
+    }
+    return -1;
+}
+
 int krex_gate_enter(unsigned i)
 {
     if (krex_depth++ > 0)
@@ -108,29 +124,37 @@ int krex_gate_enter(unsigned i)
     struct krex_gate_proc *e = registered_entry();
     if (e == NULL)
         return KREX_TOKEN_COUNTED;
-    const struct krex_gate_header *gate = krex_gate_header();
+    unsigned n = krex_gate_count();
     unsigned klass = class_of(i);
     for (;;) {
-        /* Announce first, then look: against the runtime's "close, then read
-         * in_call" this leaves no window where both miss each other. */
-        announce(e, klass);
-        uint32_t word = __atomic_load_n(&gate->gate_word, __ATOMIC_SEQ_CST);
-        if (!closed_for_us(gate, word) || heartbeat_stale(gate, e)) {
+        /* Announce first (in every gate's entry), then look: against the
+         * runtime's "close, then read in_call" this leaves no window where
+         * both miss each other. */
+        for (unsigned g = 0; g < n; g++)
+            announce(krex_gate_self_at(g), klass);
+        uint32_t word = 0;
+        int closed = closed_gate(n, &word);
+        if (closed < 0) {
             /* Counted as it passes, so the counters say what reached the
              * driver: a region's holder can check nobody else's did. */
-            __atomic_fetch_add(&e->calls[klass], 1, __ATOMIC_RELAXED);
-            __atomic_fetch_add(&e->calls_total, 1, __ATOMIC_RELAXED);
+            for (unsigned g = 0; g < n; g++) {
+                struct krex_gate_proc *mine = krex_gate_self_at(g);
+                __atomic_fetch_add(&mine->calls[klass], 1, __ATOMIC_RELAXED);
+                __atomic_fetch_add(&mine->calls_total, 1, __ATOMIC_RELAXED);
+            }
             return KREX_TOKEN_IN_CALL;
         }
-        withdraw(e, klass);
-        park(gate, e, word);
+        for (unsigned g = 0; g < n; g++)
+            withdraw(krex_gate_self_at(g), klass);
+        park(krex_gate_header_at((unsigned)closed), krex_gate_self_at((unsigned)closed), word);
     }
 }
 
 void krex_gate_leave(unsigned i, int token)
 {
     if (token == KREX_TOKEN_IN_CALL) {
-        withdraw(krex_gate_self(), class_of(i));
+        for (unsigned g = 0; g < krex_gate_count(); g++)
+            withdraw(krex_gate_self_at(g), class_of(i));
         krex_drain_note_context();
     }
     krex_depth--;

@@ -1,7 +1,8 @@
 /*
- * The gate file of this process's GPU: attaching it (mapping the file the
- * runtime created read-only, checking its layout, mapping this tenant's
- * entries file) and claiming this process's entry in the latter. The layer under the gate client (gate.c) and the drain helper (drain.c),
+ * The gate file of this process's GPU, or of each GPU of its set
+ * (KREX_GATE_SET): attaching it (mapping the file the runtime created
+ * read-only, checking its layout, mapping this tenant's entries file) and
+ * claiming this process's entry in the latter. The layer under the gate client (gate.c) and the drain helper (drain.c),
  * which both read the mapping; it calls neither.
  *
  * A missing, foreign or malformed gate file means "run ungated" (said once on
@@ -22,11 +23,18 @@
 
 enum { GATE_UNKNOWN = 0, GATE_ATTACHED = 1, GATE_NONE = 2 };
 
+/* One gate per GPU of the tenant's placement: one, or a set (KREX_GATE_SET). */
+struct attached_gate {
+    const struct krex_gate_header *header; /* mapped read-only */
+    char *entries;                         /* this tenant's entries file, mapped read-write */
+    unsigned n_entries;
+    struct krex_gate_proc *self;           /* our entry, once registered */
+};
+
 static int gate_status;                   /* GATE_*, settled once per process */
-static const struct krex_gate_header *gate; /* the header, mapped read-only, when attached */
-static char *entries;                     /* this tenant's entries file, mapped read-write */
-static unsigned n_entries;
-static struct krex_gate_proc *self_entry; /* our entry, once registered */
+static struct attached_gate gates[KREX_GATE_SET_MAX];
+static unsigned n_gates;                  /* set once attached, never changes after */
+static struct krex_gate_proc *self_entry; /* our entry in the first gate, once registered */
 static int64_t my_tenant = KREX_GATE_NO_HOLDER;
 static pthread_mutex_t attach_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -88,6 +96,36 @@ static unsigned map_entries(const char *path, long long t, const struct krex_gat
     return h->max_procs;
 }
 
+/* One gate of the set into gates[i]; false when unusable (said on stderr). */
+static bool attach_one(const char *path, long long t, unsigned i)
+{
+    const struct krex_gate_header *h = map_header(path);
+    if (h == NULL)
+        return false;
+    char *e = NULL;
+    unsigned n = map_entries(path, t, h, &e);
+    if (n == 0) {
+        munmap((void *)h, sizeof(struct krex_gate_header));
+        return false;
+    }
+    gates[i].header = h;
+    gates[i].entries = e;
+    gates[i].n_entries = n;
+    return true;
+}
+
+static void detach_all(void)
+{
+    for (unsigned i = 0; i < n_gates; i++) {
+        const struct krex_gate_header *h = gates[i].header;
+        munmap(gates[i].entries, (size_t)h->procs_offset + (size_t)gates[i].n_entries * h->proc_size);
+        munmap((void *)h, sizeof(struct krex_gate_header));
+    }
+    n_gates = 0;
+}
+
+/* Every gate of the placement, or none: a tenant half under its gates could
+ * submit to a GPU whose region it should wait for. */
 static bool attach(void)
 {
     const char *path = getenv(KREX_ENV_GATE_PATH);
@@ -100,18 +138,27 @@ static bool attach(void)
         krex_log("%s is set but %s is not an integer; running ungated", KREX_ENV_GATE_PATH, KREX_ENV_TENANT_ID);
         return false;
     }
-    const struct krex_gate_header *h = map_header(path);
-    if (h == NULL)
-        return false;
-    char *e = NULL;
-    unsigned n = map_entries(path, t, h, &e);
-    if (n == 0) {
-        munmap((void *)h, sizeof(struct krex_gate_header));
+    const char *set = getenv(KREX_ENV_GATE_SET);
+    char paths[8192];
+    if (snprintf(paths, sizeof paths, "%s", set != NULL && *set != '\0' ? set : path) >= (int)sizeof paths) {
+        krex_log("%s is too long; running ungated", KREX_ENV_GATE_SET);
         return false;
     }
-    gate = h;
-    entries = e;
-    n_entries = n;
+    char *save = NULL;
+    for (char *p = strtok_r(paths, ":", &save); p != NULL; p = strtok_r(NULL, ":", &save)) {
+        if (n_gates == KREX_GATE_SET_MAX) {
+            krex_log("%s names more than %u gates; running ungated", KREX_ENV_GATE_SET, KREX_GATE_SET_MAX);
+            detach_all();
+            return false;
+        }
+        if (!attach_one(p, t, n_gates)) {
+            detach_all();
+            return false;
+        }
+        n_gates++;
+    }
+    if (n_gates == 0)
+        return false;
     my_tenant = t;
     return true;
 }
@@ -152,9 +199,9 @@ static bool entry_is_dead(const struct krex_gate_proc *e)
     return st != 0 && st != e->start_time;
 }
 
-static struct krex_gate_proc *entry_at(unsigned i)
+static struct krex_gate_proc *entry_at(const struct attached_gate *g, unsigned i)
 {
-    return (struct krex_gate_proc *)(entries + gate->procs_offset + (size_t)i * gate->proc_size);
+    return (struct krex_gate_proc *)(g->entries + g->header->procs_offset + (size_t)i * g->header->proc_size);
 }
 
 static void fill(struct krex_gate_proc *e, int pid, uint64_t start_time)
@@ -167,14 +214,12 @@ static void fill(struct krex_gate_proc *e, int pid, uint64_t start_time)
     __atomic_store_n(&e->state, KREX_PROC_LIVE, __ATOMIC_RELEASE);
 }
 
-static struct krex_gate_proc *claim_entry(void)
+static struct krex_gate_proc *claim_entry(const struct attached_gate *g, int pid, uint64_t st)
 {
-    int pid = (int)getpid();
-    uint64_t st = start_time_of(pid);
     /* First pass: a free entry. Second pass: reap the entry of a dead process. */
     for (int pass = 0; pass < 2; pass++) {
-        for (unsigned i = 0; i < n_entries; i++) {
-            struct krex_gate_proc *e = entry_at(i);
+        for (unsigned i = 0; i < g->n_entries; i++) {
+            struct krex_gate_proc *e = entry_at(g, i);
             uint32_t want = pass == 0 ? KREX_PROC_FREE : KREX_PROC_LIVE;
             if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) != want)
                 continue;
@@ -187,8 +232,26 @@ static struct krex_gate_proc *claim_entry(void)
             }
         }
     }
-    krex_log("this tenant's gate entries are full (%u processes); this process runs ungated", n_entries);
+    krex_log("this tenant's gate entries are full (%u processes); this process runs ungated", g->n_entries);
     return NULL;
+}
+
+/* An entry in every gate, or none (those taken are given back). */
+static bool claim_entries(void)
+{
+    int pid = (int)getpid();
+    uint64_t st = start_time_of(pid);
+    for (unsigned i = 0; i < n_gates; i++) {
+        gates[i].self = claim_entry(&gates[i], pid, st);
+        if (gates[i].self == NULL) {
+            for (unsigned j = 0; j < i; j++) {
+                __atomic_store_n(&gates[j].self->state, KREX_PROC_FREE, __ATOMIC_RELEASE);
+                gates[j].self = NULL;
+            }
+            return false;
+        }
+    }
+    return true;
 }
 
 struct krex_gate_proc *krex_gate_register(bool *registered_now)
@@ -201,9 +264,8 @@ struct krex_gate_proc *krex_gate_register(bool *registered_now)
     if (gate_status == GATE_UNKNOWN)
         __atomic_store_n(&gate_status, attach() ? GATE_ATTACHED : GATE_NONE, __ATOMIC_RELEASE);
     if (gate_status == GATE_ATTACHED && self_entry == NULL) {
-        e = claim_entry();
-        if (e != NULL) {
-            __atomic_store_n(&self_entry, e, __ATOMIC_RELEASE);
+        if (claim_entries()) {
+            __atomic_store_n(&self_entry, gates[0].self, __ATOMIC_RELEASE);
             *registered_now = true;
         } else {
             __atomic_store_n(&gate_status, GATE_NONE, __ATOMIC_RELEASE);
@@ -221,7 +283,22 @@ struct krex_gate_proc *krex_gate_self(void)
 
 const struct krex_gate_header *krex_gate_header(void)
 {
-    return gate_status == GATE_ATTACHED ? gate : NULL;
+    return gate_status == GATE_ATTACHED ? gates[0].header : NULL;
+}
+
+unsigned krex_gate_count(void)
+{
+    return __atomic_load_n(&self_entry, __ATOMIC_ACQUIRE) != NULL ? n_gates : 0;
+}
+
+const struct krex_gate_header *krex_gate_header_at(unsigned i)
+{
+    return i < krex_gate_count() ? gates[i].header : NULL;
+}
+
+struct krex_gate_proc *krex_gate_self_at(unsigned i)
+{
+    return i < krex_gate_count() ? gates[i].self : NULL;
 }
 
 int64_t krex_gate_tenant(void)
@@ -235,6 +312,8 @@ void krex_gate_attach_after_fork(void)
 {
     pthread_mutex_init(&attach_lock, NULL);
     __atomic_store_n(&self_entry, NULL, __ATOMIC_RELEASE);
+    for (unsigned i = 0; i < n_gates; i++)
+        gates[i].self = NULL;
 }
 
 /* The region this tenant holds now (the gate's generation while it holds
@@ -242,6 +321,7 @@ void krex_gate_attach_after_fork(void)
  * the region API file their bookkeeping under. */
 uint64_t krex_current_region(void)
 {
+    /* A region over a set holds every gate of it: the first one says. */
     const struct krex_gate_header *gate = krex_gate_header();
     if (gate == NULL)
         return 0;

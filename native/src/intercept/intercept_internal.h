@@ -112,8 +112,13 @@ void krex_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 struct krex_gate_proc *krex_gate_register(bool *registered_now);
 /* This process's entry if it has one already (never attaches), else NULL. */
 struct krex_gate_proc *krex_gate_self(void);
-/* The attached gate's header (mapped read-only), or NULL. */
+/* The attached gate's header (mapped read-only), or NULL; the first of a set. */
 const struct krex_gate_header *krex_gate_header(void);
+/* A command placed on a set of GPUs has a gate and an entry per GPU
+ * (KREX_GATE_SET): how many (0 before registering), and the i-th of each. */
+unsigned krex_gate_count(void);
+const struct krex_gate_header *krex_gate_header_at(unsigned i);
+struct krex_gate_proc *krex_gate_self_at(unsigned i);
 int64_t krex_gate_tenant(void); /* KREX_TENANT_ID as read when attaching */
 void krex_gate_attach_after_fork(void);
 
@@ -186,9 +191,11 @@ void krex_load_before_launch(void *f);
 /* ---- drain.c -------------------------------------------------------------- */
 /* Starts the drain helper for this process's entry (idempotent). */
 void krex_drain_start(struct krex_gate_proc *entry);
-/* This process's gate entry once the drain helper started, else NULL (the
- * vendor's bookkeeping publishes what it drains there). */
-struct krex_gate_proc *krex_drain_entry(void);
+/* This process's gate entries whose drain helper started (one per GPU of the
+ * command's set; the vendor's bookkeeping publishes what it drains in each):
+ * how many, and the k-th (k < the count read). */
+unsigned krex_drain_entry_count(void);
+struct krex_gate_proc *krex_drain_entry_at(unsigned k);
 /* The vendor's: once the entry is known, publish what is noted so far. */
 void krex_drain_publish(struct krex_gate_proc *entry);
 /* Records the calling thread's current context (device) for later drains,

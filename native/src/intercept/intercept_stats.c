@@ -28,6 +28,8 @@ static const char *const event_names[] = {
     "lazy_load", "lazy_load_failed", "lazy_load_kernel_handle", "lazy_load_unknown_handle",
     "integrity_flagged",  /* intercept_integrity.c: timed windows with a flag */
     "integrity_unjudged", /* intercept_integrity.c: timed windows the log no longer held */
+    "untracked",          /* intercept_events.c: timings with an event the full table dropped */
+    "event_table_full",   /* intercept_events.c: records the table had no room for */
 };
 #define N_EVENTS (sizeof event_names / sizeof event_names[0])
 static uint64_t events[N_EVENTS];

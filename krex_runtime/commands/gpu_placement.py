@@ -1,0 +1,74 @@
+"""Commands placed on a set of GPUs (`krex submit --gpus 2`, `--gpus 0,1`):
+what such a submission may ask, and where the dispatcher puts it.
+
+A command on a set runs as one tenant of every GPU of the set: it takes a
+slot on each, meets each one's gate, is frozen by each one's regions, and
+its own regions cover the whole set (regions/gpu_sets.py). It is placed only
+where every GPU of the set has a free slot and is neither paused nor leased;
+`--gpus N` takes the N least-loaded such GPUs (fewest running commands, then
+lowest index), `--gpus I,J` exactly those.
+
+Only process mode runs on a set: a zygote or a context process belongs to
+one GPU. A set and a whole-device lease do not go together either (a lease
+is one GPU's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Collection
+
+from krex_runtime.wire.bodies import SubmitBody
+from krex_runtime.wire.protocol import ErrorCode, ProtocolError
+
+
+@dataclass(frozen=True)
+class GpuAsk:
+    """A set of GPUs asked for: how many, and which when named."""
+
+    count: int
+    indices: tuple[int, ...] = ()  # (): any `count` of the node's GPUs
+
+    def describe(self) -> str:
+        return f"GPUs {','.join(map(str, self.indices))}" if self.indices else f"{self.count} GPUs"
+
+
+def ask_of(body: SubmitBody, known: Collection[int], mode: str) -> GpuAsk | None:
+    """The set a submission asks for (None: one GPU, as before); a bad_request or
+    refused error that says why it cannot be had."""
+    if body.gpus and body.gpu_count and body.gpu_count != len(body.gpus):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"gpus names {len(body.gpus)} GPUs but gpu_count is {body.gpu_count}")
+    if body.gpu_count < 0:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"gpu_count must be 1 or more, not {body.gpu_count}")
+    indices = tuple(sorted(body.gpus))
+    if len(set(indices)) != len(indices):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"gpus names a GPU twice: {list(body.gpus)}")
+    count = len(indices) or body.gpu_count
+    if count <= 1:
+        if indices and body.gpu is not None and body.gpu != indices[0]:
+            raise ProtocolError(ErrorCode.BAD_REQUEST, f"gpu {body.gpu} and gpus {list(body.gpus)} disagree")
+        return None
+    if body.gpu is not None:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, "give gpu (one GPU) or gpus (a set), not both")
+    unknown = [i for i in indices if i not in known]
+    if unknown:
+        have = ", ".join(str(i) for i in sorted(known))
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"this node has no GPU {unknown[0]} (it has: {have})")
+    if count > len(known):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"{count} GPUs asked for; this node has {len(known)}")
+    if mode != "process":
+        raise ProtocolError(ErrorCode.REFUSED, f"a command on a set of GPUs runs in process mode, not {mode}")
+    if body.lease:
+        raise ProtocolError(ErrorCode.REFUSED, "a lease is of one GPU: a command on a set of GPUs cannot take one")
+    return GpuAsk(count, indices)
+
+
+def place(ask: GpuAsk, free: Collection[int], load: Callable[[int], int]) -> tuple[int, ...] | None:
+    """The set to start on now, ascending, from the GPUs that can take it (`free`),
+    or None when not enough of them (or not the named ones) are free."""
+    if ask.indices:
+        return ask.indices if all(i in free for i in ask.indices) else None
+    if len(free) < ask.count:
+        return None
+    chosen = sorted(free, key=lambda i: (load(i), i))[: ask.count]
+    return tuple(sorted(chosen))

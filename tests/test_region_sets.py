@@ -1,0 +1,285 @@
+"""Regions over a set of GPUs, end to end: real runtimes with several simulated
+GPUs, real tenants (Python and C) with the interception library preloaded,
+real cgroups. A command placed on a set (`--gpus 2`, `--gpus 0,1`) asks one
+region with `region()`; it is granted once every GPU of the set is held
+(ascending order, each GPU's queue FIFO), under one id, released together,
+and certified on every GPU (docs/regions.md, "Regions over several GPUs").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+from pathlib import Path
+
+import pytest
+from region_checks import (
+    check_exclusive,
+    check_fifo,
+    check_no_submissions_while_held,
+    check_nothing_left,
+    check_one_holder_per_gpu,
+    check_sets,
+    regions_of,
+)
+from runtime_helpers import (
+    PY,
+    TENANTS,
+    busy,
+    cgroup_root,
+    command_pid,
+    finish,
+    frozen_cgroups,
+    gpu_state,
+    krex_runtime,
+    output,
+    region_results,
+    snapshot,
+    submit,
+    trace_events,
+    wait_ready,
+)
+
+from krex_runtime.commands.gpu_placement import GpuAsk, place
+from krex_runtime.node import native_build
+from krex_runtime.regions.gpu_sets import combine_verdicts
+from krex_runtime.testing import hygiene
+from krex_runtime.testing.local_runtime import Runtime, wait_until
+
+RECOVERY_BOUND_S = 10.0
+SET_TENANT = str(TENANTS / "set_regions.py")
+
+
+def submit_set(rt: Runtime, gpus: str, *argv: str) -> str:
+    done = rt.krex("submit", "--gpus", gpus, "--", *argv)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def set_busy(rt: Runtime, gpus: str) -> str:
+    return submit_set(rt, gpus, PY, SET_TENANT, "--busy", "--kernel-us", "1000")
+
+
+# --- what needs no runtime ---------------------------------------------------------
+
+
+def test_place_takes_the_least_loaded_or_the_named_gpus() -> None:
+    load = {0: 3, 1: 0, 2: 1}.__getitem__
+    assert place(GpuAsk(2), [0, 1, 2], load) == (1, 2)
+    assert place(GpuAsk(3), [0, 1], load) is None
+    assert place(GpuAsk(2, (0, 2)), [0, 1, 2], load) == (0, 2)
+    assert place(GpuAsk(2, (0, 2)), [0, 1], load) is None
+
+
+def test_a_sets_verdict_is_the_worst_of_its_gpus() -> None:
+    verified = ("verified", ["gate: no other call"])
+    assert combine_verdicts([(0, verified), (1, verified)]) == (
+        "verified", ["GPU 0: gate: no other call", "GPU 1: gate: no other call"])
+    assert combine_verdicts([(0, verified), (1, ("unknown", ["processes: n/a"]))])[0] == "unknown"
+    worst = combine_verdicts([(0, ("violated", ["gate: pid 7 made 3 calls"])), (1, ("unknown", []))])
+    assert worst == ("violated", ["GPU 0: gate: pid 7 made 3 calls"])
+
+
+# --- placement and environment -------------------------------------------------------
+
+
+def test_a_command_on_a_set_sees_its_gpus_and_meets_their_gates(make_runtime) -> None:
+    rt = krex_runtime(make_runtime, sim=3)
+    script = "import os; print(os.environ['KREX_GPUS'], os.environ['CUDA_VISIBLE_DEVICES'], os.environ['KREX_GATE_SET'])"
+    done = rt.krex("run", "--json", "--gpus", "1,2", "--", PY, "-c", script)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["gpu"] == 1 and result["gpus"] == [1, 2]
+    gpus, visible, gates = output(rt, result["id"]).split()
+    assert gpus == "1,2" and visible == "1,2"
+    assert gates.split(":") == [str(rt.run_dir / "gates" / f"gpu{i}.gate") for i in (1, 2)]
+    started = trace_events(rt, "command_started")[-1]
+    assert started["gpu"] == 1 and started["gpus"] == [1, 2]
+    queued = trace_events(rt, "command_queued")[-1]
+    assert queued["gpus"] == [1, 2] and queued["gpu_count"] == 2
+    # --gpus N: the least-loaded N, ascending.
+    holder = busy(rt, gpu=0)
+    done = rt.krex("run", "--json", "--gpus", "2", "--", PY, "-c", "pass")
+    assert json.loads(done.stdout)["gpus"] == [1, 2]
+    finish(rt, holder)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--gpus", "0,0"], "names a GPU twice"),
+        (["--gpus", "4"], "4 GPUs asked for; this node has 3"),
+        (["--gpus", "0,5"], "has no GPU 5"),
+        (["--gpus", "2", "--gpu", "0"], "not both"),
+        (["--gpus", "2", "--lease"], "a lease is of one GPU"),
+        (["--gpus", "two"], "--gpus takes a number of GPUs"),
+    ],
+)
+def test_a_set_that_cannot_be_had_is_refused_with_its_reason(make_runtime, args: list[str], says: str) -> None:
+    rt = krex_runtime(make_runtime, sim=3)
+    done = rt.krex("submit", *args, "--", PY, "-c", "pass")
+    assert done.returncode != 0
+    assert says in done.stderr
+
+
+# --- the region over a set -------------------------------------------------------------
+
+
+def test_one_region_over_the_set_freezes_each_gpus_others(make_runtime, native_built: Path) -> None:
+    rt = krex_runtime(make_runtime, sim=3)
+    others = [busy(rt, gpu=g) for g in (0, 1, 2)]
+    wait_ready(rt, *others)
+    holder = submit_set(rt, "0,1", PY, SET_TENANT, "--regions", "1", "--hold-s", "1000")
+    wait_until(lambda: all(gpu_state(rt, g)["region_holder"] is not None for g in (0, 1)), 60, "the set to be held")
+    state = {g["index"]: g for g in snapshot(rt)["gpus"]}
+    assert state[0]["region_seq"] == state[1]["region_seq"]  # one region id, a row per GPU
+    assert state[2]["region_holder"] is None  # GPU 2 is not in the set: its tenant runs on
+    assert state[0]["region_gpus"] == state[1]["region_gpus"] == [0, 1] and state[2]["region_gpus"] == []
+    with rt.client() as c:
+        status = c.call("status")
+    assert [g["region_gpus"] for g in status["gpus"]] == [[0, 1], [0, 1], []]
+    shown = rt.krex("status")
+    assert shown.returncode == 0 and shown.stdout.count("gpus 0,1") == 2, shown.stdout
+    assert len(frozen_cgroups(cgroup_root(rt))) == 2  # the other tenants of GPUs 0 and 1
+    os.kill(command_pid(rt, holder), signal.SIGKILL)
+    wait_until(lambda: all(gpu_state(rt, g)["region_holder"] is None for g in (0, 1)), RECOVERY_BOUND_S,
+               "every GPU of the set to be released")
+    released = [e for e in trace_events(rt, "region_released") if e.get("gpus")]
+    assert sorted(e["gpu"] for e in released) == [0, 1] and {e["reason"] for e in released} == {"tenant disconnected"}
+    check_nothing_left(rt.run_dir)
+    assert frozen_cgroups(cgroup_root(rt)) == []
+    # The C API asks the same way, and gets the set's region.
+    tool = native_build.native_dir() / "tests" / "region_client"
+    done = rt.krex("run", "--gpus", "2", "--", str(tool), "enter", "exit")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["enter 0", "exit 0"]
+    finish(rt, *others)
+    rt.stop()
+    events, held = regions_of(rt.trace_path)
+    assert check_sets(events, held) == 2
+
+
+# --- the invariant suite, sets interleaved with single-GPU regions ------------------------
+
+
+@pytest.mark.parametrize("backend", ["preload", "driver-lock"])
+def test_sets_of_two_and_three_interleaved_with_single_gpu_regions(make_runtime, backend: str) -> None:
+    """Under load: no deadlock (every command ends with every region granted), one
+    holder per GPU, FIFO per GPU, nothing another tenant ran on a held GPU, every
+    set held all at once, every certificate verified, nothing left frozen."""
+    rt = krex_runtime(make_runtime, backend, sim=3, slots=16)
+    load = [set_busy(rt, "0,1"), set_busy(rt, "1,2")]  # tenants of two GPUs, held by each one's regions
+    wait_ready(rt, *load)
+    singles = [
+        submit(rt, PY, str(TENANTS / "regions.py"), "--regions", "3", "--kernel-us", "300", "--repeats", "2",
+               "--pause-ms", "30", "--noise", "2", "--noise-us", "300", gpu=i % 3)
+        for i in range(9)
+    ]
+    sets = [
+        submit_set(rt, gpus, PY, SET_TENANT, "--regions", "3", "--kernel-us", "300", "--repeats", "2",
+                   "--pause-ms", "30", "--noise", "2")
+        for gpus in ("0,1", "1,2", "0,2", "3", "2", "0,1,2")
+    ]
+    for command_id in singles + sets:
+        done = rt.krex("wait", command_id)
+        assert done.returncode == 0, done.stderr
+        results = region_results(done.stdout)
+        assert [r.get("error") for r in results] == [None] * 3, results
+    finish(rt, *load)
+    check_nothing_left(rt.run_dir)
+    rt.stop()
+    events, held = regions_of(rt.trace_path)
+    assert check_sets(events, held) == 18
+    assert len({(h.region) for h in held}) == 9 * 3 + 18
+    check_one_holder_per_gpu(events)
+    check_fifo(events)
+    check_no_submissions_while_held(held)
+    check_exclusive(events, held, rt.root / "sim.log")
+    verdicts = [e for e in events if e["type"] == "region_released"]
+    assert {e["verdict"] for e in verdicts} == {"verified"}, [e["verdict_reasons"] for e in verdicts
+                                                             if e["verdict"] != "verified"][:3]
+
+
+def test_a_tenant_of_two_gpus_held_by_both_gpus_regions_is_thawed_by_the_last(make_runtime) -> None:
+    """A tenant of GPUs 0 and 1 is frozen by a region on GPU 0; a region on GPU 1
+    enters meanwhile (it cannot drain a frozen tenant: it shares the freeze) and
+    the tenant stays frozen until both are released."""
+    rt = krex_runtime(make_runtime, sim=2)
+    shared = set_busy(rt, "0,1")
+    wait_ready(rt, shared)
+    holders = [submit(rt, PY, str(TENANTS / "regions.py"), "--regions", "1", "--kernel-us", "200", "--hold-s", "1000",
+                      gpu=g) for g in (0, 1)]
+    wait_until(lambda: all(gpu_state(rt, g)["region_holder"] is not None for g in (0, 1)), 60, "both regions")
+    root = cgroup_root(rt)
+    assert frozen_cgroups(root) == [f"cmd-{shared}"]
+    os.kill(command_pid(rt, holders[0]), signal.SIGKILL)
+    wait_until(lambda: gpu_state(rt, 0)["region_holder"] is None, RECOVERY_BOUND_S, "GPU 0's release")
+    assert frozen_cgroups(root) == [f"cmd-{shared}"]  # GPU 1's region still holds it
+    os.kill(command_pid(rt, holders[1]), signal.SIGKILL)
+    wait_until(lambda: gpu_state(rt, 1)["region_holder"] is None, RECOVERY_BOUND_S, "GPU 1's release")
+    check_nothing_left(rt.run_dir)
+    assert frozen_cgroups(root) == []
+    finish(rt, shared)
+    rt.stop()
+    drains = [e["drain"] for e in trace_events(rt, "region_granted")]
+    assert all(r in ("ok", "exited") for d in drains for r in d.values()), drains
+
+
+# --- faults ------------------------------------------------------------------------------
+
+
+def test_a_set_waiting_for_its_next_gpu_is_withdrawn_with_what_it_holds(make_runtime) -> None:
+    rt = krex_runtime(make_runtime, sim=2)
+    blocker = submit(rt, PY, str(TENANTS / "regions.py"), "--regions", "1", "--kernel-us", "200", "--hold-s", "1000",
+                     gpu=1)
+    wait_until(lambda: gpu_state(rt, 1)["region_holder"] is not None, 60, "GPU 1 held")
+    waiter = submit_set(rt, "0,1", PY, "-c", "from krex_runtime.client import region\nwith region(): pass")
+    # GPU 0 is held for it while it waits for GPU 1, behind the single region.
+    wait_until(lambda: gpu_state(rt, 0)["region_holder"] is not None and len(gpu_state(rt, 1)["region_queue"]) == 1,
+               60, "the set to hold GPU 0 and queue on GPU 1")
+    os.kill(command_pid(rt, waiter), signal.SIGKILL)
+    wait_until(lambda: gpu_state(rt, 0)["region_holder"] is None and gpu_state(rt, 1)["region_queue"] == [],
+               RECOVERY_BOUND_S, "the set's GPU 0 released and its GPU 1 request withdrawn")
+    finish(rt, blocker)
+    check_nothing_left(rt.run_dir)
+
+
+@pytest.mark.parametrize("action", ["revoke", "kill"])
+def test_a_set_over_the_hold_limit_is_released_on_every_gpu(make_runtime, action: str) -> None:
+    rt = krex_runtime(make_runtime, sim=2, hold_limit_s=1.0, on_hold_limit=action)
+    others = [busy(rt, gpu=g) for g in (0, 1)]
+    wait_ready(rt, *others)
+    holder = submit_set(rt, "2", PY, SET_TENANT, "--regions", "1", "--hold-s", "4")
+    done = rt.krex("wait", "--json", holder)
+    released = [e for e in trace_events(rt, "region_released") if e.get("gpus")]
+    assert sorted(e["gpu"] for e in released) == [0, 1] and all("limit" in e["reason"] for e in released)
+    if action == "revoke":
+        assert json.loads(done.stdout)["state"] == "finished"
+        assert region_results(output(rt, holder))[0]["error"] == "ETIMEDOUT"
+    else:
+        assert json.loads(done.stdout)["state"] == "cancelled"
+    check_nothing_left(rt.run_dir)
+    assert frozen_cgroups(cgroup_root(rt)) == []
+    finish(rt, *others)
+
+
+def test_runtime_killed_while_a_set_is_held(make_runtime) -> None:
+    """The watchdog thaws and reopens every GPU of the set."""
+    rt = krex_runtime(make_runtime, sim=2)
+    base = hygiene.baseline()
+    others = [busy(rt, gpu=g) for g in (0, 1)]
+    wait_ready(rt, *others)
+    submit_set(rt, "2", PY, SET_TENANT, "--regions", "1", "--hold-s", "1000")
+    root = cgroup_root(rt)
+    wait_until(lambda: all(gpu_state(rt, g)["region_holder"] is not None for g in (0, 1))
+               and len(frozen_cgroups(root)) == 2, 60, "the set to be held, the others frozen")
+    assert rt.proc is not None
+    pid = rt.proc.pid
+    rt.stop(signal.SIGKILL)
+    wait_until(lambda: hygiene.held_back(rt.run_dir) == [], RECOVERY_BOUND_S, "the watchdog to thaw and reopen")
+    wait_until(lambda: hygiene.leftovers(rt.run_dir, rt.lock_dir, base) == [], RECOVERY_BOUND_S,
+               "the watchdog to end the dead runtime's commands")
+    said = re.findall(rf"^krex-runtime watchdog: runtime pid {pid} died: (.*)$", rt.log_path.read_text(), re.M)
+    assert {"reopened gpu0.gate", "reopened gpu1.gate"} <= set(said), said
