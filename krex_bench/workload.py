@@ -13,7 +13,7 @@ the native and native-repeat runs of run 8 (docs/bench/h200-run8-results.json,
 every candidate measured, four placements each) or, where `estimated` (a
 candidate added since), what its problem's measured candidates make likely; the
 report's p95 needs at least 8 candidates per bucket, and
-tests/test_bench.py checks from these times that the whole workload has them.
+tests/bench/test_bench.py checks from these times that the whole workload has them.
 docs/BENCHMARKS.md lists them (`krex bench list --markdown`).
 
 This module is data only (no torch): the runner and the report read it on

@@ -2,7 +2,7 @@
 
 agent.py the node agent (one Ray actor per node, fronting its runtime:
 supervisor.py starts it, link.py talks to it); router.py where a command
-goes (pure); commands.py the cluster's commands, each result taken once;
+goes (pure); command_table.py the cluster's commands, each result taken once;
 nodes.py the nodes and their agents on Ray; gateway.py the Ray driver that
 speaks the control protocol, handlers.py its verbs, sockets.py its
 endpoints, access.py who may change things; config.py its TOML; main.py `krex-cluster head`; testing.py a

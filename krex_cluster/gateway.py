@@ -2,7 +2,7 @@
 on its own endpoint, so a `Client` or `krex --cluster` uses a cluster as
 it uses one node (CLUSTER-CONTRACT.md; docs/deployment.md, "A cluster").
 
-It keeps the cluster's commands (commands.py), places each on a node
+It keeps the cluster's commands (command_table.py), places each on a node
 (router.py), reads every node's agent (nodes.py) and relays their telemetry.
 The verbs' handlers are in handlers.py. What it holds because no node could
 take it yet is kept in its run dir (held.py), and held again after a restart.
@@ -27,7 +27,7 @@ from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request
 
 from krex_cluster import access, handlers, held, nodes, sockets
 from krex_cluster.access import Peer
-from krex_cluster.commands import ClusterCommand, CommandTable
+from krex_cluster.command_table import ClusterCommand, CommandTable
 from krex_cluster.config import ClusterConfig, default_run_dir
 from krex_cluster.router import Needs, NoPlacement, place
 

@@ -18,7 +18,7 @@ from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request
 from krex_runtime.wire.typed import to_dict
 
 from krex_cluster.access import Peer
-from krex_cluster.commands import ClusterCommand, CommandTable
+from krex_cluster.command_table import ClusterCommand, CommandTable
 from krex_cluster.config import ClusterConfig
 from krex_cluster.held import HeldFile
 from krex_cluster.nodes import NodeState

@@ -34,7 +34,7 @@ from krex_console.dialogs import ConfirmDialog, HelpScreen, SeekDialog
 from krex_console.feed import FeedStatus, FeedStatusChanged, LiveFeed, ReplayFeed, StateChanged
 from krex_console.messages import GpuHighlighted, OpenCommand, OpenGpu, RequestAction
 from krex_console.model import ConsoleModel, gpu_by_uuid, tenants_of
-from krex_console.views.commands import CommandDetailScreen, CommandsTable
+from krex_console.views.command_list import CommandDetailScreen, CommandsTable
 from krex_console.views.events import EventsTable
 from krex_console.views.gpu_detail import GpuDetailScreen, summarize_gpu
 from krex_console.views.overview import OverviewTable

@@ -31,7 +31,7 @@ from krex_console.cluster_feed import ClusterFeed, ClusterReplayFeed, NodesChang
 from krex_console.event_log import EventLog
 from krex_console.feed import FeedStatus, LiveFeed
 from krex_console.messages import NodeHighlighted, OpenCommand, OpenNode
-from krex_console.views.commands import CommandDetailScreen
+from krex_console.views.command_list import CommandDetailScreen
 from krex_console.views.nodes import NodesTable, node_panel
 from krex_console.widgets import FIELD, FilterInput
 from krex_runtime.wire.state import CommandInfo, NodeState

@@ -2,7 +2,7 @@
 (tests/gpu/integrity_candidates, docs/integrity.md): what each candidate's
 regions must carry, how one is run under a runtime, and the check. Shared by
 tests/gpu/test_gpu_integrity.py (real torch and Triton on a GPU) and
-tests/test_integrity_catalogue.py (the same scripts on the simulator, with
+tests/integrity/test_integrity_catalogue.py (the same scripts on the simulator, with
 the stand-ins of tests/tenants/torch_on_sim)."""
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ name is not unique across the test folders)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import threading
 from collections.abc import Iterator
@@ -13,6 +15,7 @@ import psutil
 from region_checks import is_frozen
 
 from krex_runtime.regions import gate
+from krex_runtime.regions.freezer import is_stopped
 from krex_runtime.host.cgroups import CgroupSlice
 from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import Runtime, wait_until
@@ -212,3 +215,23 @@ def module_runtime(folder: Path, **settings: object) -> Iterator[Runtime]:
     finally:
         stop_and_check(runtime)
     assert not hygiene.leftovers(runtime.run_dir, runtime.lock_dir, before)
+
+
+# Fault tests state their bound: everything is thawed and reopened within this
+# long of the fault (the heartbeat bound the tests use is 1 s).
+RECOVERY_BOUND_S = 10.0
+
+
+def stop_the_first(rt: Runtime, others: list[str]) -> int:
+    """Stops the first of the running tenants `others` (SIGSTOP, as an operator
+    or a debugger would, not the runtime's freezer); its pid."""
+    wait_ready(rt, *others)
+    stopped = command_pid(rt, others[0])
+    os.kill(stopped, signal.SIGSTOP)
+    wait_until(lambda: is_stopped(stopped), 10, "the tenant to stop")
+    return stopped
+
+
+def bench_result(problem: str, name: str, ms: float, mhz: float | None) -> dict:
+    """One candidate's line of a `krex bench` results file."""
+    return {"problem": problem, "candidate": name, "ok": True, "median_ms": ms, "sm_clock_mhz": mhz}

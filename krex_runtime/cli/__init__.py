@@ -2,7 +2,7 @@
 """`krex`: submit commands to a KREX runtime, wait for them, inspect it.
 
 A thin layer over the Python API (krex_runtime.api): the parser
-(parser.py), what each subcommand does (commands.py), how status and trace
+(parser.py), what each subcommand does (subcommands.py), how status and trace
 summaries look (views.py).
 
 Exit status (README, "The krex command"): the command's own exit code;
@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 
-from krex_runtime.cli.commands import (
+from krex_runtime.cli.subcommands import (
     WITH_RUNTIME,
     UsageError,
     check_cluster,

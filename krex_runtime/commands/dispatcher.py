@@ -39,7 +39,7 @@ from krex_runtime.commands.environment import AdmitError, TenantSetup
 from krex_runtime.host.identities import Identity
 from krex_runtime.commands.launchers import Launchers
 from krex_runtime.host.tenant_registry import TenantRegistry
-from krex_runtime.commands.zygote import Zygotes
+from krex_runtime.commands.zygotes import Zygotes
 from krex_runtime.node import native_build
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.node.sink import EventSink

@@ -26,7 +26,7 @@ from krex_runtime.commands.forked_process import ForkedRun
 from krex_runtime.commands.forward_launch import ForwardedRun
 from krex_runtime.commands.forward_pool import ContextServer, ForwardPool
 from krex_runtime.commands.job import Job
-from krex_runtime.commands.zygote import Zygotes
+from krex_runtime.commands.zygotes import Zygotes
 from krex_runtime.node.config import Config
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.wire import events

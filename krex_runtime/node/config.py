@@ -38,7 +38,7 @@ MAX_TENANT_UIDS = 65536
 # `key[]`): past these a value only hurts, e.g. a heartbeat of 1e-9 s spins the
 # runtime, 100000 context processes per GPU take the node down. Settings bound
 # by another one are checked in `validate` too. docs/configuration.md lists
-# the same ranges (tests/test_config.py keeps the two in step).
+# the same ranges (tests/node/test_config.py keeps the two in step).
 BOUNDS: dict[str, tuple[float, float]] = {
     "runtime.snapshot_interval_s": (0.01, HOUR),
     "runtime.shutdown_grace_s": (0, HOUR),

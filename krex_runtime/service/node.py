@@ -35,7 +35,7 @@ from krex_runtime.service.event_log import EventLog
 from krex_runtime.service.followers import Attachments, CanaryKeeper, Followers
 from krex_runtime.service.host import Host
 from krex_runtime.service.server import ControlServer
-from krex_runtime.service.tenancy import Tenancy
+from krex_runtime.service.tenant_identity import Tenancy
 from krex_runtime.telemetry import gpu_processes, sources
 from krex_runtime.telemetry.clocks import Clocks
 from krex_runtime.telemetry.monitor import Telemetry

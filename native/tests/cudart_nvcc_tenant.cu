@@ -1,6 +1,6 @@
 // A CUDA C++ program as nvcc builds it (registration, kernel<<<>>>, cudaEvent
 // timing), whose kernel follows the simulated driver's convention (duration
-// in ns, counter): tests/test_forwarded.py builds it where nvcc exists and
+// in ns, counter): tests/commands/test_forwarded.py builds it where nvcc exists and
 // runs it on the simulator, with -cudart shared (forwarded mode's libcudart,
 // in process and forwarded mode) and with nvcc's default static cudart.
 #include <cstdio>

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from krex_cluster import held
-from krex_cluster.commands import CommandTable
+from krex_cluster.command_table import CommandTable
 
 BODY = {"argv": ["sh", "-c", "echo hi"], "label": "x", "env": {"TOKEN": "secret"}, "node_labels": {"host": "n3"},
         "retries": 2}

@@ -29,8 +29,8 @@ from console_helpers import TerminalCopy, run_async, screen_text
 
 from krex_console.app import KrexConsole
 from krex_console.feed import LiveFeed
-from krex_console.views import commands, table_sync
-from krex_console.views.commands import CommandsTable, matches
+from krex_console.views import command_list, table_sync
+from krex_console.views.command_list import CommandsTable, matches
 from krex_console.widgets import FilterInput
 from textual.widgets import TabbedContent
 from krex_runtime.wire import protocol
@@ -111,7 +111,7 @@ class SnapshotClient:
 def expected_ids(state: node_state.NodeState, query: str) -> list[str]:
     shown = [c for c in state.commands.values() if not query or matches(c, query)]
     shown.sort(key=lambda c: (c.submitted_at, c.id), reverse=True)
-    return [c.id for c in shown[: commands.MAX_ROWS]]
+    return [c.id for c in shown[: command_list.MAX_ROWS]]
 
 
 def ids_on_screen(text: str) -> list[str]:
@@ -121,7 +121,7 @@ def ids_on_screen(text: str) -> list[str]:
 @run_async
 async def test_each_command_shows_once_through_churn_gaps_snapshots_and_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
     # Small enough that the cap drops rows and a filter change takes the one-rebuild path.
-    monkeypatch.setattr(commands, "MAX_ROWS", 45)
+    monkeypatch.setattr(command_list, "MAX_ROWS", 45)
     monkeypatch.setattr(table_sync, "REBUILD_FROM", 12)
     rng = random.Random(SEED)
     runtime = SimulatedRuntime(rng, pid=4000, nonce="001a", t=1_800_000_000.0)

@@ -19,7 +19,7 @@ from krex_console import format as fmt
 from krex_console.app import KrexConsole
 from krex_console.feed import ReplayFeed
 from krex_console.views.columns import width_of
-from krex_console.views.commands import CommandsTable
+from krex_console.views.command_list import CommandsTable
 from krex_console.views.events import EventsTable
 from krex_console.views.gpu_detail import GpuDetailScreen, RegionsTable, TenantsTable
 from krex_console.views.overview import OverviewTable

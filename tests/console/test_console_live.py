@@ -15,7 +15,7 @@ from krex_console import actions
 from krex_console.app import FilterInput
 from krex_console.dialogs import ConfirmDialog
 from krex_console.feed import FeedStatus
-from krex_console.views.commands import CommandDetailScreen, CommandsTable
+from krex_console.views.command_list import CommandDetailScreen, CommandsTable
 from krex_console.views.events import EventsTable
 from krex_console.views.gpu_detail import GpuDetailScreen
 from krex_console.views.overview import OverviewTable

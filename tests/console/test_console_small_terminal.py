@@ -16,7 +16,7 @@ from textual.widgets import Log
 from krex_console.dialogs import HELP_TEXT, HelpScreen
 from krex_console.feed import FeedStatus
 from krex_console.main import build_parser, make_app
-from krex_console.views.commands import CommandDetailScreen, CommandsTable
+from krex_console.views.command_list import CommandDetailScreen, CommandsTable
 from krex_runtime.testing.local_runtime import Runtime
 
 TRACE = Path(__file__).parent / "data" / "small-trace.jsonl"

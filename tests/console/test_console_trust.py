@@ -4,7 +4,7 @@ each share key's part of its region time (GPU detail)."""
 
 from __future__ import annotations
 
-from krex_console.views.commands import command_row
+from krex_console.views.command_list import command_row
 from krex_runtime.wire.model import CommandInfo
 
 

@@ -15,7 +15,7 @@ from runtime_helpers import REPO
 from krex_console.dialogs import ConfirmDialog
 from krex_console.feed import FeedStatus
 from krex_console.main import build_parser, make_app
-from krex_console.views.commands import CommandsTable
+from krex_console.views.command_list import CommandsTable
 from krex_runtime.node.config import load_config
 from krex_runtime.testing.local_runtime import Runtime
 

@@ -78,8 +78,8 @@ def test_the_recorded_traces_replay(trace_file: Path) -> None:
     assert read_or_refuse(trace_file, LINES) is None
     assert read_or_refuse(trace_file, RICH) is None
     kinds = {json.loads(line).get("type") for line in RICH[1:]}
-    # trace_gap is the writer's, for a disk that filled: tests/test_trace.py records one;
-    # zygote_failed needs a preload unsafe to fork from: tests/test_forked.py records one.
+    # trace_gap is the writer's, for a disk that filled: tests/wire/test_trace.py records one;
+    # zygote_failed needs a preload unsafe to fork from: tests/commands/test_forked.py records one.
     skipped = {"region_withdrawn", "trace_gap", "zygote_failed"}
     assert kinds >= set(EVENT_TYPES) - skipped, "record_rich_trace.py no longer records every event"
 

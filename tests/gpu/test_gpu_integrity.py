@@ -11,7 +11,7 @@ one runtime (their regions take turns on the GPU); each test checks one
 candidate's records, and a failure prints its records, its own output and
 its stderr. Skipped without a GPU (marker `gpu`); a candidate whose torch or
 Triton is not installed is skipped. The same scripts run on the simulator in
-CI: tests/test_integrity_catalogue.py.
+CI: tests/integrity/test_integrity_catalogue.py.
 
     python -m pytest -q -s tests/gpu/test_gpu_integrity.py
 """

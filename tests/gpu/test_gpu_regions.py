@@ -21,9 +21,11 @@ from region_checks import (
     check_one_holder_per_gpu,
     regions_of,
 )
-from runtime_helpers import NO_WATCHDOG, REPO, tenant_processes
-from test_regions import (
+from runtime_helpers import (
+    NO_WATCHDOG,
     RECOVERY_BOUND_S,
+    REPO,
+    tenant_processes,
     cgroup_root,
     command_pid,
     finish,

@@ -2,7 +2,7 @@
 in the command's own process, in the normal and the ASan/UBSan build: a C
 program on the runtime API registers a fatbinary and its kernel as nvcc's
 host code does, and the runtime's driver calls reach the interception
-library (tests/test_forwarded.py runs the same program forwarded)."""
+library (tests/commands/test_forwarded.py runs the same program forwarded)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def test_a_runtime_program_runs_on_the_driver_calls(cudart_builds: dict[str, Bui
     assert lines[0].startswith("devices 1, device 0, runtime ") and lines[0].endswith("memory yes, a name yes")
     assert lines[1:] == [
         "kernels counted 21",
-        lines[2],  # the checksum: compared across modes by tests/test_forwarded.py
+        lines[2],  # the checksum: compared across modes by tests/commands/test_forwarded.py
         "event timing covers the kernel",
         "event query done",
         "unregistered launch: cudaErrorInvalidDeviceFunction, peeked cudaErrorInvalidDeviceFunction, "

@@ -1,6 +1,6 @@
 """Stand-in for the part of PyTorch that the GPU integrity candidates use
 (tests/gpu/integrity_candidates), on the simulated driver, so that the same
-candidate scripts run in CI (tests/test_integrity_catalogue.py). It is not
+candidate scripts run in CI (tests/integrity/test_integrity_catalogue.py). It is not
 torch: no arithmetic happens. It makes the driver calls that the
 interception library sees of torch, as torch makes them:
 

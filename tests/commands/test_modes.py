@@ -3,7 +3,7 @@
 One runtime for the module (policy krex, one simulated GPU, a context pool
 and a zygote), so each mode meets the same regions, cgroups and leases. Exit
 codes, signals and output are compared mode against mode in
-tests/test_pool.py (`..._look_like_process_mode_from_outside`), and the
+tests/commands/test_pool.py (`..._look_like_process_mode_from_outside`), and the
 500-command fault test runs for pooled and forked there too.
 """
 

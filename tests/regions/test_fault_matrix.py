@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 from region_checks import check_nothing_left
-from test_regions import (
+from runtime_helpers import (
     PY,
     RECOVERY_BOUND_S,
     TENANTS,

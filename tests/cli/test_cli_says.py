@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from runtime_helpers import module_runtime
-from test_bench import _result
+from runtime_helpers import (
+    bench_result,
+    module_runtime,
+)
 
 from krex_runtime.testing.local_runtime import Runtime
 
@@ -37,7 +39,7 @@ def test_auto_region_that_wrapped_nothing_says_so(rt: Runtime) -> None:
 
 
 def results_file(folder: Path) -> Path:
-    results = [_result("mm", f"c{i}", 2.0, 1500) for i in range(3)]
+    results = [bench_result("mm", f"c{i}", 2.0, 1500) for i in range(3)]
     runs = [{"setup": {"kind": label.split()[0], "label": label, "concurrency": 1}, "results": results, "failures": []}
             for label in ("native", "native-repeat", "krex c4")]
     path = folder / "results.json"

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from runtime_helpers import bench_result
 
 from krex_bench import analysis, setups, workload
 from krex_runtime.testing.local_runtime import command
@@ -256,9 +257,6 @@ def test_progress_bar_on_a_terminal_and_plain_lines_elsewhere() -> None:
     assert plain.getvalue() == "[1/2] native: 4 ok, 0 failed in 1.0 s and a line longer than forty columns\n"
 
 
-def _result(problem: str, name: str, ms: float, mhz: float | None) -> dict:
-    return {"problem": problem, "candidate": name, "ok": True, "median_ms": ms, "sm_clock_mhz": mhz}
-
 
 def test_clock_matched_inflation_leaves_out_measurements_at_another_clock() -> None:
     """A synthetic results file: ten 1-10 ms candidates, native at 1500 MHz. The
@@ -266,11 +264,11 @@ def test_clock_matched_inflation_leaves_out_measurements_at_another_clock() -> N
     the six others at native's clock, 0.5% slower. Raw, the p95 is the power
     state's; clock-matched (within 2%), only the six at 1500 MHz count, and
     six are too few to quote a p95."""
-    native = [_result("mm", f"c{i}", 2.0, 1500) for i in range(10)]
-    repeat = [_result("mm", f"c{i}", 2.0, 1500) for i in range(10)]
-    krex = [_result("mm", f"c{i}", 2.0 * 1.08, 1410) for i in range(4)]
+    native = [bench_result("mm", f"c{i}", 2.0, 1500) for i in range(10)]
+    repeat = [bench_result("mm", f"c{i}", 2.0, 1500) for i in range(10)]
+    krex = [bench_result("mm", f"c{i}", 2.0 * 1.08, 1410) for i in range(4)]
     krex[0]["region_flags"] = ["exit:clock:1410MHz-below-top-1980MHz"]  # the region's own word on its clock
-    krex += [_result("mm", f"c{i}", 2.0 * 1.005, 1500 if i % 2 else 1515) for i in range(4, 10)]
+    krex += [bench_result("mm", f"c{i}", 2.0 * 1.005, 1500 if i % 2 else 1515) for i in range(4, 10)]
     setup = {"kind": "krex", "concurrency": 4, "gate_backend": "preload", "mode": "process", "protection": "gpu+cpu"}
     data = {
         "runs": [
@@ -307,8 +305,8 @@ def test_granted_unthrottled_leaves_out_regions_granted_under_a_power_cap() -> N
     sw_power_cap (left by the drained tenants) and measured 1% slow, at
     native's clock; the rest +0.02%. Raw and clock-matched, the p95 is the
     cap's; granted unthrottled, the eight others show what is left."""
-    native = [_result("fp32", f"c{i}", 20.0, 1980) for i in range(10)]
-    krex = [_result("fp32", f"c{i}", 20.0 * (1.01 if i < 2 else 1.0002), 1980) for i in range(10)]
+    native = [bench_result("fp32", f"c{i}", 20.0, 1980) for i in range(10)]
+    krex = [bench_result("fp32", f"c{i}", 20.0 * (1.01 if i < 2 else 1.0002), 1980) for i in range(10)]
     for r in krex[:2]:
         r["region_flags"] = ["throttled:sw_power_cap"]
     krex[2]["region_flags"] = ["exit:throttled:sw_power_cap"]  # at the release only: the grant was clean
@@ -340,7 +338,7 @@ def test_every_bucket_has_eight_candidates_at_the_default_scale() -> None:
     assert all(c.native_ms is not None for c in picked)
     counts = {name: sum(1 for c in picked if analysis.bucket_of(c.native_ms) == name) for name, _, _ in analysis.BUCKETS}
     assert min(counts.values()) >= analysis.MIN_P95_N, counts
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "BENCHMARKS.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "BENCHMARKS.md").read_text()
     assert report.workload_table() in doc, "docs/BENCHMARKS.md: paste `krex bench list --markdown`"
 
 
@@ -350,7 +348,7 @@ def test_a_report_of_runs_from_two_gpus_says_so() -> None:
     more than the noise floor. One GPU (or results without UUIDs): no line."""
     from krex_bench import report
 
-    results = [_result("mm", f"c{i}", 2.0, 1500) for i in range(3)]
+    results = [bench_result("mm", f"c{i}", 2.0, 1500) for i in range(3)]
 
     def data(uuids: list[str | None]) -> dict:
         labels = ["native", "native-repeat", "krex c4"]
@@ -376,12 +374,12 @@ def test_unsteady_counts_long_kernels_whose_placements_disagree_and_the_watch_co
     and the small kernel's placements differ by 4% (where its buffers landed:
     not counted, it is under 1 ms). The clock watch saw sw_power_cap in one
     measurement and applications_clocks in another (no power state)."""
-    native = [_result("mm", f"c{i}", 2.0, 1980) for i in range(3)] + [_result("g", "s", 0.02, 1980)]
-    krex = [dict(_result("mm", "c0", 2.05, 1980), placement_medians_ms=[2.0, 2.0, 2.24, 2.0],
+    native = [bench_result("mm", f"c{i}", 2.0, 1980) for i in range(3)] + [bench_result("g", "s", 0.02, 1980)]
+    krex = [dict(bench_result("mm", "c0", 2.05, 1980), placement_medians_ms=[2.0, 2.0, 2.24, 2.0],
                  throttle_seen=["sw_power_cap"]),
-            dict(_result("mm", "c1", 2.0, 1980), placement_medians_ms=[2.0, 2.01, 2.0, 2.0], throttle_seen=[]),
-            _result("mm", "c2", 2.0, 1980),  # from before placements: left out
-            dict(_result("g", "s", 0.02, 1980), placement_medians_ms=[0.020, 0.0208, 0.020, 0.020],
+            dict(bench_result("mm", "c1", 2.0, 1980), placement_medians_ms=[2.0, 2.01, 2.0, 2.0], throttle_seen=[]),
+            bench_result("mm", "c2", 2.0, 1980),  # from before placements: left out
+            dict(bench_result("g", "s", 0.02, 1980), placement_medians_ms=[0.020, 0.0208, 0.020, 0.020],
                  throttle_seen=["applications_clocks"])]
     data = {"runs": [
         {"setup": {"kind": "native", "label": "native", "concurrency": 1}, "results": native, "failures": []},
@@ -419,8 +417,8 @@ def test_the_slow_placements_of_an_unsteady_measurement_are_told_apart_by_what_t
         "same": _watched([1980, 1980, 1980, 1980], [["applications_clocks"], [], [], []]),
         "empty": _watched([1980, 1980, None, 1980], [[], [], None, []]),
     }
-    native = [_result("mm", name, 2.0, 1980) for name in cases]
-    krex = [dict(_result("mm", name, 2.05, 1980), placement_medians_ms=slow, placement_watch=watch)
+    native = [bench_result("mm", name, 2.0, 1980) for name in cases]
+    krex = [dict(bench_result("mm", name, 2.05, 1980), placement_medians_ms=slow, placement_watch=watch)
             for name, watch in cases.items()]
     causes = [analysis.slow_cause(r) for r in krex]
     assert causes == ["power state", "lower clock", "same clock", "unwatched"]

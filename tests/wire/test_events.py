@@ -15,7 +15,7 @@ import pytest
 from krex_runtime.wire import events
 from krex_runtime.wire.event_check import SHAPES, EventError, UnknownEvent, check_event
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RECORDED = [ROOT / "tests" / "console" / "data" / "small-trace.jsonl", ROOT / "tests" / "fuzz" / "data" /
             "rich-trace.jsonl"]
 TABLE_START = "<!-- events table: printed by `python -m krex_runtime.wire.events --markdown`"

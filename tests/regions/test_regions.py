@@ -26,9 +26,30 @@ from region_checks import (
     is_frozen,
     regions_of,
 )
-from runtime_helpers import (GATES, PY, TENANTS, VENDORS, busy, cgroup_root, check_vendor, command_pid, finish,
-                             frozen_cgroups, gpu_state, krex_runtime, output, region_results, regions_config,
-                             snapshot, submit, tenant_processes, trace_events, wait_ready)
+from runtime_helpers import (
+    GATES,
+    PY,
+    RECOVERY_BOUND_S,
+    TENANTS,
+    VENDORS,
+    busy,
+    cgroup_root,
+    check_vendor,
+    command_pid,
+    finish,
+    frozen_cgroups,
+    gpu_state,
+    krex_runtime,
+    output,
+    region_results,
+    regions_config,
+    snapshot,
+    stop_the_first,
+    submit,
+    tenant_processes,
+    trace_events,
+    wait_ready,
+)
 
 from krex_runtime.node import native_build
 from krex_runtime.regions.freezer import is_stopped
@@ -37,7 +58,6 @@ from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.sim.device_file import active_count, remove_device
 from krex_runtime.sim.execution_log import read_execution_log
 
-RECOVERY_BOUND_S = 10.0
 
 
 # --- basics -------------------------------------------------------------------
@@ -244,15 +264,6 @@ def test_a_tenant_that_never_drains(make_runtime, backend: str, vendor: str) -> 
     assert frozen_cgroups(cgroup_root(rt)) == []
     finish(rt, hog)
 
-
-def stop_the_first(rt: Runtime, others: list[str]) -> int:
-    """Stops the first of the running tenants `others` (SIGSTOP, as an operator
-    or a debugger would, not the runtime's freezer); its pid."""
-    wait_ready(rt, *others)
-    stopped = command_pid(rt, others[0])
-    os.kill(stopped, signal.SIGSTOP)
-    wait_until(lambda: is_stopped(stopped), 10, "the tenant to stop")
-    return stopped
 
 
 @pytest.mark.parametrize("backend, vendor", GATES)

@@ -127,7 +127,7 @@ def test_the_protocol_doc_lists_every_verb_as_the_verb_table_defines_it() -> Non
 
     from krex_runtime.wire import verbs
 
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "protocol.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
     rows: dict[str, str] = {}
     for line in doc.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 # A framework with settings a, b (b follows from a, as torch's
 # float32_matmul_precision follows fp32_precision), c and d; `put_back` is the

@@ -1,7 +1,7 @@
 """Forked mode's own cases: the zygote refuses what is unsafe to fork from,
 and a zygote that dies is replaced while its commands fail cleanly. (Its
-behaviour from outside is tested with the other modes: tests/test_modes.py,
-tests/test_pool.py.)"""
+behaviour from outside is tested with the other modes: tests/commands/test_modes.py,
+tests/commands/test_pool.py.)"""
 
 from __future__ import annotations
 

@@ -93,7 +93,7 @@ def test_threads_launch_paths_and_event_timings_are_seen_as_in_process_mode(rt: 
     assert linked["state"] == "finished", linked
     assert linked["stdout"].splitlines()[-1] == "done 200"
     # Unprotected-timing detection and regions belong to the command: the
-    # same count as in process mode (tests/test_unprotected_timings.py).
+    # same count as in process mode (tests/integrity/test_unprotected_timings.py).
     timed = {mode: run(rt, mode, str(tools / "event_timing")) for mode in ("process", "forwarded")}
     assert timed["forwarded"]["state"] == "finished", timed["forwarded"]
     assert timed["forwarded"]["unprotected_timings"] == timed["process"]["unprotected_timings"] == 4

@@ -26,6 +26,7 @@ from region_checks import (
 )
 from runtime_helpers import (
     PY,
+    RECOVERY_BOUND_S,
     TENANTS,
     busy,
     cgroup_root,
@@ -48,7 +49,6 @@ from krex_runtime.regions.gpu_sets import combine_verdicts
 from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 
-RECOVERY_BOUND_S = 10.0
 SET_TENANT = str(TENANTS / "set_regions.py")
 
 

@@ -7,25 +7,25 @@ have (the tenant's environment, regions on both vendors under one runtime,
 C HIP tenants, the freeze after HIP's initialisation).
 
 The rest runs on both vendors by a `vendor` parameter: the region invariant
-suite and the faults in tests/test_regions.py and tests/test_fault_matrix.py,
-the region channel's abuse in tests/test_region_channel.py, unprotected
-timings in tests/test_unprotected_timings.py.
+suite and the faults in tests/regions/test_regions.py and
+tests/regions/test_fault_matrix.py, the region channel's abuse in
+tests/regions/test_region_channel.py, unprotected timings in
+tests/integrity/test_unprotected_timings.py.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
 import signal
 import subprocess
 import time
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-import test_fault_matrix
-import test_region_channel
-import test_regions
-import test_unprotected_timings
 from region_checks import (
     check_exclusive,
     check_fifo,
@@ -36,6 +36,7 @@ from region_checks import (
 )
 from runtime_helpers import (
     PY,
+    RECOVERY_BOUND_S,
     REPO,
     TENANTS,
     busy,
@@ -55,7 +56,6 @@ from krex_runtime.sim.device_file import active_count
 from krex_runtime.testing.local_runtime import wait_until
 
 HIP_TENANT = REPO / "native" / "build" / "tests" / "hip_tenant"
-RECOVERY_BOUND_S = 10.0
 
 
 def amd_runtime(make_runtime: Any, nvidia: int = 0, amd: int = 1, slots: int = 16) -> Any:
@@ -171,14 +171,27 @@ def _runs_on_amd(function: Any) -> bool:
     return any("amd" in (value if isinstance(value, tuple) else (value,)) for m in marks for value in m.args[1])
 
 
+# The test files whose tests are parametrised over the vendor (tests/<part>/<file>).
+VENDOR_SUITES = ("regions/test_regions.py", "regions/test_fault_matrix.py", "regions/test_region_channel.py",
+                 "integrity/test_unprotected_timings.py")
+
+
+def _test_module(path: str) -> ModuleType:
+    """A test file of another part, loaded to read its tests' parameters."""
+    spec = importlib.util.spec_from_file_location(f"vendor_suite_{Path(path).stem}", REPO / "tests" / path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_the_docs_name_exactly_the_tests_that_run_on_hip() -> None:
     """docs/native.md's table of what is proven on AMD GPUs names every test
     parametrised onto the simulated AMD GPU, and no test that is not."""
     doc = (REPO / "docs" / "native.md").read_text()
     table = doc[doc.index("### What is proven, and what awaits an AMD GPU"):doc.index("## GPU results")]
     named = set(re.findall(r"`(?:[\w/]+\.py::)?(test_\w+)", table))
-    parametrised = {name: function for module in (test_regions, test_fault_matrix, test_region_channel,
-                                                  test_unprotected_timings)
+    parametrised = {name: function for module in map(_test_module, VENDOR_SUITES)
                     for name, function in vars(module).items() if name.startswith("test_")}
     on_amd = {name for name, function in parametrised.items() if _runs_on_amd(function)}
     assert on_amd - named == set(), "docs/native.md does not name these tests that run on HIP"
