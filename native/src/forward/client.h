@@ -46,8 +46,13 @@ CUresult krex_forward_unknown_call(const char *name) __attribute__((visibility("
 bool fwd_initialised(void);
 void fwd_set_initialised(void);
 
-/* client_local.c: the calling thread's current context (a server handle). */
+/* client_context.c: the calling thread's current context (a server handle),
+ * and its stack (false: full, or nothing to pop). */
 CUcontext fwd_ctx_current(void);
+void fwd_ctx_set(CUcontext ctx);
+bool fwd_ctx_push(CUcontext ctx);
+bool fwd_ctx_pop(CUcontext *out);
+/* cuCtxCreate makes its context current; cuCtxDestroy takes it off every level. */
 void fwd_ctx_pushed(CUcontext ctx);
 void fwd_ctx_destroyed(CUcontext ctx);
 /* Forgets every function's parameter layout (a module was unloaded). */

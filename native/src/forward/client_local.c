@@ -2,9 +2,9 @@
  * Entry points of the forwarding client that never leave the process.
  *
  * Current contexts are per thread in the driver; here each thread keeps its
- * own stack of server context handles and sends the top one with every
- * request (the server makes it current before it executes the request). A
- * handle is checked by the server where it is used, not here.
+ * own stack of server context handles (client_context.c) and sends the top
+ * one with every request (the server makes it current before it executes the
+ * request). A handle is checked by the server where it is used, not here.
  *
  * Page-locked host memory is ordinary memory of the command: the GPU never
  * reads it directly, every copy passes through the segment.
@@ -13,16 +13,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-
-#define STACK_MAX 32
-
-static __thread CUcontext stack[STACK_MAX];
-static __thread unsigned depth;
-
-CUcontext fwd_ctx_current(void)
-{
-    return depth > 0 ? stack[depth - 1] : NULL;
-}
 
 FWD_EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx)
 {
@@ -38,12 +28,7 @@ FWD_EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
 {
     if (!fwd_initialised())
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (depth == 0) {
-        if (ctx == NULL)
-            return CUDA_SUCCESS;
-        depth = 1;
-    }
-    stack[depth - 1] = ctx;
+    fwd_ctx_set(ctx);
     return CUDA_SUCCESS;
 }
 
@@ -53,19 +38,16 @@ FWD_EXPORT CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (ctx == NULL)
         return CUDA_ERROR_INVALID_CONTEXT;
-    if (depth == STACK_MAX)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    stack[depth++] = ctx;
-    return CUDA_SUCCESS;
+    return fwd_ctx_push(ctx) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 FWD_EXPORT CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx)
 {
     if (!fwd_initialised())
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (depth == 0 || stack[depth - 1] == NULL)
+    CUcontext c;
+    if (!fwd_ctx_pop(&c))
         return CUDA_ERROR_INVALID_CONTEXT;
-    CUcontext c = stack[--depth];
     if (pctx != NULL)
         *pctx = c;
     return CUDA_SUCCESS;
@@ -118,22 +100,6 @@ static CUresult host_alloc(void **pp, size_t bytesize)
     if (!fwd_initialised())
         return CUDA_ERROR_NOT_INITIALIZED;
     return posix_memalign(pp, 4096, bytesize) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-}
-
-/* Called by cuCtxCreate (which makes its context current) and cuCtxDestroy. */
-void fwd_ctx_pushed(CUcontext ctx)
-{
-    if (depth < STACK_MAX)
-        stack[depth++] = ctx;
-}
-
-void fwd_ctx_destroyed(CUcontext ctx)
-{
-    for (unsigned i = 0; i < depth; i++)
-        if (stack[i] == ctx)
-            stack[i] = NULL;
-    while (depth > 0 && stack[depth - 1] == NULL)
-        depth--;
 }
 
 FWD_EXPORT CUresult CUDAAPI cuMemAllocHost_v2(void **pp, size_t bytesize)
