@@ -101,6 +101,18 @@ SIGNATURES: dict[str, tuple] = {
 }
 
 
+def bound(lib: _c.CDLL, cache: dict[str, object], signatures: dict, name: str):
+    """`name` of `lib` with its signature, looked up once (dlsym: an interposer
+    sees this lookup)."""
+    f = cache.get(name)
+    if f is None:
+        f = getattr(lib, name)
+        f.restype = _c.c_int
+        f.argtypes = signatures[name]
+        cache[name] = f
+    return f
+
+
 class Driver:
     """ctypes bindings of libcuda.so.1; calls raise CudaError on failure."""
 
@@ -109,13 +121,7 @@ class Driver:
         self._fns: dict[str, object] = {}
 
     def fn(self, name: str):
-        f = self._fns.get(name)
-        if f is None:
-            f = getattr(self.lib, name)  # dlsym: an interposer sees this lookup
-            f.restype = _c.c_int
-            f.argtypes = SIGNATURES[name]
-            self._fns[name] = f
-        return f
+        return bound(self.lib, self._fns, SIGNATURES, name)
 
     def error_name(self, code: int) -> str:
         s = _c.c_char_p()

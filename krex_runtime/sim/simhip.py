@@ -20,6 +20,7 @@ import os
 import struct
 from typing import Sequence
 
+from krex_runtime.sim.driver import bound
 from krex_runtime.sim.simcuda import SimCuda
 
 HIP_SUCCESS = 0
@@ -89,13 +90,7 @@ class SimHip:
         self._functions: dict[str, HANDLE] = {}
 
     def _fn(self, name: str):
-        f = self._fns.get(name)
-        if f is None:
-            f = getattr(self.lib, name)  # dlsym: an interposer sees this lookup
-            f.restype = _c.c_int
-            f.argtypes = SIGNATURES[name]
-            self._fns[name] = f
-        return f
+        return bound(self.lib, self._fns, SIGNATURES, name)
 
     def raw(self, name: str, *args) -> int:
         return self._fn(name)(*args)
@@ -185,21 +180,8 @@ class SimHip:
     def destroy_event(self, event) -> None:
         self("hipEventDestroy", event)
 
-    def time_kernel(self, duration_ns: int, repeats: int = 5, stream=None, name: str = "sim_kernel") -> list[float]:
-        """Event-timed launches, one at a time: milliseconds per launch."""
-        start, end = self.event(), self.event()
-        times = []
-        try:
-            for _ in range(repeats):
-                self.record(start, stream)
-                self.launch(duration_ns, stream=stream, name=name)
-                self.record(end, stream)
-                self.event_synchronize(end)
-                times.append(self.elapsed_ms(start, end))
-        finally:
-            self.destroy_event(start)
-            self.destroy_event(end)
-        return times
+    # Event-timed launches, one at a time: the same steps over HIP's calls.
+    time_kernel = SimCuda.time_kernel
 
     # -- memory -----------------------------------------------------------------------
     def alloc(self, nbytes: int) -> int:
