@@ -12,7 +12,10 @@ import json
 import os
 import re
 import signal
+import threading
+from collections import deque
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from region_checks import (
@@ -46,6 +49,7 @@ from runtime_helpers import (
 from krex_runtime.commands.gpu_placement import GpuAsk, place
 from krex_runtime.node import native_build
 from krex_runtime.regions.gpu_sets import combine_verdicts
+from krex_runtime.regions.region_shares import RegionShares
 from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 
@@ -283,3 +287,177 @@ def test_runtime_killed_while_a_set_is_held(make_runtime) -> None:
                "the watchdog to end the dead runtime's commands")
     said = re.findall(rf"^krex-runtime watchdog: runtime pid {pid} died: (.*)$", rt.log_path.read_text(), re.M)
     assert {"reopened gpu0.gate", "reopened gpu1.gate"} <= set(said), said
+
+
+# --- fair share and leases with sets ------------------------------------------------------
+
+
+def submit_shared(rt: Runtime, share: str, where: list[str], *argv: str) -> str:
+    done = rt.krex("submit", "--share", share, *where, "--", *argv)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def replay_gpu_order(events: list[dict], gpu: int, key_of: dict[int, str]) -> list[tuple[str, str]]:
+    """Replays one GPU's region queue through region_shares.py's rule, from the
+    trace: each request arrives at its region_requested (levelled against the
+    requests outstanding then: queued or being served), each holder is charged
+    its hold_s at its release, and each grant is matched against what the rule
+    takes from the requests then queued. Returns (granted key, expected key) for
+    every grant made while both keys had a request queued.
+
+    The trace pins it down: one GPU grants one region at a time, so every
+    charge before a take is a release traced before that grant; a request
+    traced between the last release and the grant may have come after the take,
+    but only a key's older request is ever taken, and both keys had an older
+    one queued at every grant compared."""
+    shares = RegionShares({})
+    outstanding: dict[int, SimpleNamespace] = {}  # region -> request, from requested to released
+    queued: list[int] = []  # regions requested, not yet granted, in order
+    since_release: set[int] = set()  # requested after the last release: maybe after the take
+    pairs = []
+    for e in events:
+        if e.get("gpu") != gpu or e.get("kind", "region") != "region":
+            continue
+        if e["type"] == "region_requested":
+            req = SimpleNamespace(share=key_of[e["tenant_id"]], kind="region", seq=e["region"])
+            shares.arrive(req, deque(outstanding.values()), None)
+            outstanding[e["region"]] = req
+            queued.append(e["region"])
+            since_release.add(e["region"])
+        elif e["type"] == "region_granted":
+            before = [r for r in queued if r not in since_release or r == e["region"]]
+            keys = {outstanding[r].share for r in before}
+            if len(keys) == 2:
+                expected = shares.take(deque(outstanding[r] for r in before)).share
+                pairs.append((outstanding[e["region"]].share, expected))
+            queued.remove(e["region"])
+        elif e["type"] == "region_released":
+            shares.charge(outstanding.pop(e["region"]).share, e["hold_s"])
+            since_release.clear()
+        elif e["type"] == "region_withdrawn":
+            outstanding.pop(e["region"], None)
+            if e["region"] in queued:
+                queued.remove(e["region"])
+    return pairs
+
+
+def test_sets_and_single_gpu_regions_share_a_gpu_by_fair_share(make_runtime, tmp_path: Path) -> None:
+    """Two share keys wait for GPU 0 from the same moment: one asks regions over
+    {0, 1}, the other single-GPU regions on GPU 0. region_shares.py gives GPU 0
+    to the key with the least region time held so far (a set's part on GPU 0
+    counts from its grant there, its wait for GPU 1 included), FIFO within a
+    key: so grants alternate while the two keys' holds are about as long, and
+    the one behind gets the next turn whenever they are not. Neither starves."""
+    rt = krex_runtime(make_runtime, sim=2)
+    go = tmp_path / "go"
+    tenant = [PY, str(TENANTS / "share_regions.py"), str(go), "5"]
+    pairs = [submit_shared(rt, "pair", ["--gpus", "0,1"], *tenant) for _ in range(2)]
+    singles = [submit_shared(rt, "single", ["--gpu", "0"], *tenant) for _ in range(2)]
+    wait_ready(rt, *pairs, *singles)
+    go.touch()  # all four ask from the same moment on
+    for command_id in pairs + singles:
+        done = rt.krex("wait", command_id)
+        assert done.returncode == 0, done.stderr
+    check_nothing_left(rt.run_dir)
+    rt.stop()
+    events, held = regions_of(rt.trace_path)
+    started = {e["id"]: e["tenant_id"] for e in events if e["type"] == "command_started"}
+    queued = {e["id"]: e["share"] for e in events if e["type"] == "command_queued"}
+    key_of = {started[c]: queued[c].split("/")[-1] for c in pairs + singles}
+    assert set(key_of.values()) == {"pair", "single"}
+    assert check_sets(events, held) == 10
+    check_one_holder_per_gpu(events)
+    for key in ("pair", "single"):  # FIFO within a key, per GPU
+        check_fifo([e for e in events if e.get("tenant_id") in {t for t, k in key_of.items() if k == key}
+                    or e["type"] not in ("region_requested", "region_granted")])
+    # GPU 0's grants follow the rule exactly, and interleave.
+    compared = replay_gpu_order(events, 0, key_of)
+    assert len(compared) >= 8, compared
+    assert [g for g, _ in compared] == [x for _, x in compared], compared
+    order = [key_of[e["tenant_id"]] for e in events if e["type"] == "region_granted" and e["gpu"] == 0]
+    assert order[:2] in (["pair", "single"], ["single", "pair"]), order
+    runs = "".join("p" if k == "pair" else "s" for k in order[: len(compared)])
+    assert "ppp" not in runs and "sss" not in runs, order  # neither waits out three of the other's in a row
+
+
+def lease_in_background(rt: Runtime, gpu: int) -> tuple[threading.Thread, list]:
+    """`krex lease GPU` waits until the lease is granted: it runs in a thread."""
+    answer: list = []
+    thread = threading.Thread(target=lambda: answer.append(rt.krex("lease", str(gpu), "--ttl", "120")))
+    thread.start()
+    return thread, answer
+
+
+def test_a_set_waits_out_an_operators_lease_of_one_of_its_gpus(make_runtime) -> None:
+    """A set that holds GPU 0 and waits for GPU 1 meets an operator's lease of
+    GPU 1: the lease goes first (ahead of queued regions), freezes the set's
+    tenant (a tenant of GPU 1) while the set keeps GPU 0, and the set is granted
+    once the lease is released; nothing deadlocks, nothing is left frozen."""
+    rt = krex_runtime(make_runtime, sim=2)
+    other = busy(rt, gpu=1)
+    wait_ready(rt, other)
+    blocker = submit(rt, PY, str(TENANTS / "regions.py"), "--regions", "1", "--kernel-us", "200", "--hold-s", "1000",
+                     gpu=1)
+    wait_until(lambda: gpu_state(rt, 1)["region_holder"] is not None, 60, "GPU 1 held")
+    # It asks straight away: a tenant of GPU 1 launching there would wait at GPU 1's closed gate.
+    waiter = submit_set(rt, "0,1", PY, "-c", "from krex_runtime.client import region\nwith region(): print('held')")
+    wait_until(lambda: gpu_state(rt, 0)["region_holder"] is not None and len(gpu_state(rt, 1)["region_queue"]) == 1,
+               60, "the set to hold GPU 0 and queue on GPU 1")
+    set_tenant = gpu_state(rt, 0)["region_holder"]
+    thread, answer = lease_in_background(rt, 1)
+    wait_until(lambda: [q["kind"] for q in gpu_state(rt, 1)["region_queue"]] == ["lease", "region"], 60,
+               "the lease queued ahead of the set")
+    os.kill(command_pid(rt, blocker), signal.SIGKILL)
+    thread.join(60)
+    assert answer and answer[0].returncode == 0, answer and answer[0].stderr
+    state = {g: gpu_state(rt, g) for g in (0, 1)}
+    assert state[1]["region_kind"] == "lease"
+    assert state[0]["region_holder"] == set_tenant  # GPU 0 stays the set's while it waits
+    assert [q["tenant_id"] for q in state[1]["region_queue"]] == [set_tenant]
+    granted_sets = [e for e in trace_events(rt, "region_granted") if e.get("gpus") and e["gpu"] == 1]
+    assert granted_sets == []
+    assert f"cmd-{waiter}" in frozen_cgroups(cgroup_root(rt))  # the lease froze GPU 1's tenants
+    assert rt.krex("release", "1").returncode == 0
+    done = rt.krex("wait", waiter)
+    assert done.returncode == 0, done.stderr
+    assert output(rt, waiter).strip() == "held"
+    finish(rt, other)
+    check_nothing_left(rt.run_dir)
+    assert frozen_cgroups(cgroup_root(rt)) == []
+    rt.stop()
+    events, held = regions_of(rt.trace_path)
+    assert check_sets(events, held) == 1
+    check_one_holder_per_gpu(events)
+    lease_released = next(i for i, e in enumerate(events) if e["type"] == "region_released" and e["kind"] == "lease")
+    set_granted = next(i for i, e in enumerate(events)
+                       if e["type"] == "region_granted" and e.get("gpus") and e["gpu"] == 1)
+    assert set_granted > lease_released
+
+
+def test_a_set_is_placed_off_a_leased_gpu_or_waits_for_it(make_runtime) -> None:
+    """With GPU 1 leased on a node of three: `--gpus 2` takes GPUs 0 and 2, a set
+    that names GPU 1 (or needs all three) stays queued, and starts once the
+    lease ends."""
+    rt = krex_runtime(make_runtime, sim=3)
+    assert rt.krex("lease", "1", "--ttl", "120").returncode == 0
+    script = [PY, "-c", "from krex_runtime.client import region\nwith region(): print('held')"]
+    done = rt.krex("run", "--json", "--gpus", "2", "--", *script)
+    assert done.returncode == 0, done.stderr
+    placed = json.loads(done.stdout)
+    assert placed["gpus"] == [0, 2] and output(rt, placed["id"]).strip() == "held"
+    named = submit_set(rt, "0,1", *script)
+    everything = submit_set(rt, "3", *script)
+    assert snapshot(rt)["queue"] == [named, everything]
+    assert rt.krex("release", "1").returncode == 0
+    for command_id in (named, everything):
+        result = rt.krex("wait", "--json", command_id)
+        assert result.returncode == 0, result.stderr
+        assert output(rt, command_id).strip() == "held"
+    started = {e["id"]: e["gpus"] for e in trace_events(rt, "command_started")}
+    assert started[named] == [0, 1] and started[everything] == [0, 1, 2]
+    check_nothing_left(rt.run_dir)
+    rt.stop()
+    events, held = regions_of(rt.trace_path)
+    assert check_sets(events, held) == 3
+    check_one_holder_per_gpu(events)
