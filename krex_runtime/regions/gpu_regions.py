@@ -123,7 +123,8 @@ class GpuRegions:
             leases = sum(1 for r in self.queue if r.kind == "lease")
             self.queue.insert(leases, req)
         else:
-            self.fair.arrive(req, self.queue, self.holder)
+            # One being served (entering, or certifying after its release) competes as the holder does.
+            self.fair.arrive(req, self.queue, self.holder or self.serving)
             self.queue.append(req)
         self._emit(
             events.RegionRequested(
