@@ -166,7 +166,7 @@ class Dispatcher:
             refused = self.zygotes.refused(body.gpu)
             if refused:
                 raise ProtocolError(ErrorCode.REFUSED, f"forked mode is unavailable: {refused}")
-        ask = gpu_placement.ask_of(body, self.gpus, mode)  # a set of GPUs, or None
+        ask = gpu_placement.ask_of(body, {i: g.vendor for i, g in self.gpus.items()}, mode)  # a set of GPUs, or None
         if mode in ("pooled", "forked"):
             try:
                 entry = parse_entry(list(body.argv)).to_dict()
@@ -282,7 +282,7 @@ class Dispatcher:
                 continue
             if job.gpu_ask is not None:  # a set of GPUs (gpu_placement.py)
                 free = [i for i in self.gpus if i not in blocked and self._free(i, job)]
-                chosen = gpu_placement.place(job.gpu_ask, free, self._load)
+                chosen = gpu_placement.place(job.gpu_ask, free, self._load, lambda i: self.gpus[i].vendor)
                 if chosen is None:
                     if not job.gpu_ask.indices:
                         break  # as a command that may go anywhere: it holds back what is behind it

@@ -10,13 +10,15 @@ lowest index), `--gpus I,J` exactly those.
 
 Only process mode runs on a set: a zygote or a context process belongs to
 one GPU. A set and a whole-device lease do not go together either (a lease
-is one GPU's).
+is one GPU's). A set is of one vendor: a process cannot drive an NVIDIA and
+an AMD GPU through one runtime API, so on a mixed node `--gpus N` is placed
+among GPUs of one vendor and `--gpus I,J` across vendors is refused.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Collection
+from typing import Callable, Collection, Mapping
 
 from krex_runtime.wire.bodies import SubmitBody
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
@@ -33,9 +35,10 @@ class GpuAsk:
         return f"GPUs {','.join(map(str, self.indices))}" if self.indices else f"{self.count} GPUs"
 
 
-def ask_of(body: SubmitBody, known: Collection[int], mode: str) -> GpuAsk | None:
-    """The set a submission asks for (None: one GPU, as before); a bad_request or
-    refused error that says why it cannot be had."""
+def ask_of(body: SubmitBody, known: Mapping[int, str], mode: str) -> GpuAsk | None:
+    """The set a submission asks for (None: one GPU, as before); `known`: the
+    node's GPUs and their vendors. A bad_request or refused error that says why
+    it cannot be had."""
     if body.gpus and body.gpu_count and body.gpu_count != len(body.gpus):
         raise ProtocolError(ErrorCode.BAD_REQUEST, f"gpus names {len(body.gpus)} GPUs but gpu_count is {body.gpu_count}")
     if body.gpu_count < 0:
@@ -56,6 +59,12 @@ def ask_of(body: SubmitBody, known: Collection[int], mode: str) -> GpuAsk | None
         raise ProtocolError(ErrorCode.BAD_REQUEST, f"this node has no GPU {unknown[0]} (it has: {have})")
     if count > len(known):
         raise ProtocolError(ErrorCode.BAD_REQUEST, f"{count} GPUs asked for; this node has {len(known)}")
+    if len({known[i] for i in indices}) > 1:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"GPUs {','.join(map(str, indices))} are of different vendors: "
+                            "a set of GPUs is of one vendor")
+    most = max(sum(1 for v in known.values() if v == vendor) for vendor in set(known.values()))
+    if count > most:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"{count} GPUs asked for; this node has at most {most} of one vendor")
     if mode != "process":
         raise ProtocolError(ErrorCode.REFUSED, f"a command on a set of GPUs runs in process mode, not {mode}")
     if body.lease:
@@ -63,12 +72,19 @@ def ask_of(body: SubmitBody, known: Collection[int], mode: str) -> GpuAsk | None
     return GpuAsk(count, indices)
 
 
-def place(ask: GpuAsk, free: Collection[int], load: Callable[[int], int]) -> tuple[int, ...] | None:
+def place(ask: GpuAsk, free: Collection[int], load: Callable[[int], int],
+          vendor: Callable[[int], str] = lambda i: "") -> tuple[int, ...] | None:
     """The set to start on now, ascending, from the GPUs that can take it (`free`),
-    or None when not enough of them (or not the named ones) are free."""
+    or None when not enough of them (or not the named ones) are free. `--gpus N`
+    takes the least-loaded N of one vendor (the least-loaded such set)."""
     if ask.indices:
         return ask.indices if all(i in free for i in ask.indices) else None
-    if len(free) < ask.count:
+    sets = []
+    for v in sorted({vendor(i) for i in free}):
+        ranked = sorted((i for i in free if vendor(i) == v), key=lambda i: (load(i), i))
+        if len(ranked) >= ask.count:
+            sets.append(ranked[: ask.count])
+    if not sets:
         return None
-    chosen = sorted(free, key=lambda i: (load(i), i))[: ask.count]
+    chosen = min(sets, key=lambda c: (sum(load(i) for i in c), c))
     return tuple(sorted(chosen))

@@ -40,6 +40,7 @@ from runtime_helpers import (
     krex_runtime,
     output,
     region_results,
+    regions_config,
     snapshot,
     submit,
     trace_events,
@@ -126,6 +127,19 @@ def test_a_set_that_cannot_be_had_is_refused_with_its_reason(make_runtime, args:
     done = rt.krex("submit", *args, "--", PY, "-c", "pass")
     assert done.returncode != 0
     assert says in done.stderr
+
+
+def test_a_set_is_of_one_vendor_on_a_mixed_node(make_runtime) -> None:
+    """Two simulated NVIDIA GPUs (0, 1) and one simulated AMD GPU (2): --gpus N
+    is placed among one vendor's GPUs; a set across vendors, or larger than
+    any vendor's GPUs, is refused with its reason."""
+    rt = make_runtime(policy="krex", sim=2, sim_amd=1, slots=4, extra_config=regions_config())
+    done = rt.krex("run", "--json", "--gpus", "2", "--", PY, "-c", "pass")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["gpus"] == [0, 1]
+    for args, says in ((["--gpus", "1,2"], "different vendors"), (["--gpus", "3"], "at most 2 of one vendor")):
+        refused = rt.krex("submit", *args, "--", PY, "-c", "pass")
+        assert refused.returncode != 0 and says in refused.stderr, refused.stderr
 
 
 # --- the region over a set -------------------------------------------------------------
