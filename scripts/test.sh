@@ -10,7 +10,7 @@ set +e
 # then, alone, the tests that measure the simulator's timing (marker `serial`),
 # which another worker's load would inflate. Exit status 5: that part
 # collected no test (a selection with none of its tests).
-.venv/bin/python -m pytest -ra -n 2 --dist loadfile -m "not serial" "$@"
+.venv/bin/python -m pytest -ra -n 2 --dist loadfile --durations=15 -m "not serial" "$@"
 parallel=$?
 .venv/bin/python -m pytest -ra -m serial "$@"
 alone=$?
