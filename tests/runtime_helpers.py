@@ -3,6 +3,8 @@ name is not unique across the test folders)."""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import os
 import signal
@@ -10,6 +12,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import psutil
 from region_checks import is_frozen
@@ -235,3 +238,15 @@ def stop_the_first(rt: Runtime, others: list[str]) -> int:
 def bench_result(problem: str, name: str, ms: float, mhz: float | None) -> dict:
     """One candidate's line of a `krex bench` results file."""
     return {"problem": problem, "candidate": name, "ok": True, "median_ms": ms, "sm_clock_mhz": mhz}
+
+
+@functools.cache
+def load_test_file(path: str) -> ModuleType:
+    """A test file of any part (`regions/test_regions.py`, under tests/), loaded
+    by its path to read its tests: the parts' folders are not packages."""
+    spec = importlib.util.spec_from_file_location(f"test_file_{path.replace('/', '_').removesuffix('.py')}",
+                                                  REPO / "tests" / path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

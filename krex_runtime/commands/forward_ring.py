@@ -60,11 +60,14 @@ def _text(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
+SEGMENT_NAMES = "krex-fwd-"  # every forwarding segment's name starts so, then its run folder's tag
+
+
 def segment_prefix(run_dir: Path) -> str:
     """The name every segment of one runtime starts with: its run folder's, so a
     restarted runtime removes what its predecessor left (`remove_left`) and no
     other runtime's segment is touched or counted."""
-    return f"krex-fwd-{hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:10]}-"
+    return f"{SEGMENT_NAMES}{hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:10]}-"
 
 
 def remove_left(run_dir: Path) -> list[str]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ctypes as _c
 import os
-import struct
 from typing import Sequence
 
 from krex_runtime.sim.driver import bound
@@ -204,14 +203,9 @@ class SimHip:
     def memset_d8(self, dst: int, value: int, count: int) -> None:
         self("hipMemset", dst, value, count)
 
-    def counter(self) -> int:
-        """A zeroed device uint64 to pass as a kernel's completion counter."""
-        p = self.alloc(8)
-        self.memset_d8(p, 0, 8)
-        return p
-
-    def read_u64(self, ptr: int) -> int:
-        return struct.unpack("<Q", self.copy_dtoh(ptr, 8))[0]
+    # A kernel's completion counter, made and read over HIP's memory calls.
+    counter = SimCuda.counter
+    read_u64 = SimCuda.read_u64
 
 
 def sim_gpu(device: int = 0) -> SimCuda | SimHip:

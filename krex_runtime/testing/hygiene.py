@@ -63,7 +63,7 @@ def leftovers(run_dir: Path, lock_dir: Path, base: Baseline) -> list[str]:
             found.append(f"lock {lock} still held")
     mine = forward_ring.segment_prefix(run_dir)  # another runtime's segments are not this one's leftovers
     found += [f"shared memory {SHM_DIR}/{name}" for name in sorted(set(_shm_entries()) - base.shm)
-              if _made_by_krex(name) and (not name.startswith(FORWARD_SEGMENTS) or name.startswith(mine))]
+              if _made_by_krex(name) and (not name.startswith(forward_ring.SEGMENT_NAMES) or name.startswith(mine))]
     return found
 
 
@@ -200,9 +200,6 @@ def _shm_entries() -> list[str]:
         return os.listdir(SHM_DIR)
     except OSError:
         return []
-
-
-FORWARD_SEGMENTS = "krex-fwd-"  # forwarded mode's rings (commands/forward_ring.py), named by run folder
 
 
 def _made_by_krex(name: str) -> bool:

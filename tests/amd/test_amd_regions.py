@@ -15,15 +15,12 @@ tests/integrity/test_unprotected_timings.py.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 import signal
 import subprocess
 import time
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from region_checks import (
@@ -45,6 +42,7 @@ from runtime_helpers import (
     finish,
     frozen_cgroups,
     gpu_state,
+    load_test_file,
     region_results,
     regions_config,
     submit,
@@ -176,14 +174,6 @@ VENDOR_SUITES = ("regions/test_regions.py", "regions/test_fault_matrix.py", "reg
                  "integrity/test_unprotected_timings.py")
 
 
-def _test_module(path: str) -> ModuleType:
-    """A test file of another part, loaded to read its tests' parameters."""
-    spec = importlib.util.spec_from_file_location(f"vendor_suite_{Path(path).stem}", REPO / "tests" / path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_the_docs_name_exactly_the_tests_that_run_on_hip() -> None:
     """docs/native.md's table of what is proven on AMD GPUs names every test
@@ -191,7 +181,7 @@ def test_the_docs_name_exactly_the_tests_that_run_on_hip() -> None:
     doc = (REPO / "docs" / "native.md").read_text()
     table = doc[doc.index("### What is proven, and what awaits an AMD GPU"):doc.index("## GPU results")]
     named = set(re.findall(r"`(?:[\w/]+\.py::)?(test_\w+)", table))
-    parametrised = {name: function for module in map(_test_module, VENDOR_SUITES)
+    parametrised = {name: function for module in map(load_test_file, VENDOR_SUITES)
                     for name, function in vars(module).items() if name.startswith("test_")}
     on_amd = {name for name, function in parametrised.items() if _runs_on_amd(function)}
     assert on_amd - named == set(), "docs/native.md does not name these tests that run on HIP"

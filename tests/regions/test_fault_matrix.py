@@ -12,14 +12,11 @@ tenants are frozen, the state a fault must not leave behind.
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import inspect
 import json
 import signal
 import subprocess
 from pathlib import Path
-from types import ModuleType
 
 import psutil
 import pytest
@@ -35,6 +32,7 @@ from runtime_helpers import (
     frozen_cgroups,
     gpu_state,
     krex_runtime,
+    load_test_file,
     region_results,
     trace_events,
     wait_ready,
@@ -45,8 +43,6 @@ from krex_runtime.host.cgroups import CgroupSlice
 from krex_runtime.regions.freezer import CgroupV2Freezer, Target
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.wire.trace import read_trace
-
-TESTS_DIR = Path(__file__).resolve().parents[1]
 
 # fault -> the tests that provoke it and check its outcome (paths under tests/).
 MATRIX = {
@@ -99,19 +95,9 @@ CHECKED_FIXTURES = {"make_runtime", "runtime", "modes_runtime"}
 SELF_CHECKS = ("hygiene.leftovers", "check_nothing_left", "_maps(")
 
 
-@functools.cache
-def _test_module(path: str) -> ModuleType:
-    """A test file of any part, loaded by its path (the parts' folders are not packages)."""
-    spec = importlib.util.spec_from_file_location(f"fault_matrix_{path.replace('/', '_')}", TESTS_DIR / f"{path}.py")
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _test_function(node: str):  # noqa: ANN202 - a test function
     path, _, name = node.partition(".py::")
-    return getattr(_test_module(path), name.split("[")[0], None)
+    return getattr(load_test_file(f"{path}.py"), name.split("[")[0], None)
 
 
 def test_the_matrix_covers_at_least_fifteen_kinds() -> None:
