@@ -153,8 +153,7 @@ class Dispatcher:
         if body.lease and self._leases is None:
             raise ProtocolError(ErrorCode.REFUSED, "leases need policy 'krex'")
         # A set of GPUs runs in process mode (gpu_placement.py): its default too.
-        on_a_set = len(body.gpus) > 1 or body.gpu_count > 1
-        mode = body.mode or ("process" if on_a_set else self._default_mode(body.argv))
+        mode = body.mode or ("process" if gpu_placement.set_size(body) > 1 else self._default_mode(body.argv))
         entry = None
         if mode == "forwarded" and self.forward is None:
             raise ProtocolError(ErrorCode.REFUSED, "forwarded commands need context servers (forward.servers_per_gpu >= 1)")

@@ -35,6 +35,11 @@ class GpuAsk:
         return f"GPUs {','.join(map(str, self.indices))}" if self.indices else f"{self.count} GPUs"
 
 
+def set_size(body: SubmitBody) -> int:
+    """How many GPUs a submission asks for: those it names, else its count (0 or 1: one GPU)."""
+    return len(body.gpus) or body.gpu_count
+
+
 def ask_of(body: SubmitBody, known: Mapping[int, str], mode: str) -> GpuAsk | None:
     """The set a submission asks for (None: one GPU, as before); `known`: the
     node's GPUs and their vendors. A bad_request or refused error that says why
@@ -46,7 +51,7 @@ def ask_of(body: SubmitBody, known: Mapping[int, str], mode: str) -> GpuAsk | No
     indices = tuple(sorted(body.gpus))
     if len(set(indices)) != len(indices):
         raise ProtocolError(ErrorCode.BAD_REQUEST, f"gpus names a GPU twice: {list(body.gpus)}")
-    count = len(indices) or body.gpu_count
+    count = set_size(body)
     if count <= 1:
         if indices and body.gpu is not None and body.gpu != indices[0]:
             raise ProtocolError(ErrorCode.BAD_REQUEST, f"gpu {body.gpu} and gpus {list(body.gpus)} disagree")
