@@ -63,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     run.add_argument("--suite-problems", default="", help="comma-separated stems or their leading numbers (default: all)")
     run.add_argument("--suite-trials", type=int, default=30, help="timed trials per suite command (default 30)")
+    run.add_argument("--trial-detail", action="store_true",
+                     help="suite commands record every trial and its timing thread's readings (benchmarks/slow_trials.py reads them)")
     run.add_argument("--problems", default="", help="comma-separated problems (default: all; see `krex bench list`)")
     run.add_argument("--concurrency", default="4,8,16", help="comma-separated concurrencies (default 4,8,16)")
     run.add_argument(
@@ -240,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             gpu=args.gpu, sim=args.sim, scale=args.scale, problems=problems, seed=args.seed,
             budget_s=args.budget_s, keep=args.keep, root=args.work_dir, watch_clock_ms=args.watch_clock_ms,
             suite=args.suite, suite_problems=[p for p in args.suite_problems.split(",") if p] or None,
-            suite_trials=args.suite_trials,
+            suite_trials=args.suite_trials, trial_detail=args.trial_detail,
         )  # fmt: skip
         if not 1 <= args.suite_trials <= 10_000:
             raise ValueError(f"--suite-trials must be between 1 and 10000, got {args.suite_trials}")

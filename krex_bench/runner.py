@@ -42,6 +42,7 @@ class Options:
     suite: Path | None = None  # a folder of problems in KernelBench's format instead of the workload (suite.py)
     suite_problems: list[str] | None = None  # the suite's problems to run (None: all)
     suite_trials: int = 30  # timed trials per suite command
+    trial_detail: bool = False  # suite commands report every trial (trial_probe.py)
 
 
 class Meter(Protocol):
@@ -152,7 +153,9 @@ def wait_zygote_ready(rt: Runtime, timeout_s: float = 900.0) -> float:
 
 def argv_for(c: workload.Candidate, opts: Options, setup: Setup) -> list[str]:
     if "path" in c.params:  # a suite's problem file
-        return [sys.executable, "-m", "krex_bench.suite_candidate", c.params["path"], "--trials", str(opts.suite_trials)]
+        detail = ["--trial-detail"] if opts.trial_detail else []
+        return [sys.executable, "-m", "krex_bench.suite_candidate", c.params["path"], "--trials", str(opts.suite_trials),
+                *detail]
     if opts.sim:  # simulated candidates have no power state to settle
         return [sys.executable, "-m", "krex_bench.sim_candidate", c.problem, c.name]
     long = ["--settle-long-s", f"{setup.settle_long_s:g}"] if setup.settle_long_s > 0 else []

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from krex_bench import trial_probe
+
 STARTED = time.time()
 L2_FLUSH_INT64 = 32 * 1024 * 1024  # 256 MiB, as the suite's clear_l2_cache: over an H200's L2
 
@@ -43,8 +45,12 @@ def to_cuda(value: Any) -> Any:
     return value.cuda() if isinstance(value, torch.Tensor) else value
 
 
-def time_with_cuda_events(fn: Callable[[], object], warmup: int, trials: int, discard_first: int = 1) -> list[float]:
-    """The suite's CUDA-event timer, in ms per trial."""
+def time_with_cuda_events(
+    fn: Callable[[], object], warmup: int, trials: int, discard_first: int = 1, rows: list[list[Any]] | None = None
+) -> list[float]:
+    """The suite's CUDA-event timer, in ms per trial. With `rows`, each kept
+    trial's timing thread readings too (trial_probe.py), read outside the
+    event pair."""
     import torch
 
     for _ in range(warmup):
@@ -58,12 +64,15 @@ def time_with_cuda_events(fn: Callable[[], object], warmup: int, trials: int, di
         flush = torch.empty(L2_FLUSH_INT64, dtype=torch.int64, device="cuda")
         flush.fill_(42)
         del flush
+        before = trial_probe.read() if rows is not None else None
         start.record()
         fn()
         end.record()
         torch.cuda.synchronize()
         if trial >= discard_first:
             times.append(start.elapsed_time(end))
+            if before is not None and rows is not None:
+                rows.append(trial_probe.trial(before, trial_probe.read(), times[-1]))
     return times
 
 
@@ -73,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=30)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--trial-detail", action="store_true",
+                   help="add each trial's time and timing-thread readings (krex_bench/trial_probe.py)")
     args = p.parse_args(argv)
 
     import torch
@@ -102,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         with region() as held:
             entered = time.time()
             clock_start = sm_clock_mhz()
-            times = time_with_cuda_events(lambda: model(*inputs), args.warmup, args.trials)
+            rows: list[list[Any]] | None = [] if args.trial_detail else None
+            times = time_with_cuda_events(lambda: model(*inputs), args.warmup, args.trials, rows=rows)
             clock = sm_clock_mhz()
     timed = time.time()
     result.update(
@@ -117,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         started=STARTED,
         ended=time.time(),
     )
+    if rows is not None:
+        result["trials"] = rows
+        result["trial_fields"] = list(trial_probe.TRIAL_FIELDS)
     print(json.dumps(result), flush=True)
     return 0
 
