@@ -162,7 +162,31 @@ def main() -> int:
             return f"{statistics.median(t['excess'] for t in ts):+.2%}" if ts else "-"
         print(f"{name:<42} {len(met):>7} {share(met):>12} {share(not_met):>12} {med(met):>11} {med(not_met):>11}")
     print(f"slow trials meeting at least one condition: {len(met_any)}/{len(slow)}")
+    by_verdict(runs[-1]["results"], trace, by_label)
     return 0
+
+
+def by_verdict(results: list[dict[str, Any]], trace: list[dict[str, Any]], by_label: dict[str, str]) -> None:
+    """Each measurement's spread (median/min - 1) by its region's certificate:
+    what the certificate calls faithful should spread as native does."""
+    region_of = {e["region"]: e["command_id"] for e in trace if e["type"] == "region_requested"}
+    released = {region_of.get(e["region"]): e for e in trace if e["type"] == "region_released" and e.get("kind") == "region"}
+    groups: dict[str, list[float]] = {}
+    reasons: dict[str, int] = {}
+    for res in results:
+        e = released.get(by_label.get(f"{res['problem']}/{res['candidate']}", "?"))
+        verdict = e.get("verdict", "?") if e else "?"
+        groups.setdefault(verdict, []).append(res["median_ms"] / res["min_ms"] - 1)
+        for r in (e or {}).get("verdict_reasons") or []:
+            if verdict == "perturbed" and r.split(":", 1)[0] in ("cpu", "tenants"):
+                key = r.split(":", 1)[0]
+                reasons[key] = reasons.get(key, 0) + 1
+    print(f"{'verdict':<10} {'measurements':>12} {'spread p50':>10} {'p90':>7} {'max':>7}")
+    for verdict, spreads in sorted(groups.items()):
+        q = sorted(spreads)
+        print(f"{verdict:<10} {len(q):>12} {statistics.median(q):>+10.2%} {q[int(0.9 * (len(q) - 1))]:>+7.2%} {q[-1]:>+7.2%}")
+    if reasons:
+        print("perturbed by: " + ", ".join(f"{k} {n}" for k, n in sorted(reasons.items())))
 
 
 if __name__ == "__main__":

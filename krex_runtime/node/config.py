@@ -64,6 +64,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "regions.settle_poll_s": (0.0001, 0.1),
     "regions.settle_cap_s": (0, 10.0),
     "regions.gap_s": (0, 1.0),  # every region may cost this much more
+    "regions.perturbed_cpu_wait_share": (0, 1.0),
+    "regions.perturbed_cpu_wait_min_ms": (0, 60_000.0),
     "regions.heartbeat_interval_s": (0.01, 10.0),
     "regions.stale_after_s": (0.02, HOUR),
     "regions.reserved_cores_per_gpu": (0, 1024),
@@ -178,6 +180,10 @@ class RegionSection:
     settle_poll_s: float = 0.001  # how often that wait reads the clock
     settle_cap_s: float = 1.0  # the most a region may ask to settle (region(settle_s=...)); 0 = none may
     gap_s: float = 0.02  # the gate's open time after a release that held tenants back (regions/gap.py)
+    # A region whose measuring thread waited on a run queue for more than this
+    # share of its hold (and at least the minimum) is `perturbed` (regions/hold_watch.py).
+    perturbed_cpu_wait_share: float = 0.002
+    perturbed_cpu_wait_min_ms: float = 0.2
     heartbeat_interval_s: float = 0.5
     stale_after_s: float = 3.0
     reserved_cores_per_gpu: int = 1

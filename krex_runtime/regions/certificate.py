@@ -19,11 +19,18 @@ Witnesses, each read at the grant and at the release:
   measurement, which its reader gets in the region's flags; a clock says
   nothing of who else ran.
 
+Exclusive is not yet faithful: hold_watch.py reads what else can slow the
+holder's trials (its measuring thread waiting for a core, other tenants'
+contexts torn down or created inside the region, the clock between the grant
+and the release), each with its figure.
+
 The verdict: `violated` when the gate or the process list shows another
-submitter's work inside the region; else `verified` when both were read
-(between them they see every submitter: the gate those it holds back, the
-process list the ones it cannot); else `unknown`. Reasons are short lines,
-one per witness and the clock's note (`gate: ...`).
+submitter's work inside the region; else `unknown` when either could not be
+read (between them they see every submitter: the gate those it holds back,
+the process list the ones it cannot); else `perturbed` when the hold's
+evidence says the trials did not run as they would alone; else `verified`.
+Reasons are short lines, one per witness and the clock's note (`gate: ...`);
+`flags` the hold's findings for the measurement's reader (`cpu:waited-3.1ms`).
 
 NVML's per-process SM utilisation is not a witness: on the H200 (driver
 580) a process's samples, one per 200 ms, stay above 0 % for more than 5 s
@@ -40,8 +47,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from krex_runtime.regions.gate import Gate
+from krex_runtime.regions.hold_watch import Finding, HoldStart, HoldWatch
 
-VERIFIED, VIOLATED, UNKNOWN = "verified", "violated", "unknown"
+VERIFIED, PERTURBED, VIOLATED, UNKNOWN = "verified", "perturbed", "violated", "unknown"
+# Worse verdicts win where several are combined (a set's GPUs: gpu_sets.py).
+RANK = {VERIFIED: 0, PERTURBED: 1, UNKNOWN: 2, VIOLATED: 3}
 CACHE_S = 2.0  # how long who a pid is stays known
 
 
@@ -60,6 +70,15 @@ class Witness:
     processes: dict[int, Any] | None  # pid -> GpuProcess, None: n/a
     clock_flags: list[str] | None  # flags of the SM clock at the grant, None: n/a
     granted_mono_ns: int
+    hold: HoldStart | None = None  # what hold_watch.py compares the release with
+    holder_tid: int = 0  # the measuring thread
+
+
+@dataclass(frozen=True)
+class Certificate:
+    verdict: str
+    reasons: list[str]
+    flags: list[str]  # the hold's findings on the measurement (hold_watch.py)
 
 
 @dataclass
@@ -73,6 +92,7 @@ class Certifier:
     # Processes whose tenant changes while they live (forwarded mode's context
     # servers act for one command after another): asked every time, never cached.
     changes_tenant: Callable[[int], bool] = lambda pid: False
+    hold: HoldWatch | None = None  # what else perturbed the hold (None: only exclusivity is certified)
 
     def __post_init__(self) -> None:
         # pid -> (when asked, answer): who a process is does not change while it
@@ -92,32 +112,45 @@ class Certifier:
         self._cache[(what, pid)] = (now, answer)
         return answer
 
-    def start(self, holder: int, holder_pid: int, clock: dict[str, Any]) -> Witness | None:
-        """The witnesses at the grant; None when they cannot be read (the verdict is then unknown)."""
+    def start(self, holder: int, holder_pid: int, clock: dict[str, Any], holder_tid: int = 0,
+              host_side: list[Any] | None = None) -> Witness | None:
+        """The witnesses at the grant; None when they cannot be read (the verdict is then unknown).
+        `host_side`: the other tenants' processes the entry left inside a host-side call."""
         try:
-            calls = {e.pid: e.calls_total for e in self.gate.others(holder)}
+            others = self.gate.others(holder)
+            calls = {e.pid: e.calls_total for e in others}
             flags = clock.get("flags") if clock.get("sm_clock_mhz") is not None else None
             running = self.processes.running(self.gpu)
+            hold = self.hold.start(holder_pid, holder_tid, others, host_side or []) if self.hold else None
         except Exception:  # never the reason a region is refused
             return None
-        return Witness(calls, frozenset({holder_pid}), running, flags, time.monotonic_ns())
+        return Witness(calls, frozenset({holder_pid}), running, flags, time.monotonic_ns(), hold, holder_tid)
 
-    def finish(self, w: Witness, holder: int) -> tuple[str, list[str]]:
+    def finish(self, w: Witness, holder: int) -> Certificate:
         violations: list[str] = []
         reasons: list[str] = []
         gate = self._gate(w, holder)
         processes = self._processes(w, holder)
-        clock = self._clock(w)
-        for name, (found, text) in (("gate", gate), ("processes", processes), ("clock", clock)):
+        found: list[Finding] = []
+        if self.hold is not None and w.hold is not None:
+            found = self.hold.finish(w.hold, min(w.holder_pids), w.holder_tid)
+        clock = self._clock(w, [f.text for f in found if f.witness == "clock"])
+        for name, (ok, text) in (("gate", gate), ("processes", processes), ("clock", clock)):
             reasons.append(f"{name}: {text}")
-            if found is False:
+            if ok is False:
                 violations.append(name)
+        reasons += [f"{f.witness}: {f.text}" for f in found if f.witness != "clock"]
+        flags = [f.flag for f in found if f.flag]
         if violations:
-            return VIOLATED, [r for r in reasons if r.split(":", 1)[0] in violations] + \
-                [r for r in reasons if r.split(":", 1)[0] not in violations]
+            return Certificate(VIOLATED, [r for r in reasons if r.split(":", 1)[0] in violations] +
+                               [r for r in reasons if r.split(":", 1)[0] not in violations], flags)
         if gate[0] is None or processes[0] is None:
-            return UNKNOWN, reasons
-        return VERIFIED, reasons
+            return Certificate(UNKNOWN, reasons, flags)
+        perturbed = [f.witness for f in found if f.perturbed]
+        if perturbed:
+            return Certificate(PERTURBED, [r for r in reasons if r.split(":", 1)[0] in perturbed] +
+                               [r for r in reasons if r.split(":", 1)[0] not in perturbed], flags)
+        return Certificate(VERIFIED, reasons, flags)
 
     # Each witness: (True: clean | False: violated | None: n/a, what it says).
 
@@ -156,22 +189,25 @@ class Certifier:
         return True, "only the holder ran work" if any(p.work_items is not None for p in now.values()) else \
             "no process outside this runtime's tenants"
 
-    def _clock(self, w: Witness) -> tuple[bool | None, str]:
-        """Never False: a clock is a condition of the measurement, not evidence of another submitter."""
+    def _clock(self, w: Witness, within: list[str]) -> tuple[bool | None, str]:
+        """Never False: a clock is a condition of the measurement, not evidence of another submitter.
+        `within`: what the GPU's samples between the grant and the release say (hold_watch.py)."""
         now = self.clock_probe(self.gpu)
         if w.clock_flags is None or now.get("sm_clock_mhz") is None:
             return None, "n/a"
         flags = sorted(set(w.clock_flags) | set(now.get("flags") or []))
+        hold = "".join(f"; {text}" for text in within)
         if not flags:
-            return True, f"{now['sm_clock_mhz']:.0f} MHz, within tolerance"
-        return True, f"{now['sm_clock_mhz']:.0f} MHz at the release (flags on the measurement, not interference: {', '.join(flags)})"
+            return True, f"{now['sm_clock_mhz']:.0f} MHz, within tolerance{hold}"
+        return True, (f"{now['sm_clock_mhz']:.0f} MHz at the release (flags on the measurement, not interference: "
+                      f"{', '.join(flags)}){hold}")
 
 
-def certify(certifier: Certifier | None, witness: Witness | None, holder: int) -> tuple[str, list[str]]:
-    """The verdict of a region at its release (unknown where nobody can say)."""
+def certify(certifier: Certifier | None, witness: Witness | None, holder: int) -> Certificate:
+    """The certificate of a region at its release (unknown where nobody can say)."""
     if certifier is None or witness is None:
-        return UNKNOWN, ["no witnesses on this node"]
+        return Certificate(UNKNOWN, ["no witnesses on this node"], [])
     try:
         return certifier.finish(witness, holder)
     except Exception as exc:  # a witness that fails makes the verdict unknown, never the release fail
-        return UNKNOWN, [f"the certificate failed: {exc!r}"]
+        return Certificate(UNKNOWN, [f"the certificate failed: {exc!r}"], [])

@@ -33,7 +33,7 @@ from krex_runtime.regions.certificate import Certifier, certify
 from krex_runtime.regions.cpu_slices import CpuPlan
 from krex_runtime.regions.freezer import FreezeError, Freezer, Target
 from krex_runtime.regions.gap import Gap
-from krex_runtime.regions.gate import Gate
+from krex_runtime.regions.gate import Gate, ProcEntry
 from krex_runtime.regions.gate_backends import DrainReport, GateBackend
 from krex_runtime.regions.gpu_sets import NO_SHARED, SharedHolds
 from krex_runtime.regions.late_freeze import LateFreeze, Pending, split_freeze
@@ -269,6 +269,7 @@ class GpuRegions:
         skip = shared.skip
         report = DrainReport()
         targets: list[Target] = []
+        left_running: list[ProcEntry] = []
         try:
             q = quiesce(self.gate, holder, self.settings.quiesce_timeout_s, every_call=every_call, skip=skip)
             stats.quiesce_s = lap()
@@ -334,7 +335,7 @@ class GpuRegions:
         stats.others_calls = self._others_calls(holder)
         # CLOCK_MONOTONIC, as the simulator's execution log and the gate use.
         stats.granted_mono_ns = time.monotonic_ns()
-        witness = self.certifier and self.certifier.start(holder, req.pid, clock)
+        witness = self.certifier and self.certifier.start(holder, req.pid, clock, req.tid, left_running)
         return Entry(targets, frozen, report, pinned, stats, witness, LateFreeze(self.gate, self.freezer, late) if late else None)
 
     def _let_go(self, targets: list[Target]) -> list[Target]:
@@ -349,7 +350,8 @@ class GpuRegions:
         others_calls = self._others_calls(req.tenant_id)
         # Released by its holder: read then; withdrawn, revoked or shut down: read now.
         exit_clock = req.exit_clock if req.exit_clock is not None else self.clock_probe(self.gpu)
-        req.verdict = certify(self.certifier, entry.witness, req.tenant_id)
+        certificate = certify(self.certifier, entry.witness, req.tenant_id)
+        req.verdict = (certificate.verdict, certificate.reasons)
         # Into the command's result now, before the exit's slower steps: the command may be ending.
         t0 = time.monotonic()
         self._unpin(req)  # done already when the holder released it itself
@@ -375,6 +377,7 @@ class GpuRegions:
             verdict=req.verdict[0], verdict_reasons=req.verdict[1], integrity=req.integrity,
         )
         stats.take_clock(exit_clock)
+        stats.exit_flags += certificate.flags
         return stats
 
     async def shutdown(self) -> None:

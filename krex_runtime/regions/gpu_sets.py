@@ -20,7 +20,7 @@ together: by the holder, by the hold limit, by a withdrawal, by the
 holder's death or the runtime's shutdown.
 
 The certificate covers every GPU: each GPU's exit certifies that GPU, and the
-set's verdict is the worst of them (violated > unknown > verified) with the
+set's verdict is the worst of them (violated > unknown > perturbed > verified) with the
 reasons prefixed by their GPU.
 
 `SharedHolds` keeps the books of tenants placed on several GPUs: a region
@@ -38,13 +38,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
+from krex_runtime.regions.certificate import RANK, UNKNOWN
 from krex_runtime.regions.freezer import Target
 from krex_runtime.regions.requests import RegionRefused, Request
 
 log = logging.getLogger("krex.regions")
 
-# Worse verdicts win when a set's GPUs disagree.
-_RANK = {"verified": 0, "unknown": 1, "violated": 2}
 
 
 def combine_verdicts(parts: list[tuple[int, tuple[str, list[str]]]]) -> tuple[str, list[str]]:
@@ -52,7 +51,7 @@ def combine_verdicts(parts: list[tuple[int, tuple[str, list[str]]]]) -> tuple[st
     wins; every reason is kept, prefixed by its GPU."""
     if not parts:
         return "unknown", ["no GPU of the set was granted"]
-    worst = max((v for _, (v, _) in parts), key=lambda v: _RANK.get(v, 1))
+    worst = max((v for _, (v, _) in parts), key=lambda v: RANK.get(v, RANK[UNKNOWN]))
     reasons = [f"GPU {gpu}: {r}" for gpu, (_, rs) in parts for r in rs]
     return worst, reasons
 

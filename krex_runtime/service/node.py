@@ -29,6 +29,7 @@ from krex_runtime.regions import machinery
 from krex_runtime.regions.channel import RegionChannel
 from krex_runtime.regions.leases import CommandLeases, LeaseDesk
 from krex_runtime.regions.certificate import Certifier, GpuProcesses
+from krex_runtime.regions.hold_watch import HoldBounds, HoldWatch
 from krex_runtime.regions.machinery import RegionMachinery
 from krex_runtime.regions.tokens import RegionTokens
 from krex_runtime.service.event_log import EventLog
@@ -122,14 +123,15 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventLog, server: C
     if regions is not None and region_access is not None:
         leases = LeaseDesk(regions.manager, dispatcher, config.regions.lease_ttl_s)
         channel = RegionChannel(region_access.socket, regions.manager, tenancy.identify, config.regions, tokens)
-        certify_regions(regions, witnesses, tenancy, clocks)
+        certify_regions(regions, witnesses, tenancy, clocks, hold_bounds(config))
     telemetry.foreign_processes = gpu_processes.foreign(witnesses, lambda pid: _is_tenant(tenancy, pid))
     telemetry.process_memory = gpu_processes.process_memory(witnesses, lambda pid: _is_tenant(tenancy, pid))
     return Node(config, gpus, dispatcher, telemetry, attachments, tenancy, canaries, regions, leases, channel)
 
 
-def certify_regions(regions: RegionMachinery, witnesses: GpuProcesses, tenancy: Tenancy, clocks: Clocks) -> None:
-    """Every GPU's regions get their exclusivity certificate (regions/certificate.py)."""
+def certify_regions(regions: RegionMachinery, witnesses: GpuProcesses, tenancy: Tenancy, clocks: Clocks,
+                    bounds: HoldBounds) -> None:
+    """Every GPU's regions get their certificate (regions/certificate.py, hold_watch.py)."""
 
     def tenant_of(pid: int) -> int | None:
         try:
@@ -140,8 +142,16 @@ def certify_regions(regions: RegionMachinery, witnesses: GpuProcesses, tenancy: 
 
     regions.manager.attach_certifiers(
         lambda index, gate: Certifier(index, gate, witnesses, tenant_of, lambda pid: _is_tenant(tenancy, pid), clocks.now,
-                                      changes_tenant=tenancy.acts_for_commands)
+                                      changes_tenant=tenancy.acts_for_commands,
+                                      hold=HoldWatch(index, clocks, clocks.top, bounds))
     )
+
+
+def hold_bounds(config: Config) -> HoldBounds:
+    """When what the hold's readings found makes a region `perturbed` (regions/hold_watch.py)."""
+    rc = config.regions
+    return HoldBounds(cpu_wait_share=rc.perturbed_cpu_wait_share, cpu_wait_min_ms=rc.perturbed_cpu_wait_min_ms,
+                      clock_tolerance=config.telemetry.clock_tolerance)
 
 
 def _is_tenant(tenancy: Tenancy, pid: int) -> bool:

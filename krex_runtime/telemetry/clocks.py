@@ -44,6 +44,17 @@ class Clocks:
                 self._top[gpu] = None
         return self._top[gpu]
 
+    def clock_history(self, gpu: int, since_us: int) -> list[tuple[int, float]] | None:
+        """The SM clock's samples since `since_us` (wall-clock us) where the GPU
+        keeps them (NVML's sample buffer, the simulated clock's log); None: n/a."""
+        history = getattr(self.sampler, "clock_history", None)
+        if history is None:
+            return None
+        try:
+            return history(gpu, since_us)
+        except Exception:  # missing data is a value
+            return None
+
     def now(self, gpu: int) -> dict[str, Any]:
         """SM clock, throttle reasons, power and temperature right now, what is
         wrong with them (`flags`), the GPU's top clock and whether the clock is

@@ -98,6 +98,22 @@ class NvmlSampler:
             "temp_c": _read("temp_c", faults, lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
         }
 
+    def clock_history(self, gpu: int, since_us: int) -> list[tuple[int, float]] | None:
+        """The SM clock's samples since `since_us` (wall-clock us), from the
+        driver's own sample buffer: it samples on its own, so reading it costs
+        one call at the release and nothing during the hold (None: n/a)."""
+        nv, h = self.nvml, self.handles[gpu]
+        if "sm_clock_mhz" in injected_faults():
+            return None
+        try:
+            _kind, samples = nv.nvmlDeviceGetSamples(h, nv.NVML_PROCESSOR_CLK_SAMPLES, since_us)
+        except nv.NVMLError as exc:
+            # No sample since then: the buffer says so with NOT_FOUND.
+            return [] if getattr(exc, "value", None) == nv.NVML_ERROR_NOT_FOUND else None
+        except Exception:
+            return None
+        return [(int(x.timeStamp), float(x.sampleValue.uiVal)) for x in samples if x.timeStamp >= since_us]
+
     def top_clock(self, gpu: int) -> float | None:
         """The SM clock this GPU is set to hold: its application clock where
         one is set, else its highest (None: NVML does not say)."""
@@ -144,6 +160,10 @@ class SimulatedSampler:
     def clock_sample(self, gpu: int) -> dict[str, Any]:
         return {k: v for k, v in self.sample(gpu).items() if k in CLOCK_METRICS} | {"idle": False}
 
+    def clock_history(self, gpu: int, since_us: int) -> list[tuple[int, float]] | None:
+        """The simulated clock's log since `since_us` (simulated_clock_log)."""
+        return None if "sm_clock_mhz" in injected_faults() else simulated_clock_log(since_us)
+
     def top_clock(self, gpu: int) -> float | None:
         """The simulated GPU's nominal clock (KREX_SIM_SM_CLOCK_FILE moves only the current one)."""
         return float(SIMULATED_SM_CLOCK_MHZ)
@@ -176,16 +196,45 @@ def simulated_throttle() -> list[str]:
     return [r for r in os.environ.get("KREX_SIM_THROTTLE", "").split(",") if r]
 
 
-def simulated_sm_clock() -> float:
-    """The simulated GPU's SM clock: what KREX_SIM_SM_CLOCK_FILE holds, else the nominal clock."""
+def _clock_file() -> list[tuple[int | None, float]]:
+    """KREX_SIM_SM_CLOCK_FILE's lines: `MHZ`, or `WALL_US MHZ` (a log of the
+    clock's changes, appended as they happen, like a GPU's sample buffer)."""
     path = os.environ.get(SIM_SM_CLOCK_FILE)
-    if path:
+    if not path:
+        return []
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:  # no file yet: the nominal clock
+        return []
+    rows: list[tuple[int | None, float]] = []
+    for line in text.splitlines():
+        parts = line.split()
         try:
-            with open(path) as f:
-                return float(f.read().strip())
-        except (OSError, ValueError):  # no file yet, or half written: the nominal clock
-            pass
-    return SIMULATED_SM_CLOCK_MHZ
+            rows.append((None, float(parts[0])) if len(parts) == 1 else (int(parts[0]), float(parts[1])))
+        except (ValueError, IndexError):  # half written: skipped
+            continue
+    return rows
+
+
+def simulated_sm_clock() -> float:
+    """The simulated GPU's SM clock: the last value KREX_SIM_SM_CLOCK_FILE holds, else the nominal clock."""
+    rows = _clock_file()
+    return rows[-1][1] if rows else SIMULATED_SM_CLOCK_MHZ
+
+
+def simulated_clock_log(since_us: int) -> list[tuple[int, float]]:
+    """The simulated clock from `since_us` on: the value in effect then, and
+    every logged change after it (untimed lines count as in effect from the start)."""
+    rows = _clock_file()
+    at_start = SIMULATED_SM_CLOCK_MHZ
+    later: list[tuple[int, float]] = []
+    for t, mhz in rows:
+        if t is None or t < since_us:
+            at_start = mhz
+        else:
+            later.append((t, mhz))
+    return [(since_us, at_start), *later]
 
 
 class UnavailableSampler:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from krex_runtime.regions.certificate import Certifier, certify
+from krex_runtime.regions.certificate import Certificate, Certifier, certify
 from krex_runtime.telemetry.gpu_processes import GpuProcess
 
 HOLDER, HOLDER_PID, OTHER_PID, FOREIGN_PID = 1, 100, 200, 300
@@ -34,7 +34,8 @@ def verdict(fake: Fake, change: Any) -> tuple[str, list[str]]:
     c = certifier(fake)
     w = c.start(HOLDER, HOLDER_PID, fake.clock)
     change(fake)
-    return certify(c, w, HOLDER)
+    cert = certify(c, w, HOLDER)
+    return cert.verdict, cert.reasons
 
 
 def test_a_real_gpu_alone_is_verified_with_every_witness() -> None:
@@ -69,5 +70,5 @@ def test_missing_witnesses_say_unknown() -> None:
     fake = Fake()
     v, reasons = verdict(fake, lambda f: setattr(f, "running", None))
     assert v == "unknown" and "processes: n/a" in reasons
-    assert certify(None, None, HOLDER) == ("unknown", ["no witnesses on this node"])
+    assert certify(None, None, HOLDER) == Certificate("unknown", ["no witnesses on this node"], [])
 

@@ -1,0 +1,163 @@
+"""What perturbed a region while it was held, besides other tenants' GPU work:
+the evidence that tells a faithful measurement from a perturbed one.
+
+The gate and the process list (certificate.py) prove exclusivity: nobody
+else's work ran. A region can be exclusive and its trials still slower than
+alone. Each reading below is taken at the grant and at the release (never in
+between: observing must not perturb), and each finding carries its figure:
+
+- **cpu**: the holder's measuring thread, from the kernel's scheduler
+  statistics (/proc/PID/task/TID/schedstat: nanoseconds spent waiting on a run
+  queue; status: involuntary switches). A thread that waits for a core
+  between its launches leaves the GPU idle inside the timed window. Perturbed
+  when the wait passes `cpu_wait_share` of the hold (and `cpu_wait_min_ms`).
+- **tenants**: other tenants' processes that used CUDA at the grant and had
+  ended by the release (their contexts were torn down inside the region: an
+  unmap, a scrub, a runlist change on the holder's GPU), and those the entry
+  let finish a context creation or module load inside the hold. Perturbed.
+- **clock**: the SM clock between the grant and the release, from the GPU's
+  own sample buffer (NVML's, the simulated device's clock log), not only its
+  two ends: its lowest value, a flag when it dipped below the top clock.
+  A note, never a perturbation by itself (a long kernel runs under the power
+  cap alone too: docs/regions.md).
+
+A reading that fails is None ("n/a") and finds nothing: the certificate
+says so and stays what its other witnesses make it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+
+@dataclass(frozen=True)
+class ThreadCpu:
+    waited_ns: int  # on a run queue, wanting a core
+    involuntary: int  # switched out while it could run
+
+
+def thread_cpu(pid: int, tid: int) -> ThreadCpu | None:
+    """The measuring thread's scheduler statistics now (None: gone, or not kept by this kernel)."""
+    if not tid:
+        return None
+    base = f"/proc/{pid}/task/{tid}"
+    try:
+        with open(f"{base}/schedstat", "rb") as f:
+            waited = int(f.read().split()[1])
+        involuntary = 0
+        with open(f"{base}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"nonvoluntary_ctxt_switches:"):
+                    involuntary = int(line.split()[1])
+        return ThreadCpu(waited, involuntary)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class ClockHistory(Protocol):
+    """telemetry/gpu_metrics.py: the SM clock's samples since a wall-clock time."""
+
+    def clock_history(self, gpu: int, since_us: int) -> list[tuple[int, float]] | None: ...  # (wall us, MHz)
+
+
+@dataclass(frozen=True)
+class HoldBounds:
+    cpu_wait_share: float = 0.002  # of the hold: beyond it the measuring thread waited for a core too long
+    cpu_wait_min_ms: float = 0.2  # below this a wait is never a finding (a tick's worth)
+    clock_tolerance: float = 0.1  # as telemetry.clock_tolerance
+
+
+@dataclass(frozen=True)
+class HoldStart:
+    wall_us: int
+    mono_ns: int
+    cpu: ThreadCpu | None
+    others: dict[int, int]  # other tenants' processes using CUDA at the grant: pid -> tenant id
+    host_side: dict[int, int]  # left inside a context creation or module load at the grant: pid -> tenant id
+
+
+@dataclass(frozen=True)
+class Finding:
+    witness: str  # cpu | tenants | clock
+    perturbed: bool  # False: a note on the measurement
+    text: str
+    flag: str | None = None  # for region().flags and the result
+
+
+@dataclass
+class HoldWatch:
+    gpu: int
+    clocks: ClockHistory | None
+    top_clock: Callable[[int], float | None]
+    bounds: HoldBounds = HoldBounds()
+
+    def start(self, pid: int, tid: int, others: list[Any], host_side: list[Any]) -> HoldStart:
+        """`others`: the gate's entries of the other tenants (pid, tenant_id, uses_cuda);
+        `host_side`: those the entry left inside a host-side call (quiesce.deferred)."""
+        return HoldStart(
+            wall_us=time.time_ns() // 1000,
+            mono_ns=time.monotonic_ns(),
+            cpu=thread_cpu(pid, tid),
+            others={e.pid: e.tenant_id for e in others if e.uses_cuda},
+            host_side={e.pid: e.tenant_id for e in host_side},
+        )
+
+    def finish(self, start: HoldStart, pid: int, tid: int) -> list[Finding]:
+        hold_s = (time.monotonic_ns() - start.mono_ns) / 1e9
+        return [f for f in (self._cpu(start, pid, tid, hold_s), self._tenants(start), self._clock(start)) if f]
+
+    def _cpu(self, start: HoldStart, pid: int, tid: int, hold_s: float) -> Finding | None:
+        now = thread_cpu(pid, tid)
+        if start.cpu is None or now is None:
+            return None
+        waited_ms = (now.waited_ns - start.cpu.waited_ns) / 1e6
+        switches = now.involuntary - start.cpu.involuntary
+        share = waited_ms / 1000 / hold_s if hold_s > 0 else 0.0
+        text = f"measuring thread waited {waited_ms:.2f} ms for a core ({share:.2%} of the hold), {switches} involuntary switch(es)"
+        if waited_ms >= self.bounds.cpu_wait_min_ms and share > self.bounds.cpu_wait_share:
+            return Finding("cpu", True, text, f"cpu:waited-{waited_ms:.1f}ms")
+        return Finding("cpu", False, text)
+
+    def _tenants(self, start: HoldStart) -> Finding | None:
+        ended = sorted((t, p) for p, t in start.others.items() if not _alive(p))
+        creating = sorted((t, p) for p, t in start.host_side.items())
+        parts = [f"tenant {t} (pid {p}) ended: its GPU context was torn down inside the region" for t, p in ended]
+        parts += [f"tenant {t} (pid {p}) was creating a context or loading a module" for t, p in creating]
+        if not parts:
+            return None
+        flag = f"tenants:{len(ended)}-ended,{len(creating)}-in-driver"
+        return Finding("tenants", True, "; ".join(parts), flag)
+
+    def _clock(self, start: HoldStart) -> Finding | None:
+        if self.clocks is None:
+            return None
+        try:
+            samples = self.clocks.clock_history(self.gpu, start.wall_us)
+        except Exception:  # missing data is a value
+            samples = None
+        top = self.top_clock(self.gpu)
+        if not samples or not top:
+            return None
+        low = min(mhz for _, mhz in samples)
+        if low >= top * (1 - self.bounds.clock_tolerance):
+            return Finding("clock", False, f"lowest {low:.0f} MHz in {len(samples)} sample(s) of the hold")
+        return Finding("clock", False, f"dipped to {low:.0f} MHz (top {top:.0f}) within the hold, {len(samples)} sample(s)",
+                       f"clock-dip:{low:.0f}MHz")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie has torn down its address space and its GPU context already.
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
