@@ -53,7 +53,7 @@ def main() -> int:
                 pids = None
             mem = nv.nvmlDeviceGetMemoryInfo(h).used
             sm = nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)
-            reasons = nv.nvmlDeviceGetCurrentClocksEventReasons(h) & ~0x1  # idle is no reason
+            reasons = nv.nvmlDeviceGetCurrentClocksThrottleReasons(h) & ~0x1  # idle is no reason
             now = {"pids": pids, "sm": sm, "reasons": reasons}
             if now != {k: last.get(k) for k in now} or abs(mem - last.get("mem", 0)) >= MEM_STEP:
                 out.write(json.dumps({"kind": "s", "t": t, "pids": pids, "mem": mem, "sm": sm, "reasons": reasons}) + "\n")

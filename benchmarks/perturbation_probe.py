@@ -16,6 +16,8 @@ thing that none of KREX's gates holds back today, and never launch a kernel:
   alloc-churn  processes that allocate and free 512 MiB of device memory in a loop
   pin-churn    processes that pin and unpin 256 MiB of host memory in a loop
   torch-churn  processes that import torch, allocate 1 GiB on the GPU and exit
+  nvml-poll    processes asking NVML for the GPU's processes, clocks and power
+               every millisecond (what a monitor, or the runtime, asks)
 
 Each phase times every problem `--rounds` times (30 trials each). Per phase
 it prints the trials' excess over the problem's fastest `none` trial
@@ -43,7 +45,7 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-PHASES = ("none", "cpu", "cpu-shared", "membw", "ctx-churn", "alloc-churn", "pin-churn", "torch-churn")
+PHASES = ("none", "cpu", "cpu-shared", "membw", "nvml-poll", "ctx-churn", "alloc-churn", "pin-churn", "torch-churn")
 
 # Perturbers: each a tiny program, run as `python3 -c`. The CUDA ones speak to
 # the driver through ctypes, so they load no framework and launch nothing.
@@ -74,6 +76,11 @@ PERTURBERS = {
         "    ok(cu.cuMemFreeHost(host), 'unpin')\n"
     ),
     "torch-churn": "import torch\nx = torch.empty(1 << 28, device='cuda:GPU')\n",
+    "nvml-poll": (
+        "import time, pynvml as nv\nnv.nvmlInit()\nh = nv.nvmlDeviceGetHandleByIndex(GPU)\n"
+        "while True:\n    nv.nvmlDeviceGetComputeRunningProcesses(h); nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)\n"
+        "    nv.nvmlDeviceGetPowerUsage(h); nv.nvmlDeviceGetCurrentClocksThrottleReasons(h); time.sleep(0.001)\n"
+    ),
 }
 RESTARTING = {"ctx-churn", "torch-churn"}  # each process does its thing once and exits: a loop restarts it
 

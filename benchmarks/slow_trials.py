@@ -24,7 +24,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
-WINDOW_PAD_NS = 2_000_000  # a timeline sample 2 ms around a trial still speaks of it (the sampling period)
+WINDOW_PAD_NS = 20_000_000  # a timeline sample this close to a trial still speaks of it (the sampling period)
 
 
 def load_trace(path: Path) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ if [ "${SKIP_PROBE:-0}" != 1 ]; then
   python3 benchmarks/perturbation_probe.py --suite "$suite" --problems "$probe_problems" --rounds 2 \
     --out "$out/perturbation.json" 2>&1 | tail -20
 fi
-python3 benchmarks/node_timeline.py --gpu 0 --out /tmp/timeline.jsonl --period-ms 2 &
+python3 benchmarks/node_timeline.py --gpu 0 --out /tmp/timeline.jsonl --period-ms 20 &
 timeline=$!
 rm -rf /tmp/kb /tmp/kbout
 python3 -m krex_bench run --gpu 0 --concurrency 16 --suite "$suite" --suite-problems "$problems" \
