@@ -167,27 +167,29 @@ def main() -> int:
 
 
 def by_verdict(results: list[dict[str, Any]], trace: list[dict[str, Any]], by_label: dict[str, str]) -> None:
-    """Each measurement's spread (median/min - 1) by its region's certificate:
-    what the certificate calls faithful should spread as native does."""
+    """Each measurement's spread (median/min - 1) by its region's certificate
+    and by what its hold's evidence found: what the certificate calls faithful
+    should spread as native does."""
     region_of = {e["region"]: e["command_id"] for e in trace if e["type"] == "region_requested"}
     released = {region_of.get(e["region"]): e for e in trace if e["type"] == "region_released" and e.get("kind") == "region"}
     groups: dict[str, list[float]] = {}
-    reasons: dict[str, int] = {}
     for res in results:
-        e = released.get(by_label.get(f"{res['problem']}/{res['candidate']}", "?"))
-        verdict = e.get("verdict", "?") if e else "?"
-        groups.setdefault(verdict, []).append(res["median_ms"] / res["min_ms"] - 1)
-        for r in (e or {}).get("verdict_reasons") or []:
-            if verdict == "perturbed" and r.split(":", 1)[0] in ("cpu", "tenants"):
-                key = r.split(":", 1)[0]
-                reasons[key] = reasons.get(key, 0) + 1
-    print(f"{'verdict':<10} {'measurements':>12} {'spread p50':>10} {'p90':>7} {'max':>7}")
-    for verdict, spreads in sorted(groups.items()):
+        e = released.get(by_label.get(f"{res['problem']}/{res['candidate']}", "?")) or {}
+        spread = res["median_ms"] / res["min_ms"] - 1
+        groups.setdefault(f"verdict {e.get('verdict', '?')}", []).append(spread)
+        found = [r for r in e.get("verdict_reasons") or [] if r.split(":", 1)[0] in ("cpu", "tenants")]
+        for r in found:
+            what = r.split(":", 1)[0]
+            if what == "tenants":
+                what += " ended" if "ended" in r else ""
+                what += " in-driver" if "creating" in r else ""
+            groups.setdefault(f"  {what} ({'perturbed' if e.get('verdict') == 'perturbed' else 'note'})", []).append(spread)
+        for flag in e.get("exit_flags") or []:
+            groups.setdefault(f"  flag {flag.split(':', 1)[0]}", []).append(spread)
+    print(f"{'measurements by their region':<34} {'n':>4} {'spread p50':>10} {'p90':>7} {'max':>7}")
+    for name, spreads in sorted(groups.items()):
         q = sorted(spreads)
-        print(f"{verdict:<10} {len(q):>12} {statistics.median(q):>+10.2%} {q[int(0.9 * (len(q) - 1))]:>+7.2%} {q[-1]:>+7.2%}")
-    if reasons:
-        print("perturbed by: " + ", ".join(f"{k} {n}" for k, n in sorted(reasons.items())))
-
+        print(f"{name:<34} {len(q):>4} {statistics.median(q):>+10.2%} {q[int(0.9 * (len(q) - 1))]:>+7.2%} {q[-1]:>+7.2%}")
 
 if __name__ == "__main__":
     raise SystemExit(main())

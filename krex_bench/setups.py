@@ -90,12 +90,16 @@ def matrix(
     gaps: tuple[float | None, ...] = (None,),
     settle_longs: tuple[float, ...] = (0.0,),
     canary_too: bool = False,
+    native_mode: str = "process",
 ) -> list[Setup]:
     """Native first (`native` runs: the baseline every other setup is compared
     with, then its repeat), then per concurrency ungated and each krex variant
     (once per value of `settles`, `gaps` and `settle_longs`; None: the runtime's
     default), and with `canary_too` each once more with the canary on."""
-    setups = [Setup(kind) for kind in NATIVE_RUNS[str(native)]]
+    if native_mode not in ("process", "pooled"):
+        raise ValueError(f"native mode must be process or pooled, got {native_mode!r}")
+    # Native runs one command at a time whatever its mode: pooled only spares each its start-up.
+    setups = [Setup(kind, mode=native_mode) for kind in NATIVE_RUNS[str(native)]]
     for c in concurrency:
         if c < 1:
             raise ValueError(f"concurrency must be >= 1, got {c}")

@@ -101,7 +101,7 @@ class HoldWatch:
             wall_us=time.time_ns() // 1000,
             mono_ns=time.monotonic_ns(),
             cpu=thread_cpu(pid, tid),
-            others={e.pid: e.tenant_id for e in others if e.uses_cuda},
+            others={e.pid: e.tenant_id for e in others if e.uses_cuda and _alive(e.pid)},
             host_side={e.pid: e.tenant_id for e in host_side},
         )
 
