@@ -182,7 +182,7 @@ class RegionSection:
     gap_s: float = 0.02  # the gate's open time after a release that held tenants back (regions/gap.py)
     # A region whose measuring thread waited on a run queue for more than this
     # share of its hold (and at least the minimum) is `perturbed` (regions/hold_watch.py).
-    perturbed_cpu_wait_share: float = 0.002
+    perturbed_cpu_wait_share: float = 0.0025
     perturbed_cpu_wait_min_ms: float = 0.2
     heartbeat_interval_s: float = 0.5
     stale_after_s: float = 3.0

@@ -65,7 +65,9 @@ class ClockHistory(Protocol):
 
 @dataclass(frozen=True)
 class HoldBounds:
-    cpu_wait_share: float = 0.002  # of the hold: beyond it the measuring thread waited for a core too long
+    # Of the hold: past it the waits may have moved the measurement's median by
+    # 0.5% (that takes half the trials each 0.5% slow: a quarter of that share).
+    cpu_wait_share: float = 0.0025
     cpu_wait_min_ms: float = 0.2  # below this a wait is never a finding (a tick's worth)
     clock_tolerance: float = 0.1  # as telemetry.clock_tolerance
 
