@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from runtime_helpers import REPO, tenant_processes
+from runtime_helpers import REPO, steady_cores, tenant_processes
 
 from krex_runtime.testing import hygiene
 from krex_runtime.node import native_build
@@ -88,6 +88,7 @@ def make_runtime(tmp_path: Path, native_built: Path) -> Iterator[Any]:
     before = hygiene.baseline()
 
     def make(name: str = "rt", parent: Path | None = None, **kwargs: Any) -> Runtime:
+        kwargs["extra_config"] = steady_cores(kwargs.get("extra_config", ""))
         rt = Runtime((parent or tmp_path) / name, **kwargs).start()
         started.append(rt)
         assert rt.proc is not None

@@ -121,7 +121,8 @@ class Certifier:
             calls = {e.pid: e.calls_total for e in others}
             flags = clock.get("flags") if clock.get("sm_clock_mhz") is not None else None
             running = self.processes.running(self.gpu)
-            hold = self.hold.start(holder_pid, holder_tid, others, host_side or []) if self.hold else None
+            hold = self.hold.start(holder_pid, holder_tid, others, host_side or [], clock.get("sm_clock_mhz")) \
+                if self.hold else None
         except Exception:  # never the reason a region is refused
             return None
         return Witness(calls, frozenset({holder_pid}), running, flags, time.monotonic_ns(), hold, holder_tid)
@@ -131,10 +132,11 @@ class Certifier:
         reasons: list[str] = []
         gate = self._gate(w, holder)
         processes = self._processes(w, holder)
+        now = self.clock_probe(self.gpu)
         found: list[Finding] = []
         if self.hold is not None and w.hold is not None:
-            found = self.hold.finish(w.hold, min(w.holder_pids), w.holder_tid)
-        clock = self._clock(w, [f.text for f in found if f.witness == "clock"])
+            found = self.hold.finish(w.hold, min(w.holder_pids), w.holder_tid, now.get("sm_clock_mhz"))
+        clock = self._clock(w, now, [f.text for f in found if f.witness == "clock"])
         for name, (ok, text) in (("gate", gate), ("processes", processes), ("clock", clock)):
             reasons.append(f"{name}: {text}")
             if ok is False:
@@ -189,10 +191,10 @@ class Certifier:
         return True, "only the holder ran work" if any(p.work_items is not None for p in now.values()) else \
             "no process outside this runtime's tenants"
 
-    def _clock(self, w: Witness, within: list[str]) -> tuple[bool | None, str]:
+    def _clock(self, w: Witness, now: dict[str, Any], within: list[str]) -> tuple[bool | None, str]:
         """Never False: a clock is a condition of the measurement, not evidence of another submitter.
-        `within`: what the GPU's samples between the grant and the release say (hold_watch.py)."""
-        now = self.clock_probe(self.gpu)
+        `now`: the probe's reading at the release; `within`: what the GPU's
+        samples between the grant and the release say (hold_watch.py)."""
         if w.clock_flags is None or now.get("sm_clock_mhz") is None:
             return None, "n/a"
         flags = sorted(set(w.clock_flags) | set(now.get("flags") or []))

@@ -79,6 +79,7 @@ class HoldStart:
     cpu: ThreadCpu | None
     others: dict[int, int]  # other tenants' processes using CUDA at the grant: pid -> tenant id
     host_side: dict[int, int]  # left inside a context creation or module load at the grant: pid -> tenant id
+    grant_mhz: float | None = None  # the SM clock the grant read
 
 
 @dataclass(frozen=True)
@@ -96,20 +97,25 @@ class HoldWatch:
     top_clock: Callable[[int], float | None]
     bounds: HoldBounds = HoldBounds()
 
-    def start(self, pid: int, tid: int, others: list[Any], host_side: list[Any]) -> HoldStart:
+    def start(self, pid: int, tid: int, others: list[Any], host_side: list[Any], grant_mhz: float | None = None) -> HoldStart:
         """`others`: the gate's entries of the other tenants (pid, tenant_id, uses_cuda);
-        `host_side`: those the entry left inside a host-side call (quiesce.deferred)."""
+        `host_side`: those the entry left inside a host-side call (quiesce.deferred);
+        `grant_mhz`: the SM clock the grant read."""
         return HoldStart(
             wall_us=time.time_ns() // 1000,
             mono_ns=time.monotonic_ns(),
             cpu=thread_cpu(pid, tid),
             others={e.pid: e.tenant_id for e in others if e.uses_cuda and _alive(e.pid)},
             host_side={e.pid: e.tenant_id for e in host_side},
+            grant_mhz=grant_mhz,
         )
 
-    def finish(self, start: HoldStart, pid: int, tid: int) -> list[Finding]:
+    def finish(self, start: HoldStart, pid: int, tid: int, release_mhz: float | None = None) -> list[Finding]:
+        """What the hold's readings found; `release_mhz`: the SM clock the release read."""
         hold_s = (time.monotonic_ns() - start.mono_ns) / 1e9
-        return [f for f in (self._cpu(start, pid, tid, hold_s), self._tenants(start), self._clock(start)) if f]
+        ends = [m for m in (start.grant_mhz, release_mhz) if m]
+        found = (self._cpu(start, pid, tid, hold_s), self._tenants(start), self._clock(start, min(ends, default=None)))
+        return [f for f in found if f]
 
     def _cpu(self, start: HoldStart, pid: int, tid: int, hold_s: float) -> Finding | None:
         now = thread_cpu(pid, tid)
@@ -133,7 +139,8 @@ class HoldWatch:
         flag = f"tenants:{len(ended)}-ended,{len(creating)}-in-driver"
         return Finding("tenants", True, "; ".join(parts), flag)
 
-    def _clock(self, start: HoldStart) -> Finding | None:
+    def _clock(self, start: HoldStart, ends_mhz: float | None) -> Finding | None:
+        """A dip the grant's and the release's readings did not see (they are flagged on their own)."""
         if self.clocks is None:
             return None
         try:
@@ -144,8 +151,8 @@ class HoldWatch:
         if not samples or not top:
             return None
         low = min(mhz for _, mhz in samples)
-        if low >= top * (1 - self.bounds.clock_tolerance):
-            return Finding("clock", False, f"lowest {low:.0f} MHz in {len(samples)} sample(s) of the hold")
+        if low >= top * (1 - self.bounds.clock_tolerance) or (ends_mhz is not None and low >= ends_mhz):
+            return None  # the ends' readings say it all
         return Finding("clock", False, f"dipped to {low:.0f} MHz (top {top:.0f}) within the hold, {len(samples)} sample(s)",
                        f"clock-dip:{low:.0f}MHz")
 

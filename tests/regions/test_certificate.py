@@ -46,7 +46,7 @@ def test_verified_alone_violated_by_a_foreign_process_and_by_an_ungated_tenant(m
     first = json.loads(lines(rt, holder)[0])
     assert first["verdict"] == "verified", first
     assert any(r.startswith("gate: no other") for r in first["reasons"]), first
-    assert [r.split(":")[0] for r in first["reasons"]] == ["gate", "processes", "clock"], first
+    assert [r.split(":")[0] for r in first["reasons"]] == ["gate", "processes", "clock", "cpu"], first
 
     # A process the runtime did not start, on the same simulated GPU, with no gate.
     env = {k: v for k, v in os.environ.items() if not k.startswith("KREX_") and k != "LD_PRELOAD"}
