@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from runtime_helpers import bench_result
 
-from krex_bench import analysis, setups, workload
+from krex_bench import analysis, runner, setups, workload
 from krex_runtime.testing.local_runtime import command
 
 
@@ -27,11 +27,13 @@ def test_kendall_tau_b_matches_hand_counts() -> None:
 def test_flips_are_grouped_by_the_native_gap() -> None:
     native = {"p/a": 1.00, "p/b": 1.01, "p/c": 1.30, "q/a": 5.0, "q/b": 5.2}
     run = {"p/a": 1.02, "p/b": 1.01, "p/c": 1.31, "q/a": 5.3, "q/b": 5.2}
-    out = analysis.flips(run, native)
-    assert out["<2%"] == {"pairs": 1, "flips": 1, "rate": 1.0}  # a/b, 1% apart, reordered
-    assert out["2-5%"] == {"pairs": 1, "flips": 1, "rate": 1.0}  # q: 4% apart, reordered
+    ranked = analysis.ranking(run, native)
+    out = ranked["flips"]
+    assert out["<2%"] | {"ci": None} == {"pairs": 1, "flips": 1, "rate": 1.0, "ci": None}  # a/b, 1% apart, reordered
+    assert out["2-5%"] | {"ci": None} == {"pairs": 1, "flips": 1, "rate": 1.0, "ci": None}  # q: 4% apart, reordered
     assert out[">=10%"]["pairs"] == 2 and out[">=10%"]["flips"] == 0
     assert out["5-10%"]["pairs"] == 0 and math.isnan(out["5-10%"]["rate"])
+    assert ranked["tau_b"]["p"]["tau"] == pytest.approx(analysis.kendall_tau_b([1.0, 1.01, 1.3], [1.02, 1.01, 1.31]))
 
 
 def test_inflation_buckets_by_native_time_and_ignores_missing_candidates() -> None:
@@ -136,7 +138,7 @@ def test_bench_list_json_is_one_document() -> None:
 def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = krex_bench(
-        "run", "--sim", "--scale", "0.25", "--problems", "matmul_bf16,gelu", "--concurrency", "2",
+        "run", "--sim", "--scale", "0.25", "--problems", "matmul_bf16,gelu", "--concurrency", "2", "--repeats", "2",
         "--variants", "preload/process/gpu+cpu,preload/forked/gpu+cpu,driver-lock/pooled/gpu-only", "--out", str(out),
         "--work-dir", str(tmp_path / "work"), "--json",
     )  # fmt: skip
@@ -150,13 +152,27 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     assert labels == ["native", "native-repeat", "ungated c2"] + [
         f"krex {v} c2" for v in ("preload/process/gpu+cpu", "preload/forked/gpu+cpu", "driver-lock/pooled/gpu-only")
     ]  # fmt: skip
+    # --repeats 2: every candidate measured twice per setup, every measurement kept with its repeat index
+    assert data["repeats"] == 2 and len(data["workload"]) == 4
     for run in data["runs"]:
-        assert run["failures"] == [] and len(run["results"]) == 4, run
+        assert run["failures"] == [] and len(run["results"]) == 8 and run["repeats"] == 2, run
         assert {r["problem"] for r in run["results"]} == {"matmul_bf16", "gelu"}
+        assert sorted((r["problem"], r["candidate"], r["repeat"]) for r in run["results"]) == sorted(
+            (*key.split("/"), repeat) for key in data["workload"] for repeat in (0, 1))
+    # Submitted in rounds, the same order for every setup; one at a time, native ran them in that order.
+    opts = runner.Options(sim=True, scale=0.25, problems=["matmul_bf16", "gelu"], repeats=2)
+    order = [(c.key, repeat) for c, repeat in runner.submissions(opts)]
+    assert [r for _, r in order] == [0] * 4 + [1] * 4
+    for run in data["runs"][:2]:
+        ran = sorted(run["results"], key=lambda r: r["started"])
+        assert [(f"{r['problem']}/{r['candidate']}", r["repeat"]) for r in ran] == order
     assert data["simulated"] is True
     report = (out / "report.md").read_text()
     assert "Simulated GPU: these figures are the simulator's, not a GPU's." in report
-    assert "| krex driver-lock/pooled/gpu-only c2 | 4 | 0 |" in report
+    assert "| krex driver-lock/pooled/gpu-only c2 | 8 | 0 |" in report
+    assert "- Workload: 4 candidates x 2 repeats = 8 commands (scale 0.25)" in report
+    assert "Region-serialisation bound: " in report and "cmds/min = 60 s / " in report
+    assert "## Within-measurement spread" in report and "| native | 8 | +" in report  # native's own spread
     assert "Clock-matched: only the measurements whose SM clock" in report  # simulated candidates report clocks
     assert "One flip moves a group's rate by (points): " in report  # the flip rates' resolution per gap group
     assert "Unsteady: kernels of 1 ms or more whose placements' medians" in report
@@ -164,7 +180,9 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     assert all(r["sm_clock_mhz"] for run in data["runs"] for r in run["results"])
     summary = json.loads((out / "report.json").read_text())
     krex = next(r for r in summary["rows"] if r["label"] == "krex preload/process/gpu+cpu c2")
-    assert krex["ok"] == 4 and krex["throughput_per_min"] > 0
+    assert krex["ok"] == 8 and krex["throughput_per_min"] > 0
+    assert summary["region_bound"]["n"] == 8 and krex["vs_region_bound"] == pytest.approx(
+        krex["throughput_per_min"] / summary["region_bound"]["per_min"])
     # Every region exclusive: verified, or perturbed where this shared machine's
     # two cores kept a measuring thread waiting (regions/hold_watch.py).
     assert set(data["runs"][3].get("verdicts")) <= {"verified", "perturbed"}, data["runs"][3].get("verdicts")
@@ -176,13 +194,18 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     assert (tmp_path / "again" / "report.md").read_text() == report
     # A setup measured again replaces its earlier run in a merge: one row per setup, the later one.
     violations = ["processes: pid 9 uses the GPU", "processes: pid 8 uses the GPU", "gate: tenant t3 made 1 call"]
-    rerun = {**data, "runs": [{**data["runs"][3], "wall_s": 123.0, "violations": violations}]}
+    # Result lines with every trial (--trial-detail) are read alike and their rows never printed.
+    detailed = [{**r, "trials": [[0.5, 1, 2, 3.5, 0, 0, 0]], "trial_fields": ["ms", "start_ns", "end_ns", "runq_wait_us",
+                 "involuntary", "minor_faults", "major_faults"]} for r in data["runs"][3]["results"]]
+    rerun = {**data, "runs": [{**data["runs"][3], "results": detailed, "wall_s": 123.0, "violations": violations}]}
     (tmp_path / "rerun.json").write_text(json.dumps(rerun))
     both = krex_bench("report", str(out / "results.json"), str(tmp_path / "rerun.json"), "--out", str(tmp_path / "both"))
     assert both.returncode == 0, both.stderr
     lines = (tmp_path / "both" / "report.md").read_text().splitlines()
-    rows = [line for line in lines if line.startswith("| krex preload/process/gpu+cpu c2 | 4 |")]
+    rows = [line for line in lines if line.startswith("| krex preload/process/gpu+cpu c2 | 8 | 0 |")]
     assert len(rows) == 1 and "| 123.0 |" in rows[0], rows
+    assert not any("runq_wait_us" in line or "trial_fields" in line for line in lines)
+    assert "trial" not in (tmp_path / "both" / "report.json").read_text()
     assert "- krex preload/process/gpu+cpu c2: processes 2, gate 1" in lines  # why its regions were not verified
     # The pooled run says whether its commands retired their context processes (here none did).
     pooled = data["runs"][5]
@@ -291,14 +314,17 @@ def test_clock_matched_inflation_leaves_out_measurements_at_another_clock() -> N
     tight = {r["label"]: r for r in analysis.summarize(data, clock_tolerance=0.005)["rows"]}
     assert tight["krex c4"]["clock_matched"] == {"n": 3, "of": 10}
     # A measurement without a clock is never matched.
-    assert analysis.clock_matched({"mm/c0": 2.0}, {"mm/c0": None}, {"mm/c0": 1500}, 0.02) == {}
+    assert not analysis.clock_within(None, 1500, 0.02) and not analysis.clock_within(1500, None, 0.02)
 
     from krex_bench import report
 
     header = {"date": "d", "simulated": False, "machine": {}, "workload": [], "scale": 1, "argv": ["krex"]}
     text = report.markdown({**header, **data}, analysis.summarize(data))
-    assert "| krex c4 | n/a / n<8 (0) | +0.50% / +8.00% (10) |" in text  # raw
-    assert "| krex c4 | n/a / n<8 (0) | +0.50% / n<8 (6) |" in text  # clock-matched
+    # p50, p90, p95 with their intervals; the max as it is; against the repeat's intervals
+    raw = "| 1-10 ms | krex c4 | 10 | +0.50% [+0.50, +8.00] | +8.00% [+1.25, +8.00] | +8.00% [+4.62, +8.00] | +8.00% |"
+    assert raw + " **no** / **no** / **no** |" in text
+    assert "| 1-10 ms | krex c4 | 6 | +0.50% [+0.50, +0.50] | n<8 | n<8 | +0.50% | **no** / n/a / n/a |" in text  # matched
+    assert "| 1-10 ms | native-repeat | 10 | +0.00% [+0.00, +0.00] |" in text and "| (the floor) |" in text
     assert "within 2% of the clock" in text and "krex c4 6/10 (1)" in text
 
 
@@ -326,7 +352,8 @@ def test_granted_unthrottled_leaves_out_regions_granted_under_a_power_cap() -> N
 
     header = {"date": "d", "simulated": False, "machine": {}, "workload": [], "scale": 1, "argv": ["krex"]}
     text = report.markdown({**header, **data}, analysis.summarize(data))
-    assert "| krex c4 | +0.02% / +0.02% (8) |" in text and "Unthrottled at the grant: krex c4 8/10" in text
+    assert "| >10 ms | krex c4 | 8 | +0.02% [+0.02, +0.02] | +0.02% [+0.02, +0.02] | +0.02% [+0.02, +0.02] | +0.02% | n/a" in text
+    assert "Unthrottled at the grant: krex c4 8/10" in text
 
 
 def test_every_bucket_has_eight_candidates_at_the_default_scale() -> None:
