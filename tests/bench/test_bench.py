@@ -114,6 +114,7 @@ def test_bad_arguments_are_refused_before_anything_starts(tmp_path: Path) -> Non
         (["--suite-trials", "0"], "--suite-trials must be between 1 and 10000"),
         (["--settle-long-s", "0,2"], "--settle-long-s values must be within [0, 1] seconds"),
         (["--watch-clock-ms", "-1"], "--watch-clock-ms must be between 0 (off) and 1000"),
+        (["--repeats", "0"], "--repeats must be between 1 and 100"),
         (["--variants", "none", "--no-ungated", "--native", "0", "--merge", "missing.json"], "cannot read its runs"),
     ):
         done = krex_bench("run", "--sim", "--out", str(tmp_path), *args)
@@ -523,3 +524,127 @@ def test_the_regions_integrity_is_counted_per_setup(tmp_path: Path) -> None:
                       "reason": "released", "integrity": rec})
     assert integrity_findings(tmp_path / "trace.jsonl") == {
         "regions": 2, "flagged": 1, "windows": 5, "flags": {"escaped": 1}}
+
+
+def _run(label: str, results: list[dict], **more: object) -> dict:
+    kind = label.split()[0]
+    return {"setup": {"kind": kind, "label": label, "concurrency": 4}, "results": results, "failures": [], **more}
+
+
+def test_submissions_come_in_rounds_each_every_candidate_once_in_the_seeds_order() -> None:
+    opts = runner.Options(sim=True, scale=0.5, repeats=3, seed=7)
+    first = [c.key for c in runner.commands(opts)]
+    order = runner.submissions(opts)
+    assert len(order) == 3 * len(first)
+    rounds = [[c.key for c, r in order if r == n] for n in range(3)]
+    assert [r for _, r in order] == sorted(r for _, r in order)  # round 0, then 1, then 2
+    assert rounds[0] == first and all(sorted(r) == sorted(first) for r in rounds)
+    assert rounds[1] != rounds[0]  # reshuffled: a candidate's repeats meet other neighbours
+    assert runner.submissions(opts) == order  # the same order for every setup
+    assert [c.key for c, _ in runner.submissions(runner.Options(sim=True, scale=0.5, seed=7))] == first
+    assert runner.command_label(order[0][0], 2, 3) == f"{order[0][0].key}#2"
+    assert runner.command_label(order[0][0], 0, 1) == order[0][0].key
+
+
+def test_repeats_count_as_commands_and_a_candidate_is_its_median_of_medians() -> None:
+    """Three repeats each: the krex run's c0 was slow once (one neighbour's
+    burst); its median of medians is not. Throughput counts all six commands."""
+    native = [dict(bench_result("mm", f"c{i}", 2.0 + i, 1980), repeat=r) for i in range(2) for r in range(3)]
+    krex = [dict(bench_result("mm", "c0", ms, 1980), repeat=r) for r, ms in enumerate((2.0, 2.5, 2.02))]
+    krex += [dict(bench_result("mm", "c1", 3.0, 1410 if r == 0 else 1980), repeat=r) for r in range(3)]
+    data = {"runs": [_run("native", native, wall_s=60.0), _run("krex c4", krex, wall_s=30.0)]}
+    assert analysis.medians(krex) == {"mm/c0": 2.02, "mm/c1": 3.0}
+    row = {r["label"]: r for r in analysis.summarize(data, resamples=50)["rows"]}["krex c4"]
+    assert row["throughput_per_min"] == 12.0 and row["vs_native"] == 2.0
+    assert row["inflation"]["1-10 ms"]["p50"] == pytest.approx(0.005)  # (0.01 + 0) / 2
+    assert row["clock_matched"] == {"n": 5, "of": 6}  # the repeat at 1410 MHz is left out, not the candidate
+
+
+def test_bootstrap_intervals_hold_the_estimate_and_are_the_same_every_time() -> None:
+    from krex_bench import bootstrap
+
+    rng = __import__("random").Random(5)
+    values = [[rng.gauss(0.01, 0.02)] for _ in range(30)]
+    figures = analysis.quantile_figures(values)
+    assert figures["n"] == 30 and figures["max"] == max(v for (v,) in values)
+    for name in ("p50", "p90", "p95"):
+        lo, hi = figures["ci"][name]
+        assert lo <= figures[name] <= hi and lo < hi, (name, figures)
+    assert analysis.quantile_figures(values) == figures  # a fixed seed: a report made twice says the same
+    assert analysis.quantile_figures(values[::-1])["ci"] != figures["ci"]  # the draws, not the answer, are fixed
+    few = analysis.quantile_figures(values[:5])  # tails under MIN_P95_N: not quoted, no interval
+    assert math.isnan(few["p95"]) and all(math.isnan(v) for v in few["ci"]["p95"]) and not math.isnan(few["ci"]["p50"][0])
+    assert analysis.quantile_figures([])["n"] == 0
+    # Clusters are drawn whole: a candidate whose measurements all agree gives a point interval.
+    assert analysis.quantile_figures([[0.02, 0.02], [0.02]])["ci"]["p50"] == [0.02, 0.02]
+    assert bootstrap.overlap((0, 1), (1, 2)) is True and bootstrap.overlap((0, 1), (1.5, 2)) is False
+    assert bootstrap.overlap((0, 1), bootstrap.NO_INTERVAL) is None
+
+
+def test_flip_rate_and_tau_intervals_hold_the_estimate_and_mark_the_repeat() -> None:
+    """Ten candidates of one problem, 3% apart. The repeat orders them as
+    native; the ungated run puts the slower half first. Its flip rate among
+    pairs >=10% apart and its tau lie apart from the repeat's (all in order:
+    point intervals); among neighbours (2-5%) one flip of nine is within
+    what drawing the candidates again can give."""
+    native = {f"p/c{i}": 1.0 * 1.03**i for i in range(10)}
+    rotated = {f"p/c{i}": native[f"p/c{(i + 5) % 10}"] for i in range(10)}
+    ranked = analysis.ranking(rotated, native)
+    far, tau = ranked["flips"][">=10%"], ranked["tau_b"]["p"]
+    assert (far["flips"], far["pairs"]) == (19, 21) and tau["tau"] == pytest.approx(-5 / 45)
+    for figures, name in ((far, "rate"), (ranked["flips"]["2-5%"], "rate"), (tau, "tau")):
+        lo, hi = figures["ci"][name]
+        assert lo <= figures[name] <= hi and lo < hi, figures
+    assert analysis.ranking(native, native)["tau_b"]["p"]["ci"]["tau"] == [1.0, 1.0]
+    assert analysis.ranking(rotated, native) == ranked  # a fixed seed
+
+    def results(times: dict[str, float]) -> list[dict]:
+        return [bench_result(*key.split("/"), ms, 1980) for key, ms in times.items()]
+
+    data = {"runs": [_run("native", results(native)), _run("native-repeat", results(native)),
+                     _run("ungated c4", results(rotated))]}
+    summary = analysis.summarize(data, resamples=200)
+    ungated = {r["label"]: r for r in summary["rows"]}["ungated c4"]
+    assert ungated["flips"][">=10%"]["overlaps_repeat"] == {"rate": False}
+    assert ungated["flips"]["2-5%"]["overlaps_repeat"] == {"rate": True}
+    assert ungated["tau_b"]["p"]["overlaps_repeat"] == {"tau": False}
+    from krex_bench import report
+
+    header = {"date": "d", "simulated": False, "machine": {}, "workload": [], "scale": 1, "argv": ["krex"]}
+    text = report.markdown({**header, **data}, summary)
+    line = next(li for li in text.splitlines() if li.startswith("| ungated c4 | n/a (0/0) |"))
+    assert "| 90% [" in line and "(19/21)" in line and "| -0.11 [-0.3" in line and line.endswith("| gap >=10%, tau p |"), line
+
+
+def test_the_spread_needs_no_native_and_the_bound_comes_from_native_regions() -> None:
+    """The spread: median over the fastest repeat, per measurement, native's
+    own included. The bound: native's regions took 0.5 s on average, so no
+    setup whose timed regions run one after another passes 120 commands a minute."""
+    def line(name: str, median: float, low: float, timing: float, repeat: int = 0) -> dict:
+        return dict(bench_result("g", name, median, 1980), min_ms=low, repeat=repeat,
+                    phases_s={"import": 1.0, "timing": timing})
+
+    native = [line(f"c{i}", 0.05, 0.05 / (1 + 0.001 * i), 0.4 + 0.2 * (i % 2)) for i in range(10)]
+    krex = [line(f"c{i}", 0.05, 0.05 / (1 + 0.01 * (i + r)), 0.5, r) for i in range(10) for r in range(2)]
+    data = {"runs": [_run("native", native, wall_s=10.0), _run("krex c4", krex, wall_s=5.0)]}
+    summary = analysis.summarize(data, resamples=100)
+    assert summary["region_bound"] == {"n": 10, "mean_region_s": pytest.approx(0.5), "per_min": pytest.approx(120.0)}
+    rows = {r["label"]: r for r in summary["rows"]}
+    assert rows["native"]["vs_region_bound"] == pytest.approx(60 / 120)
+    assert rows["krex c4"]["vs_region_bound"] == pytest.approx(240 / 120)  # overlapped regions: past the bound
+    spread = rows["krex c4"]["spread"]
+    assert spread["n"] == 20 and spread["max"] == pytest.approx(0.10)
+    assert spread["p50"] == pytest.approx(0.05) and spread["ci"]["p50"][0] <= 0.05 <= spread["ci"]["p50"][1]
+    assert rows["native"]["spread"]["p90"] == pytest.approx(0.0081)
+    assert analysis.spread([bench_result("g", "old", 0.05, 1980)])["n"] == 0  # a line from before min_ms
+
+    from krex_bench import report
+
+    header = {"date": "d", "simulated": False, "machine": {}, "workload": ["g/c0"], "scale": 1, "argv": ["krex"]}
+    text = report.markdown({**header, **data}, summary)
+    assert "| native | 10 | +0.45% [" in text and "| krex c4 | 20 | +5.00% [" in text
+    assert ("Region-serialisation bound: 120.0 cmds/min = 60 s / 0.500 s (the mean timed region of native's 10 "
+            "measurements) x 1 GPU") in text and "Of it: native 50%, krex c4 200%." in text
+    assert "| krex c4 | 20 | 0 | 5.0 | 240.0 | 400% | n/a | 200% |" in text
+    bare = {"runs": [_run("native", [bench_result("g", "c0", 0.05, 1980)])]}
+    assert "Region-serialisation bound: n/a" in report.markdown({**header, **bare}, analysis.summarize(bare, resamples=10))
