@@ -1,26 +1,36 @@
 """The evaluation's figures, from the commands' results (pure Python, no GPU).
 
-- throughput: commands per minute, and its ratio to native (and to ungated at
-  the same concurrency);
+- throughput: commands per minute (every measurement a command), as a share
+  of native's, of ungated's at the same concurrency, and of the
+  region-serialisation bound: the most commands a minute can hold if every
+  command's timed region runs alone on the GPU, one after another (native's
+  mean region time);
 - timing inflation: a candidate's median under a setup over its median under
-  native, minus one; p50 and p95 per bucket of the native kernel duration,
-  over every candidate (raw) and over the clock-matched ones only: those whose
-  SM clock, read at the end of the measurement, is within a tolerance of the
-  clock of the candidate's native measurement. A power-capped GPU runs the same
-  kernel at different clocks from one run to the next (bf16 GEMMs on the H200:
-  +-10% between two native runs), which is power-state noise, not
-  interference; the matched figures leave it out, and the difference between
-  the two says how much of the raw figure it was; and over the candidates
-  whose regions were granted with no throttle reason (a power cap left by the
-  drained tenants' work slows a region's first kernels). A p95 needs at least
-  MIN_P95_N candidates in its bucket (with fewer it is nearly the maximum): it
-  is nan below that, and the report says "n<8";
+  native, minus one (with --repeats, a candidate's median is the median of
+  its measurements' medians); p50, p90 and p95 per bucket of the native
+  kernel duration, over every candidate (raw) and over the clock-matched
+  measurements only: those whose SM clock, read at the end of the
+  measurement, is within a tolerance of the clock of the candidate's native
+  measurement. A power-capped GPU runs the same kernel at different clocks
+  from one run to the next (bf16 GEMMs on the H200: +-10% between two native
+  runs), which is power-state noise, not interference; the matched figures
+  leave it out, and the difference between the two says how much of the raw
+  figure it was; and over the measurements whose regions were granted with
+  no throttle reason (a power cap left by the drained tenants' work slows a
+  region's first kernels). A p90 or p95 needs at least MIN_P95_N candidates
+  in its bucket (with fewer it is nearly the maximum): it is nan below that,
+  and the report says "n<8";
 - ranking fidelity: over every pair of candidates of one problem, how often
   the setup orders the pair differently from native (the flip rate), grouped
-  by how far apart native measured them; and Kendall's tau-b per problem.
+  by how far apart native measured them; and Kendall's tau-b per problem;
+- the within-measurement spread: each measurement's median over its fastest
+  repeat, minus one, which needs no native run.
 
-The native repeat goes through the same functions: its figures are the noise
-floor the others are read against.
+Every percentile, flip rate and tau comes with a percentile-bootstrap 95%
+interval over the candidates (krex_bench/bootstrap.py). The native repeat
+goes through the same functions: its figures and intervals are the noise
+floor the others are read against, and each interval of a setup is marked
+with whether it overlaps the repeat's.
 """
 
 from __future__ import annotations
@@ -36,6 +46,10 @@ BUCKETS = ((">10 ms", 10.0, math.inf), ("1-10 ms", 1.0, 10.0), ("0.1-1 ms", 0.1,
 GAP_GROUPS = (("<2%", 0.0, 0.02), ("2-5%", 0.02, 0.05), ("5-10%", 0.05, 0.10), (">=10%", 0.10, math.inf))
 PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p95", 0.95))
 MIN_P95_N = 8  # values a bucket needs before its tail percentiles (p90, p95) are quoted
+# Candidates (for a flip rate: pairs) a figure needs before its interval is
+# quoted: drawing again from fewer gives a handful of distinct samples, and
+# their spread says little (from one pair: always the same rate).
+MIN_CI_N = 4
 CLOCK_MATCH = 0.02  # a measurement is clock-matched when its SM clock is within 2% of native's (H200 steps: 15 MHz)
 
 
@@ -118,7 +132,8 @@ def quantile_figures(clusters: list[list[float]], resamples: int = RESAMPLES) ->
     """Over the values of every cluster (a candidate's, one per measurement or
     one in all): n (values), p50, p90 and p95 (the tails nan under MIN_P95_N
     values: with fewer they are nearly the maximum), the largest, and each
-    quoted percentile's interval (`ci`), drawing whole clusters."""
+    quoted percentile's interval (`ci`; from MIN_CI_N clusters), drawing
+    whole clusters."""
     values = sorted(v for c in clusters for v in c)
     quoted = [(name, q) for name, q in PERCENTILES if name == "p50" or len(values) >= MIN_P95_N]
     single = all(len(c) == 1 for c in clusters)  # one value a candidate: draw the values themselves
@@ -128,10 +143,11 @@ def quantile_figures(clusters: list[list[float]], resamples: int = RESAMPLES) ->
         return [quantile(ordered, q) for _, q in quoted]
 
     stratum: list[Any] = [c[0] for c in clusters] if single else clusters
-    found = dict(zip([name for name, _ in quoted], intervals([stratum], statistic, resamples))) if values else {}
+    drawn = len(clusters) >= MIN_CI_N
+    found = dict(zip([name for name, _ in quoted], intervals([stratum], statistic, resamples))) if drawn else {}
     out: dict[str, Any] = {"n": len(values)}
     for name, q in PERCENTILES:
-        out[name] = quantile(values, q) if name in found else math.nan
+        out[name] = quantile(values, q) if (name, q) in quoted else math.nan
     out["max"] = values[-1] if values else math.nan
     out["ci"] = {name: list(found.get(name, NO_INTERVAL)) for name, _ in PERCENTILES}
     return out
@@ -197,7 +213,8 @@ def ranking(run: dict[str, float], native: dict[str, float], resamples: int = RE
     """Over every pair of candidates of one problem: per native gap group the
     pairs, the flipped pairs (ordered against native) and the flip rate
     (`flips`), and per problem Kendall's tau-b (`tau_b`), each with its
-    interval (`ci`), the candidates of each problem drawn.
+    interval (`ci`; from MIN_CI_N pairs, or candidates for a tau), the
+    candidates of each problem drawn.
 
     A drawn sample holds a candidate m times: each pair of two candidates
     then counts m_a * m_b times, and a candidate's copies make no pair with
@@ -241,12 +258,13 @@ def ranking(run: dict[str, float], native: dict[str, float], resamples: int = RE
     found = intervals([range(len(common)) for common, _ in tables], statistic, resamples)
     return {
         "flips": {
-            name: {"pairs": p, "flips": f, "rate": f / p if p else math.nan, "ci": {"rate": list(ci)}}
+            name: {"pairs": p, "flips": f, "rate": f / p if p else math.nan,
+                   "ci": {"rate": list(ci if p >= MIN_CI_N else NO_INTERVAL)}}
             for (name, _, _), p, f, ci in zip(GAP_GROUPS, paired, flipped, found)
         },
         "tau_b": {
-            problem: {"tau": tau, "ci": {"tau": list(ci)}}
-            for problem, tau, ci in zip(problems, taus, found[len(GAP_GROUPS):])
+            problem: {"tau": tau, "ci": {"tau": list(ci if len(common) >= MIN_CI_N else NO_INTERVAL)}}
+            for problem, tau, ci, (common, _) in zip(problems, taus, found[len(GAP_GROUPS):], tables)
         },
     }
 

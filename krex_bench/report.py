@@ -227,8 +227,9 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
         f"A candidate's figure is its median of its measurements' medians over native's. A p90 or p95 is quoted "
         f"only over at least {MIN_P95_N} candidates (with fewer it is nearly the maximum): `n<{MIN_P95_N}` instead. "
         f"Beside each percentile its 95% percentile-bootstrap interval ({summary.get('resamples', 0)} draws of the "
-        "candidates with replacement, a fixed seed), and whether it overlaps the native repeat's interval of the "
-        "same figure: **no** is a difference the noise floor does not explain.",
+        f"candidates with replacement, a fixed seed; quoted from {analysis.MIN_CI_N} candidates, for a flip rate "
+        f"{analysis.MIN_CI_N} pairs), and whether it overlaps the native repeat's interval of the same figure: **no** "
+        "is a difference the noise floor does not explain.",
         "",
         "Raw, every candidate:",
         "",

@@ -576,7 +576,8 @@ def test_bootstrap_intervals_hold_the_estimate_and_are_the_same_every_time() -> 
     assert math.isnan(few["p95"]) and all(math.isnan(v) for v in few["ci"]["p95"]) and not math.isnan(few["ci"]["p50"][0])
     assert analysis.quantile_figures([])["n"] == 0
     # Clusters are drawn whole: a candidate whose measurements all agree gives a point interval.
-    assert analysis.quantile_figures([[0.02, 0.02], [0.02]])["ci"]["p50"] == [0.02, 0.02]
+    assert analysis.quantile_figures([[0.02, 0.02], [0.02], [0.02], [0.02]])["ci"]["p50"] == [0.02, 0.02]
+    assert all(math.isnan(v) for v in analysis.quantile_figures([[0.01], [0.02], [0.03]])["ci"]["p50"])  # too few
     assert bootstrap.overlap((0, 1), (1, 2)) is True and bootstrap.overlap((0, 1), (1.5, 2)) is False
     assert bootstrap.overlap((0, 1), bootstrap.NO_INTERVAL) is None
 
