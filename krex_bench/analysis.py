@@ -1,90 +1,124 @@
 """The evaluation's figures, from the commands' results (pure Python, no GPU).
 
-- throughput: commands per minute, and its ratio to native (and to ungated at
-  the same concurrency);
+- throughput: commands per minute (every measurement a command), as a share
+  of native's, of ungated's at the same concurrency, and of the
+  region-serialisation bound: the most commands a minute can hold if every
+  command's timed region runs alone on the GPU, one after another (native's
+  mean region time);
 - timing inflation: a candidate's median under a setup over its median under
-  native, minus one; p50 and p95 per bucket of the native kernel duration,
-  over every candidate (raw) and over the clock-matched ones only: those whose
-  SM clock, read at the end of the measurement, is within a tolerance of the
-  clock of the candidate's native measurement. A power-capped GPU runs the same
-  kernel at different clocks from one run to the next (bf16 GEMMs on the H200:
-  +-10% between two native runs), which is power-state noise, not
-  interference; the matched figures leave it out, and the difference between
-  the two says how much of the raw figure it was; and over the candidates
-  whose regions were granted with no throttle reason (a power cap left by the
-  drained tenants' work slows a region's first kernels). A p95 needs at least
-  MIN_P95_N candidates in its bucket (with fewer it is nearly the maximum): it
-  is nan below that, and the report says "n<8";
+  native, minus one (with --repeats, a candidate's median is the median of
+  its measurements' medians); p50, p90 and p95 per bucket of the native
+  kernel duration, over every candidate (raw) and over the clock-matched
+  measurements only: those whose SM clock, read at the end of the
+  measurement, is within a tolerance of the clock of the candidate's native
+  measurement. A power-capped GPU runs the same kernel at different clocks
+  from one run to the next (bf16 GEMMs on the H200: +-10% between two native
+  runs), which is power-state noise, not interference; the matched figures
+  leave it out, and the difference between the two says how much of the raw
+  figure it was; and over the measurements whose regions were granted with
+  no throttle reason (a power cap left by the drained tenants' work slows a
+  region's first kernels). A p90 or p95 needs at least MIN_P95_N candidates
+  in its bucket (with fewer it is nearly the maximum): it is nan below that,
+  and the report says "n<8";
 - ranking fidelity: over every pair of candidates of one problem, how often
   the setup orders the pair differently from native (the flip rate), grouped
-  by how far apart native measured them; and Kendall's tau-b per problem.
+  by how far apart native measured them; and Kendall's tau-b per problem;
+- the within-measurement spread: each measurement's median over its fastest
+  repeat, minus one, which needs no native run.
 
-The native repeat goes through the same functions: its figures are the noise
-floor the others are read against.
+Every percentile, flip rate and tau comes with a percentile-bootstrap 95%
+interval over the candidates (krex_bench/bootstrap.py). The native repeat
+goes through the same functions: its figures and intervals are the noise
+floor the others are read against, and each interval of a setup is marked
+with whether it overlaps the repeat's.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from itertools import combinations
+from itertools import chain, combinations
 from typing import Any
+
+from krex_bench.bootstrap import NO_INTERVAL, RESAMPLES, intervals, overlap, quantile
 
 BUCKETS = ((">10 ms", 10.0, math.inf), ("1-10 ms", 1.0, 10.0), ("0.1-1 ms", 0.1, 1.0), ("<0.1 ms", 0.0, 0.1))
 GAP_GROUPS = (("<2%", 0.0, 0.02), ("2-5%", 0.02, 0.05), ("5-10%", 0.05, 0.10), (">=10%", 0.10, math.inf))
-MIN_P95_N = 8  # candidates a bucket needs before its p95 is quoted
+PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p95", 0.95))
+MIN_P95_N = 8  # values a bucket needs before its tail percentiles (p90, p95) are quoted
+# Candidates (for a flip rate: pairs) a figure needs before its interval is
+# quoted: drawing again from fewer gives a handful of distinct samples, and
+# their spread says little (from one pair: always the same rate).
+MIN_CI_N = 4
 CLOCK_MATCH = 0.02  # a measurement is clock-matched when its SM clock is within 2% of native's (H200 steps: 15 MHz)
 
 
 def percentile(values: list[float], q: float) -> float:
     """Linear interpolation between closest ranks (numpy's default)."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    return quantile(sorted(values), q)
 
 
-def medians(run: dict[str, Any]) -> dict[str, float]:
-    """Candidate key -> its median time in this run (ok results only)."""
-    return {f"{r['problem']}/{r['candidate']}": r["median_ms"] for r in run.get("results", []) if r.get("ok")}
+def _key(result: dict[str, Any]) -> str:
+    return f"{result['problem']}/{result['candidate']}"
 
 
-def sm_clocks(run: dict[str, Any]) -> dict[str, float | None]:
-    """Candidate key -> the SM clock its measurement ended at (ok results only; None: not read)."""
-    return {f"{r['problem']}/{r['candidate']}": r.get("sm_clock_mhz") for r in run.get("results", []) if r.get("ok")}
+def _ok(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's measurements: its ok result lines, every repeat of every candidate."""
+    return [r for r in run.get("results", []) if r.get("ok")]
 
 
-def clock_matched(
-    times: dict[str, float], clocks: dict[str, float | None], native_clocks: dict[str, float | None], tolerance: float
-) -> dict[str, float]:
-    """The measurements whose SM clock is within `tolerance` of the native
-    measurement's clock (either clock unknown: not matched)."""
-    out = {}
-    for key, ms in times.items():
-        mine, base = clocks.get(key), native_clocks.get(key)
-        if mine and base and abs(mine / base - 1) <= tolerance:
-            out[key] = ms
+def _per_candidate(lines: list[dict[str, Any]], field: str) -> dict[str, list[Any]]:
+    """Candidate key -> the field's value in each of its measurements (missing: left out)."""
+    out: dict[str, list[Any]] = {}
+    for r in lines:
+        if r.get(field) is not None:
+            out.setdefault(_key(r), []).append(r[field])
     return out
 
 
-def granted_unthrottled(times: dict[str, float], run: dict[str, Any]) -> dict[str, float]:
-    """The measurements whose regions were all granted with no throttle reason
-    (a power cap left by the drained tenants' work: region flags
-    `throttled:...` at the grant). What stays is what the GPU's state at the
-    grant cannot explain. A run without regions (native) keeps them all."""
-    throttled = {
-        f"{r['problem']}/{r['candidate']}"
-        for r in run.get("results", [])
-        if any(f.startswith("throttled:") for f in r.get("region_flags") or [])
-    }
-    return {k: ms for k, ms in times.items() if k not in throttled}
+def medians(lines: list[dict[str, Any]]) -> dict[str, float]:
+    """Candidate key -> the median of its measurements' medians (with
+    --repeats N a candidate has N; one slow repeat does not move it)."""
+    return {key: statistics.median(ms) for key, ms in _per_candidate(lines, "median_ms").items()}
+
+
+def sm_clocks(lines: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Candidate key -> the median SM clock its measurements ended at (None: none read)."""
+    return {key: statistics.median(mhz) for key, mhz in _per_candidate(lines, "sm_clock_mhz").items()}
+
+
+def clock_within(mine: float | None, base: float | None, tolerance: float) -> bool:
+    """A measurement is clock-matched when its SM clock is within `tolerance`
+    of the native measurement's clock (either clock unknown: not matched)."""
+    return bool(mine and base and abs(mine / base - 1) <= tolerance)
+
+
+def throttled_at_grant(result: dict[str, Any]) -> bool:
+    """Whether one of the measurement's regions was granted with a throttle
+    reason (a power cap left by the drained tenants' work: region flags
+    `throttled:...` at the grant). Leaving those out keeps what the GPU's
+    state at the grant cannot explain; a run without regions has none."""
+    return any(f.startswith("throttled:") for f in result.get("region_flags") or [])
 
 
 def throughput_per_min(run: dict[str, Any]) -> float:
+    """Commands per minute: every measurement counts, each repeat a command."""
     wall = run.get("wall_s")
     return len(run.get("results", [])) / wall * 60 if wall else math.nan
+
+
+GPUS_USED = 1  # the runner puts every setup on one GPU (--gpu N, or the simulated one)
+
+
+def region_bound(native_run: dict[str, Any]) -> dict[str, float]:
+    """The most commands per minute any setup can reach if the timed regions
+    of all commands must run one after another on the GPU: 60 s over the
+    mean time a native command spent in its region (its `timing` phase),
+    times the GPUs used. A setup above it overlapped timed regions."""
+    timing = [r["phases_s"]["timing"] for r in _ok(native_run) if "timing" in (r.get("phases_s") or {})]
+    mean = statistics.fmean(timing) if timing else math.nan
+    return {"n": len(timing), "mean_region_s": mean,
+            "per_min": 60 / mean * GPUS_USED if timing and mean > 0 else math.nan}
 
 
 def bucket_of(ms: float) -> str:
@@ -94,22 +128,51 @@ def bucket_of(ms: float) -> str:
     raise ValueError(f"no bucket for {ms} ms")
 
 
-def inflation(run: dict[str, float], native: dict[str, float]) -> dict[str, dict[str, float]]:
-    """Per bucket: n, p50 and p95 of (run / native - 1), as fractions (p95: nan
-    with fewer than MIN_P95_N candidates), and the largest."""
-    per_bucket: dict[str, list[float]] = {name: [] for name, _, _ in BUCKETS}
+def quantile_figures(clusters: list[list[float]], resamples: int = RESAMPLES) -> dict[str, Any]:
+    """Over the values of every cluster (a candidate's, one per measurement or
+    one in all): n (values), p50, p90 and p95 (the tails nan under MIN_P95_N
+    values: with fewer they are nearly the maximum), the largest, and each
+    quoted percentile's interval (`ci`; from MIN_CI_N clusters), drawing
+    whole clusters."""
+    values = sorted(v for c in clusters for v in c)
+    quoted = [(name, q) for name, q in PERCENTILES if name == "p50" or len(values) >= MIN_P95_N]
+    single = all(len(c) == 1 for c in clusters)  # one value a candidate: draw the values themselves
+
+    def statistic(drawn: list[list[Any]]) -> list[float]:
+        ordered = sorted(drawn[0] if single else chain.from_iterable(drawn[0]))
+        return [quantile(ordered, q) for _, q in quoted]
+
+    stratum: list[Any] = [c[0] for c in clusters] if single else clusters
+    drawn = len(clusters) >= MIN_CI_N
+    found = dict(zip([name for name, _ in quoted], intervals([stratum], statistic, resamples))) if drawn else {}
+    out: dict[str, Any] = {"n": len(values)}
+    for name, q in PERCENTILES:
+        out[name] = quantile(values, q) if (name, q) in quoted else math.nan
+    out["max"] = values[-1] if values else math.nan
+    out["ci"] = {name: list(found.get(name, NO_INTERVAL)) for name, _ in PERCENTILES}
+    return out
+
+
+def inflation(run: dict[str, float], native: dict[str, float], resamples: int = RESAMPLES) -> dict[str, dict[str, Any]]:
+    """Per bucket of the native time, over the candidates in it, of (run /
+    native - 1) as fractions: quantile_figures(), the candidates drawn."""
+    per_bucket: dict[str, list[list[float]]] = {name: [] for name, _, _ in BUCKETS}
     for key, base in native.items():
         if key in run and base > 0:
-            per_bucket[bucket_of(base)].append(run[key] / base - 1)
-    return {
-        name: {
-            "n": len(v),
-            "p50": percentile(v, 0.5),
-            "p95": percentile(v, 0.95) if len(v) >= MIN_P95_N else math.nan,
-            "max": max(v) if v else math.nan,
-        }
-        for name, v in per_bucket.items()
-    }
+            per_bucket[bucket_of(base)].append([run[key] / base - 1])
+    return {name: quantile_figures(v, resamples) for name, v in per_bucket.items()}
+
+
+def spread(lines: list[dict[str, Any]], resamples: int = RESAMPLES) -> dict[str, Any]:
+    """The within-measurement spread, a signal that needs no native run: per
+    measurement its median over its fastest repeat, minus one (a kernel slowed
+    over part of its repeats pulls the median away from the minimum);
+    quantile_figures() of them, drawing candidates with all their measurements."""
+    clusters: dict[str, list[float]] = {}
+    for r in lines:
+        if r.get("median_ms") and r.get("min_ms"):
+            clusters.setdefault(_key(r), []).append(r["median_ms"] / r["min_ms"] - 1)
+    return quantile_figures(list(clusters.values()), resamples)
 
 
 def _problems(times: dict[str, float]) -> dict[str, list[str]]:
@@ -119,20 +182,90 @@ def _problems(times: dict[str, float]) -> dict[str, list[str]]:
     return out
 
 
-def flips(run: dict[str, float], native: dict[str, float]) -> dict[str, dict[str, float]]:
-    """Per native gap group: pairs, flipped pairs and the flip rate."""
-    counts = {name: [0, 0] for name, _, _ in GAP_GROUPS}
+# How two measurements of a pair order it, against native's order.
+BOTH_TIED, CONCORDANT, DISCORDANT, TIED_NATIVE, TIED_RUN = range(5)
+
+
+def _order(dx: float, dy: float) -> int:
+    if dx == 0:
+        return BOTH_TIED if dy == 0 else TIED_NATIVE
+    if dy == 0:
+        return TIED_RUN
+    return CONCORDANT if dx * dy > 0 else DISCORDANT
+
+
+def _tau(counts: list[float]) -> float:
+    """Kendall's tau-b from pair counts by _order() (pairs tied in both count as neither)."""
+    c, d = counts[CONCORDANT], counts[DISCORDANT]
+    denominator = math.sqrt((c + d + counts[TIED_NATIVE]) * (c + d + counts[TIED_RUN]))
+    return (c - d) / denominator if denominator else math.nan
+
+
+def kendall_tau_b(x: list[float], y: list[float]) -> float:
+    """Kendall's tau-b of two paired samples (ties in either count as neither)."""
+    counts = [0] * 5
+    for i, j in combinations(range(len(x)), 2):
+        counts[_order(x[i] - x[j], y[i] - y[j])] += 1
+    return _tau(counts)
+
+
+def ranking(run: dict[str, float], native: dict[str, float], resamples: int = RESAMPLES) -> dict[str, Any]:
+    """Over every pair of candidates of one problem: per native gap group the
+    pairs, the flipped pairs (ordered against native) and the flip rate
+    (`flips`), and per problem Kendall's tau-b (`tau_b`), each with its
+    interval (`ci`; from MIN_CI_N pairs, or candidates for a tau), the
+    candidates of each problem drawn.
+
+    A drawn sample holds a candidate m times: each pair of two candidates
+    then counts m_a * m_b times, and a candidate's copies make no pair with
+    each other (no gap, no order), as in the figures over a list with repeats."""
+    # Per problem: its candidates, and its pairs (i, j) by (gap group, order).
+    tables: list[tuple[list[str], dict[tuple[int, int], list[tuple[int, int]]]]] = []
     for keys in _problems(native).values():
-        for a, b in combinations([k for k in keys if k in run], 2):
-            na, nb = native[a], native[b]
+        common = [k for k in keys if k in run]
+        pairs: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for i, j in combinations(range(len(common)), 2):
+            na, nb = native[common[i]], native[common[j]]
             gap = abs(na - nb) / min(na, nb)
-            group = next(name for name, lo, hi in GAP_GROUPS if lo <= gap < hi)
-            counts[group][0] += 1
-            if (na - nb) * (run[a] - run[b]) < 0:
-                counts[group][1] += 1
+            group = next(g for g, (_, lo, hi) in enumerate(GAP_GROUPS) if lo <= gap < hi)
+            pairs.setdefault((group, _order(na - nb, run[common[i]] - run[common[j]])), []).append((i, j))
+        tables.append((common, pairs))
+    problems = list(_problems(native))
+
+    def figures(weights: list[list[int]]) -> tuple[list[int], list[int], list[float]]:
+        paired, flipped, taus = [0] * len(GAP_GROUPS), [0] * len(GAP_GROUPS), []
+        for (_, pairs), m in zip(tables, weights):
+            counts = [0] * 5
+            for (group, order), ij in pairs.items():
+                w = sum(m[i] * m[j] for i, j in ij)
+                paired[group] += w
+                flipped[group] += w if order == DISCORDANT else 0
+                counts[order] += w
+            taus.append(_tau(counts) if len(m) > 1 else math.nan)
+        return paired, flipped, taus
+
+    def statistic(drawn: list[list[int]]) -> list[float]:
+        weights = []
+        for indices, (common, _) in zip(drawn, tables):
+            m = [0] * len(common)
+            for i in indices:
+                m[i] += 1
+            weights.append(m)
+        paired, flipped, taus = figures(weights)
+        return [f / p if p else math.nan for p, f in zip(paired, flipped)] + taus
+
+    paired, flipped, taus = figures([[1] * len(common) for common, _ in tables])
+    found = intervals([range(len(common)) for common, _ in tables], statistic, resamples)
     return {
-        name: {"pairs": pairs, "flips": flipped, "rate": flipped / pairs if pairs else math.nan}
-        for name, (pairs, flipped) in counts.items()
+        "flips": {
+            name: {"pairs": p, "flips": f, "rate": f / p if p else math.nan,
+                   "ci": {"rate": list(ci if p >= MIN_CI_N else NO_INTERVAL)}}
+            for (name, _, _), p, f, ci in zip(GAP_GROUPS, paired, flipped, found)
+        },
+        "tau_b": {
+            problem: {"tau": tau, "ci": {"tau": list(ci if len(common) >= MIN_CI_N else NO_INTERVAL)}}
+            for problem, tau, ci, (common, _) in zip(problems, taus, found[len(GAP_GROUPS):], tables)
+        },
     }
 
 
@@ -145,33 +278,6 @@ def flips_over(run: dict[str, dict[str, float]], repeat: dict[str, dict[str, flo
         if run[g]["pairs"] and repeat[g]["pairs"]
     ]
     return max(excess) if excess else math.nan
-
-
-def kendall_tau_b(x: list[float], y: list[float]) -> float:
-    """Kendall's tau-b of two paired samples (ties in either count as neither)."""
-    concordant = discordant = ties_x = ties_y = 0
-    for i, j in combinations(range(len(x)), 2):
-        dx, dy = x[i] - x[j], y[i] - y[j]
-        if dx == 0 and dy == 0:
-            continue
-        if dx == 0:
-            ties_x += 1
-        elif dy == 0:
-            ties_y += 1
-        elif dx * dy > 0:
-            concordant += 1
-        else:
-            discordant += 1
-    denominator = math.sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y))
-    return (concordant - discordant) / denominator if denominator else math.nan
-
-
-def taus(run: dict[str, float], native: dict[str, float]) -> dict[str, float]:
-    out = {}
-    for problem, keys in _problems(native).items():
-        common = [k for k in keys if k in run]
-        out[problem] = kendall_tau_b([native[k] for k in common], [run[k] for k in common]) if len(common) > 1 else math.nan
-    return out
 
 
 def clocks(run: dict[str, Any]) -> dict[str, float]:
@@ -266,28 +372,54 @@ def _off_clock(flags: list[str]) -> bool:
     return any(f.removeprefix("exit:").startswith("clock:") for f in flags)
 
 
-def summarize(data: dict[str, Any], clock_tolerance: float = CLOCK_MATCH) -> dict[str, Any]:
-    """Every run's figures against native (and ungated at its concurrency)."""
+def _mark_overlaps(figures: dict[str, Any], floor: dict[str, Any]) -> None:
+    """Beside each interval of `figures` (`ci`), whether it overlaps the
+    native repeat's interval of the same figure (`overlaps_repeat`: None
+    where either is unknown): no overlap is a difference the noise floor
+    does not explain."""
+    figures["overlaps_repeat"] = {
+        name: overlap(tuple(ci), tuple(floor["ci"].get(name, NO_INTERVAL))) for name, ci in figures["ci"].items()
+    }
+
+
+def _against_repeat(row: dict[str, Any], repeat: dict[str, Any]) -> None:
+    """Every interval of a row set against the repeat's (_mark_overlaps)."""
+    for kind in ("inflation", "inflation_matched", "inflation_unthrottled", "flips"):
+        for name, figures in row[kind].items():
+            _mark_overlaps(figures, repeat[kind][name])
+    for problem, figures in row["tau_b"].items():
+        _mark_overlaps(figures, repeat["tau_b"].get(problem) or {"ci": {}})
+    _mark_overlaps(row["spread"], repeat["spread"])
+
+
+def summarize(data: dict[str, Any], clock_tolerance: float = CLOCK_MATCH, resamples: int = RESAMPLES) -> dict[str, Any]:
+    """Every run's figures against native (and ungated at its concurrency),
+    each percentile, flip rate and tau with its bootstrap interval and
+    whether that overlaps the native repeat's."""
     runs = [r for r in data["runs"] if "results" in r]
     by_label = {r["setup"]["label"]: r for r in runs}
     native_run = by_label.get("native")
     if native_run is None:
         raise ValueError("the results have no native run: every figure is relative to it")
-    native = medians(native_run)
-    native_clocks = sm_clocks(native_run)
+    native = medians(_ok(native_run))
+    native_clocks = sm_clocks(_ok(native_run))
     native_rate = throughput_per_min(native_run)
+    bound = region_bound(native_run)
     rows = []
     for run in runs:
         setup = run["setup"]
-        times = medians(run)
-        matched = clock_matched(times, sm_clocks(run), native_clocks, clock_tolerance)
-        unthrottled = granted_unthrottled(times, run)
+        lines = _ok(run)
+        times = medians(lines)
+        # Per measurement: a candidate's repeats may land at different clocks, or some under a cap.
+        matched = [r for r in lines if clock_within(r.get("sm_clock_mhz"), native_clocks.get(_key(r)), clock_tolerance)]
+        unthrottled = [r for r in lines if not throttled_at_grant(r)]
         rate = throughput_per_min(run)
         ungated = by_label.get(f"ungated c{setup['concurrency']}")
         row = {
             "label": setup["label"],
             "setup": setup,
             "commands": run.get("commands", 0),
+            "repeats": run.get("repeats", 1),
             "ok": len(run["results"]),
             "failed": len(run["failures"]),
             "wall_s": run.get("wall_s"),
@@ -295,16 +427,17 @@ def summarize(data: dict[str, Any], clock_tolerance: float = CLOCK_MATCH) -> dic
             "throughput_per_min": rate,
             "vs_native": rate / native_rate if native_rate else math.nan,
             "vs_ungated": rate / throughput_per_min(ungated) if ungated and setup["kind"] == "krex" else math.nan,
-            "inflation": inflation(times, native),
-            "inflation_matched": inflation(matched, native),
-            "clock_matched": {"n": len(matched), "of": len(times)},
-            "inflation_unthrottled": inflation(unthrottled, native),
-            "unthrottled": {"n": len(unthrottled), "of": len(times)},
+            "vs_region_bound": rate / bound["per_min"] if bound["per_min"] > 0 else math.nan,
+            "inflation": inflation(times, native, resamples),
+            "inflation_matched": inflation(medians(matched), native, resamples),
+            "clock_matched": {"n": len(matched), "of": len(lines)},
+            "inflation_unthrottled": inflation(medians(unthrottled), native, resamples),
+            "unthrottled": {"n": len(unthrottled), "of": len(lines)},
             "off_clock": sum(1 for r in run["results"] if _off_clock(r.get("region_flags") or [])),
             "unsteady": unsteady(run, native),
             "throttled_during": throttled_during(run),
-            "flips": flips(times, native),
-            "tau_b": taus(times, native),
+            **ranking(times, native, resamples),
+            "spread": spread(lines, resamples),
             "sm_clock_mhz": clocks(run),
             "phase_shares": phase_shares(run),
             "verified_share": verified_share(run),
@@ -313,6 +446,8 @@ def summarize(data: dict[str, Any], clock_tolerance: float = CLOCK_MATCH) -> dic
     repeat = next((r for r in rows if r["label"] == "native-repeat"), None)
     for row in rows:
         row["flips_over_repeat_pts"] = flips_over(row["flips"], repeat["flips"]) if repeat else math.nan
+        if repeat is not None and row is not repeat:
+            _against_repeat(row, repeat)
     # A run from before UUIDs were recorded is "unknown" once any run has one:
     # merged with newer runs it may well come from another GPU.
     known = any(r.get("gpu_uuid") for r in runs)
@@ -320,4 +455,4 @@ def summarize(data: dict[str, Any], clock_tolerance: float = CLOCK_MATCH) -> dic
     skipped = [r["setup"]["label"] for r in data["runs"] if "skipped" in r]
     errors = {r["setup"]["label"]: r["error"] for r in data["runs"] if "error" in r}
     return {"rows": rows, "skipped": skipped, "errors": errors, "clock_tolerance": clock_tolerance,
-            "native_repeat": repeat is not None, "gpus": gpus}
+            "native_repeat": repeat is not None, "gpus": gpus, "region_bound": bound, "resamples": resamples}

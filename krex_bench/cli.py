@@ -2,7 +2,7 @@
 """`krex bench` (the program krex-bench, which `krex bench` runs): run the
 evaluation, or report on results already measured.
 
-    krex bench run [--scale S] [--concurrency 4,8,16] [--variants ...] [--budget-s N] [--out DIR] [--sim]
+    krex bench run [--scale S] [--repeats N] [--concurrency 4,8,16] [--variants ...] [--budget-s N] [--out DIR] [--sim]
     krex bench report RESULTS.json [--out DIR] [--clock-tolerance F]
     krex bench list [--markdown]
 
@@ -33,6 +33,7 @@ from krex_bench.progress import SetupProgress
 
 
 FAILED = 125  # the krex exit status of every KREX failure (README, "Exit status of krex")
+MAX_REPEATS = 100
 CLOCK_HELP = (
     "a measurement is clock-matched when its SM clock is within this fraction of the native measurement's "
     f"(default {analysis.CLOCK_MATCH:g})"
@@ -65,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--suite-trials", type=int, default=30, help="timed trials per suite command (default 30)")
     run.add_argument("--trial-detail", action="store_true",
                      help="suite commands record every trial and its timing thread's readings (benchmarks/slow_trials.py reads them)")
+    run.add_argument(
+        "--repeats", type=int, default=1,
+        help="measurements of each candidate per setup (default 1); submitted in interleaved rounds, the same order "
+        "for every setup; the figures take each candidate's median of its measurements' medians",
+    )  # fmt: skip
     run.add_argument("--problems", default="", help="comma-separated problems (default: all; see `krex bench list`)")
     run.add_argument("--concurrency", default="4,8,16", help="comma-separated concurrencies (default 4,8,16)")
     run.add_argument(
@@ -248,8 +254,10 @@ def main(argv: list[str] | None = None) -> int:
             gpu=args.gpu, sim=args.sim, scale=args.scale, problems=problems, seed=args.seed,
             budget_s=args.budget_s, keep=args.keep, root=args.work_dir, watch_clock_ms=args.watch_clock_ms,
             suite=args.suite, suite_problems=[p for p in args.suite_problems.split(",") if p] or None,
-            suite_trials=args.suite_trials, trial_detail=args.trial_detail,
+            suite_trials=args.suite_trials, trial_detail=args.trial_detail, repeats=args.repeats,
         )  # fmt: skip
+        if not 1 <= args.repeats <= MAX_REPEATS:
+            raise ValueError(f"--repeats must be between 1 and {MAX_REPEATS}, got {args.repeats}")
         if not 1 <= args.suite_trials <= 10_000:
             raise ValueError(f"--suite-trials must be between 1 and 10000, got {args.suite_trials}")
         if not 0 <= args.watch_clock_ms <= 1000:
@@ -260,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     results = args.out / "results.json"
     # With --json, stdout carries only the document: the lines and the bar go to stderr.
     console = Console(stderr=args.json)
-    console.print(f"krex bench: {len(plan)} setups x {len(runner.commands(opts))} commands; results in {results}",
+    console.print(f"krex bench: {len(plan)} setups x {len(runner.submissions(opts))} commands; results in {results}",
                   markup=False, highlight=False, soft_wrap=True)
     with SetupProgress(console) as meter:  # a bar per setup while its commands run; the lines as before
         data = runner.run(plan, opts, results, progress=meter.line, argv=["krex", "bench", *argv], meter=meter)

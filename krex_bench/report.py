@@ -20,6 +20,16 @@ def _num(x: float | None, fmt: str = ".1f") -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
 
+def _workload_line(data: dict[str, Any]) -> str:
+    """`4 candidates x 3 repeats = 12 commands (scale 0.25)`; merged runs of
+    other repeat counts say theirs."""
+    n, repeats = len(data["workload"]), data.get("repeats", 1)
+    line = f"{n} candidates x {repeats} repeats = {n * repeats} commands" if repeats > 1 else f"{n} commands"
+    other = [f"{r['setup']['label']} {r.get('repeats', 1)}" for r in data["runs"]
+             if "results" in r and r.get("repeats", 1) != repeats]
+    return f"{line} (scale {data['scale']})" + (f"; repeats of merged runs: {', '.join(other)}" if other else "")
+
+
 def _by_witness(reasons: list[str]) -> str:
     """`clock 3, gate 1`: a reason line starts with its witness's name."""
     counts = Counter(reason.split(":", 1)[0] for reason in reasons)
@@ -32,17 +42,97 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
-def _bucket_cell(b: dict[str, Any]) -> str:
-    """p50 / p95 (n); a p95 over fewer than MIN_P95_N candidates is not quoted."""
-    p95 = _pct(b["p95"], 2) if b["n"] >= MIN_P95_N else f"n<{MIN_P95_N}"
-    return f"{_pct(b['p50'], 2)} / {p95} ({b['n']})"
+def _with_interval(x: float, ci: list[float], digits: int = 2) -> str:
+    """`+3.20% [+1.10, +5.00]`: a fraction as a percentage, its interval in percent beside it."""
+    if math.isnan(x):
+        return "n/a"
+    if any(math.isnan(v) for v in ci):
+        return _pct(x, digits)
+    return f"{_pct(x, digits)} [{ci[0] * 100:+.{digits}f}, {ci[1] * 100:+.{digits}f}]"
+
+
+def _percentile_cell(figures: dict[str, Any], name: str) -> str:
+    """A percentile and its interval; a tail one over fewer than MIN_P95_N values is not quoted."""
+    if name != "p50" and figures["n"] < MIN_P95_N:
+        return f"n<{MIN_P95_N}"
+    return _with_interval(figures[name], figures["ci"][name])
+
+
+def _overlaps(figures: dict[str, Any], names: tuple[str, ...]) -> str:
+    """`yes / no / n/a`: whether each figure's interval overlaps the repeat's."""
+    marks = figures.get("overlaps_repeat") or {}
+    return " / ".join({True: "yes", False: "**no**", None: "n/a"}[marks.get(n)] for n in names)
+
+
+QUOTED = ("p50", "p90", "p95")
+FLOOR = "(the floor)"  # the native repeat's own row: what the others are set against
 
 
 def _inflation_table(rows: list[dict[str, Any]], key: str) -> list[str]:
+    """Per bucket, the repeat first, every setup's percentiles with their
+    intervals and whether each overlaps the repeat's."""
+    shown = sorted((r for r in rows if r["label"] != "native"), key=lambda r: r["label"] != "native-repeat")
     return _table(
-        ["setup", *[f"{name} (n)" for name, _, _ in BUCKETS]],
-        [[r["label"]] + [_bucket_cell(r[key][b]) for b, _, _ in BUCKETS] for r in rows if r["label"] != "native"],
+        ["bucket", "setup", "n", *[f"{q} [95% CI]" for q in QUOTED], "max", "overlaps the repeat's (p50 / p90 / p95)"],
+        [
+            [bucket, r["label"], str(r[key][bucket]["n"]), *[_percentile_cell(r[key][bucket], q) for q in QUOTED],
+             _pct(r[key][bucket]["max"], 2), FLOOR if r["label"] == "native-repeat" else _overlaps(r[key][bucket], QUOTED)]
+            for bucket, _, _ in BUCKETS for r in shown
+        ],
     )
+
+
+def _spread_table(rows: list[dict[str, Any]]) -> list[str]:
+    return _table(
+        ["setup", "measurements", "p50 [95% CI]", "p90 [95% CI]", "max", "overlaps the repeat's (p50 / p90)"],
+        [
+            [r["label"], str(r["spread"]["n"]), _percentile_cell(r["spread"], "p50"), _percentile_cell(r["spread"], "p90"),
+             _pct(r["spread"]["max"], 2),
+             {"native": "", "native-repeat": FLOOR}.get(r["label"]) or _overlaps(r["spread"], ("p50", "p90"))]
+            for r in rows
+        ],
+    )
+
+
+def _flip_cell(group: dict[str, Any]) -> str:
+    """`12% [4, 20] (3/25)`: the rate, its interval in percent, flips/pairs."""
+    if not group["pairs"]:
+        return f"n/a ({group['flips']}/{group['pairs']})"
+    lo, hi = group["ci"]["rate"]
+    interval = "" if math.isnan(lo) else f" [{lo * 100:.0f}, {hi * 100:.0f}]"
+    return f"{group['rate'] * 100:.0f}%{interval} ({group['flips']}/{group['pairs']})"
+
+
+def _tau_cell(figures: dict[str, Any] | None) -> str:
+    if figures is None or math.isnan(figures["tau"]):
+        return "n/a"
+    lo, hi = figures["ci"]["tau"]
+    return f"{figures['tau']:.2f}" + ("" if math.isnan(lo) else f" [{lo:.2f}, {hi:.2f}]")
+
+
+def _apart_from_repeat(row: dict[str, Any]) -> str:
+    """The gap groups and taus whose interval does not overlap the repeat's."""
+    apart = [f"gap {g}" for g, _, _ in GAP_GROUPS if row["flips"][g].get("overlaps_repeat", {}).get("rate") is False]
+    apart += [f"tau {p}" for p, t in sorted(row["tau_b"].items()) if t.get("overlaps_repeat", {}).get("tau") is False]
+    if row["label"] == "native-repeat":
+        return FLOOR
+    if "overlaps_repeat" not in row["flips"][GAP_GROUPS[0][0]]:
+        return "n/a"
+    return ", ".join(apart) or "none"
+
+
+def _bound_lines(bound: dict[str, float], rows: list[dict[str, Any]]) -> list[str]:
+    """The region-serialisation bound, and each setup's share of it."""
+    if math.isnan(bound["per_min"]):
+        return ["", "Region-serialisation bound: n/a (native's results carry no `timing` phase)."]
+    return ["", f"Region-serialisation bound: {bound['per_min']:.1f} cmds/min = 60 s / {bound['mean_region_s']:.3f} s "
+            f"(the mean timed region of native's {bound['n']} measurements) x {analysis.GPUS_USED} GPU: the most any "
+            "setup can reach while the timed regions of all commands run one after another on the GPU. Of it: "
+            + ", ".join(f"{r['label']} {_share(r['vs_region_bound'])}" for r in rows) + "."]
+
+
+def _share(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{x * 100:.0f}%"
 
 
 def workload_table() -> str:
@@ -81,7 +171,7 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
     out += [
         f"- Machine: {m.get('host')}, {m.get('gpu')}, driver {m.get('driver', 'n/a')}, {m.get('cpus')} CPUs; "
         f"Python {m.get('python')}, torch {m.get('torch')}, triton {m.get('triton')}",
-        f"- Workload: {len(data['workload'])} commands (scale {data['scale']}), submitted at once per setup",
+        f"- Workload: {_workload_line(data)}, submitted at once per setup",
         f"- Command: `{' '.join(data['argv'])}`",
         "",
     ]
@@ -92,8 +182,8 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
     ]
     rows = summary["rows"]
     out += _table(
-        ["setup", "ok", "failed", "wall s", "cmds/min", "x native", "of ungated", "SM MHz median (min-max)", "pool warm s",
-         "verified regions"],
+        ["setup", "ok", "failed", "wall s", "cmds/min", "of native", "of ungated", "of region bound",
+         "SM MHz median (min-max)", "pool warm s", "verified regions"],
         [
             [
                 r["label"],
@@ -101,8 +191,9 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
                 str(r["failed"]),
                 _num(r["wall_s"]),
                 _num(r["throughput_per_min"]),
-                _num(r["vs_native"], ".2f"),
-                "n/a" if math.isnan(r["vs_ungated"]) else f"{r['vs_ungated'] * 100:.0f}%",
+                _share(r["vs_native"]),
+                _share(r["vs_ungated"]),
+                _share(r["vs_region_bound"]),
                 f"{_num(r['sm_clock_mhz']['median'], '.0f')} ({_num(r['sm_clock_mhz']['min'], '.0f')}-"
                 f"{_num(r['sm_clock_mhz']['max'], '.0f')})",
                 _num(r["pool_warm_s"]),
@@ -111,6 +202,8 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
             for r in rows
         ],
     )
+    if "region_bound" in summary:
+        out += _bound_lines(summary["region_bound"], rows)
     violated = [(run["setup"]["label"], run["violations"]) for run in data["runs"] if run.get("violations")]
     if violated:
         out += ["", "Violated regions, by the witness that says so (the first reasons are in results.json):"]
@@ -129,10 +222,14 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
     if not summary.get("native_repeat", True):
         out += ["", "**No native repeat in these results: the noise floor every figure is read against is unknown.**"]
     tolerance = summary.get("clock_tolerance", CLOCK_MATCH)
-    out += ["", "## Timing inflation against native (p50 / p95 (n), per bucket of the native kernel time)", ""]
+    out += ["", "## Timing inflation against native (per bucket of the native kernel time)", ""]
     out += [
-        f"A p95 is quoted only over at least {MIN_P95_N} candidates (with fewer it is nearly the maximum): "
-        f"`n<{MIN_P95_N}` instead.",
+        f"A candidate's figure is its median of its measurements' medians over native's. A p90 or p95 is quoted "
+        f"only over at least {MIN_P95_N} candidates (with fewer it is nearly the maximum): `n<{MIN_P95_N}` instead. "
+        f"Beside each percentile its 95% percentile-bootstrap interval ({summary.get('resamples', 0)} draws of the "
+        f"candidates with replacement, a fixed seed; quoted from {analysis.MIN_CI_N} candidates, for a flip rate "
+        f"{analysis.MIN_CI_N} pairs), and whether it overlaps the native repeat's interval of the same figure: **no** "
+        "is a difference the noise floor does not explain.",
         "",
         "Raw, every candidate:",
         "",
@@ -177,19 +274,22 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
         out += ["", "A power-state throttle reason seen while the repeats ran (`--watch-clock-ms`): " + ", ".join(
             f"{r['label']} {r['throttled_during']['n']}/{r['throttled_during']['of']}" for r in watched
         )]  # fmt: skip
-    out += ["", "## Ranking against native: flip rate by native gap (flips/pairs), Kendall tau-b per problem", ""]
+    out += ["", "## Within-measurement spread (each measurement's median / its fastest repeat - 1; needs no native)", ""]
+    out += ["A kernel slowed over part of a measurement's repeats pulls its median away from its fastest repeat. "
+            "Intervals as above, drawing candidates with all their measurements.", ""]
+    out += _spread_table(rows)
+    out += ["", "## Ranking against native: flip rate by native gap [95% CI] (flips/pairs), Kendall tau-b per problem "
+            "[95% CI]", ""]
     problems = sorted({p for r in rows for p in r["tau_b"]})
     out += _table(
-        ["setup", *[f"gap {name}" for name, _, _ in GAP_GROUPS], "worst vs repeat", *[f"tau {p}" for p in problems]],
+        ["setup", *[f"gap {name}" for name, _, _ in GAP_GROUPS], "worst vs repeat", *[f"tau {p}" for p in problems],
+         "no overlap with the repeat's"],
         [
             [r["label"]]
-            + [
-                (f"{r['flips'][g]['rate'] * 100:.0f}% " if r["flips"][g]["pairs"] else "n/a ")
-                + f"({r['flips'][g]['flips']}/{r['flips'][g]['pairs']})"
-                for g, _, _ in GAP_GROUPS
-            ]
+            + [_flip_cell(r["flips"][g]) for g, _, _ in GAP_GROUPS]
             + [_num(r["flips_over_repeat_pts"], "+.0f") + (" pts" if not math.isnan(r["flips_over_repeat_pts"]) else "")]
-            + [_num(r["tau_b"].get(p), ".2f") for p in problems]
+            + [_tau_cell(r["tau_b"].get(p)) for p in problems]
+            + [_apart_from_repeat(r)]
             for r in rows
             if r["label"] != "native"
         ],

@@ -1,9 +1,11 @@
 """Run the workload under each setup and keep every command's result.
 
 Each setup gets a krex-runtime of its own (krex_runtime/testing/local_runtime.py) on
-one GPU, configured for the setup; all the workload's commands are submitted
-at once and waited for. Results are written after every setup, so a run cut
-short by its time budget still leaves what it measured.
+one GPU, configured for the setup; all the workload's commands (with
+--repeats N, each candidate N times, in interleaved rounds) are submitted at
+once and waited for; each result line says which repeat it was (`repeat`).
+Results are written after every setup, so a run cut short by its time budget
+still leaves what it measured.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class Options:
     suite_problems: list[str] | None = None  # the suite's problems to run (None: all)
     suite_trials: int = 30  # timed trials per suite command
     trial_detail: bool = False  # suite commands report every trial (trial_probe.py)
+    repeats: int = 1  # measurements of each candidate per setup (submissions())
 
 
 class Meter(Protocol):
@@ -75,6 +78,28 @@ def commands(opts: Options) -> list[workload.Candidate]:
         picked = workload.select(opts.scale, opts.problems)
     random.Random(opts.seed).shuffle(picked)
     return picked
+
+
+def submissions(opts: Options) -> list[tuple[workload.Candidate, int]]:
+    """Every command of a setup in submission order, as (candidate, repeat):
+    round 0 is commands()'s order, each later round every candidate once more
+    in an order drawn from the same seed. Rounds interleave the repeats, so
+    that a candidate's measurements are spread over the setup's run rather
+    than back to back under one set of neighbours; every setup gets this order."""
+    first = commands(opts)
+    rng = random.Random(opts.seed)
+    rounds = [first]
+    for _ in range(1, opts.repeats):
+        again = list(first)
+        rng.shuffle(again)
+        rounds.append(again)
+    return [(c, r) for r, order in enumerate(rounds) for c in order]
+
+
+def command_label(c: workload.Candidate, repeat: int, repeats: int) -> str:
+    """The command's label in the runtime (its trace, `krex ps`): the
+    candidate's key, and which repeat where there are several."""
+    return c.key if repeats == 1 else f"{c.key}#{repeat}"
 
 
 def machine(opts: Options) -> dict[str, Any]:
@@ -234,7 +259,7 @@ def tail(path: str | None, limit: int = 1500) -> str:
 
 
 def run_setup(
-    setup: Setup, work: list[workload.Candidate], opts: Options, folder: Path, meter: Meter | None = None
+    setup: Setup, work: list[tuple[workload.Candidate, int]], opts: Options, folder: Path, meter: Meter | None = None
 ) -> dict[str, Any]:
     meter = meter or NoMeter()
     record: dict[str, Any] = {"setup": setup.to_dict(), "results": [], "failures": []}
@@ -249,29 +274,30 @@ def run_setup(
         with rt.client(timeout_s=60) as client:
             t0 = time.time()
             ids = []
-            for i, c in enumerate(work):
+            for i, (c, repeat) in enumerate(work):
                 body = {
                     "argv": argv_for(c, opts, setup),
                     "mode": setup.mode,
                     "cwd": str(PROJECT_ROOT),
                     "env": {**env, "TRITON_CACHE_DIR": str(folder / "triton" / str(i))},
-                    "label": c.key,
+                    "label": command_label(c, repeat, opts.repeats),
                     "timeout_s": COMMAND_TIMEOUT_S,
                 }
-                ids.append((c, client.call("submit", body)["id"]))
+                ids.append((c, repeat, client.call("submit", body)["id"]))
             last = t0
             meter.begin(setup.label, len(ids))
-            for c, command_id in ids:
+            for c, repeat, command_id in ids:
                 res = client.call("wait", {"id": command_id, "attach": False}, timeout_s=COMMAND_TIMEOUT_S + 60)
                 last = max(last, time.time())
                 meter.advance()
                 line = read_result(res)
                 if res["state"] == "finished" and res.get("exit_code") == 0 and line and line.get("ok"):
-                    record["results"].append(line)
+                    record["results"].append({**line, "repeat": repeat})
                 else:
                     record["failures"].append(
                         {
                             "key": c.key,
+                            "repeat": repeat,
                             "state": res["state"],
                             "exit_code": res.get("exit_code"),
                             "reason": res.get("reason"),
@@ -281,6 +307,7 @@ def run_setup(
                     )
         record["wall_s"] = last - t0
         record["commands"] = len(work)
+        record["repeats"] = opts.repeats
     finally:
         meter.end()
         rt.stop()
@@ -303,7 +330,7 @@ def run(
     argv: list[str] | None = None,
     meter: Meter | None = None,
 ) -> dict[str, Any]:
-    work = commands(opts)
+    work = submissions(opts)
     data: dict[str, Any] = {
         "format": "krex-bench",
         "version": 1,
@@ -311,7 +338,8 @@ def run(
         "simulated": opts.sim,
         "machine": machine(opts),
         "scale": opts.scale,
-        "workload": [c.key for c in work],
+        "workload": [c.key for c in commands(opts)],
+        "repeats": opts.repeats,
         "argv": argv if argv is not None else sys.argv,
         "runs": [],
     }

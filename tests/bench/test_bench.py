@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from runtime_helpers import bench_result
 
-from krex_bench import analysis, setups, workload
+from krex_bench import analysis, runner, setups, workload
 from krex_runtime.testing.local_runtime import command
 
 
@@ -27,11 +27,13 @@ def test_kendall_tau_b_matches_hand_counts() -> None:
 def test_flips_are_grouped_by_the_native_gap() -> None:
     native = {"p/a": 1.00, "p/b": 1.01, "p/c": 1.30, "q/a": 5.0, "q/b": 5.2}
     run = {"p/a": 1.02, "p/b": 1.01, "p/c": 1.31, "q/a": 5.3, "q/b": 5.2}
-    out = analysis.flips(run, native)
-    assert out["<2%"] == {"pairs": 1, "flips": 1, "rate": 1.0}  # a/b, 1% apart, reordered
-    assert out["2-5%"] == {"pairs": 1, "flips": 1, "rate": 1.0}  # q: 4% apart, reordered
+    ranked = analysis.ranking(run, native)
+    out = ranked["flips"]
+    assert out["<2%"] | {"ci": None} == {"pairs": 1, "flips": 1, "rate": 1.0, "ci": None}  # a/b, 1% apart, reordered
+    assert out["2-5%"] | {"ci": None} == {"pairs": 1, "flips": 1, "rate": 1.0, "ci": None}  # q: 4% apart, reordered
     assert out[">=10%"]["pairs"] == 2 and out[">=10%"]["flips"] == 0
     assert out["5-10%"]["pairs"] == 0 and math.isnan(out["5-10%"]["rate"])
+    assert ranked["tau_b"]["p"]["tau"] == pytest.approx(analysis.kendall_tau_b([1.0, 1.01, 1.3], [1.02, 1.01, 1.31]))
 
 
 def test_inflation_buckets_by_native_time_and_ignores_missing_candidates() -> None:
@@ -112,6 +114,7 @@ def test_bad_arguments_are_refused_before_anything_starts(tmp_path: Path) -> Non
         (["--suite-trials", "0"], "--suite-trials must be between 1 and 10000"),
         (["--settle-long-s", "0,2"], "--settle-long-s values must be within [0, 1] seconds"),
         (["--watch-clock-ms", "-1"], "--watch-clock-ms must be between 0 (off) and 1000"),
+        (["--repeats", "0"], "--repeats must be between 1 and 100"),
         (["--variants", "none", "--no-ungated", "--native", "0", "--merge", "missing.json"], "cannot read its runs"),
     ):
         done = krex_bench("run", "--sim", "--out", str(tmp_path), *args)
@@ -136,7 +139,7 @@ def test_bench_list_json_is_one_document() -> None:
 def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = krex_bench(
-        "run", "--sim", "--scale", "0.25", "--problems", "matmul_bf16,gelu", "--concurrency", "2",
+        "run", "--sim", "--scale", "0.25", "--problems", "matmul_bf16,gelu", "--concurrency", "2", "--repeats", "2",
         "--variants", "preload/process/gpu+cpu,preload/forked/gpu+cpu,driver-lock/pooled/gpu-only", "--out", str(out),
         "--work-dir", str(tmp_path / "work"), "--json",
     )  # fmt: skip
@@ -150,13 +153,27 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     assert labels == ["native", "native-repeat", "ungated c2"] + [
         f"krex {v} c2" for v in ("preload/process/gpu+cpu", "preload/forked/gpu+cpu", "driver-lock/pooled/gpu-only")
     ]  # fmt: skip
+    # --repeats 2: every candidate measured twice per setup, every measurement kept with its repeat index
+    assert data["repeats"] == 2 and len(data["workload"]) == 4
     for run in data["runs"]:
-        assert run["failures"] == [] and len(run["results"]) == 4, run
+        assert run["failures"] == [] and len(run["results"]) == 8 and run["repeats"] == 2, run
         assert {r["problem"] for r in run["results"]} == {"matmul_bf16", "gelu"}
+        assert sorted((r["problem"], r["candidate"], r["repeat"]) for r in run["results"]) == sorted(
+            (*key.split("/"), repeat) for key in data["workload"] for repeat in (0, 1))
+    # Submitted in rounds, the same order for every setup; one at a time, native ran them in that order.
+    opts = runner.Options(sim=True, scale=0.25, problems=["matmul_bf16", "gelu"], repeats=2)
+    order = [(c.key, repeat) for c, repeat in runner.submissions(opts)]
+    assert [r for _, r in order] == [0] * 4 + [1] * 4
+    for run in data["runs"][:2]:
+        ran = sorted(run["results"], key=lambda r: r["started"])
+        assert [(f"{r['problem']}/{r['candidate']}", r["repeat"]) for r in ran] == order
     assert data["simulated"] is True
     report = (out / "report.md").read_text()
     assert "Simulated GPU: these figures are the simulator's, not a GPU's." in report
-    assert "| krex driver-lock/pooled/gpu-only c2 | 4 | 0 |" in report
+    assert "| krex driver-lock/pooled/gpu-only c2 | 8 | 0 |" in report
+    assert "- Workload: 4 candidates x 2 repeats = 8 commands (scale 0.25)" in report
+    assert "Region-serialisation bound: " in report and "cmds/min = 60 s / " in report
+    assert "## Within-measurement spread" in report and "| native | 8 | +" in report  # native's own spread
     assert "Clock-matched: only the measurements whose SM clock" in report  # simulated candidates report clocks
     assert "One flip moves a group's rate by (points): " in report  # the flip rates' resolution per gap group
     assert "Unsteady: kernels of 1 ms or more whose placements' medians" in report
@@ -164,7 +181,9 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     assert all(r["sm_clock_mhz"] for run in data["runs"] for r in run["results"])
     summary = json.loads((out / "report.json").read_text())
     krex = next(r for r in summary["rows"] if r["label"] == "krex preload/process/gpu+cpu c2")
-    assert krex["ok"] == 4 and krex["throughput_per_min"] > 0
+    assert krex["ok"] == 8 and krex["throughput_per_min"] > 0
+    assert summary["region_bound"]["n"] == 8 and krex["vs_region_bound"] == pytest.approx(
+        krex["throughput_per_min"] / summary["region_bound"]["per_min"])
     # Every region exclusive: verified, or perturbed where this shared machine's
     # two cores kept a measuring thread waiting (regions/hold_watch.py).
     assert set(data["runs"][3].get("verdicts")) <= {"verified", "perturbed"}, data["runs"][3].get("verdicts")
@@ -176,13 +195,18 @@ def test_a_simulated_run_measures_every_setup_and_writes_the_report(tmp_path: Pa
     assert (tmp_path / "again" / "report.md").read_text() == report
     # A setup measured again replaces its earlier run in a merge: one row per setup, the later one.
     violations = ["processes: pid 9 uses the GPU", "processes: pid 8 uses the GPU", "gate: tenant t3 made 1 call"]
-    rerun = {**data, "runs": [{**data["runs"][3], "wall_s": 123.0, "violations": violations}]}
+    # Result lines with every trial (--trial-detail) are read alike and their rows never printed.
+    detailed = [{**r, "trials": [[0.5, 1, 2, 3.5, 0, 0, 0]], "trial_fields": ["ms", "start_ns", "end_ns", "runq_wait_us",
+                 "involuntary", "minor_faults", "major_faults"]} for r in data["runs"][3]["results"]]
+    rerun = {**data, "runs": [{**data["runs"][3], "results": detailed, "wall_s": 123.0, "violations": violations}]}
     (tmp_path / "rerun.json").write_text(json.dumps(rerun))
     both = krex_bench("report", str(out / "results.json"), str(tmp_path / "rerun.json"), "--out", str(tmp_path / "both"))
     assert both.returncode == 0, both.stderr
     lines = (tmp_path / "both" / "report.md").read_text().splitlines()
-    rows = [line for line in lines if line.startswith("| krex preload/process/gpu+cpu c2 | 4 |")]
+    rows = [line for line in lines if line.startswith("| krex preload/process/gpu+cpu c2 | 8 | 0 |")]
     assert len(rows) == 1 and "| 123.0 |" in rows[0], rows
+    assert not any("runq_wait_us" in line or "trial_fields" in line for line in lines)
+    assert "trial" not in (tmp_path / "both" / "report.json").read_text()
     assert "- krex preload/process/gpu+cpu c2: processes 2, gate 1" in lines  # why its regions were not verified
     # The pooled run says whether its commands retired their context processes (here none did).
     pooled = data["runs"][5]
@@ -291,14 +315,17 @@ def test_clock_matched_inflation_leaves_out_measurements_at_another_clock() -> N
     tight = {r["label"]: r for r in analysis.summarize(data, clock_tolerance=0.005)["rows"]}
     assert tight["krex c4"]["clock_matched"] == {"n": 3, "of": 10}
     # A measurement without a clock is never matched.
-    assert analysis.clock_matched({"mm/c0": 2.0}, {"mm/c0": None}, {"mm/c0": 1500}, 0.02) == {}
+    assert not analysis.clock_within(None, 1500, 0.02) and not analysis.clock_within(1500, None, 0.02)
 
     from krex_bench import report
 
     header = {"date": "d", "simulated": False, "machine": {}, "workload": [], "scale": 1, "argv": ["krex"]}
     text = report.markdown({**header, **data}, analysis.summarize(data))
-    assert "| krex c4 | n/a / n<8 (0) | +0.50% / +8.00% (10) |" in text  # raw
-    assert "| krex c4 | n/a / n<8 (0) | +0.50% / n<8 (6) |" in text  # clock-matched
+    # p50, p90, p95 with their intervals; the max as it is; against the repeat's intervals
+    raw = "| 1-10 ms | krex c4 | 10 | +0.50% [+0.50, +8.00] | +8.00% [+1.25, +8.00] | +8.00% [+4.62, +8.00] | +8.00% |"
+    assert raw + " **no** / **no** / **no** |" in text
+    assert "| 1-10 ms | krex c4 | 6 | +0.50% [+0.50, +0.50] | n<8 | n<8 | +0.50% | **no** / n/a / n/a |" in text  # matched
+    assert "| 1-10 ms | native-repeat | 10 | +0.00% [+0.00, +0.00] |" in text and "| (the floor) |" in text
     assert "within 2% of the clock" in text and "krex c4 6/10 (1)" in text
 
 
@@ -326,7 +353,8 @@ def test_granted_unthrottled_leaves_out_regions_granted_under_a_power_cap() -> N
 
     header = {"date": "d", "simulated": False, "machine": {}, "workload": [], "scale": 1, "argv": ["krex"]}
     text = report.markdown({**header, **data}, analysis.summarize(data))
-    assert "| krex c4 | +0.02% / +0.02% (8) |" in text and "Unthrottled at the grant: krex c4 8/10" in text
+    assert "| >10 ms | krex c4 | 8 | +0.02% [+0.02, +0.02] | +0.02% [+0.02, +0.02] | +0.02% [+0.02, +0.02] | +0.02% | n/a" in text
+    assert "Unthrottled at the grant: krex c4 8/10" in text
 
 
 def test_every_bucket_has_eight_candidates_at_the_default_scale() -> None:
@@ -496,3 +524,128 @@ def test_the_regions_integrity_is_counted_per_setup(tmp_path: Path) -> None:
                       "reason": "released", "integrity": rec})
     assert integrity_findings(tmp_path / "trace.jsonl") == {
         "regions": 2, "flagged": 1, "windows": 5, "flags": {"escaped": 1}}
+
+
+def _run(label: str, results: list[dict], **more: object) -> dict:
+    kind = label.split()[0]
+    return {"setup": {"kind": kind, "label": label, "concurrency": 4}, "results": results, "failures": [], **more}
+
+
+def test_submissions_come_in_rounds_each_every_candidate_once_in_the_seeds_order() -> None:
+    opts = runner.Options(sim=True, scale=0.5, repeats=3, seed=7)
+    first = [c.key for c in runner.commands(opts)]
+    order = runner.submissions(opts)
+    assert len(order) == 3 * len(first)
+    rounds = [[c.key for c, r in order if r == n] for n in range(3)]
+    assert [r for _, r in order] == sorted(r for _, r in order)  # round 0, then 1, then 2
+    assert rounds[0] == first and all(sorted(r) == sorted(first) for r in rounds)
+    assert rounds[1] != rounds[0]  # reshuffled: a candidate's repeats meet other neighbours
+    assert runner.submissions(opts) == order  # the same order for every setup
+    assert [c.key for c, _ in runner.submissions(runner.Options(sim=True, scale=0.5, seed=7))] == first
+    assert runner.command_label(order[0][0], 2, 3) == f"{order[0][0].key}#2"
+    assert runner.command_label(order[0][0], 0, 1) == order[0][0].key
+
+
+def test_repeats_count_as_commands_and_a_candidate_is_its_median_of_medians() -> None:
+    """Three repeats each: the krex run's c0 was slow once (one neighbour's
+    burst); its median of medians is not. Throughput counts all six commands."""
+    native = [dict(bench_result("mm", f"c{i}", 2.0 + i, 1980), repeat=r) for i in range(2) for r in range(3)]
+    krex = [dict(bench_result("mm", "c0", ms, 1980), repeat=r) for r, ms in enumerate((2.0, 2.5, 2.02))]
+    krex += [dict(bench_result("mm", "c1", 3.0, 1410 if r == 0 else 1980), repeat=r) for r in range(3)]
+    data = {"runs": [_run("native", native, wall_s=60.0), _run("krex c4", krex, wall_s=30.0)]}
+    assert analysis.medians(krex) == {"mm/c0": 2.02, "mm/c1": 3.0}
+    row = {r["label"]: r for r in analysis.summarize(data, resamples=50)["rows"]}["krex c4"]
+    assert row["throughput_per_min"] == 12.0 and row["vs_native"] == 2.0
+    assert row["inflation"]["1-10 ms"]["p50"] == pytest.approx(0.005)  # (0.01 + 0) / 2
+    assert row["clock_matched"] == {"n": 5, "of": 6}  # the repeat at 1410 MHz is left out, not the candidate
+
+
+def test_bootstrap_intervals_hold_the_estimate_and_are_the_same_every_time() -> None:
+    from krex_bench import bootstrap
+
+    rng = __import__("random").Random(5)
+    values = [[rng.gauss(0.01, 0.02)] for _ in range(30)]
+    figures = analysis.quantile_figures(values)
+    assert figures["n"] == 30 and figures["max"] == max(v for (v,) in values)
+    for name in ("p50", "p90", "p95"):
+        lo, hi = figures["ci"][name]
+        assert lo <= figures[name] <= hi and lo < hi, (name, figures)
+    assert analysis.quantile_figures(values) == figures  # a fixed seed: a report made twice says the same
+    assert analysis.quantile_figures(values[::-1])["ci"] != figures["ci"]  # the draws, not the answer, are fixed
+    few = analysis.quantile_figures(values[:5])  # tails under MIN_P95_N: not quoted, no interval
+    assert math.isnan(few["p95"]) and all(math.isnan(v) for v in few["ci"]["p95"]) and not math.isnan(few["ci"]["p50"][0])
+    assert analysis.quantile_figures([])["n"] == 0
+    # Clusters are drawn whole: a candidate whose measurements all agree gives a point interval.
+    assert analysis.quantile_figures([[0.02, 0.02], [0.02], [0.02], [0.02]])["ci"]["p50"] == [0.02, 0.02]
+    assert all(math.isnan(v) for v in analysis.quantile_figures([[0.01], [0.02], [0.03]])["ci"]["p50"])  # too few
+    assert bootstrap.overlap((0, 1), (1, 2)) is True and bootstrap.overlap((0, 1), (1.5, 2)) is False
+    assert bootstrap.overlap((0, 1), bootstrap.NO_INTERVAL) is None
+
+
+def test_flip_rate_and_tau_intervals_hold_the_estimate_and_mark_the_repeat() -> None:
+    """Ten candidates of one problem, 3% apart. The repeat orders them as
+    native; the ungated run puts the slower half first. Its flip rate among
+    pairs >=10% apart and its tau lie apart from the repeat's (all in order:
+    point intervals); among neighbours (2-5%) one flip of nine is within
+    what drawing the candidates again can give."""
+    native = {f"p/c{i}": 1.0 * 1.03**i for i in range(10)}
+    rotated = {f"p/c{i}": native[f"p/c{(i + 5) % 10}"] for i in range(10)}
+    ranked = analysis.ranking(rotated, native)
+    far, tau = ranked["flips"][">=10%"], ranked["tau_b"]["p"]
+    assert (far["flips"], far["pairs"]) == (19, 21) and tau["tau"] == pytest.approx(-5 / 45)
+    for figures, name in ((far, "rate"), (ranked["flips"]["2-5%"], "rate"), (tau, "tau")):
+        lo, hi = figures["ci"][name]
+        assert lo <= figures[name] <= hi and lo < hi, figures
+    assert analysis.ranking(native, native)["tau_b"]["p"]["ci"]["tau"] == [1.0, 1.0]
+    assert analysis.ranking(rotated, native) == ranked  # a fixed seed
+
+    def results(times: dict[str, float]) -> list[dict]:
+        return [bench_result(*key.split("/"), ms, 1980) for key, ms in times.items()]
+
+    data = {"runs": [_run("native", results(native)), _run("native-repeat", results(native)),
+                     _run("ungated c4", results(rotated))]}
+    summary = analysis.summarize(data, resamples=200)
+    ungated = {r["label"]: r for r in summary["rows"]}["ungated c4"]
+    assert ungated["flips"][">=10%"]["overlaps_repeat"] == {"rate": False}
+    assert ungated["flips"]["2-5%"]["overlaps_repeat"] == {"rate": True}
+    assert ungated["tau_b"]["p"]["overlaps_repeat"] == {"tau": False}
+    from krex_bench import report
+
+    header = {"date": "d", "simulated": False, "machine": {}, "workload": [], "scale": 1, "argv": ["krex"]}
+    text = report.markdown({**header, **data}, summary)
+    line = next(li for li in text.splitlines() if li.startswith("| ungated c4 | n/a (0/0) |"))
+    assert "| 90% [" in line and "(19/21)" in line and "| -0.11 [-0.3" in line and line.endswith("| gap >=10%, tau p |"), line
+
+
+def test_the_spread_needs_no_native_and_the_bound_comes_from_native_regions() -> None:
+    """The spread: median over the fastest repeat, per measurement, native's
+    own included. The bound: native's regions took 0.5 s on average, so no
+    setup whose timed regions run one after another passes 120 commands a minute."""
+    def line(name: str, median: float, low: float, timing: float, repeat: int = 0) -> dict:
+        return dict(bench_result("g", name, median, 1980), min_ms=low, repeat=repeat,
+                    phases_s={"import": 1.0, "timing": timing})
+
+    native = [line(f"c{i}", 0.05, 0.05 / (1 + 0.001 * i), 0.4 + 0.2 * (i % 2)) for i in range(10)]
+    krex = [line(f"c{i}", 0.05, 0.05 / (1 + 0.01 * (i + r)), 0.5, r) for i in range(10) for r in range(2)]
+    data = {"runs": [_run("native", native, wall_s=10.0), _run("krex c4", krex, wall_s=5.0)]}
+    summary = analysis.summarize(data, resamples=100)
+    assert summary["region_bound"] == {"n": 10, "mean_region_s": pytest.approx(0.5), "per_min": pytest.approx(120.0)}
+    rows = {r["label"]: r for r in summary["rows"]}
+    assert rows["native"]["vs_region_bound"] == pytest.approx(60 / 120)
+    assert rows["krex c4"]["vs_region_bound"] == pytest.approx(240 / 120)  # overlapped regions: past the bound
+    spread = rows["krex c4"]["spread"]
+    assert spread["n"] == 20 and spread["max"] == pytest.approx(0.10)
+    assert spread["p50"] == pytest.approx(0.05) and spread["ci"]["p50"][0] <= 0.05 <= spread["ci"]["p50"][1]
+    assert rows["native"]["spread"]["p90"] == pytest.approx(0.0081)
+    assert analysis.spread([bench_result("g", "old", 0.05, 1980)])["n"] == 0  # a line from before min_ms
+
+    from krex_bench import report
+
+    header = {"date": "d", "simulated": False, "machine": {}, "workload": ["g/c0"], "scale": 1, "argv": ["krex"]}
+    text = report.markdown({**header, **data}, summary)
+    assert "| native | 10 | +0.45% [" in text and "| krex c4 | 20 | +5.00% [" in text
+    assert ("Region-serialisation bound: 120.0 cmds/min = 60 s / 0.500 s (the mean timed region of native's 10 "
+            "measurements) x 1 GPU") in text and "Of it: native 50%, krex c4 200%." in text
+    assert "| krex c4 | 20 | 0 | 5.0 | 240.0 | 400% | n/a | 200% |" in text
+    bare = {"runs": [_run("native", [bench_result("g", "c0", 0.05, 1980)])]}
+    assert "Region-serialisation bound: n/a" in report.markdown({**header, **bare}, analysis.summarize(bare, resamples=10))
