@@ -135,7 +135,7 @@ def main() -> int:
             continue
         fields = res["trial_fields"]
         best = min(r[0] for r in rows)
-        key = f"{res['problem']}/{res['candidate']}"
+        key = label_of(res, runs[-1].get("repeats", 1))
         for r in rows:
             tr = dict(zip(fields, r))
             tr["excess"] = tr["ms"] / best - 1
@@ -162,11 +162,18 @@ def main() -> int:
             return f"{statistics.median(t['excess'] for t in ts):+.2%}" if ts else "-"
         print(f"{name:<42} {len(met):>7} {share(met):>12} {share(not_met):>12} {med(met):>11} {med(not_met):>11}")
     print(f"slow trials meeting at least one condition: {len(met_any)}/{len(slow)}")
-    by_verdict(runs[-1]["results"], trace, by_label)
+    by_verdict(runs[-1]["results"], trace, by_label, runs[-1].get("repeats", 1))
     return 0
 
 
-def by_verdict(results: list[dict[str, Any]], trace: list[dict[str, Any]], by_label: dict[str, str]) -> None:
+def label_of(result: dict[str, Any], repeats: int) -> str:
+    """The label its command had in the runtime (krex_bench/runner.py command_label)."""
+    key = f"{result['problem']}/{result['candidate']}"
+    return key if repeats == 1 else f"{key}#{result.get('repeat', 0)}"
+
+
+def by_verdict(results: list[dict[str, Any]], trace: list[dict[str, Any]], by_label: dict[str, str],
+               repeats: int = 1) -> None:
     """Each measurement's spread (median/min - 1) by its region's certificate
     and by what its hold's evidence found: what the certificate calls faithful
     should spread as native does."""
@@ -174,7 +181,7 @@ def by_verdict(results: list[dict[str, Any]], trace: list[dict[str, Any]], by_la
     released = {region_of.get(e["region"]): e for e in trace if e["type"] == "region_released" and e.get("kind") == "region"}
     groups: dict[str, list[float]] = {}
     for res in results:
-        e = released.get(by_label.get(f"{res['problem']}/{res['candidate']}", "?")) or {}
+        e = released.get(by_label.get(label_of(res, repeats), "?")) or {}
         spread = res["median_ms"] / res["min_ms"] - 1
         groups.setdefault(f"verdict {e.get('verdict', '?')}", []).append(spread)
         found = [r for r in e.get("verdict_reasons") or [] if r.split(":", 1)[0] in ("cpu", "tenants")]
