@@ -66,6 +66,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "regions.gap_s": (0, 1.0),  # every region may cost this much more
     "regions.perturbed_cpu_wait_share": (0, 1.0),
     "regions.perturbed_cpu_wait_min_ms": (0, 60_000.0),
+    "regions.host_side_wait_s": (0, 60.0),  # every region may wait this much more
     "regions.heartbeat_interval_s": (0.01, 10.0),
     "regions.stale_after_s": (0.02, HOUR),
     "regions.reserved_cores_per_gpu": (0, 1024),
@@ -182,8 +183,11 @@ class RegionSection:
     gap_s: float = 0.02  # the gate's open time after a release that held tenants back (regions/gap.py)
     # A region whose measuring thread waited on a run queue for more than this
     # share of its hold (and at least the minimum) is `perturbed` (regions/hold_watch.py).
-    perturbed_cpu_wait_share: float = 0.0025
-    perturbed_cpu_wait_min_ms: float = 0.2
+    perturbed_cpu_wait_share: float = 0.25
+    perturbed_cpu_wait_min_ms: float = 5.0
+    # Before the gate closes, other tenants' context creations and module loads
+    # in progress are let finish, new ones parked, this long at most (gpu_regions.py).
+    host_side_wait_s: float = 2.0
     heartbeat_interval_s: float = 0.5
     stale_after_s: float = 3.0
     reserved_cores_per_gpu: int = 1

@@ -267,8 +267,25 @@ class Gate:
         futex_wake_all(self._header.addr(HEADER["gate_word"][1]))  # full barrier, see module doc
         return generation
 
+    def close_classes(self, holder: int, mask: int) -> None:
+        """Park every tenant but `holder` at its next call of a class in `mask`
+        (gate_layout's bits), the gate otherwise open: GPU work goes on. Threads
+        inside such a call finish it (the entry waits for them: gpu_regions.py)."""
+        if holder == NO_HOLDER:
+            raise ValueError("closing classes needs a holder tenant id")
+        self.stamp_heartbeat()
+        self._hset("holder", holder)
+        self._hset("closed_classes", mask)
+        self._hset("gate_word", (self._hget("gate_word") + 2) & 0xFFFFFFFF)
+        futex_wake_all(self._header.addr(HEADER["gate_word"][1]))  # full barrier, as close_gate's
+
+    def inside_classes(self, holder: int, classes: frozenset[str], skip: frozenset[int] = frozenset()) -> list[ProcEntry]:
+        """Other tenants' processes with a thread inside a call of one of `classes`."""
+        return [e for e in self.others(holder, skip) if any(e.in_class.get(c, 0) for c in classes)]
+
     def open_gate(self) -> None:
-        """Reopen the gate and wake every parked thread."""
+        """Reopen the gate (every class) and wake every parked thread."""
+        self._hset("closed_classes", 0)
         self._hset("gate_word", ((self._hget("gate_word") + 2) & ~CLOSED) & 0xFFFFFFFF)
         self._hset("holder", NO_HOLDER)
         self._hset("opened_at_ns", time.monotonic_ns())

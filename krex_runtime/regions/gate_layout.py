@@ -14,7 +14,7 @@ import struct
 from krex_runtime.tenant import env
 
 MAGIC = 0x45544147584552  # "REXGATE\0" read as little-endian u64
-VERSION = 2
+VERSION = 3
 MAX_PROCS = 256  # default entries per tenant
 NO_HOLDER = -1
 CLOSED = 1
@@ -34,6 +34,7 @@ CLASS_SLOTS = 16
 HOST_SIDE_CLASSES = frozenset({"context", "module"})
 PERTURBING_CLASSES = tuple(c for c in CALL_CLASSES if c not in HOST_SIDE_CLASSES)
 PERTURBING_MASK = sum(1 << i for i, c in enumerate(CALL_CLASSES) if c in PERTURBING_CLASSES)
+HOST_SIDE_MASK = sum(1 << i for i, c in enumerate(CALL_CLASSES) if c in HOST_SIDE_CLASSES)
 
 DEFAULT_STALE_NS = 3_000_000_000
 DEFAULT_PARK_WAIT_NS = 50_000_000
@@ -59,6 +60,7 @@ HEADER_FIELDS: tuple[tuple[str, type, int], ...] = (
     ("park_wait_ns", _u64, 64), ("spin_ns", _u64, 72), ("drain_timeout_ns", _u64, 80),
     ("runtime_pid", _i32, 88),
     ("closed_at_ns", _u64, 96), ("opened_at_ns", _u64, 104),
+    ("closed_classes", _u32, 112),
 )
 HEADER_SIZE = 256
 

@@ -31,9 +31,10 @@ from krex_runtime.node.sink import EventSink
 from krex_runtime.regions import cpu_slices
 from krex_runtime.regions.certificate import Certifier, certify
 from krex_runtime.regions.cpu_slices import CpuPlan
-from krex_runtime.regions.freezer import FreezeError, Freezer, Target
+from krex_runtime.regions.freezer import FreezeError, Freezer, Target, is_stopped
 from krex_runtime.regions.gap import Gap
 from krex_runtime.regions.gate import Gate, ProcEntry
+from krex_runtime.regions.gate_layout import HOST_SIDE_CLASSES, HOST_SIDE_MASK
 from krex_runtime.regions.gate_backends import DrainReport, GateBackend
 from krex_runtime.regions.gpu_sets import NO_SHARED, SharedHolds
 from krex_runtime.regions.late_freeze import LateFreeze, Pending, split_freeze
@@ -59,6 +60,7 @@ class RegionSettings:
     gap_s: float = 0.0  # the gate's open time between two regions (gap.py)
     share_weights: Mapping[str, float] = field(default_factory=dict)  # share key -> weight (default 1)
     entry_waits_for: str = "perturbing"  # "perturbing" | "all" (quiesce.py)
+    host_side_wait_s: float = 2.0  # before the close, for context creations and module loads in progress; 0: never
 
 
 class GpuRegions:
@@ -258,6 +260,8 @@ class GpuRegions:
 
         stats = EntryStats(wait_s=t[0] - req.requested_at, gap_s=gap_s)
         holder = req.tenant_id  # OPERATOR for an operator's lease: nobody passes
+        stats.host_side_s, stats.host_side_left = self._let_host_side_finish(holder)
+        lap()
         self.gate.close_gate(holder)
         stats.close_s = lap()
         # A lease waits for every call: it freezes everyone and its entry is not in a hurry.
@@ -337,6 +341,31 @@ class GpuRegions:
         stats.granted_mono_ns = time.monotonic_ns()
         witness = self.certifier and self.certifier.start(holder, req.pid, clock, req.tid, left_running)
         return Entry(targets, frozen, report, pinned, stats, witness, LateFreeze(self.gate, self.freezer, late) if late else None)
+
+    def _let_host_side_finish(self, holder: int) -> tuple[float, int]:
+        """Before the gate closes: where another tenant is inside a context
+        creation or a module load (each touches the device, and slowed the
+        trials of regions they overlapped: docs/BENCHMARKS.md), park every new
+        such call and wait, bounded by `host_side_wait_s`, for those in
+        progress; everyone's GPU work goes on meanwhile. Returns the seconds
+        waited and how many processes were still inside at the bound (their
+        calls then overlap the region, which its certificate says)."""
+        bound = self.settings.host_side_wait_s
+        if bound <= 0:
+            return 0.0, 0
+        def inside() -> list[ProcEntry]:  # a stopped process cannot finish its call: not waited for
+            return [e for e in self.gate.inside_classes(holder, HOST_SIDE_CLASSES) if not is_stopped(e.pid)]
+
+        if not inside():
+            return 0.0, 0
+        t0 = time.monotonic()
+        self.gate.close_classes(holder, HOST_SIDE_MASK)
+        pause, left = 200e-6, inside()
+        while left and time.monotonic() - t0 < bound:
+            time.sleep(pause)
+            pause = min(pause * 2, 5e-3)
+            left = inside()
+        return time.monotonic() - t0, len(left)
 
     def _let_go(self, targets: list[Target]) -> list[Target]:
         """What a region froze, less what another GPU's region still holds frozen (gpu_sets.py)."""

@@ -154,6 +154,7 @@ def build(
         gap_s=rc.gap_s,
         share_weights=dict(config.dispatcher.share_weights),
         entry_waits_for=rc.entry_waits_for,
+        host_side_wait_s=rc.host_side_wait_s,
     )
     regions = {
         g.index: GpuRegions(g.index, gates[g.index], backend, freezer, cpus, settings, tenants, sink, clock_probe)

@@ -34,6 +34,8 @@ class EntryStats:
 
     wait_s: float  # queued, up to the entry's first step
     gap_s: float  # the gate's open time before it (gap.py)
+    host_side_s: float = 0.0
+    host_side_left: int = 0
     close_s: float = 0.0
     quiesce_s: float = 0.0
     inside_at_close: dict[str, int] = field(default_factory=dict)

@@ -13,6 +13,7 @@ the reducer from these events, so the live state and replay agree.
 from __future__ import annotations
 
 import asyncio
+import time
 import json
 import logging
 import sys
@@ -29,6 +30,7 @@ from krex_runtime.wire import events
 log = logging.getLogger("krex.telemetry")
 
 CANARY_RESTART_S = 5.0
+HELD_SKIP_S = 5.0  # a GPU held this long is read all the same
 
 
 def gate_counts(gate: Gate) -> dict[str, int]:
@@ -55,6 +57,7 @@ class Telemetry:
         self.clocks = clocks
         self.sampler = clocks.sampler
         self.latest: dict[int, dict[str, Any]] = {}
+        self._sampled_at: dict[int, float] = {}  # GPU index -> when it was last read (time.monotonic())
         self._partial: dict[str, str] = {}
         # GPU index -> pids using it that are not tenants of this runtime (None: n/a);
         # the node sets it once it can tell tenants apart (telemetry/gpu_processes.py).
@@ -74,8 +77,28 @@ class Telemetry:
             self._emit(events.Telemetry(gpus=metrics))
             await asyncio.sleep(interval)
 
+    def _held_now(self) -> list[Gpu]:
+        """GPUs whose gate is closed (a region or a lease holds them) and that
+        were sampled less than HELD_SKIP_S ago. NVML's queries (the process
+        list above all) go through the driver, and asked often they slowed a
+        holder's trials on the H100 (benchmarks/perturbation_probe.py,
+        docs/BENCHMARKS.md): a held GPU is read after its release instead, or
+        after HELD_SKIP_S (a lease lasts hours; its operator still sees it)."""
+        now = time.monotonic()
+        held = []
+        for g in self.gpus:
+            gate = self.gates.get(g.index)
+            if gate is not None and gate.is_closed and now - self._sampled_at.get(g.index, 0.0) < HELD_SKIP_S:
+                held.append(g)
+        return held
+
     def _sample(self) -> dict[str, dict[str, Any]]:
-        metrics = gpu_metrics.sample_all(self.sampler, self.gpus)
+        held = self._held_now()
+        gpus = [g for g in self.gpus if g not in held]
+        metrics = gpu_metrics.sample_all(self.sampler, gpus)
+        now = time.monotonic()
+        for g in gpus:
+            self._sampled_at[g.index] = now
         for key, sample in metrics.items():
             try:
                 sample["foreign"] = self.foreign_processes(int(key))
@@ -85,7 +108,8 @@ class Telemetry:
                 sample["process_memory"] = self.process_memory(int(key))
             except Exception:
                 sample["process_memory"] = None
-        return metrics
+        # A held GPU keeps its last reading, its own time with it (the gate's counts, read by run(), stay fresh).
+        return metrics | {str(g.index): dict(self.latest[g.index]) for g in held if g.index in self.latest}
 
     # --- canaries -----------------------------------------------------------------
 

@@ -139,6 +139,10 @@ class RegionGranted(Event):
     wait_s: float = unread("seconds queued; the entry's steps follow")
     gap_s: float = unread("seconds of it the gate stayed open for the work the previous region held back "
                         "(`regions.gap_s`)", 0.0)
+    host_side_s: float = unread("seconds, before the close, other tenants' context creations and module loads in "
+                                "progress were let finish, new ones parked (`regions.host_side_wait_s`; absent "
+                                "before version 5)", 0.0)
+    host_side_left: int = unread("processes still inside one at that bound: their calls overlap the region", 0)
     close_s: float = unread()
     quiesce_s: float = unread()
     inside_at_close: dict[str, int] = unread("call class -> the other tenants' threads inside a gated call at the close",
@@ -193,9 +197,13 @@ class RegionReleased(Event):
     exit_temp_c: float | None = unread("", None)
     exit_throttle: list[str] | None = unread("", None)
     exit_on_clock: bool | None = unread("as `on_clock` of the grant", None)
-    exit_flags: list[str] = note("as `flags` of the grant, at the release", factory=list)
-    verdict: str = note("exclusivity certificate: `verified`, `violated` or `unknown` (docs/regions.md)", "unknown")
-    verdict_reasons: list[str] = note("one line per witness: gate, processes, clock", factory=list)
+    exit_flags: list[str] = note("as `flags` of the grant, at the release, and the hold's findings with their "
+                                 "figure (`cpu:waited-12.0ms`, `tenants:0-ended,2-in-driver`, `clock-dip:1650MHz`; "
+                                 "version 5)", factory=list)
+    verdict: str = note("certificate: `verified`, `perturbed` (exclusive, but the hold's evidence says its trials "
+                        "did not run as alone; version 5), `violated` or `unknown` (docs/regions.md)", "unknown")
+    verdict_reasons: list[str] = note("one line per witness: gate, processes, clock, then what the hold found (cpu, "
+                                      "tenants; version 5)", factory=list)
     integrity: dict[str, Any] | None = note(
         "measurement integrity of the holder's timed windows (docs/integrity.md): `windows`, `clean`, `summary`, "
         "`flags` {name: {count, reason}} for escaped, other_thread, empty, stream_mismatch, patched_harness; "

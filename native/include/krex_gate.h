@@ -26,18 +26,26 @@
  *   1. in_call += 1, in_class[c] += 1, and in_perturbing += 1 when c is
  *      perturbing                        (seq_cst read-modify-writes)
  *   2. w = gate_word                     (seq_cst)
- *   3. if (w & KREX_GATE_CLOSED) and holder != my tenant id and the runtime's
- *      heartbeat is fresh: withdraw the counts of step 1, park (spin, then FUTEX_WAIT on
+ *   3. if ((w & KREX_GATE_CLOSED) or (closed_classes & (1 << c))) and holder
+ *      != my tenant id and the runtime's heartbeat is fresh: withdraw the
+ *      counts of step 1, park (spin, then FUTEX_WAIT on
  *      gate_word != w, bounded by park_wait_ns so the heartbeat is re-read),
  *      then start again at 1.
  *   4. call the real driver; withdraw the counts of step 1.
- * Runtime, to give the GPU to tenant H:
+ * Runtime, to give the GPU to tenant H, first where another tenant is inside a
+ * host-side call (context creation, module loading: each touches the device
+ * and slowed a holder's trials, docs/BENCHMARKS.md), without stopping anyone's
+ * GPU work yet:
+ *   holder = H; closed_classes = host-side classes; gate_word += 2; full
+ *   barrier; wait (bounded) until no entry but H's is inside a host-side call.
+ * Then:
  *   holder = H; gate_word = (gate_word + 2) | CLOSED; generation += 1;
  *   full barrier; wait until in_perturbing == 0 (or in_call == 0, when told
  *   to wait for every call) in every live entry whose tenant is not H; for
  *   each such entry drain_req += 1 and FUTEX_WAKE(drain_req); wait
  *   (bounded) until drain_ack == drain_req. To reopen: gate_word = (gate_word
- *   + 2) & ~CLOSED; holder = KREX_GATE_NO_HOLDER; FUTEX_WAKE(gate_word, all).
+ *   + 2) & ~CLOSED; closed_classes = 0; holder = KREX_GATE_NO_HOLDER;
+ *   FUTEX_WAKE(gate_word, all).
  * Steps 1-2 against the runtime's store-then-load make the check race-free:
  * either the runtime sees the thread inside, or the thread sees the gate shut.
  * A thread the runtime did not wait for (inside a host-side call) sees the
@@ -53,8 +61,9 @@ extern "C" {
 #endif
 
 #define KREX_GATE_MAGIC 0x45544147584552ull /* "REXGATE\0" read as little-endian u64 */
-#define KREX_GATE_VERSION 2u /* 2: the header alone in the gate file, each tenant's entries in a file of
-                                 * its own; in_perturbing and in_class in the process entry */
+#define KREX_GATE_VERSION 3u /* 2: the header alone in the gate file, each tenant's entries in a file of
+                                 * its own; in_perturbing and in_class in the process entry;
+                                 * 3: closed_classes in the header */
 
 /* A tenant's entries file: printf(KREX_GATE_ENTRIES_FMT, gate path, tenant id). */
 #define KREX_GATE_ENTRIES_FMT "%s.%lld"
@@ -203,7 +212,8 @@ struct krex_gate_header {
     uint32_t reserved0;
     uint64_t closed_at_ns;   /* CLOCK_MONOTONIC of the last close (diagnostics) */
     uint64_t opened_at_ns;   /* CLOCK_MONOTONIC of the last open (diagnostics) */
-    uint8_t reserved[144];
+    uint32_t closed_classes; /* KREX_CLASS_BIT of each class closed to all but the holder, the gate open */
+    uint8_t reserved[140];
 };
 
 #ifndef __cplusplus

@@ -24,7 +24,7 @@ int main(void)
     printf("const.default_drain_timeout_ns %llu 0\n", KREX_GATE_DEFAULT_DRAIN_TIMEOUT_NS);
     H(magic); H(version); H(header_size); H(proc_size); H(max_procs); H(procs_offset);
     H(gate_word); H(holder); H(generation); H(heartbeat_ns); H(stale_after_ns);
-    H(park_wait_ns); H(spin_ns); H(drain_timeout_ns); H(runtime_pid); H(closed_at_ns); H(opened_at_ns);
+    H(park_wait_ns); H(spin_ns); H(drain_timeout_ns); H(runtime_pid); H(closed_at_ns); H(opened_at_ns); H(closed_classes);
     P(state); P(pid); P(tenant_id); P(start_time); P(in_call); P(parked); P(drain_req);
     P(drain_ack); P(drain_result); P(uses_cuda); P(contexts); P(fail_open); P(calls_total);
     P(parks_total); P(drains_total); P(calls); P(drain_ack_ns); P(in_perturbing); P(in_class);

@@ -1,11 +1,14 @@
-"""Region entry does not wait for other tenants inside host-side calls
-(regions/quiesce.py), per gate backend: real runtime, real tenants with the
+"""Region entry and other tenants inside host-side calls (context creation,
+module loading), per gate backend: real runtime, real tenants with the
 interception library preloaded on the simulated driver, whose context
 creation and module loading are made slow (KREX_SIM_CTX_CREATE_MS,
 KREX_SIM_MODULE_LOAD_MS).
 
-The bound stated by quiesce.py: entry waits for perturbing calls in progress
-at the close, never for a host-side call. Checked by order, not by timing: the
+Before the gate closes, entry parks new host-side calls and lets those in
+progress finish, for at most `regions.host_side_wait_s`, while everyone's GPU
+work goes on (gpu_regions.py). Past that bound (0 in the tests of it), the
+bound stated by quiesce.py: entry waits for perturbing calls in progress at
+the close, never for a host-side call. Checked by order, not by timing: the
 region is granted, held and released while the slow tenants are still inside
 their calls (their own CLOCK_MONOTONIC stamps), and their work after the call
 runs outside every region (the simulator's execution log).
@@ -18,6 +21,7 @@ from region_checks import check_exclusive, check_no_submissions_while_held, chec
 from runtime_helpers import (PY, TENANTS, cgroup_root, command_pid, finish, frozen_cgroups, gpu_state, krex_runtime,
                              output, region_results, snapshot, submit, trace_events)
 
+from krex_runtime.sim.execution_log import read_execution_log
 from krex_runtime.testing.local_runtime import wait_until
 
 SLOW_MS = 4000  # the host-side call; the region is granted and released well inside it
@@ -32,7 +36,7 @@ def _stamp(text: str, what: str) -> int | None:
 
 @pytest.mark.parametrize("backend", ["preload", "driver-lock"])
 def test_entry_lets_context_creation_and_module_loads_finish_outside(make_runtime, backend: str) -> None:
-    rt = krex_runtime(make_runtime, backend)
+    rt = krex_runtime(make_runtime, backend, host_side_wait_s=0)
     # One tenant with work behind it, inside a second context's creation; one
     # inside a module load right after creating its primary context.
     creating = submit(rt, PY, str(TENANTS / "startup.py"), "--warm", "--ctx-ms", str(SLOW_MS))
@@ -67,7 +71,7 @@ def test_entry_lets_context_creation_and_module_loads_finish_outside(make_runtim
 def test_entry_does_not_wait_for_a_launch_that_loads_its_function(make_runtime, backend: str) -> None:
     # CUDA's lazy loading: a function's first launch loads its code. The library
     # loads it before the launch, as a module-class call entry lets finish.
-    rt = krex_runtime(make_runtime, backend)
+    rt = krex_runtime(make_runtime, backend, host_side_wait_s=0)
     lazy = submit(rt, PY, str(TENANTS / "startup.py"), "--lazy-ms", str(SLOW_MS))
     wait_until(lambda: "launching" in output(rt, lazy), 60, "the tenant to start its first launch")
     done = rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "1", "--kernel-us", "200")
@@ -85,7 +89,7 @@ def test_entry_does_not_wait_for_a_launch_that_loads_its_function(make_runtime, 
 
 
 def test_a_tenant_let_run_is_frozen_once_its_call_returns(make_runtime) -> None:
-    rt = krex_runtime(make_runtime)
+    rt = krex_runtime(make_runtime, host_side_wait_s=0)
     loading = submit(rt, PY, str(TENANTS / "startup.py"), "--module-ms", "1500")
     wait_until(lambda: "loading" in output(rt, loading), 60, "the tenant to enter its module load")
     holder = submit(rt, PY, str(TENANTS / "regions.py"), "--regions", "1", "--kernel-us", "200", "--hold-s", "6")
@@ -106,8 +110,36 @@ def test_a_tenant_let_run_is_frozen_once_its_call_returns(make_runtime) -> None:
     check_exclusive(events, held, rt.root / "sim.log")
 
 
+@pytest.mark.parametrize("backend", ["preload", "driver-lock"])
+def test_entry_lets_a_context_creation_in_progress_finish_first_while_gpu_work_goes_on(make_runtime, backend) -> None:
+    rt = krex_runtime(make_runtime, backend, protection="gpu-only", host_side_wait_s=30)
+    busy = submit(rt, PY, str(TENANTS / "busy.py"), "2000", "4")
+    wait_until(lambda: "ready" in output(rt, busy), 60, "the busy tenant")
+    creating = submit(rt, PY, str(TENANTS / "startup.py"), "--warm", "--ctx-ms", "1500")
+    wait_until(lambda: "creating" in output(rt, creating), 60, "the tenant to enter its context creation")
+    done = rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "1", "--kernel-us", "200")
+    assert done.returncode == 0, done.stderr
+    granted = trace_events(rt, "region_granted")[-1]
+    assert granted["host_side_s"] > 0 and granted["host_side_left"] == 0, granted
+    assert granted["deferred"] == {}, granted  # nobody inside a host-side call in the region
+    closed_ns = granted["granted_mono_ns"] - int((granted["enter_s"] - granted["host_side_s"]) * 1e9)
+    wait_until(lambda: "created" in output(rt, creating), 60, "the creation to return")
+    assert _stamp(output(rt, creating), "created") < closed_ns  # it returned before the gate closed
+    # Meanwhile the busy tenant's kernels went on running: the wait stopped nobody's GPU work.
+    busy_pid = command_pid(rt, busy)
+    waited_from = closed_ns - int(granted["host_side_s"] * 1e9)
+    assert any(r.pid == busy_pid and waited_from <= r.start_ns < closed_ns
+               for r in read_execution_log(rt.root / "sim.log")), "no busy kernel while entry waited"
+    rt.krex("cancel", busy)
+    finish(rt, creating)
+    check_nothing_left(rt.run_dir)
+    rt.stop()
+    events, held = regions_of(rt.trace_path)
+    check_exclusive(events, held, rt.root / "sim.log")
+
+
 def test_entry_waits_for_every_call_when_told(make_runtime) -> None:
-    rt = krex_runtime(make_runtime, entry_waits_for="all")
+    rt = krex_runtime(make_runtime, entry_waits_for="all", host_side_wait_s=0)
     creating = submit(rt, PY, str(TENANTS / "startup.py"), "--warm", "--ctx-ms", "1500")
     wait_until(lambda: "creating" in output(rt, creating), 60, "the tenant to enter its context creation")
     done = rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "1", "--kernel-us", "200")

@@ -55,9 +55,11 @@ static bool heartbeat_stale(const struct krex_gate_header *gate, struct krex_gat
     return true;
 }
 
-static bool closed_for_us(const struct krex_gate_header *gate, uint32_t word)
+static bool closed_for_us(const struct krex_gate_header *gate, uint32_t word, unsigned klass)
 {
-    return (word & KREX_GATE_CLOSED) && __atomic_load_n(&gate->holder, __ATOMIC_SEQ_CST) != krex_gate_tenant();
+    bool closed = (word & KREX_GATE_CLOSED) ||
+                  (__atomic_load_n(&gate->closed_classes, __ATOMIC_SEQ_CST) & KREX_CLASS_BIT(klass));
+    return closed && __atomic_load_n(&gate->holder, __ATOMIC_SEQ_CST) != krex_gate_tenant();
 }
 
 /* Waits until the gate word moves away from `word` or the heartbeat goes
@@ -103,12 +105,12 @@ static unsigned class_of(unsigned i)
 
 /* The gate of the set closed to us now (its word in *word), or -1: a command
  * placed on several GPUs passes only when every one of its gates lets it. */
-static int closed_gate(unsigned n, uint32_t *word)
+static int closed_gate(unsigned n, unsigned klass, uint32_t *word)
 {
     for (unsigned g = 0; g < n; g++) {
         const struct krex_gate_header *gate = krex_gate_header_at(g);
         uint32_t w = __atomic_load_n(&gate->gate_word, __ATOMIC_SEQ_CST);
-        if (closed_for_us(gate, w) && !heartbeat_stale(gate, krex_gate_self_at(g))) {
+        if (closed_for_us(gate, w, klass) && !heartbeat_stale(gate, krex_gate_self_at(g))) {
             *word = w;
             return (int)g;
         }
@@ -133,7 +135,7 @@ int krex_gate_enter(unsigned i)
         for (unsigned g = 0; g < n; g++)
             announce(krex_gate_self_at(g), klass);
         uint32_t word = 0;
-        int closed = closed_gate(n, &word);
+        int closed = closed_gate(n, klass, &word);
         if (closed < 0) {
             /* Counted as it passes, so the counters say what reached the
              * driver: a region's holder can check nobody else's did. */
