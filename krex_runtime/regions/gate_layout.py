@@ -26,12 +26,14 @@ DRAIN_RESULTS = {DRAIN_OK: "ok", DRAIN_TIMED_OUT: "timed_out", DRAIN_ERROR: "err
 # enum krex_call_class, in order.
 CALL_CLASSES = (
     "launch", "host_func", "graph", "memcpy", "memset", "event",
-    "stream_memop", "mem_async", "context", "module", "other", "memcpy_sync", "memset_sync",
+    "stream_memop", "mem_async", "context", "module", "other", "memcpy_sync", "memset_sync", "memory",
 )
 CLASS_SLOTS = 16
-# KREX_CLASS_PERTURBING: classes whose calls region entry waits for (the
-# others are host-side: context creation and module loading).
-HOST_SIDE_CLASSES = frozenset({"context", "module"})
+# KREX_CLASS_PERTURBING: classes whose calls region entry waits for at the
+# close (the others are host-side: context creation, module loading, memory
+# allocation and release; the entry lets those in progress finish before it
+# closes the gate: gpu_regions.py).
+HOST_SIDE_CLASSES = frozenset({"context", "module", "memory"})
 PERTURBING_CLASSES = tuple(c for c in CALL_CLASSES if c not in HOST_SIDE_CLASSES)
 PERTURBING_MASK = sum(1 << i for i, c in enumerate(CALL_CLASSES) if c in PERTURBING_CLASSES)
 HOST_SIDE_MASK = sum(1 << i for i, c in enumerate(CALL_CLASSES) if c in HOST_SIDE_CLASSES)

@@ -130,8 +130,13 @@ extern "C" {
  *                      device during the call (after the work queued before
  *                      it, which the drain would wait for anyway), so entry
  *                      waits;
- *   host-side          context creation and module loading: no work of the
- *                      tenant's reaches a stream; entry does not wait for them.
+ *   host-side          context creation and teardown, module loading, memory
+ *                      allocation and release: no work of the tenant's
+ *                      reaches a stream, but the driver's own work for them
+ *                      (page tables, scrubbing, channels) slowed a holder's
+ *                      trials on the H100 (docs/BENCHMARKS.md); entry lets
+ *                      those in progress finish before it closes the gate
+ *                      (bounded), and does not wait for them at the close.
  *                      The thread finishes its call outside the critical path
  *                      and parks at its next gated call. */
 enum krex_call_class {
@@ -148,7 +153,8 @@ enum krex_call_class {
     KREX_CLASS_OTHER = 10,    /* other stream submissions (external semaphores, ...) */
     KREX_CLASS_MEMCPY_SYNC = 11, /* synchronous copies (cuMemcpy, cuMemcpyHtoD, ...) */
     KREX_CLASS_MEMSET_SYNC = 12, /* synchronous memsets (cuMemsetD8, ...) */
-    KREX_CLASS_COUNT = 13,
+    KREX_CLASS_MEMORY = 13,   /* device and pinned host memory: allocation, release, mapping; context teardown */
+    KREX_CLASS_COUNT = 14,
 };
 #define KREX_CLASS_SLOTS 16 /* room in the entry; classes beyond COUNT read 0 */
 

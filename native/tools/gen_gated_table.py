@@ -71,15 +71,14 @@ CLASSES: list[tuple[str, str]] = [
         r"cuMemAllocAsync|cuMemFreeAsync|cuMemAllocFromPoolAsync|cuMemPrefetch\w*Async"
         r"|cuMemDiscard\w*Async|cuMemBatchDecompressAsync",
     ),
-    # Host-side: entry does not wait for a thread inside these; it finishes its
-    # call outside the critical path and parks at its next gated call.
-    # Context creation is long (0.2-2 s under contention: a node-wide driver
-    # lock) and nearly all host and kernel-driver work: it reserves device
-    # memory and sets up channels and page tables, and puts none of the
-    # tenant's work on a stream; a new context has no work to be scheduled
-    # against the holder's. What the kernel driver does for the new memory
-    # (zeroing it) is the same as for an ungated cuMemAlloc, which no region
-    # has ever held back.
+    # Host-side: entry lets a thread inside these finish before the gate closes
+    # (bounded, regions.host_side_wait_s), never waits for it at the close; one
+    # still inside then parks at its next gated call. Context creation is long
+    # (0.2-2 s under contention: a node-wide driver lock) and nearly all host
+    # and kernel-driver work: it reserves device memory and sets up channels
+    # and page tables, and puts none of the tenant's work on a stream. Yet on
+    # the H100 a context created inside a region slowed its trials by up to
+    # 38% (docs/BENCHMARKS.md): the kernel driver's work is on the device.
     ("KREX_CLASS_CONTEXT", r"cuCtxCreate|cuDevicePrimaryCtxRetain"),
     # Module loading is mostly host work (parsing the fatbinary, JIT-compiling
     # PTX: seconds), ending with an upload of the module's code and static data
@@ -98,6 +97,19 @@ CLASSES: list[tuple[str, str]] = [
     # External semaphores (the device waits or signals) and sparse array
     # mapping (stream-ordered): stream work. Entry waits.
     ("KREX_CLASS_OTHER", r"cuSignalExternalSemaphoresAsync|cuWaitExternalSemaphoresAsync|cuMemMapArrayAsync"),
+    # Host-side too: device and pinned host memory allocated, released or
+    # mapped outside stream order, and context teardown. No work of the
+    # tenant's reaches a stream, but the kernel driver updates page tables,
+    # scrubs memory and tears down channels: on the H100 another process
+    # allocating and freeing 512 MiB in a loop slowed a timed trial by +6% at
+    # the median and +277% at the p99, pinning and unpinning host memory by
+    # +1400% at the p99 (benchmarks/perturbation_probe.py). Parked while a
+    # region is held; those in progress finish before the gate closes.
+    (
+        "KREX_CLASS_MEMORY",
+        r"cuMemAlloc\w*|cuMemFree\w*|cuMemHostAlloc|cuMemHostRegister|cuMemHostUnregister|cuMemCreate|cuMemRelease"
+        r"|cuMemMap|cuMemUnmap|cuCtxDestroy|cuDevicePrimaryCtxRelease|cuDevicePrimaryCtxReset",
+    ),
     # Watched, never gated: the elapsed time between two events and their
     # destruction (unprotected timings), and the host's waits for the device,
     # which join streams for measurement integrity (intercept_integrity.c).

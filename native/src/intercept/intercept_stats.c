@@ -36,7 +36,7 @@ static uint64_t events[N_EVENTS];
 
 static const char *const class_names[KREX_CLASS_COUNT] = {
     "launch", "host_func", "graph", "memcpy", "memset", "event",
-    "stream_memop", "mem_async", "context", "module", "other", "memcpy_sync", "memset_sync",
+    "stream_memop", "mem_async", "context", "module", "other", "memcpy_sync", "memset_sync", "memory",
 };
 
 void krex_stats_count(unsigned i)
