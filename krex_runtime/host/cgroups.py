@@ -126,6 +126,22 @@ class CgroupSlice:
             return None
         return cls(path, version, mount)
 
+    def cpu_usec(self, pid: int | None = None) -> int | None:
+        """CPU time used so far (us, cgroup v2's cpu.stat): by the whole slice,
+        or by the cgroup of process `pid` in it; None where it cannot say."""
+        if self.version != 2 or self.mount is None:
+            return None
+        where = self.path if pid is None else self.mount / own_cgroup("", pid).lstrip("/")
+        text = read_file(where / "cpu.stat")
+        for line in (text or "").splitlines():
+            key, _, value = line.partition(" ")
+            if key == "usage_usec":
+                try:
+                    return int(value)
+                except ValueError:
+                    return None
+        return None
+
     def holds(self, pid: int) -> bool:
         """Whether the process is in this slice (in any command's cgroup)."""
         if self.mount is None:

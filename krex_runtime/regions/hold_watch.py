@@ -11,6 +11,10 @@ between: observing must not perturb), and each finding carries its figure:
   queue; status: involuntary switches). A thread that waits for a core
   between its launches leaves the GPU idle inside the timed window. Perturbed
   when the wait passes `cpu_wait_share` of the hold (and `cpu_wait_min_ms`).
+  With it, a figure and no judgement: how many cores the other tenants kept
+  busy meanwhile (their cgroups' CPU time): on the H100 their load went with
+  a uniform slowdown of a process-mode holder's trials that the thread's own
+  statistics do not show (docs/BENCHMARKS.md).
 - **tenants**: other tenants' processes the entry left inside a context
   creation or module load (gpu_regions.py waits for them, bounded, before
   the close; past the bound they overlap the hold): perturbed, they slowed
@@ -65,6 +69,12 @@ class ClockHistory(Protocol):
     def clock_history(self, gpu: int, since_us: int) -> list[tuple[int, float]] | None: ...  # (wall us, MHz)
 
 
+class TenantsCpu(Protocol):
+    """host/cgroups.py's slice: CPU time of every tenant, or of one process's cgroup."""
+
+    def cpu_usec(self, pid: int | None = None) -> int | None: ...
+
+
 @dataclass(frozen=True)
 class HoldBounds:
     # Of the hold. On the H100 (docs/BENCHMARKS.md) regions whose measuring
@@ -85,6 +95,7 @@ class HoldStart:
     others: dict[int, int]  # other tenants' processes using CUDA at the grant: pid -> tenant id
     host_side: dict[int, int]  # left inside a context creation or module load at the grant: pid -> tenant id
     grant_mhz: float | None = None  # the SM clock the grant read
+    others_cpu_usec: int | None = None  # CPU time of the tenants but the holder's cgroup, so far
 
 
 @dataclass(frozen=True)
@@ -101,6 +112,7 @@ class HoldWatch:
     clocks: ClockHistory | None
     top_clock: Callable[[int], float | None]
     bounds: HoldBounds = HoldBounds()
+    tenants_cpu: TenantsCpu | None = None
 
     def start(self, pid: int, tid: int, others: list[Any], host_side: list[Any], grant_mhz: float | None = None) -> HoldStart:
         """`others`: the gate's entries of the other tenants (pid, tenant_id, uses_cuda);
@@ -113,7 +125,17 @@ class HoldWatch:
             others={e.pid: e.tenant_id for e in others if e.uses_cuda and _alive(e.pid)},
             host_side={e.pid: e.tenant_id for e in host_side},
             grant_mhz=grant_mhz,
+            others_cpu_usec=self._others_cpu(pid),
         )
+
+    def _others_cpu(self, pid: int) -> int | None:
+        if self.tenants_cpu is None:
+            return None
+        try:
+            every, holder = self.tenants_cpu.cpu_usec(), self.tenants_cpu.cpu_usec(pid)
+        except OSError:
+            return None
+        return None if every is None or holder is None else every - holder
 
     def finish(self, start: HoldStart, pid: int, tid: int, release_mhz: float | None = None) -> list[Finding]:
         """What the hold's readings found; `release_mhz`: the SM clock the release read."""
@@ -130,6 +152,9 @@ class HoldWatch:
         switches = now.involuntary - start.cpu.involuntary
         share = waited_ms / 1000 / hold_s if hold_s > 0 else 0.0
         text = f"measuring thread waited {waited_ms:.2f} ms for a core ({share:.2%} of the hold), {switches} involuntary switch(es)"
+        others = self._others_cpu(pid)
+        if others is not None and start.others_cpu_usec is not None and hold_s > 0:
+            text += f"; other tenants kept {(others - start.others_cpu_usec) / 1e6 / hold_s:.1f} core(s) busy"
         if waited_ms >= self.bounds.cpu_wait_min_ms and share > self.bounds.cpu_wait_share:
             return Finding("cpu", True, text, f"cpu:waited-{waited_ms:.1f}ms")
         return Finding("cpu", False, text)

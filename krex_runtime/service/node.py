@@ -29,7 +29,7 @@ from krex_runtime.regions import machinery
 from krex_runtime.regions.channel import RegionChannel
 from krex_runtime.regions.leases import CommandLeases, LeaseDesk
 from krex_runtime.regions.certificate import Certifier, GpuProcesses
-from krex_runtime.regions.hold_watch import HoldBounds, HoldWatch
+from krex_runtime.regions.hold_watch import HoldBounds, HoldWatch, TenantsCpu
 from krex_runtime.regions.machinery import RegionMachinery
 from krex_runtime.regions.tokens import RegionTokens
 from krex_runtime.service.event_log import EventLog
@@ -123,14 +123,14 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventLog, server: C
     if regions is not None and region_access is not None:
         leases = LeaseDesk(regions.manager, dispatcher, config.regions.lease_ttl_s)
         channel = RegionChannel(region_access.socket, regions.manager, tenancy.identify, config.regions, tokens)
-        certify_regions(regions, witnesses, tenancy, clocks, hold_bounds(config))
+        certify_regions(regions, witnesses, tenancy, clocks, hold_bounds(config), host.cgroup_slice)
     telemetry.foreign_processes = gpu_processes.foreign(witnesses, lambda pid: _is_tenant(tenancy, pid))
     telemetry.process_memory = gpu_processes.process_memory(witnesses, lambda pid: _is_tenant(tenancy, pid))
     return Node(config, gpus, dispatcher, telemetry, attachments, tenancy, canaries, regions, leases, channel)
 
 
 def certify_regions(regions: RegionMachinery, witnesses: GpuProcesses, tenancy: Tenancy, clocks: Clocks,
-                    bounds: HoldBounds) -> None:
+                    bounds: HoldBounds, tenants_cpu: TenantsCpu | None = None) -> None:
     """Every GPU's regions get their certificate (regions/certificate.py, hold_watch.py)."""
 
     def tenant_of(pid: int) -> int | None:
@@ -143,7 +143,7 @@ def certify_regions(regions: RegionMachinery, witnesses: GpuProcesses, tenancy: 
     regions.manager.attach_certifiers(
         lambda index, gate: Certifier(index, gate, witnesses, tenant_of, lambda pid: _is_tenant(tenancy, pid), clocks.now,
                                       changes_tenant=tenancy.acts_for_commands,
-                                      hold=HoldWatch(index, clocks, clocks.top, bounds))
+                                      hold=HoldWatch(index, clocks, clocks.top, bounds, tenants_cpu))
     )
 
 
