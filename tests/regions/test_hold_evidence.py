@@ -97,7 +97,7 @@ def test_a_hold_is_perturbed_by_a_busy_core_and_an_ending_tenant_and_flagged_by_
     (control / "release2").touch()
     dipped = released(rt, holder, 2)
     assert verified_but_for_this_machine(dipped), dipped  # a clock is a note, never a perturbation by itself
-    assert any("dipped to 1200 MHz" in r for r in dipped["reasons"] if r.startswith("clock:")), dipped
+    assert any("dipped to 1200 MHz" in r for r in trace_reasons(rt, dipped["region"]) if r.startswith("clock:")), dipped
     assert "clock-dip:1200MHz" in exit_flags(rt, dipped["region"])
 
     # 3: another tenant, a CUDA user, ends inside the region.
