@@ -130,8 +130,8 @@ extern "C" {
  *                      device during the call (after the work queued before
  *                      it, which the drain would wait for anyway), so entry
  *                      waits;
- *   host-side          context creation and teardown, module loading, memory
- *                      allocation and release: no work of the tenant's
+ *   host-side          context creation, module loading, memory allocation
+ *                      and release: no work of the tenant's
  *                      reaches a stream, but the driver's own work for them
  *                      (page tables, scrubbing, channels) slowed a holder's
  *                      trials on the H100 (docs/BENCHMARKS.md); entry lets
@@ -153,7 +153,7 @@ enum krex_call_class {
     KREX_CLASS_OTHER = 10,    /* other stream submissions (external semaphores, ...) */
     KREX_CLASS_MEMCPY_SYNC = 11, /* synchronous copies (cuMemcpy, cuMemcpyHtoD, ...) */
     KREX_CLASS_MEMSET_SYNC = 12, /* synchronous memsets (cuMemsetD8, ...) */
-    KREX_CLASS_MEMORY = 13,   /* device and pinned host memory: allocation, release, mapping; context teardown */
+    KREX_CLASS_MEMORY = 13,   /* device and pinned host memory: allocation, release, mapping */
     KREX_CLASS_COUNT = 14,
 };
 #define KREX_CLASS_SLOTS 16 /* room in the entry; classes beyond COUNT read 0 */
