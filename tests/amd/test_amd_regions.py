@@ -56,8 +56,8 @@ from krex_runtime.testing.local_runtime import wait_until
 HIP_TENANT = REPO / "native" / "build" / "tests" / "hip_tenant"
 
 
-def amd_runtime(make_runtime: Any, nvidia: int = 0, amd: int = 1, slots: int = 16) -> Any:
-    return make_runtime(policy="krex", sim=nvidia, sim_amd=amd, slots=slots, extra_config=regions_config())
+def amd_runtime(make_runtime: Any, nvidia: int = 0, amd: int = 1, slots: int = 16, **settings: object) -> Any:
+    return make_runtime(policy="krex", sim=nvidia, sim_amd=amd, slots=slots, extra_config=regions_config(**settings))
 
 
 def test_an_amd_tenant_gets_hip_and_its_gpu_alone(make_runtime: Any) -> None:
@@ -149,9 +149,10 @@ def test_sigkill_of_a_c_hip_holder_with_its_kernel_in_flight(make_runtime: Any) 
 
 def test_a_tenant_is_frozen_only_after_its_hip_initialisation(make_runtime: Any) -> None:
     """A tenant inside hipInit (3 s here: the simulated runtime's context
-    creation) when a region is entered is left running and frozen once out
-    of it (the HIP library makes initialisation a context-class call)."""
-    rt = amd_runtime(make_runtime)
+    creation) when a region is entered, past the entry's wait for host-side
+    calls (none here), is left running and frozen once out of it (the HIP
+    library makes initialisation a context-class call)."""
+    rt = amd_runtime(make_runtime, host_side_wait_s=0)
     starting = submit(rt, "env", "KREX_SIM_CTX_CREATE_MS=3000", PY, str(TENANTS / "busy.py"), "2000", "2", "1")
     time.sleep(1.0)  # inside its hipInit by now (start-up of Python is well under that)
     holder = submit(rt, PY, str(TENANTS / "regions.py"), "--regions", "1", "--kernel-us", "200", "--hold-s", "5")
