@@ -14,7 +14,7 @@ import os
 import sys
 from dataclasses import replace
 
-from krex_runtime.node.config import POLICIES, Config, ConfigError, load_config, validate
+from krex_runtime.node.config import POLICIES, Config, ConfigError, load_config, resolve_simulated_device, validate
 from krex_runtime.node.gpus import Gpu, GpuDiscoveryError, discover
 from krex_runtime.node.locks import ClaimError
 from krex_runtime.service.host import recover_left_state
@@ -43,7 +43,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--sim", type=int, metavar="N", help="serve N simulated GPUs instead of the real ones")
     p.add_argument("--policy", choices=POLICIES, help="override runtime.policy")
-    p.add_argument("--run-dir", metavar="DIR", help="override runtime.run_dir (sockets, trace, output)")
+    p.add_argument("--run-dir", metavar="DIR",
+                   help="override runtime.run_dir (sockets, trace, output); neither given: $KREX_RUN_DIR, else the system default")
     p.add_argument("--trace", metavar="FILE", help="override runtime.trace_path")
     p.add_argument(
         "--check-config", metavar="FILE",
@@ -69,7 +70,8 @@ def effective_config(args: argparse.Namespace) -> Config:
         runtime = replace(runtime, trace_path=args.trace)
     if args.sim is not None and args.sim < 1:
         raise ConfigError("--sim needs at least 1 GPU")
-    return validate(replace(config, runtime=runtime))
+    config = validate(replace(config, runtime=runtime))
+    return replace(config, gpus=replace(config.gpus, simulated_device=resolve_simulated_device(config)))
 
 
 def check_config(path: str) -> int:

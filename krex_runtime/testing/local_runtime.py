@@ -148,7 +148,7 @@ sample_interval_s = 0.5
                     *(["--trace", str(self.trace_file)] if self.trace_file else []),
                 ],
                 stdout=log,
-                env={**os.environ, **self.runtime_env},
+                env={**self.env, **self.runtime_env},
                 stderr=subprocess.STDOUT,
             )
         self._unanswered = "its control socket does not exist yet"
