@@ -10,6 +10,8 @@ import time
 from datetime import datetime
 from typing import Any
 
+from krex_runtime.wire.command_states import ended_state
+
 FINAL_STATES = ("finished", "failed", "cancelled", "timeout")
 STATE_GROUPS = {"active": ("queued", "running"), "ended": FINAL_STATES}
 STATES = ("queued", "running", *FINAL_STATES)
@@ -61,12 +63,18 @@ def row(record: dict[str, Any], argv: list[str]) -> dict[str, Any]:
     """One listed command, from its result record (a running one's so far)."""
     share = record.get("share") or ""
     return {
-        "id": record["id"], "state": record.get("state"), "label": record.get("label") or "",
+        "id": record["id"], "state": _ended(record), "label": record.get("label") or "",
         "user": share.split("/", 1)[0], "share": share, "gpu": record.get("gpu"), "mode": record.get("mode"),
         "submitted_at": record.get("submitted_at"), "started_at": record.get("started_at"),
         "finished_at": record.get("finished_at"), "exit_code": record.get("exit_code"),
         "signal": record.get("signal"), "reason": record.get("reason") or "", "argv": list(argv),
     }
+
+
+def _ended(record: dict[str, Any]) -> str | None:
+    """Its state, `failed` for an exit other than 0 whatever runtime recorded it (command_states.py)."""
+    state = record.get("state")
+    return ended_state(state, record.get("exit_code"), record.get("signal")) if isinstance(state, str) else state
 
 
 def matches(listed: dict[str, Any], body: Any) -> bool:

@@ -31,14 +31,18 @@ from krex_runtime.wire.event_check import EventError, check_event, check_fields
 from krex_runtime.wire.trace_segments import move_aside, segments
 
 FORMAT = "krex-trace"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 # Version 2 added the `trace_gap` record, version 3 the zygote events and
 # segments (a header's `part`); a version 1 or 2 trace is a valid version 3
 # one of one segment. Version 4 added regions over a set of GPUs (`gpus` on
 # the region events and command_started, `gpus` and `gpu_count` on
 # command_queued), fields a reader of version 3 may skip; a version 3 trace
 # is a valid version 4 one with every command and region on one GPU.
-READABLE_VERSIONS = (1, 2, 3, 4)
+# Version 5 says `failed` in command_finished for a command that exited with
+# a status other than 0 or was ended by a signal (earlier: `finished`); the
+# reducer reads an earlier trace's such command as `failed` too
+# (command_states.ended_state).
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 GAP = events.TraceGap.type
 
 log = logging.getLogger("krex.trace")

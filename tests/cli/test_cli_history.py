@@ -38,12 +38,13 @@ def test_ls_lists_commands_with_state_user_label_and_filters(rt: Runtime) -> Non
         rows = {r["id"]: r for r in listed(rt)}
         me = key_of_user(os.geteuid())
         assert rows[ok]["state"] == "finished" and rows[ok]["exit_code"] == 0 and rows[ok]["label"] == "bench-a"
-        assert rows[bad]["state"] == "finished" and rows[bad]["exit_code"] == 1
+        assert rows[bad]["state"] == "failed" and rows[bad]["exit_code"] == 1  # `finished` is exit status 0
         assert rows[bad]["user"] == me and rows[bad]["share"] == f"{me}/agent7"
         assert rows[sleeper]["state"] in ("queued", "running") and rows[sleeper]["argv"][0] == PY
         assert {r["id"] for r in listed(rt, "--label", "bench-*")} == {ok, bad}
         assert {r["id"] for r in listed(rt, "--state", "active")} == {sleeper}
-        assert {r["id"] for r in listed(rt, "--state", "finished", "--label", "bench-a")} == {ok}
+        assert {r["id"] for r in listed(rt, "--state", "finished", "--label", "bench-*")} == {ok}
+        assert {r["id"] for r in listed(rt, "--state", "failed", "--label", "bench-*")} == {bad}
         assert listed(rt, "--user", "nobody-at-all") == []
         assert {ok, bad, sleeper} <= {r["id"] for r in listed(rt, "--user", me, "--since", "1h")}
         assert listed(rt, "--until", "1h") == []

@@ -52,7 +52,7 @@ def test_run_streams_output_and_reports_json(runtime: Runtime) -> None:
     assert done.returncode == 5
     record = json.loads(done.stdout)  # one document; the command's output is inside it
     assert record["stdout"] == "line 0\nline 1\nline 2\n" and record["exit_status"] == 5
-    assert record["exit_code"] == 5 and record["gpu"] == 1 and record["state"] == "finished"
+    assert record["exit_code"] == 5 and record["gpu"] == 1 and record["state"] == "failed"
     assert record["started_at"] <= record["finished_at"]
     assert record["run_s"] >= 0 and record["queue_s"] >= 0
 
