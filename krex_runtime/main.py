@@ -14,7 +14,8 @@ import os
 import sys
 from dataclasses import replace
 
-from krex_runtime.node.config import POLICIES, Config, ConfigError, load_config, resolve_simulated_device, validate
+from krex_runtime.node.config import (POLICIES, Config, ConfigError, load_config, problem_of_file,
+                                      resolve_simulated_device, validate)
 from krex_runtime.node.gpus import Gpu, GpuDiscoveryError, discover
 from krex_runtime.node.locks import ClaimError
 from krex_runtime.service.host import recover_left_state
@@ -76,10 +77,9 @@ def effective_config(args: argparse.Namespace) -> Config:
 
 def check_config(path: str) -> int:
     """`--check-config FILE`: validate as a start would, start nothing."""
-    try:
-        validate(load_config(path))
-    except ConfigError as exc:
-        print(f"krex-runtime: {path}: {exc}".replace(f"{path}: {path}", path), file=sys.stderr)
+    problem = problem_of_file(path)
+    if problem:
+        print(f"krex-runtime: {problem}", file=sys.stderr)
         return FAILURE
     print(f"{path}: valid")
     return 0

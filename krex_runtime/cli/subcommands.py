@@ -344,6 +344,20 @@ def config_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_config_command(args: argparse.Namespace) -> int:
+    """`krex check-config FILE`: the file read as `krex-runtime --check-config` reads it."""
+    from krex_runtime.node.config import problem_of_file
+
+    problem = problem_of_file(args.file)
+    if problem:
+        return fail(args, "invalid_config", problem)
+    if args.json:
+        emit_json({"file": args.file, "valid": True})
+    else:
+        print(f"{args.file}: valid")
+    return 0
+
+
 def completion_command(args: argparse.Namespace) -> int:
     import argcomplete
 

@@ -515,6 +515,17 @@ def _settings(config: Config) -> list[tuple[str, Any]]:
 
 
 
+def problem_of_file(path: str) -> str:
+    """What is wrong with a config file, in one line that names it, read as a
+    start would read it; "" when it is valid (`krex-runtime --check-config`
+    and `krex check-config` say this)."""
+    try:
+        validate(load_config(path))
+    except ConfigError as exc:
+        return f"{path}: {exc}".replace(f"{path}: {path}", path)
+    return ""
+
+
 def resolve_run_dir(config: Config) -> Path:
     """runtime.run_dir, else where every client looks (KREX_RUN_DIR, else the
     system default): `--run-dir` has been folded into the config by then."""
