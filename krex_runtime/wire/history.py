@@ -20,13 +20,22 @@ STREAMS = ("stdout", "stderr")
 LOGS_CHUNK_BYTES = 1 << 20
 _AGO = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_NOW = re.compile(r"now(?:\s*-\s*(\d+(?:\.\d+)?\s*[smhd]))?", re.I)
+_DAYS = {"today": 0, "yesterday": 1}
 
 
 def parse_when(text: str) -> float:
     """A point in time as `--since`/`--until` take it: an age ("30s", "10m",
-    "2h", "1d": that long ago), unix seconds, or an ISO date and time in local
-    time ("2026-12-03T14:00", "14:00" for today)."""
+    "2h", "1d", "now-1h": that long ago; "now"), "today" or "yesterday" (its
+    start, local time), unix seconds, or an ISO date and time in local time
+    ("2026-12-03T14:00", "14:00" for today)."""
     text = text.strip()
+    now = _NOW.fullmatch(text)
+    if now:  # "now", "now-1h": as `date -d` and Grafana write it
+        text = now.group(1) or "0s"
+    day = _DAYS.get(text.lower())
+    if day is not None:  # the start of today or yesterday, local time
+        return datetime.combine(datetime.now().date(), datetime.min.time()).timestamp() - day * 86400
     ago = _AGO.fullmatch(text)
     if ago:
         return time.time() - float(ago.group(1)) * _UNIT_S[ago.group(2)]
@@ -40,7 +49,7 @@ def parse_when(text: str) -> float:
             return datetime.combine(datetime.now().date(), clock).timestamp()
         return datetime.fromisoformat(text).timestamp()
     except ValueError:
-        raise ValueError(f"{text!r} is not a time: give an age (30s, 10m, 2h, 1d), unix seconds or "
+        raise ValueError(f"{text!r} is not a time: give an age (30s, 10m, 2h, 1d, now-1h), today, yesterday, unix seconds or "
                          "an ISO time (2026-12-03T14:00, or 14:00 for today)") from None
 
 

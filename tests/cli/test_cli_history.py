@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Iterator
 
@@ -100,6 +101,10 @@ def test_when_takes_ages_unix_seconds_and_clock_times() -> None:
     assert abs(history.parse_when("10m") - (now - 600)) < 5
     assert history.parse_when("1700000000") == 1700000000.0
     assert history.parse_when("2026-12-03T14:00") > 1.7e9
+    # As `date -d` and dashboards write them: now, now-1h, today, yesterday (their start, local time).
+    assert abs(history.parse_when("now-1h") - (now - 3600)) < 5 and abs(history.parse_when("now") - now) < 5
+    midnight = datetime.combine(datetime.now().date(), datetime.min.time()).timestamp()
+    assert history.parse_when("today") == midnight and history.parse_when("yesterday") == midnight - 86400
     with pytest.raises(ValueError, match="is not a time"):
         history.parse_when("soon")
 
