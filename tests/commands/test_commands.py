@@ -35,7 +35,7 @@ def test_commands_submitted_and_waited_for_in_parallel(runtime: Runtime) -> None
         assert out == f"out-{i}\n"
         assert err == f"err-{i}\n"
     totals = read_final_totals(runtime)
-    assert totals["finished"] == 42
+    assert totals["finished"] == 6 and totals["failed"] == 36  # exit 0: finished; 1-6: failed
 
 
 def read_final_totals(runtime: Runtime) -> dict[str, int]:
