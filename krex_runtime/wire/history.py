@@ -107,7 +107,7 @@ def listed_table(reply: dict[str, Any]) -> str:
     rows = reply["commands"]
     if not rows:
         return "no commands match"
-    head = ("ID", "STATE", "EXIT", "USER", "LABEL", "SUBMITTED", "RUN", "COMMAND")
+    head = ("ID", "STATE", "EXIT", "GPU", "USER", "LABEL", "SUBMITTED", "WAIT", "RUN", "COMMAND")
     lines = [head] + [_cells(r) for r in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(head) - 1)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)) + "  " + line[-1] for line in lines).rstrip()
@@ -120,5 +120,10 @@ def _cells(r: dict[str, Any]) -> tuple[str, ...]:
     submitted = time.strftime("%m-%d %H:%M:%S", time.localtime(r["submitted_at"])) if r["submitted_at"] else "-"
     started, finished = r["started_at"], r["finished_at"]
     run = f"{(finished if finished is not None else time.time()) - started:.1f}s" if started is not None else "-"
+    # How long it queued: until it started, or (never started) until it ended or now.
+    queued_until = started if started is not None else finished if finished is not None else time.time()
+    wait = f"{queued_until - r['submitted_at']:.1f}s" if r["submitted_at"] else "-"
+    gpu = "-" if r["gpu"] is None else str(r["gpu"])
     share = r["share"] if r["share"] and r["share"] != r["user"] else r["user"]
-    return (r["id"], r["state"] or "", exit_, share or "-", r["label"] or "-", submitted, run, " ".join(r["argv"]))
+    return (r["id"], r["state"] or "", exit_, gpu, share or "-", r["label"] or "-", submitted, wait, run,
+            " ".join(r["argv"]))

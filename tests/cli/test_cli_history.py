@@ -52,6 +52,10 @@ def test_ls_lists_commands_with_state_user_label_and_filters(rt: Runtime) -> Non
         # The table: whole ids (they go into krex logs and cancel), and `history` is the same list.
         table = rt.krex("ls")
         assert table.returncode == 0 and table.stdout.startswith("ID ")
+        assert table.stdout.splitlines()[0].split()[:9] == ["ID", "STATE", "EXIT", "GPU", "USER", "LABEL", "SUBMITTED",
+                                                            "WAIT", "RUN"]
+        row = next(line.split() for line in table.stdout.splitlines() if line.startswith(bad))
+        assert row[1:4] == ["failed", "1", "0"] and row[8].endswith("s"), row  # its GPU, then how long it queued
         for cid in (ok, bad, sleeper):
             assert cid in table.stdout.split()
         assert rt.krex("history").stdout.splitlines()[0] == table.stdout.splitlines()[0]
