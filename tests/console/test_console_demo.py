@@ -109,7 +109,9 @@ def test_demo_opens_the_console_and_quits_cleanly(tmp_path: Path) -> None:
 
 
 def _listing(folder: Path) -> dict[str, int]:
-    """Every file under `folder` (sockets aside) with its inode."""
+    """What `folder` holds (a user's demo: its trace, logs and run dir), each
+    with its inode: removed or made afresh, it would change. What the run dir
+    holds comes and goes while that demo runs."""
     if not folder.exists():
         return {}
-    return {str(p.relative_to(folder)): p.stat().st_ino for p in folder.rglob("*") if p.is_file()}
+    return {p.name: p.stat().st_ino for p in folder.iterdir()}
