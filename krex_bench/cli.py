@@ -272,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
                   markup=False, highlight=False, soft_wrap=True)
     with SetupProgress(console) as meter:  # a bar per setup while its commands run; the lines as before
         data = runner.run(plan, opts, results, progress=meter.line, argv=["krex", "bench", *argv], meter=meter)
+    if data.get("stopped"):
+        return fail(f"stopped: a setup's runtime did not start: {data['stopped']} (no report; "
+                    f"`krex bench run --sim` runs on a simulated GPU; results in {results})", args.json)
     if args.merge:
         data["runs"] = combine(json.loads(args.merge.read_text())["runs"], data["runs"])
         results.write_text(json.dumps(data, indent=1))

@@ -24,7 +24,7 @@ from typing import Any, Callable, Protocol
 
 from krex_bench import suite, workload
 from krex_bench.setups import Setup
-from krex_runtime.testing.local_runtime import Runtime
+from krex_runtime.testing.local_runtime import Runtime, RuntimeExited
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 COMMAND_TIMEOUT_S = 600.0
@@ -357,6 +357,16 @@ def run(
         t0 = time.monotonic()
         try:
             record = run_setup(setup, work, opts, folder, meter)
+        except RuntimeExited as exc:
+            # Its runtime could not start (no usable GPU, a GPU another runtime holds): every setup
+            # after it would end the same way, each after its own start-up. Stop here, in its one line.
+            data["stopped"] = exc.line
+            data["runs"].append({"setup": setup.to_dict(), "error": exc.line})
+            out.write_text(json.dumps(data, indent=1))
+            progress(f"[{n + 1}/{len(setups)}] {setup.label}: its runtime did not start")
+            if not opts.keep:
+                shutil.rmtree(folder, ignore_errors=True)
+            break
         except Exception as exc:  # one broken setup must not lose the others' results
             record = {"setup": setup.to_dict(), "error": f"{type(exc).__name__}: {exc}"}
         # Which GPU measured it: a merged run may come from another machine

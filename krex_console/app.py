@@ -26,7 +26,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
+from textual.widgets import Input, Static, TabbedContent, TabPane
 
 from krex_console import actions
 from krex_console import format as fmt
@@ -38,7 +38,7 @@ from krex_console.views.command_list import CommandDetailScreen, CommandsTable
 from krex_console.views.events import EventsTable
 from krex_console.views.gpu_detail import GpuDetailScreen, summarize_gpu
 from krex_console.views.overview import OverviewTable
-from krex_console.widgets import FIELD, FilterInput, StatusBar
+from krex_console.widgets import FIELD, FilterInput, KeysFooter, StatusBar
 from krex_runtime.wire.state import GpuState
 
 RENDER_EVERY_S = 0.1  # at most 10 repaints a second, however fast events come
@@ -65,10 +65,10 @@ class KrexConsole(App[None]):
         Binding("escape", "back", "Back", show=False),
         Binding("q", "quit", "Quit"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
-        Binding("space", "toggle_play", "Play/pause"),
+        Binding("space", "toggle_play", "Play"),
         Binding("n", "step", "Step"),
-        Binding("plus,equals_sign", "faster", "Faster"),
-        Binding("minus", "slower", "Slower"),
+        Binding("plus,equals_sign", "faster", "Fast"),
+        Binding("minus", "slower", "Slow"),
         Binding("g", "seek", "Seek"),
         Binding("left_square_bracket", "jump(-10)", "-10 s", show=False),
         Binding("right_square_bracket", "jump(10)", "+10 s", show=False),
@@ -127,7 +127,7 @@ class KrexConsole(App[None]):
                     yield FilterInput(placeholder="filter: words, e.g. region gpu:1 (Enter keeps, Esc clears)",
                                       id="events-filter")
                     yield EventsTable()
-        yield Footer()
+        yield KeysFooter()
 
     def compose_panes(self) -> ComposeResult:
         """Panes before the node's own (a cluster console's Nodes view)."""

@@ -25,6 +25,7 @@ class RegionRecord:
     frozen: list[int]
     released_t: float | None = None
     reason: str = ""
+    verdict: str = ""  # its certificate's, at its release ("" before, and in traces older than certificates)
 
 
 class EventLog:
@@ -86,6 +87,7 @@ class EventLog:
                 record.stats |= {k: v for k, v in event.items() if k.endswith("_s")}
                 record.released_t = event.get("t")
                 record.reason = event.get("reason", "")
+                record.verdict = str(event.get("verdict") or "")
 
     def regions_of_gpu(self, gpu: int) -> list[RegionRecord]:
         return list(self.regions.get(gpu, {}).values())

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
-from textual.widgets import Input, Static
+from textual import events
+from textual.widgets import Footer, Input, Static
 
 # Between the header's fields: where it may go on to a second line.
 FIELD = "\x1f"
@@ -51,3 +52,16 @@ class StatusBar(Static):
 
 class FilterInput(Input):
     DEFAULT_CSS = "FilterInput { display: none; height: 3; } FilterInput.shown { display: block; }"
+
+
+class KeysFooter(Footer):
+    """The keys of the view. Below WIDE columns it is compact and leaves out
+    the command palette's hint (ctrl+p still opens it; `?` lists every key),
+    so that an 80-column terminal shows every key whole."""
+
+    WIDE = 120
+
+    def on_resize(self, event: events.Resize) -> None:
+        narrow = event.size.width < self.WIDE
+        self.compact = narrow
+        self.show_command_palette = not narrow

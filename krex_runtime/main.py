@@ -14,7 +14,8 @@ import os
 import sys
 from dataclasses import replace
 
-from krex_runtime.node.config import POLICIES, Config, ConfigError, load_config, validate
+from krex_runtime.node.config import (POLICIES, Config, ConfigError, load_config, problem_of_file,
+                                      resolve_simulated_device, validate)
 from krex_runtime.node.gpus import Gpu, GpuDiscoveryError, discover
 from krex_runtime.node.locks import ClaimError
 from krex_runtime.service.host import recover_left_state
@@ -43,7 +44,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--sim", type=int, metavar="N", help="serve N simulated GPUs instead of the real ones")
     p.add_argument("--policy", choices=POLICIES, help="override runtime.policy")
-    p.add_argument("--run-dir", metavar="DIR", help="override runtime.run_dir (sockets, trace, output)")
+    p.add_argument("--run-dir", metavar="DIR",
+                   help="override runtime.run_dir (sockets, trace, output); neither given: $KREX_RUN_DIR, else the system default")
     p.add_argument("--trace", metavar="FILE", help="override runtime.trace_path")
     p.add_argument(
         "--check-config", metavar="FILE",
@@ -69,15 +71,15 @@ def effective_config(args: argparse.Namespace) -> Config:
         runtime = replace(runtime, trace_path=args.trace)
     if args.sim is not None and args.sim < 1:
         raise ConfigError("--sim needs at least 1 GPU")
-    return validate(replace(config, runtime=runtime))
+    config = validate(replace(config, runtime=runtime))
+    return replace(config, gpus=replace(config.gpus, simulated_device=resolve_simulated_device(config)))
 
 
 def check_config(path: str) -> int:
     """`--check-config FILE`: validate as a start would, start nothing."""
-    try:
-        validate(load_config(path))
-    except ConfigError as exc:
-        print(f"krex-runtime: {path}: {exc}".replace(f"{path}: {path}", path), file=sys.stderr)
+    problem = problem_of_file(path)
+    if problem:
+        print(f"krex-runtime: {problem}", file=sys.stderr)
         return FAILURE
     print(f"{path}: valid")
     return 0

@@ -2,12 +2,12 @@
 # Install everything and start the demo: a runtime on 4 simulated GPUs under
 # policy krex, a synthetic kernel-agent workload, and the operator console
 # (krex-console). Quitting the console (q or Ctrl-C) ends all three. Files
-# of the run are kept in .demo/.
+# of the run are kept in .demo/ (KREX_DEMO_DIR: elsewhere), emptied at start.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 
-demo=$PWD/.demo
+demo=${KREX_DEMO_DIR:-$PWD/.demo}
 rm -rf "$demo"
 mkdir -p "$demo"
 export KREX_RUN_DIR=$demo/run

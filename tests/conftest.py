@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -15,6 +18,21 @@ from krex_runtime.node import native_build
 from krex_runtime.host.cgroups import CgroupSlice
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.sim.device_file import remove_device
+
+
+# Nothing a test starts may meet what a user or another runtime on this
+# machine holds: a client that names no runtime looks in this run's own
+# folder (where none serves), never the system default's, and a runtime
+# started without a run dir or simulated device of its own gets both from it
+# (config.resolve_simulated_device). One per test process (each xdist worker).
+_ISOLATED = Path(tempfile.mkdtemp(prefix="krex-tests-"))
+os.environ["KREX_RUN_DIR"] = str(_ISOLATED / "run")
+for _name in ("KREX_ENDPOINT", "KREX_CONFIG", "KREX_DEMO_DIR"):
+    os.environ.pop(_name, None)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_ISOLATED, ignore_errors=True)
 
 
 def _signal_state() -> tuple[object, frozenset[int]]:

@@ -12,7 +12,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Label, Log, Static
+from textual.widgets import DataTable, Label, Log, Static
 from textual.worker import get_current_worker
 
 from krex_console import format as fmt
@@ -21,7 +21,7 @@ from krex_console.model import ConsoleModel
 from krex_console.views.bindings import KILL_BINDING, ActionGate, CommandActions
 from krex_console.views.columns import Column, Row
 from krex_console.views.table_sync import FittedTable, selected_key
-from krex_console.widgets import StatusBar
+from krex_console.widgets import KeysFooter, StatusBar
 from krex_runtime.wire import protocol
 from krex_runtime.wire.control_client import ControlClient, RuntimeUnavailable
 from krex_runtime.wire.state import CommandInfo
@@ -41,15 +41,15 @@ def _run_s(cmd: CommandInfo, now: float) -> float | None:
     return (cmd.finished_at if cmd.finished_at is not None else now) - cmd.started_at
 
 
-COLUMNS = [
+COLUMNS = [  # how it ended (state, exit) and whose it is are never dropped for room
     Column("id", "ID", 0, hotkey="I"),
-    Column("label", "Label", 3, cap=24, hotkey="L"),
+    Column("label", "Label", 4, cap=24, hotkey="L"),
     Column("state", "State", 0, hotkey="S"),
     Column("gpu", "GPU", 1, hotkey="G"),
-    Column("tenant", "Tenant", 4, hotkey="T"),
-    Column("run", "Run time", 1, hotkey="R"),
-    Column("exit", "Exit", 3, hotkey="E"),
-    Column("argv", "Command", 2, flex=True, hotkey="C", least=30),
+    Column("tenant", "Tenant", 1, hotkey="T"),
+    Column("run", "Run time", 2, hotkey="R"),
+    Column("exit", "Exit", 0, hotkey="E"),
+    Column("argv", "Command", 3, flex=True, hotkey="C", least=20),
 ]
 # `s` steps through these (None: newest first, the view's own order).
 SORT_CYCLE: list[str | None] = [None, "state", "gpu", "run", "label"]
@@ -151,7 +151,17 @@ def region_summary(model: ConsoleModel, command_id: str) -> str:
         f" entry {fmt.duration(total('enter_s') / n)} mean (drain {fmt.duration(total('drain_s') / n)},"
         f" freeze {fmt.duration(total('freeze_s') / n)}), exit thaw {fmt.duration(total('thaw_s') / n)} mean;"
         f" froze {sum(len(r.frozen) for r in records)} tenant(s)"
+        f"{verdicts_text(records)}"
     )
+
+
+def verdicts_text(records: list[Any]) -> str:
+    """Its regions' verdicts by count ("; verdicts verified 3, violated 1"); "" before any release."""
+    counts: dict[str, int] = {}
+    for r in records:
+        if r.verdict:
+            counts[r.verdict] = counts.get(r.verdict, 0) + 1
+    return "; verdicts " + ", ".join(f"{v} {n}" for v, n in sorted(counts.items())) if counts else ""
 
 
 def ended_text(result: dict[str, Any]) -> str:
@@ -203,7 +213,7 @@ class CommandDetailScreen(CommandActions, Screen[None]):
             yield Static(id="command-summary")
             yield Label(f"Output of {self.command_id} (last {OUTPUT_LINES} lines)")
             yield Log(id="output", max_lines=OUTPUT_LINES)
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self._ready = True

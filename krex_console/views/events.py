@@ -11,6 +11,7 @@ from krex_console import format as fmt
 from krex_console.model import ConsoleModel
 from krex_console.views.columns import Column, Row
 from krex_console.views.table_sync import FittedTable
+from krex_runtime.wire.command_states import ended_state
 
 MAX_ROWS = 400  # scrolled back further, the filter or the trace has the rest
 TYPE_STYLE = {
@@ -23,15 +24,23 @@ SHOWN_ELSEWHERE = frozenset({"seq", "t", "type", "gpu", "id", "argv"})
 
 
 def subject(event: dict[str, Any]) -> str:
+    """Who or what the event is about, with how it ended where it did: a
+    released region's verdict, an ended command's state and exit."""
     if "region" in event:
-        return f"region {event['region']} t{event.get('tenant_id', '?')}"
+        verdict = f" {event['verdict']}" if event.get("verdict") else ""
+        return f"region {event['region']} t{event.get('tenant_id', '?')}{verdict}"
+    if event.get("type") == "command_finished":
+        state = ended_state(str(event.get("state", "")), event.get("exit_code"), event.get("signal"))
+        code = f" exit {event['exit_code']}" if event.get("exit_code") else ""
+        sig = f" signal {event['signal']}" if event.get("signal") else ""
+        return f"{event.get('id', '')} {state}{code}{sig}"
     return str(event.get("id", ""))
 
 
 def detail(event: dict[str, Any]) -> str:
     parts = []
     for key, value in event.items():
-        if key in SHOWN_ELSEWHERE or key in ("region", "tenant_id") or value in (None, "", [], {}):
+        if key in SHOWN_ELSEWHERE or key in ("region", "tenant_id", "verdict") or value in (None, "", [], {}):
             continue
         if key == "node" and event.get("type") != "runtime_started":
             continue  # a cluster's tag (relay, merged trace), not a field: the view is that node's already
@@ -55,7 +64,7 @@ COLUMNS = [
     Column("t", "Time", 0, hotkey="T"),
     Column("type", "Event", 0, hotkey="E"),
     Column("gpu", "GPU", 1, hotkey="G"),
-    Column("subject", "Subject", 2, cap=22, hotkey="S"),
+    Column("subject", "Subject", 2, cap=30, hotkey="S"),
     Column("detail", "Detail", 3, flex=True, hotkey="D", least=20),
 ]
 

@@ -10,7 +10,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import Footer, Label, Static
+from textual.widgets import Label, Static
 
 from krex_console import format as fmt
 from krex_console.event_log import RegionRecord
@@ -18,20 +18,41 @@ from krex_console.model import ConsoleModel, gpu_by_uuid, gpu_figures, holder_te
 from krex_console.views.bindings import GPU_ACTION_BINDINGS, ActionGate, GpuActions
 from krex_console.views.columns import Column, Row
 from krex_console.views.table_sync import FittedTable
-from krex_console.widgets import StatusBar
+from krex_console.widgets import KeysFooter, StatusBar
 from krex_runtime.wire.state import GpuState
 
 TIMELINE_ROWS = 50
 BAR_WIDTH = 12
 
 
-def describe_gpu(model: ConsoleModel, gpu: GpuState) -> str:
+NARROW = 110  # below this many columns the GPU's panel says the same in short lines, one each
+
+
+def describe_gpu(model: ConsoleModel, gpu: GpuState, width: int = 0) -> str:
     f = gpu_figures(model.state, gpu, model.now)
     t = getattr(gpu, "telemetry", None)
     canary = getattr(gpu, "canary", None)
     pool = getattr(gpu, "pool", None)
     throttle = fmt.get(t, "throttle")
+    throttled = ", ".join(throttle) if isinstance(throttle, list) and throttle else (
+        "none" if isinstance(throttle, list) else fmt.NA)
     sim = fmt.get(t, "simulated")
+    if 0 < width < NARROW:
+        return "\n".join(line for line in [
+            f"[b]GPU {gpu.index}[/b]  {gpu.name}{'  AMD' if gpu.vendor == 'amd' else ''}"
+            f"{'  [i](sim)[/i]' if gpu.simulated else ''}  {gpu.uuid}",
+            f"holder {f['holder']}  hold {f['hold']}  RQ {f['region_queue']}  AQ {f['admission_queue']}"
+            f"  lease {f['lease']}  admission {f['admission']}",
+            f"running {f['running']}  parked {f['parked']}  draining {f['draining']}  frozen {f['frozen']}"
+            f" {gpu.frozen if gpu.frozen else ''} regions {gpu.regions_granted}{verdict_text(gpu)}{foreign_text(t)}",
+            f"inflation in {f['inflation_p50']}/{f['inflation_p95']}  out {fmt.inflation(fmt.get(canary, 'outside_p50'))}/"
+            f"{fmt.inflation(fmt.get(canary, 'outside_p95'))}  contention {fmt.factor(fmt.get(canary, 'contention'))}",
+            f"util {f['util']}  mem {fmt.memory_short(fmt.get(t, 'mem_used'), fmt.get(t, 'mem_total'))}"
+            f"  SM {f['sm_clock']}  temp {f['temp']}  power {fmt.value(fmt.get(t, 'power_w'), 'W')}  throttle {throttled}",
+            "pool " + pool_text(pool) + share_text(gpu),
+            process_memory_text(model, t),
+            isolation_text(gpu),
+        ] if line)
     lines = [
         f"[b]GPU {gpu.index}[/b]  {gpu.uuid}  {gpu.name}{'  AMD' if gpu.vendor == 'amd' else ''}{'  [i](simulated)[/i]' if gpu.simulated else ''}"
         f"  memory {fmt.bytes_(gpu.memory_total)}  cpus {','.join(map(str, gpu.cpus)) or fmt.NA}",
@@ -44,7 +65,7 @@ def describe_gpu(model: ConsoleModel, gpu: GpuState) -> str:
         f"util {f['util']}  memory {f['memory']}  SM {f['sm_clock']}"
         f"  mem clock {fmt.value(fmt.get(t, 'mem_clock_mhz'), 'MHz')}  temp {f['temp']}"
         f"  power {fmt.value(fmt.get(t, 'power_w'), 'W')}"
-        f"  throttle {', '.join(throttle) if isinstance(throttle, list) and throttle else ('none' if isinstance(throttle, list) else fmt.NA)}"
+        f"  throttle {throttled}"
         f"{'  [i](simulated telemetry)[/i]' if sim else ''}",
         "pool " + pool_text(pool) + share_text(gpu),
         process_memory_text(model, t),
@@ -178,6 +199,9 @@ def isolation_text(gpu: GpuState) -> str:
     return "  ".join(parts)
 
 
+VERDICT_STYLE = {"verified": "green", "violated": "bold red", "unknown": "yellow"}
+
+
 def region_row(model: ConsoleModel, r: RegionRecord, longest: float) -> Row:
     s = r.stats
     hold = s.get("hold_s")
@@ -201,6 +225,7 @@ def region_row(model: ConsoleModel, r: RegionRecord, longest: float) -> Row:
         "hold": Text.assemble(f"{fmt.duration(hold):>7} ", bar),
         "thaw": fmt.duration(s.get("thaw_s")),
         "frozen": ",".join(map(str, r.frozen)) or "-",
+        "verdict": Text(r.verdict or "-", style=VERDICT_STYLE.get(r.verdict, "dim")),
         "reason": r.reason or ("holding" if r.released_t is None else ""),
     }
     order = {"region": r.region, "at": -r.granted_t, "wait": s.get("wait_s"), "drain": s.get("drain_s"),
@@ -233,6 +258,7 @@ class RegionsTable(FittedTable):
         Column("hold", "Hold", 0, hotkey="O"),
         Column("thaw", "Thaw", 5, hotkey="T"),
         Column("frozen", "Frozen", 6, hotkey="Z"),
+        Column("verdict", "Verdict", 1, hotkey="V"),
         Column("reason", "Reason", 2, flex=True, hotkey="N", least=10),
     ]
 
@@ -264,7 +290,7 @@ class GpuDetailScreen(GpuActions, Screen[None]):
     whatever order the rows are in. Esc goes back."""
 
     DEFAULT_CSS = """
-    GpuDetailScreen #gpu-summary { height: auto; max-height: 40%; overflow-y: auto; padding: 0 1; border: round $accent; }
+    GpuDetailScreen #gpu-summary { height: auto; max-height: 50%; overflow-y: auto; padding: 0 1; border: round $accent; }
     GpuDetailScreen #gpu-plot { height: auto; padding: 0 1; }
     GpuDetailScreen DataTable { height: 1fr; }
     GpuDetailScreen Label { padding: 0 1; text-style: bold; }
@@ -288,7 +314,7 @@ class GpuDetailScreen(GpuActions, Screen[None]):
             yield TenantsTable(id="tenants")
             yield Label("Recent regions (newest first): wait, drain, freeze, entry, hold, thaw")
             yield RegionsTable(id="regions")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self._ready = True
@@ -305,7 +331,7 @@ class GpuDetailScreen(GpuActions, Screen[None]):
         if gpu is None:
             summary.update(f"GPU {self.uuid} is not in the node's state (yet)")
             return
-        summary.update(describe_gpu(model, gpu))
+        summary.update(describe_gpu(model, gpu, self.size.width or self.app.size.width))
         self.query_one("#gpu-plot", Static).update(plot(model, gpu, self.size.width or self.app.size.width))
         tenants = []
         for cid in gpu.running:

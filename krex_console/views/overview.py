@@ -18,23 +18,23 @@ from krex_runtime.wire.state import GpuState
 
 # Priorities: what an 80x24 terminal must show first (which GPU, who holds
 # it, how busy it is, how trustworthy its timings are), what a wider one adds.
-COLUMNS = [
+COLUMNS = [  # priorities: who holds and who is held back (frozen, parked, draining, leased) first, at 80 columns too
     Column("gpu", "GPU", 0, hotkey="G"),
     Column("holder", "Holder", 1, cap=12, hotkey="H", least=8),
-    Column("hold", "Hold", 3, hotkey="O", least=7),
+    Column("hold", "Hold", 4, hotkey="O", least=7),
     Column("region_queue", "RQ", 2, hotkey="R"),
-    Column("admission_queue", "AQ", 4, hotkey="A"),
+    Column("admission_queue", "AQ", 5, hotkey="A"),
     Column("running", "Run", 0, hotkey="U", least=6),
-    Column("parked", "Park", 8, hotkey="P"),
-    Column("draining", "Drain", 9, hotkey="N"),
-    Column("frozen", "Frz", 5, hotkey="F"),
-    Column("lease", "Lease", 7, hotkey="L", least=8),
-    Column("admission", "Admit", 2, hotkey="D", least=6),  # least: "paused" never widens it (no rebuild)
+    Column("parked", "Park", 2, hotkey="P"),
+    Column("draining", "Drain", 2, hotkey="N"),
+    Column("frozen", "Frz", 1, hotkey="F"),
+    Column("lease", "Lease", 1, hotkey="L", least=8),
+    Column("admission", "Admit", 3, hotkey="D", least=6),  # least: "paused" never widens it (no rebuild)
     Column("inflation", "Infl p50/p95", 2, hotkey="I"),
-    Column("util", "Util", 3, hotkey="T"),
-    Column("memory", "Memory", 4, hotkey="M", least=7),
-    Column("sm_clock", "SM", 6, hotkey="S", least=7),
-    Column("temp", "Temp", 7, hotkey="E"),
+    Column("util", "Util", 5, hotkey="T"),
+    Column("memory", "Memory", 6, hotkey="M", least=7),
+    Column("sm_clock", "SM", 7, hotkey="S", least=7),
+    Column("temp", "Temp", 8, hotkey="E"),
     Column("name", "Device", 10, flex=True, hotkey="V"),
 ]
 

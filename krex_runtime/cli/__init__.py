@@ -21,6 +21,7 @@ from krex_runtime.cli.subcommands import (
     WITH_RUNTIME,
     UsageError,
     check_cluster,
+    check_config_command,
     check_usage,
     completion_command,
     config_command,
@@ -79,7 +80,7 @@ def _main(argv: list[str]) -> int:
         if args.verb in external.EXTERNAL:  # after krex's own options (`krex --run-dir D bench ...`)
             return _external(args.verb, args.external_args, args)
         local = {"trace": trace_command, "keys": keys_command, "config": config_command,
-                 "completion": completion_command}.get(args.verb)
+                 "check-config": check_config_command, "completion": completion_command}.get(args.verb)
         if local is not None:
             return local(args)
         return _with_runtime(args)

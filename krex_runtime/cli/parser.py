@@ -1,5 +1,6 @@
 """`krex`'s command line: one subcommand per verb of the table (wire/verbs.py)
-plus the client-side ones (run, trace, keys, config, completion, bench), every one
+plus the client-side ones (run, trace, keys, config, check-config, completion,
+bench), every one
 with `--json`.
 
 A usage error exits 125 like every other KREX failure (argparse's own 2
@@ -95,7 +96,9 @@ def build_parser(version: Callable[[], str]) -> Parser:
         sp.add_argument(
             "--mode", choices=modes, default=None,
             help="how it runs (default: the runtime's dispatcher.default_mode): process, its own process tree; "
-            "forked, forked from the GPU's preloaded zygote; pooled, a Python entry point run in a warm context process",
+            "forked, forked from the GPU's preloaded zygote; pooled, a Python entry point run in a warm context process; "
+            "forwarded, its own process tree with its CUDA driver calls run in a warm context server "
+            "(native programs; needs the runtime's forward.servers_per_gpu)",
         )
         sp.add_argument("--auto-region", action=argparse.BooleanOptionalAction, default=None,
                         help="run timing harnesses (do_bench, torch Timer, cupyx benchmark) in regions "
@@ -149,6 +152,12 @@ def build_parser(version: Callable[[], str]) -> Parser:
         "unit", help="the systemd unit, its paths this install's krex-runtime "
         "(krex config unit > /etc/systemd/system/krex-runtime.service)",
     )
+    check = sub.add_parser(
+        "check-config", parents=js,
+        help="read a runtime's config file as krex-runtime would and say whether it is valid (exit 0), "
+             "else what is wrong in one line (exit 125)",
+    )
+    check.add_argument("file", help="a krex-runtime config (TOML), e.g. /etc/krex/krex.toml")
     completion = sub.add_parser(
         "completion", parents=js,
         help="print the shell code that completes krex (e.g. eval \"$(krex completion bash)\")",

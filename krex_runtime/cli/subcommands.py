@@ -162,7 +162,7 @@ def _cancel_quietly(handle: Handle) -> None:
 
 
 def _say_end(result: Result, asked_auto_region: bool = False) -> None:
-    if asked_auto_region and not result.auto_regions and result.state == "finished":
+    if asked_auto_region and not result.auto_regions and (result.exit_code is not None or result.signal):
         print(f"krex: warning: {result.id}: --auto-region wrapped nothing: it called no timing harness KREX knows "
               "(do_bench, torch Timer, cupyx benchmark; name yours with --auto-region-entry MODULE:FUNC), "
               "so no timing of it ran in a region", file=sys.stderr)
@@ -178,7 +178,7 @@ def _say_end(result: Result, asked_auto_region: bool = False) -> None:
     if any(result.output_lost.values()):
         lost = ", ".join(f"{n} bytes of {stream}" for stream, n in sorted(result.output_lost.items()) if n)
         print(f"krex: warning: {result.id}: its output files lost {lost} ({result.output_error})", file=sys.stderr)
-    if result.state != "finished" or result.reason:
+    if result.reason or result.state not in ("finished", "failed") or result.exit_code is None:
         print(f"krex: {result.id} {result.state}: {result.reason}".rstrip(": "), file=sys.stderr)
 
 
@@ -341,6 +341,20 @@ def config_command(args: argparse.Namespace) -> int:
     except FileNotFoundError as exc:
         return fail(args, "not_shipped", str(exc))
     sys.stdout.write(text)
+    return 0
+
+
+def check_config_command(args: argparse.Namespace) -> int:
+    """`krex check-config FILE`: the file read as `krex-runtime --check-config` reads it."""
+    from krex_runtime.node.config import problem_of_file
+
+    problem = problem_of_file(args.file)
+    if problem:
+        return fail(args, "invalid_config", problem)
+    if args.json:
+        emit_json({"file": args.file, "valid": True})
+    else:
+        print(f"{args.file}: valid")
     return 0
 
 

@@ -46,6 +46,7 @@ from krex_runtime.node.sink import EventSink
 from krex_runtime.tenant.pooled_entry import EntryError, parse_entry
 from krex_runtime.wire import events
 from krex_runtime.wire.bodies import SubmitBody
+from krex_runtime.wire.command_states import ended_state
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 
 log = logging.getLogger("krex.dispatcher")
@@ -471,6 +472,7 @@ class Dispatcher:
         self._finished_now(job, outcome, state)
 
     def _finished_now(self, job: Job, outcome: Outcome, state: str) -> None:
+        state = ended_state(state, outcome.exit_code, outcome.signal)  # `finished` is exit status 0
         job.outcome, job.state, job.finished_at = outcome, state, time.time()
         # Read to their end, and gone: nothing a tenant wrote stays in the run folder.
         job.auto_regions = auto_regions.wrapped(self.reports.close(job.auto_region_report))

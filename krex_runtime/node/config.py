@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from krex_runtime.wire.bodies import Mode
 from krex_runtime.tenant.auto_region import parse_entry
-from krex_runtime.wire.endpoints import default_run_dir
+from krex_runtime.wire.endpoints import client_run_dir, default_run_dir
 from krex_runtime.wire.toml_file import load_toml
 
 Policy = Literal["command", "ungated", "krex"]
@@ -132,7 +132,7 @@ class GpuSection:
     simulated_amd: int = 0
     # Whose real GPUs to discover: NVML's, AMD SMI's, or both ("all").
     vendor: Literal["nvidia", "amd", "all"] = "nvidia"
-    simulated_device: str = "default"
+    simulated_device: str = ""  # "": the run dir's own (resolve_simulated_device)
     simulated_log: str = ""
     visible: tuple[int, ...] = ()
 
@@ -375,7 +375,8 @@ def validate(config: Config) -> Config:
             "regions.gate_backend = \"driver-lock\" is NVIDIA's checkpoint lock; AMD GPUs need \"preload\"",
         ),
         (
-            config.gpus.simulated_device.replace("-", "").replace("_", "").isalnum(),
+            not config.gpus.simulated_device
+            or config.gpus.simulated_device.replace("-", "").replace("_", "").isalnum(),
             "gpus.simulated_device may hold only letters, digits, '-' and '_'",
         ),
     ]
@@ -524,8 +525,33 @@ def _settings(config: Config) -> list[tuple[str, Any]]:
 
 
 
+def problem_of_file(path: str) -> str:
+    """What is wrong with a config file, in one line that names it, read as a
+    start would read it; "" when it is valid (`krex-runtime --check-config`
+    and `krex check-config` say this)."""
+    try:
+        validate(load_config(path))
+    except ConfigError as exc:
+        return f"{path}: {exc}".replace(f"{path}: {path}", path)
+    return ""
+
+
 def resolve_run_dir(config: Config) -> Path:
-    return Path(config.runtime.run_dir) if config.runtime.run_dir else default_run_dir()
+    """runtime.run_dir, else where every client looks (KREX_RUN_DIR, else the
+    system default): `--run-dir` has been folded into the config by then."""
+    return Path(config.runtime.run_dir) if config.runtime.run_dir else client_run_dir()
+
+
+def resolve_simulated_device(config: Config) -> str:
+    """gpus.simulated_device, else a name of the run dir's own ("default" for
+    the system's default run dir): a run dir serves one runtime at a time, so
+    two runtimes with run dirs of their own never meet on one simulated device."""
+    if config.gpus.simulated_device:
+        return config.gpus.simulated_device
+    run_dir = resolve_run_dir(config)
+    if run_dir == default_run_dir():
+        return "default"
+    return "rd" + hashlib.sha256(str(run_dir.absolute()).encode()).hexdigest()[:12]
 
 
 def resolve_lock_dir(config: Config) -> Path:

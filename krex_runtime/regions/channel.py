@@ -53,6 +53,7 @@ from typing import Callable
 
 from krex_runtime.regions import cpu_slices
 from krex_runtime.node.config import RegionSection
+from krex_runtime.regions.certificate import Witness
 from krex_runtime.regions.gpu_sets import RegionSet
 from krex_runtime.regions.region_manager import RegionManager
 from krex_runtime.regions.requests import RegionRefused, Request
@@ -99,6 +100,10 @@ class Connection:
     req: Request | RegionSet | None = None  # its request, from ENTER until it is released or ends ungranted
     released: Request | RegionSet | None = None  # the last one it released: VERDICT tells its certificate
     ended: str = ""  # why the runtime ended it (its requester died), for the release's reason
+    # A region inside its own lease: the witnesses read at its grant, then, at its release, its verdict
+    # (told at once; the lease's own certificate comes when the lease ends).
+    in_lease: Witness | None | bool = False
+    lease_verdict: tuple[str, list[str]] | None = None
 
 
 class RegionChannel:
@@ -288,6 +293,10 @@ class RegionChannel:
             await send(conn.writer, "ERROR EINVAL this connection holds no region")
             return
         conn.released = req
+        if req.kind != "region" and conn.in_lease is not False:
+            verdict, reasons = self.manager.certify_in_lease(req, conn.in_lease or None)
+            conn.lease_verdict = verdict, [*reasons, f"lease: inside lease {req.seq} of this command"]
+            conn.in_lease = False
         # What the tenant's library saw of its timed windows (docs/integrity.md),
         # into the certificate the release makes.
         counts, patched = integrity.parse_exit(arg)
@@ -310,12 +319,15 @@ class RegionChannel:
         if req is None:
             await send(conn.writer, "ERROR EINVAL this connection has released no region")
             return
-        try:
-            await asyncio.wait_for(req.certified.wait(), VERDICT_WAIT_S)
-        except asyncio.TimeoutError:
-            await send(conn.writer, f"ERROR ETIMEDOUT region {req.seq} has no verdict yet")
-            return
-        verdict, reasons = req.verdict
+        if req.kind != "region" and conn.lease_verdict is not None:
+            verdict, reasons = conn.lease_verdict  # a region inside a lease: certified at its release
+        else:
+            try:
+                await asyncio.wait_for(req.certified.wait(), VERDICT_WAIT_S)
+            except asyncio.TimeoutError:
+                await send(conn.writer, f"ERROR ETIMEDOUT region {req.seq} has no verdict yet")
+                return
+            verdict, reasons = req.verdict
         text = " | ".join(r.replace("|", "/") for r in reasons)
         await send(conn.writer, f"VERDICT {req.seq} {verdict} {text}")  # long reasons cut: the trace has them whole
 
@@ -326,6 +338,7 @@ class RegionChannel:
         lease = self.manager.leased_to(who.gpu, who.tenant_id)
         if lease is not None:  # inside its own lease a region is a no-op
             conn.req = lease
+            conn.in_lease = self.manager.witness_in_lease(lease, conn.pid)
             await send(writer, f"GRANTED {lease.seq}")
             return True
         req = conn.req = self.manager.new_request(

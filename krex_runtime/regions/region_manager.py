@@ -15,7 +15,7 @@ import itertools
 from typing import Callable
 
 from krex_runtime.host.tenant_registry import TenantRegistry
-from krex_runtime.regions.certificate import Certifier
+from krex_runtime.regions.certificate import Certifier, Witness, certify
 from krex_runtime.regions.gate import Gate
 from krex_runtime.regions.gpu_regions import GpuRegions
 from krex_runtime.regions.gpu_sets import RegionSet, RegionSets, SharedHolds
@@ -87,6 +87,16 @@ class RegionManager:
     def leased_to(self, gpu: int, tenant_id: int) -> Request | None:
         """The lease this tenant holds on the GPU: its regions are already exclusive."""
         return self._gpus[gpu].leased_to(tenant_id)
+
+    def witness_in_lease(self, lease: Request, pid: int) -> Witness | None:
+        """A region its lease's holder enters (granted at once): the witnesses
+        its certificate compares its release with, read now."""
+        r = self._gpus[lease.gpu]
+        return r.certifier.start(lease.tenant_id, pid, r.clock_probe(lease.gpu)) if r.certifier is not None else None
+
+    def certify_in_lease(self, lease: Request, witness: Witness | None) -> tuple[str, list[str]]:
+        """That region's verdict at its release, at once: the lease it is in ends later."""
+        return certify(self._gpus[lease.gpu].certifier, witness, lease.tenant_id)
 
     def uncertified(self, command_id: str) -> list[asyncio.Event]:
         """The certificates this command's regions are still owed, on every GPU."""

@@ -266,6 +266,12 @@ class RuntimeService:
             self.config.runtime.policy,
             endpoints.control(host.run_dir),
         )
+        clients_look = os.environ.get(endpoints.RUN_DIR_ENV)
+        if clients_look and Path(clients_look).absolute() != host.run_dir.absolute():
+            # The run dir is found as every client finds it (--run-dir, else KREX_RUN_DIR, else the
+            # default), runtime.run_dir standing in for --run-dir: here the two part.
+            log.warning("%s=%s here, where krex and krex-console will look; this runtime serves in %s "
+                        "(--run-dir or runtime.run_dir)", endpoints.RUN_DIR_ENV, clients_look, host.run_dir)
         slice_ = host.cgroup_slice
         log.info("cgroups: %s", f"v{slice_.version} at {slice_.path}" if slice_ else "none; using process groups")
         pool = node.dispatcher.pool

@@ -40,6 +40,16 @@ def wait_until(predicate: Any, timeout_s: float = 30.0, what: str = "condition",
     raise AssertionError(f"timed out waiting for {what}")
 
 
+class RuntimeExited(AssertionError):
+    """The runtime exited before it answered; `line` is the last line of its
+    log (a runtime that cannot start says why in one)."""
+
+    def __init__(self, returncode: int, log: str) -> None:
+        super().__init__(f"runtime exited with {returncode}:\n{log}")
+        self.returncode = returncode
+        self.line = next((line for line in reversed(log.splitlines()) if line.strip()), f"exit status {returncode}")
+
+
 @dataclass
 class Runtime:
     """A krex-runtime process on simulated GPUs (sim=0: the node's real GPUs), in its own folders."""
@@ -148,7 +158,7 @@ sample_interval_s = 0.5
                     *(["--trace", str(self.trace_file)] if self.trace_file else []),
                 ],
                 stdout=log,
-                env={**os.environ, **self.runtime_env},
+                env={**self.env, **self.runtime_env},
                 stderr=subprocess.STDOUT,
             )
         self._unanswered = "its control socket does not exist yet"
@@ -166,7 +176,7 @@ sample_interval_s = 0.5
 
     def _answers(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
-            raise AssertionError(f"runtime exited with {self.proc.returncode}:\n{self.log_path.read_text()}")
+            raise RuntimeExited(self.proc.returncode, self.log_path.read_text())
         if not (self.run_dir / "control.sock").exists():
             return False
         try:

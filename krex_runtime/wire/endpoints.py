@@ -13,6 +13,7 @@ from pathlib import Path
 CONTROL_SOCKET = "control.sock"
 CONTROL_READ_ONLY_SOCKET = "control-ro.sock"
 TELEMETRY_SOCKET = "telemetry.sock"
+RUN_DIR_ENV = "KREX_RUN_DIR"  # the run dir, for every client and a runtime whose config names none
 SOCKETS = (CONTROL_SOCKET, CONTROL_READ_ONLY_SOCKET, TELEMETRY_SOCKET)  # what a runtime binds in its run dir
 
 
@@ -37,7 +38,7 @@ def default_run_dir() -> Path:
 
 
 def client_run_dir() -> Path:
-    env = os.environ.get("KREX_RUN_DIR")
+    env = os.environ.get(RUN_DIR_ENV)
     return Path(env) if env else default_run_dir()
 
 

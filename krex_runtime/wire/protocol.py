@@ -193,6 +193,7 @@ CommandState = Literal["queued", "running", "finished", "timeout", "cancelled", 
 FINAL_STATES: frozenset[str] = frozenset({"finished", "timeout", "cancelled", "failed"})
 
 
+
 def exit_status_of(result: dict[str, Any]) -> int:
     """The exit status `krex run` / `krex wait` give for a command's result."""
     if result["state"] == "timeout":

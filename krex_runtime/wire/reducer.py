@@ -19,6 +19,7 @@ from krex_runtime.wire import events
 from krex_runtime.wire.event_check import EventError, describe
 from krex_runtime.wire.events import DEFAULT_KEEP_FINISHED
 from krex_runtime.wire.model import REGIONS_KEPT, CommandInfo, GpuState, NodeState
+from krex_runtime.wire.command_states import ended_state
 
 Reducer = Callable[[NodeState, dict[str, Any]], None]
 # What runtime_started says of each GPU that the state keeps as it is.
@@ -98,11 +99,11 @@ def _command_finished(s: NodeState, e: dict[str, Any]) -> None:
             if cmd.id in other.running:
                 other.running.remove(cmd.id)
         s.gpus[cmd.gpu].finished += 1
-    cmd.state, cmd.finished_at = e["state"], e["t"]
     cmd.exit_code, cmd.signal, cmd.reason = e.get("exit_code"), e.get("signal"), e.get("reason", "")
+    cmd.state, cmd.finished_at = ended_state(e["state"], cmd.exit_code, cmd.signal), e["t"]
     cmd.auto_regions, cmd.unprotected_timings = list(e.get("auto_regions", [])), e.get("unprotected_timings", 0)
     cmd.untracked_timings = e.get("untracked_timings", 0)
-    _count(s, e["state"])
+    _count(s, cmd.state)
     s.finished_order.append(cmd.id)
     while len(s.finished_order) > s.keep_finished:
         s.commands.pop(s.finished_order.popleft(), None)

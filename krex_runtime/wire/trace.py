@@ -38,9 +38,13 @@ FORMAT_VERSION = 5
 # the region events and command_started, `gpus` and `gpu_count` on
 # command_queued), fields a reader of version 3 may skip; a version 3 trace
 # is a valid version 4 one with every command and region on one GPU. Version 5
-# added the verdict `perturbed`, the hold's findings (region_released's
-# verdict_reasons and exit_flags) and region_granted's host_side_s and
-# host_side_left; a version 4 trace is a valid version 5 one.
+# says `failed` in command_finished for a command that exited with a status
+# other than 0 or was ended by a signal (earlier: `finished`; the reducer
+# reads an earlier trace's such command as `failed` too:
+# command_states.ended_state), and adds the verdict `perturbed`, the hold's
+# findings (region_released's verdict_reasons and exit_flags) and
+# region_granted's host_side_s and host_side_left; a version 4 trace is
+# otherwise a valid version 5 one.
 READABLE_VERSIONS = (1, 2, 3, 4, 5)
 GAP = events.TraceGap.type
 

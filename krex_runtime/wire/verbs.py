@@ -159,7 +159,8 @@ LIST = Verb(
                                    "comma-separated, or active (queued,running), ended (the others)"}),
         Arg(("--label",), {"help": "only this label, or a glob of labels ('bench-*')"}),
         Arg(("--since",), {"type": _when, "metavar": "WHEN",
-                           "help": "only those submitted since WHEN: an age (10m, 2h, 1d), unix seconds or an ISO time"}),
+                           "help": "only those submitted since WHEN: an age (10m, 2h, 1d, now-1h), today, "
+                                   "yesterday, unix seconds or an ISO time"}),
         Arg(("--until",), {"type": _when, "metavar": "WHEN", "help": "only those submitted until WHEN (as --since)"}),
         Arg(("--user",), {"help": "only those this user submitted (key:NAME for a tcp client's key)"}),
     ),

@@ -66,3 +66,14 @@ def test_every_file_the_map_names_exists() -> None:
     everything = {p.name for p in REPO.rglob("*") if ".venv" not in p.parts and ".git" not in p.parts}
     names = set(re.findall(r"\b([a-z_]+\.(?:py|c|h|toml))\b", DOC))
     assert not sorted(names - everything), f"docs/architecture.md names files that do not exist: {sorted(names - everything)}"
+
+
+def test_the_readme_names_every_system_package_setup_installs() -> None:
+    """scripts/setup.sh may install system packages (as root): the README says which."""
+    setup = (REPO / "scripts" / "setup.sh").read_text()
+    readme = (REPO / "README.md").read_text()
+    installed = [w for line in setup.splitlines() if "apt-get install" in line and "echo" not in line
+                 for w in line.split("apt-get install", 1)[1].split() if not w.startswith(("-", ">", "&"))]
+    assert installed, "setup.sh installs no system package any more: drop this test"
+    for package in installed:
+        assert f"`{package}`" in readme, f"scripts/setup.sh installs {package}; the README does not say so"

@@ -227,6 +227,22 @@ def test_a_report_without_a_native_run_says_why(tmp_path: Path) -> None:
     assert "no native run" in done.stderr
 
 
+def test_without_a_usable_gpu_it_stops_at_the_first_setup_in_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = krex_bench(
+        "run", "--scale", "0.25", "--problems", "softmax,gelu", "--concurrency", "2", "--out", str(out),
+        "--work-dir", str(tmp_path / "work"),
+    )  # fmt: skip
+    data = json.loads((out / "results.json").read_text())
+    if done.returncode == 0 or not data.get("stopped"):
+        pytest.skip("this machine has a GPU a runtime can serve")
+    assert done.returncode == 125 and "Traceback" not in done.stderr and "AssertionError" not in done.stderr
+    assert len(data["runs"]) == 1, [r.get("error") for r in data["runs"]]  # not every setup, each failing alike
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("krex bench: stopped: a setup's runtime did not start: krex-runtime: ") and "--sim" in last
+    assert "[2/" not in done.stderr
+
+
 @pytest.mark.gpu
 def test_a_small_gpu_run_has_every_command_ok(tmp_path: Path) -> None:
     out = tmp_path / "out"

@@ -331,3 +331,29 @@ def test_readme_lists_every_subcommand_once_per_doc() -> None:
         assert words in section
     listed = re.findall(r"^- (docs/\S+)", readme, re.M)
     assert len(listed) == len(set(listed)), f"a doc is listed twice: {listed}"
+    # Each subcommand's synopsis (its lines, up to the next `krex`) names every option it takes,
+    # and every value of an option with choices (the modes).
+    for name, parser in sub.choices.items():
+        if name in ("bench", "history"):  # its own program's options (krex bench --help); ls's alias
+            continue
+        synopsis = _synopsis(section, name)
+        for action in parser._actions:
+            flags = [f for f in action.option_strings if f.startswith("--")]
+            if not flags or flags[0] in ("--help", "--json", "--wait"):
+                continue
+            shown = synopsis + (" " + _synopsis(section, "run") if name == "submit" else "")  # [same options]
+            assert any(f in shown for f in flags), f"README: `krex {name}` lacks {flags[0]}"
+            for choice in action.choices or ():
+                assert choice in shown, f"README: `krex {name} {flags[0]}` lacks {choice}"
+
+
+def _synopsis(section: str, name: str) -> str:
+    """The README's lines of `krex NAME`: from its line to the next `krex`."""
+    return " ".join(re.findall(rf"(?:^|/ )krex {re.escape(name)}\b.*(?:\n(?!krex ).*)*", section, re.M))
+
+
+def test_run_help_describes_every_mode() -> None:
+    sub = next(a for a in build_parser("test")._actions if isinstance(a, argparse._SubParsersAction))
+    mode = next(a for a in sub.choices["run"]._actions if "--mode" in a.option_strings)
+    for choice in mode.choices:
+        assert f"{choice}, " in mode.help, f"krex run --help does not describe --mode {choice}"

@@ -6,12 +6,15 @@ installed wheel, without this checkout.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import tomllib
+import typing
 from pathlib import Path
 
 from runtime_helpers import REPO
 
+from krex_runtime.node.config import Config
 from krex_runtime.testing.local_runtime import command
 
 
@@ -41,8 +44,42 @@ def test_check_config_says_what_is_wrong_in_one_line(tmp_path: Path) -> None:
         assert done.returncode == 125 and done.stdout == "", done
         assert len(done.stderr.splitlines()) == 1 and says in done.stderr and "Traceback" not in done.stderr, done.stderr
         assert done.stderr.startswith(f"krex-runtime: {tmp_path / name}: "), done.stderr
+        # `krex check-config` says the same, as krex says its failures.
+        same = run(*command("krex"), "check-config", str(tmp_path / name), cwd=tmp_path)
+        assert (same.returncode, same.stdout) == (125, "") and same.stderr == "krex: " + done.stderr[len("krex-runtime: "):]
     missing = run(*command("krex-runtime"), "--check-config", str(tmp_path / "none.toml"))
     assert missing.returncode == 125 and missing.stderr == f"krex-runtime: {tmp_path / 'none.toml'}: config file not found\n"
+    valid = run(*command("krex"), "check-config", "--json", str(REPO / "configs" / "default.toml"))
+    assert valid.returncode == 0 and valid.stdout.strip() == (
+        f'{{"file": "{REPO / "configs" / "default.toml"}", "valid": true}}'), valid
+
+
+def test_the_default_config_names_every_key_of_the_schema() -> None:
+    """configs/default.toml (`krex config default`) is every section and key
+    the runtime reads, each at its built-in default (test_config checks the values)."""
+    doc = tomllib.loads((REPO / "configs" / "default.toml").read_text())
+
+    def keys(cls: type, prefix: str = "") -> list[str]:
+        hints = typing.get_type_hints(cls)
+        found = []
+        for f in dataclasses.fields(cls):
+            if f.name == "source":
+                continue
+            if dataclasses.is_dataclass(hints[f.name]):
+                found += keys(hints[f.name], f"{prefix}{f.name}.")
+            else:
+                found.append(prefix + f.name)
+        return found
+
+    def has(path: str) -> bool:
+        table: object = doc
+        for part in path.split("."):
+            if not isinstance(table, dict) or part not in table:
+                return False
+            table = table[part]
+        return True
+
+    assert [k for k in keys(Config) if not has(k)] == []
 
 
 def test_config_unit_is_the_shipped_unit_with_this_installs_runtime() -> None:

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Iterator
 
@@ -38,18 +39,23 @@ def test_ls_lists_commands_with_state_user_label_and_filters(rt: Runtime) -> Non
         rows = {r["id"]: r for r in listed(rt)}
         me = key_of_user(os.geteuid())
         assert rows[ok]["state"] == "finished" and rows[ok]["exit_code"] == 0 and rows[ok]["label"] == "bench-a"
-        assert rows[bad]["state"] == "finished" and rows[bad]["exit_code"] == 1
+        assert rows[bad]["state"] == "failed" and rows[bad]["exit_code"] == 1  # `finished` is exit status 0
         assert rows[bad]["user"] == me and rows[bad]["share"] == f"{me}/agent7"
         assert rows[sleeper]["state"] in ("queued", "running") and rows[sleeper]["argv"][0] == PY
         assert {r["id"] for r in listed(rt, "--label", "bench-*")} == {ok, bad}
         assert {r["id"] for r in listed(rt, "--state", "active")} == {sleeper}
-        assert {r["id"] for r in listed(rt, "--state", "finished", "--label", "bench-a")} == {ok}
+        assert {r["id"] for r in listed(rt, "--state", "finished", "--label", "bench-*")} == {ok}
+        assert {r["id"] for r in listed(rt, "--state", "failed", "--label", "bench-*")} == {bad}
         assert listed(rt, "--user", "nobody-at-all") == []
         assert {ok, bad, sleeper} <= {r["id"] for r in listed(rt, "--user", me, "--since", "1h")}
         assert listed(rt, "--until", "1h") == []
         # The table: whole ids (they go into krex logs and cancel), and `history` is the same list.
         table = rt.krex("ls")
         assert table.returncode == 0 and table.stdout.startswith("ID ")
+        assert table.stdout.splitlines()[0].split()[:9] == ["ID", "STATE", "EXIT", "GPU", "USER", "LABEL", "SUBMITTED",
+                                                            "WAIT", "RUN"]
+        row = next(line.split() for line in table.stdout.splitlines() if line.startswith(bad))
+        assert row[1:4] == ["failed", "1", "0"] and row[8].endswith("s"), row  # its GPU, then how long it queued
         for cid in (ok, bad, sleeper):
             assert cid in table.stdout.split()
         assert rt.krex("history").stdout.splitlines()[0] == table.stdout.splitlines()[0]
@@ -99,6 +105,10 @@ def test_when_takes_ages_unix_seconds_and_clock_times() -> None:
     assert abs(history.parse_when("10m") - (now - 600)) < 5
     assert history.parse_when("1700000000") == 1700000000.0
     assert history.parse_when("2026-12-03T14:00") > 1.7e9
+    # As `date -d` and dashboards write them: now, now-1h, today, yesterday (their start, local time).
+    assert abs(history.parse_when("now-1h") - (now - 3600)) < 5 and abs(history.parse_when("now") - now) < 5
+    midnight = datetime.combine(datetime.now().date(), datetime.min.time()).timestamp()
+    assert history.parse_when("today") == midnight and history.parse_when("yesterday") == midnight - 86400
     with pytest.raises(ValueError, match="is not a time"):
         history.parse_when("soon")
 

@@ -82,7 +82,7 @@ def test_node_traces_from_real_runtimes_merge_by_time(make_runtime, tmp_path: Pa
     assert [e["type"] for e in cluster.events if e["node"] == "node-b"].count("runtime_started") == 2
     # Each node's history still folds through the one reducer.
     assert replay(cluster.nodes["node-b"]).totals["finished"] == 2
-    assert replay(cluster.nodes["node-a"]).totals == {"submitted": 2, "finished": 2}
+    assert replay(cluster.nodes["node-a"]).totals == {"submitted": 2, "finished": 1, "failed": 1}  # one exited 3
 
     done = krex_trace("--json", str(directory))
     assert done.returncode == 0, done.stderr

@@ -35,7 +35,7 @@ def test_commands_submitted_and_waited_for_in_parallel(runtime: Runtime) -> None
         assert out == f"out-{i}\n"
         assert err == f"err-{i}\n"
     totals = read_final_totals(runtime)
-    assert totals["finished"] == 42
+    assert totals["finished"] == 6 and totals["failed"] == 36  # exit 0: finished; 1-6: failed
 
 
 def read_final_totals(runtime: Runtime) -> dict[str, int]:
@@ -52,7 +52,7 @@ def test_run_streams_output_and_reports_json(runtime: Runtime) -> None:
     assert done.returncode == 5
     record = json.loads(done.stdout)  # one document; the command's output is inside it
     assert record["stdout"] == "line 0\nline 1\nline 2\n" and record["exit_status"] == 5
-    assert record["exit_code"] == 5 and record["gpu"] == 1 and record["state"] == "finished"
+    assert record["exit_code"] == 5 and record["gpu"] == 1 and record["state"] == "failed"
     assert record["started_at"] <= record["finished_at"]
     assert record["run_s"] >= 0 and record["queue_s"] >= 0
 

@@ -273,14 +273,14 @@ def test_a_bad_request_fails_its_command_and_retires_its_server(rt: Runtime, too
 
 def test_a_call_that_is_not_forwarded_is_named(rt: Runtime, tools: Path) -> None:
     result = run(rt, "forwarded", str(tools / "forward_tenant"), "unknown")
-    assert result["state"] == "finished" and result["exit_code"] == 3, result
+    assert result["state"] == "failed" and result["exit_code"] == 3, result
     assert "cuMemAllocManaged is not forwarded" in result["stderr"]
     assert "it called cuMemAllocManaged, which forwarded mode does not forward" in result["reason"], result
 
 
 def test_a_cuda_runtime_call_forwarded_mode_does_not_implement_is_named(rt: Runtime, tools: Path) -> None:
     result = run(rt, "forwarded", str(tools / "cudart_tenant"), "unknown")
-    assert result["state"] == "finished" and result["exit_code"] == 3, result
+    assert result["state"] == "failed" and result["exit_code"] == 3, result
     assert result["stdout"] == "cudaMallocManaged: cudaErrorNotSupported\n"
     assert "krex forward: cudaMallocManaged is not forwarded" in result["stderr"]
     assert "it called cudaMallocManaged, which forwarded mode does not forward" in result["reason"], result

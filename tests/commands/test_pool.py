@@ -165,7 +165,9 @@ def check_result(result: dict[str, Any], expected: dict[str, Any], label: str, m
     err = Path(result["stderr_path"]).read_text()
     where = f"{label}: {result} stdout={out!r} stderr={err!r}"
     assert result["mode"] == mode, where
-    assert result["state"] == expected.get("state", "finished"), where
+    # `finished` is exit status 0; another exit status, or a signal, is `failed`.
+    ended = "finished" if expected.get("exit_code") == 0 else "failed"
+    assert result["state"] == expected.get("state", ended), where
     if "exit_code" in expected:
         assert result["exit_code"] == expected["exit_code"], where
     if "signal" in expected:

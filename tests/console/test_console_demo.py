@@ -3,51 +3,29 @@ console, the GPU rows can be read off the screen, and quitting ends it all."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 from runtime_helpers import REPO
 
-from krex_runtime.node.config import load_config, resolve_lock_dir
-
-DEMO_RUN_DIR = REPO / ".demo" / "run"
 DEMO_GPUS = 4
 ROW = re.compile(r"^\s*(\d)(\s{2,})(\S.*KREX simulated GPU.*)$")  # GPU index ... its device name
 
 
-def demo_gpus_free() -> bool:
-    """The demo claims GPU-SIM-demo-0..3 node-wide: a demo already running
-    (from this checkout or another) must not be disturbed."""
-    lock_dir = resolve_lock_dir(load_config(str(REPO / "configs" / "simulated.toml")))
-    for i in range(DEMO_GPUS):
-        path = lock_dir / f"gpu-GPU-SIM-demo-{i}.lock"
-        if not path.exists():
-            continue
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        except BlockingIOError:
-            return False
-        finally:
-            os.close(fd)
-    return True
-
-
-def demo_processes() -> list[psutil.Process]:
-    """The demo's runtime, workload and tenants: anything tied to .demo/run."""
+def demo_processes(run_dir: Path) -> list[psutil.Process]:
+    """The demo's runtime, workload and tenants: anything tied to its run dir."""
     found = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
         try:
             if proc.pid == os.getpid() or proc.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if str(DEMO_RUN_DIR) in " ".join(proc.info["cmdline"] or []) or proc.environ().get("KREX_RUN_DIR") == str(DEMO_RUN_DIR):
+            if str(run_dir) in " ".join(proc.info["cmdline"] or []) or proc.environ().get("KREX_RUN_DIR") == str(run_dir):
                 found.append(proc)
         except psutil.Error:
             continue
@@ -82,13 +60,17 @@ def wait_screen(tmux: Tmux, predicate: object, timeout_s: float, what: str) -> s
 
 
 @pytest.mark.timeout(120)
-def test_demo_opens_the_console_and_quits_cleanly() -> None:
+def test_demo_opens_the_console_and_quits_cleanly(tmp_path: Path) -> None:
+    """In a folder of its own (KREX_DEMO_DIR): a user's demo, running or
+    ended, and its .demo/ are left as they are."""
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed")
-    if not demo_gpus_free() or demo_processes():
-        pytest.skip("a KREX demo is running on this node; not disturbing it")
+    user_demo = REPO / ".demo"
+    user_demo_before = _listing(user_demo)
+    demo = tmp_path / "demo"
+    run_dir = demo / "run"
     tmux = Tmux(f"krex-demo-test-{os.getpid()}")
-    env = {**os.environ, "TERM": "xterm-256color"}
+    env = {**os.environ, "TERM": "xterm-256color", "KREX_DEMO_DIR": str(demo)}
     env.pop("KREX_RUN_DIR", None)
     env.pop("KREX_ENDPOINT", None)
     subprocess.run([*tmux.base, "new-session", "-d", "-s", tmux.session, "-x", "160", "-y", "50",
@@ -114,10 +96,22 @@ def test_demo_opens_the_console_and_quits_cleanly() -> None:
             time.sleep(0.2)
         assert not tmux.alive(), f"the demo did not end after q:\n{tmux.screen()}"
         deadline = time.monotonic() + 15
-        while demo_processes() and time.monotonic() < deadline:
+        while demo_processes(run_dir) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not demo_processes(), f"left behind: {demo_processes()}"
+        assert not demo_processes(run_dir), f"left behind: {demo_processes(run_dir)}"
+        assert (demo / "trace.jsonl").exists()
+        after = _listing(user_demo)  # a user's demo running meanwhile may add files, never lose one
+        assert all(after.get(name) == inode for name, inode in user_demo_before.items()), "the user's .demo/ was touched"
     finally:
         if tmux.alive():
             tmux("kill-session", "-t", tmux.session, check=False)
         tmux("kill-server", check=False)
+
+
+def _listing(folder: Path) -> dict[str, int]:
+    """What `folder` holds (a user's demo: its trace, logs and run dir), each
+    with its inode: removed or made afresh, it would change. What the run dir
+    holds comes and goes while that demo runs."""
+    if not folder.exists():
+        return {}
+    return {p.name: p.stat().st_ino for p in folder.iterdir()}

@@ -29,11 +29,15 @@ from krex_runtime.wire.trace import Trace
 
 SIZES = [(80, 24), (120, 40)]
 # The overview's columns each size must show (by priority), whatever the values.
+# At 80 columns, what holds other tenants back (frozen, parked, draining, a
+# lease) before the telemetry: the panel below the table has that.
 MUST_SHOW = {
-    80: {"gpu", "holder", "hold", "region_queue", "admission_queue", "running", "inflation", "util", "memory"},
+    80: {"gpu", "holder", "region_queue", "running", "parked", "draining", "frozen", "lease", "admission", "inflation"},
     120: {"gpu", "holder", "hold", "region_queue", "admission_queue", "running", "inflation", "util", "memory",
-          "frozen", "admission", "sm_clock", "lease", "temp"},
+          "frozen", "admission", "sm_clock", "lease", "parked", "draining"},
 }
+# The Commands view at any size: how each ended and whose it is.
+COMMANDS_MUST_SHOW = {"id", "state", "exit", "tenant", "gpu"}
 
 
 def synthetic_app(events: int, gpus: int, at: int | None = None, checkpoint_every: int = 500) -> KrexConsole:
@@ -75,7 +79,9 @@ async def test_long_values_fit_both_sizes(size: tuple[int, int]) -> None:
             assert int(tenants) <= int(slots) and row.cells["running"].endswith(" +c"), row.cells["running"]
         text = await settled_screen(pilot)
         footer = text.splitlines()[-1]
-        assert "? Help" in footer and "q Quit" in footer, footer
+        # Every key of the replay, whole, at 80 columns too.
+        for key in ("? Help", "q Quit", "space Play", "n Step", "+ Fast", "- Slow", "g Seek"):
+            assert key in footer, footer
         check_snapshot(SNAPSHOTS, f"long-overview-{tag}", text)
 
         await pilot.press("enter")
@@ -85,14 +91,20 @@ async def test_long_values_fit_both_sizes(size: tuple[int, int]) -> None:
             assert_uncut(table)
         text = await settled_screen(pilot)
         assert "SM clock" in text and "queue depth" in text
+        # The GPU's panel keeps its inflation, telemetry and pool lines, each whole.
+        for line in ("+2.0%/+2.0%", "util 60%", "pool off", "GPU memory by process"):
+            assert line in text, f"{line!r} not on the screen:\n{text}"
+        assert "Verdict" in text
+        assert "g Seek" in text.splitlines()[-1]
         check_snapshot(SNAPSHOTS, f"long-gpu-detail-{tag}", text)
 
         await pilot.press("escape", "2")
         await rendered(pilot)
         commands = app.query_one(CommandsTable)
         assert_uncut(commands)
+        assert COMMANDS_MUST_SHOW <= {c.key for c, _ in commands.fitted}
         text = await settled_screen(pilot)
-        assert "/opt/conda" not in text and "agent.candidates.run --problem" in text
+        assert "/opt/conda" not in text and "agent.candidates.run --prob" in text
         check_snapshot(SNAPSHOTS, f"long-commands-{tag}", text)
 
         await pilot.press("3")

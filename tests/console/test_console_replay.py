@@ -63,6 +63,13 @@ async def test_snapshots_of_the_main_views(size: tuple[int, int]) -> None:
         check_snapshot(SNAPSHOTS, f"events-{tag}", await settled_screen(pilot))
 
 
+def test_the_80x24_screens_in_the_docs_are_the_snapshots() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "console.md").read_text()
+    for view in ("overview", "commands", "gpu-detail"):
+        screen = (SNAPSHOTS / f"{view}-80x24.txt").read_text().rstrip("\n")
+        assert f"```\n{screen}\n```" in doc, f"docs/console.md lacks the {view} screen at 80x24 as it is now"
+
+
 @run_async
 async def test_replay_shows_the_state_at_the_seek_time() -> None:
     trace = read_trace(TRACE)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -12,7 +13,7 @@ from runtime_helpers import REPO
 
 from krex_runtime.testing import hygiene
 from krex_runtime.node.config import Config, ConfigError, load_config
-from krex_runtime.testing.local_runtime import command
+from krex_runtime.testing.local_runtime import command, wait_until
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.toml")), ids=lambda p: p.name)
@@ -320,3 +321,41 @@ def test_the_slot_rule_is_the_configs(tmp_path: Path, policy: str, slots: int) -
     path = tmp_path / "krex.toml"
     path.write_text(f'[runtime]\npolicy = "{policy}"\n[dispatcher]\nslots_per_gpu = 5\n')
     assert load_config(path).effective_slots_per_gpu == slots
+
+
+# --- where a runtime serves, and on which simulated device ----------------------------------------
+
+
+def test_runtimes_with_run_dirs_of_their_own_never_share_a_simulated_device_and_honour_KREX_RUN_DIR(
+        tmp_path: Path, native_built: Path) -> None:
+    """Two runtimes started as a user would (`krex-runtime --sim 1`, no device
+    named): one in KREX_RUN_DIR, one in its config's run_dir. Both serve (the
+    simulated device is the run dir's own), and `krex` with the same
+    KREX_RUN_DIR finds the first: the runtime looks where its clients look."""
+    before = hygiene.baseline()
+    lock_dir = tmp_path / "locks"
+    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
+    first_cfg = _write(tmp_path, f"[runtime]\nlock_dir = '{lock_dir}'\n[tenants]\nallow_root = true\n")
+    second_cfg = tmp_path / "second.toml"
+    second_cfg.write_text(f"[runtime]\nrun_dir = '{second_dir}'\nlock_dir = '{lock_dir}'\n[tenants]\nallow_root = true\n")
+    env = {**os.environ, "KREX_RUN_DIR": str(first_dir)}
+    procs = []
+    try:
+        for cfg in (first_cfg, second_cfg):
+            procs.append(subprocess.Popen([*command("krex-runtime"), "--config", str(cfg), "--sim", "1"], env=env,
+                                          stderr=subprocess.PIPE, text=True))
+            served = first_dir if cfg == first_cfg else second_dir
+            wait_until(lambda: procs[-1].poll() is not None or (served / "control.sock").exists(), 60, "a runtime")
+            assert procs[-1].poll() is None, procs[-1].communicate()[1]
+        done = subprocess.run([*command("krex"), "status", "--json"], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["trace"] == str(first_dir / "trace.jsonl")
+    finally:
+        for proc in procs:
+            proc.terminate()
+    errs = [proc.communicate(timeout=60)[1] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], errs
+    # The one whose config names another run dir says where its clients will look instead.
+    assert f"KREX_RUN_DIR={first_dir} here, where krex and krex-console will look; this runtime serves in {second_dir}" in errs[1], errs[1]
+    assert "KREX_RUN_DIR" not in errs[0], errs[0]
+    assert hygiene.leftovers(first_dir, lock_dir, before) == [] and hygiene.leftovers(second_dir, lock_dir, before) == []

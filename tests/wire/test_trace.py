@@ -36,10 +36,22 @@ def test_trace_summary_cli(runtime: Runtime) -> None:
     done = subprocess.run([*command("krex"), "trace", "--json", str(runtime.trace_path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
-    assert summary["totals"]["finished"] == 3 and summary["totals"]["submitted"] == 3
-    assert summary["run_s"]["n"] == 3
+    # `finished` is exit status 0; the one that exited 1 failed.
+    assert summary["totals"]["finished"] == 2 and summary["totals"]["failed"] == 1
+    assert summary["totals"]["submitted"] == 3 and summary["run_s"]["n"] == 3
     text = subprocess.run([*command("krex"), "trace", str(runtime.trace_path)], capture_output=True, text=True)
     assert "policy ungated" in text.stdout
+    # A version 4 trace said `finished` for it: the reducer reads it as failed all the same.
+    lines = [json.loads(line) for line in runtime.trace_path.read_text().splitlines()]
+    lines[0]["version"] = 4
+    for e in lines:
+        if e.get("type") == "command_finished":
+            e["state"] = "finished"
+    old = runtime.trace_path.parent / "old.jsonl"
+    old.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    state = replay(read_trace(old))
+    assert sorted((c.state, c.exit_code) for c in state.commands.values()) == [("failed", 1), ("finished", 0), ("finished", 0)]
+    assert state.totals["failed"] == 1 and state.totals["finished"] == 2
 
 
 @pytest.mark.parametrize(
