@@ -295,7 +295,7 @@ class RegionChannel:
         conn.released = req
         if req.kind != "region" and conn.in_lease is not False:
             verdict, reasons = self.manager.certify_in_lease(req, conn.in_lease or None)
-            conn.lease_verdict = verdict, [*reasons, f"lease: inside lease {req.seq} of this command"]
+            conn.lease_verdict = verdict, [f"lease: inside lease {req.seq} of this command", *reasons]
             conn.in_lease = False
         # What the tenant's library saw of its timed windows (docs/integrity.md),
         # into the certificate the release makes.
@@ -338,7 +338,7 @@ class RegionChannel:
         lease = self.manager.leased_to(who.gpu, who.tenant_id)
         if lease is not None:  # inside its own lease a region is a no-op
             conn.req = lease
-            conn.in_lease = self.manager.witness_in_lease(lease, conn.pid)
+            conn.in_lease = self.manager.witness_in_lease(lease, conn.pid, tid)
             await send(writer, f"GRANTED {lease.seq}")
             return True
         req = conn.req = self.manager.new_request(

@@ -88,15 +88,16 @@ class RegionManager:
         """The lease this tenant holds on the GPU: its regions are already exclusive."""
         return self._gpus[gpu].leased_to(tenant_id)
 
-    def witness_in_lease(self, lease: Request, pid: int) -> Witness | None:
+    def witness_in_lease(self, lease: Request, pid: int, tid: int = 0) -> Witness | None:
         """A region its lease's holder enters (granted at once): the witnesses
-        its certificate compares its release with, read now."""
+        its certificate compares its release with, read now (`tid`: its measuring thread)."""
         r = self._gpus[lease.gpu]
-        return r.certifier.start(lease.tenant_id, pid, r.clock_probe(lease.gpu)) if r.certifier is not None else None
+        return r.certifier.start(lease.tenant_id, pid, r.clock_probe(lease.gpu), tid) if r.certifier is not None else None
 
     def certify_in_lease(self, lease: Request, witness: Witness | None) -> tuple[str, list[str]]:
         """That region's verdict at its release, at once: the lease it is in ends later."""
-        return certify(self._gpus[lease.gpu].certifier, witness, lease.tenant_id)
+        certificate = certify(self._gpus[lease.gpu].certifier, witness, lease.tenant_id)
+        return certificate.verdict, certificate.reasons
 
     def uncertified(self, command_id: str) -> list[asyncio.Event]:
         """The certificates this command's regions are still owed, on every GPU."""

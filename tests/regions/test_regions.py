@@ -405,11 +405,11 @@ def test_command_with_a_lease(make_runtime) -> None:
     assert len(granted) == 1 and len(granted[0]["frozen"]) == 2
     # A region inside the lease is granted at once, and its verdict is told at once at its release.
     code = ("from krex_runtime.client import region\nwith region() as r:\n    pass\n"
-            "print(r.verdict)\nprint(r.verdict_reasons[-1])\n")
+            "print(r.verdict)\nprint(r.verdict_reasons[0])\n")
     done = rt.krex("run", "--lease", "--", PY, "-c", code)
     assert done.returncode == 0, done.stderr
-    verdict, last_reason = done.stdout.splitlines()
-    assert verdict == "verified" and last_reason.startswith("lease: inside lease "), done.stdout
+    verdict, first_reason = done.stdout.splitlines()
+    assert verdict == "verified" and first_reason.startswith("lease: inside lease "), done.stdout
     check_nothing_left(rt.run_dir)
     finish(rt, *others)
 
