@@ -199,7 +199,7 @@ def isolation_text(gpu: GpuState) -> str:
     return "  ".join(parts)
 
 
-VERDICT_STYLE = {"verified": "green", "violated": "bold red", "unknown": "yellow"}
+VERDICT_STYLE = {"verified": "green", "perturbed": "magenta", "violated": "bold red", "unknown": "yellow"}
 
 
 def region_row(model: ConsoleModel, r: RegionRecord, longest: float) -> Row:
