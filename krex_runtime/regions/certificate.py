@@ -144,14 +144,12 @@ class Certifier:
         reasons += [f"{f.witness}: {f.text}" for f in found if f.witness != "clock"]
         flags = [f.flag for f in found if f.flag]
         if violations:
-            return Certificate(VIOLATED, [r for r in reasons if r.split(":", 1)[0] in violations] +
-                               [r for r in reasons if r.split(":", 1)[0] not in violations], flags)
+            return Certificate(VIOLATED, _first(reasons, violations), flags)
         if gate[0] is None or processes[0] is None:
             return Certificate(UNKNOWN, reasons, flags)
         perturbed = [f.witness for f in found if f.perturbed]
         if perturbed:
-            return Certificate(PERTURBED, [r for r in reasons if r.split(":", 1)[0] in perturbed] +
-                               [r for r in reasons if r.split(":", 1)[0] not in perturbed], flags)
+            return Certificate(PERTURBED, _first(reasons, perturbed), flags)
         return Certificate(VERIFIED, reasons, flags)
 
     # Each witness: (True: clean | False: violated | None: n/a, what it says).
@@ -203,6 +201,13 @@ class Certifier:
             return True, f"{now['sm_clock_mhz']:.0f} MHz, within tolerance{hold}"
         return True, (f"{now['sm_clock_mhz']:.0f} MHz at the release (flags on the measurement, not interference: "
                       f"{', '.join(flags)}){hold}")
+
+
+def _first(reasons: list[str], witnesses: list[str]) -> list[str]:
+    """The reasons of `witnesses` first (what made the verdict), the others after, each in its order."""
+    def named(r: str) -> bool:
+        return r.split(":", 1)[0] in witnesses
+    return [r for r in reasons if named(r)] + [r for r in reasons if not named(r)]
 
 
 def certify(certifier: Certifier | None, witness: Witness | None, holder: int) -> Certificate:

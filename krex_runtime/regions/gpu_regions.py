@@ -60,7 +60,7 @@ class RegionSettings:
     gap_s: float = 0.0  # the gate's open time between two regions (gap.py)
     share_weights: Mapping[str, float] = field(default_factory=dict)  # share key -> weight (default 1)
     entry_waits_for: str = "perturbing"  # "perturbing" | "all" (quiesce.py)
-    host_side_wait_s: float = 2.0  # before the close, for context creations and module loads in progress; 0: never
+    host_side_wait_s: float = 2.0  # before the close, for host-side calls in progress (HOST_SIDE_CLASSES); 0: never
 
 
 class GpuRegions:
@@ -344,8 +344,9 @@ class GpuRegions:
 
     def _let_host_side_finish(self, holder: int) -> tuple[float, int]:
         """Before the gate closes: where another tenant is inside a context
-        creation or a module load (each touches the device, and slowed the
-        trials of regions they overlapped: docs/BENCHMARKS.md), park every new
+        creation, a module load or a memory allocation or release (each
+        touches the device, and slowed the trials of regions they overlapped:
+        docs/BENCHMARKS.md), park every new
         such call and wait, bounded by `host_side_wait_s`, for those in
         progress; everyone's GPU work goes on meanwhile. Returns the seconds
         waited and how many processes were still inside at the bound (their
@@ -353,6 +354,7 @@ class GpuRegions:
         bound = self.settings.host_side_wait_s
         if bound <= 0:
             return 0.0, 0
+
         def inside() -> list[ProcEntry]:  # a stopped process cannot finish its call: not waited for
             return [e for e in self.gate.inside_classes(holder, HOST_SIDE_CLASSES) if not is_stopped(e.pid)]
 

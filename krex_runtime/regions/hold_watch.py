@@ -33,10 +33,11 @@ says so and stays what its other witnesses make it.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
+
+from krex_runtime.regions.gate_kernel import process_alive
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ class HoldStart:
     wall_us: int
     mono_ns: int
     cpu: ThreadCpu | None
-    others: dict[int, int]  # other tenants' processes using CUDA at the grant: pid -> tenant id
+    others: dict[int, tuple[int, int]]  # other tenants' processes using CUDA at the grant: pid -> (tenant id, start time)
     host_side: dict[int, int]  # left inside a context creation or module load at the grant: pid -> tenant id
     grant_mhz: float | None = None  # the SM clock the grant read
     others_cpu_usec: int | None = None  # CPU time of the tenants but the holder's cgroup, so far
@@ -115,14 +116,14 @@ class HoldWatch:
     tenants_cpu: TenantsCpu | None = None
 
     def start(self, pid: int, tid: int, others: list[Any], host_side: list[Any], grant_mhz: float | None = None) -> HoldStart:
-        """`others`: the gate's entries of the other tenants (pid, tenant_id, uses_cuda);
+        """`others`: the gate's live entries of the other tenants (pid, tenant_id, start_time, uses_cuda);
         `host_side`: those the entry left inside a host-side call (quiesce.deferred);
         `grant_mhz`: the SM clock the grant read."""
         return HoldStart(
             wall_us=time.time_ns() // 1000,
             mono_ns=time.monotonic_ns(),
             cpu=thread_cpu(pid, tid),
-            others={e.pid: e.tenant_id for e in others if e.uses_cuda and _alive(e.pid)},
+            others={e.pid: (e.tenant_id, e.start_time) for e in others if e.uses_cuda},
             host_side={e.pid: e.tenant_id for e in host_side},
             grant_mhz=grant_mhz,
             others_cpu_usec=self._others_cpu(pid),
@@ -160,7 +161,8 @@ class HoldWatch:
         return Finding("cpu", False, text)
 
     def _tenants(self, start: HoldStart) -> Finding | None:
-        ended = sorted((t, p) for p, t in start.others.items() if not _alive(p))
+        # A zombie has torn down its address space and its GPU context already.
+        ended = sorted((t, p) for p, (t, started) in start.others.items() if not process_alive(p, started))
         creating = sorted((t, p) for p, t in start.host_side.items())
         parts = [f"tenant {t} (pid {p}) was creating a context or loading a module" for t, p in creating]
         parts += [f"tenant {t} (pid {p}) ended, its GPU context torn down" for t, p in ended]
@@ -188,17 +190,3 @@ class HoldWatch:
         return Finding("clock", False, f"dipped to {low:.0f} MHz (top {top:.0f}) within the hold, {len(samples)} sample(s)",
                        f"clock-dip:{low:.0f}MHz")
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie has torn down its address space and its GPU context already.
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False

@@ -146,6 +146,10 @@ class AmdSmiSampler:
             "temp_c": _read("temp_c", faults, lambda: self._temperature(h)),
         }
 
+    def clock_history(self, gpu: int, since_us: int) -> list[tuple[int, float]] | None:
+        """n/a: AMD SMI keeps no sample buffer of the clock to read at a release."""
+        return None
+
     def top_clock(self, gpu: int) -> float | None:
         """The GFX clock's highest (AMD has no application clock to prefer)."""
         a, h = self.amdsmi, self.smi.handle(gpu)

@@ -47,11 +47,8 @@ class Clocks:
     def clock_history(self, gpu: int, since_us: int) -> list[tuple[int, float]] | None:
         """The SM clock's samples since `since_us` (wall-clock us) where the GPU
         keeps them (NVML's sample buffer, the simulated clock's log); None: n/a."""
-        history = getattr(self.sampler, "clock_history", None)
-        if history is None:
-            return None
         try:
-            return history(gpu, since_us)
+            return self.sampler.clock_history(gpu, since_us)
         except Exception:  # missing data is a value
             return None
 

@@ -246,6 +246,9 @@ class UnavailableSampler:
     def clock_sample(self, gpu: int) -> dict[str, Any]:
         return {m: None for m in CLOCK_METRICS}
 
+    def clock_history(self, gpu: int, since_us: int) -> list[tuple[int, float]] | None:
+        return None
+
     def top_clock(self, gpu: int) -> float | None:
         return None
 

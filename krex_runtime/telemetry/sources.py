@@ -33,8 +33,7 @@ class ByVendor:
         return self.sources[gpu].top_clock(gpu)
 
     def clock_history(self, gpu: int, since_us: int) -> list[tuple[int, float]] | None:
-        history = getattr(self.sources[gpu], "clock_history", None)
-        return history(gpu, since_us) if history is not None else None
+        return self.sources[gpu].clock_history(gpu, since_us)
 
     def running(self, gpu: int) -> Any:
         return self.sources[gpu].running(gpu)
