@@ -13,8 +13,10 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any, Callable
 
 import psutil
+import zmq
 from region_checks import is_frozen
 
 from krex_runtime.regions import gate
@@ -271,3 +273,49 @@ def load_test_file(path: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# --- a fake runtime on a control socket ---------------------------------------------
+
+# What the fake runtime sends for one request: messages (dicts are encoded, bytes sent as they are).
+Answer = Callable[[dict[str, Any]], list[Any]]
+
+
+def reply(req: dict[str, Any], body: Any = None, **envelope: Any) -> dict[str, Any]:
+    return {"v": 1, "type": "reply", "id": "r", "time": 0.0, "re": req["id"], "ok": True,
+            "body": {} if body is None else body, **envelope}
+
+
+def push(req: dict[str, Any], kind: str, body: Any) -> dict[str, Any]:
+    return {"v": 1, "type": kind, "id": "p", "time": 0.0, "re": req["id"], "body": body}
+
+
+class FakeRuntime(threading.Thread):
+    """A ROUTER that answers each request as `answer` says; `hello` (the
+    clients' ping) is answered properly unless `answer` handles it too."""
+
+    def __init__(self, endpoint: str, answer: Answer, pings_too: bool = False) -> None:
+        super().__init__(daemon=True)
+        self.answer, self.pings_too = answer, pings_too
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(endpoint)
+        self.stop = threading.Event()
+        self.requests: list[dict[str, Any]] = []
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            if not self.sock.poll(50):
+                continue
+            route, frame = self.sock.recv_multipart()
+            req = json.loads(frame)
+            self.requests.append(req)
+            if req["type"] == "hello" and not self.pings_too:
+                messages: list[Any] = [reply(req, {"protocol": 1})]
+            else:
+                messages = self.answer(req)
+            for msg in messages:
+                self.sock.send_multipart([route, msg if isinstance(msg, bytes) else json.dumps(msg).encode()])
+        self.sock.close(linger=0)
+        self.ctx.term()

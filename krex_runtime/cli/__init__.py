@@ -54,6 +54,7 @@ def version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _escape_what_cannot_be_written()
     try:
         return _main(sys.argv[1:] if argv is None else argv)
     except BrokenPipeError:
@@ -62,6 +63,17 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_SIGNAL_BASE + signal.SIGPIPE
+
+
+def _escape_what_cannot_be_written() -> None:
+    """Whatever a string holds, writing it never ends krex in a traceback:
+    what the terminal's encoding cannot write (a lone surrogate from a
+    runtime, a non-ASCII label under LANG=C) is written as its escape. The
+    views escape control characters themselves (wire/printable.py)."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
 
 
 def _main(argv: list[str]) -> int:
