@@ -259,6 +259,18 @@ def verb_command(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
+def show_command(client: Client, args: argparse.Namespace) -> int:
+    """`krex show ID`: the command as it is now, without waiting for it."""
+    result = client.show(args.id)  # checked: a malformed record is a ProtocolError, one line
+    if args.json:
+        emit_json(dict(result.record))
+        return 0
+    from krex_runtime.cli.views import command_view
+
+    console().print(command_view(result))
+    return 0
+
+
 # How often `krex logs --follow` asks for more.
 FOLLOW_POLL_S = 0.25
 
@@ -303,6 +315,7 @@ WITH_RUNTIME = {
     "wait": wait_command,
     "status": status_command,
     "logs": logs_command,
+    "show": show_command,
 }
 
 

@@ -1,4 +1,4 @@
-"""How `krex status` and `krex trace` look to a person: rich
+"""How `krex status`, `krex show` and `krex trace` look to a person: rich
 tables. A figure the runtime does not have (no region yet, no pool) reads
 `-`. Every string that came from outside (a label, a command line, a node's
 name, a trace's keys) goes in as rich Text, never as markup, its control
@@ -16,7 +16,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from krex_runtime.api.results import NodeStatus
+from krex_runtime.api.results import NodeStatus, Result
 from krex_runtime.wire.printable import printable
 
 NA = "-"
@@ -218,3 +218,53 @@ def cluster_trace_view(summary: dict[str, Any]) -> RenderableType:
         table,
     )
 
+
+def command_view(result: Result, now: float | None = None) -> RenderableType:
+    """`krex show`: one command as it is now, a field a line, then its regions."""
+    now = time.time() if now is None else now
+    how = result.state
+    if result.signal:
+        how += f" (signal {result.signal})"
+    elif result.exit_code is not None:
+        how += f" (exit {result.exit_code})"
+    # Queued until it started, or (never started) until it ended or now; ran until it ended or now.
+    started, ended = result.started_at, result.finished_at
+    queued_until = started if started is not None else ended if ended is not None else now
+    ran_until = ended if ended is not None else now
+    where = ("gpus", ",".join(map(str, result.gpus))) if result.gpus else ("gpu", NA if result.gpu is None else result.gpu)
+    lines: list[tuple[str, Any]] = [
+        ("id", result.id), ("state", how), ("label", result.label or NA), ("mode", result.mode), where,
+        ("command", shlex.join(result.argv) if result.argv else NA),
+        ("submitted", _when(result.submitted_at)), ("started", _when(started)), ("ended", _when(ended)),
+        ("queue wait", f"{max(0.0, queued_until - result.submitted_at):.1f}s" if result.submitted_at else NA),
+        ("run", f"{max(0.0, ran_until - started):.1f}s" if started is not None else NA),
+    ]
+    lines += [(name, value) for name, value in (("reason", result.reason), ("share", result.share)) if value]
+    fields = Table(box=None, pad_edge=False, show_header=False)
+    fields.add_column(style="bold", no_wrap=True)
+    fields.add_column()
+    for name, value in lines:
+        fields.add_row(*_cells(name, value))
+    return Group(fields, _regions_of(result))
+
+
+def _regions_of(result: Result) -> RenderableType:
+    """Its regions, one row per GPU of each, with the certificate's verdict."""
+    if not result.regions:
+        return Text(f"regions: {result.region_count or 'none'}")
+    verdicts: dict[str, int] = {}
+    for r in result.regions:
+        verdicts[r.verdict or "n/a"] = verdicts.get(r.verdict or "n/a", 0) + 1
+    kept = "" if result.region_count <= len(result.regions) else f" (the first {len(result.regions)} kept)"
+    title = (f"regions: {result.region_count}{kept}; "
+             + ", ".join(f"{printable(k)} {v}" for k, v in sorted(verdicts.items())))
+    rows = [[r.region, r.gpu, r.kind, r.verdict or NA, _ms(r.wait_s), _ms(r.enter_s), _ms(r.hold_s), r.reason or NA]
+            for r in result.regions]
+    return plain_table(["REGION", "GPU", "KIND", "VERDICT", "WAIT ms", "ENTER ms", "HOLD ms", "ENDED"], rows,
+                       title=Text(title), title_justify="left")
+
+
+def _when(t: float | None) -> str:
+    if not t:
+        return NA
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) + f".{int(t % 1 * 10)}"

@@ -75,6 +75,16 @@ class Verb:
         return to_dict(from_dict(self.reply, body, ignore_unknown=True))
 
 
+def _cancelled(reply: dict[str, Any]) -> str:
+    """A command that had ended before the cancel is said so, not as an error."""
+    name, state = printable(reply["id"]), reply["state"]
+    if state in history.FINAL_STATES and state != "cancelled":
+        return f"{name}: had already ended ({printable(state)})"
+    if state not in history.FINAL_STATES:
+        return f"{name}: {printable(state)} (cancel asked; it has not ended yet)"
+    return f"{name}: cancelled"
+
+
 def _paused(reply: dict[str, Any]) -> str:
     return f"paused admission on {_scope(reply['paused'])}"
 
@@ -111,9 +121,10 @@ SNAPSHOT = Verb("snapshot", SnapshotBody, False, "the node state as the reducer 
 SUBMIT = Verb("submit", SubmitBody, True, "queue a command and print its id", reply=replies.CommandStateReply)
 WAIT = Verb("wait", WaitBody, False, "wait for a command, stream its output, exit with its exit code")
 CANCEL = Verb(
-    "cancel", CommandRef, True, "cancel a queued or running command",
-    args=(Arg(("id",), {"help": "the command's id (from krex submit, status or the console)"}),),
-    says=lambda reply: f"{printable(reply['id'])}: {printable(reply['state'])}",
+    "cancel", CommandRef, True, "cancel queued or running commands: by id, or those of a label or state, or all",
+    args=(Arg(("id",), {"nargs": "*", "metavar": "ID",
+                        "help": "the commands' ids (from krex submit, ls, status or the console)"}),),
+    says=_cancelled,
     confirm="Ends its whole process tree.",
     reply=replies.CommandStateReply,
 )
@@ -193,14 +204,18 @@ LOGS = Verb(
     ),
     reply=replies.LogsReply,
 )
-
+SHOW = Verb(
+    "show", CommandRef, False,
+    "one command now, without waiting: state, exit, label, mode, GPUs, times, queue wait, its regions",
+    args=(Arg(("id",), {"help": "the command's id (from krex submit, ls or status)"}),),
+)
 
 # Verbs whose body names a `node`: a cluster gateway sends them to that node.
 NODE_TARGETED: frozenset[str] = frozenset({"pause", "resume", "lease", "release", "recycle", "snapshot"})
 
 VERBS: dict[str, Verb] = {
     verb.name: verb
-    for verb in (HELLO, STATUS, SNAPSHOT, SUBMIT, WAIT, CANCEL, PAUSE, RESUME, LEASE, RELEASE, RECYCLE, LIST, LOGS)
+    for verb in (HELLO, STATUS, SNAPSHOT, SUBMIT, WAIT, CANCEL, PAUSE, RESUME, LEASE, RELEASE, RECYCLE, LIST, LOGS, SHOW)
 }
 
 # Refused on the read-only control socket and to tenants of the runtime.

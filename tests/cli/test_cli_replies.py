@@ -52,7 +52,11 @@ MALFORMED: list[tuple[list[str], str, Any, str]] = [
     (["resume", "--gpu", "0"], "resume", {"resumed": [0]}, "the reply to resume: resumed"),
     (["cancel", "c-1"], "cancel", {"id": "c-1"}, "the reply to cancel: state: required key is missing"),
     (["cancel", "c-1"], "cancel", "cancelled", "the reply to cancel: expected a table"),
+    (["cancel", "--yes", "c-1", "c-2"], "cancel", {"id": "c-1", "state": 3}, "the reply to cancel names no state"),
+    (["cancel", "--all", "--yes"], "ls", {"commands": [{"id": 7}]}, "commands[0].id: expected a string"),
     (["submit", "--", "true"], "submit", {"id": 5}, "the reply to submit: id: expected a string"),
+    (["show", "c-1"], "show", {"id": "c-1", "state": "running", "exit_code": "0"}, "result.exit_code must be an integer"),
+    (["show", "c-1"], "show", ["c-1"], "result is list"),
 ]
 
 
@@ -89,7 +93,7 @@ def hostile_runtime(req: dict[str, Any]) -> list[Any]:
     return [reply(req, bodies.get(req["type"], {}))]
 
 
-@pytest.mark.parametrize("args", [["ls"], ["history"], ["status"], ["cancel", "c-1"],
+@pytest.mark.parametrize("args", [["ls"], ["history"], ["status"], ["show", "c-1"], ["cancel", "c-1"],
                                   ["submit", "--", "true"], ["logs", "c-1"]])
 def test_strings_no_terminal_should_act_on_are_shown_escaped(fake_runtime: Start, args: list[str]) -> None:
     """A lone surrogate once ended `krex ls` in a UnicodeEncodeError for every

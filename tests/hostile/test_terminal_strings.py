@@ -59,7 +59,7 @@ ARGV_TAIL = "# \x1b[31mred\x1b[0m [/bold]"
 def test_control_characters_a_submitter_chose_are_shown_escaped(rt: Runtime) -> None:
     cid = rt.krex("submit", "--label", LABEL, "--", PY, "-c", "import time; time.sleep(60)", ARGV_TAIL).stdout.strip()
     try:
-        for args in (["ls"], ["history"], ["status"], ["ls", "--label", "evil*"]):
+        for args in (["ls"], ["history"], ["status"], ["show", cid], ["ls", "--label", "evil*"]):
             done = rt.krex(*args)
             assert done.returncode == 0 and "Traceback" not in done.stderr, (args, done.stderr)
             for raw in ("\x1b", "\x07", "\r", "\x9b", "\u202e"):
