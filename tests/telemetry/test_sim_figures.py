@@ -14,9 +14,10 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from krex_runtime.node.config import load_config
 from krex_runtime.sim import layout as sim_layout
 from krex_runtime.testing.local_runtime import Runtime, wait_until
-from runtime_helpers import busy, finish, submit, wait_ready
+from runtime_helpers import REPO, busy, finish, submit, wait_ready
 
 PY = sys.executable
 GIB = 1 << 30
@@ -84,3 +85,11 @@ def test_contending_tenants_show_in_utilisation_memory_clock_and_the_inflation_e
     assert gauges["krex_region_clock_cost_ratio"] > 0
     finish(rt, holder, *others)
 
+
+def test_the_demo_runs_its_gpus_warm_with_a_canary() -> None:
+    """configs/simulated.toml, the demo's: GPUs that heat (their clock, and so
+    the estimate, move with the load) and a canary per GPU (the console's
+    `canary outside` figures)."""
+    config = load_config(str(REPO / "configs" / "simulated.toml"))
+    assert config.gpus.simulated_heat is True
+    assert config.telemetry.canary is True
