@@ -114,7 +114,7 @@ void krex_sim_set_tenant(int32_t tenant_id);
 #define KREX_SIM_BASE_SM_CLOCK_MHZ 1800u
 #define KREX_SIM_AMBIENT_C 30
 #define KREX_SIM_LOAD_RISE_C 55       /* above ambient, fully loaded, once settled */
-#define KREX_SIM_HEAT_TAU_MS 10000u   /* the thermal time constant */
+#define KREX_SIM_HEAT_TAU_MS 5000u    /* the thermal time constant */
 #define KREX_SIM_HEAT_STEP_NS 10000000ull
 #define KREX_SIM_BOOST_KNEE_C 40
 #define KREX_SIM_BOOST_BIN_C 3
