@@ -134,6 +134,11 @@ class GpuSection:
     vendor: Literal["nvidia", "amd", "all"] = "nvidia"
     simulated_device: str = ""  # "": the run dir's own (resolve_simulated_device)
     simulated_log: str = ""
+    # The simulated GPUs heat under sustained load and their SM clock falls with
+    # the heat, their kernels running at it (docs/simulator.md, "Heat and the
+    # SM clock"): the demo's figures. Off, the clock holds at the top, as the
+    # protocol tests want it.
+    simulated_heat: bool = False
     visible: tuple[int, ...] = ()
 
 

@@ -211,7 +211,7 @@ static void run_item(struct CUstream_st *s, struct sim_item *it)
     switch (it->kind) {
     case ITEM_KERNEL: {
         struct sim_kernel_args *k = &it->u.kernel;
-        sim_device_run(phys, k->solo_ns);
+        sim_device_run(phys, k->solo_ns, true);
         if (k->counter)
             __atomic_add_fetch(k->counter, 1, __ATOMIC_SEQ_CST);
         log_item(s, KREX_SIM_LOG_KERNEL, k->name, start, sim_now_ns(), k->solo_ns, 0, k->grid, k->block);
@@ -220,7 +220,7 @@ static void run_item(struct CUstream_st *s, struct sim_item *it)
     case ITEM_COPY: {
         uint64_t solo = sim_copy_solo_ns(it->u.copy.bytes);
         memmove(it->u.copy.dst, it->u.copy.src, it->u.copy.bytes);
-        sim_device_run(phys, solo);
+        sim_device_run(phys, solo, false);
         log_item(s, it->u.copy.log_kind, "memcpy", start, sim_now_ns(), solo, it->u.copy.bytes, NULL, NULL);
         break;
     }
@@ -228,7 +228,7 @@ static void run_item(struct CUstream_st *s, struct sim_item *it)
         uint64_t bytes = it->u.memset.count * it->u.memset.elem_size;
         uint64_t solo = sim_copy_solo_ns(bytes);
         fill_memset(it->u.memset.dst, it->u.memset.value, it->u.memset.elem_size, it->u.memset.count);
-        sim_device_run(phys, solo);
+        sim_device_run(phys, solo, false);
         log_item(s, KREX_SIM_LOG_MEMSET, "memset", start, sim_now_ns(), solo, bytes, NULL, NULL);
         break;
     }
