@@ -105,7 +105,7 @@ def regions_config(backend: str = "preload", **settings: object) -> str:
     # unless they ask otherwise; the product's default is gpu-only.
     settings.setdefault("protection", "gpu+cpu")
     lines += [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
-    return "[regions]\n" + "\n".join(lines) + "\n"
+    return steady_cores("[regions]\n" + "\n".join(lines) + "\n")
 
 
 # What a runtime SIGKILLed without its watchdog leaves (its restart, --recover, fail-open): tests of those.
@@ -155,6 +155,34 @@ def output(rt: Runtime, command_id: str) -> str:
 def wait_ready(rt: Runtime, *ids: str) -> None:
     for command_id in ids:
         wait_until(lambda: "ready" in output(rt, command_id), 60, f"tenant {command_id} to start submitting")
+
+
+class HeldRegions:
+    """A tenant (tenants/held_activity.py) that holds its regions when the test
+    says: submitted and warm before the test sets up what happens around the
+    hold, so no start-up time of the holder's races another tenant's call."""
+
+    def __init__(self, rt: Runtime, control: Path, *modes: str) -> None:
+        control.mkdir(exist_ok=True)
+        self.rt, self.control = rt, control
+        self.id = submit(rt, PY, str(TENANTS / "held_activity.py"), str(control), *modes)
+        wait_until(lambda: any(r.get("ready") for r in self.results()), 60, "the holder to warm up")
+
+    def results(self) -> list[dict]:
+        return [json.loads(line) for line in output(self.rt, self.id).splitlines() if line.startswith("{")]
+
+    def go(self, i: int) -> None:
+        (self.control / f"go{i}").touch()
+
+    def granted(self, i: int) -> dict:
+        wait_until(lambda: any(r.get("granted") == i for r in self.results()), 60, f"region {i} to be granted")
+        return next(r for r in self.results() if r.get("granted") == i)
+
+    def release(self, i: int) -> dict:
+        """Ends region i; its verdict and reasons, as its holder read them."""
+        (self.control / f"release{i}").touch()
+        wait_until(lambda: len([r for r in self.results() if "verdict" in r]) > i, 60, f"region {i}'s verdict")
+        return [r for r in self.results() if "verdict" in r][i]
 
 
 def snapshot(rt: Runtime) -> dict:
