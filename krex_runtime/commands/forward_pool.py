@@ -11,8 +11,8 @@ and no gate entries, and is never frozen: while its command is held back,
 nothing reaches it.
 
 Life of a server: started with its control socket as stdin, it creates its
-context and says `ready`; per command the pool sends `serve <tenant>` with
-the segment's descriptor (`serving` back), then `end` once the command's
+context and says `ready`; per command the pool sends `serve <tenant> <ring
+bytes> <staging bytes>` with the segment's descriptor (`serving` back), then `end` once the command's
 processes have ended; the server frees what the command left and answers
 `clean ok` or `clean retire <reason>`. It is replaced when it retires, when
 it refuses a request (`failed`: a malformed or oversized request), when it
@@ -156,7 +156,8 @@ class ForwardPool:
     async def serve(self, server: ContextServer, segment: Segment, tenant_id: int) -> str:
         """Hand the command's segment to its server; "" once it serves, else why not."""
         try:
-            socket.send_fds(server.sock, [f"serve {tenant_id}\n".encode()], [segment.fd])
+            line = f"serve {tenant_id} {segment.ring_size} {segment.staging_size}\n"
+            socket.send_fds(server.sock, [line.encode()], [segment.fd])
         except OSError as exc:
             self._retire(server, f"unreachable: {exc}")
             return f"its context server is unreachable: {exc}"

@@ -92,6 +92,11 @@ def run(rt: Runtime, *argv: str, mode: str = "forwarded") -> dict[str, Any]:
     return result
 
 
+def said(result: dict[str, Any]) -> str:
+    """A command's whole result, for a failed assertion's message."""
+    return json.dumps(result)
+
+
 def _lines(result: dict[str, Any]) -> dict[str, list[int]]:
     return {line.split()[0]: [int(x) for x in line.split()[1:]] for line in result["stdout"].splitlines()}
 
@@ -133,11 +138,11 @@ def test_servers_run_as_no_tenant_uid_and_outlive_every_uid_handed_out(rt: Runti
     # the first one (once the servers' own) included; each command tries to kill it.
     for _ in range(UIDS + 1):
         result = run(rt, PYTHON, "-c", KILL, str(server.pid), mode="process")
-        assert result["stdout"].split() == ["EPERM", str(server.pid)], result
+        assert result["stdout"].split() == ["EPERM", str(server.pid)], said(result)
     assert server.is_running() and _server(rt).pid == server.pid
     assert f"killed 1 leftover process(es) [{server.pid}]" not in rt.log_path.read_text()
     again = run(rt, str(hostile), "plant", str(SIZE))
-    assert again["state"] == "finished", again
+    assert again["state"] == "finished", said(again)
 
 
 def test_a_server_that_died_idle_is_replaced_before_a_command_gets_it(rt: Runtime, hostile: Path) -> None:
@@ -145,7 +150,7 @@ def test_a_server_that_died_idle_is_replaced_before_a_command_gets_it(rt: Runtim
     server.kill()
     server.wait(10)
     result = run(rt, str(hostile), "plant", str(SIZE))  # submitted at once: it must not be given the dead one
-    assert result["state"] == "finished", result
+    assert result["state"] == "finished", said(result)
     assert _server(rt).pid != server.pid
 
 
@@ -173,6 +178,29 @@ def test_servers_run_as_a_dedicated_server_user(open_root: Path, make_runtime: A
     server = _server(rt)
     assert tuple(server.uids()) == (SERVER_UID,) * 3 and server.gids().real == GROUP
     result = run(rt, str(hostile), "plant", str(SIZE))
-    assert result["state"] == "finished", result
+    assert result["state"] == "finished", said(result)
     killer = run(rt, PYTHON, "-c", KILL, str(server.pid), mode="process")
-    assert killer["stdout"].split() == ["EPERM", str(server.pid)], killer
+    assert killer["stdout"].split() == ["EPERM", str(server.pid)], said(killer)
+
+
+# --- F10: the segment's sizes are the server's own ----------------------------------------------
+
+
+def test_a_segment_grown_under_a_rewritten_header_moves_no_bound_of_the_server(rt: Runtime, hostile: Path) -> None:
+    server = _server(rt)
+    result = run(rt, str(hostile), "grow")
+    assert result["state"] == "failed", said(result)
+    assert "refused a request" in result["reason"] and "died" not in result["reason"], said(result)
+    assert "staging area holds" in result["reason"], said(result)
+    _retired(rt, server, "it refused a request of its command")
+
+
+def test_a_segment_truncated_under_its_server_crashes_neither_side(rt: Runtime, hostile: Path) -> None:
+    server = _server(rt)
+    result = run(rt, str(hostile), "shrink")
+    assert rt.proc is not None and rt.proc.poll() is None, "the runtime died"
+    assert result["state"] == "failed", said(result)
+    assert "truncated" in result["reason"] and "died" not in result["reason"], said(result)
+    _retired(rt, server, "it refused a request of its command")
+    again = run(rt, str(hostile), "plant", str(SIZE))
+    assert again["state"] == "finished", said(again)

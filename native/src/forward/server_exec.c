@@ -270,7 +270,7 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
     const uint64_t *a = m->args;
     bool pt = (m->flags & KREX_FWD_PER_THREAD) != 0;
     bool wants = (m->flags & KREX_FWD_WANT_REPLY) != 0;
-    size_t staging = (size_t)seg->h->staging_size; /* fixed since the segment was checked */
+    size_t staging = seg->staging_size; /* the server's own copy: the header is the command's to rewrite */
     uint64_t out[KREX_FWD_MAX_OUT] = {0};
     unsigned nout = 0;
     uint32_t len = 0;
