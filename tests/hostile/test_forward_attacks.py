@@ -183,6 +183,54 @@ def test_servers_run_as_a_dedicated_server_user(open_root: Path, make_runtime: A
     assert killer["stdout"].split() == ["EPERM", str(server.pid)], said(killer)
 
 
+# --- F2: nothing of one command reaches the next ----------------------------------------------
+
+
+def test_a_command_cannot_read_what_an_earlier_tenant_left_on_its_server(rt: Runtime, hostile: Path) -> None:
+    server = _server(rt)
+    victim = run(rt, str(hostile), "plant", str(SIZE))
+    assert victim["state"] == "finished", said(victim)
+    planted = _lines(victim)
+    thief = run(rt, str(hostile), "steal", str(planted["planted"][0]), str(SIZE))
+    assert thief["state"] == "finished", said(thief)
+    found = _lines(thief)
+    uids = (planted.pop("uid")[0], found.pop("uid")[0])
+    assert uids[0] != uids[1] and all(map(_in_range, uids)), uids
+    assert {name: leaked for name, (_, leaked) in found.items()} == dict.fromkeys(found, 0), thief["stdout"]
+    # Outside its own allocations: refused by the server, whatever the driver would do.
+    for name in ("at-address", "memset-there", "past-own-end", "device-copy"):
+        assert found[name][0] == CUDA_ERROR_INVALID_VALUE, (name, thief["stdout"])
+    assert found["next-allocation"] == [0, 0]  # its own, zeroed
+    # A kernel's arguments cannot be checked; what it reaches was zeroed.
+    assert found["kernel-argument"][0] == 0
+    assert _server(rt).pid == server.pid and server.is_running()  # the server served both, and serves on
+
+
+def test_handles_the_server_never_gave_are_refused_not_a_crash(rt: Runtime, hostile: Path) -> None:
+    server = _server(rt)
+    result = run(rt, str(hostile), "handles")
+    assert result["state"] == "finished", said(result)
+    found = _lines(result)
+    assert set(found) == {"stream-synchronize", "stream-query", "event-synchronize", "event-elapsed",
+                          "module-function", "function-attribute", "launch", "launch-on-stream", "free",
+                          "stream-destroy", "event-destroy", "module-unload", "synchronize"}, said(result)
+    refused = {name: code for name, (code,) in found.items()}
+    assert refused.pop("free") == CUDA_ERROR_INVALID_VALUE
+    assert refused.pop("launch-on-stream") == 0  # sent without waiting: the next call that waits says it
+    assert refused == dict.fromkeys(refused, CUDA_ERROR_INVALID_HANDLE), result["stdout"]
+    assert _server(rt).pid == server.pid and server.is_running()
+
+
+def test_a_kernel_that_faults_retires_its_server_without_a_crash(rt: Runtime, hostile: Path) -> None:
+    server = _server(rt)
+    result = run(rt, str(hostile), "fault")
+    assert result["stdout"].split() == ["synchronize", str(CUDA_ERROR_ILLEGAL_ADDRESS)], said(result)
+    assert result["state"] == "finished", result  # it ran to its end: its error was its own
+    _retired(rt, server, "its context is in an error state after the command")
+    again = run(rt, str(hostile), "plant", str(SIZE))
+    assert again["state"] == "finished", said(again)
+
+
 # --- F10: the segment's sizes are the server's own ----------------------------------------------
 
 
