@@ -52,6 +52,26 @@
 
 static CUfunction kernel;
 
+/* The kernel `count(ns, counter)`: on the simulated driver (whose modules are
+ * any image) it runs ns nanoseconds and adds one to *counter; on a GPU this
+ * PTX adds one to *counter (unless it is 0), so the same program attacks
+ * both (tests/gpu/test_gpu_forward_attacks.py). */
+static const char module_image[] = ".version 7.0\n"
+                                   ".target sm_75\n"
+                                   ".address_size 64\n"
+                                   ".visible .entry count(.param .u64 ns, .param .u64 counter)\n"
+                                   "{\n"
+                                   "    .reg .pred %p<2>;\n"
+                                   "    .reg .b64 %rd<4>;\n"
+                                   "    ld.param.u64 %rd1, [counter];\n"
+                                   "    setp.eq.s64 %p1, %rd1, 0;\n"
+                                   "    @%p1 bra $done;\n"
+                                   "    cvta.to.global.u64 %rd2, %rd1;\n"
+                                   "    atom.global.add.u64 %rd3, [%rd2], 1;\n"
+                                   "$done:\n"
+                                   "    ret;\n"
+                                   "}\n";
+
 static void start(void)
 {
     CUdevice dev;
@@ -61,7 +81,7 @@ static void start(void)
     CHECK(cuDeviceGet(&dev, 0));
     CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
     CHECK(cuCtxSetCurrent(ctx));
-    CHECK(cuModuleLoadData(&mod, "krex simulated module"));
+    CHECK(cuModuleLoadData(&mod, module_image));
     CHECK(cuModuleGetFunction(&kernel, mod, "count"));
 }
 
