@@ -14,6 +14,10 @@
  *                                   what its next allocation holds, a kernel whose
  *                                   counter points there; "uid UID", then one line
  *                                   per attempt: "NAME RESULT LEAKED"
+ *   forward_hostile context SIZE    a context of its own, a secret allocated in it
+ *                                   and a stream, then the context destroyed;
+ *                                   prints "uid UID", what the stream and the memory
+ *                                   answer after ("NAME RESULT") and "planted ADDR"
  *   forward_hostile handles         handles the server never gave (a stream, an
  *                                   event, a module, a function, a pointer to free);
  *                                   one line per call: "NAME RESULT"
@@ -50,7 +54,12 @@
         }                                                                                                   \
     } while (0)
 
+/* cuda.h 13 names cuCtxCreate_v4; forwarded mode forwards the driver's _v2. */
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+
 static CUfunction kernel;
+static CUdevice device;
+static CUcontext primary;
 
 /* The kernel `count(ns, counter)`: on the simulated driver (whose modules are
  * any image) it runs ns nanoseconds and adds one to *counter; on a GPU this
@@ -74,13 +83,11 @@ static const char module_image[] = ".version 7.0\n"
 
 static void start(void)
 {
-    CUdevice dev;
-    CUcontext ctx;
     CUmodule mod;
     CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
+    CHECK(cuDeviceGet(&device, 0));
+    CHECK(cuDevicePrimaryCtxRetain(&primary, device));
+    CHECK(cuCtxSetCurrent(primary));
     CHECK(cuModuleLoadData(&mod, module_image));
     CHECK(cuModuleGetFunction(&kernel, mod, "count"));
 }
@@ -90,22 +97,48 @@ static int leaked(const uint8_t *buf, size_t n)
     return memmem(buf, n, SECRET, strlen(SECRET)) != NULL;
 }
 
+static void fill_secret(CUdeviceptr at, size_t size)
+{
+    uint8_t *fill = malloc(size);
+    for (size_t i = 0; i < size; i++)
+        fill[i] = (uint8_t)SECRET[i % strlen(SECRET)];
+    CHECK(cuMemcpyHtoD(at, fill, size));
+    free(fill);
+}
+
 static int plant(size_t size)
 {
     printf("uid %d\n", (int)getuid());
     start();
-    uint8_t *fill = malloc(size);
     CUdeviceptr pad, secret;
     CHECK(cuMemAlloc(&pad, size));
     CHECK(cuMemsetD8(pad, 'p', size));
     CHECK(cuMemAlloc(&secret, size));
-    for (size_t i = 0; i < size; i++)
-        fill[i] = (uint8_t)SECRET[i % strlen(SECRET)];
-    CHECK(cuMemcpyHtoD(secret, fill, size));
+    fill_secret(secret, size);
     CHECK(cuCtxSynchronize());
     printf("planted %llu\n", (unsigned long long)secret);
-    free(fill);
     return 0; /* nothing freed: the server cleans up after us */
+}
+
+static int context(size_t size)
+{
+    printf("uid %d\n", (int)getuid());
+    start();
+    CUcontext own;
+    CUdeviceptr secret;
+    CUstream s;
+    uint8_t buf[16];
+    CHECK(cuCtxCreate_v2(&own, 0, device));
+    CHECK(cuMemAlloc(&secret, size));
+    fill_secret(secret, size);
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CHECK(cuCtxSynchronize());
+    CHECK(cuCtxDestroy(own));
+    CHECK(cuCtxSetCurrent(primary));
+    printf("stream-after %d\n", (int)cuStreamSynchronize(s));
+    printf("memory-after %d\n", (int)cuMemcpyDtoH(buf, secret, sizeof buf));
+    printf("planted %llu\n", (unsigned long long)secret);
+    return 0;
 }
 
 static void report(const char *name, CUresult r, const uint8_t *buf, size_t n)
@@ -251,6 +284,8 @@ int main(int argc, char **argv)
         return plant(strtoull(argv[2], NULL, 0));
     if (strcmp(what, "steal") == 0 && argc == 4)
         return steal(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
+    if (strcmp(what, "context") == 0 && argc == 3)
+        return context(strtoull(argv[2], NULL, 0));
     if (strcmp(what, "handles") == 0)
         return handles();
     if (strcmp(what, "fault") == 0)
@@ -259,6 +294,6 @@ int main(int argc, char **argv)
         return grow();
     if (strcmp(what, "shrink") == 0)
         return shrink();
-    fprintf(stderr, "usage: forward_hostile plant SIZE | steal ADDR SIZE | handles | fault | grow | shrink\n");
+    fprintf(stderr, "usage: forward_hostile plant SIZE | steal ADDR SIZE | context SIZE | handles | fault | grow | shrink\n");
     return 2;
 }

@@ -206,6 +206,22 @@ def test_a_command_cannot_read_what_an_earlier_tenant_left_on_its_server(rt: Run
     assert _server(rt).pid == server.pid and server.is_running()  # the server served both, and serves on
 
 
+def test_what_a_command_made_in_a_context_it_destroyed_goes_with_it(rt: Runtime, hostile: Path) -> None:
+    server = _server(rt)
+    owner = run(rt, str(hostile), "context", str(SIZE))
+    assert owner["state"] == "finished", said(owner)
+    made = _lines(owner)
+    # Its stream and memory went with the context: the server forgets them.
+    assert made["stream-after"] == [CUDA_ERROR_INVALID_HANDLE], owner["stdout"]
+    assert made["memory-after"] == [CUDA_ERROR_INVALID_VALUE], owner["stdout"]
+    thief = run(rt, str(hostile), "steal", str(made["planted"][0]), str(SIZE))
+    assert thief["state"] == "finished", said(thief)
+    found = _lines(thief)
+    found.pop("uid")
+    assert {name: leaked for name, (_, leaked) in found.items()} == dict.fromkeys(found, 0), thief["stdout"]
+    assert _server(rt).pid == server.pid
+
+
 def test_handles_the_server_never_gave_are_refused_not_a_crash(rt: Runtime, hostile: Path) -> None:
     server = _server(rt)
     result = run(rt, str(hostile), "handles")

@@ -67,12 +67,14 @@ FNS(DECLARE)
 static void *driver;
 static CUdevice device;
 static CUcontext primary;
+static CUstream zero_stream; /* the server's own, in its primary context: new allocations are zeroed on it */
 static void (*sim_set_tenant)(int32_t);
 
 /* ---- what the current command created ------------------------------------------ */
 
 struct handles {
     uint64_t *v;
+    CUcontext *ctx; /* the context each was made in (current then) */
     size_t n, cap;
 };
 static struct handles modules, streams, events, contexts;
@@ -107,17 +109,29 @@ static bool remember(struct handles *h, uint64_t x)
         if (v == NULL)
             return false;
         h->v = v;
+        CUcontext *c = realloc(h->ctx, cap * sizeof *c);
+        if (c == NULL)
+            return false;
+        h->ctx = c;
         h->cap = cap;
     }
-    h->v[h->n++] = x;
+    h->v[h->n] = x;
+    h->ctx[h->n++] = current;
     return true;
+}
+
+static void drop(struct handles *h, size_t i)
+{
+    h->n--;
+    h->v[i] = h->v[h->n];
+    h->ctx[i] = h->ctx[h->n];
 }
 
 static bool forget(struct handles *h, uint64_t x)
 {
     for (size_t i = h->n; i-- > 0;)
         if (h->v[i] == x) {
-            h->v[i] = h->v[--h->n];
+            drop(h, i);
             return true;
         }
     return false;
@@ -213,6 +227,19 @@ static CUresult make_current(CUcontext c)
     return r;
 }
 
+/* A new allocation zeroed before the command gets it, without waiting for
+ * what the command already runs. */
+static CUresult zero_new(CUdeviceptr d, size_t n)
+{
+    CUresult r;
+    if (current == primary && zero_stream != NULL && p_cuMemsetD8Async != NULL && p_cuStreamSynchronize != NULL) {
+        r = p_cuMemsetD8Async(d, 0, n, zero_stream);
+        return r == CUDA_SUCCESS ? p_cuStreamSynchronize(zero_stream) : r;
+    }
+    r = CALL(p_cuMemsetD8_v2, d, 0, n);
+    return r == CUDA_SUCCESS ? p_cuCtxSynchronize() : r;
+}
+
 /* Zeroes a region in its own context (after what runs there: a kernel of a
  * stream that does not wait for the default one could still write to it);
  * an allocation is then freed. Removes it from the command's regions. */
@@ -249,6 +276,25 @@ static CUresult forget_module(uint64_t module)
         if (functions.v[i].module == module)
             functions.v[i] = functions.v[--functions.n];
     return rc;
+}
+
+/* Before a context of the command's is destroyed. */
+static void forget_context(CUcontext c)
+{
+    for (size_t i = modules.n; i-- > 0;)
+        if (modules.ctx[i] == c) {
+            forget_module(modules.v[i]);
+            drop(&modules, i);
+        }
+    for (size_t i = regions.n; i-- > 0;)
+        if (i < regions.n && regions.v[i].ctx == c)
+            zero_region(i, regions.v[i].module == 0);
+    for (size_t i = streams.n; i-- > 0;)
+        if (streams.ctx[i] == c)
+            drop(&streams, i);
+    for (size_t i = events.n; i-- > 0;)
+        if (events.ctx[i] == c)
+            drop(&events, i);
 }
 
 static bool known_context(uint64_t c)
@@ -297,6 +343,11 @@ bool srv_driver_open(char *err, size_t errlen)
         return false;
     }
     current = primary;
+    /* Waiting for a zeroing on a stream of its own waits for nothing of the
+     * command's (none: a synchronous memset and the context's end instead). */
+    if (p_cuStreamCreateWithPriority == NULL ||
+        p_cuStreamCreateWithPriority(&zero_stream, CU_STREAM_NON_BLOCKING, 0) != CUDA_SUCCESS)
+        zero_stream = NULL;
     return true;
 }
 
@@ -576,10 +627,9 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
                 r = CUDA_ERROR_INVALID_CONTEXT; /* the primary context, or not the command's */
                 break;
             }
-            /* Its memory goes with it: zeroed first (and forgotten). */
-            for (size_t i = regions.n; i-- > 0;)
-                if (regions.v[i].ctx == (CUcontext)(uintptr_t)a[0])
-                    zero_region(i, regions.v[i].module == 0);
+            /* What was made in it goes with it: its memory zeroed first, its
+             * handles forgotten (the driver destroys them). */
+            forget_context((CUcontext)(uintptr_t)a[0]);
             r = CALL(p_cuCtxDestroy_v2, (CUcontext)(uintptr_t)a[0]);
             p_cuCtxSetCurrent(primary);
             current = primary;
@@ -614,9 +664,7 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
             CUdeviceptr d = 0;
             r = CALL(p_cuMemAlloc_v2, &d, (size_t)a[0]);
             if (r == CUDA_SUCCESS)
-                r = CALL(p_cuMemsetD8_v2, d, 0, (size_t)a[0]);
-            if (r == CUDA_SUCCESS)
-                r = p_cuCtxSynchronize();
+                r = zero_new(d, (size_t)a[0]);
             if (r == CUDA_SUCCESS && !add_region(d, a[0], 0))
                 r = CUDA_ERROR_OUT_OF_MEMORY;
             if (r != CUDA_SUCCESS && d != 0) {
