@@ -188,9 +188,9 @@ def server_run_as(config: Config, tenants: TenantUser | None, umask: int) -> Run
     what they leave until it has cleaned up, so it may run as no uid a tenant
     can be given: not a uid of `tenants.uid_range`, not `tenants.user`; nor as
     an operator. `forward.server_user` is an account or a bare uid (no account
-    needed); its group is the account's, else the tenants' group, and the
-    tenants' group is its only other one (it reaches the GPU devices and the
-    simulated device as tenants do)."""
+    needed; the runtime's own uid is the default); its group is the account's,
+    else the tenants' group, and the tenants' group is its only other one (it
+    reaches the GPU devices and the simulated device as tenants do)."""
     value = config.forward.server_user
     if not value:
         return None
@@ -213,8 +213,6 @@ def server_run_as(config: Config, tenants: TenantUser | None, umask: int) -> Run
         return None
     if euid != 0:
         raise AccessError(f"{key} = {value!r} needs a runtime started as root (this one runs as uid {euid})")
-    if uid == 0:
-        raise AccessError(f"{key} = {value!r} is root: leave it empty to run context servers as the runtime's user")
     if tenants is not None and tenants.uids is not None and tenants.owns(uid):
         raise AccessError(f"{key} {value} is a uid of tenants.uid_range: a tenant could be given it")
     tenant_account = config.tenants.user

@@ -110,6 +110,19 @@ def test_f2_no_command_reads_an_earlier_ones_device_memory(rt: Runtime, hostile:
         assert _server(rt).pid == server.pid
 
 
+def test_f2_what_a_command_made_in_a_context_it_destroyed_goes_with_it(rt: Runtime, hostile: Path) -> None:
+    owner = run(rt, str(hostile), "context", str(SIZE))
+    assert owner["state"] == "finished", said(owner)
+    made = _lines(owner)
+    assert made["stream-after"] == [CUDA_ERROR_INVALID_HANDLE], owner["stdout"]
+    assert made["memory-after"] == [CUDA_ERROR_INVALID_VALUE], owner["stdout"]
+    thief = run(rt, str(hostile), "steal", str(made["planted"][0]), str(SIZE))
+    assert thief["state"] == "finished", said(thief)
+    found = _lines(thief)
+    found.pop("uid", None)
+    assert {name: leaked for name, (_, leaked) in found.items()} == dict.fromkeys(found, 0), thief["stdout"]
+
+
 def test_f2_handles_the_server_never_gave_are_refused(rt: Runtime, hostile: Path) -> None:
     server = _server(rt)
     result = run(rt, str(hostile), "handles")
