@@ -248,6 +248,9 @@ class ForwardSection:
     ring_kib: int = 1024  # each command's request ring (a power of two)
     staging_kib: int = 1024  # each command's reply staging area (copies to the host, in chunks of it)
     max_commands: int = 1000  # a server is replaced after this many commands
+    # Who the context servers run as: "" the runtime's own user, else an account
+    # or a bare uid, never one a tenant can be given (node/access.server_run_as).
+    server_user: str = ""
     start_timeout_s: float = 60.0
     clean_timeout_s: float = 30.0
 

@@ -102,6 +102,7 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventLog, server: C
         run_as=host.run_as,
         gates=machinery.GateEntries(regions.gates, tenants_gid) if regions is not None else None,
         identities=host.identities,
+        server_run_as=host.server_run_as,
     )
     attachments = Attachments(server, sink.state)  # results carry the regions the state folded
     canaries = CanaryKeeper(telemetry, gpus) if config.telemetry.canary else None

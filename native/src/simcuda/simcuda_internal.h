@@ -100,6 +100,11 @@ uint32_t sim_heat_clock(int phys);
 /* KREX_SIM_HEAT=1 turns the model on for the device (never off). */
 void sim_heat_enable_from_env(struct krex_sim_shm *shm);
 
+/* ---- device memory (simcuda_api_memory.c) --------------------------------- */
+/* True when [addr, addr + bytes) lies in mapped device memory of this process
+ * (any device), allocated now or not: what a GPU's MMU would let through. */
+bool sim_device_range_mapped(uint64_t addr, uint64_t bytes);
+
 /* futex helpers on shared memory (not FUTEX_PRIVATE: other processes wait too) */
 void sim_futex_wait(uint32_t *word, uint32_t expected, uint64_t timeout_ns);
 void sim_futex_wake_all(uint32_t *word);
@@ -158,6 +163,7 @@ struct CUctx_st {
     pthread_cond_t idle;        /* signalled when pending drops to 0 */
     uint64_t pending;           /* items queued or executing on its streams */
     struct CUstream_st *null_stream; /* default stream, created lazily */
+    CUresult fault;             /* sticky: a kernel touched an address outside device memory */
 };
 
 struct sim_item;
@@ -216,7 +222,11 @@ CUresult sim_ctx_pop(CUcontext *pctx); /* the raw top; pctx may be NULL */
 CUresult sim_ctx_set_current(CUcontext ctx); /* replaces the top; NULL pops */
 void sim_ctx_forget(CUcontext ctx); /* removes every occurrence (destroyed) */
 CUresult sim_ctx_init(struct CUctx_st *ctx, int ordinal, bool primary, unsigned int flags);
-CUresult sim_ctx_synchronize(struct CUctx_st *ctx); /* waits until pending is 0 */
+CUresult sim_ctx_synchronize(struct CUctx_st *ctx); /* waits until pending is 0; then its fault */
+/* A kernel of the context faulted: every later call on it returns `fault`, as
+ * the driver's sticky errors do (the context is unusable). */
+void sim_ctx_fault(struct CUctx_st *ctx, CUresult fault);
+CUresult sim_ctx_fault_of(struct CUctx_st *ctx);
 void sim_ctx_pending_add(struct CUctx_st *ctx);
 void sim_ctx_pending_done(struct CUctx_st *ctx);
 
