@@ -362,7 +362,8 @@ def test_sets_and_single_gpu_regions_share_a_gpu_by_fair_share(make_runtime, tmp
     to the key with the least region time held so far (a set's part on GPU 0
     counts from its grant there, its wait for GPU 1 included), FIFO within a
     key: so grants alternate while the two keys' holds are about as long, and
-    the one behind gets the next turn whenever they are not. Neither starves."""
+    the one behind gets the next turn whenever they are not. Neither starves:
+    every turn is checked against the rule, replayed from the trace."""
     rt = krex_runtime(make_runtime, sim=2)
     go = tmp_path / "go"
     tenant = [PY, str(TENANTS / "share_regions.py"), str(go), "5"]
@@ -389,10 +390,11 @@ def test_sets_and_single_gpu_regions_share_a_gpu_by_fair_share(make_runtime, tmp
     compared = replay_gpu_order(events, 0, key_of)
     assert len(compared) >= 8, compared
     assert [g for g, _ in compared] == [x for _, x in compared], compared
+    # Both asked at once: each key's first turn comes before either's second.
+    # How often turns alternate after that follows the holds' lengths (the
+    # replay above checks each turn against them), which a loaded machine stretches.
     order = [key_of[e["tenant_id"]] for e in events if e["type"] == "region_granted" and e["gpu"] == 0]
     assert order[:2] in (["pair", "single"], ["single", "pair"]), order
-    runs = "".join("p" if k == "pair" else "s" for k in order[: len(compared)])
-    assert "ppp" not in runs and "sss" not in runs, order  # neither waits out three of the other's in a row
 
 
 def lease_in_background(rt: Runtime, gpu: int) -> tuple[threading.Thread, list]:
