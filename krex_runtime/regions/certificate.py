@@ -6,13 +6,17 @@ Witnesses, each read at the grant and at the release:
 - **gate**: the interception counters of every other tenant's processes
   (krex_gate.h): a call that passed the gate during the region, or a gate
   that failed open, is a violation. Always there under policy krex.
-- **processes**: the GPU's own list of processes that use it (NVML's
-  running compute processes; on a simulated GPU the simulated device's
-  process slots, with the work items each started). A process on the GPU
-  that is not a tenant of this runtime is a violation (it is never gated:
-  "foreign"); on the simulator, so is any process other than the holder's
-  whose work items grew during the region (a tenant that runs with the gate
-  disabled, a foreign process).
+- **processes**: the GPU's own record of the processes that used it
+  (NVML's running compute processes, accounting and samples; on a simulated
+  GPU the simulated device's process slots, with the work items each
+  started, dead and reaped ones included), read at the grant, at the
+  release and every `regions.hold_sample_s` between (hold_processes.py): it
+  sees every process that used the GPU during the hold, not only those alive
+  at its end. A process on the GPU that is not a tenant of this runtime is a
+  violation (it is never gated: "foreign"); so is a tenant's process that
+  the gate cannot hold (it has no entry there: no interception library);
+  on the simulator, so is any process other than the holder's whose work
+  items grew during the region, ended or not.
 - **clock**: a note, never a witness: the SM clock at the grant and at the
   release, with the flags telemetry/clocks.py puts on them (below the GPU's
   top clock, a power or thermal throttle). They are conditions of the
@@ -47,6 +51,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from krex_runtime.regions.gate import Gate
+from krex_runtime.regions.gate_kernel import start_time_of
+from krex_runtime.regions.hold_processes import HoldSampler, Seen
 from krex_runtime.regions.hold_watch import Finding, HoldStart, HoldWatch
 
 VERIFIED, PERTURBED, VIOLATED, UNKNOWN = "verified", "perturbed", "violated", "unknown"
@@ -60,6 +66,9 @@ class GpuProcesses(Protocol):
 
     def running(self, gpu: int) -> dict[int, Any] | None: ...  # pid -> GpuProcess (work_items, active)
 
+    # GpuActivity: every process that used it, ended ones too (processes: GpuProcess with alive, start_time)
+    def activity(self, gpu: int, since_us: int) -> Any | None: ...
+
 
 @dataclass(frozen=True)
 class Witness:
@@ -67,11 +76,14 @@ class Witness:
 
     gate_calls: dict[int, int]  # other tenants' processes: pid -> calls passed so far
     holder_pids: frozenset[int]  # the holder's requesting process (it may have ended by the release)
-    processes: dict[int, Any] | None  # pid -> GpuProcess, None: n/a
+    processes: Any | None  # the GPU's activity (GpuActivity), None: n/a
     clock_flags: list[str] | None  # flags of the SM clock at the grant, None: n/a
     granted_mono_ns: int
     hold: HoldStart | None = None  # what hold_watch.py compares the release with
     holder_tid: int = 0  # the measuring thread
+    granted_wall_us: int = 0
+    seen: dict[int, Seen] | None = None  # who the processes on the GPU at the grant were
+    sampler: HoldSampler | None = None  # who came during the hold
 
 
 @dataclass(frozen=True)
@@ -93,6 +105,7 @@ class Certifier:
     # servers act for one command after another): asked every time, never cached.
     changes_tenant: Callable[[int], bool] = lambda pid: False
     hold: HoldWatch | None = None  # what else perturbed the hold (None: only exclusivity is certified)
+    sample_s: float = 0.0  # regions.hold_sample_s: the GPU's processes read this often during a hold (0: ends only)
 
     def __post_init__(self) -> None:
         # pid -> (when asked, answer): who a process is does not change while it
@@ -112,26 +125,53 @@ class Certifier:
         self._cache[(what, pid)] = (now, answer)
         return answer
 
+    def learn(self, pid: int, gated: frozenset[int] | None = None) -> Seen:
+        """Who a process on the GPU is, asked while it lives; `gated`: the pids
+        with an entry in the gate now (read here when not given)."""
+        if gated is None:
+            gated = self._gated()
+        return Seen(pid, start_time_of(pid), self._ask("tenant", pid), bool(self._ask("is_tenant", pid)),
+                    pid in gated or self.changes_tenant(pid))
+
+    def _gated(self) -> frozenset[int]:
+        return frozenset(e.pid for e in self.gate.processes())
+
+    def ungated(self, holder: int) -> list[Seen]:
+        """Processes of other tenants on the GPU now that its gate cannot hold
+        (no entry: no interception library): entry freezes their tenants."""
+        running = self.processes.running(self.gpu) or {}
+        gated = self._gated()
+        found = [self.learn(pid, gated) for pid in running if pid != os.getpid() and pid not in gated]
+        return [w for w in found if w.is_tenant and not w.gated and w.tenant is not None and w.tenant != holder]
+
     def start(self, holder: int, holder_pid: int, clock: dict[str, Any], holder_tid: int = 0,
-              host_side: list[Any] | None = None) -> Witness | None:
+              host_side: list[Any] | None = None, on_new: Callable[[Seen], None] | None = None) -> Witness | None:
         """The witnesses at the grant; None when they cannot be read (the verdict is then unknown).
-        `host_side`: the other tenants' processes the entry left inside a host-side call."""
+        `host_side`: the other tenants' processes the entry left inside a host-side call;
+        `on_new`: told of each process that comes to the GPU during the hold."""
         try:
             others = self.gate.others(holder)
             calls = {e.pid: e.calls_total for e in others}
             flags = clock.get("flags") if clock.get("sm_clock_mhz") is not None else None
-            running = self.processes.running(self.gpu)
+            wall_us = time.time_ns() // 1000
+            activity = self.processes.activity(self.gpu, wall_us)
+            gated = self._gated()
+            seen = {p.pid: self.learn(p.pid, gated) for p in (activity.processes if activity else ()) if p.alive}
             hold = self.hold.start(holder_pid, holder_tid, others, host_side or [], clock.get("sm_clock_mhz")) \
                 if self.hold else None
         except Exception:  # never the reason a region is refused
             return None
-        return Witness(calls, frozenset({holder_pid}), running, flags, time.monotonic_ns(), hold, holder_tid)
+        sampler = HoldSampler(lambda: self.processes.running(self.gpu), self.learn, self.sample_s, seen, on_new) \
+            if self.sample_s > 0 else None
+        return Witness(calls, frozenset({holder_pid}), activity, flags, time.monotonic_ns(), hold, holder_tid,
+                       wall_us, seen, sampler)
 
     def finish(self, w: Witness, holder: int) -> Certificate:
         violations: list[str] = []
         reasons: list[str] = []
+        seen = w.sampler.stop() if w.sampler is not None else dict(w.seen or {})
         gate = self._gate(w, holder)
-        processes = self._processes(w, holder)
+        processes = self._processes(w, holder, seen)
         now = self.clock_probe(self.gpu)
         found: list[Finding] = []
         if self.hold is not None and w.hold is not None:
@@ -164,30 +204,47 @@ class Certifier:
             return False, "; ".join(bad)
         return True, "no other tenant's call passed"
 
-    def _holder(self, pid: int, holder: int, w: Witness) -> bool:
-        return pid == os.getpid() or pid in w.holder_pids or self._ask("tenant", pid) == holder
-
-    def _processes(self, w: Witness, holder: int) -> tuple[bool | None, str]:
-        now = self.processes.running(self.gpu)
+    def _processes(self, w: Witness, holder: int, seen: dict[int, Seen]) -> tuple[bool | None, str]:
+        """Every process the GPU says used it during the hold (hold_processes.py):
+        ended ones by what the GPU kept of them and who they were when seen."""
+        now = self.processes.activity(self.gpu, w.granted_wall_us)
         if now is None or w.processes is None:
             return None, "n/a"
+        lost = _lost_records(w.processes, now)
+        before = _by_process(w.processes.processes)
         bad = []
-        for pid, p in sorted(now.items()):
-            if self._holder(pid, holder, w):
+        counted = False
+        for (pid, started), p in sorted(_by_process(now.processes).items()):
+            counted = counted or p.work_items is not None
+            who = self._who(pid, started, p.alive, seen)
+            if pid == os.getpid() or pid in w.holder_pids or (who is not None and who.tenant == holder):
                 continue
-            before = w.processes.get(pid)
-            grew = None if p.work_items is None else p.work_items - (before.work_items if before is not None else 0)
-            if grew is not None and grew <= 0 and not p.active:
-                continue  # the GPU says it ran nothing during the region
-            if not self._ask("is_tenant", pid):
-                ran = f" and ran {grew} item(s) during the region" if grew else ""
-                bad.append(f"pid {pid} uses the GPU{ran} and is not a tenant of this runtime")
-            elif grew is not None:
-                bad.append(f"tenant {self._ask('tenant', pid) or '?'} (pid {pid}) ran {max(grew, 0)} item(s) the gate did not hold")
+            grew = None
+            if p.work_items is not None:
+                was = before.get((pid, started)) or (before.get((pid, 0)) if not started else None)
+                grew = p.work_items - (was.work_items if was is not None and was.work_items is not None else 0)
+                if grew <= 0 and not p.active:
+                    continue  # the GPU says it ran nothing during the region
+            elif not p.alive and pid not in seen:
+                continue  # a pid NVML recorded, never seen on the GPU during the hold: gone before the grant
+            bad += _blame(pid, p, who, grew)
+        for pid, who in sorted(seen.items()):  # seen during the hold, the GPU keeps nothing of it now (NVML)
+            if not counted and pid not in {p.pid for p in now.processes} and who.tenant != holder \
+                    and pid not in w.holder_pids:
+                bad += _blame(pid, None, who, None)
         if bad:
             return False, "; ".join(bad)
-        return True, "only the holder ran work" if any(p.work_items is not None for p in now.values()) else \
-            "no process outside this runtime's tenants"
+        if lost:
+            return None, (f"{lost} process slot(s) reaped during the region beyond the {now.reaped_kept} the "
+                          "simulator keeps: their work is not seen")
+        return True, "only the holder ran work" if counted else "no process outside this runtime's tenants"
+
+    def _who(self, pid: int, started: int, alive: bool, seen: dict[int, Seen]) -> Seen | None:
+        """Who a process was: as seen during the hold, else asked now if it lives (None: not known)."""
+        who = seen.get(pid)
+        if who is not None and (not started or not who.start_time or who.start_time == started):
+            return who
+        return self.learn(pid) if alive else None
 
     def _clock(self, w: Witness, now: dict[str, Any], within: list[str]) -> tuple[bool | None, str]:
         """Never False: a clock is a condition of the measurement, not evidence of another submitter.
@@ -201,6 +258,40 @@ class Certifier:
             return True, f"{now['sm_clock_mhz']:.0f} MHz, within tolerance{hold}"
         return True, (f"{now['sm_clock_mhz']:.0f} MHz at the release (flags on the measurement, not interference: "
                       f"{', '.join(flags)}){hold}")
+
+
+def _by_process(processes: Any) -> dict[tuple[int, int], Any]:
+    """(pid, start time) -> the GPU's record of it; a slot and a reaped record of
+    one process: the one with more work counted."""
+    found: dict[tuple[int, int], Any] = {}
+    for p in processes:
+        key = (p.pid, p.start_time)
+        kept = found.get(key)
+        if kept is None or (p.work_items or 0) > (kept.work_items or 0) or (p.alive and not kept.alive):
+            found[key] = p
+    return found
+
+
+def _lost_records(before: Any, now: Any) -> int:
+    """Slots the simulator reaped during the hold whose records it no longer keeps."""
+    if before.reaped_seq is None or now.reaped_seq is None:
+        return 0
+    return max(0, now.reaped_seq - before.reaped_seq - now.reaped_kept)
+
+
+def _blame(pid: int, p: Any, who: Seen | None, grew: int | None) -> list[str]:
+    """Why a process other than the holder's on the GPU violates the region (none: it does not)."""
+    ended = "" if p is not None and p.alive else ", and ended before the release"
+    if who is not None and not who.is_tenant:
+        ran = f" and ran {grew} item(s) during the region" if grew else ""
+        return [f"pid {pid} uses the GPU{ran} and is not a tenant of this runtime{ended}"]
+    tenant = f"tenant {who.tenant}" if who is not None and who.tenant is not None else "tenant ?"
+    if grew is not None:
+        return [f"{tenant} (pid {pid}) ran {max(grew, 0)} item(s) the gate did not hold{ended}"]
+    if who is None or not who.gated:
+        return [f"{tenant} (pid {pid}) used the GPU with no entry in its gate (no interception library: "
+                f"the gate cannot hold it){ended}"]
+    return []  # a gated tenant, where the GPU counts no work: the gate witness judges it
 
 
 def _first(reasons: list[str], witnesses: list[str]) -> list[str]:

@@ -37,6 +37,7 @@ from krex_runtime.regions.gate import Gate, ProcEntry
 from krex_runtime.regions.gate_layout import HOST_SIDE_CLASSES, HOST_SIDE_MASK
 from krex_runtime.regions.gate_backends import DrainReport, GateBackend
 from krex_runtime.regions.gpu_sets import NO_SHARED, SharedHolds
+from krex_runtime.regions.hold_processes import HeldBack
 from krex_runtime.regions.late_freeze import LateFreeze, Pending, split_freeze
 from krex_runtime.regions.quiesce import deferred, describe, quiesce
 from krex_runtime.regions.region_shares import RegionShares
@@ -310,6 +311,15 @@ class GpuRegions:
                 except FreezeError as exc:
                     raise RegionRefused("EAGAIN", f"could not freeze the other tenants: {exc}") from None
                 frozen = frozen + sorted(skip)  # frozen by another GPU's region, for this one's hold too
+            # Whatever the protection: a tenant with a process on this GPU that its
+            # gate cannot hold (no interception library; or a tenant of another GPU
+            # using this one) is frozen, or nothing would stop it (hold_processes.py).
+            held = HeldBack(self.freezer, self._tenants, holder, {req.tenant_id, *frozen, *late, *skip})
+            for who in self.certifier.ungated(holder) if self.certifier is not None else []:
+                held.hold(who)
+            extra, extra_ids = held.taken()
+            targets, frozen = targets + extra, frozen + extra_ids
+            held.targets.clear()  # the entry thaws these with its own
             if self.shared is not None:
                 self.shared.hold(self.gpu, shared, sharers, targets)
             stats.freeze_s = lap()
@@ -339,8 +349,9 @@ class GpuRegions:
         stats.others_calls = self._others_calls(holder)
         # CLOCK_MONOTONIC, as the simulator's execution log and the gate use.
         stats.granted_mono_ns = time.monotonic_ns()
-        witness = self.certifier and self.certifier.start(holder, req.pid, clock, req.tid, left_running)
-        return Entry(targets, frozen, report, pinned, stats, witness, LateFreeze(self.gate, self.freezer, late) if late else None)
+        witness = self.certifier and self.certifier.start(holder, req.pid, clock, req.tid, left_running, held.hold)
+        return Entry(targets, frozen, report, pinned, stats, witness,
+                     LateFreeze(self.gate, self.freezer, late) if late else None, held)
 
     def _let_host_side_finish(self, holder: int) -> tuple[float, int]:
         """Before the gate closes: where another tenant is inside a context
@@ -388,8 +399,10 @@ class GpuRegions:
         self._unpin(req)  # done already when the holder released it itself
         t1 = time.monotonic()
         late_targets, late_frozen = entry.late.stop() if entry.late is not None else ([], [])
+        held_targets, held_frozen = entry.held.taken() if entry.held is not None else ([], [])  # the sampler has stopped
+        late_frozen = late_frozen + held_frozen
         try:
-            self.freezer.thaw(self._let_go(entry.targets + late_targets))
+            self.freezer.thaw(self._let_go(entry.targets + late_targets + held_targets))
         except OSError as exc:
             # The freezer tried every tenant; the release goes on, so the gate
             # opens, the release is recorded and the next request is served.

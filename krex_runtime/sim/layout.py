@@ -21,7 +21,7 @@ SHM_DIR = "/dev/shm"
 SHM_FILE_PREFIX = "krex-sim-"
 
 SHM_MAGIC = 0x314D49535845524B  # b"KREXSIM1" little-endian
-SHM_VERSION = 2
+SHM_VERSION = 3
 MAX_DEVICES = 16
 MAX_PROCS = 512
 
@@ -36,9 +36,15 @@ PROC_SLOT_FIELDS = (
     "pid", "lock_word", "start_time", "locker_pid", "in_call", "inflight",
     "drain_seq", "tenant_id", "reserved0",
 )
+# struct krex_sim_reaped: seq, pid, tenant_id, start_time, last_work_ns,
+# devices_used, reserved0, work_items[MAX_DEVICES]
+REAPED_MAX = 64
+REAPED = struct.Struct(f"<QiiQQII{MAX_DEVICES}Q")
 DEVICES_OFFSET = SHM_HEADER.size
 PROCS_OFFSET = DEVICES_OFFSET + MAX_DEVICES * DEVICE_INFO.size
-SHM_SIZE = PROCS_OFFSET + MAX_PROCS * PROC_SLOT.size
+REAPED_SEQ_OFFSET = PROCS_OFFSET + MAX_PROCS * PROC_SLOT.size  # then reserved2[7]
+REAPED_OFFSET = REAPED_SEQ_OFFSET + 8 * 8
+SHM_SIZE = REAPED_OFFSET + REAPED_MAX * REAPED.size
 
 LOG_MAGIC = 0x474C534B  # b"KSLG" little-endian
 LOG_VERSION = 1

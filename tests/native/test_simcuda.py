@@ -183,6 +183,11 @@ def test_python_layout_matches_header(tmp_path: Path):
             P(sizeof(struct krex_sim_device_info));
             P(offsetof(struct krex_sim_shm, devices));
             P(offsetof(struct krex_sim_shm, procs));
+            P(offsetof(struct krex_sim_shm, reaped_seq));
+            P(offsetof(struct krex_sim_shm, reaped));
+            P(sizeof(struct krex_sim_reaped));
+            P(offsetof(struct krex_sim_reaped, work_items));
+            P(KREX_SIM_REAPED_MAX);
             P(sizeof(struct krex_sim_shm));
             P(KREX_SIM_MAX_DEVICES); P(KREX_SIM_MAX_PROCS); P(KREX_SIM_LOG_NAME_LEN);
             P(KREX_SIM_SHM_MAGIC); P(KREX_SIM_SHM_VERSION); P(KREX_SIM_LOG_MAGIC); P(KREX_SIM_LOG_VERSION);
@@ -210,6 +215,11 @@ def test_python_layout_matches_header(tmp_path: Path):
     assert got["offsetof(struct krex_sim_shm, devices)"] == layout.DEVICES_OFFSET
     assert got["offsetof(struct krex_sim_shm, procs)"] == layout.PROCS_OFFSET
     assert got["sizeof(struct krex_sim_shm)"] == layout.SHM_SIZE
+    assert got["offsetof(struct krex_sim_shm, reaped_seq)"] == layout.REAPED_SEQ_OFFSET
+    assert got["offsetof(struct krex_sim_shm, reaped)"] == layout.REAPED_OFFSET
+    assert got["sizeof(struct krex_sim_reaped)"] == layout.REAPED.size
+    assert got["offsetof(struct krex_sim_reaped, work_items)"] == layout.REAPED.size - 8 * layout.MAX_DEVICES
+    assert got["KREX_SIM_REAPED_MAX"] == layout.REAPED_MAX
     assert got["KREX_SIM_MAX_DEVICES"] == layout.MAX_DEVICES
     assert got["KREX_SIM_MAX_PROCS"] == layout.MAX_PROCS
     assert got["KREX_SIM_LOG_NAME_LEN"] == layout.LOG_NAME_LEN
