@@ -50,6 +50,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
+from krex_runtime.regions.entry_hints import told
 from krex_runtime.regions.gate import Gate
 from krex_runtime.regions.gate_kernel import start_time_of
 from krex_runtime.regions.hold_processes import HoldSampler, Seen
@@ -69,6 +70,8 @@ class GpuProcesses(Protocol):
     # GpuActivity: every process that used it, ended ones too (processes: GpuProcess with alive, start_time)
     def activity(self, gpu: int, since_us: int) -> Any | None: ...
 
+    def contexts(self, gpu: int) -> set[int] | None: ...  # pids with a context there now (None: n/a)
+
 
 @dataclass(frozen=True)
 class Witness:
@@ -84,6 +87,11 @@ class Witness:
     granted_wall_us: int = 0
     seen: dict[int, Seen] | None = None  # who the processes on the GPU at the grant were
     sampler: HoldSampler | None = None  # who came during the hold
+    # What entry did not believe of the other tenants' entries (entry_hints.py):
+    # claims it ignored, and claims past the quiesce bound, whose tenants it froze undrained.
+    lies: tuple[str, ...] = ()
+    overdue: tuple[str, ...] = ()
+    frozen: frozenset[int] = frozenset()  # tenants frozen from the grant to the release
 
 
 @dataclass(frozen=True)
@@ -145,10 +153,14 @@ class Certifier:
         return [w for w in found if w.is_tenant and not w.gated and w.tenant is not None and w.tenant != holder]
 
     def start(self, holder: int, holder_pid: int, clock: dict[str, Any], holder_tid: int = 0,
-              host_side: list[Any] | None = None, on_new: Callable[[Seen], None] | None = None) -> Witness | None:
+              host_side: list[Any] | None = None, on_new: Callable[[Seen], None] | None = None, *,
+              lies: list[str] | None = None, overdue: list[str] | None = None,
+              frozen: frozenset[int] = frozenset()) -> Witness | None:
         """The witnesses at the grant; None when they cannot be read (the verdict is then unknown).
         `host_side`: the other tenants' processes the entry left inside a host-side call;
-        `on_new`: told of each process that comes to the GPU during the hold."""
+        `on_new`: told of each process that comes to the GPU during the hold; `lies`,
+        `overdue`: what entry did not believe of the gate's entries; `frozen`: the
+        tenants it froze for the whole hold."""
         try:
             others = self.gate.others(holder)
             calls = {e.pid: e.calls_total for e in others}
@@ -164,14 +176,15 @@ class Certifier:
         sampler = HoldSampler(lambda: self.processes.running(self.gpu), self.learn, self.sample_s, seen, on_new) \
             if self.sample_s > 0 else None
         return Witness(calls, frozenset({holder_pid}), activity, flags, time.monotonic_ns(), hold, holder_tid,
-                       wall_us, seen, sampler)
+                       wall_us, seen, sampler, tuple(lies or ()), tuple(overdue or ()), frozen)
 
     def finish(self, w: Witness, holder: int) -> Certificate:
         violations: list[str] = []
         reasons: list[str] = []
         seen = w.sampler.stop() if w.sampler is not None else dict(w.seen or {})
-        gate = self._gate(w, holder)
-        processes = self._processes(w, holder, seen)
+        blamed: set[int] = set()
+        processes = self._processes(w, holder, seen, blamed)
+        gate = self._gate(w, holder, blamed)
         now = self.clock_probe(self.gpu)
         found: list[Finding] = []
         if self.hold is not None and w.hold is not None:
@@ -186,7 +199,8 @@ class Certifier:
         if violations:
             return Certificate(VIOLATED, _first(reasons, violations), flags)
         if gate[0] is None or processes[0] is None:
-            return Certificate(UNKNOWN, reasons, flags)
+            return Certificate(UNKNOWN, _first(reasons, [n for n, ok in (("gate", gate[0]), ("processes", processes[0]))
+                                                          if ok is None]), flags)
         perturbed = [f.witness for f in found if f.perturbed]
         if perturbed:
             return Certificate(PERTURBED, _first(reasons, perturbed), flags)
@@ -194,19 +208,37 @@ class Certifier:
 
     # Each witness: (True: clean | False: violated | None: n/a, what it says).
 
-    def _gate(self, w: Witness, holder: int) -> tuple[bool | None, str]:
-        bad = []
+    def _gate(self, w: Witness, holder: int, blamed: set[int]) -> tuple[bool | None, str]:
+        """The interception counters, which each tenant's entries file holds and
+        its processes can write: a count condemns the region only where the GPU
+        shows that process's work too (`blamed` by the process witness); a tenant
+        frozen for the whole hold made no call, whatever it wrote; any other
+        count makes the region unknown, naming the tenant (entry_hints.py)."""
+        bad, unsure, notes = [], list(w.overdue), list(w.lies)
         for e in self.gate.others(holder):
             passed = e.calls_total - w.gate_calls.get(e.pid, 0)
-            if passed > 0:  # a call through a gate gone stale (fail-open) counts here too
-                bad.append(f"tenant {e.tenant_id} (pid {e.pid}) made {passed} GPU call(s) through it")
+            if passed <= 0:
+                continue
+            claim = f"tenant {e.tenant_id} (pid {e.pid}) made {passed} GPU call(s) through it"
+            if e.pid in blamed:  # a call through a gate gone stale (fail-open) counts here too
+                bad.append(claim)
+            elif e.tenant_id in w.frozen:
+                told(e.tenant_id, e.pid, f"its count says {passed} GPU call(s) passed the gate while it was frozen")
+                notes.append(f"{claim} by its own count, while frozen for the whole hold: not believed")
+            else:
+                told(e.tenant_id, e.pid, f"its count says {passed} GPU call(s) passed the gate, the GPU shows none")
+                unsure.append(f"{claim} by its own count, and the GPU shows no work of it: not believed, "
+                              "not ruled out")
         if bad:
-            return False, "; ".join(bad)
-        return True, "no other tenant's call passed"
+            return False, "; ".join(bad + unsure + notes)
+        if unsure:
+            return None, "; ".join(unsure + notes)
+        return True, "; ".join(["no other tenant's call passed"] + [f"not believed: {n}" for n in notes])
 
-    def _processes(self, w: Witness, holder: int, seen: dict[int, Seen]) -> tuple[bool | None, str]:
+    def _processes(self, w: Witness, holder: int, seen: dict[int, Seen], blamed: set[int]) -> tuple[bool | None, str]:
         """Every process the GPU says used it during the hold (hold_processes.py):
-        ended ones by what the GPU kept of them and who they were when seen."""
+        ended ones by what the GPU kept of them and who they were when seen.
+        The pids it blames go into `blamed`."""
         now = self.processes.activity(self.gpu, w.granted_wall_us)
         if now is None or w.processes is None:
             return None, "n/a"
@@ -227,11 +259,15 @@ class Certifier:
                     continue  # the GPU says it ran nothing during the region
             elif not p.alive and pid not in seen:
                 continue  # a pid NVML recorded, never seen on the GPU during the hold: gone before the grant
-            bad += _blame(pid, p, who, grew)
+            found = _blame(pid, p, who, grew)
+            bad += found
+            blamed.update([pid] if found else [])
         for pid, who in sorted(seen.items()):  # seen during the hold, the GPU keeps nothing of it now (NVML)
             if not counted and pid not in {p.pid for p in now.processes} and who.tenant != holder \
                     and pid not in w.holder_pids:
-                bad += _blame(pid, None, who, None)
+                found = _blame(pid, None, who, None)
+                bad += found
+                blamed.update([pid] if found else [])
         if bad:
             return False, "; ".join(bad)
         if lost:

@@ -108,23 +108,34 @@ class HeldBack:
         """Freeze the tenant of `who` if it is a process the gate cannot hold."""
         if not who.is_tenant or who.gated or who.tenant is None or who.tenant == self.holder:
             return
-        with self._lock:
-            if who.tenant in self.already:
-                return
-            self.already.add(who.tenant)
-            tenant = self.tenants.tenant(who.tenant)
-            if tenant is None:
-                return
-            target = Target(tenant.command_id, tenant.pid, cgroup=tenant.cgroup)
-            self.targets.append(target)  # noted first: a freeze that fails halfway is thawed too
-            self.tenant_ids.append(who.tenant)
+        if self.hold_tenant(who.tenant):
             log.warning("tenant %d's pid %d uses the GPU with no gate to hold it: tenant frozen for the region",
                         who.tenant, who.pid)
+
+    def hold_tenant(self, tenant_id: int) -> bool:
+        """Freeze a tenant for the rest of the hold; False where no running command is it."""
+        with self._lock:
+            if tenant_id in self.already:
+                return True
+            tenant = self.tenants.tenant(tenant_id)
+            if tenant is None or tenant_id == self.holder:
+                return tenant_id == self.holder
+            self.already.add(tenant_id)
+            target = Target(tenant.command_id, tenant.pid, cgroup=tenant.cgroup)
+            self.targets.append(target)  # noted first: a freeze that fails halfway is thawed too
+            self.tenant_ids.append(tenant_id)
             try:
                 self.freezer.freeze([target])
             except (FreezeError, OSError) as exc:
-                log.warning("tenant %d could not be frozen: %s", who.tenant, exc)
+                log.warning("tenant %d could not be frozen: %s", tenant_id, exc)
+            return True
 
     def taken(self) -> tuple[list[Target], list[int]]:
         with self._lock:
             return list(self.targets), list(self.tenant_ids)
+
+    def clear(self) -> None:
+        """Forget what was frozen so far (the entry thaws it with its own); what comes later is this one's."""
+        with self._lock:
+            self.targets.clear()
+            self.tenant_ids.clear()

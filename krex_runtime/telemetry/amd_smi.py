@@ -222,6 +222,10 @@ class AmdSmiProcesses:
         """AMD SMI keeps nothing of ended processes: the running ones."""
         return alive_only(self.running(gpu))
 
+    def contexts(self, gpu: int) -> set[int] | None:
+        running = self.running(gpu)
+        return None if running is None else set(running)
+
 
 def _vram(process: dict[str, Any]) -> int | None:
     used = _number((process.get("memory_usage") or {}).get("vram_mem"))

@@ -11,6 +11,11 @@ exclusivity certificate (regions/certificate.py) besides the gate.
   compute processes' used memory (None where the driver does not say);
   simulated GPUs: each process slot's memory allocated on that device.
 
+- `contexts(gpu)`: the pids that hold a context on the GPU now (NVML's
+  running compute processes; a simulated GPU's live process slots): a
+  tenant's claim of a GPU call in flight is believed only from one of them
+  (regions/entry_hints.py).
+
 - `activity(gpu, since_us)`: every process the GPU can say used it, those
   that have ended too, as far as it keeps them: what a region's certificate
   compares its grant with at its release, so that a process that ran inside
@@ -89,6 +94,19 @@ class SimulatedProcesses:
             return None
         return {s.pid: int(s.mem_used[gpu]) for s in state.slots if s.alive and s.mem_used[gpu]}
 
+    def contexts(self, gpu: int) -> set[int] | None:
+        """Processes that can submit work to the GPU now: every live slot (the
+        simulated driver claims one at cuInit; a slot serves every device)."""
+        from krex_runtime.sim.device_file import read_device
+
+        try:
+            state = read_device(self.device_name)
+        except FileNotFoundError:
+            return set()
+        except Exception:
+            return None
+        return {s.pid for s in state.slots if s.alive}
+
     def activity(self, gpu: int, since_us: int = 0) -> GpuActivity | None:
         from krex_runtime.sim.device_file import read_device
         from krex_runtime.sim.layout import REAPED_MAX
@@ -127,6 +145,11 @@ class NvmlProcesses:
         except Exception:
             return None
         return {int(p.pid): _used(p) for p in procs}
+
+    def contexts(self, gpu: int) -> set[int] | None:
+        """Processes with a context on the GPU: its running compute processes."""
+        running = self.running(gpu)
+        return None if running is None else set(running)
 
     def activity(self, gpu: int, since_us: int = 0) -> GpuActivity | None:
         running = self.running(gpu)
@@ -181,6 +204,9 @@ class NoProcesses:
         return None
 
     def activity(self, gpu: int, since_us: int = 0) -> GpuActivity | None:
+        return None
+
+    def contexts(self, gpu: int) -> set[int] | None:
         return None
 
 

@@ -50,8 +50,22 @@ def test_a_real_gpu_alone_is_verified_with_every_witness() -> None:
 
 
 def test_each_witness_can_violate_and_says_why() -> None:
+    # The gate's count is the tenant's own to write: it condemns the region only
+    # where the GPU shows that process's work too (issue 47, F4).
     v, reasons = verdict(Fake(), lambda f: f.calls.update({OTHER_PID: 7}))
-    assert v == "violated" and reasons[0] == "gate: tenant 2 (pid 200) made 2 GPU call(s) through it"
+    assert v == "unknown" and reasons[0] == (
+        "gate: tenant 2 (pid 200) made 2 GPU call(s) through it by its own count, and the GPU shows no work of it: "
+        "not believed, not ruled out"), reasons
+
+    def counted(f: Fake) -> None:  # a GPU that counts work per process (the simulator's)
+        f.running = {pid: GpuProcess(pid, 3, False) for pid in (HOLDER_PID, OTHER_PID)}
+    fake = Fake()
+    counted(fake)
+    v, reasons = verdict(fake, lambda f: (f.calls.update({OTHER_PID: 7}), f.running.update(
+        {OTHER_PID: GpuProcess(OTHER_PID, 5, False)})))
+    assert v == "violated" and reasons[:2] == [
+        "gate: tenant 2 (pid 200) made 2 GPU call(s) through it",
+        "processes: tenant 2 (pid 200) ran 2 item(s) the gate did not hold"], reasons
     v, reasons = verdict(Fake(), lambda f: f.running.update({FOREIGN_PID: GpuProcess(FOREIGN_PID, None, True)}))
     assert v == "violated" and reasons[0] == "processes: pid 300 uses the GPU and is not a tenant of this runtime"
 
