@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from runtime_helpers import PY, finish, krex_runtime, output, snapshot, submit, trace_events
 
+from krex_runtime.sim.device_file import read_device
 from krex_runtime.testing.local_runtime import wait_until
 
 VICTIM = r"""
@@ -40,9 +41,8 @@ while not os.path.exists(sys.argv[1]):
     time.sleep(0.02)
 with region() as r:
     print("granted", flush=True)
-    cuda.time_kernel(200_000, repeats=3)
-    while not os.path.exists(sys.argv[2]):  # released when the test says
-        time.sleep(0.02)
+    while not os.path.exists(sys.argv[2]):  # measuring until the test says
+        cuda.time_kernel(20_000, repeats=1)
 print(json.dumps({"region": client._channel.region_seq, "verdict": r.verdict, "reasons": r.verdict_reasons}),
       flush=True)
 """
@@ -163,6 +163,7 @@ def test_an_ungated_child_killed_inside_its_kernel_is_seen_after_its_slot_is_rea
     child = _child_pid(rt, attacker)
     wait_until(lambda: any(line.startswith("child ended -9") for line in _lines(rt, attacker)), 60, "the child's end")
     time.sleep(0.3)  # the victim's next kernels reap its slot
+    assert child in [r.pid for r in read_device(rt.device).reaped]  # its slot is gone: the driver's record is left
     release.touch()
     result = _verdict(rt, victim)
     assert result["verdict"] == "violated", result
@@ -189,11 +190,14 @@ def test_an_ungated_child_seen_during_a_region_is_frozen_with_its_tenant(make_ru
     finish(rt, attacker)
 
 
-def test_a_tenant_with_an_ungated_process_on_the_gpu_is_frozen_by_the_entry(make_runtime: Any, tmp_path: Path) -> None:
-    """Under gpu-only, where no tenant is frozen: the child already runs
-    kernels (with pauses) when the region enters; its tenant is frozen for
-    the hold, so at most a kernel it had started runs on."""
-    rt = krex_runtime(make_runtime, sim=1, protection="gpu-only")
+@pytest.mark.parametrize("protection", ["gpu-only", "gpu+cpu"])
+def test_a_tenant_with_an_ungated_process_on_the_gpu_is_frozen_by_the_entry(
+        make_runtime: Any, tmp_path: Path, protection: str) -> None:
+    """The child already runs kernels (with pauses) when the region enters;
+    its tenant is frozen for the hold, under gpu-only (where no tenant was
+    frozen) as under gpu+cpu (its cgroup holds the child too), so at most a
+    kernel it had started runs on."""
+    rt = krex_runtime(make_runtime, sim=1, protection=protection)
     go, release = tmp_path / "go", tmp_path / "release"
     victim = submit(rt, PY, "-c", VICTIM, str(go), str(release), gpu=0)
     attacker = submit(rt, PY, "-c", ATTACKER, "", "", "0", "2", "0.03", CHILD, gpu=0)
@@ -206,7 +210,7 @@ def test_a_tenant_with_an_ungated_process_on_the_gpu_is_frozen_by_the_entry(make
     release.touch()
     result = _verdict(rt, victim)
     granted = next(e for e in trace_events(rt, "region_granted") if e["region"] == result["region"])
-    assert granted["frozen"] == [_tenant(rt, attacker)], granted  # under gpu-only, where no tenant is frozen
+    assert granted["frozen"] == [_tenant(rt, attacker)], granted
     released = _released(rt, result["region"])
     blamed = [r for r in released["verdict_reasons"] if f"pid {child})" in r]
     # Frozen between two of its kernels, or inside one it had started before the grant.
