@@ -5,7 +5,12 @@ Witnesses, each read at the grant and at the release:
 
 - **gate**: the interception counters of every other tenant's processes
   (krex_gate.h): a call that passed the gate during the region, or a gate
-  that failed open, is a violation. Always there under policy krex.
+  that failed open, is a violation where the GPU shows that process's work
+  too. The counters are in files the tenants write: a count alone makes the
+  region `unknown`, naming the tenant, and one of a tenant frozen for the
+  whole hold is not believed (entry_hints.py). So are the claims entry did
+  not believe, and those it froze past the quiesce bound (`unknown`).
+  Always there under policy krex.
 - **processes**: the GPU's own record of the processes that used it
   (NVML's running compute processes, accounting and samples; on a simulated
   GPU the simulated device's process slots, with the work items each
