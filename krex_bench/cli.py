@@ -3,6 +3,7 @@
 evaluation, or report on results already measured.
 
     krex bench run [--scale S] [--repeats N] [--concurrency 4,8,16] [--variants ...] [--budget-s N] [--out DIR] [--sim]
+                   [--gpu I | --gpus N|I,J]
     krex bench report RESULTS.json [--out DIR] [--clock-tolerance F]
     krex bench list [--markdown]
 
@@ -54,8 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
     js = Parser(add_help=False)
     js.add_argument("--json", action="store_true", help="one JSON document on stdout (progress on stderr)")
     run = sub.add_parser("run", parents=[js], help="run the workload under every setup, then write the report")
-    run.add_argument("--gpu", type=int, default=0, help="GPU index to run on (default 0)")
-    run.add_argument("--sim", action="store_true", help="one simulated GPU and simulated candidates (no torch)")
+    run.add_argument("--gpu", type=int, default=None, help="GPU index to run on (default 0)")
+    run.add_argument(
+        "--gpus", metavar="N|I,J", default=None,
+        help="run each command on a set of GPUs, as `krex run --gpus` does: N of them or these indices (0,1); "
+        "its regions cover the whole set. Process mode only: the krex variants in process mode "
+        "(`all`: those), native in process mode; with --sim, that many simulated GPUs",
+    )  # fmt: skip
+    run.add_argument("--sim", action="store_true",
+                     help="simulated GPUs (one, or those --gpus names) and simulated candidates (no torch)")
     run.add_argument("--scale", type=float, default=1.0, help="share of each problem's candidates, in (0, 1]")
     run.add_argument(
         "--suite", type=Path, default=None,
@@ -167,6 +175,42 @@ def _seconds(text: str, flag: str) -> tuple[float, ...]:
     return values
 
 
+def gpu_set(text: str | None, gpu: int | None) -> tuple[tuple[int, ...], int]:
+    """--gpus N (how many) or --gpus I,J (which), as `krex run --gpus` takes
+    it: (indices, count); ((), 0) without it."""
+    if text is None:
+        return (), 0
+    if gpu is not None:
+        raise ValueError("give --gpu (one GPU) or --gpus (a set), not both")
+    words = [w.strip() for w in text.split(",")]
+    if not all(w.isascii() and w.isdigit() for w in words):
+        raise ValueError(f"--gpus takes a number of GPUs (2) or GPU indices (0,1), not {text!r}")
+    if len(words) == 1:
+        if int(words[0]) < 1:
+            raise ValueError(f"--gpus takes at least 1 GPU, not {text!r}")
+        return (), int(words[0])
+    indices = tuple(int(w) for w in words)
+    if len(set(indices)) != len(indices):
+        raise ValueError(f"--gpus names a GPU twice: {text}")
+    return tuple(sorted(indices)), len(indices)
+
+
+def on_a_set(variants: tuple[str, ...], every: bool, native_mode: str) -> tuple[str, ...]:
+    """The krex variants a command on a set of GPUs runs in: process mode only
+    (a zygote or a context process is one GPU's). `all` takes those; one named
+    in another mode is refused, and so is native in pooled mode."""
+    if native_mode != "process":
+        raise ValueError(f"--gpus runs native in process mode, not --native-mode {native_mode} "
+                         "(a context process is one GPU's)")
+    if every:
+        return tuple(v for v in variants if setups.parse_variant(v)[1] == "process")
+    other = [v for v in variants if setups.parse_variant(v)[1] != "process"]
+    if other:
+        raise ValueError(f"--gpus runs each command on a set of GPUs, in process mode only: not {', '.join(other)} "
+                         "(a zygote or a context process is one GPU's)")
+    return variants
+
+
 def _has_native_runs(native: str, merge: Path | None) -> None:
     """The native runs this invocation does not measure must come from --merge
     (the native one at least: everything is compared with it)."""
@@ -240,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
         settles: tuple[float | None, ...] = _seconds(args.settle_s, "--settle-s") or (None,)
         longs = _seconds(args.settle_long_s, "--settle-long-s") or (0.0,)
         gaps: tuple[float | None, ...] = _seconds(args.gap_s, "--gap-s") or (None,)
+        gpus, gpu_count = gpu_set(args.gpus, args.gpu)
+        if gpus or gpu_count > 1:
+            variants = on_a_set(variants, args.variants == "all", args.native_mode)
         plan = setups.matrix(
             concurrency, variants, native=args.native, ungated=not args.no_ungated, settles=settles, gaps=gaps,
             settle_longs=longs, canary_too=args.canary_too, native_mode=args.native_mode,
@@ -251,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
             if p not in workload.BY_NAME:
                 raise ValueError(f"unknown problem {p!r}; problems: {', '.join(workload.BY_NAME)}")
         opts = runner.Options(
-            gpu=args.gpu, sim=args.sim, scale=args.scale, problems=problems, seed=args.seed,
+            gpu=args.gpu or 0, gpus=gpus, gpu_count=gpu_count, sim=args.sim, scale=args.scale, problems=problems,
+            seed=args.seed,
             budget_s=args.budget_s, keep=args.keep, root=args.work_dir, watch_clock_ms=args.watch_clock_ms,
             suite=args.suite, suite_problems=[p for p in args.suite_problems.split(",") if p] or None,
             suite_trials=args.suite_trials, trial_detail=args.trial_detail, repeats=args.repeats,

@@ -46,6 +46,34 @@ class Options:
     suite_trials: int = 30  # timed trials per suite command
     trial_detail: bool = False  # suite commands report every trial (trial_probe.py)
     repeats: int = 1  # measurements of each candidate per setup (submissions())
+    # Each command on a set of GPUs (`--gpus`, as `krex run --gpus`): these
+    # indices, or any `gpu_count` of the runtime's; its regions cover the set.
+    # (): one GPU, `gpu`.
+    gpus: tuple[int, ...] = ()
+    gpu_count: int = 0
+
+    @property
+    def on_a_set(self) -> bool:
+        return bool(self.gpus) or self.gpu_count > 1
+
+    def first_gpu(self) -> int:
+        """The GPU the report describes: the set's first, else `gpu`."""
+        return self.gpus[0] if self.gpus else 0 if self.gpu_count > 1 else self.gpu
+
+    def runtime_gpus(self) -> dict[str, Any]:
+        """The runtime's GPUs (Runtime's sim and visible): simulated ones
+        numbered from 0 up to the set's highest, else the node's real ones."""
+        if self.sim:
+            return {"sim": max(self.gpus) + 1 if self.gpus else max(self.gpu_count, 1), "visible": ()}
+        if self.on_a_set:
+            return {"sim": 0, "visible": self.gpus}  # a count: every GPU, the runtime picks the set
+        return {"sim": 0, "visible": (self.gpu,)}
+
+    def placement(self) -> dict[str, Any]:
+        """What each submit names of its GPUs (nothing on one GPU: the runtime's only one)."""
+        if self.gpus:
+            return {"gpus": list(self.gpus)}
+        return {"gpu_count": self.gpu_count} if self.gpu_count > 1 else {}
 
 
 class Meter(Protocol):
@@ -116,7 +144,7 @@ def machine(opts: Options) -> dict[str, Any]:
         import pynvml
 
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(opts.gpu)
+        handle = pynvml.nvmlDeviceGetHandleByIndex(opts.first_gpu())
         name = pynvml.nvmlDeviceGetName(handle)
         info["gpu"] = name.decode() if isinstance(name, bytes) else name
         driver = pynvml.nvmlSystemGetDriverVersion()
@@ -148,10 +176,9 @@ def runtime_for(setup: Setup, opts: Options, folder: Path) -> Runtime:
     )
     return Runtime(
         folder,
-        sim=1 if opts.sim else 0,
+        **opts.runtime_gpus(),
         policy=setup.policy,
         slots=setup.concurrency,
-        visible=() if opts.sim else (opts.gpu,),
         # Baselines run their commands as they would without KREX: no interception library.
         preload=setup.kind == "krex",
         canary=setup.canary,
@@ -282,6 +309,7 @@ def run_setup(
                     "env": {**env, "TRITON_CACHE_DIR": str(folder / "triton" / str(i))},
                     "label": command_label(c, repeat, opts.repeats),
                     "timeout_s": COMMAND_TIMEOUT_S,
+                    **opts.placement(),
                 }
                 ids.append((c, repeat, client.call("submit", body)["id"]))
             last = t0
@@ -292,7 +320,8 @@ def run_setup(
                 meter.advance()
                 line = read_result(res)
                 if res["state"] == "finished" and res.get("exit_code") == 0 and line and line.get("ok"):
-                    record["results"].append({**line, "repeat": repeat})
+                    placed = {"gpus": res.get("gpus")} if opts.on_a_set else {}  # the set it ran on
+                    record["results"].append({**line, "repeat": repeat, **placed})
                 else:
                     record["failures"].append(
                         {
@@ -340,6 +369,7 @@ def run(
         "scale": opts.scale,
         "workload": [c.key for c in commands(opts)],
         "repeats": opts.repeats,
+        **({"gpus": list(opts.gpus) or opts.gpu_count} if opts.on_a_set else {}),
         "argv": argv if argv is not None else sys.argv,
         "runs": [],
     }

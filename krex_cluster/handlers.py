@@ -163,6 +163,14 @@ async def wait(gw: GatewayContext, peer: Peer, req: Request) -> Any:
     return cmd.result
 
 
+@handles(verbs.SHOW)
+async def show(gw: GatewayContext, peer: Peer, req: Request) -> Any:
+    """A command as the gateway knows it now: its result once it has ended
+    (its regions with it), else its row so far; never waits."""
+    cmd = _command(gw, req.body.id)
+    return {**cmd.status_row(), "share": cmd.body.get("share", ""), **(cmd.result or {}), "id": cmd.id}
+
+
 @handles(verbs.CANCEL)
 async def cancel(gw: GatewayContext, peer: Peer, req: Request) -> Any:
     cmd = _command(gw, req.body.id)

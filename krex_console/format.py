@@ -13,6 +13,9 @@ from typing import Any
 
 NA = "n/a"
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
+# A region's certificate (regions/certificate.py), in one colour wherever it shows:
+# the Events rows, the region timeline.
+VERDICT_STYLE = {"verified": "green", "perturbed": "magenta", "violated": "bold red", "unknown": "yellow"}
 
 
 def number(value: Any) -> float | None:

@@ -63,9 +63,10 @@ $(FWD_DIR)/libcuda.so: $(FWD_LIB)
 $(FWD_SERVER): $(FWD_SERVER_OBJS)
 	$(CC) $(FWD_CFLAGS) -o $@ $(FWD_SERVER_OBJS) -ldl -pthread
 
-# The tenant run in process and forwarded mode alike, and a hostile client
-# that writes malformed and oversized requests into its segment.
-forward-tests: $(BUILD)/tests/forward_tenant $(BUILD)/tests/forward_garbage
+# The tenant run in process and forwarded mode alike, a hostile client
+# that writes malformed and oversized requests into its segment, and hostile
+# commands that go for other tenants' memory and the server's own.
+forward-tests: $(BUILD)/tests/forward_tenant $(BUILD)/tests/forward_garbage $(BUILD)/tests/forward_hostile
 $(BUILD)/tests/forward_tenant: tests/forward_tenant.c $(BUILD)/sim/libcuda.so.1
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(CUDA_INCLUDE) -o $@ $< -L$(BUILD)/sim -l:libcuda.so.1 -Wl,-rpath,'$$ORIGIN/../sim'
@@ -73,3 +74,7 @@ $(BUILD)/tests/forward_tenant: tests/forward_tenant.c $(BUILD)/sim/libcuda.so.1
 $(BUILD)/tests/forward_garbage: tests/forward_garbage.c include/krex_forward.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $<
+
+$(BUILD)/tests/forward_hostile: tests/forward_hostile.c include/krex_forward.h $(BUILD)/sim/libcuda.so.1
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I$(CUDA_INCLUDE) -o $@ $< -L$(BUILD)/sim -l:libcuda.so.1 -Wl,-rpath,'$$ORIGIN/../sim'

@@ -77,7 +77,7 @@ $(SIMCUDA_DIR)/obj/simcuda_aliases.o: $(SIMCUDA_ALIASES) $(SIMCUDA_DEPS)
 # -Bsymbolic-functions: the simulator's references to its own entry points
 # (the cuGetProcAddress table) bind to itself, never to an interposer.
 $(SIMCUDA_LIB): $(SIMCUDA_OBJS)
-	$(CC) $(SIMCUDA_CFLAGS) -shared -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic-functions -o $@ $(SIMCUDA_OBJS) -pthread
+	$(CC) $(SIMCUDA_CFLAGS) -shared -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic-functions -o $@ $(SIMCUDA_OBJS) -pthread -lm
 
 $(SIMCUDA_DIR)/libcuda.so: $(SIMCUDA_LIB)
 	ln -sf libcuda.so.1 $@

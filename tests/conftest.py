@@ -8,10 +8,10 @@ import signal
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
-from runtime_helpers import REPO, steady_cores, tenant_processes
+from runtime_helpers import REPO, Answer, FakeRuntime, steady_cores, tenant_processes
 
 from krex_runtime.testing import hygiene
 from krex_runtime.node import native_build
@@ -159,3 +159,23 @@ def _idle_hygiene(rt: Runtime, fds_at_start: dict[int, str]) -> list[str]:
 @pytest.fixture
 def runtime(make_runtime: Any) -> Runtime:
     return make_runtime()
+
+
+@pytest.fixture
+def fake_runtime(tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """Start fake runtimes with `fake_runtime(answer)`: a control socket that
+    answers each request as `answer` says (runtime_helpers.FakeRuntime); its
+    endpoint. All are stopped at the end of the test."""
+    started: list[FakeRuntime] = []
+
+    def start(answer: Answer, pings_too: bool = False) -> str:
+        endpoint = f"ipc://{tmp_path / f'fake{len(started)}.sock'}"
+        server = FakeRuntime(endpoint, answer, pings_too)
+        server.start()
+        started.append(server)
+        return endpoint
+
+    yield start
+    for server in started:
+        server.stop.set()
+        server.join()

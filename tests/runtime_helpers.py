@@ -13,8 +13,10 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any, Callable
 
 import psutil
+import zmq
 from region_checks import is_frozen
 
 from krex_runtime.regions import gate
@@ -103,7 +105,7 @@ def regions_config(backend: str = "preload", **settings: object) -> str:
     # unless they ask otherwise; the product's default is gpu-only.
     settings.setdefault("protection", "gpu+cpu")
     lines += [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
-    return "[regions]\n" + "\n".join(lines) + "\n"
+    return steady_cores("[regions]\n" + "\n".join(lines) + "\n")
 
 
 # What a runtime SIGKILLed without its watchdog leaves (its restart, --recover, fail-open): tests of those.
@@ -153,6 +155,34 @@ def output(rt: Runtime, command_id: str) -> str:
 def wait_ready(rt: Runtime, *ids: str) -> None:
     for command_id in ids:
         wait_until(lambda: "ready" in output(rt, command_id), 60, f"tenant {command_id} to start submitting")
+
+
+class HeldRegions:
+    """A tenant (tenants/held_activity.py) that holds its regions when the test
+    says: submitted and warm before the test sets up what happens around the
+    hold, so no start-up time of the holder's races another tenant's call."""
+
+    def __init__(self, rt: Runtime, control: Path, *modes: str) -> None:
+        control.mkdir(exist_ok=True)
+        self.rt, self.control = rt, control
+        self.id = submit(rt, PY, str(TENANTS / "held_activity.py"), str(control), *modes)
+        wait_until(lambda: any(r.get("ready") for r in self.results()), 60, "the holder to warm up")
+
+    def results(self) -> list[dict]:
+        return [json.loads(line) for line in output(self.rt, self.id).splitlines() if line.startswith("{")]
+
+    def go(self, i: int) -> None:
+        (self.control / f"go{i}").touch()
+
+    def granted(self, i: int) -> dict:
+        wait_until(lambda: any(r.get("granted") == i for r in self.results()), 60, f"region {i} to be granted")
+        return next(r for r in self.results() if r.get("granted") == i)
+
+    def release(self, i: int) -> dict:
+        """Ends region i; its verdict and reasons, as its holder read them."""
+        (self.control / f"release{i}").touch()
+        wait_until(lambda: len([r for r in self.results() if "verdict" in r]) > i, 60, f"region {i}'s verdict")
+        return [r for r in self.results() if "verdict" in r][i]
 
 
 def snapshot(rt: Runtime) -> dict:
@@ -271,3 +301,49 @@ def load_test_file(path: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# --- a fake runtime on a control socket ---------------------------------------------
+
+# What the fake runtime sends for one request: messages (dicts are encoded, bytes sent as they are).
+Answer = Callable[[dict[str, Any]], list[Any]]
+
+
+def reply(req: dict[str, Any], body: Any = None, **envelope: Any) -> dict[str, Any]:
+    return {"v": 1, "type": "reply", "id": "r", "time": 0.0, "re": req["id"], "ok": True,
+            "body": {} if body is None else body, **envelope}
+
+
+def push(req: dict[str, Any], kind: str, body: Any) -> dict[str, Any]:
+    return {"v": 1, "type": kind, "id": "p", "time": 0.0, "re": req["id"], "body": body}
+
+
+class FakeRuntime(threading.Thread):
+    """A ROUTER that answers each request as `answer` says; `hello` (the
+    clients' ping) is answered properly unless `answer` handles it too."""
+
+    def __init__(self, endpoint: str, answer: Answer, pings_too: bool = False) -> None:
+        super().__init__(daemon=True)
+        self.answer, self.pings_too = answer, pings_too
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(endpoint)
+        self.stop = threading.Event()
+        self.requests: list[dict[str, Any]] = []
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            if not self.sock.poll(50):
+                continue
+            route, frame = self.sock.recv_multipart()
+            req = json.loads(frame)
+            self.requests.append(req)
+            if req["type"] == "hello" and not self.pings_too:
+                messages: list[Any] = [reply(req, {"protocol": 1})]
+            else:
+                messages = self.answer(req)
+            for msg in messages:
+                self.sock.send_multipart([route, msg if isinstance(msg, bytes) else json.dumps(msg).encode()])
+        self.sock.close(linger=0)
+        self.ctx.term()

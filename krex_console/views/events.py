@@ -37,6 +37,15 @@ def subject(event: dict[str, Any]) -> str:
     return str(event.get("id", ""))
 
 
+def subject_cell(event: dict[str, Any]) -> Text:
+    """The subject as the row shows it: a released region's verdict in its colour."""
+    text = Text(subject(event))
+    verdict = event.get("verdict") if "region" in event else None
+    if verdict:
+        text.stylize(fmt.VERDICT_STYLE.get(str(verdict), ""), len(text) - len(str(verdict)))
+    return text
+
+
 def detail(event: dict[str, Any]) -> str:
     parts = []
     for key, value in event.items():
@@ -127,7 +136,7 @@ def event_row(event: dict[str, Any], start: float | None, number: int) -> Row:
         "t": fmt.elapsed(t - start) if start else fmt.clock(t),
         "type": Text(kind, style=TYPE_STYLE.get(kind, "")),
         "gpu": "-" if gpu is None else str(gpu),
-        "subject": subject(event),
+        "subject": subject_cell(event),
         "detail": detail(event),
     }
     return Row(str(number), cells, {"seq": seq, "t": t, "gpu": gpu})

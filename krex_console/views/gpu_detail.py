@@ -133,8 +133,11 @@ def summarize_gpu(model: ConsoleModel, gpu: GpuState) -> str:
         f"  frozen {','.join(f't{x}' for x in gpu.frozen) or '-'}",
         f"canary outside p50/p95 {fmt.inflation(fmt.get(canary, 'outside_p50'))}/"
         f"{fmt.inflation(fmt.get(canary, 'outside_p95'))}  contention {fmt.factor(fmt.get(canary, 'contention'))}"
-        f"{'  [i]' + SIMULATOR_NOTE + '[/i]' if gpu.simulated and canary else ''}"
-        f"  memory {fmt.memory(fmt.get(t, 'mem_used'), fmt.get(t, 'mem_total'))}  power {fmt.value(fmt.get(t, 'power_w'), 'W')}  mem clock {fmt.value(fmt.get(t, 'mem_clock_mhz'), 'MHz')}"
+        f"{'  [i]' + SIMULATOR_NOTE + '[/i]' if gpu.simulated and canary else ''}",
+        # Util, SM clock and temperature too: an 80-column row has no room for them.
+        f"util {fmt.percent(fmt.get(t, 'util_pct'))}  memory {fmt.memory(fmt.get(t, 'mem_used'), fmt.get(t, 'mem_total'))}"
+        f"  SM {fmt.value(fmt.get(t, 'sm_clock_mhz'), 'MHz')}  temp {fmt.value(fmt.get(t, 'temp_c'), 'C')}"
+        f"  power {fmt.value(fmt.get(t, 'power_w'), 'W')}  mem clock {fmt.value(fmt.get(t, 'mem_clock_mhz'), 'MHz')}"
         f"  throttle {', '.join(throttle) if isinstance(throttle, list) and throttle else ('none' if isinstance(throttle, list) else fmt.NA)}",
         "pool " + pool_text(pool) + f"  regions {gpu.regions_granted}  started {gpu.started}  finished {gpu.finished}",
     ])
@@ -199,9 +202,6 @@ def isolation_text(gpu: GpuState) -> str:
     return "  ".join(parts)
 
 
-VERDICT_STYLE = {"verified": "green", "perturbed": "magenta", "violated": "bold red", "unknown": "yellow"}
-
-
 def region_row(model: ConsoleModel, r: RegionRecord, longest: float) -> Row:
     s = r.stats
     hold = s.get("hold_s")
@@ -225,7 +225,7 @@ def region_row(model: ConsoleModel, r: RegionRecord, longest: float) -> Row:
         "hold": Text.assemble(f"{fmt.duration(hold):>7} ", bar),
         "thaw": fmt.duration(s.get("thaw_s")),
         "frozen": ",".join(map(str, r.frozen)) or "-",
-        "verdict": Text(r.verdict or "-", style=VERDICT_STYLE.get(r.verdict, "dim")),
+        "verdict": Text(r.verdict or "-", style=fmt.VERDICT_STYLE.get(r.verdict, "dim")),
         "reason": r.reason or ("holding" if r.released_t is None else ""),
     }
     order = {"region": r.region, "at": -r.granted_t, "wait": s.get("wait_s"), "drain": s.get("drain_s"),

@@ -31,6 +31,7 @@ from krex_runtime.wire.control_client import (
     SEND_TIMEOUT_S,
     CurveKeys,
     HandshakeWatch,
+    RequestFailed,
     RuntimeUnavailable,
     check_reachable,
     use_curve,
@@ -40,6 +41,14 @@ from krex_runtime.wire.verbs import REPLY_WAIT_S, VERBS
 
 TELEMETRY_ENV = "KREX_TELEMETRY"  # the telemetry endpoint of a tcp runtime
 HELLO = {"client": "krex-api"}
+# cancel_many: cancels in flight at once (each reply waits for its command's
+# end), well under the runtime's runtime.max_requests_per_peer default (64);
+# one refused `busy` (a runtime set lower) is sent again after a pause.
+CANCELS_IN_FLIGHT = 8
+BUSY_RETRIES = 20
+BUSY_PAUSE_S = 0.05
+# What a cancel may be refused for one command alone; any other refusal is the request's.
+PER_COMMAND_REFUSALS = frozenset({protocol.ErrorCode.NOT_FOUND, protocol.ErrorCode.BUSY})
 
 
 class AsyncHandle:
@@ -218,10 +227,50 @@ class AsyncClient:
         """Cancel a queued or running command; its state after the cancel."""
         return state_of(await self.call("cancel", {"id": command_id}), "cancel")
 
+    async def cancel_many(self, command_ids: Iterable[str], *, max_in_flight: int = CANCELS_IN_FLIGHT
+                          ) -> dict[str, str | RequestFailed]:
+        """Cancel several commands, `max_in_flight` at a time (each reply waits
+        for its command's end): each id's state after the cancel, or what the
+        runtime refused for that id alone (an id it does not know:
+        `not_found`). A refusal of the request itself (`forbidden`,
+        `refused`) and any other failure are raised, as by `cancel`."""
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be at least 1")
+        todo = list(dict.fromkeys(command_ids))
+        gate = asyncio.Semaphore(max_in_flight)
+
+        async def one(command_id: str) -> str | RequestFailed:
+            async with gate:
+                attempt = 0
+                while True:
+                    try:
+                        return await self.cancel(command_id)
+                    except RequestFailed as exc:
+                        attempt += 1
+                        if exc.code == protocol.ErrorCode.BUSY and attempt < BUSY_RETRIES:
+                            await asyncio.sleep(BUSY_PAUSE_S * attempt)  # past the runtime's bound per client
+                            continue
+                        if exc.code in PER_COMMAND_REFUSALS:
+                            return exc
+                        raise
+
+        try:
+            async with asyncio.TaskGroup() as group:  # the first failure of the request ends the rest
+                tasks = {i: group.create_task(one(i)) for i in todo}
+        except BaseExceptionGroup as failed:
+            raise failed.exceptions[0] from None
+        return {i: task.result() for i, task in tasks.items()}
+
     # --- the node -------------------------------------------------------------
 
     async def status(self) -> NodeStatus:
         return NodeStatus.from_record(await self.call("status"))
+
+    async def show(self, command_id: str) -> Result:
+        """One command as it is now, without waiting for its end: a queued or
+        running one's state and times so far, an ended one's result (its
+        output is in its files: `logs`). `argv` is its command line."""
+        return Result.from_record(await self.call("show", {"id": command_id}))
 
     async def call(self, verb: str, body: Mapping[str, Any] | None = None, timeout: float | None = None) -> Any:
         """Any verb of the protocol (docs/protocol.md): its reply body, or RequestFailed."""

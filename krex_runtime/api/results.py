@@ -196,6 +196,7 @@ class Result:
     # files the record names (stdout_path, stderr_path) have all of it.
     output_incomplete: bool = False
     gpus: tuple[int, ...] = ()  # placed on a set of GPUs: the set (`gpu` its first); (): one GPU
+    argv: tuple[str, ...] = ()  # its command line where the record carries it (`show`'s does); () otherwise
     record: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)  # as the runtime sent it
 
     @property
@@ -240,6 +241,7 @@ class Result:
             output_lost=dict(f.get("output_lost", _map_of(_is_int), {}, "an object of integers")),
             output_error=f.get("output_error", _is_str, ""),
             gpus=tuple(f.get("gpus", _INTS, (), "a list of integers")),
+            argv=tuple(f.get("argv", _STRS, (), "a list of strings")),
             record=dict(r),
         )
 

@@ -19,6 +19,7 @@ from typing import Any, AsyncIterator, Callable, Coroutine, Iterable, Iterator, 
 from krex_runtime.api.aio import AsyncClient, AsyncHandle
 from krex_runtime.api.options import Command, OutputCallback
 from krex_runtime.api.results import Event, NodeStatus, Result
+from krex_runtime.wire.control_client import RequestFailed
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -214,10 +215,20 @@ class Client:
         """Cancel a queued or running command; its state after the cancel."""
         return self._loop.run(self._async.cancel(command_id))
 
+    @_blocking(AsyncClient.cancel_many)
+    def cancel_many(self, command_ids: Iterable[str], **options: Any) -> dict[str, str | RequestFailed]:
+        """Cancel several commands at once: each id's state after the cancel,
+        or the refusal of that id alone (`not_found`)."""
+        return self._loop.run(self._async.cancel_many(command_ids, **options))
+
     # --- the node -------------------------------------------------------------
 
     def status(self) -> NodeStatus:
         return self._loop.run(self._async.status())
+
+    def show(self, command_id: str) -> Result:
+        """One command as it is now, without waiting for its end (its `argv` too)."""
+        return self._loop.run(self._async.show(command_id))
 
     def call(self, verb: str, body: Mapping[str, Any] | None = None, timeout: float | None = None) -> Any:
         """Any verb of the protocol (docs/protocol.md): its reply body, or RequestFailed."""

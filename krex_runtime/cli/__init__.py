@@ -30,7 +30,7 @@ from krex_runtime.cli.subcommands import (
     trace_command,
     verb_command,
 )
-from krex_runtime.cli import external
+from krex_runtime.cli import cancel, external
 from krex_runtime.cli.parser import build_parser
 from krex_runtime.wire import protocol
 from krex_runtime.api.sync import Client
@@ -54,6 +54,7 @@ def version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _escape_what_cannot_be_written()
     try:
         return _main(sys.argv[1:] if argv is None else argv)
     except BrokenPipeError:
@@ -62,6 +63,17 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_SIGNAL_BASE + signal.SIGPIPE
+
+
+def _escape_what_cannot_be_written() -> None:
+    """Whatever a string holds, writing it never ends krex in a traceback:
+    what the terminal's encoding cannot write (a lone surrogate from a
+    runtime, a non-ASCII label under LANG=C) is written as its escape. The
+    views escape control characters themselves (wire/printable.py)."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
 
 
 def _main(argv: list[str]) -> int:
@@ -106,14 +118,20 @@ def subcommand_parser(parser: argparse.ArgumentParser, verb: str) -> argparse.Ar
     return parser
 
 
+# Subcommands that talk to a runtime: the plain verbs' and those of subcommands.py, and cancel's own module.
+RUNTIME_COMMANDS = {**WITH_RUNTIME, "cancel": cancel.cancel_command}
+
+
 def _with_runtime(args: argparse.Namespace) -> int:
     check_usage(args)
+    if args.verb == "cancel":
+        cancel.check_usage(args)
     try:
         endpoint = args.cluster or args.endpoint
         with Client(endpoint, curve_client_key=args.curve_client_key, curve_server_key=args.curve_server_key) as client:
             if args.cluster:
                 check_cluster(client, args.cluster)
-            return WITH_RUNTIME.get(args.verb, verb_command)(client, args)
+            return RUNTIME_COMMANDS.get(args.verb, verb_command)(client, args)
     except RuntimeUnavailable as exc:
         return fail(args, "unavailable", f"{exc}; {how_to_start()}")
     except (RequestFailed, protocol.ProtocolError) as exc:  # ProtocolError: a reply that is not one

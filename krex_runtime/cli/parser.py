@@ -128,6 +128,14 @@ def build_parser(version: Callable[[], str]) -> Parser:
             for arg in verb.args:
                 sp.add_argument(*arg.flags, **arg.options)
             sp.add_argument("--wait", type=float, default=verb.wait_s, metavar="S", help="give up waiting after S seconds")
+            if verb is verbs.CANCEL:  # beside its ids, a selection of commands (cli/cancel.py)
+                sp.add_argument("--label", help="the queued and running commands of this label, or a glob of "
+                                                "labels ('bench-*')")
+                sp.add_argument("--state", help="only those in this state: queued, running, or active (both: "
+                                                "the default of a selection)")
+                sp.add_argument("--all", action="store_true", help="every queued and running command")
+                sp.add_argument("--yes", "-y", action="store_true",
+                                help="cancel several without asking (needed where stdin is not a terminal)")
             if verb is verbs.LOGS:
                 sp.add_argument("--follow", "-f", action="store_true",
                                 help="then print what it writes until it ends")

@@ -18,11 +18,13 @@ from typing import Any
 
 from rich.console import Console
 
-from krex_runtime.api.results import Result
+from krex_runtime.api.results import Result, malformed
 from krex_runtime.api.sync import Client, Handle
 from krex_runtime.wire import verbs
 from krex_runtime.wire.control_client import RequestFailed
+from krex_runtime.wire.printable import printable
 from krex_runtime.wire.protocol import EXIT_KREX_ERROR
+from krex_runtime.wire.typed import ShapeError
 
 # rich's tables and live display, and the trace reader, load only for the
 # subcommands that draw them: `krex` starts once per command an agent submits.
@@ -35,6 +37,15 @@ class UsageError(Exception):
 def emit_json(document: Any) -> None:
     sys.stdout.write(json.dumps(document) + "\n")
     sys.stdout.flush()
+
+
+def replied(verb: verbs.Verb, body: Any) -> dict[str, Any]:
+    """A reply as `krex` reads it (the verb's reply shape, wire/replies.py),
+    or ProtocolError (bad_message) naming what does not fit: one line, exit 125."""
+    try:
+        return verb.read_reply(body)
+    except ShapeError as exc:
+        raise malformed(f"the reply to {verb.name}: {exc}") from None
 
 
 class _Console(Console):
@@ -97,7 +108,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 def check_cluster(client: Client, endpoint: str) -> None:
     """`--cluster` must name a cluster gateway, whose hello says so: a single
     runtime would take the node-targeted verbs as its own."""
-    if not client.call("hello", {"client": "krex"}).get("cluster"):
+    hello = client.call("hello", {"client": "krex"})
+    if not (isinstance(hello, dict) and hello.get("cluster")):
         raise RequestFailed("not_a_cluster", f"{endpoint} is a single runtime, not a cluster gateway (use --endpoint)")
 
 
@@ -150,7 +162,7 @@ def _wait(handle: Handle) -> Result:
         try:
             return handle.wait()
         except KeyboardInterrupt:
-            print(f"\nkrex: cancelling {handle.id}", file=sys.stderr)
+            print(f"\nkrex: cancelling {printable(handle.id)}", file=sys.stderr)
             _cancel_quietly(handle)
 
 
@@ -158,28 +170,30 @@ def _cancel_quietly(handle: Handle) -> None:
     try:
         handle.cancel()
     except Exception as exc:  # the runtime may be gone; the caller reports how it ended
-        print(f"krex: could not cancel {handle.id}: {exc}", file=sys.stderr)
+        print(f"krex: could not cancel {printable(handle.id)}: {printable(exc)}", file=sys.stderr)
 
 
 def _say_end(result: Result, asked_auto_region: bool = False) -> None:
+    name = printable(result.id)
     if asked_auto_region and not result.auto_regions and (result.exit_code is not None or result.signal):
-        print(f"krex: warning: {result.id}: --auto-region wrapped nothing: it called no timing harness KREX knows "
+        print(f"krex: warning: {name}: --auto-region wrapped nothing: it called no timing harness KREX knows "
               "(do_bench, torch Timer, cupyx benchmark; name yours with --auto-region-entry MODULE:FUNC), "
               "so no timing of it ran in a region", file=sys.stderr)
     if result.unprotected_timings:
-        print(f"krex: warning: {result.id} took {result.unprotected_timings} CUDA-event timing(s) "
+        print(f"krex: warning: {name} took {result.unprotected_timings} CUDA-event timing(s) "
               "outside a region: those measurements are not protected", file=sys.stderr)
     if result.untracked_timings:
-        print(f"krex: warning: {result.id} took {result.untracked_timings} CUDA-event timing(s) the interception "
+        print(f"krex: warning: {name} took {result.untracked_timings} CUDA-event timing(s) the interception "
               "library could not track (too many live events): not known to be protected", file=sys.stderr)
     integrity = _integrity_line(result)
     if integrity:
-        print(f"krex: {'warning: ' if 'flagged' in integrity else ''}{result.id}: {integrity}", file=sys.stderr)
+        print(f"krex: {'warning: ' if 'flagged' in integrity else ''}{name}: {printable(integrity)}", file=sys.stderr)
     if any(result.output_lost.values()):
         lost = ", ".join(f"{n} bytes of {stream}" for stream, n in sorted(result.output_lost.items()) if n)
-        print(f"krex: warning: {result.id}: its output files lost {lost} ({result.output_error})", file=sys.stderr)
+        print(f"krex: warning: {name}: its output files lost {printable(lost)} ({printable(result.output_error)})",
+              file=sys.stderr)
     if result.reason or result.state not in ("finished", "failed") or result.exit_code is None:
-        print(f"krex: {result.id} {result.state}: {result.reason}".rstrip(": "), file=sys.stderr)
+        print(f"krex: {name} {printable(result.state)}: {printable(result.reason)}".rstrip(": "), file=sys.stderr)
 
 
 def _integrity_line(result: Result) -> str:
@@ -203,7 +217,7 @@ def submit_command(client: Client, args: argparse.Namespace) -> int:
     if args.json:
         emit_json(reply)
     else:
-        print(reply["id"])
+        print(printable(replied(verbs.SUBMIT, reply)["id"]))
     return 0
 
 
@@ -241,7 +255,19 @@ def verb_command(client: Client, args: argparse.Namespace) -> int:
     if args.json:
         emit_json(reply)
     else:
-        print(verb.says(reply))
+        print(verb.says(replied(verb, reply)))
+    return 0
+
+
+def show_command(client: Client, args: argparse.Namespace) -> int:
+    """`krex show ID`: the command as it is now, without waiting for it."""
+    result = client.show(args.id)  # checked: a malformed record is a ProtocolError, one line
+    if args.json:
+        emit_json(dict(result.record))
+        return 0
+    from krex_runtime.cli.views import command_view
+
+    console().print(command_view(result))
     return 0
 
 
@@ -258,7 +284,7 @@ def logs_command(client: Client, args: argparse.Namespace) -> int:
     tail = args.tail
     while True:
         body = {"id": args.id, "streams": streams, "tail": tail, "offsets": offsets}
-        reply = client.call("logs", body, timeout=args.wait)
+        reply = replied(verbs.LOGS, client.call("logs", body, timeout=args.wait))
         tail = None  # the tail once; then everything after it
         for stream, part in reply["output"].items():
             offsets[stream] = part["next"]
@@ -278,7 +304,7 @@ def logs_command(client: Client, args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"id": reply["id"], "state": reply["state"]} | {s: "".join(kept[s]) for s in streams})
     elif reply["state"] == "queued":
-        print(f"krex: {reply['id']} is queued: no output yet (--follow waits for it)", file=sys.stderr)
+        print(f"krex: {printable(reply['id'])} is queued: no output yet (--follow waits for it)", file=sys.stderr)
     return 0
 
 
@@ -289,6 +315,7 @@ WITH_RUNTIME = {
     "wait": wait_command,
     "status": status_command,
     "logs": logs_command,
+    "show": show_command,
 }
 
 
@@ -372,7 +399,7 @@ def completion_command(args: argparse.Namespace) -> int:
 def fail(args: argparse.Namespace, code: str, reason: str, show_code: bool = False) -> int:
     """A KREX failure: one line on stderr (the runtime's error code after a
     refusal) and, with --json, the error as the document; exit 125."""
-    print(f"krex: {reason}" + (f" [{code}]" if show_code else ""), file=sys.stderr)
+    print(f"krex: {printable(reason)}" + (f" [{printable(code)}]" if show_code else ""), file=sys.stderr)
     if getattr(args, "json", False):
         emit_json({"error": {"code": code, "reason": reason}})
     return EXIT_KREX_ERROR

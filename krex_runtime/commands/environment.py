@@ -146,6 +146,9 @@ class TenantSetup:
     run_as: RunAs | None
     gates: TenantGates | None = None  # policy krex
     identities: Identities | None = None  # tenants.uid_range
+    # Forwarded mode's context servers, which serve one tenant after another:
+    # never a tenant's uid (None: the runtime's own user; node/access.server_run_as).
+    server_run_as: RunAs | None = None
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def new_tenant_id(self) -> int:

@@ -11,14 +11,21 @@ and no gate entries, and is never frozen: while its command is held back,
 nothing reaches it.
 
 Life of a server: started with its control socket as stdin, it creates its
-context and says `ready`; per command the pool sends `serve <tenant>` with
-the segment's descriptor (`serving` back), then `end` once the command's
+context and says `ready`; per command the pool sends `serve <tenant> <ring
+bytes> <staging bytes>` with the segment's descriptor (`serving` back), then `end` once the command's
 processes have ended; the server frees what the command left and answers
 `clean ok` or `clean retire <reason>`. It is replaced when it retires, when
 it refuses a request (`failed`: a malformed or oversized request), when it
 dies, when it does not answer `end` within `forward.clean_timeout_s`, and
 after `forward.max_commands` commands. Only the server's own lines are read
 from its channel: the command never holds its descriptor.
+
+A server serves one tenant after another, so it runs as no uid a tenant can
+be given (`TenantSetup.server_run_as`: the runtime's own user or
+`forward.server_user`): handing a tenant's uid out or back, which kills
+whatever still runs as it, never reaches a server, and no command can signal
+one. One that dies while idle (its pidfd says so) is retired and replaced at
+once, and never handed to a command.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import itertools
 import logging
 import os
 import secrets
+import select
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,10 +66,21 @@ class ContextServer:
     job_id: str | None = None
     lines: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)
     failure: str = ""  # what it said when it refused a request of its command
+    pidfd: int = -1  # readable once the process has ended (never another process of a reused pid)
 
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    def alive(self) -> bool:
+        """Its process still runs: asked of the kernel, not of what the pool last heard."""
+        if self.exited.done():
+            return False
+        if self.pidfd < 0:
+            return True
+        ended = select.poll()
+        ended.register(self.pidfd, select.POLLIN)
+        return not ended.poll(0)
 
 
 class ForwardPool:
@@ -95,12 +114,23 @@ class ForwardPool:
                 self._spawn(self._start_server(gpu))
 
     def has_idle(self, gpu: int) -> bool:
-        return any(s.gpu == gpu and s.state == "idle" for s in self.servers.values())
+        return bool(self._idle(gpu))
 
     def take(self, gpu: int, command_id: str) -> ContextServer:
-        server = min((s for s in self.servers.values() if s.gpu == gpu and s.state == "idle"), key=lambda s: s.served)
+        server = min(self._idle(gpu), key=lambda s: s.served)
         server.state, server.job_id = "busy", command_id
         return server
+
+    def _idle(self, gpu: int) -> list[ContextServer]:
+        """The GPU's idle servers that still live; a dead one is retired (and
+        replaced) here, before a command could be given it."""
+        idle = []
+        for server in [s for s in self.servers.values() if s.gpu == gpu and s.state == "idle"]:
+            if server.alive():
+                idle.append(server)
+            else:
+                self._retire(server, "died while idle")
+        return idle
 
     def is_server_pid(self, pid: int) -> bool:
         """Known by pid: a server is not dumpable, so its /proc environment is not readable."""
@@ -126,7 +156,8 @@ class ForwardPool:
     async def serve(self, server: ContextServer, segment: Segment, tenant_id: int) -> str:
         """Hand the command's segment to its server; "" once it serves, else why not."""
         try:
-            socket.send_fds(server.sock, [f"serve {tenant_id}\n".encode()], [segment.fd])
+            line = f"serve {tenant_id} {segment.ring_size} {segment.staging_size}\n"
+            socket.send_fds(server.sock, [line.encode()], [segment.fd])
         except OSError as exc:
             self._retire(server, f"unreachable: {exc}")
             return f"its context server is unreachable: {exc}"
@@ -206,7 +237,7 @@ class ForwardPool:
             proc = await asyncio.create_subprocess_exec(
                 str(self._server_path), stdin=server_end, stdout=log_file, stderr=log_file, cwd="/",
                 env=self._server_env(server_id, gpu), start_new_session=True,
-                preexec_fn=child_setup(None, self._setup.cores_of(gpu_index), self._setup.run_as),
+                preexec_fn=child_setup(None, self._setup.cores_of(gpu_index), self._setup.server_run_as),
             )
         except OSError as exc:
             runtime_end.close()
@@ -218,8 +249,9 @@ class ForwardPool:
             log_file.close()
         reader, writer = await asyncio.open_unix_connection(sock=runtime_end)
         server = ContextServer(server_id, gpu_index, proc, runtime_end, reader, writer,
-                               asyncio.create_task(proc.wait()))
+                               asyncio.create_task(proc.wait()), pidfd=_pidfd(proc.pid))
         self.servers[server_id] = server
+        server.exited.add_done_callback(lambda _: self._ended(server))
         self._spawn(self._listen(server))
         async with self._context_turn:
             line = await self._next_line(server, self.settings.start_timeout_s)
@@ -235,6 +267,13 @@ class ForwardPool:
         why = line or ("exited during start-up" if server.exited.done() else "not ready in time")
         log.warning("context server %s on GPU %d failed to start: %s", server_id, gpu_index, why)
         self._retire(server, f"start failed: {why}", retry=True)
+
+    def _ended(self, server: ContextServer) -> None:
+        """Its process ended: one that was idle is replaced now, not when a
+        command is given it (a busy one's command learns it: forward_launch.py)."""
+        if server.state == "idle":
+            code = None if server.exited.cancelled() else server.exited.result()
+            self._retire(server, f"died while idle ({describe(code)})")
 
     async def _listen(self, server: ContextServer) -> None:
         try:
@@ -278,12 +317,23 @@ class ForwardPool:
         except asyncio.TimeoutError:
             log.warning("context server %s did not exit after SIGKILL", server.id)
         server.writer.close()
+        if server.pidfd >= 0:
+            os.close(server.pidfd)
+            server.pidfd = -1
         worker_logs.prune(self._log_dir, "fwd-", set(self.servers))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _pidfd(pid: int) -> int:
+    """A pidfd of the server just started (-1 where the kernel has none: its exit is then seen by waitpid alone)."""
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return -1
 
 
 def describe(returncode: int | None) -> str:

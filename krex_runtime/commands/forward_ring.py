@@ -6,12 +6,17 @@ serves the command and its path to the command (KREX_FORWARD_RING), reads
 its state when the command has ended (which call was not forwarded, why the
 server stopped) and removes it. The offsets below mirror the C header; a
 test compiles the header and compares them.
+
+The file is the command's: it may rewrite it, grow it or truncate it. So the
+runtime reads and writes it with pread and pwrite, never through a mapping
+(touching a mapped page of a truncated file is a SIGBUS), and tells the
+server the sizes it made it with (the server never takes them from the
+header).
 """
 
 from __future__ import annotations
 
 import hashlib
-import mmap
 import os
 import secrets
 import struct
@@ -87,6 +92,7 @@ class Segment:
         if ring_size < 4096 or ring_size & (ring_size - 1):
             raise ValueError(f"the ring size must be a power of two of at least 4096 bytes, not {ring_size}")
         self.path = SHM_DIR / f"{prefix}{tag}-{secrets.token_hex(6)}"
+        self.ring_size, self.staging_size = ring_size, staging_size  # what the server is told, never the header
         size = HEADER_SIZE + ring_size + staging_size
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
@@ -94,7 +100,6 @@ class Segment:
             os.pwrite(fd, struct.pack("<QIIQQ", MAGIC, VERSION, HEADER_SIZE, ring_size, staging_size), 0)
             if owner is not None:  # the command's uid: only it (and the runtime) may open it
                 os.fchown(fd, owner[0], owner[1])
-            self._map = mmap.mmap(fd, HEADER_SIZE)
         except BaseException:
             os.close(fd)
             self.path.unlink(missing_ok=True)
@@ -102,7 +107,9 @@ class Segment:
         self.fd = fd  # passed to the context server
 
     def state(self) -> SegmentState:
-        m = self._map
+        m = os.pread(self.fd, HEADER_SIZE, 0)
+        if len(m) < HEADER_SIZE:  # the command truncated it
+            return SegmentState(STATE_FAILED, "its forwarding segment was truncated (by the command)", "", 0, 0, 0)
         o = OFFSETS
         state, = struct.unpack_from("<I", m, o["server_state"])
         client, = struct.unpack_from("<i", m, o["client_pid"])
@@ -117,13 +124,11 @@ class Segment:
         (a server that failed the segment itself keeps its own reason)."""
         if self.state().state == STATE_FAILED:
             return
-        o = OFFSETS["reason"]
         data = reason.encode()[: REASON_LEN - 1] + b"\0"
-        self._map[o:o + len(data)] = data
-        struct.pack_into("<I", self._map, OFFSETS["server_state"], STATE_FAILED)
+        os.pwrite(self.fd, data, OFFSETS["reason"])
+        os.pwrite(self.fd, struct.pack("<I", STATE_FAILED), OFFSETS["server_state"])
 
     def remove(self) -> None:
-        self._map.close()
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1

@@ -3,7 +3,11 @@
     python -m krex_runtime.demo.workload [--inflight 12] [--count 0]
 
 Each candidate is `python -m krex_runtime.demo.candidate` with a random kernel
-size; results are printed as they finish. Stops on Ctrl-C or after --count.
+size and memory footprint, spending its time about as a kernel agent's
+benchmark command does (starting and compiling most of it, a correctness
+check on the GPU and a timing loop a tenth or so each); results are printed
+as they finish.
+Stops on Ctrl-C or after --count.
 """
 
 from __future__ import annotations
@@ -14,6 +18,13 @@ import sys
 import threading
 
 from krex_runtime.wire.control_client import ControlClient, RequestFailed, RuntimeUnavailable
+
+
+CHECK_S, TIME_S = 0.15, 0.1  # GPU seconds per candidate: its correctness check, its timing loop
+
+
+def _count(seconds: float, kernel_us: float) -> int:
+    return max(5, min(300, int(seconds * 1e6 / kernel_us)))
 
 
 def worker(n: int, args: argparse.Namespace, stop: threading.Event, done: list[int]) -> None:
@@ -28,6 +39,10 @@ def worker(n: int, args: argparse.Namespace, stop: threading.Event, done: list[i
                 "--kernel-us", str(kernel_us),
                 "--import-s", f"{rng.uniform(0.5, 2.0):.2f}",
                 "--compile-s", f"{rng.uniform(0.05, 0.3):.2f}",
+                "--mem-gb", str(rng.choice([0.5, 1, 2, 4, 6])),
+                # About CHECK_S of kernels checking the output, TIME_S timing them.
+                "--check-kernels", str(_count(CHECK_S, kernel_us)),
+                "--repeats", str(_count(TIME_S, kernel_us)),
             ]
             try:
                 reply = client.call("submit", {"argv": argv, "label": f"cand-{n}-{len(done)}", "timeout_s": 120})

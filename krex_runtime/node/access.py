@@ -13,7 +13,10 @@ by accident; access is then granted file by file:
                            group must reach a socket in it (never a listing)
 
 Commands and context processes run as `tenants.user` (its primary group, no
-supplementary groups) with the umask the runtime was started with. A runtime
+supplementary groups) with the umask the runtime was started with. Forwarded
+mode's context servers serve one tenant after another, so they run as no uid
+a tenant can be given: the runtime's own user, or `forward.server_user`
+(`server_run_as`). A runtime
 started as root refuses to run them as root unless `tenants.allow_root`.
 With `tenants.uid_range` each runs as a uid of its own from the range instead
 (host/identities.py), its group of the same number, and the tenants'
@@ -61,7 +64,7 @@ class TenantUser:
 
 @dataclass(frozen=True)
 class RunAs:
-    """What a tenant process takes on between fork and exec."""
+    """What a process the runtime starts (a tenant, a context server) takes on between fork and exec."""
 
     user: TenantUser | None  # None: the runtime's own user
     umask: int
@@ -158,17 +161,84 @@ def check_tenant_can_read(user: TenantUser, paths: list[Path]) -> None:
     """Tenants run files of the runtime's installation (the interception
     library, the simulated driver, the runtime's Python for context
     processes); one it cannot read would leave it unprotected or unstartable."""
-    if not paths:
-        return
+    unreadable = _unreadable(RunAs(user, 0), paths)
+    if unreadable:
+        raise AccessError(f"tenants.user {user.name!r} cannot read {unreadable}: install KREX where that user can read it")
+
+
+def _unreadable(run_as: RunAs, paths: list[Path]) -> str:
+    """The first of `paths` that `run_as` cannot read ("" when it reads them all)."""
+    if not paths or run_as.user is None:
+        return ""
     probe = 'for p; do test -r "$p" || echo "$p"; done'
     done = subprocess.run(
         ["/bin/sh", "-c", probe, "sh", *map(str, paths)],
-        user=user.uid, group=user.gid, extra_groups=[], capture_output=True, text=True, timeout=30,
+        user=run_as.user.uid, group=run_as.user.gid, extra_groups=list(run_as.groups), capture_output=True,
+        text=True, timeout=30,
     )
     unreadable = done.stdout.split()
     if done.returncode != 0 or unreadable:
-        what = unreadable[0] if unreadable else done.stderr.strip()
-        raise AccessError(f"tenants.user {user.name!r} cannot read {what}: install KREX where that user can read it")
+        return unreadable[0] if unreadable else done.stderr.strip()
+    return ""
+
+
+def server_run_as(config: Config, tenants: TenantUser | None, umask: int) -> RunAs | None:
+    """Who forwarded mode's context servers run as (None: the runtime's own
+    user). A server executes the calls of one tenant after another and holds
+    what they leave until it has cleaned up, so it may run as no uid a tenant
+    can be given: not a uid of `tenants.uid_range`, not `tenants.user`; nor as
+    an operator. `forward.server_user` is an account or a bare uid (no account
+    needed; the runtime's own uid is the default); its group is the account's,
+    else the tenants' group, and the tenants' group is its only other one (it
+    reaches the GPU devices and the simulated device as tenants do)."""
+    value = config.forward.server_user
+    if not value:
+        return None
+    key = "forward.server_user"
+    entry = None
+    if value.isdigit():
+        uid = int(value)
+        try:
+            entry = pwd.getpwuid(uid)
+        except KeyError:
+            pass
+    else:
+        try:
+            entry = pwd.getpwnam(value)
+        except KeyError:
+            raise AccessError(f"{key} names an unknown user {value!r}") from None
+        uid = entry.pw_uid
+    euid = os.geteuid()
+    if uid == euid:
+        return None
+    if euid != 0:
+        raise AccessError(f"{key} = {value!r} needs a runtime started as root (this one runs as uid {euid})")
+    if tenants is not None and tenants.uids is not None and tenants.owns(uid):
+        raise AccessError(f"{key} {value} is a uid of tenants.uid_range: a tenant could be given it")
+    tenant_account = config.tenants.user
+    if (tenants is not None and tenants.uids is None and tenants.uid == uid) or (
+            tenant_account and entry is not None and entry.pw_name == tenant_account):
+        raise AccessError(f"{key} {value!r} is tenants.user: every tenant runs as it")
+    gid = entry.pw_gid if entry is not None else (tenants.gid if tenants is not None else uid)
+    name = entry.pw_name if entry is not None else f"uid {uid}"
+    user = TenantUser(name, uid, gid, entry.pw_dir if entry is not None else "/")
+    operators = config.runtime.access_group
+    if operators:
+        op_gid = group_id(operators, "runtime.access_group")
+        if gid == op_gid or name in grp.getgrgid(op_gid).gr_mem:
+            raise AccessError(f"{key} {value!r} is a member of runtime.access_group {operators!r}: "
+                              "a context server could reach the control socket")
+    groups = (tenants.gid,) if tenants is not None and tenants.gid != gid else ()
+    return RunAs(user, umask, groups)
+
+
+def check_server_can_read(run_as: RunAs, paths: list[Path]) -> None:
+    """The context server's program and the driver it loads."""
+    unreadable = _unreadable(run_as, paths)
+    if unreadable:
+        assert run_as.user is not None
+        raise AccessError(f"forward.server_user {run_as.user.name!r} cannot read {unreadable}: "
+                          "install KREX where that user can read it")
 
 
 def tenants_env(user: TenantUser | None) -> dict[str, str]:

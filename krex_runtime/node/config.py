@@ -135,6 +135,11 @@ class GpuSection:
     vendor: Literal["nvidia", "amd", "all"] = "nvidia"
     simulated_device: str = ""  # "": the run dir's own (resolve_simulated_device)
     simulated_log: str = ""
+    # The simulated GPUs heat under sustained load and their SM clock falls with
+    # the heat, their kernels running at it (docs/simulator.md, "Heat and the
+    # SM clock"): the demo's figures. Off, the clock holds at the top, as the
+    # protocol tests want it.
+    simulated_heat: bool = False
     visible: tuple[int, ...] = ()
 
 
@@ -249,6 +254,9 @@ class ForwardSection:
     ring_kib: int = 1024  # each command's request ring (a power of two)
     staging_kib: int = 1024  # each command's reply staging area (copies to the host, in chunks of it)
     max_commands: int = 1000  # a server is replaced after this many commands
+    # Who the context servers run as: "" the runtime's own user, else an account
+    # or a bare uid, never one a tenant can be given (node/access.server_run_as).
+    server_user: str = ""
     start_timeout_s: float = 60.0
     clean_timeout_s: float = 30.0
 

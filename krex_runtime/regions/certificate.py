@@ -138,16 +138,20 @@ class Certifier:
         self._cache[(what, pid)] = (now, answer)
         return answer
 
-    def learn(self, pid: int, gated: frozenset[int] | None = None) -> Seen:
+    def learn(self, pid: int, gated: dict[int, int] | None = None) -> Seen:
         """Who a process on the GPU is, asked while it lives; `gated`: the pids
-        with an entry in the gate now (read here when not given)."""
+        with an entry in the gate now, and whose entries file it is in (read
+        here when not given). A process the running commands do not name yet
+        (its command still starting) is its entries file's tenant."""
         if gated is None:
             gated = self._gated()
-        return Seen(pid, start_time_of(pid), self._ask("tenant", pid), bool(self._ask("is_tenant", pid)),
-                    pid in gated or self.changes_tenant(pid))
+        tenant = self._ask("tenant", pid)
+        return Seen(pid, start_time_of(pid), tenant if tenant is not None else gated.get(pid),
+                    bool(self._ask("is_tenant", pid)), pid in gated or self.changes_tenant(pid))
 
-    def _gated(self) -> frozenset[int]:
-        return frozenset(e.pid for e in self.gate.processes())
+    def _gated(self) -> dict[int, int]:
+        """pid -> tenant id of the believed entries in the gate now."""
+        return {e.pid: e.tenant_id for e in self.gate.processes()}
 
     def ungated(self, holder: int) -> list[Seen]:
         """Processes of other tenants on the GPU now that its gate cannot hold
@@ -160,12 +164,13 @@ class Certifier:
     def start(self, holder: int, holder_pid: int, clock: dict[str, Any], holder_tid: int = 0,
               host_side: list[Any] | None = None, on_new: Callable[[Seen], None] | None = None, *,
               lies: list[str] | None = None, overdue: list[str] | None = None,
-              frozen: frozenset[int] = frozenset()) -> Witness | None:
+              frozen: frozenset[int] = frozenset(), sample: bool = True) -> Witness | None:
         """The witnesses at the grant; None when they cannot be read (the verdict is then unknown).
         `host_side`: the other tenants' processes the entry left inside a host-side call;
         `on_new`: told of each process that comes to the GPU during the hold; `lies`,
         `overdue`: what entry did not believe of the gate's entries; `frozen`: the
-        tenants it froze for the whole hold."""
+        tenants it froze for the whole hold; `sample`: read the GPU's processes
+        during the hold too (a region inside a lease need not: the lease is sampled)."""
         try:
             others = self.gate.others(holder)
             calls = {e.pid: e.calls_total for e in others}
@@ -179,7 +184,7 @@ class Certifier:
         except Exception:  # never the reason a region is refused
             return None
         sampler = HoldSampler(lambda: self.processes.running(self.gpu), self.learn, self.sample_s, seen, on_new) \
-            if self.sample_s > 0 else None
+            if self.sample_s > 0 and sample else None
         return Witness(calls, frozenset({holder_pid}), activity, flags, time.monotonic_ns(), hold, holder_tid,
                        wall_us, seen, sampler, tuple(lies or ()), tuple(overdue or ()), frozen)
 
@@ -249,11 +254,15 @@ class Certifier:
             return None, "n/a"
         lost = _lost_records(w.processes, now)
         before = _by_process(w.processes.processes)
+        # Whose entries file each process registered in, ended ones too, and those
+        # of tenants already gone (Gate.registered): who an ended process was where
+        # it was never seen alive. A tenant writes only its own file (with a uid of its own).
+        entries = self.gate.registered()
         bad = []
         counted = False
         for (pid, started), p in sorted(_by_process(now.processes).items()):
             counted = counted or p.work_items is not None
-            who = self._who(pid, started, p.alive, seen)
+            who = self._who(pid, started, p.alive, seen, entries)
             if pid == os.getpid() or pid in w.holder_pids or (who is not None and who.tenant == holder):
                 continue
             grew = None
@@ -280,12 +289,17 @@ class Certifier:
                           "simulator keeps: their work is not seen")
         return True, "only the holder ran work" if counted else "no process outside this runtime's tenants"
 
-    def _who(self, pid: int, started: int, alive: bool, seen: dict[int, Seen]) -> Seen | None:
-        """Who a process was: as seen during the hold, else asked now if it lives (None: not known)."""
+    def _who(self, pid: int, started: int, alive: bool, seen: dict[int, Seen],
+             entries: dict[tuple[int, int], int]) -> Seen | None:
+        """Who a process was: as seen during the hold, else asked now if it lives,
+        else by the entries file it registered in (None: not known)."""
         who = seen.get(pid)
         if who is not None and (not started or not who.start_time or who.start_time == started):
-            return who
-        return self.learn(pid) if alive else None
+            if who.tenant is not None or not alive:
+                return who if who.tenant is not None or alive else _by_entry(pid, started, entries) or who
+        if alive:
+            return self.learn(pid)
+        return _by_entry(pid, started, entries) or who
 
     def _clock(self, w: Witness, now: dict[str, Any], within: list[str]) -> tuple[bool | None, str]:
         """Never False: a clock is a condition of the measurement, not evidence of another submitter.
@@ -311,6 +325,14 @@ def _by_process(processes: Any) -> dict[tuple[int, int], Any]:
         if kept is None or (p.work_items or 0) > (kept.work_items or 0) or (p.alive and not kept.alive):
             found[key] = p
     return found
+
+
+def _by_entry(pid: int, started: int, entries: dict[tuple[int, int], int]) -> Seen | None:
+    """An ended process by the gate entry it left (the same pid and start time;
+    a GPU that keeps no start time: the pid alone)."""
+    tenant = entries.get((pid, started)) if started else next(
+        (t for (p, _), t in entries.items() if p == pid), None)
+    return Seen(pid, started, tenant, True, True) if tenant is not None else None
 
 
 def _lost_records(before: Any, now: Any) -> int:

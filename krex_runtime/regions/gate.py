@@ -68,6 +68,8 @@ from krex_runtime.regions.gate_layout import (
 
 __all__ = ["DrainOutcome", "DrainRequest", "Gate", "GateError", "ProcEntry"]
 
+FORMER_KEPT = 4096  # processes of removed entries files whose tenant is kept (Gate.registered)
+
 
 class Gate:
     """A mapped gate: its header and the entries files of its tenants.
@@ -82,6 +84,7 @@ class Gate:
         # (tenant id, pid, start time) -> why an entry is not believed, None: it is
         # (regions/entry_hints.py; None: every live entry of its owner's process is).
         self.vouch: Callable[[int, int, int], str | None] | None = None
+        self._former: dict[tuple[int, int], int] = {}  # (pid, start time) -> tenant, of removed files
 
     # -- lifetime --
 
@@ -108,7 +111,7 @@ class Gate:
             stale.unlink(missing_ok=True)
         gate = cls.__new__(cls)
         gate.path, gate.max_procs, gate._tables, gate._owners = path, max_procs, {}, {}
-        gate.vouch = None
+        gate.vouch, gate._former = None, {}
         tmp_header = Mapping.create(path.with_name(f".{path.name}.new"), HEADER_SIZE, mode=mode)
         gate._header = tmp_header
         gate._hset("version", VERSION)
@@ -175,7 +178,16 @@ class Gate:
         return path
 
     def remove_tenant(self, tenant_id: int) -> None:
-        """Forget a tenant whose processes have all ended, and remove its entries file."""
+        """Forget a tenant whose processes have all ended, and remove its entries file
+        (whose its processes were is kept a while: `registered`)."""
+        try:
+            for i in self._live_indices(tenant_id) if tenant_id in self._tables else []:
+                e = self._table(tenant_id).unpack(unpack_proc, i * PROC_SIZE)
+                self._former[(e["pid"], e["start_time"])] = tenant_id
+        except GateError:
+            pass
+        while len(self._former) > FORMER_KEPT:
+            del self._former[next(iter(self._former))]
         table = self._tables.pop(tenant_id, None)
         self._owners.pop(tenant_id, None)
         entries_path(self.path, tenant_id).unlink(missing_ok=True)
@@ -185,6 +197,14 @@ class Gate:
     @property
     def tenants(self) -> list[int]:
         return list(self._tables)
+
+    def registered(self) -> dict[tuple[int, int], int]:
+        """(pid, start time) -> tenant id of every process registered in an entries
+        file, ended ones too: those in the files now (an entry stays until its
+        place is needed) and the last FORMER_KEPT of files removed since."""
+        found = dict(self._former)
+        found.update({(e.pid, e.start_time): e.tenant_id for e in self.processes(include_dead=True)})
+        return found
 
     def detach(self, *, remove_tenants: bool = False) -> None:
         """Unmap everything (the gate stays as it is; see open_gate); with

@@ -76,11 +76,12 @@ class HoldSampler:
         except Exception:  # missing data is a value: the ends still read
             return
         for pid in (running or {}):
-            if pid in self.seen:
+            known = self.seen.get(pid)
+            if known is not None and known.tenant is not None:
                 continue
-            who = self._learn(pid)
+            who = self._learn(pid)  # again, where whose it is was not known yet (its command starting)
             self.seen[pid] = who
-            if self._on_new is not None:
+            if self._on_new is not None and (known is None or who.tenant is not None):
                 self._on_new(who)
 
     def stop(self) -> dict[int, Seen]:

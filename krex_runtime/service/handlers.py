@@ -228,6 +228,14 @@ def check_may_stream(ctx: Context, peer: Peer, command_id: str, submitter_uid: i
     )
 
 
+@handles(verbs.SHOW)
+async def show(ctx: Context, peer: Peer, req: Request) -> Any:
+    """A command as it is now, without waiting (`wait` without attach waits
+    for its end): its result record so far, and its command line."""
+    job = ctx.node.dispatcher.find(req.body.id)
+    return result_record(job, ctx.log.state) | {"argv": list(job.argv)}
+
+
 @handles(verbs.CANCEL)
 async def cancel(ctx: Context, peer: Peer, req: Request) -> Any:
     """Reply once the command has ended (its tree gets the kill grace, then

@@ -49,6 +49,7 @@ class Host:
     claims: list[Claim] = field(default_factory=list)
     identities: Identities | None = None  # tenants.uid_range: a uid of its own per tenant
     simulated_device: str | None = None  # the simulated device this runtime owns (None: real GPUs)
+    server_run_as: access.RunAs | None = None  # forwarded mode's context servers (None: the runtime's user)
 
     @property
     def cgroups(self) -> str | None:
@@ -81,6 +82,7 @@ def prepare(config: Config, gpus: list[Gpu]) -> Host:
     umask = os.umask(access.RUNTIME_UMASK)
     try:
         tenant_user = access.tenant_user(config)
+        server_as = access.server_run_as(config, tenant_user, umask)
         curve_keys = curve.server_keys(config.runtime)
         access.prepare_run_dir(run_dir, access.run_dir_access(config, tenant_user is not None))
     except (access.AccessError, curve.CurveError) as exc:
@@ -94,7 +96,8 @@ def prepare(config: Config, gpus: list[Gpu]) -> Host:
             claims.append(claim(lock_dir / f"gpu-{gpu.uuid}.lock", f"GPU {gpu.index} ({gpu.uuid})", info))
         if gpus and gpus[0].simulated:
             claims.append(_own_simulated_device(config.gpus.simulated_device, tenant_user, info))
-        return _prepare_claimed(config, gpus, run_dir, tenant_user, access.RunAs(tenant_user, umask), curve_keys, claims)
+        return _prepare_claimed(config, gpus, run_dir, tenant_user, access.RunAs(tenant_user, umask), curve_keys,
+                                claims, server_as)
     except BaseException:
         for c in claims:
             c.release()
@@ -141,6 +144,7 @@ def _prepare_claimed(
     run_as: access.RunAs,
     curve_keys: curve.ServerKeys | None,
     claims: list[Claim],
+    server_as: access.RunAs | None,
 ) -> Host:
     for name in endpoints.SOCKETS:
         (run_dir / name).unlink(missing_ok=True)
@@ -159,6 +163,11 @@ def _prepare_claimed(
             raise StartupError(str(exc)) from None
         if config.telemetry.canary or config.pool.size_per_gpu > 0 or config.pool.zygote:
             _check_tenant_runs_python(tenant_user, {**os.environ, **config.tenants.env, **access.tenants_env(tenant_user)})
+    if server_as is not None and config.forward.servers_per_gpu > 0:
+        try:
+            access.check_server_can_read(server_as, _server_files(gpus))
+        except access.AccessError as exc:
+            raise StartupError(str(exc)) from None
     if tenant_user is not None and tenant_user.uids is not None:
         check_enough_uids(config, len(gpus), tenant_user.uids[1])
     cgroup_slice = _open_cgroups(config, run_dir)
@@ -179,7 +188,7 @@ def _prepare_claimed(
     if tenant_user is not None and tenant_user.uids is not None:
         identities = Identities(*tenant_user.uids, tenant_user.gid, run_dir)
     return Host(run_dir, output_dir, library, tenant_user, run_as, curve_keys, cgroup_slice, recovered, claims,
-                identities, config.gpus.simulated_device if gpus and gpus[0].simulated else None)
+                identities, config.gpus.simulated_device if gpus and gpus[0].simulated else None, server_as)
 
 
 def check_enough_uids(config: Config, gpus: int, count: int) -> None:
@@ -306,6 +315,14 @@ def _check_tenant_runs_python(user: access.TenantUser, env: dict[str, str]) -> N
         lines = done.stderr.decode(errors="replace").strip().splitlines()
         problem = lines[-1] if lines else f"exit status {done.returncode}"
     raise StartupError(f"tenants.user {user.name!r} cannot run the runtime's Python {sys.executable}: {problem[:300]}")
+
+
+def _server_files(gpus: list[Gpu]) -> list[Path]:
+    """What a context server running as forward.server_user must be able to read."""
+    files = [native_build.context_server()]
+    if gpus and gpus[0].simulated:
+        files.append(native_build.simulated_driver_dir())
+    return files
 
 
 def _tenant_files(config: Config, gpus: list[Gpu], library: Path) -> list[Path]:

@@ -102,6 +102,7 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventLog, server: C
         run_as=host.run_as,
         gates=machinery.GateEntries(regions.gates, tenants_gid) if regions is not None else None,
         identities=host.identities,
+        server_run_as=host.server_run_as,
     )
     attachments = Attachments(server, sink.state)  # results carry the regions the state folded
     canaries = CanaryKeeper(telemetry, gpus) if config.telemetry.canary else None
@@ -169,6 +170,8 @@ def tenant_environment(config: Config, gpus: list[Gpu], host: Host, regions: Reg
         simulator = {sim_layout.ENV_DEVICE: config.gpus.simulated_device, sim_layout.ENV_GPUS: str(len(gpus))}
         if config.gpus.simulated_log:
             simulator[sim_layout.ENV_LOG] = config.gpus.simulated_log
+        if config.gpus.simulated_heat:  # whichever tenant lays the device out, or attaches later, turns the model on
+            simulator[sim_layout.ENV_HEAT] = "1"
     return TenantEnvironment(
         extra=dict(config.tenants.env),
         # Tenants may only read: they are pointed at the read-only socket.

@@ -12,11 +12,14 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from krex_runtime.sim.heat import DeviceLoad
 from krex_runtime.sim.layout import (
     DEFAULT_DEVICE_NAME,
     DEVICE_INFO,
+    DEVICE_LOAD,
     DEVICES_OFFSET,
     ENV_DEVICE,
+    LOAD_OFFSET,
     MAX_DEVICES,
     MAX_PROCS,
     PROC_SLOT,
@@ -126,12 +129,18 @@ class DeviceState:
     uuids: tuple[str, ...]
     total_mem: tuple[int, ...]
     slots: tuple[ProcSlot, ...]  # claimed slots only
+    heat: bool = False  # the heat model is on (KREX_SIM_HEAT): the SM clock falls as the device heats
+    loads: tuple[DeviceLoad, ...] = ()  # per device: busy time and heat (sim/heat.py)
     reaped_seq: int = 0  # slots reaped so far with work done
     reaped: tuple[Reaped, ...] = ()  # the last REAPED_MAX of them, whole records only, oldest first
 
     def active(self, device: int = 0) -> int:
         """Items executing now on `device`, counting live processes only."""
         return sum(s.active[device] for s in self.slots if s.alive)
+
+    def mem_used(self, device: int = 0) -> int:
+        """What the live processes hold allocated on `device`."""
+        return sum(s.mem_used[device] for s in self.slots if s.alive)
 
 
 def format_uuid(raw: bytes) -> str:
@@ -143,13 +152,17 @@ def read_device(name: str | None = None) -> DeviceState:
     """A snapshot of the shared device. FileNotFoundError where nobody has
     used it yet: no file, or the empty one a runtime made for its first
     tenant to lay out (fresh_device)."""
-    with open(device_path(name), "rb") as f:
-        data = f.read(SHM_SIZE)
-    if not data:
-        raise FileNotFoundError(f"simulated device {device_path(name)} is not laid out yet: nobody has used it")
-    if len(data) < SHM_SIZE:
-        raise ValueError("shared device file is not initialised")
-    magic, version, ready, ndev, max_procs, copy_mbps, *_ = SHM_HEADER.unpack_from(data, 0)
+    for _ in range(LOAD_READS):
+        with open(device_path(name), "rb") as f:
+            data = f.read(SHM_SIZE)
+        if not data:
+            raise FileNotFoundError(f"simulated device {device_path(name)} is not laid out yet: nobody has used it")
+        if len(data) < SHM_SIZE:
+            raise ValueError("shared device file is not initialised")
+        loads = _loads(data)
+        if loads is not None:
+            break
+    magic, version, ready, ndev, max_procs, copy_mbps, heat, *_ = SHM_HEADER.unpack_from(data, 0)
     if magic != SHM_MAGIC or version != SHM_VERSION or not ready or max_procs != MAX_PROCS:
         raise ValueError(f"not a version {SHM_VERSION} simulated device")
     names, uuids, mems = [], [], []
@@ -177,8 +190,25 @@ def read_device(name: str | None = None) -> DeviceState:
         seq, rpid, tenant, start, last, used, _r, *items = REAPED.unpack_from(data, REAPED_OFFSET + i * REAPED.size)
         if seq:  # 0: never written, or being written now
             reaped.append(Reaped(seq, rpid, tenant, start, last, used, tuple(items)))
-    return DeviceState(ndev, copy_mbps, tuple(names), tuple(uuids), tuple(mems), tuple(slots), reaped_seq,
+    return DeviceState(ndev, copy_mbps, tuple(names), tuple(uuids), tuple(mems), tuple(slots), bool(heat),
+                       loads[:ndev] if loads is not None else (), reaped_seq,
                        tuple(sorted(reaped, key=lambda r: r.seq)))
+
+
+LOAD_READS = 3  # a step published while the file was read: read again, this many times at most
+
+
+def _loads(data: bytes) -> tuple[DeviceLoad, ...] | None:
+    """Every device's load, or None where a step was being published while
+    the file was read (its seqlock's two ends differ: krex_simcuda.h)."""
+    loads = []
+    for d in range(MAX_DEVICES):
+        seq_start, _lock, busy, heat_ns, heat_busy, temp_mc, mhz, *_, seq_end = DEVICE_LOAD.unpack_from(
+            data, LOAD_OFFSET + d * DEVICE_LOAD.size)
+        if seq_start != seq_end:
+            return None
+        loads.append(DeviceLoad(busy, heat_ns, heat_busy, temp_mc / 1000, mhz or DeviceLoad.sm_clock_mhz))
+    return tuple(loads)
 
 
 def active_count(name: str | None = None, device: int = 0) -> int:

@@ -16,17 +16,29 @@ ENV_LOG = "KREX_SIM_LOG"
 ENV_TENANT = "KREX_TENANT_ID"
 ENV_MEM_MB = "KREX_SIM_MEM_MB"
 ENV_COPY_MBPS = "KREX_SIM_COPY_MBPS"
+ENV_HEAT = "KREX_SIM_HEAT"
 DEFAULT_DEVICE_NAME = "default"
 SHM_DIR = "/dev/shm"
 SHM_FILE_PREFIX = "krex-sim-"
 
 SHM_MAGIC = 0x314D49535845524B  # b"KREXSIM1" little-endian
-SHM_VERSION = 3
+SHM_VERSION = 4
 MAX_DEVICES = 16
 MAX_PROCS = 512
 
+# Heat and the SM clock (the header's "Heat and the SM clock"; sim/heat.py)
+TOP_SM_CLOCK_MHZ = 1980
+BASE_SM_CLOCK_MHZ = 1800
+AMBIENT_C = 30
+LOAD_RISE_C = 55
+HEAT_TAU_MS = 5000
+HEAT_STEP_NS = 10_000_000
+BOOST_KNEE_C = 40
+BOOST_BIN_C = 3
+BOOST_BIN_MHZ = 15
+
 # struct krex_sim_shm header: magic, version, ready, num_devices, max_procs,
-# copy_mbps, reserved0, reserved1[5]
+# copy_mbps, heat, reserved1[5]
 SHM_HEADER = struct.Struct("<QIIIIII5Q")
 # struct krex_sim_device_info: uuid[16], name[64], total_mem, reserved[5]
 DEVICE_INFO = struct.Struct("<16s64sQ5Q")
@@ -36,13 +48,17 @@ PROC_SLOT_FIELDS = (
     "pid", "lock_word", "start_time", "locker_pid", "in_call", "inflight",
     "drain_seq", "tenant_id", "reserved0",
 )
+# struct krex_sim_device_load: seq_start, step_lock, busy_ns, heat_ns,
+# heat_busy_ns, temp_mc, sm_clock_mhz, reserved[2], reserved1, seq_end
+DEVICE_LOAD = struct.Struct("<IiQQQiI2QII")
 # struct krex_sim_reaped: seq, pid, tenant_id, start_time, last_work_ns,
 # devices_used, reserved0, work_items[MAX_DEVICES]
 REAPED_MAX = 64
 REAPED = struct.Struct(f"<QiiQQII{MAX_DEVICES}Q")
 DEVICES_OFFSET = SHM_HEADER.size
 PROCS_OFFSET = DEVICES_OFFSET + MAX_DEVICES * DEVICE_INFO.size
-REAPED_SEQ_OFFSET = PROCS_OFFSET + MAX_PROCS * PROC_SLOT.size  # then reserved2[7]
+LOAD_OFFSET = PROCS_OFFSET + MAX_PROCS * PROC_SLOT.size
+REAPED_SEQ_OFFSET = LOAD_OFFSET + MAX_DEVICES * DEVICE_LOAD.size  # then reserved2[7]
 REAPED_OFFSET = REAPED_SEQ_OFFSET + 8 * 8
 SHM_SIZE = REAPED_OFFSET + REAPED_MAX * REAPED.size
 

@@ -3,8 +3,10 @@ telemetry/amd_smi.py; telemetry/sources.py picks), the simulator's device on
 simulated ones.
 
 Every metric is read on its own; one that fails or is missing is None (shown
-as "n/a"), never an exception out of the sampler. Simulated GPUs report
-values derived from the simulated device, with `simulated: true`.
+as "n/a"), never an exception out of the sampler. Simulated GPUs report the
+simulated device's own figures (its busy time, its tenants' allocations, its
+heat model's temperature and SM clock: SimulatedSampler), with
+`simulated: true`.
 
 KREX_TELEMETRY_FAULTS (comma-separated metric names, or "all") makes those
 metrics fail, to exercise the n/a path on purpose; KREX_SIM_THROTTLE makes a
@@ -24,6 +26,8 @@ import time
 from typing import Any, Callable
 
 from krex_runtime.node.gpus import Gpu
+from krex_runtime.sim import heat
+from krex_runtime.sim import layout as sim_layout
 
 METRICS = ("util_pct", "mem_used", "mem_total", "sm_clock_mhz", "mem_clock_mhz", "temp_c", "power_w", "throttle", "processes")
 
@@ -40,7 +44,7 @@ THROTTLE_REASONS = {
     0x0000000000000100: "display_clocks",
 }
 GPU_IDLE = 0x0000000000000001  # NVML: nothing runs, the clock is down for that alone (not a throttle)
-SIMULATED_SM_CLOCK_MHZ = 1980
+SIMULATED_SM_CLOCK_MHZ = sim_layout.TOP_SM_CLOCK_MHZ
 SIMULATED_MEM_CLOCK_MHZ = 3201
 SIM_SM_CLOCK_FILE = "KREX_SIM_SM_CLOCK_FILE"
 CLOCK_METRICS = ("sm_clock_mhz", "throttle", "idle", "power_w", "temp_c")
@@ -134,60 +138,110 @@ def throttle_names(mask: int) -> list[str]:
 
 
 class SimulatedSampler:
-    """Values derived from the simulated device; labelled simulated."""
+    """The simulated device's own figures, read from its file as NVML reads a
+    GPU's: utilisation is the share of the last sample period during which it
+    executed work (its busy time), memory what its live processes allocated,
+    and its temperature and SM clock are its heat model's (sim/heat.py; the
+    clock falls with the heat only where the model is on, gpus.simulated_heat).
+    Labelled simulated: nothing here is a GPU figure."""
 
     def __init__(self, device_name: str, memory_total: int) -> None:
         self.device_name = device_name
         self.memory_total = memory_total
+        # GPU index -> (busy_ns, monotonic ns) at its last sample(): the start of the next utilisation period.
+        self._busy_at: dict[int, tuple[int, int]] = {}
 
     def sample(self, gpu: int) -> dict[str, Any]:
         faults = injected_faults()
-        active = _read("util_pct", faults, lambda: self._active(gpu))
-        busy = 1.0 if active else 0.0
+        device = self._device()
+        now = time.monotonic_ns()
+        busy = _read("busy", set(), lambda: self._utilisation(device, gpu, now))  # advances the period even when faulted
+        sensors = _read("sensors", set(), lambda: self._sensors(device, gpu, now))
         return {
-            "util_pct": 100 * busy if active is not None else None,
-            "mem_used": _read("mem_used", faults, lambda: self._mem_used(gpu)),
+            "util_pct": None if "util_pct" in faults else busy,
+            "mem_used": _read("mem_used", faults, lambda: device.mem_used(gpu) if device else 0),
             "mem_total": None if "mem_total" in faults else self.memory_total,
-            "sm_clock_mhz": None if "sm_clock_mhz" in faults else simulated_sm_clock(),
+            "sm_clock_mhz": _read("sm_clock_mhz", faults, lambda: self._sm_clock(sensors)),
             "mem_clock_mhz": None if "mem_clock_mhz" in faults else SIMULATED_MEM_CLOCK_MHZ,
-            "temp_c": None if "temp_c" in faults else 30 + 40 * busy,
-            "power_w": None if "power_w" in faults else 100 + 500 * busy,
+            "temp_c": _read("temp_c", faults, lambda: round(sensors.temp_c, 1)),
+            # The period's mean power, as NVML averages it: idle draw plus the busy share's.
+            "power_w": _read("power_w", faults, lambda: _simulated_power(busy / 100)),
             "throttle": None if "throttle" in faults else simulated_throttle(),
-            "processes": active,
+            "processes": _read("processes", faults, lambda: device.active(gpu) if device else 0),
             "simulated": True,
         }
 
     def clock_sample(self, gpu: int) -> dict[str, Any]:
-        return {k: v for k, v in self.sample(gpu).items() if k in CLOCK_METRICS} | {"idle": False}
+        """What a region's entry and exit record, now: leaves the utilisation period to sample()."""
+        faults = injected_faults()
+        device = self._device()
+        sensors = _read("sensors", set(), lambda: self._sensors(device, gpu, time.monotonic_ns()))
+        active = _read("power_w", faults, lambda: device.active(gpu) if device else 0)
+        return {
+            "sm_clock_mhz": _read("sm_clock_mhz", faults, lambda: self._sm_clock(sensors)),
+            "throttle": None if "throttle" in faults else simulated_throttle(),
+            "idle": False,
+            "power_w": None if active is None else _simulated_power(1.0 if active else 0.0),
+            "temp_c": _read("temp_c", faults, lambda: round(sensors.temp_c, 1)),
+        }
 
     def clock_history(self, gpu: int, since_us: int) -> list[tuple[int, float]] | None:
-        """The simulated clock's log since `since_us` (simulated_clock_log)."""
-        return None if "sm_clock_mhz" in injected_faults() else simulated_clock_log(since_us)
+        """The clock file's log since `since_us` where KREX_SIM_SM_CLOCK_FILE is
+        set (simulated_clock_log); else the device's clock now (it keeps no
+        sample buffer: one sample, taken now)."""
+        if "sm_clock_mhz" in injected_faults():
+            return None
+        if os.environ.get(SIM_SM_CLOCK_FILE):
+            return simulated_clock_log(since_us)
+        clock = self._sm_clock(self._sensors(self._device(), gpu, time.monotonic_ns()))
+        return [(int(time.time() * 1e6), clock)] if clock is not None else None
 
     def top_clock(self, gpu: int) -> float | None:
-        """The simulated GPU's nominal clock (KREX_SIM_SM_CLOCK_FILE moves only the current one)."""
+        """The simulated GPU's top clock (the heat, or KREX_SIM_SM_CLOCK_FILE, moves only the current one)."""
         return float(SIMULATED_SM_CLOCK_MHZ)
 
-    def _active(self, gpu: int) -> int:
-        from krex_runtime.sim.device_file import active_count
-
-        try:
-            return active_count(self.device_name, gpu)
-        except FileNotFoundError:  # no tenant has opened the simulated device yet
-            return 0
-
-    def _mem_used(self, gpu: int) -> int:
-        """What the device's live processes hold allocated on it (the simulator's per-process mem_used)."""
+    def _device(self) -> Any:
+        """The device file now (sim/device_file.py; None: no tenant has laid it out yet)."""
         from krex_runtime.sim.device_file import read_device
 
         try:
-            state = read_device(self.device_name)
+            return read_device(self.device_name)
         except FileNotFoundError:
-            return 0
-        return sum(int(s.mem_used[gpu]) for s in state.slots if s.alive)
+            return None
+
+    def _utilisation(self, device: Any, gpu: int, now: int) -> float:
+        """Percent of the time since this GPU's last sample() during which it
+        executed work; the first sample says whether it does now."""
+        busy = device.loads[gpu].busy_ns if device is not None else 0
+        last = self._busy_at.get(gpu)
+        self._busy_at[gpu] = (busy, now)
+        if last is None or now <= last[1]:
+            return 100.0 if device is not None and device.active(gpu) else 0.0
+        return round(min(100.0, max(0.0, 100 * (busy - last[0]) / (now - last[1]))), 1)
+
+    def _sensors(self, device: Any, gpu: int, now: int) -> heat.Sensors:
+        if device is None:
+            return heat.sensors(heat.DeviceLoad(), False, now)
+        return heat.sensors(device.loads[gpu], device.heat, now)
+
+    @staticmethod
+    def _sm_clock(sensors: heat.Sensors | None) -> float | None:
+        """KREX_SIM_SM_CLOCK_FILE's clock where the file holds one (a test moves
+        the clock by hand), else the device's own."""
+        rows = _clock_file()
+        if rows:
+            return rows[-1][1]
+        return float(sensors.sm_clock_mhz) if sensors is not None else None
 
     def close(self) -> None:
         pass
+
+
+SIMULATED_IDLE_W, SIMULATED_BUSY_W = 100.0, 600.0
+
+
+def _simulated_power(busy_share: float) -> float:
+    return round(SIMULATED_IDLE_W + (SIMULATED_BUSY_W - SIMULATED_IDLE_W) * busy_share, 1)
 
 
 def simulated_throttle() -> list[str]:
@@ -215,12 +269,6 @@ def _clock_file() -> list[tuple[int | None, float]]:
         except (ValueError, IndexError):  # half written: skipped
             continue
     return rows
-
-
-def simulated_sm_clock() -> float:
-    """The simulated GPU's SM clock: the last value KREX_SIM_SM_CLOCK_FILE holds, else the nominal clock."""
-    rows = _clock_file()
-    return rows[-1][1] if rows else SIMULATED_SM_CLOCK_MHZ
 
 
 def simulated_clock_log(since_us: int) -> list[tuple[int, float]]:

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from krex_runtime.wire.command_states import ended_state
+from krex_runtime.wire.printable import printable
 
 FINAL_STATES = ("finished", "failed", "cancelled", "timeout")
 STATE_GROUPS = {"active": ("queued", "running"), "ended": FINAL_STATES}
@@ -125,5 +126,6 @@ def _cells(r: dict[str, Any]) -> tuple[str, ...]:
     wait = f"{queued_until - r['submitted_at']:.1f}s" if r["submitted_at"] else "-"
     gpu = "-" if r["gpu"] is None else str(r["gpu"])
     share = r["share"] if r["share"] and r["share"] != r["user"] else r["user"]
-    return (r["id"], r["state"] or "", exit_, gpu, share or "-", r["label"] or "-", submitted, wait, run,
-            " ".join(r["argv"]))
+    # What submitters chose (ids from another runtime too) is shown, never acted on by the terminal.
+    cells = (r["id"], r["state"] or "", exit_, gpu, share or "-", r["label"] or "-", submitted, wait, run, " ".join(r["argv"]))
+    return tuple(printable(c) for c in cells)

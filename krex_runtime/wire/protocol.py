@@ -130,11 +130,36 @@ def decode_request(frame: bytes, max_bytes: int) -> Request:
     verb = VERBS.get(type_)
     if verb is None:
         raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"unknown request type {type_!r}")
+    problem = not_text(msg.get("body", {}), "body")
+    if problem:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, problem)
     try:
         body = from_dict(verb.body, msg.get("body", {}), "body")
     except ShapeError as exc:
         raise ProtocolError(ErrorCode.BAD_REQUEST, str(exc)) from None
     return Request(type_, req_id, body)
+
+
+def not_text(value: Any, path: str) -> str:
+    """Where a request holds a string that is not Unicode text ("" when none
+    does): JSON's `\\udc80` escape decodes to a lone surrogate, which no
+    encoding can write, so every client that printed it (`krex ls`, for every
+    user) would fail on it. Refused at the door, keys and values alike; a
+    loop, not recursion, as deep as the parser let the message nest."""
+    todo: list[tuple[Any, str]] = [(value, path)]
+    while todo:
+        item, where = todo.pop()
+        if isinstance(item, str):
+            bad = next((c for c in item if "\ud800" <= c <= "\udfff"), None)
+            if bad is not None:
+                return f"{where}: holds a lone surrogate ({ascii(bad)[1:-1]}): not Unicode text"
+        elif isinstance(item, list):
+            todo.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(item))))
+        elif isinstance(item, dict):
+            for key, v in reversed(list(item.items())):
+                inner = f"{where}.{ascii(key)[1:-1]}"
+                todo += [(v, inner), (key, inner)]
+    return ""
 
 
 def request_id_of(frame: bytes) -> str | None:

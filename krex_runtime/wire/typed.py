@@ -39,22 +39,24 @@ def closest_key(key: str, valid: typing.Iterable[str]) -> str | None:
     return matches[0] if matches else None
 
 
-def from_dict(cls: type[T], data: Any, path: str = "") -> T:
-    """Build `cls` from `data`, refusing unknown keys and wrong types."""
+def from_dict(cls: type[T], data: Any, path: str = "", *, ignore_unknown: bool = False) -> T:
+    """Build `cls` from `data`, refusing unknown keys and wrong types.
+    `ignore_unknown`: keys the dataclass lacks are left out instead (a reply
+    read by a client: a newer runtime may send more than it knows)."""
     if not isinstance(data, dict):
         raise ShapeError(path, f"expected a table, got {_type_name(data)}")
     # An "internal" field is set by the program, never read from data (nor suggested).
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init and not f.metadata.get("internal")}
     hints = typing.get_type_hints(cls)
     for key in data:
-        if key not in fields:
+        if key not in fields and not ignore_unknown:
             hint = closest_key(str(key), fields)
             suggestion = f" (did you mean '{hint}'?)" if hint else ""
             raise ShapeError(_join(path, str(key)), f"unknown key{suggestion}")
     values = {}
     for name, field in fields.items():
         if name in data:
-            values[name] = _convert(hints[name], data[name], _join(path, name))
+            values[name] = _convert(hints[name], data[name], _join(path, name), ignore_unknown)
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             raise ShapeError(_join(path, name), "required key is missing")
     return cls(**values)
@@ -71,7 +73,7 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
-def _convert(hint: Any, value: Any, path: str) -> Any:
+def _convert(hint: Any, value: Any, path: str, ignore_unknown: bool = False) -> Any:
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if hint is Any:
@@ -84,7 +86,7 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
             if arg is type(None):
                 continue
             try:
-                return _convert(arg, value, path)
+                return _convert(arg, value, path, ignore_unknown)
             except ShapeError as exc:
                 errors.append(exc.message)
         raise ShapeError(path, " or ".join(errors))
@@ -97,18 +99,18 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
         if not isinstance(value, (list, tuple)):
             raise ShapeError(path, f"expected a list, got {_type_name(value)}")
         item = args[0] if args else Any
-        converted = [_convert(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
+        converted = [_convert(item, v, f"{path}[{i}]", ignore_unknown) for i, v in enumerate(value)]
         return tuple(converted) if origin is tuple else converted
     if origin is dict:
         if not isinstance(value, dict):
             raise ShapeError(path, f"expected a table, got {_type_name(value)}")
         key_t, val_t = args if args else (Any, Any)
         return {
-            _convert(key_t, k, _join(path, str(k))): _convert(val_t, v, _join(path, str(k)))
+            _convert(key_t, k, _join(path, str(k))): _convert(val_t, v, _join(path, str(k)), ignore_unknown)
             for k, v in value.items()
         }
     if dataclasses.is_dataclass(hint):
-        return from_dict(hint, value, path)
+        return from_dict(hint, value, path, ignore_unknown=ignore_unknown)
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ShapeError(path, f"expected a number, got {_type_name(value)}")

@@ -16,7 +16,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from krex_runtime.wire import history
+from krex_runtime.wire import history, replies
+from krex_runtime.wire.printable import printable
+from krex_runtime.wire.typed import from_dict, to_dict
 from krex_runtime.wire.bodies import (
     CommandRef,
     EmptyBody,
@@ -57,11 +59,30 @@ class Verb:
     confirm: str = ""  # what the console's confirm dialog explains; "" when the console does not offer it
     wait_s: float = REPLY_WAIT_S  # how long a client waits for the reply
     aliases: tuple[str, ...] = ()  # other names of its `krex` subcommand
+    reply: type | None = None  # the shape of its reply that `krex` reads (wire/replies.py)
 
     @property
     def on_cli(self) -> bool:
         """A plain `krex NAME`: send the body its args make, print what `says` says."""
         return self.says is not None
+
+    def read_reply(self, body: Any) -> dict[str, Any]:
+        """The reply's body as its shape reads it (keys it lacks filled with
+        their defaults, keys it does not know left out); ShapeError when it
+        does not fit. A verb without a shape: the body as it came."""
+        if self.reply is None:
+            return body if isinstance(body, dict) else {}
+        return to_dict(from_dict(self.reply, body, ignore_unknown=True))
+
+
+def _cancelled(reply: dict[str, Any]) -> str:
+    """A command that had ended before the cancel is said so, not as an error."""
+    name, state = printable(reply["id"]), reply["state"]
+    if state in history.FINAL_STATES and state != "cancelled":
+        return f"{name}: had already ended ({printable(state)})"
+    if state not in history.FINAL_STATES:
+        return f"{name}: {printable(state)} (cancel asked; it has not ended yet)"
+    return f"{name}: cancelled"
 
 
 def _paused(reply: dict[str, Any]) -> str:
@@ -73,7 +94,7 @@ def _resumed(reply: dict[str, Any]) -> str:
 
 
 def _scope(target: Any) -> str:
-    return "the node" if target == "node" else f"GPU {target}"
+    return "the node" if target == "node" else f"GPU {printable(target)}"
 
 
 def _leased(reply: dict[str, Any]) -> str:
@@ -97,23 +118,27 @@ _NODE = Arg(("--node",), {"default": None, "help": "the node of a cluster (krex 
 HELLO = Verb("hello", HelloBody, False, "the runtime's protocol version, node, policy and GPUs")
 STATUS = Verb("status", EmptyBody, False, "show the node: GPUs, queues, running commands")
 SNAPSHOT = Verb("snapshot", SnapshotBody, False, "the node state as the reducer folds it, with its sequence number")
-SUBMIT = Verb("submit", SubmitBody, True, "queue a command and print its id")
+SUBMIT = Verb("submit", SubmitBody, True, "queue a command and print its id", reply=replies.CommandStateReply)
 WAIT = Verb("wait", WaitBody, False, "wait for a command, stream its output, exit with its exit code")
 CANCEL = Verb(
-    "cancel", CommandRef, True, "cancel a queued or running command",
-    args=(Arg(("id",), {"help": "the command's id (from krex submit, status or the console)"}),),
-    says=lambda reply: f"{reply['id']}: {reply['state']}",
+    "cancel", CommandRef, True, "cancel queued or running commands: by id, or those of a label or state, or all",
+    args=(Arg(("id",), {"nargs": "*", "metavar": "ID",
+                        "help": "the commands' ids (from krex submit, ls, status or the console)"}),),
+    says=_cancelled,
     confirm="Ends its whole process tree.",
+    reply=replies.CommandStateReply,
 )
 PAUSE = Verb(
     "pause", PauseBody, True, "stop admitting commands",
     args=(_GPU_SCOPE, _NODE), says=_paused,
     confirm="No new command starts on this GPU; running ones continue.",
+    reply=replies.PausedReply,
 )
 RESUME = Verb(
     "resume", PauseBody, True, "admit commands again",
     args=(_GPU_SCOPE, _NODE), says=_resumed,
     confirm="Queued commands may start on this GPU again.",
+    reply=replies.ResumedReply,
 )
 LEASE = Verb(
     "lease", LeaseBody, True, "take a whole GPU: wait for its region, gate, drain and freeze its tenants",
@@ -127,12 +152,14 @@ LEASE = Verb(
     confirm="Waits for the GPU's region, then gates, drains and freezes its tenants until released "
     "or the lease expires (regions.lease_ttl_s).",
     wait_s=LEASE_WAIT_S,
+    reply=replies.LeaseReply,
 )
 RELEASE = Verb(
     "release", GpuRef, True, "end a lease: thaw, reopen and admit again",
     args=(_GPU, _NODE),
     says=lambda reply: f"released GPU {reply['gpu']}",
     confirm="Ends the operator's lease: thaw, reopen the gate, admit again.",
+    reply=replies.ReleaseReply,
 )
 RECYCLE = Verb(
     "recycle", RecycleBody, True, "replace a GPU's context processes after their current command",
@@ -143,6 +170,7 @@ RECYCLE = Verb(
     ),
     says=_recycling,
     confirm="Replaces the pooled context processes of this GPU now.",
+    reply=replies.RecycleReply,
 )
 
 def _when(text: str) -> float:
@@ -166,6 +194,7 @@ LIST = Verb(
     ),
     says=history.listed_table,
     aliases=("history",),
+    reply=replies.ListReply,
 )
 LOGS = Verb(
     "logs", LogsBody, False, "print a command's output so far (--follow: and the rest until it ends)",
@@ -173,6 +202,12 @@ LOGS = Verb(
         Arg(("id",), {"help": "the command's id (from krex submit, ls or status)"}),
         Arg(("--tail",), {"type": int, "metavar": "N", "help": "only its last N lines (of each stream)"}),
     ),
+    reply=replies.LogsReply,
+)
+SHOW = Verb(
+    "show", CommandRef, False,
+    "one command now, without waiting: state, exit, label, mode, GPUs, times, queue wait, its regions",
+    args=(Arg(("id",), {"help": "the command's id (from krex submit, ls or status)"}),),
 )
 
 # Verbs whose body names a `node`: a cluster gateway sends them to that node.
@@ -180,7 +215,7 @@ NODE_TARGETED: frozenset[str] = frozenset({"pause", "resume", "lease", "release"
 
 VERBS: dict[str, Verb] = {
     verb.name: verb
-    for verb in (HELLO, STATUS, SNAPSHOT, SUBMIT, WAIT, CANCEL, PAUSE, RESUME, LEASE, RELEASE, RECYCLE, LIST, LOGS)
+    for verb in (HELLO, STATUS, SNAPSHOT, SUBMIT, WAIT, CANCEL, PAUSE, RESUME, LEASE, RELEASE, RECYCLE, LIST, LOGS, SHOW)
 }
 
 # Refused on the read-only control socket and to tenants of the runtime.

@@ -73,6 +73,11 @@ void krex_sim_set_tenant(int32_t tenant_id);
  * now and then refuses a lock with CUDA_ERROR_OPERATING_SYSTEM (304). Unset
  * means none. */
 #define KREX_SIM_ENV_LOCK_FAILS "KREX_SIM_LOCK_FAILS"
+/* "1": the device's SM clock falls as it heats under sustained load, and its
+ * kernels run at that clock (below: heat). Read by every process that
+ * attaches: one that has it set turns the model on for the device, for good;
+ * none turns it off. Unset, the clock stays at the top clock. */
+#define KREX_SIM_ENV_HEAT "KREX_SIM_HEAT"
 
 #define KREX_SIM_DEFAULT_DEVICE_NAME "default"
 #define KREX_SIM_DEFAULT_MEM_MB 81920u    /* 80 GiB */
@@ -84,11 +89,43 @@ void krex_sim_set_tenant(int32_t tenant_id);
 #define KREX_SIM_SHM_DIR "/dev/shm"
 
 /* ---------------------------------------------------------------------------
- * Shared memory layout (version 3). Little-endian, natural alignment, no
+ * Heat and the SM clock
+ *
+ * Every device keeps its temperature, whether or not the model is on: a
+ * first-order thermal model driven by its busy share u (the share of wall
+ * time during which at least one item executed) since the last step,
+ *
+ *   target = AMBIENT + RISE * u
+ *   temp  <- target + (temp - target) * exp(-dt / TAU)
+ *
+ * stepped by whichever process runs work on it, at most every HEAT_STEP_NS
+ * (a reader projects the last step to now with the same formula:
+ * krex_runtime/sim/heat.py). With the model on (KREX_SIM_HEAT), the SM clock
+ * is the top clock less one boost bin of BOOST_BIN_MHZ for every BOOST_BIN_C
+ * above BOOST_KNEE_C, down to the base clock, as a GPU's boost gives up clock
+ * bins as it warms; a kernel (not a copy or memset: those are bound by
+ * memory, not the SM clock) progresses at clock / top of its processor share.
+ * Half loaded, the device settles near 57 C and 1905 MHz (4% below the top
+ * clock); fully loaded, at AMBIENT + RISE = 85 C and the base clock, 9% below
+ * it: inside the runtime's 10% clock tolerance, so nothing is flagged and no
+ * region entry waits for it. Without the model the clock stays at the top.
+ * ------------------------------------------------------------------------- */
+#define KREX_SIM_TOP_SM_CLOCK_MHZ 1980u
+#define KREX_SIM_BASE_SM_CLOCK_MHZ 1800u
+#define KREX_SIM_AMBIENT_C 30
+#define KREX_SIM_LOAD_RISE_C 55       /* above ambient, fully loaded, once settled */
+#define KREX_SIM_HEAT_TAU_MS 5000u    /* the thermal time constant */
+#define KREX_SIM_HEAT_STEP_NS 10000000ull
+#define KREX_SIM_BOOST_KNEE_C 40
+#define KREX_SIM_BOOST_BIN_C 3
+#define KREX_SIM_BOOST_BIN_MHZ 15u
+
+/* ---------------------------------------------------------------------------
+ * Shared memory layout (version 4). Little-endian, natural alignment, no
  * implicit padding: every struct spells its padding out.
  * ------------------------------------------------------------------------- */
 #define KREX_SIM_SHM_MAGIC 0x314d49535845524bull /* "KREXSIM1" read as little-endian u64 */
-#define KREX_SIM_SHM_VERSION 3u
+#define KREX_SIM_SHM_VERSION 4u
 #define KREX_SIM_MAX_DEVICES 16
 #define KREX_SIM_MAX_PROCS 512
 
@@ -125,7 +162,7 @@ struct krex_sim_proc_slot {
 /* What a reaped slot's owner did: a process that dies with work in flight has
  * its slot reaped within milliseconds (and its counters cleared), so a region's
  * certificate would no longer see that it ran. The reaper copies the slot here
- * first, into a ring of KREX_SIM_REAPED_MAX records (version 3). */
+ * first, into a ring of KREX_SIM_REAPED_MAX records (version 4). */
 #define KREX_SIM_REAPED_MAX 64
 
 struct krex_sim_reaped {
@@ -146,6 +183,31 @@ struct krex_sim_device_info {
     uint64_t reserved[5];
 };
 
+/* What a device's own sensors would tell: how long it has been busy, how hot
+ * it is and the SM clock its kernels run at. Written by the processes that run
+ * work on it, read by anyone (the runtime's telemetry reads the file).
+ *
+ * busy_ns grows by the wall time during which at least one item executed:
+ * each executing item adds its processor share (dt / n) of every quantum, so
+ * its rate is what NVML calls utilisation. The heat fields are one step of
+ * the model above, taken under step_lock (the stepping process's pid, 0:
+ * free; a dead stepper's lock is taken over) and published like a seqlock:
+ * the stepper bumps seq_end, writes the fields, then sets seq_start to it; a
+ * reader that copies the struct from its start to its end holds a whole step
+ * when the two are equal. */
+struct krex_sim_device_load {
+    uint32_t seq_start;
+    int32_t step_lock;
+    uint64_t busy_ns;            /* atomically added to, outside the seqlock */
+    uint64_t heat_ns;            /* CLOCK_MONOTONIC of the last step; 0: none yet (ambient, top clock) */
+    uint64_t heat_busy_ns;       /* busy_ns at that step */
+    int32_t temp_mc;             /* temperature at that step, milli-degrees C */
+    uint32_t sm_clock_mhz;       /* the SM clock since that step */
+    uint64_t reserved[2];
+    uint32_t reserved1;
+    uint32_t seq_end;
+};
+
 struct krex_sim_shm {
     uint64_t magic;              /* KREX_SIM_SHM_MAGIC once initialised */
     uint32_t version;            /* KREX_SIM_SHM_VERSION */
@@ -153,10 +215,11 @@ struct krex_sim_shm {
     uint32_t num_devices;        /* fixed by the creating process */
     uint32_t max_procs;          /* KREX_SIM_MAX_PROCS */
     uint32_t copy_mbps;          /* fixed by the creating process */
-    uint32_t reserved0;
+    uint32_t heat;               /* 1: the heat model is on (KREX_SIM_HEAT) */
     uint64_t reserved1[5];
     struct krex_sim_device_info devices[KREX_SIM_MAX_DEVICES];
     struct krex_sim_proc_slot procs[KREX_SIM_MAX_PROCS];
+    struct krex_sim_device_load load[KREX_SIM_MAX_DEVICES];
     uint64_t reaped_seq;         /* slots reaped so far with work done: the ring's next record */
     uint64_t reserved2[7];
     struct krex_sim_reaped reaped[KREX_SIM_REAPED_MAX]; /* record n at n % KREX_SIM_REAPED_MAX */
@@ -217,6 +280,7 @@ struct krex_sim_log_record {
 _Static_assert(sizeof(struct krex_sim_log_record) == 128, "log record is 128 bytes");
 _Static_assert(sizeof(struct krex_sim_proc_slot) == 384, "process slot is 384 bytes (six cache lines)");
 _Static_assert(sizeof(struct krex_sim_device_info) == 128, "device info is 128 bytes");
+_Static_assert(sizeof(struct krex_sim_device_load) == 64, "device load is 64 bytes (one cache line)");
 _Static_assert(sizeof(struct krex_sim_reaped) == 168, "a reaped record is 168 bytes");
 #endif
 

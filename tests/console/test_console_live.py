@@ -23,7 +23,7 @@ from krex_console.views.table_sync import select_key, selected_key
 from krex_runtime.wire import state as node_state
 from krex_runtime.testing.local_runtime import Runtime
 
-TALKER = ["sh", "-c", "echo hello-from-tenant; echo oops >&2; exec sleep 60"]
+TALKER = ["sh", "-c", "echo hello-from-tenant; echo oops >&2; exec sleep 3600"]  # ends when killed
 
 
 def runtime_state(rt: Runtime) -> node_state.NodeState:

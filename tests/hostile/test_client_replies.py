@@ -8,30 +8,14 @@ request does not make a call wait past its timeout."""
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
-from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
-import zmq
+from runtime_helpers import Answer, push, reply
 
 from krex_runtime.api import AsyncClient, Client, ProtocolError, RuntimeUnavailable, aio
 from krex_runtime.wire import protocol
 from krex_runtime.wire.verbs import LEASE_WAIT_S
-
-# What the fake runtime sends for one request: messages (dicts are encoded, bytes sent as they are).
-Answer = Callable[[dict[str, Any]], list[Any]]
-
-
-def reply(req: dict[str, Any], body: Any = None, **envelope: Any) -> dict[str, Any]:
-    return {"v": 1, "type": "reply", "id": "r", "time": 0.0, "re": req["id"], "ok": True,
-            "body": {} if body is None else body, **envelope}
-
-
-def push(req: dict[str, Any], kind: str, body: Any) -> dict[str, Any]:
-    return {"v": 1, "type": kind, "id": "p", "time": 0.0, "re": req["id"], "body": body}
-
 
 RESULT = {"id": "c-1", "state": "finished", "exit_code": 0, "signal": None, "reason": "", "gpu": 0, "label": "",
           "mode": "process", "submitted_at": 1.0, "started_at": 1.0, "finished_at": 2.0, "queue_s": 0.0,
@@ -40,52 +24,9 @@ STATUS = {"node": "n", "policy": "krex", "pid": 1, "uptime_s": 1.0, "paused": Fa
           "queued": 0, "totals": {}, "gpus": [], "commands": []}
 
 
-class FakeRuntime(threading.Thread):
-    """A ROUTER that answers each request as `answer` says; `hello` (the
-    clients' ping) is answered properly unless `answer` handles it too."""
-
-    def __init__(self, endpoint: str, answer: Answer, pings_too: bool = False) -> None:
-        super().__init__(daemon=True)
-        self.answer, self.pings_too = answer, pings_too
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.bind(endpoint)
-        self.stop = threading.Event()
-        self.requests: list[dict[str, Any]] = []
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            if not self.sock.poll(50):
-                continue
-            route, frame = self.sock.recv_multipart()
-            req = json.loads(frame)
-            self.requests.append(req)
-            if req["type"] == "hello" and not self.pings_too:
-                messages: list[Any] = [reply(req, {"protocol": 1})]
-            else:
-                messages = self.answer(req)
-            for msg in messages:
-                self.sock.send_multipart([route, msg if isinstance(msg, bytes) else json.dumps(msg).encode()])
-        self.sock.close(linger=0)
-        self.ctx.term()
-
-
 @pytest.fixture
-def fake(tmp_path: Path) -> Iterator[Callable[..., str]]:
-    started: list[FakeRuntime] = []
-
-    def start(answer: Answer, pings_too: bool = False) -> str:
-        endpoint = f"ipc://{tmp_path / f'fake{len(started)}.sock'}"
-        server = FakeRuntime(endpoint, answer, pings_too)
-        server.start()
-        started.append(server)
-        return endpoint
-
-    yield start
-    for server in started:
-        server.stop.set()
-        server.join()
+def fake(fake_runtime: Callable[..., str]) -> Callable[..., str]:
+    return fake_runtime
 
 
 def _submit_then(*messages: Callable[[dict[str, Any]], Any]) -> Answer:

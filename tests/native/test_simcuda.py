@@ -183,12 +183,20 @@ def test_python_layout_matches_header(tmp_path: Path):
             P(sizeof(struct krex_sim_device_info));
             P(offsetof(struct krex_sim_shm, devices));
             P(offsetof(struct krex_sim_shm, procs));
+            P(offsetof(struct krex_sim_shm, heat));
+            P(offsetof(struct krex_sim_shm, load));
+            P(sizeof(struct krex_sim_device_load));
+            P(offsetof(struct krex_sim_device_load, busy_ns));
+            P(offsetof(struct krex_sim_device_load, temp_mc));
+            P(offsetof(struct krex_sim_device_load, seq_end));
             P(offsetof(struct krex_sim_shm, reaped_seq));
             P(offsetof(struct krex_sim_shm, reaped));
             P(sizeof(struct krex_sim_reaped));
             P(offsetof(struct krex_sim_reaped, work_items));
             P(KREX_SIM_REAPED_MAX);
             P(sizeof(struct krex_sim_shm));
+            P(KREX_SIM_TOP_SM_CLOCK_MHZ); P(KREX_SIM_BASE_SM_CLOCK_MHZ); P(KREX_SIM_AMBIENT_C); P(KREX_SIM_LOAD_RISE_C); P(KREX_SIM_HEAT_TAU_MS);
+            P(KREX_SIM_HEAT_STEP_NS); P(KREX_SIM_BOOST_KNEE_C); P(KREX_SIM_BOOST_BIN_C); P(KREX_SIM_BOOST_BIN_MHZ);
             P(KREX_SIM_MAX_DEVICES); P(KREX_SIM_MAX_PROCS); P(KREX_SIM_LOG_NAME_LEN);
             P(KREX_SIM_SHM_MAGIC); P(KREX_SIM_SHM_VERSION); P(KREX_SIM_LOG_MAGIC); P(KREX_SIM_LOG_VERSION);
             P(KREX_SIM_LOG_KERNEL); P(KREX_SIM_LOG_LOCK); P(KREX_SIM_LOG_UNLOCK); P(KREX_SIM_LOG_LOCK_TIMEOUT);
@@ -214,7 +222,16 @@ def test_python_layout_matches_header(tmp_path: Path):
     assert got["sizeof(struct krex_sim_device_info)"] == layout.DEVICE_INFO.size
     assert got["offsetof(struct krex_sim_shm, devices)"] == layout.DEVICES_OFFSET
     assert got["offsetof(struct krex_sim_shm, procs)"] == layout.PROCS_OFFSET
+    assert got["offsetof(struct krex_sim_shm, heat)"] == 28  # the header's seventh field
+    assert got["offsetof(struct krex_sim_shm, load)"] == layout.LOAD_OFFSET
+    assert got["sizeof(struct krex_sim_device_load)"] == layout.DEVICE_LOAD.size == 64
+    assert got["offsetof(struct krex_sim_device_load, busy_ns)"] == 8
+    assert got["offsetof(struct krex_sim_device_load, temp_mc)"] == 32
+    assert got["offsetof(struct krex_sim_device_load, seq_end)"] == 60
     assert got["sizeof(struct krex_sim_shm)"] == layout.SHM_SIZE
+    heat = ("TOP_SM_CLOCK_MHZ", "BASE_SM_CLOCK_MHZ", "AMBIENT_C", "LOAD_RISE_C", "HEAT_TAU_MS", "HEAT_STEP_NS", "BOOST_KNEE_C",
+            "BOOST_BIN_C", "BOOST_BIN_MHZ")
+    assert {k: got[f"KREX_SIM_{k}"] for k in heat} == {k: getattr(layout, k) for k in heat}
     assert got["offsetof(struct krex_sim_shm, reaped_seq)"] == layout.REAPED_SEQ_OFFSET
     assert got["offsetof(struct krex_sim_shm, reaped)"] == layout.REAPED_OFFSET
     assert got["sizeof(struct krex_sim_reaped)"] == layout.REAPED.size
@@ -430,6 +447,71 @@ def test_killed_process_does_not_wedge_the_device(sim: Sim):
     state = device_file.read_device(sim.name)
     assert victim.pid not in {s.pid for s in state.slots}, "the dead process's slot was reaped"
     assert all(r.name != "never_finishes" for r in sim.records())
+
+
+# ---------------------------------------------------------------------------
+# Busy time, heat and the SM clock (what the runtime's telemetry reads)
+# ---------------------------------------------------------------------------
+
+# Two streams of 10 ms kernels, until the device's SM clock (as a reader
+# projects it: sim/heat.py) is below its top clock or `seconds` have passed;
+# then a kernel timed alone, and the sensors after a moment idle.
+LOAD = """
+import json
+from krex_runtime.sim import heat
+def sensors():
+    d = device_file.read_device()
+    return d, heat.sensors(d.loads[0], d.heat)
+s = simcuda.SimCuda()
+streams = [s.stream(), s.stream()]
+deadline = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < deadline and sensors()[1].sm_clock_mhz >= layout.TOP_SM_CLOCK_MHZ:
+    for st in streams:
+        for _ in range(10):
+            s.launch(10 * 1000 * 1000, stream=st)
+    s.synchronize()
+d, hot = sensors()
+stored = d.loads[0].sm_clock_mhz  # the clock the driver runs kernels at since its last step
+time.sleep(0.5)
+_, later = sensors()
+print(json.dumps({"heat": d.heat, "busy_ns": [l.busy_ns for l in d.loads], "temp": hot.temp_c,
+                  "clock": hot.sm_clock_mhz, "stored": stored, "idle_temp": later.temp_c}))
+"""
+
+
+def _load(sim: Sim, seconds: float, **env: str) -> dict:
+    import json
+
+    proc = subprocess.run([sys.executable, "-c", PREAMBLE + LOAD, str(seconds)], env=sim.with_env(**env),
+                          capture_output=True, text=True, timeout=seconds + 60)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_busy_time_and_temperature_follow_the_work_and_the_clock_holds_without_the_heat_model(sim: Sim):
+    out = _load(sim, 2.0, KREX_SIM_GPUS="2")
+    assert out["heat"] is False
+    assert out["busy_ns"][0] > 0 and out["busy_ns"][1] == 0  # only the device that ran work was busy
+    assert out["temp"] > layout.AMBIENT_C and out["idle_temp"] < out["temp"]  # warmed by the work, cooling idle
+    assert out["clock"] == out["stored"] == layout.TOP_SM_CLOCK_MHZ
+
+
+def test_with_the_heat_model_a_device_kept_busy_runs_below_its_top_clock(sim: Sim):
+    """KREX_SIM_HEAT=1: sustained load heats the device past its boost knee,
+    and its kernels run at the lower clock (the driver's own stored clock,
+    not only what a reader projects)."""
+    out = _load(sim, 60.0, KREX_SIM_HEAT="1")
+    assert out["heat"] is True
+    assert out["temp"] > layout.BOOST_KNEE_C, out
+    assert out["clock"] < layout.TOP_SM_CLOCK_MHZ and out["stored"] < layout.TOP_SM_CLOCK_MHZ, out
+    # A process without the variable attaching later leaves the model on.
+    later = sim.run("""
+        s = simcuda.SimCuda()
+        s.launch(1000 * 1000)
+        s.synchronize()
+        print(device_file.read_device().heat)
+    """)
+    assert later.strip() == "True"
 
 
 # ---------------------------------------------------------------------------

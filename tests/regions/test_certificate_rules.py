@@ -27,6 +27,9 @@ class Fake:
     def processes(self) -> list[Any]:
         return self.others(HOLDER) + [SimpleNamespace(pid=HOLDER_PID, tenant_id=HOLDER, calls_total=0)]
 
+    def registered(self) -> dict[tuple[int, int], int]:
+        return {}
+
 
 def certifier(fake: Fake, sample_s: float = 0.0) -> Certifier:
     processes = SimpleNamespace(running=lambda gpu: fake.running, activity=lambda gpu, since: alive_only(fake.running))

@@ -9,7 +9,6 @@ note; a region with none of these is `verified`."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,23 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runtime_helpers import PY, TENANTS, output, regions_config, submit, trace_events, wait_ready
+from runtime_helpers import PY, TENANTS, HeldRegions, output, regions_config, submit, trace_events, wait_ready
 
 from krex_runtime.testing.local_runtime import wait_until
-
-
-def results(rt: Any, command_id: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in output(rt, command_id).splitlines() if line.startswith("{")]
-
-
-def granted(rt: Any, command_id: str, i: int) -> dict[str, Any]:
-    wait_until(lambda: any(r.get("granted") == i for r in results(rt, command_id)), 60, f"region {i} to be granted")
-    return next(r for r in results(rt, command_id) if r.get("granted") == i)
-
-
-def released(rt: Any, command_id: str, i: int) -> dict[str, Any]:
-    wait_until(lambda: len([r for r in results(rt, command_id) if "verdict" in r]) > i, 60, f"region {i}'s verdict")
-    return [r for r in results(rt, command_id) if "verdict" in r][i]
 
 
 def verified_but_for_this_machine(r: dict[str, Any]) -> bool:
@@ -61,21 +46,18 @@ def test_a_hold_is_perturbed_by_a_busy_core_and_an_ending_tenant_and_flagged_by_
                 "host_side_wait_s": 0.05}
     rt = make_runtime(policy="krex", sim=1, slots=16, extra_config=regions_config("preload", **settings),
                       runtime_env={"KREX_SIM_SM_CLOCK_FILE": str(clock)})
-    control = tmp_path / "control"
-    control.mkdir()
-    holder = submit(rt, PY, str(TENANTS / "held_activity.py"), str(control), "sleep", "spin", "sleep", "sleep", "sleep")
+    holder = HeldRegions(rt, tmp_path / "control", "sleep", "spin", "sleep", "sleep", "sleep")
 
     # 0: nothing around it.
-    (control / "go0").touch()
-    granted(rt, holder, 0)
-    (control / "release0").touch()
-    alone = released(rt, holder, 0)
+    holder.go(0)
+    holder.granted(0)
+    alone = holder.release(0)
     assert verified_but_for_this_machine(alone), alone
     assert any(r.startswith("cpu: measuring thread waited") for r in alone["reasons"]), alone
 
     # 1: a process spins on the measuring thread's own core while it is always runnable.
-    (control / "go1").touch()
-    tid = granted(rt, holder, 1)["tid"]
+    holder.go(1)
+    tid = holder.granted(1)["tid"]
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         os.sched_setaffinity(spinner.pid, os.sched_getaffinity(tid))
@@ -83,19 +65,17 @@ def test_a_hold_is_perturbed_by_a_busy_core_and_an_ending_tenant_and_flagged_by_
     finally:
         spinner.kill()
         spinner.wait()
-    (control / "release1").touch()
-    busy = released(rt, holder, 1)
+    busy = holder.release(1)
     assert busy["verdict"] == "perturbed", busy
     assert busy["reasons"][0].startswith("cpu: measuring thread waited"), busy  # the spinner made it wait
     assert any(f.startswith("cpu:waited-") for f in exit_flags(rt, busy["region"]))
 
     # 2: the clock dips and is back at the top before the release.
-    (control / "go2").touch()
-    granted(rt, holder, 2)
+    holder.go(2)
+    holder.granted(2)
     now_us = time.time_ns() // 1000
     clock.write_text(f"{now_us} 1200\n{now_us + 1000} 1980\n")
-    (control / "release2").touch()
-    dipped = released(rt, holder, 2)
+    dipped = holder.release(2)
     assert verified_but_for_this_machine(dipped), dipped  # a clock is a note, never a perturbation by itself
     assert any("dipped to 1200 MHz" in r for r in trace_reasons(rt, dipped["region"]) if r.startswith("clock:")), dipped
     assert "clock-dip:1200MHz" in exit_flags(rt, dipped["region"])
@@ -104,12 +84,11 @@ def test_a_hold_is_perturbed_by_a_busy_core_and_an_ending_tenant_and_flagged_by_
     done = tmp_path / "done"
     other = submit(rt, PY, str(TENANTS / "ends_on_signal.py"), str(done))
     wait_ready(rt, other)
-    (control / "go3").touch()
-    granted(rt, holder, 3)
+    holder.go(3)
+    holder.granted(3)
     done.touch()
     assert rt.krex("wait", other).returncode == 0
-    (control / "release3").touch()
-    ended = released(rt, holder, 3)
+    ended = holder.release(3)
     assert verified_but_for_this_machine(ended), ended  # an end did not measurably slow trials on the H100: a note
     assert any(r.startswith("tenants: tenant ") and "ended" in r for r in trace_reasons(rt, ended["region"])), ended
     assert "tenants:1-ended,0-in-driver" in exit_flags(rt, ended["region"])
@@ -117,14 +96,13 @@ def test_a_hold_is_perturbed_by_a_busy_core_and_an_ending_tenant_and_flagged_by_
     # 4: another tenant is inside a context creation longer than the entry waits for it.
     creating = submit(rt, PY, str(TENANTS / "startup.py"), "--warm", "--ctx-ms", "3000")
     wait_until(lambda: "creating" in output(rt, creating), 60, "the tenant to enter its context creation")
-    (control / "go4").touch()
-    granted(rt, holder, 4)
-    (control / "release4").touch()
-    in_driver = released(rt, holder, 4)
+    holder.go(4)
+    holder.granted(4)
+    in_driver = holder.release(4)
     assert in_driver["verdict"] == "perturbed", in_driver
     assert any(r.startswith("tenants: tenant ") and "creating a context" in r
                for r in trace_reasons(rt, in_driver["region"])), in_driver
     assert "tenants:0-ended,1-in-driver" in exit_flags(rt, in_driver["region"])
-    assert rt.krex("wait", holder).returncode == 0
+    assert rt.krex("wait", holder.id).returncode == 0
     rt.krex("wait", creating)
     assert [e["verdict"] for e in trace_events(rt, "region_released")][1::3] == ["perturbed", "perturbed"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 from region_checks import check_exclusive, check_no_submissions_while_held, check_nothing_left, regions_of
-from runtime_helpers import (PY, TENANTS, cgroup_root, command_pid, finish, frozen_cgroups, gpu_state, krex_runtime,
+from runtime_helpers import (PY, TENANTS, HeldRegions, cgroup_root, command_pid, finish, frozen_cgroups, gpu_state, krex_runtime,
                              output, region_results, snapshot, submit, trace_events)
 
 from krex_runtime.sim.execution_log import read_execution_log
@@ -88,18 +88,20 @@ def test_entry_does_not_wait_for_a_launch_that_loads_its_function(make_runtime, 
     check_exclusive(events, held, rt.root / "sim.log")
 
 
-def test_a_tenant_let_run_is_frozen_once_its_call_returns(make_runtime) -> None:
+def test_a_tenant_let_run_is_frozen_once_its_call_returns(make_runtime, tmp_path) -> None:
     rt = krex_runtime(make_runtime, host_side_wait_s=0)
-    loading = submit(rt, PY, str(TENANTS / "startup.py"), "--module-ms", "1500")
+    holder = HeldRegions(rt, tmp_path / "control", "sleep")
+    loading = submit(rt, PY, str(TENANTS / "startup.py"), "--module-ms", str(SLOW_MS))
     wait_until(lambda: "loading" in output(rt, loading), 60, "the tenant to enter its module load")
-    holder = submit(rt, PY, str(TENANTS / "regions.py"), "--regions", "1", "--kernel-us", "200", "--hold-s", "6")
-    wait_until(lambda: gpu_state(rt)["region_holder"] is not None, 60, "the region to be granted")
+    holder.go(0)
+    holder.granted(0)
     granted = trace_events(rt, "region_granted")[-1]
     assert str(command_pid(rt, loading)) in granted["deferred"] and granted["frozen"] == [], granted
     # Its load returns during the hold; then it is frozen, until the release.
     wait_until(lambda: f"cmd-{loading}" in frozen_cgroups(cgroup_root(rt)), 30, "the tenant to be frozen late")
     assert "loaded" in output(rt, loading) and gpu_state(rt)["region_holder"] is not None
-    assert rt.krex("wait", holder).returncode == 0
+    holder.release(0)
+    assert rt.krex("wait", holder.id).returncode == 0
     released = trace_events(rt, "region_released")[-1]
     tenant = next(e["tenant_id"] for e in trace_events(rt, "command_started") if e["id"] == loading)
     assert released["late_frozen"] == [tenant], released
@@ -111,14 +113,17 @@ def test_a_tenant_let_run_is_frozen_once_its_call_returns(make_runtime) -> None:
 
 
 @pytest.mark.parametrize("backend", ["preload", "driver-lock"])
-def test_entry_lets_a_context_creation_in_progress_finish_first_while_gpu_work_goes_on(make_runtime, backend) -> None:
+def test_entry_lets_a_context_creation_in_progress_finish_first_while_gpu_work_goes_on(
+        make_runtime, backend, tmp_path) -> None:
     rt = krex_runtime(make_runtime, backend, protection="gpu-only", host_side_wait_s=30)
     busy = submit(rt, PY, str(TENANTS / "busy.py"), "2000", "4")
     wait_until(lambda: "ready" in output(rt, busy), 60, "the busy tenant")
-    creating = submit(rt, PY, str(TENANTS / "startup.py"), "--warm", "--ctx-ms", "1500")
+    holder = HeldRegions(rt, tmp_path / "control", "sleep")
+    creating = submit(rt, PY, str(TENANTS / "startup.py"), "--warm", "--ctx-ms", str(SLOW_MS))
     wait_until(lambda: "creating" in output(rt, creating), 60, "the tenant to enter its context creation")
-    done = rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "1", "--kernel-us", "200")
-    assert done.returncode == 0, done.stderr
+    holder.go(0)
+    holder.granted(0)
+    holder.release(0)
     granted = trace_events(rt, "region_granted")[-1]
     # The gate saw the creation return before it closed: nobody inside a host-side call in the region.
     assert granted["host_side_s"] > 0 and granted["host_side_left"] == 0, granted
@@ -139,12 +144,14 @@ def test_entry_lets_a_context_creation_in_progress_finish_first_while_gpu_work_g
     check_exclusive(events, held, rt.root / "sim.log")
 
 
-def test_entry_waits_for_every_call_when_told(make_runtime) -> None:
+def test_entry_waits_for_every_call_when_told(make_runtime, tmp_path) -> None:
     rt = krex_runtime(make_runtime, entry_waits_for="all", host_side_wait_s=0)
-    creating = submit(rt, PY, str(TENANTS / "startup.py"), "--warm", "--ctx-ms", "1500")
+    holder = HeldRegions(rt, tmp_path / "control", "sleep")
+    creating = submit(rt, PY, str(TENANTS / "startup.py"), "--warm", "--ctx-ms", str(SLOW_MS))
     wait_until(lambda: "creating" in output(rt, creating), 60, "the tenant to enter its context creation")
-    done = rt.krex("run", "--", PY, str(TENANTS / "regions.py"), "--regions", "1", "--kernel-us", "200")
-    assert done.returncode == 0, done.stderr
+    holder.go(0)
+    holder.granted(0)
+    holder.release(0)
     granted = trace_events(rt, "region_granted")[-1]
     assert granted["waited_for"] == {"context": 1} and granted["deferred"] == {}, granted
     assert len(granted["frozen"]) == 1  # out of its call by then, so frozen at entry

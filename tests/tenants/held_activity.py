@@ -1,7 +1,8 @@
 """A region holder whose test decides what happens around it during each hold.
 
 argv: CONTROL_DIR MODE... One region per MODE, in order. Before region i it
-waits for CONTROL_DIR/go<i>; once granted it prints {"granted": i, "tid": ...}
+waits for CONTROL_DIR/go<i> (`{"ready": true}` once it is a CUDA user
+and waits for the first); once granted it prints {"granted": i, "tid": ...}
 and holds until CONTROL_DIR/release<i> appears, meanwhile either busy
 (`spin`: always runnable, as a launching thread is) or asleep (`sleep`). After
 each region one JSON line: its region number, verdict and reasons.
@@ -21,6 +22,7 @@ from krex_runtime.tenant import region as client
 control = Path(sys.argv[1])
 cuda = sim_gpu()
 cuda.time_kernel(1000, repeats=1)  # a CUDA user before its first region, as a candidate is
+print(json.dumps({"ready": True}), flush=True)
 for i, mode in enumerate(sys.argv[2:]):
     deadline = time.monotonic() + 120
     while not (control / f"go{i}").exists() and time.monotonic() < deadline:

@@ -55,6 +55,48 @@ int fwd_map(int fd, struct fwd_segment *seg, char *err, size_t errlen)
     seg->ring = (uint8_t *)p + KREX_FWD_HEADER_SIZE;
     seg->staging = seg->ring + ring;
     seg->map_size = (size_t)st.st_size;
+    seg->ring_size = ring;
+    seg->staging_size = staging;
+    return 0;
+}
+
+int fwd_attach(int fd, uint64_t ring, uint64_t staging, struct fwd_segment *seg, char *err, size_t errlen)
+{
+    if (ring < 4096 || (ring & (ring - 1)) != 0 || ring > (1ull << 30) || staging < 4096 || staging > (1ull << 30)) {
+        snprintf(err, errlen, "sizes out of range (ring %llu, staging %llu bytes)", (unsigned long long)ring,
+                 (unsigned long long)staging);
+        return -1;
+    }
+    uint64_t size = KREX_FWD_HEADER_SIZE + ring + staging;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        snprintf(err, errlen, "cannot stat the segment: %s", strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != size) {
+        snprintf(err, errlen, "the segment is not the file the runtime made (%s of %lld bytes, not %llu)",
+                 S_ISREG(st.st_mode) ? "a file" : "not a regular file", (long long)st.st_size,
+                 (unsigned long long)size);
+        return -1;
+    }
+    void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        snprintf(err, errlen, "cannot map the segment: %s", strerror(errno));
+        return -1;
+    }
+    const struct krex_fwd_header *h = p;
+    if (h->magic != KREX_FWD_MAGIC || h->version != KREX_FWD_VERSION || h->header_size != KREX_FWD_HEADER_SIZE ||
+        h->ring_size != ring || h->staging_size != staging) {
+        snprintf(err, errlen, "the segment's header is not the one the runtime wrote");
+        munmap(p, (size_t)size);
+        return -1;
+    }
+    seg->h = p;
+    seg->ring = (uint8_t *)p + KREX_FWD_HEADER_SIZE;
+    seg->staging = seg->ring + ring;
+    seg->map_size = (size_t)size;
+    seg->ring_size = ring;
+    seg->staging_size = staging;
     return 0;
 }
 

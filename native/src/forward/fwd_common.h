@@ -17,11 +17,20 @@ struct fwd_segment {
     uint8_t *ring;
     uint8_t *staging;
     size_t map_size;
+    /* Copies of the header's sizes, taken once: the other side may rewrite
+     * the header at any time, and every bound is taken from these. */
+    uint64_t ring_size;
+    uint64_t staging_size;
 };
 
 /* Maps the segment of `fd` and checks its header; on failure writes why into
- * err and returns -1. */
+ * err and returns -1. (The client's: it believes the header.) */
 int fwd_map(int fd, struct fwd_segment *seg, char *err, size_t errlen);
+/* The server's: maps exactly a header, a ring of `ring` bytes and a staging
+ * area of `staging` bytes (the sizes the runtime made it with, never read
+ * from the segment), after checking that `fd` is a regular file of exactly
+ * that size whose header says the same. */
+int fwd_attach(int fd, uint64_t ring, uint64_t staging, struct fwd_segment *seg, char *err, size_t errlen);
 void fwd_unmap(struct fwd_segment *seg);
 
 uint64_t fwd_now_ns(void); /* CLOCK_MONOTONIC */

@@ -8,7 +8,7 @@
  * driver on its library path. It creates its context, says `ready`, then
  * serves one command at a time:
  *
- *   runtime -> server   serve <tenant id>\n   (+ the segment's descriptor)
+ *   runtime -> server   serve <tenant id> <ring bytes> <staging bytes>\n   (+ the segment's descriptor)
  *   server -> runtime   serving\n
  *   runtime -> server   end\n                 (the command's processes have ended)
  *   server -> runtime   clean ok <ms> <what>\n | clean retire <reason>\n
@@ -18,6 +18,13 @@
  * parking on the segment's futex when there are none; between parks it
  * looks at its control socket. Requests still in the ring when `end` comes
  * are dropped: their command is over.
+ *
+ * The segment is the command's file: it can rewrite the header and resize
+ * the file at any time. The server maps exactly the sizes the runtime sent
+ * (fwd_attach: a regular file of that size, its header agreeing), bounds
+ * every offset and length by its own copies of them, and survives the file
+ * being truncated under it: the SIGBUS of touching a page that is gone puts
+ * anonymous memory in the segment's place and fails the segment.
  */
 #include "server.h"
 
@@ -28,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -91,6 +99,37 @@ static bool control_has_line(void)
     return poll(&p, 1, 0) > 0;
 }
 
+/* ---- a segment truncated under the server ------------------------------------------- */
+
+static uint8_t *guard_base; /* the mapped segment, NULL when none */
+static size_t guard_size;
+static volatile sig_atomic_t segment_lost;
+
+static void on_sigbus(int sig, siginfo_t *si, void *context)
+{
+    (void)context;
+    uint8_t *at = si->si_addr;
+    uint8_t *base = __atomic_load_n(&guard_base, __ATOMIC_ACQUIRE);
+    if (base != NULL && at >= base && at < base + guard_size &&
+        mmap(base, guard_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
+        segment_lost = 1; /* the access is retried, on memory nobody else sees */
+        return;
+    }
+    signal(sig, SIG_DFL); /* a bus error of something else: die of it when the access is retried */
+}
+
+static void guard(const struct fwd_segment *seg)
+{
+    segment_lost = 0;
+    guard_size = seg->map_size;
+    __atomic_store_n(&guard_base, (uint8_t *)seg->h, __ATOMIC_RELEASE);
+}
+
+static void unguard(void)
+{
+    __atomic_store_n(&guard_base, NULL, __ATOMIC_RELEASE);
+}
+
 static void fail_segment(struct fwd_segment *seg, const char *why)
 {
     /* Cut to the header's field: the reason's start says what happened. */
@@ -108,7 +147,7 @@ static void fail_segment(struct fwd_segment *seg, const char *why)
 static bool serve(struct fwd_segment *seg, char *why, size_t whylen, bool *control_closed)
 {
     struct krex_fwd_header *h = seg->h;
-    uint64_t ring = h->ring_size; /* checked by fwd_map; never read again */
+    uint64_t ring = seg->ring_size; /* the runtime's size, not the header's */
     uint64_t tail = 0;
     size_t cap = 1 << 16;
     uint8_t *blob = malloc(cap);
@@ -121,6 +160,11 @@ static bool serve(struct fwd_segment *seg, char *why, size_t whylen, bool *contr
     __atomic_store_n(&h->server_state, KREX_FWD_STATE_SERVING, __ATOMIC_RELEASE);
     bool ok = true;
     for (;;) {
+        if (segment_lost) {
+            snprintf(why, whylen, "its segment was truncated under it (by the command): the server stopped serving it");
+            ok = false;
+            break;
+        }
         uint64_t head = __atomic_load_n(&h->req_head, __ATOMIC_ACQUIRE);
         if (head == tail) {
             if (control_has_line()) {
@@ -224,6 +268,9 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives its runtime */
     prctl(PR_SET_DUMPABLE, 0);        /* a command of the same uid cannot ptrace it */
+    struct sigaction bus = {.sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO | SA_NODEFER};
+    sigemptyset(&bus.sa_mask);
+    sigaction(SIGBUS, &bus, NULL);
     char err[300];
     if (!srv_driver_open(err, sizeof err)) {
         say("failed %s", err);
@@ -236,19 +283,21 @@ int main(void)
         if (read_control(line, sizeof line, &fd) != 0)
             return 0; /* the runtime closed the channel */
         int tenant = 0;
-        if (sscanf(line, "serve %d", &tenant) != 1 || fd < 0) {
+        unsigned long long ring = 0, staging = 0;
+        if (sscanf(line, "serve %d %llu %llu", &tenant, &ring, &staging) != 3 || fd < 0) {
             if (fd >= 0)
                 close(fd);
             say("failed an unexpected control line: %.60s", line);
             return 1;
         }
         struct fwd_segment seg;
-        if (fwd_map(fd, &seg, err, sizeof err) != 0) {
+        if (fwd_attach(fd, ring, staging, &seg, err, sizeof err) != 0) {
             close(fd);
             say("failed the command's segment: %s", err);
             return 1;
         }
         close(fd);
+        guard(&seg);
         srv_set_tenant(tenant);
         say("serving");
         bool control_closed = false;
@@ -276,6 +325,7 @@ int main(void)
         char cleaned[300];
         bool clean = srv_reset(cleaned, sizeof cleaned);
         srv_set_tenant(0);
+        unguard();
         fwd_unmap(&seg);
         if (control_closed)
             return 0;

@@ -2,16 +2,29 @@
  * Executing forwarded requests against the real (or simulated) driver, and
  * putting the context back after each command.
  *
- * Every handle a command creates (allocation, module, stream, event,
- * context, primary-context retain) is remembered; after the command the
- * server destroys what is left and synchronises its context. A context in
- * an error state, or a driver call that fails while cleaning, retires the
- * process (the pool replaces it).
+ * A server serves one command after another, so nothing a command sends is
+ * believed: every handle and device pointer is checked against what this
+ * server gave the command (the state below, kept here, never read back from
+ * the command's segment), and what the command's memory held is zeroed
+ * before the next command could be given it.
  *
- * Contexts are the only handles checked before use (they are made current
- * for every request): a command that passes invalid handles of other kinds
- * meets the driver's own checks, and at worst crashes this process, which
- * serves nobody else meanwhile and is then replaced.
+ * - Handles (contexts, modules, functions, streams, events) are used only if
+ *   the server gave them to this command (streams: or a default stream);
+ *   another is CUDA_ERROR_INVALID_HANDLE (a context: the segment fails).
+ * - Device memory: each allocation (base, size) and each module global the
+ *   command asked for is a region of the command's. A copy or memset whose
+ *   device range is not inside one region is CUDA_ERROR_INVALID_VALUE, and
+ *   the driver never sees it. Kernel arguments are values whose meaning only
+ *   the kernel's code knows: they cannot be checked, so what a kernel could
+ *   reach of an earlier command must already be zero (below).
+ * - An allocation is zeroed when it is made (the driver may hand out memory
+ *   an earlier command used) and before it is freed, by the command or after
+ *   it; module globals are zeroed before their module is unloaded.
+ *
+ * After the command the server synchronises every context it used, zeroes
+ * and frees what is left, destroys the rest and synchronises again. A
+ * context in an error state, or a driver call that fails while cleaning,
+ * retires the process (the pool replaces it; its memory goes with it).
  */
 #include "server.h"
 
@@ -48,20 +61,45 @@
 FNS(DECLARE)
 #undef DECLARE
 
+#define PICK(flag, plain, pt) ((flag) ? (pt) : (plain))
+#define CALL(fn, ...) ((fn) != NULL ? (fn)(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
+
 static void *driver;
 static CUdevice device;
 static CUcontext primary;
+static CUstream zero_stream; /* the server's own, in its primary context: new allocations are zeroed on it */
 static void (*sim_set_tenant)(int32_t);
 
 /* ---- what the current command created ------------------------------------------ */
 
 struct handles {
     uint64_t *v;
+    CUcontext *ctx; /* the context each was made in (current then) */
     size_t n, cap;
 };
-static struct handles allocs, modules, streams, events, contexts;
+static struct handles modules, streams, events, contexts;
 static long primary_retains; /* the command's retains minus its releases */
 static CUcontext current;    /* the server thread's current context */
+
+/* Device memory the command may reach: its allocations and the module
+ * globals it asked for. */
+struct region {
+    uint64_t base, size;
+    CUcontext ctx;   /* current when it was made */
+    uint64_t module; /* 0: an allocation; else the module whose global it is */
+};
+static struct {
+    struct region *v;
+    size_t n, cap;
+} regions;
+
+/* Functions the command got, and of which module. */
+static struct {
+    struct {
+        uint64_t f, module;
+    } *v;
+    size_t n, cap;
+} functions;
 
 static bool remember(struct handles *h, uint64_t x)
 {
@@ -71,20 +109,192 @@ static bool remember(struct handles *h, uint64_t x)
         if (v == NULL)
             return false;
         h->v = v;
+        CUcontext *c = realloc(h->ctx, cap * sizeof *c);
+        if (c == NULL)
+            return false;
+        h->ctx = c;
         h->cap = cap;
     }
-    h->v[h->n++] = x;
+    h->v[h->n] = x;
+    h->ctx[h->n++] = current;
     return true;
+}
+
+static void drop(struct handles *h, size_t i)
+{
+    h->n--;
+    h->v[i] = h->v[h->n];
+    h->ctx[i] = h->ctx[h->n];
 }
 
 static bool forget(struct handles *h, uint64_t x)
 {
     for (size_t i = h->n; i-- > 0;)
         if (h->v[i] == x) {
-            h->v[i] = h->v[--h->n];
+            drop(h, i);
             return true;
         }
     return false;
+}
+
+static bool known(const struct handles *h, uint64_t x)
+{
+    for (size_t i = 0; i < h->n; i++)
+        if (h->v[i] == x)
+            return true;
+    return false;
+}
+
+static bool add_region(uint64_t base, uint64_t size, uint64_t module)
+{
+    for (size_t i = 0; i < regions.n; i++)
+        if (regions.v[i].base == base && regions.v[i].module == module)
+            return true; /* a global asked for twice */
+    if (regions.n == regions.cap) {
+        size_t cap = regions.cap ? 2 * regions.cap : 64;
+        struct region *v = realloc(regions.v, cap * sizeof *v);
+        if (v == NULL)
+            return false;
+        regions.v = v;
+        regions.cap = cap;
+    }
+    regions.v[regions.n++] = (struct region){base, size, current, module};
+    return true;
+}
+
+/* The command's allocation that starts at `base` (its index), or -1. */
+static long allocation_at(uint64_t base)
+{
+    for (size_t i = 0; i < regions.n; i++)
+        if (regions.v[i].module == 0 && regions.v[i].base == base)
+            return (long)i;
+    return -1;
+}
+
+/* [p, p + n) lies inside one region of the command's. */
+static bool owned(uint64_t p, uint64_t n)
+{
+    if (n == 0)
+        return true; /* nothing moves */
+    for (size_t i = 0; i < regions.n; i++) {
+        const struct region *r = &regions.v[i];
+        if (p >= r->base && p - r->base <= r->size && n <= r->size - (p - r->base))
+            return true;
+    }
+    return false;
+}
+
+static bool add_function(uint64_t f, uint64_t module)
+{
+    for (size_t i = 0; i < functions.n; i++)
+        if (functions.v[i].f == f)
+            return true;
+    if (functions.n == functions.cap) {
+        size_t cap = functions.cap ? 2 * functions.cap : 64;
+        __typeof__(functions.v) v = realloc(functions.v, cap * sizeof *v);
+        if (v == NULL)
+            return false;
+        functions.v = v;
+        functions.cap = cap;
+    }
+    functions.v[functions.n].f = f;
+    functions.v[functions.n++].module = module;
+    return true;
+}
+
+static bool known_function(uint64_t f)
+{
+    for (size_t i = 0; i < functions.n; i++)
+        if (functions.v[i].f == f)
+            return true;
+    return false;
+}
+
+/* The default streams, or one the command created. */
+static bool known_stream(uint64_t s)
+{
+    return s == 0 || s == (uint64_t)(uintptr_t)CU_STREAM_LEGACY || s == (uint64_t)(uintptr_t)CU_STREAM_PER_THREAD ||
+           known(&streams, s);
+}
+
+static CUresult make_current(CUcontext c)
+{
+    if (c == current)
+        return CUDA_SUCCESS;
+    CUresult r = p_cuCtxSetCurrent(c);
+    if (r == CUDA_SUCCESS)
+        current = c;
+    return r;
+}
+
+/* A new allocation zeroed before the command gets it, without waiting for
+ * what the command already runs. */
+static CUresult zero_new(CUdeviceptr d, size_t n)
+{
+    CUresult r;
+    if (current == primary && zero_stream != NULL && p_cuMemsetD8Async != NULL && p_cuStreamSynchronize != NULL) {
+        r = p_cuMemsetD8Async(d, 0, n, zero_stream);
+        return r == CUDA_SUCCESS ? p_cuStreamSynchronize(zero_stream) : r;
+    }
+    r = CALL(p_cuMemsetD8_v2, d, 0, n);
+    return r == CUDA_SUCCESS ? p_cuCtxSynchronize() : r;
+}
+
+/* Zeroes a region in its own context (after what runs there: a kernel of a
+ * stream that does not wait for the default one could still write to it);
+ * an allocation is then freed. Removes it from the command's regions. */
+static CUresult zero_region(size_t i, bool free_it)
+{
+    struct region r = regions.v[i];
+    regions.v[i] = regions.v[--regions.n];
+    CUresult rc = make_current(r.ctx);
+    if (rc == CUDA_SUCCESS)
+        rc = p_cuCtxSynchronize();
+    if (rc == CUDA_SUCCESS && r.size > 0)
+        rc = CALL(p_cuMemsetD8_v2, (CUdeviceptr)r.base, 0, (size_t)r.size);
+    if (rc == CUDA_SUCCESS)
+        rc = p_cuCtxSynchronize();
+    if (free_it) {
+        CUresult freed = CALL(p_cuMemFree_v2, (CUdeviceptr)r.base);
+        if (rc == CUDA_SUCCESS)
+            rc = freed;
+    }
+    return rc;
+}
+
+/* Zeroes (and forgets) the module's globals and forgets its functions, before it is unloaded. */
+static CUresult forget_module(uint64_t module)
+{
+    CUresult rc = CUDA_SUCCESS;
+    for (size_t i = regions.n; i-- > 0;)
+        if (regions.v[i].module == module) {
+            CUresult z = zero_region(i, false);
+            if (rc == CUDA_SUCCESS)
+                rc = z;
+        }
+    for (size_t i = functions.n; i-- > 0;)
+        if (functions.v[i].module == module)
+            functions.v[i] = functions.v[--functions.n];
+    return rc;
+}
+
+/* Before a context of the command's is destroyed. */
+static void forget_context(CUcontext c)
+{
+    for (size_t i = modules.n; i-- > 0;)
+        if (modules.ctx[i] == c) {
+            forget_module(modules.v[i]);
+            drop(&modules, i);
+        }
+    for (size_t i = regions.n; i-- > 0;)
+        if (i < regions.n && regions.v[i].ctx == c)
+            zero_region(i, regions.v[i].module == 0);
+    for (size_t i = streams.n; i-- > 0;)
+        if (streams.ctx[i] == c)
+            drop(&streams, i);
+    for (size_t i = events.n; i-- > 0;)
+        if (events.ctx[i] == c)
+            drop(&events, i);
 }
 
 static bool known_context(uint64_t c)
@@ -133,6 +343,11 @@ bool srv_driver_open(char *err, size_t errlen)
         return false;
     }
     current = primary;
+    /* Waiting for a zeroing on a stream of its own waits for nothing of the
+     * command's (none: a synchronous memset and the context's end instead). */
+    if (p_cuStreamCreateWithPriority == NULL ||
+        p_cuStreamCreateWithPriority(&zero_stream, CU_STREAM_NON_BLOCKING, 0) != CUDA_SUCCESS)
+        zero_stream = NULL;
     return true;
 }
 
@@ -166,8 +381,6 @@ static void defer(struct fwd_segment *seg, unsigned op, CUresult r)
     __atomic_store_n(&h->deferred_result, (uint32_t)r, __ATOMIC_RELEASE);
 }
 
-#define PICK(flag, plain, pt) ((flag) ? (pt) : (plain))
-#define CALL(fn, ...) ((fn) != NULL ? (fn)(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
 #define BAD(...)                                                                                            \
     do {                                                                                                    \
         snprintf(err, errlen, __VA_ARGS__);                                                                 \
@@ -229,6 +442,45 @@ static bool unpack_params(const uint8_t *b, size_t len, void ***params, void ***
     return true;
 }
 
+/* A launch of a function, on a stream, with attributes the command may use
+ * (CUDA_SUCCESS), or the error that refuses it. Its parameters are values:
+ * which of them are pointers only the kernel's code knows. */
+static CUresult launch_refused(uint64_t f, uint64_t stream, const uint8_t *attrs, unsigned nattrs)
+{
+    if (!known_function(f) || !known_stream(stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    for (unsigned i = 0; i < nattrs; i++) {
+        CUlaunchAttribute at;
+        memcpy(&at, attrs + i * sizeof at, sizeof at);
+        switch (at.id) {
+        case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT:
+            if (!known(&events, (uint64_t)(uintptr_t)at.value.programmaticEvent.event))
+                return CUDA_ERROR_INVALID_HANDLE;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT:
+            if (!known(&events, (uint64_t)(uintptr_t)at.value.launchCompletionEvent.event))
+                return CUDA_ERROR_INVALID_HANDLE;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_IGNORE:
+        case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW: /* an address range as a cache hint, never dereferenced */
+        case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+        case CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY:
+        case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+        case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+        case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+        case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+        case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+        case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+        case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+        case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+            break; /* values */
+        default:
+            return CUDA_ERROR_INVALID_VALUE; /* a graph node's, or one whose value this server cannot judge */
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
 static CUresult do_launch(const struct krex_fwd_msg *m, const uint8_t *blob, bool pt, char *err, size_t errlen,
                           bool *bad)
 {
@@ -249,7 +501,11 @@ static CUresult do_launch(const struct krex_fwd_msg *m, const uint8_t *blob, boo
     }
     CUfunction f = (CUfunction)(uintptr_t)a[0];
     CUstream s = (CUstream)(uintptr_t)a[8];
-    CUresult r;
+    CUresult r = launch_refused(a[0], a[8], blob + plen, (unsigned)nattrs);
+    if (r != CUDA_SUCCESS) {
+        free(params);
+        return r;
+    }
     if (nattrs == 0) {
         r = CALL(PICK(pt, p_cuLaunchKernel, p_cuLaunchKernel_ptsz), f, (unsigned)a[1], (unsigned)a[2],
                  (unsigned)a[3], (unsigned)a[4], (unsigned)a[5], (unsigned)a[6], (unsigned)a[7], s, params, extra);
@@ -270,7 +526,7 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
     const uint64_t *a = m->args;
     bool pt = (m->flags & KREX_FWD_PER_THREAD) != 0;
     bool wants = (m->flags & KREX_FWD_WANT_REPLY) != 0;
-    size_t staging = (size_t)seg->h->staging_size; /* fixed since the segment was checked */
+    size_t staging = seg->staging_size; /* the server's own copy: the header is the command's to rewrite */
     uint64_t out[KREX_FWD_MAX_OUT] = {0};
     unsigned nout = 0;
     uint32_t len = 0;
@@ -371,6 +627,9 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
                 r = CUDA_ERROR_INVALID_CONTEXT; /* the primary context, or not the command's */
                 break;
             }
+            /* What was made in it goes with it: its memory zeroed first, its
+             * handles forgotten (the driver destroys them). */
+            forget_context((CUcontext)(uintptr_t)a[0]);
             r = CALL(p_cuCtxDestroy_v2, (CUcontext)(uintptr_t)a[0]);
             p_cuCtxSetCurrent(primary);
             current = primary;
@@ -400,26 +659,47 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
             break;
         }
         case KREX_FWD_OP_MEM_ALLOC: {
+            /* Zeroed before the command sees it: the driver may hand out
+             * memory an earlier command (or a module's globals) used. */
             CUdeviceptr d = 0;
             r = CALL(p_cuMemAlloc_v2, &d, (size_t)a[0]);
             if (r == CUDA_SUCCESS)
-                remember(&allocs, d);
+                r = zero_new(d, (size_t)a[0]);
+            if (r == CUDA_SUCCESS && !add_region(d, a[0], 0))
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+            if (r != CUDA_SUCCESS && d != 0) {
+                CALL(p_cuMemFree_v2, d);
+                d = 0;
+            }
             out[0] = d, nout = 1;
             break;
         }
-        case KREX_FWD_OP_MEM_FREE:
-            r = CALL(p_cuMemFree_v2, (CUdeviceptr)a[0]);
-            if (r == CUDA_SUCCESS)
-                forget(&allocs, a[0]);
+        case KREX_FWD_OP_MEM_FREE: {
+            long i = allocation_at(a[0]);
+            if (a[0] == 0)
+                r = CUDA_SUCCESS; /* as the driver: freeing NULL does nothing */
+            else if (i < 0)
+                r = CUDA_ERROR_INVALID_VALUE; /* not an allocation of the command's */
+            else
+                r = zero_region((size_t)i, true);
             break;
+        }
         case KREX_FWD_OP_HTOD:
             if (a[1] != m->blob_len)
                 BAD("a copy to the device of %llu bytes carrying %u", (unsigned long long)a[1], m->blob_len);
+            if (!owned(a[0], a[1])) {
+                r = CUDA_ERROR_INVALID_VALUE;
+                break;
+            }
             r = CALL(PICK(pt, p_cuMemcpyHtoD_v2, p_cuMemcpyHtoD_v2_ptds), (CUdeviceptr)a[0], blob, (size_t)a[1]);
             break;
         case KREX_FWD_OP_HTOD_ASYNC: {
             if (a[1] != m->blob_len)
                 BAD("a copy to the device of %llu bytes carrying %u", (unsigned long long)a[1], m->blob_len);
+            if (!owned(a[0], a[1]) || !known_stream(a[2])) {
+                r = owned(a[0], a[1]) ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_VALUE;
+                break;
+            }
             /* The copy may run after the ring has moved on: it reads a copy
              * that a host function frees once the stream has passed it. */
             void *copy = malloc(a[1] ? a[1] : 1);
@@ -441,6 +721,14 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
         case KREX_FWD_OP_DTOH_ASYNC:
             if (a[1] > staging)
                 BAD("a copy to the host of %llu bytes (the staging area holds %zu)", (unsigned long long)a[1], staging);
+            if (!owned(a[0], a[1])) {
+                r = CUDA_ERROR_INVALID_VALUE;
+                break;
+            }
+            if (m->op == KREX_FWD_OP_DTOH_ASYNC && !known_stream(a[2])) {
+                r = CUDA_ERROR_INVALID_HANDLE;
+                break;
+            }
             if (m->op == KREX_FWD_OP_DTOH) {
                 r = CALL(PICK(pt, p_cuMemcpyDtoH_v2, p_cuMemcpyDtoH_v2_ptds), seg->staging, (CUdeviceptr)a[0],
                          (size_t)a[1]);
@@ -454,10 +742,22 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
             len = (uint32_t)a[1];
             break;
         case KREX_FWD_OP_DTOD:
+            if (!owned(a[0], a[2]) || !owned(a[1], a[2])) {
+                r = CUDA_ERROR_INVALID_VALUE;
+                break;
+            }
             r = CALL(PICK(pt, p_cuMemcpyDtoD_v2, p_cuMemcpyDtoD_v2_ptds), (CUdeviceptr)a[0], (CUdeviceptr)a[1],
                      (size_t)a[2]);
             break;
         case KREX_FWD_OP_DTOD_ASYNC:
+            if (!owned(a[0], a[2]) || !owned(a[1], a[2])) {
+                r = CUDA_ERROR_INVALID_VALUE;
+                break;
+            }
+            if (!known_stream(a[3])) {
+                r = CUDA_ERROR_INVALID_HANDLE;
+                break;
+            }
             r = CALL(PICK(pt, p_cuMemcpyDtoDAsync_v2, p_cuMemcpyDtoDAsync_v2_ptsz), (CUdeviceptr)a[0],
                      (CUdeviceptr)a[1], (size_t)a[2], (CUstream)(uintptr_t)a[3]);
             break;
@@ -467,6 +767,14 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
             size_t n = (size_t)a[2];
             CUstream s = (CUstream)(uintptr_t)a[4];
             bool async = m->op == KREX_FWD_OP_MEMSET_ASYNC;
+            if ((a[3] == 1 || a[3] == 2 || a[3] == 4) && (a[2] > UINT64_MAX / a[3] || !owned(a[0], a[2] * a[3]))) {
+                r = CUDA_ERROR_INVALID_VALUE;
+                break;
+            }
+            if (async && !known_stream(a[4])) {
+                r = CUDA_ERROR_INVALID_HANDLE;
+                break;
+            }
             switch (a[3]) {
             case 1:
                 r = async ? CALL(PICK(pt, p_cuMemsetD8Async, p_cuMemsetD8Async_ptsz), d, (unsigned char)a[1], n, s)
@@ -490,13 +798,21 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
                 BAD("a module load without its image");
             CUmodule mod = NULL;
             r = CALL(p_cuModuleLoadData, &mod, blob);
-            if (r == CUDA_SUCCESS)
-                remember(&modules, (uint64_t)(uintptr_t)mod);
-            out[0] = (uint64_t)(uintptr_t)mod, nout = 1;
+            if (r == CUDA_SUCCESS && !remember(&modules, (uint64_t)(uintptr_t)mod)) {
+                CALL(p_cuModuleUnload, mod);
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+            }
+            out[0] = r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)mod : 0, nout = 1;
             break;
         }
         case KREX_FWD_OP_MODULE_UNLOAD:
-            r = CALL(p_cuModuleUnload, (CUmodule)(uintptr_t)a[0]);
+            if (!known(&modules, a[0])) {
+                r = CUDA_ERROR_INVALID_HANDLE;
+                break;
+            }
+            r = forget_module(a[0]);
+            if (r == CUDA_SUCCESS)
+                r = CALL(p_cuModuleUnload, (CUmodule)(uintptr_t)a[0]);
             if (r == CUDA_SUCCESS)
                 forget(&modules, a[0]);
             break;
@@ -504,21 +820,33 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
         case KREX_FWD_OP_MODULE_GLOBAL: {
             if (m->blob_len == 0 || blob[m->blob_len - 1] != '\0')
                 BAD("%s with a name that does not end in NUL", fwd_op_name(m->op));
+            if (!known(&modules, a[0])) {
+                r = CUDA_ERROR_INVALID_HANDLE;
+                break;
+            }
             if (m->op == KREX_FWD_OP_MODULE_FUNCTION) {
                 CUfunction f = NULL;
                 r = CALL(p_cuModuleGetFunction, &f, (CUmodule)(uintptr_t)a[0], (const char *)blob);
-                out[0] = (uint64_t)(uintptr_t)f, nout = 1;
+                if (r == CUDA_SUCCESS && !add_function((uint64_t)(uintptr_t)f, a[0]))
+                    r = CUDA_ERROR_OUT_OF_MEMORY;
+                out[0] = r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)f : 0, nout = 1;
             } else {
                 CUdeviceptr d = 0;
                 size_t n = 0;
                 r = CALL(p_cuModuleGetGlobal_v2, &d, &n, (CUmodule)(uintptr_t)a[0], (const char *)blob);
-                out[0] = d, out[1] = n, nout = 2;
+                if (r == CUDA_SUCCESS && !add_region(d, n, a[0]))
+                    r = CUDA_ERROR_OUT_OF_MEMORY;
+                out[0] = r == CUDA_SUCCESS ? d : 0, out[1] = r == CUDA_SUCCESS ? n : 0, nout = 2;
             }
             break;
         }
         case KREX_FWD_OP_FUNC_PARAMS: {
             /* The layout, as (offset, size) pairs, until the driver says no more. */
             CUfunction f = (CUfunction)(uintptr_t)a[0];
+            if (!known_function(a[0])) {
+                r = CUDA_ERROR_INVALID_HANDLE;
+                break;
+            }
             if (p_cuFuncGetParamInfo == NULL) {
                 r = CUDA_ERROR_NOT_SUPPORTED;
                 break;
@@ -544,21 +872,26 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
         }
         case KREX_FWD_OP_FUNC_GET_ATTR: {
             int v = 0;
-            r = CALL(p_cuFuncGetAttribute, &v, (CUfunction_attribute)a[0], (CUfunction)(uintptr_t)a[1]);
+            r = known_function(a[1]) ? CALL(p_cuFuncGetAttribute, &v, (CUfunction_attribute)a[0],
+                                            (CUfunction)(uintptr_t)a[1])
+                                     : CUDA_ERROR_INVALID_HANDLE;
             out[0] = (uint64_t)(int64_t)v, nout = 1;
             break;
         }
         case KREX_FWD_OP_FUNC_SET_ATTR:
-            r = CALL(p_cuFuncSetAttribute, (CUfunction)(uintptr_t)a[0], (CUfunction_attribute)a[1], (int)a[2]);
+            r = known_function(a[0])
+                    ? CALL(p_cuFuncSetAttribute, (CUfunction)(uintptr_t)a[0], (CUfunction_attribute)a[1], (int)a[2])
+                    : CUDA_ERROR_INVALID_HANDLE;
             break;
         case KREX_FWD_OP_FUNC_IS_LOADED: {
             CUfunctionLoadingState st = CU_FUNCTION_LOADING_STATE_LOADED;
-            r = CALL(p_cuFuncIsLoaded, &st, (CUfunction)(uintptr_t)a[0]);
+            r = known_function(a[0]) ? CALL(p_cuFuncIsLoaded, &st, (CUfunction)(uintptr_t)a[0])
+                                     : CUDA_ERROR_INVALID_HANDLE;
             out[0] = (uint64_t)st, nout = 1;
             break;
         }
         case KREX_FWD_OP_FUNC_LOAD:
-            r = CALL(p_cuFuncLoad, (CUfunction)(uintptr_t)a[0]);
+            r = known_function(a[0]) ? CALL(p_cuFuncLoad, (CUfunction)(uintptr_t)a[0]) : CUDA_ERROR_INVALID_HANDLE;
             break;
         case KREX_FWD_OP_LAUNCH:
             r = do_launch(m, blob, pt, err, errlen, &bad);
@@ -568,52 +901,66 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
         case KREX_FWD_OP_STREAM_CREATE: {
             CUstream s = NULL;
             r = CALL(p_cuStreamCreateWithPriority, &s, (unsigned)a[0], (int)a[1]);
-            if (r == CUDA_SUCCESS)
-                remember(&streams, (uint64_t)(uintptr_t)s);
-            out[0] = (uint64_t)(uintptr_t)s, nout = 1;
+            if (r == CUDA_SUCCESS && !remember(&streams, (uint64_t)(uintptr_t)s)) {
+                CALL(p_cuStreamDestroy_v2, s);
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+            }
+            out[0] = r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)s : 0, nout = 1;
             break;
         }
         case KREX_FWD_OP_STREAM_DESTROY:
-            r = CALL(p_cuStreamDestroy_v2, (CUstream)(uintptr_t)a[0]);
+            r = known(&streams, a[0]) ? CALL(p_cuStreamDestroy_v2, (CUstream)(uintptr_t)a[0])
+                                      : CUDA_ERROR_INVALID_HANDLE;
             if (r == CUDA_SUCCESS)
                 forget(&streams, a[0]);
             break;
         case KREX_FWD_OP_STREAM_SYNC:
-            r = CALL(PICK(pt, p_cuStreamSynchronize, p_cuStreamSynchronize_ptsz), (CUstream)(uintptr_t)a[0]);
+            r = known_stream(a[0])
+                    ? CALL(PICK(pt, p_cuStreamSynchronize, p_cuStreamSynchronize_ptsz), (CUstream)(uintptr_t)a[0])
+                    : CUDA_ERROR_INVALID_HANDLE;
             break;
         case KREX_FWD_OP_STREAM_QUERY:
-            r = CALL(PICK(pt, p_cuStreamQuery, p_cuStreamQuery_ptsz), (CUstream)(uintptr_t)a[0]);
+            r = known_stream(a[0]) ? CALL(PICK(pt, p_cuStreamQuery, p_cuStreamQuery_ptsz), (CUstream)(uintptr_t)a[0])
+                                   : CUDA_ERROR_INVALID_HANDLE;
             break;
         case KREX_FWD_OP_STREAM_WAIT_EVENT:
-            r = CALL(PICK(pt, p_cuStreamWaitEvent, p_cuStreamWaitEvent_ptsz), (CUstream)(uintptr_t)a[0],
-                     (CUevent)(uintptr_t)a[1], (unsigned)a[2]);
+            r = known_stream(a[0]) && known(&events, a[1])
+                    ? CALL(PICK(pt, p_cuStreamWaitEvent, p_cuStreamWaitEvent_ptsz), (CUstream)(uintptr_t)a[0],
+                           (CUevent)(uintptr_t)a[1], (unsigned)a[2])
+                    : CUDA_ERROR_INVALID_HANDLE;
             break;
         case KREX_FWD_OP_EVENT_CREATE: {
             CUevent e = NULL;
             r = CALL(p_cuEventCreate, &e, (unsigned)a[0]);
-            if (r == CUDA_SUCCESS)
-                remember(&events, (uint64_t)(uintptr_t)e);
-            out[0] = (uint64_t)(uintptr_t)e, nout = 1;
+            if (r == CUDA_SUCCESS && !remember(&events, (uint64_t)(uintptr_t)e)) {
+                CALL(p_cuEventDestroy_v2, e);
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+            }
+            out[0] = r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)e : 0, nout = 1;
             break;
         }
         case KREX_FWD_OP_EVENT_DESTROY:
-            r = CALL(p_cuEventDestroy_v2, (CUevent)(uintptr_t)a[0]);
+            r = known(&events, a[0]) ? CALL(p_cuEventDestroy_v2, (CUevent)(uintptr_t)a[0]) : CUDA_ERROR_INVALID_HANDLE;
             if (r == CUDA_SUCCESS)
                 forget(&events, a[0]);
             break;
         case KREX_FWD_OP_EVENT_RECORD:
-            r = CALL(PICK(pt, p_cuEventRecordWithFlags, p_cuEventRecordWithFlags_ptsz), (CUevent)(uintptr_t)a[0],
-                     (CUstream)(uintptr_t)a[1], (unsigned)a[2]);
+            r = known(&events, a[0]) && known_stream(a[1])
+                    ? CALL(PICK(pt, p_cuEventRecordWithFlags, p_cuEventRecordWithFlags_ptsz),
+                           (CUevent)(uintptr_t)a[0], (CUstream)(uintptr_t)a[1], (unsigned)a[2])
+                    : CUDA_ERROR_INVALID_HANDLE;
             break;
         case KREX_FWD_OP_EVENT_SYNC:
-            r = CALL(p_cuEventSynchronize, (CUevent)(uintptr_t)a[0]);
+            r = known(&events, a[0]) ? CALL(p_cuEventSynchronize, (CUevent)(uintptr_t)a[0]) : CUDA_ERROR_INVALID_HANDLE;
             break;
         case KREX_FWD_OP_EVENT_QUERY:
-            r = CALL(p_cuEventQuery, (CUevent)(uintptr_t)a[0]);
+            r = known(&events, a[0]) ? CALL(p_cuEventQuery, (CUevent)(uintptr_t)a[0]) : CUDA_ERROR_INVALID_HANDLE;
             break;
         case KREX_FWD_OP_EVENT_ELAPSED: {
             float ms = 0;
-            r = CALL(p_cuEventElapsedTime_v2, &ms, (CUevent)(uintptr_t)a[0], (CUevent)(uintptr_t)a[1]);
+            r = known(&events, a[0]) && known(&events, a[1])
+                    ? CALL(p_cuEventElapsedTime_v2, &ms, (CUevent)(uintptr_t)a[0], (CUevent)(uintptr_t)a[1])
+                    : CUDA_ERROR_INVALID_HANDLE;
             uint32_t bits;
             memcpy(&bits, &ms, sizeof bits);
             out[0] = bits, nout = 1;
@@ -650,27 +997,35 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
 bool srv_reset(char *why, size_t whylen)
 {
     bool ok = true;
-    size_t n_left = allocs.n + modules.n + streams.n + events.n + contexts.n;
-    p_cuCtxSetCurrent(primary);
-    current = primary;
+    size_t n_left = regions.n + modules.n + streams.n + events.n + contexts.n;
+    /* Everything the command sent has run (a kernel still writing would undo
+     * the zeroing below); a context in an error state retires the process. */
+    for (size_t i = 0; i <= contexts.n; i++) {
+        CUcontext c = i < contexts.n ? (CUcontext)(uintptr_t)contexts.v[i] : primary;
+        CUresult sync = make_current(c);
+        if (sync == CUDA_SUCCESS)
+            sync = p_cuCtxSynchronize();
+        if (sync != CUDA_SUCCESS) {
+            snprintf(why, whylen, "its context is in an error state after the command: %s", error_name(sync));
+            return false;
+        }
+    }
+    /* Nothing the command wrote reaches the next one: its memory is zeroed,
+     * then freed (module globals go with their modules). */
+    while (regions.n > 0)
+        CLEAN(zero_region(regions.n - 1, regions.v[regions.n - 1].module == 0));
     for (size_t i = 0; i < contexts.n; i++)
         CLEAN(CALL(p_cuCtxDestroy_v2, (CUcontext)(uintptr_t)contexts.v[i]));
     contexts.n = 0;
     p_cuCtxSetCurrent(primary);
-    CUresult sync = p_cuCtxSynchronize();
-    if (sync != CUDA_SUCCESS) {
-        snprintf(why, whylen, "its context is in an error state after the command: %s", error_name(sync));
-        return false;
-    }
+    current = primary;
     for (size_t i = 0; i < events.n; i++)
         CLEAN(CALL(p_cuEventDestroy_v2, (CUevent)(uintptr_t)events.v[i]));
     for (size_t i = 0; i < streams.n; i++)
         CLEAN(CALL(p_cuStreamDestroy_v2, (CUstream)(uintptr_t)streams.v[i]));
     for (size_t i = 0; i < modules.n; i++)
         CLEAN(CALL(p_cuModuleUnload, (CUmodule)(uintptr_t)modules.v[i]));
-    for (size_t i = 0; i < allocs.n; i++)
-        CLEAN(CALL(p_cuMemFree_v2, (CUdeviceptr)allocs.v[i]));
-    events.n = streams.n = modules.n = allocs.n = 0;
+    events.n = streams.n = modules.n = functions.n = 0;
     for (; primary_retains > 0; primary_retains--)
         CLEAN(CALL(p_cuDevicePrimaryCtxRelease_v2, device));
     primary_retains = 0;
@@ -680,6 +1035,6 @@ bool srv_reset(char *why, size_t whylen)
      * the command made went through this server and was freed above.) */
     CLEAN(p_cuCtxSynchronize());
     if (ok && why != NULL && whylen > 0)
-        snprintf(why, whylen, "freed %zu handle(s) the command left", n_left);
+        snprintf(why, whylen, "zeroed and freed %zu handle(s) the command left", n_left);
     return ok;
 }

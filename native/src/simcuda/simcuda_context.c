@@ -89,7 +89,18 @@ CUresult sim_ctx_synchronize(struct CUctx_st *ctx)
     while (ctx->pending)
         pthread_cond_wait(&ctx->idle, &ctx->mu);
     pthread_mutex_unlock(&ctx->mu);
-    return CUDA_SUCCESS;
+    return sim_ctx_fault_of(ctx);
+}
+
+void sim_ctx_fault(struct CUctx_st *ctx, CUresult fault)
+{
+    CUresult none = CUDA_SUCCESS;
+    __atomic_compare_exchange_n(&ctx->fault, &none, fault, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+CUresult sim_ctx_fault_of(struct CUctx_st *ctx)
+{
+    return __atomic_load_n(&ctx->fault, __ATOMIC_ACQUIRE);
 }
 
 void sim_ctx_pending_add(struct CUctx_st *ctx)

@@ -131,6 +131,11 @@ static bool pid_alive(int pid, uint64_t start_time)
     return true;
 }
 
+bool sim_pid_alive(int pid)
+{
+    return pid_alive(pid, 0);
+}
+
 bool sim_slot_alive(const struct krex_sim_proc_slot *slot, int pid)
 {
     return pid_alive(pid, __atomic_load_n(&slot->start_time, __ATOMIC_ACQUIRE));
@@ -263,7 +268,7 @@ uint64_t sim_device_mem_used(int phys)
     return total;
 }
 
-void sim_device_run(int phys, uint64_t solo_ns)
+void sim_device_run(int phys, uint64_t solo_ns, bool at_sm_clock)
 {
     if (solo_ns == 0)
         return;
@@ -274,13 +279,18 @@ void sim_device_run(int phys, uint64_t solo_ns)
     __atomic_add_fetch(&sim_proc.slot->work_items[phys], 1, __ATOMIC_RELEASE);
     double remaining = (double)solo_ns;
     uint64_t last = sim_now_ns();
+    sim_heat_step(phys, last); /* the idle spell before this item, if any, cools the device */
     while (remaining > 0.0) {
         uint32_t n = sim_device_active(phys);
         double share = n > 1 ? (double)n : 1.0;
-        double wall = remaining * share;
+        /* The rate of this item's progress: its share of the device, at the clock's share of the top clock. */
+        double rate = at_sm_clock ? (double)sim_heat_clock(phys) / KREX_SIM_TOP_SM_CLOCK_MHZ / share : 1.0 / share;
+        double wall = remaining / rate;
         sleep_ns((uint64_t)(wall < SIM_QUANTUM_NS ? wall : SIM_QUANTUM_NS));
         uint64_t now = sim_now_ns();
-        remaining -= (double)(now - last) / share;
+        remaining -= (double)(now - last) * rate;
+        sim_heat_busy(phys, (uint64_t)((double)(now - last) / share));
+        sim_heat_step(phys, now);
         last = now;
     }
     __atomic_sub_fetch(mine, 1, __ATOMIC_ACQ_REL);
@@ -420,6 +430,7 @@ static CUresult attach_locked(void)
         goto out;
     }
     grow_devices(shm, name);
+    sim_heat_enable_from_env(shm);
     __atomic_store_n(&sim_proc.shm, shm, __ATOMIC_RELEASE);
 out:
     flock(fd, LOCK_UN);

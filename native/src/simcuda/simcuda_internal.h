@@ -5,6 +5,8 @@
  * Files, one concern each:
  *   simcuda_device.c      shared simulated device: shm, process slots, reaping,
  *                         contention (processor sharing), memory accounting
+ *   simcuda_heat.c        what the device's sensors tell: busy time, temperature,
+ *                         the SM clock its kernels run at
  *   simcuda_context.c     each thread's context stack, context init, pending work
  *   simcuda_stream.c      streams, events, per-stream worker threads
  *   simcuda_lock.c        checkpoint lock: the target-side gate and the locker
@@ -75,14 +77,33 @@ bool sim_forked(void);
 /* Slot of a live process, or NULL. */
 struct krex_sim_proc_slot *sim_find_slot(int pid);
 bool sim_slot_alive(const struct krex_sim_proc_slot *slot, int pid);
+/* pid names a running process (not a zombie); its start time unchecked. */
+bool sim_pid_alive(int pid);
 /* Number of items active on a physical device, counting live processes only. */
 uint32_t sim_device_active(int phys);
 uint64_t sim_device_mem_used(int phys);
 
 /* Run `solo_ns` of work on physical device `phys`, sharing the device with
- * every other active item: returns after the work is done. */
-void sim_device_run(int phys, uint64_t solo_ns);
+ * every other active item: returns after the work is done. A kernel's work
+ * (`at_sm_clock`) progresses at the device's SM clock over its top clock;
+ * copies and memsets are bound by memory and do not. */
+void sim_device_run(int phys, uint64_t solo_ns, bool at_sm_clock);
 uint64_t sim_copy_solo_ns(uint64_t bytes);
+
+/* ---- heat and the SM clock (simcuda_heat.c) -------------------------------- */
+/* Adds an item's share of a quantum to the device's busy time. */
+void sim_heat_busy(int phys, uint64_t ns);
+/* Takes a step of the heat model if the last one is HEAT_STEP_NS old. */
+void sim_heat_step(int phys, uint64_t now);
+/* The SM clock the device's kernels run at now, MHz. */
+uint32_t sim_heat_clock(int phys);
+/* KREX_SIM_HEAT=1 turns the model on for the device (never off). */
+void sim_heat_enable_from_env(struct krex_sim_shm *shm);
+
+/* ---- device memory (simcuda_api_memory.c) --------------------------------- */
+/* True when [addr, addr + bytes) lies in mapped device memory of this process
+ * (any device), allocated now or not: what a GPU's MMU would let through. */
+bool sim_device_range_mapped(uint64_t addr, uint64_t bytes);
 
 /* futex helpers on shared memory (not FUTEX_PRIVATE: other processes wait too) */
 void sim_futex_wait(uint32_t *word, uint32_t expected, uint64_t timeout_ns);
@@ -142,6 +163,7 @@ struct CUctx_st {
     pthread_cond_t idle;        /* signalled when pending drops to 0 */
     uint64_t pending;           /* items queued or executing on its streams */
     struct CUstream_st *null_stream; /* default stream, created lazily */
+    CUresult fault;             /* sticky: a kernel touched an address outside device memory */
 };
 
 struct sim_item;
@@ -200,7 +222,11 @@ CUresult sim_ctx_pop(CUcontext *pctx); /* the raw top; pctx may be NULL */
 CUresult sim_ctx_set_current(CUcontext ctx); /* replaces the top; NULL pops */
 void sim_ctx_forget(CUcontext ctx); /* removes every occurrence (destroyed) */
 CUresult sim_ctx_init(struct CUctx_st *ctx, int ordinal, bool primary, unsigned int flags);
-CUresult sim_ctx_synchronize(struct CUctx_st *ctx); /* waits until pending is 0 */
+CUresult sim_ctx_synchronize(struct CUctx_st *ctx); /* waits until pending is 0; then its fault */
+/* A kernel of the context faulted: every later call on it returns `fault`, as
+ * the driver's sticky errors do (the context is unusable). */
+void sim_ctx_fault(struct CUctx_st *ctx, CUresult fault);
+CUresult sim_ctx_fault_of(struct CUctx_st *ctx);
 void sim_ctx_pending_add(struct CUctx_st *ctx);
 void sim_ctx_pending_done(struct CUctx_st *ctx);
 

@@ -211,8 +211,10 @@ static void run_item(struct CUstream_st *s, struct sim_item *it)
     switch (it->kind) {
     case ITEM_KERNEL: {
         struct sim_kernel_args *k = &it->u.kernel;
-        sim_device_run(phys, k->solo_ns);
-        if (k->counter)
+        sim_device_run(phys, k->solo_ns, true);
+        if (k->counter && !sim_device_range_mapped((uintptr_t)k->counter, sizeof *k->counter))
+            sim_ctx_fault(s->ctx, CUDA_ERROR_ILLEGAL_ADDRESS); /* what the GPU's MMU would say */
+        else if (k->counter)
             __atomic_add_fetch(k->counter, 1, __ATOMIC_SEQ_CST);
         log_item(s, KREX_SIM_LOG_KERNEL, k->name, start, sim_now_ns(), k->solo_ns, 0, k->grid, k->block);
         break;
@@ -220,7 +222,7 @@ static void run_item(struct CUstream_st *s, struct sim_item *it)
     case ITEM_COPY: {
         uint64_t solo = sim_copy_solo_ns(it->u.copy.bytes);
         memmove(it->u.copy.dst, it->u.copy.src, it->u.copy.bytes);
-        sim_device_run(phys, solo);
+        sim_device_run(phys, solo, false);
         log_item(s, it->u.copy.log_kind, "memcpy", start, sim_now_ns(), solo, it->u.copy.bytes, NULL, NULL);
         break;
     }
@@ -228,7 +230,7 @@ static void run_item(struct CUstream_st *s, struct sim_item *it)
         uint64_t bytes = it->u.memset.count * it->u.memset.elem_size;
         uint64_t solo = sim_copy_solo_ns(bytes);
         fill_memset(it->u.memset.dst, it->u.memset.value, it->u.memset.elem_size, it->u.memset.count);
-        sim_device_run(phys, solo);
+        sim_device_run(phys, solo, false);
         log_item(s, KREX_SIM_LOG_MEMSET, "memset", start, sim_now_ns(), solo, bytes, NULL, NULL);
         break;
     }
@@ -509,7 +511,7 @@ CUresult sim_stream_resolve(CUstream in, struct CUstream_st **out)
         if (!valid_stream(in))
             return CUDA_ERROR_INVALID_HANDLE;
         *out = in;
-        return CUDA_SUCCESS;
+        return sim_ctx_fault_of(in->ctx);
     }
     /* The legacy and the per-thread default stream are one stream per
      * context here (see docs/simulator.md). */
@@ -521,7 +523,7 @@ CUresult sim_stream_resolve(CUstream in, struct CUstream_st **out)
         ctx->null_stream = new_stream(ctx, 0, 0);
     *out = ctx->null_stream;
     pthread_mutex_unlock(&ctx->mu);
-    return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    return *out ? sim_ctx_fault_of(ctx) : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 CUresult sim_stream_synchronize(struct CUstream_st *s)
@@ -530,7 +532,7 @@ CUresult sim_stream_synchronize(struct CUstream_st *s)
     while (s->pending)
         pthread_cond_wait(&s->changed, &s->mu);
     pthread_mutex_unlock(&s->mu);
-    return CUDA_SUCCESS;
+    return sim_ctx_fault_of(s->ctx);
 }
 
 CUresult sim_stream_query(struct CUstream_st *s)
