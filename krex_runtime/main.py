@@ -18,7 +18,7 @@ from krex_runtime.node.config import (POLICIES, Config, ConfigError, load_config
                                       resolve_simulated_device, validate)
 from krex_runtime.node.gpus import Gpu, GpuDiscoveryError, discover
 from krex_runtime.node.locks import ClaimError
-from krex_runtime.service.host import recover_left_state
+from krex_runtime.service.host import check_before_claims, recover_left_state
 from krex_runtime.service.runtime import RuntimeService, StartupError
 from krex_runtime.wire.version import version_line
 
@@ -76,8 +76,18 @@ def effective_config(args: argparse.Namespace) -> Config:
 
 
 def check_config(path: str) -> int:
-    """`--check-config FILE`: validate as a start would, start nothing."""
+    """`--check-config FILE`: every check a start with FILE makes before it
+    claims the node (its run folder, GPUs and simulated device), start nothing.
+    A file that once checked `valid` was refused by the start (issue 47, F12)."""
     problem = problem_of_file(path)
+    if not problem:
+        try:
+            config = load_config(path)
+            simulated = config.gpus.simulated + config.gpus.simulated_amd > 0
+            gpus = discover(config) if simulated else None  # real GPUs are the node's, found at start
+            check_before_claims(config, gpus)
+        except (ConfigError, GpuDiscoveryError, StartupError) as exc:
+            problem = f"{path}: {exc}"
     if problem:
         print(f"krex-runtime: {problem}", file=sys.stderr)
         return FAILURE

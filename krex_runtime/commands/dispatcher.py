@@ -149,12 +149,14 @@ class Dispatcher:
             raise ProtocolError(ErrorCode.BAD_REQUEST, "argv must name a program")
         check_spawnable(body)
         self.check_gpu(body.gpu)
+        gpu = gpu_placement.one_gpu(body)  # `gpus: [1]` is GPU 1, as `gpu: 1` is
         if body.timeout_s is not None and body.timeout_s <= 0:
             raise ProtocolError(ErrorCode.BAD_REQUEST, "timeout_s must be positive")
         if body.lease and self._leases is None:
             raise ProtocolError(ErrorCode.REFUSED, "leases need policy 'krex'")
         # A set of GPUs runs in process mode (gpu_placement.py): its default too.
         mode = body.mode or ("process" if gpu_placement.set_size(body) > 1 else self._default_mode(body.argv))
+        ask = gpu_placement.ask_of(body, {i: g.vendor for i, g in self.gpus.items()}, mode)  # a set of GPUs, or None
         entry = None
         if mode == "forwarded" and self.forward is None:
             raise ProtocolError(ErrorCode.REFUSED, "forwarded commands need context servers (forward.servers_per_gpu >= 1)")
@@ -163,10 +165,9 @@ class Dispatcher:
         if mode == "forked":
             if self.zygotes is None:
                 raise ProtocolError(ErrorCode.REFUSED, "forked commands need the zygotes (pool.zygote = true)")
-            refused = self.zygotes.refused(body.gpu)
+            refused = self.zygotes.refused(gpu)
             if refused:
                 raise ProtocolError(ErrorCode.REFUSED, f"forked mode is unavailable: {refused}")
-        ask = gpu_placement.ask_of(body, {i: g.vendor for i, g in self.gpus.items()}, mode)  # a set of GPUs, or None
         if mode in ("pooled", "forked"):
             try:
                 entry = parse_entry(list(body.argv)).to_dict()
@@ -178,7 +179,7 @@ class Dispatcher:
         job = Job(
             id=f"{self._nonce}-{next(self._ids)}",
             argv=list(body.argv),
-            gpu_request=body.gpu,
+            gpu_request=gpu,
             timeout_s=body.timeout_s or self.config.dispatcher.default_timeout_s,
             cwd=body.cwd,
             env=dict(body.env),

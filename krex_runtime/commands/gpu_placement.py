@@ -35,6 +35,11 @@ class GpuAsk:
         return f"GPUs {','.join(map(str, self.indices))}" if self.indices else f"{self.count} GPUs"
 
 
+def one_gpu(body: SubmitBody) -> int | None:
+    """The one GPU a submission names, by `gpu` or as the only GPU of `gpus` (None: any)."""
+    return body.gpu if body.gpu is not None or len(body.gpus) != 1 else body.gpus[0]
+
+
 def set_size(body: SubmitBody) -> int:
     """How many GPUs a submission asks for: those it names, else its count (0 or 1: one GPU)."""
     return len(body.gpus) or body.gpu_count
@@ -51,6 +56,12 @@ def ask_of(body: SubmitBody, known: Mapping[int, str], mode: str) -> GpuAsk | No
     indices = tuple(sorted(body.gpus))
     if len(set(indices)) != len(indices):
         raise ProtocolError(ErrorCode.BAD_REQUEST, f"gpus names a GPU twice: {list(body.gpus)}")
+    # Every GPU named must be one of the node's, one or several: a name it
+    # lacks once ran the command on GPU 0.
+    unknown = [i for i in indices if i not in known]
+    if unknown:
+        have = ", ".join(str(i) for i in sorted(known))
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"this node has no GPU {unknown[0]} (it has: {have})")
     count = set_size(body)
     if count <= 1:
         if indices and body.gpu is not None and body.gpu != indices[0]:
@@ -58,10 +69,6 @@ def ask_of(body: SubmitBody, known: Mapping[int, str], mode: str) -> GpuAsk | No
         return None
     if body.gpu is not None:
         raise ProtocolError(ErrorCode.BAD_REQUEST, "give gpu (one GPU) or gpus (a set), not both")
-    unknown = [i for i in indices if i not in known]
-    if unknown:
-        have = ", ".join(str(i) for i in sorted(known))
-        raise ProtocolError(ErrorCode.BAD_REQUEST, f"this node has no GPU {unknown[0]} (it has: {have})")
     if count > len(known):
         raise ProtocolError(ErrorCode.BAD_REQUEST, f"{count} GPUs asked for; this node has {len(known)}")
     if len({known[i] for i in indices}) > 1:

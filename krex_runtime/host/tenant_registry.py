@@ -64,6 +64,14 @@ class TenantRegistry:
             if c.pid is not None
         ]
 
+    def tenant(self, tenant_id: int) -> Tenant | None:
+        """The running tenant of that id, on whichever GPU (None: none runs now)."""
+        for gpu in list(self._running):
+            for t in self.of_gpu(gpu):
+                if t.tenant_id == tenant_id:
+                    return t
+        return None
+
     def share_of(self, command_id: str) -> str:
         """The fair-share key of a running command (the default for one that is not)."""
         command = self._find(command_id)

@@ -67,6 +67,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "regions.perturbed_cpu_wait_share": (0, 1.0),
     "regions.perturbed_cpu_wait_min_ms": (0, 60_000.0),
     "regions.host_side_wait_s": (0, 60.0),  # every region may wait this much more
+    "regions.hold_sample_s": (0, 10.0),
     "regions.heartbeat_interval_s": (0.01, 10.0),
     "regions.stale_after_s": (0.02, HOUR),
     "regions.reserved_cores_per_gpu": (0, 1024),
@@ -193,6 +194,11 @@ class RegionSection:
     # Before the gate closes, other tenants' context creations and module loads
     # in progress are let finish, new ones parked, this long at most (gpu_regions.py).
     host_side_wait_s: float = 2.0
+    # While a region is held, the GPU's processes are read this often, so that
+    # its certificate sees, and knows whose, every process that used the GPU
+    # during the hold, not only those alive at its end (regions/hold_processes.py).
+    # 0 = read at the grant and the release only.
+    hold_sample_s: float = 0.05
     heartbeat_interval_s: float = 0.5
     stale_after_s: float = 3.0
     reserved_cores_per_gpu: int = 1

@@ -32,6 +32,7 @@ import ctypes
 import os
 import time
 from pathlib import Path
+from typing import Callable
 
 from krex_runtime.regions.gate_files import (
     DrainOutcome,
@@ -67,6 +68,8 @@ from krex_runtime.regions.gate_layout import (
 
 __all__ = ["DrainOutcome", "DrainRequest", "Gate", "GateError", "ProcEntry"]
 
+FORMER_KEPT = 4096  # processes of removed entries files whose tenant is kept (Gate.registered)
+
 
 class Gate:
     """A mapped gate: its header and the entries files of its tenants.
@@ -78,6 +81,10 @@ class Gate:
         self.max_procs = self._hget("max_procs")  # entries per tenant
         self._tables: dict[int, Mapping] = {}  # tenant id -> its entries
         self._owners: dict[int, int] = {}  # tenant id -> the uid its processes run as, where it has its own
+        # (tenant id, pid, start time) -> why an entry is not believed, None: it is
+        # (regions/entry_hints.py; None: every live entry of its owner's process is).
+        self.vouch: Callable[[int, int, int], str | None] | None = None
+        self._former: dict[tuple[int, int], int] = {}  # (pid, start time) -> tenant, of removed files
 
     # -- lifetime --
 
@@ -104,6 +111,7 @@ class Gate:
             stale.unlink(missing_ok=True)
         gate = cls.__new__(cls)
         gate.path, gate.max_procs, gate._tables, gate._owners = path, max_procs, {}, {}
+        gate.vouch, gate._former = None, {}
         tmp_header = Mapping.create(path.with_name(f".{path.name}.new"), HEADER_SIZE, mode=mode)
         gate._header = tmp_header
         gate._hset("version", VERSION)
@@ -170,7 +178,16 @@ class Gate:
         return path
 
     def remove_tenant(self, tenant_id: int) -> None:
-        """Forget a tenant whose processes have all ended, and remove its entries file."""
+        """Forget a tenant whose processes have all ended, and remove its entries file
+        (whose its processes were is kept a while: `registered`)."""
+        try:
+            for i in self._live_indices(tenant_id) if tenant_id in self._tables else []:
+                e = self._table(tenant_id).unpack(unpack_proc, i * PROC_SIZE)
+                self._former[(e["pid"], e["start_time"])] = tenant_id
+        except GateError:
+            pass
+        while len(self._former) > FORMER_KEPT:
+            del self._former[next(iter(self._former))]
         table = self._tables.pop(tenant_id, None)
         self._owners.pop(tenant_id, None)
         entries_path(self.path, tenant_id).unlink(missing_ok=True)
@@ -180,6 +197,14 @@ class Gate:
     @property
     def tenants(self) -> list[int]:
         return list(self._tables)
+
+    def registered(self) -> dict[tuple[int, int], int]:
+        """(pid, start time) -> tenant id of every process registered in an entries
+        file, ended ones too: those in the files now (an entry stays until its
+        place is needed) and the last FORMER_KEPT of files removed since."""
+        found = dict(self._former)
+        found.update({(e.pid, e.start_time): e.tenant_id for e in self.processes(include_dead=True)})
+        return found
 
     def detach(self, *, remove_tenants: bool = False) -> None:
         """Unmap everything (the gate stays as it is; see open_gate); with
@@ -303,7 +328,8 @@ class Gate:
         return ProcEntry(
             index=index, **f, calls={name: calls[i] for i, name in enumerate(CALL_CLASSES[:CLASS_SLOTS])},
             in_class={name: inside[i] for i, name in enumerate(CALL_CLASSES[:CLASS_SLOTS]) if inside[i]},
-            alive=f["state"] == PROC_LIVE and process_alive(f["pid"], f["start_time"]) and self._runs_as_owner(tenant, f["pid"]),
+            alive=f["state"] == PROC_LIVE and process_alive(f["pid"], f["start_time"]) and self._runs_as_owner(tenant, f["pid"])
+            and (self.vouch is None or self.vouch(tenant, f["pid"], f["start_time"]) is None),
         )
 
     def _runs_as_owner(self, tenant: int, pid: int) -> bool:
@@ -346,26 +372,31 @@ class Gate:
         return [e for e in self.processes() if e.tenant_id != holder and e.tenant_id not in skip]
 
     def wait_quiescent(
-        self, holder: int, timeout_s: float, *, every_call: bool = False, skip: frozenset[int] = frozenset()
+        self, holder: int, timeout_s: float, *, every_call: bool = False, skip: frozenset[int] = frozenset(),
+        ignore: frozenset[int] = frozenset(),
     ) -> list[ProcEntry]:
         """Wait until no other tenant's thread is inside a gated call of a class in
         PERTURBING_CLASSES (of any class with `every_call`). Returns the processes still
-        inside at the deadline (empty: quiescent); dead ones do not count."""
+        inside at the deadline (empty: quiescent); dead ones do not count, nor the pids
+        in `ignore` (claims not believed: entry_hints.py)."""
         deadline = time.monotonic() + timeout_s
         pause = 50e-6
         while True:
-            busy = [e for e in self.others(holder, skip) if (e.in_call if every_call else e.in_perturbing) > 0]
+            busy = [e for e in self.others(holder, skip) if (e.in_call if every_call else e.in_perturbing) > 0
+                    and e.pid not in ignore]
             if not busy or time.monotonic() >= deadline:
                 return busy
             time.sleep(pause)
             pause = min(pause * 2, 2e-3)
 
     def request_drain(
-        self, holder: int, pids: set[int] | None = None, skip: frozenset[int] = frozenset()
+        self, holder: int, pids: set[int] | None = None, skip: frozenset[int] = frozenset(),
+        ignore: frozenset[int] = frozenset(),
     ) -> list[DrainRequest]:
-        """Ask every other live process (of `pids` only, if given) to synchronise its contexts."""
+        """Ask every other live process (of `pids` only, if given; none of `ignore`:
+        processes the GPU knows no context of, with nothing to drain) to synchronise its contexts."""
         requests = []
-        for e in (e for e in self.others(holder, skip) if pids is None or e.pid in pids):
+        for e in (e for e in self.others(holder, skip) if (pids is None or e.pid in pids) and e.pid not in ignore):
             try:
                 cell = self._pget(e.tenant_id, e.index, "drain_req")
                 seq = (cell.value + 1) & 0xFFFFFFFF

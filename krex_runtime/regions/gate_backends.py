@@ -47,10 +47,12 @@ class GateBackend:
     name = ""
 
     def drain(self, gate: Gate, holder: int, timeout_s: float, deferred: set[int] = frozenset(),
-              skip: frozenset[int] = frozenset()) -> DrainReport:
+              skip: frozenset[int] = frozenset(), ignore: frozenset[int] = frozenset()) -> DrainReport:
         """Wait (bounded) until the other tenants' submitted work is done; `deferred`:
         pids with a thread inside a host-side call; `skip`: tenants frozen by another
-        GPU's region (gpu_sets.py), drained by it already."""
+        GPU's region (gpu_sets.py), drained by it already, or frozen as their claims
+        outlived the quiesce bound; `ignore`: pids the GPU knows no context of
+        (nothing of theirs is on it: entry_hints.py)."""
         raise NotImplementedError
 
     def release(self, report: DrainReport) -> list[int]:
@@ -62,8 +64,8 @@ class PreloadBackend(GateBackend):
     name = "preload"
 
     def drain(self, gate: Gate, holder: int, timeout_s: float, deferred: set[int] = frozenset(),
-              skip: frozenset[int] = frozenset()) -> DrainReport:
-        return _preload_drain(DrainReport(), gate, holder, timeout_s, None, skip)
+              skip: frozenset[int] = frozenset(), ignore: frozenset[int] = frozenset()) -> DrainReport:
+        return _preload_drain(DrainReport(), gate, holder, timeout_s, None, skip, ignore)
 
 
 class DriverLockBackend(GateBackend):
@@ -74,12 +76,12 @@ class DriverLockBackend(GateBackend):
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="krex-lock")
 
     def drain(self, gate: Gate, holder: int, timeout_s: float, deferred: set[int] = frozenset(),
-              skip: frozenset[int] = frozenset()) -> DrainReport:
+              skip: frozenset[int] = frozenset(), ignore: frozenset[int] = frozenset()) -> DrainReport:
         started = time.monotonic()
         report = DrainReport()
         pids = [e.pid for e in gate.others(holder, skip) if e.uses_cuda and e.pid not in deferred
-                and not _note_stopped(report, e.pid)]
-        by_library = (self._pool.submit(_preload_drain, report, gate, holder, timeout_s, set(deferred), skip)
+                and e.pid not in ignore and not _note_stopped(report, e.pid)]
+        by_library = (self._pool.submit(_preload_drain, report, gate, holder, timeout_s, set(deferred), skip, ignore)
                       if deferred else None)
         results = list(self._pool.map(lambda pid: self.driver.lock(pid, timeout_s), pids))
         if by_library is not None:
@@ -121,12 +123,12 @@ class DriverLockBackend(GateBackend):
 
 def _preload_drain(
     report: DrainReport, gate: Gate, holder: int, timeout_s: float, pids: set[int] | None,
-    skip: frozenset[int] = frozenset(),
+    skip: frozenset[int] = frozenset(), ignore: frozenset[int] = frozenset(),
 ) -> DrainReport:
-    """The library's drain of the other processes (of `pids` only, if given)."""
+    """The library's drain of the other processes (of `pids` only, if given; none of `ignore`)."""
     # A stopped process cannot acknowledge: it has no thread running. Its
     # submitted work still finishes on the device; the freezer holds it.
-    requests = [r for r in gate.request_drain(holder, pids, skip) if not _note_stopped(report, r.pid)]
+    requests = [r for r in gate.request_drain(holder, pids, skip, ignore) if not _note_stopped(report, r.pid)]
     for outcome in gate.wait_drained(requests, timeout_s):
         report.outcomes[outcome.pid] = outcome.result
     return report

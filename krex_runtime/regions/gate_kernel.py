@@ -47,6 +47,12 @@ def _proc_start_time(pid: int) -> tuple[int, str] | None:
         return None
 
 
+def start_time_of(pid: int) -> int:
+    """The process's start time (/proc/<pid>/stat field 22, clock ticks); 0 when it is gone."""
+    info = _proc_start_time(pid)
+    return info[0] if info is not None else 0
+
+
 def process_alive(pid: int, start_time: int) -> bool:
     """True if pid still names the process that registered (not a zombie, not reused)."""
     if pid <= 0:

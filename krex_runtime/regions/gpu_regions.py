@@ -31,12 +31,14 @@ from krex_runtime.node.sink import EventSink
 from krex_runtime.regions import cpu_slices
 from krex_runtime.regions.certificate import Certifier, certify
 from krex_runtime.regions.cpu_slices import CpuPlan
+from krex_runtime.regions.entry_hints import told
 from krex_runtime.regions.freezer import FreezeError, Freezer, Target, is_stopped
 from krex_runtime.regions.gap import Gap
 from krex_runtime.regions.gate import Gate, ProcEntry
 from krex_runtime.regions.gate_layout import HOST_SIDE_CLASSES, HOST_SIDE_MASK
 from krex_runtime.regions.gate_backends import DrainReport, GateBackend
 from krex_runtime.regions.gpu_sets import NO_SHARED, SharedHolds
+from krex_runtime.regions.hold_processes import HeldBack
 from krex_runtime.regions.late_freeze import LateFreeze, Pending, split_freeze
 from krex_runtime.regions.quiesce import deferred, describe, quiesce
 from krex_runtime.regions.region_shares import RegionShares
@@ -274,21 +276,27 @@ class GpuRegions:
         report = DrainReport()
         targets: list[Target] = []
         left_running: list[ProcEntry] = []
+        # Tenants frozen because the gate cannot hold them: a process of theirs on
+        # the GPU without the library (hold_processes.py), a claim of a call in
+        # flight past the quiesce bound (entry_hints.py).
+        held = HeldBack(self.freezer, self._tenants, holder, {req.tenant_id, *skip})
         try:
-            q = quiesce(self.gate, holder, self.settings.quiesce_timeout_s, every_call=every_call, skip=skip)
+            # What entries say is checked against the GPU: a process it knows no
+            # context of has nothing in flight there (entry_hints.py).
+            contexts = self._contexts() if self.gate.others(holder, skip) else None
+            no_context = frozenset(e.pid for e in self.gate.others(holder, skip)
+                                   if contexts is not None and e.pid not in contexts)
+            q = quiesce(self.gate, holder, self.settings.quiesce_timeout_s, every_call=every_call, skip=skip,
+                        no_context=no_context, contexts_known=contexts is not None)
             stats.quiesce_s = lap()
             stats.inside_at_close, stats.waited_for = q.inside_at_close, q.waited_for
-            if q.busy:
-                raise RegionRefused(
-                    "ETIMEDOUT",
-                    "tenants still inside a GPU call after "
-                    f"{self.settings.quiesce_timeout_s:g} s: " + ", ".join(f"pid {e.pid}" for e in q.busy),
-                )
+            overdue = self._hold_overdue(q.busy, held)
             # Inside a host-side call still (quiesce.py): drained, held by the gate, not locked.
             # Tenants of several GPUs are drained by their library, never driver-locked (gpu_sets.py).
             by_library = {e.pid for e in q.deferred} | {
                 e.pid for e in self.gate.others(holder, skip) if e.tenant_id in shared.shared}
-            report = self.backend.drain(self.gate, holder, self.settings.drain_timeout_s, by_library, skip)
+            report = self.backend.drain(self.gate, holder, self.settings.drain_timeout_s, by_library, skip | overdue,
+                                        no_context)
             stats.drain_s = lap()
             if report.stuck:
                 raise RegionRefused(
@@ -296,20 +304,31 @@ class GpuRegions:
                     "tenants did not drain within "
                     f"{self.settings.drain_timeout_s:g} s: " + ", ".join(f"pid {p} ({r})" for p, r in report.stuck.items()),
                 )
-            frozen: list[int] = []
+            frozen: list[int] = sorted(overdue)
             late: Pending = {}  # frozen once out of their calls
             # Still inside a host-side call: frozen once out of it, during the hold (late_freeze.py).
             # Read after the drain: those whose calls returned meanwhile are frozen now.
-            left_running = deferred(self.gate, holder, skip) if q.deferred else []  # none can join after the close
+            left_running = deferred(self.gate, holder, skip | overdue, frozenset(q.unfounded)) \
+                if q.deferred else []  # none can join after the close
             stats.deferred = describe(left_running)
             if self.settings.protection == "gpu+cpu" or req.kind == "lease":
-                others = [t for t in self._tenants.of_gpu(self.gpu) if t.tenant_id not in skip | {req.tenant_id}]
-                targets, frozen, late = split_freeze(others, left_running)
+                others = [t for t in self._tenants.of_gpu(self.gpu)
+                          if t.tenant_id not in skip | overdue | {req.tenant_id}]
+                targets, now, late = split_freeze(others, left_running)
                 try:
                     self.freezer.freeze(targets)
                 except FreezeError as exc:
                     raise RegionRefused("EAGAIN", f"could not freeze the other tenants: {exc}") from None
-                frozen = frozen + sorted(skip)  # frozen by another GPU's region, for this one's hold too
+                frozen = frozen + now + sorted(skip)  # skip: frozen by another GPU's region, for this one's hold too
+            held.already |= set(frozen) | set(late)
+            # Whatever the protection: a tenant with a process on this GPU that its
+            # gate cannot hold (no interception library; or a tenant of another GPU
+            # using this one) is frozen, or nothing would stop it (hold_processes.py).
+            for who in self.certifier.ungated(holder) if self.certifier is not None else []:
+                held.hold(who)
+            extra, extra_ids = held.taken()
+            targets, frozen = targets + extra, sorted(set(frozen + extra_ids), key=(frozen + extra_ids).index)
+            held.clear()  # the entry thaws these with its own
             if self.shared is not None:
                 self.shared.hold(self.gpu, shared, sharers, targets)
             stats.freeze_s = lap()
@@ -319,7 +338,7 @@ class GpuRegions:
             stats.pin_s = lap()
         except BaseException:
             # Give back everything this entry took, whatever went wrong.
-            self.freezer.thaw(self._let_go(targets))
+            self.freezer.thaw(self._let_go(targets + held.taken()[0]))
             self.backend.release(report)
             self.gate.open_gate()
             raise
@@ -339,8 +358,14 @@ class GpuRegions:
         stats.others_calls = self._others_calls(holder)
         # CLOCK_MONOTONIC, as the simulator's execution log and the gate use.
         stats.granted_mono_ns = time.monotonic_ns()
-        witness = self.certifier and self.certifier.start(holder, req.pid, clock, req.tid, left_running)
-        return Entry(targets, frozen, report, pinned, stats, witness, LateFreeze(self.gate, self.freezer, late) if late else None)
+        overdue = [f"tenant {e.tenant_id} (pid {e.pid}) still claimed a GPU call in flight at the "
+                   f"{self.settings.quiesce_timeout_s:g} s quiesce bound: frozen, its work in flight not drained"
+                   for e in q.busy]
+        witness = self.certifier and self.certifier.start(
+            holder, req.pid, clock, req.tid, left_running, held.hold,
+            lies=list(q.unfounded.values()), overdue=overdue, frozen=frozenset(frozen))
+        return Entry(targets, frozen, report, pinned, stats, witness,
+                     LateFreeze(self.gate, self.freezer, late) if late else None, held)
 
     def _let_host_side_finish(self, holder: int) -> tuple[float, int]:
         """Before the gate closes: where another tenant is inside a context
@@ -369,6 +394,34 @@ class GpuRegions:
             left = inside()
         return time.monotonic() - t0, len(left)
 
+    def _contexts(self) -> set[int] | None:
+        """The pids with a context on this GPU, as the GPU says (None: it cannot)."""
+        if self.certifier is None:
+            return None
+        try:
+            return self.certifier.processes.contexts(self.gpu)
+        except Exception:  # missing data is a value: every claim stands
+            return None
+
+    def _hold_overdue(self, busy: list[ProcEntry], held: HeldBack) -> frozenset[int]:
+        """Processes still claiming a call in flight at the quiesce bound: the
+        bound is the operator's, so the claim delays the region no further; their
+        tenants are frozen for the hold, not drained (entry_hints.py). One that
+        cannot be frozen (no running command holds it) refuses the region, as before."""
+        if not busy:
+            return frozenset()
+        stuck = [e for e in busy if not held.hold_tenant(e.tenant_id)]
+        if stuck:
+            raise RegionRefused(
+                "ETIMEDOUT",
+                "tenants still inside a GPU call after "
+                f"{self.settings.quiesce_timeout_s:g} s: " + ", ".join(f"pid {e.pid}" for e in stuck),
+            )
+        for e in busy:
+            told(e.tenant_id, e.pid, f"still claimed a GPU call in flight at the "
+                                     f"{self.settings.quiesce_timeout_s:g} s quiesce bound: tenant frozen for the region")
+        return frozenset(e.tenant_id for e in busy)
+
     def _let_go(self, targets: list[Target]) -> list[Target]:
         """What a region froze, less what another GPU's region still holds frozen (gpu_sets.py)."""
         return self.shared.let_go(self.gpu, targets) if self.shared is not None else targets
@@ -388,8 +441,10 @@ class GpuRegions:
         self._unpin(req)  # done already when the holder released it itself
         t1 = time.monotonic()
         late_targets, late_frozen = entry.late.stop() if entry.late is not None else ([], [])
+        held_targets, held_frozen = entry.held.taken() if entry.held is not None else ([], [])  # the sampler has stopped
+        late_frozen = late_frozen + held_frozen
         try:
-            self.freezer.thaw(self._let_go(entry.targets + late_targets))
+            self.freezer.thaw(self._let_go(entry.targets + late_targets + held_targets))
         except OSError as exc:
             # The freezer tried every tenant; the release goes on, so the gate
             # opens, the release is recorded and the next request is served.

@@ -12,10 +12,13 @@ the next only once the one before is granted, and the lower ones are held
 meanwhile. Every set acquires in that one total order and a single-GPU
 region never waits while it holds, so no cycle of waiters can form; each
 GPU's queue moves (FIFO, fair share, a hold limit on every holder), so the
-set is served. Its hold limit starts once all are held (a GPU held while
-the next is awaited is waiting, not holding: its sub-request has no limit of
-its own). The holder hears GRANTED only once every GPU is held; a refusal or
-withdrawal on the way gives back what was taken. Everything is released
+set is served. Its hold limit starts at its first GPU's grant: a GPU held
+while the next is awaited keeps that GPU's other tenants out as a hold
+does, so no GPU is held for a set past the limit; a set that has not had
+every GPU by then is refused (ETIMEDOUT) and gives back what it took (its
+sub-requests have no limit of their own). The holder hears GRANTED only
+once every GPU is held; a refusal or withdrawal on the way gives back what
+was taken. Everything is released
 together: by the holder, by the hold limit, by a withdrawal, by the
 holder's death or the runtime's shutdown.
 
@@ -164,7 +167,7 @@ class RegionSets:
 
     async def _serve(self, rs: RegionSet) -> None:
         try:
-            await self._acquire(rs)
+            deadline = await self._acquire(rs)
         except RegionRefused as exc:
             self._give_back(rs, exc)
             return
@@ -177,13 +180,21 @@ class RegionSets:
         if not rs.withdrawn:
             rs.granted.set_result(None)
         try:
-            await asyncio.wait_for(rs.released.wait(), timeout=rs.limit_s)
+            left = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
+            await asyncio.wait_for(rs.released.wait(), timeout=left)
         except asyncio.TimeoutError:
             self._overrun(rs)
         await self._certify(rs)
 
-    async def _acquire(self, rs: RegionSet) -> None:
-        """Each GPU in ascending order, the next only once the one before is held."""
+    async def _acquire(self, rs: RegionSet) -> float | None:
+        """Each GPU in ascending order, the next only once the one before is held.
+        The hold limit runs from the first GPU's grant: a GPU held while the
+        next is awaited is held from the others of its GPU all the same (an
+        operator's lease on the next one once kept GPU 0 for 22 s under a 5 s
+        limit). Past the limit, short of a GPU, the set is refused. Returns the
+        limit's deadline (loop time; None: no limit)."""
+        loop = asyncio.get_running_loop()
+        deadline: float | None = None
         for index in rs.gpus:
             if rs.withdrawn:
                 raise RegionRefused("ECANCELED", rs.reason or "withdrawn")
@@ -198,13 +209,21 @@ class RegionSets:
             self._gpus[index].submit(part)
             gone = asyncio.create_task(part.released.wait())  # withdrawn during its entry: never granted
             try:
-                await asyncio.wait({part.granted, gone}, return_when=asyncio.FIRST_COMPLETED)
+                left = None if deadline is None else max(0.0, deadline - loop.time())
+                await asyncio.wait({part.granted, gone}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 gone.cancel()
             if part.granted.done():
                 part.granted.result()  # a refusal raises RegionRefused
+            elif deadline is not None and loop.time() >= deadline and not rs.withdrawn:
+                held = ",".join(str(p.gpu) for p in rs.parts[:-1])
+                raise RegionRefused("ETIMEDOUT", f"GPU {index} was not had within the {rs.limit_s:g} s hold limit "
+                                    f"while GPU {held} was held for the set")
             if not part.granted.done() or rs.withdrawn:
                 raise RegionRefused("ECANCELED", rs.reason or "withdrawn")
+            if first and rs.limit_s is not None:
+                deadline = loop.time() + rs.limit_s
+        return deadline
 
     def _give_back(self, rs: RegionSet, exc: RegionRefused) -> None:
         """Not granted: what was taken goes back, and the requester hears why."""

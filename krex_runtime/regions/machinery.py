@@ -23,6 +23,7 @@ from krex_runtime.host.cgroups import CgroupSlice
 from krex_runtime.host.identities import Identity
 from krex_runtime.node.config import Config
 from krex_runtime.regions.cpu_slices import CpuPlan, plan
+from krex_runtime.regions.entry_hints import EntryCheck
 from krex_runtime.regions.freezer import Freezer, freezer_for
 from krex_runtime.regions.gate import Gate, GateError
 from krex_runtime.regions.gate_backends import DriverLockBackend, GateBackend, PreloadBackend
@@ -132,6 +133,12 @@ def build(
         g.index: Gate.create(gate_path(run_dir, g.index), stale_after_s=rc.stale_after_s, drain_timeout_s=rc.drain_timeout_s)
         for g in gpus
     }
+    if config.tenants.preload:
+        # An entry is believed only from a process that maps an interception library (entry_hints.py).
+        vouch = EntryCheck([lib for sanitized in (False, True) for cuda in [native_build.interception_library(sanitized)]
+                            for lib in (cuda, native_build.hip_library(cuda))])
+        for gate in gates.values():
+            gate.vouch = vouch
     backend: GateBackend
     if rc.gate_backend == "driver-lock":
         simulated = gpus and gpus[0].simulated

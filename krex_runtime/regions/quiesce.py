@@ -24,8 +24,9 @@ drain waits for anyway), never for a host-side call.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from krex_runtime.regions.entry_hints import told, unfounded
 from krex_runtime.regions.freezer import is_stopped
 from krex_runtime.regions.gate import Gate, ProcEntry
 from krex_runtime.regions.gate_layout import PERTURBING_CLASSES
@@ -37,16 +38,26 @@ class Quiesced:
     inside_at_close: dict[str, int]  # call class -> the other tenants' threads inside when the gate closed
     waited_for: dict[str, int]  # the part of inside_at_close entry waited for
     deferred: list[ProcEntry]  # processes with a thread still inside a (host-side) call at the end
+    unfounded: dict[int, str] = field(default_factory=dict)  # pid -> why its claim of a call in flight is not believed
 
 
 def quiesce(
-    gate: Gate, holder: int, timeout_s: float, *, every_call: bool = False, skip: frozenset[int] = frozenset()
+    gate: Gate, holder: int, timeout_s: float, *, every_call: bool = False, skip: frozenset[int] = frozenset(),
+    no_context: frozenset[int] = frozenset(), contexts_known: bool = False,
 ) -> Quiesced:
     """Wait (bounded) until no other tenant is inside a call that may perturb the
     region (any call with `every_call`), saying what they were inside at the close.
     One scan of the gate when nobody is (each scan reads every process entry).
-    `skip`: tenants frozen by another GPU's region (gpu_sets.py), not waited for."""
+    `skip`: tenants frozen by another GPU's region (gpu_sets.py), not waited for;
+    `no_context`: processes the GPU knows no context of (with `contexts_known`):
+    a claim of theirs to a call that submits GPU work is not believed, nor waited
+    for (entry_hints.py)."""
     entries = gate.others(holder, skip)
+    lies = unfounded(entries, {e.pid for e in entries} - no_context) if contexts_known else {}
+    for e in entries:
+        if e.pid in lies:
+            told(e.tenant_id, e.pid, lies[e.pid])
+    entries = [e for e in entries if e.pid not in lies]
     at_close: dict[str, int] = {}
     for e in entries:
         for klass, n in e.in_class.items():
@@ -54,16 +65,18 @@ def quiesce(
     waited = {c: n for c, n in at_close.items() if every_call or c in PERTURBING_CLASSES}
     busy: list[ProcEntry] = []
     if waited:
-        busy = [e for e in gate.wait_quiescent(holder, timeout_s, every_call=every_call, skip=skip)
+        busy = [e for e in gate.wait_quiescent(holder, timeout_s, every_call=every_call, skip=skip,
+                                               ignore=frozenset(lies))
                 if not is_stopped(e.pid)]
-        entries = gate.others(holder, skip)
-    return Quiesced(busy, at_close, waited, _inside(entries))
+        entries = [e for e in gate.others(holder, skip) if e.pid not in lies]
+    return Quiesced(busy, at_close, waited, _inside(entries), lies)
 
 
-def deferred(gate: Gate, holder: int, skip: frozenset[int] = frozenset()) -> list[ProcEntry]:
+def deferred(gate: Gate, holder: int, skip: frozenset[int] = frozenset(),
+             ignore: frozenset[int] = frozenset()) -> list[ProcEntry]:
     """Other tenants' processes with a thread still inside a gated call: after
-    quiesce, a host-side one."""
-    return _inside(gate.others(holder, skip))
+    quiesce, a host-side one (none of `ignore`: claims not believed)."""
+    return _inside([e for e in gate.others(holder, skip) if e.pid not in ignore])
 
 
 def _inside(entries: list[ProcEntry]) -> list[ProcEntry]:

@@ -92,7 +92,9 @@ class RegionManager:
         """A region its lease's holder enters (granted at once): the witnesses
         its certificate compares its release with, read now (`tid`: its measuring thread)."""
         r = self._gpus[lease.gpu]
-        return r.certifier.start(lease.tenant_id, pid, r.clock_probe(lease.gpu), tid) if r.certifier is not None else None
+        # Not sampled: the lease's own hold is, and this witness may never be certified (its tenant gone).
+        return r.certifier.start(lease.tenant_id, pid, r.clock_probe(lease.gpu), tid, sample=False) \
+            if r.certifier is not None else None
 
     def certify_in_lease(self, lease: Request, witness: Witness | None) -> tuple[str, list[str]]:
         """That region's verdict at its release, at once: the lease it is in ends later."""

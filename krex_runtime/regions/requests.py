@@ -13,6 +13,7 @@ from krex_runtime.host.fair_share import DEFAULT_KEY
 from krex_runtime.regions.certificate import Witness
 from krex_runtime.regions.freezer import Target
 from krex_runtime.regions.gate_backends import DrainReport
+from krex_runtime.regions.hold_processes import HeldBack
 from krex_runtime.regions.late_freeze import LateFreeze
 from krex_runtime.regions.region_stats import EntryStats
 
@@ -73,3 +74,4 @@ class Entry:
     stats: EntryStats
     witness: Witness | None = None  # what the exclusivity certificate compares the release with
     late: LateFreeze | None = None  # freezes, during the hold, the tenants entry left inside a host-side call
+    held: HeldBack | None = None  # tenants frozen during the hold: a process of theirs the gate cannot hold came

@@ -317,6 +317,7 @@ async def logs(ctx: Context, peer: Peer, req: Request) -> Any:
     as streaming it is (check_may_stream)."""
     job = ctx.node.dispatcher.find(req.body.id)
     check_may_stream(ctx, peer, job.id, job.submitter_uid)
+    check_logs_range(req.body.offsets, req.body.tail)
     ended = job.done.is_set()  # before reading: an ended command's files are whole
     record = job.result()
     output, missing = {}, []
@@ -330,6 +331,20 @@ async def logs(ctx: Context, peer: Peer, req: Request) -> Any:
         else:
             output[stream] = read
     return {"id": job.id, "state": record["state"], "ended": ended, "output": output, "missing": missing}
+
+
+MAX_FILE_OFFSET = (1 << 63) - 1  # what a file offset (off_t) can hold
+
+
+def check_logs_range(offsets: dict[str, int], tail: int | None) -> None:
+    """A bad_request for an offset no file has (an offset of 1e20 once reached
+    seek() and answered `internal`) or a negative tail."""
+    for stream, offset in offsets.items():
+        if not 0 <= offset <= MAX_FILE_OFFSET:
+            raise ProtocolError(ErrorCode.BAD_REQUEST,
+                                f"body.offsets.{stream}: {offset} is not a byte offset (0 to {MAX_FILE_OFFSET})")
+    if tail is not None and tail < 0:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"body.tail: {tail} lines; give 0 or more")
 
 
 def output_file_part(path: Path, offset: int, tail: int | None, final: bool) -> dict[str, Any] | None:

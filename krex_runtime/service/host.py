@@ -169,7 +169,7 @@ def _prepare_claimed(
         except access.AccessError as exc:
             raise StartupError(str(exc)) from None
     if tenant_user is not None and tenant_user.uids is not None:
-        _check_enough_uids(config, len(gpus), tenant_user.uids[1])
+        check_enough_uids(config, len(gpus), tenant_user.uids[1])
     cgroup_slice = _open_cgroups(config, run_dir)
     try:
         recovered = machinery.recover(run_dir, cgroup_slice)
@@ -191,7 +191,7 @@ def _prepare_claimed(
                 identities, config.gpus.simulated_device if gpus and gpus[0].simulated else None, server_as)
 
 
-def _check_enough_uids(config: Config, gpus: int, count: int) -> None:
+def check_enough_uids(config: Config, gpus: int, count: int) -> None:
     """Every tenant that can run at once needs a uid of its own."""
     most = gpus * (config.effective_slots_per_gpu + config.pool.size_per_gpu + (1 if config.telemetry.canary else 0))
     if count < most:
@@ -199,6 +199,24 @@ def _check_enough_uids(config: Config, gpus: int, count: int) -> None:
             f"tenants.uid_range has {count} uids, fewer than the {most} tenants this node can run at once "
             "(per GPU: dispatcher.slots_per_gpu, pool.size_per_gpu and a canary)"
         )
+
+
+def check_before_claims(config: Config, gpus: list[Gpu] | None) -> None:
+    """What a start refuses of `config` before it claims anything of the node,
+    for `--check-config`: the accounts it names for tenants (tenants.user,
+    tenants.uid_range over existing accounts, tenants.group) and, where the
+    GPUs are known (`gpus`: the simulated ones; real GPUs are found at start),
+    whether the range has a uid for every tenant that can run at once; the
+    CURVE keys of a tcp endpoint. Not whether tenants would run as root where
+    the config names no account: that depends on who starts it and on --sim.
+    StartupError with the start's own words."""
+    try:
+        tenant_user = access.tenant_user(config) if config.tenants.user or config.tenants.uid_range else None
+        curve.server_keys(config.runtime)
+    except (access.AccessError, curve.CurveError) as exc:
+        raise StartupError(str(exc)) from None
+    if gpus is not None and tenant_user is not None and tenant_user.uids is not None:
+        check_enough_uids(config, len(gpus), tenant_user.uids[1])
 
 
 def recover_left_state(config: Config) -> list[str]:

@@ -124,14 +124,15 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventLog, server: C
     if regions is not None and region_access is not None:
         leases = LeaseDesk(regions.manager, dispatcher, config.regions.lease_ttl_s)
         channel = RegionChannel(region_access.socket, regions.manager, tenancy.identify, config.regions, tokens)
-        certify_regions(regions, witnesses, tenancy, clocks, hold_bounds(config), host.cgroup_slice)
+        certify_regions(regions, witnesses, tenancy, clocks, hold_bounds(config), host.cgroup_slice,
+                        config.regions.hold_sample_s)
     telemetry.foreign_processes = gpu_processes.foreign(witnesses, lambda pid: _is_tenant(tenancy, pid))
     telemetry.process_memory = gpu_processes.process_memory(witnesses, lambda pid: _is_tenant(tenancy, pid))
     return Node(config, gpus, dispatcher, telemetry, attachments, tenancy, canaries, regions, leases, channel)
 
 
 def certify_regions(regions: RegionMachinery, witnesses: GpuProcesses, tenancy: Tenancy, clocks: Clocks,
-                    bounds: HoldBounds, tenants_cpu: TenantsCpu | None = None) -> None:
+                    bounds: HoldBounds, tenants_cpu: TenantsCpu | None = None, sample_s: float = 0.0) -> None:
     """Every GPU's regions get their certificate (regions/certificate.py, hold_watch.py)."""
 
     def tenant_of(pid: int) -> int | None:
@@ -144,7 +145,8 @@ def certify_regions(regions: RegionMachinery, witnesses: GpuProcesses, tenancy: 
     regions.manager.attach_certifiers(
         lambda index, gate: Certifier(index, gate, witnesses, tenant_of, lambda pid: _is_tenant(tenancy, pid), clocks.now,
                                       changes_tenant=tenancy.acts_for_commands,
-                                      hold=HoldWatch(index, clocks, clocks.top, bounds, tenants_cpu))
+                                      hold=HoldWatch(index, clocks, clocks.top, bounds, tenants_cpu),
+                                      sample_s=sample_s)
     )
 
 

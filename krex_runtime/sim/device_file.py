@@ -8,6 +8,7 @@ file as the simulator lays it out and apply the driver's liveness rule.
 from __future__ import annotations
 
 import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,10 @@ from krex_runtime.sim.layout import (
     MAX_PROCS,
     PROC_SLOT,
     PROCS_OFFSET,
+    REAPED,
+    REAPED_MAX,
+    REAPED_OFFSET,
+    REAPED_SEQ_OFFSET,
     SHM_DIR,
     SHM_FILE_PREFIX,
     SHM_HEADER,
@@ -100,6 +105,20 @@ class ProcSlot:
     devices_used: int = 0  # bit d: it executed work on device d
     work_items: tuple[int, ...] = ()  # items it started, per device
     last_work_ns: int = 0  # CLOCK_MONOTONIC of its latest item's start
+    start_time: int = 0  # its owner's start time (/proc/<pid>/stat field 22)
+
+
+@dataclass(frozen=True)
+class Reaped:
+    """A slot the driver took back from a dead owner, as it was (krex_sim_reaped)."""
+
+    seq: int  # n + 1 for the n-th reaped slot
+    pid: int
+    tenant_id: int
+    start_time: int
+    last_work_ns: int
+    devices_used: int
+    work_items: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -112,6 +131,8 @@ class DeviceState:
     slots: tuple[ProcSlot, ...]  # claimed slots only
     heat: bool = False  # the heat model is on (KREX_SIM_HEAT): the SM clock falls as the device heats
     loads: tuple[DeviceLoad, ...] = ()  # per device: busy time and heat (sim/heat.py)
+    reaped_seq: int = 0  # slots reaped so far with work done
+    reaped: tuple[Reaped, ...] = ()  # the last REAPED_MAX of them, whole records only, oldest first
 
     def active(self, device: int = 0) -> int:
         """Items executing now on `device`, counting live processes only."""
@@ -161,10 +182,17 @@ def read_device(name: str | None = None) -> DeviceState:
             locker_pid=locker, in_call=in_call, inflight=inflight, tenant_id=tenant,
             active=tuple(v[9:9 + MAX_DEVICES]), mem_used=tuple(v[9 + MAX_DEVICES:9 + 2 * MAX_DEVICES]),
             devices_used=v[9 + 2 * MAX_DEVICES], last_work_ns=v[11 + 2 * MAX_DEVICES],
-            work_items=tuple(v[12 + 2 * MAX_DEVICES:12 + 3 * MAX_DEVICES]),
+            work_items=tuple(v[12 + 2 * MAX_DEVICES:12 + 3 * MAX_DEVICES]), start_time=start_time,
         ))
+    (reaped_seq,) = struct.unpack_from("<Q", data, REAPED_SEQ_OFFSET)
+    reaped = []
+    for i in range(REAPED_MAX):
+        seq, rpid, tenant, start, last, used, _r, *items = REAPED.unpack_from(data, REAPED_OFFSET + i * REAPED.size)
+        if seq:  # 0: never written, or being written now
+            reaped.append(Reaped(seq, rpid, tenant, start, last, used, tuple(items)))
     return DeviceState(ndev, copy_mbps, tuple(names), tuple(uuids), tuple(mems), tuple(slots), bool(heat),
-                       loads[:ndev] if loads is not None else ())
+                       loads[:ndev] if loads is not None else (), reaped_seq,
+                       tuple(sorted(reaped, key=lambda r: r.seq)))
 
 
 LOAD_READS = 3  # a step published while the file was read: read again, this many times at most

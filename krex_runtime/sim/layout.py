@@ -22,7 +22,7 @@ SHM_DIR = "/dev/shm"
 SHM_FILE_PREFIX = "krex-sim-"
 
 SHM_MAGIC = 0x314D49535845524B  # b"KREXSIM1" little-endian
-SHM_VERSION = 3
+SHM_VERSION = 4
 MAX_DEVICES = 16
 MAX_PROCS = 512
 
@@ -51,10 +51,16 @@ PROC_SLOT_FIELDS = (
 # struct krex_sim_device_load: seq_start, step_lock, busy_ns, heat_ns,
 # heat_busy_ns, temp_mc, sm_clock_mhz, reserved[2], reserved1, seq_end
 DEVICE_LOAD = struct.Struct("<IiQQQiI2QII")
+# struct krex_sim_reaped: seq, pid, tenant_id, start_time, last_work_ns,
+# devices_used, reserved0, work_items[MAX_DEVICES]
+REAPED_MAX = 64
+REAPED = struct.Struct(f"<QiiQQII{MAX_DEVICES}Q")
 DEVICES_OFFSET = SHM_HEADER.size
 PROCS_OFFSET = DEVICES_OFFSET + MAX_DEVICES * DEVICE_INFO.size
 LOAD_OFFSET = PROCS_OFFSET + MAX_PROCS * PROC_SLOT.size
-SHM_SIZE = LOAD_OFFSET + MAX_DEVICES * DEVICE_LOAD.size
+REAPED_SEQ_OFFSET = LOAD_OFFSET + MAX_DEVICES * DEVICE_LOAD.size  # then reserved2[7]
+REAPED_OFFSET = REAPED_SEQ_OFFSET + 8 * 8
+SHM_SIZE = REAPED_OFFSET + REAPED_MAX * REAPED.size
 
 LOG_MAGIC = 0x474C534B  # b"KSLG" little-endian
 LOG_VERSION = 1

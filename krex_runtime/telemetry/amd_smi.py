@@ -41,7 +41,7 @@ from typing import Any
 
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.telemetry.gpu_metrics import _read, injected_faults
-from krex_runtime.telemetry.gpu_processes import GpuProcess
+from krex_runtime.telemetry.gpu_processes import GpuActivity, GpuProcess, alive_only
 
 # amdsmi_violation_status_t's active flags (amdsmi.h) -> the throttle reason KREX names.
 VIOLATIONS = {
@@ -217,6 +217,14 @@ class AmdSmiProcesses:
         if procs is None:
             return None
         return {int(p["pid"]): _vram(p) for p in procs}
+
+    def activity(self, gpu: int, since_us: int = 0) -> GpuActivity | None:
+        """AMD SMI keeps nothing of ended processes: the running ones."""
+        return alive_only(self.running(gpu))
+
+    def contexts(self, gpu: int) -> set[int] | None:
+        running = self.running(gpu)
+        return None if running is None else set(running)
 
 
 def _vram(process: dict[str, Any]) -> int | None:

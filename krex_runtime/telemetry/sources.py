@@ -18,7 +18,8 @@ from krex_runtime.telemetry.gpu_processes import NoProcesses, NvmlProcesses, Sim
 
 class ByVendor:
     """Sends each call for a GPU to the source of its vendor: a sampler
-    (sample, clock_sample, top_clock) or a process witness (running, memory)."""
+    (sample, clock_sample, top_clock) or a process witness (running, memory,
+    activity, contexts)."""
 
     def __init__(self, sources: dict[int, Any]) -> None:
         self.sources = sources
@@ -37,6 +38,12 @@ class ByVendor:
 
     def running(self, gpu: int) -> Any:
         return self.sources[gpu].running(gpu)
+
+    def activity(self, gpu: int, since_us: int = 0) -> Any:
+        return self.sources[gpu].activity(gpu, since_us)
+
+    def contexts(self, gpu: int) -> Any:
+        return self.sources[gpu].contexts(gpu)
 
     def memory(self, gpu: int) -> Any:
         return self.sources[gpu].memory(gpu)

@@ -184,7 +184,8 @@ class RegionReleased(Event):
     hold_s: float = unread("seconds from grant to release; the exit's steps follow")
     unpin_s: float = unread()
     thaw_s: float = unread()
-    late_frozen: list[int] = unread("tenant ids frozen during the hold, once out of the host-side call entry let them finish",
+    late_frozen: list[int] = unread("tenant ids frozen during the hold, once out of the host-side call entry let them "
+                                    "finish, or once a process of theirs the gate cannot hold was seen on the GPU",
                                     factory=list)
     open_s: float = unread()
     held_back: int = unread("the other tenants' threads parked at the gate at the release, and processes "

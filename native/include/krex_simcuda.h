@@ -121,11 +121,11 @@ void krex_sim_set_tenant(int32_t tenant_id);
 #define KREX_SIM_BOOST_BIN_MHZ 15u
 
 /* ---------------------------------------------------------------------------
- * Shared memory layout (version 3). Little-endian, natural alignment, no
+ * Shared memory layout (version 4). Little-endian, natural alignment, no
  * implicit padding: every struct spells its padding out.
  * ------------------------------------------------------------------------- */
 #define KREX_SIM_SHM_MAGIC 0x314d49535845524bull /* "KREXSIM1" read as little-endian u64 */
-#define KREX_SIM_SHM_VERSION 3u
+#define KREX_SIM_SHM_VERSION 4u
 #define KREX_SIM_MAX_DEVICES 16
 #define KREX_SIM_MAX_PROCS 512
 
@@ -157,6 +157,23 @@ struct krex_sim_proc_slot {
      * certificate on one GPU must not count work its tenant ran on another. */
     uint64_t work_items[KREX_SIM_MAX_DEVICES];
     uint64_t reserved3;          /* pads the slot to whole cache lines */
+};
+
+/* What a reaped slot's owner did: a process that dies with work in flight has
+ * its slot reaped within milliseconds (and its counters cleared), so a region's
+ * certificate would no longer see that it ran. The reaper copies the slot here
+ * first, into a ring of KREX_SIM_REAPED_MAX records (version 4). */
+#define KREX_SIM_REAPED_MAX 64
+
+struct krex_sim_reaped {
+    uint64_t seq;                /* n + 1 for the n-th reaped slot, written last; 0: being written */
+    int32_t pid;
+    int32_t tenant_id;
+    uint64_t start_time;
+    uint64_t last_work_ns;       /* as the slot said: CLOCK_MONOTONIC of its latest item's start */
+    uint32_t devices_used;
+    uint32_t reserved0;
+    uint64_t work_items[KREX_SIM_MAX_DEVICES];
 };
 
 struct krex_sim_device_info {
@@ -203,6 +220,9 @@ struct krex_sim_shm {
     struct krex_sim_device_info devices[KREX_SIM_MAX_DEVICES];
     struct krex_sim_proc_slot procs[KREX_SIM_MAX_PROCS];
     struct krex_sim_device_load load[KREX_SIM_MAX_DEVICES];
+    uint64_t reaped_seq;         /* slots reaped so far with work done: the ring's next record */
+    uint64_t reserved2[7];
+    struct krex_sim_reaped reaped[KREX_SIM_REAPED_MAX]; /* record n at n % KREX_SIM_REAPED_MAX */
 };
 
 /* The number of kernels/copies active on device d is the sum of
@@ -261,6 +281,7 @@ _Static_assert(sizeof(struct krex_sim_log_record) == 128, "log record is 128 byt
 _Static_assert(sizeof(struct krex_sim_proc_slot) == 384, "process slot is 384 bytes (six cache lines)");
 _Static_assert(sizeof(struct krex_sim_device_info) == 128, "device info is 128 bytes");
 _Static_assert(sizeof(struct krex_sim_device_load) == 64, "device load is 64 bytes (one cache line)");
+_Static_assert(sizeof(struct krex_sim_reaped) == 168, "a reaped record is 168 bytes");
 #endif
 
 #ifdef __cplusplus

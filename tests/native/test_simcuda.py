@@ -189,6 +189,11 @@ def test_python_layout_matches_header(tmp_path: Path):
             P(offsetof(struct krex_sim_device_load, busy_ns));
             P(offsetof(struct krex_sim_device_load, temp_mc));
             P(offsetof(struct krex_sim_device_load, seq_end));
+            P(offsetof(struct krex_sim_shm, reaped_seq));
+            P(offsetof(struct krex_sim_shm, reaped));
+            P(sizeof(struct krex_sim_reaped));
+            P(offsetof(struct krex_sim_reaped, work_items));
+            P(KREX_SIM_REAPED_MAX);
             P(sizeof(struct krex_sim_shm));
             P(KREX_SIM_TOP_SM_CLOCK_MHZ); P(KREX_SIM_BASE_SM_CLOCK_MHZ); P(KREX_SIM_AMBIENT_C); P(KREX_SIM_LOAD_RISE_C); P(KREX_SIM_HEAT_TAU_MS);
             P(KREX_SIM_HEAT_STEP_NS); P(KREX_SIM_BOOST_KNEE_C); P(KREX_SIM_BOOST_BIN_C); P(KREX_SIM_BOOST_BIN_MHZ);
@@ -227,6 +232,11 @@ def test_python_layout_matches_header(tmp_path: Path):
     heat = ("TOP_SM_CLOCK_MHZ", "BASE_SM_CLOCK_MHZ", "AMBIENT_C", "LOAD_RISE_C", "HEAT_TAU_MS", "HEAT_STEP_NS", "BOOST_KNEE_C",
             "BOOST_BIN_C", "BOOST_BIN_MHZ")
     assert {k: got[f"KREX_SIM_{k}"] for k in heat} == {k: getattr(layout, k) for k in heat}
+    assert got["offsetof(struct krex_sim_shm, reaped_seq)"] == layout.REAPED_SEQ_OFFSET
+    assert got["offsetof(struct krex_sim_shm, reaped)"] == layout.REAPED_OFFSET
+    assert got["sizeof(struct krex_sim_reaped)"] == layout.REAPED.size
+    assert got["offsetof(struct krex_sim_reaped, work_items)"] == layout.REAPED.size - 8 * layout.MAX_DEVICES
+    assert got["KREX_SIM_REAPED_MAX"] == layout.REAPED_MAX
     assert got["KREX_SIM_MAX_DEVICES"] == layout.MAX_DEVICES
     assert got["KREX_SIM_MAX_PROCS"] == layout.MAX_PROCS
     assert got["KREX_SIM_LOG_NAME_LEN"] == layout.LOG_NAME_LEN

@@ -152,6 +152,27 @@ static void clear_counters(struct krex_sim_proc_slot *slot)
     __atomic_store_n(&slot->last_work_ns, 0, __ATOMIC_RELAXED);
 }
 
+/* What the dead owner of a slot did, into the ring of reaped records, before
+ * its counters go: the work of a process that ended stays visible. */
+static void keep_reaped(const struct krex_sim_proc_slot *slot, int pid)
+{
+    uint32_t used = __atomic_load_n(&slot->devices_used, __ATOMIC_RELAXED);
+    if (!used)
+        return; /* it ran nothing */
+    struct krex_sim_shm *shm = sim_proc.shm;
+    uint64_t n = __atomic_fetch_add(&shm->reaped_seq, 1, __ATOMIC_ACQ_REL);
+    struct krex_sim_reaped *r = &shm->reaped[n % KREX_SIM_REAPED_MAX];
+    __atomic_store_n(&r->seq, 0, __ATOMIC_RELEASE);
+    r->pid = pid;
+    r->tenant_id = slot->tenant_id;
+    r->start_time = __atomic_load_n(&slot->start_time, __ATOMIC_RELAXED);
+    r->last_work_ns = __atomic_load_n(&slot->last_work_ns, __ATOMIC_RELAXED);
+    r->devices_used = used;
+    for (int d = 0; d < KREX_SIM_MAX_DEVICES; d++)
+        r->work_items[d] = __atomic_load_n(&slot->work_items[d], __ATOMIC_RELAXED);
+    __atomic_store_n(&r->seq, n + 1, __ATOMIC_RELEASE);
+}
+
 /* Takes a dead process's slot back. The CAS to BUSY makes exactly one reaper
  * (or claimer) own the slot while its counters are cleared. */
 static void reap_slot(struct krex_sim_proc_slot *slot, int pid)
@@ -160,6 +181,7 @@ static void reap_slot(struct krex_sim_proc_slot *slot, int pid)
     if (!__atomic_compare_exchange_n(&slot->pid, &expected, KREX_SIM_SLOT_BUSY, false, __ATOMIC_ACQ_REL,
                                      __ATOMIC_RELAXED))
         return;
+    keep_reaped(slot, pid);
     clear_counters(slot);
     __atomic_store_n(&slot->inflight, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&slot->in_call, 0, __ATOMIC_RELEASE);
