@@ -39,6 +39,8 @@ class ForwardedRun:
         self._owner = (run_as.user.uid, run_as.user.gid) if run_as is not None and run_as.user is not None else None
         self.segment: Segment | None = None
         self.unknown_call = ""  # the first call its client did not forward
+        self.after_region = False  # ...made after the command had held a region
+        self.staged_pinned_copies = 0  # asynchronous copies from or to page-locked memory, staged
 
     async def begin(self, job: Job) -> Outcome | None:
         """Its segment, served by its server; an Outcome when it cannot start."""
@@ -76,6 +78,8 @@ class ForwardedRun:
         self._server.exited.remove_done_callback(self._server_died)
         state = self.segment.state()
         self.unknown_call = state.unknown_call
+        self.after_region = state.after_region
+        self.staged_pinned_copies = state.staged_pinned_copies
         stopped = state.reason if state.state == STATE_FAILED else ""
         refused = await self._pool.release(self._server, self.segment)
         self.segment = None
@@ -94,11 +98,33 @@ class ForwardedRun:
             reason = (f"it carries its own CUDA runtime (cudart linked statically, nvcc's default, or a libcudart "
                       f"loaded by path), which asks for the driver's private tables ({EXPORT_TABLE}) and cannot "
                       f"run forwarded: build it with `nvcc -cudart shared`, or run it in process mode")
+        elif self.unknown_call and self.after_region:
+            # It cannot run again: what it measured in its regions would be measured twice.
+            reason = (f"it called {self.unknown_call} after it had held a region: forwarded mode does not forward "
+                      f"it, and a command runs again in process mode only before its first region (its "
+                      f"measurements cannot be redone behind its back); run it in process mode")
+            outcome = dataclasses.replace(outcome, state="failed" if outcome.state == "finished" else outcome.state)
         elif self.unknown_call and (outcome.exit_code or outcome.signal):
             reason = f"it called {self.unknown_call}, which forwarded mode does not forward (run it in process mode)"
+        if self.staged_pinned_copies and not self.fell_back(outcome):
+            reason = "; ".join(r for r in (reason, staged_note(self.staged_pinned_copies)) if r)
         return dataclasses.replace(outcome, reason=reason) if reason != outcome.reason else outcome
 
     def fell_back(self, outcome: Outcome) -> bool:
         """The client ended the command at a call it does not forward, to run it again in process mode."""
-        return self._settings.fallback == "process" and bool(self.unknown_call) and outcome.exit_code == EXIT_UNKNOWN_CALL
+        return (self._settings.fallback == "process" and bool(self.unknown_call) and not self.after_region
+                and outcome.exit_code == EXIT_UNKNOWN_CALL)
+
+    def fallback_note(self) -> str:
+        """What the result of a command run again in process mode says."""
+        return (f"ran again in process mode: it called {self.unknown_call}, which forwarded mode does not forward "
+                f"(before its first region)")
+
+
+def staged_note(copies: int) -> str:
+    """A forwarded asynchronous copy from page-locked memory is not one DMA from
+    the program's pages: its bytes cross the segment (docs/modes.md)."""
+    return (f"{copies} asynchronous cop{'y' if copies == 1 else 'ies'} from or to page-locked host memory went "
+            f"through the forwarding segment (a staged copy, not the copy asked for): event timings around "
+            f"them measure the staging")
 

@@ -39,6 +39,8 @@ OFFSETS = {
     "client_pid": 40,
     "req_head": 64,
     "calls_sent": 80,
+    "staged_pinned_copies": 88,
+    "unknown_after_region": 96,
     "req_tail": 128,
     "deferred_result": 156,
     "calls_done": 160,
@@ -59,6 +61,8 @@ class SegmentState:
     calls_sent: int
     calls_done: int
     client_pid: int
+    after_region: bool = False  # unknown_call came after the command had held a region
+    staged_pinned_copies: int = 0  # asynchronous copies from or to page-locked memory that were staged
 
 
 def _text(raw: bytes) -> str:
@@ -117,7 +121,9 @@ class Segment:
         done, = struct.unpack_from("<Q", m, o["calls_done"])
         reason = _text(m[o["reason"]:o["reason"] + REASON_LEN]) if state == STATE_FAILED else ""
         unknown = _text(m[o["unknown_call"]:o["unknown_call"] + CALL_LEN])
-        return SegmentState(state, reason, unknown, sent, done, client)
+        staged, = struct.unpack_from("<Q", m, o["staged_pinned_copies"])
+        after, = struct.unpack_from("<I", m, o["unknown_after_region"])
+        return SegmentState(state, reason, unknown, sent, done, client, after != 0, staged)
 
     def mark_failed(self, reason: str) -> None:
         """Its server died: a client waiting on it sees this within its park bound

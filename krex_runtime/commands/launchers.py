@@ -13,6 +13,7 @@ ends with the dispatcher's `finish`, whatever happened.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -111,7 +112,10 @@ class Launchers:
             process = CommandProcess(self._spec(job, gpu, cgroup), lambda stream, data: self._output(job, stream, data))
             job.process = process
             failed = await process.start()
-            return failed if failed is not None else await process.wait()
+            again = failed if failed is not None else await process.wait()
+            # The result says why it ran twice, whatever its second run says.
+            why = "; ".join(r for r in (run.fallback_note(), again.reason) if r)
+            return dataclasses.replace(again, reason=why)
 
         await self._launch(job, gpu, CommandProcess, _rmdir, run.edit_env, after=after)
 

@@ -250,7 +250,10 @@ class ForwardSection:
 
     servers_per_gpu: int = 0  # 0: forwarded mode off
     native_default: bool = False  # submissions naming no mode that are not Python entry points run forwarded
-    fallback: Literal["fail", "process"] = "fail"  # a call not forwarded: fails, or the command runs again in process mode
+    # A call forwarded mode does not serve: "process" runs the command again in
+    # process mode (only before its first region); "fail" is strict forwarding,
+    # where the call fails as not supported.
+    fallback: Literal["fail", "process"] = "process"
     ring_kib: int = 1024  # each command's request ring (a power of two)
     staging_kib: int = 1024  # each command's reply staging area (copies to the host, in chunks of it)
     max_commands: int = 1000  # a server is replaced after this many commands

@@ -32,6 +32,12 @@ int krex_region_enter(void);
  * this process does not hold the region; other negative errno as above. */
 int krex_region_exit(void);
 
+/* How many regions this process has been granted so far (0 when not under
+ * the runtime). Forwarded mode's client asks it: a command that meets a call
+ * forwarded mode does not serve runs again in process mode only while no
+ * region has been measured. */
+int krex_regions_entered(void);
+
 /* Measurement integrity of the region this process holds (else of the last
  * one it held), as the library judged the CUDA-event timings asked for so far:
  * "<windows>,<escaped>,<other_thread>,<empty>,<stream_mismatch>" (counts of

@@ -71,7 +71,10 @@ struct krex_fwd_header {
     uint32_t req_seq;       /* futex: bumped after each request */
     uint32_t client_parked; /* the client sleeps on space_seq or reply_seq */
     uint64_t calls_sent;
-    uint64_t reserved2[5];
+    uint64_t staged_pinned_copies; /* asynchronous copies from or to page-locked host memory, staged */
+    uint32_t unknown_after_region; /* unknown_call came after the process had held a region */
+    uint32_t reserved2a;
+    uint64_t reserved2[3];
     /* line 2: the server's */
     uint64_t req_tail;      /* bytes consumed, ever */
     uint32_t space_seq;     /* futex: bumped after consuming */
@@ -153,7 +156,10 @@ struct krex_fwd_msg {
     X(EVENT_SYNC, "cuEventSynchronize")                                                                     \
     X(EVENT_QUERY, "cuEventQuery")                                                                          \
     X(EVENT_ELAPSED, "cuEventElapsedTime_v2")                                                               \
-    X(LOADING_MODE, "cuModuleGetLoadingMode")
+    X(LOADING_MODE, "cuModuleGetLoadingMode")                                                               \
+    X(OCC_ACTIVE, "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags")                                    \
+    X(OCC_BLOCK_SIZE, "cuOccupancyMaxPotentialBlockSizeWithFlags")                                          \
+    X(OCC_DYN_SMEM, "cuOccupancyAvailableDynamicSMemPerBlock")
 
 #define KREX_FWD_ENUM(name, fn) KREX_FWD_OP_##name,
 enum krex_fwd_op { KREX_FWD_OP_NONE = 0, KREX_FWD_OPS(KREX_FWD_ENUM) KREX_FWD_OP_COUNT };

@@ -39,7 +39,7 @@ pytestmark = pytest.mark.gpu
 
 SIZE = 1 << 20
 FIRST_UID, UIDS, GROUP = 62300, 8, 62299
-FORWARD = "\n[forward]\nservers_per_gpu = 1\nclean_timeout_s = 30\n"
+FORWARD = '\n[forward]\nservers_per_gpu = 1\nclean_timeout_s = 30\nfallback = "fail"\n'  # strict: served, never re-run
 CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_ILLEGAL_ADDRESS = 1, 400, 700
 AS_ROOT = os.geteuid() == 0
 

@@ -50,7 +50,9 @@ CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_ILLEGAL_ADDRESS 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not Path(PYTHON).exists(), reason=f"needs root and {PYTHON}")
 
 TENANTS = f'uid_range = [{FIRST_UID}, {UIDS}]\ngroup = "{GROUP}"\n'
-FORWARD = "\n[forward]\nservers_per_gpu = 1\nclean_timeout_s = 10\n"
+# Strict forwarding: a hostile command's calls are answered by its server,
+# never run again in process mode (where the simulator has no checks to test).
+FORWARD = '\n[forward]\nservers_per_gpu = 1\nclean_timeout_s = 10\nfallback = "fail"\n'
 
 
 @pytest.fixture(scope="module")

@@ -372,6 +372,45 @@ CUDART_EXPORT cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAt
     return cudart_result(cuFuncSetAttribute(f, (CUfunction_attribute)attr, value));
 }
 
+/* Occupancy: the driver's calculator for the kernel's function on the
+ * current device (cuda_runtime.h's cudaOccupancyMaxPotentialBlockSize
+ * templates are built on these and cudaFuncGetAttributes). */
+CUDART_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, const void *func,
+                                                                                 int blockSize,
+                                                                                 size_t dynamicSMemSize,
+                                                                                 unsigned int flags)
+{
+    struct kernel *k = kernel_of(func);
+    if (k == NULL)
+        return cudart_fail(cudaErrorInvalidDeviceFunction);
+    CUfunction f;
+    cudaError_t err = function_of(k, &f);
+    if (err != cudaSuccess)
+        return err;
+    /* cudaOccupancyDisableCachingOverride (1) is CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE. */
+    return cudart_result(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, f, blockSize,
+                                                                             dynamicSMemSize, flags));
+}
+
+CUDART_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, const void *func,
+                                                                        int blockSize, size_t dynamicSMemSize)
+{
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, 0);
+}
+
+CUDART_EXPORT cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, const void *func,
+                                                                    int numBlocks, int blockSize)
+{
+    struct kernel *k = kernel_of(func);
+    if (k == NULL)
+        return cudart_fail(cudaErrorInvalidDeviceFunction);
+    CUfunction f;
+    cudaError_t err = function_of(k, &f);
+    if (err != cudaSuccess)
+        return err;
+    return cudart_result(cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, f, numBlocks, blockSize));
+}
+
 CUDART_EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func)
 {
     if (attr == NULL)

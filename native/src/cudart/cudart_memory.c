@@ -128,6 +128,20 @@ CUDART_EXPORT cudaError_t cudaFreeHost(void *ptr)
     return err != cudaSuccess ? err : cudart_result(cuMemFreeHost(ptr));
 }
 
+/* cudaHostRegister's flags are cuMemHostRegister's (portable 1, mapped 2,
+ * I/O memory 4, read-only 8). */
+CUDART_EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
+{
+    cudaError_t err = cudart_context(NULL);
+    return err != cudaSuccess ? err : cudart_result(cuMemHostRegister(ptr, size, flags));
+}
+
+CUDART_EXPORT cudaError_t cudaHostUnregister(void *ptr)
+{
+    cudaError_t err = cudart_context(NULL);
+    return err != cudaSuccess ? err : cudart_result(cuMemHostUnregister(ptr));
+}
+
 /* ---- copies ----------------------------------------------------------------------------- */
 
 static enum cudaMemcpyKind resolve_kind(void *dst, const void *src, enum cudaMemcpyKind kind)

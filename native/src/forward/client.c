@@ -16,6 +16,7 @@
  */
 #include "client.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -263,25 +264,50 @@ CUresult fwd_call(unsigned op, unsigned flags, const uint64_t *args, unsigned na
     return r;
 }
 
+/* Regions the process has been granted (the interception library's count,
+ * found by name: it is preloaded in front of this library under the runtime,
+ * absent when the program runs on its own). */
+static int regions_entered(void)
+{
+    int (*entered)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "krex_regions_entered");
+    return entered != NULL ? entered() : 0;
+}
+
 CUresult fwd_unknown(const char *name)
 {
     pthread_once(&attach_once, attach);
+    bool after_region = regions_entered() > 0;
     if (attach_result == CUDA_SUCCESS) {
         char expected = '\0';
         /* The first one is kept for the runtime (it names it in the result). */
         if (__atomic_compare_exchange_n(&seg.h->unknown_call[0], &expected, 'c', false, __ATOMIC_ACQ_REL,
-                                        __ATOMIC_RELAXED))
+                                        __ATOMIC_RELAXED)) {
             snprintf(seg.h->unknown_call, sizeof seg.h->unknown_call, "%s", name);
+            __atomic_store_n(&seg.h->unknown_after_region, after_region ? 1u : 0u, __ATOMIC_RELEASE);
+        }
     }
     const char *fallback = getenv(KREX_FWD_ENV_FALLBACK);
-    if (fallback != NULL && strcmp(fallback, "process") == 0) {
+    if (fallback != NULL && strcmp(fallback, "process") == 0 && !after_region) {
         fwd_log("%s is not forwarded; the command ends here and runs again in process mode", name);
         _exit(KREX_FWD_EXIT_UNKNOWN_CALL);
     }
-    fwd_log("%s is not forwarded (forwarded mode): it fails as not supported (error 801); run the command in "
-            "process mode to use it",
-            name);
+    if (after_region)
+        /* What it measured cannot be measured again behind its back. */
+        fwd_log("%s is not forwarded (forwarded mode) and the command has already held a region, so it is not "
+                "run again in process mode: the call fails as not supported (error 801)",
+                name);
+    else
+        fwd_log("%s is not forwarded (forwarded mode): it fails as not supported (error 801); run the command in "
+                "process mode to use it",
+                name);
     return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+void fwd_count_staged_pinned(void)
+{
+    pthread_once(&attach_once, attach);
+    if (attach_result == CUDA_SUCCESS)
+        __atomic_fetch_add(&seg.h->staged_pinned_copies, 1, __ATOMIC_RELAXED);
 }
 
 /* The same for forwarded mode's CUDA runtime (libcudart.so.N, src/cudart),

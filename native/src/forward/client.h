@@ -39,6 +39,13 @@ size_t fwd_staging_size(void);
 /* An entry point this library does not forward: says which, remembers it for
  * the runtime and, under KREX_FORWARD_FALLBACK=process, ends the command. */
 CUresult fwd_unknown(const char *name);
+/* An asynchronous copy from or to page-locked host memory went through the
+ * ring and the staging area: counted in the segment for the runtime, which
+ * says so in the command's result (it is not the one DMA the program asked for). */
+void fwd_count_staged_pinned(void);
+/* client_local.c: is [p, p+n) inside page-locked host memory of the process
+ * (cuMemAllocHost, cuMemHostAlloc, cuMemHostRegister). */
+bool fwd_page_locked(const void *p, size_t n);
 /* fwd_unknown, exported for forwarded mode's CUDA runtime (src/cudart), which
  * calls it for the runtime entry points it does not implement. */
 CUresult krex_forward_unknown_call(const char *name) __attribute__((visibility("default")));

@@ -269,6 +269,8 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream stream
         return CUDA_ERROR_INVALID_VALUE;
     size_t chunk = fwd_max_blob();
     unsigned op = async ? KREX_FWD_OP_HTOD_ASYNC : KREX_FWD_OP_HTOD;
+    if (async && fwd_page_locked(src, n))
+        fwd_count_staged_pinned();
     size_t done = 0;
     do {
         size_t part = n - done < chunk ? n - done : chunk;
@@ -288,6 +290,8 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream stream
  * memory once the stream has reached the copy; here they are at return). */
 static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream stream, bool async, unsigned flags)
 {
+    if (async && dst != NULL && fwd_page_locked(dst, n))
+        fwd_count_staged_pinned();
     NEED_INIT();
     if (dst == NULL && n > 0)
         return CUDA_ERROR_INVALID_VALUE;
@@ -554,6 +558,84 @@ FWD_EXPORT CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_attr
     NEED_INIT();
     struct fwd_reply r = {0};
     return ask(KREX_FWD_OP_FUNC_SET_ATTR, ARGS(U(hfunc), (uint64_t)attrib, (uint64_t)(int64_t)value), &r);
+}
+
+/* ---- occupancy ----------------------------------------------------------------------- */
+
+FWD_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func,
+                                                                                 int blockSize,
+                                                                                 size_t dynamicSMemSize,
+                                                                                 unsigned int flags)
+{
+    NEED_INIT();
+    if (numBlocks == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fwd_reply r = {0};
+    CUresult rc = ask(KREX_FWD_OP_OCC_ACTIVE,
+                      ARGS(U(func), (uint64_t)(int64_t)blockSize, (uint64_t)dynamicSMemSize, (uint64_t)flags), &r);
+    if (rc == CUDA_SUCCESS)
+        *numBlocks = (int)r.out[0];
+    return rc;
+}
+
+FWD_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func,
+                                                                        int blockSize, size_t dynamicSMemSize)
+{
+    return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, 0);
+}
+
+/* The callback that gives the dynamic shared memory of a block size is the
+ * program's code: it is called here for every candidate (each multiple of
+ * the warp up to the largest block), and the server picks from the table, as
+ * the driver's calculator would from the callback. */
+#define OCC_CANDIDATES 32 /* 32, 64, ... 1024 threads */
+
+FWD_EXPORT CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize,
+                                                                      CUfunction func,
+                                                                      CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+                                                                      size_t dynamicSMemSize, int blockSizeLimit,
+                                                                      unsigned int flags)
+{
+    NEED_INIT();
+    if (minGridSize == NULL || blockSize == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t table[OCC_CANDIDATES];
+    size_t table_len = 0;
+    if (blockSizeToDynamicSMemSize != NULL) {
+        for (int i = 0; i < OCC_CANDIDATES; i++)
+            table[i] = (uint64_t)blockSizeToDynamicSMemSize(32 * (i + 1));
+        table_len = sizeof table;
+    }
+    struct fwd_reply r = {0};
+    CUresult rc = fwd_call(KREX_FWD_OP_OCC_BLOCK_SIZE, 0,
+                           ARGS(U(func), (uint64_t)dynamicSMemSize, (uint64_t)(int64_t)blockSizeLimit,
+                                (uint64_t)flags),
+                           table, table_len, NULL, 0, &r);
+    if (rc == CUDA_SUCCESS)
+        *minGridSize = (int)r.out[0], *blockSize = (int)r.out[1];
+    return rc;
+}
+
+FWD_EXPORT CUresult CUDAAPI cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func,
+                                                             CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+                                                             size_t dynamicSMemSize, int blockSizeLimit)
+{
+    return cuOccupancyMaxPotentialBlockSizeWithFlags(minGridSize, blockSize, func, blockSizeToDynamicSMemSize,
+                                                     dynamicSMemSize, blockSizeLimit, 0);
+}
+
+FWD_EXPORT CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func,
+                                                                    int numBlocks, int blockSize)
+{
+    NEED_INIT();
+    if (dynamicSmemSize == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fwd_reply r = {0};
+    CUresult rc = ask(KREX_FWD_OP_OCC_DYN_SMEM,
+                      ARGS(U(func), (uint64_t)(int64_t)numBlocks, (uint64_t)(int64_t)blockSize), &r);
+    if (rc == CUDA_SUCCESS)
+        *dynamicSmemSize = (size_t)r.out[0];
+    return rc;
 }
 
 FWD_EXPORT CUresult CUDAAPI cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function)

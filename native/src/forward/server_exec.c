@@ -55,7 +55,9 @@
     X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuStreamSynchronize_ptsz) X(cuStreamQuery)              \
     X(cuStreamQuery_ptsz) X(cuStreamWaitEvent) X(cuStreamWaitEvent_ptsz) X(cuEventCreate)                  \
     X(cuEventDestroy_v2) X(cuEventRecordWithFlags) X(cuEventRecordWithFlags_ptsz) X(cuEventSynchronize)    \
-    X(cuEventQuery) X(cuEventElapsedTime_v2) X(cuModuleGetLoadingMode) X(cuGetErrorName)
+    X(cuEventQuery) X(cuEventElapsedTime_v2) X(cuModuleGetLoadingMode) X(cuGetErrorName)                 \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) X(cuOccupancyMaxPotentialBlockSizeWithFlags)    \
+    X(cuOccupancyAvailableDynamicSMemPerBlock)
 
 #define DECLARE(name) static __typeof__(&name) p_##name;
 FNS(DECLARE)
@@ -883,6 +885,56 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
                     ? CALL(p_cuFuncSetAttribute, (CUfunction)(uintptr_t)a[0], (CUfunction_attribute)a[1], (int)a[2])
                     : CUDA_ERROR_INVALID_HANDLE;
             break;
+        case KREX_FWD_OP_OCC_ACTIVE: {
+            int n = 0;
+            r = known_function(a[0]) ? CALL(p_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, &n,
+                                            (CUfunction)(uintptr_t)a[0], (int)a[1], (size_t)a[2], (unsigned)a[3])
+                                     : CUDA_ERROR_INVALID_HANDLE;
+            out[0] = (uint64_t)(int64_t)n, nout = 1;
+            break;
+        }
+        case KREX_FWD_OP_OCC_BLOCK_SIZE: {
+            /* Without a table: the driver's calculator. With one (the
+             * program's callback, evaluated by the client for each multiple of
+             * the warp): the largest block of the highest occupancy. */
+            CUfunction f = (CUfunction)(uintptr_t)a[0];
+            int grid = 0, block = 0;
+            if (m->blob_len != 0 && m->blob_len != 32 * sizeof(uint64_t))
+                BAD("an occupancy table of %u bytes", m->blob_len);
+            if (!known_function(a[0])) {
+                r = CUDA_ERROR_INVALID_HANDLE;
+            } else if (m->blob_len == 0) {
+                r = CALL(p_cuOccupancyMaxPotentialBlockSizeWithFlags, &grid, &block, f, NULL, (size_t)a[1], (int)a[2],
+                         (unsigned)a[3]);
+            } else {
+                uint64_t table[32];
+                memcpy(table, blob, sizeof table);
+                int limit = 1024, sms = 0, most = 0, best_n = 0;
+                if (p_cuFuncGetAttribute != NULL)
+                    p_cuFuncGetAttribute(&limit, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f);
+                if ((int)a[2] > 0 && (int)a[2] < limit)
+                    limit = (int)a[2];
+                r = CALL(p_cuDeviceGetAttribute, &sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device);
+                for (int b = limit / 32 * 32; r == CUDA_SUCCESS && b > 0; b -= 32) {
+                    int n = 0;
+                    r = CALL(p_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, &n, f, b, (size_t)table[b / 32 - 1],
+                             (unsigned)a[3]);
+                    if (r == CUDA_SUCCESS && n * b > most)
+                        most = n * b, block = b, best_n = n;
+                }
+                grid = best_n * sms;
+            }
+            out[0] = (uint64_t)(int64_t)grid, out[1] = (uint64_t)(int64_t)block, nout = 2;
+            break;
+        }
+        case KREX_FWD_OP_OCC_DYN_SMEM: {
+            size_t v = 0;
+            r = known_function(a[0]) ? CALL(p_cuOccupancyAvailableDynamicSMemPerBlock, &v, (CUfunction)(uintptr_t)a[0],
+                                            (int)a[1], (int)a[2])
+                                     : CUDA_ERROR_INVALID_HANDLE;
+            out[0] = (uint64_t)v, nout = 1;
+            break;
+        }
         case KREX_FWD_OP_FUNC_IS_LOADED: {
             CUfunctionLoadingState st = CU_FUNCTION_LOADING_STATE_LOADED;
             r = known_function(a[0]) ? CALL(p_cuFuncIsLoaded, &st, (CUfunction)(uintptr_t)a[0])

@@ -34,6 +34,7 @@
 
 static pthread_mutex_t region_lock = PTHREAD_MUTEX_INITIALIZER;
 static int region_fd = -1;
+static unsigned regions_entered; /* regions granted to this process, ever */
 static pid_t region_pid;   /* the process that owns region_fd (fork check) */
 static bool holding;
 static char inbuf[512];
@@ -191,9 +192,16 @@ KREX_EXPORT int krex_region_enter(void)
         snprintf(request, sizeof request, "ENTER %ld\n", (long)syscall(SYS_gettid));
         rc = transact(request, "GRANTED", reply, sizeof reply);
         holding = rc == 0;
+        if (holding)
+            __atomic_fetch_add(&regions_entered, 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&region_lock);
     return rc;
+}
+
+KREX_EXPORT int krex_regions_entered(void)
+{
+    return (int)__atomic_load_n(&regions_entered, __ATOMIC_ACQUIRE);
 }
 
 KREX_EXPORT int krex_region_exit(void)

@@ -198,6 +198,8 @@ struct CUfunc_st {
     struct CUmod_st *module;
     struct CUfunc_st *next;
     char name[KREX_SIM_LOG_NAME_LEN];
+    int max_dynamic_smem; /* cuFuncSetAttribute; 0: the default (48 KiB) */
+    int carveout;         /* preferred shared-memory carveout, percent (-1: none) */
 };
 
 struct CUmod_st {
