@@ -21,6 +21,7 @@ from krex_cluster.testing import KrexCluster, results_by_label, wait_for  # noqa
 
 from krex_runtime.api import Client  # noqa: E402
 from krex_runtime.api.results import Command  # noqa: E402
+from krex_runtime.regions.certificate import RANK  # noqa: E402
 from krex_runtime.sim.device_file import remove_device  # noqa: E402
 from krex_runtime.testing import hygiene  # noqa: E402
 from krex_runtime.wire.control_client import ControlClient, RequestFailed, RuntimeUnavailable  # noqa: E402
@@ -105,7 +106,7 @@ def test_a_command_whose_needs_no_node_meets_is_refused_clearly(cluster: KrexClu
                          node_labels={"zone": "b"})
     assert (result.exit_code, result.stdout, result.stderr, result.record["node"]) == (3, "out\n", "err\n", "n3")
     assert measured.ok, measured.stderr
-    assert len(measured.regions) == 1 and measured.regions[0].verdict in ("verified", "unknown", "violated")
+    assert len(measured.regions) == 1 and measured.regions[0].verdict in RANK  # a verdict, whichever this machine earns
 
 
 def test_a_thousand_commands_from_several_submitters_each_result_once(cluster: KrexCluster) -> None:
