@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import tomllib
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -139,15 +140,17 @@ def make_runtime(tmp_path: Path, native_built: Path) -> Iterator[Any]:
 def _idle_hygiene(rt: Runtime, fds_at_start: dict[int, str]) -> list[str]:
     """A runtime the test left idle (nothing running or queued) holds nothing
     back and has no more descriptors than when it started (where it has no
-    context pool or zygotes: they start after the runtime, with channels of
-    their own; test_pool checks its descriptors once warm)."""
+    context pool, zygotes or context servers: they start after the runtime,
+    with channels and pidfds of their own; test_pool checks its descriptors
+    once warm)."""
     with rt.client() as c:
         status = c.call("status")
     if status["queued"] or any(g["running"] for g in status["gpus"]):
         return []
     assert rt.proc is not None
     pid = rt.proc.pid
-    pooled = any(g["pool_size"] or g["zygote"] for g in status["gpus"])
+    servers = tomllib.loads(rt.config_path.read_text()).get("forward", {}).get("servers_per_gpu", 0)
+    pooled = servers > 0 or any(g["pool_size"] or g["zygote"] for g in status["gpus"])
     try:
         wait_until(lambda: not hygiene.held_back(rt.run_dir), 10, "nothing held back")
         wait_until(lambda: pooled or not hygiene.grown_fds(pid, fds_at_start), 10, "descriptors back")
