@@ -233,6 +233,15 @@ static struct kernel *kernel_of(const void *host_fun)
     return k;
 }
 
+/* The driver function of a registered kernel's host stub, in the current device's context. */
+static cudaError_t function_of_host(const void *func, CUfunction *out)
+{
+    struct kernel *k = kernel_of(func);
+    if (k == NULL)
+        return cudart_fail(cudaErrorInvalidDeviceFunction);
+    return function_of(k, out);
+}
+
 cudaError_t cudart_symbol(const void *symbol, CUdeviceptr *dptr, size_t *size)
 {
     int dev;
@@ -360,11 +369,8 @@ CUDART_EXPORT cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 grid
 
 CUDART_EXPORT cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value)
 {
-    struct kernel *k = kernel_of(func);
-    if (k == NULL)
-        return cudart_fail(cudaErrorInvalidDeviceFunction);
     CUfunction f;
-    cudaError_t err = function_of(k, &f);
+    cudaError_t err = function_of_host(func, &f);
     if (err != cudaSuccess)
         return err;
     /* cudaFuncAttributeMaxDynamicSharedMemorySize (8) and
@@ -380,11 +386,8 @@ CUDART_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags
                                                                                  size_t dynamicSMemSize,
                                                                                  unsigned int flags)
 {
-    struct kernel *k = kernel_of(func);
-    if (k == NULL)
-        return cudart_fail(cudaErrorInvalidDeviceFunction);
     CUfunction f;
-    cudaError_t err = function_of(k, &f);
+    cudaError_t err = function_of_host(func, &f);
     if (err != cudaSuccess)
         return err;
     /* cudaOccupancyDisableCachingOverride (1) is CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE. */
@@ -401,11 +404,8 @@ CUDART_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *num
 CUDART_EXPORT cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, const void *func,
                                                                     int numBlocks, int blockSize)
 {
-    struct kernel *k = kernel_of(func);
-    if (k == NULL)
-        return cudart_fail(cudaErrorInvalidDeviceFunction);
     CUfunction f;
-    cudaError_t err = function_of(k, &f);
+    cudaError_t err = function_of_host(func, &f);
     if (err != cudaSuccess)
         return err;
     return cudart_result(cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, f, numBlocks, blockSize));
@@ -415,11 +415,8 @@ CUDART_EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr,
 {
     if (attr == NULL)
         return cudart_fail(cudaErrorInvalidValue);
-    struct kernel *k = kernel_of(func);
-    if (k == NULL)
-        return cudart_fail(cudaErrorInvalidDeviceFunction);
     CUfunction f;
-    cudaError_t err = function_of(k, &f);
+    cudaError_t err = function_of_host(func, &f);
     if (err != cudaSuccess)
         return err;
     memset(attr, 0, sizeof *attr);
