@@ -129,7 +129,7 @@ def main() -> None:
         clocks = "/".join(clock_range(r[k]) for k in ("native", "krex", "repeat"))
         at_clock = "/".join("-" if r[k] is None else f"{r[k]:.3f}" for k in ("clock_ratio", "repeat_clock_ratio"))
         at_clock = " ".join(f"{x:>7}" for x in at_clock.split("/"))
-        print(f"{r['kind']:<10} {str(r['auto_region']):<5} {r['native_ms']:>10.4f} {r['krex_ms']:>10.4f} "
+        print(f"{r['kind']:<10} {r['auto_region']!s:<5} {r['native_ms']:>10.4f} {r['krex_ms']:>10.4f} "
               f"{r['ratio']:>7.3f} {r['repeat_ratio']:>7.3f} {clocks:>16} {at_clock} {r['unprotected_timings']:>8}  "
               f"{','.join(r['wrapped']) or '-'}")
     print("region verdicts:", json.dumps(verdicts))

@@ -16,8 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.sim.device_file import remove_device
+from krex_runtime.testing.local_runtime import Runtime, wait_until
 
 TENANTS = Path(__file__).resolve().parent.parent / "tests" / "tenants"
 PY = sys.executable

@@ -25,12 +25,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from krex_cluster.testing import KrexCluster
 from krex_runtime.api import Client
 from krex_runtime.api.results import Command
 from krex_runtime.sim.device_file import remove_device
 from krex_runtime.testing.local_runtime import Runtime
-
-from krex_cluster.testing import KrexCluster
 
 
 def throughput(endpoint: str, commands: int, submitters: int, in_flight: int, **options: Any) -> tuple[float, int]:
@@ -44,7 +43,7 @@ def throughput(endpoint: str, commands: int, submitters: int, in_flight: int, **
             with Client(endpoint, timeout=60) as c:
                 batch = [Command(["true"], label=f"b{i}-{j}", **options) for j in range(per[i])]
                 ok[i] = sum(r.ok for r in c.map(batch, max_in_flight=in_flight))
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=submit, args=(i,)) for i in range(submitters)]

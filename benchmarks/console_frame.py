@@ -20,7 +20,8 @@ import asyncio
 import platform
 import statistics
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 EPOCH = 1_800_000_000.0
 

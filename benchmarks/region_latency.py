@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.sim.device_file import remove_device
+from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.wire.trace import read_trace
 
 HERE = Path(__file__).resolve().parent

@@ -21,8 +21,9 @@ import argparse
 import bisect
 import json
 import statistics
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 WINDOW_PAD_NS = 20_000_000  # a timeline sample this close to a trial still speaks of it (the sampling period)
 

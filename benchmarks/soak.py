@@ -42,18 +42,18 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psutil
 import zmq
 
-from krex_runtime.wire import endpoints, protocol
-from krex_runtime.testing import hygiene
-from krex_runtime.wire.control_client import ControlClient, RequestFailed, RuntimeUnavailable
-from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.sim.device_file import remove_device
+from krex_runtime.testing import hygiene
+from krex_runtime.testing.local_runtime import Runtime, wait_until
+from krex_runtime.wire import endpoints, protocol
+from krex_runtime.wire.control_client import ControlClient, RequestFailed, RuntimeUnavailable
 from krex_runtime.wire.trace import TraceError, read_trace, replay
 
 HERE = Path(__file__).resolve().parent
@@ -560,7 +560,7 @@ class Soak:
             self.fail(f"RSS grows {rss['slope_kib_per_min']:.0f} KiB/min in life {rss['slope_life']} "
                       f"(limit {self.args.rss_slope_limit})")
         return {
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "machine": f"{platform.node()}, {os.cpu_count()} CPUs, simulated GPUs",
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
             "duration_s": round(time.monotonic() - self.t0, 1),

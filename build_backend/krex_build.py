@@ -19,5 +19,5 @@ from setuptools.build_meta import *  # noqa: F403  (the rest of the PEP 517 hook
 CUDA_HEADERS = ["nvidia-cuda-runtime>=13,<14", "nvidia-cuda-crt>=13,<14"]
 
 
-def get_requires_for_build_wheel(config_settings=None):  # noqa: ANN001, ANN201  (PEP 517 signature)
+def get_requires_for_build_wheel(config_settings=None):
     return [*_setuptools.get_requires_for_build_wheel(config_settings), *CUDA_HEADERS]

@@ -29,7 +29,8 @@ import shutil  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
-from typing import Any, Callable  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import Any
 
 L2_FLUSH_BYTES = 256 << 20  # several times the H200's 50 MB L2
 WARMUP_S = 0.05  # long enough for an idle GPU's clocks to come up

@@ -32,7 +32,6 @@ from rich.console import Console
 from krex_bench import analysis, report, runner, setups, workload
 from krex_bench.progress import SetupProgress
 
-
 FAILED = 125  # the krex exit status of every KREX failure (README, "Exit status of krex")
 MAX_REPEATS = 100
 CLOCK_HELP = (

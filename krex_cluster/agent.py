@@ -25,12 +25,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from krex_runtime.wire import protocol
-from krex_runtime.wire.typed import from_dict
-
 from krex_cluster import supervisor
 from krex_cluster.config import NodeSpec
 from krex_cluster.link import LinkLost, RuntimeLink, with_node
+from krex_runtime.wire import protocol
+from krex_runtime.wire.typed import from_dict
 
 TELEMETRY_KEPT = 20_000  # messages held for the next drain; older ones are dropped (a seq gap says so)
 OUTBOX_KEPT = 200_000
@@ -116,7 +115,7 @@ class NodeAgent:
                 # What comes with it (a command's events, its output and result)
                 # goes in the same reply: one call to the gateway, not several.
                 await asyncio.sleep(BATCH_S)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         items, telemetry = list(self.outbox), list(self.telemetry)
         self.outbox.clear()
@@ -181,7 +180,7 @@ class NodeAgent:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 await asyncio.wait_for(self.proc.wait(), 60)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 self.proc.kill()
                 await self.proc.wait()
         if self.link is not None:
@@ -281,7 +280,7 @@ class NodeAgent:
             return
         try:
             await asyncio.wait_for(asyncio.shield(asyncio.ensure_future(self.proc.wait())), seconds)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     def _lose(self, reason: str) -> None:

@@ -16,8 +16,9 @@ import asyncio
 import collections
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from krex_runtime.wire.protocol import FINAL_STATES
 

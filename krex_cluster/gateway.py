@@ -22,14 +22,13 @@ import ray
 import zmq
 import zmq.asyncio
 
-from krex_runtime.wire import protocol, serving, verbs
-from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request
-
 from krex_cluster import access, handlers, held, nodes, sockets
 from krex_cluster.access import Peer
 from krex_cluster.command_table import ClusterCommand, CommandTable
 from krex_cluster.config import ClusterConfig, default_run_dir
 from krex_cluster.router import Needs, NoPlacement, place
+from krex_runtime.wire import protocol, serving, verbs
+from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request
 
 log = logging.getLogger("krex.cluster")
 
@@ -97,7 +96,7 @@ class Gateway:
         self._stopping = True
         try:  # what is held now is on disk for the next gateway
             await asyncio.wait_for(self.held_file.flushed(), 30)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.error("held commands file %s: the last write did not end within 30 s", self.held_file.path)
         for task in self._tasks + [n.pump for n in self.nodes.values() if n.pump is not None]:
             task.cancel()
@@ -105,7 +104,7 @@ class Gateway:
             agents = [n.agent for n in self.nodes.values() if n.agent is not None]
             try:
                 await asyncio.wait_for(asyncio.gather(*(a.stop.remote() for a in agents), return_exceptions=True), 90)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.warning("agents did not stop their runtimes within 90 s")
             for agent in agents:
                 nodes.kill_agent(agent)

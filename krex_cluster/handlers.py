@@ -9,13 +9,10 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from typing import Any, Awaitable, Callable, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 import ray
-
-from krex_runtime.wire import history, protocol, serving, verbs
-from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request
-from krex_runtime.wire.typed import to_dict
 
 from krex_cluster.access import Peer
 from krex_cluster.command_table import ClusterCommand, CommandTable
@@ -23,6 +20,9 @@ from krex_cluster.config import ClusterConfig
 from krex_cluster.held import HeldFile
 from krex_cluster.nodes import NodeState
 from krex_cluster.router import NoPlacement
+from krex_runtime.wire import history, protocol, serving, verbs
+from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request
+from krex_runtime.wire.typed import to_dict
 
 
 class GatewayContext(Protocol):

@@ -21,8 +21,9 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from krex_runtime.wire.bodies import SubmitBody
 from krex_runtime.wire.typed import ShapeError, from_dict

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import zmq
 import zmq.asyncio
@@ -66,7 +67,7 @@ class RuntimeLink:
         try:
             await self.control.send(protocol.encode(msg))
             return await asyncio.wait_for(reply, timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.followed.discard(msg["id"])
             raise LinkLost(f"no reply to {verb} within {timeout_s:g} s") from None
         finally:

@@ -19,9 +19,8 @@ import signal
 import sys
 from dataclasses import replace
 
-from krex_runtime.wire.version import version_line
-
 from krex_cluster.config import ClusterConfigError, load, validate
+from krex_runtime.wire.version import version_line
 
 FAILURE = 125
 

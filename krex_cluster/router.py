@@ -11,8 +11,8 @@ queue, then the name (so equal nodes are chosen the same way every time).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from krex_runtime.wire.endpoints import default_run_dir
-
 from krex_cluster.config import NodeSpec
+from krex_runtime.wire.endpoints import default_run_dir
 
 _PR_SET_PDEATHSIG = 1
 

@@ -29,8 +29,15 @@ from krex_runtime.wire.cluster_trace import (
 from krex_runtime.wire.trace_segments import segments
 
 __all__ = [
-    "ClusterTrace", "ClusterTraceError", "collect", "merged", "node_traces", "read_cluster_trace", "summarize_cluster",
-    "NODE_TRACE", "SUFFIX",
+    "NODE_TRACE",
+    "SUFFIX",
+    "ClusterTrace",
+    "ClusterTraceError",
+    "collect",
+    "merged",
+    "node_traces",
+    "read_cluster_trace",
+    "summarize_cluster",
 ]
 
 

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from textual.css.query import NoMatches
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Input, Static, TabbedContent, TabPane
 
@@ -113,20 +114,17 @@ class KrexConsole(App[None]):
         yield StatusBar(self.status_text())
         with TabbedContent(initial=self.INITIAL_TAB, id="tabs"):
             yield from self.compose_panes()
-            with TabPane("1 Overview", id="overview"):
-                with Vertical():
-                    yield OverviewTable(self.model, gate=self)
-                    yield Static(id="overview-summary")
-            with TabPane("2 Commands", id="commands"):
-                with Vertical():
-                    yield FilterInput(placeholder="filter: words, state:running, gpu:1 (Enter keeps, Esc clears)",
-                                      id="commands-filter")
-                    yield CommandsTable(self.model, gate=self)
-            with TabPane("3 Events", id="events"):
-                with Vertical():
-                    yield FilterInput(placeholder="filter: words, e.g. region gpu:1 (Enter keeps, Esc clears)",
-                                      id="events-filter")
-                    yield EventsTable()
+            with TabPane("1 Overview", id="overview"), Vertical():
+                yield OverviewTable(self.model, gate=self)
+                yield Static(id="overview-summary")
+            with TabPane("2 Commands", id="commands"), Vertical():
+                yield FilterInput(placeholder="filter: words, state:running, gpu:1 (Enter keeps, Esc clears)",
+                                  id="commands-filter")
+                yield CommandsTable(self.model, gate=self)
+            with TabPane("3 Events", id="events"), Vertical():
+                yield FilterInput(placeholder="filter: words, e.g. region gpu:1 (Enter keeps, Esc clears)",
+                                  id="events-filter")
+                yield EventsTable()
         yield KeysFooter()
 
     def compose_panes(self) -> ComposeResult:

@@ -57,10 +57,9 @@ class ClusterConsole(KrexConsole):
         self.cluster_detail = ""
 
     def compose_panes(self) -> ComposeResult:
-        with TabPane("0 Nodes", id="nodes"):
-            with Vertical():
-                yield NodesTable(self.model)
-                yield Static(id="nodes-summary")
+        with TabPane("0 Nodes", id="nodes"), Vertical():
+            yield NodesTable(self.model)
+            yield Static(id="nodes-summary")
 
     def on_mount(self) -> None:  # (Textual runs KrexConsole.on_mount too, after this)
         if self.cluster is not None:

@@ -30,7 +30,13 @@ from krex_console import cluster_model
 from krex_console.cluster_model import NodeSummary
 from krex_console.feed import FeedStatus, Post, ReplayFeed, StateChanged, in_daemon_thread
 from krex_runtime.wire.cluster_trace import ClusterTrace
-from krex_runtime.wire.control_client import ControlClient, RequestFailed, RuntimeUnavailable, check_reachable, use_curve
+from krex_runtime.wire.control_client import (
+    ControlClient,
+    RequestFailed,
+    RuntimeUnavailable,
+    check_reachable,
+    use_curve,
+)
 from krex_runtime.wire.trace import Trace
 
 TOPIC_CLUSTER = b"cluster"

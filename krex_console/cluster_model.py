@@ -11,8 +11,9 @@ can compare a live row with a replayed one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from krex_console import format as fmt
 from krex_console.model import CANARY_LABEL, OPERATOR_TENANT, holder_short, inflation_of, tenants_of

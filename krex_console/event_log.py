@@ -4,8 +4,9 @@ region records the GPU detail's timeline is made of (the trace has all)."""
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 KEEP_EVENTS = 5000
 KEEP_REGIONS_PER_GPU = 200

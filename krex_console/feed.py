@@ -16,19 +16,26 @@ import bisect
 import json
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import zmq
 import zmq.asyncio
 from textual.message import Message
 
+from krex_console.event_log import KEEP_EVENTS, EventLog, RegionRecord
 from krex_runtime.wire import protocol
 from krex_runtime.wire import state as node_state
-from krex_runtime.wire.control_client import ControlClient, RequestFailed, RuntimeUnavailable, check_reachable, use_curve
+from krex_runtime.wire.control_client import (
+    ControlClient,
+    RequestFailed,
+    RuntimeUnavailable,
+    check_reachable,
+    use_curve,
+)
 from krex_runtime.wire.trace import Trace
-from krex_console.event_log import KEEP_EVENTS, EventLog, RegionRecord
 
-__all__ = ["EventLog", "RegionRecord", "LiveFeed", "ReplayFeed", "StateChanged", "FeedStatusChanged", "FeedStatus"]
+__all__ = ["EventLog", "FeedStatus", "FeedStatusChanged", "LiveFeed", "RegionRecord", "ReplayFeed", "StateChanged"]
 
 # The runtime publishes a snapshot every `snapshot_interval_s` (well under a
 # second), so this much silence on the PUB socket means the feed is stale.

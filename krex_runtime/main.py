@@ -14,8 +14,15 @@ import os
 import sys
 from dataclasses import replace
 
-from krex_runtime.node.config import (POLICIES, Config, ConfigError, load_config, problem_of_file,
-                                      resolve_simulated_device, validate)
+from krex_runtime.node.config import (
+    POLICIES,
+    Config,
+    ConfigError,
+    load_config,
+    problem_of_file,
+    resolve_simulated_device,
+    validate,
+)
 from krex_runtime.node.gpus import Gpu, GpuDiscoveryError, discover
 from krex_runtime.node.locks import ClaimError
 from krex_runtime.service.host import check_before_claims, recover_left_state

@@ -8,18 +8,18 @@ import signal
 import subprocess
 import tempfile
 import tomllib
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 from runtime_helpers import REPO, Answer, FakeRuntime, steady_cores, tenant_processes
 
-from krex_runtime.testing import hygiene
-from krex_runtime.node import native_build
 from krex_runtime.host.cgroups import CgroupSlice
-from krex_runtime.testing.local_runtime import Runtime, wait_until
+from krex_runtime.node import native_build
 from krex_runtime.sim.device_file import remove_device
-
+from krex_runtime.testing import hygiene
+from krex_runtime.testing.local_runtime import Runtime, wait_until
 
 # Nothing a test starts may meet what a user or another runtime on this
 # machine holds: a client that names no runtime looks in this run's own

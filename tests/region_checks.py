@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from krex_runtime.testing.hygiene import held_back, is_frozen  # noqa: F401 (is_frozen: for the region tests)
-from krex_runtime.testing.local_runtime import wait_until
 from krex_runtime.sim.execution_log import read_execution_log
 from krex_runtime.sim.layout import KIND_KERNEL, KIND_MEMCPY_DTOD, KIND_MEMCPY_DTOH, KIND_MEMCPY_HTOD, KIND_MEMSET
+from krex_runtime.testing.hygiene import held_back, is_frozen  # noqa: F401 (is_frozen: for the region tests)
+from krex_runtime.testing.local_runtime import wait_until
 from krex_runtime.wire.trace import read_trace
 
 WORK_KINDS = {KIND_KERNEL, KIND_MEMCPY_HTOD, KIND_MEMCPY_DTOH, KIND_MEMCPY_DTOD, KIND_MEMSET}

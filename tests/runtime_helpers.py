@@ -10,23 +10,23 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 import zmq
 from region_checks import is_frozen
 
+from krex_runtime.host.cgroups import CgroupSlice
 from krex_runtime.regions import gate
 from krex_runtime.regions.freezer import is_stopped
-from krex_runtime.host.cgroups import CgroupSlice
-from krex_runtime.testing import hygiene
-from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.sim.device_file import remove_device
-from krex_runtime.wire.trace import read_trace
+from krex_runtime.testing import hygiene
 from krex_runtime.testing.hygiene import krex_processes
+from krex_runtime.testing.local_runtime import Runtime, wait_until
+from krex_runtime.wire.trace import read_trace
 
 REPO = Path(__file__).resolve().parent.parent
 

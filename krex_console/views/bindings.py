@@ -9,7 +9,8 @@ mode, not in replay) the view learns from the ActionGate it was given.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 from textual.binding import Binding
 from textual.message import Message

@@ -14,8 +14,9 @@ header) sorts by that column, the same again reverses it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from rich.cells import cell_len
 from rich.text import Text

@@ -13,7 +13,8 @@ FittedTable adds the columns that fit (columns.py) and k9s-style sorting.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Sequence
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import events

@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import zmq
 import zmq.asyncio
@@ -323,7 +324,7 @@ class AsyncClient:
         self._handshake.check()
         try:
             await asyncio.wait_for(self._sock.send(frame), SEND_TIMEOUT_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._handshake.check()
             raise RuntimeUnavailable(f"cannot send to the krex runtime at {self.endpoint}: no connection") from None
 
@@ -340,7 +341,7 @@ class AsyncClient:
         try:
             async with self._changed:
                 await asyncio.wait_for(self._changed.wait_for(ended), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             if reply:
                 raise RuntimeUnavailable(f"no reply from the krex runtime at {self.endpoint} ({what})") from None
             raise TimeoutError(f"timed out waiting for {what}") from None

@@ -17,6 +17,7 @@ from typing import Any
 from krex_runtime.api.options import OutputCallback
 from krex_runtime.api.results import Result, malformed
 from krex_runtime.wire import protocol
+
 # Quiet PING_AFTER_S while waiting: ping; no answer DEAD_AFTER_S after: the runtime is gone.
 from krex_runtime.wire.control_client import DEAD_AFTER_S, PING_AFTER_S, RequestFailed
 from krex_runtime.wire.protocol import ProtocolError

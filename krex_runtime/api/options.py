@@ -13,8 +13,9 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 # Called with ("stdout" | "stderr", text) as a followed command writes.
 OutputCallback = Callable[[str, str], None]

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from krex_runtime.api.options import Command  # noqa: F401 (one map item: defined with the options it carries)
 from krex_runtime.wire import protocol
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
-
 
 # --- reading a record by the types of its fields ------------------------------------
 

@@ -14,7 +14,8 @@ import asyncio
 import inspect
 import threading
 import weakref
-from typing import Any, AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence, TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from krex_runtime.api.aio import AsyncClient, AsyncHandle
 from krex_runtime.api.options import Command, OutputCallback

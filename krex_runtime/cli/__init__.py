@@ -17,6 +17,9 @@ import os
 import signal
 import sys
 
+from krex_runtime.api.sync import Client
+from krex_runtime.cli import cancel, external
+from krex_runtime.cli.parser import build_parser
 from krex_runtime.cli.subcommands import (
     WITH_RUNTIME,
     UsageError,
@@ -30,10 +33,7 @@ from krex_runtime.cli.subcommands import (
     trace_command,
     verb_command,
 )
-from krex_runtime.cli import cancel, external
-from krex_runtime.cli.parser import build_parser
 from krex_runtime.wire import protocol
-from krex_runtime.api.sync import Client
 from krex_runtime.wire.control_client import RequestFailed, RuntimeUnavailable, how_to_start
 from krex_runtime.wire.protocol import EXIT_SIGNAL_BASE
 

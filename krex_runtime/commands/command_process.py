@@ -16,12 +16,12 @@ import asyncio
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-from krex_runtime.host import cgroups, process_tree
 from krex_runtime.commands.output import OutputLoss, OutputSink, pump_output
+from krex_runtime.host import cgroups, process_tree
 from krex_runtime.node.access import RunAs
 
 READER_DRAIN_TIMEOUT_S = 5.0

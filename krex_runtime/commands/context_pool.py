@@ -33,10 +33,10 @@ import secrets
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from krex_runtime.host import cgroups, process_tree
 from krex_runtime.commands import worker_logs
 from krex_runtime.commands.command_process import (
     READER_DRAIN_TIMEOUT_S,
@@ -45,9 +45,10 @@ from krex_runtime.commands.command_process import (
     outcome_of,
     signal_of,
 )
-from krex_runtime.commands.output import OutputLoss, OutputSink, pipe_reader, pump_output
 from krex_runtime.commands.context_process import ContextWorker, PooledRun, describe_exit
 from krex_runtime.commands.environment import AdmitError, TenantSetup
+from krex_runtime.commands.output import OutputLoss, OutputSink, pipe_reader, pump_output
+from krex_runtime.host import cgroups, process_tree
 from krex_runtime.node.config import PoolSection
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.node.sink import EventSink
@@ -216,7 +217,7 @@ class ContextPool:
         or something in it closed the socket and it lives on (ended here)."""
         try:
             returncode = await asyncio.wait_for(asyncio.shield(worker.exited), self.kill_grace_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             returncode = await self._end_tree(worker)
             why = "its context process closed its control channel while the command ran"
             self._retire(worker, "misbehaved", why)
@@ -261,7 +262,7 @@ class ContextPool:
         process_tree.signal_tree(worker.pid, worker.id, worker.cgroup, signal.SIGTERM)
         try:
             await asyncio.wait_for(asyncio.shield(worker.exited), self.kill_grace_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         process_tree.kill_tree(worker.pid, worker.id, worker.cgroup)
         return await worker.exited
@@ -423,7 +424,7 @@ class ContextPool:
         process_tree.kill_tree(worker.pid, worker.id, worker.cgroup)
         try:
             await asyncio.wait_for(asyncio.shield(worker.exited), 10)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("context process %s did not exit after SIGKILL", worker.id)
         worker.writer.close()
         if worker.cgroup is not None:

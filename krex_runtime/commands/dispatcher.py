@@ -24,23 +24,24 @@ import logging
 import secrets
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
-from krex_runtime.host import fair_share
 from krex_runtime.commands import auto_regions, forward_ring, gpu_placement, tenant_reports, unprotected
 from krex_runtime.commands.command_process import Outcome
-from krex_runtime.node.config import Config
 from krex_runtime.commands.context_pool import ContextPool
-from krex_runtime.commands.forward_pool import ContextServer, ForwardPool
-from krex_runtime.commands.job import Job, check_spawnable
 from krex_runtime.commands.context_process import ContextWorker
 from krex_runtime.commands.environment import AdmitError, TenantSetup
-from krex_runtime.host.identities import Identity
+from krex_runtime.commands.forward_pool import ContextServer, ForwardPool
+from krex_runtime.commands.job import Job, check_spawnable
 from krex_runtime.commands.launchers import Launchers
-from krex_runtime.host.tenant_registry import TenantRegistry
 from krex_runtime.commands.zygotes import Zygotes
+from krex_runtime.host import fair_share
+from krex_runtime.host.identities import Identity
+from krex_runtime.host.tenant_registry import TenantRegistry
 from krex_runtime.node import native_build
+from krex_runtime.node.config import Config
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.node.sink import EventSink
 from krex_runtime.tenant.pooled_entry import EntryError, parse_entry

@@ -29,9 +29,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from krex_runtime.commands.command_process import Outcome
 from krex_runtime.commands.job import Job

@@ -20,7 +20,6 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
-from krex_runtime.host import cgroups, process_tree
 from krex_runtime.commands.command_process import (
     READER_DRAIN_TIMEOUT_S,
     LaunchSpec,
@@ -28,8 +27,9 @@ from krex_runtime.commands.command_process import (
     outcome_of,
     signal_of,
 )
-from krex_runtime.commands.output import OutputSink, pipe_reader, pump_output
 from krex_runtime.commands.context_process import describe_exit
+from krex_runtime.commands.output import OutputSink, pipe_reader, pump_output
+from krex_runtime.host import cgroups, process_tree
 
 EXIT_REPORT_TIMEOUT_S = 10.0  # after SIGKILL of its tree, how long the zygote may take to report
 

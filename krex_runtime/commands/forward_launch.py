@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+
 from krex_runtime.commands.command_process import Outcome
 from krex_runtime.commands.forward_pool import ContextServer, ForwardPool, describe
 from krex_runtime.commands.forward_ring import ENV_FALLBACK, ENV_RING, EXIT_UNKNOWN_CALL, STATE_FAILED, Segment

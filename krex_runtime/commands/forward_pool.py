@@ -37,9 +37,10 @@ import os
 import secrets
 import select
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from krex_runtime.commands import worker_logs
 from krex_runtime.commands.command_process import child_setup
@@ -286,7 +287,7 @@ class ForwardPool:
     async def _next_line(self, server: ContextServer, timeout_s: float) -> str | None:
         try:
             return await asyncio.wait_for(server.lines.get(), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return None
 
     def _retire(self, server: ContextServer, reason: str, replace: bool = True, retry: bool = False) -> None:
@@ -314,7 +315,7 @@ class ForwardPool:
                 pass
         try:
             await asyncio.wait_for(asyncio.shield(server.exited), 10)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("context server %s did not exit after SIGKILL", server.id)
         server.writer.close()
         if server.pidfd >= 0:

@@ -8,17 +8,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from krex_runtime.host.identities import Identity
 from krex_runtime.commands.command_process import CommandProcess, Outcome
 from krex_runtime.commands.context_process import PooledRun
 from krex_runtime.commands.forked_process import ForkedRun
 from krex_runtime.commands.gpu_placement import GpuAsk
 from krex_runtime.commands.output import OutputLoss
+from krex_runtime.host.identities import Identity
 from krex_runtime.node.config import environment_problem
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.wire.bodies import SubmitBody
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
-
 
 
 @dataclass

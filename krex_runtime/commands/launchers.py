@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
-from krex_runtime.host import cgroups
 from krex_runtime.commands.command_process import CommandProcess, LaunchSpec, Outcome
 from krex_runtime.commands.context_pool import ContextPool
 from krex_runtime.commands.context_process import ContextWorker
@@ -28,6 +28,7 @@ from krex_runtime.commands.forward_launch import ForwardedRun
 from krex_runtime.commands.forward_pool import ContextServer, ForwardPool
 from krex_runtime.commands.job import Job
 from krex_runtime.commands.zygotes import Zygotes
+from krex_runtime.host import cgroups
 from krex_runtime.node.config import Config
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.wire import events

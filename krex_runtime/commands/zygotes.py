@@ -27,17 +27,18 @@ import logging
 import secrets
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from krex_runtime.host import cgroups, process_tree
 from krex_runtime.commands import worker_logs
 from krex_runtime.commands.command_process import child_setup
 from krex_runtime.commands.context_process import describe_exit
 from krex_runtime.commands.environment import TenantSetup
-from krex_runtime.node.access import RunAs
 from krex_runtime.commands.forked_process import ZygoteLink
+from krex_runtime.host import cgroups, process_tree
+from krex_runtime.node.access import RunAs
 from krex_runtime.node.config import PoolSection
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.node.sink import EventSink
@@ -212,7 +213,7 @@ class Zygotes:
         self._emit(events.ZygoteStarted(gpu=gpu_index, zygote=zygote_id, pid=proc.pid))
         try:
             reply = await asyncio.wait_for(asyncio.shield(first), self.settings.start_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             reply = None
         if z.state != "starting":
             return  # stopped while it started
@@ -314,7 +315,7 @@ class Zygotes:
         process_tree.kill_tree(z.pid, z.id, z.cgroup)
         try:
             await asyncio.wait_for(asyncio.shield(z.link.exited), 10)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("zygote %s did not exit after SIGKILL", z.id)
         z.writer.close()
         if z.cgroup is not None:

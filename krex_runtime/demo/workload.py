@@ -19,7 +19,6 @@ import threading
 
 from krex_runtime.wire.control_client import ControlClient, RequestFailed, RuntimeUnavailable
 
-
 CHECK_S, TIME_S = 0.15, 0.1  # GPU seconds per candidate: its correctness check, its timing loop
 
 

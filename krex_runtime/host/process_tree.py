@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 import psutil
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from krex_runtime.wire.bodies import Mode
 from krex_runtime.tenant.auto_region import parse_entry
+from krex_runtime.wire.bodies import Mode
 from krex_runtime.wire.endpoints import client_run_dir, default_run_dir
 from krex_runtime.wire.toml_file import load_toml
 

@@ -52,8 +52,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from krex_runtime.regions.entry_hints import told
 from krex_runtime.regions.gate import Gate

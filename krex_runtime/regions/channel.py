@@ -47,16 +47,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from krex_runtime.regions import cpu_slices
 from krex_runtime.node.config import RegionSection
+from krex_runtime.regions import cpu_slices
 from krex_runtime.regions.certificate import Witness
-from krex_runtime.regions.gpu_sets import RegionSet
-from krex_runtime.regions.region_manager import RegionManager
-from krex_runtime.regions.requests import RegionRefused, Request
 from krex_runtime.regions.channel_wire import (
     MAX_LINE,
     RateLimit,
@@ -67,6 +64,9 @@ from krex_runtime.regions.channel_wire import (
     try_send,
     watch_requester,
 )
+from krex_runtime.regions.gpu_sets import RegionSet
+from krex_runtime.regions.region_manager import RegionManager
+from krex_runtime.regions.requests import RegionRefused, Request
 from krex_runtime.regions.tokens import RegionTokens
 from krex_runtime.tenant import integrity
 from krex_runtime.tenant.region_protocol import PROTOCOL
@@ -102,7 +102,7 @@ class Connection:
     ended: str = ""  # why the runtime ended it (its requester died), for the release's reason
     # A region inside its own lease: the witnesses read at its grant, then, at its release, its verdict
     # (told at once; the lease's own certificate comes when the lease ends).
-    in_lease: Witness | None | bool = False
+    in_lease: Witness | bool | None = False
     lease_verdict: tuple[str, list[str]] | None = None
 
 
@@ -186,7 +186,7 @@ class RegionChannel:
         timeout_s = self._settings.channel_hello_timeout_s
         try:
             line = await asyncio.wait_for(read_line(conn.reader), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise Refusal("ETIMEDOUT", f"no HELLO line within {timeout_s:g} s") from None
         if line is None:
             raise ConnectionResetError
@@ -232,7 +232,7 @@ class RegionChannel:
             idle_s = self._settings.channel_idle_timeout_s
             try:
                 line = await asyncio.wait_for(read_line(conn.reader), idle_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise Refusal("ETIMEDOUT", f"idle for {idle_s:g} s: disconnecting") from None
         else:
             line = await read_line(conn.reader)
@@ -324,7 +324,7 @@ class RegionChannel:
         else:
             try:
                 await asyncio.wait_for(req.certified.wait(), VERDICT_WAIT_S)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 await send(conn.writer, f"ERROR ETIMEDOUT region {req.seq} has no verdict yet")
                 return
             verdict, reasons = req.verdict

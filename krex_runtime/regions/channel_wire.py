@@ -12,7 +12,8 @@ import os
 import socket
 import struct
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from krex_runtime.regions.requests import RegionRefused
 
@@ -121,7 +122,7 @@ async def send(writer: asyncio.StreamWriter, line: str) -> None:
     writer.write(data + b"\n")
     try:
         await asyncio.wait_for(writer.drain(), SEND_TIMEOUT_S)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise ConnectionAbortedError("the peer does not read its replies") from None
 
 

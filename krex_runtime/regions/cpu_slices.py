@@ -15,8 +15,8 @@ reserved and the runtime says so.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from krex_runtime.node.gpus import Gpu
 

@@ -31,8 +31,8 @@ from __future__ import annotations
 import ctypes
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from krex_runtime.regions.gate_files import (
     DrainOutcome,

@@ -23,8 +23,8 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from krex_runtime.host.tenant_registry import TenantRegistry
 from krex_runtime.node.sink import EventSink
@@ -35,8 +35,8 @@ from krex_runtime.regions.entry_hints import told
 from krex_runtime.regions.freezer import FreezeError, Freezer, Target, is_stopped
 from krex_runtime.regions.gap import Gap
 from krex_runtime.regions.gate import Gate, ProcEntry
-from krex_runtime.regions.gate_layout import HOST_SIDE_CLASSES, HOST_SIDE_MASK
 from krex_runtime.regions.gate_backends import DrainReport, GateBackend
+from krex_runtime.regions.gate_layout import HOST_SIDE_CLASSES, HOST_SIDE_MASK
 from krex_runtime.regions.gpu_sets import NO_SHARED, SharedHolds
 from krex_runtime.regions.hold_processes import HeldBack
 from krex_runtime.regions.late_freeze import LateFreeze, Pending, split_freeze
@@ -222,7 +222,7 @@ class GpuRegions:
         granted_at = time.monotonic()
         try:
             await asyncio.wait_for(req.released.wait(), timeout=req.limit_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._overrun(req)
         hold_s = time.monotonic() - granted_at
         self.fair.charge(req.share, hold_s)

@@ -38,8 +38,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Protocol
 
 from krex_runtime.regions.certificate import RANK, UNKNOWN
 from krex_runtime.regions.freezer import Target
@@ -182,7 +183,7 @@ class RegionSets:
         try:
             left = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
             await asyncio.wait_for(rs.released.wait(), timeout=left)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._overrun(rs)
         await self._certify(rs)
 

@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from krex_runtime.host.tenant_registry import TenantRegistry
 from krex_runtime.regions.freezer import FreezeError, Freezer, Target

@@ -34,8 +34,9 @@ says so and stays what its other witnesses make it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from krex_runtime.regions.gate_kernel import process_alive
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import threading
-
 from typing import Any
 
 from krex_runtime.regions.freezer import FreezeError, Freezer, Target

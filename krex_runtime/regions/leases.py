@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 from krex_runtime.regions.region_manager import RegionManager
 from krex_runtime.regions.requests import OPERATOR, RegionRefused, Request
+from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 
 
 class LeasedCommand(Protocol):

@@ -17,23 +17,23 @@ from pathlib import Path
 from typing import Any
 
 from krex_runtime.host import cgroups
-from krex_runtime.regions import driver_lock
-from krex_runtime.node import native_build
 from krex_runtime.host.cgroups import CgroupSlice
 from krex_runtime.host.identities import Identity
+from krex_runtime.host.tenant_registry import TenantRegistry
+from krex_runtime.node import native_build
 from krex_runtime.node.config import Config
+from krex_runtime.node.gpus import Gpu
+from krex_runtime.node.sink import EventSink
+from krex_runtime.regions import driver_lock
 from krex_runtime.regions.cpu_slices import CpuPlan, plan
 from krex_runtime.regions.entry_hints import EntryCheck
 from krex_runtime.regions.freezer import Freezer, freezer_for
 from krex_runtime.regions.gate import Gate, GateError
 from krex_runtime.regions.gate_backends import DriverLockBackend, GateBackend, PreloadBackend
-from krex_runtime.node.gpus import Gpu
-from krex_runtime.sim import layout as sim_layout
-from krex_runtime.node.sink import EventSink
-from krex_runtime.host.tenant_registry import TenantRegistry
 from krex_runtime.regions.gpu_regions import GpuRegions, RegionSettings
 from krex_runtime.regions.region_manager import RegionManager
 from krex_runtime.regions.settle import ClockProbe
+from krex_runtime.sim import layout as sim_layout
 
 log = logging.getLogger("krex.regions")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import Callable
+from collections.abc import Callable
 
 from krex_runtime.host.tenant_registry import TenantRegistry
 from krex_runtime.regions.certificate import Certifier, Witness, certify

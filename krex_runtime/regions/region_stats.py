@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-
 # What the clock probe reads (telemetry/clocks.py) that both the grant and the release record.
 _CLOCK_KEYS = ("sm_clock_mhz", "throttle", "power_w", "temp_c", "on_clock")
 

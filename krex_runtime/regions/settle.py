@@ -27,7 +27,8 @@ lasts while the GPU reports a power or thermal throttle.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 ClockProbe = Callable[[int], dict[str, Any]]
 

@@ -10,7 +10,8 @@ Prometheus exporter's histograms) see each event after it is folded.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from krex_runtime.wire import events, protocol
 from krex_runtime.wire import state as node_state

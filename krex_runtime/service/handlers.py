@@ -14,9 +14,10 @@ import codecs
 import dataclasses
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from krex_runtime.host import fair_share
 from krex_runtime.node.gpus import Gpu
@@ -244,7 +245,7 @@ async def cancel(ctx: Context, peer: Peer, req: Request) -> Any:
     try:
         settle = min(ctx.node.config.dispatcher.kill_grace_s + CANCEL_SETTLE_S, verbs.CANCEL.wait_s * 0.8)
         await asyncio.wait_for(job.done.wait(), settle)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         pass  # still ending: say so rather than keep the client waiting
     return {"id": job.id, "state": job.state}
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import krex_runtime
-from krex_runtime.host import cgroups
 from krex_runtime.commands import forward_ring, tenant_reports
-from krex_runtime.host.identities import Identities
+from krex_runtime.host import cgroups
 from krex_runtime.host.cgroups import CgroupSlice
+from krex_runtime.host.identities import Identities
 from krex_runtime.node import access, native_build
 from krex_runtime.node.config import Config, resolve_lock_dir, resolve_run_dir
 from krex_runtime.node.gpus import Gpu

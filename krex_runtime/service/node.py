@@ -26,10 +26,10 @@ from krex_runtime.node import access, native_build
 from krex_runtime.node.config import Config
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.regions import machinery
-from krex_runtime.regions.channel import RegionChannel
-from krex_runtime.regions.leases import CommandLeases, LeaseDesk
 from krex_runtime.regions.certificate import Certifier, GpuProcesses
+from krex_runtime.regions.channel import RegionChannel
 from krex_runtime.regions.hold_watch import HoldBounds, HoldWatch, TenantsCpu
+from krex_runtime.regions.leases import CommandLeases, LeaseDesk
 from krex_runtime.regions.machinery import RegionMachinery
 from krex_runtime.regions.tokens import RegionTokens
 from krex_runtime.service.event_log import EventLog
@@ -37,10 +37,10 @@ from krex_runtime.service.followers import Attachments, CanaryKeeper, Followers
 from krex_runtime.service.host import Host
 from krex_runtime.service.server import ControlServer
 from krex_runtime.service.tenant_identity import Tenancy
+from krex_runtime.sim import layout as sim_layout
 from krex_runtime.telemetry import gpu_processes, sources
 from krex_runtime.telemetry.clocks import Clocks
 from krex_runtime.telemetry.monitor import Telemetry
-from krex_runtime.sim import layout as sim_layout
 from krex_runtime.wire import endpoints
 
 REGION_SOCKET = "region.sock"

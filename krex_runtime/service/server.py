@@ -29,8 +29,9 @@ import ctypes
 import functools
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import zmq
 import zmq.asyncio

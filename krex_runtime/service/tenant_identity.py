@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import psutil
 
+from krex_runtime.commands.dispatcher import Dispatcher
 from krex_runtime.host import process_tree
 from krex_runtime.host.cgroups import CgroupSlice
-from krex_runtime.commands.dispatcher import Dispatcher
 from krex_runtime.node.access import TenantUser
 from krex_runtime.regions.channel import TenantIdentity
-from krex_runtime.wire import peers
 from krex_runtime.service.server import Peer
+from krex_runtime.wire import peers
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 
 

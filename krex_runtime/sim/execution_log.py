@@ -8,9 +8,9 @@ what ran when (and what overlapped) with no driver loaded.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from krex_runtime.sim.layout import KIND_NAMES, LOG_MAGIC, LOG_RECORD, LOG_VERSION
 

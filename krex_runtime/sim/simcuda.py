@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ctypes as _c
 import struct
-from typing import Sequence
+from collections.abc import Sequence
 
 from krex_runtime.sim.device_file import format_uuid
 from krex_runtime.sim.driver import HANDLE, PTR, CudaError, CUdeviceptr, CUlaunchConfig, Driver

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes as _c
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 from krex_runtime.sim.driver import bound
 from krex_runtime.sim.simcuda import SimCuda

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.sim import heat

@@ -37,8 +37,9 @@ A read that fails is None ("n/a"), never an exception.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from krex_runtime.node.gpus import Gpu
 

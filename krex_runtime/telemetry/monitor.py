@@ -13,18 +13,19 @@ the reducer from these events, so the live state and replay agree.
 from __future__ import annotations
 
 import asyncio
-import time
 import json
 import logging
 import sys
-from typing import Any, Callable
+import time
+from collections.abc import Callable
+from typing import Any
 
+from krex_runtime.node.config import Config
+from krex_runtime.node.gpus import Gpu
 from krex_runtime.node.sink import EventSink
+from krex_runtime.regions.gate import Gate
 from krex_runtime.telemetry import gpu_metrics
 from krex_runtime.telemetry.clocks import Clocks
-from krex_runtime.node.config import Config
-from krex_runtime.regions.gate import Gate
-from krex_runtime.node.gpus import Gpu
 from krex_runtime.wire import events
 
 log = logging.getLogger("krex.telemetry")

@@ -8,7 +8,8 @@ node without the bindings reports n/a.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.telemetry.amd_smi import AmdSmiProcesses, AmdSmiSampler

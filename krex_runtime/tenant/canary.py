@@ -19,7 +19,7 @@ import json
 import statistics
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from krex_runtime.tenant.region import region
 

@@ -56,7 +56,6 @@ from __future__ import annotations
 import atexit
 import importlib
 import os
-import sys
 import time
 import traceback
 from typing import Any

@@ -12,7 +12,8 @@ certificate, and hands it back in RELEASED. Standard library only.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 COUNTS = ("windows", "escaped", "other_thread", "empty", "stream_mismatch")
 FLAGS = ("escaped", "other_thread", "empty", "stream_mismatch", "patched_harness")

@@ -39,7 +39,6 @@ from typing import Any
 from krex_runtime.tenant.process_settings import Settings
 from krex_runtime.tenant.process_state import ProcessState
 
-
 _UNCATCHABLE = {signal.SIGKILL, signal.SIGSTOP}
 # A thread the command joined may still be leaving the kernel's list a moment
 # after join() returned: how long to look again before it counts as left running.

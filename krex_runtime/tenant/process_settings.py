@@ -26,7 +26,8 @@ import resource
 import signal
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 _PR_SET_PDEATHSIG, _PR_GET_PDEATHSIG = 1, 2
 _PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4

@@ -64,7 +64,7 @@ QUIET = frozenset({
 class _Snapshot:
     """One namespace's bindings: keys in order and values by identity."""
 
-    __slots__ = ("owner", "keys", "values")
+    __slots__ = ("keys", "owner", "values")
 
     def __init__(self, owner: Any, namespace: Any) -> None:
         self.owner = owner

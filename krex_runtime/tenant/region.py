@@ -27,7 +27,8 @@ import os
 import select
 import socket
 import threading
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from krex_runtime.tenant import env
 from krex_runtime.tenant import integrity as integrity_words

@@ -26,9 +26,10 @@ may import the cluster layer (it needs Ray); krex_cluster.trace re-exports it.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from krex_runtime.wire.trace import Trace, TraceError, read_trace
 from krex_runtime.wire.trace_summary import summarize

@@ -9,9 +9,10 @@ from __future__ import annotations
 import grp
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import zmq
 import zmq.auth

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-
 CONTROL_SOCKET = "control.sock"
 CONTROL_READ_ONLY_SOCKET = "control-ro.sock"
 TELEMETRY_SOCKET = "telemetry.sock"

@@ -5,8 +5,9 @@ table. Kept apart so that events.py is the list of events and nothing else.
 """
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field
-from typing import Any, Callable, ClassVar, TypeVar, dataclass_transform
+from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 EVENTS: dict[str, type["Event"]] = {}
 

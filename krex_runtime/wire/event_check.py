@@ -14,6 +14,7 @@ from typing import Any
 
 from krex_runtime.wire.events import EVENTS, Event, RuntimeStarted, TraceGap
 
+
 class EventError(ValueError):
     """An event the reducer cannot fold: a field missing or of the wrong type, or
     a GPU or command the state does not know (the message says which)."""
@@ -102,8 +103,8 @@ def check_fields(where: str, record: dict[str, Any], fields: dict[str, tuple[typ
             raise EventError(f"{where}: field '{key}' is missing")
         value = record[key]
         # bool is an int to Python, never to a trace; a number must be finite.
-        wrong = isinstance(value, bool) and bool not in wanted or not isinstance(value, wanted)
-        if wrong or isinstance(value, float) and not math.isfinite(value):
+        wrong = (isinstance(value, bool) and bool not in wanted) or not isinstance(value, wanted)
+        if wrong or (isinstance(value, float) and not math.isfinite(value)):
             names = " or ".join(_TYPE_NAMES[t] for t in wanted)
             raise EventError(f"{where}: field '{key}' must be {names}, not {describe(value)}")
 

@@ -9,8 +9,8 @@ proved a CURVE key, and the message property "User-Id" names it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import zmq
 

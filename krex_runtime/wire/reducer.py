@@ -13,13 +13,14 @@ event. Callers that need an older state keep a deep copy.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from krex_runtime.wire import events
+from krex_runtime.wire.command_states import ended_state
 from krex_runtime.wire.event_check import EventError, describe
 from krex_runtime.wire.events import DEFAULT_KEEP_FINISHED
 from krex_runtime.wire.model import REGIONS_KEPT, CommandInfo, GpuState, NodeState
-from krex_runtime.wire.command_states import ended_state
 
 Reducer = Callable[[NodeState, dict[str, Any]], None]
 # What runtime_started says of each GPU that the state keeps as it is.

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
+from typing import Any
 
 from krex_runtime.wire import protocol, verbs
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request

@@ -21,6 +21,7 @@ from krex_runtime.wire.events import EVENTS
 from krex_runtime.wire.model import CommandInfo, GpuState, NodeState
 from krex_runtime.wire.reducer import REDUCERS
 
+
 def apply(state: NodeState, event: dict[str, Any]) -> NodeState:
     """Fold one event (its wire dict) into `state` (in place) and return it."""
     reducer = REDUCERS.get(EVENTS.get(event.get("type", "")))  # type: ignore[arg-type]

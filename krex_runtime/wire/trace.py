@@ -21,9 +21,10 @@ import logging
 import os
 import stat
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from krex_runtime.wire import events
 from krex_runtime.wire import state as node_state

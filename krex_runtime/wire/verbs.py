@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from krex_runtime.wire import history, replies
-from krex_runtime.wire.printable import printable
-from krex_runtime.wire.typed import from_dict, to_dict
 from krex_runtime.wire.bodies import (
     CommandRef,
     EmptyBody,
@@ -33,6 +32,8 @@ from krex_runtime.wire.bodies import (
     SubmitBody,
     WaitBody,
 )
+from krex_runtime.wire.printable import printable
+from krex_runtime.wire.typed import from_dict, to_dict
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from runtime_helpers import PY, TENANTS, regions_config, stop_and_check

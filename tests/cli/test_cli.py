@@ -17,14 +17,12 @@ import signal
 import struct
 import subprocess
 import termios
-import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-from runtime_helpers import PY, REPO, TENANTS, regions_config, module_runtime
-
 from rich.console import Console
+from runtime_helpers import PY, REPO, TENANTS, module_runtime, regions_config
 
 from krex_runtime.api import NodeStatus
 from krex_runtime.cli.parser import EXIT_STATUS_TABLE, build_parser

@@ -9,8 +9,8 @@ import json
 import os
 import pty
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from runtime_helpers import PY, TENANTS, module_runtime, regions_config

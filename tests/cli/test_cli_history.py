@@ -8,9 +8,9 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from runtime_helpers import PY, module_runtime

@@ -10,16 +10,15 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 ray = pytest.importorskip("ray", reason="the cluster tests need the `cluster` extra (ray)")
 
 from krex_cluster.testing import KrexCluster, results_by_label, wait_for  # noqa: E402
-
-from krex_runtime.api import Client  # noqa: E402
 from krex_runtime.api.results import Command  # noqa: E402
 from krex_runtime.regions.certificate import RANK  # noqa: E402
 from krex_runtime.sim.device_file import remove_device  # noqa: E402
@@ -120,7 +119,7 @@ def test_a_thousand_commands_from_several_submitters_each_result_once(cluster: K
                 commands = [Command(["true"], label=f"s{i}-{j}", node_labels={"zone": "b"} if j % 5 == 0 else None)
                             for j in range(each)]
                 results[i] = list(c.map(commands, max_in_flight=8))
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=submit, args=(i,), daemon=True) for i in range(submitters)]
@@ -225,7 +224,7 @@ def _saturate_then(cluster: KrexCluster, victim: str, kill: Any, count: int = 40
                 commands = [Command(["sleep", "3"], label=f"k{i}", retries=1 if i % 2 else None)
                             for i in range(first, count, submitters)]
                 results.extend(c.map(commands, max_in_flight=count))
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=submit, args=(i,), daemon=True) for i in range(submitters)]

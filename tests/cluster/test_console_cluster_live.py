@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -18,17 +19,17 @@ pytest.importorskip("ray")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "console"))
 
 try:  # the local cluster helper: krex_cluster.testing, where the cluster layer keeps it
-    from krex_cluster import testing as cluster_helpers  # noqa: E402
+    from krex_cluster import testing as cluster_helpers
 except ImportError:  # (its earlier place, beside the cluster's tests)
-    import cluster_helpers  # type: ignore[no-redef]  # noqa: E402
-from console_helpers import rendered, run_async, screen_text, shown_actions, wait_for  # noqa: E402
+    import cluster_helpers  # type: ignore[no-redef]
+from console_helpers import rendered, run_async, screen_text, shown_actions, wait_for
 
-from krex_console.cluster_app import ClusterConsole  # noqa: E402
-from krex_console.dialogs import ConfirmDialog  # noqa: E402
-from krex_console.feed import FeedStatus  # noqa: E402
-from krex_console.views.nodes import NodesTable  # noqa: E402
-from krex_console.views.table_sync import select_key  # noqa: E402
-from krex_runtime.testing.local_runtime import Runtime  # noqa: E402
+from krex_console.cluster_app import ClusterConsole
+from krex_console.dialogs import ConfirmDialog
+from krex_console.feed import FeedStatus
+from krex_console.views.nodes import NodesTable
+from krex_console.views.table_sync import select_key
+from krex_runtime.testing.local_runtime import Runtime
 
 pytestmark = pytest.mark.cluster
 

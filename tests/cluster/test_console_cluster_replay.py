@@ -13,20 +13,20 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "console"))
 
-from console_helpers import check_snapshot, rendered, run_async, settled_screen, shown_actions, wait_for  # noqa: E402
-from test_trace_cluster import shifted_copy  # noqa: E402
+from console_helpers import check_snapshot, rendered, run_async, settled_screen, shown_actions, wait_for
+from test_trace_cluster import shifted_copy
 
-from krex_console.cluster_app import ClusterConsole  # noqa: E402
-from krex_console.cluster_feed import ClusterReplayFeed  # noqa: E402
-from krex_console.dialogs import ConfirmDialog  # noqa: E402
-from krex_console.main import build_parser, make_app  # noqa: E402
-from krex_console.views.gpu_detail import GpuDetailScreen  # noqa: E402
-from krex_console.views.nodes import NodesTable  # noqa: E402
-from krex_console.views.overview import OverviewTable  # noqa: E402
-from krex_console.views.table_sync import select_key  # noqa: E402
-from krex_runtime.wire import state as node_state  # noqa: E402
-from krex_runtime.wire.cluster_trace import read_cluster_trace  # noqa: E402
-from krex_runtime.wire.trace import replay  # noqa: E402
+from krex_console.cluster_app import ClusterConsole
+from krex_console.cluster_feed import ClusterReplayFeed
+from krex_console.dialogs import ConfirmDialog
+from krex_console.main import build_parser, make_app
+from krex_console.views.gpu_detail import GpuDetailScreen
+from krex_console.views.nodes import NodesTable
+from krex_console.views.overview import OverviewTable
+from krex_console.views.table_sync import select_key
+from krex_runtime.wire import state as node_state
+from krex_runtime.wire.cluster_trace import read_cluster_trace
+from krex_runtime.wire.trace import replay
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 LONG = "gpu-node-with-a-rather-long-name-0042"

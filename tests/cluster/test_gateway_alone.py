@@ -14,11 +14,11 @@ import pytest
 
 pytest.importorskip("ray", reason="the gateway needs the `cluster` extra (ray)")
 
-from krex_cluster.config import ClusterConfig, GatewaySection, validate  # noqa: E402
-from krex_cluster.gateway import Gateway  # noqa: E402
-from krex_runtime.api import Client  # noqa: E402
-from krex_runtime.service.curve import create_key_pair  # noqa: E402
-from krex_runtime.wire.control_client import ControlClient, CurveKeys, RequestFailed, RuntimeUnavailable  # noqa: E402
+from krex_cluster.config import ClusterConfig, GatewaySection, validate
+from krex_cluster.gateway import Gateway
+from krex_runtime.api import Client
+from krex_runtime.service.curve import create_key_pair
+from krex_runtime.wire.control_client import ControlClient, CurveKeys, RequestFailed, RuntimeUnavailable
 
 
 def free_port() -> int:

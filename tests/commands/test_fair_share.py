@@ -20,6 +20,7 @@ from krex_runtime.regions.region_shares import RegionShares
 from krex_runtime.testing.local_runtime import wait_until
 from krex_runtime.wire.trace import read_trace
 
+
 def submit(rt: Any, share: str, go: Path, regions: int) -> str:
     done = rt.krex("submit", "--share", share, "--", PY, str(TENANTS / "share_regions.py"), str(go), str(regions))
     assert done.returncode == 0, done.stderr

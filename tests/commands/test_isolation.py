@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from runtime_helpers import PY, TENANTS, pool_and_zygote_ready, stop_and_check, trace_events

@@ -10,14 +10,22 @@ tests/commands/test_pool.py (`..._look_like_process_mode_from_outside`), and the
 from __future__ import annotations
 
 import json
-import types
 import signal
+import types
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from runtime_helpers import (
-    PY, TENANTS, all_gone, pool_and_zygote_ready, regions_config, stop_and_check, trace_events, tree_pids,
+    PY,
+    TENANTS,
+    all_gone,
+    pool_and_zygote_ready,
+    regions_config,
+    stop_and_check,
+    trace_events,
+    tree_pids,
 )
 
 from krex_runtime.testing.local_runtime import Runtime, wait_until

@@ -17,8 +17,8 @@ import pytest
 from runtime_helpers import tenant_processes
 
 from krex_runtime.testing import hygiene
-from krex_runtime.wire.control_client import ControlClient, RequestFailed
 from krex_runtime.testing.local_runtime import Runtime, wait_until
+from krex_runtime.wire.control_client import ControlClient, RequestFailed
 from krex_runtime.wire.trace import read_trace
 
 PY = sys.executable
@@ -326,9 +326,8 @@ def test_recycle_now_fails_the_busy_command(make_runtime, scripts: Path, tmp_pat
 
 def test_recycle_is_refused_on_the_read_only_socket(make_runtime) -> None:
     rt = pooled_runtime(make_runtime, pool={"size": 1})
-    with ControlClient(f"ipc://{rt.run_dir / 'control-ro.sock'}") as c:
-        with pytest.raises(RequestFailed) as err:
-            c.call("recycle", {"gpu": 0})
+    with ControlClient(f"ipc://{rt.run_dir / 'control-ro.sock'}") as c, pytest.raises(RequestFailed) as err:
+        c.call("recycle", {"gpu": 0})
     assert err.value.code == "refused"
 
 

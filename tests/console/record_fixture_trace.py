@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.sim.device_file import remove_device
+from krex_runtime.testing.local_runtime import Runtime, wait_until
 
 OUT = Path(__file__).parent / "data" / "small-trace.jsonl"
 EPOCH = 1_800_000_000.0

@@ -16,7 +16,7 @@ TRACE = Path(__file__).parent / "data" / "small-trace.jsonl"
 
 
 def test_changing_keys_are_those_that_send_a_changing_verb() -> None:
-    assert actions.CHANGING_ACTIONS == {"lease", "release", "recycle", "toggle_admission", "kill"}
+    assert {"lease", "release", "recycle", "toggle_admission", "kill"} == actions.CHANGING_ACTIONS
     for name, sent in actions.ACTION_VERBS.items():
         assert (name in actions.CHANGING_ACTIONS) == any(verb.changes_state for verb in sent)
         assert all(verb.confirm for verb in sent), f"{name}: a verb the console offers has no confirm text"

@@ -26,13 +26,13 @@ from typing import Any
 
 import pytest
 from console_helpers import TerminalCopy, run_async, screen_text
+from textual.widgets import TabbedContent
 
 from krex_console.app import KrexConsole
 from krex_console.feed import LiveFeed
 from krex_console.views import command_list, table_sync
 from krex_console.views.command_list import CommandsTable, matches
 from krex_console.widgets import FilterInput
-from textual.widgets import TabbedContent
 from krex_runtime.wire import protocol
 from krex_runtime.wire import state as node_state
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from krex_console.model import MetricHistory, gpu_figures
+from krex_console.model import ConsoleModel, MetricHistory, gpu_figures
 from krex_console.views.gpu_detail import summarize_gpu
-from krex_console.model import ConsoleModel
 from krex_console.views.overview import gpu_row
 from krex_runtime.wire.trace import read_trace, replay
 

@@ -9,10 +9,18 @@ interpreter paths, a canary beside full slots.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pytest
-from console_helpers import TerminalCopy, check_snapshot, console_frame, rendered, run_async, screen_text, settled_screen, wait_for
+from console_helpers import (
+    TerminalCopy,
+    check_snapshot,
+    console_frame,
+    rendered,
+    run_async,
+    screen_text,
+    settled_screen,
+    wait_for,
+)
 from test_console_replay import SNAPSHOTS
 
 from krex_console import format as fmt
@@ -25,7 +33,6 @@ from krex_console.views.gpu_detail import GpuDetailScreen, RegionsTable, Tenants
 from krex_console.views.overview import OverviewTable
 from krex_console.views.table_sync import FittedTable
 from krex_runtime.wire.trace import Trace
-
 
 SIZES = [(80, 24), (120, 40)]
 # The overview's columns each size must show (by priority), whatever the values.
@@ -102,7 +109,7 @@ async def test_long_values_fit_both_sizes(size: tuple[int, int]) -> None:
         await rendered(pilot)
         commands = app.query_one(CommandsTable)
         assert_uncut(commands)
-        assert COMMANDS_MUST_SHOW <= {c.key for c, _ in commands.fitted}
+        assert {c.key for c, _ in commands.fitted} >= COMMANDS_MUST_SHOW
         text = await settled_screen(pilot)
         assert "/opt/conda" not in text and "agent.candidates.run --prob" in text
         check_snapshot(SNAPSHOTS, f"long-commands-{tag}", text)

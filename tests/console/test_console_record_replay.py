@@ -4,7 +4,6 @@ figures at the same trace time as the live console showed."""
 from __future__ import annotations
 
 import re
-
 import sys
 from typing import Any
 

@@ -16,9 +16,9 @@ import pytest
 from console_helpers import check_snapshot, console_frame, rendered, run_async, settled_screen, shown_actions, wait_for
 
 from krex_console.app import KrexConsole
-from krex_console.main import build_parser, endpoints_for, make_app
 from krex_console.dialogs import ConfirmDialog
 from krex_console.feed import ReplayFeed
+from krex_console.main import build_parser, endpoints_for, make_app
 from krex_console.model import gpu_figures
 from krex_console.views.gpu_detail import GpuDetailScreen
 from krex_runtime.wire import state as node_state

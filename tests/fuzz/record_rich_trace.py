@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "console"))
 
-from record_fixture_trace import CANDIDATE, sanitize  # noqa: E402
+from record_fixture_trace import CANDIDATE, sanitize
 
-from krex_runtime.testing.local_runtime import Runtime, wait_until  # noqa: E402
-from krex_runtime.sim.device_file import remove_device  # noqa: E402
+from krex_runtime.sim.device_file import remove_device
+from krex_runtime.testing.local_runtime import Runtime, wait_until
 
 OUT = Path(__file__).parent / "data" / "rich-trace.jsonl"
 POOL = '\n[pool]\nsize_per_gpu = 1\npreload = ["krex_runtime.sim.simcuda"]\nzygote = true\n'

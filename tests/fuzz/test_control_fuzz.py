@@ -10,8 +10,9 @@ leased. The only requests that change anything are deliberate: valid
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import zmq
@@ -20,11 +21,10 @@ from hypothesis import assume, event, example, given
 from hypothesis import strategies as st
 from runtime_helpers import stop_and_check
 
-from krex_runtime.wire import protocol
-from krex_runtime.testing.local_runtime import Runtime, wait_until
-from krex_runtime.wire.protocol import FINAL_STATES, REQUESTS, ErrorCode, ProtocolError, Request
 from krex_runtime.service import handlers
-from krex_runtime.wire import verbs
+from krex_runtime.testing.local_runtime import Runtime, wait_until
+from krex_runtime.wire import protocol, verbs
+from krex_runtime.wire.protocol import FINAL_STATES, REQUESTS, ErrorCode, ProtocolError, Request
 from krex_runtime.wire.trace import read_trace
 
 MAX_BYTES = 1 << 20  # runtime.max_message_bytes, the default

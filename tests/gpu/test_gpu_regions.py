@@ -25,7 +25,6 @@ from runtime_helpers import (
     NO_WATCHDOG,
     RECOVERY_BOUND_S,
     REPO,
-    tenant_processes,
     cgroup_root,
     command_pid,
     finish,
@@ -36,6 +35,7 @@ from runtime_helpers import (
     regions_config,
     stop_the_first,
     submit,
+    tenant_processes,
     trace_events,
     wait_ready,
 )

@@ -18,9 +18,8 @@ from krex_runtime.wire.control_client import RequestFailed
 
 
 def _refusal(rt: Any, verb: str, body: dict[str, Any]) -> RequestFailed:
-    with rt.client() as c:
-        with pytest.raises(RequestFailed) as caught:
-            c.call(verb, body)
+    with rt.client() as c, pytest.raises(RequestFailed) as caught:
+        c.call(verb, body)
     return caught.value
 
 

@@ -8,13 +8,13 @@ request does not make a call wait past its timeout."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from runtime_helpers import Answer, push, reply
 
 from krex_runtime.api import AsyncClient, Client, ProtocolError, RuntimeUnavailable, aio
-from krex_runtime.wire import protocol
 from krex_runtime.wire.verbs import LEASE_WAIT_S
 
 RESULT = {"id": "c-1", "state": "finished", "exit_code": 0, "signal": None, "reason": "", "gpu": 0, "label": "",
@@ -94,9 +94,8 @@ async def _act_async(client: AsyncClient, action: str) -> Any:
 def test_a_malformed_reply_is_a_protocol_error(fake: Callable[..., str], action: str, answer: Answer,
                                                message: str) -> None:
     endpoint = fake(answer)
-    with Client(endpoint, timeout=20) as client:
-        with pytest.raises(ProtocolError) as err:
-            _act(client, action)
+    with Client(endpoint, timeout=20) as client, pytest.raises(ProtocolError) as err:
+        _act(client, action)
     assert err.value.code == "bad_message", err.value
     assert message in str(err.value), err.value
 
@@ -159,9 +158,8 @@ def test_replies_to_other_requests_do_not_stretch_a_call_past_its_timeout(fake: 
         loop.close()
     assert 2 <= waited < 3, f"the call gave up after {waited:.2f} s of its clock, under timeout=2"
     # The blocking client waits in the same calls, on its own loop: it gives up as well.
-    with Client(endpoint, timeout=2) as client:
-        with pytest.raises(RuntimeUnavailable, match="no reply"):
-            client.call("status")
+    with Client(endpoint, timeout=2) as client, pytest.raises(RuntimeUnavailable, match="no reply"):
+        client.call("status")
     # Only a verb that waits by its nature (a lease, for its region) waits longer than the client's timeout.
     assert aio._verb_wait("status", 2) == 2 and aio._verb_wait("cancel", 2) == 2
     assert aio._verb_wait("lease", 2) == LEASE_WAIT_S

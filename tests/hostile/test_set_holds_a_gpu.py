@@ -19,7 +19,16 @@ import time
 from typing import Any
 
 from runtime_helpers import (
-    PY, TENANTS, command_pid, finish, gpu_state, krex_runtime, output, region_results, submit, trace_events,
+    PY,
+    TENANTS,
+    command_pid,
+    finish,
+    gpu_state,
+    krex_runtime,
+    output,
+    region_results,
+    submit,
+    trace_events,
 )
 
 from krex_runtime.testing.local_runtime import wait_until

@@ -58,7 +58,7 @@ def submit_as(uid: int, rt: Runtime, argv: list[str], share: str = "") -> str:
             os.setuid(uid)
             with ControlClient(f"ipc://{rt.run_dir}/control.sock", timeout_s=10) as c:
                 result = {"id": c.call("submit", {"argv": argv, "cwd": "/", "share": share})["id"]}
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        except BaseException as exc:
             result = {"error": f"{type(exc).__name__}: {exc}"}
         os.write(write_end, json.dumps(result).encode())
         os._exit(0)

@@ -181,7 +181,7 @@ def _as_uid(uid: int, fn: Any) -> str:
             os.setgid(uid)
             os.setuid(uid)
             result = fn()
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        except BaseException as exc:
             result = f"raised {exc!r}"
         os.write(write_end, result.encode())
         os._exit(0)

@@ -9,8 +9,9 @@ view shows them escaped, never acting on the reader's terminal. One runtime
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from runtime_helpers import PY, module_runtime

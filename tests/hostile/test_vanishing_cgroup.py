@@ -14,8 +14,9 @@ import errno
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from runtime_helpers import PY, TENANTS, krex_runtime

@@ -16,8 +16,6 @@ import pytest
 from integrity_catalogue import EXPECTED, Outcome, check, run_all
 from runtime_helpers import TENANTS, module_runtime, regions_config
 
-from krex_runtime.testing.local_runtime import Runtime
-
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory, native_built: Path) -> Iterator[dict[str, Outcome]]:

@@ -16,9 +16,10 @@ import stat
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import psutil
 import pytest
@@ -28,8 +29,9 @@ from runtime_helpers import REPO
 from krex_console.feed import FeedStatus, LiveFeed
 from krex_runtime.api import AsyncClient, Client
 from krex_runtime.node import access
-from krex_runtime.wire import endpoints, protocol
 from krex_runtime.node.config import Config, RuntimeSection
+from krex_runtime.testing.local_runtime import Runtime, command, wait_until
+from krex_runtime.wire import endpoints, protocol
 from krex_runtime.wire.control_client import (
     CLIENT_KEY_ENV,
     SERVER_KEY_ENV,
@@ -38,7 +40,6 @@ from krex_runtime.wire.control_client import (
     RuntimeUnavailable,
     use_curve,
 )
-from krex_runtime.testing.local_runtime import Runtime, command, wait_until
 from krex_runtime.wire.trace import read_trace
 
 KREX = command("krex")

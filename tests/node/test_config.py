@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from runtime_helpers import REPO
 
-from krex_runtime.testing import hygiene
 from krex_runtime.node.config import Config, ConfigError, load_config
+from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import command, wait_until
 
 

@@ -61,7 +61,7 @@ class FakeSystemd:
             while True:
                 data = self.sock.recv(4096).decode()
                 self.messages.append(dict(line.split("=", 1) for line in data.splitlines() if "=" in line))
-        except (socket.timeout, BlockingIOError):
+        except (TimeoutError, BlockingIOError):
             pass
         return any(m.get(key) == value for m in self.messages)
 

@@ -17,8 +17,8 @@ import subprocess
 import sys
 import uuid
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

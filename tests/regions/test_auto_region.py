@@ -8,7 +8,6 @@ The simulator's execution log is the witness of what ran inside a region."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from typing import Any

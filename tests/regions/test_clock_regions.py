@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 from krex_runtime.regions.settle import settle
-from krex_runtime.testing.local_runtime import wait_until
 from krex_runtime.wire import state as node_state
 from krex_runtime.wire.trace import read_trace
 

@@ -38,9 +38,9 @@ from runtime_helpers import (
     wait_ready,
 )
 
-from krex_runtime.testing import hygiene
 from krex_runtime.host.cgroups import CgroupSlice
 from krex_runtime.regions.freezer import CgroupV2Freezer, Target
+from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.wire.trace import read_trace
 
@@ -95,7 +95,7 @@ CHECKED_FIXTURES = {"make_runtime", "runtime", "modes_runtime"}
 SELF_CHECKS = ("hygiene.leftovers", "check_nothing_left", "_maps(")
 
 
-def _test_function(node: str):  # noqa: ANN202 - a test function
+def _test_function(node: str):
     path, _, name = node.partition(".py::")
     return getattr(load_test_file(f"{path}.py"), name.split("[")[0], None)
 

@@ -19,9 +19,24 @@ from pathlib import Path
 import psutil
 import pytest
 from region_checks import check_nothing_left
-from runtime_helpers import (PY, TENANTS, VENDORS, busy, cgroup_root, check_vendor, command_pid, finish,
-                             frozen_cgroups, gpu_state, krex_runtime, regions_config, snapshot, submit, trace_events,
-                             wait_ready)
+from runtime_helpers import (
+    PY,
+    TENANTS,
+    VENDORS,
+    busy,
+    cgroup_root,
+    check_vendor,
+    command_pid,
+    finish,
+    frozen_cgroups,
+    gpu_state,
+    krex_runtime,
+    regions_config,
+    snapshot,
+    submit,
+    trace_events,
+    wait_ready,
+)
 
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 

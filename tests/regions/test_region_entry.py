@@ -18,8 +18,22 @@ from __future__ import annotations
 
 import pytest
 from region_checks import check_exclusive, check_no_submissions_while_held, check_nothing_left, regions_of
-from runtime_helpers import (PY, TENANTS, HeldRegions, cgroup_root, command_pid, finish, frozen_cgroups, gpu_state, krex_runtime,
-                             output, region_results, snapshot, submit, trace_events)
+from runtime_helpers import (
+    PY,
+    TENANTS,
+    HeldRegions,
+    cgroup_root,
+    command_pid,
+    finish,
+    frozen_cgroups,
+    gpu_state,
+    krex_runtime,
+    output,
+    region_results,
+    snapshot,
+    submit,
+    trace_events,
+)
 
 from krex_runtime.sim.execution_log import read_execution_log
 from krex_runtime.testing.local_runtime import wait_until

@@ -6,11 +6,11 @@ from __future__ import annotations
 import sys
 
 import pytest
+from runtime_helpers import REPO, busy, wait_ready
 
 from krex_runtime.testing.local_runtime import Runtime, wait_until
-from krex_runtime.wire.trace import read_trace
 from krex_runtime.wire import state as node_state
-from runtime_helpers import REPO, busy, wait_ready
+from krex_runtime.wire.trace import read_trace
 
 PY = sys.executable
 TENANTS = REPO / "tests" / "tenants"

@@ -13,11 +13,11 @@ import sys
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
+from runtime_helpers import REPO, busy, finish, submit, wait_ready
 
 from krex_runtime.node.config import load_config
 from krex_runtime.sim import layout as sim_layout
 from krex_runtime.testing.local_runtime import Runtime, wait_until
-from runtime_helpers import REPO, busy, finish, submit, wait_ready
 
 PY = sys.executable
 GIB = 1 << 30

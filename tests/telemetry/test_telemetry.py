@@ -7,9 +7,9 @@ import time
 
 import zmq
 
+from krex_runtime.testing.local_runtime import Runtime
 from krex_runtime.wire import protocol
 from krex_runtime.wire import state as node_state
-from krex_runtime.testing.local_runtime import Runtime
 from krex_runtime.wire.trace import read_trace, replay
 
 

@@ -53,8 +53,9 @@ for what in sys.argv[1:]:
 
         measured[what] = suite_helper.Runner().run(kernel)
     elif what == "nested":  # a harness inside the candidate's own region: one region
-        from krex_runtime.client import region
         from triton.testing import do_bench
+
+        from krex_runtime.client import region
 
         with region():
             measured[what] = [do_bench(kernel), do_bench(kernel)]

@@ -9,7 +9,6 @@ each region one JSON line: its region number, verdict and reasons.
 """
 
 import json
-import os
 import sys
 import threading
 import time

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
+from krex_runtime.testing.local_runtime import Runtime
 from krex_runtime.wire import protocol
 from krex_runtime.wire.control_client import ControlClient
-from krex_runtime.testing.local_runtime import Runtime
 
 
 def _reply_to_raw(client: ControlClient, frame: bytes) -> dict:

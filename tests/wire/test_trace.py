@@ -6,8 +6,8 @@ import errno
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from runtime_helpers import REPO

@@ -123,7 +123,7 @@ class AmdSmiTemperatureMetric(IntEnum):
     HIGHEST = 13
 
 
-class amdsmi_processor_handle:  # noqa: N801 - amdsmi_wrapper's name (a ctypes c_void_p there)
+class amdsmi_processor_handle:
     def __init__(self, index: int, generation: int) -> None:
         self.index = index
         self.generation = generation
