@@ -67,7 +67,7 @@ def _gpus(gw: GatewayContext) -> list[dict[str, Any]]:
 
 
 def _policy(gw: GatewayContext) -> str:
-    policies = {n.info.get("policy") for n in gw.nodes.values() if n.info.get("policy")}
+    policies = {str(n.info.get("policy")) for n in gw.nodes.values() if n.info.get("policy")}
     return policies.pop() if len(policies) == 1 else "mixed" if policies else "unknown"
 
 

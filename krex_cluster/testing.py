@@ -60,7 +60,7 @@ class KrexCluster:
                  "membership_interval_s = 0.5", ""]
         for name, labels in self.labels.items():
             label_text = ", ".join(f'{k} = "{v}"' for k, v in labels.items())
-            policy = {"policy": self.policies[name]} if name in self.policies else {}
+            policy: dict[str, Any] = {"policy": self.policies[name]} if name in self.policies else {}
             rt = Runtime(self.root / name, sim=self.sim, slots=self.slots, keep_finished=200, **policy,
                          runtime_extra=f"labels = {{ {label_text} }}")
             rt.root.mkdir(parents=True, exist_ok=True)

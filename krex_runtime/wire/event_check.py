@@ -50,7 +50,8 @@ def _item_type(annotation: Any) -> type | None:
     alternatives = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
     for alternative in alternatives:
         if typing.get_origin(alternative) is list and typing.get_args(alternative)[0] in (str, int):
-            return typing.get_args(alternative)[0]
+            item: type = typing.get_args(alternative)[0]
+            return item
     return None
 
 

@@ -134,7 +134,7 @@ def decode_request(frame: bytes, max_bytes: int) -> Request:
     if problem:
         raise ProtocolError(ErrorCode.BAD_REQUEST, problem)
     try:
-        body = from_dict(verb.body, msg.get("body", {}), "body")
+        body: Any = from_dict(verb.body, msg.get("body", {}), "body")
     except ShapeError as exc:
         raise ProtocolError(ErrorCode.BAD_REQUEST, str(exc)) from None
     return Request(type_, req_id, body)
@@ -168,8 +168,9 @@ def request_id_of(frame: bytes) -> str | None:
         msg = load_json(frame)
     except ProtocolError:
         return None
-    if isinstance(msg, dict) and isinstance(msg.get("id"), str):
-        return msg["id"]
+    req_id = msg.get("id") if isinstance(msg, dict) else None
+    if isinstance(req_id, str):
+        return req_id
     return None
 
 

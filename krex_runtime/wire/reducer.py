@@ -112,7 +112,7 @@ def _command_finished(s: NodeState, e: dict[str, Any]) -> None:
 
 def _set_gpus(s: NodeState, cmd: CommandInfo) -> list[GpuState]:
     """The GPUs a running command is placed on: its set, or its one GPU."""
-    indices = cmd.gpus or [cmd.gpu]
+    indices = cmd.gpus or ([] if cmd.gpu is None else [cmd.gpu])
     return [s.gpus[i] for i in indices if i in s.gpus]
 
 
@@ -214,13 +214,13 @@ def _estimate(gpu: GpuState, e: dict[str, Any]) -> None:
     and is counted as flagged."""
     est = gpu.estimate or {"clock_costs": [], "inside_p50": None, "inside_p95": None, "regions": 0, "flagged": 0}
     est["regions"] += 1
-    top = gpu.last_region.get("top_clock_mhz")
+    top: float = gpu.last_region.get("top_clock_mhz") or 0.0
     clocks = [c for c in (gpu.last_region.get("sm_clock_mhz"), e.get("exit_sm_clock_mhz")) if _positive(c)]
     if e.get("verdict") != "verified" or not _positive(top) or not clocks:
         est["flagged"] += e.get("verdict") != "verified"
         gpu.estimate = est
         return
-    cost = max(0.0, top / min(clocks) - 1)
+    cost = max(0.0, float(top) / min(float(c) for c in clocks if c is not None) - 1)
     est["flagged"] += cost > 0
     est["clock_costs"] = (est["clock_costs"] + [cost])[-ESTIMATE_WINDOW:]
     est["inside_p50"], est["inside_p95"] = _quantile(est["clock_costs"], 0.5), _quantile(est["clock_costs"], 0.95)

@@ -28,6 +28,7 @@ from typing import Any
 
 from krex_runtime.wire import events
 from krex_runtime.wire import state as node_state
+from krex_runtime.wire.model import NodeState
 from krex_runtime.wire.event_check import EventError, check_event, check_fields
 from krex_runtime.wire.trace_segments import move_aside, segments
 
@@ -251,7 +252,7 @@ def iter_trace(path: Path, headers: list[dict[str, Any]] | None = None) -> Itera
     `seq` (one more than the last; a segment that starts a run starts again at
     1), and that the reducer folds it; so whatever this yields replays, and
     whatever does not names its file and line."""
-    state = node_state.NodeState()
+    state = NodeState()
     for index, segment in enumerate(segments(path)):
         header_seen = False
         for lineno, record in _records(segment):
@@ -264,7 +265,7 @@ def iter_trace(path: Path, headers: list[dict[str, Any]] | None = None) -> Itera
             if headers is not None:
                 headers.append(record)
             if not record.get("part"):
-                state = node_state.NodeState()  # a run of its own: numbering starts again
+                state = NodeState()  # a run of its own: numbering starts again
             if index == 0:
                 yield lineno, record
         if not header_seen:
@@ -288,7 +289,7 @@ def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 yield lineno, _parse_line(path, lineno, line)
 
 
-def _check_event(path: Path, lineno: int, record: dict[str, Any], state: node_state.NodeState) -> None:
+def _check_event(path: Path, lineno: int, record: dict[str, Any], state: NodeState) -> None:
     try:
         check_event(record)
         if record["type"] != GAP and record["seq"] != state.seq + 1:
@@ -343,9 +344,9 @@ def read_trace(path: Path) -> Trace:
     return Trace(header, [record for _, record in records], headers)
 
 
-def replay(trace: Trace, until: float | None = None) -> node_state.NodeState:
+def replay(trace: Trace, until: float | None = None) -> NodeState:
     """The node state at trace time `until` (the end when None)."""
-    state = node_state.NodeState()
+    state = NodeState()
     for event in trace.events:
         if until is not None and event.get("t", 0.0) > until:
             break

@@ -7,12 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from krex_runtime.wire import state as node_state
+from krex_runtime.wire.model import NodeState
 from krex_runtime.wire.trace import Trace
 
 
 def summarize(trace: Trace) -> dict[str, Any]:
     """Figures `krex trace FILE` prints: counts, durations, per-GPU concurrency."""
-    state = node_state.NodeState()
+    state = NodeState()
     started: dict[str, float] = {}
     queue_waits: list[float] = []
     run_times: list[float] = []

@@ -46,7 +46,9 @@ def from_dict(cls: type[T], data: Any, path: str = "", *, ignore_unknown: bool =
     if not isinstance(data, dict):
         raise ShapeError(path, f"expected a table, got {_type_name(data)}")
     # An "internal" field is set by the program, never read from data (nor suggested).
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init and not f.metadata.get("internal")}
+    # `cls` is a dataclass by contract; TypeVar T cannot say so to the checker.
+    fields = {f.name: f for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+               if f.init and not f.metadata.get("internal")}
     hints = typing.get_type_hints(cls)
     for key in data:
         if key not in fields and not ignore_unknown:
@@ -109,7 +111,7 @@ def _convert(hint: Any, value: Any, path: str, ignore_unknown: bool = False) -> 
             _convert(key_t, k, _join(path, str(k))): _convert(val_t, v, _join(path, str(k)), ignore_unknown)
             for k, v in value.items()
         }
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return from_dict(hint, value, path, ignore_unknown=ignore_unknown)
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):

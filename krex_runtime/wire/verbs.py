@@ -72,8 +72,9 @@ class Verb:
         their defaults, keys it does not know left out); ShapeError when it
         does not fit. A verb without a shape: the body as it came."""
         if self.reply is None:
-            return body if isinstance(body, dict) else {}
-        return to_dict(from_dict(self.reply, body, ignore_unknown=True))
+            return dict(body) if isinstance(body, dict) else {}
+        shaped: dict[str, Any] = to_dict(from_dict(self.reply, body, ignore_unknown=True))
+        return shaped
 
 
 def _cancelled(reply: dict[str, Any]) -> str:
