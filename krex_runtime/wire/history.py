@@ -111,7 +111,7 @@ def listed_table(reply: dict[str, Any]) -> str:
     head = ("ID", "STATE", "EXIT", "GPU", "USER", "LABEL", "SUBMITTED", "WAIT", "RUN", "COMMAND")
     lines = [head] + [_cells(r) for r in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(head) - 1)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)) + "  " + line[-1] for line in lines).rstrip()
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=False)) + "  " + line[-1] for line in lines).rstrip()
 
 
 def _cells(r: dict[str, Any]) -> tuple[str, ...]:

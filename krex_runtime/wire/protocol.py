@@ -202,11 +202,10 @@ def _envelope_problem(msg: dict[str, Any]) -> str:
         dropped = msg.get("dropped")
         if dropped is not None and (not isinstance(dropped, int) or isinstance(dropped, bool) or dropped < 0):
             return "a reply's 'dropped' is not a count"
-        if not msg["ok"]:
-            error = msg.get("error")
-            if not (isinstance(error, dict) and isinstance(error.get("code"), str)
-                    and isinstance(error.get("reason"), str)):
-                return "an error reply's 'error' is not {code, reason} strings"
+        error = msg.get("error")
+        if not msg["ok"] and not (isinstance(error, dict) and isinstance(error.get("code"), str)
+                                  and isinstance(error.get("reason"), str)):
+            return "an error reply's 'error' is not {code, reason} strings"
     elif kind in (PUSH_OUTPUT, PUSH_RESULT):
         if not isinstance(re, str) or not isinstance(msg.get("body"), dict):
             return f"a '{kind}' push needs a string 're' and an object 'body'"

@@ -28,8 +28,8 @@ from typing import Any
 
 from krex_runtime.wire import events
 from krex_runtime.wire import state as node_state
-from krex_runtime.wire.model import NodeState
 from krex_runtime.wire.event_check import EventError, check_event, check_fields
+from krex_runtime.wire.model import NodeState
 from krex_runtime.wire.trace_segments import move_aside, segments
 
 FORMAT = "krex-trace"
