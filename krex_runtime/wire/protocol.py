@@ -206,9 +206,8 @@ def _envelope_problem(msg: dict[str, Any]) -> str:
         if not msg["ok"] and not (isinstance(error, dict) and isinstance(error.get("code"), str)
                                   and isinstance(error.get("reason"), str)):
             return "an error reply's 'error' is not {code, reason} strings"
-    elif kind in (PUSH_OUTPUT, PUSH_RESULT):
-        if not isinstance(re, str) or not isinstance(msg.get("body"), dict):
-            return f"a '{kind}' push needs a string 're' and an object 'body'"
+    elif kind in (PUSH_OUTPUT, PUSH_RESULT) and (not isinstance(re, str) or not isinstance(msg.get("body"), dict)):
+        return f"a '{kind}' push needs a string 're' and an object 'body'"
     return ""
 
 
