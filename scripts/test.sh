@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 .venv/bin/lint-imports --no-cache
+# Lint and types (pyproject.toml: [tool.ruff], [tool.mypy]; strict on krex_runtime).
+.venv/bin/ruff check .
+.venv/bin/mypy
 set +e
 # Two workers, a test file each at a time (a file's tests share its runtime);
 # then, alone, the tests that measure the simulator's timing (marker `serial`),
