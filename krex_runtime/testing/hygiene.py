@@ -81,9 +81,10 @@ def held_back(run_dir: Path) -> list[str]:
         except GateError:
             continue  # removed while we looked: a stopping runtime
     for version in (2, 1):
-        path = cgroups.slice_path(run_dir, version)
-        if path is not None and path.is_dir():
-            found += [f"cgroup {group} is frozen" for group in sorted(path.iterdir()) if group.is_dir() and is_frozen(group)]
+        slice_dir = cgroups.slice_path(run_dir, version)
+        if slice_dir is not None and slice_dir.is_dir():
+            found += [f"cgroup {group} is frozen" for group in sorted(slice_dir.iterdir())
+                      if group.is_dir() and is_frozen(group)]
     for proc in krex_processes(run_dir):
         try:
             if proc.status() == psutil.STATUS_STOPPED:
@@ -112,9 +113,9 @@ def krex_processes(run_dir: Path) -> list[psutil.Process]:
     for proc in psutil.process_iter(["pid"]):
         try:
             env = proc.environ()
-            if env.get("KREX_RUN_DIR") == str(run_dir) and "KREX_COMMAND_ID" in env:
-                if proc.status() != psutil.STATUS_ZOMBIE:
-                    found.append(proc)
+            ours = env.get("KREX_RUN_DIR") == str(run_dir) and "KREX_COMMAND_ID" in env
+            if ours and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
         except psutil.Error:
             continue
     return found
@@ -125,9 +126,10 @@ def alive(pid: int | None) -> bool:
     if pid is None:
         return False
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        status: str = psutil.Process(pid).status()
     except psutil.Error:
         return False
+    return status != psutil.STATUS_ZOMBIE
 
 
 def open_fds(pid: int) -> dict[int, str]:
