@@ -522,6 +522,10 @@ static CUresult do_launch(const struct krex_fwd_msg *m, const uint8_t *blob, boo
     return r;
 }
 
+/* The one-shape operations, generated from tools/forward_ops.py with the
+ * client's side of them: generated_ops. */
+#include "server_ops_gen.inc"
+
 bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const uint8_t *blob, char *err,
                  size_t errlen)
 {
@@ -543,46 +547,17 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
             current = (CUcontext)(uintptr_t)m->ctx;
     }
     bool bad = false;
-    if (r == CUDA_SUCCESS) {
+    if (r == CUDA_SUCCESS && m->op < KREX_FWD_OP_COUNT && generated_ops[m->op] != NULL) {
+        r = generated_ops[m->op](a, pt, out, &nout);
+    } else if (r == CUDA_SUCCESS) {
+        /* The operations that carry bytes, or whose bookkeeping is more
+         * than remembering a handle: contexts, memory, modules, launches. */
         switch (m->op) {
-        case KREX_FWD_OP_INIT:
-            r = p_cuInit((unsigned)a[0]);
-            break;
-        case KREX_FWD_OP_DRIVER_VERSION: {
-            int v = 0;
-            r = CALL(p_cuDriverGetVersion, &v);
-            out[0] = (uint64_t)v, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_DEVICE_GET: {
-            CUdevice d = 0;
-            r = p_cuDeviceGet(&d, (int)a[0]);
-            out[0] = (uint64_t)d, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_DEVICE_COUNT: {
-            int n = 0;
-            r = CALL(p_cuDeviceGetCount, &n);
-            out[0] = (uint64_t)n, nout = 1;
-            break;
-        }
         case KREX_FWD_OP_DEVICE_NAME: {
             if (a[0] == 0 || a[0] > staging || a[0] > 1 << 20)
                 BAD("cuDeviceGetName for %llu bytes (the staging area holds %zu)", (unsigned long long)a[0], staging);
             r = CALL(p_cuDeviceGetName, (char *)seg->staging, (int)a[0], (CUdevice)a[1]);
             len = (uint32_t)a[0];
-            break;
-        }
-        case KREX_FWD_OP_DEVICE_ATTR: {
-            int v = 0;
-            r = CALL(p_cuDeviceGetAttribute, &v, (CUdevice_attribute)a[0], (CUdevice)a[1]);
-            out[0] = (uint64_t)(int64_t)v, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_DEVICE_TOTAL_MEM: {
-            size_t v = 0;
-            r = CALL(p_cuDeviceTotalMem_v2, &v, (CUdevice)a[0]);
-            out[0] = v, nout = 1;
             break;
         }
         case KREX_FWD_OP_DEVICE_UUID:
@@ -607,13 +582,6 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
             if (r == CUDA_SUCCESS)
                 primary_retains--;
             break;
-        case KREX_FWD_OP_PRIMARY_STATE: {
-            unsigned flags = 0;
-            int active = 0;
-            r = CALL(p_cuDevicePrimaryCtxGetState, (CUdevice)a[0], &flags, &active);
-            out[0] = flags, out[1] = (uint64_t)active, nout = 2;
-            break;
-        }
         case KREX_FWD_OP_CTX_CREATE: {
             CUcontext c = NULL;
             r = CALL(p_cuCtxCreate_v2, &c, (unsigned)a[0], (CUdevice)a[1]);
@@ -648,18 +616,6 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
             if (r == CUDA_SUCCESS)
                 r = p_cuCtxSynchronize();
             break;
-        case KREX_FWD_OP_CTX_GET_DEVICE: {
-            CUdevice d = 0;
-            r = CALL(p_cuCtxGetDevice, &d);
-            out[0] = (uint64_t)d, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_MEM_GET_INFO: {
-            size_t f = 0, t = 0;
-            r = p_cuMemGetInfo_v2(&f, &t);
-            out[0] = f, out[1] = t, nout = 2;
-            break;
-        }
         case KREX_FWD_OP_MEM_ALLOC: {
             /* Zeroed before the command sees it: the driver may hand out
              * memory an earlier command (or a module's globals) used. */
@@ -742,26 +698,6 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
                     r = CALL(PICK(pt, p_cuStreamSynchronize, p_cuStreamSynchronize_ptsz), s);
             }
             len = (uint32_t)a[1];
-            break;
-        case KREX_FWD_OP_DTOD:
-            if (!owned(a[0], a[2]) || !owned(a[1], a[2])) {
-                r = CUDA_ERROR_INVALID_VALUE;
-                break;
-            }
-            r = CALL(PICK(pt, p_cuMemcpyDtoD_v2, p_cuMemcpyDtoD_v2_ptds), (CUdeviceptr)a[0], (CUdeviceptr)a[1],
-                     (size_t)a[2]);
-            break;
-        case KREX_FWD_OP_DTOD_ASYNC:
-            if (!owned(a[0], a[2]) || !owned(a[1], a[2])) {
-                r = CUDA_ERROR_INVALID_VALUE;
-                break;
-            }
-            if (!known_stream(a[3])) {
-                r = CUDA_ERROR_INVALID_HANDLE;
-                break;
-            }
-            r = CALL(PICK(pt, p_cuMemcpyDtoDAsync_v2, p_cuMemcpyDtoDAsync_v2_ptsz), (CUdeviceptr)a[0],
-                     (CUdeviceptr)a[1], (size_t)a[2], (CUstream)(uintptr_t)a[3]);
             break;
         case KREX_FWD_OP_MEMSET:
         case KREX_FWD_OP_MEMSET_ASYNC: {
@@ -872,27 +808,6 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
             len = (uint32_t)(i * 2 * sizeof(uint32_t));
             break;
         }
-        case KREX_FWD_OP_FUNC_GET_ATTR: {
-            int v = 0;
-            r = known_function(a[1]) ? CALL(p_cuFuncGetAttribute, &v, (CUfunction_attribute)a[0],
-                                            (CUfunction)(uintptr_t)a[1])
-                                     : CUDA_ERROR_INVALID_HANDLE;
-            out[0] = (uint64_t)(int64_t)v, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_FUNC_SET_ATTR:
-            r = known_function(a[0])
-                    ? CALL(p_cuFuncSetAttribute, (CUfunction)(uintptr_t)a[0], (CUfunction_attribute)a[1], (int)a[2])
-                    : CUDA_ERROR_INVALID_HANDLE;
-            break;
-        case KREX_FWD_OP_OCC_ACTIVE: {
-            int n = 0;
-            r = known_function(a[0]) ? CALL(p_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, &n,
-                                            (CUfunction)(uintptr_t)a[0], (int)a[1], (size_t)a[2], (unsigned)a[3])
-                                     : CUDA_ERROR_INVALID_HANDLE;
-            out[0] = (uint64_t)(int64_t)n, nout = 1;
-            break;
-        }
         case KREX_FWD_OP_OCC_BLOCK_SIZE: {
             /* Without a table: the driver's calculator. With one (the
              * program's callback, evaluated by the client for each multiple of
@@ -927,103 +842,11 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
             out[0] = (uint64_t)(int64_t)grid, out[1] = (uint64_t)(int64_t)block, nout = 2;
             break;
         }
-        case KREX_FWD_OP_OCC_DYN_SMEM: {
-            size_t v = 0;
-            r = known_function(a[0]) ? CALL(p_cuOccupancyAvailableDynamicSMemPerBlock, &v, (CUfunction)(uintptr_t)a[0],
-                                            (int)a[1], (int)a[2])
-                                     : CUDA_ERROR_INVALID_HANDLE;
-            out[0] = (uint64_t)v, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_FUNC_IS_LOADED: {
-            CUfunctionLoadingState st = CU_FUNCTION_LOADING_STATE_LOADED;
-            r = known_function(a[0]) ? CALL(p_cuFuncIsLoaded, &st, (CUfunction)(uintptr_t)a[0])
-                                     : CUDA_ERROR_INVALID_HANDLE;
-            out[0] = (uint64_t)st, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_FUNC_LOAD:
-            r = known_function(a[0]) ? CALL(p_cuFuncLoad, (CUfunction)(uintptr_t)a[0]) : CUDA_ERROR_INVALID_HANDLE;
-            break;
         case KREX_FWD_OP_LAUNCH:
             r = do_launch(m, blob, pt, err, errlen, &bad);
             if (bad)
                 return false;
             break;
-        case KREX_FWD_OP_STREAM_CREATE: {
-            CUstream s = NULL;
-            r = CALL(p_cuStreamCreateWithPriority, &s, (unsigned)a[0], (int)a[1]);
-            if (r == CUDA_SUCCESS && !remember(&streams, (uint64_t)(uintptr_t)s)) {
-                CALL(p_cuStreamDestroy_v2, s);
-                r = CUDA_ERROR_OUT_OF_MEMORY;
-            }
-            out[0] = r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)s : 0, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_STREAM_DESTROY:
-            r = known(&streams, a[0]) ? CALL(p_cuStreamDestroy_v2, (CUstream)(uintptr_t)a[0])
-                                      : CUDA_ERROR_INVALID_HANDLE;
-            if (r == CUDA_SUCCESS)
-                forget(&streams, a[0]);
-            break;
-        case KREX_FWD_OP_STREAM_SYNC:
-            r = known_stream(a[0])
-                    ? CALL(PICK(pt, p_cuStreamSynchronize, p_cuStreamSynchronize_ptsz), (CUstream)(uintptr_t)a[0])
-                    : CUDA_ERROR_INVALID_HANDLE;
-            break;
-        case KREX_FWD_OP_STREAM_QUERY:
-            r = known_stream(a[0]) ? CALL(PICK(pt, p_cuStreamQuery, p_cuStreamQuery_ptsz), (CUstream)(uintptr_t)a[0])
-                                   : CUDA_ERROR_INVALID_HANDLE;
-            break;
-        case KREX_FWD_OP_STREAM_WAIT_EVENT:
-            r = known_stream(a[0]) && known(&events, a[1])
-                    ? CALL(PICK(pt, p_cuStreamWaitEvent, p_cuStreamWaitEvent_ptsz), (CUstream)(uintptr_t)a[0],
-                           (CUevent)(uintptr_t)a[1], (unsigned)a[2])
-                    : CUDA_ERROR_INVALID_HANDLE;
-            break;
-        case KREX_FWD_OP_EVENT_CREATE: {
-            CUevent e = NULL;
-            r = CALL(p_cuEventCreate, &e, (unsigned)a[0]);
-            if (r == CUDA_SUCCESS && !remember(&events, (uint64_t)(uintptr_t)e)) {
-                CALL(p_cuEventDestroy_v2, e);
-                r = CUDA_ERROR_OUT_OF_MEMORY;
-            }
-            out[0] = r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)e : 0, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_EVENT_DESTROY:
-            r = known(&events, a[0]) ? CALL(p_cuEventDestroy_v2, (CUevent)(uintptr_t)a[0]) : CUDA_ERROR_INVALID_HANDLE;
-            if (r == CUDA_SUCCESS)
-                forget(&events, a[0]);
-            break;
-        case KREX_FWD_OP_EVENT_RECORD:
-            r = known(&events, a[0]) && known_stream(a[1])
-                    ? CALL(PICK(pt, p_cuEventRecordWithFlags, p_cuEventRecordWithFlags_ptsz),
-                           (CUevent)(uintptr_t)a[0], (CUstream)(uintptr_t)a[1], (unsigned)a[2])
-                    : CUDA_ERROR_INVALID_HANDLE;
-            break;
-        case KREX_FWD_OP_EVENT_SYNC:
-            r = known(&events, a[0]) ? CALL(p_cuEventSynchronize, (CUevent)(uintptr_t)a[0]) : CUDA_ERROR_INVALID_HANDLE;
-            break;
-        case KREX_FWD_OP_EVENT_QUERY:
-            r = known(&events, a[0]) ? CALL(p_cuEventQuery, (CUevent)(uintptr_t)a[0]) : CUDA_ERROR_INVALID_HANDLE;
-            break;
-        case KREX_FWD_OP_EVENT_ELAPSED: {
-            float ms = 0;
-            r = known(&events, a[0]) && known(&events, a[1])
-                    ? CALL(p_cuEventElapsedTime_v2, &ms, (CUevent)(uintptr_t)a[0], (CUevent)(uintptr_t)a[1])
-                    : CUDA_ERROR_INVALID_HANDLE;
-            uint32_t bits;
-            memcpy(&bits, &ms, sizeof bits);
-            out[0] = bits, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_LOADING_MODE: {
-            CUmoduleLoadingMode mode = CU_MODULE_EAGER_LOADING;
-            r = CALL(p_cuModuleGetLoadingMode, &mode);
-            out[0] = (uint64_t)mode, nout = 1;
-            break;
-        }
         default:
             BAD("an unknown operation %u", (unsigned)m->op);
         }
