@@ -27,6 +27,7 @@ import argparse
 import os
 import re
 import sys
+from typing import NoReturn
 
 from forward_ops import OPS, Entry, Op
 from generated_file import write_or_check
@@ -48,7 +49,7 @@ HANDLE_CHECKS = {
 HANDLES = set(HANDLE_CHECKS) | {"CUcontext"}
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     print(f"gen_forward_ops.py: {message}", file=sys.stderr)
     sys.exit(2)
 
