@@ -550,8 +550,16 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
     if (r == CUDA_SUCCESS && m->op < KREX_FWD_OP_COUNT && generated_ops[m->op] != NULL) {
         r = generated_ops[m->op](a, pt, out, &nout);
     } else if (r == CUDA_SUCCESS) {
-        /* The operations that carry bytes, or whose bookkeeping is more
-         * than remembering a handle: contexts, memory, modules, launches. */
+        /* Written by hand, each for a reason the op table cannot say:
+         * - a device's name and UUID, copies to the host and parameter
+         *   layouts answer in the staging area, with sizes checked here;
+         * - copies from the host, module images, names and launches carry a
+         *   blob whose length and contents are checked here;
+         * - the primary context's retains are counted, contexts change what
+         *   is current and take their memory and handles with them;
+         * - allocations are zeroed and become regions, frees must name one;
+         * - a memset's width picks the driver entry point (and scales its range);
+         * - the occupancy calculator may run on the client's table. */
         switch (m->op) {
         case KREX_FWD_OP_DEVICE_NAME: {
             if (a[0] == 0 || a[0] > staging || a[0] > 1 << 20)
