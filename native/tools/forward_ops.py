@@ -6,9 +6,10 @@ whether it waits for the reply, and what the context server checks and calls.
 tools/gen_forward_ops.py writes the client's entry points
 (src/forward/client_ops_gen.c) and the server's execution of them
 (src/forward/server_ops_gen.inc) from this table, so the two sides of the
-wire cannot drift apart. Operations not listed here, or listed with
-`server=""` or `client=False`, are written by hand next to the generated
-code, each with the reason it is special.
+wire cannot drift apart. The operations of BY_HAND, and the server's side
+of those listed with `server=""`, are written by hand next to the generated
+code (src/forward/client_api.c, server_exec.c), each for the reason given;
+every operation of include/krex_forward.h is in one of the two.
 
 What the server checks follows from a parameter's type: a CUfunction,
 CUstream, CUevent or CUmodule must be one the server gave the command (or a
@@ -47,7 +48,6 @@ class Op:
     after: C the client runs once the call succeeded.
     server: the driver entry point the server calls; "" when the server's
       case is written by hand (src/forward/server_exec.c).
-    client: False when the client's entry points are written by hand.
     ranges: (pointer, size) slot pairs the server checks against the command's memory.
     creates: the server's list of the command's handles that the first out
       joins, with the driver entry point that destroys it again on failure.
@@ -63,7 +63,6 @@ class Op:
     need_init: bool = True
     after: str = ""
     server: str = ""
-    client: bool = True
     ranges: tuple[tuple[str, str], ...] = ()
     creates: tuple[str, str] | None = None
     forgets: str = ""
@@ -179,3 +178,20 @@ OPS: tuple[Op, ...] = (
     Op("LOADING_MODE", (entry("cuModuleGetLoadingMode", "CUmoduleLoadingMode *mode"),), outs=("mode",),
        server="cuModuleGetLoadingMode"),
 )
+
+# The operations whose both sides are written by hand, and why.
+BY_HAND: dict[str, str] = {
+    "DEVICE_NAME": "the name comes back as bytes in the staging area, as long as the caller's buffer",
+    "DEVICE_UUID": "the UUID comes back as bytes in the staging area",
+    "HTOD": "the bytes travel in the requests, in chunks of what one request carries",
+    "HTOD_ASYNC": "as HTOD, sent without waiting; the server copies the bytes until the stream has passed them",
+    "DTOH": "the bytes come back through the staging area, in chunks of what it holds",
+    "DTOH_ASYNC": "as DTOH; the server waits for the stream, the bytes are the program's at return",
+    "MODULE_LOAD": "the image travels as a blob, its size read from its headers (or the file read here)",
+    "MODULE_UNLOAD": "the client forgets its parameter layouts; the server zeroes the module's globals first",
+    "MODULE_FUNCTION": "the name travels as a blob; the function joins the command's, with its module",
+    "MODULE_GLOBAL": "the name travels as a blob; the global becomes a region of the command's",
+    "FUNC_PARAMS": "the layout comes back through the staging area and is kept per function by the client",
+    "OCC_BLOCK_SIZE": "the program's callback is evaluated by the client into a table the server picks from",
+    "LAUNCH": "the kernel parameters and launch attributes travel as a blob, checked by the server",
+}

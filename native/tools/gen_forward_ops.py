@@ -29,7 +29,7 @@ import re
 import sys
 from typing import NoReturn
 
-from forward_ops import OPS, Entry, Op
+from forward_ops import BY_HAND, OPS, Entry, Op
 from generated_file import write_or_check
 
 NATIVE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -87,6 +87,11 @@ def header_ops() -> dict[str, str]:
 
 def check_table(ops: tuple[Op, ...]) -> None:
     named = header_ops()
+    described = [op.name for op in ops] + list(BY_HAND)
+    missing = sorted(set(named) - set(described))
+    twice = sorted({name for name in described if described.count(name) > 1})
+    if missing or twice:
+        fail(f"every operation of include/krex_forward.h once in OPS or BY_HAND: missing {missing}, twice {twice}")
     for op in ops:
         if op.name not in named:
             fail(f"{op.name} is not an operation of include/krex_forward.h")
@@ -148,8 +153,6 @@ def render_client(ops: tuple[Op, ...]) -> str:
         "#include <string.h>",
     ]
     for op in ops:
-        if not op.client:
-            continue
         for e in op.entries:
             lines += ["", *client_entry(op, e, e.name, "0")]
             if op.per_thread:
