@@ -10,7 +10,8 @@ table (tools/forward_ops.py):
                                   requests: check the command's handles and
                                   ranges, call the driver, fill the reply;
                                   included by server_exec.c, whose state
-                                  (the command's handles) it reads
+                                  (the command's handles) it reads and whose
+                                  table of operations it joins
 
 The table's operations are checked against include/krex_forward.h (the
 operation must exist there, and the driver entry point the server calls is
@@ -167,12 +168,9 @@ def server_op(op: Op) -> list[str]:
     main = op.entries[0]
     params = params_of(main)
     slot = {s: f"a[{i}]" for i, s in enumerate(op.slots)}
-    uses_a = any(name in slot for name in params)
-    lines = [f"static CUresult exec_{op.name}(const uint64_t *a, bool pt, uint64_t *out, unsigned *nout)", "{"]
-    if not uses_a:
-        lines.append("    (void)a;")
-    if not op.per_thread:
-        lines.append("    (void)pt;")
+    lines = [f"static CUresult exec_{op.name}(struct request *q)", "{"]
+    if any(name in slot for name in params):
+        lines.append("    const uint64_t *a = q->a;")
     if op.ranges:
         owned = " || ".join(f"!owned({slot[p]}, {slot[n]})" for p, n in op.ranges)
         lines += [f"    if ({owned})", "        return CUDA_ERROR_INVALID_VALUE;"]
@@ -193,7 +191,7 @@ def server_op(op: Op) -> list[str]:
             call.append(f"&got_{name}")
         else:
             call.append(from_wire(ctype, slot[name]))
-    fn = f"PICK(pt, p_{op.server}, p_{op.server}{op.per_thread})" if op.per_thread else f"p_{op.server}"
+    fn = f"PICK(q->pt, p_{op.server}, p_{op.server}{op.per_thread})" if op.per_thread else f"p_{op.server}"
     lines.append(f"    CUresult r = CALL({', '.join([fn, *call])});")
     if op.creates:
         listed, destroy = op.creates
@@ -209,15 +207,13 @@ def server_op(op: Op) -> list[str]:
     for i, out in enumerate(op.outs):
         ctype = pointee(params[out])
         if ctype == "float":
-            lines += ["    uint32_t bits;", f"    memcpy(&bits, &got_{out}, sizeof bits);", f"    out[{i}] = bits;"]
+            lines += ["    uint32_t bits;", f"    memcpy(&bits, &got_{out}, sizeof bits);", f"    q->out[{i}] = bits;"]
         elif op.creates and i == 0:
-            lines.append(f"    out[{i}] = r == CUDA_SUCCESS ? {to_wire(ctype, 'got_' + out)} : 0;")
+            lines.append(f"    q->out[{i}] = r == CUDA_SUCCESS ? {to_wire(ctype, 'got_' + out)} : 0;")
         else:
-            lines.append(f"    out[{i}] = {to_wire(ctype, 'got_' + out)};")
+            lines.append(f"    q->out[{i}] = {to_wire(ctype, 'got_' + out)};")
     if op.outs:
-        lines.append(f"    *nout = {len(op.outs)};")
-    else:
-        lines.append("    (void)out, (void)nout;")
+        lines.append(f"    q->nout = {len(op.outs)};")
     lines += ["    return r;", "}"]
     return lines
 
@@ -229,18 +225,16 @@ def render_server(ops: tuple[Op, ...]) -> str:
         "/*",
         " * The context server's execution of the one-shape operations, included by",
         " * server_exec.c (it uses that file's state: the command's handles and",
-        " * regions, the driver's entry points). Each checks what the command sent,",
-        " * calls the driver and fills the reply's values; generated_ops maps an",
-        " * operation to its function (NULL: a case of srv_execute's, by hand).",
+        " * regions, the driver's entry points, struct request). Each checks what",
+        " * the command sent, calls the driver and fills the reply's values;",
+        " * GENERATED_OPS is their part of server_exec.c's table of operations.",
         " */",
-        "",
-        "typedef CUresult (*generated_op)(const uint64_t *a, bool pt, uint64_t *out, unsigned *nout);",
     ]
     for op in served:
         lines += ["", *server_op(op)]
-    lines += ["", "static const generated_op generated_ops[KREX_FWD_OP_COUNT] = {"]
-    lines += [f"    [KREX_FWD_OP_{op.name}] = exec_{op.name}," for op in served]
-    lines.append("};")
+    lines += ["", "#define GENERATED_OPS \\"]
+    lines += [f"    [KREX_FWD_OP_{op.name}] = exec_{op.name}, \\" for op in served]
+    lines[-1] = lines[-1].removesuffix(" \\")
     return "\n".join(lines) + "\n"
 
 
