@@ -647,6 +647,9 @@ static CUresult exec_mem_free(struct request *q)
     return zero_region((size_t)i, true);
 }
 
+/* The bytes came with the request. The asynchronous form's copy may run
+ * after the ring has moved on: it reads a copy of them that a host function
+ * frees once the stream has passed it. */
 static CUresult exec_htod(struct request *q)
 {
     const uint64_t *a = q->a;
@@ -654,20 +657,11 @@ static CUresult exec_htod(struct request *q)
         MALFORMED("a copy to the device of %llu bytes carrying %u", (unsigned long long)a[1], q->m->blob_len);
     if (!owned(a[0], a[1]))
         return CUDA_ERROR_INVALID_VALUE;
-    return CALL(PICK(q->pt, p_cuMemcpyHtoD_v2, p_cuMemcpyHtoD_v2_ptds), (CUdeviceptr)a[0], q->blob, (size_t)a[1]);
-}
-
-static CUresult exec_htod_async(struct request *q)
-{
-    const uint64_t *a = q->a;
-    if (a[1] != q->m->blob_len)
-        MALFORMED("a copy to the device of %llu bytes carrying %u", (unsigned long long)a[1], q->m->blob_len);
-    if (!owned(a[0], a[1]))
-        return CUDA_ERROR_INVALID_VALUE;
+    if (q->m->op == KREX_FWD_OP_HTOD)
+        return CALL(PICK(q->pt, p_cuMemcpyHtoD_v2, p_cuMemcpyHtoD_v2_ptds), (CUdeviceptr)a[0], q->blob,
+                    (size_t)a[1]);
     if (!known_stream(a[2]))
         return CUDA_ERROR_INVALID_HANDLE;
-    /* The copy may run after the ring has moved on: it reads a copy
-     * that a host function frees once the stream has passed it. */
     void *copy = malloc(a[1] ? a[1] : 1);
     if (copy == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -875,7 +869,7 @@ static const request_op operations[KREX_FWD_OP_COUNT] = {
     [KREX_FWD_OP_MEM_ALLOC] = exec_mem_alloc,
     [KREX_FWD_OP_MEM_FREE] = exec_mem_free,
     [KREX_FWD_OP_HTOD] = exec_htod,
-    [KREX_FWD_OP_HTOD_ASYNC] = exec_htod_async,
+    [KREX_FWD_OP_HTOD_ASYNC] = exec_htod,
     [KREX_FWD_OP_DTOH] = exec_dtoh,
     [KREX_FWD_OP_DTOH_ASYNC] = exec_dtoh,
     [KREX_FWD_OP_MEMSET] = exec_memset,
