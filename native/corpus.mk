@@ -12,7 +12,7 @@ $(BUILD)/tests/corpus/%: tests/corpus/%.c tests/corpus/corpus_driver.h include/k
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(CUDA_INCLUDE) -o $@ $< -L$(BUILD)/sim -l:libcuda.so.1 -L$(BUILD) -l:libkrex.so \
 		-Wl,-rpath,'$$ORIGIN/../../sim' -Wl,-rpath,'$$ORIGIN/../..'
-$(BUILD)/tests/corpus/runtime_%: tests/corpus/runtime_%.c $(CUDART_LIB) $(BUILD)/libkrex.so
+$(BUILD)/tests/corpus/runtime_%: tests/corpus/runtime_%.c tests/nvcc_host_code.h $(CUDART_LIB) $(BUILD)/libkrex.so
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(CUDA_INCLUDE) -o $@ $< -L$(FWD_DIR) -l:$(CUDART_SONAME) -Wl,-rpath-link,$(FWD_DIR) \
 		-Wl,-rpath,'$$ORIGIN/../../forward'

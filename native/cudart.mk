@@ -70,7 +70,7 @@ $(CUDART_LIB): $(CUDART_OBJS) $(CUDART_MAP) $(FWD_LIB)
 # and its kernels as nvcc's host code does, run in process mode (this library
 # over the simulated driver) and forwarded.
 cudart-tests: $(BUILD)/tests/cudart_tenant
-$(BUILD)/tests/cudart_tenant: tests/cudart_tenant.c include/krex.h $(CUDART_LIB) $(BUILD)/libkrex.so
+$(BUILD)/tests/cudart_tenant: tests/cudart_tenant.c tests/nvcc_host_code.h include/krex.h $(CUDART_LIB) $(BUILD)/libkrex.so
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(CUDA_INCLUDE) -o $@ $< -L$(FWD_DIR) -l:$(CUDART_SONAME) -L$(BUILD) -l:libkrex.so \
 		-Wl,-rpath,'$$ORIGIN/../forward' -Wl,-rpath,'$$ORIGIN/..'

@@ -10,14 +10,21 @@
 #                                of cuda.h that reports it as not forwarded
 #   forward_procaddr_table.inc   the client's cuGetProcAddress table
 # The client's error strings are the simulator's generated table.
+#
+# Generated from the op table tools/forward_ops.py (tools/gen_forward_ops.py)
+# and committed, both sides of the one-shape operations:
+#   src/forward/client_ops_gen.c     the client's entry points
+#   src/forward/server_ops_gen.inc   the server's execution (in server_exec.c)
+#   make forward-ops         regenerate them
+#   make check-forward-ops   fail if they are out of date with the table
 FWD_SRC_DIR := src/forward
 FWD_DIR := $(BUILD)/forward
 FWD_LIB := $(FWD_DIR)/libcuda.so.1
 FWD_SERVER := $(BUILD)/krex-ctxd
-FWD_CLIENT_SRCS := $(FWD_SRC_DIR)/client.c $(FWD_SRC_DIR)/client_api.c $(FWD_SRC_DIR)/client_local.c $(FWD_SRC_DIR)/client_context.c \
+FWD_CLIENT_SRCS := $(FWD_SRC_DIR)/client.c $(FWD_SRC_DIR)/client_api.c $(FWD_SRC_DIR)/client_ops_gen.c $(FWD_SRC_DIR)/client_local.c $(FWD_SRC_DIR)/client_context.c \
 	$(FWD_SRC_DIR)/client_procaddr.c
 FWD_SERVER_SRCS := $(FWD_SRC_DIR)/server.c $(FWD_SRC_DIR)/server_exec.c
-FWD_HDRS := include/krex_forward.h include/krex_simcuda.h $(wildcard $(FWD_SRC_DIR)/*.h) forward.mk
+FWD_HDRS := include/krex_forward.h include/krex_simcuda.h $(wildcard $(FWD_SRC_DIR)/*.h) $(FWD_SRC_DIR)/server_ops_gen.inc forward.mk
 FWD_ALIASES := $(FWD_DIR)/gen/forward_aliases.c
 FWD_TABLE := $(FWD_DIR)/gen/forward_procaddr_table.inc
 FWD_LIST := $(FWD_SRC_DIR)/forward_entry_points.txt
@@ -28,9 +35,15 @@ FWD_SERVER_OBJS := $(patsubst $(FWD_SRC_DIR)/%.c,$(FWD_DIR)/obj/%.o,$(FWD_SERVER
 FWD_GENERATOR := tools/gen_simcuda_entry_points.py tools/cuda_header.py $(FWD_LIST) $(FWD_CLIENT_SRCS) \
 	$(CUDA_INCLUDE)/cuda.h $(CUDA_INCLUDE)/cudaTypedefs.h forward.mk
 
-.PHONY: forward forward-tests
+.PHONY: forward forward-tests forward-ops check-forward-ops
 all: forward
 forward: $(FWD_LIB) $(FWD_DIR)/libcuda.so $(FWD_SERVER)
+
+forward-ops:
+	$(PYTHON) tools/gen_forward_ops.py
+
+check-forward-ops:
+	$(PYTHON) tools/gen_forward_ops.py --check
 
 $(FWD_ALIASES): $(FWD_GENERATOR)
 	@mkdir -p $(@D)

@@ -25,36 +25,15 @@
 #include <string.h>
 
 #include "krex.h"
+#include "nvcc_host_code.h"
 
-/* ---- what nvcc's host code declares and emits (crt/host_runtime.h) -------------- */
+/* ---- the launch stubs of nvcc's host code (CUDA 12 and 13; crt/host_runtime.h) ------- */
 
-void **__cudaRegisterFatBinary(void *fatCubin);
-void __cudaRegisterFatBinaryEnd(void **fatCubinHandle);
-void __cudaUnregisterFatBinary(void **fatCubinHandle);
-void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun, const char *deviceName,
-                            int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim, dim3 *gDim, int *wSize);
 unsigned __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem, struct CUstream_st *stream);
 cudaError_t __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sharedMem, void *stream);
 cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun);
 cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
                                cudaStream_t stream);
-
-/* A fatbinary: its header (magic, version, header size, size of what follows)
- * and the simulator's module. */
-static const struct {
-    uint32_t magic;
-    uint16_t version;
-    uint16_t header_size;
-    uint64_t fat_size;
-    char module[24];
-} fatbin = {0xba55ed50u, 1, 16, 24, "simulated module"};
-
-static const struct {
-    int magic;
-    int version;
-    const void *data;
-    void *filename_or_fatbins;
-} fat_device_text = {0x466243b1, 1, &fatbin, NULL};
 
 static void **fatbin_handle;
 

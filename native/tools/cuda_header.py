@@ -24,7 +24,9 @@ def base_name(name: str) -> str:
 
 
 def split_params(params: str) -> list[str]:
-    out, depth, cur = [], 0, []
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in params:
         if ch in "([":
             depth += 1

@@ -28,6 +28,7 @@ import os
 import re
 import sys
 
+from c_sources import hand_written
 from cuda_header import preprocess
 
 ENTRY = re.compile(r"\bcudaError_t\s+(cuda[A-Z]\w*)\s*\(")
@@ -44,14 +45,6 @@ def entry_points(cc: str, include: str) -> set[str]:
     for defines in ((), ("-DCUDA_API_PER_THREAD_DEFAULT_STREAM",)):
         text = preprocess(cc, include, headers, defines)
         names.update(ENTRY.findall(text))
-    return names
-
-
-def hand_written(sources: list[str]) -> set[str]:
-    names: set[str] = set()
-    for path in sources:
-        with open(path, encoding="utf-8") as f:
-            names.update(HAND_WRITTEN.findall(f.read()))
     return names
 
 
@@ -97,7 +90,7 @@ def main() -> int:
     ns = ap.parse_args()
 
     declared = entry_points(ns.cc, ns.cuda_include) | set(HIDDEN)
-    hand = hand_written(ns.sources)
+    hand = hand_written(ns.sources, HAND_WRITTEN)
     if not declared & hand:
         raise SystemExit("gen_cudart_stubs: no hand-written entry point found in the sources")
     write(ns.stubs, render_stubs(sorted(declared - hand), runtime_version(ns.cuda_include)))

@@ -33,6 +33,7 @@ import sys
 from dataclasses import dataclass
 
 from cuda_header import PROTOTYPE, base_name, cuda_version, param_name, preprocess, split_params
+from gate_hooks import hooks
 from generated_file import write_or_check
 
 # (class, base-name pattern). First match wins; order matters (host functions
@@ -124,25 +125,8 @@ CLASSES: list[tuple[str, str]] = [
     ),
 ]
 
-# base name -> (C before the real call, C after it), formatted with the
-# variant's argument names a[0], a[1]...; `r` is the real call's result,
-# `outer` says the call came from the program (not from the driver itself).
-# `{pt}` is 1 in a per-thread-stream variant (_ptsz/_ptds), where a NULL
-# stream is the calling thread's own, else 0.
-HOOKS: dict[str, tuple[str, str]] = {
-    "cuEventRecord": ("", "if (r == CUDA_SUCCESS && outer) krex_event_recorded({a[0]}, {a[1]}, {pt});"),
-    "cuEventRecordWithFlags": ("", "if (r == CUDA_SUCCESS && outer) krex_event_recorded({a[0]}, {a[1]}, {pt});"),
-    "cuEventElapsedTime": ("", "if (r == CUDA_SUCCESS && outer) krex_event_elapsed({a[1]}, {a[2]});"),
-    # Before: once destroyed, the driver may hand the same handle out again.
-    "cuEventDestroy": ("if (outer) krex_event_destroyed({a[0]});", ""),
-    # Measurement integrity (intercept_integrity.c): what joins streams.
-    "cuStreamWaitEvent": ("", "if (r == CUDA_SUCCESS && outer) krex_integrity_wait({a[0]}, {a[1]}, {pt});"),
-    "cuStreamSynchronize": ("", "if (r == CUDA_SUCCESS && outer) krex_integrity_sync_stream({a[0]}, {pt});"),
-    "cuStreamQuery": ("", "if (r == CUDA_SUCCESS && outer) krex_integrity_sync_stream({a[0]}, {pt});"),
-    "cuCtxSynchronize": ("", "if (r == CUDA_SUCCESS && outer) krex_integrity_sync_all();"),
-    "cuEventSynchronize": ("", "if (r == CUDA_SUCCESS && outer) krex_integrity_sync_event({a[0]});"),
-    "cuEventQuery": ("", "if (r == CUDA_SUCCESS && outer) krex_integrity_sync_event({a[0]});"),
-}
+# base name -> (C before the real call, C after it): gate_hooks.py.
+HOOKS = hooks("cu", "CUDA_SUCCESS", sync_all=("CtxSynchronize",))
 
 
 @dataclass(frozen=True)
@@ -182,7 +166,7 @@ def launched_function(v: Variant) -> str:
     if v.klass != "KREX_CLASS_LAUNCH":
         return ""
     plist = [] if v.params in ("", "void") else split_params(v.params)
-    return next((a for p, a in zip(plist, v.args) if p.split()[0] == "CUfunction"), "")
+    return next((a for p, a in zip(plist, v.args, strict=False) if p.split()[0] == "CUfunction"), "")
 
 
 def launch_stream(v: Variant) -> str | None:
@@ -191,7 +175,7 @@ def launch_stream(v: Variant) -> str | None:
     if not (v.klass == "KREX_CLASS_LAUNCH" or v.base == "cuGraphLaunch"):
         return None
     plist = [] if v.params in ("", "void") else split_params(v.params)
-    for p, a in zip(plist, v.args):
+    for p, a in zip(plist, v.args, strict=False):
         if p.split()[0] == "CUstream":
             return a
         if "CUlaunchConfig" in p:  # cuLaunchKernelEx: the stream is in the configuration

@@ -24,7 +24,6 @@ the mangled name the C++ compiler gives its declaration.
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import re
 import subprocess
@@ -33,6 +32,8 @@ import tempfile
 from dataclasses import dataclass
 
 from cuda_header import param_name, split_params
+from gate_hooks import hooks
+from generated_file import write_or_check
 
 PLATFORM = "-D__HIP_PLATFORM_AMD__"
 PROTOTYPE = re.compile(
@@ -70,21 +71,8 @@ CLASSES: list[tuple[str, str]] = [
      r"|hipEventSynchronize|hipStreamQuery|hipEventQuery"),
 ]
 
-# As in gen_gated_table.py: C before / after the real call; `outer` says the
-# call came from the program, {pt} is 1 in a per-thread-stream variant.
-HOOKS: dict[str, tuple[str, str]] = {
-    "hipEventRecord": ("", "if (r == hipSuccess && outer) krex_event_recorded({a[0]}, {a[1]}, {pt});"),
-    "hipEventRecordWithFlags": ("", "if (r == hipSuccess && outer) krex_event_recorded({a[0]}, {a[1]}, {pt});"),
-    "hipEventElapsedTime": ("", "if (r == hipSuccess && outer) krex_event_elapsed({a[1]}, {a[2]});"),
-    "hipEventDestroy": ("if (outer) krex_event_destroyed({a[0]});", ""),
-    "hipStreamWaitEvent": ("", "if (r == hipSuccess && outer) krex_integrity_wait({a[0]}, {a[1]}, {pt});"),
-    "hipStreamSynchronize": ("", "if (r == hipSuccess && outer) krex_integrity_sync_stream({a[0]}, {pt});"),
-    "hipStreamQuery": ("", "if (r == hipSuccess && outer) krex_integrity_sync_stream({a[0]}, {pt});"),
-    "hipDeviceSynchronize": ("", "if (r == hipSuccess && outer) krex_integrity_sync_all();"),
-    "hipCtxSynchronize": ("", "if (r == hipSuccess && outer) krex_integrity_sync_all();"),
-    "hipEventSynchronize": ("", "if (r == hipSuccess && outer) krex_integrity_sync_event({a[0]});"),
-    "hipEventQuery": ("", "if (r == hipSuccess && outer) krex_integrity_sync_event({a[0]});"),
-}
+# base name -> (C before the real call, C after it): gate_hooks.py.
+HOOKS = hooks("hip", "hipSuccess", sync_all=("DeviceSynchronize", "CtxSynchronize"))
 
 
 @dataclass(frozen=True)
@@ -171,7 +159,7 @@ def launch_stream(v: Variant) -> str | None:
     if v.klass != "KREX_CLASS_LAUNCH" and v.base != "hipGraphLaunch":
         return None
     plist = [] if v.params in ("", "void") else split_params(v.params)
-    return next((a for p, a in zip(plist, v.args) if p.split()[0] == "hipStream_t"), "NULL")
+    return next((a for p, a in zip(plist, v.args, strict=False) if p.split()[0] == "hipStream_t"), "NULL")
 
 
 def render_names(variants: list[Variant], version: str) -> str:
@@ -180,7 +168,7 @@ def render_names(variants: list[Variant], version: str) -> str:
            " * C++ linkage, for the wrappers and the simulated HIP runtime. Do not edit.", " */",
            "#ifndef KREX_HIP_CXX_NAMES_H", "#define KREX_HIP_CXX_NAMES_H", ""]
     out += [f"#define KREX_HIP_SYMBOL_{v.name} \"{v.symbol}\"" for v in variants if v.symbol != v.name]
-    return "\n".join(out + ["", "#endif /* KREX_HIP_CXX_NAMES_H */", ""])
+    return "\n".join([*out, "", "#endif /* KREX_HIP_CXX_NAMES_H */", ""])
 
 
 def render(variants: list[Variant], version: str) -> str:
@@ -248,24 +236,6 @@ def hip_version(include: str) -> str:
     return ".".join(m.group(1) for m in parts if m) or "unknown"
 
 
-def write_or_check(path: str, rendered: str, check: bool, include: str) -> int:
-    if check:
-        try:
-            with open(path, encoding="utf-8") as f:
-                current = f.read()
-        except FileNotFoundError:
-            current = ""
-        if current != rendered:
-            sys.stdout.writelines(difflib.unified_diff(
-                current.splitlines(True), rendered.splitlines(True), path, "generated"))
-            print(f"{path} is out of date with the HIP headers in {include}", file=sys.stderr)
-            return 1
-        return 0
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(rendered)
-    return 0
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hip-include", default=os.environ.get("HIP_INCLUDE", "/usr/include"))
@@ -284,8 +254,9 @@ def main() -> int:
     if not variants:
         raise SystemExit("gen_hip_gated_table: no gated prototypes found; wrong HIP headers?")
     version = hip_version(ns.hip_include)
-    rc = write_or_check(ns.output, render(variants, version), ns.check, ns.hip_include)
-    rc |= write_or_check(ns.names, render_names(variants, version), ns.check, ns.hip_include)
+    source = f"the HIP headers in {ns.hip_include}"
+    rc = write_or_check(ns.output, render(variants, version), source, ns.check)
+    rc |= write_or_check(ns.names, render_names(variants, version), source, ns.check)
     if not ns.check:
         print(f"wrote {ns.output}: {len(variants)} wrapped HIP entry points")
     return rc

@@ -36,6 +36,7 @@ import re
 import sys
 from dataclasses import dataclass
 
+from c_sources import hand_written
 from cuda_header import PROTOTYPE, base_name, cuda_version, param_name, preprocess, split_params
 
 HAND_WRITTEN = re.compile(r"^(?:[A-Z_]+ )?CUresult CUDAAPI (cu\w+)\(", re.MULTILINE)
@@ -69,14 +70,6 @@ def read_list(path: str) -> Declared:
             else:
                 fail(f"{path}:{number}: expected `alias NAME SUFFIX...` or `unsupported NAME...`")
     return Declared(aliases, unsupported)
-
-
-def hand_written(sources: list[str]) -> set[str]:
-    names: set[str] = set()
-    for path in sources:
-        with open(path, encoding="utf-8") as f:
-            names.update(HAND_WRITTEN.findall(f.read()))
-    return names
 
 
 def param_types(params: str, where: str) -> tuple[str, ...]:
@@ -130,7 +123,7 @@ def symbol_versions(names: set[str], protos: dict[str, str], pfn: dict[str, list
                 continue
             if len(symbols) != len(vers):
                 fail(f"{base}: cuda.h exports {symbols}, cudaTypedefs.h has versions {vers}")
-            versions.update(zip(symbols, vers))
+            versions.update(zip(symbols, vers, strict=False))
     return versions
 
 
@@ -153,7 +146,8 @@ def banner(what: str, version: str) -> list[str]:
 
 def render_aliases(declared: Declared, protos: dict[str, str], version: str, header: str = "simcuda_internal.h",
                    stub: str = "") -> str:
-    out = banner("alias wrappers and unsupported stubs.", version) + [
+    out = [
+        *banner("alias wrappers and unsupported stubs.", version),
         f'#include "{header}"',
         "",
         '#pragma GCC diagnostic ignored "-Wunused-parameter"',
@@ -213,7 +207,7 @@ def main() -> int:
     text = preprocess(ns.cc, ns.cuda_include, ("cuda.h", "cudaTypedefs.h"))
     protos = {m.group(1): " ".join(m.group(2).split()) for m in PROTOTYPE.finditer(text)}
     declared = read_list(ns.list)
-    hand = hand_written(ns.sources)
+    hand = hand_written(ns.sources, HAND_WRITTEN)
     if ns.stub_rest:
         declared = Declared(declared.aliases, declared.unsupported + rest(declared, hand, protos, pfn_versions(text)))
     check(declared, hand, protos)

@@ -2,7 +2,10 @@
  * The forwarding client: a libcuda.so.1 whose entry points send each call to
  * the command's context server (krex_forward.h). Files:
  *   client.c           the channel: attach, send, wait for a reply, failures
- *   client_api.c       the forwarded entry points
+ *   client_ops_gen.c   the forwarded entry points of one shape, generated
+ *                      from tools/forward_ops.py (tools/gen_forward_ops.py)
+ *   client_api.c       the forwarded entry points that carry bytes or
+ *                      need more than packing their arguments
  *   client_local.c     what never leaves the process: current contexts,
  *                      error strings, page-locked host memory
  *   client_procaddr.c  cuGetProcAddress over this library's own entry points
@@ -68,5 +71,15 @@ void fwd_forget_layouts(void);
 void fwd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #define FWD_EXPORT __attribute__((visibility("default")))
+
+/* A request's argument slots, as a pointer and a count. */
+#define U(x) ((uint64_t)(uintptr_t)(x))
+#define ARGS(...) (const uint64_t[]){__VA_ARGS__}, (unsigned)(sizeof((const uint64_t[]){__VA_ARGS__}) / sizeof(uint64_t))
+/* The driver's answer to every call but cuInit and cuDriverGetVersion before cuInit. */
+#define NEED_INIT()                                                                                         \
+    do {                                                                                                    \
+        if (!fwd_initialised())                                                                             \
+            return CUDA_ERROR_NOT_INITIALIZED;                                                              \
+    } while (0)
 
 #endif /* KREX_FWD_CLIENT_H */

@@ -1,18 +1,25 @@
 /*
- * The forwarded entry points: each packs its arguments into a request
- * (krex_forward.h) and, where the program needs an answer, waits for it.
+ * The forwarded entry points that are not of one shape (the others are
+ * generated from tools/forward_ops.py into client_ops_gen.c): each packs its
+ * arguments into a request (krex_forward.h) and, where the program needs an
+ * answer, waits for it. What makes these special:
  *
- * Sent without waiting: launches, asynchronous copies from the host (the
- * bytes are copied into the ring when the call is made, as the driver
- * stages pageable memory), device-to-device copies and memsets on a stream,
- * event records and stream waits. Everything else waits for its reply.
- * Copies larger than what one request or reply carries go in chunks.
- *
- * Kernel parameters: kernelParams is an array of pointers whose sizes only
- * the function knows. The client asks the server once per function
- * (cuFuncGetParamInfo there) and sends the bytes; a driver without
- * cuFuncGetParamInfo (before CUDA 12.4) cannot launch with kernelParams here
- * (the `extra` packed-buffer form needs no sizes and always works).
+ * - Copies between host and device carry bytes: those from the host travel
+ *   in the requests (an asynchronous one is sent without waiting: the bytes
+ *   are copied into the ring when the call is made, as the driver stages
+ *   pageable memory), those to the host come back through the staging area.
+ *   Copies larger than what one request or reply carries go in chunks.
+ * - A device's name and UUID come back as bytes in the staging area.
+ * - Modules carry an image (read here from a file, or measured in memory)
+ *   and names; unloading one forgets the parameter layouts asked for.
+ * - The occupancy calculator's callback is the program's code: it is
+ *   evaluated here into a table the server picks from.
+ * - Launches carry their kernel parameters. kernelParams is an array of
+ *   pointers whose sizes only the function knows. The client asks the server
+ *   once per function (cuFuncGetParamInfo there) and sends the bytes; a
+ *   driver without cuFuncGetParamInfo (before CUDA 12.4) cannot launch with
+ *   kernelParams here (the `extra` packed-buffer form needs no sizes and
+ *   always works).
  */
 #include "client.h"
 
@@ -24,9 +31,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define U(x) ((uint64_t)(uintptr_t)(x))
-#define ARGS(...) (const uint64_t[]){__VA_ARGS__}, (unsigned)(sizeof((const uint64_t[]){__VA_ARGS__}) / sizeof(uint64_t))
-
 static CUresult ask(unsigned op, const uint64_t *a, unsigned n, struct fwd_reply *r)
 {
     return fwd_call(op, 0, a, n, NULL, 0, NULL, 0, r);
@@ -37,62 +41,7 @@ static CUresult ask_flags(unsigned op, unsigned flags, const uint64_t *a, unsign
     return fwd_call(op, flags, a, n, NULL, 0, NULL, 0, r);
 }
 
-static CUresult tell(unsigned op, unsigned flags, const uint64_t *a, unsigned n)
-{
-    return fwd_call(op, flags, a, n, NULL, 0, NULL, 0, NULL);
-}
-
-#define NEED_INIT()                                                                                         \
-    do {                                                                                                    \
-        if (!fwd_initialised())                                                                             \
-            return CUDA_ERROR_NOT_INITIALIZED;                                                              \
-    } while (0)
-
-/* ---- initialisation and devices ------------------------------------------------ */
-
-FWD_EXPORT CUresult CUDAAPI cuInit(unsigned int Flags)
-{
-    struct fwd_reply r = {0};
-    CUresult rc = ask(KREX_FWD_OP_INIT, ARGS(Flags), &r);
-    if (rc == CUDA_SUCCESS)
-        fwd_set_initialised();
-    return rc;
-}
-
-FWD_EXPORT CUresult CUDAAPI cuDriverGetVersion(int *driverVersion)
-{
-    if (driverVersion == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fwd_reply r = {0};
-    CUresult rc = ask(KREX_FWD_OP_DRIVER_VERSION, NULL, 0, &r);
-    if (rc == CUDA_SUCCESS)
-        *driverVersion = (int)r.out[0];
-    return rc;
-}
-
-FWD_EXPORT CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal)
-{
-    NEED_INIT();
-    if (device == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fwd_reply r = {0};
-    CUresult rc = ask(KREX_FWD_OP_DEVICE_GET, ARGS((uint64_t)(int64_t)ordinal), &r);
-    if (rc == CUDA_SUCCESS)
-        *device = (CUdevice)r.out[0];
-    return rc;
-}
-
-FWD_EXPORT CUresult CUDAAPI cuDeviceGetCount(int *count)
-{
-    NEED_INIT();
-    if (count == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fwd_reply r = {0};
-    CUresult rc = ask(KREX_FWD_OP_DEVICE_COUNT, NULL, 0, &r);
-    if (rc == CUDA_SUCCESS)
-        *count = (int)r.out[0];
-    return rc;
-}
+/* ---- devices ----------------------------------------------------------------------- */
 
 FWD_EXPORT CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
 {
@@ -107,30 +56,6 @@ FWD_EXPORT CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
     return rc;
 }
 
-FWD_EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
-{
-    NEED_INIT();
-    if (pi == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fwd_reply r = {0};
-    CUresult rc = ask(KREX_FWD_OP_DEVICE_ATTR, ARGS((uint64_t)attrib, (uint64_t)dev), &r);
-    if (rc == CUDA_SUCCESS)
-        *pi = (int)r.out[0];
-    return rc;
-}
-
-FWD_EXPORT CUresult CUDAAPI cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
-{
-    NEED_INIT();
-    if (bytes == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fwd_reply r = {0};
-    CUresult rc = ask(KREX_FWD_OP_DEVICE_TOTAL_MEM, ARGS((uint64_t)dev), &r);
-    if (rc == CUDA_SUCCESS)
-        *bytes = (size_t)r.out[0];
-    return rc;
-}
-
 FWD_EXPORT CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 {
     NEED_INIT();
@@ -140,125 +65,7 @@ FWD_EXPORT CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
     return ask(KREX_FWD_OP_DEVICE_UUID, ARGS((uint64_t)dev), &r);
 }
 
-FWD_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
-{
-    NEED_INIT();
-    if (pctx == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fwd_reply r = {0};
-    CUresult rc = ask(KREX_FWD_OP_PRIMARY_RETAIN, ARGS((uint64_t)dev), &r);
-    if (rc == CUDA_SUCCESS)
-        *pctx = (CUcontext)(uintptr_t)r.out[0];
-    return rc;
-}
-
-FWD_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
-{
-    NEED_INIT();
-    struct fwd_reply r = {0};
-    return ask(KREX_FWD_OP_PRIMARY_RELEASE, ARGS((uint64_t)dev), &r);
-}
-
-FWD_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
-{
-    NEED_INIT();
-    if (flags == NULL || active == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fwd_reply r = {0};
-    CUresult rc = ask(KREX_FWD_OP_PRIMARY_STATE, ARGS((uint64_t)dev), &r);
-    if (rc == CUDA_SUCCESS) {
-        *flags = (unsigned)r.out[0];
-        *active = (int)r.out[1];
-    }
-    return rc;
-}
-
-/* ---- contexts -------------------------------------------------------------------- */
-
-FWD_EXPORT CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
-{
-    NEED_INIT();
-    if (pctx == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fwd_reply r = {0};
-    CUresult rc = ask(KREX_FWD_OP_CTX_CREATE, ARGS((uint64_t)flags, (uint64_t)dev), &r);
-    if (rc == CUDA_SUCCESS) {
-        *pctx = (CUcontext)(uintptr_t)r.out[0];
-        fwd_ctx_pushed(*pctx); /* the driver makes a new context current */
-    }
-    return rc;
-}
-
-FWD_EXPORT CUresult CUDAAPI cuCtxDestroy(CUcontext ctx)
-{
-    NEED_INIT();
-    struct fwd_reply r = {0};
-    CUresult rc = ask(KREX_FWD_OP_CTX_DESTROY, ARGS(U(ctx)), &r);
-    if (rc == CUDA_SUCCESS)
-        fwd_ctx_destroyed(ctx);
-    return rc;
-}
-
-FWD_EXPORT CUresult CUDAAPI cuCtxSynchronize(void)
-{
-    NEED_INIT();
-    struct fwd_reply r = {0};
-    return ask(KREX_FWD_OP_CTX_SYNC, ARGS(0), &r);
-}
-
-FWD_EXPORT CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
-{
-    NEED_INIT();
-    struct fwd_reply r = {0};
-    return ask(KREX_FWD_OP_CTX_SYNC, ARGS(U(ctx)), &r);
-}
-
-FWD_EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
-{
-    NEED_INIT();
-    if (device == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fwd_reply r = {0};
-    CUresult rc = ask(KREX_FWD_OP_CTX_GET_DEVICE, NULL, 0, &r);
-    if (rc == CUDA_SUCCESS)
-        *device = (CUdevice)r.out[0];
-    return rc;
-}
-
 /* ---- memory -------------------------------------------------------------------------- */
-
-FWD_EXPORT CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
-{
-    NEED_INIT();
-    if (free_bytes == NULL || total == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fwd_reply r = {0};
-    CUresult rc = ask(KREX_FWD_OP_MEM_GET_INFO, NULL, 0, &r);
-    if (rc == CUDA_SUCCESS) {
-        *free_bytes = (size_t)r.out[0];
-        *total = (size_t)r.out[1];
-    }
-    return rc;
-}
-
-FWD_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
-{
-    NEED_INIT();
-    if (dptr == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fwd_reply r = {0};
-    CUresult rc = ask(KREX_FWD_OP_MEM_ALLOC, ARGS((uint64_t)bytesize), &r);
-    if (rc == CUDA_SUCCESS)
-        *dptr = (CUdeviceptr)r.out[0];
-    return rc;
-}
-
-FWD_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
-{
-    NEED_INIT();
-    struct fwd_reply r = {0};
-    return ask(KREX_FWD_OP_MEM_FREE, ARGS((uint64_t)dptr), &r);
-}
 
 /* Host to device: the bytes travel in the requests. A synchronous copy
  * waits for its last chunk (earlier chunks' errors come back with it). */
@@ -309,27 +116,6 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream stream, bool
     return CUDA_SUCCESS;
 }
 
-static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream, bool async, unsigned flags)
-{
-    NEED_INIT();
-    if (async)
-        return tell(KREX_FWD_OP_DTOD_ASYNC, flags, ARGS((uint64_t)dst, (uint64_t)src, (uint64_t)n, U(stream)));
-    struct fwd_reply r = {0};
-    return ask_flags(KREX_FWD_OP_DTOD, flags, ARGS((uint64_t)dst, (uint64_t)src, (uint64_t)n, 0), &r);
-}
-
-static CUresult memset_n(CUdeviceptr dst, unsigned value, size_t count, unsigned width, CUstream stream, bool async,
-                         unsigned flags)
-{
-    NEED_INIT();
-    if (async)
-        return tell(KREX_FWD_OP_MEMSET_ASYNC, flags,
-                    ARGS((uint64_t)dst, (uint64_t)value, (uint64_t)count, (uint64_t)width, U(stream)));
-    struct fwd_reply r = {0};
-    return ask_flags(KREX_FWD_OP_MEMSET, flags, ARGS((uint64_t)dst, (uint64_t)value, (uint64_t)count, (uint64_t)width, 0),
-                     &r);
-}
-
 #define PT KREX_FWD_PER_THREAD
 FWD_EXPORT CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { return htod(d, s, n, NULL, false, 0); }
 FWD_EXPORT CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr d, const void *s, size_t n) { return htod(d, s, n, NULL, false, PT); }
@@ -339,28 +125,8 @@ FWD_EXPORT CUresult CUDAAPI cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { 
 FWD_EXPORT CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *d, CUdeviceptr s, size_t n) { return dtoh(d, s, n, NULL, false, PT); }
 FWD_EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st) { return dtoh(d, s, n, st, true, 0); }
 FWD_EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void *d, CUdeviceptr s, size_t n, CUstream st) { return dtoh(d, s, n, st, true, PT); }
-FWD_EXPORT CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { return dtod(d, s, n, NULL, false, 0); }
-FWD_EXPORT CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { return dtod(d, s, n, NULL, false, PT); }
-FWD_EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return dtod(d, s, n, st, true, 0); }
-FWD_EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return dtod(d, s, n, st, true, PT); }
 /* Unified addressing: both sides are taken as device memory (a host pointer
  * of the command means nothing to the server). */
-FWD_EXPORT CUresult CUDAAPI cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) { return dtod(d, s, n, NULL, false, 0); }
-FWD_EXPORT CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { return dtod(d, s, n, NULL, false, PT); }
-FWD_EXPORT CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return dtod(d, s, n, st, true, 0); }
-FWD_EXPORT CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return dtod(d, s, n, st, true, PT); }
-FWD_EXPORT CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { return memset_n(d, v, n, 1, NULL, false, 0); }
-FWD_EXPORT CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr d, unsigned char v, size_t n) { return memset_n(d, v, n, 1, NULL, false, PT); }
-FWD_EXPORT CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n) { return memset_n(d, v, n, 2, NULL, false, 0); }
-FWD_EXPORT CUresult CUDAAPI cuMemsetD16_v2_ptds(CUdeviceptr d, unsigned short v, size_t n) { return memset_n(d, v, n, 2, NULL, false, PT); }
-FWD_EXPORT CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr d, unsigned int v, size_t n) { return memset_n(d, v, n, 4, NULL, false, 0); }
-FWD_EXPORT CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr d, unsigned int v, size_t n) { return memset_n(d, v, n, 4, NULL, false, PT); }
-FWD_EXPORT CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream st) { return memset_n(d, v, n, 1, st, true, 0); }
-FWD_EXPORT CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr d, unsigned char v, size_t n, CUstream st) { return memset_n(d, v, n, 1, st, true, PT); }
-FWD_EXPORT CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream st) { return memset_n(d, v, n, 2, st, true, 0); }
-FWD_EXPORT CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr d, unsigned short v, size_t n, CUstream st) { return memset_n(d, v, n, 2, st, true, PT); }
-FWD_EXPORT CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream st) { return memset_n(d, v, n, 4, st, true, 0); }
-FWD_EXPORT CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int v, size_t n, CUstream st) { return memset_n(d, v, n, 4, st, true, PT); }
 
 /* ---- modules ------------------------------------------------------------------------- */
 
@@ -527,62 +293,7 @@ FWD_EXPORT CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *byte
     return rc;
 }
 
-FWD_EXPORT CUresult CUDAAPI cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
-{
-    NEED_INIT();
-    if (mode == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fwd_reply r = {0};
-    CUresult rc = ask(KREX_FWD_OP_LOADING_MODE, NULL, 0, &r);
-    if (rc == CUDA_SUCCESS)
-        *mode = (CUmoduleLoadingMode)r.out[0];
-    return rc;
-}
-
-/* ---- functions ------------------------------------------------------------------------ */
-
-FWD_EXPORT CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
-{
-    NEED_INIT();
-    if (pi == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fwd_reply r = {0};
-    CUresult rc = ask(KREX_FWD_OP_FUNC_GET_ATTR, ARGS((uint64_t)attrib, U(hfunc)), &r);
-    if (rc == CUDA_SUCCESS)
-        *pi = (int)r.out[0];
-    return rc;
-}
-
-FWD_EXPORT CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
-{
-    NEED_INIT();
-    struct fwd_reply r = {0};
-    return ask(KREX_FWD_OP_FUNC_SET_ATTR, ARGS(U(hfunc), (uint64_t)attrib, (uint64_t)(int64_t)value), &r);
-}
-
 /* ---- occupancy ----------------------------------------------------------------------- */
-
-FWD_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func,
-                                                                                 int blockSize,
-                                                                                 size_t dynamicSMemSize,
-                                                                                 unsigned int flags)
-{
-    NEED_INIT();
-    if (numBlocks == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fwd_reply r = {0};
-    CUresult rc = ask(KREX_FWD_OP_OCC_ACTIVE,
-                      ARGS(U(func), (uint64_t)(int64_t)blockSize, (uint64_t)dynamicSMemSize, (uint64_t)flags), &r);
-    if (rc == CUDA_SUCCESS)
-        *numBlocks = (int)r.out[0];
-    return rc;
-}
-
-FWD_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func,
-                                                                        int blockSize, size_t dynamicSMemSize)
-{
-    return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, 0);
-}
 
 /* The callback that gives the dynamic shared memory of a block size is the
  * program's code: it is called here for every candidate (each multiple of
@@ -622,39 +333,6 @@ FWD_EXPORT CUresult CUDAAPI cuOccupancyMaxPotentialBlockSize(int *minGridSize, i
 {
     return cuOccupancyMaxPotentialBlockSizeWithFlags(minGridSize, blockSize, func, blockSizeToDynamicSMemSize,
                                                      dynamicSMemSize, blockSizeLimit, 0);
-}
-
-FWD_EXPORT CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func,
-                                                                    int numBlocks, int blockSize)
-{
-    NEED_INIT();
-    if (dynamicSmemSize == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fwd_reply r = {0};
-    CUresult rc = ask(KREX_FWD_OP_OCC_DYN_SMEM,
-                      ARGS(U(func), (uint64_t)(int64_t)numBlocks, (uint64_t)(int64_t)blockSize), &r);
-    if (rc == CUDA_SUCCESS)
-        *dynamicSmemSize = (size_t)r.out[0];
-    return rc;
-}
-
-FWD_EXPORT CUresult CUDAAPI cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function)
-{
-    NEED_INIT();
-    if (state == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fwd_reply r = {0};
-    CUresult rc = ask(KREX_FWD_OP_FUNC_IS_LOADED, ARGS(U(function)), &r);
-    if (rc == CUDA_SUCCESS)
-        *state = (CUfunctionLoadingState)r.out[0];
-    return rc;
-}
-
-FWD_EXPORT CUresult CUDAAPI cuFuncLoad(CUfunction function)
-{
-    NEED_INIT();
-    struct fwd_reply r = {0};
-    return ask(KREX_FWD_OP_FUNC_LOAD, ARGS(U(function)), &r);
 }
 
 /* Parameter layouts, per function handle, asked once. */
@@ -874,115 +552,4 @@ FWD_EXPORT CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, 
                                                   void **extra)
 {
     return launch_ex(config, f, kernelParams, extra, PT);
-}
-
-/* ---- streams and events ---------------------------------------------------------------- */
-
-FWD_EXPORT CUresult CUDAAPI cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
-{
-    NEED_INIT();
-    if (phStream == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fwd_reply r = {0};
-    CUresult rc = ask(KREX_FWD_OP_STREAM_CREATE, ARGS((uint64_t)flags, (uint64_t)(int64_t)priority), &r);
-    if (rc == CUDA_SUCCESS)
-        *phStream = (CUstream)(uintptr_t)r.out[0];
-    return rc;
-}
-
-FWD_EXPORT CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
-{
-    return cuStreamCreateWithPriority(phStream, Flags, 0);
-}
-
-FWD_EXPORT CUresult CUDAAPI cuStreamDestroy(CUstream hStream)
-{
-    NEED_INIT();
-    struct fwd_reply r = {0};
-    return ask(KREX_FWD_OP_STREAM_DESTROY, ARGS(U(hStream)), &r);
-}
-
-static CUresult stream_sync(CUstream s, unsigned flags)
-{
-    NEED_INIT();
-    struct fwd_reply r = {0};
-    return ask_flags(KREX_FWD_OP_STREAM_SYNC, flags, ARGS(U(s)), &r);
-}
-
-static CUresult stream_query(CUstream s, unsigned flags)
-{
-    NEED_INIT();
-    struct fwd_reply r = {0};
-    return ask_flags(KREX_FWD_OP_STREAM_QUERY, flags, ARGS(U(s)), &r);
-}
-
-static CUresult stream_wait(CUstream s, CUevent e, unsigned int f, unsigned flags)
-{
-    NEED_INIT();
-    return tell(KREX_FWD_OP_STREAM_WAIT_EVENT, flags, ARGS(U(s), U(e), (uint64_t)f));
-}
-
-FWD_EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream s) { return stream_sync(s, 0); }
-FWD_EXPORT CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream s) { return stream_sync(s, PT); }
-FWD_EXPORT CUresult CUDAAPI cuStreamQuery(CUstream s) { return stream_query(s, 0); }
-FWD_EXPORT CUresult CUDAAPI cuStreamQuery_ptsz(CUstream s) { return stream_query(s, PT); }
-FWD_EXPORT CUresult CUDAAPI cuStreamWaitEvent(CUstream s, CUevent e, unsigned int f) { return stream_wait(s, e, f, 0); }
-FWD_EXPORT CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int f) { return stream_wait(s, e, f, PT); }
-
-FWD_EXPORT CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
-{
-    NEED_INIT();
-    if (phEvent == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fwd_reply r = {0};
-    CUresult rc = ask(KREX_FWD_OP_EVENT_CREATE, ARGS((uint64_t)Flags), &r);
-    if (rc == CUDA_SUCCESS)
-        *phEvent = (CUevent)(uintptr_t)r.out[0];
-    return rc;
-}
-
-FWD_EXPORT CUresult CUDAAPI cuEventDestroy(CUevent hEvent)
-{
-    NEED_INIT();
-    struct fwd_reply r = {0};
-    return ask(KREX_FWD_OP_EVENT_DESTROY, ARGS(U(hEvent)), &r);
-}
-
-static CUresult event_record(CUevent e, CUstream s, unsigned int f, unsigned flags)
-{
-    NEED_INIT();
-    return tell(KREX_FWD_OP_EVENT_RECORD, flags, ARGS(U(e), U(s), (uint64_t)f));
-}
-
-FWD_EXPORT CUresult CUDAAPI cuEventRecord(CUevent e, CUstream s) { return event_record(e, s, 0, 0); }
-FWD_EXPORT CUresult CUDAAPI cuEventRecord_ptsz(CUevent e, CUstream s) { return event_record(e, s, 0, PT); }
-FWD_EXPORT CUresult CUDAAPI cuEventRecordWithFlags(CUevent e, CUstream s, unsigned int f) { return event_record(e, s, f, 0); }
-FWD_EXPORT CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, unsigned int f) { return event_record(e, s, f, PT); }
-
-FWD_EXPORT CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
-{
-    NEED_INIT();
-    struct fwd_reply r = {0};
-    return ask(KREX_FWD_OP_EVENT_SYNC, ARGS(U(hEvent)), &r);
-}
-
-FWD_EXPORT CUresult CUDAAPI cuEventQuery(CUevent hEvent)
-{
-    NEED_INIT();
-    struct fwd_reply r = {0};
-    return ask(KREX_FWD_OP_EVENT_QUERY, ARGS(U(hEvent)), &r);
-}
-
-FWD_EXPORT CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
-{
-    NEED_INIT();
-    if (pMilliseconds == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fwd_reply r = {0};
-    CUresult rc = ask(KREX_FWD_OP_EVENT_ELAPSED, ARGS(U(hStart), U(hEnd)), &r);
-    if (rc == CUDA_SUCCESS) {
-        uint32_t bits = (uint32_t)r.out[0];
-        memcpy(pMilliseconds, &bits, sizeof bits);
-    }
-    return rc;
 }

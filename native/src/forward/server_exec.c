@@ -389,6 +389,31 @@ static void defer(struct fwd_segment *seg, unsigned op, CUresult r)
         return false;                                                                                       \
     } while (0)
 
+/* One request being executed: what it carries, and what its reply will. */
+struct request {
+    struct fwd_segment *seg;
+    const struct krex_fwd_msg *m;
+    const uint64_t *a; /* m->args */
+    const uint8_t *blob;
+    bool pt;        /* a per-thread-stream entry point */
+    size_t staging; /* the server's own copy: the header is the command's to rewrite */
+    uint64_t out[KREX_FWD_MAX_OUT];
+    unsigned nout;
+    uint32_t len;   /* bytes staged for the reply */
+    bool malformed; /* the request breaks the protocol: err says how, the segment fails */
+    char *err;
+    size_t errlen;
+};
+typedef CUresult (*request_op)(struct request *q);
+
+/* A request that breaks the protocol (not a driver error): no reply, the segment fails. */
+#define MALFORMED(...)                                                                                      \
+    do {                                                                                                    \
+        snprintf(q->err, q->errlen, __VA_ARGS__);                                                           \
+        q->malformed = true;                                                                                \
+        return CUDA_ERROR_INVALID_VALUE;                                                                    \
+    } while (0)
+
 static void free_host_copy(void *p)
 {
     free(p);
@@ -483,553 +508,406 @@ static CUresult launch_refused(uint64_t f, uint64_t stream, const uint8_t *attrs
     return CUDA_SUCCESS;
 }
 
-static CUresult do_launch(const struct krex_fwd_msg *m, const uint8_t *blob, bool pt, char *err, size_t errlen,
-                          bool *bad)
+static CUresult exec_launch(struct request *q)
 {
-    const uint64_t *a = m->args;
+    const uint64_t *a = q->a;
     uint64_t nattrs = a[9], plen = a[10];
-    if (plen > m->blob_len || nattrs > 64 || plen + nattrs * sizeof(CUlaunchAttribute) != m->blob_len) {
-        snprintf(err, errlen, "a launch whose sizes (%llu bytes of parameters, %llu attributes) do not match its "
-                              "%u-byte blob",
-                 (unsigned long long)plen, (unsigned long long)nattrs, m->blob_len);
-        *bad = true;
-        return CUDA_ERROR_INVALID_VALUE;
-    }
+    if (plen > q->m->blob_len || nattrs > 64 || plen + nattrs * sizeof(CUlaunchAttribute) != q->m->blob_len)
+        MALFORMED("a launch whose sizes (%llu bytes of parameters, %llu attributes) do not match its %u-byte blob",
+                  (unsigned long long)plen, (unsigned long long)nattrs, q->m->blob_len);
     void **params, **extra, *extra_store[5];
     size_t extra_size = 0;
-    if (!unpack_params(blob, plen, &params, &extra, extra_store, &extra_size, err, errlen)) {
-        *bad = true;
+    if (!unpack_params(q->blob, plen, &params, &extra, extra_store, &extra_size, q->err, q->errlen)) {
+        q->malformed = true;
         return CUDA_ERROR_INVALID_VALUE;
     }
     CUfunction f = (CUfunction)(uintptr_t)a[0];
     CUstream s = (CUstream)(uintptr_t)a[8];
-    CUresult r = launch_refused(a[0], a[8], blob + plen, (unsigned)nattrs);
+    CUresult r = launch_refused(a[0], a[8], q->blob + plen, (unsigned)nattrs);
     if (r != CUDA_SUCCESS) {
         free(params);
         return r;
     }
     if (nattrs == 0) {
-        r = CALL(PICK(pt, p_cuLaunchKernel, p_cuLaunchKernel_ptsz), f, (unsigned)a[1], (unsigned)a[2],
+        r = CALL(PICK(q->pt, p_cuLaunchKernel, p_cuLaunchKernel_ptsz), f, (unsigned)a[1], (unsigned)a[2],
                  (unsigned)a[3], (unsigned)a[4], (unsigned)a[5], (unsigned)a[6], (unsigned)a[7], s, params, extra);
     } else {
         CUlaunchAttribute attrs[64];
-        memcpy(attrs, blob + plen, nattrs * sizeof attrs[0]);
+        memcpy(attrs, q->blob + plen, nattrs * sizeof attrs[0]);
         CUlaunchConfig c = {(unsigned)a[1], (unsigned)a[2], (unsigned)a[3], (unsigned)a[4], (unsigned)a[5],
                             (unsigned)a[6], (unsigned)a[7], s, attrs, (unsigned)nattrs};
-        r = CALL(PICK(pt, p_cuLaunchKernelEx, p_cuLaunchKernelEx_ptsz), &c, f, params, extra);
+        r = CALL(PICK(q->pt, p_cuLaunchKernelEx, p_cuLaunchKernelEx_ptsz), &c, f, params, extra);
     }
     free(params);
     return r;
 }
 
+/* ---- devices and contexts: answers in the staging area, counted retains,
+ * contexts that take what was made in them along ------------------------------- */
+
+static CUresult exec_device_name(struct request *q)
+{
+    const uint64_t *a = q->a;
+    if (a[0] == 0 || a[0] > q->staging || a[0] > 1 << 20)
+        MALFORMED("cuDeviceGetName for %llu bytes (the staging area holds %zu)", (unsigned long long)a[0],
+                  q->staging);
+    q->len = (uint32_t)a[0];
+    return CALL(p_cuDeviceGetName, (char *)q->seg->staging, (int)a[0], (CUdevice)a[1]);
+}
+
+static CUresult exec_device_uuid(struct request *q)
+{
+    q->len = sizeof(CUuuid);
+    return CALL(p_cuDeviceGetUuid_v2, (CUuuid *)q->seg->staging, (CUdevice)q->a[0]);
+}
+
+static CUresult exec_primary_retain(struct request *q)
+{
+    CUcontext c = NULL;
+    CUresult r = p_cuDevicePrimaryCtxRetain(&c, (CUdevice)q->a[0]);
+    if (r == CUDA_SUCCESS)
+        primary_retains++;
+    q->out[0] = (uint64_t)(uintptr_t)c, q->nout = 1;
+    return r;
+}
+
+static CUresult exec_primary_release(struct request *q)
+{
+    /* The server's own retain is never the command's to give back. */
+    if (primary_retains <= 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    CUresult r = CALL(p_cuDevicePrimaryCtxRelease_v2, (CUdevice)q->a[0]);
+    if (r == CUDA_SUCCESS)
+        primary_retains--;
+    return r;
+}
+
+static CUresult exec_ctx_create(struct request *q)
+{
+    CUcontext c = NULL;
+    CUresult r = CALL(p_cuCtxCreate_v2, &c, (unsigned)q->a[0], (CUdevice)q->a[1]);
+    if (r == CUDA_SUCCESS) {
+        remember(&contexts, (uint64_t)(uintptr_t)c);
+        current = c; /* the driver made it current */
+    }
+    q->out[0] = (uint64_t)(uintptr_t)c, q->nout = 1;
+    return r;
+}
+
+static CUresult exec_ctx_destroy(struct request *q)
+{
+    if (!forget(&contexts, q->a[0]))
+        return CUDA_ERROR_INVALID_CONTEXT; /* the primary context, or not the command's */
+    /* What was made in it goes with it: its memory zeroed first, its
+     * handles forgotten (the driver destroys them). */
+    forget_context((CUcontext)(uintptr_t)q->a[0]);
+    CUresult r = CALL(p_cuCtxDestroy_v2, (CUcontext)(uintptr_t)q->a[0]);
+    p_cuCtxSetCurrent(primary);
+    current = primary;
+    return r;
+}
+
+static CUresult exec_ctx_sync(struct request *q)
+{
+    uint64_t c = q->a[0];
+    if (c != 0 && !known_context(c))
+        MALFORMED("cuCtxSynchronize of context %#llx, which this server did not give the command",
+                  (unsigned long long)c);
+    CUresult r = c != 0 ? make_current((CUcontext)(uintptr_t)c) : CUDA_SUCCESS;
+    return r == CUDA_SUCCESS ? p_cuCtxSynchronize() : r;
+}
+
+/* ---- memory: allocations are regions, copies and memsets stay inside them ------ */
+
+static CUresult exec_mem_alloc(struct request *q)
+{
+    /* Zeroed before the command sees it: the driver may hand out
+     * memory an earlier command (or a module's globals) used. */
+    CUdeviceptr d = 0;
+    CUresult r = CALL(p_cuMemAlloc_v2, &d, (size_t)q->a[0]);
+    if (r == CUDA_SUCCESS)
+        r = zero_new(d, (size_t)q->a[0]);
+    if (r == CUDA_SUCCESS && !add_region(d, q->a[0], 0))
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r != CUDA_SUCCESS && d != 0) {
+        CALL(p_cuMemFree_v2, d);
+        d = 0;
+    }
+    q->out[0] = d, q->nout = 1;
+    return r;
+}
+
+static CUresult exec_mem_free(struct request *q)
+{
+    if (q->a[0] == 0)
+        return CUDA_SUCCESS; /* as the driver: freeing NULL does nothing */
+    long i = allocation_at(q->a[0]);
+    if (i < 0)
+        return CUDA_ERROR_INVALID_VALUE; /* not an allocation of the command's */
+    return zero_region((size_t)i, true);
+}
+
+/* The bytes came with the request. The asynchronous form's copy may run
+ * after the ring has moved on: it reads a copy of them that a host function
+ * frees once the stream has passed it. */
+static CUresult exec_htod(struct request *q)
+{
+    const uint64_t *a = q->a;
+    if (a[1] != q->m->blob_len)
+        MALFORMED("a copy to the device of %llu bytes carrying %u", (unsigned long long)a[1], q->m->blob_len);
+    if (!owned(a[0], a[1]))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (q->m->op == KREX_FWD_OP_HTOD)
+        return CALL(PICK(q->pt, p_cuMemcpyHtoD_v2, p_cuMemcpyHtoD_v2_ptds), (CUdeviceptr)a[0], q->blob,
+                    (size_t)a[1]);
+    if (!known_stream(a[2]))
+        return CUDA_ERROR_INVALID_HANDLE;
+    void *copy = malloc(a[1] ? a[1] : 1);
+    if (copy == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    memcpy(copy, q->blob, a[1]);
+    CUstream s = (CUstream)(uintptr_t)a[2];
+    CUresult r = CALL(PICK(q->pt, p_cuMemcpyHtoDAsync_v2, p_cuMemcpyHtoDAsync_v2_ptsz), (CUdeviceptr)a[0], copy,
+                      (size_t)a[1], s);
+    if (r == CUDA_SUCCESS)
+        return CALL(PICK(q->pt, p_cuLaunchHostFunc, p_cuLaunchHostFunc_ptsz), s, free_host_copy, copy);
+    free(copy);
+    return r;
+}
+
+/* Both forms answer with the bytes; the asynchronous one waits for its
+ * stream, so they are there when the reply is. */
+static CUresult exec_dtoh(struct request *q)
+{
+    const uint64_t *a = q->a;
+    bool async = q->m->op == KREX_FWD_OP_DTOH_ASYNC;
+    if (a[1] > q->staging)
+        MALFORMED("a copy to the host of %llu bytes (the staging area holds %zu)", (unsigned long long)a[1],
+                  q->staging);
+    if (!owned(a[0], a[1]))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (async && !known_stream(a[2]))
+        return CUDA_ERROR_INVALID_HANDLE;
+    q->len = (uint32_t)a[1];
+    if (!async)
+        return CALL(PICK(q->pt, p_cuMemcpyDtoH_v2, p_cuMemcpyDtoH_v2_ptds), q->seg->staging, (CUdeviceptr)a[0],
+                    (size_t)a[1]);
+    CUstream s = (CUstream)(uintptr_t)a[2];
+    CUresult r = CALL(PICK(q->pt, p_cuMemcpyDtoHAsync_v2, p_cuMemcpyDtoHAsync_v2_ptsz), q->seg->staging,
+                      (CUdeviceptr)a[0], (size_t)a[1], s);
+    return r == CUDA_SUCCESS ? CALL(PICK(q->pt, p_cuStreamSynchronize, p_cuStreamSynchronize_ptsz), s) : r;
+}
+
+/* One operation for the three element widths (a[3]): the width picks the
+ * driver entry point and scales the range checked. */
+static CUresult exec_memset(struct request *q)
+{
+    const uint64_t *a = q->a;
+    bool pt = q->pt, async = q->m->op == KREX_FWD_OP_MEMSET_ASYNC;
+    CUdeviceptr d = (CUdeviceptr)a[0];
+    size_t n = (size_t)a[2];
+    CUstream s = (CUstream)(uintptr_t)a[4];
+    if ((a[3] == 1 || a[3] == 2 || a[3] == 4) && (a[2] > UINT64_MAX / a[3] || !owned(a[0], a[2] * a[3])))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (async && !known_stream(a[4]))
+        return CUDA_ERROR_INVALID_HANDLE;
+    switch (a[3]) {
+    case 1:
+        return async ? CALL(PICK(pt, p_cuMemsetD8Async, p_cuMemsetD8Async_ptsz), d, (unsigned char)a[1], n, s)
+                     : CALL(PICK(pt, p_cuMemsetD8_v2, p_cuMemsetD8_v2_ptds), d, (unsigned char)a[1], n);
+    case 2:
+        return async ? CALL(PICK(pt, p_cuMemsetD16Async, p_cuMemsetD16Async_ptsz), d, (unsigned short)a[1], n, s)
+                     : CALL(PICK(pt, p_cuMemsetD16_v2, p_cuMemsetD16_v2_ptds), d, (unsigned short)a[1], n);
+    case 4:
+        return async ? CALL(PICK(pt, p_cuMemsetD32Async, p_cuMemsetD32Async_ptsz), d, (unsigned)a[1], n, s)
+                     : CALL(PICK(pt, p_cuMemsetD32_v2, p_cuMemsetD32_v2_ptds), d, (unsigned)a[1], n);
+    default:
+        MALFORMED("a memset of %llu-byte elements", (unsigned long long)a[3]);
+    }
+}
+
+/* ---- modules and functions: images and names travel as blobs ------------------- */
+
+static CUresult exec_module_load(struct request *q)
+{
+    if (q->m->blob_len == 0)
+        MALFORMED("a module load without its image");
+    CUmodule mod = NULL;
+    CUresult r = CALL(p_cuModuleLoadData, &mod, q->blob);
+    if (r == CUDA_SUCCESS && !remember(&modules, (uint64_t)(uintptr_t)mod)) {
+        CALL(p_cuModuleUnload, mod);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    q->out[0] = r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)mod : 0, q->nout = 1;
+    return r;
+}
+
+static CUresult exec_module_unload(struct request *q)
+{
+    if (!known(&modules, q->a[0]))
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = forget_module(q->a[0]);
+    if (r == CUDA_SUCCESS)
+        r = CALL(p_cuModuleUnload, (CUmodule)(uintptr_t)q->a[0]);
+    if (r == CUDA_SUCCESS)
+        forget(&modules, q->a[0]);
+    return r;
+}
+
+/* A function (which joins the command's) or a global (which becomes one of
+ * its regions) of a module of the command's, by its NUL-terminated name. */
+static CUresult exec_module_symbol(struct request *q)
+{
+    const uint64_t *a = q->a;
+    const char *name = (const char *)q->blob;
+    if (q->m->blob_len == 0 || q->blob[q->m->blob_len - 1] != '\0')
+        MALFORMED("%s with a name that does not end in NUL", fwd_op_name(q->m->op));
+    if (!known(&modules, a[0]))
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r;
+    if (q->m->op == KREX_FWD_OP_MODULE_FUNCTION) {
+        CUfunction f = NULL;
+        r = CALL(p_cuModuleGetFunction, &f, (CUmodule)(uintptr_t)a[0], name);
+        if (r == CUDA_SUCCESS && !add_function((uint64_t)(uintptr_t)f, a[0]))
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        q->out[0] = r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)f : 0, q->nout = 1;
+        return r;
+    }
+    CUdeviceptr d = 0;
+    size_t n = 0;
+    r = CALL(p_cuModuleGetGlobal_v2, &d, &n, (CUmodule)(uintptr_t)a[0], name);
+    if (r == CUDA_SUCCESS && !add_region(d, n, a[0]))
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    q->out[0] = r == CUDA_SUCCESS ? d : 0, q->out[1] = r == CUDA_SUCCESS ? n : 0, q->nout = 2;
+    return r;
+}
+
+/* The layout, as (offset, size) pairs in the staging area, until the driver says no more. */
+static CUresult exec_func_params(struct request *q)
+{
+    CUfunction f = (CUfunction)(uintptr_t)q->a[0];
+    if (!known_function(q->a[0]))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (p_cuFuncGetParamInfo == NULL)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    uint32_t *pairs = (uint32_t *)q->seg->staging;
+    size_t max = q->staging / (2 * sizeof(uint32_t));
+    size_t i = 0;
+    CUresult r = CUDA_SUCCESS;
+    for (; i < max && i < 4096; i++) {
+        size_t off = 0, size = 0;
+        CUresult asked = p_cuFuncGetParamInfo(f, i, &off, &size);
+        if (asked == CUDA_ERROR_INVALID_VALUE)
+            break;
+        if (asked != CUDA_SUCCESS) {
+            r = asked;
+            break;
+        }
+        pairs[2 * i] = (uint32_t)off;
+        pairs[2 * i + 1] = (uint32_t)size;
+    }
+    q->out[0] = i, q->nout = 1;
+    q->len = (uint32_t)(i * 2 * sizeof(uint32_t));
+    return r;
+}
+
+/* Without a table: the driver's calculator. With one (the program's
+ * callback, evaluated by the client for each multiple of the warp): the
+ * largest block of the highest occupancy. */
+static CUresult exec_occ_block_size(struct request *q)
+{
+    const uint64_t *a = q->a;
+    CUfunction f = (CUfunction)(uintptr_t)a[0];
+    int grid = 0, block = 0;
+    CUresult r;
+    if (q->m->blob_len != 0 && q->m->blob_len != 32 * sizeof(uint64_t))
+        MALFORMED("an occupancy table of %u bytes", q->m->blob_len);
+    if (!known_function(a[0])) {
+        r = CUDA_ERROR_INVALID_HANDLE;
+    } else if (q->m->blob_len == 0) {
+        r = CALL(p_cuOccupancyMaxPotentialBlockSizeWithFlags, &grid, &block, f, NULL, (size_t)a[1], (int)a[2],
+                 (unsigned)a[3]);
+    } else {
+        uint64_t table[32];
+        memcpy(table, q->blob, sizeof table);
+        int limit = 1024, sms = 0, most = 0, best_n = 0;
+        if (p_cuFuncGetAttribute != NULL)
+            p_cuFuncGetAttribute(&limit, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f);
+        if ((int)a[2] > 0 && (int)a[2] < limit)
+            limit = (int)a[2];
+        r = CALL(p_cuDeviceGetAttribute, &sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device);
+        for (int b = limit / 32 * 32; r == CUDA_SUCCESS && b > 0; b -= 32) {
+            int n = 0;
+            r = CALL(p_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, &n, f, b, (size_t)table[b / 32 - 1],
+                     (unsigned)a[3]);
+            if (r == CUDA_SUCCESS && n * b > most)
+                most = n * b, block = b, best_n = n;
+        }
+        grid = best_n * sms;
+    }
+    q->out[0] = (uint64_t)(int64_t)grid, q->out[1] = (uint64_t)(int64_t)block, q->nout = 2;
+    return r;
+}
+
+/* The one-shape operations, generated from tools/forward_ops.py with the
+ * client's side of them: GENERATED_OPS. */
+#include "server_ops_gen.inc"
+
+/* Every operation's execution. Written by hand (above), each for a reason
+ * the op table cannot say (tools/forward_ops.py, BY_HAND): bytes answered in
+ * the staging area or carried in a blob, counted retains, contexts and
+ * allocations with what goes with them, a memset's width. */
+static const request_op operations[KREX_FWD_OP_COUNT] = {
+    GENERATED_OPS
+    [KREX_FWD_OP_DEVICE_NAME] = exec_device_name,
+    [KREX_FWD_OP_DEVICE_UUID] = exec_device_uuid,
+    [KREX_FWD_OP_PRIMARY_RETAIN] = exec_primary_retain,
+    [KREX_FWD_OP_PRIMARY_RELEASE] = exec_primary_release,
+    [KREX_FWD_OP_CTX_CREATE] = exec_ctx_create,
+    [KREX_FWD_OP_CTX_DESTROY] = exec_ctx_destroy,
+    [KREX_FWD_OP_CTX_SYNC] = exec_ctx_sync,
+    [KREX_FWD_OP_MEM_ALLOC] = exec_mem_alloc,
+    [KREX_FWD_OP_MEM_FREE] = exec_mem_free,
+    [KREX_FWD_OP_HTOD] = exec_htod,
+    [KREX_FWD_OP_HTOD_ASYNC] = exec_htod,
+    [KREX_FWD_OP_DTOH] = exec_dtoh,
+    [KREX_FWD_OP_DTOH_ASYNC] = exec_dtoh,
+    [KREX_FWD_OP_MEMSET] = exec_memset,
+    [KREX_FWD_OP_MEMSET_ASYNC] = exec_memset,
+    [KREX_FWD_OP_MODULE_LOAD] = exec_module_load,
+    [KREX_FWD_OP_MODULE_UNLOAD] = exec_module_unload,
+    [KREX_FWD_OP_MODULE_FUNCTION] = exec_module_symbol,
+    [KREX_FWD_OP_MODULE_GLOBAL] = exec_module_symbol,
+    [KREX_FWD_OP_FUNC_PARAMS] = exec_func_params,
+    [KREX_FWD_OP_OCC_BLOCK_SIZE] = exec_occ_block_size,
+    [KREX_FWD_OP_LAUNCH] = exec_launch,
+};
+
 bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const uint8_t *blob, char *err,
                  size_t errlen)
 {
-    const uint64_t *a = m->args;
-    bool pt = (m->flags & KREX_FWD_PER_THREAD) != 0;
-    bool wants = (m->flags & KREX_FWD_WANT_REPLY) != 0;
-    size_t staging = seg->staging_size; /* the server's own copy: the header is the command's to rewrite */
-    uint64_t out[KREX_FWD_MAX_OUT] = {0};
-    unsigned nout = 0;
-    uint32_t len = 0;
-    CUresult r = CUDA_SUCCESS;
-
+    struct request q = {
+        .seg = seg,
+        .m = m,
+        .a = m->args,
+        .blob = blob,
+        .pt = (m->flags & KREX_FWD_PER_THREAD) != 0,
+        .staging = seg->staging_size,
+        .err = err,
+        .errlen = errlen,
+    };
     if (!known_context(m->ctx))
         BAD("a request (%s) in context %#llx, which this server did not give the command", fwd_op_name(m->op),
             (unsigned long long)m->ctx);
-    if ((CUcontext)(uintptr_t)m->ctx != current) {
-        r = p_cuCtxSetCurrent((CUcontext)(uintptr_t)m->ctx);
-        if (r == CUDA_SUCCESS)
-            current = (CUcontext)(uintptr_t)m->ctx;
-    }
-    bool bad = false;
-    if (r == CUDA_SUCCESS) {
-        switch (m->op) {
-        case KREX_FWD_OP_INIT:
-            r = p_cuInit((unsigned)a[0]);
-            break;
-        case KREX_FWD_OP_DRIVER_VERSION: {
-            int v = 0;
-            r = CALL(p_cuDriverGetVersion, &v);
-            out[0] = (uint64_t)v, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_DEVICE_GET: {
-            CUdevice d = 0;
-            r = p_cuDeviceGet(&d, (int)a[0]);
-            out[0] = (uint64_t)d, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_DEVICE_COUNT: {
-            int n = 0;
-            r = CALL(p_cuDeviceGetCount, &n);
-            out[0] = (uint64_t)n, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_DEVICE_NAME: {
-            if (a[0] == 0 || a[0] > staging || a[0] > 1 << 20)
-                BAD("cuDeviceGetName for %llu bytes (the staging area holds %zu)", (unsigned long long)a[0], staging);
-            r = CALL(p_cuDeviceGetName, (char *)seg->staging, (int)a[0], (CUdevice)a[1]);
-            len = (uint32_t)a[0];
-            break;
-        }
-        case KREX_FWD_OP_DEVICE_ATTR: {
-            int v = 0;
-            r = CALL(p_cuDeviceGetAttribute, &v, (CUdevice_attribute)a[0], (CUdevice)a[1]);
-            out[0] = (uint64_t)(int64_t)v, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_DEVICE_TOTAL_MEM: {
-            size_t v = 0;
-            r = CALL(p_cuDeviceTotalMem_v2, &v, (CUdevice)a[0]);
-            out[0] = v, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_DEVICE_UUID:
-            r = CALL(p_cuDeviceGetUuid_v2, (CUuuid *)seg->staging, (CUdevice)a[0]);
-            len = sizeof(CUuuid);
-            break;
-        case KREX_FWD_OP_PRIMARY_RETAIN: {
-            CUcontext c = NULL;
-            r = p_cuDevicePrimaryCtxRetain(&c, (CUdevice)a[0]);
-            if (r == CUDA_SUCCESS)
-                primary_retains++;
-            out[0] = (uint64_t)(uintptr_t)c, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_PRIMARY_RELEASE:
-            /* The server's own retain is never the command's to give back. */
-            if (primary_retains <= 0) {
-                r = CUDA_ERROR_INVALID_CONTEXT;
-                break;
-            }
-            r = CALL(p_cuDevicePrimaryCtxRelease_v2, (CUdevice)a[0]);
-            if (r == CUDA_SUCCESS)
-                primary_retains--;
-            break;
-        case KREX_FWD_OP_PRIMARY_STATE: {
-            unsigned flags = 0;
-            int active = 0;
-            r = CALL(p_cuDevicePrimaryCtxGetState, (CUdevice)a[0], &flags, &active);
-            out[0] = flags, out[1] = (uint64_t)active, nout = 2;
-            break;
-        }
-        case KREX_FWD_OP_CTX_CREATE: {
-            CUcontext c = NULL;
-            r = CALL(p_cuCtxCreate_v2, &c, (unsigned)a[0], (CUdevice)a[1]);
-            if (r == CUDA_SUCCESS) {
-                remember(&contexts, (uint64_t)(uintptr_t)c);
-                current = c; /* the driver made it current */
-            }
-            out[0] = (uint64_t)(uintptr_t)c, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_CTX_DESTROY:
-            if (!forget(&contexts, a[0])) {
-                r = CUDA_ERROR_INVALID_CONTEXT; /* the primary context, or not the command's */
-                break;
-            }
-            /* What was made in it goes with it: its memory zeroed first, its
-             * handles forgotten (the driver destroys them). */
-            forget_context((CUcontext)(uintptr_t)a[0]);
-            r = CALL(p_cuCtxDestroy_v2, (CUcontext)(uintptr_t)a[0]);
-            p_cuCtxSetCurrent(primary);
-            current = primary;
-            break;
-        case KREX_FWD_OP_CTX_SYNC:
-            if (a[0] != 0 && !known_context(a[0]))
-                BAD("cuCtxSynchronize of context %#llx, which this server did not give the command",
-                    (unsigned long long)a[0]);
-            if (a[0] != 0 && (CUcontext)(uintptr_t)a[0] != current) {
-                r = p_cuCtxSetCurrent((CUcontext)(uintptr_t)a[0]);
-                if (r == CUDA_SUCCESS)
-                    current = (CUcontext)(uintptr_t)a[0];
-            }
-            if (r == CUDA_SUCCESS)
-                r = p_cuCtxSynchronize();
-            break;
-        case KREX_FWD_OP_CTX_GET_DEVICE: {
-            CUdevice d = 0;
-            r = CALL(p_cuCtxGetDevice, &d);
-            out[0] = (uint64_t)d, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_MEM_GET_INFO: {
-            size_t f = 0, t = 0;
-            r = p_cuMemGetInfo_v2(&f, &t);
-            out[0] = f, out[1] = t, nout = 2;
-            break;
-        }
-        case KREX_FWD_OP_MEM_ALLOC: {
-            /* Zeroed before the command sees it: the driver may hand out
-             * memory an earlier command (or a module's globals) used. */
-            CUdeviceptr d = 0;
-            r = CALL(p_cuMemAlloc_v2, &d, (size_t)a[0]);
-            if (r == CUDA_SUCCESS)
-                r = zero_new(d, (size_t)a[0]);
-            if (r == CUDA_SUCCESS && !add_region(d, a[0], 0))
-                r = CUDA_ERROR_OUT_OF_MEMORY;
-            if (r != CUDA_SUCCESS && d != 0) {
-                CALL(p_cuMemFree_v2, d);
-                d = 0;
-            }
-            out[0] = d, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_MEM_FREE: {
-            long i = allocation_at(a[0]);
-            if (a[0] == 0)
-                r = CUDA_SUCCESS; /* as the driver: freeing NULL does nothing */
-            else if (i < 0)
-                r = CUDA_ERROR_INVALID_VALUE; /* not an allocation of the command's */
-            else
-                r = zero_region((size_t)i, true);
-            break;
-        }
-        case KREX_FWD_OP_HTOD:
-            if (a[1] != m->blob_len)
-                BAD("a copy to the device of %llu bytes carrying %u", (unsigned long long)a[1], m->blob_len);
-            if (!owned(a[0], a[1])) {
-                r = CUDA_ERROR_INVALID_VALUE;
-                break;
-            }
-            r = CALL(PICK(pt, p_cuMemcpyHtoD_v2, p_cuMemcpyHtoD_v2_ptds), (CUdeviceptr)a[0], blob, (size_t)a[1]);
-            break;
-        case KREX_FWD_OP_HTOD_ASYNC: {
-            if (a[1] != m->blob_len)
-                BAD("a copy to the device of %llu bytes carrying %u", (unsigned long long)a[1], m->blob_len);
-            if (!owned(a[0], a[1]) || !known_stream(a[2])) {
-                r = owned(a[0], a[1]) ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_VALUE;
-                break;
-            }
-            /* The copy may run after the ring has moved on: it reads a copy
-             * that a host function frees once the stream has passed it. */
-            void *copy = malloc(a[1] ? a[1] : 1);
-            if (copy == NULL) {
-                r = CUDA_ERROR_OUT_OF_MEMORY;
-                break;
-            }
-            memcpy(copy, blob, a[1]);
-            CUstream s = (CUstream)(uintptr_t)a[2];
-            r = CALL(PICK(pt, p_cuMemcpyHtoDAsync_v2, p_cuMemcpyHtoDAsync_v2_ptsz), (CUdeviceptr)a[0], copy,
-                     (size_t)a[1], s);
-            if (r == CUDA_SUCCESS)
-                r = CALL(PICK(pt, p_cuLaunchHostFunc, p_cuLaunchHostFunc_ptsz), s, free_host_copy, copy);
-            else
-                free(copy);
-            break;
-        }
-        case KREX_FWD_OP_DTOH:
-        case KREX_FWD_OP_DTOH_ASYNC:
-            if (a[1] > staging)
-                BAD("a copy to the host of %llu bytes (the staging area holds %zu)", (unsigned long long)a[1], staging);
-            if (!owned(a[0], a[1])) {
-                r = CUDA_ERROR_INVALID_VALUE;
-                break;
-            }
-            if (m->op == KREX_FWD_OP_DTOH_ASYNC && !known_stream(a[2])) {
-                r = CUDA_ERROR_INVALID_HANDLE;
-                break;
-            }
-            if (m->op == KREX_FWD_OP_DTOH) {
-                r = CALL(PICK(pt, p_cuMemcpyDtoH_v2, p_cuMemcpyDtoH_v2_ptds), seg->staging, (CUdeviceptr)a[0],
-                         (size_t)a[1]);
-            } else {
-                CUstream s = (CUstream)(uintptr_t)a[2];
-                r = CALL(PICK(pt, p_cuMemcpyDtoHAsync_v2, p_cuMemcpyDtoHAsync_v2_ptsz), seg->staging,
-                         (CUdeviceptr)a[0], (size_t)a[1], s);
-                if (r == CUDA_SUCCESS)
-                    r = CALL(PICK(pt, p_cuStreamSynchronize, p_cuStreamSynchronize_ptsz), s);
-            }
-            len = (uint32_t)a[1];
-            break;
-        case KREX_FWD_OP_DTOD:
-            if (!owned(a[0], a[2]) || !owned(a[1], a[2])) {
-                r = CUDA_ERROR_INVALID_VALUE;
-                break;
-            }
-            r = CALL(PICK(pt, p_cuMemcpyDtoD_v2, p_cuMemcpyDtoD_v2_ptds), (CUdeviceptr)a[0], (CUdeviceptr)a[1],
-                     (size_t)a[2]);
-            break;
-        case KREX_FWD_OP_DTOD_ASYNC:
-            if (!owned(a[0], a[2]) || !owned(a[1], a[2])) {
-                r = CUDA_ERROR_INVALID_VALUE;
-                break;
-            }
-            if (!known_stream(a[3])) {
-                r = CUDA_ERROR_INVALID_HANDLE;
-                break;
-            }
-            r = CALL(PICK(pt, p_cuMemcpyDtoDAsync_v2, p_cuMemcpyDtoDAsync_v2_ptsz), (CUdeviceptr)a[0],
-                     (CUdeviceptr)a[1], (size_t)a[2], (CUstream)(uintptr_t)a[3]);
-            break;
-        case KREX_FWD_OP_MEMSET:
-        case KREX_FWD_OP_MEMSET_ASYNC: {
-            CUdeviceptr d = (CUdeviceptr)a[0];
-            size_t n = (size_t)a[2];
-            CUstream s = (CUstream)(uintptr_t)a[4];
-            bool async = m->op == KREX_FWD_OP_MEMSET_ASYNC;
-            if ((a[3] == 1 || a[3] == 2 || a[3] == 4) && (a[2] > UINT64_MAX / a[3] || !owned(a[0], a[2] * a[3]))) {
-                r = CUDA_ERROR_INVALID_VALUE;
-                break;
-            }
-            if (async && !known_stream(a[4])) {
-                r = CUDA_ERROR_INVALID_HANDLE;
-                break;
-            }
-            switch (a[3]) {
-            case 1:
-                r = async ? CALL(PICK(pt, p_cuMemsetD8Async, p_cuMemsetD8Async_ptsz), d, (unsigned char)a[1], n, s)
-                          : CALL(PICK(pt, p_cuMemsetD8_v2, p_cuMemsetD8_v2_ptds), d, (unsigned char)a[1], n);
-                break;
-            case 2:
-                r = async ? CALL(PICK(pt, p_cuMemsetD16Async, p_cuMemsetD16Async_ptsz), d, (unsigned short)a[1], n, s)
-                          : CALL(PICK(pt, p_cuMemsetD16_v2, p_cuMemsetD16_v2_ptds), d, (unsigned short)a[1], n);
-                break;
-            case 4:
-                r = async ? CALL(PICK(pt, p_cuMemsetD32Async, p_cuMemsetD32Async_ptsz), d, (unsigned)a[1], n, s)
-                          : CALL(PICK(pt, p_cuMemsetD32_v2, p_cuMemsetD32_v2_ptds), d, (unsigned)a[1], n);
-                break;
-            default:
-                BAD("a memset of %llu-byte elements", (unsigned long long)a[3]);
-            }
-            break;
-        }
-        case KREX_FWD_OP_MODULE_LOAD: {
-            if (m->blob_len == 0)
-                BAD("a module load without its image");
-            CUmodule mod = NULL;
-            r = CALL(p_cuModuleLoadData, &mod, blob);
-            if (r == CUDA_SUCCESS && !remember(&modules, (uint64_t)(uintptr_t)mod)) {
-                CALL(p_cuModuleUnload, mod);
-                r = CUDA_ERROR_OUT_OF_MEMORY;
-            }
-            out[0] = r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)mod : 0, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_MODULE_UNLOAD:
-            if (!known(&modules, a[0])) {
-                r = CUDA_ERROR_INVALID_HANDLE;
-                break;
-            }
-            r = forget_module(a[0]);
-            if (r == CUDA_SUCCESS)
-                r = CALL(p_cuModuleUnload, (CUmodule)(uintptr_t)a[0]);
-            if (r == CUDA_SUCCESS)
-                forget(&modules, a[0]);
-            break;
-        case KREX_FWD_OP_MODULE_FUNCTION:
-        case KREX_FWD_OP_MODULE_GLOBAL: {
-            if (m->blob_len == 0 || blob[m->blob_len - 1] != '\0')
-                BAD("%s with a name that does not end in NUL", fwd_op_name(m->op));
-            if (!known(&modules, a[0])) {
-                r = CUDA_ERROR_INVALID_HANDLE;
-                break;
-            }
-            if (m->op == KREX_FWD_OP_MODULE_FUNCTION) {
-                CUfunction f = NULL;
-                r = CALL(p_cuModuleGetFunction, &f, (CUmodule)(uintptr_t)a[0], (const char *)blob);
-                if (r == CUDA_SUCCESS && !add_function((uint64_t)(uintptr_t)f, a[0]))
-                    r = CUDA_ERROR_OUT_OF_MEMORY;
-                out[0] = r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)f : 0, nout = 1;
-            } else {
-                CUdeviceptr d = 0;
-                size_t n = 0;
-                r = CALL(p_cuModuleGetGlobal_v2, &d, &n, (CUmodule)(uintptr_t)a[0], (const char *)blob);
-                if (r == CUDA_SUCCESS && !add_region(d, n, a[0]))
-                    r = CUDA_ERROR_OUT_OF_MEMORY;
-                out[0] = r == CUDA_SUCCESS ? d : 0, out[1] = r == CUDA_SUCCESS ? n : 0, nout = 2;
-            }
-            break;
-        }
-        case KREX_FWD_OP_FUNC_PARAMS: {
-            /* The layout, as (offset, size) pairs, until the driver says no more. */
-            CUfunction f = (CUfunction)(uintptr_t)a[0];
-            if (!known_function(a[0])) {
-                r = CUDA_ERROR_INVALID_HANDLE;
-                break;
-            }
-            if (p_cuFuncGetParamInfo == NULL) {
-                r = CUDA_ERROR_NOT_SUPPORTED;
-                break;
-            }
-            uint32_t *pairs = (uint32_t *)seg->staging;
-            size_t max = staging / (2 * sizeof(uint32_t));
-            size_t i = 0;
-            for (; i < max && i < 4096; i++) {
-                size_t off = 0, size = 0;
-                CUresult q = p_cuFuncGetParamInfo(f, i, &off, &size);
-                if (q == CUDA_ERROR_INVALID_VALUE)
-                    break;
-                if (q != CUDA_SUCCESS) {
-                    r = q;
-                    break;
-                }
-                pairs[2 * i] = (uint32_t)off;
-                pairs[2 * i + 1] = (uint32_t)size;
-            }
-            out[0] = i, nout = 1;
-            len = (uint32_t)(i * 2 * sizeof(uint32_t));
-            break;
-        }
-        case KREX_FWD_OP_FUNC_GET_ATTR: {
-            int v = 0;
-            r = known_function(a[1]) ? CALL(p_cuFuncGetAttribute, &v, (CUfunction_attribute)a[0],
-                                            (CUfunction)(uintptr_t)a[1])
-                                     : CUDA_ERROR_INVALID_HANDLE;
-            out[0] = (uint64_t)(int64_t)v, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_FUNC_SET_ATTR:
-            r = known_function(a[0])
-                    ? CALL(p_cuFuncSetAttribute, (CUfunction)(uintptr_t)a[0], (CUfunction_attribute)a[1], (int)a[2])
-                    : CUDA_ERROR_INVALID_HANDLE;
-            break;
-        case KREX_FWD_OP_OCC_ACTIVE: {
-            int n = 0;
-            r = known_function(a[0]) ? CALL(p_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, &n,
-                                            (CUfunction)(uintptr_t)a[0], (int)a[1], (size_t)a[2], (unsigned)a[3])
-                                     : CUDA_ERROR_INVALID_HANDLE;
-            out[0] = (uint64_t)(int64_t)n, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_OCC_BLOCK_SIZE: {
-            /* Without a table: the driver's calculator. With one (the
-             * program's callback, evaluated by the client for each multiple of
-             * the warp): the largest block of the highest occupancy. */
-            CUfunction f = (CUfunction)(uintptr_t)a[0];
-            int grid = 0, block = 0;
-            if (m->blob_len != 0 && m->blob_len != 32 * sizeof(uint64_t))
-                BAD("an occupancy table of %u bytes", m->blob_len);
-            if (!known_function(a[0])) {
-                r = CUDA_ERROR_INVALID_HANDLE;
-            } else if (m->blob_len == 0) {
-                r = CALL(p_cuOccupancyMaxPotentialBlockSizeWithFlags, &grid, &block, f, NULL, (size_t)a[1], (int)a[2],
-                         (unsigned)a[3]);
-            } else {
-                uint64_t table[32];
-                memcpy(table, blob, sizeof table);
-                int limit = 1024, sms = 0, most = 0, best_n = 0;
-                if (p_cuFuncGetAttribute != NULL)
-                    p_cuFuncGetAttribute(&limit, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f);
-                if ((int)a[2] > 0 && (int)a[2] < limit)
-                    limit = (int)a[2];
-                r = CALL(p_cuDeviceGetAttribute, &sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device);
-                for (int b = limit / 32 * 32; r == CUDA_SUCCESS && b > 0; b -= 32) {
-                    int n = 0;
-                    r = CALL(p_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, &n, f, b, (size_t)table[b / 32 - 1],
-                             (unsigned)a[3]);
-                    if (r == CUDA_SUCCESS && n * b > most)
-                        most = n * b, block = b, best_n = n;
-                }
-                grid = best_n * sms;
-            }
-            out[0] = (uint64_t)(int64_t)grid, out[1] = (uint64_t)(int64_t)block, nout = 2;
-            break;
-        }
-        case KREX_FWD_OP_OCC_DYN_SMEM: {
-            size_t v = 0;
-            r = known_function(a[0]) ? CALL(p_cuOccupancyAvailableDynamicSMemPerBlock, &v, (CUfunction)(uintptr_t)a[0],
-                                            (int)a[1], (int)a[2])
-                                     : CUDA_ERROR_INVALID_HANDLE;
-            out[0] = (uint64_t)v, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_FUNC_IS_LOADED: {
-            CUfunctionLoadingState st = CU_FUNCTION_LOADING_STATE_LOADED;
-            r = known_function(a[0]) ? CALL(p_cuFuncIsLoaded, &st, (CUfunction)(uintptr_t)a[0])
-                                     : CUDA_ERROR_INVALID_HANDLE;
-            out[0] = (uint64_t)st, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_FUNC_LOAD:
-            r = known_function(a[0]) ? CALL(p_cuFuncLoad, (CUfunction)(uintptr_t)a[0]) : CUDA_ERROR_INVALID_HANDLE;
-            break;
-        case KREX_FWD_OP_LAUNCH:
-            r = do_launch(m, blob, pt, err, errlen, &bad);
-            if (bad)
-                return false;
-            break;
-        case KREX_FWD_OP_STREAM_CREATE: {
-            CUstream s = NULL;
-            r = CALL(p_cuStreamCreateWithPriority, &s, (unsigned)a[0], (int)a[1]);
-            if (r == CUDA_SUCCESS && !remember(&streams, (uint64_t)(uintptr_t)s)) {
-                CALL(p_cuStreamDestroy_v2, s);
-                r = CUDA_ERROR_OUT_OF_MEMORY;
-            }
-            out[0] = r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)s : 0, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_STREAM_DESTROY:
-            r = known(&streams, a[0]) ? CALL(p_cuStreamDestroy_v2, (CUstream)(uintptr_t)a[0])
-                                      : CUDA_ERROR_INVALID_HANDLE;
-            if (r == CUDA_SUCCESS)
-                forget(&streams, a[0]);
-            break;
-        case KREX_FWD_OP_STREAM_SYNC:
-            r = known_stream(a[0])
-                    ? CALL(PICK(pt, p_cuStreamSynchronize, p_cuStreamSynchronize_ptsz), (CUstream)(uintptr_t)a[0])
-                    : CUDA_ERROR_INVALID_HANDLE;
-            break;
-        case KREX_FWD_OP_STREAM_QUERY:
-            r = known_stream(a[0]) ? CALL(PICK(pt, p_cuStreamQuery, p_cuStreamQuery_ptsz), (CUstream)(uintptr_t)a[0])
-                                   : CUDA_ERROR_INVALID_HANDLE;
-            break;
-        case KREX_FWD_OP_STREAM_WAIT_EVENT:
-            r = known_stream(a[0]) && known(&events, a[1])
-                    ? CALL(PICK(pt, p_cuStreamWaitEvent, p_cuStreamWaitEvent_ptsz), (CUstream)(uintptr_t)a[0],
-                           (CUevent)(uintptr_t)a[1], (unsigned)a[2])
-                    : CUDA_ERROR_INVALID_HANDLE;
-            break;
-        case KREX_FWD_OP_EVENT_CREATE: {
-            CUevent e = NULL;
-            r = CALL(p_cuEventCreate, &e, (unsigned)a[0]);
-            if (r == CUDA_SUCCESS && !remember(&events, (uint64_t)(uintptr_t)e)) {
-                CALL(p_cuEventDestroy_v2, e);
-                r = CUDA_ERROR_OUT_OF_MEMORY;
-            }
-            out[0] = r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)e : 0, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_EVENT_DESTROY:
-            r = known(&events, a[0]) ? CALL(p_cuEventDestroy_v2, (CUevent)(uintptr_t)a[0]) : CUDA_ERROR_INVALID_HANDLE;
-            if (r == CUDA_SUCCESS)
-                forget(&events, a[0]);
-            break;
-        case KREX_FWD_OP_EVENT_RECORD:
-            r = known(&events, a[0]) && known_stream(a[1])
-                    ? CALL(PICK(pt, p_cuEventRecordWithFlags, p_cuEventRecordWithFlags_ptsz),
-                           (CUevent)(uintptr_t)a[0], (CUstream)(uintptr_t)a[1], (unsigned)a[2])
-                    : CUDA_ERROR_INVALID_HANDLE;
-            break;
-        case KREX_FWD_OP_EVENT_SYNC:
-            r = known(&events, a[0]) ? CALL(p_cuEventSynchronize, (CUevent)(uintptr_t)a[0]) : CUDA_ERROR_INVALID_HANDLE;
-            break;
-        case KREX_FWD_OP_EVENT_QUERY:
-            r = known(&events, a[0]) ? CALL(p_cuEventQuery, (CUevent)(uintptr_t)a[0]) : CUDA_ERROR_INVALID_HANDLE;
-            break;
-        case KREX_FWD_OP_EVENT_ELAPSED: {
-            float ms = 0;
-            r = known(&events, a[0]) && known(&events, a[1])
-                    ? CALL(p_cuEventElapsedTime_v2, &ms, (CUevent)(uintptr_t)a[0], (CUevent)(uintptr_t)a[1])
-                    : CUDA_ERROR_INVALID_HANDLE;
-            uint32_t bits;
-            memcpy(&bits, &ms, sizeof bits);
-            out[0] = bits, nout = 1;
-            break;
-        }
-        case KREX_FWD_OP_LOADING_MODE: {
-            CUmoduleLoadingMode mode = CU_MODULE_EAGER_LOADING;
-            r = CALL(p_cuModuleGetLoadingMode, &mode);
-            out[0] = (uint64_t)mode, nout = 1;
-            break;
-        }
-        default:
-            BAD("an unknown operation %u", (unsigned)m->op);
-        }
-    }
-    if (wants)
-        reply(seg, r, out, nout, r == CUDA_SUCCESS ? len : 0);
+    if (m->op >= KREX_FWD_OP_COUNT || operations[m->op] == NULL)
+        BAD("an unknown operation %u", (unsigned)m->op);
+    CUresult r = make_current((CUcontext)(uintptr_t)m->ctx);
+    if (r == CUDA_SUCCESS)
+        r = operations[m->op](&q);
+    if (q.malformed)
+        return false;
+    if (m->flags & KREX_FWD_WANT_REPLY)
+        reply(seg, r, q.out, q.nout, r == CUDA_SUCCESS ? q.len : 0);
     else
         defer(seg, m->op, r);
     return true;

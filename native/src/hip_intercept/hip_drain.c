@@ -27,16 +27,10 @@ static pthread_mutex_t device_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t used; /* bit d: device d had work submitted */
 static KREX_TLS int last_device = -1;
 
-static void publish_locked(struct krex_gate_proc *e)
-{
-    __atomic_store_n(&e->contexts, (uint32_t)__builtin_popcountll(used), __ATOMIC_RELAXED);
-    __atomic_store_n(&e->uses_cuda, used != 0, __ATOMIC_RELAXED);
-}
-
 void krex_drain_publish(struct krex_gate_proc *e)
 {
     pthread_mutex_lock(&device_lock);
-    publish_locked(e);
+    krex_drain_publish_count(e, (unsigned)__builtin_popcountll(used));
     pthread_mutex_unlock(&device_lock);
 }
 
@@ -58,8 +52,7 @@ void krex_drain_note_context(void)
     last_device = d;
     pthread_mutex_lock(&device_lock);
     used |= 1ull << d;
-    for (unsigned k = 0, n = krex_drain_entry_count(); k < n; k++)
-        publish_locked(krex_drain_entry_at(k));
+    krex_drain_publish_everywhere((unsigned)__builtin_popcountll(used));
     pthread_mutex_unlock(&device_lock);
 }
 

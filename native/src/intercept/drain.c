@@ -43,14 +43,16 @@ static pthread_cond_t job_done_cv;
 static uint64_t job_posted, job_done;
 static uint32_t job_result;
 
-unsigned krex_drain_entry_count(void)
+void krex_drain_publish_count(struct krex_gate_proc *e, unsigned noted)
 {
-    return __atomic_load_n(&n_entries, __ATOMIC_ACQUIRE);
+    __atomic_store_n(&e->contexts, noted, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->uses_cuda, noted > 0, __ATOMIC_RELAXED);
 }
 
-struct krex_gate_proc *krex_drain_entry_at(unsigned k)
+void krex_drain_publish_everywhere(unsigned noted)
 {
-    return entries[k];
+    for (unsigned k = 0, n = __atomic_load_n(&n_entries, __ATOMIC_ACQUIRE); k < n; k++)
+        krex_drain_publish_count(entries[k], noted);
 }
 
 static void *worker_main(void *arg)

@@ -28,16 +28,10 @@ static CUcontext contexts[MAX_CONTEXTS];
 static unsigned n_contexts;
 static KREX_TLS CUcontext last_context;
 
-static void publish_locked(struct krex_gate_proc *e)
-{
-    __atomic_store_n(&e->contexts, n_contexts, __ATOMIC_RELAXED);
-    __atomic_store_n(&e->uses_cuda, n_contexts > 0, __ATOMIC_RELAXED);
-}
-
 void krex_drain_publish(struct krex_gate_proc *e)
 {
     pthread_mutex_lock(&ctx_lock);
-    publish_locked(e);
+    krex_drain_publish_count(e, n_contexts);
     pthread_mutex_unlock(&ctx_lock);
 }
 
@@ -60,8 +54,7 @@ void krex_drain_note_context(void)
         i++;
     if (i == n_contexts && n_contexts < MAX_CONTEXTS)
         contexts[n_contexts++] = c;
-    for (unsigned k = 0, n = krex_drain_entry_count(); k < n; k++)
-        publish_locked(krex_drain_entry_at(k));
+    krex_drain_publish_everywhere(n_contexts);
     pthread_mutex_unlock(&ctx_lock);
 }
 

@@ -191,11 +191,13 @@ void krex_load_before_launch(void *f);
 /* ---- drain.c -------------------------------------------------------------- */
 /* Starts the drain helper for this process's entry (idempotent). */
 void krex_drain_start(struct krex_gate_proc *entry);
-/* This process's gate entries whose drain helper started (one per GPU of the
- * command's set; the vendor's bookkeeping publishes what it drains in each):
- * how many, and the k-th (k < the count read). */
-unsigned krex_drain_entry_count(void);
-struct krex_gate_proc *krex_drain_entry_at(unsigned k);
+/* Publishes in a gate entry how many contexts (devices, for HIP) the drain
+ * would synchronise: in `entry`, or in each of this process's entries whose
+ * drain helper started (one per GPU of the command's set). The vendor's
+ * bookkeeping calls them under its own lock, so a later count never loses
+ * to an earlier one. */
+void krex_drain_publish_count(struct krex_gate_proc *entry, unsigned noted);
+void krex_drain_publish_everywhere(unsigned noted);
 /* The vendor's: once the entry is known, publish what is noted so far. */
 void krex_drain_publish(struct krex_gate_proc *entry);
 /* Records the calling thread's current context (device) for later drains,

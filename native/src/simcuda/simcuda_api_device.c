@@ -6,6 +6,17 @@
 #include <stdio.h>
 #include <string.h>
 
+/* What every question about one device checks first: the driver is
+ * initialised, the arguments (`bad` says they are not) and the device. */
+#define DEVICE_QUERY(bad, dev)                                                                               \
+    do {                                                                                                     \
+        CHECK_INIT();                                                                                        \
+        if (bad)                                                                                             \
+            return CUDA_ERROR_INVALID_VALUE;                                                                 \
+        if (!sim_valid_ordinal(dev))                                                                         \
+            return CUDA_ERROR_INVALID_DEVICE;                                                                \
+    } while (0)
+
 static const struct krex_sim_device_info *device_info(CUdevice dev)
 {
     return &sim_proc.shm->devices[sim_proc.visible[dev]];
@@ -54,11 +65,7 @@ CUresult CUDAAPI cuDeviceGetCount(int *count)
 
 static CUresult device_get(CUdevice *device, int ordinal)
 {
-    CHECK_INIT();
-    if (!device)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!sim_valid_ordinal(ordinal))
-        return CUDA_ERROR_INVALID_DEVICE;
+    DEVICE_QUERY(!device, ordinal);
     *device = ordinal;
     return CUDA_SUCCESS;
 }
@@ -70,11 +77,7 @@ CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal)
 
 static CUresult device_get_name(char *name, int len, CUdevice dev)
 {
-    CHECK_INIT();
-    if (!name || len <= 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!sim_valid_ordinal(dev))
-        return CUDA_ERROR_INVALID_DEVICE;
+    DEVICE_QUERY(!name || len <= 0, dev);
     snprintf(name, (size_t)len, "%s", device_info(dev)->name);
     return CUDA_SUCCESS;
 }
@@ -86,11 +89,7 @@ CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
 
 static CUresult device_get_uuid(CUuuid *uuid, CUdevice dev)
 {
-    CHECK_INIT();
-    if (!uuid)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!sim_valid_ordinal(dev))
-        return CUDA_ERROR_INVALID_DEVICE;
+    DEVICE_QUERY(!uuid, dev);
     memcpy(uuid->bytes, device_info(dev)->uuid, sizeof uuid->bytes);
     return CUDA_SUCCESS;
 }
@@ -102,11 +101,7 @@ CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 
 static CUresult device_total_mem(size_t *bytes, CUdevice dev)
 {
-    CHECK_INIT();
-    if (!bytes)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!sim_valid_ordinal(dev))
-        return CUDA_ERROR_INVALID_DEVICE;
+    DEVICE_QUERY(!bytes, dev);
     *bytes = device_info(dev)->total_mem;
     return CUDA_SUCCESS;
 }
@@ -176,11 +171,7 @@ static int attribute_value(CUdevice_attribute attrib, CUdevice dev)
 
 static CUresult device_get_attribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 {
-    CHECK_INIT();
-    if (!pi || (int)attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!sim_valid_ordinal(dev))
-        return CUDA_ERROR_INVALID_DEVICE;
+    DEVICE_QUERY(!pi || (int)attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX, dev);
     *pi = attribute_value(attrib, dev);
     return CUDA_SUCCESS;
 }
@@ -192,11 +183,7 @@ CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
 
 static CUresult device_compute_capability(int *major, int *minor, CUdevice dev)
 {
-    CHECK_INIT();
-    if (!major || !minor)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!sim_valid_ordinal(dev))
-        return CUDA_ERROR_INVALID_DEVICE;
+    DEVICE_QUERY(!major || !minor, dev);
     *major = attribute_value(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
     *minor = attribute_value(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
     return CUDA_SUCCESS;
@@ -209,11 +196,7 @@ CUresult CUDAAPI cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
 
 static CUresult device_get_pci_bus_id(char *bus_id, int len, CUdevice dev)
 {
-    CHECK_INIT();
-    if (!bus_id || len <= 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!sim_valid_ordinal(dev))
-        return CUDA_ERROR_INVALID_DEVICE;
+    DEVICE_QUERY(!bus_id || len <= 0, dev);
     snprintf(bus_id, (size_t)len, "00000000:%02X:00.0", sim_proc.visible[dev] + 1);
     return CUDA_SUCCESS;
 }

@@ -39,12 +39,18 @@ CUresult CUDAAPI cuStreamDestroy(CUstream hStream)
     SIM_GATED(stream_destroy(hStream));
 }
 
-static CUresult stream_synchronize(CUstream stream)
+/* `wait` (synchronise or query) on the stream the handle names. */
+static CUresult on_stream(CUstream stream, CUresult (*wait)(struct CUstream_st *))
 {
     CHECK_INIT();
     struct CUstream_st *s;
     CUresult rc = sim_stream_resolve(stream, &s);
-    return rc == CUDA_SUCCESS ? sim_stream_synchronize(s) : rc;
+    return rc == CUDA_SUCCESS ? wait(s) : rc;
+}
+
+static CUresult stream_synchronize(CUstream stream)
+{
+    return on_stream(stream, sim_stream_synchronize);
 }
 
 CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
@@ -54,10 +60,7 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
 
 static CUresult stream_query(CUstream stream)
 {
-    CHECK_INIT();
-    struct CUstream_st *s;
-    CUresult rc = sim_stream_resolve(stream, &s);
-    return rc == CUDA_SUCCESS ? sim_stream_query(s) : rc;
+    return on_stream(stream, sim_stream_query);
 }
 
 CUresult CUDAAPI cuStreamQuery(CUstream hStream)

@@ -50,6 +50,13 @@ hipError_t simhip_fail(hipError_t e); /* remembered too */
  * device's primary context current if it has none: what every HIP call that
  * touches a device does implicitly. */
 hipError_t simhip_ready(void);
+/* The prologue of such a call: returns simhip_ready()'s error. */
+#define READY()                                                                                              \
+    do {                                                                                                     \
+        hipError_t ready_ = simhip_ready();                                                                  \
+        if (ready_ != hipSuccess)                                                                            \
+            return ready_;                                                                                   \
+    } while (0)
 /* The visible HIP device `ordinal` as the simulated driver's device. */
 hipError_t simhip_device(int ordinal, CUdevice *out);
 int simhip_device_count(void);

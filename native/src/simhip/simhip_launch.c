@@ -16,13 +16,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define READY()                                                                                              \
-    do {                                                                                                     \
-        hipError_t ready_ = simhip_ready();                                                                  \
-        if (ready_ != hipSuccess)                                                                            \
-            return ready_;                                                                                   \
-    } while (0)
-
 SIMHIP_EXPORT hipError_t hipModuleLoad(hipModule_t *module, const char *fname)
 {
     READY();

@@ -8,13 +8,6 @@
 
 #include <string.h>
 
-#define READY()                                                                                              \
-    do {                                                                                                     \
-        hipError_t ready_ = simhip_ready();                                                                  \
-        if (ready_ != hipSuccess)                                                                            \
-            return ready_;                                                                                   \
-    } while (0)
-
 static CUdeviceptr dev(const void *p)
 {
     return (CUdeviceptr)(uintptr_t)p;

@@ -9,13 +9,6 @@
 #include <dlfcn.h>
 #include <string.h>
 
-#define READY()                                                                                              \
-    do {                                                                                                     \
-        hipError_t ready_ = simhip_ready();                                                                  \
-        if (ready_ != hipSuccess)                                                                            \
-            return ready_;                                                                                   \
-    } while (0)
-
 SIMHIP_EXPORT hipError_t hipStreamCreateWithFlags(hipStream_t *stream, unsigned int flags)
 {
     READY();

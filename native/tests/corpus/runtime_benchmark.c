@@ -8,25 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-void **__cudaRegisterFatBinary(void *fatCubin);
-void __cudaRegisterFatBinaryEnd(void **fatCubinHandle);
-void __cudaUnregisterFatBinary(void **fatCubinHandle);
-void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun, const char *deviceName,
-                            int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim, dim3 *gDim, int *wSize);
+#include "../nvcc_host_code.h"
 
-static const struct {
-    uint32_t magic;
-    uint16_t version;
-    uint16_t header_size;
-    uint64_t fat_size;
-    char module[24];
-} fatbin = {0xba55ed50u, 1, 16, 24, "simulated module"};
-static const struct {
-    int magic;
-    int version;
-    const void *data;
-    void *filename_or_fatbins;
-} fat_device_text = {0x466243b1, 1, &fatbin, NULL};
 static void **fatbin_handle;
 
 static void saxpy_stub(void)
