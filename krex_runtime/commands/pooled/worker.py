@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import signal
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ log = logging.getLogger("krex.pool")
 
 
 @dataclass
-class ContextWorker:
+class PooledWorker:
     id: str
     gpu: int
     tenant_id: int
@@ -91,7 +90,7 @@ class ContextWorker:
 class PooledRun:
     """A pooled command while it runs: what the dispatcher holds as `job.process`."""
 
-    def __init__(self, worker: ContextWorker) -> None:
+    def __init__(self, worker: PooledWorker) -> None:
         self.worker = worker
         self.pid: int | None = worker.pid
         self.cancelled = asyncio.Event()
@@ -104,11 +103,3 @@ class PooledRun:
             self.reason, self.state, self.cause = reason, state, cause
             self.cancelled.set()
 
-
-def describe_exit(returncode: int | None) -> str:
-    if returncode is None:
-        return "unknown status"
-    if returncode < 0:
-        sig = -returncode
-        return f"killed by {signal.Signals(sig).name if sig in signal.valid_signals() else sig}"
-    return f"exit code {returncode}"
