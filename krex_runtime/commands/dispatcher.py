@@ -10,8 +10,9 @@ with a free slot, and when none is free it holds back everything behind it.
 The policy sets the slots: `command` allows one command per GPU (the
 exclusive baseline), `ungated` and `krex` allow `slots_per_gpu`.
 
-A pooled or forked command also waits for a process the runtime makes (an
-idle context process, a ready zygote); it never waits longer than its own
+A pooled, forked or forwarded command also waits for a worker of the node's
+pools (pools.py: an idle context process or context server, a ready zygote),
+told by the node when one is ready; it never waits longer than its own
 time limit: still queued when the limit runs out, it ends as `timeout` with
 a reason that says what it waited for.
 """
@@ -26,16 +27,17 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
 from krex_runtime.commands import auto_regions, gpu_placement, tenant_reports, unprotected
+from krex_runtime.commands.command_history import CommandHistory
 from krex_runtime.commands.environment import AdmitError, TenantSetup
-from krex_runtime.commands.forwarded.pool import ForwardedWorker
+from krex_runtime.commands.forwarded.forwarded_pool import ForwardedWorker
 from krex_runtime.commands.job import Job, check_spawnable
 from krex_runtime.commands.launch import Outcome
 from krex_runtime.commands.launchers import Ended, Launchers
-from krex_runtime.commands.pooled.worker import PooledWorker
+from krex_runtime.commands.pooled.pooled_worker import PooledWorker
 from krex_runtime.commands.pools import NodePools
+from krex_runtime.commands.seams import CERTIFICATE_WAIT_S, CommandLeases, CommandWatcher, RegionCertificates
 from krex_runtime.host import fair_share
 from krex_runtime.host.identities import Identity
 from krex_runtime.host.tenant_registry import TenantRegistry
@@ -49,32 +51,6 @@ from krex_runtime.wire.command_states import ended_state
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 
 log = logging.getLogger("krex.dispatcher")
-
-
-class CommandWatcher(Protocol):
-    """Who follows commands besides the trace: clients attached to their
-    output, the canary keeper. Output is not an event (it is not traced)."""
-
-    def output(self, job: Job, stream: str, data: bytes) -> None: ...
-
-    def finished(self, job: Job) -> None: ...
-
-
-class CommandLeases(Protocol):
-    """Whole-device leases for commands submitted with `lease` (policy krex)."""
-
-    async def for_command(self, job: Job) -> Callable[[], None]: ...
-
-
-class RegionCertificates(Protocol):
-    """The regions' certificates a command's result waits for (policy krex)."""
-
-    def uncertified(self, command_id: str) -> list[asyncio.Event]: ...
-
-
-# How long a command's end waits for its last region's certificate (made in
-# the release's worker thread, milliseconds after the holder is answered).
-CERTIFICATE_WAIT_S = 10.0
 
 
 class Dispatcher:
@@ -95,7 +71,8 @@ class Dispatcher:
         self.gpus = {g.index: g for g in gpus}
         self.slots = config.effective_slots_per_gpu
         self.queue: deque[Job] = deque()
-        self.jobs: dict[str, Job] = {}
+        self._history = CommandHistory(config.dispatcher.keep_finished)
+        self.jobs = self._history.jobs  # queued, running and the finished kept (command_history.py)
         self.paused_node = False
         self.paused_gpus: set[int] = set()
         self.closed = False
@@ -110,14 +87,11 @@ class Dispatcher:
         self._leases = leases
         self._certificates = certificates
         self.leased_gpus: set[int] = set()
-        self._finished: deque[str] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
         self._nonce = secrets.token_hex(2)
         self._ids = itertools.count(1)
         self.fair = fair_share.AdmissionOrder(config.dispatcher.share_weights)  # across submitters, then their keys
-        # The node's worker pools serve pooled, forked and forwarded commands; the
-        # node tells `pump` when one of their workers becomes ready.
-        self._pools = pools
+        self._pools = pools  # their workers serve pooled, forked, forwarded commands; the node has `pump` told of a ready one
         self._launch = Launchers(config, setup, watcher.output, sink.emit, pools)
 
     # --- requests ---------------------------------------------------------
@@ -193,20 +167,13 @@ class Dispatcher:
         return self.config.dispatcher.default_mode
 
     def find(self, command_id: str) -> Job:
-        job = self.jobs.get(command_id)
-        if job is None:
-            raise ProtocolError(ErrorCode.NOT_FOUND, f"no command {command_id!r} (unknown, or finished long ago)")
-        return job
+        return self._history.find(command_id)
 
     def remember(self, past: list[Job]) -> None:
         """Commands earlier runs ended (finished_record.py), oldest first, put
         in the history before this run's: `wait` and `cancel` find them, and
         they leave it (their output files with them) as any finished command."""
-        for job in past:
-            if job.id not in self.jobs:
-                self.jobs[job.id] = job
-                self._finished.append(job.id)
-        self._forget_oldest()
+        self._history.remember(past)
         while any(i.startswith(f"{self._nonce}-") for i in self.jobs):  # this run's ids never name an earlier one
             self._nonce = secrets.token_hex(2)
 
@@ -307,12 +274,11 @@ class Dispatcher:
     def _refuse_forked(self, job: Job) -> bool:
         """A queued forked command whose zygote refused to serve fails with its reason
         (only a change of configuration can make that zygote serve)."""
-        assert self._pools.forked is not None
-        why = self._pools.forked.refused(job.gpu_request)
+        why = self._pools.refusal(job.mode, job.gpu_request)
         if not why:
             return False
         self.queue.remove(job)
-        self._finish(job, Outcome("failed", None, None, f"forked mode is unavailable: {why}"), "failed", started=False)
+        self._finish(job, Outcome("failed", None, None, why), "failed", started=False)
         return True
 
     def _load(self, gpu: int) -> int:
@@ -406,11 +372,10 @@ class Dispatcher:
         """Run the command in its mode to its end."""
         if worker is not None:
             return await self._launch.run_pooled(job, gpu, worker)
-        if job.mode == "forked":
-            return await self._launch.run_forked(job, gpu)
         if server is not None:
             return await self._launch.run_forwarded(job, gpu, server)
-        return await self._launch.run_process(job, gpu)
+        run = self._launch.run_forked if job.mode == "forked" else self._launch.run_process
+        return await run(job, gpu)
 
     def _open_reports(self, job: Job, identity: Identity | None) -> None:
         """As it starts: the command's reports, for its uid's group to write."""
@@ -456,15 +421,8 @@ class Dispatcher:
         )
         job.done.set()
         self._watcher.finished(job)
-        self._finished.append(job.id)
-        self._forget_oldest()
+        self._history.ended(job)
         self.pump()
-
-    def _forget_oldest(self) -> None:
-        while len(self._finished) > self.config.dispatcher.keep_finished:
-            forgotten = self.jobs.pop(self._finished.popleft(), None)
-            if forgotten is not None:
-                _remove_output(forgotten)
 
     # --- shutdown -----------------------------------------------------------
 
@@ -488,14 +446,3 @@ class Dispatcher:
             await asyncio.wait(set(self._tasks))
         self.reports.close_all()
 
-
-def _remove_output(job: Job) -> None:
-    """A command that left the history can no longer be waited on or attached
-    to; its output files go with it, so the output folder (often on a RAM-backed
-    /run) stays bounded however many commands a node runs."""
-    for path in (job.stdout_path, job.stderr_path):
-        if path is not None:
-            try:
-                path.unlink(missing_ok=True)
-            except OSError as exc:
-                log.warning("cannot remove %s: %s", path, exc.strerror)

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from krex_runtime.commands.environment import TenantSetup
-from krex_runtime.commands.forked.run import ForkedRun
-from krex_runtime.commands.forwarded.pool import ForwardedWorker
-from krex_runtime.commands.forwarded.run import ForwardedRun
+from krex_runtime.commands.forked.forked_run import ForkedRun
+from krex_runtime.commands.forwarded.forwarded_pool import ForwardedWorker
+from krex_runtime.commands.forwarded.forwarded_run import ForwardedRun
 from krex_runtime.commands.job import Job
 from krex_runtime.commands.launch import LaunchSpec, Outcome
-from krex_runtime.commands.pooled.worker import PooledWorker
+from krex_runtime.commands.pooled.pooled_worker import PooledWorker
 from krex_runtime.commands.pools import NodePools
 from krex_runtime.commands.process.command_process import CommandProcess
 from krex_runtime.host import cgroups

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from krex_runtime.commands.environment import TenantSetup
-from krex_runtime.commands.forked.pool import ForkedPool
-from krex_runtime.commands.forwarded import ring
-from krex_runtime.commands.forwarded.pool import ForwardedPool
-from krex_runtime.commands.pooled.pool import PooledPool
-from krex_runtime.commands.workers.pool import WorkerPool
+from krex_runtime.commands.forked.forked_pool import ForkedPool
+from krex_runtime.commands.forwarded import forward_ring
+from krex_runtime.commands.forwarded.forwarded_pool import ForwardedPool
+from krex_runtime.commands.pooled.pooled_pool import PooledPool
+from krex_runtime.commands.workers.worker_pool import WorkerPool
 from krex_runtime.node import native_build
 from krex_runtime.node.config import Config
 from krex_runtime.node.gpus import Gpu
@@ -45,7 +45,7 @@ class NodePools:
         self.forwarded: ForwardedPool | None = (
             ForwardedPool(config.forward, config.dispatcher.kill_grace_s, gpus, setup, log_dir,
                           native_build.context_server(), self._ready,
-                          segment_prefix=ring.segment_prefix(setup.env.run_dir))
+                          segment_prefix=forward_ring.segment_prefix(setup.env.run_dir))
             if config.forward.servers_per_gpu > 0
             else None
         )

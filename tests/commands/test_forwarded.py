@@ -34,7 +34,7 @@ from runtime_helpers import (
     trace_events,
 )
 
-from krex_runtime.commands.forwarded import ring as forward_ring
+from krex_runtime.commands.forwarded import forward_ring
 from krex_runtime.node import native_build
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 

@@ -4,7 +4,7 @@
 A context server (native/src/forward/server.c, `krex-ctxd`) owns a live
 CUDA context and executes the driver calls of one forwarded command at a
 time, sent by the command's forwarding libcuda.so.1 over a shared-memory
-segment (forwarded/ring.py). It is not a tenant: the command is (its
+segment (forward_ring.py). It is not a tenant: the command is (its
 own process, cgroup, gate entries and region token; its calls pass its gate
 before they leave it). The server has no interception library, no cgroup
 and no gate entries, and is never frozen: while its command is held back,
@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from krex_runtime.commands.environment import TenantSetup
-from krex_runtime.commands.forwarded.ring import Segment
+from krex_runtime.commands.forwarded.forward_ring import Segment
 from krex_runtime.commands.launch import child_setup
-from krex_runtime.commands.workers.pool import WorkerPool
+from krex_runtime.commands.workers.worker_pool import WorkerPool
 from krex_runtime.node.config import ForwardSection
 from krex_runtime.node.gpus import Gpu
 
@@ -244,7 +244,7 @@ class ForwardedPool(WorkerPool[ForwardedWorker]):
 
     def _ended(self, server: ForwardedWorker) -> None:
         """Its process ended: one that was idle is replaced now, not when a
-        command is given it (a busy one's command learns it: run.py)."""
+        command is given it (a busy one's command learns it: forwarded_run.py)."""
         if server.state == "idle":
             code = None if server.exited.cancelled() else server.exited.result()
             self._retire(server, f"died while idle ({describe(code)})")

@@ -19,8 +19,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from krex_runtime.commands.forwarded.pool import ForwardedPool, ForwardedWorker, describe
-from krex_runtime.commands.forwarded.ring import ENV_FALLBACK, ENV_RING, EXIT_UNKNOWN_CALL, STATE_FAILED, Segment
+from krex_runtime.commands.forwarded.forward_ring import (
+    ENV_FALLBACK,
+    ENV_RING,
+    EXIT_UNKNOWN_CALL,
+    STATE_FAILED,
+    Segment,
+)
+from krex_runtime.commands.forwarded.forwarded_pool import ForwardedPool, ForwardedWorker, describe
 from krex_runtime.commands.job import Job
 from krex_runtime.commands.launch import Outcome
 from krex_runtime.node import native_build

@@ -25,7 +25,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from krex_runtime.commands.workers import logs
+from krex_runtime.commands.workers import worker_logs
 from krex_runtime.host import cgroups, process_tree
 from krex_runtime.node.gpus import Gpu
 
@@ -103,7 +103,7 @@ class WorkerPool(ABC, Generic[W]):
 
     def start(self) -> None:
         self._log_dir.mkdir(parents=True, exist_ok=True)
-        logs.prune(self._log_dir, self._logs_start, set())
+        worker_logs.prune(self._log_dir, self._logs_start, set())
         for _ in range(self.per_gpu()):
             for gpu in self.gpus:
                 self._replace(gpu)
@@ -208,7 +208,7 @@ class WorkerPool(ABC, Generic[W]):
         if worker.cgroup is not None:
             await asyncio.to_thread(cgroups.kill_and_remove, worker.cgroup)
         self._buried(worker)
-        logs.prune(self._log_dir, self._logs_start, set(self.workers))
+        worker_logs.prune(self._log_dir, self._logs_start, set(self.workers))
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.create_task(coro)

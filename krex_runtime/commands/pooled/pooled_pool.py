@@ -1,7 +1,8 @@
 """Per-GPU pools of persistent context processes, and pooled commands run in them.
 
-A context process (krex_runtime/tenant/context_worker.py; here pooled/worker.py) is a tenant like any
-process command: the interception library preloaded, its GPU's environment,
+A context process (krex_runtime/tenant/context_worker.py; here
+pooled_worker.py) is a tenant like any process command: the interception
+library preloaded, its GPU's environment,
 a cgroup of its own, so the region manager gates, drains and freezes it. It
 imports the configured modules and creates its CUDA context once; then it runs
 pooled commands one at a time.
@@ -37,8 +38,8 @@ from typing import Any
 from krex_runtime.commands.environment import AdmitError, TenantSetup
 from krex_runtime.commands.launch import Outcome, child_setup, describe_exit, outcome_of, signal_of
 from krex_runtime.commands.output import READER_DRAIN_TIMEOUT_S, OutputLoss, OutputSink, pipe_reader, pump_output
-from krex_runtime.commands.pooled.worker import PooledRun, PooledWorker
-from krex_runtime.commands.workers.pool import WorkerPool
+from krex_runtime.commands.pooled.pooled_worker import PooledRun, PooledWorker
+from krex_runtime.commands.workers.worker_pool import WorkerPool
 from krex_runtime.host import process_tree
 from krex_runtime.node.config import PoolSection
 from krex_runtime.node.gpus import Gpu

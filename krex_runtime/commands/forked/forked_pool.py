@@ -15,7 +15,7 @@ did not sign, one that is not one of its messages, well formed
 
 The zygote itself is not a tenant: it never uses the GPU, takes no slot and
 is never frozen. Its children are, each as its own command
-(forked/run.py).
+(forked_run.py).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from krex_runtime.commands.environment import TenantSetup
-from krex_runtime.commands.forked.run import ForkedWorkerLink
+from krex_runtime.commands.forked.forked_run import ForkedWorkerLink
 from krex_runtime.commands.launch import child_setup, describe_exit
-from krex_runtime.commands.workers.pool import WorkerPool
+from krex_runtime.commands.workers.worker_pool import WorkerPool
 from krex_runtime.host import process_tree
 from krex_runtime.node.access import RunAs
 from krex_runtime.node.config import PoolSection
