@@ -148,12 +148,7 @@ class ForkedPool(WorkerPool[ForkedWorker]):
 
     # --- life of a zygote ---------------------------------------------------------
 
-    async def _start_one(self, gpu_index: int) -> None:
-        z = await self._start_zygote(gpu_index)
-        if z is not None:
-            await self._await_ready(z)
-
-    async def _start_zygote(self, gpu_index: int) -> ForkedWorker | None:
+    async def _spawn_worker(self, gpu_index: int) -> ForkedWorker | None:
         gpu = self.gpus[gpu_index]
         zygote_id = self._new_id(gpu_index)
         slice_ = self._setup.cgroups
@@ -185,7 +180,7 @@ class ForkedPool(WorkerPool[ForkedWorker]):
         self._emit(events.ZygoteStarted(gpu=gpu_index, zygote=zygote_id, pid=proc.pid))
         return z
 
-    async def _await_ready(self, z: ForkedWorker) -> None:
+    async def _see_ready(self, z: ForkedWorker) -> None:
         """Its first word: ready, a final refusal, or nothing in time (tried again later)."""
         try:
             reply = await asyncio.wait_for(asyncio.shield(z.first), self.settings.start_timeout_s)

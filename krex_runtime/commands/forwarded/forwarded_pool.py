@@ -42,7 +42,7 @@ from pathlib import Path
 from krex_runtime.commands.environment import TenantSetup
 from krex_runtime.commands.forwarded.forward_ring import Segment
 from krex_runtime.commands.launch import child_setup
-from krex_runtime.commands.workers.worker_pool import WorkerPool
+from krex_runtime.commands.workers.worker_pool import ChannelWorker, WorkerPool
 from krex_runtime.node.config import ForwardSection
 from krex_runtime.node.gpus import Gpu
 
@@ -50,27 +50,13 @@ log = logging.getLogger("krex.forward")
 
 
 @dataclass
-class ForwardedWorker:
+class ForwardedWorker(ChannelWorker):
     """A context server: its process, its channel and the command it serves."""
 
-    id: str
-    gpu: int
-    proc: asyncio.subprocess.Process
-    sock: socket.socket
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-    exited: asyncio.Task[int]
-    state: str = "warming"  # warming | idle | busy | cleaning | retired
-    served: int = 0
-    job_id: str | None = None
     lines: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)
     failure: str = ""  # what it said when it refused a request of its command
     pidfd: int = -1  # readable once the process has ended (never another process of a reused pid)
     cgroup: Path | None = None  # a server has none: it is not a tenant
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
 
     def alive(self) -> bool:
         """Its process still runs: asked of the kernel, not of what the pool last heard."""
@@ -209,7 +195,7 @@ class ForwardedPool(WorkerPool[ForwardedWorker]):
             env["LD_PRELOAD"] = " ".join(kept)
         return env
 
-    async def _start_one(self, gpu_index: int) -> None:
+    async def _spawn_worker(self, gpu_index: int) -> ForwardedWorker | None:
         gpu = self.gpus[gpu_index]
         server_id = self._new_id(gpu_index)
         try:
@@ -220,26 +206,30 @@ class ForwardedPool(WorkerPool[ForwardedWorker]):
         except OSError as exc:
             log.error("cannot start a context server on GPU %d: %s", gpu_index, exc)
             self._retry_later(gpu_index)
-            return
+            return None
         reader, writer = await asyncio.open_unix_connection(sock=runtime_end)
         server = ForwardedWorker(server_id, gpu_index, proc, runtime_end, reader, writer,
                                  asyncio.create_task(proc.wait()), pidfd=_pidfd(proc.pid))
         self.workers[server_id] = server
         server.exited.add_done_callback(lambda _: self._ended(server))
         self._spawn(self._listen(server))
+        return server
+
+    async def _see_ready(self, server: ForwardedWorker) -> None:
+        """Its `ready` line, one server creating its context at a time."""
         async with self._context_turn:
             line = await self._next_line(server, self.settings.start_timeout_s)
         if server.state != "warming":
             return
         if line is not None and line.startswith("ready"):
-            self._failures[gpu_index] = 0
+            self._failures[server.gpu] = 0
             server.state = "idle"
-            log.info("context server %s (pid %d) ready on GPU %d: %s", server_id, proc.pid, gpu_index, line)
+            log.info("context server %s (pid %d) ready on GPU %d: %s", server.id, server.pid, server.gpu, line)
             self._ready()
             return
-        self._failures[gpu_index] += 1
+        self._failures[server.gpu] += 1
         why = line or ("exited during start-up" if server.exited.done() else "not ready in time")
-        log.warning("context server %s on GPU %d failed to start: %s", server_id, gpu_index, why)
+        log.warning("context server %s on GPU %d failed to start: %s", server.id, server.gpu, why)
         self._retire(server, f"start failed: {why}", backoff=True)
 
     def _ended(self, server: ForwardedWorker) -> None:

@@ -256,12 +256,7 @@ class PooledPool(WorkerPool[PooledWorker]):
         async with self._starting:  # at most a CPU's worth of imports at once
             await super()._start_guarded(gpu)
 
-    async def _start_one(self, gpu: int) -> None:
-        worker = await self._start_worker(gpu)
-        if worker is not None:
-            await self._warm(worker)
-
-    async def _start_worker(self, gpu_index: int) -> PooledWorker | None:
+    async def _spawn_worker(self, gpu_index: int) -> PooledWorker | None:
         """Its process, admitted as a tenant (uid, gate entries, cgroup); None when it cannot start."""
         gpu = self.gpus[gpu_index]
         worker_id = self._new_id(gpu_index)
@@ -293,15 +288,16 @@ class PooledPool(WorkerPool[PooledWorker]):
             self._cannot_start(gpu_index, str(exc))
             return None
         reader, writer = await asyncio.open_unix_connection(sock=runtime_end, limit=LINE_LIMIT)
-        worker = PooledWorker(worker_id, gpu_index, tenant_id, cgroup, proc, runtime_end, reader, writer,
-                              asyncio.create_task(proc.wait()), identity=identity, key=key)
+        worker = PooledWorker(id=worker_id, gpu=gpu_index, proc=proc, sock=runtime_end, reader=reader, writer=writer,
+                              exited=asyncio.create_task(proc.wait()), tenant_id=tenant_id, cgroup=cgroup,
+                              identity=identity, key=key)
         self.workers[worker_id] = worker
         self._spawn(self._listen(worker))
         worker.exited.add_done_callback(lambda _t: self._on_exit(worker))
         self._emit(events.PoolWorkerStarted(gpu=gpu_index, worker=worker_id, pid=proc.pid, tenant_id=tenant_id))
         return worker
 
-    async def _warm(self, worker: PooledWorker) -> None:
+    async def _see_ready(self, worker: PooledWorker) -> None:
         """It imports; at its turn it creates its context; ready, it is idle (or retired)."""
         reply = await worker.next_message(self.settings.start_timeout_s)
         if worker.state != "warming":

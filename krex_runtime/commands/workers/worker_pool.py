@@ -22,6 +22,7 @@ import secrets
 import socket
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -62,6 +63,28 @@ class Worker(Protocol):
 W = TypeVar("W", bound=Worker)
 
 
+@dataclass
+class ChannelWorker:
+    """A worker that serves one command at a time over its own channel (a
+    context process, a context server): its process, its channel's ends,
+    and the command it serves."""
+
+    id: str
+    gpu: int
+    proc: asyncio.subprocess.Process
+    sock: socket.socket
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    exited: asyncio.Task[int]
+    state: str = "warming"  # warming | idle | busy | cleaning | retired
+    served: int = 0
+    job_id: str | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
 class WorkerPool(ABC, Generic[W]):
     def __init__(
         self, kind: str, noun: str, gpus: list[Gpu], log_dir: Path, ready: Callable[[], None], logger: logging.Logger,
@@ -86,8 +109,13 @@ class WorkerPool(ABC, Generic[W]):
         """How many workers each GPU keeps."""
 
     @abstractmethod
-    async def _start_one(self, gpu: int) -> None:
-        """Start one worker on `gpu` and see it ready (or retire it)."""
+    async def _spawn_worker(self, gpu: int) -> W | None:
+        """Start one worker on `gpu`, kept and listened to (None: it could not
+        start, and the GPU is tried again later)."""
+
+    @abstractmethod
+    async def _see_ready(self, worker: W) -> None:
+        """Wait for its word: ready, it serves (and `ready` is told); else it is retired."""
 
     @abstractmethod
     def _announce_retired(self, worker: W, cause: str, reason: str, replaced: bool) -> None:
@@ -137,7 +165,9 @@ class WorkerPool(ABC, Generic[W]):
         if self._closing:
             return
         try:
-            await self._start_one(gpu)
+            worker = await self._spawn_worker(gpu)
+            if worker is not None:
+                await self._see_ready(worker)
         except Exception:  # one failed start must not stop the pool for good
             self._log.exception("starting a %s on GPU %d", self._noun, gpu)
             self._retry_later(gpu)
