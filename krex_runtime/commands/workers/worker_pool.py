@@ -219,8 +219,9 @@ class WorkerPool(ABC, Generic[W]):
         """A GPU whose workers fail to start is retried with growing pauses."""
         if self._closing:
             return
-        delay = min(RETRY_MAX_S, RETRY_BASE_S * 2 ** max(0, self._failures[gpu] - 1))
-        asyncio.get_running_loop().call_later(delay, lambda: None if self._closing else self._replace(gpu))
+        asyncio.get_running_loop().call_later(
+            retry_delay(self._failures[gpu]), lambda: None if self._closing else self._replace(gpu)
+        )
 
     def _kill(self, worker: W) -> None:
         process_tree.kill_tree(worker.pid, worker.id, worker.cgroup)
@@ -244,3 +245,9 @@ class WorkerPool(ABC, Generic[W]):
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def retry_delay(failures: int) -> float:
+    """The pause before a GPU's next start after `failures` failed ones in a row:
+    doubling from RETRY_BASE_S, never over RETRY_MAX_S."""
+    return min(RETRY_MAX_S, RETRY_BASE_S * 2.0 ** max(0, failures - 1))
