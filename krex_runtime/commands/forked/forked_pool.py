@@ -115,7 +115,7 @@ class ForkedPool(WorkerPool[ForkedWorker]):
         self._emit = sink.emit
         self._setup = setup
 
-    # --- the dispatcher's view ------------------------------------------------
+    # --- what placing a command asks ------------------------------------------
 
     def per_gpu(self) -> int:
         return 1

@@ -82,7 +82,7 @@ class ForwardedPool(WorkerPool[ForwardedWorker]):
         self._server_path = server_path
         self._context_turn = asyncio.Lock()  # contexts are created one at a time, node-wide
 
-    # --- the dispatcher's view ------------------------------------------------
+    # --- what placing a command asks ------------------------------------------
 
     def per_gpu(self) -> int:
         return self.settings.servers_per_gpu

@@ -72,7 +72,7 @@ class PooledPool(WorkerPool[PooledWorker]):
         self._starting = asyncio.Semaphore(max(1, os.cpu_count() or 1))
         self._context_turn = asyncio.Lock()  # one CUDA context creation at a time, node-wide
 
-    # --- the dispatcher's view ------------------------------------------------
+    # --- what placing a command asks ------------------------------------------
 
     def per_gpu(self) -> int:
         return self.size
