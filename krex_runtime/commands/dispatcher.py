@@ -10,8 +10,9 @@ with a free slot, and when none is free it holds back everything behind it.
 The policy sets the slots: `command` allows one command per GPU (the
 exclusive baseline), `ungated` and `krex` allow `slots_per_gpu`.
 
-A pooled or forked command also waits for a process the runtime makes (an
-idle context process, a ready zygote); it never waits longer than its own
+A pooled, forked or forwarded command also waits for a worker of the node's
+pools (pools.py: an idle context process or context server, a ready zygote),
+told by the node when one is ready; it never waits longer than its own
 time limit: still queued when the limit runs out, it ends as `timeout` with
 a reason that says what it waited for.
 """
@@ -26,21 +27,20 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
-from krex_runtime.commands import auto_regions, forward_ring, gpu_placement, tenant_reports, unprotected
-from krex_runtime.commands.command_process import Outcome
-from krex_runtime.commands.context_pool import ContextPool
-from krex_runtime.commands.context_process import ContextWorker
+from krex_runtime.commands import auto_regions, gpu_placement, tenant_reports, unprotected
+from krex_runtime.commands.command_history import CommandHistory
 from krex_runtime.commands.environment import AdmitError, TenantSetup
-from krex_runtime.commands.forward_pool import ContextServer, ForwardPool
+from krex_runtime.commands.forwarded.forwarded_pool import ForwardedWorker
 from krex_runtime.commands.job import Job, check_spawnable
-from krex_runtime.commands.launchers import Launchers
-from krex_runtime.commands.zygotes import Zygotes
+from krex_runtime.commands.launch import Outcome
+from krex_runtime.commands.launchers import Ended, Launchers
+from krex_runtime.commands.pooled.pooled_worker import PooledWorker
+from krex_runtime.commands.pools import NodePools
+from krex_runtime.commands.seams import CERTIFICATE_WAIT_S, CommandLeases, CommandWatcher, RegionCertificates
 from krex_runtime.host import fair_share
 from krex_runtime.host.identities import Identity
 from krex_runtime.host.tenant_registry import TenantRegistry
-from krex_runtime.node import native_build
 from krex_runtime.node.config import Config
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.node.sink import EventSink
@@ -53,32 +53,6 @@ from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 log = logging.getLogger("krex.dispatcher")
 
 
-class CommandWatcher(Protocol):
-    """Who follows commands besides the trace: clients attached to their
-    output, the canary keeper. Output is not an event (it is not traced)."""
-
-    def output(self, job: Job, stream: str, data: bytes) -> None: ...
-
-    def finished(self, job: Job) -> None: ...
-
-
-class CommandLeases(Protocol):
-    """Whole-device leases for commands submitted with `lease` (policy krex)."""
-
-    async def for_command(self, job: Job) -> Callable[[], None]: ...
-
-
-class RegionCertificates(Protocol):
-    """The regions' certificates a command's result waits for (policy krex)."""
-
-    def uncertified(self, command_id: str) -> list[asyncio.Event]: ...
-
-
-# How long a command's end waits for its last region's certificate (made in
-# the release's worker thread, milliseconds after the holder is answered).
-CERTIFICATE_WAIT_S = 10.0
-
-
 class Dispatcher:
     def __init__(
         self,
@@ -89,7 +63,7 @@ class Dispatcher:
         tenants: TenantRegistry,
         watcher: CommandWatcher,
         output_dir: Path,
-        pool_dir: Path,
+        pools: NodePools,
         leases: CommandLeases | None = None,
         certificates: RegionCertificates | None = None,
     ) -> None:
@@ -97,7 +71,8 @@ class Dispatcher:
         self.gpus = {g.index: g for g in gpus}
         self.slots = config.effective_slots_per_gpu
         self.queue: deque[Job] = deque()
-        self.jobs: dict[str, Job] = {}
+        self._history = CommandHistory(config.dispatcher.keep_finished)
+        self.jobs = self._history.jobs  # queued, running and the finished kept (command_history.py)
         self.paused_node = False
         self.paused_gpus: set[int] = set()
         self.closed = False
@@ -112,34 +87,12 @@ class Dispatcher:
         self._leases = leases
         self._certificates = certificates
         self.leased_gpus: set[int] = set()
-        self._finished: deque[str] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
         self._nonce = secrets.token_hex(2)
         self._ids = itertools.count(1)
-        # The context pool serves this dispatcher's pooled commands; an idle
-        # context process may let a queued command start.
         self.fair = fair_share.AdmissionOrder(config.dispatcher.share_weights)  # across submitters, then their keys
-        self.pool: ContextPool | None = (
-            ContextPool(config.pool, config.dispatcher.kill_grace_s, gpus, sink, setup, pool_dir, on_idle=self.pump)
-            if config.pool.size_per_gpu > 0
-            else None
-        )
-        # Forked mode's zygotes, one per GPU: a ready one may let a queued
-        # command start; one that refuses to serve fails those waiting for it.
-        self.zygotes: Zygotes | None = (
-            Zygotes(config.pool, gpus, sink, setup, pool_dir, on_change=self.pump) if config.pool.zygote else None
-        )
-        # Forwarded mode's context servers: an idle one may let a queued command start.
-        self.forward: ForwardPool | None = (
-            ForwardPool(config.forward, config.dispatcher.kill_grace_s, gpus, setup, pool_dir,
-                        native_build.context_server(), on_idle=self.pump,
-                        segment_prefix=forward_ring.segment_prefix(setup.env.run_dir))
-            if config.forward.servers_per_gpu > 0
-            else None
-        )
-        self._launch = Launchers(
-            config, setup, watcher.output, sink.emit, self._finish_started, self.pool, self.zygotes, self.forward
-        )
+        self._pools = pools  # their workers serve pooled, forked, forwarded commands; the node has `pump` told of a ready one
+        self._launch = Launchers(config, setup, watcher.output, sink.emit, pools)
 
     # --- requests ---------------------------------------------------------
 
@@ -159,16 +112,9 @@ class Dispatcher:
         mode = body.mode or ("process" if gpu_placement.set_size(body) > 1 else self._default_mode(body.argv))
         ask = gpu_placement.ask_of(body, {i: g.vendor for i, g in self.gpus.items()}, mode)  # a set of GPUs, or None
         entry = None
-        if mode == "forwarded" and self.forward is None:
-            raise ProtocolError(ErrorCode.REFUSED, "forwarded commands need context servers (forward.servers_per_gpu >= 1)")
-        if mode == "pooled" and self.pool is None:
-            raise ProtocolError(ErrorCode.REFUSED, "pooled commands need a context pool (pool.size_per_gpu >= 1)")
-        if mode == "forked":
-            if self.zygotes is None:
-                raise ProtocolError(ErrorCode.REFUSED, "forked commands need the zygotes (pool.zygote = true)")
-            refused = self.zygotes.refused(gpu)
-            if refused:
-                raise ProtocolError(ErrorCode.REFUSED, f"forked mode is unavailable: {refused}")
+        refused = self._pools.refusal(mode, gpu)
+        if refused:
+            raise ProtocolError(ErrorCode.REFUSED, refused)
         if mode in ("pooled", "forked"):
             try:
                 entry = parse_entry(list(body.argv)).to_dict()
@@ -213,7 +159,7 @@ class Dispatcher:
     def _default_mode(self, argv: list[str]) -> str:
         """The configured mode; with forward.native_default, a command that is
         not a Python entry point runs forwarded."""
-        if self.config.forward.native_default and self.forward is not None:
+        if self.config.forward.native_default and self._pools.forwarded is not None:
             try:
                 parse_entry(list(argv))
             except EntryError:
@@ -221,20 +167,13 @@ class Dispatcher:
         return self.config.dispatcher.default_mode
 
     def find(self, command_id: str) -> Job:
-        job = self.jobs.get(command_id)
-        if job is None:
-            raise ProtocolError(ErrorCode.NOT_FOUND, f"no command {command_id!r} (unknown, or finished long ago)")
-        return job
+        return self._history.find(command_id)
 
     def remember(self, past: list[Job]) -> None:
         """Commands earlier runs ended (finished_record.py), oldest first, put
         in the history before this run's: `wait` and `cancel` find them, and
         they leave it (their output files with them) as any finished command."""
-        for job in past:
-            if job.id not in self.jobs:
-                self.jobs[job.id] = job
-                self._finished.append(job.id)
-        self._forget_oldest()
+        self._history.remember(past)
         while any(i.startswith(f"{self._nonce}-") for i in self.jobs):  # this run's ids never name an earlier one
             self._nonce = secrets.token_hex(2)
 
@@ -295,8 +234,8 @@ class Dispatcher:
                 self._start(job, chosen[0], chosen)
                 continue
             if job.gpu_request is not None:
-                free = job.gpu_request not in blocked and self._free(job.gpu_request, job)
-                gpu = job.gpu_request if free else None
+                its_gpu_free = job.gpu_request not in blocked and self._free(job.gpu_request, job)
+                gpu = job.gpu_request if its_gpu_free else None
                 if gpu is None:
                     blocked.add(job.gpu_request)
                     continue
@@ -312,13 +251,7 @@ class Dispatcher:
     def _free(self, gpu: int, job: Job) -> bool:
         """A slot, and for a pooled command a ready context process: it never waits
         for one to be created while another is idle elsewhere."""
-        if self._load(gpu) >= self.slots:
-            return False
-        if job.mode == "forked":
-            return self.zygotes is not None and self.zygotes.ready(gpu) is not None
-        if job.mode == "forwarded":
-            return self.forward is not None and self.forward.has_idle(gpu)
-        return job.mode != "pooled" or (self.pool is not None and self.pool.has_idle(gpu))
+        return self._load(gpu) < self.slots and self._pools.has_ready(job.mode, gpu)
 
     def _queued_too_long(self, job: Job) -> None:
         """A pooled or forked command still queued at its time limit ends, never outliving it."""
@@ -336,21 +269,16 @@ class Dispatcher:
             return f"admission paused or leased on {where}"
         if all(self._load(g) >= self.slots for g in gpus):
             return f"no free slot on {where}"
-        if job.mode == "pooled":
-            return f"no context process of {where} became idle"
-        if job.mode == "forwarded":
-            return f"no context server of {where} became idle"
-        return f"no zygote of {where} became ready"
+        return self._pools.awaited(job.mode, where)
 
     def _refuse_forked(self, job: Job) -> bool:
         """A queued forked command whose zygote refused to serve fails with its reason
         (only a change of configuration can make that zygote serve)."""
-        assert self.zygotes is not None
-        why = self.zygotes.refused(job.gpu_request)
+        why = self._pools.refusal(job.mode, job.gpu_request)
         if not why:
             return False
         self.queue.remove(job)
-        self._finish(job, Outcome("failed", None, None, f"forked mode is unavailable: {why}"), "failed", started=False)
+        self._finish(job, Outcome("failed", None, None, why), "failed", started=False)
         return True
 
     def _load(self, gpu: int) -> int:
@@ -371,7 +299,8 @@ class Dispatcher:
             internal=True,
         )
         self.jobs[job.id] = job
-        self._emit(events.CommandQueued(id=job.id, argv=argv, gpu=gpu, timeout_s=None, label=label, lease=False))
+        self._emit(events.CommandQueued(id=job.id, argv=argv, gpu=gpu, timeout_s=None, label=label, lease=False,
+                                        mode=None, share=None, gpus=None, gpu_count=None))
         self._start(job, gpu)
         return job
 
@@ -383,13 +312,13 @@ class Dispatcher:
         job.state, job.gpu = "running", gpu_index
         job.gpu_set = tuple(self.gpus[i] for i in gpu_set)
         worker = None
-        server: ContextServer | None = None
+        server: ForwardedWorker | None = None
         if job.mode == "forwarded":
-            assert self.forward is not None
-            server = self.forward.take(gpu_index, job.id)
+            assert self._pools.forwarded is not None
+            server = self._pools.forwarded.take(gpu_index, job.id)
         if job.mode == "pooled":
-            assert self.pool is not None
-            worker = self.pool.take(gpu_index, job.id)
+            assert self._pools.pooled is not None
+            worker = self._pools.pooled.take(gpu_index, job.id)
             # The context process's tenant id: its interception library and
             # gate slot were set up under it.
             job.tenant_id, job.worker, job.identity = worker.tenant_id, worker.id, worker.identity
@@ -405,7 +334,7 @@ class Dispatcher:
         task.add_done_callback(self._tasks.discard)
 
     async def _run(
-        self, job: Job, gpu: Gpu, worker: ContextWorker | None = None, server: ContextServer | None = None
+        self, job: Job, gpu: Gpu, worker: PooledWorker | None = None, server: ForwardedWorker | None = None
     ) -> None:
         release_lease: Callable[[], None] | None = None
         if job.lease:
@@ -420,23 +349,17 @@ class Dispatcher:
         admitted = False
         more = tuple(g.index for g in job.gpu_set[1:])  # the rest of its set of GPUs
         try:
-            if worker is not None:
-                await self._launch.run_pooled(job, gpu, worker)
-                return
-            assert job.tenant_id is not None
-            try:
-                job.identity = self._setup.admit(gpu.index, job.tenant_id, more)
-            except AdmitError as exc:
-                self._finish(job, Outcome("failed", None, None, f"cannot start: {exc}"), "failed", started=False)
-                return
-            admitted = True
-            self._open_reports(job, job.identity)
-            if job.mode == "forked":
-                await self._launch.run_forked(job, gpu)
-            elif server is not None:
-                await self._launch.run_forwarded(job, gpu, server)
-            else:
-                await self._launch.run_process(job, gpu)
+            if worker is None:
+                assert job.tenant_id is not None
+                try:
+                    job.identity = self._setup.admit(gpu.index, job.tenant_id, more)
+                except AdmitError as exc:
+                    self._finish(job, Outcome("failed", None, None, f"cannot start: {exc}"), "failed", started=False)
+                    return
+                admitted = True
+                self._open_reports(job, job.identity)
+            ended = await self._launched(job, gpu, worker, server)
+            self._finish(job, ended.outcome, ended.outcome.state, started=ended.started)
         finally:
             if admitted:  # its processes have ended: its uid and gate entries go back
                 self._setup.dismiss(gpu.index, job.tenant_id, job.identity, more)  # type: ignore[arg-type]
@@ -445,13 +368,19 @@ class Dispatcher:
                 self.leased_gpus.discard(gpu.index)
                 self.pump()
 
+    async def _launched(self, job: Job, gpu: Gpu, worker: PooledWorker | None, server: ForwardedWorker | None) -> Ended:
+        """Run the command in its mode to its end."""
+        if worker is not None:
+            return await self._launch.run_pooled(job, gpu, worker)
+        if server is not None:
+            return await self._launch.run_forwarded(job, gpu, server)
+        run = self._launch.run_forked if job.mode == "forked" else self._launch.run_process
+        return await run(job, gpu)
+
     def _open_reports(self, job: Job, identity: Identity | None) -> None:
         """As it starts: the command's reports, for its uid's group to write."""
         self.reports.open([job.auto_region_report, job.unprotected_path], identity, keep=job.auto_region_report,
                           tally=(job.unprotected_path, unprotected.UNTRACKED))
-
-    def _finish_started(self, job: Job, outcome: Outcome, state: str, started: bool) -> None:
-        self._finish(job, outcome, state, started=started)
 
     def _finish(self, job: Job, outcome: Outcome, state: str, started: bool = True) -> None:
         """The command has ended. Its result waits for the certificate of a
@@ -492,15 +421,8 @@ class Dispatcher:
         )
         job.done.set()
         self._watcher.finished(job)
-        self._finished.append(job.id)
-        self._forget_oldest()
+        self._history.ended(job)
         self.pump()
-
-    def _forget_oldest(self) -> None:
-        while len(self._finished) > self.config.dispatcher.keep_finished:
-            forgotten = self.jobs.pop(self._finished.popleft(), None)
-            if forgotten is not None:
-                _remove_output(forgotten)
 
     # --- shutdown -----------------------------------------------------------
 
@@ -524,14 +446,3 @@ class Dispatcher:
             await asyncio.wait(set(self._tasks))
         self.reports.close_all()
 
-
-def _remove_output(job: Job) -> None:
-    """A command that left the history can no longer be waited on or attached
-    to; its output files go with it, so the output folder (often on a RAM-backed
-    /run) stays bounded however many commands a node runs."""
-    for path in (job.stdout_path, job.stderr_path):
-        if path is not None:
-            try:
-                path.unlink(missing_ok=True)
-            except OSError as exc:
-                log.warning("cannot remove %s: %s", path, exc.strerror)

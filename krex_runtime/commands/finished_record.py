@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from krex_runtime.commands.command_process import Outcome
 from krex_runtime.commands.job import Job
+from krex_runtime.commands.launch import Outcome
 
 log = logging.getLogger("krex.runtime")
 
@@ -99,7 +99,7 @@ class FinishedRecord:
 
     def _read(self) -> Iterator[tuple[str, dict[str, Any], bytes]]:
         try:
-            f = open(self.path, "rb")
+            f = open(self.path, "rb")  # noqa: SIM115 (its `with` follows: a missing record is told from an unreadable one)
         except FileNotFoundError:
             return
         except OSError as exc:

@@ -6,18 +6,25 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from krex_runtime.commands.command_process import CommandProcess, Outcome
-from krex_runtime.commands.context_process import PooledRun
-from krex_runtime.commands.forked_process import ForkedRun
 from krex_runtime.commands.gpu_placement import GpuAsk
+from krex_runtime.commands.launch import Outcome
 from krex_runtime.commands.output import OutputLoss
 from krex_runtime.host.identities import Identity
 from krex_runtime.node.config import environment_problem
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.wire.bodies import SubmitBody
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError
+
+
+class RunningCommand(Protocol):
+    """What a command runs as, whatever its mode (a process, a forked child, a
+    pooled run in a context process): its root process, and how it is ended."""
+
+    pid: int | None
+
+    def cancel(self, reason: str) -> None: ...
 
 
 @dataclass
@@ -37,7 +44,7 @@ class Job:
     tenant_id: int | None = None
     started_at: float | None = None
     finished_at: float | None = None
-    process: CommandProcess | ForkedRun | PooledRun | None = None
+    process: RunningCommand | None = None
     outcome: Outcome | None = None
     stdout_path: Path | None = None
     stderr_path: Path | None = None

@@ -1,13 +1,12 @@
 """How a placed command comes to run, one coroutine per mode.
 
-`process` spawns its own process tree (commands/command_process.py), `forked`
-has its GPU's zygote fork it (commands/forked_process.py), `pooled` hands its
-entry point to a context process (commands/context_pool.py), `forwarded`
-spawns it like `process` with its driver calls sent to a context server
-(commands/forward_launch.py). Each gives the
-command its own tenant environment from the one builder
+`process` spawns its own process tree (commands/process/), `forked` has its
+GPU's zygote fork it (commands/forked/), `pooled` hands its entry point to a
+context process (commands/pooled/), `forwarded` spawns it like `process` with
+its driver calls sent to a context server (commands/forwarded/). Each gives
+the command its own tenant environment from the one builder
 (commands/environment.py), emits `command_started` once it has a process, and
-ends with the dispatcher's `finish`, whatever happened.
+returns how the command ended, whatever happened: the dispatcher awaits it.
 """
 
 from __future__ import annotations
@@ -16,41 +15,45 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from krex_runtime.commands.command_process import CommandProcess, LaunchSpec, Outcome
-from krex_runtime.commands.context_pool import ContextPool
-from krex_runtime.commands.context_process import ContextWorker
 from krex_runtime.commands.environment import TenantSetup
-from krex_runtime.commands.forked_process import ForkedRun
-from krex_runtime.commands.forward_launch import ForwardedRun
-from krex_runtime.commands.forward_pool import ContextServer, ForwardPool
+from krex_runtime.commands.forked.forked_run import ForkedRun
+from krex_runtime.commands.forwarded.forwarded_pool import ForwardedWorker
+from krex_runtime.commands.forwarded.forwarded_run import ForwardedRun
 from krex_runtime.commands.job import Job
-from krex_runtime.commands.zygotes import Zygotes
+from krex_runtime.commands.launch import LaunchSpec, Outcome
+from krex_runtime.commands.pooled.pooled_worker import PooledWorker
+from krex_runtime.commands.pools import NodePools
+from krex_runtime.commands.process.command_process import CommandProcess
 from krex_runtime.host import cgroups
 from krex_runtime.node.config import Config
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.wire import events
 
-Finish = Callable[[Job, Outcome, str, bool], None]
 EnvEdit = Callable[[dict[str, str]], dict[str, str]]
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How a launched command ended, and whether it had started (had a process)."""
+
+    outcome: Outcome
+    started: bool
 
 
 class Launchers:
     def __init__(
         self, config: Config, setup: TenantSetup, output: Callable[[Job, str, bytes], None],
-        emit: Callable[[events.Event], None], finish: Finish, pool: ContextPool | None, zygotes: Zygotes | None,
-        forward: ForwardPool | None = None,
+        emit: Callable[[events.Event], None], pools: NodePools,
     ) -> None:
         self._config = config
         self._setup = setup
         self._output = output
         self._emit = emit
-        self._finish = finish
-        self._pool = pool
-        self._zygotes = zygotes
-        self._forward = forward
+        self._pools = pools
 
     def env_of(self, job: Job, gpu: Gpu) -> dict[str, str]:
         return self._setup.env.build(job.id, job.tenant_id, job.env, gpu, job.identity, job.gpu_set[1:])
@@ -75,30 +78,30 @@ class Launchers:
             run_as=self._setup.run_as_for(job.identity),
         )
 
-    async def run_process(self, job: Job, gpu: Gpu) -> None:
+    async def run_process(self, job: Job, gpu: Gpu) -> Ended:
         # A spawn that failed ran nothing: its cgroup is empty.
-        await self._launch(job, gpu, CommandProcess, _rmdir)
+        return await self._launch(job, gpu, CommandProcess, _rmdir)
 
-    async def run_forked(self, job: Job, gpu: Gpu) -> None:
-        assert self._zygotes is not None and job.entry is not None
-        zygote = self._zygotes.ready(gpu.index)
+    async def run_forked(self, job: Job, gpu: Gpu) -> Ended:
+        forked = self._pools.forked
+        assert forked is not None and job.entry is not None
+        zygote = forked.ready(gpu.index)
         if zygote is None:  # it died between placement and now
-            why = self._zygotes.refused(gpu.index) or "the GPU's zygote is restarting"
-            self._finish(job, Outcome("failed", None, None, f"cannot start: {why}"), "failed", False)
-            return
+            why = forked.refused(gpu.index) or "the GPU's zygote is restarting"
+            return Ended(Outcome("failed", None, None, f"cannot start: {why}"), False)
         entry = job.entry
         # A fork whose start failed may have left its child in the cgroup.
-        await self._launch(job, gpu, lambda spec, out: ForkedRun(spec, entry, zygote, out),
+        return await self._launch(job, gpu, lambda spec, out: ForkedRun(spec, entry, zygote, out),
                            lambda cgroup: asyncio.to_thread(cgroups.kill_and_remove, cgroup))
 
-    async def run_forwarded(self, job: Job, gpu: Gpu, server: ContextServer) -> None:
-        assert self._forward is not None
-        run = ForwardedRun(self._config.forward, self._forward, server, self._setup.run_as_for(job.identity))
+    async def run_forwarded(self, job: Job, gpu: Gpu, server: ForwardedWorker) -> Ended:
+        forwarded = self._pools.forwarded
+        assert forwarded is not None
+        run = ForwardedRun(self._config.forward, forwarded, server, self._setup.run_as_for(job.identity))
         failure = await run.begin(job)
         if failure is not None:
             await run.end()
-            self._finish(job, failure, failure.state, False)
-            return
+            return Ended(failure, False)
 
         async def after(job: Job, outcome: Outcome) -> Outcome:
             outcome = await run.after(job, outcome)
@@ -118,13 +121,13 @@ class Launchers:
             why = "; ".join(r for r in (run.fallback_note(), again.reason) if r)
             return dataclasses.replace(again, reason=why)
 
-        await self._launch(job, gpu, CommandProcess, _rmdir, run.edit_env, after=after)
+        return await self._launch(job, gpu, CommandProcess, _rmdir, run.edit_env, after=after)
 
     async def _launch(
         self, job: Job, gpu: Gpu, make: Callable[[LaunchSpec, Callable[[str, bytes], None]], Any],
-        discard: Callable[[Path], Awaitable[None]], edit_env: EnvEdit | None = None,
+        discard: Callable[[Path], Awaitable[object]], edit_env: EnvEdit | None = None,
         after: Callable[[Job, Outcome], Awaitable[Outcome]] | None = None,
-    ) -> None:
+    ) -> Ended:
         """Start a process or forked command in its own cgroup, then follow it
         to its end (`after` may change its outcome before it is reported)."""
         cgroup = self._setup.cgroups.create(f"cmd-{job.id}") if self._setup.cgroups is not None else None
@@ -139,16 +142,15 @@ class Launchers:
                 await discard(cgroup)
             if after is not None:
                 failure = await after(job, failure)
-            self._finish(job, failure, failure.state, False)
-            return
-        await self._follow(job, gpu, process.pid, process.wait, after)
+            return Ended(failure, False)
+        return await self._follow(job, gpu, process.pid, process.wait, after)
 
     async def _follow(
         self, job: Job, gpu: Gpu, pid: int | None, wait: Callable[[], object],
         after: Callable[[Job, Outcome], Awaitable[Outcome]] | None = None,
-    ) -> None:
+    ) -> Ended:
         job.started_at = time.time()
-        self._emit(events.CommandStarted(id=job.id, gpu=gpu.index, pid=pid, tenant_id=job.tenant_id,
+        self._emit(events.CommandStarted(id=job.id, gpu=gpu.index, pid=pid, tenant_id=job.tenant_id, worker=None,
                                          gpus=[g.index for g in job.gpu_set] or None))
         try:
             outcome = await wait()  # type: ignore[misc]
@@ -156,27 +158,29 @@ class Launchers:
                 outcome = await after(job, outcome)
         except Exception as exc:  # never leave a slot taken by a command we lost track of
             outcome = Outcome("failed", None, None, f"runtime error while running: {exc!r}")
-        self._finish(job, outcome, outcome.state, True)
+        return Ended(outcome, True)
 
-    async def run_pooled(self, job: Job, gpu: Gpu, worker: ContextWorker) -> None:
-        assert self._pool is not None and job.entry is not None
+    async def run_pooled(self, job: Job, gpu: Gpu, worker: PooledWorker) -> Ended:
+        pooled = self._pools.pooled
+        assert pooled is not None and job.entry is not None
         assert job.stdout_path is not None and job.stderr_path is not None
         job.process, job.cgroup = worker.run, worker.cgroup
         job.started_at = time.time()
         self._emit(
-            events.CommandStarted(id=job.id, gpu=gpu.index, pid=worker.pid, tenant_id=job.tenant_id, worker=worker.id)
+            events.CommandStarted(id=job.id, gpu=gpu.index, pid=worker.pid, tenant_id=job.tenant_id, worker=worker.id,
+                                  gpus=None)
         )
         try:
-            outcome = await self._pool.run(
+            outcome = await pooled.run(
                 worker, job.id, job.entry, job.cwd, self.env_of(job, gpu), job.timeout_s,
                 job.stdout_path, job.stderr_path, lambda stream, data: self._output(job, stream, data),
                 job.output_loss, self._config.dispatcher.orphan_grace_s,
             )
         except Exception as exc:  # never leave a slot taken by a command we lost track of
             outcome = Outcome("failed", None, None, f"runtime error while running: {exc!r}")
-        self._finish(job, outcome, outcome.state, True)
+        return Ended(outcome, True)
 
 
 async def _rmdir(cgroup: Path) -> None:
     """Remove a cgroup nothing ran in."""
-    cgroup.rmdir()
+    await asyncio.to_thread(cgroup.rmdir)

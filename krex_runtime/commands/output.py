@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 READ_CHUNK = 64 * 1024
+# How long a run's end waits for its output readers to reach the end of its pipes.
+READER_DRAIN_TIMEOUT_S = 5.0
 
 OutputSink = Callable[[str, bytes], None]
 

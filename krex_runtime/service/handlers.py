@@ -267,7 +267,7 @@ async def resume(ctx: Context, peer: Peer, req: Request) -> Any:
 @handles(verbs.RECYCLE)
 async def recycle(ctx: Context, peer: Peer, req: Request) -> Any:
     _check_node(ctx, req)
-    gpu, pool = req.body.gpu, ctx.node.dispatcher.pool
+    gpu, pool = req.body.gpu, ctx.node.pools.pooled
     ctx.node.dispatcher.check_gpu(gpu)
     if pool is None:
         raise ProtocolError(ErrorCode.REFUSED, "this runtime has no context pool (pool.size_per_gpu = 0)")

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import krex_runtime
-from krex_runtime.commands import forward_ring, tenant_reports
+from krex_runtime.commands import tenant_reports
+from krex_runtime.commands.forwarded import forward_ring
 from krex_runtime.host import cgroups
 from krex_runtime.host.cgroups import CgroupSlice
 from krex_runtime.host.identities import Identities

@@ -9,9 +9,13 @@ Order, and why:
                      (policy krex only);
   telemetry          reads the gates, folds canary output;
   tenant setup       the one environment builder, cgroups, cores, user;
-  dispatcher         with its context pool and the command leases;
+  worker pools       context processes, zygotes, context servers, as
+                     configured: the node owns them and starts them last;
+  dispatcher         handed the pools, told when their workers are ready,
+                     and the command leases;
   operator leases    need the dispatcher to stop admission;
-  tenancy, channel   identify a region channel peer by the dispatcher's jobs.
+  tenancy, channel   identify a region channel peer by the dispatcher's jobs
+                     and the pools' word on their own processes.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 
 from krex_runtime.commands.dispatcher import Dispatcher
 from krex_runtime.commands.environment import RegionAccess, TenantEnvironment, TenantSetup
+from krex_runtime.commands.pools import NodePools
 from krex_runtime.host.tenant_registry import TenantRegistry
 from krex_runtime.node import access, native_build
 from krex_runtime.node.config import Config
@@ -51,6 +56,7 @@ class Node:
     config: Config
     gpus: list[Gpu]
     dispatcher: Dispatcher
+    pools: NodePools
     telemetry: Telemetry
     attachments: Attachments
     tenancy: Tenancy
@@ -106,6 +112,7 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventLog, server: C
     )
     attachments = Attachments(server, sink.state)  # results carry the regions the state folded
     canaries = CanaryKeeper(telemetry, gpus) if config.telemetry.canary else None
+    pools = NodePools(config, gpus, sink, setup, host.run_dir / "pool")
     dispatcher = Dispatcher(
         config,
         gpus,
@@ -114,11 +121,12 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventLog, server: C
         tenants,
         Followers(attachments, canaries),
         host.output_dir,
-        host.run_dir / "pool",
+        pools,
         leases=CommandLeases(regions.manager) if regions is not None else None,
         certificates=regions.manager if regions is not None else None,
     )
-    tenancy = Tenancy(dispatcher, host.cgroup_slice, host.tenant_user)
+    pools.when_ready(dispatcher.pump)  # a ready worker may let a queued command start (or fail)
+    tenancy = Tenancy(dispatcher, pools, host.cgroup_slice, host.tenant_user)
     witnesses = sources.open_processes(gpus, config.gpus.simulated_device)  # who uses each GPU
     leases = channel = None
     if regions is not None and region_access is not None:
@@ -128,7 +136,7 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventLog, server: C
                         config.regions.hold_sample_s)
     telemetry.foreign_processes = gpu_processes.foreign(witnesses, lambda pid: _is_tenant(tenancy, pid))
     telemetry.process_memory = gpu_processes.process_memory(witnesses, lambda pid: _is_tenant(tenancy, pid))
-    return Node(config, gpus, dispatcher, telemetry, attachments, tenancy, canaries, regions, leases, channel)
+    return Node(config, gpus, dispatcher, pools, telemetry, attachments, tenancy, canaries, regions, leases, channel)
 
 
 def certify_regions(regions: RegionMachinery, witnesses: GpuProcesses, tenancy: Tenancy, clocks: Clocks,

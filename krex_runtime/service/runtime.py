@@ -155,13 +155,7 @@ class RuntimeService:
             if node.canaries is not None:
                 node.canaries.start(node.dispatcher)
             self._log_started(host, node)
-            pool = node.dispatcher.pool
-            if pool is not None:
-                pool.start()
-            if node.dispatcher.zygotes is not None:
-                node.dispatcher.zygotes.start()
-            if node.dispatcher.forward is not None:
-                node.dispatcher.forward.start()
+            node.pools.start()
             self.notifier.ready(f"serving {len(self.gpus)} GPU(s) under policy {self.config.runtime.policy}")
             await self._stop.wait()
             self.notifier.stopping(f"stopping ({self._stop_reason})")
@@ -195,22 +189,12 @@ class RuntimeService:
         log.info("stopping (%s): %s running commands", self._stop_reason, self.config.runtime.on_shutdown)
         event_log.emit(events.RuntimeStopping(reason=self._stop_reason))
         node.dispatcher.stop_admitting()
-        pool = node.dispatcher.pool
-        if pool is not None:
-            pool.stop_replacing()
-        zygotes = node.dispatcher.zygotes
-        if zygotes is not None:
-            zygotes.stop_replacing()
+        node.pools.stop_replacing()
         if node.regions is not None and node.channel is not None:
             await node.channel.close()
             await node.regions.manager.shutdown()
         await node.dispatcher.shutdown(self.config.runtime.on_shutdown, self.config.runtime.shutdown_grace_s)
-        if pool is not None:
-            await pool.shutdown()
-        if zygotes is not None:
-            await zygotes.shutdown()
-        if node.dispatcher.forward is not None:
-            await node.dispatcher.forward.shutdown()
+        await node.pools.shutdown()
         event_log.emit(events.RuntimeStopped())
 
     def _trace_path(self, run_dir: Path) -> Path:
@@ -274,11 +258,6 @@ class RuntimeService:
                         "(--run-dir or runtime.run_dir)", endpoints.RUN_DIR_ENV, clients_look, host.run_dir)
         slice_ = host.cgroup_slice
         log.info("cgroups: %s", f"v{slice_.version} at {slice_.path}" if slice_ else "none; using process groups")
-        pool = node.dispatcher.pool
-        if pool is not None:
-            log.info("context pool: %d per GPU, preloading %s", pool.size, list(self.config.pool.preload) or "nothing")
-        if node.dispatcher.zygotes is not None:
-            log.info("forked mode: a zygote per GPU, preloading %s", list(self.config.pool.preload) or "nothing")
 
 
 def _remove_socket(path: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import psutil
 
 from krex_runtime.commands.dispatcher import Dispatcher
+from krex_runtime.commands.pools import NodePools
 from krex_runtime.host import process_tree
 from krex_runtime.host.cgroups import CgroupSlice
 from krex_runtime.node.access import TenantUser
@@ -22,26 +23,21 @@ from krex_runtime.wire.protocol import ErrorCode, ProtocolError
 
 
 class Tenancy:
-    def __init__(self, dispatcher: Dispatcher, cgroup_slice: CgroupSlice | None, tenant_user: TenantUser | None) -> None:
+    def __init__(
+        self, dispatcher: Dispatcher, pools: NodePools, cgroup_slice: CgroupSlice | None, tenant_user: TenantUser | None,
+    ) -> None:
         self._dispatcher = dispatcher
+        self._pools = pools  # their word on the processes they started
         self._slice = cgroup_slice
         self._tenant_user = tenant_user
 
     def identify(self, pid: int) -> TenantIdentity | None:
         """The running command process `pid` belongs to (None: none of ours)."""
-        forward = self._dispatcher.forward
-        if forward is not None and forward.is_server_pid(pid):
-            return self._served_by(forward.job_of_pid(pid))
-        command_id = peers.command_id_of(pid)
-        pool = self._dispatcher.pool
-        if pool is not None and pool.is_worker(command_id):
-            # A context process is whichever pooled command it runs now.
-            command_id = pool.job_of(command_id) or ""
-        zygotes = self._dispatcher.zygotes
-        if zygotes is not None and zygotes.is_zygote(command_id):
-            # A forked child keeps its zygote's start-up environment in /proc:
-            # it is the forked command whose tree holds it.
-            command_id = zygotes.command_of(pid)
+        if self._pools.acts_for_commands(pid):
+            return self._served_by(self._pools.command_of(pid, ""))
+        # A context process is whichever pooled command it runs now; a forked
+        # child, which keeps its zygote's environment, the one whose tree holds it.
+        command_id = self._pools.command_of(pid, peers.command_id_of(pid))
         job = self._dispatcher.jobs.get(command_id)
         if job is None or job.state != "running" or job.gpu is None or job.tenant_id is None:
             return None
@@ -52,14 +48,13 @@ class Tenancy:
 
     def acts_for_commands(self, pid: int) -> bool:
         """A context server of forwarded mode: the command it acts for changes."""
-        forward = self._dispatcher.forward
-        return forward is not None and forward.is_server_pid(pid)
+        return self._pools.acts_for_commands(pid)
 
-    def _served_by(self, command_id: str | None) -> TenantIdentity | None:
+    def _served_by(self, command_id: str) -> TenantIdentity | None:
         """A context server of forwarded mode acts for the command it serves
         (the GPU names the server's pid for that command's work). Which
         command is the pool's word, by the server's pid."""
-        job = self._dispatcher.jobs.get(command_id or "")
+        job = self._dispatcher.jobs.get(command_id)
         if job is None or job.state != "running" or job.gpu is None or job.tenant_id is None:
             return None
         return TenantIdentity(job.tenant_id, job.id, job.gpu)
@@ -71,17 +66,10 @@ class Tenancy:
         cannot be told from a tenant and counts as one."""
         if not psutil.pid_exists(pid):
             return f"process {pid} has exited, so it cannot be told from a tenant"
-        pool = self._dispatcher.pool
         for member in peers.lineage(pid):
             whose = f"process {pid}" + (f" descends from process {member}, which" if member != pid else "")
             command_id = peers.command_id_of(member)
-            zygotes = self._dispatcher.zygotes
-            if (
-                command_id in self._dispatcher.jobs
-                or (pool is not None and pool.is_worker(command_id))
-                or (zygotes is not None and zygotes.is_zygote(command_id))
-                or (self._dispatcher.forward is not None and self._dispatcher.forward.is_server_pid(member))
-            ):
+            if command_id in self._dispatcher.jobs or self._pools.started(member, command_id):
                 return f"{whose} belongs to {command_id}"
             if self._slice is not None and self._slice.holds(member):
                 return f"{whose} runs in a command cgroup of this runtime"

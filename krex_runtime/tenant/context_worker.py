@@ -25,7 +25,7 @@ handlers) is over, so its result is not delayed by the cleanup and health
 check that follow; the runtime gives the process new work only after `clean`,
 and a process whose clean-up fails is retired before any other command runs
 in it. A line the runtime did not expect from it, or one it did not sign,
-also retires it (commands/context_pool.py).
+also retires it (commands/pooled/pooled_pool.py).
 
 Isolation between commands: a fresh __main__ namespace each time, and after
 each command its sys.path, sys.argv, environment, cwd, signal handlers and

@@ -15,7 +15,7 @@ are not signed: nothing but the runtime holds the other end.
 
 Why: a pooled command runs inside its context process, with that process's
 descriptors. A line it writes on the socket (`{"type": "done"}`) is refused
-by the runtime, which then replaces the process (commands/context_process.py);
+by the runtime, which then replaces the process (commands/pooled/pooled_worker.py);
 so is every line that is not one of the messages below, whole and well
 typed, in the order the process's state allows. The key is in the process's
 memory while a command runs: code that goes looking for it there (gc,

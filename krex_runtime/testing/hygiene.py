@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from krex_runtime.commands import forward_ring
+from krex_runtime.commands.forwarded import forward_ring
 from krex_runtime.commands.tenant_reports import FOLDER as REPORTS
 from krex_runtime.host import cgroups
 from krex_runtime.host.identities import HOMES

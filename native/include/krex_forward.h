@@ -21,7 +21,7 @@
  * private: the other side is another process). A side that parks bounds its
  * sleep, so it notices a peer that died without waking it.
  *
- * This header is a contract: krex_runtime/commands/forward_ring.py makes the
+ * This header is a contract: krex_runtime/commands/forwarded/forward_ring.py makes the
  * segment and reads its state with the struct module; a test compares them.
  * Change the layout only together with KREX_FWD_VERSION.
  */

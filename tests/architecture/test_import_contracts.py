@@ -3,6 +3,7 @@
 wire, tenant code only the standard library, the wire no service module, the
 runtime never the console, krex_bench only the public surface (and nothing
 imports krex_bench), regions and commands side by side on the host plumbing,
+no worker pool importing the dispatcher, the command modes side by side,
 no import circles among the siblings of any package of the console or the
 runtime.
 
@@ -59,6 +60,14 @@ BAD_MODULES = {
     "regions import the dispatcher": (
         "krex_runtime/regions/bad_admission.py", "from krex_runtime.commands import dispatcher\n",
         "Regions and commands stand side by side",
+    ),
+    "a worker pool imports the dispatcher": (
+        "krex_runtime/commands/pooled/bad_pump.py", "from krex_runtime.commands import dispatcher\n",
+        "No worker pool imports the dispatcher",
+    ),
+    "one mode imports another": (
+        "krex_runtime/commands/forked/bad_borrow.py", "from krex_runtime.commands.pooled import pooled_worker\n",
+        "The modes stand side by side on the worker-pool base",
     ),
     "the host plumbing imports the regions": (
         "krex_runtime/host/bad_registry.py", "from krex_runtime.regions import region_manager\n",

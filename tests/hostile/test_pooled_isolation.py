@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 from runtime_helpers import trace_events
 
-from krex_runtime.commands import worker_logs
+from krex_runtime.commands.workers import worker_logs
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 
 PY = sys.executable

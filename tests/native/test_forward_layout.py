@@ -1,11 +1,11 @@
-"""krex_runtime/commands/forward_ring.py mirrors native/include/krex_forward.h."""
+"""krex_runtime/commands/forwarded/forward_ring.py mirrors native/include/krex_forward.h."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
-from krex_runtime.commands import forward_ring
+from krex_runtime.commands.forwarded import forward_ring
 from krex_runtime.node import native_build
 
 PROGRAM = r"""

@@ -1,7 +1,7 @@
 /*
  * krex-ctxd: a context server of forwarded mode.
  *
- * Started by the runtime (krex_runtime/commands/forward_pool.py) with its
+ * Started by the runtime (krex_runtime/commands/forwarded/forwarded_pool.py) with its
  * control socket as stdin, the GPU's tenant environment without the
  * interception library (it is not a tenant: the command it serves is, and
  * passes the gate before its calls leave it), and the real or simulated

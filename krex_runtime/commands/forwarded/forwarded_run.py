@@ -19,10 +19,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from krex_runtime.commands.command_process import Outcome
-from krex_runtime.commands.forward_pool import ContextServer, ForwardPool, describe
-from krex_runtime.commands.forward_ring import ENV_FALLBACK, ENV_RING, EXIT_UNKNOWN_CALL, STATE_FAILED, Segment
+from krex_runtime.commands.forwarded.forward_ring import (
+    ENV_FALLBACK,
+    ENV_RING,
+    EXIT_UNKNOWN_CALL,
+    STATE_FAILED,
+    Segment,
+)
+from krex_runtime.commands.forwarded.forwarded_pool import ForwardedPool, ForwardedWorker, describe
 from krex_runtime.commands.job import Job
+from krex_runtime.commands.launch import Outcome
 from krex_runtime.node import native_build
 from krex_runtime.node.access import RunAs
 from krex_runtime.node.config import ForwardSection
@@ -33,7 +39,7 @@ EXPORT_TABLE = "cuGetExportTable"
 
 
 class ForwardedRun:
-    def __init__(self, settings: ForwardSection, pool: ForwardPool, server: ContextServer, run_as: RunAs | None) -> None:
+    def __init__(self, settings: ForwardSection, pool: ForwardedPool, server: ForwardedWorker, run_as: RunAs | None) -> None:
         self._settings = settings
         self._pool = pool
         self._server = server

@@ -16,40 +16,10 @@ import asyncio
 import os
 import signal
 import subprocess
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
-from krex_runtime.commands.output import OutputLoss, OutputSink, pump_output
+from krex_runtime.commands.launch import LaunchSpec, Outcome, child_setup, outcome_of, signal_of
+from krex_runtime.commands.output import READER_DRAIN_TIMEOUT_S, OutputSink, pump_output
 from krex_runtime.host import cgroups, process_tree
-from krex_runtime.node.access import RunAs
-
-READER_DRAIN_TIMEOUT_S = 5.0
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    command_id: str
-    argv: list[str]
-    cwd: str
-    env: dict[str, str]
-    timeout_s: float
-    kill_grace_s: float
-    stdout_path: Path
-    stderr_path: Path
-    cgroup: Path | None
-    orphan_grace_s: float = 0.0  # after the main process exits, for what it left running
-    loss: OutputLoss = field(default_factory=OutputLoss)  # what its output files did not get
-    cpus: tuple[int, ...] = ()  # tenant cores; () leaves the affinity as it is
-    run_as: RunAs | None = None  # None: as the runtime, with its umask
-
-
-@dataclass(frozen=True)
-class Outcome:
-    state: str  # finished | timeout | cancelled | failed
-    exit_code: int | None
-    signal: int | None
-    reason: str
 
 
 class CommandProcess:
@@ -146,51 +116,18 @@ async def main_exit(proc: asyncio.subprocess.Process) -> int:
         fd = None
     if fd is not None:
         ended: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(fd, lambda: ended.done() or ended.set_result(None))
+
+        def end() -> None:
+            if not ended.done():
+                ended.set_result(None)
+
+        loop.add_reader(fd, end)
         try:
             await ended
         finally:
             loop.remove_reader(fd)
             os.close(fd)
-    while proc.returncode is None:  # the child watcher reaps it right after
+    # The child watcher reaps it right after; nothing to wait on but its returncode.
+    while proc.returncode is None:  # noqa: ASYNC110
         await asyncio.sleep(0.01)
     return proc.returncode
-
-
-def child_setup(cgroup: Path | None, cpus: tuple[int, ...], run_as: RunAs | None) -> Callable[[], None] | None:
-    """Runs in the child between fork and exec: join the command's cgroup, take
-    the tenant cores, then become the tenants' user (last: joining needs the
-    runtime's rights). Only raw os calls here; the child must not take
-    Python-level locks."""
-    if cgroup is None and not cpus and run_as is None:
-        return None
-    procs_file = os.fsencode(cgroup / "cgroup.procs") if cgroup is not None else None
-
-    def setup() -> None:
-        if procs_file is not None:
-            fd = os.open(procs_file, os.O_WRONLY)
-            try:
-                os.write(fd, b"0")
-            finally:
-                os.close(fd)
-        if cpus:
-            os.sched_setaffinity(0, cpus)
-        if run_as is not None:
-            os.umask(run_as.umask)
-            if run_as.user is not None:
-                os.setgroups(list(run_as.groups))
-                os.setgid(run_as.user.gid)
-                os.setuid(run_as.user.uid)
-
-    return setup
-
-
-def signal_of(returncode: int | None) -> int | None:
-    return -returncode if returncode is not None and returncode < 0 else None
-
-
-def outcome_of(returncode: int | None) -> Outcome:
-    if returncode is not None and returncode < 0:
-        name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
-        return Outcome("finished", None, -returncode, f"killed by {name}")
-    return Outcome("finished", returncode, None, "")

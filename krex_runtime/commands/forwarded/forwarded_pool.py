@@ -4,7 +4,7 @@
 A context server (native/src/forward/server.c, `krex-ctxd`) owns a live
 CUDA context and executes the driver calls of one forwarded command at a
 time, sent by the command's forwarding libcuda.so.1 over a shared-memory
-segment (commands/forward_ring.py). It is not a tenant: the command is (its
+segment (forward_ring.py). It is not a tenant: the command is (its
 own process, cgroup, gate entries and region token; its calls pass its gate
 before they leave it). The server has no interception library, no cgroup
 and no gate entries, and is never frozen: while its command is held back,
@@ -31,47 +31,32 @@ once, and never handed to a command.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import os
-import secrets
 import select
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from krex_runtime.commands import worker_logs
-from krex_runtime.commands.command_process import child_setup
 from krex_runtime.commands.environment import TenantSetup
-from krex_runtime.commands.forward_ring import Segment
+from krex_runtime.commands.forwarded.forward_ring import Segment
+from krex_runtime.commands.launch import child_setup
+from krex_runtime.commands.workers.worker_pool import ChannelWorker, WorkerPool
 from krex_runtime.node.config import ForwardSection
 from krex_runtime.node.gpus import Gpu
 
 log = logging.getLogger("krex.forward")
-RETRY_BASE_S, RETRY_MAX_S = 0.5, 30.0
 
 
 @dataclass
-class ContextServer:
-    id: str
-    gpu: int
-    proc: asyncio.subprocess.Process
-    sock: socket.socket
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-    exited: asyncio.Task[int]
-    state: str = "warming"  # warming | idle | busy | cleaning | retired
-    served: int = 0
-    job_id: str | None = None
+class ForwardedWorker(ChannelWorker):
+    """A context server: its process, its channel and the command it serves."""
+
     lines: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)
     failure: str = ""  # what it said when it refused a request of its command
     pidfd: int = -1  # readable once the process has ended (never another process of a reused pid)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
+    cgroup: Path | None = None  # a server has none: it is not a tenant
 
     def alive(self) -> bool:
         """Its process still runs: asked of the kernel, not of what the pool last heard."""
@@ -84,81 +69,64 @@ class ContextServer:
         return not ended.poll(0)
 
 
-class ForwardPool:
+class ForwardedPool(WorkerPool[ForwardedWorker]):
     def __init__(
         self, settings: ForwardSection, kill_grace_s: float, gpus: list[Gpu], setup: TenantSetup, log_dir: Path,
-        server_path: Path, on_idle: Callable[[], None], segment_prefix: str,
+        server_path: Path, ready: Callable[[], None], segment_prefix: str,
     ) -> None:
+        super().__init__("fwd", "context server", gpus, log_dir, ready, log)
         self.settings = settings
-        self.segment_prefix = segment_prefix  # forward_ring.segment_prefix of the run folder
+        self.segment_prefix = segment_prefix  # ring.segment_prefix of the run folder
         self.kill_grace_s = kill_grace_s
-        self.gpus = {g.index: g for g in gpus}
-        self.servers: dict[str, ContextServer] = {}
         self._setup = setup
-        self._log_dir = log_dir
         self._server_path = server_path
-        self._on_idle = on_idle
-        self._nonce = secrets.token_hex(2)
-        self._ids = itertools.count(1)
-        self._failures: dict[int, int] = {g.index: 0 for g in gpus}
-        self._closing = False
-        self._tasks: set[asyncio.Task[Any]] = set()
         self._context_turn = asyncio.Lock()  # contexts are created one at a time, node-wide
 
-    # --- the dispatcher's view ------------------------------------------------
+    # --- what placing a command asks ------------------------------------------
 
-    def start(self) -> None:
-        self._log_dir.mkdir(parents=True, exist_ok=True)
-        worker_logs.prune(self._log_dir, "fwd-", set())
-        for _ in range(self.settings.servers_per_gpu):
-            for gpu in self.gpus:
-                self._spawn(self._start_server(gpu))
+    def per_gpu(self) -> int:
+        return self.settings.servers_per_gpu
 
     def has_idle(self, gpu: int) -> bool:
         return bool(self._idle(gpu))
 
-    def take(self, gpu: int, command_id: str) -> ContextServer:
+    def take(self, gpu: int, command_id: str) -> ForwardedWorker:
         server = min(self._idle(gpu), key=lambda s: s.served)
         server.state, server.job_id = "busy", command_id
         return server
 
-    def _idle(self, gpu: int) -> list[ContextServer]:
+    def _idle(self, gpu: int) -> list[ForwardedWorker]:
         """The GPU's idle servers that still live; a dead one is retired (and
         replaced) here, before a command could be given it."""
         idle = []
-        for server in [s for s in self.servers.values() if s.gpu == gpu and s.state == "idle"]:
+        for server in [s for s in self.workers.values() if s.gpu == gpu and s.state == "idle"]:
             if server.alive():
                 idle.append(server)
             else:
                 self._retire(server, "died while idle")
         return idle
 
-    def is_server_pid(self, pid: int) -> bool:
+    def acts_for_commands(self, pid: int) -> bool:
         """Known by pid: a server is not dumpable, so its /proc environment is not readable."""
-        return any(s.pid == pid for s in self.servers.values())
+        return any(s.pid == pid for s in self.workers.values())
 
-    def job_of_pid(self, pid: int) -> str | None:
+    def command_of(self, pid: int, command_id: str) -> str | None:
         """The command the context server `pid` serves now, until it has put
         its context back (by its pid, never its environment)."""
-        for server in self.servers.values():
-            if server.pid == pid and server.state in ("busy", "cleaning"):
+        if not self.acts_for_commands(pid):
+            return None
+        for server in self.workers.values():
+            if server.pid == pid and server.state in ("busy", "cleaning") and server.job_id is not None:
                 return server.job_id
-        return None
-
-    async def shutdown(self) -> None:
-        self._closing = True
-        for server in list(self.servers.values()):
-            self._retire(server, "runtime stopping", replace=False)
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=30)
+        return ""
 
     # --- serving one command --------------------------------------------------
 
-    async def serve(self, server: ContextServer, segment: Segment, tenant_id: int) -> str:
+    async def serve(self, server: ForwardedWorker, segment: Segment, tenant_id: int) -> str:
         """Hand the command's segment to its server; "" once it serves, else why not."""
         try:
-            line = f"serve {tenant_id} {segment.ring_size} {segment.staging_size}\n"
-            socket.send_fds(server.sock, [line.encode()], [segment.fd])
+            request = f"serve {tenant_id} {segment.ring_size} {segment.staging_size}\n"
+            socket.send_fds(server.sock, [request.encode()], [segment.fd])
         except OSError as exc:
             self._retire(server, f"unreachable: {exc}")
             return f"its context server is unreachable: {exc}"
@@ -169,7 +137,7 @@ class ForwardPool:
         self._retire(server, why)
         return why
 
-    async def release(self, server: ContextServer, segment: Segment) -> str:
+    async def release(self, server: ForwardedWorker, segment: Segment) -> str:
         """After the command's processes have ended: the server puts its
         context back (or retires). Returns what the server said of a request
         of the command it refused ("" when none), and removes the segment."""
@@ -198,7 +166,7 @@ class ForwardPool:
                             self._retire(server, f"served {server.served} commands")
                         else:
                             server.state, server.job_id = "idle", None
-                            self._on_idle()
+                            self._ready()
                         break
                     self._retire(server, line.removeprefix("clean retire ") if line.startswith("clean retire ")
                                  else f"an unexpected line after its command: {line[:80]!r}")
@@ -209,7 +177,7 @@ class ForwardPool:
         finally:
             segment.remove()
 
-    def died_while_serving(self, server: ContextServer) -> str:
+    def died_while_serving(self, server: ForwardedWorker) -> str:
         """Why the command's server stopped while it ran ("" while it lives)."""
         if not server.exited.done():
             return ""
@@ -227,56 +195,51 @@ class ForwardPool:
             env["LD_PRELOAD"] = " ".join(kept)
         return env
 
-    async def _start_server(self, gpu_index: int) -> None:
-        if self._closing:
-            return
+    async def _spawn_worker(self, gpu_index: int) -> ForwardedWorker | None:
         gpu = self.gpus[gpu_index]
-        server_id = f"fwd-{self._nonce}-g{gpu_index}-{next(self._ids)}"
-        runtime_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        log_file = (self._log_dir / f"{server_id}.log").open("ab")
+        server_id = self._new_id(gpu_index)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                str(self._server_path), stdin=server_end, stdout=log_file, stderr=log_file, cwd="/",
-                env=self._server_env(server_id, gpu), start_new_session=True,
-                preexec_fn=child_setup(None, self._setup.cores_of(gpu_index), self._setup.server_run_as),
+            proc, runtime_end = await self._exec(
+                server_id, [str(self._server_path)], self._server_env(server_id, gpu),
+                child_setup(None, self._setup.cores_of(gpu_index), self._setup.server_run_as),
             )
         except OSError as exc:
-            runtime_end.close()
             log.error("cannot start a context server on GPU %d: %s", gpu_index, exc)
             self._retry_later(gpu_index)
-            return
-        finally:
-            server_end.close()
-            log_file.close()
+            return None
         reader, writer = await asyncio.open_unix_connection(sock=runtime_end)
-        server = ContextServer(server_id, gpu_index, proc, runtime_end, reader, writer,
-                               asyncio.create_task(proc.wait()), pidfd=_pidfd(proc.pid))
-        self.servers[server_id] = server
+        server = ForwardedWorker(server_id, gpu_index, proc, runtime_end, reader, writer,
+                                 asyncio.create_task(proc.wait()), pidfd=_pidfd(proc.pid))
+        self.workers[server_id] = server
         server.exited.add_done_callback(lambda _: self._ended(server))
         self._spawn(self._listen(server))
+        return server
+
+    async def _see_ready(self, server: ForwardedWorker) -> None:
+        """Its `ready` line, one server creating its context at a time."""
         async with self._context_turn:
             line = await self._next_line(server, self.settings.start_timeout_s)
         if server.state != "warming":
             return
         if line is not None and line.startswith("ready"):
-            self._failures[gpu_index] = 0
+            self._failures[server.gpu] = 0
             server.state = "idle"
-            log.info("context server %s (pid %d) ready on GPU %d: %s", server_id, proc.pid, gpu_index, line)
-            self._on_idle()
+            log.info("context server %s (pid %d) ready on GPU %d: %s", server.id, server.pid, server.gpu, line)
+            self._ready()
             return
-        self._failures[gpu_index] += 1
+        self._failures[server.gpu] += 1
         why = line or ("exited during start-up" if server.exited.done() else "not ready in time")
-        log.warning("context server %s on GPU %d failed to start: %s", server_id, gpu_index, why)
-        self._retire(server, f"start failed: {why}", retry=True)
+        log.warning("context server %s on GPU %d failed to start: %s", server.id, server.gpu, why)
+        self._retire(server, f"start failed: {why}", backoff=True)
 
-    def _ended(self, server: ContextServer) -> None:
+    def _ended(self, server: ForwardedWorker) -> None:
         """Its process ended: one that was idle is replaced now, not when a
-        command is given it (a busy one's command learns it: forward_launch.py)."""
+        command is given it (a busy one's command learns it: forwarded_run.py)."""
         if server.state == "idle":
             code = None if server.exited.cancelled() else server.exited.result()
             self._retire(server, f"died while idle ({describe(code)})")
 
-    async def _listen(self, server: ContextServer) -> None:
+    async def _listen(self, server: ForwardedWorker) -> None:
         try:
             while line := await server.reader.readline():
                 server.lines.put_nowait(line.decode("utf-8", "replace").rstrip("\n"))
@@ -284,49 +247,27 @@ class ForwardPool:
             pass
         server.lines.put_nowait(None)
 
-    async def _next_line(self, server: ContextServer, timeout_s: float) -> str | None:
+    async def _next_line(self, server: ForwardedWorker, timeout_s: float) -> str | None:
         try:
             return await asyncio.wait_for(server.lines.get(), timeout_s)
         except TimeoutError:
             return None
 
-    def _retire(self, server: ContextServer, reason: str, replace: bool = True, retry: bool = False) -> None:
-        if server.state == "retired":
-            return
-        server.state = "retired"
-        self.servers.pop(server.id, None)
+    def _announce_retired(self, server: ForwardedWorker, cause: str, reason: str, replaced: bool) -> None:
         log.info("context server %s of GPU %d retired: %s", server.id, server.gpu, reason)
-        self._spawn(self._bury(server))
-        if replace and not self._closing:
-            if retry:
-                self._retry_later(server.gpu)
-            else:
-                self._spawn(self._start_server(server.gpu))
 
-    def _retry_later(self, gpu: int) -> None:
-        delay = min(RETRY_MAX_S, RETRY_BASE_S * 2 ** max(0, self._failures[gpu] - 1))
-        asyncio.get_running_loop().call_later(delay, lambda: None if self._closing else self._spawn(self._start_server(gpu)))
-
-    async def _bury(self, server: ContextServer) -> None:
+    def _kill(self, server: ForwardedWorker) -> None:
+        """Its own process only: a server has no tree of its own and no cgroup."""
         if not server.exited.done():
             try:
                 os.kill(server.pid, 9)
             except ProcessLookupError:
                 pass
-        try:
-            await asyncio.wait_for(asyncio.shield(server.exited), 10)
-        except TimeoutError:
-            log.warning("context server %s did not exit after SIGKILL", server.id)
-        server.writer.close()
+
+    def _buried(self, server: ForwardedWorker) -> None:
         if server.pidfd >= 0:
             os.close(server.pidfd)
             server.pidfd = -1
-        worker_logs.prune(self._log_dir, "fwd-", set(self.servers))
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
 
 def _pidfd(pid: int) -> int:

@@ -20,22 +20,15 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
-from krex_runtime.commands.command_process import (
-    READER_DRAIN_TIMEOUT_S,
-    LaunchSpec,
-    Outcome,
-    outcome_of,
-    signal_of,
-)
-from krex_runtime.commands.context_process import describe_exit
-from krex_runtime.commands.output import OutputSink, pipe_reader, pump_output
+from krex_runtime.commands.launch import LaunchSpec, Outcome, describe_exit, outcome_of, signal_of
+from krex_runtime.commands.output import READER_DRAIN_TIMEOUT_S, OutputSink, pipe_reader, pump_output
 from krex_runtime.host import cgroups, process_tree
 
 EXIT_REPORT_TIMEOUT_S = 10.0  # after SIGKILL of its tree, how long the zygote may take to report
 
 
 @dataclass
-class ZygoteLink:
+class ForkedWorkerLink:
     """What a forked run needs of its zygote: its channel and its life."""
 
     id: str
@@ -52,7 +45,7 @@ class ZygoteLink:
 class ForkedRun:
     """A forked command while it runs: what the dispatcher holds as `job.process`."""
 
-    def __init__(self, spec: LaunchSpec, entry: dict[str, Any], zygote: ZygoteLink, sink: OutputSink) -> None:
+    def __init__(self, spec: LaunchSpec, entry: dict[str, Any], zygote: ForkedWorkerLink, sink: OutputSink) -> None:
         self.spec = spec
         self.entry = entry
         self.zygote = zygote
@@ -80,10 +73,9 @@ class ForkedRun:
     async def start(self) -> Outcome | None:
         """Have the zygote fork the child and place it; an Outcome when it could not."""
         spec = self.spec
-        if spec.cwd and not os.path.isdir(spec.cwd):
-            # What a process command's spawn reports for the same cwd.
-            why = "Not a directory" if os.path.exists(spec.cwd) else "No such file or directory"
-            return Outcome("failed", 127, None, f"cannot start: {why}: {spec.cwd}")
+        unusable = _cwd_problem(spec.cwd)
+        if unusable:
+            return Outcome("failed", 127, None, f"cannot start: {unusable}: {spec.cwd}")
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         go_r, go_w = os.pipe()
@@ -106,7 +98,8 @@ class ForkedRun:
             asyncio.create_task(pump_output(await pipe_reader(out_r), "stdout", spec.stdout_path, self._sink, spec.loss)),
             asyncio.create_task(pump_output(await pipe_reader(err_r), "stderr", spec.stderr_path, self._sink, spec.loss)),
         ]
-        done, _ = await asyncio.wait({self._forked, self.zygote.exited}, return_when=asyncio.FIRST_COMPLETED)
+        first: set[asyncio.Future[Any]] = {self._forked, self.zygote.exited}
+        done, _ = await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
         reply = self._forked.result() if self._forked in done else None
         if reply is None or reply.get("type") != "forked":
             os.close(go_w)
@@ -144,9 +137,8 @@ class ForkedRun:
         spec = self.spec
         assert self.pid is not None
         cancelled = asyncio.create_task(self._cancel.wait())
-        done, _ = await asyncio.wait(
-            {self._exited, cancelled, self.zygote.exited}, timeout=spec.timeout_s, return_when=asyncio.FIRST_COMPLETED
-        )
+        ends: set[asyncio.Future[Any]] = {self._exited, cancelled, self.zygote.exited}
+        done, _ = await asyncio.wait(ends, timeout=spec.timeout_s, return_when=asyncio.FIRST_COMPLETED)
         if self._exited in done:  # the zygote's word: the child itself ended, whatever holds its pipes
             outcome = outcome_of(self._exited.result())
             pid = self.pid
@@ -202,3 +194,10 @@ class ForkedRun:
     def _zygote_exit(self) -> str:
         task = self.zygote.exited
         return describe_exit(task.result()) if task.done() and not task.cancelled() else "unknown status"
+
+
+def _cwd_problem(cwd: str) -> str:
+    """What a process command's spawn reports for the same cwd ("" when it is a directory, or none is asked for)."""
+    if not cwd or os.path.isdir(cwd):
+        return ""
+    return "Not a directory" if os.path.exists(cwd) else "No such file or directory"

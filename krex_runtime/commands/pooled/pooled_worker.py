@@ -11,32 +11,22 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import signal
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from krex_runtime.commands.workers.worker_pool import ChannelWorker
 from krex_runtime.host.identities import Identity
 from krex_runtime.tenant.worker_link import CONTEXT_MESSAGES, LinkError, Verifier
 
 log = logging.getLogger("krex.pool")
 
 
-@dataclass
-class ContextWorker:
-    id: str
-    gpu: int
+@dataclass(kw_only=True)
+class PooledWorker(ChannelWorker):
     tenant_id: int
     cgroup: Path | None
-    proc: asyncio.subprocess.Process
-    sock: socket.socket
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-    exited: asyncio.Task[int]
-    state: str = "warming"  # warming | idle | busy | cleaning | retired
-    served: int = 0
-    job_id: str | None = None
     run: PooledRun | None = None
     retire_after: str = ""  # set by `recycle`: replace once the current command is done
     inbox: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
@@ -44,10 +34,6 @@ class ContextWorker:
     key: bytes = b""  # what its lines are signed with (worker_link)
     expect: set[str] = field(default_factory=lambda: {"imported", "ready", "failed"})  # what it may send next
     misbehaved: str = ""  # why its channel was given up, when it was
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
 
     # --- its control channel ------------------------------------------------------
 
@@ -91,7 +77,7 @@ class ContextWorker:
 class PooledRun:
     """A pooled command while it runs: what the dispatcher holds as `job.process`."""
 
-    def __init__(self, worker: ContextWorker) -> None:
+    def __init__(self, worker: PooledWorker) -> None:
         self.worker = worker
         self.pid: int | None = worker.pid
         self.cancelled = asyncio.Event()
@@ -104,11 +90,3 @@ class PooledRun:
             self.reason, self.state, self.cause = reason, state, cause
             self.cancelled.set()
 
-
-def describe_exit(returncode: int | None) -> str:
-    if returncode is None:
-        return "unknown status"
-    if returncode < 0:
-        sig = -returncode
-        return f"killed by {signal.Signals(sig).name if sig in signal.valid_signals() else sig}"
-    return f"exit code {returncode}"
