@@ -7,7 +7,7 @@ line is krex_console/main.py).
     krex-console --replay TRACE       # play a recorded trace through the same views
 
 The console is a thin client: it speaks the runtime's protocol
-(krex_runtime.wire.protocol / control_client) and folds events with the runtime's
+(krex_runtime.wire.protocol, through krex_runtime.api's AsyncClient) and folds events with the runtime's
 own reducer (krex_runtime.wire.state.apply); it never imports runtime internals.
 
 The app decides; the views ask. A view posts a message (messages.py: open a
@@ -17,7 +17,6 @@ and never imports this module.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -358,21 +357,18 @@ class KrexConsole(App[None]):
         self.push_screen(ConfirmDialog(plan), answered)
 
     def perform(self, plan: actions.PlannedAction) -> None:
-        """Send the request on a daemon thread: a lease may wait minutes for its
-        region, and must neither freeze the screen nor hold up quitting."""
+        """Send the request in a worker of its own: a lease may wait minutes for
+        its region, and must neither freeze the screen nor hold up quitting
+        (the worker is cancelled with the app)."""
         endpoint = self.control_endpoint
         assert endpoint is not None
         if plan.request == "lease":
             self.notify(f"{plan.title} {plan.target}: waiting for its region…", timeout=4)
+        self.run_worker(self._perform(endpoint, plan), name=f"krex-action-{plan.request}", group="actions",
+                        exit_on_error=False)
 
-        def run() -> None:
-            outcome = actions.perform(endpoint, plan)
-            try:
-                self.call_from_thread(self._action_done, outcome)
-            except RuntimeError:
-                pass  # the console quit while the request was out
-
-        threading.Thread(target=run, name=f"krex-action-{plan.request}", daemon=True).start()
+    async def _perform(self, endpoint: str, plan: actions.PlannedAction) -> None:
+        self._action_done(await actions.perform(endpoint, plan))
 
     def _action_done(self, outcome: actions.ActionOutcome) -> None:
         self.last_outcome = outcome

@@ -60,7 +60,7 @@ class ConsoleModel:
     log: EventLog = field(default_factory=EventLog)
     now: float = 0.0
     history: MetricHistory = field(default_factory=MetricHistory)
-    # A cluster console's: every node (cluster_model.NodeSummary), the clock
+    # A cluster console's: every node (cluster/node_summary.py, NodeSummary), the clock
     # they age by, and the node whose state the views above show (None: none yet).
     nodes: list[Any] = field(default_factory=list)
     cluster_now: float = 0.0

@@ -6,7 +6,7 @@ secret key, and a ZAP handler admits a client only when its public key is one
 of the `*.key` files in `runtime.curve_clients` (read at start). Key files are
 ZeroMQ certificates as `zmq.auth.create_certificates` writes them: NAME.key
 holds the public key, NAME.key_secret both keys. The client side is in
-krex_runtime/wire/control_client.py.
+krex_runtime/transport/keys.py.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 
 from krex_runtime.api import Client
 from krex_runtime.testing.local_runtime import Runtime
-from krex_runtime.wire.control_client import RequestFailed
+from krex_runtime.api import RequestFailed
 
 
 @pytest.fixture

@@ -182,7 +182,7 @@ else:
 
 
 def test_a_client_that_did_not_read_hears_what_was_dropped_and_still_gets_its_result(make_runtime: Any) -> None:
-    from krex_runtime.wire.control_client import ControlClient
+    from krex_runtime.api import Client
 
     rt = make_runtime(sim=1, runtime_extra="reply_queue = 16")
     endpoint = f"ipc://{rt.run_dir / 'control.sock'}"
@@ -192,7 +192,7 @@ def test_a_client_that_did_not_read_hears_what_was_dropped_and_still_gets_its_re
         try:
             command_id = child.stdout.readline().strip()
             child.send_signal(signal.SIGSTOP)
-            with ControlClient(endpoint, timeout_s=120) as other:
+            with Client(endpoint, timeout=120) as other:
                 other.call("wait", {"id": command_id, "attach": False})  # answers once it has ended
             child.send_signal(signal.SIGCONT)
             out, err = child.communicate(timeout=120)

@@ -32,14 +32,8 @@ from krex_runtime.node import access
 from krex_runtime.node.config import Config, RuntimeSection
 from krex_runtime.testing.local_runtime import Runtime, command, wait_until
 from krex_runtime.wire import endpoints, protocol
-from krex_runtime.wire.control_client import (
-    CLIENT_KEY_ENV,
-    SERVER_KEY_ENV,
-    ControlClient,
-    RequestFailed,
-    RuntimeUnavailable,
-    use_curve,
-)
+from krex_runtime.api import Client, RequestFailed, RuntimeUnavailable
+from krex_runtime.transport.keys import CLIENT_KEY_ENV, SERVER_KEY_ENV, use_curve
 from krex_runtime.wire.trace import read_trace
 
 KREX = command("krex")
@@ -154,7 +148,7 @@ def call(endpoint: str, type_: str, body: dict[str, Any] | None = None) -> Calla
 
     def attempt() -> str:
         try:
-            with ControlClient(endpoint, timeout_s=10) as client:
+            with Client(endpoint, timeout=10) as client:
                 client.call(type_, body)
         except RequestFailed as exc:
             return exc.code
@@ -265,7 +259,7 @@ def test_tcp_admits_only_authorized_curve_keys(make_runtime: Any, tmp_path: Path
     monkeypatch.setenv(SERVER_KEY_ENV, str(server_public))
 
     monkeypatch.setenv(CLIENT_KEY_ENV, str(agent_secret))
-    with ControlClient(control, timeout_s=10) as client:
+    with Client(control, timeout=10) as client:
         assert client.call("hello")["read_only"] is False
         client.call("pause")
         assert client.call("status")["paused"] is True
@@ -283,7 +277,7 @@ def test_tcp_admits_only_authorized_curve_keys(make_runtime: Any, tmp_path: Path
     assert asyncio.run(console_feed_status(control, telemetry)) == FeedStatus.LIVE
 
     monkeypatch.setenv(CLIENT_KEY_ENV, str(intruder_secret))
-    with ControlClient(control) as client:
+    with Client(control) as client:
         with pytest.raises(RuntimeUnavailable, match="refused this client's CURVE key"):
             client.send("hello")  # told here already where the handshake has failed by then,
             client.receive(30.0)  # else not answered, and told why at once
@@ -306,7 +300,7 @@ def test_tcp_admits_only_authorized_curve_keys(make_runtime: Any, tmp_path: Path
         plain.close(linger=0)
     monkeypatch.delenv(CLIENT_KEY_ENV)
     with pytest.raises(RuntimeUnavailable, match=CLIENT_KEY_ENV):
-        ControlClient(control)
+        Client(control)
     done = rt.krex("--curve-client-key", str(agent_secret), "--endpoint", control, "status", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["paused"] is False
@@ -451,8 +445,8 @@ def test_a_pooled_command_is_refused_changes(make_runtime: Any, tmp_path: Path) 
     script = tmp_path / "pause.py"
     script.write_text(
         "import os\n"
-        "from krex_runtime.wire.control_client import ControlClient, RequestFailed\n"
-        "with ControlClient(f\"ipc://{os.environ['KREX_RUN_DIR']}/control.sock\") as c:\n"
+        "from krex_runtime.api import Client, RequestFailed\n"
+        "with Client(f\"ipc://{os.environ['KREX_RUN_DIR']}/control.sock\") as c:\n"
         "    print(c.call('status')['paused'])\n"
         "    try:\n"
         "        c.call('pause')\n"

@@ -3,7 +3,7 @@
     krex-console --cluster ENDPOINT   # a cluster gateway (docs/console.md, "Clusters")
     krex-console --replay DIR         # a cluster trace: one node trace per file
 
-The Nodes view (tab 0) has a row per node (cluster_feed.py feeds it). Enter
+The Nodes view (tab 0) has a row per node (nodes_feed.py feeds it). Enter
 on a node opens that node's overview, commands and events (tabs 1 2 3) and
 GPU detail, the same views as on one node, fed by a LiveFeed with that node
 through the gateway's relay (or, in replay, by that node's trace); Esc goes
@@ -27,12 +27,12 @@ from textual.widgets import Static, TabbedContent, TabPane
 
 from krex_console import actions
 from krex_console.app import KrexConsole
-from krex_console.cluster_feed import ClusterFeed, ClusterReplayFeed, NodesChanged
+from krex_console.cluster.nodes_feed import ClusterFeed, ClusterReplayFeed, NodesChanged
+from krex_console.cluster.nodes import NodesTable, node_panel
 from krex_console.event_log import EventLog
 from krex_console.feed import FeedStatus, LiveFeed
 from krex_console.messages import NodeHighlighted, OpenCommand, OpenNode
 from krex_console.views.command_list import CommandDetailScreen
-from krex_console.views.nodes import NodesTable, node_panel
 from krex_console.widgets import FIELD, FilterInput
 from krex_runtime.wire.state import CommandInfo, NodeState
 

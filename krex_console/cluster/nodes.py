@@ -7,9 +7,9 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import DataTable
 
-from krex_console import cluster_model as cm
 from krex_console import format as fmt
-from krex_console.cluster_model import NodeSummary
+from krex_console.cluster import node_summary as cm
+from krex_console.cluster.node_summary import NodeSummary
 from krex_console.messages import NodeHighlighted, OpenNode
 from krex_console.model import ConsoleModel
 from krex_console.views.columns import Column, Row
