@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from krex_runtime.testing.local_runtime import Runtime
 from krex_runtime.api import Client
+from krex_runtime.testing.local_runtime import Runtime
 
 
 def quantiles(samples: list[float]) -> tuple[float, float]:

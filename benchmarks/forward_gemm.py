@@ -44,10 +44,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from krex_runtime.api import Client
 from krex_runtime.node import native_build
 from krex_runtime.sim.device_file import remove_device
 from krex_runtime.testing.local_runtime import Runtime
-from krex_runtime.api import Client
 
 REPO = Path(__file__).resolve().parent.parent
 MODES = ("process", "forwarded")

@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from krex_runtime.api import Client
 from krex_runtime.sim.device_file import remove_device
 from krex_runtime.testing.local_runtime import Runtime
-from krex_runtime.api import Client
 
 PROBE = """\
 import builtins, json, random, torch

@@ -49,11 +49,11 @@ from typing import Any
 import psutil
 import zmq
 
+from krex_runtime.api import Client, RequestFailed, RuntimeUnavailable
 from krex_runtime.sim.device_file import remove_device
 from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.wire import endpoints, protocol
-from krex_runtime.api import Client, RequestFailed, RuntimeUnavailable
 from krex_runtime.wire.trace import TraceError, read_trace, replay
 
 HERE = Path(__file__).resolve().parent
@@ -621,7 +621,7 @@ def rss_summary(samples: list[dict[str, Any]], min_span_min: float) -> dict[str,
     if len(half) >= 3 and ts[-1] - ts[0] >= min_span_min:
         ys = [s["rss_kib"] for s in half]
         mt, my = sum(ts) / len(ts), sum(ys) / len(ys)
-        summary["slope_kib_per_min"] = sum((t - mt) * (y - my) for t, y in zip(ts, ys)) / sum((t - mt) ** 2 for t in ts)
+        summary["slope_kib_per_min"] = sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / sum((t - mt) ** 2 for t in ts)
         summary["slope_life"] = longest
     return summary
 

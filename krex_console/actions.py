@@ -16,9 +16,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from krex_runtime.wire import verbs
 from krex_runtime.api import AsyncClient, RequestFailed, RuntimeUnavailable
-from krex_runtime.wire.state import CommandInfo, GpuState
+from krex_runtime.wire import verbs
+from krex_runtime.wire.model import CommandInfo, GpuState
 from krex_runtime.wire.verbs import Verb
 
 # The verbs each key action (as bound to keys: action_lease, ...) may send.

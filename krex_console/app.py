@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 from textual.app import App, ComposeResult, SystemCommand
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.css.query import NoMatches
 from textual.screen import Screen
@@ -39,12 +39,12 @@ from krex_console.views.events import EventsTable
 from krex_console.views.gpu_detail import GpuDetailScreen, summarize_gpu
 from krex_console.views.overview import OverviewTable
 from krex_console.widgets import FIELD, FilterInput, KeysFooter, StatusBar
-from krex_runtime.wire.state import GpuState
+from krex_runtime.wire.model import GpuState
 
 RENDER_EVERY_S = 0.1  # at most 10 repaints a second, however fast events come
 AGE_EVERY_S = 1.0  # live hold times and run times tick even with no events
 REPLAY_ACTIONS = frozenset({"toggle_play", "step", "faster", "slower", "seek", "jump"})
-FILTERABLE_TABS = {"commands": CommandsTable, "events": EventsTable}
+FILTERABLE_TABS: dict[str, type[CommandsTable | EventsTable]] = {"commands": CommandsTable, "events": EventsTable}
 
 
 class KrexConsole(App[None]):
@@ -55,7 +55,7 @@ class KrexConsole(App[None]):
     DataTable { height: 1fr; }
     #overview-summary { height: auto; max-height: 50%; border: round $accent; padding: 0 1; }
     """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         # The tabs show 1 2 3 already: the footer keeps its room for ? and q.
         Binding("1", "show_tab('overview')", "Overview", show=False),
         Binding("2", "show_tab('commands')", "Commands", show=False),
@@ -80,7 +80,7 @@ class KrexConsole(App[None]):
         Binding("ctrl+k", "why_not('kill')", show=False),
     ]
     INITIAL_TAB = "overview"
-    TABLES: dict[str, Any] = {"overview": OverviewTable, "commands": CommandsTable, "events": EventsTable}
+    TABLES: ClassVar[dict[str, Any]] = {"overview": OverviewTable, "commands": CommandsTable, "events": EventsTable}
 
     def __init__(
         self,
@@ -282,7 +282,7 @@ class KrexConsole(App[None]):
                 event.input.remove_class("shown")
             self._focus_table(tab)
 
-    def action_back(self) -> None:
+    async def action_back(self) -> None:
         """Esc: close a filter (clearing it), else leave a detail screen."""
         if self.screen is not self.screen_stack[0]:
             self.pop_screen()

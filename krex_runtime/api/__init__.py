@@ -15,8 +15,8 @@ work against a runtime on this node (ipc) or another one (tcp + CURVE) alike;
 """
 
 from krex_runtime.api.aio import AsyncClient, AsyncHandle
-from krex_runtime.api.refused import RequestFailed
 from krex_runtime.api.options import Command, SubmitOptions
+from krex_runtime.api.refused import RequestFailed
 from krex_runtime.api.results import CommandStatus, Event, GpuStatus, NodeStatus, Region, Result
 from krex_runtime.api.sync import Client, Handle
 from krex_runtime.transport import RuntimeUnavailable

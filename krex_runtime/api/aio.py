@@ -20,9 +20,9 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from krex_runtime.api.refused import RequestFailed
 from krex_runtime.api.inbox import Follow, Inbox, reply_body, state_of
 from krex_runtime.api.options import Command, OutputCallback, SubmitOptions, split, takes_options
+from krex_runtime.api.refused import RequestFailed
 from krex_runtime.api.results import Event, NodeStatus, Result
 from krex_runtime.transport import Connection, CurveKeys, RuntimeUnavailable, Subscription
 from krex_runtime.transport.liveness import PING_AFTER_S, Liveness

@@ -14,8 +14,8 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from krex_runtime.api.refused import RequestFailed
 from krex_runtime.api.options import OutputCallback
+from krex_runtime.api.refused import RequestFailed
 from krex_runtime.api.results import Result, malformed
 from krex_runtime.wire import protocol
 from krex_runtime.wire.protocol import ProtocolError

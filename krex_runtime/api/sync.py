@@ -18,8 +18,8 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterat
 from typing import Any, TypeVar
 
 from krex_runtime.api.aio import AsyncClient, AsyncHandle
-from krex_runtime.api.refused import RequestFailed
 from krex_runtime.api.options import Command, OutputCallback
+from krex_runtime.api.refused import RequestFailed
 from krex_runtime.api.results import Event, NodeStatus, Result
 
 T = TypeVar("T")

@@ -220,4 +220,4 @@ sample_interval_s = 0.5
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise AssertionError("runtime did not stop within 60 s of SIGTERM")
+            raise AssertionError("runtime did not stop within 60 s of SIGTERM") from None

@@ -12,10 +12,10 @@ import asyncio
 import zmq
 import zmq.asyncio
 
-from krex_runtime.transport.reachable import check_reachable
 from krex_runtime.transport.errors import RuntimeUnavailable
 from krex_runtime.transport.handshake import HandshakeWatch
 from krex_runtime.transport.keys import CurveKeys, use_curve
+from krex_runtime.transport.reachable import check_reachable
 
 # A DEALER whose only peer refused it (a CURVE key the runtime does not
 # admit) has no pipe left to queue into, and a plain send then waits forever.

@@ -13,9 +13,9 @@ from collections.abc import Iterable
 import zmq
 import zmq.asyncio
 
-from krex_runtime.transport.reachable import check_reachable
 from krex_runtime.transport.errors import RuntimeUnavailable
 from krex_runtime.transport.keys import CurveKeys, use_curve
+from krex_runtime.transport.reachable import check_reachable
 
 # As deep as the runtime's PUB send queue (a gap costs the reader a snapshot).
 QUEUE_DEPTH = 100_000

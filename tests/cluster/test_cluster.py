@@ -19,11 +19,11 @@ import pytest
 ray = pytest.importorskip("ray", reason="the cluster tests need the `cluster` extra (ray)")
 
 from krex_cluster.testing import KrexCluster, results_by_label, wait_for  # noqa: E402
+from krex_runtime.api import Client, RequestFailed, RuntimeUnavailable  # noqa: E402
 from krex_runtime.api.results import Command  # noqa: E402
 from krex_runtime.regions.certificate import RANK  # noqa: E402
 from krex_runtime.sim.device_file import remove_device  # noqa: E402
 from krex_runtime.testing import hygiene  # noqa: E402
-from krex_runtime.api import Client, RequestFailed, RuntimeUnavailable  # noqa: E402
 
 pytestmark = pytest.mark.cluster
 

@@ -25,9 +25,9 @@ except ImportError:  # (its earlier place, beside the cluster's tests)
 from console_helpers import rendered, run_async, screen_text, shown_actions, wait_for
 
 from krex_console.cluster.console import ClusterConsole
+from krex_console.cluster.nodes import NodesTable
 from krex_console.dialogs import ConfirmDialog
 from krex_console.feed import FeedStatus
-from krex_console.cluster.nodes import NodesTable
 from krex_console.views.table_sync import select_key
 from krex_runtime.testing.local_runtime import Runtime
 

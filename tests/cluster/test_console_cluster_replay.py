@@ -17,11 +17,11 @@ from console_helpers import check_snapshot, rendered, run_async, settled_screen,
 from test_trace_cluster import shifted_copy
 
 from krex_console.cluster.console import ClusterConsole
+from krex_console.cluster.nodes import NodesTable
 from krex_console.cluster.nodes_feed import ClusterReplayFeed
 from krex_console.dialogs import ConfirmDialog
 from krex_console.main import build_parser, make_app
 from krex_console.views.gpu_detail import GpuDetailScreen
-from krex_console.cluster.nodes import NodesTable
 from krex_console.views.overview import OverviewTable
 from krex_console.views.table_sync import select_key
 from krex_runtime.wire import state as node_state

@@ -16,9 +16,8 @@ pytest.importorskip("ray", reason="the gateway needs the `cluster` extra (ray)")
 
 from krex_cluster.config import ClusterConfig, GatewaySection, validate
 from krex_cluster.gateway import Gateway
-from krex_runtime.api import Client
-from krex_runtime.service.curve import create_key_pair
 from krex_runtime.api import Client, RequestFailed, RuntimeUnavailable
+from krex_runtime.service.curve import create_key_pair
 
 
 def free_port() -> int:

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from runtime_helpers import tenant_processes
 
+from krex_runtime.api import Client, RequestFailed
 from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import Runtime, wait_until
-from krex_runtime.api import Client, RequestFailed
 from krex_runtime.wire.trace import read_trace
 
 PY = sys.executable

@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 from runtime_helpers import PY, TENANTS, regions_config, trace_events, wait_ready
 
+from krex_runtime.api import Client
 from krex_runtime.service.curve import create_key_pair
 from krex_runtime.testing.local_runtime import Runtime, wait_until
-from krex_runtime.api import Client
 from krex_runtime.transport.keys import CLIENT_KEY_ENV, SERVER_KEY_ENV
 from krex_runtime.wire.trace import read_trace
 

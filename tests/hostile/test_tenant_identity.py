@@ -27,12 +27,12 @@ from typing import Any
 
 import pytest
 
+from krex_runtime.api import Client, RequestFailed
 from krex_runtime.host.identities import Identities, processes_of
 from krex_runtime.regions import gate_layout
 from krex_runtime.regions.gate import Gate
 from krex_runtime.sim.device_file import device_path
 from krex_runtime.testing.local_runtime import Runtime, command, wait_until
-from krex_runtime.api import Client, RequestFailed
 
 FIRST_UID, UIDS, GROUP = 61000, 8, 60999
 PYTHON = "/usr/bin/python3"  # the runtime's own Python may sit where other uids cannot reach

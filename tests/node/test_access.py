@@ -27,13 +27,12 @@ import zmq
 from runtime_helpers import REPO
 
 from krex_console.feed import FeedStatus, LiveFeed
-from krex_runtime.api import AsyncClient, Client
+from krex_runtime.api import AsyncClient, Client, RequestFailed, RuntimeUnavailable
 from krex_runtime.node import access
 from krex_runtime.node.config import Config, RuntimeSection
 from krex_runtime.testing.local_runtime import Runtime, command, wait_until
-from krex_runtime.wire import endpoints, protocol
-from krex_runtime.api import Client, RequestFailed, RuntimeUnavailable
 from krex_runtime.transport.keys import CLIENT_KEY_ENV, SERVER_KEY_ENV, use_curve
+from krex_runtime.wire import endpoints, protocol
 from krex_runtime.wire.trace import read_trace
 
 KREX = command("krex")
@@ -277,10 +276,9 @@ def test_tcp_admits_only_authorized_curve_keys(make_runtime: Any, tmp_path: Path
     assert asyncio.run(console_feed_status(control, telemetry)) == FeedStatus.LIVE
 
     monkeypatch.setenv(CLIENT_KEY_ENV, str(intruder_secret))
-    with Client(control) as client:
-        with pytest.raises(RuntimeUnavailable, match="refused this client's CURVE key"):
-            client.send("hello")  # told here already where the handshake has failed by then,
-            client.receive(30.0)  # else not answered, and told why at once
+    with Client(control) as client, pytest.raises(RuntimeUnavailable, match="refused this client's CURVE key"):
+        client.send("hello")  # told here already where the handshake has failed by then,
+        client.receive(30.0)  # else not answered, and told why at once
     # The API clients too: they used to wait forever in a send with no connection left.
     refused = "refused this client's CURVE key"
     with pytest.raises(RuntimeUnavailable, match=refused), Client(control, timeout=30) as api:
@@ -289,7 +287,7 @@ def test_tcp_admits_only_authorized_curve_keys(make_runtime: Any, tmp_path: Path
         api.submit(["true"]).wait(timeout=60)
     assert asyncio.run(async_status(control)) == refused
     wrong_server = {"curve_client_key": agent_secret, "curve_server_key": agent_public}
-    with pytest.raises(RuntimeUnavailable, match="handshake .* failed"), Client(control, timeout=30, **wrong_server) as api:
+    with pytest.raises(RuntimeUnavailable, match=r"handshake .* failed"), Client(control, timeout=30, **wrong_server) as api:
         api.status()
     plain = zmq.Context.instance().socket(zmq.DEALER)
     try:

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
+from krex_runtime.api import Client
 from krex_runtime.testing.local_runtime import Runtime
 from krex_runtime.wire import protocol
-from krex_runtime.api import Client
 
 
 def _reply_to_raw(client: Client, frame: bytes) -> dict:
