@@ -10,12 +10,11 @@ from __future__ import annotations
 import asyncio
 
 import zmq
-import zmq.asyncio
 
+from krex_runtime.transport.client_socket import client_socket
 from krex_runtime.transport.errors import RuntimeUnavailable
 from krex_runtime.transport.handshake import HandshakeWatch
-from krex_runtime.transport.keys import CurveKeys, use_curve
-from krex_runtime.transport.reachable import check_reachable
+from krex_runtime.transport.keys import CurveKeys
 
 # A DEALER whose only peer refused it (a CURVE key the runtime does not
 # admit) has no pipe left to queue into, and a plain send then waits forever.
@@ -32,17 +31,9 @@ class Connection:
     def __init__(self, endpoint: str, keys: CurveKeys | None = None, *, check_access: bool = True,
                  unbounded_queue: bool = False) -> None:
         self.endpoint = endpoint
-        self._sock = zmq.asyncio.Context.instance().socket(zmq.DEALER)
-        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock = client_socket(zmq.DEALER, endpoint, keys, check_access)
         if unbounded_queue:
             self._sock.setsockopt(zmq.RCVHWM, 0)
-        try:
-            if check_access:
-                check_reachable(endpoint)
-            use_curve(self._sock, endpoint, keys)
-        except RuntimeUnavailable:
-            self._sock.close()
-            raise
         self._handshake = HandshakeWatch(self._sock, endpoint)
         self._sock.connect(endpoint)
 

@@ -11,11 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import zmq
-import zmq.asyncio
 
-from krex_runtime.transport.errors import RuntimeUnavailable
-from krex_runtime.transport.keys import CurveKeys, use_curve
-from krex_runtime.transport.reachable import check_reachable
+from krex_runtime.transport.client_socket import client_socket
+from krex_runtime.transport.keys import CurveKeys
 
 # As deep as the runtime's PUB send queue (a gap costs the reader a snapshot).
 QUEUE_DEPTH = 100_000
@@ -28,16 +26,8 @@ class Subscription:
     def __init__(self, endpoint: str, topics: Iterable[bytes], keys: CurveKeys | None = None, *,
                  check_access: bool = True) -> None:
         self.endpoint = endpoint
-        self._sock = zmq.asyncio.Context.instance().socket(zmq.SUB)
-        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock = client_socket(zmq.SUB, endpoint, keys, check_access)
         self._sock.setsockopt(zmq.RCVHWM, QUEUE_DEPTH)
-        try:
-            if check_access:
-                check_reachable(endpoint)
-            use_curve(self._sock, endpoint, keys)
-        except RuntimeUnavailable:
-            self._sock.close()
-            raise
         for topic in topics:
             self._sock.setsockopt(zmq.SUBSCRIBE, topic)
         self._sock.connect(endpoint)
