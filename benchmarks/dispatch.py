@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from krex_runtime.api import Client
 from krex_runtime.testing.local_runtime import Runtime
-from krex_runtime.wire.control_client import ControlClient
 
 
 def quantiles(samples: list[float]) -> tuple[float, float]:
@@ -28,7 +28,7 @@ def quantiles(samples: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
-def round_trips(client: ControlClient, type_: str, body: dict, n: int) -> list[float]:
+def round_trips(client: Client, type_: str, body: dict, n: int) -> list[float]:
     out = []
     for _ in range(n):
         t0 = time.perf_counter()
@@ -37,13 +37,11 @@ def round_trips(client: ControlClient, type_: str, body: dict, n: int) -> list[f
     return out
 
 
-def run_latency(client: ControlClient, n: int) -> list[float]:
+def run_latency(client: Client, n: int) -> list[float]:
     out = []
     for _ in range(n):
         t0 = time.perf_counter()
-        for msg in client.follow("submit", {"argv": ["true"], "attach": True}):
-            if msg["type"] == "result":
-                break
+        client.run(["true"])
         out.append(time.perf_counter() - t0)
     return out
 
@@ -55,7 +53,7 @@ def throughput(root: Path, policy: str, n: int, slots: int) -> float:
             t0 = time.perf_counter()
             ids = [client.call("submit", {"argv": ["true"]})["id"] for _ in range(n)]
             for command_id in ids:
-                client.call("wait", {"id": command_id, "attach": False}, timeout_s=600)
+                client.call("wait", {"id": command_id, "attach": False}, timeout=600)
             return n / (time.perf_counter() - t0)
     finally:
         rt.stop()

@@ -44,10 +44,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from krex_runtime.api import Client
 from krex_runtime.node import native_build
 from krex_runtime.sim.device_file import remove_device
 from krex_runtime.testing.local_runtime import Runtime
-from krex_runtime.wire.control_client import ControlClient
 
 REPO = Path(__file__).resolve().parent.parent
 MODES = ("process", "forwarded")
@@ -130,12 +130,12 @@ def wait_servers(rt: Runtime, count: int, timeout_s: float = 300) -> None:
     raise SystemExit("the context servers were not ready in time")
 
 
-def submit(c: ControlClient, argv: list[str], mode: str) -> str:
+def submit(c: Client, argv: list[str], mode: str) -> str:
     return str(c.call("submit", {"argv": argv, "mode": mode, "cwd": "/", "env": {}})["id"])
 
 
-def result_of(c: ControlClient, command_id: str, mode: str) -> dict[str, Any]:
-    result: dict[str, Any] = c.call("wait", {"id": command_id, "attach": False}, timeout_s=1800)
+def result_of(c: Client, command_id: str, mode: str) -> dict[str, Any]:
+    result: dict[str, Any] = c.call("wait", {"id": command_id, "attach": False}, timeout=1800)
     if result["state"] != "finished" or result["exit_code"] != 0:
         err = Path(result["stderr_path"]).read_text()[-2000:]
         raise SystemExit(f"{mode} command failed: {result['state']} {result['exit_code']} {result['reason']}\n{err}")
@@ -147,7 +147,7 @@ def stamps(result: dict[str, Any]) -> dict[str, Any]:
     return dict(json.loads(line))
 
 
-def alone(c: ControlClient, argv: list[str], mode: str, samples: int, sim: bool) -> dict[str, float]:
+def alone(c: Client, argv: list[str], mode: str, samples: int, sim: bool) -> dict[str, float]:
     firsts, totals = [], []
     for _ in range(samples):
         submitted = time.time()
@@ -161,7 +161,7 @@ def alone(c: ControlClient, argv: list[str], mode: str, samples: int, sim: bool)
     return out
 
 
-def throughput(c: ControlClient, argv: list[str], mode: str, n: int) -> float:
+def throughput(c: Client, argv: list[str], mode: str, n: int) -> float:
     t0 = time.perf_counter()
     ids = [submit(c, argv, mode) for _ in range(n)]
     for command_id in ids:
@@ -169,7 +169,7 @@ def throughput(c: ControlClient, argv: list[str], mode: str, n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def fidelity(c: ControlClient, argv: list[str], mode: str, commands: int) -> dict[str, float]:
+def fidelity(c: Client, argv: list[str], mode: str, commands: int) -> dict[str, float]:
     single, median10 = [], []
     for _ in range(commands):
         s = stamps(result_of(c, submit(c, argv, mode), mode))

@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from krex_runtime.api import Client
 from krex_runtime.sim.device_file import remove_device
 from krex_runtime.testing.local_runtime import Runtime
-from krex_runtime.wire.control_client import ControlClient
 
 PROBE = """\
 import builtins, json, random, torch
@@ -82,10 +82,10 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def run(c: ControlClient, mode: str, code: str, gpu: int) -> tuple[dict[str, Any], str]:
+def run(c: Client, mode: str, code: str, gpu: int) -> tuple[dict[str, Any], str]:
     body = {"argv": [sys.executable, "-c", code], "mode": mode, "gpu": gpu, "cwd": "/", "env": dict(os.environ),
             "timeout_s": 600}
-    result = c.call("wait", {"id": c.call("submit", body)["id"], "attach": False}, timeout_s=900)
+    result = c.call("wait", {"id": c.call("submit", body)["id"], "attach": False}, timeout=900)
     out = Path(result["stdout_path"]).read_text()
     if result["state"] != "finished" or result["exit_code"] != 0:
         err = Path(result["stderr_path"]).read_text()[-2000:]
@@ -93,11 +93,11 @@ def run(c: ControlClient, mode: str, code: str, gpu: int) -> tuple[dict[str, Any
     return result, out
 
 
-def gpu_state(c: ControlClient) -> dict[str, Any]:
+def gpu_state(c: Client) -> dict[str, Any]:
     return c.call("snapshot")["state"]["gpus"][0]
 
 
-def wait_pool(c: ControlClient, size: int, timeout_s: float = 900) -> float:
+def wait_pool(c: Client, size: int, timeout_s: float = 900) -> float:
     """Seconds until the pool is warm; a pool whose processes keep failing to start ends the probe."""
     t0 = time.time()
     while time.time() - t0 < timeout_s:
@@ -110,7 +110,7 @@ def wait_pool(c: ControlClient, size: int, timeout_s: float = 900) -> float:
     raise SystemExit(f"the context pool was not warm after {timeout_s:.0f} s")
 
 
-def wait_zygote(c: ControlClient, timeout_s: float = 600) -> dict[str, Any]:
+def wait_zygote(c: Client, timeout_s: float = 600) -> dict[str, Any]:
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         z = gpu_state(c)["zygote"]
@@ -120,7 +120,7 @@ def wait_zygote(c: ControlClient, timeout_s: float = 600) -> dict[str, Any]:
     return gpu_state(c)["zygote"]
 
 
-def rng_leaks(c: ControlClient, code: str, seen: list[dict[str, Any]], fresh: dict[str, Any]) -> int:
+def rng_leaks(c: Client, code: str, seen: list[dict[str, Any]], fresh: dict[str, Any]) -> int:
     """Probes whose torch streams are not what a fresh process would draw.
 
     Two fresh processes tell, per generator (CPU, CUDA), whether a fresh
@@ -140,7 +140,7 @@ def rng_leaks(c: ControlClient, code: str, seen: list[dict[str, Any]], fresh: di
     return len(bad)
 
 
-def probe_mode(c: ControlClient, mode: str, fresh: dict[str, Any], probes: int) -> tuple[dict[str, str], list[int]]:
+def probe_mode(c: Client, mode: str, fresh: dict[str, Any], probes: int) -> tuple[dict[str, str], list[int]]:
     cells: dict[str, str] = {}
     randoms: list[int] = []
     for change, (code, key) in CHANGES.items():

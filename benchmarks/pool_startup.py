@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from krex_runtime.api import Client
 from krex_runtime.sim.device_file import remove_device
 from krex_runtime.testing.local_runtime import Runtime
-from krex_runtime.wire.control_client import ControlClient
 
 TORCH_COMMAND = """\
 import json, time
@@ -91,10 +91,10 @@ def body(script: Path, mode: str) -> dict[str, Any]:
     return {"argv": [sys.executable, str(script)], "mode": mode, "cwd": str(script.parent), "env": dict(os.environ)}
 
 
-def one_command(c: ControlClient, script: Path, mode: str) -> dict[str, float]:
+def one_command(c: Client, script: Path, mode: str) -> dict[str, float]:
     submitted = time.time()
     command_id = c.call("submit", body(script, mode))["id"]
-    result = c.call("wait", {"id": command_id, "attach": False}, timeout_s=600)
+    result = c.call("wait", {"id": command_id, "attach": False}, timeout=600)
     done = time.time()
     if result["state"] != "finished" or result["exit_code"] != 0:
         err = Path(result["stderr_path"]).read_text()[-2000:]
@@ -109,17 +109,17 @@ def one_command(c: ControlClient, script: Path, mode: str) -> dict[str, float]:
     }
 
 
-def throughput(c: ControlClient, script: Path, mode: str, n: int) -> float:
+def throughput(c: Client, script: Path, mode: str, n: int) -> float:
     t0 = time.perf_counter()
     ids = [c.call("submit", body(script, mode))["id"] for _ in range(n)]
     for command_id in ids:
-        result = c.call("wait", {"id": command_id, "attach": False}, timeout_s=1800)
+        result = c.call("wait", {"id": command_id, "attach": False}, timeout=1800)
         if result["state"] != "finished" or result["exit_code"] != 0:
             raise SystemExit(f"{mode} command {command_id} failed: {result}")
     return n / (time.perf_counter() - t0)
 
 
-def wait_zygotes(c: ControlClient, timeout_s: float = 600) -> None:
+def wait_zygotes(c: Client, timeout_s: float = 600) -> None:
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         zygotes = [g["zygote"] for g in c.call("snapshot")["state"]["gpus"]]

@@ -49,11 +49,11 @@ from typing import Any
 import psutil
 import zmq
 
+from krex_runtime.api import Client, RequestFailed, RuntimeUnavailable
 from krex_runtime.sim.device_file import remove_device
 from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.wire import endpoints, protocol
-from krex_runtime.wire.control_client import ControlClient, RequestFailed, RuntimeUnavailable
 from krex_runtime.wire.trace import TraceError, read_trace, replay
 
 HERE = Path(__file__).resolve().parent
@@ -138,7 +138,7 @@ class Flood(threading.Thread):
         self.stop.wait(FLOOD_S / 3)
         t0 = time.monotonic()
         try:
-            with ControlClient(endpoints.control(self.run_dir), timeout_s=FLOOD_STATUS_BOUND_S) as c:
+            with Client(endpoints.control(self.run_dir), timeout=FLOOD_STATUS_BOUND_S) as c:
                 c.call("status")
             self.status_s = time.monotonic() - t0
         except (RuntimeUnavailable, RequestFailed) as exc:
@@ -245,7 +245,7 @@ class Soak:
         self.recovered_lines: list[str] = []
         self.output_files = 0
         self.t0 = time.monotonic()
-        self.client: ControlClient | None = None
+        self.client: Client | None = None
         self.sub: zmq.Socket | None = None
         self.floods: list[Flood] = []
         self.flood_status_s: list[float] = []
@@ -621,7 +621,7 @@ def rss_summary(samples: list[dict[str, Any]], min_span_min: float) -> dict[str,
     if len(half) >= 3 and ts[-1] - ts[0] >= min_span_min:
         ys = [s["rss_kib"] for s in half]
         mt, my = sum(ts) / len(ts), sum(ys) / len(ys)
-        summary["slope_kib_per_min"] = sum((t - mt) * (y - my) for t, y in zip(ts, ys)) / sum((t - mt) ** 2 for t in ts)
+        summary["slope_kib_per_min"] = sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / sum((t - mt) ** 2 for t in ts)
         summary["slope_life"] = longest
     return summary
 

@@ -82,6 +82,8 @@ class NodeAgent:
         self.proc: asyncio.subprocess.Process | None = None
         self.stopping = False
         self._changed: asyncio.Event | None = None
+        self._answering = asyncio.Event()  # set while the runtime is alive: start() returns on it
+        self._fetches: set[asyncio.Task[None]] = set()  # results asked for again, held until done
         self._task: asyncio.Task[None] | None = None
         self._prefix = f"{self.name}-{os.getpid():x}"
         self._ids = 0
@@ -93,9 +95,10 @@ class NodeAgent:
         if self._task is None:
             self._changed = asyncio.Event()
             self._task = asyncio.ensure_future(self._supervise())
-        deadline = time.monotonic() + wait_s
-        while not self.alive and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        try:
+            await asyncio.wait_for(self._answering.wait(), wait_s)
+        except TimeoutError:
+            pass
         return self.info()
 
     def info(self) -> dict[str, Any]:
@@ -207,6 +210,7 @@ class NodeAgent:
             self.link, self.hello = link, hello
             self.epoch += 1
             self.alive, self.reason, self.since = True, "", time.time()
+            self._answering.set()
             self._notify()
             last_answer = time.monotonic()
             exited = asyncio.ensure_future(self.proc.wait()) if self.proc is not None else None
@@ -247,7 +251,9 @@ class NodeAgent:
                 continue
             cmd.unlisted += 1
             if cmd.unlisted == UNLISTED_BEFORE_ASKING:
-                asyncio.ensure_future(self._fetch_result(link, cmd))
+                fetch = asyncio.ensure_future(self._fetch_result(link, cmd))
+                self._fetches.add(fetch)
+                fetch.add_done_callback(self._fetches.discard)
 
     async def _fetch_result(self, link: RuntimeLink, cmd: Followed) -> None:
         try:
@@ -287,6 +293,7 @@ class NodeAgent:
         """The runtime of this epoch is gone: every command it had is lost, once."""
         was_alive = self.alive
         self.alive, self.reason, self.since = False, reason, time.time()
+        self._answering.clear()
         # One whose submit has no reply yet is not reported: that submit fails instead.
         for cmd in [c for c in self.commands.values() if c.epoch == self.epoch and c.local]:
             self.outbox.append(["lost", cmd.cid, {"reason": reason, "started": cmd.started}])
@@ -299,7 +306,7 @@ class NodeAgent:
     def _on_push(self, request_id: str, msg: dict[str, Any]) -> None:
         cid = self.by_request.get(request_id)
         cmd = self.commands.get(cid) if cid is not None else None
-        if cmd is None:
+        if cid is None or cmd is None:
             return
         body = dict(msg.get("body") or {})
         if not cmd.local and isinstance(body.get("id"), str):

@@ -1,9 +1,11 @@
 """One agent's connection to its node's runtime: the control socket (requests,
 replies, and the pushes of the commands it follows) and the telemetry socket.
 
-It speaks only the control protocol (krex_runtime.wire), as any client of a
-runtime does; a link lives as long as one runtime process (one epoch of the
-node) and is closed when that runtime is gone.
+It speaks only the control protocol (krex_runtime.wire) over the runtime's
+one transport (krex_runtime.transport), as any client of a runtime does; what
+it adds is the agent's routing (the pushes of its followed requests, every
+telemetry frame as it came). A link lives as long as one runtime process (one
+epoch of the node) and is closed when that runtime is gone.
 """
 
 from __future__ import annotations
@@ -13,9 +15,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import zmq
-import zmq.asyncio
-
+from krex_runtime.transport import Connection, RuntimeUnavailable, Subscription
 from krex_runtime.wire import endpoints, protocol
 
 # Called with (request id, message) for every push (output, result) of a followed request.
@@ -30,19 +30,13 @@ class LinkLost(Exception):
 
 class RuntimeLink:
     def __init__(self, run_dir: Any, on_push: OnPush, on_telemetry: OnTelemetry) -> None:
-        self.ctx = zmq.asyncio.Context.instance()
-        self.control = self.ctx.socket(zmq.DEALER)
-        self.control.setsockopt(zmq.LINGER, 0)
-        # Unbounded here: every command's output and result come on this one
-        # connection, and a runtime whose queue to a client fills drops what
-        # it sends (and stalls that client); queued on this side, nothing is lost.
-        self.control.setsockopt(zmq.RCVHWM, 0)
-        self.control.connect(endpoints.control(run_dir))
-        self.telemetry = self.ctx.socket(zmq.SUB)
-        self.telemetry.setsockopt(zmq.LINGER, 0)
-        self.telemetry.setsockopt(zmq.RCVHWM, 100_000)
-        self.telemetry.setsockopt(zmq.SUBSCRIBE, b"")
-        self.telemetry.connect(endpoints.telemetry(run_dir))
+        # Not checked for access: the agent connects before its runtime has
+        # made its sockets, and asks until it answers. Unbounded queue: every
+        # command's output and result come on this one connection, and a
+        # runtime whose queue to a client fills drops what it sends (and
+        # stalls that client); queued on this side, nothing is lost.
+        self.control = Connection(endpoints.control(run_dir), check_access=False, unbounded_queue=True)
+        self.telemetry = Subscription(endpoints.telemetry(run_dir), [b""], check_access=False)
         self.on_push = on_push
         self.on_telemetry = on_telemetry
         self.followed: set[str] = set()  # request ids whose pushes go to on_push
@@ -67,6 +61,9 @@ class RuntimeLink:
         try:
             await self.control.send(protocol.encode(msg))
             return await asyncio.wait_for(reply, timeout_s)
+        except RuntimeUnavailable as exc:
+            self.followed.discard(msg["id"])
+            raise LinkLost(str(exc)) from None
         except TimeoutError:
             self.followed.discard(msg["id"])
             raise LinkLost(f"no reply to {verb} within {timeout_s:g} s") from None
@@ -79,7 +76,10 @@ class RuntimeLink:
     async def _read_control(self) -> None:
         while True:
             try:
-                msg = protocol.decode_reply(await self.control.recv())
+                frame = await self.control.receive(None)
+                if frame is None:
+                    continue
+                msg = protocol.decode_reply(frame)
             except protocol.ProtocolError:
                 continue  # not a message of the protocol: nothing to route it to
             re = msg.get("re")
@@ -94,7 +94,7 @@ class RuntimeLink:
 
     async def _read_telemetry(self) -> None:
         while True:
-            frames = await self.telemetry.recv_multipart()
+            frames = await self.telemetry.receive()
             if len(frames) == 2:
                 self.on_telemetry(frames[0], frames[1])
 
@@ -107,8 +107,8 @@ class RuntimeLink:
         for future in self.waiting.values():
             if not future.done():
                 future.set_exception(LinkLost("the runtime is gone"))
-        self.control.close(linger=0)
-        self.telemetry.close(linger=0)
+        self.control.close()
+        self.telemetry.close()
 
 
 def with_node(frame: bytes, node: str) -> bytes:

@@ -16,9 +16,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from krex_runtime.api import AsyncClient, RequestFailed, RuntimeUnavailable
 from krex_runtime.wire import verbs
-from krex_runtime.wire.control_client import ControlClient, RequestFailed, RuntimeUnavailable
-from krex_runtime.wire.state import CommandInfo, GpuState
+from krex_runtime.wire.model import CommandInfo, GpuState
 from krex_runtime.wire.verbs import Verb
 
 # The verbs each key action (as bound to keys: action_lease, ...) may send.
@@ -176,12 +176,12 @@ def on_node(action: PlannedAction, node: str) -> PlannedAction:
     return dataclasses.replace(action, target=f"{action.target} on node {node}", body=body)
 
 
-def perform(endpoint: str, action: PlannedAction) -> ActionOutcome:
-    """Send one action on a connection of its own (blocking: run it in a thread;
-    a lease may wait minutes and must not hold up the feed's socket)."""
+async def perform(endpoint: str, action: PlannedAction) -> ActionOutcome:
+    """Send one action on a connection of its own: a lease may wait minutes,
+    and must not hold up the feed's connection."""
     try:
-        with ControlClient(endpoint, timeout_s=action.wait_s) as client:
-            reply = client.call(action.request, action.body)
+        async with AsyncClient(endpoint, timeout=action.wait_s) as client:
+            reply = await client.call(action.request, action.body, action.wait_s)
     except RequestFailed as exc:
         return ActionOutcome(action, False, code=exc.code, reason=exc.reason)
     except RuntimeUnavailable as exc:

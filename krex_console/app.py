@@ -7,7 +7,7 @@ line is krex_console/main.py).
     krex-console --replay TRACE       # play a recorded trace through the same views
 
 The console is a thin client: it speaks the runtime's protocol
-(krex_runtime.wire.protocol / control_client) and folds events with the runtime's
+(krex_runtime.wire.protocol, through krex_runtime.api's AsyncClient) and folds events with the runtime's
 own reducer (krex_runtime.wire.state.apply); it never imports runtime internals.
 
 The app decides; the views ask. A view posts a message (messages.py: open a
@@ -17,13 +17,12 @@ and never imports this module.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 from textual.app import App, ComposeResult, SystemCommand
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.css.query import NoMatches
 from textual.screen import Screen
@@ -40,12 +39,12 @@ from krex_console.views.events import EventsTable
 from krex_console.views.gpu_detail import GpuDetailScreen, summarize_gpu
 from krex_console.views.overview import OverviewTable
 from krex_console.widgets import FIELD, FilterInput, KeysFooter, StatusBar
-from krex_runtime.wire.state import GpuState
+from krex_runtime.wire.model import GpuState
 
 RENDER_EVERY_S = 0.1  # at most 10 repaints a second, however fast events come
 AGE_EVERY_S = 1.0  # live hold times and run times tick even with no events
 REPLAY_ACTIONS = frozenset({"toggle_play", "step", "faster", "slower", "seek", "jump"})
-FILTERABLE_TABS = {"commands": CommandsTable, "events": EventsTable}
+FILTERABLE_TABS: dict[str, type[CommandsTable | EventsTable]] = {"commands": CommandsTable, "events": EventsTable}
 
 
 class KrexConsole(App[None]):
@@ -56,7 +55,7 @@ class KrexConsole(App[None]):
     DataTable { height: 1fr; }
     #overview-summary { height: auto; max-height: 50%; border: round $accent; padding: 0 1; }
     """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         # The tabs show 1 2 3 already: the footer keeps its room for ? and q.
         Binding("1", "show_tab('overview')", "Overview", show=False),
         Binding("2", "show_tab('commands')", "Commands", show=False),
@@ -81,7 +80,7 @@ class KrexConsole(App[None]):
         Binding("ctrl+k", "why_not('kill')", show=False),
     ]
     INITIAL_TAB = "overview"
-    TABLES: dict[str, Any] = {"overview": OverviewTable, "commands": CommandsTable, "events": EventsTable}
+    TABLES: ClassVar[dict[str, Any]] = {"overview": OverviewTable, "commands": CommandsTable, "events": EventsTable}
 
     def __init__(
         self,
@@ -283,7 +282,7 @@ class KrexConsole(App[None]):
                 event.input.remove_class("shown")
             self._focus_table(tab)
 
-    def action_back(self) -> None:
+    async def action_back(self) -> None:
         """Esc: close a filter (clearing it), else leave a detail screen."""
         if self.screen is not self.screen_stack[0]:
             self.pop_screen()
@@ -358,21 +357,18 @@ class KrexConsole(App[None]):
         self.push_screen(ConfirmDialog(plan), answered)
 
     def perform(self, plan: actions.PlannedAction) -> None:
-        """Send the request on a daemon thread: a lease may wait minutes for its
-        region, and must neither freeze the screen nor hold up quitting."""
+        """Send the request in a worker of its own: a lease may wait minutes for
+        its region, and must neither freeze the screen nor hold up quitting
+        (the worker is cancelled with the app)."""
         endpoint = self.control_endpoint
         assert endpoint is not None
         if plan.request == "lease":
             self.notify(f"{plan.title} {plan.target}: waiting for its region…", timeout=4)
+        self.run_worker(self._perform(endpoint, plan), name=f"krex-action-{plan.request}", group="actions",
+                        exit_on_error=False)
 
-        def run() -> None:
-            outcome = actions.perform(endpoint, plan)
-            try:
-                self.call_from_thread(self._action_done, outcome)
-            except RuntimeError:
-                pass  # the console quit while the request was out
-
-        threading.Thread(target=run, name=f"krex-action-{plan.request}", daemon=True).start()
+    async def _perform(self, endpoint: str, plan: actions.PlannedAction) -> None:
+        self._action_done(await actions.perform(endpoint, plan))
 
     def _action_done(self, outcome: actions.ActionOutcome) -> None:
         self.last_outcome = outcome

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
@@ -25,7 +27,7 @@ class ConfirmDialog(ModalScreen[bool]):
     ConfirmDialog Horizontal { height: auto; align-horizontal: right; }
     ConfirmDialog Button { margin-left: 2; }
     """
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(self, action: PlannedAction) -> None:
         super().__init__()
@@ -56,7 +58,7 @@ class SeekDialog(ModalScreen["float | None"]):
     SeekDialog { align: center middle; }
     SeekDialog > Vertical { width: 60; height: auto; border: thick $accent; background: $surface; padding: 1 2; }
     """
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(self, span_s: float) -> None:
         super().__init__()
@@ -105,7 +107,7 @@ class HelpScreen(ModalScreen[None]):
     HelpScreen { align: center middle; }
     HelpScreen > Vertical { width: 78; max-width: 100%; height: auto; border: thick $accent; background: $surface; padding: 0 2; }
     """
-    BINDINGS = [Binding("escape,question_mark,q", "close", "Close")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,question_mark,q", "close", "Close")]
 
     def compose(self) -> ComposeResult:
         with Vertical():

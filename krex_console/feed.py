@@ -14,25 +14,19 @@ from __future__ import annotations
 import asyncio
 import bisect
 import json
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-import zmq
-import zmq.asyncio
 from textual.message import Message
 
 from krex_console.event_log import KEEP_EVENTS, EventLog, RegionRecord
+from krex_runtime.api import AsyncClient, RequestFailed
+from krex_runtime.transport import Subscription
+from krex_runtime.transport.reconnect import keep_connected
 from krex_runtime.wire import protocol
 from krex_runtime.wire import state as node_state
-from krex_runtime.wire.control_client import (
-    ControlClient,
-    RequestFailed,
-    RuntimeUnavailable,
-    check_reachable,
-    use_curve,
-)
+from krex_runtime.wire.model import NodeState
 from krex_runtime.wire.trace import Trace
 
 __all__ = ["EventLog", "FeedStatus", "FeedStatusChanged", "LiveFeed", "RegionRecord", "ReplayFeed", "StateChanged"]
@@ -40,7 +34,7 @@ __all__ = ["EventLog", "FeedStatus", "FeedStatusChanged", "LiveFeed", "RegionRec
 # The runtime publishes a snapshot every `snapshot_interval_s` (well under a
 # second), so this much silence on the PUB socket means the feed is stale.
 STALE_AFTER_S = 3.0
-RECONNECT_EVERY_S = 1.0
+HELLO = {"client": "krex-console"}
 # At most this many messages are folded before the worker yields to the UI.
 FOLD_BATCH = 5000
 # Posts come at most this often: what arrives in between is folded into one
@@ -60,7 +54,7 @@ class StateChanged(Message):
     """The newest state of a feed. `now` is the clock the views age things by:
     the wall clock live, the replay position in replay."""
 
-    def __init__(self, state: node_state.NodeState, log: EventLog, now: float, folded: int,
+    def __init__(self, state: NodeState, log: EventLog, now: float, folded: int,
                  node: str | None = None) -> None:
         super().__init__()
         self.state = state
@@ -85,37 +79,6 @@ class FeedStatusChanged(Message):
 Post = Callable[[Message], Any]
 
 
-async def in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    """Run a blocking call off the event loop on a daemon thread. Unlike
-    asyncio.to_thread, a call still waiting on a dead runtime does not hold
-    up the console's exit (the default executor is joined at shutdown)."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-
-    def run() -> None:
-        result, error = None, None
-        try:
-            result = fn(*args)
-        except BaseException as exc:  # handed to the awaiting coroutine
-            error = exc
-        try:
-            loop.call_soon_threadsafe(_settle, future, result, error)
-        except RuntimeError:
-            pass  # the console has exited meanwhile: nobody is waiting
-
-    threading.Thread(target=run, name="krex-console-call", daemon=True).start()
-    return await future
-
-
-def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
-    if future.done():
-        return
-    if exc is not None:
-        future.set_exception(exc)
-    else:
-        future.set_result(result)
-
-
 class LiveFeed:
     """Snapshot + events from a runtime (docs/protocol.md, "Telemetry"):
     subscribe first, then ask for a snapshot, then apply every event with a
@@ -136,14 +99,13 @@ class LiveFeed:
         self.stale_after_s = stale_after_s
         self.node = node
         self.topic_prefix = b"node/" + node.encode() + b"/" if node is not None else b""
-        self.state = node_state.NodeState()
+        self.state = NodeState()
         self.log = EventLog()
         self.status = FeedStatus.CONNECTING
         self.snapshots_taken = 0
         self.posts = 0
         self.events_applied = 0
         self.last_message_mono = time.monotonic()  # when PUB last said anything (STALE shows its age)
-        self._ctx = zmq.asyncio.Context.instance()
 
     def _set_status(self, status: str, detail: str = "", read_only: bool | None = None) -> None:
         if status != self.status or read_only is not None or detail:
@@ -151,43 +113,30 @@ class LiveFeed:
             self.post(FeedStatusChanged(status, detail, read_only))
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self._session()
-            except (RuntimeUnavailable, RequestFailed, zmq.ZMQError, OSError) as exc:
-                self._set_status(FeedStatus.DISCONNECTED, str(exc))
-            await asyncio.sleep(RECONNECT_EVERY_S)
+        await keep_connected(self._session, lambda exc: self._set_status(FeedStatus.DISCONNECTED, str(exc)),
+                             also=(RequestFailed,))
 
     async def _session(self) -> None:
-        sub = self._ctx.socket(zmq.SUB)
-        sub.setsockopt(zmq.LINGER, 0)
-        # As deep as the runtime's send queue: a console that falls behind for a
-        # moment catches up instead of dropping events (a gap costs a snapshot,
-        # and the audit log and region timeline lose what was dropped).
-        sub.setsockopt(zmq.RCVHWM, 100_000)
-        sub.setsockopt(zmq.SUBSCRIBE, self.topic_prefix + protocol.TOPIC_EVENT)
-        sub.setsockopt(zmq.SUBSCRIBE, self.topic_prefix + protocol.TOPIC_SNAPSHOT)
+        # Its queue as deep as the runtime's send queue: a console that falls
+        # behind for a moment catches up instead of dropping events (a gap costs
+        # a snapshot, and the audit log and region timeline lose what was dropped).
+        sub = Subscription(self.telemetry, [self.topic_prefix + protocol.TOPIC_EVENT,
+                                            self.topic_prefix + protocol.TOPIC_SNAPSHOT])
         try:
-            check_reachable(self.telemetry)
-            use_curve(sub, self.telemetry)
-            sub.connect(self.telemetry)
-            client = ControlClient(self.control, timeout_s=5.0)
-            try:
-                hello = await in_daemon_thread(client.call, "hello", {"client": "krex-console"})
+            async with AsyncClient(self.control, timeout=5.0) as client:
+                hello = await client.call("hello", HELLO)
                 await self._resync(client)
                 self._set_status(FeedStatus.LIVE, f"{hello.get('node', '')}", read_only=bool(hello.get("read_only")))
                 await self._follow(sub, client)
-            finally:
-                client.close()
         finally:
-            sub.close(linger=0)
+            sub.close()
 
-    async def _resync(self, client: ControlClient) -> None:
-        snap = await in_daemon_thread(client.call, "snapshot", {"node": self.node} if self.node is not None else None)
+    async def _resync(self, client: AsyncClient) -> None:
+        snap = await client.call("snapshot", {"node": self.node} if self.node is not None else None)
         self._rebase(node_state.from_snapshot(snap["state"]))
         self._post_state(0)
 
-    def _rebase(self, state: node_state.NodeState) -> None:
+    def _rebase(self, state: NodeState) -> None:
         """Take a snapshot as the new state. The audit log keeps what it has
         (a gap only loses the dropped events) unless the runtime is another one."""
         if (state.pid, state.started_at) != (self.state.pid, self.state.started_at):
@@ -197,15 +146,12 @@ class LiveFeed:
         self.state = state
         self.snapshots_taken += 1
 
-    async def _follow(self, sub: zmq.asyncio.Socket, client: ControlClient) -> None:
+    async def _follow(self, sub: Subscription, client: AsyncClient) -> None:
         folded = 0  # events applied since the last post
         last_post = time.monotonic()
         while True:
-            if folded:
-                wait_s = max(0.0, POST_EVERY_S - (time.monotonic() - last_post))
-            else:
-                wait_s = self.stale_after_s
-            if not await sub.poll(int(wait_s * 1000)):
+            wait_s = max(0.0, POST_EVERY_S - (time.monotonic() - last_post)) if folded else self.stale_after_s
+            if not await sub.wait(wait_s):
                 if folded:
                     self._post_state(folded)
                     folded, last_post = 0, time.monotonic()
@@ -213,13 +159,13 @@ class LiveFeed:
                 self._set_status(FeedStatus.STALE, f"no telemetry for {self.stale_after_s:g} s")
                 # A runtime that still answers is only quiet on PUB; one that
                 # does not is gone: raising ends the session and reconnects.
-                await in_daemon_thread(client.call, "hello", {"client": "krex-console"}, 2.0)
+                await client.call("hello", HELLO, 2.0)
                 continue
             if self.status != FeedStatus.LIVE:
                 self._set_status(FeedStatus.LIVE)
             batch, resync = 0, False
-            while batch < FOLD_BATCH and sub.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                topic, frame = await sub.recv_multipart()
+            while batch < FOLD_BATCH and sub.pending():
+                topic, frame = await sub.receive()
                 self.last_message_mono = time.monotonic()
                 batch += 1
                 if self._take(topic, json.loads(frame)):
@@ -285,8 +231,8 @@ class ReplayFeed:
         # Where each run of the trace begins (a runtime that restarted, or a node
         # that stopped and came back, wrote several).
         self.run_begins = [i for i, e in enumerate(self.events) if e.get("type") == "runtime_started"]
-        self.checkpoints: dict[int, node_state.NodeState] = {0: node_state.NodeState()}
-        self.state = node_state.NodeState()
+        self.checkpoints: dict[int, NodeState] = {0: NodeState()}
+        self.state = NodeState()
         self.log = EventLog()
         self.index = 0  # events[:index] are in the state
         self.clock = self.start

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from krex_console.app import KrexConsole
-from krex_console.cluster_app import ClusterConsole
-from krex_console.cluster_feed import ClusterReplayFeed
+from krex_console.cluster.console import ClusterConsole
+from krex_console.cluster.nodes_feed import ClusterReplayFeed
 from krex_console.feed import ReplayFeed
 from krex_runtime.wire import endpoints
 from krex_runtime.wire.cluster_trace import is_cluster_trace, read_cluster_trace

@@ -12,7 +12,7 @@ from typing import Any
 
 from krex_console import format as fmt
 from krex_console.event_log import EventLog
-from krex_runtime.wire.state import CommandInfo, GpuState, NodeState
+from krex_runtime.wire.model import CommandInfo, GpuState, NodeState
 
 OPERATOR_TENANT = 0  # the region holder id of an operator's lease (state.py)
 TELEMETRY_SERIES = ("util_pct", "mem_used", "sm_clock_mhz", "temp_c")
@@ -60,7 +60,7 @@ class ConsoleModel:
     log: EventLog = field(default_factory=EventLog)
     now: float = 0.0
     history: MetricHistory = field(default_factory=MetricHistory)
-    # A cluster console's: every node (cluster_model.NodeSummary), the clock
+    # A cluster console's: every node (cluster/node_summary.py, NodeSummary), the clock
     # they age by, and the node whose state the views above show (None: none yet).
     nodes: list[Any] = field(default_factory=list)
     cluster_now: float = 0.0

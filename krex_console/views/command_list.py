@@ -3,17 +3,16 @@ command's output tail and region statistics."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Label, Log, Static
-from textual.worker import get_current_worker
 
 from krex_console import format as fmt
 from krex_console.messages import OpenCommand
@@ -22,9 +21,8 @@ from krex_console.views.bindings import KILL_BINDING, ActionGate, CommandActions
 from krex_console.views.columns import Column, Row
 from krex_console.views.table_sync import FittedTable, selected_key
 from krex_console.widgets import KeysFooter, StatusBar
-from krex_runtime.wire import protocol
-from krex_runtime.wire.control_client import ControlClient, RuntimeUnavailable
-from krex_runtime.wire.state import CommandInfo
+from krex_runtime.api import AsyncClient, ProtocolError, RequestFailed, RuntimeUnavailable
+from krex_runtime.wire.model import CommandInfo
 
 MAX_ROWS = 300  # the newest; the filter finds any other (and the trace has them all)
 OUTPUT_LINES = 500
@@ -93,7 +91,7 @@ def command_row(cmd: CommandInfo, now: float) -> Row:
 
 class CommandsTable(CommandActions, FittedTable):
     COLUMNS = COLUMNS
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "select_cursor", "Details"),
         Binding("s", "cycle_sort", "Sort"),
         KILL_BINDING,
@@ -181,15 +179,14 @@ class CommandDetailScreen(CommandActions, Screen[None]):
     """A command's record, its region statistics and the tail of its output.
 
     The output comes from `wait` with attach (the output so far, then live
-    output until the result), on a connection of its own in a thread to
-    `endpoint`; in replay there is none, and a trace holds no output."""
+    output until the result), on a connection of its own to `endpoint`; in replay there is none, and a trace holds no output."""
 
     DEFAULT_CSS = """
     CommandDetailScreen #command-summary { height: auto; padding: 0 1; border: round $accent; }
     CommandDetailScreen Log { height: 1fr; border: round $panel; }
     CommandDetailScreen Label { padding: 0 1; text-style: bold; }
     """
-    BINDINGS = [Binding("escape", "back", "Back"), KILL_BINDING]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "Back"), KILL_BINDING]
 
     def __init__(self, command_id: str, model: ConsoleModel, gate: ActionGate, endpoint: str | None,
                  status: str = "", output_id: str | None = None,
@@ -254,29 +251,21 @@ class CommandDetailScreen(CommandActions, Screen[None]):
         summary.update(text)
         self.offer_actions()  # the kill key goes once the command has ended
 
-    @work(thread=True, exclusive=True, group="output")
-    def follow_output(self, endpoint: str) -> None:
-        # Polls in short steps rather than blocking in ControlClient.follow:
-        # a thread worker that never returns would hold up the app's exit.
-        worker = get_current_worker()
+    @work(exclusive=True, group="output")
+    async def follow_output(self, endpoint: str) -> None:
+        """The output so far, then what the command writes until it ends. An
+        async worker of the screen: leaving the screen or the app cancels it."""
         try:
-            with ControlClient(endpoint, timeout_s=10) as client:
-                request_id = client.send("wait", {"id": self.output_id, "attach": True})
-                while not worker.is_cancelled:
-                    msg = client.receive(0.25)
-                    if msg is None or msg.get("re") != request_id:
-                        continue
-                    if msg["type"] == "reply" and not msg.get("ok"):
-                        error = msg.get("error") or {}
-                        self.app.call_from_thread(self._write, f"(no output: {error.get('code')}: {error.get('reason')})\n")
-                        return
-                    if msg["type"] == protocol.PUSH_OUTPUT:
-                        self.app.call_from_thread(self._write, msg["body"]["data"])
-                    elif msg["type"] == protocol.PUSH_RESULT:
-                        self.app.call_from_thread(self._finished, msg["body"])
-                        return
-        except RuntimeUnavailable as exc:
-            self.app.call_from_thread(self._write, f"\n(output unavailable: {exc})\n")
+            async with AsyncClient(endpoint, timeout=10) as client:
+                handle = await client.attach(self.output_id, on_output=lambda _stream, text: self._write(text))
+                result = await handle.wait()
+        except RequestFailed as exc:
+            self._write(f"(no output: {exc.code}: {exc.reason})\n")
+            return
+        except (RuntimeUnavailable, ProtocolError) as exc:
+            self._write(f"\n(output unavailable: {exc})\n")
+            return
+        self._finished(dict(result.record))
 
     def _write(self, text: str) -> None:
         if self.is_mounted:

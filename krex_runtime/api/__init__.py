@@ -9,15 +9,17 @@ their results, from a script or an agent loop (docs/api.md).
 
 `AsyncClient` (aio.py) is the one implementation; `Client` (sync.py) is the
 same calls, blocking. Both speak only the control protocol
-(krex_runtime/wire), so they work against a runtime on this node (ipc) or
-another one (tcp + CURVE) alike; `krex` is built on them.
+(krex_runtime/wire) over the one transport (krex_runtime/transport), so they
+work against a runtime on this node (ipc) or another one (tcp + CURVE) alike;
+`krex`, the console and the cluster's agents are built on them.
 """
 
 from krex_runtime.api.aio import AsyncClient, AsyncHandle
 from krex_runtime.api.options import Command, SubmitOptions
+from krex_runtime.api.refused import RequestFailed
 from krex_runtime.api.results import CommandStatus, Event, GpuStatus, NodeStatus, Region, Result
 from krex_runtime.api.sync import Client, Handle
-from krex_runtime.wire.control_client import RequestFailed, RuntimeUnavailable
+from krex_runtime.transport import RuntimeUnavailable
 from krex_runtime.wire.protocol import ProtocolError
 
 __all__ = [

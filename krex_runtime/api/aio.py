@@ -20,23 +20,13 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import zmq
-import zmq.asyncio
-
-from krex_runtime.api.inbox import Follow, Inbox, Liveness, reply_body, state_of
+from krex_runtime.api.inbox import Follow, Inbox, reply_body, state_of
 from krex_runtime.api.options import Command, OutputCallback, SubmitOptions, split, takes_options
+from krex_runtime.api.refused import RequestFailed
 from krex_runtime.api.results import Event, NodeStatus, Result
+from krex_runtime.transport import Connection, CurveKeys, RuntimeUnavailable, Subscription
+from krex_runtime.transport.liveness import PING_AFTER_S, Liveness
 from krex_runtime.wire import endpoints, protocol
-from krex_runtime.wire.control_client import (
-    PING_AFTER_S,
-    SEND_TIMEOUT_S,
-    CurveKeys,
-    HandshakeWatch,
-    RequestFailed,
-    RuntimeUnavailable,
-    check_reachable,
-    use_curve,
-)
 from krex_runtime.wire.protocol import ProtocolError
 from krex_runtime.wire.verbs import REPLY_WAIT_S, VERBS
 
@@ -68,7 +58,7 @@ class AsyncHandle:
         """Its Result if it has ended, else None."""
         return self._follow.result() if self._follow.done else None
 
-    async def wait(self, timeout: float | None = None) -> Result:
+    async def wait(self, timeout: float | None = None) -> Result:  # noqa: ASYNC109 (the API's documented name)
         """Until it ends; TimeoutError after `timeout` seconds (it keeps
         running: cancel it if you gave up on it)."""
         await self._client._until(lambda: self._follow.done, timeout, f"command {self.id}")
@@ -107,17 +97,7 @@ class AsyncClient:
         self._keys = CurveKeys(_path(curve_client_key), _path(curve_server_key))
         self._telemetry = telemetry
         self._timeout = timeout
-        self._ctx = zmq.asyncio.Context.instance()
-        self._sock = self._ctx.socket(zmq.DEALER)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        try:
-            check_reachable(self.endpoint)
-            use_curve(self._sock, self.endpoint, self._keys)
-        except RuntimeUnavailable:
-            self._sock.close()
-            raise
-        self._handshake = HandshakeWatch(self._sock, self.endpoint)
-        self._sock.connect(self.endpoint)
+        self._connection = Connection(self.endpoint, self._keys)
         self._inbox = Inbox()
         self._alive = Liveness(time.monotonic())
         self._changed = asyncio.Condition()
@@ -136,8 +116,7 @@ class AsyncClient:
                 await self._reader
             except (asyncio.CancelledError, Exception):
                 pass
-        self._handshake.close()
-        self._sock.close(linger=0)
+        self._connection.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -163,7 +142,8 @@ class AsyncClient:
         given = SubmitOptions(**options)
         if given.on_output is not None:
             raise ValueError("enqueue follows nothing, so on_output would never be called: use submit")
-        return await self.call("submit", given.body(argv, attach=False))
+        reply: dict[str, Any] = await self.call("submit", given.body(argv, attach=False))
+        return reply
 
     async def attach(self, command_id: str, on_output: OutputCallback | None = None) -> AsyncHandle:
         """Follow a command submitted earlier (by anyone): its output so far,
@@ -273,7 +253,8 @@ class AsyncClient:
         output is in its files: `logs`). `argv` is its command line."""
         return Result.from_record(await self.call("show", {"id": command_id}))
 
-    async def call(self, verb: str, body: Mapping[str, Any] | None = None, timeout: float | None = None) -> Any:
+    async def call(self, verb: str, body: Mapping[str, Any] | None = None,
+                   timeout: float | None = None) -> Any:  # noqa: ASYNC109 (the API's documented name)
         """Any verb of the protocol (docs/protocol.md): its reply body, or RequestFailed."""
         msg = protocol.request(verb, dict(body or {}))
         request_id = msg["id"]
@@ -291,45 +272,61 @@ class AsyncClient:
     async def events(self, *, idle_timeout: float | None = None) -> AsyncIterator[Event]:
         """The runtime's events as they happen (the telemetry PUB socket).
         Ends after `idle_timeout` seconds without one (None: never)."""
-        sock = self._ctx.socket(zmq.SUB)
-        sock.setsockopt(zmq.LINGER, 0)
+        endpoint = self._telemetry or endpoints.client_telemetry(self.endpoint) or os.environ.get(TELEMETRY_ENV, "")
+        if not endpoint:
+            endpoint = telemetry_from_hello(self.endpoint, await self.call("hello", HELLO))
+        # Not checked for access: a runtime's PUB socket is beside its control socket, and opened with it.
+        subscription = Subscription(endpoint, [protocol.TOPIC_EVENT], self._keys, check_access=False)
         try:
-            endpoint = self._telemetry or endpoints.client_telemetry(self.endpoint) or os.environ.get(TELEMETRY_ENV, "")
-            if not endpoint:
-                endpoint = telemetry_from_hello(self.endpoint, await self.call("hello", HELLO))
-            use_curve(sock, endpoint, self._keys)
-            sock.setsockopt(zmq.SUBSCRIBE, protocol.TOPIC_EVENT)
-            sock.connect(endpoint)
             while True:
-                if not await sock.poll(int(idle_timeout * 1000) if idle_timeout is not None else None):
+                if not await subscription.wait(idle_timeout):
                     return
-                frames = await sock.recv_multipart()
+                frames = await subscription.receive()
                 if len(frames) == 2 and frames[0] == protocol.TOPIC_EVENT:
                     yield Event.from_wire(protocol.load_json(frames[1]))
         finally:
-            sock.close(linger=0)
+            subscription.close()
+
+    # --- raw messages ---------------------------------------------------------
+
+    async def send(self, verb: str, body: Mapping[str, Any] | None = None) -> str:
+        """Send a request without waiting for its reply: its id. The reply
+        comes from `receive` (a test of the runtime's answers, a request left
+        unanswered on purpose)."""
+        msg = protocol.request(verb, dict(body or {}))
+        await self._send(msg)
+        return str(msg["id"])
+
+    async def send_raw(self, frame: bytes) -> None:
+        """Put bytes on the wire as they are (tests of malformed input); the
+        runtime's answer comes from `receive`."""
+        if self._broken is not None:
+            raise self._broken
+        await self._send_frame(frame)
+        if self._reader is None:
+            self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    async def receive(self, timeout: float) -> dict[str, Any] | None:  # noqa: ASYNC109 (as call's)
+        """The next message that answers no call of this client (a `send`'s
+        or `send_raw`'s reply), or None after `timeout` seconds; the
+        reader's failure (a refused CURVE key) as soon as it is met."""
+        try:
+            await self._until(lambda: bool(self._inbox.unclaimed), timeout, "a message")
+        except TimeoutError:
+            return None
+        return self._inbox.unclaimed.popleft()
 
     # --- the reader -----------------------------------------------------------
 
     async def _send(self, msg: dict[str, Any]) -> None:
-        if self._broken is not None:
-            raise self._broken
-        await self._send_frame(protocol.encode(msg))
-        if self._reader is None:
-            self._reader = asyncio.get_running_loop().create_task(self._read())
+        await self.send_raw(protocol.encode(msg))
 
     async def _send_frame(self, frame: bytes) -> None:
-        """Send, bounded: a socket whose runtime refused its CURVE key has no
-        connection left to send on (control_client.SEND_TIMEOUT_S)."""
-        self._handshake.check()
-        try:
-            await asyncio.wait_for(self._sock.send(frame), SEND_TIMEOUT_S)
-        except TimeoutError:
-            self._handshake.check()
-            raise RuntimeUnavailable(f"cannot send to the krex runtime at {self.endpoint}: no connection") from None
+        """Send, bounded: a runtime that refused this client's CURVE key left no connection to send on."""
+        await self._connection.send(frame)
 
-    async def _until(self, done: Callable[[], bool], timeout: float | None, what: str, reply: bool = False) -> None:
-        """Wait for `done()` as the reader routes messages. After `timeout`,
+    async def _until(self, done: Callable[[], bool], wait_s: float | None, what: str, reply: bool = False) -> None:
+        """Wait for `done()` as the reader routes messages. After `wait_s`,
         TimeoutError (awaiting a `reply`: RuntimeUnavailable); the reader's
         failure that came meanwhile, or that no wait has yet ended in."""
         since = self._failures - (0 if self._failure_raised else 1)
@@ -340,7 +337,7 @@ class AsyncClient:
         self._waiting += 1
         try:
             async with self._changed:
-                await asyncio.wait_for(self._changed.wait_for(ended), timeout)
+                await asyncio.wait_for(self._changed.wait_for(ended), wait_s)
         except TimeoutError:
             if reply:
                 raise RuntimeUnavailable(f"no reply from the krex runtime at {self.endpoint} ({what})") from None
@@ -363,10 +360,8 @@ class AsyncClient:
     async def _read(self) -> None:
         try:
             while True:
-                ready = await self._sock.poll(int(PING_AFTER_S * 1000))
-                self._handshake.check()  # a refused CURVE key: every waiter hears why
-                if ready:
-                    frame = await self._sock.recv()
+                frame = await self._connection.receive(PING_AFTER_S)  # a refused CURVE key: every waiter hears why
+                if frame is not None:
                     try:
                         msg = protocol.decode_reply(frame)
                     except ProtocolError as exc:  # not one of the protocol: whatever waits hears it
@@ -394,8 +389,8 @@ class AsyncClient:
     async def _take(self, msg: dict[str, Any]) -> None:
         """Route one message; ask again for what the runtime dropped (inbox.py)."""
         self._inbox.note_dropped(msg)
-        if not self._alive.heard(msg, time.monotonic()):
-            self._inbox.feed(msg)
+        if not self._alive.heard(msg, time.monotonic()) and self._inbox.feed(msg) is None:
+            self._inbox.unclaimed.append(msg)
         for request in self._inbox.ask_again():
             await self._send_frame(protocol.encode(request))
         async with self._changed:

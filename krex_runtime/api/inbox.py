@@ -1,7 +1,6 @@
 """The routing of what the runtime sends back to the request it answers
-(replies, a followed command's output, its result), and the watch on a
-runtime that stops answering: the client's bookkeeping, without I/O
-(the reader in aio.py feeds it).
+(replies, a followed command's output, its result): the client's
+bookkeeping, without I/O (the reader in aio.py feeds it).
 
 A followed submission attaches (`attach: true`): the runtime pushes the
 command's output and result over the control socket (docs/protocol.md,
@@ -11,16 +10,17 @@ them as one on the node does; no output file is read.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from krex_runtime.api.options import OutputCallback
+from krex_runtime.api.refused import RequestFailed
 from krex_runtime.api.results import Result, malformed
 from krex_runtime.wire import protocol
-
-# Quiet PING_AFTER_S while waiting: ping; no answer DEAD_AFTER_S after: the runtime is gone.
-from krex_runtime.wire.control_client import DEAD_AFTER_S, PING_AFTER_S, RequestFailed
 from krex_runtime.wire.protocol import ProtocolError
+
+UNCLAIMED_KEPT = 256
 
 
 @dataclass
@@ -66,6 +66,9 @@ class Inbox:
         # them, so each unfinished command is asked for its result again.
         self.lost = 0
         self.rewaits: dict[str, Follow] = {}  # request id of a plain `wait` -> its command
+        # Messages no call awaits (answers to raw sends), for `receive`; bounded,
+        # as a client that never receives would otherwise keep them all.
+        self.unclaimed: deque[dict[str, Any]] = deque(maxlen=UNCLAIMED_KEPT)
 
     def note_dropped(self, msg: dict[str, Any]) -> None:
         """Count what a reply says was lost; any reply, a ping's answer too."""
@@ -145,7 +148,7 @@ class Inbox:
                     raise malformed(f"the reply to {re} names no command id")
                 else:
                     f.command_id = body["id"]
-            elif kind == protocol.PUSH_OUTPUT:
+            elif kind == protocol.PUSH_OUTPUT and isinstance(body, dict):
                 stream, text = body.get("stream"), body.get("data")
                 if stream not in ("stdout", "stderr") or not isinstance(text, str):
                     raise malformed("an output push needs a stream (stdout or stderr) and its text")
@@ -172,7 +175,7 @@ def state_of(body: Any, verb: str) -> str:
     """The `state` a reply body names (a cancel's), or ProtocolError."""
     if not isinstance(body, dict) or not isinstance(body.get("state"), str):
         raise malformed(f"the reply to {verb} names no state")
-    return body["state"]
+    return str(body["state"])
 
 
 def reply_body(msg: dict[str, Any]) -> Any:
@@ -181,47 +184,3 @@ def reply_body(msg: dict[str, Any]) -> Any:
         return msg.get("body", {})
     err = msg.get("error") or {}
     raise RequestFailed(err.get("code", "unknown"), err.get("reason", "request failed"))
-
-
-class Liveness:
-    """Notices a runtime that stopped answering while a client waits: ping
-    with `hello` when quiet, give up when the ping goes unanswered."""
-
-    def __init__(self, now: float) -> None:
-        self.last_heard = now
-        self.ping_id: str | None = None
-        self.ping_sent = 0.0
-        # A cluster gateway names its instance in hello: another one answering
-        # at the same endpoint (it restarted) has none of this client's
-        # attachments, so waiting on would be waiting forever.
-        self.instance: str | None = None
-        self.replaced = False
-
-    def heard(self, msg: dict[str, Any], now: float) -> bool:
-        """Note a message; True when it was our ping's answer (nothing else to do with it)."""
-        self.last_heard = now
-        if self.ping_id is not None and msg.get("re") == self.ping_id:
-            self.ping_id = None
-            body = msg.get("body")
-            instance = body.get("instance") if isinstance(body, dict) else None
-            instance = instance if isinstance(instance, str) else None
-            if instance and self.instance is None:
-                self.instance = instance
-            self.replaced = self.replaced or bool(instance and instance != self.instance)
-            return True
-        return False
-
-    def quiet(self, now: float) -> bool:
-        """Nothing came: True when a ping should go out now (set ping_id after sending).
-        A ping with something heard since is taken as answered: the runtime is
-        there, and a runtime drops what it sends a client that fell behind
-        (the answer may be among it), so waiting for that answer would be
-        waiting forever."""
-        if self.ping_id is None or self.last_heard > self.ping_sent:
-            return now - self.last_heard >= PING_AFTER_S
-        return False
-
-    def dead(self, now: float) -> bool:
-        if self.replaced:
-            return True
-        return self.ping_id is not None and now - self.ping_sent > DEAD_AFTER_S and now - self.last_heard > DEAD_AFTER_S

@@ -203,7 +203,7 @@ class Result:
     def exit_status(self) -> int:
         """What `krex run` exits with: the exit code, 128+N after signal N,
         124 after a timeout, 125 when KREX failed to run it."""
-        return protocol.exit_status_of(self.record or {"state": self.state, "signal": self.signal, "exit_code": self.exit_code})
+        return protocol.exit_status_of(dict(self.record) or {"state": self.state, "signal": self.signal, "exit_code": self.exit_code})
 
     @property
     def ok(self) -> bool:

@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 
 from krex_runtime.api.aio import AsyncClient, AsyncHandle
 from krex_runtime.api.options import Command, OutputCallback
+from krex_runtime.api.refused import RequestFailed
 from krex_runtime.api.results import Event, NodeStatus, Result
-from krex_runtime.wire.control_client import RequestFailed
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -118,7 +118,8 @@ async def _next(items: AsyncIterator[T]) -> T:
     try:
         return await items.__anext__()
     except StopAsyncIteration:
-        return _END
+        end: T = _END
+        return end
 
 
 async def _aclose(items: AsyncIterator[Any]) -> None:
@@ -154,7 +155,7 @@ class Handle:
 
 
 class Client:
-    """A client of one runtime's control socket, blocking: the AsyncClient's
+    """The blocking client of one runtime's control socket: the AsyncClient's
     calls (same arguments), each waited for. Use it as a context manager, or
     call `close()`."""
 
@@ -234,6 +235,20 @@ class Client:
     def call(self, verb: str, body: Mapping[str, Any] | None = None, timeout: float | None = None) -> Any:
         """Any verb of the protocol (docs/protocol.md): its reply body, or RequestFailed."""
         return self._loop.run(self._async.call(verb, body, timeout))
+
+    # --- raw messages ---------------------------------------------------------
+
+    def send(self, verb: str, body: Mapping[str, Any] | None = None) -> str:
+        """Send a request without waiting for its reply: its id (the reply: `receive`)."""
+        return self._loop.run(self._async.send(verb, body))
+
+    def send_raw(self, frame: bytes) -> None:
+        """Put bytes on the wire as they are (tests of malformed input)."""
+        self._loop.run(self._async.send_raw(frame))
+
+    def receive(self, timeout: float) -> dict[str, Any] | None:
+        """The next message that answers no call of this client, or None after `timeout` seconds."""
+        return self._loop.run(self._async.receive(timeout))
 
     def events(self, *, idle_timeout: float | None = None) -> Iterator[Event]:
         """The runtime's events as they happen (the telemetry PUB socket).

@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 
-from krex_runtime.api.sync import Client
+from krex_runtime.api import Client, RequestFailed, RuntimeUnavailable
 from krex_runtime.cli import cancel, external
 from krex_runtime.cli.parser import build_parser
 from krex_runtime.cli.subcommands import (
@@ -34,7 +34,6 @@ from krex_runtime.cli.subcommands import (
     verb_command,
 )
 from krex_runtime.wire import protocol
-from krex_runtime.wire.control_client import RequestFailed, RuntimeUnavailable, how_to_start
 from krex_runtime.wire.protocol import EXIT_SIGNAL_BASE
 
 __all__ = ["main", "version"]
@@ -114,7 +113,8 @@ def _external(name: str, args: list[str], options: argparse.Namespace) -> int:
 def subcommand_parser(parser: argparse.ArgumentParser, verb: str) -> argparse.ArgumentParser:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction) and verb in action.choices:
-            return action.choices[verb]
+            found: argparse.ArgumentParser = action.choices[verb]
+            return found
     return parser
 
 
@@ -136,3 +136,16 @@ def _with_runtime(args: argparse.Namespace) -> int:
         return fail(args, "unavailable", f"{exc}; {how_to_start()}")
     except (RequestFailed, protocol.ProtocolError) as exc:  # ProtocolError: a reply that is not one
         return fail(args, exc.code, exc.reason, show_code=True)
+
+
+def how_to_start() -> str:
+    """A command that starts a runtime here as written. Root must say in a
+    config file who tenants run as (docs/configuration.md, [tenants])."""
+    run_dir = os.environ.get("KREX_RUN_DIR")
+    where = f" --run-dir {run_dir}" if run_dir else ""
+    if os.geteuid() == 0:
+        return (
+            f"start one with `krex-runtime --config FILE{where}` (add `--sim 2` without GPUs), FILE the output of "
+            f"`krex config default` with [tenants] user = \"NAME\" (or allow_root = true)"
+        )
+    return f"start one with `krex-runtime{where}` (this node's GPUs) or `krex-runtime --sim 2{where}` (simulated GPUs)"

@@ -15,10 +15,10 @@ import argparse
 import sys
 from typing import Any
 
+from krex_runtime.api import RequestFailed
 from krex_runtime.api.sync import Client
 from krex_runtime.cli.subcommands import UsageError, emit_json, fail, replied
 from krex_runtime.wire import history, verbs
-from krex_runtime.wire.control_client import RequestFailed
 from krex_runtime.wire.printable import printable
 from krex_runtime.wire.protocol import EXIT_KREX_ERROR
 

@@ -18,10 +18,10 @@ from typing import Any
 
 from rich.console import Console
 
+from krex_runtime.api import RequestFailed
 from krex_runtime.api.results import Result, malformed
 from krex_runtime.api.sync import Client, Handle
 from krex_runtime.wire import verbs
-from krex_runtime.wire.control_client import RequestFailed
 from krex_runtime.wire.printable import printable
 from krex_runtime.wire.protocol import EXIT_KREX_ERROR
 from krex_runtime.wire.typed import ShapeError
@@ -62,7 +62,7 @@ def command_argv(args: argparse.Namespace) -> list[str]:
     argv = args.argv[1:] if args.argv and args.argv[0] == "--" else args.argv
     if not argv:
         raise UsageError(f"no command given (krex {args.verb} -- CMD ARGS...)")
-    return argv
+    return [str(arg) for arg in argv]
 
 
 def check_usage(args: argparse.Namespace) -> None:

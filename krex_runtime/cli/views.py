@@ -37,7 +37,7 @@ def fitted_table(headers: list[tuple[str, str]], rows: list[list[str]], width: i
         for r in rows:
             if len(r[flex]) > widths[flex]:
                 r[flex] = r[flex][: widths[flex] - 1] + "…"
-    for (name, justify), w in zip(headers, widths):
+    for (name, justify), w in zip(headers, widths, strict=True):
         table.add_column(name, justify=justify, no_wrap=True, min_width=w)  # type: ignore[arg-type]
     for r in rows:
         table.add_row(*(Text(cell) for cell in r))

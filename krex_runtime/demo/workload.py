@@ -17,7 +17,7 @@ import random
 import sys
 import threading
 
-from krex_runtime.wire.control_client import ControlClient, RequestFailed, RuntimeUnavailable
+from krex_runtime.api import Client, RequestFailed, RuntimeUnavailable
 
 CHECK_S, TIME_S = 0.15, 0.1  # GPU seconds per candidate: its correctness check, its timing loop
 
@@ -28,7 +28,7 @@ def _count(seconds: float, kernel_us: float) -> int:
 
 def worker(n: int, args: argparse.Namespace, stop: threading.Event, done: list[int]) -> None:
     rng = random.Random(n)
-    with ControlClient(timeout_s=10) as client:
+    with Client(timeout=10) as client:
         while not stop.is_set():
             if args.count and len(done) >= args.count:
                 return
@@ -45,7 +45,7 @@ def worker(n: int, args: argparse.Namespace, stop: threading.Event, done: list[i
             ]
             try:
                 reply = client.call("submit", {"argv": argv, "label": f"cand-{n}-{len(done)}", "timeout_s": 120})
-                result = client.call("wait", {"id": reply["id"], "attach": False}, timeout_s=600)
+                result = client.call("wait", {"id": reply["id"], "attach": False}, timeout=600)
             except (RequestFailed, RuntimeUnavailable) as exc:
                 print(f"workload: {exc}", file=sys.stderr, flush=True)
                 stop.wait(1.0)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from krex_runtime.wire.control_client import ControlClient
+from krex_runtime.api import Client
 
 BIN = Path(sys.executable).parent
 _MODULES = {"krex": "krex_runtime.cli", "krex-runtime": "krex_runtime.main"}
@@ -203,8 +203,8 @@ sample_interval_s = 0.5
                     raise AssertionError(f"the context pool was not warm after {timeout_s:.0f} s: {[g['pool'] for g in gpus]}")
                 time.sleep(0.2)
 
-    def client(self, timeout_s: float = 10.0) -> ControlClient:
-        return ControlClient(f"ipc://{self.run_dir / 'control.sock'}", timeout_s=timeout_s)
+    def client(self, timeout_s: float = 10.0) -> Client:
+        return Client(f"ipc://{self.run_dir / 'control.sock'}", timeout=timeout_s)
 
     def krex(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -9,7 +9,8 @@ RUNTIME_MODULES = [
     "krex_runtime.main",
     "krex_runtime.cli",
     "krex_runtime.service.runtime",
-    "krex_runtime.wire.control_client",
+    "krex_runtime.api",
+    "krex_runtime.transport",
 ]
 
 

@@ -19,11 +19,11 @@ import pytest
 ray = pytest.importorskip("ray", reason="the cluster tests need the `cluster` extra (ray)")
 
 from krex_cluster.testing import KrexCluster, results_by_label, wait_for  # noqa: E402
+from krex_runtime.api import Client, RequestFailed, RuntimeUnavailable  # noqa: E402
 from krex_runtime.api.results import Command  # noqa: E402
 from krex_runtime.regions.certificate import RANK  # noqa: E402
 from krex_runtime.sim.device_file import remove_device  # noqa: E402
 from krex_runtime.testing import hygiene  # noqa: E402
-from krex_runtime.wire.control_client import ControlClient, RequestFailed, RuntimeUnavailable  # noqa: E402
 
 pytestmark = pytest.mark.cluster
 
@@ -69,7 +69,7 @@ def test_hello_and_status_speak_for_the_cluster(cluster: KrexCluster) -> None:
 
 
 def test_malformed_and_unsupported_requests_get_the_protocol_errors(cluster: KrexCluster) -> None:
-    conn = ControlClient(cluster.endpoint, timeout_s=10)
+    conn = Client(cluster.endpoint, timeout=10)
     try:
         for frame, code in (
             (b"not json", "bad_message"),
@@ -160,7 +160,7 @@ def test_operators_steer_a_node_and_tenants_are_refused(cluster: KrexCluster) ->
         snapshot = c.call("snapshot", {"node": "n2"})
     assert set(snapshot) == {"seq", "state"} and len(snapshot["state"]["gpus"]) == 2
     probe = (
-        "import sys; from krex_runtime.api import Client; from krex_runtime.wire.control_client import RequestFailed\n"
+        "import sys; from krex_runtime.api import Client; from krex_runtime.api import RequestFailed\n"
         "c = Client(sys.argv[1])\n"
         "for verb, body in (('pause', {'node': 'n1'}), ('lease', {'node': 'n1', 'gpu': 0}), ('submit', {'argv': ['true']})):\n"
         "    try:\n"

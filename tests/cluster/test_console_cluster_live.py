@@ -24,10 +24,10 @@ except ImportError:  # (its earlier place, beside the cluster's tests)
     import cluster_helpers  # type: ignore[no-redef]
 from console_helpers import rendered, run_async, screen_text, shown_actions, wait_for
 
-from krex_console.cluster_app import ClusterConsole
+from krex_console.cluster.console import ClusterConsole
+from krex_console.cluster.nodes import NodesTable
 from krex_console.dialogs import ConfirmDialog
 from krex_console.feed import FeedStatus
-from krex_console.views.nodes import NodesTable
 from krex_console.views.table_sync import select_key
 from krex_runtime.testing.local_runtime import Runtime
 
@@ -153,11 +153,12 @@ async def test_a_dead_node_shows_why_and_comes_back(cluster: Any) -> None:
 
 
 TENANT = """
+import asyncio
 import sys
 from krex_console import actions
 from krex_runtime.wire import verbs
 plan = actions.on_node(actions.plan(verbs.PAUSE, "Pause admission on", "GPU 0", {"gpu": 0}), sys.argv[2])
-print(actions.perform(sys.argv[1], plan).message)
+print(asyncio.run(actions.perform(sys.argv[1], plan)).message)
 """
 
 

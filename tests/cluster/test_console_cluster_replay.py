@@ -16,12 +16,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "console"))
 from console_helpers import check_snapshot, rendered, run_async, settled_screen, shown_actions, wait_for
 from test_trace_cluster import shifted_copy
 
-from krex_console.cluster_app import ClusterConsole
-from krex_console.cluster_feed import ClusterReplayFeed
+from krex_console.cluster.console import ClusterConsole
+from krex_console.cluster.nodes import NodesTable
+from krex_console.cluster.nodes_feed import ClusterReplayFeed
 from krex_console.dialogs import ConfirmDialog
 from krex_console.main import build_parser, make_app
 from krex_console.views.gpu_detail import GpuDetailScreen
-from krex_console.views.nodes import NodesTable
 from krex_console.views.overview import OverviewTable
 from krex_console.views.table_sync import select_key
 from krex_runtime.wire import state as node_state
@@ -173,8 +173,8 @@ def test_a_gateway_row_becomes_a_node_summary() -> None:
     """A row of the gateway's status (CLUSTER-CONTRACT.md): the node's own
     status body gives holders, queues, slots (its canary takes none) and the
     canary's inflation; a dead node's row has no status and reads n/a."""
-    from krex_console import cluster_model as cm
-    from krex_console.views.nodes import node_row
+    from krex_console.cluster import node_summary as cm
+    from krex_console.cluster.nodes import node_row
 
     status = {
         "policy": "krex", "queued": 3, "paused": False,

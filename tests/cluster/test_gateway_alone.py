@@ -16,9 +16,8 @@ pytest.importorskip("ray", reason="the gateway needs the `cluster` extra (ray)")
 
 from krex_cluster.config import ClusterConfig, GatewaySection, validate
 from krex_cluster.gateway import Gateway
-from krex_runtime.api import Client
+from krex_runtime.api import Client, RequestFailed, RuntimeUnavailable
 from krex_runtime.service.curve import create_key_pair
-from krex_runtime.wire.control_client import ControlClient, CurveKeys, RequestFailed, RuntimeUnavailable
 
 
 def free_port() -> int:
@@ -62,8 +61,8 @@ def test_tcp_is_served_with_curve_only(tmp_path: Path) -> None:
             with pytest.raises(RequestFailed) as err:  # an operator: not forbidden, but no node can take it
                 c.call("pause", {"node": "n1"})
             refused = err.value.code
-        # Refused at the handshake: the client says so at once (control_client.HandshakeWatch).
-        stranger = ControlClient(endpoint, timeout_s=2, keys=CurveKeys(str(stranger_secret), str(keys / "gateway.key")))
+        # Refused at the handshake: the client says so at once (transport/handshake.py).
+        stranger = Client(endpoint, timeout=2, curve_client_key=stranger_secret, curve_server_key=keys / "gateway.key")
         try:
             with pytest.raises(RuntimeUnavailable) as unknown:
                 stranger.call("hello")
@@ -101,7 +100,7 @@ def test_a_client_with_too_many_requests_being_answered_is_told_busy(tmp_path: P
     gateway = Gateway(config)
 
     def probe() -> list[str]:
-        conn = ControlClient(gateway.listen, timeout_s=5)
+        conn = Client(gateway.listen, timeout=5)
         try:
             cid = conn.call("submit", {"argv": ["true"]})["id"]  # held: its node was never seen
             for _ in range(3):

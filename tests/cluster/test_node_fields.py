@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
-from krex_runtime.api import Client
+from krex_runtime.api import Client, RequestFailed
 from krex_runtime.testing.local_runtime import Runtime
-from krex_runtime.wire.control_client import RequestFailed
 
 
 @pytest.fixture

@@ -54,10 +54,10 @@ def test_node_traces_from_real_runtimes_merge_by_time(make_runtime, tmp_path: Pa
     with a.client(timeout_s=30) as c:
         ids = [c.call("submit", {"argv": ["sh", "-c", f"exit {code}"], "label": f"a{code}"})["id"] for code in (0, 3)]
         for cid in ids:
-            c.call("wait", {"id": cid, "attach": False}, timeout_s=30)
+            c.call("wait", {"id": cid, "attach": False}, timeout=30)
     with b.client(timeout_s=30) as c:
         cid = c.call("submit", {"argv": ["true"], "label": "b0"})["id"]
-        c.call("wait", {"id": cid, "attach": False}, timeout_s=30)
+        c.call("wait", {"id": cid, "attach": False}, timeout=30)
         c.call("pause", {"gpu": 0})
         c.call("resume", {"gpu": 0})
     assert b.stop() == 0
@@ -65,7 +65,7 @@ def test_node_traces_from_real_runtimes_merge_by_time(make_runtime, tmp_path: Pa
     wait_until(lambda: b.trace_path.with_name("trace.jsonl.1").exists(), 10, "b's first run as a segment")
     with b.client(timeout_s=30) as c:
         cid = c.call("submit", {"argv": ["true"], "label": "b1"})["id"]
-        c.call("wait", {"id": cid, "attach": False}, timeout_s=30)
+        c.call("wait", {"id": cid, "attach": False}, timeout=30)
     assert a.stop() == 0 and b.stop() == 0
 
     directory = collect({"node-a": a.trace_path, "node-b": b.trace_path}, tmp_path / "cluster")
@@ -140,7 +140,8 @@ def test_two_traces_of_one_node(tmp_path: Path, capsys: pytest.CaptureFixture[st
     shifted_copy(tmp_path / "node-a" / "trace.jsonl", 0.5, 1002)  # the same name in the other layout
     message = one_line_error(tmp_path)
     assert message == f"{tmp_path}: two traces claim node 'node-a': node-a/trace.jsonl and node-a.jsonl (keep one)"
-    assert isinstance(pytest.raises(ClusterTraceError, read_cluster_trace, tmp_path).value, ClusterTraceError)
+    with pytest.raises(ClusterTraceError):
+        read_cluster_trace(tmp_path)
 
     other = tmp_path / "copied"
     shifted_copy(other / "node-a.jsonl", 0.0, 1001)
@@ -166,6 +167,6 @@ def test_collect_refuses_names_that_are_not_file_names(tmp_path: Path) -> None:
 def test_the_cluster_trace_needs_no_ray() -> None:
     """Reading, summarising and replaying a cluster trace (and the console's
     cluster views) import no Ray: they run where the cluster layer is not installed."""
-    code = ("import sys, krex_cluster.trace, krex_runtime.cli, krex_console.main, krex_console.cluster_app; "
+    code = ("import sys, krex_cluster.trace, krex_runtime.cli, krex_console.main, krex_console.cluster.console; "
             "sys.exit('ray' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

@@ -124,6 +124,6 @@ def test_many_forks_at_once_with_large_environments(make_runtime) -> None:
             body = {"argv": [PY, "-c", code], "mode": "forked", "cwd": "/", "env": env}
             ids.append((i, c.call("submit", body)["id"]))
         for i, command_id in ids:
-            result = c.call("wait", {"id": command_id, "attach": False}, timeout_s=120)
+            result = c.call("wait", {"id": command_id, "attach": False}, timeout=120)
             assert result["exit_code"] == 0, (result["reason"], result)
             assert Path(result["stdout_path"]).read_text() == f"{len(str(i) * (3000 + 997 * i))} {str(i)[0]}\n"

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from runtime_helpers import tenant_processes
 
+from krex_runtime.api import Client, RequestFailed
 from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import Runtime, wait_until
-from krex_runtime.wire.control_client import ControlClient, RequestFailed
 from krex_runtime.wire.trace import read_trace
 
 PY = sys.executable
@@ -190,10 +190,10 @@ def test_five_hundred_commands_keep_the_pool_whole_and_clean(make_runtime, scrip
         kind = kind_of(i)
         argv, timeout, expected = expectation(kind, i, scripts)
         if not hasattr(local, "client"):
-            local.client = ControlClient(f"ipc://{rt.run_dir / 'control.sock'}", timeout_s=60)
+            local.client = Client(f"ipc://{rt.run_dir / 'control.sock'}", timeout=60)
         body = {"argv": argv, "mode": mode, "cwd": str(scripts), "env": dict(os.environ), "timeout_s": timeout}
         command_id = local.client.call("submit", body)["id"]
-        result = local.client.call("wait", {"id": command_id, "attach": False}, timeout_s=120)
+        result = local.client.call("wait", {"id": command_id, "attach": False}, timeout=120)
         return i, kind, result, expected
 
     with ThreadPoolExecutor(max_workers=6) as workers:
@@ -326,7 +326,7 @@ def test_recycle_now_fails_the_busy_command(make_runtime, scripts: Path, tmp_pat
 
 def test_recycle_is_refused_on_the_read_only_socket(make_runtime) -> None:
     rt = pooled_runtime(make_runtime, pool={"size": 1})
-    with ControlClient(f"ipc://{rt.run_dir / 'control-ro.sock'}") as c, pytest.raises(RequestFailed) as err:
+    with Client(f"ipc://{rt.run_dir / 'control-ro.sock'}") as c, pytest.raises(RequestFailed) as err:
         c.call("recycle", {"gpu": 0})
     assert err.value.code == "refused"
 

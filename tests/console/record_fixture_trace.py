@@ -39,7 +39,7 @@ def record(root: Path) -> Path:
             time.sleep(0.4)
             c.call("release", {"gpu": 1})
             for cid in ids:
-                c.call("wait", {"id": cid, "attach": False}, timeout_s=60)
+                c.call("wait", {"id": cid, "attach": False}, timeout=60)
             c.call("cancel", {"id": sleeper})
             wait_until(lambda: rt.krex("status", "--json").returncode == 0, 10)
             time.sleep(0.3)

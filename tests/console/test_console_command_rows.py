@@ -103,7 +103,7 @@ class SnapshotClient:
     def __init__(self, runtime: SimulatedRuntime) -> None:
         self.runtime = runtime
 
-    def call(self, verb: str, body: Any = None, timeout_s: float | None = None) -> dict[str, Any]:
+    async def call(self, verb: str, body: Any = None, timeout: float | None = None) -> dict[str, Any]:  # noqa: ASYNC109 (AsyncClient.call's)
         assert verb == "snapshot", verb
         return self.runtime.snapshot()
 

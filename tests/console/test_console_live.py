@@ -150,7 +150,7 @@ async def _views(rt: Runtime) -> None:
         await pilot.press("1")
         await rendered(pilot)
         assert "recycle" not in shown_actions(app) and "lease" in shown_actions(app)
-        outcome = actions.perform(app.control_endpoint, actions.recycle(app.model.state.gpus[0]))
+        outcome = await actions.perform(app.control_endpoint, actions.recycle(app.model.state.gpus[0]))
         assert not outcome.ok and outcome.code == "refused"
         assert f"`refused`: {outcome.reason}" in (REPO / "docs" / "console.md").read_text()
 
@@ -309,7 +309,7 @@ async def _read_only(rt: Runtime) -> None:
             app.live.control = f"ipc://{rt.run_dir / 'control-ro.sock'}"
             app.control_endpoint = app.live.control
         async with app.run_test(size=(120, 40)) as pilot:
-            await wait_for(pilot, lambda: app.status == FeedStatus.LIVE and app.model.state.gpus and app.read_only)
+            await wait_for(pilot, lambda app=app: app.status == FeedStatus.LIVE and app.model.state.gpus and app.read_only)
             await rendered(pilot)
             assert "READ-ONLY" in screen_text(app)
             assert not shown_actions(app) & actions.CHANGING_ACTIONS
@@ -330,9 +330,9 @@ async def _read_only(rt: Runtime) -> None:
     gpu0, cmd = state.gpus[0], state.commands[sleeper]
     read_only = f"ipc://{rt.run_dir / 'control-ro.sock'}"
     for plan in (actions.lease(gpu0), actions.release(gpu0), actions.toggle_admission(gpu0), actions.kill(cmd)):
-        outcome = actions.perform(read_only, plan)
+        outcome = await actions.perform(read_only, plan)
         assert not outcome.ok and outcome.code == "refused", outcome
-    assert not actions.perform(read_only, actions.recycle(gpu0)).ok
+    assert not (await actions.perform(read_only, actions.recycle(gpu0))).ok
     after = runtime_state(rt)
     assert after.commands[sleeper].state == "running" and not after.gpus[0].paused
     assert after.gpus[0].region_holder is None

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from krex_runtime.wire.control_client import RequestFailed
+from krex_runtime.api import RequestFailed
 
 
 def _refusal(rt: Any, verb: str, body: dict[str, Any]) -> RequestFailed:
@@ -34,7 +34,7 @@ def test_a_submit_naming_gpus_the_node_lacks_is_a_bad_request(make_runtime: Any)
     # One GPU named in `gpus` is that GPU, as `gpu` names it.
     with rt.client() as c:
         command_id = c.call("submit", {"argv": ["true"], "gpus": [1]})["id"]
-        done = c.call("wait", {"id": command_id, "attach": False}, timeout_s=60)
+        done = c.call("wait", {"id": command_id, "attach": False}, timeout=60)
         assert done.get("gpu") == 1, done
 
 
@@ -42,7 +42,7 @@ def test_logs_from_an_offset_past_any_file_is_a_bad_request(make_runtime: Any) -
     rt = make_runtime(sim=1)
     with rt.client() as c:
         command_id = c.call("submit", {"argv": ["echo", "hello"]})["id"]
-        c.call("wait", {"id": command_id, "attach": False}, timeout_s=60)
+        c.call("wait", {"id": command_id, "attach": False}, timeout=60)
     for offsets in ({"stdout": 10**20}, {"stdout": -1}, {"stderr": 2**63}):
         refused = _refusal(rt, "logs", {"id": command_id, "offsets": offsets})
         assert refused.code == "bad_request", (offsets, refused.code, refused.reason)

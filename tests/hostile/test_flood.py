@@ -129,7 +129,7 @@ def test_requests_past_the_bounds_are_refused_busy_at_once(make_runtime: Any) ->
     peers = [ctx.socket(zmq.DEALER) for _ in range(2)]
     try:
         replies: list[list[dict[str, Any]]] = []
-        for sock, refused in zip(peers, (1, 3)):
+        for sock, refused in zip(peers, (1, 3), strict=True):
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.RCVTIMEO, 30_000)
             sock.connect(endpoints.control_read_only(rt.run_dir))
@@ -182,7 +182,7 @@ else:
 
 
 def test_a_client_that_did_not_read_hears_what_was_dropped_and_still_gets_its_result(make_runtime: Any) -> None:
-    from krex_runtime.wire.control_client import ControlClient
+    from krex_runtime.api import Client
 
     rt = make_runtime(sim=1, runtime_extra="reply_queue = 16")
     endpoint = f"ipc://{rt.run_dir / 'control.sock'}"
@@ -192,7 +192,7 @@ def test_a_client_that_did_not_read_hears_what_was_dropped_and_still_gets_its_re
         try:
             command_id = child.stdout.readline().strip()
             child.send_signal(signal.SIGSTOP)
-            with ControlClient(endpoint, timeout_s=120) as other:
+            with Client(endpoint, timeout=120) as other:
                 other.call("wait", {"id": command_id, "attach": False})  # answers once it has ended
             child.send_signal(signal.SIGCONT)
             out, err = child.communicate(timeout=120)

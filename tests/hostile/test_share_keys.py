@@ -26,9 +26,10 @@ from typing import Any
 import pytest
 from runtime_helpers import PY, TENANTS, regions_config, trace_events, wait_ready
 
+from krex_runtime.api import Client
 from krex_runtime.service.curve import create_key_pair
 from krex_runtime.testing.local_runtime import Runtime, wait_until
-from krex_runtime.wire.control_client import CLIENT_KEY_ENV, SERVER_KEY_ENV, ControlClient
+from krex_runtime.transport.keys import CLIENT_KEY_ENV, SERVER_KEY_ENV
 from krex_runtime.wire.trace import read_trace
 
 GAMER, STEADY = 62300, 62301  # submitters' uids, no account: their share keys are "uid62300"...
@@ -56,7 +57,7 @@ def submit_as(uid: int, rt: Runtime, argv: list[str], share: str = "") -> str:
             os.setgroups([grp.getgrnam(GROUP).gr_gid])
             os.setgid(uid)
             os.setuid(uid)
-            with ControlClient(f"ipc://{rt.run_dir}/control.sock", timeout_s=10) as c:
+            with Client(f"ipc://{rt.run_dir}/control.sock", timeout=10) as c:
                 result = {"id": c.call("submit", {"argv": argv, "cwd": "/", "share": share})["id"]}
         except BaseException as exc:
             result = {"error": f"{type(exc).__name__}: {exc}"}
@@ -130,7 +131,7 @@ def test_a_tcp_client_submits_as_its_keys_name(make_runtime: Any, tmp_path: Path
         f'control_tcp = "{control}"\ncurve_server_key = "{server_secret}"\ncurve_clients = "{clients}"'))
     monkeypatch.setenv(SERVER_KEY_ENV, str(server_public))
     monkeypatch.setenv(CLIENT_KEY_ENV, str(agent_secret))
-    with ControlClient(control, timeout_s=10) as c:
+    with Client(control, timeout=10) as c:
         named = c.call("submit", {"argv": ["true"], "share": "root"})["id"]
         plain = c.call("submit", {"argv": ["true"]})["id"]
     for command_id in (named, plain):

@@ -27,12 +27,12 @@ from typing import Any
 
 import pytest
 
+from krex_runtime.api import Client, RequestFailed
 from krex_runtime.host.identities import Identities, processes_of
 from krex_runtime.regions import gate_layout
 from krex_runtime.regions.gate import Gate
 from krex_runtime.sim.device_file import device_path
 from krex_runtime.testing.local_runtime import Runtime, command, wait_until
-from krex_runtime.wire.control_client import ControlClient, RequestFailed
 
 FIRST_UID, UIDS, GROUP = 61000, 8, 60999
 PYTHON = "/usr/bin/python3"  # the runtime's own Python may sit where other uids cannot reach
@@ -150,7 +150,7 @@ def test_tenants_with_their_own_uids_cannot_reach_each_other(open_root: Path, ma
         assert c.call("status")["gpus"][0]["running"] == [victim_id]  # the victim was neither stopped nor killed
 
     # Its output streams to operators and its submitter, not to another local user.
-    with ControlClient(f"ipc://{rt.run_dir}/control-ro.sock", timeout_s=10) as c:
+    with Client(f"ipc://{rt.run_dir}/control-ro.sock", timeout=10) as c:
         assert c.call("wait", {"id": victim_id, "attach": True})["id"] == victim_id  # root: an operator
     stranger = _as_uid(FIRST_UID + UIDS + 5, lambda: _try_wait(rt.run_dir, victim_id))
     assert stranger.startswith("forbidden: the output of ") and "streams only to its submitter" in stranger
@@ -163,7 +163,7 @@ def test_tenants_with_their_own_uids_cannot_reach_each_other(open_root: Path, ma
 
 def _try_wait(run_dir: Path, command_id: str) -> str:
     try:
-        with ControlClient(f"ipc://{run_dir}/control-ro.sock", timeout_s=10) as c:
+        with Client(f"ipc://{run_dir}/control-ro.sock", timeout=10) as c:
             c.call("wait", {"id": command_id, "attach": True})
     except RequestFailed as exc:
         return f"{exc.code}: {exc}"

@@ -27,19 +27,12 @@ import zmq
 from runtime_helpers import REPO
 
 from krex_console.feed import FeedStatus, LiveFeed
-from krex_runtime.api import AsyncClient, Client
+from krex_runtime.api import AsyncClient, Client, RequestFailed, RuntimeUnavailable
 from krex_runtime.node import access
 from krex_runtime.node.config import Config, RuntimeSection
 from krex_runtime.testing.local_runtime import Runtime, command, wait_until
+from krex_runtime.transport.keys import CLIENT_KEY_ENV, SERVER_KEY_ENV, use_curve
 from krex_runtime.wire import endpoints, protocol
-from krex_runtime.wire.control_client import (
-    CLIENT_KEY_ENV,
-    SERVER_KEY_ENV,
-    ControlClient,
-    RequestFailed,
-    RuntimeUnavailable,
-    use_curve,
-)
 from krex_runtime.wire.trace import read_trace
 
 KREX = command("krex")
@@ -154,7 +147,7 @@ def call(endpoint: str, type_: str, body: dict[str, Any] | None = None) -> Calla
 
     def attempt() -> str:
         try:
-            with ControlClient(endpoint, timeout_s=10) as client:
+            with Client(endpoint, timeout=10) as client:
                 client.call(type_, body)
         except RequestFailed as exc:
             return exc.code
@@ -265,7 +258,7 @@ def test_tcp_admits_only_authorized_curve_keys(make_runtime: Any, tmp_path: Path
     monkeypatch.setenv(SERVER_KEY_ENV, str(server_public))
 
     monkeypatch.setenv(CLIENT_KEY_ENV, str(agent_secret))
-    with ControlClient(control, timeout_s=10) as client:
+    with Client(control, timeout=10) as client:
         assert client.call("hello")["read_only"] is False
         client.call("pause")
         assert client.call("status")["paused"] is True
@@ -283,10 +276,9 @@ def test_tcp_admits_only_authorized_curve_keys(make_runtime: Any, tmp_path: Path
     assert asyncio.run(console_feed_status(control, telemetry)) == FeedStatus.LIVE
 
     monkeypatch.setenv(CLIENT_KEY_ENV, str(intruder_secret))
-    with ControlClient(control) as client:
-        with pytest.raises(RuntimeUnavailable, match="refused this client's CURVE key"):
-            client.send("hello")  # told here already where the handshake has failed by then,
-            client.receive(30.0)  # else not answered, and told why at once
+    with Client(control) as client, pytest.raises(RuntimeUnavailable, match="refused this client's CURVE key"):
+        client.send("hello")  # told here already where the handshake has failed by then,
+        client.receive(30.0)  # else not answered, and told why at once
     # The API clients too: they used to wait forever in a send with no connection left.
     refused = "refused this client's CURVE key"
     with pytest.raises(RuntimeUnavailable, match=refused), Client(control, timeout=30) as api:
@@ -295,7 +287,7 @@ def test_tcp_admits_only_authorized_curve_keys(make_runtime: Any, tmp_path: Path
         api.submit(["true"]).wait(timeout=60)
     assert asyncio.run(async_status(control)) == refused
     wrong_server = {"curve_client_key": agent_secret, "curve_server_key": agent_public}
-    with pytest.raises(RuntimeUnavailable, match="handshake .* failed"), Client(control, timeout=30, **wrong_server) as api:
+    with pytest.raises(RuntimeUnavailable, match=r"handshake .* failed"), Client(control, timeout=30, **wrong_server) as api:
         api.status()
     plain = zmq.Context.instance().socket(zmq.DEALER)
     try:
@@ -306,7 +298,7 @@ def test_tcp_admits_only_authorized_curve_keys(make_runtime: Any, tmp_path: Path
         plain.close(linger=0)
     monkeypatch.delenv(CLIENT_KEY_ENV)
     with pytest.raises(RuntimeUnavailable, match=CLIENT_KEY_ENV):
-        ControlClient(control)
+        Client(control)
     done = rt.krex("--curve-client-key", str(agent_secret), "--endpoint", control, "status", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["paused"] is False
@@ -451,8 +443,8 @@ def test_a_pooled_command_is_refused_changes(make_runtime: Any, tmp_path: Path) 
     script = tmp_path / "pause.py"
     script.write_text(
         "import os\n"
-        "from krex_runtime.wire.control_client import ControlClient, RequestFailed\n"
-        "with ControlClient(f\"ipc://{os.environ['KREX_RUN_DIR']}/control.sock\") as c:\n"
+        "from krex_runtime.api import Client, RequestFailed\n"
+        "with Client(f\"ipc://{os.environ['KREX_RUN_DIR']}/control.sock\") as c:\n"
         "    print(c.call('status')['paused'])\n"
         "    try:\n"
         "        c.call('pause')\n"

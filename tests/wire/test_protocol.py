@@ -7,12 +7,12 @@ import random
 
 import pytest
 
+from krex_runtime.api import Client
 from krex_runtime.testing.local_runtime import Runtime
 from krex_runtime.wire import protocol
-from krex_runtime.wire.control_client import ControlClient
 
 
-def _reply_to_raw(client: ControlClient, frame: bytes) -> dict:
+def _reply_to_raw(client: Client, frame: bytes) -> dict:
     client.send_raw(frame)
     msg = client.receive(10.0)
     assert msg is not None, f"no reply to {frame[:60]!r}"
@@ -110,7 +110,7 @@ def test_multiframe_and_empty_messages_are_ignored_safely(runtime: Runtime) -> N
 
 
 def test_read_only_socket_refuses_changes(runtime: Runtime) -> None:
-    with ControlClient(f"ipc://{runtime.run_dir / 'control-ro.sock'}") as client:
+    with Client(f"ipc://{runtime.run_dir / 'control-ro.sock'}") as client:
         assert client.call("hello")["read_only"] is True
         assert client.call("status")["gpus"]
         for type_, body in (("submit", {"argv": ["true"]}), ("pause", {}), ("cancel", {"id": "x"})):

@@ -17,7 +17,7 @@ from typing import Any
 
 from krex_console import format as fmt
 from krex_console.model import CANARY_LABEL, OPERATOR_TENANT, holder_short, inflation_of, tenants_of
-from krex_runtime.wire.state import NodeState
+from krex_runtime.wire.model import NodeState
 
 
 @dataclass(frozen=True)
@@ -79,13 +79,13 @@ def from_status_row(row: Mapping[str, Any]) -> NodeSummary:
     gpus: tuple[GpuLine, ...] | None = None
     if status is not None:
         commands = {c.get("id"): c for c in status.get("commands") or () if isinstance(c, dict)}
-        lines = []
+        lines: list[GpuLine] = []
         for g in status.get("gpus") or ():
             if not isinstance(g, dict):
                 continue
             running = [cid for cid in g.get("running") or ()]
             canaries = sum(1 for cid in running if _is_canary_record(commands.get(cid)))
-            canary = g.get("canary") if isinstance(g.get("canary"), dict) else {}
+            canary: dict[str, Any] = g["canary"] if isinstance(g.get("canary"), dict) else {}
             if fmt.number(canary.get("inside_p50")) is None and isinstance(g.get("estimate"), dict):
                 canary = g["estimate"]  # no canary: the regions' own estimate (model.inflation_of)
             lines.append(GpuLine(
@@ -97,7 +97,7 @@ def from_status_row(row: Mapping[str, Any]) -> NodeSummary:
                 name=str(g.get("name") or ""),
             ))
         gpus = tuple(lines)
-    labels = row.get("labels") if isinstance(row.get("labels"), dict) else {}
+    labels: Mapping[str, Any] = row["labels"] if isinstance(row.get("labels"), dict) else {}
     return NodeSummary(
         name=str(row.get("name", "?")), alive=bool(row.get("alive")), reason=str(row.get("reason") or ""),
         since=fmt.number(row.get("since")), labels={str(k): str(v) for k, v in labels.items()},

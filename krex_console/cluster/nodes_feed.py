@@ -8,7 +8,8 @@ joins, dies or comes back. The feed asks for `status` once a second (one
 request out at a time, so a slow gateway costs one request, never a pile)
 and applies each `cluster` message as it comes, so a death shows at once;
 it posts at most one `NodesChanged` every 0.2 s. A node's own views are fed
-by a `LiveFeed` with that node (feed.py), which the app starts on drill-in.
+by a `LiveFeed` with that node (krex_console/feed.py), which the app starts
+on drill-in.
 
 Replay (`ClusterReplayFeed`): one `ReplayFeed` per node trace, all moved to
 the same clock, so every node's state is its reducer's at that moment; a
@@ -22,27 +23,20 @@ import json
 import time
 from typing import Any
 
-import zmq
-import zmq.asyncio
 from textual.message import Message
 
-from krex_console import cluster_model
-from krex_console.cluster_model import NodeSummary
-from krex_console.feed import FeedStatus, Post, ReplayFeed, StateChanged, in_daemon_thread
+from krex_console.cluster import node_summary
+from krex_console.cluster.node_summary import NodeSummary
+from krex_console.feed import HELLO, FeedStatus, Post, ReplayFeed, StateChanged
+from krex_runtime.api import AsyncClient, RequestFailed
+from krex_runtime.transport import Subscription
+from krex_runtime.transport.reconnect import keep_connected
 from krex_runtime.wire.cluster_trace import ClusterTrace
-from krex_runtime.wire.control_client import (
-    ControlClient,
-    RequestFailed,
-    RuntimeUnavailable,
-    check_reachable,
-    use_curve,
-)
 from krex_runtime.wire.trace import Trace
 
 TOPIC_CLUSTER = b"cluster"
 STATUS_EVERY_S = 1.0
 POST_EVERY_S = 0.2
-RECONNECT_EVERY_S = 1.0
 # A node trace silent this long before the replay clock (and without a
 # runtime_stopped) reads as a node gone: its runtime published telemetry
 # every few tenths of a second while it was up.
@@ -80,23 +74,17 @@ class ClusterFeed:
         self.hello: dict[str, Any] = {}
         self.polls = 0
         self.last_message_mono = time.monotonic()
-        self._ctx = zmq.asyncio.Context.instance()
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self._session()
-            except (RuntimeUnavailable, RequestFailed, zmq.ZMQError, OSError, ValueError) as exc:
-                self.status, self.detail = FeedStatus.DISCONNECTED, str(exc)
-                self._post()
-            await asyncio.sleep(RECONNECT_EVERY_S)
+        await keep_connected(self._session, self._lost, also=(RequestFailed, ValueError))
+
+    def _lost(self, exc: Exception) -> None:
+        self.status, self.detail = FeedStatus.DISCONNECTED, str(exc)
+        self._post()
 
     async def _session(self) -> None:
-        client = ControlClient(self.control, timeout_s=5.0)
-        sub = self._ctx.socket(zmq.SUB)
-        sub.setsockopt(zmq.LINGER, 0)
-        try:
-            hello = await in_daemon_thread(client.call, "hello", {"client": "krex-console"})
+        async with AsyncClient(self.control, timeout=5.0) as client:
+            hello = await client.call("hello", HELLO)
             if not hello.get("cluster"):
                 raise ValueError(f"{self.control} is a node's runtime, not a cluster gateway: use --connect")
             self.hello = hello
@@ -105,20 +93,17 @@ class ClusterFeed:
             if not telemetry:
                 raise ValueError("the gateway's hello names no telemetry endpoint: give --telemetry")
             self.telemetry = telemetry
-            check_reachable(telemetry)
-            use_curve(sub, telemetry)
-            sub.setsockopt(zmq.SUBSCRIBE, TOPIC_CLUSTER)
-            sub.connect(telemetry)
-            await self._poll_status(client)
-            self.status, self.detail = FeedStatus.LIVE, ""
-            self._post()
-            await self._follow(sub, client)
-        finally:
-            sub.close(linger=0)
-            client.close()
+            sub = Subscription(telemetry, [TOPIC_CLUSTER])
+            try:
+                await self._poll_status(client)
+                self.status, self.detail = FeedStatus.LIVE, ""
+                self._post()
+                await self._follow(sub, client)
+            finally:
+                sub.close()
 
-    async def _poll_status(self, client: ControlClient) -> None:
-        reply = await in_daemon_thread(client.call, "status")
+    async def _poll_status(self, client: AsyncClient) -> None:
+        reply = await client.call("status")
         rows = (reply.get("cluster") or {}).get("nodes") if isinstance(reply, dict) else None
         if not isinstance(rows, list):
             raise ValueError("the gateway's status has no cluster.nodes")
@@ -150,16 +135,16 @@ class ClusterFeed:
             fresh[name] = {**row, "status": keep}
         self.rows = fresh
 
-    async def _follow(self, sub: zmq.asyncio.Socket, client: ControlClient) -> None:
+    async def _follow(self, sub: Subscription, client: AsyncClient) -> None:
         next_poll = time.monotonic() + STATUS_EVERY_S
         poll: asyncio.Task[None] | None = None
         last_post = 0.0
         dirty = False
         try:
             while True:
-                if await sub.poll(int(POST_EVERY_S * 1000)):
-                    while sub.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # drain: only the newest matters
-                        _, frame = await sub.recv_multipart()
+                if await sub.wait(POST_EVERY_S):
+                    while sub.pending():  # drain: only the newest matters
+                        _, frame = await sub.receive()
                         self.last_message_mono = time.monotonic()
                         self._take_cluster(json.loads(frame))
                     dirty = True
@@ -177,7 +162,7 @@ class ClusterFeed:
                 poll.cancel()
 
     def nodes(self) -> list[NodeSummary]:
-        return [cluster_model.from_status_row(self.rows[name]) for name in sorted(self.rows)]
+        return [node_summary.from_status_row(self.rows[name]) for name in sorted(self.rows)]
 
     def _post(self) -> None:
         self.post(NodesChanged(self.nodes(), time.time(), self.status, self.detail, self.read_only))
@@ -285,7 +270,7 @@ class ClusterReplayFeed:
         for name, feed in self.feeds.items():
             alive, reason, since = self.node_state(name)
             host = self.cluster.hosts.get(name, "")
-            out.append(cluster_model.from_state(name, feed.state, alive, reason, since, {"host": host} if host else {},
+            out.append(node_summary.from_state(name, feed.state, alive, reason, since, {"host": host} if host else {},
                                                 gpu_count=len(self.cluster.nodes[name].header.get("gpus") or ())))
         return out
 

@@ -3,7 +3,7 @@
     krex-console --cluster ENDPOINT   # a cluster gateway (docs/console.md, "Clusters")
     krex-console --replay DIR         # a cluster trace: one node trace per file
 
-The Nodes view (tab 0) has a row per node (cluster_feed.py feeds it). Enter
+The Nodes view (tab 0) has a row per node (nodes_feed.py feeds it). Enter
 on a node opens that node's overview, commands and events (tabs 1 2 3) and
 GPU detail, the same views as on one node, fed by a LiveFeed with that node
 through the gateway's relay (or, in replay, by that node's trace); Esc goes
@@ -17,24 +17,24 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.css.query import NoMatches
 from textual.widgets import Static, TabbedContent, TabPane
 
 from krex_console import actions
 from krex_console.app import KrexConsole
-from krex_console.cluster_feed import ClusterFeed, ClusterReplayFeed, NodesChanged
+from krex_console.cluster.nodes import NodesTable, node_panel
+from krex_console.cluster.nodes_feed import ClusterFeed, ClusterReplayFeed, NodesChanged
 from krex_console.event_log import EventLog
 from krex_console.feed import FeedStatus, LiveFeed
 from krex_console.messages import NodeHighlighted, OpenCommand, OpenNode
 from krex_console.views.command_list import CommandDetailScreen
-from krex_console.views.nodes import NodesTable, node_panel
 from krex_console.widgets import FIELD, FilterInput
-from krex_runtime.wire.state import CommandInfo, NodeState
+from krex_runtime.wire.model import CommandInfo, NodeState
 
 NODE_TABS = ("overview", "commands", "events")
 
@@ -42,14 +42,15 @@ NODE_TABS = ("overview", "commands", "events")
 class ClusterConsole(KrexConsole):
     TITLE = "krex-console (cluster)"
     CSS = KrexConsole.CSS + "#nodes-summary { height: auto; max-height: 50%; border: round $accent; padding: 0 1; }"
-    BINDINGS = [Binding("0", "show_tab('nodes')", "Nodes", show=False)]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("0", "show_tab('nodes')", "Nodes", show=False)]
     INITIAL_TAB = "nodes"
-    TABLES = {"nodes": NodesTable, **KrexConsole.TABLES}
+    TABLES: ClassVar[dict[str, Any]] = {"nodes": NodesTable, **KrexConsole.TABLES}
 
     def __init__(self, control: str | None = None, telemetry: str | None = None, read_only: bool = False,
                  replay: ClusterReplayFeed | None = None) -> None:
         super().__init__(control=control, telemetry=None, read_only=read_only, replay=replay)
         self.cluster: ClusterFeed | None = None
+        self.cluster_replay = replay  # self.replay too, typed as what it is here (it also takes a focus)
         if replay is None:
             assert control is not None
             self.cluster = ClusterFeed(control, self.post_message, telemetry)
@@ -131,8 +132,8 @@ class ClusterConsole(KrexConsole):
         m = self.model
         m.node, m.state, m.log = name, NodeState(), EventLog()
         m.history.clear()
-        if self.replay is not None:
-            self.replay.set_focus(name)
+        if self.cluster_replay is not None:
+            self.cluster_replay.set_focus(name)
         else:
             assert self.cluster is not None and self.control_endpoint is not None
             if not self.cluster.telemetry:
@@ -146,10 +147,10 @@ class ClusterConsole(KrexConsole):
         self.action_show_tab("overview")
 
     def leave_node(self) -> None:
-        if self.replay is None:
+        if self.cluster_replay is None:
             self.workers.cancel_group(self, "feed")  # the node's LiveFeed: its sockets close with it
         else:
-            self.replay.set_focus(None)
+            self.cluster_replay.set_focus(None)
         self.live = None
         self.model.node = None
         self.query_one("#tabs", TabbedContent).active = "nodes"
@@ -175,11 +176,11 @@ class ClusterConsole(KrexConsole):
         if self.model.node is not None:
             super().action_filter()
 
-    def action_back(self) -> None:
+    async def action_back(self) -> None:
         """Esc: close a dialog or a detail screen, clear a filter; else leave the node."""
         filtering = any(box.has_class("shown") for box in self.query(FilterInput))
         if self.screen is not self.screen_stack[0] or filtering or self.model.node is None:
-            super().action_back()
+            await super().action_back()
             return
         self.leave_node()
 
