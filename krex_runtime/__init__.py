@@ -2,7 +2,8 @@
 
 The folders are the parts (docs/architecture.md draws them): wire (what
 clients and the console speak), api (the Python client of a runtime), node
-(configuration, GPUs, files), host (cgroups, process trees, identities,
+(configuration, GPUs, files), transport (the one place a client opens a
+socket to a runtime), host (cgroups, process trees, identities,
 the tenant registry, fair share), commands (running tenants) and regions
 (exclusivity) side by side on it, telemetry, service (the process that ties them together),
 tenant (code that runs inside tenants), sim (the simulated driver's
@@ -18,8 +19,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_LAZY = {"Client", "AsyncClient"}
-__all__ = sorted(_LAZY)
+__all__ = ["AsyncClient", "Client"]
+_LAZY = set(__all__)
 
 
 def __getattr__(name: str) -> Any:
