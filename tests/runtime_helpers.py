@@ -20,7 +20,7 @@ import zmq
 from region_checks import is_frozen
 
 from krex_runtime.host.cgroups import CgroupSlice
-from krex_runtime.regions import gate
+from krex_runtime.regions.gate import core as gate
 from krex_runtime.regions.freezer import is_stopped
 from krex_runtime.sim.device_file import remove_device
 from krex_runtime.testing import hygiene

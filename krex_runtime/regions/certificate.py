@@ -8,7 +8,7 @@ Witnesses, each read at the grant and at the release:
   that failed open, is a violation where the GPU shows that process's work
   too. The counters are in files the tenants write: a count alone makes the
   region `unknown`, naming the tenant, and one of a tenant frozen for the
-  whole hold is not believed (entry_hints.py). So are the claims entry did
+  whole hold is not believed (entry/hints.py). So are the claims entry did
   not believe, and those it froze past the quiesce bound (`unknown`).
   Always there under policy krex.
 - **processes**: the GPU's own record of the processes that used it
@@ -56,10 +56,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from krex_runtime.regions.entry_hints import told
-from krex_runtime.regions.gate import Gate
-from krex_runtime.regions.gate_kernel import start_time_of
-from krex_runtime.regions.hold_processes import HoldSampler, Seen
+from krex_runtime.regions.entry.hints import told
+from krex_runtime.regions.entry.hold_processes import HoldSampler, Seen
+from krex_runtime.regions.gate.core import Gate
+from krex_runtime.regions.gate.kernel import start_time_of
 from krex_runtime.regions.hold_watch import Finding, HoldStart, HoldWatch
 
 VERIFIED, PERTURBED, VIOLATED, UNKNOWN = "verified", "perturbed", "violated", "unknown"
@@ -93,7 +93,7 @@ class Witness:
     granted_wall_us: int = 0
     seen: dict[int, Seen] | None = None  # who the processes on the GPU at the grant were
     sampler: HoldSampler | None = None  # who came during the hold
-    # What entry did not believe of the other tenants' entries (entry_hints.py):
+    # What entry did not believe of the other tenants' entries (entry/hints.py):
     # claims it ignored, and claims past the quiesce bound, whose tenants it froze undrained.
     lies: tuple[str, ...] = ()
     overdue: tuple[str, ...] = ()
@@ -224,7 +224,7 @@ class Certifier:
         its processes can write: a count condemns the region only where the GPU
         shows that process's work too (`blamed` by the process witness); a tenant
         frozen for the whole hold made no call, whatever it wrote; any other
-        count makes the region unknown, naming the tenant (entry_hints.py)."""
+        count makes the region unknown, naming the tenant (entry/hints.py)."""
         bad, unsure, notes = [], list(w.overdue), list(w.lies)
         for e in self.gate.others(holder):
             passed = e.calls_total - w.gate_calls.get(e.pid, 0)

@@ -52,7 +52,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from krex_runtime.node.config import RegionSection
-from krex_runtime.regions import cpu_slices
 from krex_runtime.regions.certificate import Witness
 from krex_runtime.regions.channel_wire import (
     MAX_LINE,
@@ -64,6 +63,7 @@ from krex_runtime.regions.channel_wire import (
     try_send,
     watch_requester,
 )
+from krex_runtime.regions.entry import cpu_slices
 from krex_runtime.regions.gpu_sets import RegionSet
 from krex_runtime.regions.region_manager import RegionManager
 from krex_runtime.regions.requests import RegionRefused, Request

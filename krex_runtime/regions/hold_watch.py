@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from krex_runtime.regions.gate_kernel import process_alive
+from krex_runtime.regions.gate.kernel import process_alive
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from krex_runtime.host.tenant_registry import TenantRegistry
 from krex_runtime.regions.certificate import Certifier, Witness, certify
-from krex_runtime.regions.gate import Gate
+from krex_runtime.regions.gate.core import Gate
 from krex_runtime.regions.gpu_regions import GpuRegions
 from krex_runtime.regions.gpu_sets import RegionSet, RegionSets, SharedHolds
 from krex_runtime.regions.requests import Request

@@ -11,10 +11,10 @@ from typing import Any
 
 from krex_runtime.host.fair_share import DEFAULT_KEY
 from krex_runtime.regions.certificate import Witness
+from krex_runtime.regions.entry.hold_processes import HeldBack
+from krex_runtime.regions.entry.late_freeze import LateFreeze
 from krex_runtime.regions.freezer import Target
-from krex_runtime.regions.gate_backends import DrainReport
-from krex_runtime.regions.hold_processes import HeldBack
-from krex_runtime.regions.late_freeze import LateFreeze
+from krex_runtime.regions.gate.backends import DrainReport
 from krex_runtime.regions.region_stats import EntryStats
 
 # The holder id a gate names during an operator's lease: tenant ids start at 1,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from krex_runtime.regions.gate import Gate, GateError
+from krex_runtime.regions.gate.core import Gate, GateError
 
 
 def _maps(path: Path) -> bool:

@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 
 from krex_runtime.host.identities import Identities, processes_of
-from krex_runtime.regions import gate_layout
-from krex_runtime.regions.gate import Gate
+from krex_runtime.regions.gate import header_layout as gate_layout
+from krex_runtime.regions.gate.core import Gate
 from krex_runtime.sim.device_file import device_path
 from krex_runtime.testing.local_runtime import Runtime, command, wait_until
 from krex_runtime.wire.control_client import ControlClient, RequestFailed

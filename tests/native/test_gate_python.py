@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from krex_runtime.regions import gate, gate_layout
+from krex_runtime.regions.gate import core as gate, gate_layout
 
 
 def test_create_and_attach_agree(tmp_path: Path) -> None:

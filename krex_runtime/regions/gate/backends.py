@@ -21,14 +21,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from krex_runtime.regions.driver_lock import (
+from krex_runtime.regions.freezer import is_stopped
+from krex_runtime.regions.gate.core import Gate
+from krex_runtime.regions.gate.driver_lock import (
     CUDA_ERROR_NOT_INITIALIZED,
     CUDA_ERROR_TIMEOUT,
     CUDA_SUCCESS,
     CheckpointDriver,
 )
-from krex_runtime.regions.freezer import is_stopped
-from krex_runtime.regions.gate import Gate
 
 
 @dataclass
@@ -52,7 +52,7 @@ class GateBackend:
         pids with a thread inside a host-side call; `skip`: tenants frozen by another
         GPU's region (gpu_sets.py), drained by it already, or frozen as their claims
         outlived the quiesce bound; `ignore`: pids the GPU knows no context of
-        (nothing of theirs is on it: entry_hints.py)."""
+        (nothing of theirs is on it: entry/hints.py)."""
         raise NotImplementedError
 
     def release(self, report: DrainReport) -> list[int]:

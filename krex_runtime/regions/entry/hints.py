@@ -1,7 +1,7 @@
 """What the gate reads from tenants' entries files is a hint, checked against
 what the runtime observes itself.
 
-Each tenant writes its process entries (gate_files.py): the library in each
+Each tenant writes its process entries (gate/files.py): the library in each
 of its processes keeps them, and so can any process of its uid, with any
 values. Entry trusted them: a tenant that wrote a LIVE entry for one of its
 own processes that had never touched CUDA, with a call "in flight", made
