@@ -2,8 +2,8 @@
 
 One connection per tenant process, one ASCII line per message (docs/native.md,
 "Region channel"; the C client is native/src/intercept/region_api.c, the Python one
-krex_runtime/tenant/region.py; the version they name is PROTOCOL of
-krex_runtime/tenant/region_protocol.py):
+krex_runtime/tenant/region.py; both speak krex_runtime/region_wire.py, the
+version they name its PROTOCOL):
 
     HELLO <version> <tenant_id> <pid> <token>
                                        ->  OK | ERROR <errno name> <reason>
@@ -51,10 +51,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from krex_runtime import region_wire
 from krex_runtime.node.config import RegionSection
+from krex_runtime.region_wire import HELLO_USAGE, MAX_LINE, PROTOCOL
 from krex_runtime.regions.certificate import Witness
-from krex_runtime.regions.channel_wire import (
-    MAX_LINE,
+from krex_runtime.regions.channel_peers import (
     RateLimit,
     Refusal,
     peer_credentials,
@@ -68,12 +69,9 @@ from krex_runtime.regions.gpu_sets import RegionSet
 from krex_runtime.regions.region_manager import RegionManager
 from krex_runtime.regions.requests import RegionRefused, Request
 from krex_runtime.regions.tokens import RegionTokens
-from krex_runtime.tenant import integrity
-from krex_runtime.tenant.region_protocol import PROTOCOL
 
 log = logging.getLogger("krex.region_channel")
 
-HELLO_USAGE = f"HELLO {PROTOCOL} <tenant_id> <pid> <token>"
 VERDICT_WAIT_S = 30.0  # a release takes its exit steps (thaw, reopen) before the verdict is in
 
 
@@ -299,11 +297,11 @@ class RegionChannel:
             conn.in_lease = False
         # What the tenant's library saw of its timed windows (docs/integrity.md),
         # into the certificate the release makes.
-        counts, patched = integrity.parse_exit(arg)
+        counts, patched = region_wire.parse_exit(arg)
         said = ""  # the words the record was made of, echoed in RELEASED
         if req.kind == "region":  # inside a lease a region is a no-op: the lease's record stays none
-            req.integrity = integrity.record(counts, patched)
-            said = integrity.words(",".join(str(counts[k]) for k in integrity.COUNTS) if counts else None, patched)
+            req.integrity = region_wire.record(counts, patched)
+            said = region_wire.words(",".join(str(counts[k]) for k in region_wire.COUNTS) if counts else None, patched)
         if req.kind == "region":
             self.manager.release(req, "released")
         if req.revoked:

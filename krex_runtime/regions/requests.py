@@ -54,7 +54,7 @@ class Request:
     verdict: tuple[str, list[str]] = ("unknown", ["not released yet"])
     share: str = DEFAULT_KEY  # its command's share key (host/fair_share.py)
     settle_s: float | None = None  # the settle bound it asked for (ENTER); None: regions.settle_max_s
-    integrity: dict[str, Any] | None = None  # its timed windows, as its tenant reported at EXIT (tenant/integrity.py)
+    integrity: dict[str, Any] | None = None  # its timed windows, as its tenant reported at EXIT (region_wire.py)
     gpus: tuple[int, ...] = ()  # part of a region over this set of GPUs (gpu_sets.py); (): this GPU alone
 
     @property

@@ -15,9 +15,9 @@ Standard library only: this module is imported by every candidate.
     @region()
     def measure(): ...
 
-The wire protocol (docs/native.md, "Region channel") is shared with the C API
-in native/include/krex.h: one Unix-socket connection per process, one line per
-message.
+The wire protocol (docs/native.md, "Region channel"; krex_runtime/region_wire.py)
+is shared with the C API in native/include/krex.h: one Unix-socket connection
+per process, one line per message.
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from krex_runtime.tenant import env
-from krex_runtime.tenant import integrity as integrity_words
-from krex_runtime.tenant.region_protocol import PROTOCOL
+from krex_runtime import region_wire
+from krex_runtime.tenant import env, integrity
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -80,7 +79,7 @@ class _Channel:
         tenant = os.environ.get(env.TENANT_ID) or "-1"
         token = os.environ.get(env.REGION_TOKEN) or "-"
         try:
-            self._transact(f"HELLO {PROTOCOL} {tenant} {os.getpid()} {token}", "OK")
+            self._transact(region_wire.hello(tenant, str(os.getpid()), token), "OK")
         except RegionError:
             self._drop()  # the runtime hangs up on a refused HELLO: the next try starts over
             raise
@@ -145,13 +144,13 @@ class _Channel:
                 raise RegionError("EINVAL", "this process does not hold its region")
             self.holding = False
             self.integrity = None
-            sent = integrity_words.words(integrity_words.library_counts(), integrity_words.patched_now())
+            sent = region_wire.words(integrity.library_counts(), integrity.patched_now())
             released = self._transact(f"EXIT {sent}".rstrip(), "RELEASED").split()
             # RELEASED <seq> [<exit flags>] [integrity=... harness=...]: the words the record was made of
             said = [w for w in released[1:] if w.startswith(("integrity=", "harness="))]
             flags = [w for w in released[1:2] if w not in said]
             self.exit_flags = flags[0].split(",") if flags else []
-            self.integrity = integrity_words.record(*integrity_words.parse_exit(" ".join(said))) if said else None
+            self.integrity = region_wire.record(*region_wire.parse_exit(" ".join(said))) if said else None
             return True
 
 
