@@ -295,9 +295,9 @@ class Certifier:
         """Who a process was: as seen during the hold, else asked now if it lives,
         else by the entries file it registered in (None: not known)."""
         who = seen.get(pid)
-        if who is not None and (not started or not who.start_time or who.start_time == started):
-            if who.tenant is not None or not alive:
-                return who if who.tenant is not None or alive else _by_entry(pid, started, entries) or who
+        if (who is not None and (not started or not who.start_time or who.start_time == started)
+                and (who.tenant is not None or not alive)):
+            return who if who.tenant is not None or alive else _by_entry(pid, started, entries) or who
         if alive:
             return self.learn(pid)
         return _by_entry(pid, started, entries) or who
@@ -340,7 +340,7 @@ def _lost_records(before: Any, now: Any) -> int:
     """Slots the simulator reaped during the hold whose records it no longer keeps."""
     if before.reaped_seq is None or now.reaped_seq is None:
         return 0
-    return max(0, now.reaped_seq - before.reaped_seq - now.reaped_kept)
+    return max(0, int(now.reaped_seq - before.reaped_seq - now.reaped_kept))
 
 
 def _blame(pid: int, p: Any, who: Seen | None, grew: int | None) -> list[str]:

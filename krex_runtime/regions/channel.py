@@ -50,6 +50,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from krex_runtime import region_wire
 from krex_runtime.node.config import RegionSection
@@ -291,8 +292,9 @@ class RegionChannel:
             await send(conn.writer, "ERROR EINVAL this connection holds no region")
             return
         conn.released = req
-        if req.kind != "region" and conn.in_lease is not False:
-            verdict, reasons = self.manager.certify_in_lease(req, conn.in_lease or None)
+        if isinstance(req, Request) and req.kind != "region" and conn.in_lease is not False:
+            witness = conn.in_lease if isinstance(conn.in_lease, Witness) else None
+            verdict, reasons = self.manager.certify_in_lease(req, witness)
             conn.lease_verdict = verdict, [f"lease: inside lease {req.seq} of this command", *reasons]
             conn.in_lease = False
         # What the tenant's library saw of its timed windows (docs/integrity.md),
@@ -346,7 +348,8 @@ class RegionChannel:
         # While waiting, the only thing the peer may do is go away.
         gone = asyncio.create_task(conn.reader.read(1))
         try:
-            done, _ = await asyncio.wait({req.granted, gone}, return_when=asyncio.FIRST_COMPLETED)
+            waiting: set[asyncio.Future[Any]] = {req.granted, gone}
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             gone.cancel()
             raise

@@ -18,6 +18,7 @@ until no other tenant is inside a gated call that may perturb the region
 from __future__ import annotations
 
 import time
+from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -46,7 +47,7 @@ class DrainReport:
 class GateBackend:
     name = ""
 
-    def drain(self, gate: Gate, holder: int, timeout_s: float, deferred: set[int] = frozenset(),
+    def drain(self, gate: Gate, holder: int, timeout_s: float, deferred: AbstractSet[int] = frozenset(),
               skip: frozenset[int] = frozenset(), ignore: frozenset[int] = frozenset()) -> DrainReport:
         """Wait (bounded) until the other tenants' submitted work is done; `deferred`:
         pids with a thread inside a host-side call; `skip`: tenants frozen by another
@@ -63,7 +64,7 @@ class GateBackend:
 class PreloadBackend(GateBackend):
     name = "preload"
 
-    def drain(self, gate: Gate, holder: int, timeout_s: float, deferred: set[int] = frozenset(),
+    def drain(self, gate: Gate, holder: int, timeout_s: float, deferred: AbstractSet[int] = frozenset(),
               skip: frozenset[int] = frozenset(), ignore: frozenset[int] = frozenset()) -> DrainReport:
         return _preload_drain(DrainReport(), gate, holder, timeout_s, None, skip, ignore)
 
@@ -75,7 +76,7 @@ class DriverLockBackend(GateBackend):
         self.driver = driver
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="krex-lock")
 
-    def drain(self, gate: Gate, holder: int, timeout_s: float, deferred: set[int] = frozenset(),
+    def drain(self, gate: Gate, holder: int, timeout_s: float, deferred: AbstractSet[int] = frozenset(),
               skip: frozenset[int] = frozenset(), ignore: frozenset[int] = frozenset()) -> DrainReport:
         started = time.monotonic()
         report = DrainReport()
@@ -86,7 +87,7 @@ class DriverLockBackend(GateBackend):
         results = list(self._pool.map(lambda pid: self.driver.lock(pid, timeout_s), pids))
         if by_library is not None:
             by_library.result()
-        for pid, rc in zip(pids, results):
+        for pid, rc in zip(pids, results, strict=True):
             if rc == CUDA_SUCCESS:
                 report.locked.append(pid)
                 report.outcomes[pid] = "ok"

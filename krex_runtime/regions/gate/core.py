@@ -33,6 +33,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from krex_runtime.regions.gate.files import (
     DrainOutcome,
@@ -238,7 +239,7 @@ class Gate:
             raise GateError(f"{self.path}: no tenant {tenant}")
         return table
 
-    def _pget(self, tenant: int, index: int, name: str):
+    def _pget(self, tenant: int, index: int, name: str) -> Any:
         ctype, off = PROC[name]
         return self._table(tenant).view(ctype, index * PROC_SIZE + off)
 
