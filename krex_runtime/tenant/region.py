@@ -51,7 +51,7 @@ class _Channel:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
-        self._file: Any = None
+        self._file: socket.SocketIO | None = None
         self._pid = 0
         self.holding = False
         self.depth = 0  # regions entered and not yet exited; only the outermost talks to the runtime
