@@ -237,7 +237,7 @@ def _open_fds() -> set[int]:
 
 def _driver_kind(fd: int, target: str) -> bool:
     """A character device, an anonymous inode or a memfd: what a driver opens."""
-    if target.startswith("anon_inode:") or target.startswith("/memfd:"):
+    if target.startswith(("anon_inode:", "/memfd:")):
         return True
     try:
         return stat.S_ISCHR(os.fstat(fd).st_mode)

@@ -122,7 +122,7 @@ def _settings() -> dict[str, Setting]:
 def _same(a: Any, b: Any) -> bool:
     """Equal values; lists and tuples of callables (gc.callbacks, hooks) by identity."""
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(x is y or (not callable(x) and x == y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(x is y or (not callable(x) and x == y) for x, y in zip(a, b, strict=True))
     return bool(a == b)
 
 

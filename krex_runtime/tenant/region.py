@@ -190,7 +190,6 @@ class region(contextlib.ContextDecorator):
     nested in one already held.
     """
 
-    flags: list[str] = []  # e.g. "throttled:hw_thermal", "exit:clock:1500MHz-below-top-1980MHz"
     _released = False  # this object's exit released the region (it was the outermost)
     _certificate: tuple[str, list[str]] | None = None
     integrity: dict[str, Any] | None = None
@@ -203,6 +202,7 @@ class region(contextlib.ContextDecorator):
         if settle_s is not None and not 0 <= settle_s <= 10:
             raise ValueError(f"settle_s must be within [0, 10] seconds, got {settle_s!r}")
         self.settle_s = settle_s
+        self.flags: list[str] = []  # e.g. "throttled:hw_thermal", "exit:clock:1500MHz-below-top-1980MHz"
 
     @property
     def verdict(self) -> str:

@@ -112,9 +112,9 @@ def krex_processes(run_dir: Path) -> list[psutil.Process]:
     for proc in psutil.process_iter(["pid"]):
         try:
             env = proc.environ()
-            if env.get("KREX_RUN_DIR") == str(run_dir) and "KREX_COMMAND_ID" in env:
-                if proc.status() != psutil.STATUS_ZOMBIE:
-                    found.append(proc)
+            if (env.get("KREX_RUN_DIR") == str(run_dir) and "KREX_COMMAND_ID" in env
+                    and proc.status() != psutil.STATUS_ZOMBIE):
+                found.append(proc)
         except psutil.Error:
             continue
     return found
