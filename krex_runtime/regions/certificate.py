@@ -15,7 +15,7 @@ Witnesses, each read at the grant and at the release:
   (NVML's running compute processes, accounting and samples; on a simulated
   GPU the simulated device's process slots, with the work items each
   started, dead and reaped ones included), read at the grant, at the
-  release and every `regions.hold_sample_s` between (hold_processes.py): it
+  release and every `regions.hold_sample_s` between (entry/hold_processes.py): it
   sees every process that used the GPU during the hold, not only those alive
   at its end. A process on the GPU that is not a tenant of this runtime is a
   violation (it is never gated: "foreign"); so is a tenant's process that
@@ -247,7 +247,7 @@ class Certifier:
         return True, "; ".join(["no other tenant's call passed"] + [f"not believed: {n}" for n in notes])
 
     def _processes(self, w: Witness, holder: int, seen: dict[int, Seen], blamed: set[int]) -> tuple[bool | None, str]:
-        """Every process the GPU says used it during the hold (hold_processes.py):
+        """Every process the GPU says used it during the hold (entry/hold_processes.py):
         ended ones by what the GPU kept of them and who they were when seen.
         The pids it blames go into `blamed`."""
         now = self.processes.activity(self.gpu, w.granted_wall_us)

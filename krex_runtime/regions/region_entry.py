@@ -101,7 +101,7 @@ def enter(site: EntrySite, req: Request, gap_s: float) -> Entry:
     started = time.monotonic()
     stats = EntryStats(wait_s=started - req.requested_at, gap_s=gap_s)
     # Tenants frozen because the gate cannot hold them: a process of theirs on
-    # the GPU without the library (hold_processes.py), a claim of a call in
+    # the GPU without the library (entry/hold_processes.py), a claim of a call in
     # flight past the quiesce bound (entry/hints.py).
     held = HeldBack(site.freezer, site.tenants, req.tenant_id, {req.tenant_id})
     e = Entering(site, req, stats, held)
@@ -262,7 +262,7 @@ def _freeze(e: Entering) -> None:
     e.held.already |= set(frozen) | set(e.late)
     # Whatever the protection: a tenant with a process on this GPU that its
     # gate cannot hold (no interception library; or a tenant of another GPU
-    # using this one) is frozen, or nothing would stop it (hold_processes.py).
+    # using this one) is frozen, or nothing would stop it (entry/hold_processes.py).
     for who in site.certifier.ungated(e.holder) if site.certifier is not None else []:
         e.held.hold(who)
     extra, extra_ids = e.held.taken()

@@ -46,7 +46,8 @@ TENANT, HOLDER, N = 1, 99, 200
 
 PRELUDE = r"""
 import json, os, sys
-from krex_runtime.regions.gate import core as gate as kg, gate_layout
+from krex_runtime.regions.gate import core as kg
+from krex_runtime.regions.gate import header_layout as gate_layout
 G = kg.Gate.attach(os.environ["KREX_GATE_PATH"], writable=False)  # as a tenant may
 def counts():
     for e in G.processes():

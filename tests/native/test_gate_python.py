@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from krex_runtime.regions.gate import core as gate
-from krex_runtime.regions.gate import gate_layout
+from krex_runtime.regions.gate import header_layout as gate_layout
 
 
 def test_create_and_attach_agree(tmp_path: Path) -> None:

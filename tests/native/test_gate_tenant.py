@@ -24,7 +24,7 @@ from krex_native import Build, check_sanitizers, read_stats
 from runtime_helpers import Heartbeat
 
 from krex_runtime.regions.gate import core as gate
-from krex_runtime.regions.gate import gate_layout
+from krex_runtime.regions.gate import header_layout as gate_layout
 from krex_runtime.sim.device_file import remove_device
 from krex_runtime.sim.execution_log import read_execution_log
 from krex_runtime.sim.layout import KIND_KERNEL

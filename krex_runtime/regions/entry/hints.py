@@ -24,7 +24,7 @@ refused, for as long as it ran (issue 47, F3); one that added to its own
 - a claim that outlives the operator's bound (`regions.quiesce_timeout_s`)
   delays the region no further: its tenant is frozen for the hold, its work
   in flight not drained, and the certificate says `unknown`, naming it
-  (gpu_regions.py);
+  (region_entry.py);
 - a count (`calls_total`) condemns a region only where the runtime sees
   the same (the process witness, certificate.py); a tenant frozen for the
   whole hold made no call, whatever it wrote.

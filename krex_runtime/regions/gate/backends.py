@@ -3,14 +3,14 @@
 Both backends first close the preload gate (a tenant that has not initialised
 CUDA yet cannot be locked by the driver, so it must meet the gate) and wait
 until no other tenant is inside a gated call that may perturb the region
-(quiesce.py). Then:
+(entry/quiesce.py). Then:
   - `preload` asks each process's drain thread (native library) to synchronise
     its contexts and waits for the acknowledgements;
   - `driver-lock` takes the driver's process checkpoint lock of each other
     process that uses CUDA, from parallel threads, which returns once that
     process's submitted work is done; the locks are dropped after the thaw.
     A `deferred` process (a thread still inside context creation or module
-    loading, quiesce.py) is drained the preload way instead: the lock waits
+    loading, entry/quiesce.py) is drained the preload way instead: the lock waits
     for the calls in progress, which is what entry must not wait for. The gate
     holds its next call, as it holds every tenant's under `preload`.
 """

@@ -296,7 +296,7 @@ class Gate:
     def close_classes(self, holder: int, mask: int) -> None:
         """Park every tenant but `holder` at its next call of a class in `mask`
         (gate_layout's bits), the gate otherwise open: GPU work goes on. Threads
-        inside such a call finish it (the entry waits for them: gpu_regions.py)."""
+        inside such a call finish it (the entry waits for them: region_entry.py)."""
         if holder == NO_HOLDER:
             raise ValueError("closing classes needs a holder tenant id")
         self.stamp_heartbeat()

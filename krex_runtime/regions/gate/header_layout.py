@@ -36,7 +36,7 @@ CLASS_SLOTS = 16
 # KREX_CLASS_PERTURBING: classes whose calls region entry waits for at the
 # close (the others are host-side: context creation, module loading, memory
 # allocation and release; the entry lets those in progress finish before it
-# closes the gate: gpu_regions.py).
+# closes the gate: region_entry.py).
 HOST_SIDE_CLASSES = frozenset({"context", "module", "memory"})
 PERTURBING_CLASSES = tuple(c for c in CALL_CLASSES if c not in HOST_SIDE_CLASSES)
 PERTURBING_MASK = sum(1 << i for i, c in enumerate(CALL_CLASSES) if c in PERTURBING_CLASSES)
