@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from krex_runtime.regions import gate
+from krex_runtime.regions.gate import core as gate
 
 TENANT = 1  # the benchmarked program's tenant id in the gates below
 OFF = {"KREX_INTEGRITY": "0"}  # the library without its measurement-integrity bookkeeping

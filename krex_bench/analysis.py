@@ -144,7 +144,7 @@ def quantile_figures(clusters: list[list[float]], resamples: int = RESAMPLES) ->
 
     stratum: list[Any] = [c[0] for c in clusters] if single else clusters
     drawn = len(clusters) >= MIN_CI_N
-    found = dict(zip([name for name, _ in quoted], intervals([stratum], statistic, resamples))) if drawn else {}
+    found = dict(zip([name for name, _ in quoted], intervals([stratum], statistic, resamples), strict=False)) if drawn else {}
     out: dict[str, Any] = {"n": len(values)}
     for name, q in PERCENTILES:
         out[name] = quantile(values, q) if (name, q) in quoted else math.nan
@@ -234,7 +234,7 @@ def ranking(run: dict[str, float], native: dict[str, float], resamples: int = RE
 
     def figures(weights: list[list[int]]) -> tuple[list[int], list[int], list[float]]:
         paired, flipped, taus = [0] * len(GAP_GROUPS), [0] * len(GAP_GROUPS), []
-        for (_, pairs), m in zip(tables, weights):
+        for (_, pairs), m in zip(tables, weights, strict=False):
             counts = [0] * 5
             for (group, order), ij in pairs.items():
                 w = sum(m[i] * m[j] for i, j in ij)
@@ -246,13 +246,13 @@ def ranking(run: dict[str, float], native: dict[str, float], resamples: int = RE
 
     def statistic(drawn: list[list[int]]) -> list[float]:
         weights = []
-        for indices, (common, _) in zip(drawn, tables):
+        for indices, (common, _) in zip(drawn, tables, strict=False):
             m = [0] * len(common)
             for i in indices:
                 m[i] += 1
             weights.append(m)
         paired, flipped, taus = figures(weights)
-        return [f / p if p else math.nan for p, f in zip(paired, flipped)] + taus
+        return [f / p if p else math.nan for p, f in zip(paired, flipped, strict=False)] + taus
 
     paired, flipped, taus = figures([[1] * len(common) for common, _ in tables])
     found = intervals([range(len(common)) for common, _ in tables], statistic, resamples)
@@ -260,11 +260,11 @@ def ranking(run: dict[str, float], native: dict[str, float], resamples: int = RE
         "flips": {
             name: {"pairs": p, "flips": f, "rate": f / p if p else math.nan,
                    "ci": {"rate": list(ci if p >= MIN_CI_N else NO_INTERVAL)}}
-            for (name, _, _), p, f, ci in zip(GAP_GROUPS, paired, flipped, found)
+            for (name, _, _), p, f, ci in zip(GAP_GROUPS, paired, flipped, found, strict=False)
         },
         "tau_b": {
             problem: {"tau": tau, "ci": {"tau": list(ci if len(common) >= MIN_CI_N else NO_INTERVAL)}}
-            for problem, tau, ci, (common, _) in zip(problems, taus, found[len(GAP_GROUPS):], tables)
+            for problem, tau, ci, (common, _) in zip(problems, taus, found[len(GAP_GROUPS):], tables, strict=False)
         },
     }
 
@@ -305,7 +305,7 @@ def verified_share(run: dict[str, Any]) -> float:
 
 
 UNSTEADY_SPREAD = 0.01  # placement medians of a >=1 ms kernel this far apart: something changed mid-measurement
-# The runtime's settle waits on the same reasons (regions/settle.py); krex_bench
+# The runtime's settle waits on the same reasons (regions/entry/settle.py); krex_bench
 # keeps to its public surface (an import-linter contract), so not imported.
 POWER_STATES = frozenset({"sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"})
 
@@ -344,8 +344,8 @@ def slow_cause(result: dict[str, Any]) -> str:
     if len(watch) != len(medians_) or not medians_:
         return "unwatched"
     fastest = min(medians_)
-    slow = [w for m, w in zip(medians_, watch) if m > fastest * (1 + UNSTEADY_SPREAD)]
-    rest = [w for m, w in zip(medians_, watch) if m <= fastest * (1 + UNSTEADY_SPREAD)]
+    slow = [w for m, w in zip(medians_, watch, strict=False) if m > fastest * (1 + UNSTEADY_SPREAD)]
+    rest = [w for m, w in zip(medians_, watch, strict=False) if m <= fastest * (1 + UNSTEADY_SPREAD)]
     seen = [w for w in slow if w and w.get("clock_samples")]
     if not seen:
         return "unwatched"

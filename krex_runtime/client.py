@@ -9,6 +9,7 @@ The client itself lives in krex_runtime/tenant/region.py (standard library
 only: every candidate imports it).
 """
 
-from krex_runtime.tenant.region import PROTOCOL, RegionError, region, under_runtime
+from krex_runtime.region_wire import PROTOCOL
+from krex_runtime.tenant.region import RegionError, region, under_runtime
 
 __all__ = ["PROTOCOL", "RegionError", "region", "under_runtime"]

@@ -20,8 +20,8 @@ import zmq
 from region_checks import is_frozen
 
 from krex_runtime.host.cgroups import CgroupSlice
-from krex_runtime.regions import gate
 from krex_runtime.regions.freezer import is_stopped
+from krex_runtime.regions.gate import core as gate
 from krex_runtime.sim.device_file import remove_device
 from krex_runtime.testing import hygiene
 from krex_runtime.testing.hygiene import krex_processes
@@ -154,7 +154,7 @@ def output(rt: Runtime, command_id: str) -> str:
 
 def wait_ready(rt: Runtime, *ids: str) -> None:
     for command_id in ids:
-        wait_until(lambda: "ready" in output(rt, command_id), 60, f"tenant {command_id} to start submitting")
+        wait_until(lambda command_id=command_id: "ready" in output(rt, command_id), 60, f"tenant {command_id} to start submitting")
 
 
 class HeldRegions:

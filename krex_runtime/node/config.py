@@ -177,11 +177,11 @@ class RegionSection:
     on_hold_limit: Literal["revoke", "kill"] = "revoke"
     quiesce_timeout_s: float = 5.0
     # "perturbing": entry does not wait for threads inside context creation or
-    # module loading (regions/quiesce.py); "all": it waits for every gated call.
+    # module loading (regions/entry/quiesce.py); "all": it waits for every gated call.
     entry_waits_for: Literal["perturbing", "all"] = "perturbing"
     drain_timeout_s: float = 10.0
     # At entry, wait up to this long while the GPU shows a power or thermal
-    # state the drained tenants left, or a clock below its top (regions/settle.py);
+    # state the drained tenants left, or a clock below its top (regions/entry/settle.py);
     # a GPU granted in a settled state waits nothing. 0 = never wait.
     settle_max_s: float = 0.5
     settle_poll_s: float = 0.001  # how often that wait reads the clock
@@ -196,7 +196,7 @@ class RegionSection:
     host_side_wait_s: float = 2.0
     # While a region is held, the GPU's processes are read this often, so that
     # its certificate sees, and knows whose, every process that used the GPU
-    # during the hold, not only those alive at its end (regions/hold_processes.py).
+    # during the hold, not only those alive at its end (regions/entry/hold_processes.py).
     # 0 = read at the grant and the release only.
     hold_sample_s: float = 0.05
     heartbeat_interval_s: float = 0.5

@@ -8,14 +8,14 @@ Witnesses, each read at the grant and at the release:
   that failed open, is a violation where the GPU shows that process's work
   too. The counters are in files the tenants write: a count alone makes the
   region `unknown`, naming the tenant, and one of a tenant frozen for the
-  whole hold is not believed (entry_hints.py). So are the claims entry did
+  whole hold is not believed (entry/hints.py). So are the claims entry did
   not believe, and those it froze past the quiesce bound (`unknown`).
   Always there under policy krex.
 - **processes**: the GPU's own record of the processes that used it
   (NVML's running compute processes, accounting and samples; on a simulated
   GPU the simulated device's process slots, with the work items each
   started, dead and reaped ones included), read at the grant, at the
-  release and every `regions.hold_sample_s` between (hold_processes.py): it
+  release and every `regions.hold_sample_s` between (entry/hold_processes.py): it
   sees every process that used the GPU during the hold, not only those alive
   at its end. A process on the GPU that is not a tenant of this runtime is a
   violation (it is never gated: "foreign"); so is a tenant's process that
@@ -56,10 +56,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from krex_runtime.regions.entry_hints import told
-from krex_runtime.regions.gate import Gate
-from krex_runtime.regions.gate_kernel import start_time_of
-from krex_runtime.regions.hold_processes import HoldSampler, Seen
+from krex_runtime.regions.entry.hints import told
+from krex_runtime.regions.entry.hold_processes import HoldSampler, Seen
+from krex_runtime.regions.gate.core import Gate
+from krex_runtime.regions.gate.kernel import start_time_of
 from krex_runtime.regions.hold_watch import Finding, HoldStart, HoldWatch
 
 VERIFIED, PERTURBED, VIOLATED, UNKNOWN = "verified", "perturbed", "violated", "unknown"
@@ -93,7 +93,7 @@ class Witness:
     granted_wall_us: int = 0
     seen: dict[int, Seen] | None = None  # who the processes on the GPU at the grant were
     sampler: HoldSampler | None = None  # who came during the hold
-    # What entry did not believe of the other tenants' entries (entry_hints.py):
+    # What entry did not believe of the other tenants' entries (entry/hints.py):
     # claims it ignored, and claims past the quiesce bound, whose tenants it froze undrained.
     lies: tuple[str, ...] = ()
     overdue: tuple[str, ...] = ()
@@ -224,7 +224,7 @@ class Certifier:
         its processes can write: a count condemns the region only where the GPU
         shows that process's work too (`blamed` by the process witness); a tenant
         frozen for the whole hold made no call, whatever it wrote; any other
-        count makes the region unknown, naming the tenant (entry_hints.py)."""
+        count makes the region unknown, naming the tenant (entry/hints.py)."""
         bad, unsure, notes = [], list(w.overdue), list(w.lies)
         for e in self.gate.others(holder):
             passed = e.calls_total - w.gate_calls.get(e.pid, 0)
@@ -247,7 +247,7 @@ class Certifier:
         return True, "; ".join(["no other tenant's call passed"] + [f"not believed: {n}" for n in notes])
 
     def _processes(self, w: Witness, holder: int, seen: dict[int, Seen], blamed: set[int]) -> tuple[bool | None, str]:
-        """Every process the GPU says used it during the hold (hold_processes.py):
+        """Every process the GPU says used it during the hold (entry/hold_processes.py):
         ended ones by what the GPU kept of them and who they were when seen.
         The pids it blames go into `blamed`."""
         now = self.processes.activity(self.gpu, w.granted_wall_us)
@@ -295,9 +295,9 @@ class Certifier:
         """Who a process was: as seen during the hold, else asked now if it lives,
         else by the entries file it registered in (None: not known)."""
         who = seen.get(pid)
-        if who is not None and (not started or not who.start_time or who.start_time == started):
-            if who.tenant is not None or not alive:
-                return who if who.tenant is not None or alive else _by_entry(pid, started, entries) or who
+        if (who is not None and (not started or not who.start_time or who.start_time == started)
+                and (who.tenant is not None or not alive)):
+            return who if who.tenant is not None or alive else _by_entry(pid, started, entries) or who
         if alive:
             return self.learn(pid)
         return _by_entry(pid, started, entries) or who
@@ -340,7 +340,7 @@ def _lost_records(before: Any, now: Any) -> int:
     """Slots the simulator reaped during the hold whose records it no longer keeps."""
     if before.reaped_seq is None or now.reaped_seq is None:
         return 0
-    return max(0, now.reaped_seq - before.reaped_seq - now.reaped_kept)
+    return max(0, int(now.reaped_seq - before.reaped_seq - now.reaped_kept))
 
 
 def _blame(pid: int, p: Any, who: Seen | None, grew: int | None) -> list[str]:

@@ -2,8 +2,8 @@
 
 One connection per tenant process, one ASCII line per message (docs/native.md,
 "Region channel"; the C client is native/src/intercept/region_api.c, the Python one
-krex_runtime/tenant/region.py; the version they name is PROTOCOL of
-krex_runtime/tenant/region_protocol.py):
+krex_runtime/tenant/region.py; both speak krex_runtime/region_wire.py, the
+version they name its PROTOCOL):
 
     HELLO <version> <tenant_id> <pid> <token>
                                        ->  OK | ERROR <errno name> <reason>
@@ -50,12 +50,13 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from krex_runtime import region_wire
 from krex_runtime.node.config import RegionSection
-from krex_runtime.regions import cpu_slices
+from krex_runtime.region_wire import HELLO_USAGE, MAX_LINE, PROTOCOL
 from krex_runtime.regions.certificate import Witness
-from krex_runtime.regions.channel_wire import (
-    MAX_LINE,
+from krex_runtime.regions.channel_peers import (
     RateLimit,
     Refusal,
     peer_credentials,
@@ -64,16 +65,14 @@ from krex_runtime.regions.channel_wire import (
     try_send,
     watch_requester,
 )
+from krex_runtime.regions.entry import cpu_slices
 from krex_runtime.regions.gpu_sets import RegionSet
 from krex_runtime.regions.region_manager import RegionManager
 from krex_runtime.regions.requests import RegionRefused, Request
 from krex_runtime.regions.tokens import RegionTokens
-from krex_runtime.tenant import integrity
-from krex_runtime.tenant.region_protocol import PROTOCOL
 
 log = logging.getLogger("krex.region_channel")
 
-HELLO_USAGE = f"HELLO {PROTOCOL} <tenant_id> <pid> <token>"
 VERDICT_WAIT_S = 30.0  # a release takes its exit steps (thaw, reopen) before the verdict is in
 
 
@@ -293,17 +292,18 @@ class RegionChannel:
             await send(conn.writer, "ERROR EINVAL this connection holds no region")
             return
         conn.released = req
-        if req.kind != "region" and conn.in_lease is not False:
-            verdict, reasons = self.manager.certify_in_lease(req, conn.in_lease or None)
+        if isinstance(req, Request) and req.kind != "region" and conn.in_lease is not False:
+            witness = conn.in_lease if isinstance(conn.in_lease, Witness) else None
+            verdict, reasons = self.manager.certify_in_lease(req, witness)
             conn.lease_verdict = verdict, [f"lease: inside lease {req.seq} of this command", *reasons]
             conn.in_lease = False
         # What the tenant's library saw of its timed windows (docs/integrity.md),
         # into the certificate the release makes.
-        counts, patched = integrity.parse_exit(arg)
+        counts, patched = region_wire.parse_exit(arg)
         said = ""  # the words the record was made of, echoed in RELEASED
         if req.kind == "region":  # inside a lease a region is a no-op: the lease's record stays none
-            req.integrity = integrity.record(counts, patched)
-            said = integrity.words(",".join(str(counts[k]) for k in integrity.COUNTS) if counts else None, patched)
+            req.integrity = region_wire.record(counts, patched)
+            said = region_wire.words(",".join(str(counts[k]) for k in region_wire.COUNTS) if counts else None, patched)
         if req.kind == "region":
             self.manager.release(req, "released")
         if req.revoked:
@@ -348,7 +348,8 @@ class RegionChannel:
         # While waiting, the only thing the peer may do is go away.
         gone = asyncio.create_task(conn.reader.read(1))
         try:
-            done, _ = await asyncio.wait({req.granted, gone}, return_when=asyncio.FIRST_COMPLETED)
+            waiting: set[asyncio.Future[Any]] = {req.granted, gone}
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             gone.cancel()
             raise

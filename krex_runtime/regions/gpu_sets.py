@@ -211,7 +211,8 @@ class RegionSets:
             gone = asyncio.create_task(part.released.wait())  # withdrawn during its entry: never granted
             try:
                 left = None if deadline is None else max(0.0, deadline - loop.time())
-                await asyncio.wait({part.granted, gone}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                waiting: set[asyncio.Future[Any]] = {part.granted, gone}
+                await asyncio.wait(waiting, timeout=left, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 gone.cancel()
             if part.granted.done():

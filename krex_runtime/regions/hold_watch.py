@@ -16,7 +16,7 @@ between: observing must not perturb), and each finding carries its figure:
   a uniform slowdown of a process-mode holder's trials that the thread's own
   statistics do not show (docs/BENCHMARKS.md).
 - **tenants**: other tenants' processes the entry left inside a context
-  creation or module load (gpu_regions.py waits for them, bounded, before
+  creation or module load (region_entry.py waits for them, bounded, before
   the close; past the bound they overlap the hold): perturbed, they slowed
   trials by up to 38% on the H100. And those that used CUDA at the grant and
   had ended by the release (their contexts torn down inside the region): a
@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from krex_runtime.regions.gate_kernel import process_alive
+from krex_runtime.regions.gate.kernel import process_alive
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ class CommandLeases:
     async def for_command(self, job: LeasedCommand) -> Callable[[], None]:
         """The whole GPU for one command, granted before it starts; returns the release."""
         assert job.gpu is not None
-        region = self.manager.new_request(job.gpu, "lease", job.tenant_id or 0, job.id, 0, 0, job.timeout_s)
+        region = self.manager.new_lease(job.gpu, job.tenant_id or 0, job.id, job.timeout_s)
         await region.granted
         return lambda: self.manager.release(region, "command ended")
 
@@ -68,6 +68,7 @@ class LeaseDesk:
         self.admission = admission
         self.default_ttl_s = default_ttl_s
         self._operator: dict[int, Request] = {}
+        self._watches: set[asyncio.Task[None]] = set()  # referenced while they run: the loop keeps weak ones
 
     async def lease(self, gpu: int, ttl_s: float | None) -> dict[str, Any]:
         """Wait for the GPU and hold it for the operator; refuses a second lease."""
@@ -77,14 +78,16 @@ class LeaseDesk:
         if ttl <= 0:
             raise ProtocolError(ErrorCode.BAD_REQUEST, "ttl_s must be positive")
         self.admission.leased_gpus.add(gpu)
-        region = self.manager.new_request(gpu, "lease", OPERATOR, "", 0, 0, ttl)
+        region = self.manager.new_lease(gpu, OPERATOR, "", ttl)
         self._operator[gpu] = region
         try:
             await region.granted
         except RegionRefused as exc:
             self._end(gpu)
             raise ProtocolError(ErrorCode.REFUSED, f"lease of GPU {gpu} refused: {exc.reason}") from None
-        asyncio.create_task(self._watch(gpu, region))
+        watch = asyncio.create_task(self._watch(gpu, region))
+        self._watches.add(watch)
+        watch.add_done_callback(self._watches.discard)
         return {"gpu": gpu, "region": region.seq, "ttl_s": ttl, "expires_at": time.time() + ttl}
 
     def release(self, gpu: int) -> dict[str, Any]:

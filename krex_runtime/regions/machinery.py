@@ -24,15 +24,16 @@ from krex_runtime.node import native_build
 from krex_runtime.node.config import Config
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.node.sink import EventSink
-from krex_runtime.regions import driver_lock
-from krex_runtime.regions.cpu_slices import CpuPlan, plan
-from krex_runtime.regions.entry_hints import EntryCheck
+from krex_runtime.regions.entry.cpu_slices import CpuPlan, plan
+from krex_runtime.regions.entry.hints import EntryCheck
+from krex_runtime.regions.entry.settle import ClockProbe
 from krex_runtime.regions.freezer import Freezer, freezer_for
-from krex_runtime.regions.gate import Gate, GateError
-from krex_runtime.regions.gate_backends import DriverLockBackend, GateBackend, PreloadBackend
-from krex_runtime.regions.gpu_regions import GpuRegions, RegionSettings
+from krex_runtime.regions.gate import driver_lock
+from krex_runtime.regions.gate.backends import DriverLockBackend, GateBackend, PreloadBackend
+from krex_runtime.regions.gate.core import Gate, GateError
+from krex_runtime.regions.gpu_regions import GpuRegions
 from krex_runtime.regions.region_manager import RegionManager
-from krex_runtime.regions.settle import ClockProbe
+from krex_runtime.regions.region_settings import RegionSettings
 from krex_runtime.sim import layout as sim_layout
 
 log = logging.getLogger("krex.regions")
@@ -134,7 +135,7 @@ def build(
         for g in gpus
     }
     if config.tenants.preload:
-        # An entry is believed only from a process that maps an interception library (entry_hints.py).
+        # An entry is believed only from a process that maps an interception library (entry/hints.py).
         vouch = EntryCheck([lib for sanitized in (False, True) for cuda in [native_build.interception_library(sanitized)]
                             for lib in (cuda, native_build.hip_library(cuda))])
         for gate in gates.values():

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from krex_runtime.host.tenant_registry import TenantRegistry
 from krex_runtime.regions.certificate import Certifier, Witness, certify
-from krex_runtime.regions.gate import Gate
+from krex_runtime.regions.gate.core import Gate
 from krex_runtime.regions.gpu_regions import GpuRegions
 from krex_runtime.regions.gpu_sets import RegionSet, RegionSets, SharedHolds
 from krex_runtime.regions.requests import Request
@@ -59,11 +59,20 @@ class RegionManager:
     ) -> Request | RegionSet:
         """Queues a request on its GPU, or over its set of GPUs (`gpus`, two or more:
         the command's placement); its `granted` future says when it is served."""
-        share = self._tenants.share_of(command_id)
         if len(gpus) > 1 and kind == "region":
+            share = self._tenants.share_of(command_id)
             rs = RegionSet(next(self._seq), tuple(sorted(gpus)), tenant_id, command_id, pid, tid, limit_s, share, settle_s)
             self._sets.submit(rs)
             return rs
+        return self._queue(gpu, kind, tenant_id, command_id, pid, tid, limit_s, settle_s)
+
+    def new_lease(self, gpu: int, tenant_id: int, command_id: str, ttl_s: float | None) -> Request:
+        """Queues a whole-device lease of one GPU (leases.py), ahead of its regions; `ttl_s` None: until released."""
+        return self._queue(gpu, "lease", tenant_id, command_id, 0, 0, ttl_s, None)
+
+    def _queue(self, gpu: int, kind: str, tenant_id: int, command_id: str, pid: int, tid: int,
+               limit_s: float | None, settle_s: float | None) -> Request:
+        share = self._tenants.share_of(command_id)
         req = Request(next(self._seq), gpu, kind, tenant_id, command_id, pid, tid, limit_s, share=share, settle_s=settle_s)
         self._gpus[gpu].submit(req)
         return req

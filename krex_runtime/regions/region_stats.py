@@ -46,7 +46,7 @@ class EntryStats:
     settle_s: float | None = None
     settle_max_s: float = 0.0
     enter_s: float = 0.0
-    # The clock at the grant, as the probe read it (settle.py); None: not read.
+    # The clock at the grant, as the probe read it (entry/settle.py); None: not read.
     sm_clock_mhz: float | None = None
     throttle: list[str] | None = None
     power_w: float | None = None

@@ -11,10 +11,10 @@ from typing import Any
 
 from krex_runtime.host.fair_share import DEFAULT_KEY
 from krex_runtime.regions.certificate import Witness
+from krex_runtime.regions.entry.hold_processes import HeldBack
+from krex_runtime.regions.entry.late_freeze import LateFreeze
 from krex_runtime.regions.freezer import Target
-from krex_runtime.regions.gate_backends import DrainReport
-from krex_runtime.regions.hold_processes import HeldBack
-from krex_runtime.regions.late_freeze import LateFreeze
+from krex_runtime.regions.gate.backends import DrainReport
 from krex_runtime.regions.region_stats import EntryStats
 
 # The holder id a gate names during an operator's lease: tenant ids start at 1,
@@ -54,7 +54,7 @@ class Request:
     verdict: tuple[str, list[str]] = ("unknown", ["not released yet"])
     share: str = DEFAULT_KEY  # its command's share key (host/fair_share.py)
     settle_s: float | None = None  # the settle bound it asked for (ENTER); None: regions.settle_max_s
-    integrity: dict[str, Any] | None = None  # its timed windows, as its tenant reported at EXIT (tenant/integrity.py)
+    integrity: dict[str, Any] | None = None  # its timed windows, as its tenant reported at EXIT (region_wire.py)
     gpus: tuple[int, ...] = ()  # part of a region over this set of GPUs (gpu_sets.py); (): this GPU alone
 
     @property

@@ -9,6 +9,8 @@ runtime's driver-lock backend makes on another process.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
+from typing import Any
 
 from krex_runtime.sim.layout import CUDA_SUCCESS
 
@@ -30,24 +32,24 @@ PTR = _c.c_void_p
 
 
 class CUlaunchConfig(_c.Structure):
-    _fields_ = [
+    _fields_ = (
         ("gridDimX", _c.c_uint), ("gridDimY", _c.c_uint), ("gridDimZ", _c.c_uint),
         ("blockDimX", _c.c_uint), ("blockDimY", _c.c_uint), ("blockDimZ", _c.c_uint),
         ("sharedMemBytes", _c.c_uint), ("hStream", HANDLE),
         ("attrs", PTR), ("numAttrs", _c.c_uint),
-    ]
+    )
 
 
 class CUcheckpointLockArgs(_c.Structure):
-    _fields_ = [("timeoutMs", _c.c_uint), ("reserved0", _c.c_uint), ("reserved1", _c.c_uint64 * 7)]
+    _fields_ = (("timeoutMs", _c.c_uint), ("reserved0", _c.c_uint), ("reserved1", _c.c_uint64 * 7))
 
 
 class CUcheckpointUnlockArgs(_c.Structure):
-    _fields_ = [("reserved", _c.c_uint64 * 8)]
+    _fields_ = (("reserved", _c.c_uint64 * 8),)
 
 
 # name -> argtypes; versioned names are the ones cuda.h maps callers to
-SIGNATURES: dict[str, tuple] = {
+SIGNATURES: dict[str, tuple[Any, ...]] = {
     "cuInit": (_c.c_uint,),
     "cuDriverGetVersion": (_c.POINTER(_c.c_int),),
     "cuGetErrorName": (_c.c_int, _c.POINTER(_c.c_char_p)),
@@ -101,15 +103,16 @@ SIGNATURES: dict[str, tuple] = {
 }
 
 
-def bound(lib: _c.CDLL, cache: dict[str, object], signatures: dict, name: str):
+def bound(lib: _c.CDLL, cache: dict[str, Callable[..., int]], signatures: dict[str, tuple[Any, ...]],
+          name: str) -> Callable[..., int]:
     """`name` of `lib` with its signature, looked up once (dlsym: an interposer
     sees this lookup)."""
     f = cache.get(name)
     if f is None:
-        f = getattr(lib, name)
-        f.restype = _c.c_int
-        f.argtypes = signatures[name]
-        cache[name] = f
+        function = getattr(lib, name)
+        function.restype = _c.c_int
+        function.argtypes = signatures[name]
+        cache[name] = f = function
     return f
 
 
@@ -118,9 +121,9 @@ class Driver:
 
     def __init__(self, library: str = "libcuda.so.1"):
         self.lib = _c.CDLL(library)
-        self._fns: dict[str, object] = {}
+        self._fns: dict[str, Callable[..., int]] = {}
 
-    def fn(self, name: str):
+    def fn(self, name: str) -> Callable[..., int]:
         return bound(self.lib, self._fns, SIGNATURES, name)
 
     def error_name(self, code: int) -> str:
@@ -129,11 +132,11 @@ class Driver:
             return s.value.decode()
         return f"CUresult {code}"
 
-    def raw(self, name: str, *args) -> int:
+    def raw(self, name: str, *args: Any) -> int:
         """Call without checking; returns the CUresult."""
         return self.fn(name)(*args)
 
-    def __call__(self, name: str, *args) -> None:
+    def __call__(self, name: str, *args: Any) -> None:
         rc = self.fn(name)(*args)
         if rc != CUDA_SUCCESS:
             raise CudaError(name, rc, self.error_name(rc))

@@ -52,7 +52,7 @@ def parse_record(raw: bytes) -> Record:
                   grid, block, name.rstrip(b"\0").decode("utf-8", "replace"))
 
 
-def read_execution_log(path: str | os.PathLike) -> list[Record]:
+def read_execution_log(path: str | os.PathLike[str]) -> list[Record]:
     """All records of an execution log, in file order (a missing file is empty)."""
     try:
         data = Path(path).read_bytes()

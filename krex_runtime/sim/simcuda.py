@@ -34,7 +34,7 @@ class SimCuda:
 
     Kernels follow the simulator's convention: argument 0 is the solo
     duration in ns, argument 1 an optional device counter incremented on
-    completion. `stream=None` is the default stream.
+    completion. `stream: HANDLE | None = None` is the default stream.
     """
 
     def __init__(self, device: int = 0, library: str = "libcuda.so.1"):
@@ -99,18 +99,18 @@ class SimCuda:
         return f
 
     @staticmethod
-    def _params(duration_ns: int, counter: int | None):
+    def _params(duration_ns: int, counter: int | None) -> tuple[_c.Array[_c.c_void_p], tuple[_c.c_uint64, _c.c_uint64]]:
         duration = _c.c_uint64(int(duration_ns))
         counter_ptr = CUdeviceptr(counter or 0)
         params = (PTR * 2)(_c.cast(_c.byref(duration), PTR), _c.cast(_c.byref(counter_ptr), PTR))
         return params, (duration, counter_ptr)  # keep the values alive during the call
 
-    def launch(self, duration_ns: int, stream=None, counter: int | None = None, name: str = "sim_kernel",
+    def launch(self, duration_ns: int, stream: HANDLE | None = None, counter: int | None = None, name: str = "sim_kernel",
                grid: Sequence[int] = (1, 1, 1), block: Sequence[int] = (1, 1, 1)) -> None:
         params, _keep = self._params(duration_ns, counter)
         self.drv("cuLaunchKernel", self.function(name), *grid, *block, 0, stream, params, None)
 
-    def launch_ex(self, duration_ns: int, stream=None, counter: int | None = None, name: str = "sim_kernel",
+    def launch_ex(self, duration_ns: int, stream: HANDLE | None = None, counter: int | None = None, name: str = "sim_kernel",
                   grid: Sequence[int] = (1, 1, 1), block: Sequence[int] = (1, 1, 1)) -> None:
         params, _keep = self._params(duration_ns, counter)
         cfg = CUlaunchConfig(*grid, *block, 0, stream, None, 0)
@@ -122,13 +122,13 @@ class SimCuda:
         self.drv("cuStreamCreate", _c.byref(s), flags)
         return s
 
-    def destroy_stream(self, stream) -> None:
+    def destroy_stream(self, stream: HANDLE | None) -> None:
         self.drv("cuStreamDestroy_v2", stream)
 
-    def stream_synchronize(self, stream=None) -> None:
+    def stream_synchronize(self, stream: HANDLE | None = None) -> None:
         self.drv("cuStreamSynchronize", stream)
 
-    def stream_done(self, stream=None) -> bool:
+    def stream_done(self, stream: HANDLE | None = None) -> bool:
         rc = self.drv.raw("cuStreamQuery", stream)
         if rc in (CUDA_SUCCESS, CUDA_ERROR_NOT_READY):
             return rc == CUDA_SUCCESS
@@ -139,24 +139,24 @@ class SimCuda:
         self.drv("cuEventCreate", _c.byref(e), flags)
         return e
 
-    def record(self, event, stream=None) -> None:
+    def record(self, event: HANDLE, stream: HANDLE | None = None) -> None:
         self.drv("cuEventRecord", event, stream)
 
-    def wait_event(self, stream, event) -> None:
+    def wait_event(self, stream: HANDLE | None, event: HANDLE) -> None:
         self.drv("cuStreamWaitEvent", stream, event, 0)
 
-    def event_synchronize(self, event) -> None:
+    def event_synchronize(self, event: HANDLE) -> None:
         self.drv("cuEventSynchronize", event)
 
-    def elapsed_ms(self, start, end) -> float:
+    def elapsed_ms(self, start: HANDLE, end: HANDLE) -> float:
         ms = _c.c_float()
         self.drv("cuEventElapsedTime_v2", _c.byref(ms), start, end)
         return ms.value
 
-    def destroy_event(self, event) -> None:
+    def destroy_event(self, event: HANDLE) -> None:
         self.drv("cuEventDestroy_v2", event)
 
-    def time_kernel(self, duration_ns: int, repeats: int = 5, stream=None, name: str = "sim_kernel") -> list[float]:
+    def time_kernel(self, duration_ns: int, repeats: int = 5, stream: HANDLE | None = None, name: str = "sim_kernel") -> list[float]:
         """Event-timed launches, one at a time: milliseconds per launch."""
         start, end = self.event(), self.event()
         times = []
@@ -181,7 +181,7 @@ class SimCuda:
     def free(self, ptr: int) -> None:
         self.drv("cuMemFree_v2", ptr)
 
-    def copy_htod(self, dst: int, data: bytes, stream=None, asynchronous: bool = False) -> None:
+    def copy_htod(self, dst: int, data: bytes, stream: HANDLE | None = None, asynchronous: bool = False) -> None:
         buf = _c.create_string_buffer(bytes(data), len(data))
         if asynchronous:
             self.drv("cuMemcpyHtoDAsync_v2", dst, buf, len(data), stream)
@@ -200,7 +200,7 @@ class SimCuda:
     def memset_d8(self, dst: int, value: int, count: int) -> None:
         self.drv("cuMemsetD8_v2", dst, value, count)
 
-    def memset_d32(self, dst: int, value: int, count: int, stream=None, asynchronous: bool = False) -> None:
+    def memset_d32(self, dst: int, value: int, count: int, stream: HANDLE | None = None, asynchronous: bool = False) -> None:
         if asynchronous:
             self.drv("cuMemsetD32Async", dst, value, count, stream)
         else:
@@ -213,7 +213,7 @@ class SimCuda:
         return p
 
     def read_u64(self, ptr: int) -> int:
-        return struct.unpack("<Q", self.copy_dtoh(ptr, 8))[0]
+        return int(struct.unpack("<Q", self.copy_dtoh(ptr, 8))[0])
 
     # -- entry points ----------------------------------------------------------------
     def proc_address(self, symbol: str, version: int = 13000, flags: int = 0) -> int:

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import ctypes as _c
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from krex_runtime.sim.driver import bound
 from krex_runtime.sim.simcuda import SimCuda
@@ -44,7 +45,7 @@ class Dim3(_c.Structure):
 
 
 _u = _c.c_uint
-SIGNATURES: dict[str, tuple] = {
+SIGNATURES: dict[str, tuple[Any, ...]] = {
     "hipInit": (_u,),
     "hipSetDevice": (_c.c_int,),
     "hipGetDeviceCount": (_c.POINTER(_c.c_int),),
@@ -79,7 +80,7 @@ class SimHip:
 
     def __init__(self, device: int = 0, library: str = "libamdhip64.so.5"):
         self.lib = _c.CDLL(library)
-        self._fns: dict[str, object] = {}
+        self._fns: dict[str, Callable[..., int]] = {}
         self.device = device
         self("hipInit", 0)
         self("hipSetDevice", device)
@@ -88,13 +89,13 @@ class SimHip:
         self.module = module
         self._functions: dict[str, HANDLE] = {}
 
-    def _fn(self, name: str):
+    def _fn(self, name: str) -> Callable[..., int]:
         return bound(self.lib, self._fns, SIGNATURES, name)
 
-    def raw(self, name: str, *args) -> int:
+    def raw(self, name: str, *args: Any) -> int:
         return self._fn(name)(*args)
 
-    def __call__(self, name: str, *args) -> None:
+    def __call__(self, name: str, *args: Any) -> None:
         rc = self._fn(name)(*args)
         if rc != HIP_SUCCESS:
             raise HipError(name, rc, self.error_name(rc))
@@ -129,12 +130,12 @@ class SimHip:
             self._functions[name] = f
         return f
 
-    def launch(self, duration_ns: int, stream=None, counter: int | None = None, name: str = "sim_kernel",
+    def launch(self, duration_ns: int, stream: HANDLE | None = None, counter: int | None = None, name: str = "sim_kernel",
                grid: Sequence[int] = (1, 1, 1), block: Sequence[int] = (1, 1, 1)) -> None:
         params, _keep = SimCuda._params(duration_ns, counter)
         self("hipModuleLaunchKernel", self.function(name), *grid, *block, 0, stream, params, None)
 
-    def launch_by_address(self, duration_ns: int, address: int, stream=None) -> None:
+    def launch_by_address(self, duration_ns: int, address: int, stream: HANDLE | None = None) -> None:
         """hipLaunchKernel: a kernel named by its host address (what hipcc's launches become)."""
         params, _keep = SimCuda._params(duration_ns, None)
         self("hipLaunchKernel", address, Dim3(1, 1, 1), Dim3(1, 1, 1), params, 0, stream)
@@ -145,13 +146,13 @@ class SimHip:
         self("hipStreamCreateWithFlags", _c.byref(s), flags)
         return s
 
-    def destroy_stream(self, stream) -> None:
+    def destroy_stream(self, stream: HANDLE | None) -> None:
         self("hipStreamDestroy", stream)
 
-    def stream_synchronize(self, stream=None) -> None:
+    def stream_synchronize(self, stream: HANDLE | None = None) -> None:
         self("hipStreamSynchronize", stream)
 
-    def stream_done(self, stream=None) -> bool:
+    def stream_done(self, stream: HANDLE | None = None) -> bool:
         rc = self.raw("hipStreamQuery", stream)
         if rc in (HIP_SUCCESS, HIP_ERROR_NOT_READY):
             return rc == HIP_SUCCESS
@@ -162,21 +163,21 @@ class SimHip:
         self("hipEventCreateWithFlags", _c.byref(e), flags)
         return e
 
-    def record(self, event, stream=None) -> None:
+    def record(self, event: HANDLE, stream: HANDLE | None = None) -> None:
         self("hipEventRecord", event, stream)
 
-    def wait_event(self, stream, event) -> None:
+    def wait_event(self, stream: HANDLE | None, event: HANDLE) -> None:
         self("hipStreamWaitEvent", stream, event, 0)
 
-    def event_synchronize(self, event) -> None:
+    def event_synchronize(self, event: HANDLE) -> None:
         self("hipEventSynchronize", event)
 
-    def elapsed_ms(self, start, end) -> float:
+    def elapsed_ms(self, start: HANDLE, end: HANDLE) -> float:
         ms = _c.c_float()
         self("hipEventElapsedTime", _c.byref(ms), start, end)
         return ms.value
 
-    def destroy_event(self, event) -> None:
+    def destroy_event(self, event: HANDLE) -> None:
         self("hipEventDestroy", event)
 
     # Event-timed launches, one at a time: the same steps over HIP's calls.

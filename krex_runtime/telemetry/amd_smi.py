@@ -16,7 +16,7 @@ amdsmi_cli/amdsmi_commands.py there):
   6.3+, MI300 and later), named `ppt_power`, `socket_thermal`,
   `prochot_thermal`, `vr_thermal`, `hbm_thermal`; else
   `amdsmi_get_gpu_metrics_info(h)["throttle_status"]` (a bool, no reason:
-  `smu_throttle`). All are power or thermal states (regions/settle.py).
+  `smu_throttle`). All are power or thermal states (regions/entry/settle.py).
 - power: `amdsmi_get_power_info(h)` `current_socket_power`, else
   `average_socket_power` (W; "N/A" where the GPU does not say).
 - temperature: `amdsmi_get_temp_metric(h, HOTSPOT, CURRENT)` (junction;

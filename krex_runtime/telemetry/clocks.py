@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from krex_runtime.regions.settle import POWER_STATES
+from krex_runtime.regions.entry.settle import POWER_STATES
 
 
 class Clocks:

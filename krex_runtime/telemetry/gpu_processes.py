@@ -14,7 +14,7 @@ exclusivity certificate (regions/certificate.py) besides the gate.
 - `contexts(gpu)`: the pids that hold a context on the GPU now (NVML's
   running compute processes; a simulated GPU's live process slots): a
   tenant's claim of a GPU call in flight is believed only from one of them
-  (regions/entry_hints.py).
+  (regions/entry/hints.py).
 
 - `activity(gpu, since_us)`: every process the GPU can say used it, those
   that have ended too, as far as it keeps them: what a region's certificate

@@ -23,7 +23,7 @@ from typing import Any
 from krex_runtime.node.config import Config
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.node.sink import EventSink
-from krex_runtime.regions.gate import Gate
+from krex_runtime.regions.gate.core import Gate
 from krex_runtime.telemetry import gpu_metrics
 from krex_runtime.telemetry.clocks import Clocks
 from krex_runtime.wire import events

@@ -39,11 +39,25 @@ it is set (the module's class becomes a subclass that notices), a wrapped
 function's code is compared at each call, and every wrapped attribute is
 checked at each release.
 
-Standard library only, and no import at module level but `os` and `sys`.
+Standard library only, and no import at module level but `os` and `sys`
+(what its types name is imported for the type checker alone).
 """
 
 import os
 import sys
+
+TYPE_CHECKING = False  # true to a type checker, which reads the imports below
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from importlib.abc import Loader as _LoaderBase
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+    from typing import Any
+
+    Targets = dict[str, list[list[str]]]  # module name -> [[function] | [Class, method]]
+else:
+    ModuleType = type(sys)
+    _LoaderBase = object
 
 ENABLED = "KREX_AUTO_REGION"  # "1": wrap (tenant/env.py names them too)
 ENTRIES = "KREX_AUTO_REGION_ENTRIES"  # more entry points, comma-separated
@@ -61,7 +75,7 @@ BUILT_IN = (
 _MARK = "__krex_auto_region__"
 
 
-def parse_entry(text):
+def parse_entry(text: str) -> "tuple[str, list[str]]":
     """`module:function` or `module:Class.method` -> (module, ["Class", "method"]).
     ValueError, with a one-line reason, for anything else."""
     module, sep, attr = text.strip().partition(":")
@@ -72,10 +86,10 @@ def parse_entry(text):
     return module, parts
 
 
-def entries_of(env):
+def entries_of(env: "Mapping[str, str]") -> "Targets":
     """The entry points of a command: the built-in ones, then its own."""
     extra = [e for e in env.get(ENTRIES, "").split(",") if e.strip()]
-    targets = {}
+    targets: Targets = {}
     for text in (*BUILT_IN, *extra):
         try:
             module, parts = parse_entry(text)
@@ -86,7 +100,7 @@ def entries_of(env):
     return targets
 
 
-def _note_patched(name):
+def _note_patched(name: str) -> None:
     try:
         from krex_runtime.tenant import integrity
     except ImportError:  # the runtime's package is not importable here: nothing to tell
@@ -94,10 +108,10 @@ def _note_patched(name):
     integrity.note_patched(name)
 
 
-def _wrapper(original, name):
+def _wrapper(original: "Callable[..., Any]", name: str) -> "Callable[..., Any]":
     code = getattr(original, "__code__", None)
 
-    def timed_in_a_region(*args, **kwargs):
+    def timed_in_a_region(*args: "Any", **kwargs: "Any") -> "Any":
         from krex_runtime.tenant.region import region
 
         if code is not None and getattr(original, "__code__", None) is not code:
@@ -110,12 +124,12 @@ def _wrapper(original, name):
             setattr(timed_in_a_region, attr, getattr(original, attr))
         except (AttributeError, TypeError):
             pass
-    timed_in_a_region.__wrapped__ = original
-    setattr(timed_in_a_region, _MARK, name)
+    for attr, value in (("__wrapped__", original), (_MARK, name)):
+        setattr(timed_in_a_region, attr, value)
     return timed_in_a_region
 
 
-def _class_attr(cls, attr):
+def _class_attr(cls: type, attr: str) -> "Any":
     for klass in cls.__mro__:
         if attr in klass.__dict__:
             return klass.__dict__[attr]
@@ -125,21 +139,21 @@ def _class_attr(cls, attr):
 class _Hook:
     """The wrapping of one command's entry points; `undo` puts them back."""
 
-    def __init__(self, targets, report):
-        self.targets = targets  # module name -> [[function] | [Class, method]]
+    def __init__(self, targets: "Targets", report: str) -> None:
+        self.targets = targets
         self.report = report
-        self.done = []  # (owner, attr, what it was, its name) for undo
+        self.done: list[tuple[Any, str, Any, str]] = []  # (owner, attr, what it was, its name) for undo
         self.checked = False  # its check runs at each release (once it wrapped something)
 
-    def wrap_module(self, module):
+    def wrap_module(self, module: "ModuleType") -> None:
         for parts in self.targets.get(module.__name__, ()):
-            owner = module
+            owner: Any = module
             for part in parts[:-1]:
                 owner = getattr(owner, part, None)
             attr = parts[-1]
             # On a class: what its own dict (or a base's) holds, so that a
             # staticmethod or classmethod stays one.
-            raw = _class_attr(owner, attr) if isinstance(owner, type) else getattr(owner, attr, None)
+            raw: Any = _class_attr(owner, attr) if isinstance(owner, type) else getattr(owner, attr, None)
             func = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
             if owner is None or func is None or getattr(func, _MARK, None) or not callable(func):
                 continue  # absent in this version of the harness, or wrapped already
@@ -156,7 +170,7 @@ class _Hook:
             if not self.checked:
                 self.checked = _register_check(self.check)
 
-    def check(self):
+    def check(self) -> None:
         """At a release: each wrapped attribute still ours, else flagged."""
         for owner, attr, _raw, name in self.done:
             now = _class_attr(owner, attr) if isinstance(owner, type) else owner.__dict__.get(attr)
@@ -164,7 +178,7 @@ class _Hook:
             if not getattr(now, _MARK, None):
                 _note_patched(name)
 
-    def _tell(self, name):
+    def _tell(self, name: str) -> None:
         if not self.report:
             return
         try:
@@ -180,24 +194,24 @@ class _Hook:
         finally:
             os.close(fd)
 
-    def undo(self):
+    def undo(self) -> None:
         if self.checked:
             self.checked = not _unregister_check(self.check)
         while self.done:
             owner, attr, raw, _name = self.done.pop()
             try:
                 if isinstance(owner, _Guarded):
-                    owner.__class__ = type(sys)  # no longer watched: putting back is no patch
+                    _unguard(owner)  # no longer watched: putting back is no patch
                 setattr(owner, attr, raw)
             except (AttributeError, TypeError):
                 pass
 
 
-class _Guarded(type(sys)):
+class _Guarded(ModuleType):
     """A harness module whose wrapped attributes are watched: setting one to
     anything but a wrapper is a patched harness."""
 
-    def __setattr__(self, attr, value):
+    def __setattr__(self, attr: str, value: "Any") -> None:
         current = self.__dict__.get(attr)
         name = getattr(current, _MARK, None)
         if name and not getattr(value, _MARK, None):
@@ -205,7 +219,7 @@ class _Guarded(type(sys)):
         super().__setattr__(attr, value)
 
 
-def _guard(module):
+def _guard(module: "ModuleType") -> None:
     if type(module) is type(sys):  # a module of its own class is left alone
         try:
             module.__class__ = _Guarded
@@ -213,22 +227,27 @@ def _guard(module):
             pass
 
 
-class _Loader:
+def _unguard(module: "ModuleType") -> None:
+    module.__class__ = ModuleType
+
+
+class _Loader(_LoaderBase):
     """The module's own loader, and the wrapping once the module has executed."""
 
-    def __init__(self, loader, hook):
+    def __init__(self, loader: "_LoaderBase", hook: _Hook) -> None:
         self._loader = loader
         self._hook = hook
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> "Any":
         return getattr(self._loader, name)
 
-    def create_module(self, spec):
+    def create_module(self, spec: "ModuleSpec") -> "ModuleType | None":
         create = getattr(self._loader, "create_module", None)
         return create(spec) if create is not None else None
 
-    def exec_module(self, module):
+    def exec_module(self, module: "ModuleType") -> None:
         spec = module.__spec__
+        assert spec is not None, "a module being executed has its spec"
         spec.loader = self._loader
         try:
             module.__loader__ = self._loader
@@ -241,10 +260,11 @@ class _Loader:
 class _Finder:
     """First on sys.meta_path; answers only for the harnesses' modules."""
 
-    def __init__(self, hook):
+    def __init__(self, hook: _Hook) -> None:
         self.hook = hook
 
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(self, name: str, path: "Sequence[str] | None" = None,
+                  target: "ModuleType | None" = None) -> "ModuleSpec | None":
         if name not in self.hook.targets:
             return None
         for finder in sys.meta_path:
@@ -258,7 +278,7 @@ class _Finder:
         return None
 
 
-def activate(env):
+def activate(env: "Mapping[str, str]") -> "Callable[[], None] | None":
     """Wrap the entry points of a command with auto-regions on (`env` has
     KREX_AUTO_REGION=1): those of harnesses already imported now, the others
     when they are. Returns the undo, or None when auto-regions are off."""
@@ -272,7 +292,7 @@ def activate(env):
     finder = _Finder(hook)
     sys.meta_path.insert(0, finder)
 
-    def undo():
+    def undo() -> None:
         try:
             sys.meta_path.remove(finder)
         except ValueError:
@@ -283,7 +303,7 @@ def activate(env):
     return undo
 
 
-def _register_check(check):
+def _register_check(check: "Callable[[], None]") -> bool:
     """True once `check` runs at each release (the runtime's package is importable)."""
     try:
         from krex_runtime.tenant import integrity
@@ -293,13 +313,13 @@ def _register_check(check):
     return True
 
 
-def _forget_patched():
+def _forget_patched() -> None:
     integrity = sys.modules.get("krex_runtime.tenant.integrity")
     if integrity is not None:
         integrity.patched_harnesses.clear()
 
 
-def _unregister_check(check):
+def _unregister_check(check: "Callable[[], None]") -> bool:
     try:
         from krex_runtime.tenant import integrity
 
@@ -309,7 +329,7 @@ def _unregister_check(check):
     return True
 
 
-def _chain_user_sitecustomize():
+def _chain_user_sitecustomize() -> None:
     """Run the next `sitecustomize` on sys.path past this file's folder, as
     the `sitecustomize` module, so a tenant's own start-up code still runs."""
     here = os.path.dirname(os.path.abspath(__file__))

@@ -20,10 +20,24 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from krex_runtime.tenant.region import region
 
+if TYPE_CHECKING:
+    from krex_runtime.sim.simcuda import SimCuda
+
 REPEATS = 7
+
+
+class Kernels(Protocol):
+    """A compute kernel and a copy, each timed in milliseconds (the median of REPEATS)."""
+
+    def compute(self) -> float: ...
+
+    def memory(self) -> float: ...
+
+    def warm(self, seconds: float) -> None: ...
 
 
 class SimKernels:
@@ -45,9 +59,9 @@ class SimKernels:
         self.compute()
 
 
-def _timed(cuda, launch: Callable[[], None]) -> float:  # type: ignore[no-untyped-def]
+def _timed(cuda: SimCuda, launch: Callable[[], None]) -> float:
     start, end = cuda.event(), cuda.event()
-    times = []
+    times: list[float] = []
     for _ in range(REPEATS):
         cuda.record(start)
         launch()
@@ -61,7 +75,7 @@ def _timed(cuda, launch: Callable[[], None]) -> float:  # type: ignore[no-untype
 
 class TorchKernels:
     def __init__(self, target_ms: float) -> None:
-        import torch
+        import torch  # type: ignore[import-not-found]  # not installed where the checks run
 
         self.torch = torch
         self.target_ms = target_ms
@@ -74,7 +88,7 @@ class TorchKernels:
     def _time(self, fn: Callable[[], object]) -> float:
         torch = self.torch
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
+        times: list[float] = []
         for _ in range(REPEATS):
             start.record()
             fn()
@@ -104,7 +118,7 @@ class TorchKernels:
         self.dst = self.torch.empty_like(self.src)
 
 
-def emit(record: dict) -> None:
+def emit(record: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(record) + "\n")
     sys.stdout.flush()
 
@@ -112,7 +126,7 @@ def emit(record: dict) -> None:
 BASELINE_ROUNDS = 3
 
 
-def baseline_of(kernels, rounds: int = BASELINE_ROUNDS) -> dict:  # type: ignore[no-untyped-def]
+def baseline_of(kernels: Kernels, rounds: int = BASELINE_ROUNDS) -> dict[str, float]:
     """The idle GPU's times: the least of a few medians. Interference (a host
     that is busy starting every canary at once, on the simulator a late
     wake-up) only ever lengthens a timing, and one inflated baseline would
@@ -123,7 +137,7 @@ def baseline_of(kernels, rounds: int = BASELINE_ROUNDS) -> dict:  # type: ignore
     }
 
 
-def measure(kernels, where: str) -> dict:  # type: ignore[no-untyped-def]
+def measure(kernels: Kernels, where: str) -> dict[str, float]:
     if where == "outside":
         return {"compute_ms": kernels.compute(), "memory_ms": kernels.memory()}
     with region():
@@ -138,7 +152,7 @@ def main() -> None:
     p.add_argument("--outside", action="store_true")
     p.add_argument("--warm-s", type=float, default=2.0)
     args = p.parse_args()
-    kernels = TorchKernels(args.target_ms) if args.device == "torch" else SimKernels(args.target_ms)
+    kernels: Kernels = TorchKernels(args.target_ms) if args.device == "torch" else SimKernels(args.target_ms)
     with region():
         kernels.warm(args.warm_s)
         baseline = baseline_of(kernels)

@@ -44,17 +44,18 @@ class SimContext(Context):
         live = self.live
         alloc, free = simcuda.SimCuda.alloc, simcuda.SimCuda.free
 
-        def tracked_alloc(cuda: Any, nbytes: int) -> int:
+        def tracked_alloc(cuda: simcuda.SimCuda, nbytes: int) -> int:
             ptr = alloc(cuda, nbytes)
             live[ptr] = cuda
             return ptr
 
-        def tracked_free(cuda: Any, ptr: int) -> None:
+        def tracked_free(cuda: simcuda.SimCuda, ptr: int) -> None:
             free(cuda, ptr)
             live.pop(ptr, None)
 
-        simcuda.SimCuda.alloc = tracked_alloc  # type: ignore[method-assign]
-        simcuda.SimCuda.free = tracked_free  # type: ignore[method-assign]
+        # mypy reads a function put on a class as a method of an extra `self`; these take the instance first.
+        simcuda.SimCuda.alloc = tracked_alloc  # type: ignore[method-assign, assignment]
+        simcuda.SimCuda.free = tracked_free  # type: ignore[method-assign, assignment]
         self._free = free
 
     def check(self) -> None:
@@ -116,7 +117,7 @@ class TorchContext(Context):
     kind = "torch"
 
     def __init__(self) -> None:
-        import torch
+        import torch  # type: ignore[import-not-found]  # not installed where the checks run
 
         self.torch = torch
         torch.cuda.init()

@@ -31,6 +31,7 @@ import sys
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 Getter = Callable[[], Any]
@@ -82,6 +83,15 @@ def _attr_path(root: Any, path: str) -> Any:
     return root
 
 
+def _called(owner: Any, name: str) -> str:
+    """What `owner.name()` returns now, as text."""
+    return str(getattr(owner, name)())
+
+
+def _fp32_precision(root: Any, path: str) -> Any:
+    return _attr_path(root, path).fp32_precision
+
+
 def _torch(torch: Any) -> Framework:
     # Each getter looks its function up when called: a torch without one of
     # them (an older version) just has that setting left out.
@@ -91,21 +101,21 @@ def _torch(torch: Any) -> Framework:
         "is_anomaly_enabled", "is_anomaly_check_nan_enabled", "is_grad_enabled", "is_inference_mode_enabled",
         "get_default_device",
     )
-    getters: dict[str, Getter] = {f"torch.{name}()": (lambda n=name: str(getattr(torch, n)())) for name in calls}
+    getters: dict[str, Getter] = {f"torch.{name}()": partial(_called, torch, name) for name in calls}
     for name in ("flash_sdp_enabled", "mem_efficient_sdp_enabled", "math_sdp_enabled", "cudnn_sdp_enabled",
                  "preferred_linalg_library"):
-        getters[f"torch.backends.cuda.{name}()"] = lambda n=name: str(getattr(torch.backends.cuda, n)())
+        getters[f"torch.backends.cuda.{name}()"] = partial(_called, torch.backends.cuda, name)
     for attr in _TORCH_MATMUL:
-        getters[f"torch.backends.cuda.matmul.{attr}"] = lambda a=attr: getattr(torch.backends.cuda.matmul, a)
+        getters[f"torch.backends.cuda.matmul.{attr}"] = partial(getattr, torch.backends.cuda.matmul, attr)
     for attr in _TORCH_CUDNN:
-        getters[f"torch.backends.cudnn.{attr}"] = lambda a=attr: getattr(torch.backends.cudnn, a)
+        getters[f"torch.backends.cudnn.{attr}"] = partial(getattr, torch.backends.cudnn, attr)
     getters["torch.backends.mkldnn.enabled"] = lambda: torch.backends.mkldnn.enabled
     # The fp32_precision API's other nodes (compared, never put back): a
     # command that set one of them and then put the matmul flags back as
     # they were must still retire its process.
     for path in _TORCH_FP32_PRECISION_NODES:
         getters[f"torch.backends.{path}.fp32_precision" if path else "torch.backends.fp32_precision"] = (
-            lambda p=path: _attr_path(torch.backends, p).fp32_precision
+            partial(_fp32_precision, torch.backends, path)
         )
     getters["torch.cuda.current_device()"] = (
         lambda: torch.cuda.current_device() if torch.cuda.is_initialized() else None
@@ -156,7 +166,7 @@ def _torch_put_back(torch: Any) -> tuple[dict[str, Callable[[Any], None] | None]
     for module, name in ((torch.backends.cuda.matmul, "torch.backends.cuda.matmul"),
                          (torch.backends.cudnn, "torch.backends.cudnn")):
         for attr in _TORCH_MATMUL if module is torch.backends.cuda.matmul else ("allow_tf32", "fp32_precision"):
-            out[f"{name}.{attr}"] = lambda v, m=module, a=attr: setattr(m, a, v)
+            out[f"{name}.{attr}"] = partial(setattr, module, attr)
         if hasattr(module, "fp32_precision"):
             fallback.add(f"{name}.allow_tf32")
     new_api = "torch.backends.cuda.matmul.allow_tf32" in fallback

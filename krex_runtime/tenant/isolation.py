@@ -34,7 +34,7 @@ import threading
 import time
 import types
 import warnings
-from typing import Any
+from typing import Any, cast
 
 from krex_runtime.tenant.process_settings import Settings
 from krex_runtime.tenant.process_state import ProcessState
@@ -104,8 +104,8 @@ class Baseline:
             return "threads", "left a thread running: " + ", ".join(left)
         sys.settrace(None)
         sys.setprofile(None)
-        threading.settrace(None)  # type: ignore[arg-type]
-        threading.setprofile(None)  # type: ignore[arg-type]
+        threading.settrace(None)
+        threading.setprofile(None)
         signal.alarm(0)
         for timer in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
             signal.setitimer(timer, 0)
@@ -133,7 +133,8 @@ class Baseline:
         sys.path_importer_cache.clear()
         sys.excepthook, sys.displayhook, sys.breakpointhook, threading.excepthook = self.hooks
         sys.setrecursionlimit(self.recursion_limit)
-        warnings.filters[:] = self.warning_filters
+        # In place: the C warnings module holds this list (a list, though typeshed says Sequence).
+        cast("list[Any]", warnings.filters)[:] = self.warning_filters
         os.umask(self.umask)
         try:
             os.sched_setaffinity(0, self.affinity)
@@ -236,7 +237,7 @@ def _open_fds() -> set[int]:
 
 def _driver_kind(fd: int, target: str) -> bool:
     """A character device, an anonymous inode or a memfd: what a driver opens."""
-    if target.startswith("anon_inode:") or target.startswith("/memfd:"):
+    if target.startswith(("anon_inode:", "/memfd:")):
         return True
     try:
         return stat.S_ISCHR(os.fstat(fd).st_mode)

@@ -27,6 +27,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 _PR_SET_PDEATHSIG, _PR_GET_PDEATHSIG = 1, 2
@@ -82,7 +83,7 @@ def _set_scheduler(saved: tuple[int, int]) -> None:
 
 
 # name -> (getter, setter or None where a change cannot be undone)
-Setting = tuple[Callable[[], Any], "Callable[[Any], None] | None"]
+Setting = tuple[Callable[[], Any], "Callable[[Any], object] | None"]  # a setter's return is not used
 
 
 def _settings() -> dict[str, Setting]:
@@ -114,14 +115,14 @@ def _settings() -> dict[str, Setting]:
     for name in dir(resource):
         if name.startswith("RLIMIT_"):
             which = getattr(resource, name)
-            table[name] = (lambda w=which: resource.getrlimit(w), lambda v, w=which: resource.setrlimit(w, v))
+            table[name] = (partial(resource.getrlimit, which), partial(resource.setrlimit, which))
     return table
 
 
 def _same(a: Any, b: Any) -> bool:
     """Equal values; lists and tuples of callables (gc.callbacks, hooks) by identity."""
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(x is y or (not callable(x) and x == y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(x is y or (not callable(x) and x == y) for x, y in zip(a, b, strict=True))
     return bool(a == b)
 
 

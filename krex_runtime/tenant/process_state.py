@@ -75,7 +75,7 @@ class _Snapshot:
         return tuple(namespace) == self.keys and all(map(operator.is_, namespace.values(), self.values))
 
     def saved(self) -> dict[str, Any]:
-        return dict(zip(self.keys, self.values))
+        return dict(zip(self.keys, self.values, strict=False))
 
 
 def _quiet(owner: str, attr: str, was: Any = MISSING) -> bool:

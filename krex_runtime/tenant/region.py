@@ -15,9 +15,9 @@ Standard library only: this module is imported by every candidate.
     @region()
     def measure(): ...
 
-The wire protocol (docs/native.md, "Region channel") is shared with the C API
-in native/include/krex.h: one Unix-socket connection per process, one line per
-message.
+The wire protocol (docs/native.md, "Region channel"; krex_runtime/region_wire.py)
+is shared with the C API in native/include/krex.h: one Unix-socket connection
+per process, one line per message.
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from krex_runtime.tenant import env
-from krex_runtime.tenant import integrity as integrity_words
-from krex_runtime.tenant.region_protocol import PROTOCOL
+from krex_runtime import region_wire
+from krex_runtime.tenant import env, integrity
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -52,7 +51,7 @@ class _Channel:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
-        self._file: Any = None
+        self._file: socket.SocketIO | None = None
         self._pid = 0
         self.holding = False
         self.depth = 0  # regions entered and not yet exited; only the outermost talks to the runtime
@@ -80,7 +79,7 @@ class _Channel:
         tenant = os.environ.get(env.TENANT_ID) or "-1"
         token = os.environ.get(env.REGION_TOKEN) or "-"
         try:
-            self._transact(f"HELLO {PROTOCOL} {tenant} {os.getpid()} {token}", "OK")
+            self._transact(region_wire.hello(tenant, str(os.getpid()), token), "OK")
         except RegionError:
             self._drop()  # the runtime hangs up on a refused HELLO: the next try starts over
             raise
@@ -145,13 +144,13 @@ class _Channel:
                 raise RegionError("EINVAL", "this process does not hold its region")
             self.holding = False
             self.integrity = None
-            sent = integrity_words.words(integrity_words.library_counts(), integrity_words.patched_now())
+            sent = region_wire.words(integrity.library_counts(), integrity.patched_now())
             released = self._transact(f"EXIT {sent}".rstrip(), "RELEASED").split()
             # RELEASED <seq> [<exit flags>] [integrity=... harness=...]: the words the record was made of
             said = [w for w in released[1:] if w.startswith(("integrity=", "harness="))]
             flags = [w for w in released[1:2] if w not in said]
             self.exit_flags = flags[0].split(",") if flags else []
-            self.integrity = integrity_words.record(*integrity_words.parse_exit(" ".join(said))) if said else None
+            self.integrity = region_wire.record(*region_wire.parse_exit(" ".join(said))) if said else None
             return True
 
 
@@ -191,7 +190,6 @@ class region(contextlib.ContextDecorator):
     nested in one already held.
     """
 
-    flags: list[str] = []  # e.g. "throttled:hw_thermal", "exit:clock:1500MHz-below-top-1980MHz"
     _released = False  # this object's exit released the region (it was the outermost)
     _certificate: tuple[str, list[str]] | None = None
     integrity: dict[str, Any] | None = None
@@ -204,6 +202,7 @@ class region(contextlib.ContextDecorator):
         if settle_s is not None and not 0 <= settle_s <= 10:
             raise ValueError(f"settle_s must be within [0, 10] seconds, got {settle_s!r}")
         self.settle_s = settle_s
+        self.flags: list[str] = []  # e.g. "throttled:hw_thermal", "exit:clock:1500MHz-below-top-1980MHz"
 
     @property
     def verdict(self) -> str:

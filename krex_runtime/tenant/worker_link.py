@@ -97,7 +97,7 @@ class Verifier:
             raise LinkError(f"a line with a wrong signature: {body[:80]!r}")
         self._seq += 1
         try:
-            msg = json.loads(body)
+            msg: dict[str, Any] = json.loads(body)
         except ValueError:
             raise LinkError(f"a signed line that is not JSON: {body[:80]!r}") from None
         why = malformed(msg, self._messages)

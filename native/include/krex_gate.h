@@ -3,7 +3,7 @@
  * library preloaded into tenants: the layout of a per-GPU gate in shared
  * memory and the protocol around it.
  *
- * The runtime creates one gate file per GPU (krex_runtime/regions/gate.py mirrors this
+ * The runtime creates one gate file per GPU (krex_runtime/regions/gate/core.py mirrors this
  * header and a test compares the two: change a layout only together with
  * KREX_GATE_VERSION). Tenants find it through KREX_GATE_PATH and identify
  * themselves with KREX_TENANT_ID.

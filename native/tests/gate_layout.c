@@ -1,5 +1,5 @@
 /* Prints the layout of krex_gate.h as "struct.field offset size" lines, so a
- * test can compare it with the Python mirror (krex_runtime/regions/gate.py). */
+ * test can compare it with the Python mirror (krex_runtime/regions/gate/core.py). */
 #include <stddef.h>
 #include <stdio.h>
 

@@ -4,7 +4,7 @@ and each of them parks at a closed gate and finishes correctly after.
 Programs: PyTorch eager ops, a cuBLAS matmul, a CUDA graph replay, a Triton
 kernel, a CuPy RawKernel, and a CUDA C++ program built with nvcc (static
 cudart). Each runs as its own process with the library preloaded and a gate
-created here (krex_runtime/regions/gate.py plays the runtime):
+created here (krex_runtime/regions/gate/core.py plays the runtime):
 
   ready -> close the gate, wait until quiescent, drain -> "go" -> the program's
   first submission parks (parked >= 1, no calls for a while) -> reopen -> it
@@ -30,10 +30,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from runtime_helpers import Heartbeat
+from runtime_helpers import Heartbeat  # noqa: E402  (found through the path just set)
 
-from krex_runtime.regions import gate
-from krex_runtime.testing.local_runtime import wait_until
+from krex_runtime.regions.gate import core as gate  # noqa: E402
+from krex_runtime.testing.local_runtime import wait_until  # noqa: E402
 
 
 def _has_gpu() -> bool:
@@ -46,7 +46,8 @@ TENANT, HOLDER, N = 1, 99, 200
 
 PRELUDE = r"""
 import json, os, sys
-from krex_runtime.regions import gate as kg, gate_layout
+from krex_runtime.regions.gate import core as kg
+from krex_runtime.regions.gate import header_layout as gate_layout
 G = kg.Gate.attach(os.environ["KREX_GATE_PATH"], writable=False)  # as a tenant may
 def counts():
     for e in G.processes():

@@ -35,7 +35,7 @@ from runtime_helpers import (
     wait_ready,
 )
 
-from krex_runtime.regions.gate import Gate
+from krex_runtime.regions.gate.core import Gate
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 
 PY = sys.executable

@@ -90,7 +90,7 @@ def test_gpu_stress_sixteen_tenants(make_runtime, backend: str) -> None:
     check_fifo(events)
     check_no_submissions_while_held(held)
     # The tenants start together: many entries find others inside context creation or
-    # module loads, which entry lets finish outside (regions/quiesce.py); the check above
+    # module loads, which entry lets finish outside (regions/entry/quiesce.py); the check above
     # holds for those regions too.
     granted = [e for e in events if e["type"] == "region_granted"]
     print(f"{backend}: {sum(1 for e in granted if e.get('deferred'))} of {len(granted)} regions let a tenant "

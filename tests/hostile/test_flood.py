@@ -18,7 +18,7 @@ import psutil
 import zmq
 from runtime_helpers import PY, TENANTS, busy, cgroup_root, finish, frozen_cgroups, submit, wait_ready
 
-from krex_runtime.regions.gate import Gate, GateError
+from krex_runtime.regions.gate.core import Gate, GateError
 from krex_runtime.testing.local_runtime import wait_until
 from krex_runtime.wire import endpoints, protocol
 from krex_runtime.wire.trace import read_trace

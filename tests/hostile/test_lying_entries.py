@@ -1,5 +1,5 @@
 """What a tenant writes into its own gate entries is a hint, checked against
-what the runtime observes (regions/entry_hints.py), on real runtimes with
+what the runtime observes (regions/entry/hints.py), on real runtimes with
 simulated GPUs.
 
 - F3 (issue 47): a tenant writes a LIVE entry for one of its own processes
@@ -23,7 +23,7 @@ from typing import Any
 
 from runtime_helpers import PY, TENANTS, finish, krex_runtime, output, region_results, snapshot, submit, trace_events
 
-from krex_runtime.regions import gate_layout
+from krex_runtime.regions.gate import header_layout as gate_layout
 from krex_runtime.testing.local_runtime import wait_until
 
 QUIESCE_S = 3.0

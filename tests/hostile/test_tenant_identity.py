@@ -29,8 +29,8 @@ import pytest
 
 from krex_runtime.api import Client, RequestFailed
 from krex_runtime.host.identities import Identities, processes_of
-from krex_runtime.regions import gate_layout
-from krex_runtime.regions.gate import Gate
+from krex_runtime.regions.gate import header_layout as gate_layout
+from krex_runtime.regions.gate.core import Gate
 from krex_runtime.sim.device_file import device_path
 from krex_runtime.testing.local_runtime import Runtime, command, wait_until
 

@@ -10,7 +10,7 @@ tenant placed on another GPU (its child using this one) is not one of this
 GPU's tenants to freeze.
 
 Now the certificate sees every process that used the GPU during the hold
-(regions/hold_processes.py): the region is `violated`, naming the child
+(regions/entry/hold_processes.py): the region is `violated`, naming the child
 and that it ended before the release; its tenant is frozen once the child
 is seen, for the rest of the hold; and a tenant with such a process on the
 GPU when a region enters is frozen by the entry, whatever the protection.

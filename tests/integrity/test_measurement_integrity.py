@@ -42,7 +42,7 @@ def test_each_hack_is_flagged_and_honest_timings_are_clean(make_runtime: Any) ->
     assert scenarios == list(EXPECTED)
     records = [r["integrity"] for r in result["regions"]]
     assert len(records) == len(EXPECTED)
-    for name, rec in zip(scenarios, records):
+    for name, rec in zip(scenarios, records, strict=False):
         assert rec is not None, name
         assert rec["windows"] == 1, (name, rec)
         assert set(rec["flags"]) == EXPECTED[name], (name, rec)
@@ -74,23 +74,23 @@ def test_a_harness_patched_after_import_is_flagged(make_runtime: Any) -> None:
 
 
 def test_exit_words_from_a_tenant_are_read_strictly() -> None:
-    from krex_runtime.tenant import integrity
+    from krex_runtime import region_wire
 
-    assert integrity.parse_exit("") == (None, [])
-    assert integrity.parse_exit("integrity=3,1,0,0,0") == (
+    assert region_wire.parse_exit("") == (None, [])
+    assert region_wire.parse_exit("integrity=3,1,0,0,0") == (
         {"windows": 3, "escaped": 1, "other_thread": 0, "empty": 0, "stream_mismatch": 0}, [])
     for bad in ("integrity=1,2,3", "integrity=a,0,0,0,0", "integrity=-1,0,0,0,0", "integrity=1,0,0,0,0,0",
-                "integrity=" + "9" * 30 + ",0,0,0,0", "integrity=１,0,0,0,0"):
-        assert integrity.parse_exit(bad) == (None, []), bad
-    counts, patched = integrity.parse_exit("harness=a.b:c harness=x<y>;rm harness=1 harness=2 harness=3 harness=4")
+                "integrity=" + "9" * 30 + ",0,0,0,0", "integrity=\uff11,0,0,0,0"):
+        assert region_wire.parse_exit(bad) == (None, []), bad
+    counts, patched = region_wire.parse_exit("harness=a.b:c harness=x<y>;rm harness=1 harness=2 harness=3 harness=4")
     assert counts is None and patched == ["a.b:c", "xyrm", "1", "2"]  # odd characters dropped, at most 4
-    assert integrity.record(None, []) is None
-    rec = integrity.record(integrity.parse_counts("0,0,0,0,0"))
+    assert region_wire.record(None, []) is None
+    rec = region_wire.record(region_wire.parse_counts("0,0,0,0,0"))
     assert rec == {"windows": 0, "clean": True, "summary": "integrity: clean (0 timed windows)", "flags": {}}
-    rec = integrity.record(integrity.parse_counts("5,2,0,1,0"), ["triton.testing:do_bench"])
+    rec = region_wire.record(region_wire.parse_counts("5,2,0,1,0"), ["triton.testing:do_bench"])
     assert rec is not None and not rec["clean"]
     assert rec["summary"] == "integrity: flagged (escaped 2, empty 1, patched_harness 1; 5 timed windows)"
-    assert integrity.lines(rec)[1].startswith("escaped: 2 of 5 window(s): work launched")
+    assert region_wire.lines(rec)[1].startswith("escaped: 2 of 5 window(s): work launched")
 
 
 def many_windows(rt: Any, windows: int, launches: int, **env: str) -> tuple[dict, Any]:

@@ -19,7 +19,7 @@ from krex_native import Build, check_sanitizers, read_stats
 from runtime_helpers import Heartbeat
 from test_region_api import LineServer
 
-from krex_runtime.regions import gate
+from krex_runtime.regions.gate import core as gate
 from krex_runtime.sim.device_file import remove_device
 
 TENANT = 5

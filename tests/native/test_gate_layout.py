@@ -1,4 +1,4 @@
-"""krex_runtime/regions/gate_layout.py mirrors native/include/krex_gate.h byte for byte."""
+"""krex_runtime/regions/gate/header_layout.py mirrors native/include/krex_gate.h byte for byte."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 
 from krex_native import Build
 
-from krex_runtime.regions import gate_layout
+from krex_runtime.regions.gate import header_layout as gate_layout
 
 
 def c_layout(build: Build) -> dict[str, tuple[int, int]]:

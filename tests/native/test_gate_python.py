@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from krex_runtime.regions import gate, gate_layout
+from krex_runtime.regions.gate import core as gate
+from krex_runtime.regions.gate import header_layout as gate_layout
 
 
 def test_create_and_attach_agree(tmp_path: Path) -> None:
@@ -69,7 +70,7 @@ def test_an_entry_reads_back_every_field_as_written(tmp_path: Path) -> None:
     # Gate.entry reads an entry in one struct read; each field written through its own view.
     with gate.Gate.create(tmp_path / "g", max_procs=4) as g:
         g.add_tenant(7)
-        for n, (name, ctype, _) in enumerate(gate_layout.PROC_FIELDS):
+        for n, (name, _ctype, _) in enumerate(gate_layout.PROC_FIELDS):
             view = g._pget(7, 2, name)
             if isinstance(view, (int, float)) or not hasattr(view, "value"):
                 for i in range(len(view)):

@@ -2,7 +2,7 @@
 
 A tenant with 4 submitting threads (a C program linked with -lcuda, and a
 Python program using ctypes) runs with libkrex.so preloaded; the test plays
-the runtime through krex_runtime/regions/gate.py: close, wait until nobody is inside
+the runtime through krex_runtime/regions/gate/core.py: close, wait until nobody is inside
 a driver call, drain, check that the tenant is parked and makes no progress,
 reopen, check that it finishes. The simulator's execution log is the witness
 of what ran when. No timing assertions: every wait is a bounded poll for a
@@ -23,7 +23,8 @@ import pytest
 from krex_native import Build, check_sanitizers, read_stats
 from runtime_helpers import Heartbeat
 
-from krex_runtime.regions import gate, gate_layout
+from krex_runtime.regions.gate import core as gate
+from krex_runtime.regions.gate import header_layout as gate_layout
 from krex_runtime.sim.device_file import remove_device
 from krex_runtime.sim.execution_log import read_execution_log
 from krex_runtime.sim.layout import KIND_KERNEL

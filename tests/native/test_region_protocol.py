@@ -1,4 +1,4 @@
-"""The region protocol version has one home, krex_runtime/tenant/region_protocol.py:
+"""The region protocol version has one home, krex_runtime/region_wire.py:
 the runtime's channel and the Python client import it, and the C client's
 header is generated from it (native/tools/gen_region_protocol.py)."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 from krex_native import NATIVE
 
+from krex_runtime import client, region_wire
 from krex_runtime.regions import channel
-from krex_runtime.tenant import region, region_protocol
 
 GENERATOR = NATIVE / "tools" / "gen_region_protocol.py"
 HEADER = NATIVE / "src" / "intercept" / "region_protocol.h"
@@ -24,15 +24,15 @@ def generate(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_c_header_is_generated_from_the_python_constant() -> None:
     done = generate("--check")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"#define KREX_REGION_PROTOCOL {region_protocol.PROTOCOL}\n" in HEADER.read_text()
+    assert f"#define KREX_REGION_PROTOCOL {region_wire.PROTOCOL}\n" in HEADER.read_text()
 
 
 def test_the_check_fails_when_they_differ(tmp_path: Path) -> None:
     source = tmp_path / "region_protocol.py"
-    source.write_text(f"PROTOCOL = {region_protocol.PROTOCOL + 1}\n")
+    source.write_text(f"PROTOCOL = {region_wire.PROTOCOL + 1}\n")
     done = generate("--check", "--source", str(source), "--output", str(HEADER))
     assert done.returncode == 1
-    assert "out of date" in done.stderr and f"+#define KREX_REGION_PROTOCOL {region_protocol.PROTOCOL + 1}" in done.stdout
+    assert "out of date" in done.stderr and f"+#define KREX_REGION_PROTOCOL {region_wire.PROTOCOL + 1}" in done.stdout
 
 
 def test_a_source_without_the_constant_is_an_error(tmp_path: Path) -> None:
@@ -43,5 +43,7 @@ def test_a_source_without_the_constant_is_an_error(tmp_path: Path) -> None:
 
 
 def test_the_runtime_and_the_python_client_share_it() -> None:
-    assert channel.PROTOCOL is region_protocol.PROTOCOL and region.PROTOCOL is region_protocol.PROTOCOL
-    assert channel.HELLO_USAGE.startswith(f"HELLO {region_protocol.PROTOCOL} ")
+    assert channel.PROTOCOL is region_wire.PROTOCOL and client.PROTOCOL is region_wire.PROTOCOL
+    assert channel.HELLO_USAGE is region_wire.HELLO_USAGE
+    assert region_wire.HELLO_USAGE.startswith(f"HELLO {region_wire.PROTOCOL} ")
+    assert region_wire.hello("3", "42", "t") == f"HELLO {region_wire.PROTOCOL} 3 42 t"

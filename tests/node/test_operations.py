@@ -35,7 +35,7 @@ from runtime_helpers import (
 )
 
 from krex_runtime.main import parse_args
-from krex_runtime.regions.gate import Gate
+from krex_runtime.regions.gate.core import Gate
 from krex_runtime.regions.machinery import gate_path
 from krex_runtime.service.notify import Notifier
 from krex_runtime.testing.local_runtime import command, wait_until

@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from krex_runtime.regions.settle import settle
+from krex_runtime.regions.entry.settle import settle
 from krex_runtime.wire import state as node_state
 from krex_runtime.wire.trace import read_trace
 

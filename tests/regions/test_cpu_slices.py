@@ -1,5 +1,5 @@
 """How a GPU's cores are split between its tenants and its region holder
-(regions/cpu_slices.py), with the machine's SMT siblings given: a reserved
+(regions/entry/cpu_slices.py), with the machine's SMT siblings given: a reserved
 core's siblings are kept from tenants too, unless that leaves them none."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from krex_runtime.regions import cpu_slices
+from krex_runtime.regions.entry import cpu_slices
 
 
 def gpus(*cores: list[int]) -> list[SimpleNamespace]:

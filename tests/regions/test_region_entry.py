@@ -6,8 +6,8 @@ KREX_SIM_MODULE_LOAD_MS).
 
 Before the gate closes, entry parks new host-side calls and lets those in
 progress finish, for at most `regions.host_side_wait_s`, while everyone's GPU
-work goes on (gpu_regions.py). Past that bound (0 in the tests of it), the
-bound stated by quiesce.py: entry waits for perturbing calls in progress at
+work goes on (region_entry.py). Past that bound (0 in the tests of it), the
+bound stated by entry/quiesce.py: entry waits for perturbing calls in progress at
 the close, never for a host-side call. Checked by order, not by timing: the
 region is granted, held and released while the slow tenants are still inside
 their calls (their own CLOCK_MONOTONIC stamps), and their work after the call

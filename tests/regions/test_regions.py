@@ -53,7 +53,7 @@ from runtime_helpers import (
 
 from krex_runtime.node import native_build
 from krex_runtime.regions.freezer import is_stopped
-from krex_runtime.regions.gate import Gate
+from krex_runtime.regions.gate.core import Gate
 from krex_runtime.sim.device_file import active_count, remove_device
 from krex_runtime.sim.execution_log import read_execution_log
 from krex_runtime.testing.local_runtime import Runtime, wait_until

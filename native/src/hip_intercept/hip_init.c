@@ -6,7 +6,7 @@
  * library makes the first gated call of a process, if it is not itself one
  * of initialisation (hipInit, hipSetDevice, ...: class KREX_CLASS_CONTEXT),
  * call the gated hipInit first. A thread inside a context-class call is left
- * running by region entry and frozen once out of it (regions/late_freeze.py):
+ * running by region entry and frozen once out of it (regions/entry/late_freeze.py):
  * never in the middle of its HIP initialisation.
  */
 #include <pthread.h>

@@ -33,8 +33,9 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from krex_runtime.regions.gate_files import (
+from krex_runtime.regions.gate.files import (
     DrainOutcome,
     DrainRequest,
     GateError,
@@ -43,8 +44,7 @@ from krex_runtime.regions.gate_files import (
     entries_files,
     entries_path,
 )
-from krex_runtime.regions.gate_kernel import futex_wait, futex_wake_all, process_alive
-from krex_runtime.regions.gate_layout import (
+from krex_runtime.regions.gate.header_layout import (
     CALL_CLASSES,
     CLASS_SLOTS,
     CLOSED,
@@ -65,6 +65,7 @@ from krex_runtime.regions.gate_layout import (
     entries_size,
     unpack_proc,
 )
+from krex_runtime.regions.gate.kernel import futex_wait, futex_wake_all, process_alive
 
 __all__ = ["DrainOutcome", "DrainRequest", "Gate", "GateError", "ProcEntry"]
 
@@ -82,7 +83,7 @@ class Gate:
         self._tables: dict[int, Mapping] = {}  # tenant id -> its entries
         self._owners: dict[int, int] = {}  # tenant id -> the uid its processes run as, where it has its own
         # (tenant id, pid, start time) -> why an entry is not believed, None: it is
-        # (regions/entry_hints.py; None: every live entry of its owner's process is).
+        # (regions/entry/hints.py; None: every live entry of its owner's process is).
         self.vouch: Callable[[int, int, int], str | None] | None = None
         self._former: dict[tuple[int, int], int] = {}  # (pid, start time) -> tenant, of removed files
 
@@ -238,7 +239,7 @@ class Gate:
             raise GateError(f"{self.path}: no tenant {tenant}")
         return table
 
-    def _pget(self, tenant: int, index: int, name: str):
+    def _pget(self, tenant: int, index: int, name: str) -> Any:
         ctype, off = PROC[name]
         return self._table(tenant).view(ctype, index * PROC_SIZE + off)
 
@@ -295,7 +296,7 @@ class Gate:
     def close_classes(self, holder: int, mask: int) -> None:
         """Park every tenant but `holder` at its next call of a class in `mask`
         (gate_layout's bits), the gate otherwise open: GPU work goes on. Threads
-        inside such a call finish it (the entry waits for them: gpu_regions.py)."""
+        inside such a call finish it (the entry waits for them: region_entry.py)."""
         if holder == NO_HOLDER:
             raise ValueError("closing classes needs a holder tenant id")
         self.stamp_heartbeat()
@@ -378,7 +379,7 @@ class Gate:
         """Wait until no other tenant's thread is inside a gated call of a class in
         PERTURBING_CLASSES (of any class with `every_call`). Returns the processes still
         inside at the deadline (empty: quiescent); dead ones do not count, nor the pids
-        in `ignore` (claims not believed: entry_hints.py)."""
+        in `ignore` (claims not believed: entry/hints.py)."""
         deadline = time.monotonic() + timeout_s
         pause = 50e-6
         while True:

@@ -1,5 +1,5 @@
-"""The region channel's wire and its peers (regions/channel.py serves it):
-lines bounded both ways, a rate limit per connection, the kernel's word on
+"""The region channel's peers, as the runtime's end sees them (regions/channel.py
+serves it; region_wire.py is the protocol): lines bounded both ways, a rate limit per connection, the kernel's word on
 who a peer is, and the watch that ends a connection when its requester dies
 while another process (a child it forked) still holds the socket.
 """
@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from krex_runtime.region_wire import MAX_LINE
 from krex_runtime.regions.requests import RegionRefused
 
 log = logging.getLogger("krex.region_channel")
 
-MAX_LINE = 256  # bytes before the newline; the longest valid line is about 110
 # Clients read each reply before they send again: one that leaves its replies
 # unread this long is not a client, and its connection is dropped.
 SEND_TIMEOUT_S = 10.0

@@ -1,7 +1,7 @@
 """What the gate reads from tenants' entries files is a hint, checked against
 what the runtime observes itself.
 
-Each tenant writes its process entries (gate_files.py): the library in each
+Each tenant writes its process entries (gate/files.py): the library in each
 of its processes keeps them, and so can any process of its uid, with any
 values. Entry trusted them: a tenant that wrote a LIVE entry for one of its
 own processes that had never touched CUDA, with a call "in flight", made
@@ -24,7 +24,7 @@ refused, for as long as it ran (issue 47, F3); one that added to its own
 - a claim that outlives the operator's bound (`regions.quiesce_timeout_s`)
   delays the region no further: its tenant is frozen for the hold, its work
   in flight not drained, and the certificate says `unknown`, naming it
-  (gpu_regions.py);
+  (region_entry.py);
 - a count (`calls_total`) condemns a region only where the runtime sees
   the same (the process witness, certificate.py); a tenant frozen for the
   whole hold made no call, whatever it wrote.

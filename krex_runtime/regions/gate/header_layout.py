@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import ctypes
 import struct
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from krex_runtime.tenant import env
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 MAGIC = 0x45544147584552  # "REXGATE\0" read as little-endian u64
 VERSION = 3
@@ -32,7 +36,7 @@ CLASS_SLOTS = 16
 # KREX_CLASS_PERTURBING: classes whose calls region entry waits for at the
 # close (the others are host-side: context creation, module loading, memory
 # allocation and release; the entry lets those in progress finish before it
-# closes the gate: gpu_regions.py).
+# closes the gate: region_entry.py).
 HOST_SIDE_CLASSES = frozenset({"context", "module", "memory"})
 PERTURBING_CLASSES = tuple(c for c in CALL_CLASSES if c not in HOST_SIDE_CLASSES)
 PERTURBING_MASK = sum(1 << i for i, c in enumerate(CALL_CLASSES) if c in PERTURBING_CLASSES)
@@ -54,7 +58,10 @@ ENV_REGION_SOCKET = env.REGION_SOCKET
 # compiles a C program printing offsetof/sizeof of the header's structs and
 # compares with these tables.
 _u32, _i32, _u64, _i64 = ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint64, ctypes.c_int64
-HEADER_FIELDS: tuple[tuple[str, type, int], ...] = (
+# A field's ctypes type: a scalar, or an array of scalars.
+CType: TypeAlias = "type[ctypes._SimpleCData[Any]] | type[ctypes.Array[Any]]"
+
+HEADER_FIELDS: tuple[tuple[str, CType, int], ...] = (
     ("magic", _u64, 0), ("version", _u32, 8),
     ("header_size", _u32, 12), ("proc_size", _u32, 16), ("max_procs", _u32, 20), ("procs_offset", _u32, 24),
     ("gate_word", _u32, 28), ("holder", _i64, 32), ("generation", _u64, 40),
@@ -66,7 +73,7 @@ HEADER_FIELDS: tuple[tuple[str, type, int], ...] = (
 )
 HEADER_SIZE = 256
 
-PROC_FIELDS: tuple[tuple[str, type, int], ...] = (
+PROC_FIELDS: tuple[tuple[str, CType, int], ...] = (
     ("state", _u32, 0), ("pid", _i32, 4), ("tenant_id", _i64, 8), ("start_time", _u64, 16),
     ("in_call", _u32, 24), ("parked", _u32, 28),
     ("drain_req", _u32, 32), ("drain_ack", _u32, 36), ("drain_result", _u32, 40),
@@ -88,11 +95,13 @@ def entries_size(max_procs: int) -> int:
     return max_procs * PROC_SIZE
 
 
-def _struct_of(fields: tuple[tuple[str, type, int], ...], size: int) -> tuple[struct.Struct, tuple[tuple[str, int], ...]]:
+def _struct_of(fields: tuple[tuple[str, CType, int], ...], size: int) -> tuple[struct.Struct, tuple[tuple[str, int], ...]]:
     """A struct.Struct reading every field at once, and (name, values) in its order."""
-    fmt, names, at = "<", [], 0
+    fmt, at = "<", 0
+    names: list[tuple[str, int]] = []
     for name, ctype, off in sorted(fields, key=lambda f: f[2]):
-        element, count = (ctype._type_, ctype._length_) if issubclass(ctype, ctypes.Array) else (ctype, 1)
+        spec: Any = ctype  # typeshed does not describe ctypes' `_type_` and `_length_` class attributes
+        element, count = (spec._type_, spec._length_) if issubclass(ctype, ctypes.Array) else (spec, 1)
         code = {1: "b", 2: "h", 4: "i", 8: "q"}[ctypes.sizeof(element)]
         fmt += f"{off - at}x" * (off > at) + f"{count}" * (count > 1) + (code if element._type_.islower() else code.upper())
         names.append((name, count))
@@ -105,9 +114,10 @@ def _struct_of(fields: tuple[tuple[str, type, int], ...], size: int) -> tuple[st
 PROC_STRUCT, _PROC_ORDER = _struct_of(PROC_FIELDS, PROC_SIZE)
 
 
-def unpack_proc(buffer, offset: int) -> dict[str, int | tuple[int, ...]]:
+def unpack_proc(buffer: ReadableBuffer, offset: int) -> dict[str, Any]:
     """Every field of the process entry at `offset` (a snapshot, not atomic)."""
-    values, out, i = PROC_STRUCT.unpack_from(buffer, offset), {}, 0
+    values, i = PROC_STRUCT.unpack_from(buffer, offset), 0
+    out: dict[str, Any] = {}  # each field's int, or tuple of ints for an array
     for name, count in _PROC_ORDER:
         out[name] = values[i] if count == 1 else values[i : i + count]
         i += count

@@ -3,14 +3,14 @@
 Both backends first close the preload gate (a tenant that has not initialised
 CUDA yet cannot be locked by the driver, so it must meet the gate) and wait
 until no other tenant is inside a gated call that may perturb the region
-(quiesce.py). Then:
+(entry/quiesce.py). Then:
   - `preload` asks each process's drain thread (native library) to synchronise
     its contexts and waits for the acknowledgements;
   - `driver-lock` takes the driver's process checkpoint lock of each other
     process that uses CUDA, from parallel threads, which returns once that
     process's submitted work is done; the locks are dropped after the thaw.
     A `deferred` process (a thread still inside context creation or module
-    loading, quiesce.py) is drained the preload way instead: the lock waits
+    loading, entry/quiesce.py) is drained the preload way instead: the lock waits
     for the calls in progress, which is what entry must not wait for. The gate
     holds its next call, as it holds every tenant's under `preload`.
 """
@@ -18,17 +18,18 @@ until no other tenant is inside a gated call that may perturb the region
 from __future__ import annotations
 
 import time
+from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from krex_runtime.regions.driver_lock import (
+from krex_runtime.regions.freezer import is_stopped
+from krex_runtime.regions.gate.core import Gate
+from krex_runtime.regions.gate.driver_lock import (
     CUDA_ERROR_NOT_INITIALIZED,
     CUDA_ERROR_TIMEOUT,
     CUDA_SUCCESS,
     CheckpointDriver,
 )
-from krex_runtime.regions.freezer import is_stopped
-from krex_runtime.regions.gate import Gate
 
 
 @dataclass
@@ -46,13 +47,13 @@ class DrainReport:
 class GateBackend:
     name = ""
 
-    def drain(self, gate: Gate, holder: int, timeout_s: float, deferred: set[int] = frozenset(),
+    def drain(self, gate: Gate, holder: int, timeout_s: float, deferred: AbstractSet[int] = frozenset(),
               skip: frozenset[int] = frozenset(), ignore: frozenset[int] = frozenset()) -> DrainReport:
         """Wait (bounded) until the other tenants' submitted work is done; `deferred`:
         pids with a thread inside a host-side call; `skip`: tenants frozen by another
         GPU's region (gpu_sets.py), drained by it already, or frozen as their claims
         outlived the quiesce bound; `ignore`: pids the GPU knows no context of
-        (nothing of theirs is on it: entry_hints.py)."""
+        (nothing of theirs is on it: entry/hints.py)."""
         raise NotImplementedError
 
     def release(self, report: DrainReport) -> list[int]:
@@ -63,7 +64,7 @@ class GateBackend:
 class PreloadBackend(GateBackend):
     name = "preload"
 
-    def drain(self, gate: Gate, holder: int, timeout_s: float, deferred: set[int] = frozenset(),
+    def drain(self, gate: Gate, holder: int, timeout_s: float, deferred: AbstractSet[int] = frozenset(),
               skip: frozenset[int] = frozenset(), ignore: frozenset[int] = frozenset()) -> DrainReport:
         return _preload_drain(DrainReport(), gate, holder, timeout_s, None, skip, ignore)
 
@@ -75,7 +76,7 @@ class DriverLockBackend(GateBackend):
         self.driver = driver
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="krex-lock")
 
-    def drain(self, gate: Gate, holder: int, timeout_s: float, deferred: set[int] = frozenset(),
+    def drain(self, gate: Gate, holder: int, timeout_s: float, deferred: AbstractSet[int] = frozenset(),
               skip: frozenset[int] = frozenset(), ignore: frozenset[int] = frozenset()) -> DrainReport:
         started = time.monotonic()
         report = DrainReport()
@@ -86,7 +87,7 @@ class DriverLockBackend(GateBackend):
         results = list(self._pool.map(lambda pid: self.driver.lock(pid, timeout_s), pids))
         if by_library is not None:
             by_library.result()
-        for pid, rc in zip(pids, results):
+        for pid, rc in zip(pids, results, strict=True):
             if rc == CUDA_SUCCESS:
                 report.locked.append(pid)
                 report.outcomes[pid] = "ok"

@@ -21,7 +21,7 @@ certified `verified` (issue 47, F5). Now the witness reads three things:
 - a process that the gate cannot hold (a tenant's, with no gate entry) is
   held back at once: its tenant is frozen for the rest of the hold
   (HeldBack), whatever the protection. Entry does the same for those already
-  on the GPU (gpu_regions.py). Under `gpu-only` such a tenant was never
+  on the GPU (region_entry.py). Under `gpu-only` such a tenant was never
   frozen, and a tenant placed on another GPU, using this one, was not one of
   its tenants to freeze: the two ways the child had run.
 

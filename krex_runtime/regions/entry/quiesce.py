@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from krex_runtime.regions.entry_hints import told, unfounded
+from krex_runtime.regions.entry.hints import told, unfounded
 from krex_runtime.regions.freezer import is_stopped
-from krex_runtime.regions.gate import Gate, ProcEntry
-from krex_runtime.regions.gate_layout import PERTURBING_CLASSES
+from krex_runtime.regions.gate.core import Gate, ProcEntry
+from krex_runtime.regions.gate.header_layout import PERTURBING_CLASSES
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def quiesce(
     `skip`: tenants frozen by another GPU's region (gpu_sets.py), not waited for;
     `no_context`: processes the GPU knows no context of (with `contexts_known`):
     a claim of theirs to a call that submits GPU work is not believed, nor waited
-    for (entry_hints.py)."""
+    for (entry/hints.py)."""
     entries = gate.others(holder, skip)
     lies = unfounded(entries, {e.pid for e in entries} - no_context) if contexts_known else {}
     for e in entries:

@@ -22,10 +22,15 @@ import mmap
 import os
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
+
+from krex_runtime.regions.gate.header_layout import CType
 
 log = logging.getLogger("krex.gate")
+T = TypeVar("T")
 
 
 class GateError(Exception):
@@ -122,22 +127,27 @@ class Mapping:
         mm = self._mm
         return len(mm) if mm is not None else 0
 
-    def view(self, ctype: type, off: int):
+    def view(self, ctype: CType, off: int) -> Any:
+        """The field at `off`, in place: a ctypes value of `ctype`."""
         mm = self._mm  # once: close may run in another thread
+        if mm is None:
+            raise GateError(f"{self.path}: detached")
         try:
             return ctype.from_buffer(mm, off)
         except (TypeError, ValueError):  # None, closed meanwhile, or read-only
             raise GateError(f"{self.path}: detached") from None
 
-    def copy(self, ctype: type, off: int):
+    def copy(self, ctype: CType, off: int) -> Any:
         """A copy of what is at `off` (works on a read-only mapping too)."""
         mm = self._mm
+        if mm is None:
+            raise GateError(f"{self.path}: detached")
         try:
-            return ctype.from_buffer_copy(mm, off)  # type: ignore[arg-type]
+            return ctype.from_buffer_copy(mm, off)
         except (TypeError, ValueError):  # None, or closed meanwhile
             raise GateError(f"{self.path}: detached") from None
 
-    def unpack(self, reader, off: int):
+    def unpack(self, reader: Callable[[Any, int], T], off: int) -> T:
         """`reader(buffer, off)` on the mapping (gate_layout.unpack_proc: one entry in one read)."""
         try:
             return reader(self._mm, off)
@@ -145,7 +155,7 @@ class Mapping:
             raise GateError(f"{self.path}: detached") from None
 
     def read(self, ctype: type, off: int) -> int:
-        return self.copy(ctype, off).value
+        return int(self.copy(ctype, off).value)
 
     def addr(self, off: int) -> int:
         return ctypes.addressof(self.view(ctypes.c_uint32, off))

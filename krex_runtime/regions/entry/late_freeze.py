@@ -17,7 +17,7 @@ import threading
 from typing import Any
 
 from krex_runtime.regions.freezer import FreezeError, Freezer, Target
-from krex_runtime.regions.gate import Gate, GateError
+from krex_runtime.regions.gate.core import Gate, GateError
 
 log = logging.getLogger("krex.regions")
 

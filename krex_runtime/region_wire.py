@@ -1,0 +1,108 @@
+"""THE region channel's wire protocol (docs/native.md, "Region channel"),
+one definition for both its ends: the Python client (tenant/region.py) and
+the runtime's channel (regions/channel.py) import it, and the C client's
+header (native/src/intercept/region_protocol.h) is generated from PROTOCOL
+here by native/tools/gen_region_protocol.py (`make -C native
+region-protocol`; a test fails while the two differ).
+
+It holds the version a tenant names in its HELLO (raise it when a message
+changes meaning), the bound on a line, and the measurement-integrity words
+an EXIT carries and RELEASED echoes (docs/integrity.md: what the
+interception library, native/src/intercept/intercept_integrity.c, saw of
+each CUDA-event timing in the region, and the timing harnesses auto-regions
+found replaced), with the record the runtime makes of them for the region's
+certificate. Standard library only, and nothing of the runtime: every
+candidate imports it, and it stands below both ends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PROTOCOL = 2
+MAX_LINE = 256  # bytes before the newline, both ways; the longest valid line is about 110
+
+
+def hello(tenant_id: str, pid: str, token: str) -> str:
+    """The first line a client sends: who it is, and the version it speaks."""
+    return f"HELLO {PROTOCOL} {tenant_id} {pid} {token}"
+
+
+HELLO_USAGE = hello("<tenant_id>", "<pid>", "<token>")
+
+# EXIT's integrity words: `integrity=<windows>,<escaped>,<other_thread>,<empty>,<stream_mismatch>`
+# (from `krex_region_integrity` in libkrex.so) and `harness=<name>` once per replaced harness.
+COUNTS = ("windows", "escaped", "other_thread", "empty", "stream_mismatch")
+FLAGS = ("escaped", "other_thread", "empty", "stream_mismatch", "patched_harness")
+REASONS = {
+    "escaped": "work launched in the window on a stream the end event's stream never waited on "
+               "(no event wait, no sync before the end record): it may run after the end event",
+    "other_thread": "launches from another thread of the process during the window",
+    "empty": "a timed window that holds no kernel or graph launch (the work was queued after the end record, "
+             "or elsewhere)",
+    "stream_mismatch": "the events were recorded on a stream no launch of the window used",
+    "patched_harness": "the timing harness called is not the module's original (replaced after import)",
+}
+MAX_COUNT = 1 << 62
+MAX_HARNESS_NAME = 48
+MAX_HARNESSES = 4  # an EXIT line and its RELEASED reply stay within MAX_LINE
+
+
+def parse_counts(text: str) -> dict[str, int] | None:
+    """`W,E,T,Z,M` as sent in EXIT; None when it is not that."""
+    parts = text.split(",")
+    if len(parts) != len(COUNTS) or not all(p.isascii() and p.isdigit() and len(p) <= 19 for p in parts):
+        return None
+    values = [min(int(p), MAX_COUNT) for p in parts]
+    return dict(zip(COUNTS, values, strict=True))
+
+
+def parse_exit(arg: str) -> tuple[dict[str, int] | None, list[str]]:
+    """The integrity words of an EXIT line: (counts or None, patched harness names)."""
+    counts: dict[str, int] | None = None
+    patched: list[str] = []
+    for word in arg.split():
+        key, _, value = word.partition("=")
+        if key == "integrity":
+            counts = parse_counts(value) or counts
+        elif key == "harness" and value and len(patched) < MAX_HARNESSES:
+            patched.append("".join(c for c in value[:MAX_HARNESS_NAME] if c.isalnum() or c in "._:-"))
+    return counts, patched
+
+
+def record(counts: dict[str, int] | None, patched: list[str] | None = None) -> dict[str, Any] | None:
+    """The record the certificate carries; None when the tenant said nothing
+    (an older client, a process without the library, a withdrawn region)."""
+    patched = patched or []
+    if counts is None and not patched:
+        return None
+    counts = counts or dict.fromkeys(COUNTS, 0)
+    windows = counts["windows"]
+    flags: dict[str, dict[str, Any]] = {}
+    for name in FLAGS[:-1]:
+        if counts.get(name):
+            flags[name] = {"count": counts[name], "reason": f"{counts[name]} of {windows} window(s): {REASONS[name]}"}
+    if patched:
+        flags["patched_harness"] = {"count": len(patched),
+                                    "reason": f"{', '.join(patched)}: {REASONS['patched_harness']}"}
+    return {"windows": windows, "clean": not flags, "summary": summary_of(windows, flags), "flags": flags}
+
+
+def summary_of(windows: int, flags: dict[str, dict[str, Any]]) -> str:
+    if not flags:
+        return f"integrity: clean ({windows} timed window{'' if windows == 1 else 's'})"
+    named = ", ".join(f"{name} {f['count']}" for name, f in flags.items())
+    return f"integrity: flagged ({named}; {windows} timed window{'' if windows == 1 else 's'})"
+
+
+def lines(rec: dict[str, Any] | None) -> list[str]:
+    """The record as lines: its summary, then one per flag."""
+    if not rec:
+        return []
+    return [rec["summary"]] + [f"{name}: {f['reason']}" for name, f in rec.get("flags", {}).items()]
+
+
+def words(counts: str | None, patched: list[str]) -> str:
+    """The integrity words a client appends to EXIT."""
+    out = [f"integrity={counts}"] if counts else []
+    return " ".join(out + [f"harness={name[:MAX_HARNESS_NAME]}" for name in patched[:MAX_HARNESSES]])
