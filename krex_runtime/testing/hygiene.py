@@ -22,7 +22,7 @@ from krex_runtime.commands.forwarded import forward_ring
 from krex_runtime.commands.tenant_reports import FOLDER as REPORTS
 from krex_runtime.host import cgroups
 from krex_runtime.host.identities import HOMES
-from krex_runtime.regions.gate import Gate, GateError
+from krex_runtime.regions.gate.core import Gate, GateError
 from krex_runtime.regions.machinery import GATES_DIR
 from krex_runtime.sim.layout import SHM_DIR, SHM_FILE_PREFIX
 
