@@ -207,10 +207,13 @@ class GpuRegions:
         except TimeoutError:
             self._overrun(req)
         hold_s = time.monotonic() - granted_at
-        self.fair.charge(req.share, hold_s)
         try:
             exit_stats = await asyncio.to_thread(self._exit, req, entry)
         finally:
+            # Charged in the same step as region_released is emitted, not at the
+            # release: a request that arrives during the exit is then levelled
+            # as the trace orders it, so the queue's turns replay from the trace.
+            self.fair.charge(req.share, hold_s)
             self.holder = None
             req.certified.set()
         self._emit(
