@@ -415,9 +415,9 @@ def test_every_bucket_has_eight_candidates_at_the_default_scale() -> None:
     """From each candidate's documented native time on the H200 (workload.py,
     listed in docs/BENCHMARKS.md): the default workload has at least
     MIN_P95_N candidates in every bucket, so each p95 can be quoted."""
-    from krex_bench import cli, report
+    from krex_bench import arguments, report
 
-    default_scale = cli.build_parser().parse_args(["run"]).scale
+    default_scale = arguments.build_parser().parse_args(["run"]).scale
     picked = workload.select(default_scale)
     assert all(c.native_ms is not None for c in picked)
     counts = {name: sum(1 for c in picked if analysis.bucket_of(c.native_ms) == name) for name, _, _ in analysis.BUCKETS}
