@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from krex_bench import analysis, workload
-from krex_bench.analysis import BUCKETS, CLOCK_MATCH, GAP_GROUPS, MIN_P95_N, bucket_of, summarize
+from krex_bench.analysis import BUCKETS, CLOCK_MATCH, MIN_P95_N, bucket_of, summarize
+from krex_bench.bootstrap import MIN_CI_N
+from krex_bench.ranking import GAP_GROUPS
 
 
 def _pct(x: float | None, digits: int = 1) -> str:
@@ -246,8 +248,8 @@ def _inflation(summary: dict[str, Any]) -> list[str]:
         f"A candidate's figure is its median of its measurements' medians over native's. A p90 or p95 is quoted "
         f"only over at least {MIN_P95_N} candidates (with fewer it is nearly the maximum): `n<{MIN_P95_N}` instead. "
         f"Beside each percentile its 95% percentile-bootstrap interval ({summary.get('resamples', 0)} draws of the "
-        f"candidates with replacement, a fixed seed; quoted from {analysis.MIN_CI_N} candidates, for a flip rate "
-        f"{analysis.MIN_CI_N} pairs), and whether it overlaps the native repeat's interval of the same figure: **no** "
+        f"candidates with replacement, a fixed seed; quoted from {MIN_CI_N} candidates, for a flip rate "
+        f"{MIN_CI_N} pairs), and whether it overlaps the native repeat's interval of the same figure: **no** "
         "is a difference the noise floor does not explain.",
         "",
         "Raw, every candidate:",

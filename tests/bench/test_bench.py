@@ -10,30 +10,30 @@ from pathlib import Path
 import pytest
 from runtime_helpers import bench_result
 
-from krex_bench import analysis, runner, setups, workload
+from krex_bench import analysis, ranking, runner, setups, workload
 from krex_runtime.testing.local_runtime import command
 
 
 def test_kendall_tau_b_matches_hand_counts() -> None:
-    assert analysis.kendall_tau_b([1, 2, 3, 4], [10, 20, 30, 40]) == 1.0
-    assert analysis.kendall_tau_b([1, 2, 3, 4], [40, 30, 20, 10]) == -1.0
+    assert ranking.kendall_tau_b([1, 2, 3, 4], [10, 20, 30, 40]) == 1.0
+    assert ranking.kendall_tau_b([1, 2, 3, 4], [40, 30, 20, 10]) == -1.0
     # one swapped pair of six: (5 - 1) / 6
-    assert analysis.kendall_tau_b([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(4 / 6)
+    assert ranking.kendall_tau_b([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(4 / 6)
     # a tie in y: 5 concordant, 0 discordant, 1 tie in y: 5 / sqrt(6 * 5)
-    assert analysis.kendall_tau_b([1, 2, 3, 4], [1, 2, 2, 4]) == pytest.approx(5 / math.sqrt(30))
-    assert math.isnan(analysis.kendall_tau_b([1, 1], [2, 2]))
+    assert ranking.kendall_tau_b([1, 2, 3, 4], [1, 2, 2, 4]) == pytest.approx(5 / math.sqrt(30))
+    assert math.isnan(ranking.kendall_tau_b([1, 1], [2, 2]))
 
 
 def test_flips_are_grouped_by_the_native_gap() -> None:
     native = {"p/a": 1.00, "p/b": 1.01, "p/c": 1.30, "q/a": 5.0, "q/b": 5.2}
     run = {"p/a": 1.02, "p/b": 1.01, "p/c": 1.31, "q/a": 5.3, "q/b": 5.2}
-    ranked = analysis.ranking(run, native)
+    ranked = ranking.ranking(run, native)
     out = ranked["flips"]
     assert out["<2%"] | {"ci": None} == {"pairs": 1, "flips": 1, "rate": 1.0, "ci": None}  # a/b, 1% apart, reordered
     assert out["2-5%"] | {"ci": None} == {"pairs": 1, "flips": 1, "rate": 1.0, "ci": None}  # q: 4% apart, reordered
     assert out[">=10%"]["pairs"] == 2 and out[">=10%"]["flips"] == 0
     assert out["5-10%"]["pairs"] == 0 and math.isnan(out["5-10%"]["rate"])
-    assert ranked["tau_b"]["p"]["tau"] == pytest.approx(analysis.kendall_tau_b([1.0, 1.01, 1.3], [1.02, 1.01, 1.31]))
+    assert ranked["tau_b"]["p"]["tau"] == pytest.approx(ranking.kendall_tau_b([1.0, 1.01, 1.3], [1.02, 1.01, 1.31]))
 
 
 def test_inflation_buckets_by_native_time_and_ignores_missing_candidates() -> None:
@@ -297,7 +297,7 @@ def test_a_small_gpu_run_has_every_command_ok(tmp_path: Path) -> None:
 
 def test_flips_over_the_repeat_is_the_worst_group_excess() -> None:
     def groups(**rates: tuple[int, int]) -> dict[str, dict[str, float]]:
-        out = {name: {"pairs": 0, "flips": 0, "rate": math.nan} for name, _, _ in analysis.GAP_GROUPS}
+        out = {name: {"pairs": 0, "flips": 0, "rate": math.nan} for name, _, _ in ranking.GAP_GROUPS}
         for name, (pairs, flipped) in rates.items():
             key = {"small": "<2%", "mid": "2-5%", "big": ">=10%"}[name]
             out[key] = {"pairs": pairs, "flips": flipped, "rate": flipped / pairs}
@@ -305,8 +305,8 @@ def test_flips_over_the_repeat_is_the_worst_group_excess() -> None:
 
     run = groups(small=(4, 2), mid=(2, 0), big=(10, 1))
     repeat = groups(small=(4, 1), mid=(2, 0))
-    assert analysis.flips_over(run, repeat) == pytest.approx(25.0)  # <2%: 50% against 25%; >=10% has no repeat pairs
-    assert math.isnan(analysis.flips_over(run, groups()))
+    assert ranking.flips_over(run, repeat) == pytest.approx(25.0)  # <2%: 50% against 25%; >=10% has no repeat pairs
+    assert math.isnan(ranking.flips_over(run, groups()))
 
 
 def test_progress_bar_on_a_terminal_and_plain_lines_elsewhere() -> None:
@@ -437,7 +437,7 @@ def test_a_report_of_runs_from_two_gpus_says_so() -> None:
     def data(uuids: list[str | None]) -> dict:
         labels = ["native", "native-repeat", "krex c4"]
         runs = [{"setup": {"kind": label.split()[0], "label": label, "concurrency": 1}, "results": results,
-                 "failures": [], **({"gpu_uuid": u} if u else {})} for label, u in zip(labels, uuids)]
+                 "failures": [], **({"gpu_uuid": u} if u else {})} for label, u in zip(labels, uuids, strict=True)]
         return {"date": "d", "simulated": False, "machine": {}, "workload": [], "scale": 1, "argv": ["krex"],
                 "runs": runs}
 
@@ -483,7 +483,7 @@ def test_unsteady_counts_long_kernels_whose_placements_disagree_and_the_watch_co
 
 def _watched(clocks: list[int | None], reasons: list[list[str] | None]) -> list[dict]:
     return [{"clock_samples": 0 if c is None else 5, "sm_clock_min_mhz": c, "throttle_seen": r,
-             "power_max_w": 600.0, "temp_max_c": 60} for c, r in zip(clocks, reasons)]
+             "power_max_w": 600.0, "temp_max_c": 60} for c, r in zip(clocks, reasons, strict=True)]
 
 
 def test_the_slow_placements_of_an_unsteady_measurement_are_told_apart_by_what_the_watch_saw() -> None:
@@ -644,14 +644,14 @@ def test_flip_rate_and_tau_intervals_hold_the_estimate_and_mark_the_repeat() -> 
     what drawing the candidates again can give."""
     native = {f"p/c{i}": 1.0 * 1.03**i for i in range(10)}
     rotated = {f"p/c{i}": native[f"p/c{(i + 5) % 10}"] for i in range(10)}
-    ranked = analysis.ranking(rotated, native)
+    ranked = ranking.ranking(rotated, native)
     far, tau = ranked["flips"][">=10%"], ranked["tau_b"]["p"]
     assert (far["flips"], far["pairs"]) == (19, 21) and tau["tau"] == pytest.approx(-5 / 45)
     for figures, name in ((far, "rate"), (ranked["flips"]["2-5%"], "rate"), (tau, "tau")):
         lo, hi = figures["ci"][name]
         assert lo <= figures[name] <= hi and lo < hi, figures
-    assert analysis.ranking(native, native)["tau_b"]["p"]["ci"]["tau"] == [1.0, 1.0]
-    assert analysis.ranking(rotated, native) == ranked  # a fixed seed
+    assert ranking.ranking(native, native)["tau_b"]["p"]["ci"]["tau"] == [1.0, 1.0]
+    assert ranking.ranking(rotated, native) == ranked  # a fixed seed
 
     def results(times: dict[str, float]) -> list[dict]:
         return [bench_result(*key.split("/"), ms, 1980) for key, ms in times.items()]
