@@ -621,7 +621,7 @@ def rss_summary(samples: list[dict[str, Any]], min_span_min: float) -> dict[str,
     if len(half) >= 3 and ts[-1] - ts[0] >= min_span_min:
         ys = [s["rss_kib"] for s in half]
         mt, my = sum(ts) / len(ts), sum(ys) / len(ys)
-        summary["slope_kib_per_min"] = sum((t - mt) * (y - my) for t, y in zip(ts, ys)) / sum((t - mt) ** 2 for t in ts)
+        summary["slope_kib_per_min"] = sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / sum((t - mt) ** 2 for t in ts)
         summary["slope_life"] = longest
     return summary
 
