@@ -25,17 +25,7 @@ import random
 import threading
 from pathlib import Path
 
-from scaffold import (
-    PY,
-    TENANTS,
-    cancel,
-    latency_arguments,
-    probe_regions,
-    rank_quantile,
-    rows_per_backend,
-    start_busy,
-    stopped_after,
-)
+import scaffold
 
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.wire.trace import read_trace
@@ -55,10 +45,10 @@ GPU_STARTUP = (
 
 def startup_argv(gpu: bool, rng: random.Random) -> list[str]:
     if gpu:
-        return [PY, "-c", GPU_STARTUP]
+        return [scaffold.PY, "-c", GPU_STARTUP]
     # Figures of the H200 node (docs/DESIGN.md): import ~3 s, a context 0.2-2 s under
     # contention, module loads tens to hundreds of ms.
-    return [PY, str(TENANTS / "startup.py"), "--import-ms", str(rng.uniform(500, 3000)),
+    return [scaffold.PY, str(scaffold.TENANTS / "startup.py"), "--import-ms", str(rng.uniform(500, 3000)),
             "--ctx-ms", str(int(rng.uniform(200, 2000))), "--module-ms", str(int(rng.uniform(20, 400))),
             "--kernels", "4", "--kernel-us", "2000"]
 
@@ -93,15 +83,15 @@ def measure(root: Path, gpu: bool, backend: str, waits_for: str, startups: int, 
         extra_config=f'[regions]\ngate_backend = "{backend}"\nentry_waits_for = "{waits_for}"\n',
     ).start()
     keeper = None
-    with stopped_after(rt, not gpu):
+    with scaffold.stopped_after(rt, not gpu):
         try:
-            busy_ids = start_busy(rt, busy, gpu)
+            busy_ids = scaffold.start_busy(rt, busy, gpu)
             keeper = StartupKeeper(rt, startups, gpu)
             wait_until(lambda: keeper.started >= startups, 120, "start-up tenants", interval_s=0.5)
-            client_side = probe_regions(rt, regions, gpu, 1800, "--pause-ms", "50")
+            client_side = scaffold.probe_regions(rt, regions, gpu, 1800, "--pause-ms", "50")
             keeper.stop.set()
             keeper.thread.join(60)
-            cancel(rt, busy_ids)
+            scaffold.cancel(rt, busy_ids)
         finally:
             if keeper is not None:
                 keeper.stop.set()
@@ -110,10 +100,10 @@ def measure(root: Path, gpu: bool, backend: str, waits_for: str, startups: int, 
     host_inside = sum(1 for e in granted if {"context", "module"} & set(e.get("inside_at_close", {})))
     return {
         "backend": backend, "waits_for": waits_for, "n": len(granted),
-        "enter_p50": rank_quantile(ms("enter_s"), 0.5), "enter_p99": rank_quantile(ms("enter_s"), 0.99),
-        "quiesce_p50": rank_quantile(ms("quiesce_s"), 0.5), "quiesce_p99": rank_quantile(ms("quiesce_s"), 0.99),
-        "drain_p50": rank_quantile(ms("drain_s"), 0.5), "drain_p99": rank_quantile(ms("drain_s"), 0.99), "freeze_p50": rank_quantile(ms("freeze_s"), 0.5),
-        "client_p50": rank_quantile(client_side["enter_ms"], 0.5), "client_p99": rank_quantile(client_side["enter_ms"], 0.99),
+        "enter_p50": scaffold.rank_quantile(ms("enter_s"), 0.5), "enter_p99": scaffold.rank_quantile(ms("enter_s"), 0.99),
+        "quiesce_p50": scaffold.rank_quantile(ms("quiesce_s"), 0.5), "quiesce_p99": scaffold.rank_quantile(ms("quiesce_s"), 0.99),
+        "drain_p50": scaffold.rank_quantile(ms("drain_s"), 0.5), "drain_p99": scaffold.rank_quantile(ms("drain_s"), 0.99), "freeze_p50": scaffold.rank_quantile(ms("freeze_s"), 0.5),
+        "client_p50": scaffold.rank_quantile(client_side["enter_ms"], 0.5), "client_p99": scaffold.rank_quantile(client_side["enter_ms"], 0.99),
         "host_inside": host_inside, "deferred": sum(1 for e in granted if e.get("deferred")),
         "by_class": by_class(granted),
     }
@@ -126,17 +116,17 @@ def by_class(granted: list[dict]) -> dict[str, tuple[int, float]]:
     for e in granted:
         for klass in e.get("inside_at_close", {}):
             classes.setdefault(klass, []).append(e.get("quiesce_s", 0.0) * 1e3)
-    return {k: (len(v), rank_quantile(v, 0.5)) for k, v in sorted(classes.items(), key=lambda kv: -len(kv[1]))}
+    return {k: (len(v), scaffold.rank_quantile(v, 0.5)) for k, v in sorted(classes.items(), key=lambda kv: -len(kv[1]))}
 
 
 def main() -> None:
-    p = latency_arguments(__doc__, regions=100)
+    p = scaffold.latency_arguments(__doc__, regions=100)
     p.add_argument("--gpu", action="store_true", help="a real GPU 0: torch (or cupy) tenants")
     p.add_argument("--waits-for", default="all,perturbing", help="regions.entry_waits_for values to compare")
     p.add_argument("--startups", type=int, default=15)
     p.add_argument("--busy", type=int, default=15)
     args = p.parse_args()
-    rows = rows_per_backend(args.backends, args.waits_for.split(","), lambda folder, backend, waits_for: measure(
+    rows = scaffold.rows_per_backend(args.backends, args.waits_for.split(","), lambda folder, backend, waits_for: measure(
         folder, args.gpu, backend, waits_for, args.startups, args.busy, args.regions))
     where = "real GPU 0" if args.gpu else "SIMULATED GPU (simulator figures, not GPU figures)"
     print(f"# region entry latency — {platform.node()}, {where}; {args.startups} tenants in start-up, "

@@ -17,15 +17,7 @@ import statistics
 import time
 from pathlib import Path
 
-from scaffold import (
-    cancel,
-    latency_arguments,
-    probe_regions,
-    rank_quantile,
-    rows_per_backend,
-    start_busy,
-    stopped_after,
-)
+import scaffold
 
 from krex_runtime.testing.local_runtime import Runtime
 from krex_runtime.wire.trace import read_trace
@@ -39,10 +31,10 @@ def measure(root: Path, sim: bool, backend: str, others: int, regions: int) -> d
         slots=others + 1,
         extra_config=f'[regions]\ngate_backend = "{backend}"\n',
     ).start()
-    with stopped_after(rt, sim):
-        busy = start_busy(rt, others, gpu=not sim)
-        client_side = probe_regions(rt, regions, not sim, 900)
-        cancel(rt, busy)
+    with scaffold.stopped_after(rt, sim):
+        busy = scaffold.start_busy(rt, others, gpu=not sim)
+        client_side = scaffold.probe_regions(rt, regions, not sim, 900)
+        scaffold.cancel(rt, busy)
         time.sleep(0.5)
     granted = [e for e in read_trace(rt.trace_path).events if e["type"] == "region_granted"]
     released = [e for e in read_trace(rt.trace_path).events if e["type"] == "region_released"]
@@ -50,10 +42,10 @@ def measure(root: Path, sim: bool, backend: str, others: int, regions: int) -> d
     return {
         "backend": backend,
         "others": others,
-        "enter_p50": rank_quantile(enter, 0.5),
-        "enter_p99": rank_quantile(enter, 0.99),
-        "exit_p50": rank_quantile(leave, 0.5),
-        "exit_p99": rank_quantile(leave, 0.99),
+        "enter_p50": scaffold.rank_quantile(enter, 0.5),
+        "enter_p99": scaffold.rank_quantile(enter, 0.99),
+        "exit_p50": scaffold.rank_quantile(leave, 0.5),
+        "exit_p99": scaffold.rank_quantile(leave, 0.99),
         "drain_p50": statistics.median(e["drain_s"] * 1e3 for e in granted),
         "freeze_p50": statistics.median(e["freeze_s"] * 1e3 for e in granted),
         "thaw_p50": statistics.median(e["thaw_s"] * 1e3 for e in released),
@@ -62,12 +54,12 @@ def measure(root: Path, sim: bool, backend: str, others: int, regions: int) -> d
 
 
 def main() -> None:
-    p = latency_arguments(__doc__, regions=200)
+    p = scaffold.latency_arguments(__doc__, regions=200)
     p.add_argument("--sim", action="store_true", help="simulated GPU and tenants")
     p.add_argument("--others", default="0,4,15")
     args = p.parse_args()
     others = [int(n) for n in args.others.split(",")]
-    rows = rows_per_backend(args.backends, others,
+    rows = scaffold.rows_per_backend(args.backends, others,
                             lambda folder, backend, n: measure(folder, args.sim, backend, n, args.regions))
     where = "simulated GPU" if args.sim else "real GPU 0"
     print(f"# region latency — {platform.node()}, {where}, {args.regions} regions each; tenant-side ms")

@@ -20,6 +20,24 @@ CLOCK_HELP = (
 )
 
 
+# The runtime settings each krex variant runs once per value of: (flag,
+# default, help); `seconds` reads their comma-separated values.
+PER_VALUE_SECONDS = (
+    ("--settle-s", "",
+     "comma-separated values of regions.settle_max_s (how long an entry may wait for the power state the "
+     "drained tenants left to clear); each krex variant runs once per value (default: once, with the runtime's "
+     "default)"),
+    ("--settle-long-s", "0",
+     "comma-separated; krex setups: candidates whose kernel takes at least 5 ms ask their own region to "
+     "settle up to this long (region(settle_s=...); at most the runtime's regions.settle_cap_s, 1 s); each krex "
+     "variant runs once per value (default 0: none asks, the runtime settles where the grant shows a power state, "
+     "regions.settle_max_s; 0,0.5: both)"),
+    ("--gap-s", "",
+     "comma-separated values of regions.gap_s; each krex variant runs once per value "
+     "(default: once, with the runtime's default)"),
+)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse, with usage errors exiting 125 like every krex failure (subparsers inherit the class)."""
 
@@ -102,30 +120,13 @@ def _add_setups(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--budget-s", type=float, default=0.0, help="start no setup after this many seconds (native and its repeat always run)"
     )
-    run.add_argument(
-        "--settle-s", default="",
-        help="comma-separated values of regions.settle_max_s (how long an entry may wait for the power state the "
-        "drained tenants left to clear); each krex variant runs once per value (default: once, with the runtime's "
-        "default)",
-    )  # fmt: skip
     run.add_argument("--canary-too", action="store_true",
                      help="each krex variant runs once more with telemetry.canary on (off by default)")
-    run.add_argument(
-        "--settle-long-s", default="0",
-        help="comma-separated; krex setups: candidates whose kernel takes at least 5 ms ask their own region to "
-        "settle up to this long (region(settle_s=...); at most the runtime's regions.settle_cap_s, 1 s); each krex "
-        "variant runs once per value (default 0: none asks, the runtime settles where the grant shows a power state, "
-        "regions.settle_max_s; 0,0.5: both)",
-    )  # fmt: skip
-    run.add_argument(
-        "--gap-s", default="",
-        help="comma-separated values of regions.gap_s; each krex variant runs once per value "
-        "(default: once, with the runtime's default)",
-    )  # fmt: skip
-
+    for flag, default, text in PER_VALUE_SECONDS:
+        run.add_argument(flag, default=default, help=text)
 
 def _add_measuring(run: argparse.ArgumentParser) -> None:
-    """How the measurements are judged and where they and the runtimes\' folders go."""
+    """How the measurements are judged and where they and the runtimes' folders go."""
     run.add_argument("--clock-tolerance", type=float, default=analysis.CLOCK_MATCH, help=CLOCK_HELP)
     run.add_argument(
         "--watch-clock-ms", type=int, default=0,
