@@ -162,10 +162,10 @@ class HeldRegions:
     says: submitted and warm before the test sets up what happens around the
     hold, so no start-up time of the holder's races another tenant's call."""
 
-    def __init__(self, rt: Runtime, control: Path, *modes: str) -> None:
+    def __init__(self, rt: Runtime, control: Path, *modes: str, gpu: int | None = None) -> None:
         control.mkdir(exist_ok=True)
         self.rt, self.control = rt, control
-        self.id = submit(rt, PY, str(TENANTS / "held_activity.py"), str(control), *modes)
+        self.id = submit(rt, PY, str(TENANTS / "held_activity.py"), str(control), *modes, gpu=gpu)
         wait_until(lambda: any(r.get("ready") for r in self.results()), 60, "the holder to warm up")
 
     def results(self) -> list[dict]:

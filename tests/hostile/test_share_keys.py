@@ -18,8 +18,6 @@ import json
 import os
 import shutil
 import socket
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +33,6 @@ GAMER, STEADY = 62300, 62301  # submitters' uids, no account: their share keys a
 GROUP = "users"  # runtime.access_group: its members reach the control socket
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to submit as other uids")
-
-
-@pytest.fixture
-def open_root() -> Iterator[Path]:
-    """A folder the submitters' uids may pass through (tmp_path is root's alone)."""
-    path = Path(tempfile.mkdtemp(prefix="krex-shares-", dir="/tmp"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def submit_as(uid: int, rt: Runtime, argv: list[str], share: str = "") -> str:

@@ -11,23 +11,19 @@ queues kernels and synchronises), printing "ready" once each GPU finished
 a batch.
 """
 
-import argparse
 import json
 import os
 import random
 import threading
 import time
 
+from region_arguments import region_arguments
+
 from krex_runtime.client import RegionError, region
 from krex_runtime.sim.simcuda import SimCuda
 
-p = argparse.ArgumentParser()
-p.add_argument("--regions", type=int, default=3)
+p = region_arguments(repeats=3, noise="kernels left queued on each GPU before each region")
 p.add_argument("--kernel-us", type=float, default=500)
-p.add_argument("--repeats", type=int, default=3)
-p.add_argument("--pause-ms", type=float, default=0.0)
-p.add_argument("--noise", type=int, default=0, help="kernels left queued on each GPU before each region")
-p.add_argument("--hold-s", type=float, default=0.0)
 p.add_argument("--busy", action="store_true")
 args = p.parse_args()
 
