@@ -3,12 +3,12 @@ command's output tail and region statistics."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.css.query import NoMatches
 from textual.screen import Screen
@@ -24,7 +24,7 @@ from krex_console.views.table_sync import FittedTable, selected_key
 from krex_console.widgets import KeysFooter, StatusBar
 from krex_runtime.wire import protocol
 from krex_runtime.wire.control_client import ControlClient, RuntimeUnavailable
-from krex_runtime.wire.state import CommandInfo
+from krex_runtime.wire.model import CommandInfo
 
 MAX_ROWS = 300  # the newest; the filter finds any other (and the trace has them all)
 OUTPUT_LINES = 500
@@ -93,7 +93,7 @@ def command_row(cmd: CommandInfo, now: float) -> Row:
 
 class CommandsTable(CommandActions, FittedTable):
     COLUMNS = COLUMNS
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "select_cursor", "Details"),
         Binding("s", "cycle_sort", "Sort"),
         KILL_BINDING,
@@ -189,7 +189,7 @@ class CommandDetailScreen(CommandActions, Screen[None]):
     CommandDetailScreen Log { height: 1fr; border: round $panel; }
     CommandDetailScreen Label { padding: 0 1; text-style: bold; }
     """
-    BINDINGS = [Binding("escape", "back", "Back"), KILL_BINDING]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "Back"), KILL_BINDING]
 
     def __init__(self, command_id: str, model: ConsoleModel, gate: ActionGate, endpoint: str | None,
                  status: str = "", output_id: str | None = None,

@@ -3,8 +3,10 @@ that node's own views (overview, GPU detail, commands, events)."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
 from krex_console import cluster_model as cm
@@ -90,7 +92,7 @@ def node_panel(node: NodeSummary | None) -> str:
 
 class NodesTable(FittedTable):
     COLUMNS = COLUMNS
-    BINDINGS = [Binding("enter", "select_cursor", "Open")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "select_cursor", "Open")]
 
     def __init__(self, model: ConsoleModel) -> None:
         super().__init__(id="nodes-table")

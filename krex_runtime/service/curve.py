@@ -15,6 +15,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import zmq
 import zmq.auth
@@ -74,7 +75,7 @@ class _NamingAuthenticator(AsyncioAuthenticator):
     """Names each client it admits after its key file (NAME.key: NAME), the
     "User-Id" of its messages: who submits, for fair share."""
 
-    def __init__(self, ctx: zmq.Context, names: dict[bytes, str]) -> None:
+    def __init__(self, ctx: zmq.Context[Any], names: dict[bytes, str]) -> None:
         super().__init__(ctx)
         self._names = names
 
@@ -85,7 +86,7 @@ class _NamingAuthenticator(AsyncioAuthenticator):
 
 def client_names(folder: Path) -> dict[bytes, str]:
     """Each authorized public key (z85) -> the name of its key file."""
-    names = {}
+    names: dict[bytes, str] = {}
     for path in sorted(folder.glob("*.key")):
         try:
             names.setdefault(zmq.auth.load_certificate(path)[0], path.stem)
@@ -94,7 +95,7 @@ def client_names(folder: Path) -> dict[bytes, str]:
     return names
 
 
-def start_authenticator(ctx: zmq.Context, keys: ServerKeys) -> AsyncioAuthenticator:
+def start_authenticator(ctx: zmq.Context[Any], keys: ServerKeys) -> AsyncioAuthenticator:
     """The ZAP handler admitting the authorized clients (needs a running event loop)."""
     auth = _NamingAuthenticator(ctx, client_names(keys.clients))
     auth.start()
@@ -102,7 +103,7 @@ def start_authenticator(ctx: zmq.Context, keys: ServerKeys) -> AsyncioAuthentica
     return auth
 
 
-def serve_with(sock: zmq.Socket, keys: ServerKeys) -> None:
+def serve_with(sock: zmq.Socket[Any], keys: ServerKeys) -> None:
     """Make `sock` a CURVE server; set before it binds."""
     sock.curve_secretkey = keys.secret
     sock.curve_publickey = keys.public
