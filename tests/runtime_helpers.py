@@ -154,7 +154,7 @@ def output(rt: Runtime, command_id: str) -> str:
 
 def wait_ready(rt: Runtime, *ids: str) -> None:
     for command_id in ids:
-        wait_until(lambda: "ready" in output(rt, command_id), 60, f"tenant {command_id} to start submitting")
+        wait_until(lambda command_id=command_id: "ready" in output(rt, command_id), 60, f"tenant {command_id} to start submitting")
 
 
 class HeldRegions:

@@ -140,7 +140,9 @@ def test_two_traces_of_one_node(tmp_path: Path, capsys: pytest.CaptureFixture[st
     shifted_copy(tmp_path / "node-a" / "trace.jsonl", 0.5, 1002)  # the same name in the other layout
     message = one_line_error(tmp_path)
     assert message == f"{tmp_path}: two traces claim node 'node-a': node-a/trace.jsonl and node-a.jsonl (keep one)"
-    assert isinstance(pytest.raises(ClusterTraceError, read_cluster_trace, tmp_path).value, ClusterTraceError)
+    with pytest.raises(ClusterTraceError) as raised:
+        read_cluster_trace(tmp_path)
+    assert isinstance(raised.value, ClusterTraceError)
 
     other = tmp_path / "copied"
     shifted_copy(other / "node-a.jsonl", 0.0, 1001)

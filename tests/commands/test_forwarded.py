@@ -57,7 +57,7 @@ def _runtime(folder: Path, fallback: str = "fail", servers: int = SERVERS) -> It
 @pytest.fixture(scope="module")
 def rt(tmp_path_factory: pytest.TempPathFactory, tools: Path) -> Iterator[Runtime]:
     for runtime in _runtime(tmp_path_factory.mktemp("forwarded") / "rt"):
-        wait_until(lambda: _idle_servers(runtime) == SERVERS, 60, "the context servers to be ready")
+        wait_until(lambda runtime=runtime: _idle_servers(runtime) == SERVERS, 60, "the context servers to be ready")
         yield runtime
 
 
@@ -298,7 +298,7 @@ def test_a_program_that_carries_its_own_cuda_runtime_is_told_why(rt: Runtime, to
 
 def test_a_call_that_is_not_forwarded_falls_back_to_process_mode(tmp_path: Path, tools: Path) -> None:
     for runtime in _runtime(tmp_path / "rt", fallback="process", servers=1):
-        wait_until(lambda: _idle_servers(runtime) == 1, 60, "the context server to be ready")
+        wait_until(lambda runtime=runtime: _idle_servers(runtime) == 1, 60, "the context server to be ready")
         result = run(runtime, "forwarded", str(tools / "forward_tenant"), "unknown")
         # The simulator does not serve managed memory either: what counts is
         # that the second run was a process command that reached the driver.

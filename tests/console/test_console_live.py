@@ -309,7 +309,7 @@ async def _read_only(rt: Runtime) -> None:
             app.live.control = f"ipc://{rt.run_dir / 'control-ro.sock'}"
             app.control_endpoint = app.live.control
         async with app.run_test(size=(120, 40)) as pilot:
-            await wait_for(pilot, lambda: app.status == FeedStatus.LIVE and app.model.state.gpus and app.read_only)
+            await wait_for(pilot, lambda app=app: app.status == FeedStatus.LIVE and app.model.state.gpus and app.read_only)
             await rendered(pilot)
             assert "READ-ONLY" in screen_text(app)
             assert not shown_actions(app) & actions.CHANGING_ACTIONS

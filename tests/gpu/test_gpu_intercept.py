@@ -27,13 +27,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
 from runtime_helpers import Heartbeat
 
 from krex_runtime.regions import gate
 from krex_runtime.testing.local_runtime import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _has_gpu() -> bool:

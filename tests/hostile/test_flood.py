@@ -102,7 +102,7 @@ def test_requests_past_the_bounds_are_refused_busy_at_once(make_runtime: Any) ->
     peers = [ctx.socket(zmq.DEALER) for _ in range(2)]
     try:
         replies: list[list[dict[str, Any]]] = []
-        for sock, refused in zip(peers, (1, 3)):
+        for sock, refused in zip(peers, (1, 3), strict=True):
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.RCVTIMEO, 30_000)
             sock.connect(endpoints.control_read_only(rt.run_dir))

@@ -23,10 +23,10 @@ def test_a_gate_with_a_view_still_exported_detaches_without_raising(tmp_path: Pa
     gate = Gate.create(tmp_path / "gpu0.gate")
     view = ctypes.c_uint32.from_buffer(gate._header._mm, 0)  # what a reader in mid-read holds
     gate.detach()  # mmap.close() alone raises BufferError here
-    view.value  # the memory under a live view stays mapped: no fault
+    _ = view.value  # the memory under a live view stays mapped: no fault
     assert _maps(gate.path)
     with pytest.raises(GateError):
-        gate.heartbeat_ns
+        _ = gate.heartbeat_ns
     del view
     assert not _maps(gate.path)
     gate.detach()  # twice is fine
@@ -37,11 +37,11 @@ def test_detach_while_another_thread_reads_the_gate(tmp_path: Path) -> None:
         gate = Gate.create(tmp_path / f"gpu{i}.gate")
         stop = threading.Event()
 
-        def read() -> None:
+        def read(gate: Gate = gate, stop: threading.Event = stop) -> None:
             while not stop.is_set():
                 try:
                     gate.processes()
-                    gate.heartbeat_ns
+                    _ = gate.heartbeat_ns
                 except GateError:
                     return
 
@@ -51,4 +51,4 @@ def test_detach_while_another_thread_reads_the_gate(tmp_path: Path) -> None:
         stop.set()
         reader.join()
         with pytest.raises(GateError):
-            gate.holder
+            _ = gate.holder

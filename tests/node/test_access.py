@@ -283,10 +283,9 @@ def test_tcp_admits_only_authorized_curve_keys(make_runtime: Any, tmp_path: Path
     assert asyncio.run(console_feed_status(control, telemetry)) == FeedStatus.LIVE
 
     monkeypatch.setenv(CLIENT_KEY_ENV, str(intruder_secret))
-    with ControlClient(control) as client:
-        with pytest.raises(RuntimeUnavailable, match="refused this client's CURVE key"):
-            client.send("hello")  # told here already where the handshake has failed by then,
-            client.receive(30.0)  # else not answered, and told why at once
+    with ControlClient(control) as client, pytest.raises(RuntimeUnavailable, match="refused this client's CURVE key"):
+        client.send("hello")  # told here already where the handshake has failed by then,
+        client.receive(30.0)  # else not answered, and told why at once
     # The API clients too: they used to wait forever in a send with no connection left.
     refused = "refused this client's CURVE key"
     with pytest.raises(RuntimeUnavailable, match=refused), Client(control, timeout=30) as api:
@@ -295,7 +294,7 @@ def test_tcp_admits_only_authorized_curve_keys(make_runtime: Any, tmp_path: Path
         api.submit(["true"]).wait(timeout=60)
     assert asyncio.run(async_status(control)) == refused
     wrong_server = {"curve_client_key": agent_secret, "curve_server_key": agent_public}
-    with pytest.raises(RuntimeUnavailable, match="handshake .* failed"), Client(control, timeout=30, **wrong_server) as api:
+    with pytest.raises(RuntimeUnavailable, match=r"handshake .* failed"), Client(control, timeout=30, **wrong_server) as api:
         api.status()
     plain = zmq.Context.instance().socket(zmq.DEALER)
     try:

@@ -44,7 +44,7 @@ def busy(cuda: SimCuda, ready: threading.Event) -> None:
 
 if args.busy:
     flags = [threading.Event() for _ in devices]
-    workers = [threading.Thread(target=busy, args=(d, f), daemon=True) for d, f in zip(devices, flags)]
+    workers = [threading.Thread(target=busy, args=(d, f), daemon=True) for d, f in zip(devices, flags, strict=True)]
     for w in workers:
         w.start()
     for f in flags:
@@ -62,7 +62,7 @@ rng = random.Random()
 for n in range(args.regions):
     if args.pause_ms:
         time.sleep(rng.uniform(0, args.pause_ms) / 1000)
-    for d, s in zip(devices, noise):
+    for d, s in zip(devices, noise, strict=True):
         d.make_current()
         for _ in range(args.noise):
             d.launch(int(args.kernel_us * 1000), stream=s)
