@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -25,7 +26,7 @@ from krex_runtime.regions.freezer import is_stopped
 from krex_runtime.sim.device_file import remove_device
 from krex_runtime.testing import hygiene
 from krex_runtime.testing.hygiene import krex_processes
-from krex_runtime.testing.local_runtime import Runtime, wait_until
+from krex_runtime.testing.local_runtime import Runtime, command, wait_until
 from krex_runtime.wire.trace import read_trace
 
 REPO = Path(__file__).resolve().parent.parent
@@ -347,3 +348,16 @@ class FakeRuntime(threading.Thread):
                 self.sock.send_multipart([route, msg if isinstance(msg, bytes) else json.dumps(msg).encode()])
         self.sock.close(linger=0)
         self.ctx.term()
+
+
+def start_refused(rt: Runtime, *args: str) -> str:
+    """Starts `rt` (its config written) with `args`, expecting the refusal:
+    exit status 125 and one line on stderr, no traceback. Returns the line."""
+    rt.root.mkdir(parents=True, exist_ok=True)
+    rt.write_config()
+    done = subprocess.run([*command("krex-runtime"), "--config", str(rt.config_path), "--sim", str(rt.sim), *args],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 125, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr  # one line, no traceback
+    return lines[0]

@@ -51,8 +51,7 @@ from forward_hostile import (
     run,
     said,
 )
-from refused_start import start_refused
-from runtime_helpers import module_runtime, regions_config
+from runtime_helpers import module_runtime, regions_config, start_refused
 
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from refused_start import start_refused
+from runtime_helpers import start_refused
 
 from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import Runtime, command

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from refused_start import start_refused
+from runtime_helpers import start_refused
 
 from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import Runtime, wait_until
