@@ -296,9 +296,11 @@ def bench_result(problem: str, name: str, ms: float, mhz: float | None) -> dict:
 def load_test_file(path: str) -> ModuleType:
     """A test file of any part (`regions/test_regions.py`, under tests/), loaded
     by its path to read its tests: the parts' folders are not packages."""
-    spec = importlib.util.spec_from_file_location(f"test_file_{path.replace('/', '_').removesuffix('.py')}",
-                                                  REPO / "tests" / path)
+    file = REPO / "tests" / path
+    spec = importlib.util.spec_from_file_location(f"test_file_{path.replace('/', '_').removesuffix('.py')}", file)
     assert spec is not None and spec.loader is not None, path
+    if str(file.parent) not in sys.path:
+        sys.path.append(str(file.parent))  # its folder's helper modules, found as when pytest collects it
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
