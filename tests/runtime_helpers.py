@@ -363,3 +363,29 @@ def start_refused(rt: Runtime, *args: str) -> str:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr  # one line, no traceback
     return lines[0]
+
+
+def run_as(uid: int, gid: int, groups: list[int], fn: Callable[[], Any]) -> Any:
+    """`fn` in a forked child that has dropped to `uid`, `gid` and `groups`:
+    its JSON-able result; an AssertionError saying what it raised if it did."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            os.setgroups(groups)
+            os.setgid(gid)
+            os.setuid(uid)
+            result = {"value": fn()}
+        except BaseException as exc:
+            result = {"error": f"{type(exc).__name__}: {exc}"}
+        os.write(write_end, json.dumps(result).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    result = json.loads(data)
+    if "error" in result:
+        raise AssertionError(f"as uid {uid}: {result['error']}")
+    return result["value"]
