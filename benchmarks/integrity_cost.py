@@ -26,11 +26,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from checkout import REPO
 from launch_rounds import OFF, alternate, clean_env, column, gates, launch_main, median, under
 
 from krex_runtime.sim.device_file import remove_device
 
-REPO = Path(__file__).resolve().parent.parent
 HELD, HELD_INTEGRITY = "libkrex, region held", "libkrex, region held + integrity"
 
 

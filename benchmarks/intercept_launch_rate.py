@@ -27,9 +27,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from checkout import REPO
 from launch_rounds import OFF, alternate, clean_env, column, gates, launch_main, median, under
 
-REPO = Path(__file__).resolve().parent.parent
 HELD, HELD_INTEGRITY = "libkrex, region held", "libkrex, region held + integrity"
 
 
