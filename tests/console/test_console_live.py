@@ -7,9 +7,21 @@ import threading
 import time
 from typing import Any
 
-from console_helpers import CANDIDATE, live_app, rendered, run_async, screen_text, shown_actions, submit, wait_for
+from console_helpers import (
+    CANDIDATE,
+    answer,
+    cancelled_then_confirmed,
+    confirm_dialog,
+    live_app,
+    rendered,
+    run_async,
+    screen_text,
+    shown_actions,
+    submit,
+    wait_for,
+)
 from runtime_helpers import REPO
-from textual.widgets import Button, DataTable, Log
+from textual.widgets import DataTable, Log
 
 from krex_console import actions
 from krex_console.app import FilterInput
@@ -31,21 +43,6 @@ def runtime_state(rt: Runtime) -> node_state.NodeState:
         return node_state.from_snapshot(client.call("snapshot")["state"])
 
 
-async def confirm_dialog(pilot: Any) -> ConfirmDialog:
-    dialog = await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmDialog) and pilot.app.screen,
-                            what="the confirm dialog")
-    await pilot.pause()
-    return dialog
-
-
-async def answer(pilot: Any, confirm: bool) -> None:
-    """Enter on the dialog as it opens (Cancel has the focus), or Tab to the action first."""
-    if confirm:
-        await pilot.press("tab")
-    await pilot.press("enter")
-    await wait_for(pilot, lambda: not isinstance(pilot.app.screen, ConfirmDialog), what="the dialog to close")
-
-
 async def select_gpu(pilot: Any, uuid: str) -> None:
     table = pilot.app.query_one(OverviewTable)
     await wait_for(pilot, lambda: select_key(table, uuid), what=f"row {uuid}")
@@ -62,7 +59,6 @@ async def _views(rt: Runtime) -> None:
             submit(rt, CANDIDATE, label=f"cand-{i}", gpu=0)
         await wait_for(pilot, lambda: app.model.state.totals.get("finished", 0) >= 3, 30, "3 candidates")
         await rendered(pilot)
-
         await _overview_and_gpu_details(pilot, app, talker)
         commands, cand = await _commands_and_events(pilot, app, talker)
         await _kill_and_recycle(pilot, app, rt, commands, cand, talker)
@@ -99,8 +95,7 @@ async def _overview_and_gpu_details(pilot: Any, app: Any, talker: str) -> None:
 
 
 async def _commands_and_events(pilot: Any, app: Any, talker: str) -> tuple[CommandsTable, str]:
-    """The commands view (filter, sort, details) and the events view; the
-    commands table and a finished candidate's id."""
+    """The commands view (filter, sort, details), the events view: the table, a finished candidate."""
     # Commands: filter, sort, drill down to the output tail.
     await pilot.press("2")
     commands = await wait_for(pilot, lambda: app.query(CommandsTable).first() if app.query(CommandsTable) else None,
@@ -175,16 +170,8 @@ async def _kill_and_recycle(pilot: Any, app: Any, rt: Runtime, commands: Command
     select_key(commands, talker)
     await rendered(pilot)
     assert "kill" in shown_actions(app)
-    await pilot.press("ctrl+k")
-    dialog = await confirm_dialog(pilot)
-    assert f"Kill command {talker} (talker)?" in screen_text(app)
-    assert dialog.focused is dialog.query_one("#cancel", Button)
-    await answer(pilot, confirm=False)
-    await pilot.pause(0.3)
-    assert runtime_state(rt).commands[talker].state == "running"
-    await pilot.press("ctrl+k")
-    await confirm_dialog(pilot)
-    await answer(pilot, confirm=True)
+    await cancelled_then_confirmed(pilot, "ctrl+k", f"Kill command {talker} (talker)?",
+                                   lambda: runtime_state(rt).commands[talker].state == "running")
     await wait_for(pilot, lambda: runtime_state(rt).commands[talker].state == "cancelled", what="the kill")
     await wait_for(pilot, lambda: app.model.state.commands[talker].state == "cancelled")
     assert app.last_outcome is not None and app.last_outcome.ok
@@ -219,16 +206,8 @@ async def _gpu_actions(rt: Runtime) -> None:
 async def _lease_and_release(pilot: Any, app: Any, rt: Runtime, gpu1: Any) -> None:
     """A lease, cancelled then confirmed; its release from the detail screen; a stale release refused."""
     # Lease: Enter on the fresh dialog cancels; Tab + Enter leases.
-    await pilot.press("l")
-    dialog = await confirm_dialog(pilot)
-    assert f"Lease GPU 1 ({gpu1.uuid})?" in screen_text(app)
-    assert dialog.focused is dialog.query_one("#cancel", Button)
-    await answer(pilot, confirm=False)
-    await pilot.pause(0.3)
-    assert runtime_state(rt).gpus[1].region_holder is None
-    await pilot.press("l")
-    await confirm_dialog(pilot)
-    await answer(pilot, confirm=True)
+    await cancelled_then_confirmed(pilot, "l", f"Lease GPU 1 ({gpu1.uuid})?",
+                                   lambda: runtime_state(rt).gpus[1].region_holder is None)
     await wait_for(pilot, lambda: runtime_state(rt).gpus[1].region_kind == "lease", what="the lease")
     assert runtime_state(rt).gpus[1].region_holder == 0
     await wait_for(pilot, lambda: app.last_outcome is not None and app.last_outcome.ok)
