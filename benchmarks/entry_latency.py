@@ -19,22 +19,16 @@ inside at the close and how often entry let one finish outside (deferred).
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import random
-import sys
-import tempfile
 import threading
 from pathlib import Path
 
-from krex_runtime.sim.device_file import remove_device
+import scaffold
+
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.wire.trace import read_trace
-
-HERE = Path(__file__).resolve().parent
-TENANTS = HERE.parent / "tests" / "tenants"
-PY = sys.executable
 
 # A start-up on a real GPU: import, context, first kernels (cuBLAS and its module loads).
 GPU_STARTUP = (
@@ -49,25 +43,14 @@ GPU_STARTUP = (
 )
 
 
-def q(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
-
-
 def startup_argv(gpu: bool, rng: random.Random) -> list[str]:
     if gpu:
-        return [PY, "-c", GPU_STARTUP]
+        return [scaffold.PY, "-c", GPU_STARTUP]
     # Figures of the H200 node (docs/DESIGN.md): import ~3 s, a context 0.2-2 s under
     # contention, module loads tens to hundreds of ms.
-    return [PY, str(TENANTS / "startup.py"), "--import-ms", str(rng.uniform(500, 3000)),
+    return [scaffold.PY, str(scaffold.TENANTS / "startup.py"), "--import-ms", str(rng.uniform(500, 3000)),
             "--ctx-ms", str(int(rng.uniform(200, 2000))), "--module-ms", str(int(rng.uniform(20, 400))),
             "--kernels", "4", "--kernel-us", "2000"]
-
-
-def busy_argv(gpu: bool) -> list[str]:
-    return [PY, str(TENANTS / "torch_busy.py"), "4096", "4"] if gpu else [PY, str(TENANTS / "busy.py"), "2000", "4"]
 
 
 class StartupKeeper:
@@ -100,41 +83,27 @@ def measure(root: Path, gpu: bool, backend: str, waits_for: str, startups: int, 
         extra_config=f'[regions]\ngate_backend = "{backend}"\nentry_waits_for = "{waits_for}"\n',
     ).start()
     keeper = None
-    try:
-        with rt.client(timeout_s=30) as c:
-            busy_ids = [c.call("submit", {"argv": busy_argv(gpu), "gpu": 0})["id"] for _ in range(busy)]
-        outputs = [rt.run_dir / "output" / f"{b}.stdout" for b in busy_ids]
-        wait_until(lambda: all(p.exists() and "ready" in p.read_text() for p in outputs), 300, "busy tenants",
-                   interval_s=0.5)
-        keeper = StartupKeeper(rt, startups, gpu)
-        wait_until(lambda: keeper.started >= startups, 120, "start-up tenants", interval_s=0.5)
-        probe = rt.krex(
-            "run", "--gpu", "0", "--", PY, str(HERE / "tenants" / "latency_probe.py"),
-            "--regions", str(regions), "--device", "torch" if gpu else "sim", "--pause-ms", "50", timeout=1800,
-        )
-        if probe.returncode != 0:
-            raise RuntimeError(f"probe failed: {probe.stderr}")
-        client_side = json.loads(probe.stdout.strip().splitlines()[-1])
-        keeper.stop.set()
-        keeper.thread.join(60)
-        with rt.client() as c:
-            for b in busy_ids:
-                c.call("cancel", {"id": b})
-    finally:
-        if keeper is not None:
+    with scaffold.stopped_after(rt, not gpu):
+        try:
+            busy_ids = scaffold.start_busy(rt, busy, gpu)
+            keeper = StartupKeeper(rt, startups, gpu)
+            wait_until(lambda: keeper.started >= startups, 120, "start-up tenants", interval_s=0.5)
+            client_side = scaffold.probe_regions(rt, regions, gpu, 1800, "--pause-ms", "50")
             keeper.stop.set()
-        rt.stop()
-        if not gpu:
-            remove_device(rt.device)
+            keeper.thread.join(60)
+            scaffold.cancel(rt, busy_ids)
+        finally:
+            if keeper is not None:
+                keeper.stop.set()
     granted = [e for e in read_trace(rt.trace_path).events if e["type"] == "region_granted" and e["kind"] == "region"]
     ms = lambda key: [e.get(key, 0.0) * 1e3 for e in granted]  # noqa: E731
     host_inside = sum(1 for e in granted if {"context", "module"} & set(e.get("inside_at_close", {})))
     return {
         "backend": backend, "waits_for": waits_for, "n": len(granted),
-        "enter_p50": q(ms("enter_s"), 0.5), "enter_p99": q(ms("enter_s"), 0.99),
-        "quiesce_p50": q(ms("quiesce_s"), 0.5), "quiesce_p99": q(ms("quiesce_s"), 0.99),
-        "drain_p50": q(ms("drain_s"), 0.5), "drain_p99": q(ms("drain_s"), 0.99), "freeze_p50": q(ms("freeze_s"), 0.5),
-        "client_p50": q(client_side["enter_ms"], 0.5), "client_p99": q(client_side["enter_ms"], 0.99),
+        "enter_p50": scaffold.rank_quantile(ms("enter_s"), 0.5), "enter_p99": scaffold.rank_quantile(ms("enter_s"), 0.99),
+        "quiesce_p50": scaffold.rank_quantile(ms("quiesce_s"), 0.5), "quiesce_p99": scaffold.rank_quantile(ms("quiesce_s"), 0.99),
+        "drain_p50": scaffold.rank_quantile(ms("drain_s"), 0.5), "drain_p99": scaffold.rank_quantile(ms("drain_s"), 0.99), "freeze_p50": scaffold.rank_quantile(ms("freeze_s"), 0.5),
+        "client_p50": scaffold.rank_quantile(client_side["enter_ms"], 0.5), "client_p99": scaffold.rank_quantile(client_side["enter_ms"], 0.99),
         "host_inside": host_inside, "deferred": sum(1 for e in granted if e.get("deferred")),
         "by_class": by_class(granted),
     }
@@ -147,25 +116,18 @@ def by_class(granted: list[dict]) -> dict[str, tuple[int, float]]:
     for e in granted:
         for klass in e.get("inside_at_close", {}):
             classes.setdefault(klass, []).append(e.get("quiesce_s", 0.0) * 1e3)
-    return {k: (len(v), q(v, 0.5)) for k, v in sorted(classes.items(), key=lambda kv: -len(kv[1]))}
+    return {k: (len(v), scaffold.rank_quantile(v, 0.5)) for k, v in sorted(classes.items(), key=lambda kv: -len(kv[1]))}
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = scaffold.latency_arguments(__doc__, regions=100)
     p.add_argument("--gpu", action="store_true", help="a real GPU 0: torch (or cupy) tenants")
-    p.add_argument("--backends", default="preload,driver-lock")
     p.add_argument("--waits-for", default="all,perturbing", help="regions.entry_waits_for values to compare")
     p.add_argument("--startups", type=int, default=15)
     p.add_argument("--busy", type=int, default=15)
-    p.add_argument("--regions", type=int, default=100)
-    p.add_argument("--json", metavar="FILE", help="also write the rows here")
     args = p.parse_args()
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for backend in args.backends.split(","):
-            for waits_for in args.waits_for.split(","):
-                rows.append(measure(Path(tmp), args.gpu, backend, waits_for, args.startups, args.busy, args.regions))
-                print(f"  done: {json.dumps(rows[-1])}", file=sys.stderr, flush=True)
+    rows = scaffold.rows_per_backend(args.backends, args.waits_for.split(","), lambda folder, backend, waits_for: measure(
+        folder, args.gpu, backend, waits_for, args.startups, args.busy, args.regions))
     where = "real GPU 0" if args.gpu else "SIMULATED GPU (simulator figures, not GPU figures)"
     print(f"# region entry latency — {platform.node()}, {where}; {args.startups} tenants in start-up, "
           f"{args.busy} busy, {args.regions} regions each; ms")

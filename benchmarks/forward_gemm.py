@@ -44,20 +44,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from scaffold import REPO, commands_per_s, finished, runtime_arguments, stopped_after, visible_gpus
+
 from krex_runtime.api import Client
 from krex_runtime.node import native_build
-from krex_runtime.sim.device_file import remove_device
 from krex_runtime.testing.local_runtime import Runtime
 
-REPO = Path(__file__).resolve().parent.parent
 MODES = ("process", "forwarded")
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sim", action="store_true", help="one simulated GPU and a C test tenant (no nvcc, no GPU)")
-    p.add_argument("--gpus", default="0", help="GPU indices to serve, comma-separated (default: 0)")
-    p.add_argument("--n", type=int, default=64, help="commands submitted at once in the throughput run")
+    p = runtime_arguments(__doc__, sim="one simulated GPU and a C test tenant (no nvcc, no GPU)",
+                          n="commands submitted at once in the throughput run")
     p.add_argument("--servers", type=int, default=16, help="dispatcher slots and context servers per GPU")
     p.add_argument("--samples", type=int, default=8, help="sequential commands for start-to-first-kernel")
     p.add_argument("--size", type=int, default=1024, help="GEMM size N (N x N, fp32)")
@@ -108,7 +106,7 @@ def start_runtime(root: Path, args: argparse.Namespace, protection: str) -> Runt
         sim=1 if args.sim else 0,
         policy="krex",
         slots=args.servers,
-        visible=() if args.sim else tuple(int(g) for g in args.gpus.split(",")),
+        visible=visible_gpus(args),
         extra_config=(
             f'[regions]\nprotection = "{protection}"\n'
             f"[forward]\nservers_per_gpu = {args.servers}\nmax_commands = 100000\n"
@@ -130,16 +128,16 @@ def wait_servers(rt: Runtime, count: int, timeout_s: float = 300) -> None:
     raise SystemExit("the context servers were not ready in time")
 
 
+def body(argv: list[str], mode: str) -> dict[str, Any]:
+    return {"argv": argv, "mode": mode, "cwd": "/", "env": {}}
+
+
 def submit(c: Client, argv: list[str], mode: str) -> str:
-    return str(c.call("submit", {"argv": argv, "mode": mode, "cwd": "/", "env": {}})["id"])
+    return str(c.call("submit", body(argv, mode))["id"])
 
 
 def result_of(c: Client, command_id: str, mode: str) -> dict[str, Any]:
-    result: dict[str, Any] = c.call("wait", {"id": command_id, "attach": False}, timeout=1800)
-    if result["state"] != "finished" or result["exit_code"] != 0:
-        err = Path(result["stderr_path"]).read_text()[-2000:]
-        raise SystemExit(f"{mode} command failed: {result['state']} {result['exit_code']} {result['reason']}\n{err}")
-    return result
+    return finished(c.call("wait", {"id": command_id, "attach": False}, timeout=1800), mode)
 
 
 def stamps(result: dict[str, Any]) -> dict[str, Any]:
@@ -159,14 +157,6 @@ def alone(c: Client, argv: list[str], mode: str, samples: int, sim: bool) -> dic
     if firsts:
         out["start_to_first_kernel_s"] = statistics.median(firsts)
     return out
-
-
-def throughput(c: Client, argv: list[str], mode: str, n: int) -> float:
-    t0 = time.perf_counter()
-    ids = [submit(c, argv, mode) for _ in range(n)]
-    for command_id in ids:
-        result_of(c, command_id, mode)
-    return n / (time.perf_counter() - t0)
 
 
 def fidelity(c: Client, argv: list[str], mode: str, commands: int) -> dict[str, float]:
@@ -204,21 +194,16 @@ def main() -> int:
         timed = [str(program), str(cubin), str(args.size), str(args.timings), "region"]
         protections = ["gpu-only", "gpu+cpu"]
     for index, protection in enumerate(protections):
-        rt = start_runtime(root / f"node-{index}", args, protection)
-        try:
+        with stopped_after(start_runtime(root / f"node-{index}", args, protection), args.sim) as rt:
             wait_servers(rt, args.servers * (1 if args.sim else len(args.gpus.split(","))))
             with rt.client(timeout_s=60) as c:
                 for mode in MODES:
                     entry = results.setdefault(mode, {})
                     if index == 0:
                         entry.update(alone(c, quick, mode, args.samples, args.sim))
-                        entry["commands_per_s"] = throughput(c, quick, mode, args.n)
+                        entry["commands_per_s"] = commands_per_s(c, body(quick, mode), args.n)
                     if timed:
                         entry[protection] = fidelity(c, timed, mode, args.fidelity)
-        finally:
-            rt.stop()
-            if args.sim:
-                remove_device(rt.device)
     for protection in protections if timed else []:
         for key in ("single_shot_median_us", "median_of_ten_median_us"):
             shift = results["forwarded"][protection][key] - results["process"][protection][key]

@@ -24,26 +24,14 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from launch_rounds import OFF, alternate, clean_env, column, gates, median, under
+from checkout import REPO
+from launch_rounds import OFF, alternate, clean_env, column, gates, launch_main, median, under
 
 from krex_runtime.sim.device_file import remove_device
 
 HELD, HELD_INTEGRITY = "libkrex, region held", "libkrex, region held + integrity"
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--launches", type=int, default=50_000)
-    ap.add_argument("--rounds", type=int, default=21)
-    ap.add_argument("--core", type=int, default=0, help="CPU core every run is pinned to")
-    ns = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="krex-integrity-") as tmp:
-        return measure(ns, Path(tmp))
 
 
 def measure(ns: argparse.Namespace, work: Path) -> int:
@@ -76,7 +64,7 @@ def measure(ns: argparse.Namespace, work: Path) -> int:
         print(f"{name:<34} {median(r, 0):>17.1f} {median(r, 0) / plain:>7.4f} {min(per_launch):>8.1f} "
               f"{max(per_launch):>8.1f} {median(r, 1):>9.0f}")
     on, off = runs[HELD_INTEGRITY], runs[HELD]
-    paired = statistics.median(a[0] - b[0] for a, b in zip(on, off))
+    paired = statistics.median(a[0] - b[0] for a, b in zip(on, off, strict=True))
     print(f"integrity bookkeeping per launch ({HELD_INTEGRITY!r} - {HELD!r}): "
           f"{median(on, 0) - median(off, 0):+.1f} ns at the medians, {paired:+.1f} ns median of the rounds' "
           f"differences")
@@ -84,4 +72,4 @@ def measure(ns: argparse.Namespace, work: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(launch_main(__doc__, measure, launches=50_000, rounds=21, core=0))

@@ -25,24 +25,12 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from launch_rounds import OFF, alternate, clean_env, column, gates, median, under
+from checkout import REPO
+from launch_rounds import OFF, alternate, clean_env, column, gates, launch_main, median, under
 
 HELD, HELD_INTEGRITY = "libkrex, region held", "libkrex, region held + integrity"
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--launches", type=int, default=300_000)
-    ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--core", type=int, default=2, help="CPU core every run is pinned to")
-    ns = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="krex-bench-") as tmp:
-        return measure(ns, Path(tmp))
 
 
 def measure(ns: argparse.Namespace, work: Path) -> int:
@@ -72,7 +60,7 @@ def measure(ns: argparse.Namespace, work: Path) -> int:
         print(f"{name:<34} {med:>10.0f} {med / plain_med:>7.4f} {best:>10.0f} {best / plain_best:>7.4f} "
               f"{1e9 / med:>10.1f} {median(r, 1):>9.0f}")
     on, off = runs[HELD_INTEGRITY], runs[HELD]
-    paired = statistics.median(1e9 / a[0] - 1e9 / b[0] for a, b in zip(on, off))
+    paired = statistics.median(1e9 / a[0] - 1e9 / b[0] for a, b in zip(on, off, strict=True))
     print(f"integrity bookkeeping per launch ({HELD_INTEGRITY!r} - {HELD!r}): "
           f"{1e9 / median(on, 0) - 1e9 / median(off, 0):+.1f} ns at the medians, {paired:+.1f} ns median of the "
           f"rounds' differences; rate ratio {median(on, 0) / median(off, 0):.4f}")
@@ -80,4 +68,4 @@ def measure(ns: argparse.Namespace, work: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(launch_main(__doc__, measure, launches=300_000, rounds=15, core=2))

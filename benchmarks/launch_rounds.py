@@ -9,11 +9,13 @@ Not a benchmark itself: imported by the two scripts next to it.
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
+import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -21,6 +23,19 @@ from krex_runtime.regions.gate import core as gate
 
 TENANT = 1  # the benchmarked program's tenant id in the gates below
 OFF = {"KREX_INTEGRITY": "0"}  # the library without its measurement-integrity bookkeeping
+
+
+def launch_main(doc: str, measure: Callable[[argparse.Namespace, Path], int], launches: int, rounds: int,
+                core: int) -> int:
+    """Both scripts' main: --launches, --rounds and --core (these defaults),
+    then measure(arguments, a temporary folder for the program and the gates)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--launches", type=int, default=launches)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--core", type=int, default=core, help="CPU core every run is pinned to")
+    ns = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="krex-launch-bench-") as tmp:
+        return measure(ns, Path(tmp))
 
 
 def clean_env() -> dict[str, str]:

@@ -23,6 +23,7 @@ import os
 import subprocess
 import sys
 import time
+from itertools import pairwise
 from typing import Any
 
 CHILD = r"""
@@ -52,7 +53,7 @@ def sample_period_us(nvml: Any, handle: Any) -> int | None:
     except nvml.NVMLError:
         return None
     stamps = sorted({int(s.timeStamp) for s in samples})
-    gaps = sorted(b - a for a, b in zip(stamps, stamps[1:]))
+    gaps = sorted(b - a for a, b in pairwise(stamps))
     return gaps[len(gaps) // 2] if gaps else None
 
 
@@ -93,7 +94,7 @@ def main() -> None:
     period_ms = period / 1000 if period is not None else float("nan")
 
     stamps = sorted(samples)
-    spacing = sorted(b - a for a, b in zip(stamps, stamps[1:]))
+    spacing = sorted(b - a for a, b in pairwise(stamps))
     print(f"GPU {args.gpu} ({pynvml.nvmlDeviceGetName(handle)}): {len(stamps)} samples of the child")
     print(f"the GPU's utilisation sample period: {period_ms:.1f} ms")
     if spacing:

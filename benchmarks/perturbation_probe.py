@@ -184,7 +184,7 @@ def main() -> int:
                 for name, model, inputs in models:
                     trials: list[list] = []
                     c0 = clock() if clock else None
-                    time_with_cuda_events(lambda: model(*inputs), 3, args.trials, rows=trials)
+                    time_with_cuda_events(lambda model=model, inputs=inputs: model(*inputs), 3, args.trials, rows=trials)
                     rows.append({"problem": name, "round": r, "trials": trials, "clock": [c0, clock() if clock else None]})
         data[phase] = rows
         print(f"phase {phase}: {len(rows)} measurements", flush=True)

@@ -31,8 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from scaffold import commands_per_s, finished, runtime_arguments, stopped_after, visible_gpus
+
 from krex_runtime.api import Client
-from krex_runtime.sim.device_file import remove_device
 from krex_runtime.testing.local_runtime import Runtime
 
 TORCH_COMMAND = """\
@@ -61,10 +62,8 @@ print(json.dumps({"start": t0, "imported": t1, "first_kernel": t2}))
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sim", action="store_true", help="one simulated GPU and a simcuda command (no torch)")
-    p.add_argument("--gpus", default="0", help="GPU indices to serve, comma-separated (default: 0)")
-    p.add_argument("--n", type=int, default=64, help="commands in the throughput run")
+    p = runtime_arguments(__doc__, sim="one simulated GPU and a simcuda command (no torch)",
+                          n="commands in the throughput run")
     p.add_argument("--samples", type=int, default=8, help="sequential commands for the latency figures")
     p.add_argument("--slots", type=int, default=4, help="dispatcher slots and context processes per GPU")
     p.add_argument("--no-preload", action="store_true", help="run tenants without the interception library")
@@ -79,7 +78,7 @@ def start_runtime(root: Path, args: argparse.Namespace) -> Runtime:
         sim=1 if args.sim else 0,
         policy="ungated",
         slots=args.slots,
-        visible=() if args.sim else tuple(int(g) for g in args.gpus.split(",")),
+        visible=visible_gpus(args),
         preload=not args.no_preload,
         extra_config=(
             f"[pool]\nsize_per_gpu = {args.slots}\npreload = {json.dumps(preload)}\nmax_commands = 1000\nzygote = true\n"
@@ -94,11 +93,8 @@ def body(script: Path, mode: str) -> dict[str, Any]:
 def one_command(c: Client, script: Path, mode: str) -> dict[str, float]:
     submitted = time.time()
     command_id = c.call("submit", body(script, mode))["id"]
-    result = c.call("wait", {"id": command_id, "attach": False}, timeout=600)
+    result = finished(c.call("wait", {"id": command_id, "attach": False}, timeout=600), mode)
     done = time.time()
-    if result["state"] != "finished" or result["exit_code"] != 0:
-        err = Path(result["stderr_path"]).read_text()[-2000:]
-        raise SystemExit(f"{mode} command failed: {result['state']} {result['exit_code']} {result['reason']}\n{err}")
     stamps = json.loads(Path(result["stdout_path"]).read_text().strip().splitlines()[-1])
     return {
         "first_kernel_s": stamps["first_kernel"] - submitted,
@@ -107,16 +103,6 @@ def one_command(c: Client, script: Path, mode: str) -> dict[str, float]:
         "kernel_s": stamps["first_kernel"] - stamps["imported"],
         "total_s": done - submitted,
     }
-
-
-def throughput(c: Client, script: Path, mode: str, n: int) -> float:
-    t0 = time.perf_counter()
-    ids = [c.call("submit", body(script, mode))["id"] for _ in range(n)]
-    for command_id in ids:
-        result = c.call("wait", {"id": command_id, "attach": False}, timeout=1800)
-        if result["state"] != "finished" or result["exit_code"] != 0:
-            raise SystemExit(f"{mode} command {command_id} failed: {result}")
-    return n / (time.perf_counter() - t0)
 
 
 def wait_zygotes(c: Client, timeout_s: float = 600) -> None:
@@ -136,8 +122,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="krex-pool-bench-"))
     script = root / "command.py"
     script.write_text(SIM_COMMAND if args.sim else TORCH_COMMAND)
-    rt = start_runtime(root / "node", args)
-    try:
+    with stopped_after(start_runtime(root / "node", args), args.sim) as rt:
         gpus = 1 if args.sim else len(args.gpus.split(","))
         warm_s = rt.wait_pool_warm(args.slots)
         rows = []
@@ -146,14 +131,10 @@ def main() -> int:
             for mode in ("process", "forked", "pooled"):
                 one_command(c, script, mode)  # warm file caches and the pool's first use
                 samples = [one_command(c, script, mode) for _ in range(args.samples)]
-                rate = throughput(c, script, mode, args.n)
+                rate = commands_per_s(c, body(script, mode), args.n)
                 med = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
                 best = min(s["first_kernel_s"] for s in samples)
                 rows.append((mode, med, best, rate))
-    finally:
-        rt.stop()
-        if args.sim:
-            remove_device(rt.device)
     kind = "simulated GPU, simcuda command" if args.sim else f"{gpus} GPU(s), torch command"
     print(f"pool start-up benchmark: {kind}; {platform.node()}, Python {platform.python_version()}")
     print(f"pool of {args.slots} per GPU warm after {warm_s:.2f} s; latency: median of {args.samples}, one at a time")

@@ -11,33 +11,16 @@ entry (quiesce, drain, freeze) comes from the trace.
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-from krex_runtime.sim.device_file import remove_device
-from krex_runtime.testing.local_runtime import Runtime, wait_until
+import scaffold
+
+from krex_runtime.testing.local_runtime import Runtime
 from krex_runtime.wire.trace import read_trace
-
-HERE = Path(__file__).resolve().parent
-TENANTS = HERE.parent / "tests" / "tenants"
-PY = sys.executable
-
-
-def q(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
-
-
-def busy_argv(sim: bool) -> list[str]:
-    if sim:
-        return [PY, str(TENANTS / "busy.py"), "2000", "4"]
-    return [PY, str(TENANTS / "torch_busy.py"), "4096", "4"]
 
 
 def measure(root: Path, sim: bool, backend: str, others: int, regions: int) -> dict:
@@ -48,36 +31,21 @@ def measure(root: Path, sim: bool, backend: str, others: int, regions: int) -> d
         slots=others + 1,
         extra_config=f'[regions]\ngate_backend = "{backend}"\n',
     ).start()
-    try:
-        with rt.client(timeout_s=30) as c:
-            busy = [c.call("submit", {"argv": busy_argv(sim), "gpu": 0})["id"] for _ in range(others)]
-        outputs = [rt.run_dir / "output" / f"{b}.stdout" for b in busy]
-        wait_until(lambda: all(p.exists() and "ready" in p.read_text() for p in outputs), 300, "busy tenants", interval_s=0.5)
-        probe = rt.krex(
-            "run", "--gpu", "0", "--", PY, str(HERE / "tenants" / "latency_probe.py"),
-            "--regions", str(regions), "--device", "sim" if sim else "torch", timeout=900,
-        )
-        if probe.returncode != 0:
-            raise RuntimeError(f"probe failed: {probe.stderr}")
-        client_side = json.loads(probe.stdout.strip().splitlines()[-1])
-        with rt.client() as c:
-            for b in busy:
-                c.call("cancel", {"id": b})
+    with scaffold.stopped_after(rt, sim):
+        busy = scaffold.start_busy(rt, others, gpu=not sim)
+        client_side = scaffold.probe_regions(rt, regions, not sim, 900)
+        scaffold.cancel(rt, busy)
         time.sleep(0.5)
-    finally:
-        rt.stop()
-        if sim:
-            remove_device(rt.device)
     granted = [e for e in read_trace(rt.trace_path).events if e["type"] == "region_granted"]
     released = [e for e in read_trace(rt.trace_path).events if e["type"] == "region_released"]
     enter, leave = client_side["enter_ms"], client_side["exit_ms"]
     return {
         "backend": backend,
         "others": others,
-        "enter_p50": q(enter, 0.5),
-        "enter_p99": q(enter, 0.99),
-        "exit_p50": q(leave, 0.5),
-        "exit_p99": q(leave, 0.99),
+        "enter_p50": scaffold.rank_quantile(enter, 0.5),
+        "enter_p99": scaffold.rank_quantile(enter, 0.99),
+        "exit_p50": scaffold.rank_quantile(leave, 0.5),
+        "exit_p99": scaffold.rank_quantile(leave, 0.99),
         "drain_p50": statistics.median(e["drain_s"] * 1e3 for e in granted),
         "freeze_p50": statistics.median(e["freeze_s"] * 1e3 for e in granted),
         "thaw_p50": statistics.median(e["thaw_s"] * 1e3 for e in released),
@@ -86,19 +54,13 @@ def measure(root: Path, sim: bool, backend: str, others: int, regions: int) -> d
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = scaffold.latency_arguments(__doc__, regions=200)
     p.add_argument("--sim", action="store_true", help="simulated GPU and tenants")
-    p.add_argument("--backends", default="preload,driver-lock")
     p.add_argument("--others", default="0,4,15")
-    p.add_argument("--regions", type=int, default=200)
-    p.add_argument("--json", metavar="FILE", help="also write the rows here")
     args = p.parse_args()
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for backend in args.backends.split(","):
-            for others in (int(n) for n in args.others.split(",")):
-                rows.append(measure(Path(tmp), args.sim, backend, others, args.regions))
-                print(f"  done: {backend} with {others} others", file=sys.stderr, flush=True)
+    others = [int(n) for n in args.others.split(",")]
+    rows = scaffold.rows_per_backend(args.backends, others,
+                            lambda folder, backend, n: measure(folder, args.sim, backend, n, args.regions))
     where = "simulated GPU" if args.sim else "real GPU 0"
     print(f"# region latency — {platform.node()}, {where}, {args.regions} regions each; tenant-side ms")
     print(f"{'backend':<12} {'others':>6} {'enter p50':>10} {'enter p99':>10} {'exit p50':>9} {'exit p99':>9} "

@@ -138,7 +138,7 @@ def main() -> int:
         best = min(r[0] for r in rows)
         key = label_of(res, runs[-1].get("repeats", 1))
         for r in rows:
-            tr = dict(zip(fields, r))
+            tr = dict(zip(fields, r, strict=False))
             tr["excess"] = tr["ms"] / best - 1
             tr["command"] = by_label.get(key, "?")
             trials.append(tr)

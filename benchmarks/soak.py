@@ -34,41 +34,31 @@ import os
 import platform
 import random
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psutil
 import zmq
+from soak_faults import NODE_FAULTS, RESTART_FAULTS, TENANT_FAULTS, Disk, Flood, kill, started_before
+from soak_report import Command, Life, account, print_table, rss_summary, tallies
 
 from krex_runtime.api import Client, RequestFailed, RuntimeUnavailable
 from krex_runtime.sim.device_file import remove_device
 from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.wire import endpoints, protocol
-from krex_runtime.wire.trace import TraceError, read_trace, replay
+from krex_runtime.wire.trace import read_trace
 
 HERE = Path(__file__).resolve().parent
 TENANTS = HERE.parent / "tests" / "tenants"
 PY = sys.executable
 HOLD_LIMIT_S = 1.5
 KEEP_FINISHED = 200
-TENANT_FAULTS = ("kill_in_region", "kill_outside_region", "hang_past_hold_limit", "hang_past_timeout", "cancel")
-NODE_FAULTS = ("read_only_flood", "channel_flood", "fill_disk")  # fill_disk only where a tmpfs can be mounted
-RESTART_FAULTS = ("restart_sigkill", "restart_sigterm")
-FLOOD_S = 3.0  # how long each flood lasts
-FLOOD_STATUS_BOUND_S = 10.0  # `status` must answer within this during a flood
-CHANNEL_FLOOD_CONNECTIONS = 200
-DISK_MIB = 16  # the output folder's tmpfs
-DISK_FULL_S = 4.0  # how long it stays full
 WATCHDOG_BOUND_S = 30.0  # after a SIGKILL, until the watchdog has left nothing behind
 
 
@@ -77,139 +67,6 @@ def regions_tenant(regions: int, pause_ms: float, hold_s: float = 0.0) -> list[s
         PY, str(TENANTS / "regions.py"), "--regions", str(regions), "--kernel-us", "300", "--repeats", "3",
         "--pause-ms", str(pause_ms), "--hold-s", str(hold_s),
     ]
-
-
-class Flood(threading.Thread):
-    """One flood for FLOOD_S: `snapshot` requests on the read-only socket that
-    are never read, or region-channel connections that say nothing. Midway,
-    `status` must answer within FLOOD_STATUS_BOUND_S; `problem` says if not."""
-
-    def __init__(self, kind: str, run_dir: Path) -> None:
-        super().__init__(daemon=True)
-        self.kind, self.run_dir = kind, run_dir
-        self.stop = threading.Event()
-        self.sent = 0
-        self.status_s: float | None = None
-        self.problem = ""
-
-    def run(self) -> None:
-        checker = threading.Thread(target=self._check_status, daemon=True)
-        checker.start()
-        try:
-            self._read_only() if self.kind == "read_only_flood" else self._channel()
-        finally:
-            checker.join()
-
-    def _read_only(self) -> None:
-        ctx = zmq.Context()
-        socks = [ctx.socket(zmq.DEALER) for _ in range(4)]
-        for s in socks:
-            s.setsockopt(zmq.LINGER, 0)
-            s.connect(endpoints.control_read_only(self.run_dir))
-        frame = protocol.encode(protocol.request("snapshot"))
-        deadline = time.monotonic() + FLOOD_S
-        while not self.stop.is_set() and time.monotonic() < deadline:
-            for s in socks:
-                try:
-                    s.send(frame, zmq.NOBLOCK)
-                    self.sent += 1
-                except zmq.Again:
-                    time.sleep(0.0005)  # the runtime pushes back
-        for s in socks:
-            s.close(linger=0)
-        ctx.term()
-
-    def _channel(self) -> None:
-        held = []
-        for _ in range(CHANNEL_FLOOD_CONNECTIONS):
-            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                conn.connect(str(self.run_dir / "region.sock"))
-            except OSError:
-                conn.close()
-                continue
-            held.append(conn)
-            self.sent += 1
-        self.stop.wait(FLOOD_S)
-        for conn in held:
-            conn.close()
-
-    def _check_status(self) -> None:
-        self.stop.wait(FLOOD_S / 3)
-        t0 = time.monotonic()
-        try:
-            with Client(endpoints.control(self.run_dir), timeout=FLOOD_STATUS_BOUND_S) as c:
-                c.call("status")
-            self.status_s = time.monotonic() - t0
-        except (RuntimeUnavailable, RequestFailed) as exc:
-            if not self.stop.is_set():  # a restart in the middle is no finding
-                self.problem = f"{self.kind}: status did not answer within {FLOOD_STATUS_BOUND_S:g} s ({exc})"
-
-
-class Disk:
-    """The output folder on a small tmpfs of its own, which `fill` fills to
-    the last byte and `free` empties again; `available` is False where no
-    tmpfs can be mounted (not root), and the fault is then skipped."""
-
-    def __init__(self, where: Path) -> None:
-        self.where = where
-        self.filler = where / "soak-filler"
-        self.available = False
-        self.full_until = 0.0
-
-    def mount(self) -> None:
-        if os.geteuid() != 0:
-            return
-        self.where.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MIB}m", "tmpfs", str(self.where)],
-                              capture_output=True)
-        self.available = done.returncode == 0
-
-    def fill(self) -> None:
-        try:
-            with open(self.filler, "ab") as f:
-                while True:
-                    f.write(b"\0" * (1 << 16))
-                    f.flush()
-        except OSError:
-            pass  # full
-        self.full_until = time.monotonic() + DISK_FULL_S
-
-    def free(self) -> None:
-        self.filler.unlink(missing_ok=True)
-        self.full_until = 0.0
-
-    def unmount(self) -> None:
-        if self.available:
-            self.free()
-            subprocess.run(["umount", "-l", str(self.where)], capture_output=True)
-            self.available = False
-
-
-@dataclass
-class Command:
-    id: str
-    gpu: int
-    kind: str  # "load" or the fault it carries
-    life: int  # which runtime start it was submitted to
-    pid: int | None = None
-    outcome: str | None = None  # from the trace: state, exit code or signal
-    output_lost: int = 0  # bytes its output files did not get (the disk was full)
-    kill_on_grant: bool = False
-    released: list[str] = field(default_factory=list)  # why each of its regions ended
-
-
-@dataclass
-class Life:
-    """One start of the runtime: its trace, how it ended, its commands."""
-
-    number: int
-    trace: Path
-    pid: int = 0
-    ended_by: str = ""  # "sigkill", "sigterm", "end"
-    commands: list[str] = field(default_factory=list)
-    fds_idle: dict[int, str] = field(default_factory=dict)
-    killed_at: float = 0.0  # time.time() of the signal that ended it
 
 
 class Soak:
@@ -286,7 +143,7 @@ class Soak:
         code = self.rt.stop(signal.SIGKILL if how == "sigkill" else signal.SIGTERM)
         if how != "sigkill" and code != 0:
             self.fail(f"life {life.number}: runtime exited with {code} on SIGTERM")
-        self.account(life)
+        self.account_for(life)
         if how == "sigkill":  # the watchdog thaws, reopens, ends the tenants and removes what it left
             try:
                 wait_until(lambda: not hygiene.leftovers(self.rt.run_dir, self.rt.lock_dir, self.before),
@@ -318,7 +175,7 @@ class Soak:
         pids = [self.commands[c].pid for c in life.commands if self.commands[c].outcome == "ended by restart"]
 
         def survivors() -> list[int]:
-            return [p for p in pids if hygiene.alive(p) and _started_before(p, life.killed_at)]
+            return [p for p in pids if hygiene.alive(p) and started_before(p, life.killed_at)]
 
         try:
             wait_until(lambda: not survivors(), 30, "the killed runtime's tenants to end", 0.2)
@@ -326,38 +183,9 @@ class Soak:
             self.fail(f"life {life.number}: tenants still alive after the restart: {survivors()}")
         self.recovered_lines.extend(recovered)
 
-    def account(self, life: Life) -> None:
-        """Every command of this life has its end in the life's trace (or the life was SIGKILLed)."""
-        try:
-            trace = read_trace(life.trace)
-            replay(trace)
-        except (TraceError, KeyError, ValueError) as exc:
-            self.fail(f"life {life.number}: trace does not read or replay: {exc}")
-            return
-        queued = {e["id"] for e in trace.events if e["type"] == "command_queued"}
-        finished = {e["id"]: e for e in trace.events if e["type"] == "command_finished"}
-        granted = {}
-        for e in trace.events:
-            if e["type"] == "command_started" and e["id"] in self.commands:
-                self.commands[e["id"]].pid = e["pid"]
-            elif e["type"] == "region_granted" and e.get("command_id") in self.commands:
-                granted[e["region"]] = self.commands[e["command_id"]]
-            elif e["type"] == "region_released" and e["region"] in granted:
-                granted.pop(e["region"]).released.append(e["reason"])
-        for command_id in life.commands:
-            cmd = self.commands[command_id]
-            if command_id not in queued:
-                self.fail(f"life {life.number}: command {command_id} was accepted but is not in the trace")
-            elif command_id in finished:
-                cmd.outcome = outcome_of(finished[command_id])
-                cmd.output_lost = sum((finished[command_id].get("output_lost") or {}).values())
-            elif life.ended_by == "sigkill":
-                cmd.outcome = "ended by restart"
-            else:
-                self.fail(f"life {life.number}: command {command_id} ({cmd.kind}) has no end in the trace")
-                cmd.outcome = "missing"
-        if life.ended_by != "sigkill" and trace.events[-1]["type"] != "runtime_stopped":
-            self.fail(f"life {life.number}: trace does not end with runtime_stopped")
+    def account_for(self, life: Life) -> None:
+        for line in account(life, self.commands):
+            self.fail(line)
 
     # --- load and faults ----------------------------------------------------------
 
@@ -423,7 +251,7 @@ class Soak:
                 except RequestFailed:
                     pass  # it ended meanwhile
             else:
-                _kill(victim.pid)
+                kill(victim.pid)
 
     def end_floods(self, wait: bool = True) -> None:
         """Collect the floods that ended (all of them, stopping them, with `wait`)."""
@@ -454,7 +282,7 @@ class Soak:
             if kind == "region_granted":
                 self.holding[event["gpu"]] = event.get("command_id", "")
                 if cmd is not None and cmd.kill_on_grant:
-                    _kill(cmd.pid)
+                    kill(cmd.pid)
             elif kind == "region_released":
                 self.holding.pop(event["gpu"], None)
             elif cmd is None:
@@ -547,14 +375,6 @@ class Soak:
     # --- results --------------------------------------------------------------------------
 
     def result(self) -> dict[str, Any]:
-        outcomes = Counter(c.outcome or "unknown" for c in self.commands.values())
-        by_fault: dict[str, Counter[str]] = {}
-        released: dict[str, Counter[str]] = {}
-        for c in self.commands.values():
-            if c.kind != "load":
-                by_fault.setdefault(c.kind, Counter())[c.outcome or "unknown"] += 1
-                for reason in c.released:
-                    released.setdefault(c.kind, Counter())[reason.split(" (")[0]] += 1
         rss = rss_summary(self.rss, self.args.rss_slope_span)
         if rss["slope_kib_per_min"] is not None and rss["slope_kib_per_min"] > self.args.rss_slope_limit:
             self.fail(f"RSS grows {rss['slope_kib_per_min']:.0f} KiB/min in life {rss['slope_life']} "
@@ -568,14 +388,10 @@ class Soak:
             "tenants_per_gpu": self.args.tenants,
             "runtime_starts": len(self.lives),
             "submitted": len(self.commands),
-            "outcomes": dict(outcomes.most_common()),
+            **tallies(self.commands.values()),
             "faults": dict(sorted(self.faults.items())),
-            "output_lost": {"commands": sum(1 for c in self.commands.values() if c.output_lost),
-                            "bytes": sum(c.output_lost for c in self.commands.values())},
             "flood_status_s": {"count": len(self.flood_status_s),
                                "max": round(max(self.flood_status_s), 3) if self.flood_status_s else None},
-            "fault_outcomes": {k: dict(v) for k, v in sorted(by_fault.items())},
-            "fault_region_ends": {k: dict(v) for k, v in sorted(released.items())},
             "recovered": dict(Counter(line.split()[0] for line in self.recovered_lines)),
             "fds": {"start": self.fd_samples[0], "max": max(self.fd_samples), "end": self.fd_samples[-1]}
             if self.fd_samples else {},
@@ -585,95 +401,6 @@ class Soak:
             "failures": self.failures,
             "ok": not self.failures,
         }
-
-
-def outcome_of(event: dict[str, Any]) -> str:
-    state = event["state"]
-    if event.get("signal"):
-        return f"{state} (signal {event['signal']})"
-    if state == "finished":
-        return f"finished (exit {event.get('exit_code')})"
-    return state
-
-
-def rss_summary(samples: list[dict[str, Any]], min_span_min: float) -> dict[str, Any]:
-    """Start, max and end over the run and per life; the slope (least squares)
-    over the second half of the longest life (the first half is its warm-up),
-    where that half spans at least `min_span_min` minutes."""
-    summary: dict[str, Any] = {"start_kib": None, "max_kib": None, "end_kib": None, "slope_kib_per_min": None,
-                               "slope_life": None, "lives": {}}
-    if not samples:
-        return summary
-    lives: dict[int, list[dict[str, Any]]] = {}
-    for s in samples:
-        lives.setdefault(s["life"], []).append(s)
-    summary.update(start_kib=samples[0]["rss_kib"], max_kib=max(s["rss_kib"] for s in samples),
-                   end_kib=samples[-1]["rss_kib"])
-    summary["lives"] = {
-        str(n): {"samples": len(own), "span_min": round((own[-1]["t_s"] - own[0]["t_s"]) / 60, 1),
-                 "start_kib": own[0]["rss_kib"], "max_kib": max(s["rss_kib"] for s in own),
-                 "end_kib": own[-1]["rss_kib"]}
-        for n, own in lives.items()
-    }
-    longest = max(lives, key=lambda n: lives[n][-1]["t_s"] - lives[n][0]["t_s"])
-    half = lives[longest][len(lives[longest]) // 2 :]
-    ts = [s["t_s"] / 60 for s in half]
-    if len(half) >= 3 and ts[-1] - ts[0] >= min_span_min:
-        ys = [s["rss_kib"] for s in half]
-        mt, my = sum(ts) / len(ts), sum(ys) / len(ys)
-        summary["slope_kib_per_min"] = sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / sum((t - mt) ** 2 for t in ts)
-        summary["slope_life"] = longest
-    return summary
-
-
-def _started_before(pid: int | None, when: float) -> bool:
-    try:
-        return psutil.Process(pid).create_time() <= when
-    except psutil.Error:
-        return False
-
-
-def _kill(pid: int | None) -> None:
-    if pid is not None:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def print_table(r: dict[str, Any]) -> None:
-    print(f"# soak — {r['machine']}, {r['gpus']} GPUs x {r['tenants_per_gpu']} tenants, {r['duration_s']:.0f} s, "
-          f"{r['runtime_starts']} runtime start(s)")
-    print(f"{'commands by outcome':<44} {'count':>7}")
-    for outcome, n in r["outcomes"].items():
-        print(f"  {outcome:<42} {n:>7}")
-    print(f"  {'submitted':<42} {r['submitted']:>7}")
-    print(f"{'faults injected':<44} {'count':>7}")
-    for kind, n in r["faults"].items():
-        outcomes = ", ".join(f"{k}: {v}" for k, v in r["fault_outcomes"].get(kind, {}).items())
-        print(f"  {kind:<42} {n:>7}   {outcomes}")
-        ends = ", ".join(f"{k}: {v}" for k, v in r["fault_region_ends"].get(kind, {}).items())
-        if ends:
-            print(f"  {'':<42} {'':>7}   regions ended: {ends}")
-    rss, fds = r["rss"], r["fds"]
-    slope = (f"{rss['slope_kib_per_min']:.1f} KiB/min (second half of life {rss['slope_life']})"
-             if rss["slope_kib_per_min"] is not None else "n/a (no life long enough)")
-    print(f"{'runtime RSS (KiB)':<44} start {rss['start_kib']}  max {rss['max_kib']}  end {rss['end_kib']}  "
-          f"slope {slope}")
-    for n, life in rss["lives"].items():
-        print(f"  life {n:<37} {life['span_min']:>5} min  start {life['start_kib']}  max {life['max_kib']}  "
-              f"end {life['end_kib']}")
-    if fds:
-        print(f"{'runtime descriptors':<44} start {fds['start']}  max {fds['max']}  end {fds['end']}")
-    lost = r["output_lost"]
-    print(f"{'output lost to the full disk':<44} {lost['commands']:>7} commands, {lost['bytes']} bytes "
-          f"(disk: {r['disk']})")
-    floods = r["flood_status_s"]
-    print(f"{'status during floods':<44} {floods['count']:>7} answered, slowest {floods['max']} s")
-    print(f"{'leaks and lost commands':<44} {len(r['failures']):>7}")
-    for line in r["failures"][:20]:
-        print(f"  {line}")
-    print("RESULT:", "ok" if r["ok"] else "FAILED")
 
 
 def main() -> int:

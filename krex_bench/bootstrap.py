@@ -27,6 +27,10 @@ from typing import TypeVar
 RESAMPLES = 2000
 SEED = 20261204
 LEVEL = 0.95
+# Candidates (for a flip rate: pairs) a figure needs before its interval is
+# quoted: drawing again from fewer gives a handful of distinct samples, and
+# their spread says little (from one pair: always the same rate).
+MIN_CI_N = 4
 
 T = TypeVar("T")
 Interval = tuple[float, float]
@@ -54,10 +58,10 @@ def intervals(
     Draws where a figure is undefined (nan: e.g. a group left with no pair)
     do not count for it; a figure never defined has NO_INTERVAL."""
     draws = _draws(tuple(len(s) for s in strata), resamples, seed)
-    figures = [statistic([[s[i] for i in picked] for s, picked in zip(strata, draw)]) for draw in draws]
+    figures = [statistic([[s[i] for i in picked] for s, picked in zip(strata, draw, strict=True)]) for draw in draws]
     tail = (1 - LEVEL) / 2
     out = []
-    for values in zip(*figures):
+    for values in zip(*figures, strict=True):
         finite = sorted(v for v in values if not math.isnan(v))
         out.append((quantile(finite, tail), quantile(finite, 1 - tail)) if finite else NO_INTERVAL)
     return out

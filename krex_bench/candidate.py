@@ -30,7 +30,7 @@ import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 from collections.abc import Callable  # noqa: E402
-from typing import Any
+from typing import Any  # noqa: E402
 
 L2_FLUSH_BYTES = 256 << 20  # several times the H200's 50 MB L2
 WARMUP_S = 0.05  # long enough for an idle GPU's clocks to come up
@@ -93,13 +93,13 @@ def time_launches(run: Callable[[], object], flush: Any, starts: list[Any], ends
     with, so its levels are this command's."""
     import torch
 
-    for start, end in zip(starts, ends):
+    for start, end in zip(starts, ends, strict=True):
         flush.zero_()
         start.record()
         run()
         end.record()
     torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,7 +132,6 @@ def measure(args: argparse.Namespace) -> int:
     import triton  # noqa: F401 (imported as every candidate does, kernel or not)
 
     from krex_bench import clock_watch, kernels, workload
-    from krex_runtime.client import region
 
     imported = time.time()
     cand = workload.candidate(args.problem, args.candidate)
@@ -170,20 +169,43 @@ def measure(args: argparse.Namespace) -> int:
     runs = [b.run for b in builds]  # the closures hold the inputs; the references go
     del builds, built, first
 
+    timing = _timed_in_region(args, runs, repeats, sm_clock_mhz, watched)
+    entered, timed = timing.pop("entered"), timing.pop("timed")
+    result.update(timing, phases_s=phases(STARTED, imported, compiled, checked, entered, timed), started=STARTED,
+                  ended=time.time())
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+def _settle_asked(args: argparse.Namespace, run: Callable[[], object], start: Any, end: Any) -> float | None:
+    """How long the region asks to settle: --settle-long-s for a long kernel, else None."""
+    import torch
+
+    if args.settle_long_s <= 0:
+        return None
+    # One launch timed outside the region, under whatever the other tenants
+    # run: an upper bound of the kernel's time, so no long kernel is missed.
+    start.record()
+    run()
+    end.record()
+    torch.cuda.synchronize()
+    return float(args.settle_long_s) if start.elapsed_time(end) >= LONG_KERNEL_MS else None
+
+
+def _timed_in_region(args: argparse.Namespace, runs: list[Callable[[], object]], repeats: int,
+                     sm_clock_mhz: Callable[[], int | None], watched: Any) -> dict[str, Any]:
+    """Warm up, then time every placement's share of the repeats inside one
+    region: the result's figures, and when the region was entered and the
+    timing ended."""
+    import torch
+
+    from krex_bench import clock_watch
+    from krex_runtime.client import region
+
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-    settle_s = None
-    if args.settle_long_s > 0:
-        # One launch timed outside the region, under whatever the other tenants
-        # run: an upper bound of the kernel's time, so no long kernel is missed.
-        starts[0].record()
-        runs[0]()
-        ends[0].record()
-        torch.cuda.synchronize()
-        if starts[0].elapsed_time(ends[0]) >= LONG_KERNEL_MS:
-            settle_s = args.settle_long_s
-    result["settle_asked_s"] = settle_s
+    settle_s = _settle_asked(args, runs[0], starts[0], ends[0])
     with region(settle_s=settle_s) as held:
         entered = time.time()
         warm_until = time.monotonic() + WARMUP_S
@@ -198,32 +220,29 @@ def measure(args: argparse.Namespace) -> int:
         # placement's launches and nothing else of this command's.
         marks = [time.monotonic()]
         with clock_watch.ClockWatch(watched, args.watch_clock_ms / 1000) as watch:
-            for run, share in zip(runs, placement_shares(repeats, len(runs))):
+            for run, share in zip(runs, placement_shares(repeats, len(runs)), strict=True):
                 run()  # untimed: the first touch of this placement's buffers
                 per_placement.append(time_launches(run, flush, starts[share], ends[share]))
                 marks.append(time.monotonic())
         clock = sm_clock_mhz()
     times = [t for chunk in per_placement for t in chunk]
-    timed = time.time()
-    result.update(
-        ok=True,
-        median_ms=statistics.median(times),
-        min_ms=min(times),
-        repeats=repeats,
-        placements=len(runs),
-        placement_medians_ms=[statistics.median(chunk) for chunk in per_placement],
-        warm_runs=warm_runs,
-        sm_clock_mhz=clock,
-        sm_clock_start_mhz=clock_start,
+    return {
+        "settle_asked_s": settle_s,
+        "ok": True,
+        "median_ms": statistics.median(times),
+        "min_ms": min(times),
+        "repeats": repeats,
+        "placements": len(runs),
+        "placement_medians_ms": [statistics.median(chunk) for chunk in per_placement],
+        "warm_runs": warm_runs,
+        "sm_clock_mhz": clock,
+        "sm_clock_start_mhz": clock_start,
         **watch.summary(),  # the lowest clock and the throttle reasons seen between the two reads
-        placement_watch=watch.windows(marks) if watched is not None else None,
-        region_flags=list(held.flags),  # at the grant, and at the release (exit:...)
-        phases_s=phases(STARTED, imported, compiled, checked, entered, timed),
-        started=STARTED,
-        ended=time.time(),
-    )
-    print(json.dumps(result), flush=True)
-    return 0
+        "placement_watch": watch.windows(marks) if watched is not None else None,
+        "region_flags": list(held.flags),  # at the grant, and at the release (exit:...)
+        "entered": entered,
+        "timed": time.time(),
+    }
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 PERIOD_S = 0.01
@@ -97,7 +98,7 @@ class ClockWatch:
         under a power state. A span no sample fell in says None throughout."""
         samples = list(self.samples)
         spans = []
-        for start, end in zip(marks, marks[1:]):
+        for start, end in pairwise(marks):
             summary = _summarize([r for t, r in samples if start <= t < end])
             spans.append({k: summary[k] for k in ("clock_samples", "sm_clock_min_mhz", "throttle_seen",
                                                   "power_max_w", "temp_max_c")})

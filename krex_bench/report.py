@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from krex_bench import analysis, workload
-from krex_bench.analysis import BUCKETS, CLOCK_MATCH, GAP_GROUPS, MIN_P95_N, bucket_of, summarize
+from krex_bench.analysis import BUCKETS, CLOCK_MATCH, MIN_P95_N, bucket_of, summarize
+from krex_bench.bootstrap import MIN_CI_N
+from krex_bench.ranking import GAP_GROUPS
 
 
 def _pct(x: float | None, digits: int = 1) -> str:
@@ -164,6 +166,16 @@ def _gpus_line(gpus: dict[str, str]) -> list[str]:
 
 
 def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
+    rows = summary["rows"]
+    out = [
+        *_heading(data, summary), *_throughput(data, summary), *_inflation(summary), *_steadiness(rows),
+        *_spread_and_ranking(rows), *_closing(data, summary),
+    ]
+    return "\n".join(out) + "\n"
+
+
+def _heading(data: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+    """The title, the machine, the workload and the command that measured it."""
     m = data["machine"]
     out = [f"# KREX evaluation, {data['date']}", ""]
     if data["simulated"]:
@@ -176,11 +188,13 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
         "",
     ]
     out += _gpus_line(summary.get("gpus") or {})
-    out += [
-        "## Throughput",
-        "",
-    ]
+    return out
+
+
+def _throughput(data: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+    """Each setup's throughput, then what its regions and pooled processes met."""
     rows = summary["rows"]
+    out = ["## Throughput", ""]
     out += _table(
         ["setup", "ok", "failed", "wall s", "cmds/min", "of native", "of ungated", "of region bound",
          "SM MHz median (min-max)", "pool warm s", "verified regions"],
@@ -219,6 +233,13 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
         out += ["", "Pooled context processes replaced after a command, by reason (each costs the next command a fresh process):"]
         out += [f"- {label}: " + ", ".join(f"{n} `{why}`" for why, n in sorted(r.items(), key=lambda x: -x[1]))
                 for label, r in retired]
+    return out
+
+
+def _inflation(summary: dict[str, Any]) -> list[str]:
+    """Timing inflation against native, raw, clock-matched and unthrottled at the grant."""
+    out: list[str] = []
+    rows = summary["rows"]
     if not summary.get("native_repeat", True):
         out += ["", "**No native repeat in these results: the noise floor every figure is read against is unknown.**"]
     tolerance = summary.get("clock_tolerance", CLOCK_MATCH)
@@ -227,8 +248,8 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
         f"A candidate's figure is its median of its measurements' medians over native's. A p90 or p95 is quoted "
         f"only over at least {MIN_P95_N} candidates (with fewer it is nearly the maximum): `n<{MIN_P95_N}` instead. "
         f"Beside each percentile its 95% percentile-bootstrap interval ({summary.get('resamples', 0)} draws of the "
-        f"candidates with replacement, a fixed seed; quoted from {analysis.MIN_CI_N} candidates, for a flip rate "
-        f"{analysis.MIN_CI_N} pairs), and whether it overlaps the native repeat's interval of the same figure: **no** "
+        f"candidates with replacement, a fixed seed; quoted from {MIN_CI_N} candidates, for a flip rate "
+        f"{MIN_CI_N} pairs), and whether it overlaps the native repeat's interval of the same figure: **no** "
         "is a difference the noise floor does not explain.",
         "",
         "Raw, every candidate:",
@@ -257,6 +278,12 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
         f"{r['label']} {r['clock_matched']['n']}/{r['clock_matched']['of']} ({r.get('off_clock', 0)})"
         for r in rows if r["label"] != "native"
     )]  # fmt: skip
+    return out
+
+
+def _steadiness(rows: list[dict[str, Any]]) -> list[str]:
+    """Kernels that ran slower over part of their measurement, and the throttles seen meanwhile."""
+    out: list[str] = []
     if any(r.get("unsteady", {}).get("of") for r in rows):  # results from before placements have none
         out += ["", f"Unsteady: kernels of 1 ms or more whose placements' medians lie more than "
                 f"{analysis.UNSTEADY_SPREAD:.0%} apart, so the kernel ran slower over part of its measurement "
@@ -274,6 +301,12 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
         out += ["", "A power-state throttle reason seen while the repeats ran (`--watch-clock-ms`): " + ", ".join(
             f"{r['label']} {r['throttled_during']['n']}/{r['throttled_during']['of']}" for r in watched
         )]  # fmt: skip
+    return out
+
+
+def _spread_and_ranking(rows: list[dict[str, Any]]) -> list[str]:
+    """The spread within measurements and the ranking against native."""
+    out: list[str] = []
     out += ["", "## Within-measurement spread (each measurement's median / its fastest repeat - 1; needs no native)", ""]
     out += ["A kernel slowed over part of a measurement's repeats pulls its median away from its fastest repeat. "
             "Intervals as above, drawing candidates with all their measurements.", ""]
@@ -301,6 +334,13 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
         steps = [f"gap {g} {100 / repeat['flips'][g]['pairs']:.1f}" for g, _, _ in GAP_GROUPS
                  if repeat["flips"][g]["pairs"]]
         out += ["", "One flip moves a group's rate by (points): " + ", ".join(steps) + "."]
+    return out
+
+
+def _closing(data: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+    """Where a native command's time goes, what was skipped or failed."""
+    out: list[str] = []
+    rows = summary["rows"]
     native = next(r for r in rows if r["label"] == "native")
     if native["phase_shares"]:
         out += ["", "## Where a native command's time goes", ""]
@@ -315,7 +355,7 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
     if failures:
         out += ["", "## Failed commands", ""]
         out += [f"- {label}: {f['key']} {f['state']} exit {f['exit_code']} {f['reason'] or ''}".rstrip() for label, f in failures]
-    return "\n".join(out) + "\n"
+    return out
 
 
 NO_CHART = "no PNG chart: matplotlib is not installed (pip install 'krex-runtime[bench]'); the markdown and JSON are complete"

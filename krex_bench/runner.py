@@ -316,7 +316,7 @@ def run_setup(
             last = t0
             meter.begin(setup.label, len(ids))
             for c, repeat, command_id in ids:
-                res = client.call("wait", {"id": command_id, "attach": False}, timeout_s=COMMAND_TIMEOUT_S + 60)
+                res = client.call("wait", {"id": command_id, "attach": False}, timeout=COMMAND_TIMEOUT_S + 60)
                 last = max(last, time.time())
                 meter.advance()
                 line = read_result(res)

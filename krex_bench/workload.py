@@ -58,6 +58,11 @@ def _candidates(problem: str, table: list[tuple[str, dict[str, Any], float | str
     )
 
 
+def _problem(name: str, summary: str, repeats: int, table: list[tuple[str, dict[str, Any], float | str]]) -> Problem:
+    """A problem whose candidates are rows of (name, params, native ms), as _candidates takes them."""
+    return Problem(name, summary, repeats, _candidates(name, table))
+
+
 def _tiles(m: int, n: int, k: int, warps: int, stages: int, group: int = 8) -> dict[str, Any]:
     return {"impl": "triton", "block_m": m, "block_n": n, "block_k": k, "warps": warps, "stages": stages, "group_m": group}
 
@@ -76,92 +81,52 @@ FP32_TILES = (
 
 def _fp32_candidates(problem: str, native_ms: list[float | str]) -> tuple[Candidate, ...]:
     """torch, then FP32_TILES, with their native times in that order."""
-    names = [("torch", {"impl": "torch"})] + list(FP32_TILES)
+    names = [("torch", {"impl": "torch"}), *FP32_TILES]
     if len(native_ms) != len(names):
         raise ValueError(f"{problem}: {len(native_ms)} native times for {len(names)} candidates")
-    return _candidates(problem, [(name, params, ms) for (name, params), ms in zip(names, native_ms)])
+    return _candidates(problem, [(name, params, ms) for (name, params), ms in zip(names, native_ms, strict=True)])
 
 
 PROBLEMS: tuple[Problem, ...] = (
-    Problem(
-        "matmul_fp32",
-        "C = A @ B, 8192^3 float32 in IEEE precision (no tensor-core shortcuts)",
-        repeats=16,
-        candidates=_fp32_candidates("matmul_fp32", [21.44, 25.08, 23.38, 23.55, 24.32, 33.62, 23.41, 25.09]),
-    ),
-    Problem(
-        "matmul_fp32_4k",
-        "C = A @ B, 4096^3 float32 in IEEE precision: 1-10 ms kernels below the power cap",
-        repeats=120,
-        candidates=_fp32_candidates("matmul_fp32_4k", [2.676, 3.17, 3.042, 3.065, 3.135, 4.221, 3.031, 3.169]),
-    ),
-    Problem(
-        "matmul_bf16",
-        "C = A @ B, 8192^3 bfloat16 with float32 accumulation",
-        repeats=120,
-        candidates=_candidates(
-            "matmul_bf16",
-            [
-                ("torch", {"impl": "torch"}, 1.598),
-                ("t128x256x64w8s3", _tiles(128, 256, 64, 8, 3), 1.623),
-                ("t128x128x64w8s4", _tiles(128, 128, 64, 8, 4), 1.75),
-                ("t128x128x32w4s4", _tiles(128, 128, 32, 4, 4), 1.828),
-                ("t64x128x64w4s4", _tiles(64, 128, 64, 4, 4), 2.461),
-                ("t64x64x64w4s3", _tiles(64, 64, 64, 4, 3), 3.326),
-                ("t32x64x32w4s2", _tiles(32, 64, 32, 4, 2), 6.324),
-                ("t128x128x64w8s4g1", _tiles(128, 128, 64, 8, 4, group=1), 1.894),
-            ],
-        ),
-    ),
-    Problem(
-        "softmax",
-        "row softmax of a 16384 x 8192 float32 matrix",
-        repeats=800,
-        candidates=_candidates(
-            "softmax",
-            [
-                ("torch", {"impl": "torch"}, 0.5496),
-                ("torch_unfused", {"impl": "torch_unfused"}, 1.359),
-                ("row_w4", {"impl": "triton_row", "warps": 4}, 0.2641),
-                ("row_w8", {"impl": "triton_row", "warps": 8}, 0.2634),
-                ("row_w16", {"impl": "triton_row", "warps": 16}, 0.2613),
-                ("online_b1024w4", {"impl": "triton_online", "block": 1024, "warps": 4}, 0.3858),
-                ("online_b2048w8", {"impl": "triton_online", "block": 2048, "warps": 8}, 0.3618),
-                ("online_b4096w8", {"impl": "triton_online", "block": 4096, "warps": 8}, 0.2772),
-            ],
-        ),
-    ),
-    Problem(
-        "rmsnorm",
-        "RMSNorm over rows of a 4096 x 4096 bfloat16 matrix, with a weight",
-        repeats=3000,
-        candidates=_candidates(
-            "rmsnorm",
-            [
-                ("torch_eager", {"impl": "torch_eager"}, 0.2494),
-                ("torch_fn", {"impl": "torch_fn"}, 0.02718),
-                ("row_w1", {"impl": "triton_row", "warps": 1}, 0.02325),
-                ("row_w2", {"impl": "triton_row", "warps": 2}, 0.02242),
-                ("row_w4", {"impl": "triton_row", "warps": 4}, 0.02211),
-                ("rows4_w8", {"impl": "triton_rows", "rows": 4, "warps": 8}, 0.02312),
-            ],
-        ),
-    ),
-    Problem(
-        "gelu",
-        "GELU (tanh form) of 8M float32 values",
-        repeats=3000,
-        candidates=_candidates(
-            "gelu",
-            [
-                ("torch", {"impl": "torch"}, 0.02122),
-                ("torch_unfused", {"impl": "torch_unfused"}, 0.1634),
-                ("b256w2", {"impl": "triton", "block": 256, "warps": 2}, 0.02442),
-                ("b512w4", {"impl": "triton", "block": 512, "warps": 4}, 0.02123),
-                ("b4096w8", {"impl": "triton", "block": 4096, "warps": 8}, 0.02125),
-            ],
-        ),
-    ),
+    Problem("matmul_fp32", "C = A @ B, 8192^3 float32 in IEEE precision (no tensor-core shortcuts)", 16,
+            _fp32_candidates("matmul_fp32", [21.44, 25.08, 23.38, 23.55, 24.32, 33.62, 23.41, 25.09])),
+    Problem("matmul_fp32_4k", "C = A @ B, 4096^3 float32 in IEEE precision: 1-10 ms kernels below the power cap", 120,
+            _fp32_candidates("matmul_fp32_4k", [2.676, 3.17, 3.042, 3.065, 3.135, 4.221, 3.031, 3.169])),
+    _problem("matmul_bf16", "C = A @ B, 8192^3 bfloat16 with float32 accumulation", 120, [
+        ("torch", {"impl": "torch"}, 1.598),
+        ("t128x256x64w8s3", _tiles(128, 256, 64, 8, 3), 1.623),
+        ("t128x128x64w8s4", _tiles(128, 128, 64, 8, 4), 1.75),
+        ("t128x128x32w4s4", _tiles(128, 128, 32, 4, 4), 1.828),
+        ("t64x128x64w4s4", _tiles(64, 128, 64, 4, 4), 2.461),
+        ("t64x64x64w4s3", _tiles(64, 64, 64, 4, 3), 3.326),
+        ("t32x64x32w4s2", _tiles(32, 64, 32, 4, 2), 6.324),
+        ("t128x128x64w8s4g1", _tiles(128, 128, 64, 8, 4, group=1), 1.894),
+    ]),
+    _problem("softmax", "row softmax of a 16384 x 8192 float32 matrix", 800, [
+        ("torch", {"impl": "torch"}, 0.5496),
+        ("torch_unfused", {"impl": "torch_unfused"}, 1.359),
+        ("row_w4", {"impl": "triton_row", "warps": 4}, 0.2641),
+        ("row_w8", {"impl": "triton_row", "warps": 8}, 0.2634),
+        ("row_w16", {"impl": "triton_row", "warps": 16}, 0.2613),
+        ("online_b1024w4", {"impl": "triton_online", "block": 1024, "warps": 4}, 0.3858),
+        ("online_b2048w8", {"impl": "triton_online", "block": 2048, "warps": 8}, 0.3618),
+        ("online_b4096w8", {"impl": "triton_online", "block": 4096, "warps": 8}, 0.2772),
+    ]),
+    _problem("rmsnorm", "RMSNorm over rows of a 4096 x 4096 bfloat16 matrix, with a weight", 3000, [
+        ("torch_eager", {"impl": "torch_eager"}, 0.2494),
+        ("torch_fn", {"impl": "torch_fn"}, 0.02718),
+        ("row_w1", {"impl": "triton_row", "warps": 1}, 0.02325),
+        ("row_w2", {"impl": "triton_row", "warps": 2}, 0.02242),
+        ("row_w4", {"impl": "triton_row", "warps": 4}, 0.02211),
+        ("rows4_w8", {"impl": "triton_rows", "rows": 4, "warps": 8}, 0.02312),
+    ]),
+    _problem("gelu", "GELU (tanh form) of 8M float32 values", 3000, [
+        ("torch", {"impl": "torch"}, 0.02122),
+        ("torch_unfused", {"impl": "torch_unfused"}, 0.1634),
+        ("b256w2", {"impl": "triton", "block": 256, "warps": 2}, 0.02442),
+        ("b512w4", {"impl": "triton", "block": 512, "warps": 4}, 0.02123),
+        ("b4096w8", {"impl": "triton", "block": 4096, "warps": 8}, 0.02125),
+    ]),
 )
 
 BY_NAME = {p.name: p for p in PROBLEMS}

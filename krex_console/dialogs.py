@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -12,8 +12,23 @@ from textual.widgets import Button, Input, Label, Static
 
 from krex_console.actions import PlannedAction
 
+T = TypeVar("T")
 
-class ConfirmDialog(ModalScreen[bool]):
+
+class EscCancels(ModalScreen[T]):
+    """A dialog that Esc closes with its `cancelled` answer."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, cancelled: T) -> None:
+        super().__init__()
+        self.cancelled = cancelled
+
+    def action_cancel(self) -> None:
+        self.dismiss(self.cancelled)
+
+
+class ConfirmDialog(EscCancels[bool]):
     """Asks before a changing action. Cancel has the focus, so Enter (and Esc)
     leave the node as it is; confirming takes a deliberate Tab or click."""
 
@@ -27,10 +42,9 @@ class ConfirmDialog(ModalScreen[bool]):
     ConfirmDialog Horizontal { height: auto; align-horizontal: right; }
     ConfirmDialog Button { margin-left: 2; }
     """
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(self, action: PlannedAction) -> None:
-        super().__init__()
+        super().__init__(cancelled=False)
         self.action_plan = action
 
     def compose(self) -> ComposeResult:
@@ -47,21 +61,17 @@ class ConfirmDialog(ModalScreen[bool]):
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "confirm")
 
-    def action_cancel(self) -> None:
-        self.dismiss(False)
 
-
-class SeekDialog(ModalScreen["float | None"]):
+class SeekDialog(EscCancels["float | None"]):
     """Asks for a replay position in seconds from the start of the trace."""
 
     DEFAULT_CSS = """
     SeekDialog { align: center middle; }
     SeekDialog > Vertical { width: 60; height: auto; border: thick $accent; background: $surface; padding: 1 2; }
     """
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(self, span_s: float) -> None:
-        super().__init__()
+        super().__init__(cancelled=None)
         self.span_s = span_s
 
     def compose(self) -> ComposeResult:
@@ -74,9 +84,6 @@ class SeekDialog(ModalScreen["float | None"]):
             self.dismiss(float(event.value))
         except ValueError:
             self.notify(f"not a number of seconds: {event.value!r}", severity="error")
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
 
 
 # Every line fits an 80x24 terminal whole (72 cells inside the dialog's

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 NA = "n/a"
@@ -62,29 +63,29 @@ def clock(t: float) -> str:
     return time.strftime("%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}"
 
 
-def percent(value: Any, digits: int = 0) -> str:
+def _shown(value: Any, render: Callable[[float], str]) -> str:
+    """`value` rendered when it is a number, else NA."""
     v = number(value)
-    return NA if v is None else f"{v:.{digits}f}%"
+    return NA if v is None else render(v)
+
+
+def percent(value: Any, digits: int = 0) -> str:
+    return _shown(value, lambda v: f"{v:.{digits}f}%")
 
 
 def inflation(fraction: Any) -> str:
     """A canary inflation (0.012 = 1.2 % slower than its idle baseline)."""
-    v = number(fraction)
-    return NA if v is None else f"{v * 100:+.1f}%"
+    return _shown(fraction, lambda v: f"{v * 100:+.1f}%")
 
 
 def inflation_short(fraction: Any) -> str:
     """An inflation in few cells: +0.3%, +12%, +272%."""
-    v = number(fraction)
-    if v is None:
-        return NA
-    return f"{v * 100:+.1f}%" if abs(v) < 0.1 else f"{v * 100:+.0f}%"
+    return _shown(fraction, lambda v: f"{v * 100:+.1f}%" if abs(v) < 0.1 else f"{v * 100:+.0f}%")
 
 
 def factor(value: Any) -> str:
     """A ratio such as the canary's contention factor (outside / inside)."""
-    v = number(value)
-    return NA if v is None else f"{v:.2f}x"
+    return _shown(value, lambda v: f"{v:.2f}x")
 
 
 def bytes_(value: Any) -> str:

@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 from dataclasses import replace
+from typing import NoReturn
 
 from krex_runtime.node.config import (
     POLICIES,
@@ -34,7 +35,7 @@ CONFIG_ENV = "KREX_CONFIG"  # the config's path when --config is not given
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2, a status a program's own failure may have
+    def error(self, message: str) -> NoReturn:  # argparse exits 2, a status a program's own failure may have
         self.print_usage(sys.stderr)
         self.exit(FAILURE, f"{self.prog}: error: {message}\n")
 

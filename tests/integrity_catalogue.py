@@ -95,7 +95,7 @@ def run_candidate(rt: Runtime, name: str, *krex_args: str, env: dict[str, str] |
 def run_all(rt: Runtime, names: list[str], *krex_args: str, env: dict[str, str] | None = None) -> dict[str, Outcome]:
     """Every candidate named, four at a time (their start-ups overlap; their regions take turns), with a table."""
     with ThreadPoolExecutor(max_workers=4) as pool:
-        done = dict(zip(names, pool.map(lambda n: run_candidate(rt, n, *krex_args, env=env), names)))
+        done = dict(zip(names, pool.map(lambda n: run_candidate(rt, n, *krex_args, env=env), names), strict=True))
     print("\ncandidate            exit  integrity per region")
     for name, o in done.items():
         print(f"{name:<20} {o.returncode:>4}  {[(r or {}).get('summary') for r in o.records()]}")
@@ -108,7 +108,7 @@ def check(name: str, o: Outcome) -> None:
     assert o.returncode == 0, why
     records = o.records()
     assert len(records) == len(expect.regions), why
-    for rec, (windows, flags) in zip(records, expect.regions):
+    for rec, (windows, flags) in zip(records, expect.regions, strict=True):
         assert rec is not None, f"no integrity record; {why}"
         if windows is None:
             assert rec["windows"] >= 2, why

@@ -8,13 +8,14 @@ one id, one holder)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from krex_runtime.sim.execution_log import read_execution_log
 from krex_runtime.sim.layout import KIND_KERNEL, KIND_MEMCPY_DTOD, KIND_MEMCPY_DTOH, KIND_MEMCPY_HTOD, KIND_MEMSET
 from krex_runtime.testing.hygiene import held_back, is_frozen  # noqa: F401 (is_frozen: for the region tests)
-from krex_runtime.testing.local_runtime import wait_until
+from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.wire.trace import read_trace
 
 WORK_KINDS = {KIND_KERNEL, KIND_MEMCPY_HTOD, KIND_MEMCPY_DTOH, KIND_MEMCPY_DTOD, KIND_MEMSET}
@@ -139,3 +140,32 @@ def check_nothing_left(run_dir: Path, within_s: float = 10.0) -> None:
         wait_until(lambda: not held_back(run_dir), within_s, "nothing held back")
     except AssertionError:
         raise AssertionError(f"left held back: {held_back(run_dir)}") from None
+
+
+def check_regions_ran(rt: Runtime, ids: list[str], regions: int) -> None:
+    """Each command of `ids` ended with status 0, each of its `regions`
+    regions without an error."""
+    for command_id in ids:
+        done = rt.krex("wait", command_id)
+        assert done.returncode == 0, done.stderr
+        results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        assert [r.get("error") for r in results] == [None] * regions, results
+
+
+def check_held_alone(rt: Runtime) -> tuple[list[dict], list[HeldRegion], int]:
+    """Once every tenant is done: nothing left behind, the runtime stopped,
+    and in its trace each region held alone on its GPU, granted in order,
+    while no other tenant submitted or ran work there, and certified
+    `verified`. Returns the trace's events, its held regions and how many
+    work records the simulator logged."""
+    check_nothing_left(rt.run_dir)
+    rt.stop()
+    events, held = regions_of(rt.trace_path)
+    check_one_holder_per_gpu(events)
+    check_fifo(events)
+    check_no_submissions_while_held(held)
+    records = check_exclusive(events, held, rt.root / "sim.log")
+    verdicts = [e for e in events if e["type"] == "region_released"]
+    assert {e["verdict"] for e in verdicts} == {"verified"}, [e["verdict_reasons"] for e in verdicts
+                                                             if e["verdict"] != "verified"][:3]
+    return events, held, records

@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -25,7 +26,7 @@ from krex_runtime.regions.gate import core as gate
 from krex_runtime.sim.device_file import remove_device
 from krex_runtime.testing import hygiene
 from krex_runtime.testing.hygiene import krex_processes
-from krex_runtime.testing.local_runtime import Runtime, wait_until
+from krex_runtime.testing.local_runtime import Runtime, command, wait_until
 from krex_runtime.wire.trace import read_trace
 
 REPO = Path(__file__).resolve().parent.parent
@@ -162,10 +163,10 @@ class HeldRegions:
     says: submitted and warm before the test sets up what happens around the
     hold, so no start-up time of the holder's races another tenant's call."""
 
-    def __init__(self, rt: Runtime, control: Path, *modes: str) -> None:
+    def __init__(self, rt: Runtime, control: Path, *modes: str, gpu: int | None = None) -> None:
         control.mkdir(exist_ok=True)
         self.rt, self.control = rt, control
-        self.id = submit(rt, PY, str(TENANTS / "held_activity.py"), str(control), *modes)
+        self.id = submit(rt, PY, str(TENANTS / "held_activity.py"), str(control), *modes, gpu=gpu)
         wait_until(lambda: any(r.get("ready") for r in self.results()), 60, "the holder to warm up")
 
     def results(self) -> list[dict]:
@@ -295,9 +296,11 @@ def bench_result(problem: str, name: str, ms: float, mhz: float | None) -> dict:
 def load_test_file(path: str) -> ModuleType:
     """A test file of any part (`regions/test_regions.py`, under tests/), loaded
     by its path to read its tests: the parts' folders are not packages."""
-    spec = importlib.util.spec_from_file_location(f"test_file_{path.replace('/', '_').removesuffix('.py')}",
-                                                  REPO / "tests" / path)
+    file = REPO / "tests" / path
+    spec = importlib.util.spec_from_file_location(f"test_file_{path.replace('/', '_').removesuffix('.py')}", file)
     assert spec is not None and spec.loader is not None, path
+    if str(file.parent) not in sys.path:
+        sys.path.append(str(file.parent))  # its folder's helper modules, found as when pytest collects it
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -347,3 +350,42 @@ class FakeRuntime(threading.Thread):
                 self.sock.send_multipart([route, msg if isinstance(msg, bytes) else json.dumps(msg).encode()])
         self.sock.close(linger=0)
         self.ctx.term()
+
+
+def start_refused(rt: Runtime, *args: str) -> str:
+    """Starts `rt` (its config written) with `args`, expecting the refusal:
+    exit status 125 and one line on stderr, no traceback. Returns the line."""
+    rt.root.mkdir(parents=True, exist_ok=True)
+    rt.write_config()
+    done = subprocess.run([*command("krex-runtime"), "--config", str(rt.config_path), "--sim", str(rt.sim), *args],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 125, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr  # one line, no traceback
+    return lines[0]
+
+
+def run_as(uid: int, gid: int, groups: list[int], fn: Callable[[], Any]) -> Any:
+    """`fn` in a forked child that has dropped to `uid`, `gid` and `groups`:
+    its JSON-able result; an AssertionError saying what it raised if it did."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            os.setgroups(groups)
+            os.setgid(gid)
+            os.setuid(uid)
+            result = {"value": fn()}
+        except BaseException as exc:
+            result = {"error": f"{type(exc).__name__}: {exc}"}
+        os.write(write_end, json.dumps(result).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    result = json.loads(data)
+    if "error" in result:
+        raise AssertionError(f"as uid {uid}: {result['error']}")
+    return result["value"]

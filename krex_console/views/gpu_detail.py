@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.css.query import NoMatches
 from textual.screen import Screen
@@ -19,10 +19,11 @@ from krex_console.views.bindings import GPU_ACTION_BINDINGS, ActionGate, GpuActi
 from krex_console.views.columns import Column, Row
 from krex_console.views.table_sync import FittedTable
 from krex_console.widgets import KeysFooter, StatusBar
-from krex_runtime.wire.state import GpuState
+from krex_runtime.wire.model import GpuState
 
 TIMELINE_ROWS = 50
 BAR_WIDTH = 12
+RANGE_DASH = "\u2013"  # an en dash between a range's ends, as typeset
 
 
 NARROW = 110  # below this many columns the GPU's panel says the same in short lines, one each
@@ -92,7 +93,8 @@ def process_memory_text(model: ConsoleModel, telemetry: Any) -> str:
     for entry in entries[:PROCESSES_SHOWN]:
         if not isinstance(entry, dict):
             continue
-        cmd = by_pid.get(entry.get("pid"))
+        pid = entry.get("pid")
+        cmd = by_pid.get(pid) if isinstance(pid, int) else None
         who = f"{cmd.id}{' ' + cmd.label if cmd.label else ''}" if cmd is not None else (
             "[b]foreign[/b]" if entry.get("foreign") else "tenant")
         parts.append(f"pid {entry.get('pid')} {who} {fmt.bytes_(entry.get('mem_used'))}")
@@ -194,7 +196,7 @@ def isolation_text(gpu: GpuState) -> str:
         )
     pool = getattr(gpu, "pool", None)
     reasons = pool.get("reasons") if isinstance(pool, dict) else None
-    if isinstance(reasons, dict) and reasons:
+    if isinstance(pool, dict) and isinstance(reasons, dict) and reasons:
         parts.append("replaced " + ", ".join(f"{cause} {n}" for cause, n in sorted(reasons.items())))
         last = pool.get("last_replaced")
         if isinstance(last, dict) and last.get("reason"):
@@ -211,7 +213,7 @@ def region_row(model: ConsoleModel, r: RegionRecord, longest: float) -> Row:
     cmd = model.state.commands.get(r.command_id) if r.command_id else None
     if cmd is not None and cmd.label:
         who += f" {cmd.label}"
-    filled = int(round((fmt.number(hold) or 0.0) / longest * BAR_WIDTH)) if longest > 0 else 0
+    filled = round((fmt.number(hold) or 0.0) / longest * BAR_WIDTH) if longest > 0 else 0
     bar = Text("█" * filled, style="yellow" if r.released_t is None else "green")
     cells = {
         "region": str(r.region),
@@ -234,7 +236,7 @@ def region_row(model: ConsoleModel, r: RegionRecord, longest: float) -> Row:
 
 
 class TenantsTable(FittedTable):
-    COLUMNS = [
+    COLUMNS: ClassVar[list[Column]] = [
         Column("id", "Command", 0, hotkey="C"),
         Column("label", "Label", 2, cap=20, hotkey="L"),
         Column("tenant", "Tenant", 1, hotkey="T"),
@@ -246,7 +248,7 @@ class TenantsTable(FittedTable):
 
 
 class RegionsTable(FittedTable):
-    COLUMNS = [
+    COLUMNS: ClassVar[list[Column]] = [
         Column("region", "Region", 0, hotkey="R"),
         Column("at", "Granted", 3, hotkey="G"),
         Column("who", "Holder", 0, cap=20, hotkey="H"),
@@ -281,7 +283,7 @@ def plot(model: ConsoleModel, gpu: GpuState, width: int) -> str:
             lines.append(f"{name:<14}{fmt.NA}")
             continue
         spark = fmt.sparkline(samples, span)
-        lines.append(f"{name:<14}{text(min(known)):>7} – {text(max(known)):<8} now {text(known[-1]):<8}[cyan]{spark}[/]")
+        lines.append(f"{name:<14}{text(min(known)):>7} {RANGE_DASH} {text(max(known)):<8} now {text(known[-1]):<8}[cyan]{spark}[/]")
     return "\n".join(lines)
 
 
@@ -295,7 +297,7 @@ class GpuDetailScreen(GpuActions, Screen[None]):
     GpuDetailScreen DataTable { height: 1fr; }
     GpuDetailScreen Label { padding: 0 1; text-style: bold; }
     """
-    BINDINGS = [Binding("escape", "back", "Back"), *GPU_ACTION_BINDINGS]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "Back"), *GPU_ACTION_BINDINGS]
 
     def __init__(self, uuid: str, model: ConsoleModel, gate: ActionGate, status: str = "") -> None:
         super().__init__()

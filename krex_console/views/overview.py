@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
 from krex_console import format as fmt
@@ -12,7 +14,7 @@ from krex_console.model import ConsoleModel, gpu_by_uuid, gpu_figures, holder_sh
 from krex_console.views.bindings import GPU_ACTION_BINDINGS, ActionGate, GpuActions
 from krex_console.views.columns import Column, Row
 from krex_console.views.table_sync import FittedTable, selected_key
-from krex_runtime.wire.state import GpuState
+from krex_runtime.wire.model import GpuState
 
 # Priorities: what an 80x24 terminal must show first (which GPU, who holds
 # it, how busy it is, how trustworthy its timings are), what a wider one adds.
@@ -88,7 +90,7 @@ def gpu_row(model: ConsoleModel, gpu: GpuState) -> Row:
 
 class OverviewTable(GpuActions, FittedTable):
     COLUMNS = COLUMNS
-    BINDINGS = [Binding("enter", "select_cursor", "Open"), *GPU_ACTION_BINDINGS]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "select_cursor", "Open"), *GPU_ACTION_BINDINGS]
 
     def __init__(self, model: ConsoleModel, gate: ActionGate) -> None:
         super().__init__(id="overview-table")

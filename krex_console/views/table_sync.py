@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import events
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowDoesNotExist
 
@@ -70,7 +70,7 @@ def sync_rows(table: DataTable[Any], rows: Sequence[Cells]) -> None:
     follow = keep is not None and row_visible(table, table.cursor_row)
     top_at = min(int(table.scroll_y), table.row_count - 1)
     top = None if follow or top_at < 0 else table.ordered_rows[top_at].key.value
-    present = {k.value for k in table.rows}
+    present = {k.value for k in table.rows if k.value is not None}
     gone = present.difference(wanted)
     if len(gone) > REBUILD_FROM:
         table.clear()
@@ -80,7 +80,7 @@ def sync_rows(table: DataTable[Any], rows: Sequence[Cells]) -> None:
             table.remove_row(key)
     for key, cells in rows:
         if key in present:
-            for column, new, was in zip(column_keys, cells, table.get_row(key)):
+            for column, new, was in zip(column_keys, cells, table.get_row(key), strict=True):
                 if not _same(new, was):
                     table.update_cell(key, column, new)
         else:
@@ -120,7 +120,7 @@ def _order_by_keys(table: DataTable[Any], rows: Sequence[Cells]) -> None:
     try:
         from textual._two_way_dict import TwoWayDict
 
-        ordered = sorted(table.rows, key=lambda k: position[k.value])
+        ordered = sorted(table.rows, key=lambda k: position[k.value or ""])
         table._row_locations = TwoWayDict({key: i for i, key in enumerate(ordered)})
         table._update_count += 1
         table.refresh()
@@ -145,7 +145,7 @@ class FittedTable(DataTable[Any]):
     operator's choice; `show(rows)` is its one update."""
 
     COLUMNS: ClassVar[list[Column]] = []
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("j", "cursor_down", "Down", show=False),
         Binding("k", "cursor_up", "Up", show=False),
     ]

@@ -9,6 +9,7 @@ grandchildren that started their own session and were reparented away.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from collections.abc import Callable, Iterable
@@ -90,7 +91,8 @@ async def leftovers_grace(alive: Callable[[], bool], grace_s: float, cancel: asy
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace_s
     while not cancel.is_set() and loop.time() < deadline and alive():
-        await asyncio.sleep(0.05)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(cancel.wait(), 0.05)  # a cancel ends the grace at once
 
 
 def alive(pid: int, command_id: str, cgroup: Path | None) -> bool:
@@ -101,6 +103,6 @@ def alive(pid: int, command_id: str, cgroup: Path | None) -> bool:
 
 def not_zombie(pid: int) -> bool:
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import logging
 import os
 import stat
@@ -129,8 +130,9 @@ def _walk(fd: int, where: str, device: int, owners: frozenset[int],
                 empty = False
         else:
             if enterable(st):
-                _enter(fd, name, path, st, lambda sub: _walk(sub, path, device, owners, enterable, swept, depth + 1),
-                       swept)
+                below = functools.partial(_walk, where=path, device=device, owners=owners, enterable=enterable,
+                                          swept=swept, depth=depth + 1)
+                _enter(fd, name, path, st, below, swept)
             empty = False
     return empty
 

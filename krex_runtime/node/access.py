@@ -91,13 +91,8 @@ def tenant_user(config: Config) -> TenantUser | None:
     euid = os.geteuid()
     if settings.uid_range:
         return _range_user(config, euid)
-    uid = euid
-    if settings.user:
-        try:
-            entry = pwd.getpwnam(settings.user)
-        except KeyError:
-            raise AccessError(f"tenants.user names an unknown user {settings.user!r}") from None
-        uid = entry.pw_uid
+    entry = _named_user(settings.user)
+    uid = entry.pw_uid if entry is not None else euid
     if uid == 0 and not settings.allow_root:
         file = config.source if config.source != Config().source else "/etc/krex/krex.toml"
         raise AccessError(
@@ -108,9 +103,20 @@ def tenant_user(config: Config) -> TenantUser | None:
         return None
     if euid != 0:
         raise AccessError(f"tenants.user = {settings.user!r} needs a runtime started as root (this one runs as uid {euid})")
+    assert entry is not None  # a uid other than the runtime's comes from a named user
     user = TenantUser(entry.pw_name, entry.pw_uid, entry.pw_gid, entry.pw_dir)
     _check_not_operator(config, user)
     return user
+
+
+def _named_user(name: str) -> pwd.struct_passwd | None:
+    """The account `tenants.user` names (None: it names none)."""
+    if not name:
+        return None
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        raise AccessError(f"tenants.user names an unknown user {name!r}") from None
 
 
 def _check_not_operator(config: Config, user: TenantUser) -> None:
@@ -131,12 +137,7 @@ def _range_user(config: Config, euid: int) -> TenantUser:
     first, count = settings.uid_range
     if euid != 0:
         raise AccessError(f"tenants.uid_range needs a runtime started as root (this one runs as uid {euid})")
-    entry = None
-    if settings.user:
-        try:
-            entry = pwd.getpwnam(settings.user)
-        except KeyError:
-            raise AccessError(f"tenants.user names an unknown user {settings.user!r}") from None
+    entry = _named_user(settings.user)
     if settings.group:
         gid = int(settings.group) if settings.group.isdigit() else group_id(settings.group, "tenants.group")
     else:

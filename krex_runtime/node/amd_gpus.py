@@ -19,6 +19,8 @@ import shutil
 import subprocess
 from typing import Any
 
+from krex_runtime.node.vendor_library import library_open
+
 HINT = "`krex-runtime --sim 2` (or gpus.simulated_amd) serves simulated GPUs instead"
 
 
@@ -29,7 +31,7 @@ class AmdDiscoveryError(Exception):
 def amd_gpu_records() -> list[dict[str, Any]]:
     """One record per AMD GPU: index, uuid, name, memory_total, cpus, max_sclk_mhz."""
     try:
-        import amdsmi  # type: ignore[import-not-found]
+        import amdsmi
     except ImportError:
         amdsmi = None
     except OSError as exc:  # the bindings import, but libamd_smi.so is missing
@@ -42,11 +44,8 @@ def amd_gpu_records() -> list[dict[str, Any]]:
 
 
 def _from_amdsmi(amdsmi: Any) -> list[dict[str, Any]]:
-    try:
-        amdsmi.amdsmi_init()
-    except amdsmi.AmdSmiException as exc:
-        raise AmdDiscoveryError(f"AMD SMI is not available ({exc}): no amdgpu driver on this machine? {HINT}") from None
-    try:
+    with library_open(amdsmi.amdsmi_init, amdsmi.amdsmi_shut_down, amdsmi.AmdSmiException, AmdDiscoveryError,
+                      "AMD SMI", "amdgpu", HINT):
         handles = amdsmi.amdsmi_get_processor_handles()
         if not handles:
             raise AmdDiscoveryError(f"AMD SMI found no GPU on this machine; {HINT}")
@@ -65,8 +64,6 @@ def _from_amdsmi(amdsmi: Any) -> list[dict[str, Any]]:
                 "max_sclk_mhz": clock.get("max_clk"),
             })
         return out
-    finally:
-        amdsmi.amdsmi_shut_down()
 
 
 def _query(amdsmi: Any, fn: Any, *args: Any) -> Any:

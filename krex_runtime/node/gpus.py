@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from krex_runtime.node.amd_gpus import AmdDiscoveryError, amd_gpu_records
 from krex_runtime.node.config import Config
+from krex_runtime.node.vendor_library import library_open
 from krex_runtime.sim.layout import MAX_DEVICES
 
 SIMULATED_MEMORY_BYTES = 80 << 30
@@ -95,11 +96,8 @@ def nvml_gpus() -> list[Gpu]:
         import pynvml
     except ImportError:
         raise GpuDiscoveryError(f"NVML bindings (nvidia-ml-py) are not installed; {hint}") from None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        raise GpuDiscoveryError(f"NVML is not available ({exc}): no NVIDIA driver on this machine? {hint}") from None
-    try:
+    with library_open(pynvml.nvmlInit, pynvml.nvmlShutdown, pynvml.NVMLError, GpuDiscoveryError, "NVML", "NVIDIA",
+                      hint):
         count = pynvml.nvmlDeviceGetCount()
         if count == 0:
             raise GpuDiscoveryError(f"NVML found no GPU on this machine; {hint}")
@@ -117,8 +115,6 @@ def nvml_gpus() -> list[Gpu]:
                 )
             )
         return gpus
-    finally:
-        pynvml.nvmlShutdown()
 
 
 def _nvml_affinity(pynvml, handle) -> tuple[int, ...]:  # type: ignore[no-untyped-def]
@@ -162,9 +158,9 @@ def _both_vendors() -> list[Gpu]:
     """NVML's GPUs, then AMD SMI's; an error only when neither has one."""
     found: list[Gpu] = []
     reasons = []
-    for discover_one in (nvml_gpus, lambda: amd_gpus(len(found))):
+    for vendor in ("nvidia", "amd"):
         try:
-            found += discover_one()
+            found += nvml_gpus() if vendor == "nvidia" else amd_gpus(len(found))  # AMD's numbered after NVIDIA's
         except GpuDiscoveryError as exc:
             reasons.append(str(exc))
     if not found:

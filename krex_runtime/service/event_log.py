@@ -15,6 +15,7 @@ from typing import Any
 
 from krex_runtime.wire import events, protocol
 from krex_runtime.wire import state as node_state
+from krex_runtime.wire.model import NodeState
 from krex_runtime.wire.trace import TraceWriter
 
 Publish = Callable[[bytes, Any], None]
@@ -33,7 +34,7 @@ class Encoded:
 
 class EventLog:
     def __init__(self, trace: TraceWriter, publish: Publish) -> None:
-        self.state = node_state.NodeState()
+        self.state = NodeState()
         self.trace = trace
         self._publish = publish
         self._seq = 0

@@ -27,7 +27,7 @@ from krex_runtime.service.followers import result_record
 from krex_runtime.service.node import Node
 from krex_runtime.service.server import Handler, Peer
 from krex_runtime.wire import endpoints, history, protocol, verbs
-from krex_runtime.wire import state as node_state
+from krex_runtime.wire.model import CommandInfo, GpuState
 from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request
 
 
@@ -104,12 +104,12 @@ async def status(ctx: Context, peer: Peer, req: Request) -> Any:
     }
 
 
-def _command_status(cmd: node_state.CommandInfo) -> dict[str, Any]:
+def _command_status(cmd: CommandInfo) -> dict[str, Any]:
     """A queued or running command for `status` (the node state's record, less its regions)."""
     return {k: v for k, v in vars(cmd).items() if k != "regions"} | {"argv": list(cmd.argv)}
 
 
-def _gpu_status(ctx: Context, gpu: Gpu, state: node_state.GpuState) -> dict[str, Any]:
+def _gpu_status(ctx: Context, gpu: Gpu, state: GpuState) -> dict[str, Any]:
     """One GPU for `status`: its record, and its figures from the node state
     (the reducer's, as every client sees them)."""
     return {

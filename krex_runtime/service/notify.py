@@ -41,7 +41,7 @@ class Notifier:
         # WATCHDOG_PID names the process systemd watches; absent, it is the main process (this one).
         if usec.isdigit() and int(usec) > 0 and (not pid or pid == str(os.getpid())):
             watchdog_s = int(usec) / 1e6
-        if address is not None and not (address.startswith("/") or address.startswith("@")):
+        if address is not None and not address.startswith(("/", "@")):
             log.warning("NOTIFY_SOCKET=%r is neither a path nor an abstract socket: not notifying systemd", address)
             address = None
         return cls(address, watchdog_s)

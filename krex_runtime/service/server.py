@@ -31,7 +31,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import zmq
 import zmq.asyncio
@@ -235,7 +235,8 @@ class ControlServer:
             msg = {**msg, "dropped": lost}
         # zmq.asyncio reports a failed non-blocking send in the future it returns,
         # not by raising; behind other sends still pending, only later.
-        sent = peer.socket.send_multipart([*peer.route, _encode_reply(msg)], flags=zmq.NOBLOCK)
+        sent = cast("asyncio.Future[Any]",  # zmq.asyncio's send is a Future, typed only as Awaitable
+                    peer.socket.send_multipart([*peer.route, _encode_reply(msg)], flags=zmq.NOBLOCK))
         if sent.done():
             return self._sent(key, sent, lost)
         sent.add_done_callback(lambda f: self._sent(key, f, lost))

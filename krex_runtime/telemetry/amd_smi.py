@@ -67,7 +67,7 @@ class AmdSmi:
 
     def __init__(self, gpus: list[Gpu]) -> None:
         global _openings
-        import amdsmi  # type: ignore[import-not-found]
+        import amdsmi
 
         self.amdsmi = amdsmi
         with _lock:

@@ -48,7 +48,8 @@ class Clocks:
         """The SM clock's samples since `since_us` (wall-clock us) where the GPU
         keeps them (NVML's sample buffer, the simulated clock's log); None: n/a."""
         try:
-            return self.sampler.clock_history(gpu, since_us)
+            history: list[tuple[int, float]] | None = self.sampler.clock_history(gpu, since_us)
+            return history
         except Exception:  # missing data is a value
             return None
 

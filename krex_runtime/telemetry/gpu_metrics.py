@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.sim import heat
@@ -57,7 +57,10 @@ def injected_faults() -> set[str]:
     return set(METRICS) if "all" in names else names
 
 
-def _read(name: str, faults: set[str], fn: Callable[[], Any]) -> Any:
+T = TypeVar("T")
+
+
+def _read(name: str, faults: set[str], fn: Callable[[], T]) -> T | None:
     if name in faults:
         return None
     try:
@@ -164,9 +167,9 @@ class SimulatedSampler:
             "mem_total": None if "mem_total" in faults else self.memory_total,
             "sm_clock_mhz": _read("sm_clock_mhz", faults, lambda: self._sm_clock(sensors)),
             "mem_clock_mhz": None if "mem_clock_mhz" in faults else SIMULATED_MEM_CLOCK_MHZ,
-            "temp_c": _read("temp_c", faults, lambda: round(sensors.temp_c, 1)),
+            "temp_c": _read("temp_c", faults, lambda: None if sensors is None else round(sensors.temp_c, 1)),
             # The period's mean power, as NVML averages it: idle draw plus the busy share's.
-            "power_w": _read("power_w", faults, lambda: _simulated_power(busy / 100)),
+            "power_w": _read("power_w", faults, lambda: None if busy is None else _simulated_power(busy / 100)),
             "throttle": None if "throttle" in faults else simulated_throttle(),
             "processes": _read("processes", faults, lambda: device.active(gpu) if device else 0),
             "simulated": True,
@@ -183,7 +186,7 @@ class SimulatedSampler:
             "throttle": None if "throttle" in faults else simulated_throttle(),
             "idle": False,
             "power_w": None if active is None else _simulated_power(1.0 if active else 0.0),
-            "temp_c": _read("temp_c", faults, lambda: round(sensors.temp_c, 1)),
+            "temp_c": _read("temp_c", faults, lambda: None if sensors is None else round(sensors.temp_c, 1)),
         }
 
     def clock_history(self, gpu: int, since_us: int) -> list[tuple[int, float]] | None:
@@ -276,7 +279,7 @@ def simulated_clock_log(since_us: int) -> list[tuple[int, float]]:
     """The simulated clock from `since_us` on: the value in effect then, and
     every logged change after it (untimed lines count as in effect from the start)."""
     rows = _clock_file()
-    at_start = SIMULATED_SM_CLOCK_MHZ
+    at_start: float = SIMULATED_SM_CLOCK_MHZ
     later: list[tuple[int, float]] = []
     for t, mhz in rows:
         if t is None or t < since_us:

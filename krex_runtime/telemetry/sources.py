@@ -26,16 +26,20 @@ class ByVendor:
         self.sources = sources
 
     def sample(self, gpu: int) -> dict[str, Any]:
-        return self.sources[gpu].sample(gpu)
+        sample: dict[str, Any] = self.sources[gpu].sample(gpu)
+        return sample
 
     def clock_sample(self, gpu: int) -> dict[str, Any]:
-        return self.sources[gpu].clock_sample(gpu)
+        sample: dict[str, Any] = self.sources[gpu].clock_sample(gpu)
+        return sample
 
     def top_clock(self, gpu: int) -> float | None:
-        return self.sources[gpu].top_clock(gpu)
+        top: float | None = self.sources[gpu].top_clock(gpu)
+        return top
 
     def clock_history(self, gpu: int, since_us: int) -> list[tuple[int, float]] | None:
-        return self.sources[gpu].clock_history(gpu, since_us)
+        history: list[tuple[int, float]] | None = self.sources[gpu].clock_history(gpu, since_us)
+        return history
 
     def running(self, gpu: int) -> Any:
         return self.sources[gpu].running(gpu)

@@ -117,7 +117,7 @@ class TorchContext(Context):
     kind = "torch"
 
     def __init__(self) -> None:
-        import torch  # type: ignore[import-not-found]  # not installed where the checks run
+        import torch
 
         self.torch = torch
         torch.cuda.init()

@@ -223,8 +223,8 @@ def interrupted(proc: subprocess.Popen[str]) -> tuple[str, str]:
                 text = "".join(line for line in text.splitlines(True) if line.startswith(("State", "Sig", "Shd")))
             facts.append(f"{name}: {text.strip()}")
         proc.kill()
-        out, err = proc.communicate()
-        raise AssertionError(f"pid {proc.pid} did not end after SIGINT\n" + "\n".join(facts) + f"\nstderr: {err[-3000:]}")
+        _, err = proc.communicate()
+        raise AssertionError(f"pid {proc.pid} did not end after SIGINT\n" + "\n".join(facts) + f"\nstderr: {err[-3000:]}") from None
 
 
 def test_watch_redraws_until_interrupted(rt: Runtime) -> None:
@@ -313,7 +313,7 @@ def test_ctrl_c_cancels_the_command_and_reports_how_it_ended(rt: Runtime) -> Non
                            env=rt.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     assert run.stdout is not None and run.stdout.readline() == "started\n"
     run.send_signal(signal.SIGINT)
-    out, err = interrupted(run)
+    _, err = interrupted(run)
     assert "cancelling" in err and "cancelled" in err and "Traceback" not in err, err
     assert run.returncode in (128 + signal.SIGTERM, 128 + signal.SIGKILL), err
 
@@ -323,7 +323,7 @@ def test_readme_lists_every_subcommand_once_per_doc() -> None:
     section = readme[readme.index("## The `krex` command"):]
     section = section[: section.index("```", section.index("```") + 3)]
     sub = next(a for a in build_parser("test")._actions if isinstance(a, argparse._SubParsersAction))
-    for name, parser in sub.choices.items():
+    for name in sub.choices:
         assert f"krex {name}" in section, f"README's krex section lacks `krex {name}`"
     for words in ("krex bench list", "krex keys create", "krex --version"):
         assert words in section

@@ -59,7 +59,7 @@ def test_a_result_whose_push_was_lost_is_asked_for_once_the_runtime_no_longer_li
 
 def test_a_lost_runtime_reports_each_of_its_commands_once() -> None:
     async def scenario() -> NodeAgent:
-        agent, cmd = agent_following("L1")
+        agent, _ = agent_following("L1")
         agent.alive = True
         pending = Followed("c1-2", {"argv": ["true"]}, 1, "r-2")  # its submit has no reply yet
         agent.commands[pending.cid] = pending
@@ -128,11 +128,11 @@ def test_a_result_pushed_before_its_submit_reply_is_taken_names_the_runtime_comm
     takes a result only from the command it runs as)."""
 
     async def scenario() -> NodeAgent:
-        agent, cmd = agent_following("")
+        agent, _ = agent_following("")
         agent._on_push("r-1", {"type": "output", "body": {"id": "L9", "stream": "stdout", "data": "x"}})
         agent._on_push("r-1", {"type": "result", "body": {"id": "L9", "state": "finished"}})
         return agent
 
     agent = asyncio.run(scenario())
-    result = [item for item in agent.outbox if item[0] == "result"][0][2]
+    result = next(item for item in agent.outbox if item[0] == "result")[2]
     assert (result["id"], result["node_command_id"]) == ("c1-1", "L9")

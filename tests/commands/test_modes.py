@@ -116,23 +116,12 @@ def test_cancel_ends_the_whole_tree(rt: Runtime, tmp_path: Path, mode: str) -> N
     wait_until(lambda: all_gone(tree_pids(tmp_path)), 10, "the whole tree to be gone")
 
 
-REGION = (
-    "import os\n"
-    "from krex_runtime.client import region\n"
-    "from krex_runtime.sim.simcuda import SimCuda\n"
-    "cuda = SimCuda()\n"
-    "with region():\n"
-    "    cuda.time_kernel(100000, repeats=2)\n"
-    "print('measured', os.environ['KREX_COMMAND_ID'])\n"
-)
-
-
 @pytest.mark.parametrize("mode", MODES)
 def test_regions_are_granted_to_the_command_itself(rt: Runtime, mode: str) -> None:
     # Inside its region the gate is closed to every tenant but the holder: a
     # command attached to the gate under another tenant id (a forked child
     # under its zygote's) would park on its own kernels.
-    done, result = run_json(rt, mode, PY, "-c", REGION, options=("--timeout", "60"))
+    done, result = run_json(rt, mode, PY, str(TENANTS / "measured_region.py"), options=("--timeout", "60"))
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"measured {result['id']}\n")
     started = next(e for e in trace_events(rt, "command_started") if e["id"] == result["id"])

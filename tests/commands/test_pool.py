@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_helpers import tenant_processes
+from runtime_helpers import TENANTS, tenant_processes
 
 from krex_runtime.api import Client, RequestFailed
 from krex_runtime.testing import hygiene
@@ -375,18 +375,9 @@ def test_runtime_stop_ends_every_context_process(make_runtime, tmp_path: Path) -
 def test_pooled_command_takes_regions_as_itself(make_runtime) -> None:
     extra = '[regions]\nstale_after_s = 1.0\nheartbeat_interval_s = 0.2\n'
     rt = pooled_runtime(make_runtime, policy="krex", sim=1, pool={"size": 1}, extra=extra)
-    code = (
-        "import os\n"
-        "from krex_runtime.client import region\n"
-        "from krex_runtime.sim.simcuda import SimCuda\n"
-        "cuda = SimCuda()\n"
-        "with region():\n"
-        "    cuda.time_kernel(100000, repeats=2)\n"
-        "print('measured', os.environ['KREX_COMMAND_ID'])\n"
-    )
     ids = []
     for _ in range(2):  # the second command reuses the context process under its own id
-        done = rt.krex("run", "--mode", "pooled", "--json", "--", PY, "-c", code)
+        done = rt.krex("run", "--mode", "pooled", "--json", "--", PY, str(TENANTS / "measured_region.py"))
         assert done.returncode == 0, done.stderr
         result = json.loads(done.stdout)
         assert result["stdout"].startswith(f"measured {result['id']}\n")

@@ -15,6 +15,7 @@ from rich.console import Console
 from textual.app import App
 
 from krex_console.app import KrexConsole
+from krex_console.dialogs import ConfirmDialog
 from krex_runtime.testing.local_runtime import Runtime
 
 REPO = Path(__file__).resolve().parents[2]
@@ -161,3 +162,34 @@ def check_snapshot(folder: Path, name: str, text: str) -> None:
         path.write_text(text)
     assert path.exists(), f"no snapshot {path.name}: run with KREX_UPDATE_SNAPSHOTS=1 and review it"
     assert text == path.read_text(), f"{name} differs from {path} (KREX_UPDATE_SNAPSHOTS=1 to accept)"
+
+
+async def confirm_dialog(pilot: Any) -> ConfirmDialog:
+    dialog = await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmDialog) and pilot.app.screen,
+                            what="the confirm dialog")
+    await pilot.pause()
+    return dialog
+
+
+async def answer(pilot: Any, confirm: bool) -> None:
+    """Enter on the dialog as it opens (Cancel has the focus), or Tab to the action first."""
+    if confirm:
+        await pilot.press("tab")
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: not isinstance(pilot.app.screen, ConfirmDialog), what="the dialog to close")
+
+
+async def cancelled_then_confirmed(pilot: Any, key: str, question: str, unchanged: Callable[[], bool]) -> None:
+    """`key` opens the confirm dialog asking `question` with Cancel focused:
+    Enter cancels it (`unchanged` still holds); the second time, Tab + Enter
+    confirms."""
+    await pilot.press(key)
+    dialog = await confirm_dialog(pilot)
+    assert question in screen_text(pilot.app)
+    assert dialog.focused is dialog.query_one("#cancel")
+    await answer(pilot, confirm=False)
+    await pilot.pause(0.3)
+    assert unchanged()
+    await pilot.press(key)
+    await confirm_dialog(pilot)
+    await answer(pilot, confirm=True)

@@ -118,6 +118,154 @@ def ids_on_screen(text: str) -> list[str]:
     return [m.group(1) for line in text.splitlines() if (m := ROW_ID.match(line))]
 
 
+class Churn:
+    """The console under churn: the simulated runtime's events through the
+    feed (lost, twice or once), its restarts and late snapshots, and the
+    operator's filters, sorts, scrolls and tabs; `check` holds the console
+    to the runtime after each step."""
+
+    def __init__(self, rng: random.Random, runtime: SimulatedRuntime, app: KrexConsole, feed: LiveFeed,
+                 pilot: Any) -> None:
+        self.rng, self.runtime, self.app, self.feed, self.pilot = rng, runtime, app, feed, pilot
+        self.client = SnapshotClient(runtime)
+        self.terminal = TerminalCopy(app)
+        self.table = app.query_one(CommandsTable)
+        self.late_snapshot: dict[str, Any] | None = None
+        self.checks = self.terminal_checks = 0
+
+    async def deliver(self, event: dict[str, Any]) -> None:
+        """One PUB message through the feed: lost, twice, or once."""
+        fate = self.rng.random()
+        if fate < 0.04:
+            return  # dropped: the next event shows the gap
+        if self.feed._take(protocol.TOPIC_EVENT, event):
+            await self.feed._resync(self.client)
+        if fate > 0.95:
+            self.feed._take(protocol.TOPIC_EVENT, event)  # the same message again: already applied
+
+    async def runtime_side(self) -> None:
+        """A step of the runtime: events, now and then a restart or a late snapshot."""
+        rng, feed = self.rng, self.feed
+        for _ in range(rng.randint(1, 25)):
+            await self.deliver(self.runtime.step())
+        roll = rng.random()
+        if roll < 0.08:  # the runtime restarts: a new pid, and now and then the ids of the last run
+            nonce = self.runtime.nonce if rng.random() < 0.5 else f"{rng.randrange(1 << 16):04x}"
+            self.runtime = SimulatedRuntime(rng, pid=self.runtime.pid + 10, nonce=nonce, t=self.runtime.t + 5)
+            self.client.runtime = self.runtime
+            # Its runtime_started comes first on PUB: the feed asks for a snapshot.
+            assert feed._take(protocol.TOPIC_EVENT, self.runtime.started)
+            await feed._resync(self.client)
+        elif roll < 0.3:
+            self.late_snapshot = self.late_snapshot or self.runtime.snapshot()
+            if rng.random() < 0.5:
+                feed._take(protocol.TOPIC_SNAPSHOT, self.late_snapshot)  # an older one, arriving late: ignored
+                self.late_snapshot = None
+        feed._post_state(1)
+
+    async def operate(self, step: int) -> None:
+        """A step of the operator: a filter, another tab, a sort, a scroll or a command's detail."""
+        rng, table, pilot = self.rng, self.table, self.pilot
+        action = rng.random()
+        if action < 0.3:
+            await self.set_filter(rng.choice(FILTERS), step)
+        elif action < 0.36:
+            self.app.action_show_tab(rng.choice(["overview", "events"]))
+            await self.check(step)
+            self.app.action_show_tab("commands")
+        elif action < 0.46:
+            if rng.random() < 0.5:
+                table.action_cycle_sort()
+            else:
+                table.sort_by(rng.choice(["gpu", "state", "id", None]))
+        elif action < 0.66:
+            await pilot.press(rng.choice(["end", "home", "pagedown", "j", "k"]))
+        elif action < 0.7 and table.row_count:
+            await pilot.press("enter")  # a command's detail, and back
+            await pilot.press("escape")
+
+    def check_rows(self, step: int) -> list[str]:
+        """The table's rows are the commands the filter matches, each once,
+        each row's ID cell its own key."""
+        table = self.table
+        keys = [row.key.value for row in table.ordered_rows]
+        assert len(keys) == len(set(keys)), (step, keys)
+        wanted = expected_ids(self.app.model.state, table.query_text)
+        if table.sort_column is None:
+            assert keys == wanted, (step, table.query_text)
+        else:
+            assert sorted(keys) == sorted(wanted), (step, table.query_text, table.sort_column)
+        assert all(str(table.get_row(k)[0]) == k for k in keys), step
+        return keys
+
+    async def check(self, step: int) -> None:
+        app, feed = self.app, self.feed
+        # The periodic snapshot: ignored at the feed's seq, the new base after a lost last event.
+        feed._take(protocol.TOPIC_SNAPSHOT, self.runtime.snapshot())
+        feed._post_state(1)
+        for _ in range(2000):  # the app takes the feed's newest state from its message
+            if app.model.state is feed.state:
+                break
+            await asyncio.sleep(0.005)
+        assert app.model.state is feed.state, step
+        app.refresh_views()
+        await self.pilot.pause(0.01)
+        # Nothing applied twice or missed: the console's state is the runtime's.
+        got, want = (json.loads(json.dumps(node_state.to_snapshot(s))) for s in (feed.state, self.runtime.state))
+        assert got == want, step
+        if app.query_one("#tabs", TabbedContent).active != "commands":
+            return
+        self.checks += 1
+        await self.check_screen(step, self.check_rows(step))
+
+    async def check_screen(self, step: int, keys: list[str]) -> None:
+        """The screen shows the rows once settled (a rebuild's scroll and sizes
+        land a frame later); a terminal, which gets only the regions
+        repainted, shows the same."""
+        table, terminal = self.table, self.terminal
+
+        def render() -> str:
+            return "\n".join(line.rstrip() for line in screen_text(self.app).splitlines())
+
+        def shown_right(text: str) -> bool:
+            seen = ids_on_screen(text)
+            # Never one id twice, not even in a frame the screen passes through on its way.
+            assert len(seen) == len(set(seen)), (step, seen)
+            top = int(table.scroll_y)
+            return seen == keys[top : top + len(seen)] and bool(seen or not keys)
+
+        for _ in range(100):
+            text = render()
+            if shown_right(text) and (step % 5 or terminal.text() == text):
+                break
+            await self.pilot.pause(0.05)
+        assert shown_right(text), (step, int(table.scroll_y), keys, text)
+        if step % 5 == 0:
+            self.terminal_checks += 1
+            assert terminal.text() == text, f"step {step}, the terminal:\n{terminal.text()}\n--- the render:\n{text}"
+
+    async def set_filter(self, query: str, step: int) -> None:
+        """As typed, a key at a time (`state:` on the way to `state:running`
+        matches nothing), with events between keys; the box gets the whole text."""
+        table = self.table
+        box = self.app.query_one("#commands-filter", FilterInput)
+        was = table.query_text
+        common = 0
+        while common < min(len(was), len(query)) and was[common] == query[common]:
+            common += 1
+        for prefix in [was[:n] for n in range(len(was) - 1, common - 1, -1)] + [
+                query[:n] for n in range(common + 1, len(query))]:
+            if self.rng.random() < 0.3:
+                await self.deliver(self.runtime.step())
+            table.query_text = prefix
+            table.refresh_from(self.app.model)
+            self.check_rows(step)
+        box.add_class("shown")
+        box.value = query
+        await self.pilot.pause()
+        assert table.query_text == query
+
+
 @run_async
 async def test_each_command_shows_once_through_churn_gaps_snapshots_and_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
     # Small enough that the cap drops rows and a filter change takes the one-rebuild path.
@@ -127,133 +275,12 @@ async def test_each_command_shows_once_through_churn_gaps_snapshots_and_restarts
     runtime = SimulatedRuntime(rng, pid=4000, nonce="001a", t=1_800_000_000.0)
     app = KrexConsole()  # no feed of its own: this test's LiveFeed posts to it
     feed = LiveFeed("ipc:///nonexistent/control.sock", "ipc:///nonexistent/telemetry.sock", app.post_message)
-    client = SnapshotClient(runtime)
-    late_snapshot: dict[str, Any] | None = None
-    checks = terminal_checks = 0
-
-    async def deliver(event: dict[str, Any]) -> None:
-        """One PUB message through the feed: lost, twice, or once."""
-        fate = rng.random()
-        if fate < 0.04:
-            return  # dropped: the next event shows the gap
-        if feed._take(protocol.TOPIC_EVENT, event):
-            await feed._resync(client)
-        if fate > 0.95:
-            feed._take(protocol.TOPIC_EVENT, event)  # the same message again: already applied
-
-    def check_rows(step: int) -> list[str]:
-        """The table's rows are the commands the filter matches, each once,
-        each row's ID cell its own key."""
-        keys = [row.key.value for row in table.ordered_rows]
-        assert len(keys) == len(set(keys)), (step, keys)
-        wanted = expected_ids(app.model.state, table.query_text)
-        if table.sort_column is None:
-            assert keys == wanted, (step, table.query_text)
-        else:
-            assert sorted(keys) == sorted(wanted), (step, table.query_text, table.sort_column)
-        assert all(str(table.get_row(k)[0]) == k for k in keys), step
-        return keys
-
-    async def check(step: int) -> None:
-        nonlocal checks, terminal_checks
-        # The periodic snapshot: ignored at the feed's seq, the new base after a lost last event.
-        feed._take(protocol.TOPIC_SNAPSHOT, runtime.snapshot())
-        feed._post_state(1)
-        for _ in range(2000):  # the app takes the feed's newest state from its message
-            if app.model.state is feed.state:
-                break
-            await asyncio.sleep(0.005)
-        assert app.model.state is feed.state, step
-        app.refresh_views()
-        await pilot.pause(0.01)
-        # Nothing applied twice or missed: the console's state is the runtime's.
-        got, want = (json.loads(json.dumps(node_state.to_snapshot(s))) for s in (feed.state, runtime.state))
-        assert got == want, step
-        if app.query_one("#tabs", TabbedContent).active != "commands":
-            return
-        checks += 1
-        keys = check_rows(step)
-
-        def render() -> str:
-            return "\n".join(line.rstrip() for line in screen_text(app).splitlines())
-
-        def shown_right(text: str) -> bool:
-            seen = ids_on_screen(text)
-            # Never one id twice, not even in a frame the screen passes through on its way.
-            assert len(seen) == len(set(seen)), (step, seen)
-            top = int(table.scroll_y)
-            return seen == keys[top : top + len(seen)] and bool(seen or not keys)
-
-        # The screen shows the rows once settled (a rebuild's scroll and sizes land a frame
-        # later); a terminal, which gets only the regions repainted, shows the same.
-        for _ in range(100):
-            text = render()
-            if shown_right(text) and (step % 5 or terminal.text() == text):
-                break
-            await pilot.pause(0.05)
-        assert shown_right(text), (step, int(table.scroll_y), keys, text)
-        if step % 5 == 0:
-            terminal_checks += 1
-            assert terminal.text() == text, f"step {step}, the terminal:\n{terminal.text()}\n--- the render:\n{text}"
-
-    async def set_filter(query: str, step: int) -> None:
-        """As typed, a key at a time (`state:` on the way to `state:running`
-        matches nothing), with events between keys; the box gets the whole text."""
-        box = app.query_one("#commands-filter", FilterInput)
-        was = table.query_text
-        common = 0
-        while common < min(len(was), len(query)) and was[common] == query[common]:
-            common += 1
-        for prefix in [was[:n] for n in range(len(was) - 1, common - 1, -1)] + [
-                query[:n] for n in range(common + 1, len(query))]:
-            if rng.random() < 0.3:
-                await deliver(runtime.step())
-            table.query_text = prefix
-            table.refresh_from(app.model)
-            check_rows(step)
-        box.add_class("shown")
-        box.value = query
-        await pilot.pause()
-        assert table.query_text == query
-
     async with app.run_test(size=(120, 40)) as pilot:
-        terminal = TerminalCopy(app)
-        table = app.query_one(CommandsTable)
+        churn = Churn(rng, runtime, app, feed, pilot)
         await pilot.press("2")
-        await feed._resync(client)
+        await feed._resync(churn.client)
         for step in range(STEPS):
-            for _ in range(rng.randint(1, 25)):
-                await deliver(runtime.step())
-            roll = rng.random()
-            if roll < 0.08:  # the runtime restarts: a new pid, and now and then the ids of the last run
-                nonce = runtime.nonce if rng.random() < 0.5 else f"{rng.randrange(1 << 16):04x}"
-                runtime = SimulatedRuntime(rng, pid=runtime.pid + 10, nonce=nonce, t=runtime.t + 5)
-                client.runtime = runtime
-                # Its runtime_started comes first on PUB: the feed asks for a snapshot.
-                assert feed._take(protocol.TOPIC_EVENT, runtime.started)
-                await feed._resync(client)
-            elif roll < 0.3:
-                late_snapshot = late_snapshot or runtime.snapshot()
-                if rng.random() < 0.5:
-                    feed._take(protocol.TOPIC_SNAPSHOT, late_snapshot)  # an older one, arriving late: ignored
-                    late_snapshot = None
-            feed._post_state(1)
-            action = rng.random()
-            if action < 0.3:
-                await set_filter(rng.choice(FILTERS), step)
-            elif action < 0.36:
-                app.action_show_tab(rng.choice(["overview", "events"]))
-                await check(step)
-                app.action_show_tab("commands")
-            elif action < 0.46:
-                if rng.random() < 0.5:
-                    table.action_cycle_sort()
-                else:
-                    table.sort_by(rng.choice(["gpu", "state", "id", None]))
-            elif action < 0.66:
-                await pilot.press(rng.choice(["end", "home", "pagedown", "j", "k"]))
-            elif action < 0.7 and table.row_count:
-                await pilot.press("enter")  # a command's detail, and back
-                await pilot.press("escape")
-            await check(step)
-        assert checks > STEPS // 2 and terminal_checks > 5
+            await churn.runtime_side()
+            await churn.operate(step)
+            await churn.check(step)
+        assert churn.checks > STEPS // 2 and churn.terminal_checks > 5

@@ -278,12 +278,14 @@ async def test_filtered_commands_stay_one_row_each_while_they_churn() -> None:
 
 def _one_table_app() -> tuple[type, type]:
     """A two-column table (ID, Command) alone in an app: the table sync's own tests."""
+    from typing import ClassVar
+
     from textual.app import App, ComposeResult
 
     from krex_console.views.columns import Column
 
     class Table(FittedTable):
-        COLUMNS = [Column("id", "ID", 0), Column("argv", "Command", 2, flex=True, least=10)]
+        COLUMNS: ClassVar[list[Column]] = [Column("id", "ID", 0), Column("argv", "Command", 2, flex=True, least=10)]
 
     class Host(App[None]):
         def compose(self) -> ComposeResult:

@@ -55,7 +55,7 @@ async def _record_and_replay(rt: Runtime) -> None:
                 for _ in range(6):
                     submit(rt, WORKLOAD, label=f"cand-{submitted}")
                     submitted += 1
-                await wait_for(pilot, lambda: len(live.model.state.commands) >= submitted, 60, "the batch")
+                await wait_for(pilot, lambda submitted=submitted: len(live.model.state.commands) >= submitted, 60, "the batch")
             await wait_for(pilot, lambda: interesting(live) or idle(live), 60, "a region held while others run")
             if not interesting(live):
                 continue

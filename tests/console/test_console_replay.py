@@ -188,7 +188,7 @@ def two_runs_trace(path: Path) -> list[dict]:
     for run, gap_at in ((first, 150), (second, 120)):
         lost = run[gap_at : gap_at + 3]  # the writer could not write these: a gap record says so
         gap = {"type": "trace_gap", "t": lost[-1]["t"], "lost": 3, "first_seq": lost[0]["seq"], "last_seq": lost[-1]["seq"]}
-        events = run[:gap_at] + [gap] + run[gap_at + 3 :]
+        events = [*run[:gap_at], gap, *run[gap_at + 3 :]]
         writer = TraceWriter(path, {k: v for k, v in header.items() if k not in ("format", "version")})
         for event in events:
             writer.write(event)

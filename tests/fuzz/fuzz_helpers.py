@@ -99,8 +99,11 @@ def mangled_fields(draw: st.DrawFn, cls: type) -> dict[str, Any]:
     return data
 
 
+SHORT_RUNS = st.binary(min_size=1, max_size=8)  # what `mutated` inserts unless told
+
+
 @st.composite
-def mutated(draw: st.DrawFn, base: bytes, inserts: st.SearchStrategy[bytes] = st.binary(min_size=1, max_size=8)) -> bytes:
+def mutated(draw: st.DrawFn, base: bytes, inserts: st.SearchStrategy[bytes] = SHORT_RUNS) -> bytes:
     """`base` with a few bytes flipped, runs cut or `inserts` inserted, or the rest cut off."""
     out = bytearray(base)
     for _ in range(draw(st.integers(1, 5))):

@@ -68,9 +68,9 @@ def read_or_refuse(path: Path, lines: list[bytes]) -> int | None:
     for gpu in feed.state.gpus.values():
         gpu_figures(feed.state, gpu, feed.clock)
     log = EventLog()
-    for event in trace.events:
-        log.add(event)
-        subject(event), detail(event)
+    for item in trace.events:
+        log.add(item)
+        subject(item), detail(item)
     return None
 
 

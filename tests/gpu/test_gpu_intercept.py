@@ -27,13 +27,12 @@ import time
 from pathlib import Path
 
 import pytest
+from runtime_helpers import Heartbeat
+
+from krex_runtime.regions.gate import core as gate
+from krex_runtime.testing.local_runtime import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-from runtime_helpers import Heartbeat  # noqa: E402  (found through the path just set)
-
-from krex_runtime.regions.gate import core as gate  # noqa: E402
-from krex_runtime.testing.local_runtime import wait_until  # noqa: E402
 
 
 def _has_gpu() -> bool:

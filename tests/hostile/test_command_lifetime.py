@@ -59,7 +59,7 @@ def test_a_command_ends_with_its_main_process_in_every_mode(modes_runtime: Runti
         assert result["run_s"] < CHILD_S / 2, f"{mode}: ran {result['run_s']:.1f} s, as long as its child"
         said = result["stdout"].split()
         assert said[0] == "main-exits", f"{mode}: {result['stdout']!r}"
-        wait_until(lambda: not hygiene.alive(int(said[1])), 30, f"{mode}: the left child to be killed")
+        wait_until(lambda said=said: not hygiene.alive(int(said[1])), 30, f"{mode}: the left child to be killed")
     wait_until(lambda: pool_and_zygote_ready(rt, 1), 120, "the pool back to idle")
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 import zmq
+from control_flood import Flood
 from runtime_helpers import PY, TENANTS, busy, cgroup_root, finish, frozen_cgroups, submit, wait_ready
 
 from krex_runtime.regions.gate.core import Gate, GateError
@@ -26,35 +27,6 @@ from krex_runtime.wire.trace import read_trace
 STALE_AFTER_S = 3.0
 # Bounds of the flood; it is stopped as soon as what it must not delay has happened.
 FLOOD_S, FLOOD_MAX = 60.0, 3_000_000
-
-
-class Flood(threading.Thread):
-    """Snapshot requests, sent without reading a reply, from a few connections."""
-
-    def __init__(self, endpoint: str, connections: int = 4) -> None:
-        super().__init__(daemon=True)
-        self.endpoint, self.connections = endpoint, connections
-        self.sent = 0
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        ctx = zmq.Context()
-        socks = [ctx.socket(zmq.DEALER) for _ in range(self.connections)]
-        for s in socks:
-            s.setsockopt(zmq.LINGER, 0)
-            s.connect(self.endpoint)
-        frame = protocol.encode(protocol.request("snapshot"))
-        deadline = time.monotonic() + FLOOD_S
-        while not self.stop.is_set() and time.monotonic() < deadline and self.sent < FLOOD_MAX:
-            for s in socks:
-                try:
-                    s.send(frame, zmq.NOBLOCK)
-                    self.sent += 1
-                except zmq.Again:
-                    time.sleep(0.0005)  # its queue to the runtime is full: the runtime pushes back
-        for s in socks:
-            s.close(linger=0)
-        ctx.term()
 
 
 class HeartbeatWatch(threading.Thread):
@@ -93,7 +65,8 @@ def test_a_snapshot_flood_does_not_stall_status_heartbeat_or_the_hold_limit(make
     watch.start()
     runtime = psutil.Process(rt.proc.pid)
     rss_before = runtime.memory_info().rss
-    flood = Flood(endpoints.control_read_only(rt.run_dir))
+    flood = Flood(endpoints.control_read_only(rt.run_dir), protocol.encode(protocol.request("snapshot")), FLOOD_MAX,
+                  seconds=FLOOD_S, read_replies=False)
     flood.start()
     try:
         wait_until(lambda: flood.sent > 20_000 or not flood.is_alive(), 30, "the flood to be under way")

@@ -25,82 +25,57 @@ another on it. The hostile commands are native/tests/forward_hostile.c.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
-from runtime_helpers import REPO, module_runtime, regions_config
+from forward_hostile import (
+    CUDA_ERROR_ILLEGAL_ADDRESS,
+    CUDA_ERROR_INVALID_HANDLE,
+    CUDA_ERROR_INVALID_VALUE,
+    FIRST_UID,
+    GROUP,
+    UID_RANGE,
+    UIDS,
+    build_hostile,
+    failed_without_a_crash,
+    finished,
+    forward_config,
+    handles_refused,
+    lines,
+    nothing_leaked,
+    one_server,
+    run,
+    said,
+)
+from runtime_helpers import module_runtime, regions_config, start_refused
 
-from krex_runtime.node import native_build
-from krex_runtime.testing.local_runtime import Runtime, command, wait_until
+from krex_runtime.testing.local_runtime import Runtime, wait_until
 
-FIRST_UID, UIDS, GROUP = 62300, 8, 62299
 SERVER_UID = 62290  # a uid of no account and outside the range, for forward.server_user
 PYTHON = "/usr/bin/python3"
 SIZE = 4096
-CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_ILLEGAL_ADDRESS = 1, 400, 700
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not Path(PYTHON).exists(), reason=f"needs root and {PYTHON}")
 
-TENANTS = f'uid_range = [{FIRST_UID}, {UIDS}]\ngroup = "{GROUP}"\n'
-# Strict forwarding: a hostile command's calls are answered by its server,
-# never run again in process mode (where the simulator has no checks to test).
-FORWARD = '\n[forward]\nservers_per_gpu = 1\nclean_timeout_s = 10\nfallback = "fail"\n'
+# Strict forwarding (the simulator has no checks to test in process mode).
+FORWARD = forward_config(clean_timeout_s=10)
 
 
 @pytest.fixture(scope="module")
 def hostile(native_built: Path) -> Path:
-    subprocess.run(["make", "-s", "-C", str(REPO / "native"), "forward-tests"], check=True)
-    return native_build.native_dir() / "tests" / "forward_hostile"
+    return build_hostile()
 
 
 @pytest.fixture(scope="module")
-def open_root() -> Iterator[Path]:
-    """A folder the tenants' uids may pass through (tmp_path is root's alone)."""
-    path = Path(tempfile.mkdtemp(prefix="krex-fwd-attacks-", dir="/tmp"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def rt(open_root: Path, hostile: Path) -> Iterator[Runtime]:
-    for runtime in module_runtime(open_root / "rt", sim=1, policy="krex", slots=4, tenants_extra=TENANTS,
+def rt(open_module_root: Path, hostile: Path) -> Iterator[Runtime]:
+    for runtime in module_runtime(open_module_root / "rt", sim=1, policy="krex", slots=4, tenants_extra=UID_RANGE,
                                   extra_config=regions_config() + FORWARD):
-        wait_until(lambda: len(_servers(runtime)) == 1, 60, "the context server to be ready")
+        one_server(runtime)
         yield runtime
-
-
-def _servers(rt: Runtime) -> list[psutil.Process]:
-    assert rt.proc is not None
-    return [p for p in psutil.Process(rt.proc.pid).children() if p.name() == "krex-ctxd"]
-
-
-def _server(rt: Runtime) -> psutil.Process:
-    wait_until(lambda: len(_servers(rt)) == 1, 60, "one context server")
-    return _servers(rt)[0]
-
-
-def run(rt: Runtime, *argv: str, mode: str = "forwarded") -> dict[str, Any]:
-    done = rt.krex("run", "--mode", mode, "--json", "--", *argv)
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
-
-
-def said(result: dict[str, Any]) -> str:
-    """A command's whole result, for a failed assertion's message."""
-    return json.dumps(result)
-
-
-def _lines(result: dict[str, Any]) -> dict[str, list[int]]:
-    return {line.split()[0]: [int(x) for x in line.split()[1:]] for line in result["stdout"].splitlines()}
 
 
 def _retired(rt: Runtime, server: psutil.Process, why: str) -> None:
@@ -111,7 +86,7 @@ def _retired(rt: Runtime, server: psutil.Process, why: str) -> None:
     name = ready.split("context server ", 1)[1].split()[0]
     wait_until(lambda: f"context server {name} of GPU 0 retired: {why}" in rt.log_path.read_text(), 30,
                f"{name} to retire: {why}")
-    assert _server(rt).pid != server.pid
+    assert one_server(rt).pid != server.pid
 
 
 def _in_range(uid: int) -> bool:
@@ -133,7 +108,7 @@ for pid in map(int, sys.argv[1:]):
 
 
 def test_servers_run_as_no_tenant_uid_and_outlive_every_uid_handed_out(rt: Runtime, hostile: Path) -> None:
-    server = _server(rt)
+    server = one_server(rt)
     uids = server.uids()
     assert not any(map(_in_range, uids)) and uids.real == os.geteuid(), uids
     # Every uid of the range handed out and given back (each is swept then),
@@ -141,27 +116,17 @@ def test_servers_run_as_no_tenant_uid_and_outlive_every_uid_handed_out(rt: Runti
     for _ in range(UIDS + 1):
         result = run(rt, PYTHON, "-c", KILL, str(server.pid), mode="process")
         assert result["stdout"].split() == ["EPERM", str(server.pid)], said(result)
-    assert server.is_running() and _server(rt).pid == server.pid
+    assert server.is_running() and one_server(rt).pid == server.pid
     assert f"killed 1 leftover process(es) [{server.pid}]" not in rt.log_path.read_text()
-    again = run(rt, str(hostile), "plant", str(SIZE))
-    assert again["state"] == "finished", said(again)
+    finished(rt, str(hostile), "plant", str(SIZE))
 
 
 def test_a_server_that_died_idle_is_replaced_before_a_command_gets_it(rt: Runtime, hostile: Path) -> None:
-    server = _server(rt)
+    server = one_server(rt)
     server.kill()
     server.wait(10)
-    result = run(rt, str(hostile), "plant", str(SIZE))  # submitted at once: it must not be given the dead one
-    assert result["state"] == "finished", said(result)
-    assert _server(rt).pid != server.pid
-
-
-def _refused_at_start(folder: Path, forward: str) -> subprocess.CompletedProcess[str]:
-    runtime = Runtime(folder, tenants_extra=TENANTS, extra_config=forward)
-    runtime.root.mkdir(parents=True)
-    runtime.write_config()
-    return subprocess.run([*command("krex-runtime"), "--config", str(runtime.config_path), "--sim", "1"],
-                          capture_output=True, text=True, timeout=60)
+    finished(rt, str(hostile), "plant", str(SIZE))  # submitted at once: it must not be given the dead one
+    assert one_server(rt).pid != server.pid
 
 
 @pytest.mark.parametrize("user, line", [
@@ -169,18 +134,17 @@ def _refused_at_start(folder: Path, forward: str) -> subprocess.CompletedProcess
     ("nobody-krex-such", "forward.server_user names an unknown user 'nobody-krex-such'"),
 ])
 def test_a_server_user_a_tenant_could_be_is_refused_at_start(tmp_path: Path, user: str, line: str) -> None:
-    done = _refused_at_start(tmp_path / "rt", FORWARD + f'server_user = "{user}"\n')
-    assert done.returncode == 125 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert line in done.stderr
+    said = start_refused(Runtime(tmp_path / "rt", sim=1, tenants_extra=UID_RANGE,
+                                 extra_config=FORWARD + f'server_user = "{user}"\n'))
+    assert line in said
 
 
 def test_servers_run_as_a_dedicated_server_user(open_root: Path, make_runtime: Any, hostile: Path) -> None:
-    rt = make_runtime(name="dedicated", parent=open_root, policy="krex", sim=1, slots=4, tenants_extra=TENANTS,
+    rt = make_runtime(name="dedicated", parent=open_root, policy="krex", sim=1, slots=4, tenants_extra=UID_RANGE,
                       extra_config=regions_config() + FORWARD + f'server_user = "{SERVER_UID}"\n')
-    server = _server(rt)
+    server = one_server(rt)
     assert tuple(server.uids()) == (SERVER_UID,) * 3 and server.gids().real == GROUP
-    result = run(rt, str(hostile), "plant", str(SIZE))
-    assert result["state"] == "finished", said(result)
+    finished(rt, str(hostile), "plant", str(SIZE))
     killer = run(rt, PYTHON, "-c", KILL, str(server.pid), mode="process")
     assert killer["stdout"].split() == ["EPERM", str(server.pid)], said(killer)
 
@@ -189,84 +153,64 @@ def test_servers_run_as_a_dedicated_server_user(open_root: Path, make_runtime: A
 
 
 def test_a_command_cannot_read_what_an_earlier_tenant_left_on_its_server(rt: Runtime, hostile: Path) -> None:
-    server = _server(rt)
-    victim = run(rt, str(hostile), "plant", str(SIZE))
-    assert victim["state"] == "finished", said(victim)
-    planted = _lines(victim)
-    thief = run(rt, str(hostile), "steal", str(planted["planted"][0]), str(SIZE))
-    assert thief["state"] == "finished", said(thief)
-    found = _lines(thief)
-    uids = (planted.pop("uid")[0], found.pop("uid")[0])
+    server = one_server(rt)
+    planted = lines(finished(rt, str(hostile), "plant", str(SIZE)))
+    thief = finished(rt, str(hostile), "steal", str(planted["planted"][0]), str(SIZE))
+    uids = (planted.pop("uid")[0], lines(thief)["uid"][0])
     assert uids[0] != uids[1] and all(map(_in_range, uids)), uids
-    assert {name: leaked for name, (_, leaked) in found.items()} == dict.fromkeys(found, 0), thief["stdout"]
+    found = nothing_leaked(thief)
     # Outside its own allocations: refused by the server, whatever the driver would do.
     for name in ("at-address", "memset-there", "past-own-end", "device-copy"):
         assert found[name][0] == CUDA_ERROR_INVALID_VALUE, (name, thief["stdout"])
     assert found["next-allocation"] == [0, 0]  # its own, zeroed
     # A kernel's arguments cannot be checked; what it reaches was zeroed.
     assert found["kernel-argument"][0] == 0
-    assert _server(rt).pid == server.pid and server.is_running()  # the server served both, and serves on
+    assert one_server(rt).pid == server.pid and server.is_running()  # the server served both, and serves on
 
 
 def test_what_a_command_made_in_a_context_it_destroyed_goes_with_it(rt: Runtime, hostile: Path) -> None:
-    server = _server(rt)
-    owner = run(rt, str(hostile), "context", str(SIZE))
-    assert owner["state"] == "finished", said(owner)
-    made = _lines(owner)
+    server = one_server(rt)
+    owner = finished(rt, str(hostile), "context", str(SIZE))
+    made = lines(owner)
     # Its stream and memory went with the context: the server forgets them.
     assert made["stream-after"] == [CUDA_ERROR_INVALID_HANDLE], owner["stdout"]
     assert made["memory-after"] == [CUDA_ERROR_INVALID_VALUE], owner["stdout"]
-    thief = run(rt, str(hostile), "steal", str(made["planted"][0]), str(SIZE))
-    assert thief["state"] == "finished", said(thief)
-    found = _lines(thief)
-    found.pop("uid")
-    assert {name: leaked for name, (_, leaked) in found.items()} == dict.fromkeys(found, 0), thief["stdout"]
-    assert _server(rt).pid == server.pid
+    nothing_leaked(finished(rt, str(hostile), "steal", str(made["planted"][0]), str(SIZE)))
+    assert one_server(rt).pid == server.pid
 
 
 def test_handles_the_server_never_gave_are_refused_not_a_crash(rt: Runtime, hostile: Path) -> None:
-    server = _server(rt)
-    result = run(rt, str(hostile), "handles")
-    assert result["state"] == "finished", said(result)
-    found = _lines(result)
-    assert set(found) == {"stream-synchronize", "stream-query", "event-synchronize", "event-elapsed",
-                          "module-function", "function-attribute", "launch", "launch-on-stream", "free",
-                          "stream-destroy", "event-destroy", "module-unload", "synchronize"}, said(result)
-    refused = {name: code for name, (code,) in found.items()}
-    assert refused.pop("free") == CUDA_ERROR_INVALID_VALUE
-    assert refused.pop("launch-on-stream") == 0  # sent without waiting: the next call that waits says it
-    assert refused == dict.fromkeys(refused, CUDA_ERROR_INVALID_HANDLE), result["stdout"]
-    assert _server(rt).pid == server.pid and server.is_running()
+    server = one_server(rt)
+    result = finished(rt, str(hostile), "handles")
+    assert set(lines(result)) == {"stream-synchronize", "stream-query", "event-synchronize", "event-elapsed",
+                                  "module-function", "function-attribute", "launch", "launch-on-stream", "free",
+                                  "stream-destroy", "event-destroy", "module-unload", "synchronize"}, said(result)
+    handles_refused(result)
+    assert one_server(rt).pid == server.pid and server.is_running()
 
 
 def test_a_kernel_that_faults_retires_its_server_without_a_crash(rt: Runtime, hostile: Path) -> None:
-    server = _server(rt)
+    server = one_server(rt)
     result = run(rt, str(hostile), "fault")
     assert result["stdout"].split() == ["synchronize", str(CUDA_ERROR_ILLEGAL_ADDRESS)], said(result)
     assert result["state"] == "finished", result  # it ran to its end: its error was its own
     _retired(rt, server, "its context is in an error state after the command")
-    again = run(rt, str(hostile), "plant", str(SIZE))
-    assert again["state"] == "finished", said(again)
+    finished(rt, str(hostile), "plant", str(SIZE))
 
 
 # --- F10: the segment's sizes are the server's own ----------------------------------------------
 
 
 def test_a_segment_grown_under_a_rewritten_header_moves_no_bound_of_the_server(rt: Runtime, hostile: Path) -> None:
-    server = _server(rt)
+    server = one_server(rt)
     result = run(rt, str(hostile), "grow")
-    assert result["state"] == "failed", said(result)
-    assert "refused a request" in result["reason"] and "died" not in result["reason"], said(result)
+    failed_without_a_crash(rt, result, "refused a request")
     assert "staging area holds" in result["reason"], said(result)
     _retired(rt, server, "it refused a request of its command")
 
 
 def test_a_segment_truncated_under_its_server_crashes_neither_side(rt: Runtime, hostile: Path) -> None:
-    server = _server(rt)
-    result = run(rt, str(hostile), "shrink")
-    assert rt.proc is not None and rt.proc.poll() is None, "the runtime died"
-    assert result["state"] == "failed", said(result)
-    assert "truncated" in result["reason"] and "died" not in result["reason"], said(result)
+    server = one_server(rt)
+    failed_without_a_crash(rt, run(rt, str(hostile), "shrink"), "truncated")
     _retired(rt, server, "it refused a request of its command")
-    again = run(rt, str(hostile), "plant", str(SIZE))
-    assert again["state"] == "finished", said(again)
+    finished(rt, str(hostile), "plant", str(SIZE))

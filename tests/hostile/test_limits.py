@@ -9,12 +9,12 @@ idle ones."""
 from __future__ import annotations
 
 import socket
-import threading
 import urllib.request
 from typing import Any
 
 import psutil
 import zmq
+from control_flood import Flood
 from zmq.utils.monitor import recv_monitor_message
 
 from krex_runtime.testing.local_runtime import wait_until
@@ -86,36 +86,6 @@ def test_a_message_over_the_limit_closes_its_connection_unanswered_on_every_sock
         with rt.client() as c:
             assert c.call("status")["policy"] == "ungated"
     finally:
-        ctx.term()
-
-
-class Flood(threading.Thread):
-    """Requests of one size, sent as fast as the runtime takes them, from a
-    few connections, replies read and dropped; bounded in count."""
-
-    def __init__(self, endpoint: str, frame: bytes, count: int, connections: int = 4) -> None:
-        super().__init__(daemon=True)
-        self.endpoint, self.frame, self.count, self.connections = endpoint, frame, count, connections
-        self.sent = 0
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        ctx = zmq.Context()
-        socks = [ctx.socket(zmq.DEALER) for _ in range(self.connections)]
-        for s in socks:
-            s.setsockopt(zmq.LINGER, 0)
-            s.connect(self.endpoint)
-        while not self.stop.is_set() and self.sent < self.count:
-            for s in socks:
-                try:
-                    s.send(self.frame, zmq.NOBLOCK)
-                    self.sent += 1
-                except zmq.Again:
-                    self.stop.wait(0.0005)  # the runtime pushes back: its queue for this connection is full
-                while s.poll(0):
-                    s.recv()
-        for s in socks:
-            s.close(linger=0)
         ctx.term()
 
 

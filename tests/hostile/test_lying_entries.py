@@ -21,7 +21,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runtime_helpers import PY, TENANTS, finish, krex_runtime, output, region_results, snapshot, submit, trace_events
+from runtime_helpers import (
+    PY,
+    TENANTS,
+    HeldRegions,
+    finish,
+    krex_runtime,
+    output,
+    region_results,
+    snapshot,
+    submit,
+    trace_events,
+)
 
 from krex_runtime.regions.gate import header_layout as gate_layout
 from krex_runtime.testing.local_runtime import wait_until
@@ -70,26 +81,6 @@ print("lied", flush=True)
 time.sleep(600)
 """
 
-VICTIM = r"""
-import json, os, sys, time
-from krex_runtime.client import RegionError, region
-from krex_runtime.sim.simcuda import SimCuda
-from krex_runtime.tenant import region as client
-cuda = SimCuda()
-cuda.time_kernel(100_000, repeats=1)
-print("ready", flush=True)
-while not os.path.exists(sys.argv[1]):
-    time.sleep(0.02)
-t0 = time.monotonic()
-with region() as r:
-    print("granted", time.monotonic() - t0, flush=True)
-    cuda.time_kernel(200_000, repeats=3)
-    while not os.path.exists(sys.argv[2]):
-        time.sleep(0.02)
-print(json.dumps({"region": client._channel.region_seq, "verdict": r.verdict}), flush=True)
-"""
-
-
 def _offsets() -> str:
     found = {name: off for name, (_, off) in gate_layout.PROC.items()}
     return json.dumps(found | {"proc_size": gate_layout.PROC_SIZE})
@@ -109,16 +100,17 @@ def _liar(rt: Any, mode: str, trigger: Path) -> str:
     return liar
 
 
-def _region(rt: Any, tmp_path: Path) -> tuple[str, Path, Path]:
-    go, release = tmp_path / "go", tmp_path / "release"
-    victim = submit(rt, PY, "-c", VICTIM, str(go), str(release), gpu=0)
-    wait_until(lambda: "ready" in _lines(rt, victim), 60, "the victim")
-    return victim, go, release
+def _region(rt: Any, tmp_path: Path) -> HeldRegions:
+    """The victim: warm on GPU 0, its region granted, running kernels in it until released."""
+    victim = HeldRegions(rt, tmp_path / "victim", "launch", gpu=0)
+    victim.go(0)
+    victim.granted(0)
+    return victim
 
 
-def _result(rt: Any, victim: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    wait_until(lambda: any(line.startswith("{") for line in _lines(rt, victim)), 60, "the victim's verdict")
-    result = json.loads(next(line for line in _lines(rt, victim) if line.startswith("{")))
+def _result(rt: Any, victim: HeldRegions) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Releases the victim's region: its verdict, and the trace's grant and release of it."""
+    result = victim.release(0)
     granted = next(e for e in trace_events(rt, "region_granted") if e["region"] == result["region"])
     released = next(e for e in trace_events(rt, "region_released") if e["region"] == result["region"])
     return result, granted, released
@@ -152,10 +144,7 @@ def test_a_claim_from_a_cuda_process_delays_a_region_by_the_quiesce_bound_at_mos
     liar = _liar(rt, "cuda", trigger)
     trigger.touch()
     wait_until(lambda: "lied" in _lines(rt, liar), 60, "the lie")
-    victim, go, release = _region(rt, tmp_path)
-    go.touch()
-    wait_until(lambda: any(line.startswith("granted") for line in _lines(rt, victim)), 60, "the victim's region")
-    release.touch()
+    victim = _region(rt, tmp_path)
     result, granted, released = _result(rt, victim)
     assert QUIESCE_S <= granted["enter_s"] < QUIESCE_S + 2, granted["enter_s"]
     assert granted["frozen"] == [_tenant(rt, liar)], granted  # under gpu-only: the liar alone
@@ -163,24 +152,21 @@ def test_a_claim_from_a_cuda_process_delays_a_region_by_the_quiesce_bound_at_mos
     assert released["verdict_reasons"][0].startswith(
         f"gate: tenant {_tenant(rt, liar)} (pid "), released["verdict_reasons"]
     assert "still claimed a GPU call in flight at the 3 s quiesce bound: frozen" in released["verdict_reasons"][0]
-    finish(rt, liar, victim)
+    finish(rt, liar, victim.id)
 
 
 def test_a_count_a_tenant_wrote_does_not_condemn_another_tenants_region(make_runtime: Any, tmp_path: Path) -> None:
     rt = krex_runtime(make_runtime, protection="gpu-only")
     trigger = tmp_path / "trigger"
     liar = _liar(rt, "count", trigger)
-    victim, go, release = _region(rt, tmp_path)
-    go.touch()
-    wait_until(lambda: any(line.startswith("granted") for line in _lines(rt, victim)), 60, "the victim's region")
+    victim = _region(rt, tmp_path)
     trigger.touch()  # inside the region: 5 calls more, none made
     wait_until(lambda: "lied" in _lines(rt, liar), 60, "the lie")
-    release.touch()
     result, _, released = _result(rt, victim)
     assert result["verdict"] == "unknown", released["verdict_reasons"]
     assert released["verdict_reasons"][0].startswith(f"gate: tenant {_tenant(rt, liar)} (pid ")
     assert "made 5 GPU call(s) through it by its own count, and the GPU shows no work of it" in \
         released["verdict_reasons"][0], released["verdict_reasons"]
     assert any(r.startswith("processes: only the holder ran work") for r in released["verdict_reasons"])
-    finish(rt, liar, victim)
+    finish(rt, liar, victim.id)
 

@@ -10,20 +10,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from runtime_helpers import start_refused
 
 from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import Runtime, command
-
-
-def _start_fails(rt: Runtime, *args: str) -> str:
-    rt.root.mkdir(parents=True, exist_ok=True)
-    rt.write_config()
-    done = subprocess.run([*command("krex-runtime"), "--config", str(rt.config_path), "--sim", str(rt.sim), *args],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 125, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr  # one line, no traceback
-    return lines[0]
 
 
 def _nothing_left(rt: Runtime, before: hygiene.Baseline) -> None:
@@ -48,7 +38,7 @@ def test_a_trace_path_that_is_no_regular_file_is_refused(tmp_path: Path, native_
         trace.mkdir()
         what = "a folder"
     rt = Runtime(tmp_path / "rt", sim=1, policy="krex")
-    line = _start_fails(rt, "--trace", str(trace))
+    line = start_refused(rt, "--trace", str(trace))
     assert line == f"krex-runtime: cannot write the trace {trace}: it is {what}, not a regular file", line
     _nothing_left(rt, before)
 

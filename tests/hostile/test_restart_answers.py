@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+from pathlib import Path
 from typing import Any
 
 from runtime_helpers import submit
@@ -61,7 +62,7 @@ def test_a_command_in_flight_when_its_runtime_died_is_answered_cancelled(make_ru
     rt.start()
     was = _result(rt, sleeper)
     assert was["state"] == "cancelled" and was["reason"] == RESTART_REASON, was
-    assert was["stdout_path"] and open(was["stdout_path"]).read() == "started\n"
+    assert was["stdout_path"] and Path(was["stdout_path"]).read_text() == "started\n"
 
 
 def test_the_record_keeps_what_the_history_keeps(make_runtime: Any) -> None:

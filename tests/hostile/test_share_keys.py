@@ -14,17 +14,14 @@ A tcp client is a submitter by its CURVE key's name, whatever key it names.
 from __future__ import annotations
 
 import grp
-import json
 import os
 import shutil
 import socket
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_helpers import PY, TENANTS, regions_config, trace_events, wait_ready
+from runtime_helpers import PY, TENANTS, regions_config, run_as, trace_events, wait_ready
 
 from krex_runtime.api import Client
 from krex_runtime.service.curve import create_key_pair
@@ -38,37 +35,14 @@ GROUP = "users"  # runtime.access_group: its members reach the control socket
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to submit as other uids")
 
 
-@pytest.fixture
-def open_root() -> Iterator[Path]:
-    """A folder the submitters' uids may pass through (tmp_path is root's alone)."""
-    path = Path(tempfile.mkdtemp(prefix="krex-shares-", dir="/tmp"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def submit_as(uid: int, rt: Runtime, argv: list[str], share: str = "") -> str:
     """Submit in a forked child running as `uid`, a member of the access group only."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_end)
-        try:
-            os.setgroups([grp.getgrnam(GROUP).gr_gid])
-            os.setgid(uid)
-            os.setuid(uid)
-            with Client(f"ipc://{rt.run_dir}/control.sock", timeout=10) as c:
-                result = {"id": c.call("submit", {"argv": argv, "cwd": "/", "share": share})["id"]}
-        except BaseException as exc:
-            result = {"error": f"{type(exc).__name__}: {exc}"}
-        os.write(write_end, json.dumps(result).encode())
-        os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as f:
-        result = json.loads(f.read())
-    os.waitpid(pid, 0)
-    assert "id" in result, result
-    return result["id"]
+
+    def submit() -> str:
+        with Client(f"ipc://{rt.run_dir}/control.sock", timeout=10) as c:
+            return str(c.call("submit", {"argv": argv, "cwd": "/", "share": share})["id"])
+
+    return str(run_as(uid, uid, [grp.getgrnam(GROUP).gr_gid], submit))
 
 
 def test_fresh_keys_do_not_overtake_another_submitter_in_admission(open_root: Path, make_runtime: Any) -> None:

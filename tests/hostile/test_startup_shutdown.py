@@ -4,23 +4,13 @@ processes, cgroups and the slice, gates, sockets, locks, shared memory)."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
+from runtime_helpers import start_refused
+
 from krex_runtime.testing import hygiene
-from krex_runtime.testing.local_runtime import Runtime, command, wait_until
-
-
-def _start_fails(rt: Runtime, *args: str) -> str:
-    rt.root.mkdir(parents=True, exist_ok=True)
-    rt.write_config()
-    done = subprocess.run([*command("krex-runtime"), "--config", str(rt.config_path), "--sim", str(rt.sim), *args],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 125, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr  # one line, no traceback
-    return lines[0]
+from krex_runtime.testing.local_runtime import Runtime, wait_until
 
 
 def test_an_unwritable_trace_path_is_one_line_and_leaves_nothing(tmp_path: Path, native_built: Path) -> None:
@@ -28,7 +18,7 @@ def test_an_unwritable_trace_path_is_one_line_and_leaves_nothing(tmp_path: Path,
     not_a_folder = tmp_path / "file"
     not_a_folder.write_text("")
     rt = Runtime(tmp_path / "rt", sim=2, policy="krex")
-    line = _start_fails(rt, "--trace", str(not_a_folder / "trace.jsonl"))
+    line = start_refused(rt, "--trace", str(not_a_folder / "trace.jsonl"))
     assert line.startswith(f"krex-runtime: cannot write the trace {not_a_folder / 'trace.jsonl'}: "), line
     assert hygiene.leftovers(rt.run_dir, rt.lock_dir, before) == []
     assert not (rt.run_dir / "region.sock").exists()
@@ -51,7 +41,7 @@ def test_a_region_channel_that_cannot_listen_is_one_line_and_leaves_nothing(tmp_
     before = hygiene.baseline()
     rt = Runtime(tmp_path / "rt", sim=2, policy="krex", canary=True)
     (rt.run_dir / "region.sock").mkdir(parents=True)  # in the way of the socket
-    line = _start_fails(rt)
+    line = start_refused(rt)
     assert line == f"krex-runtime: cannot serve the region channel on {rt.run_dir / 'region.sock'}: Is a directory", line
     assert hygiene.leftovers(rt.run_dir, rt.lock_dir, before) == []
     assert not list((rt.run_dir / "gates").glob("*"))

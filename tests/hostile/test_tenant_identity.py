@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,15 +87,6 @@ if os.fork() == 0:  # the write itself, in a child: it dies of SIGSEGV
     os._exit(0)
 print(json.dumps({"header_write": os.WEXITSTATUS(s) if os.WIFEXITED(s := os.wait()[1]) else -os.WTERMSIG(s)}))
 """
-
-
-@pytest.fixture
-def open_root() -> Iterator[Path]:
-    """A folder the tenants' uids may pass through (tmp_path is root's alone)."""
-    path = Path(tempfile.mkdtemp(prefix="krex-identity-", dir="/tmp"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def _uid_range(extra: str = "") -> str:

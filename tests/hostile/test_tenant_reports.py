@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,15 +46,6 @@ print(json.dumps({"uid": os.getuid(), "reports": paths}), flush=True)
 while not os.path.exists(go):
     time.sleep(0.02)
 """
-
-
-@pytest.fixture
-def open_root() -> Iterator[Path]:
-    """A folder the tenant's uid may pass through (tmp_path is root's alone)."""
-    path = Path(tempfile.mkdtemp(prefix="krex-reports-", dir="/tmp"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_reports_hold_nothing_on_disk_and_go_with_their_command(open_root: Path, make_runtime: Any) -> None:

@@ -18,7 +18,6 @@ import os
 import secrets
 import shutil
 import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,15 +74,6 @@ for place in ("/dev/shm", "/tmp", "/var/tmp"):
 found["mine"] = mine
 print(json.dumps(found))
 """
-
-
-@pytest.fixture
-def open_root() -> Iterator[Path]:
-    """A folder the tenant's uid may pass through (tmp_path is root's alone)."""
-    path = Path(tempfile.mkdtemp(prefix="krex-leftovers-", dir="/tmp"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

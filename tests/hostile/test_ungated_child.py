@@ -18,34 +18,15 @@ GPU when a region enters is frozen by the entry, whatever the protection.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_helpers import PY, finish, krex_runtime, output, snapshot, submit, trace_events
+from runtime_helpers import PY, HeldRegions, finish, krex_runtime, output, snapshot, submit, trace_events
 
 from krex_runtime.sim.device_file import read_device
 from krex_runtime.testing.local_runtime import wait_until
-
-VICTIM = r"""
-import json, os, sys, time
-from krex_runtime.client import region
-from krex_runtime.sim.simcuda import SimCuda
-from krex_runtime.tenant import region as client
-cuda = SimCuda()
-cuda.time_kernel(100_000, repeats=1)
-print("ready", flush=True)
-while not os.path.exists(sys.argv[1]):
-    time.sleep(0.02)
-with region() as r:
-    print("granted", flush=True)
-    while not os.path.exists(sys.argv[2]):  # measuring until the test says
-        cuda.time_kernel(20_000, repeats=1)
-print(json.dumps({"region": client._channel.region_seq, "verdict": r.verdict, "reasons": r.verdict_reasons}),
-      flush=True)
-"""
 
 # The child: the simulated driver alone, no interception library; a kernel
 # (or, with a count of 0, kernels with pauses until killed), then it ends.
@@ -88,11 +69,6 @@ def _child_pid(rt: Any, attacker: str) -> int:
     return int(next(line.split()[1] for line in _lines(rt, attacker) if line.startswith("child ")))
 
 
-def _verdict(rt: Any, victim: str) -> dict[str, Any]:
-    wait_until(lambda: any(line.startswith("{") for line in _lines(rt, victim)), 60, "the victim's verdict")
-    return json.loads(next(line for line in _lines(rt, victim) if line.startswith("{")))
-
-
 def _tenant(rt: Any, command_id: str) -> int:
     return next(c["tenant_id"] for c in snapshot(rt)["commands"] if c["id"] == command_id)
 
@@ -101,19 +77,19 @@ def _released(rt: Any, region: int) -> dict[str, Any]:
     return next(e for e in trace_events(rt, "region_released") if e["region"] == region and e["gpu"] == 0)
 
 
-def _attack(rt: Any, tmp_path: Path, *, other_gpu: bool = False, child: str = CHILD) -> tuple[str, str, Path]:
-    """The victim holds a region on GPU 0 until told; the attacker's ungated
-    child starts inside it and runs a 300 ms kernel. Returns the victim, the
-    attacker and the file that releases the victim's region."""
-    go, trigger, release = tmp_path / "go", tmp_path / "trigger", tmp_path / "release"
-    victim = submit(rt, PY, "-c", VICTIM, str(go), str(release), gpu=0)
+def _attack(rt: Any, tmp_path: Path, *, other_gpu: bool = False, child: str = CHILD) -> tuple[HeldRegions, str]:
+    """The victim holds a region on GPU 0, running kernels, until told; the
+    attacker's ungated child starts inside it and runs a 300 ms kernel.
+    Returns the victim and the attacker."""
+    trigger = tmp_path / "trigger"
+    victim = HeldRegions(rt, tmp_path / "victim", "launch", gpu=0)
     attacker = submit(rt, PY, "-c", ATTACKER, str(trigger), "0" if other_gpu else "", "1", "300", "0", child,
                       gpu=1 if other_gpu else 0)
-    wait_until(lambda: "ready" in _lines(rt, victim) and "waiting" in _lines(rt, attacker), 60, "both tenants")
-    go.touch()
-    wait_until(lambda: "granted" in _lines(rt, victim), 60, "the victim's region")
+    wait_until(lambda: "waiting" in _lines(rt, attacker), 60, "the attacker")
+    victim.go(0)
+    victim.granted(0)
     trigger.touch()
-    return victim, attacker, release
+    return victim, attacker
 
 
 def _blamed(rt: Any, region: int, pid: int) -> str:
@@ -131,11 +107,10 @@ def test_an_ungated_child_that_ran_and_ended_inside_a_region_violates_it(
     other_gpu = placement.startswith("another")
     rt = krex_runtime(make_runtime, sim=2 if other_gpu else 1, protection="gpu+cpu" if other_gpu else "gpu-only",
                       hold_sample_s=0.0)
-    victim, attacker, release = _attack(rt, tmp_path, other_gpu=other_gpu)
+    victim, attacker = _attack(rt, tmp_path, other_gpu=other_gpu)
     child = _child_pid(rt, attacker)
     wait_until(lambda: any(line.startswith("child ended 0") for line in _lines(rt, attacker)), 60, "the child's end")
-    release.touch()
-    result = _verdict(rt, victim)
+    result = victim.release(0)
     assert result["verdict"] == "violated", result
     assert "ran 1 item(s) the gate did not hold, and ended before the release" in _blamed(rt, result["region"], child)
     finish(rt, attacker)
@@ -159,13 +134,12 @@ def test_an_ungated_child_killed_inside_its_kernel_is_seen_after_its_slot_is_rea
     driver keeps a record of the slot (sim/device_file.py), which the
     certificate reads."""
     rt = krex_runtime(make_runtime, sim=1, protection="gpu-only", hold_sample_s=0.0)
-    victim, attacker, release = _attack(rt, tmp_path, child=KILLED_CHILD)
+    victim, attacker = _attack(rt, tmp_path, child=KILLED_CHILD)
     child = _child_pid(rt, attacker)
     wait_until(lambda: any(line.startswith("child ended -9") for line in _lines(rt, attacker)), 60, "the child's end")
     time.sleep(0.3)  # the victim's next kernels reap its slot
     assert child in [r.pid for r in read_device(rt.device).reaped]  # its slot is gone: the driver's record is left
-    release.touch()
-    result = _verdict(rt, victim)
+    result = victim.release(0)
     assert result["verdict"] == "violated", result
     assert "ran 1 item(s) the gate did not hold, and ended before the release" in _blamed(rt, result["region"], child)
     finish(rt, attacker)
@@ -176,12 +150,11 @@ def test_an_ungated_child_seen_during_a_region_is_frozen_with_its_tenant(make_ru
     first kernel starts, and its tenant is frozen for the rest of the hold;
     the region is violated by that kernel; the child goes on after it."""
     rt = krex_runtime(make_runtime, sim=1, protection="gpu-only")
-    victim, attacker, release = _attack(rt, tmp_path)
+    victim, attacker = _attack(rt, tmp_path)
     child = _child_pid(rt, attacker)
     time.sleep(2.0)  # it would have run its kernel and ended by now, had it not been frozen
     assert not any(line.startswith("child ended") for line in _lines(rt, attacker)), _lines(rt, attacker)
-    release.touch()
-    result = _verdict(rt, victim)
+    result = victim.release(0)
     assert result["verdict"] == "violated", result
     assert "ran 1 item(s) the gate did not hold" in _blamed(rt, result["region"], child)
     assert _released(rt, result["region"])["late_frozen"] == [_tenant(rt, attacker)]
@@ -198,17 +171,14 @@ def test_a_tenant_with_an_ungated_process_on_the_gpu_is_frozen_by_the_entry(
     frozen) as under gpu+cpu (its cgroup holds the child too), so at most a
     kernel it had started runs on."""
     rt = krex_runtime(make_runtime, sim=1, protection=protection)
-    go, release = tmp_path / "go", tmp_path / "release"
-    victim = submit(rt, PY, "-c", VICTIM, str(go), str(release), gpu=0)
+    victim = HeldRegions(rt, tmp_path / "victim", "launch", gpu=0)
     attacker = submit(rt, PY, "-c", ATTACKER, "", "", "0", "2", "0.03", CHILD, gpu=0)
     child = _child_pid(rt, attacker)
-    wait_until(lambda: "ready" in _lines(rt, victim), 60, "the victim")
     wait_until(lambda: "kernel 3" in output(rt, attacker), 60, "the child's kernels")
-    go.touch()
-    wait_until(lambda: "granted" in _lines(rt, victim), 60, "the victim's region")
+    victim.go(0)
+    victim.granted(0)
     time.sleep(1.0)  # the child's pauses are 30 ms: it would have run kernels here
-    release.touch()
-    result = _verdict(rt, victim)
+    result = victim.release(0)
     granted = next(e for e in trace_events(rt, "region_granted") if e["region"] == result["region"])
     assert granted["frozen"] == [_tenant(rt, attacker)], granted
     released = _released(rt, result["region"])
@@ -218,4 +188,4 @@ def test_a_tenant_with_an_ungated_process_on_the_gpu_is_frozen_by_the_entry(
         f"ran {n} item(s)" in blamed[0] for n in (0, 1))), (result, released["verdict_reasons"])
     count = output(rt, attacker).count("kernel ")
     wait_until(lambda: output(rt, attacker).count("kernel ") > count + 2, 30, "the child to go on after the region")
-    finish(rt, attacker, victim)
+    finish(rt, attacker, victim.id)

@@ -39,7 +39,7 @@ def vanished(tmp_path: Path) -> Iterator[Path]:
     group.rmdir()
     links = tmp_path / "vanished"
     links.mkdir()
-    for name, fd in zip(FILES, fds):
+    for name, fd in zip(FILES, fds, strict=False):  # freezer.state: linked below, to cgroup.events
         (links / name).symlink_to(f"/proc/{os.getpid()}/fd/{fd}")
     (links / "freezer.state").symlink_to(f"/proc/{os.getpid()}/fd/{fds[0]}")
     try:

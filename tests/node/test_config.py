@@ -188,12 +188,12 @@ def _numeric_keys() -> list[str]:
 
 
 def test_every_numeric_key_has_a_documented_range() -> None:
-    from krex_runtime.node.config import BOUNDS, _number
+    from krex_runtime.node.config.bounds import BOUNDS, shown_number
 
     assert sorted(_numeric_keys()) == sorted(BOUNDS)
     doc = (REPO / "docs" / "configuration.md").read_text()
     for key, (lo, hi) in BOUNDS.items():
-        assert f"| `{key}` | {_number(lo)} | {_number(hi)} |" in doc, f"{key}: its range is not in docs/configuration.md"
+        assert f"| `{key}` | {shown_number(lo)} | {shown_number(hi)} |" in doc, f"{key}: its range is not in docs/configuration.md"
 
 
 @pytest.mark.parametrize(
@@ -345,7 +345,7 @@ def test_runtimes_with_run_dirs_of_their_own_never_share_a_simulated_device_and_
             procs.append(subprocess.Popen([*command("krex-runtime"), "--config", str(cfg), "--sim", "1"], env=env,
                                           stderr=subprocess.PIPE, text=True))
             served = first_dir if cfg == first_cfg else second_dir
-            wait_until(lambda: procs[-1].poll() is not None or (served / "control.sock").exists(), 60, "a runtime")
+            wait_until(lambda served=served: procs[-1].poll() is not None or (served / "control.sock").exists(), 60, "a runtime")
             assert procs[-1].poll() is None, procs[-1].communicate()[1]
         done = subprocess.run([*command("krex"), "status", "--json"], env=env, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr

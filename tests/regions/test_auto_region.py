@@ -159,7 +159,7 @@ def test_the_config_default_and_the_submit_decide(tmp_path: Any) -> None:
     env = auto_regions.command_env(SubmitBody(argv=["x"], auto_region_entries=["a:b"]), on, report)
     assert env["KREX_AUTO_REGION"] == "1" and env["KREX_AUTO_REGION_ENTRIES"] == "suite:measure,a:b"
     assert "KREX_AUTO_REGION" not in auto_regions.command_env(SubmitBody(argv=["x"], auto_region=False), on, report)
-    with pytest.raises(ConfigError, match="regions.auto_region_entries: auto-region entry 'x.y' is not"):
+    with pytest.raises(ConfigError, match=r"regions.auto_region_entries: auto-region entry 'x.y' is not"):
         validate(Config(regions=RegionSection(auto_region_entries=("x.y",))))
 
 
@@ -175,8 +175,8 @@ def test_the_start_up_hook_names_the_variables_the_runtime_sets() -> None:
 
 def test_the_config_turns_them_on_for_every_command_that_does_not_say_no(make_runtime: Any) -> None:
     rt = krex_runtime(make_runtime, auto_region=True, auto_region_entries=["suite_helper:measure"])
-    result, seen = run(rt, "--", sys.executable, CANDIDATE, "suite")
+    result, _ = run(rt, "--", sys.executable, CANDIDATE, "suite")
     assert result["auto_regions"] == ["suite_helper:measure"] and result["unprotected_timings"] == 0
     assert len(result["regions"]) == 1 and result["regions"][0]["verdict"] == "verified"
-    result, seen = run(rt, "--no-auto-region", "--", sys.executable, CANDIDATE, "suite")
+    result, _ = run(rt, "--no-auto-region", "--", sys.executable, CANDIDATE, "suite")
     assert result["auto_regions"] == [] and result["unprotected_timings"] == 3 and result["regions"] == []

@@ -25,7 +25,7 @@ class Fake:
         return [SimpleNamespace(pid=p, tenant_id=2, calls_total=c) for p, c in self.calls.items()]
 
     def processes(self) -> list[Any]:
-        return self.others(HOLDER) + [SimpleNamespace(pid=HOLDER_PID, tenant_id=HOLDER, calls_total=0)]
+        return [*self.others(HOLDER), SimpleNamespace(pid=HOLDER_PID, tenant_id=HOLDER, calls_total=0)]
 
     def registered(self) -> dict[tuple[int, int], int]:
         return {}

@@ -201,16 +201,16 @@ def test_every_abuse_gets_a_clear_error_and_leaves_nothing_held(make_runtime, ve
     busy_again = "ERROR EBUSY this connection already holds or awaits its region"
     abuses = {
         # As a tenant holding its region: the runtime hangs up, which releases the region.
-        "a flood of messages": (HOLD + [[0, "ENTER {tid}\n" * 40, "all"]], [
+        "a flood of messages": ([*HOLD, [0, "ENTER {tid}\n" * 40, "all"]], [
             "ERROR EAGAIN rate limit of 5 messages/s exceeded: message ignored, slow down",
             "ERROR EAGAIN rate limit of 5 messages/s exceeded again: disconnecting",
             "<closed>",
         ]),
-        "a line too long": (HOLD + [[0, "EXIT" + " " * 300 + "\n", "all"]], ["ERROR EMSGSIZE line longer than 256 bytes", "<closed>"]),
-        "invalid UTF-8": (HOLD + [[0, "EXIT \u00ff\u00fe\n", "all"]], ["ERROR EPROTO a line is not ASCII text", "<closed>"]),
-        "a NUL byte": (HOLD + [[0, "EXIT\u0000\n", "all"]], ["ERROR EPROTO NUL byte in a line", "<closed>"]),
+        "a line too long": ([*HOLD, [0, "EXIT" + " " * 300 + "\n", "all"]], ["ERROR EMSGSIZE line longer than 256 bytes", "<closed>"]),
+        "invalid UTF-8": ([*HOLD, [0, "EXIT \u00ff\u00fe\n", "all"]], ["ERROR EPROTO a line is not ASCII text", "<closed>"]),
+        "a NUL byte": ([*HOLD, [0, "EXIT\u0000\n", "all"]], ["ERROR EPROTO NUL byte in a line", "<closed>"]),
         # An empty line is only an error: the connection stays, and releases its region itself.
-        "an empty line": (HOLD + [[0, "\n"], [0, "EXIT\n"]], ["ERROR EPROTO empty line", "RELEASED {seq}"]),
+        "an empty line": ([*HOLD, [0, "\n"], [0, "EXIT\n"]], ["ERROR EPROTO empty line", "RELEASED {seq}"]),
     }
     for abuse, (steps, want) in abuses.items():
         replies = probe(rt, *steps)

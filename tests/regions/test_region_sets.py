@@ -19,11 +19,11 @@ from types import SimpleNamespace
 
 import pytest
 from region_checks import (
-    check_exclusive,
     check_fifo,
-    check_no_submissions_while_held,
+    check_held_alone,
     check_nothing_left,
     check_one_holder_per_gpu,
+    check_regions_ran,
     check_sets,
     regions_of,
 )
@@ -200,24 +200,11 @@ def test_sets_of_two_and_three_interleaved_with_single_gpu_regions(make_runtime,
                    "--pause-ms", "30", "--noise", "2")
         for gpus in ("0,1", "1,2", "0,2", "3", "2", "0,1,2")
     ]
-    for command_id in singles + sets:
-        done = rt.krex("wait", command_id)
-        assert done.returncode == 0, done.stderr
-        results = region_results(done.stdout)
-        assert [r.get("error") for r in results] == [None] * 3, results
+    check_regions_ran(rt, singles + sets, 3)
     finish(rt, *load)
-    check_nothing_left(rt.run_dir)
-    rt.stop()
-    events, held = regions_of(rt.trace_path)
+    events, held, _ = check_held_alone(rt)
     assert check_sets(events, held) == 18
     assert len({(h.region) for h in held}) == 9 * 3 + 18
-    check_one_holder_per_gpu(events)
-    check_fifo(events)
-    check_no_submissions_while_held(held)
-    check_exclusive(events, held, rt.root / "sim.log")
-    verdicts = [e for e in events if e["type"] == "region_released"]
-    assert {e["verdict"] for e in verdicts} == {"verified"}, [e["verdict_reasons"] for e in verdicts
-                                                             if e["verdict"] != "verified"][:3]
 
 
 def test_a_tenant_of_two_gpus_held_by_both_gpus_regions_is_thawed_by_the_last(make_runtime) -> None:

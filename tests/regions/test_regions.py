@@ -19,10 +19,10 @@ import psutil
 import pytest
 from region_checks import (
     check_exclusive,
-    check_fifo,
+    check_held_alone,
     check_no_submissions_while_held,
     check_nothing_left,
-    check_one_holder_per_gpu,
+    check_regions_ran,
     is_frozen,
     regions_of,
 )
@@ -111,23 +111,10 @@ def test_stress_sixteen_tenants_per_gpu(make_runtime, backend: str, vendor: str)
                 "--pause-ms", "30", "--noise", str(i % 4), "--noise-us", "400", gpu=i % 2,
             )
         )
-    for command_id in ids:
-        done = rt.krex("wait", command_id)
-        assert done.returncode == 0, done.stderr
-        results = region_results(done.stdout)
-        assert [r.get("error") for r in results] == [None] * 4, results
-    check_nothing_left(rt.run_dir)
-    rt.stop()
-    events, held = regions_of(rt.trace_path)
-    assert len(held) == 128
-    check_one_holder_per_gpu(events)
-    check_fifo(events)
-    check_no_submissions_while_held(held)
-    assert check_exclusive(events, held, rt.root / "sim.log") > 128 * 3
-    # Every region's exclusivity certificate agrees (regions/certificate.py).
-    verdicts = [e for e in events if e["type"] == "region_released"]
-    assert {e["verdict"] for e in verdicts} == {"verified"}, [e["verdict_reasons"] for e in verdicts
-                                                             if e["verdict"] != "verified"][:3]
+    check_regions_ran(rt, ids, 4)
+    # Every region's exclusivity certificate agrees too (regions/certificate.py).
+    _, held, records = check_held_alone(rt)
+    assert len(held) == 128 and records > 128 * 3
 
 
 # --- faults -------------------------------------------------------------------------

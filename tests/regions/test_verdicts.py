@@ -152,7 +152,7 @@ def test_the_demo_for_a_minute_violates_nothing(tmp_path: Path, native_built: Pa
                 [*command("krex-runtime"), "--config", str(REPO / "configs" / "simulated.toml"), "--run-dir",
                  str(run_dir), "--trace", str(trace)], env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
-            wait_until(lambda: (run_dir / "control.sock").exists(), 60, "the demo runtime")
+            wait_until(lambda run_dir=run_dir: (run_dir / "control.sock").exists(), 60, "the demo runtime")
             workload = subprocess.Popen([sys.executable, "-m", "krex_runtime.demo.workload", "--inflight", "12"],
                                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(seconds)
@@ -162,7 +162,7 @@ def test_the_demo_for_a_minute_violates_nothing(tmp_path: Path, native_built: Pa
             if n == 0:  # killed: its device file, slots and tenants stay behind (its watchdog ends the tenants)
                 runtime.kill()
                 runtime.wait(60)
-                wait_until(lambda: not tenant_processes(run_dir), 60, "the killed demo's tenants to end")
+                wait_until(lambda run_dir=run_dir: not tenant_processes(run_dir), 60, "the killed demo's tenants to end")
             else:
                 runtime.send_signal(signal.SIGTERM)
                 assert runtime.wait(60) == 0, (tmp_path / f"runtime{n}.log").read_text()[-2000:]

@@ -16,10 +16,9 @@ SOAK = REPO / "benchmarks" / "soak.py"
 
 
 def _fault_kinds() -> tuple[str, ...]:
-    spec = importlib.util.spec_from_file_location("soak", SOAK)
+    spec = importlib.util.spec_from_file_location("soak_faults", SOAK.with_name("soak_faults.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("soak", module)  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module.TENANT_FAULTS + module.NODE_FAULTS + module.RESTART_FAULTS
 

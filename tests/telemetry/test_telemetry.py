@@ -20,7 +20,7 @@ def _comparable(state: node_state.NodeState) -> dict:
 
 
 def test_late_subscriber_converges_with_the_runtime(runtime: Runtime) -> None:
-    for i in range(5):
+    for _ in range(5):
         runtime.krex("run", "--", "true")
     sub = zmq.Context.instance().socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, protocol.TOPIC_EVENT)

@@ -4,7 +4,8 @@ argv: CONTROL_DIR MODE... One region per MODE, in order. Before region i it
 waits for CONTROL_DIR/go<i> (`{"ready": true}` once it is a CUDA user
 and waits for the first); once granted it prints {"granted": i, "tid": ...}
 and holds until CONTROL_DIR/release<i> appears, meanwhile either busy
-(`spin`: always runnable, as a launching thread is) or asleep (`sleep`). After
+(`spin`: always runnable, as a launching thread is), asleep (`sleep`) or
+running 20 ms kernels one after another (`launch`, as a measuring holder). After
 each region one JSON line: its region number, verdict and reasons.
 """
 
@@ -32,6 +33,8 @@ for i, mode in enumerate(sys.argv[2:]):
         while not release.exists() and time.monotonic() < deadline:
             if mode == "sleep":
                 time.sleep(0.01)
+            elif mode == "launch":
+                cuda.time_kernel(20_000, repeats=1)
         cuda.time_kernel(1000, repeats=1)
     print(json.dumps({"region": client._channel.region_seq, "verdict": r.verdict, "reasons": r.verdict_reasons}),
           flush=True)

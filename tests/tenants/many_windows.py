@@ -19,12 +19,12 @@ cuda = SimCuda()
 starts = [cuda.event() for _ in range(windows)]
 ends = [cuda.event() for _ in range(windows)]
 with region() as r:
-    for start, end in zip(starts, ends):
+    for start, end in zip(starts, ends, strict=True):
         cuda.launch(1_000, name="clear_cache")
         cuda.record(start)
         for _ in range(launches):
             cuda.launch(1_000, name="timed")
         cuda.record(end)
     cuda.synchronize()
-    times = [cuda.elapsed_ms(start, end) for start, end in zip(starts, ends)]
+    times = [cuda.elapsed_ms(start, end) for start, end in zip(starts, ends, strict=True)]
 print(json.dumps(r.integrity))

@@ -5,22 +5,18 @@ Between regions it can leave `--noise` kernels queued (so a region's entry has
 other work of the node to drain), and it can hold each region `--hold-s` longer.
 """
 
-import argparse
 import json
 import random
 import time
 
+from region_arguments import region_arguments
+
 from krex_runtime.client import RegionError, region
 from krex_runtime.sim.simhip import sim_gpu
 
-p = argparse.ArgumentParser()
-p.add_argument("--regions", type=int, default=3)
+p = region_arguments(repeats=5, noise="kernels left queued before each region")
 p.add_argument("--kernel-us", type=float, default=1000)
-p.add_argument("--repeats", type=int, default=5)
-p.add_argument("--pause-ms", type=float, default=0.0)
-p.add_argument("--noise", type=int, default=0, help="kernels left queued before each region")
 p.add_argument("--noise-us", type=float, default=500)
-p.add_argument("--hold-s", type=float, default=0.0)
 args = p.parse_args()
 
 cuda = sim_gpu()

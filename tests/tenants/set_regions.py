@@ -11,23 +11,19 @@ queues kernels and synchronises), printing "ready" once each GPU finished
 a batch.
 """
 
-import argparse
 import json
 import os
 import random
 import threading
 import time
 
+from region_arguments import region_arguments
+
 from krex_runtime.client import RegionError, region
 from krex_runtime.sim.simcuda import SimCuda
 
-p = argparse.ArgumentParser()
-p.add_argument("--regions", type=int, default=3)
+p = region_arguments(repeats=3, noise="kernels left queued on each GPU before each region")
 p.add_argument("--kernel-us", type=float, default=500)
-p.add_argument("--repeats", type=int, default=3)
-p.add_argument("--pause-ms", type=float, default=0.0)
-p.add_argument("--noise", type=int, default=0, help="kernels left queued on each GPU before each region")
-p.add_argument("--hold-s", type=float, default=0.0)
 p.add_argument("--busy", action="store_true")
 args = p.parse_args()
 
@@ -48,7 +44,7 @@ def busy(cuda: SimCuda, ready: threading.Event) -> None:
 
 if args.busy:
     flags = [threading.Event() for _ in devices]
-    workers = [threading.Thread(target=busy, args=(d, f), daemon=True) for d, f in zip(devices, flags)]
+    workers = [threading.Thread(target=busy, args=(d, f), daemon=True) for d, f in zip(devices, flags, strict=True)]
     for w in workers:
         w.start()
     for f in flags:
@@ -66,7 +62,7 @@ rng = random.Random()
 for n in range(args.regions):
     if args.pause_ms:
         time.sleep(rng.uniform(0, args.pause_ms) / 1000)
-    for d, s in zip(devices, noise):
+    for d, s in zip(devices, noise, strict=True):
         d.make_current()
         for _ in range(args.noise):
             d.launch(int(args.kernel_us * 1000), stream=s)

@@ -41,16 +41,16 @@ def timed() -> list[float]:
     for _ in range(args.repeats):
         starts = [torch.cuda.Event(enable_timing=True) for _ in devices]
         ends = [torch.cuda.Event(enable_timing=True) for _ in devices]
-        for d, e in zip(devices, starts):
+        for d, e in zip(devices, starts, strict=True):
             with torch.cuda.device(d):
                 e.record()
         nccl.all_reduce(tensors)
-        for d, e in zip(devices, ends):
+        for d, e in zip(devices, ends, strict=True):
             with torch.cuda.device(d):
                 e.record()
         for e in ends:
             e.synchronize()
-        times.append(max(s.elapsed_time(e) for s, e in zip(starts, ends)))
+        times.append(max(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)))
     return times
 
 
@@ -62,5 +62,5 @@ try:
             times = timed()
 except RegionError as exc:
     print(json.dumps({"error": exc.code, "reason": exc.reason}), flush=True)
-    raise SystemExit(0)
+    raise SystemExit(0) from None
 print(json.dumps({"times_ms": times, "region": not args.no_region, "devices": len(devices)}), flush=True)

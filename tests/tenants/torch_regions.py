@@ -3,22 +3,17 @@
 Prints one JSON line per region: {"region": n, "times_ms": [...]} or {"region": n, "error": code}.
 """
 
-import argparse
 import json
 import random
 import time
 
 import torch
+from region_arguments import region_arguments
 
 from krex_runtime.client import RegionError, region
 
-p = argparse.ArgumentParser()
-p.add_argument("--regions", type=int, default=3)
+p = region_arguments(repeats=5, noise="matmuls left queued before each region")
 p.add_argument("--n", type=int, default=4096)
-p.add_argument("--repeats", type=int, default=5)
-p.add_argument("--pause-ms", type=float, default=0.0)
-p.add_argument("--noise", type=int, default=0, help="matmuls left queued before each region")
-p.add_argument("--hold-s", type=float, default=0.0)
 p.add_argument("--warm-s", type=float, default=0.0, help="keep the GPU busy this long before measuring")
 args = p.parse_args()
 

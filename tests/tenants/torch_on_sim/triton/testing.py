@@ -31,13 +31,13 @@ def do_bench(fn: Callable[[], object], warmup: int = 25, rep: int = 100, grad_to
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
     for _ in range(n_warmup):
         fn()
-    for start, end in zip(starts, ends):
+    for start, end in zip(starts, ends, strict=True):
         cache.zero_()
         start.record()
         fn()
         end.record()
     torch.cuda.synchronize()
-    times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    times = [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
     for e in (start_event, end_event, *starts, *ends):
         e.destroy()
     return statistics.fmean(times)
