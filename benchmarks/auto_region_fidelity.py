@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from krex_runtime.testing.local_runtime import Runtime, command, wait_until
-from krex_runtime.wire.trace import read_trace
+from krex_runtime.wire.trace.jsonl import read_trace
 
 HERE = Path(__file__).resolve().parent
 CANDIDATE = str(HERE / "tenants" / "harness_candidate.py")

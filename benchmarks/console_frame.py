@@ -100,7 +100,7 @@ async def measure(events: int, gpus: int, step: int, size: tuple[int, int], fres
     from krex_console.app import KrexConsole
     from krex_console.feed import ReplayFeed
     from krex_console.views.gpu_detail import GpuDetailScreen
-    from krex_runtime.wire.trace import Trace
+    from krex_runtime.wire.trace.jsonl import Trace
 
     header, evs = synthetic_events(events, gpus)
     # No replay checkpoints: a forward seek applies events one by one, as a live feed does.

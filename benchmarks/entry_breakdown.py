@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 from krex_bench.analysis import percentile
-from krex_runtime.wire.trace import read_trace
+from krex_runtime.wire.trace.jsonl import read_trace
 
 
 def breakdown(path: Path) -> dict:

@@ -28,7 +28,7 @@ from pathlib import Path
 import scaffold
 
 from krex_runtime.testing.local_runtime import Runtime, wait_until
-from krex_runtime.wire.trace import read_trace
+from krex_runtime.wire.trace.jsonl import read_trace
 
 # A start-up on a real GPU: import, context, first kernels (cuBLAS and its module loads).
 GPU_STARTUP = (

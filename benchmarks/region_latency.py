@@ -20,7 +20,7 @@ from pathlib import Path
 import scaffold
 
 from krex_runtime.testing.local_runtime import Runtime
-from krex_runtime.wire.trace import read_trace
+from krex_runtime.wire.trace.jsonl import read_trace
 
 
 def measure(root: Path, sim: bool, backend: str, others: int, regions: int) -> dict:

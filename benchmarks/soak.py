@@ -51,8 +51,9 @@ from krex_runtime.api import Client, RequestFailed, RuntimeUnavailable
 from krex_runtime.sim.device_file import remove_device
 from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import Runtime, wait_until
-from krex_runtime.wire import endpoints, protocol
-from krex_runtime.wire.trace import read_trace
+from krex_runtime.wire.protocol import endpoints
+from krex_runtime.wire.protocol import envelope as protocol
+from krex_runtime.wire.trace.jsonl import read_trace
 
 HERE = Path(__file__).resolve().parent
 TENANTS = HERE.parent / "tests" / "tenants"

@@ -18,7 +18,8 @@ import psutil
 import zmq
 
 from krex_runtime.api import Client, RequestFailed, RuntimeUnavailable
-from krex_runtime.wire import endpoints, protocol
+from krex_runtime.wire.protocol import endpoints
+from krex_runtime.wire.protocol import envelope as protocol
 
 TENANT_FAULTS = ("kill_in_region", "kill_outside_region", "hang_past_hold_limit", "hang_past_timeout", "cancel")
 NODE_FAULTS = ("read_only_flood", "channel_flood", "fill_disk")  # fill_disk only where a tmpfs can be mounted

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from krex_runtime.wire.trace import TraceError, read_trace, replay
+from krex_runtime.wire.trace.jsonl import TraceError, read_trace, replay
 
 
 @dataclass

@@ -234,7 +234,7 @@ def trace_findings(trace_path: Path) -> tuple[dict[str, int], list[str], dict[st
     pooled context processes replaced, per reason (a pooled command that
     retires its process costs the next one a fresh process: pooled mode then
     measures little more than process mode)."""
-    from krex_runtime.wire.trace import TraceError, read_trace
+    from krex_runtime.wire.trace.jsonl import TraceError, read_trace
 
     counts: dict[str, int] = {}
     violations: list[str] = []
@@ -259,7 +259,7 @@ def integrity_findings(trace_path: Path) -> dict[str, Any]:
     """From the setup's trace: the measurement integrity of its regions
     (region_released's record, docs/integrity.md): how many carried one, how
     many were flagged, their timed windows, and each flag's count."""
-    from krex_runtime.wire.trace import TraceError, read_trace
+    from krex_runtime.wire.trace.jsonl import TraceError, read_trace
 
     found: dict[str, Any] = {"regions": 0, "flagged": 0, "windows": 0, "flags": {}}
     try:

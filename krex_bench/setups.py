@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from krex_runtime.wire.bodies import MODES  # process | forked | pooled
+from krex_runtime.wire.protocol.bodies import MODES  # process | forked | pooled
 
 BACKENDS = ("preload", "driver-lock")
 PROTECTIONS = ("gpu+cpu", "gpu-only")

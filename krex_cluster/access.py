@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from krex_runtime.wire.peers import Credentials, command_id_of, ipc_credentials, lineage
+from krex_runtime.wire.protocol.peers import Credentials, command_id_of, ipc_credentials, lineage
 
 __all__ = ["Credentials", "Peer", "ipc_credentials", "refusal", "tenancy_of"]
 

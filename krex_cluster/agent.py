@@ -28,7 +28,7 @@ from typing import Any
 from krex_cluster import supervisor
 from krex_cluster.config import NodeSpec
 from krex_cluster.link import LinkLost, RuntimeLink, with_node
-from krex_runtime.wire import protocol
+from krex_runtime.wire.protocol import envelope as protocol
 from krex_runtime.wire.typed import from_dict
 
 TELEMETRY_KEPT = 20_000  # messages held for the next drain; older ones are dropped (a seq gap says so)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from krex_runtime.wire.protocol import FINAL_STATES
+from krex_runtime.wire.protocol.envelope import FINAL_STATES
 
 # Finished commands whose output a later `wait` still replays.
 OUTPUT_FINISHED_KEPT = 1000

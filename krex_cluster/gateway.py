@@ -27,8 +27,9 @@ from krex_cluster.access import Peer
 from krex_cluster.command_table import ClusterCommand, CommandTable
 from krex_cluster.config import ClusterConfig, default_run_dir
 from krex_cluster.router import Needs, NoPlacement, place
-from krex_runtime.wire import protocol, serving, verbs
-from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request
+from krex_runtime.wire.protocol import envelope as protocol
+from krex_runtime.wire.protocol import serving, verbs
+from krex_runtime.wire.protocol.envelope import ErrorCode, ProtocolError, Request
 
 log = logging.getLogger("krex.cluster")
 

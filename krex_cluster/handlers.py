@@ -1,5 +1,5 @@
 """The gateway's handler of each verb of the control protocol (the table in
-krex_runtime/wire/verbs.py): the same bodies and replies as one node, plus
+krex_runtime/wire/protocol/verbs.py): the same bodies and replies as one node, plus
 what CLUSTER-CONTRACT.md adds (`cluster` in hello and status, `node` on the
 operator verbs). Refusals of tenants happen before a handler runs (gateway.py).
 """
@@ -20,8 +20,9 @@ from krex_cluster.config import ClusterConfig
 from krex_cluster.held import HeldFile
 from krex_cluster.nodes import NodeState
 from krex_cluster.router import NoPlacement
-from krex_runtime.wire import history, protocol, serving, verbs
-from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request
+from krex_runtime.wire.protocol import envelope as protocol
+from krex_runtime.wire.protocol import history, serving, verbs
+from krex_runtime.wire.protocol.envelope import ErrorCode, ProtocolError, Request
 from krex_runtime.wire.typed import to_dict
 
 

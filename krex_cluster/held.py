@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from krex_runtime.wire.bodies import SubmitBody
+from krex_runtime.wire.protocol.bodies import SubmitBody
 from krex_runtime.wire.typed import ShapeError, from_dict
 
 log = logging.getLogger("krex.cluster")

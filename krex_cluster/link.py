@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from krex_runtime.transport import Connection, RuntimeUnavailable, Subscription
-from krex_runtime.wire import endpoints, protocol
+from krex_runtime.wire.protocol import endpoints
+from krex_runtime.wire.protocol import envelope as protocol
 
 # Called with (request id, message) for every push (output, result) of a followed request.
 OnPush = Callable[[str, dict[str, Any]], None]

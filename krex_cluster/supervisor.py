@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from krex_cluster.config import NodeSpec
-from krex_runtime.wire.endpoints import default_run_dir
+from krex_runtime.wire.protocol.endpoints import default_run_dir
 
 _PR_SET_PDEATHSIG = 1
 

@@ -5,7 +5,7 @@ history by time, each event tagged with its node (docs/trace-format.md,
 Standard library and krex_runtime only, no Ray: what a cluster recorded can
 be read, summarised (`krex trace DIR`) and replayed (`krex-console --replay
 DIR`) on a machine without the cluster layer. The reader itself lives in
-krex_runtime.wire.cluster_trace, where the CLI and the console may import
+krex_runtime.wire.trace.cluster, where the CLI and the console may import
 it; this module adds `collect`, which builds such a directory from the
 nodes' run dirs.
 """
@@ -16,7 +16,7 @@ import os
 import shutil
 from pathlib import Path
 
-from krex_runtime.wire.cluster_trace import (
+from krex_runtime.wire.trace.cluster import (
     NODE_TRACE,
     SUFFIX,
     ClusterTrace,
@@ -26,7 +26,7 @@ from krex_runtime.wire.cluster_trace import (
     read_cluster_trace,
     summarize_cluster,
 )
-from krex_runtime.wire.trace_segments import segments
+from krex_runtime.wire.trace.segments import segments
 
 __all__ = [
     "NODE_TRACE",

@@ -4,7 +4,7 @@ An action is built from the target the operator selected (a GPU by UUID, a
 command by id), shown in a confirm dialog that names that target, and only
 then sent. What it sends, what the dialog explains of it and how long the
 console waits for the reply come from the runtime's verb table
-(krex_runtime.wire.verbs); so does whether it changes state, which is what
+(krex_runtime.wire.protocol.verbs); so does whether it changes state, which is what
 hides its key in read-only mode and in replay. The runtime checks again: a
 read-only client is refused there whatever the console shows
 (docs/protocol.md, `refused`).
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from krex_runtime.api import AsyncClient, RequestFailed, RuntimeUnavailable
-from krex_runtime.wire import verbs
-from krex_runtime.wire.model import CommandInfo, GpuState
-from krex_runtime.wire.verbs import Verb
+from krex_runtime.wire.protocol import verbs
+from krex_runtime.wire.protocol.verbs import Verb
+from krex_runtime.wire.state.model import CommandInfo, GpuState
 
 # The verbs each key action (as bound to keys: action_lease, ...) may send.
 ACTION_VERBS: dict[str, tuple[Verb, ...]] = {

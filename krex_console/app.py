@@ -7,8 +7,8 @@ line is krex_console/main.py).
     krex-console --replay TRACE       # play a recorded trace through the same views
 
 The console is a thin client: it speaks the runtime's protocol
-(krex_runtime.wire.protocol, through krex_runtime.api's AsyncClient) and folds events with the runtime's
-own reducer (krex_runtime.wire.state.apply); it never imports runtime internals.
+(krex_runtime.wire.protocol.envelope, through krex_runtime.api's AsyncClient) and folds events with the runtime's
+own reducer (krex_runtime.wire.state.apply.apply); it never imports runtime internals.
 
 The app decides; the views ask. A view posts a message (messages.py: open a
 GPU or a command, request an action) that bubbles up to the handlers here,
@@ -39,7 +39,7 @@ from krex_console.views.events import EventsTable
 from krex_console.views.gpu_detail import GpuDetailScreen, summarize_gpu
 from krex_console.views.overview import OverviewTable
 from krex_console.widgets import FIELD, FilterInput, KeysFooter, StatusBar
-from krex_runtime.wire.model import GpuState
+from krex_runtime.wire.state.model import GpuState
 
 RENDER_EVERY_S = 0.1  # at most 10 repaints a second, however fast events come
 AGE_EVERY_S = 1.0  # live hold times and run times tick even with no events

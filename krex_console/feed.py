@@ -1,7 +1,7 @@
 """The console's two feeds: a live runtime and a recorded trace.
 
 Both build the node state with the runtime's one reducer
-(`krex_runtime.wire.state.apply`) and post typed messages to the app. Each feed is
+(`krex_runtime.wire.state.apply.apply`) and post typed messages to the app. Each feed is
 one async worker on the app's event loop, so the state it mutates is only
 ever read between its awaits and needs no copying or locking. When events
 arrive faster than the screen can show them the worker drains everything
@@ -24,10 +24,10 @@ from krex_console.event_log import KEEP_EVENTS, EventLog, RegionRecord
 from krex_runtime.api import AsyncClient, RequestFailed
 from krex_runtime.transport import Subscription
 from krex_runtime.transport.reconnect import keep_connected
-from krex_runtime.wire import protocol
-from krex_runtime.wire import state as node_state
-from krex_runtime.wire.model import NodeState
-from krex_runtime.wire.trace import Trace
+from krex_runtime.wire.protocol import envelope as protocol
+from krex_runtime.wire.state import apply as node_state
+from krex_runtime.wire.state.model import NodeState
+from krex_runtime.wire.trace.jsonl import Trace
 
 __all__ = ["EventLog", "FeedStatus", "FeedStatusChanged", "LiveFeed", "RegionRecord", "ReplayFeed", "StateChanged"]
 

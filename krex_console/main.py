@@ -16,9 +16,9 @@ from krex_console.app import KrexConsole
 from krex_console.cluster.console import ClusterConsole
 from krex_console.cluster.nodes_feed import ClusterReplayFeed
 from krex_console.feed import ReplayFeed
-from krex_runtime.wire import endpoints
-from krex_runtime.wire.cluster_trace import is_cluster_trace, read_cluster_trace
-from krex_runtime.wire.trace import TraceError, read_trace
+from krex_runtime.wire.protocol import endpoints
+from krex_runtime.wire.trace.cluster import is_cluster_trace, read_cluster_trace
+from krex_runtime.wire.trace.jsonl import TraceError, read_trace
 
 
 def version() -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 from krex_console import format as fmt
 from krex_console.event_log import EventLog
-from krex_runtime.wire.model import CommandInfo, GpuState, NodeState
+from krex_runtime.wire.state.model import CommandInfo, GpuState, NodeState
 
 OPERATOR_TENANT = 0  # the region holder id of an operator's lease (state.py)
 TELEMETRY_SERIES = ("util_pct", "mem_used", "sm_clock_mhz", "temp_c")

@@ -159,7 +159,7 @@ async def _screens(trace: Path, at: float) -> list[tuple[str, str]]:
     from krex_console.views.command_list import CommandDetailScreen, CommandsTable
     from krex_console.views.gpu_detail import GpuDetailScreen
     from krex_console.views.table_sync import select_key
-    from krex_runtime.wire.trace import read_trace
+    from krex_runtime.wire.trace.jsonl import read_trace
 
     feed = ReplayFeed(read_trace(trace))
     feed.paused = True

@@ -16,7 +16,7 @@ from krex_runtime.sim.execution_log import read_execution_log
 from krex_runtime.sim.layout import KIND_KERNEL, KIND_MEMCPY_DTOD, KIND_MEMCPY_DTOH, KIND_MEMCPY_HTOD, KIND_MEMSET
 from krex_runtime.testing.hygiene import held_back, is_frozen  # noqa: F401 (is_frozen: for the region tests)
 from krex_runtime.testing.local_runtime import Runtime, wait_until
-from krex_runtime.wire.trace import read_trace
+from krex_runtime.wire.trace.jsonl import read_trace
 
 WORK_KINDS = {KIND_KERNEL, KIND_MEMCPY_HTOD, KIND_MEMCPY_DTOH, KIND_MEMCPY_DTOD, KIND_MEMSET}
 

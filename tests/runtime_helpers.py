@@ -27,7 +27,7 @@ from krex_runtime.sim.device_file import remove_device
 from krex_runtime.testing import hygiene
 from krex_runtime.testing.hygiene import krex_processes
 from krex_runtime.testing.local_runtime import Runtime, command, wait_until
-from krex_runtime.wire.trace import read_trace
+from krex_runtime.wire.trace.jsonl import read_trace
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -34,7 +34,7 @@ from krex_console.feed import FeedStatus, LiveFeed
 from krex_console.messages import NodeHighlighted, OpenCommand, OpenNode
 from krex_console.views.command_list import CommandDetailScreen
 from krex_console.widgets import FIELD, FilterInput
-from krex_runtime.wire.model import CommandInfo, NodeState
+from krex_runtime.wire.state.model import CommandInfo, NodeState
 
 NODE_TABS = ("overview", "commands", "events")
 

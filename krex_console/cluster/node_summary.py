@@ -17,7 +17,7 @@ from typing import Any
 
 from krex_console import format as fmt
 from krex_console.model import CANARY_LABEL, OPERATOR_TENANT, holder_short, inflation_of, tenants_of
-from krex_runtime.wire.model import NodeState
+from krex_runtime.wire.state.model import NodeState
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,8 @@ from krex_console.feed import HELLO, FeedStatus, Post, ReplayFeed, StateChanged
 from krex_runtime.api import AsyncClient, RequestFailed
 from krex_runtime.transport import Subscription
 from krex_runtime.transport.reconnect import keep_connected
-from krex_runtime.wire.cluster_trace import ClusterTrace
-from krex_runtime.wire.trace import Trace
+from krex_runtime.wire.trace.cluster import ClusterTrace
+from krex_runtime.wire.trace.jsonl import Trace
 
 TOPIC_CLUSTER = b"cluster"
 STATUS_EVERY_S = 1.0

@@ -18,7 +18,7 @@ from textual.message import Message
 from krex_console import actions
 from krex_console.actions import PlannedAction
 from krex_console.messages import RequestAction
-from krex_runtime.wire.model import CommandInfo, GpuState
+from krex_runtime.wire.state.model import CommandInfo, GpuState
 
 GPU_ACTION_BINDINGS = [
     Binding("l", "lease", "Lease"),

@@ -22,7 +22,7 @@ from krex_console.views.columns import Column, Row
 from krex_console.views.table_sync import FittedTable, selected_key
 from krex_console.widgets import KeysFooter, StatusBar
 from krex_runtime.api import AsyncClient, ProtocolError, RequestFailed, RuntimeUnavailable
-from krex_runtime.wire.model import CommandInfo
+from krex_runtime.wire.state.model import CommandInfo
 
 MAX_ROWS = 300  # the newest; the filter finds any other (and the trace has them all)
 OUTPUT_LINES = 500

@@ -11,7 +11,7 @@ from krex_console import format as fmt
 from krex_console.model import ConsoleModel
 from krex_console.views.columns import Column, Row
 from krex_console.views.table_sync import FittedTable
-from krex_runtime.wire.command_states import ended_state
+from krex_runtime.wire.state.command_states import ended_state
 
 MAX_ROWS = 400  # scrolled back further, the filter or the trace has the rest
 TYPE_STYLE = {

@@ -19,7 +19,7 @@ from krex_console.views.bindings import GPU_ACTION_BINDINGS, ActionGate, GpuActi
 from krex_console.views.columns import Column, Row
 from krex_console.views.table_sync import FittedTable
 from krex_console.widgets import KeysFooter, StatusBar
-from krex_runtime.wire.model import GpuState
+from krex_runtime.wire.state.model import GpuState
 
 TIMELINE_ROWS = 50
 BAR_WIDTH = 12

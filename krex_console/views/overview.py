@@ -14,7 +14,7 @@ from krex_console.model import ConsoleModel, gpu_by_uuid, gpu_figures, holder_sh
 from krex_console.views.bindings import GPU_ACTION_BINDINGS, ActionGate, GpuActions
 from krex_console.views.columns import Column, Row
 from krex_console.views.table_sync import FittedTable, selected_key
-from krex_runtime.wire.model import GpuState
+from krex_runtime.wire.state.model import GpuState
 
 # Priorities: what an 80x24 terminal must show first (which GPU, who holds
 # it, how busy it is, how trustworthy its timings are), what a wider one adds.

@@ -26,9 +26,10 @@ from krex_runtime.api.refused import RequestFailed
 from krex_runtime.api.results import Event, NodeStatus, Result
 from krex_runtime.transport import Connection, CurveKeys, RuntimeUnavailable, Subscription
 from krex_runtime.transport.liveness import PING_AFTER_S, Liveness
-from krex_runtime.wire import endpoints, protocol
-from krex_runtime.wire.protocol import ProtocolError
-from krex_runtime.wire.verbs import REPLY_WAIT_S, VERBS
+from krex_runtime.wire.protocol import endpoints
+from krex_runtime.wire.protocol import envelope as protocol
+from krex_runtime.wire.protocol.envelope import ProtocolError
+from krex_runtime.wire.protocol.verbs import REPLY_WAIT_S, VERBS
 
 TELEMETRY_ENV = "KREX_TELEMETRY"  # the telemetry endpoint of a tcp runtime
 HELLO = {"client": "krex-api"}

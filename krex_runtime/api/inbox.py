@@ -17,8 +17,8 @@ from typing import Any
 from krex_runtime.api.options import OutputCallback
 from krex_runtime.api.refused import RequestFailed
 from krex_runtime.api.results import Result, malformed
-from krex_runtime.wire import protocol
-from krex_runtime.wire.protocol import ProtocolError
+from krex_runtime.wire.protocol import envelope as protocol
+from krex_runtime.wire.protocol.envelope import ProtocolError
 
 UNCLAIMED_KEPT = 256
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from krex_runtime.api.options import Command  # noqa: F401 (one map item: defined with the options it carries)
-from krex_runtime.wire import protocol
-from krex_runtime.wire.protocol import ErrorCode, ProtocolError
+from krex_runtime.wire.protocol import envelope as protocol
+from krex_runtime.wire.protocol.envelope import ErrorCode, ProtocolError
 
 # --- reading a record by the types of its fields ------------------------------------
 
@@ -355,7 +355,7 @@ class Event:
     seq: int
     t: float
     type: str
-    fields: Mapping[str, Any]  # the event's own fields (wire/events.py names them)
+    fields: Mapping[str, Any]  # the event's own fields (wire/state/events.py names them)
 
     @classmethod
     def from_wire(cls, e: Mapping[str, Any]) -> Event:

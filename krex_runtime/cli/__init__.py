@@ -33,8 +33,8 @@ from krex_runtime.cli.subcommands import (
     trace_command,
     verb_command,
 )
-from krex_runtime.wire import protocol
-from krex_runtime.wire.protocol import EXIT_SIGNAL_BASE
+from krex_runtime.wire.protocol import envelope as protocol
+from krex_runtime.wire.protocol.envelope import EXIT_SIGNAL_BASE
 
 __all__ = ["main", "version"]
 

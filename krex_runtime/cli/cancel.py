@@ -18,9 +18,9 @@ from typing import Any
 from krex_runtime.api import RequestFailed
 from krex_runtime.api.sync import Client
 from krex_runtime.cli.subcommands import UsageError, emit_json, fail, replied
-from krex_runtime.wire import history, verbs
 from krex_runtime.wire.printable import printable
-from krex_runtime.wire.protocol import EXIT_KREX_ERROR
+from krex_runtime.wire.protocol import history, verbs
+from krex_runtime.wire.protocol.envelope import EXIT_KREX_ERROR
 
 # The states a selection may name: only these can still be cancelled.
 CANCELLABLE = ("queued", "running")
@@ -111,7 +111,7 @@ def _report(args: argparse.Namespace, states: dict[str, str | RequestFailed]) ->
 
 
 def _line(command_id: str, state: str) -> str:
-    """A command's line, in the verb's own wording (wire/verbs.py)."""
+    """A command's line, in the verb's own wording (wire/protocol/verbs.py)."""
     says = verbs.CANCEL.says
     assert says is not None
     return says({"id": command_id, "state": state})

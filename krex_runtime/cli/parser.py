@@ -1,4 +1,4 @@
-"""`krex`'s command line: one subcommand per verb of the table (wire/verbs.py)
+"""`krex`'s command line: one subcommand per verb of the table (wire/protocol/verbs.py)
 plus the client-side ones (run, trace, keys, config, check-config, completion,
 bench), every one with `--json`.
 
@@ -14,9 +14,9 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from krex_runtime.transport.keys import CLIENT_KEY_ENV, SERVER_KEY_ENV
-from krex_runtime.wire import verbs
-from krex_runtime.wire.bodies import submit_modes
-from krex_runtime.wire.protocol import EXIT_KREX_ERROR, EXIT_SIGNAL_BASE, EXIT_TIMEOUT
+from krex_runtime.wire.protocol import verbs
+from krex_runtime.wire.protocol.bodies import submit_modes
+from krex_runtime.wire.protocol.envelope import EXIT_KREX_ERROR, EXIT_SIGNAL_BASE, EXIT_TIMEOUT
 
 COMPLETION_SHELLS = ("bash", "zsh", "fish", "tcsh", "powershell")
 

@@ -21,9 +21,9 @@ from rich.console import Console
 from krex_runtime.api import RequestFailed
 from krex_runtime.api.results import Result, malformed
 from krex_runtime.api.sync import Client, Handle
-from krex_runtime.wire import verbs
 from krex_runtime.wire.printable import printable
-from krex_runtime.wire.protocol import EXIT_KREX_ERROR
+from krex_runtime.wire.protocol import verbs
+from krex_runtime.wire.protocol.envelope import EXIT_KREX_ERROR
 from krex_runtime.wire.typed import ShapeError
 
 # rich's tables and live display, and the trace reader, load only for the
@@ -40,7 +40,7 @@ def emit_json(document: Any) -> None:
 
 
 def replied(verb: verbs.Verb, body: Any) -> dict[str, Any]:
-    """A reply as `krex` reads it (the verb's reply shape, wire/replies.py),
+    """A reply as `krex` reads it (the verb's reply shape, wire/protocol/replies.py),
     or ProtocolError (bad_message) naming what does not fit: one line, exit 125."""
     try:
         return verb.read_reply(body)
@@ -321,9 +321,9 @@ WITH_RUNTIME = {
 
 def trace_command(args: argparse.Namespace) -> int:
     from krex_runtime.cli.views import cluster_trace_view, trace_view
-    from krex_runtime.wire.cluster_trace import is_cluster_trace, read_cluster_trace, summarize_cluster
-    from krex_runtime.wire.trace import TraceError, read_trace
-    from krex_runtime.wire.trace_summary import summarize
+    from krex_runtime.wire.trace.cluster import is_cluster_trace, read_cluster_trace, summarize_cluster
+    from krex_runtime.wire.trace.jsonl import TraceError, read_trace
+    from krex_runtime.wire.trace.summary import summarize
 
     path = Path(args.file)
     cluster = is_cluster_trace(path)  # a directory: one trace per node (docs/trace-format.md)

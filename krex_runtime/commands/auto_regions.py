@@ -20,8 +20,8 @@ from krex_runtime.commands.job import Job
 from krex_runtime.commands.tenant_reports import Report, Reports
 from krex_runtime.node.config import RegionSection, auto_region_entry_problem
 from krex_runtime.tenant import env as names
-from krex_runtime.wire.bodies import SubmitBody
-from krex_runtime.wire.protocol import ErrorCode, ProtocolError
+from krex_runtime.wire.protocol.bodies import SubmitBody
+from krex_runtime.wire.protocol.envelope import ErrorCode, ProtocolError
 
 
 def check(body: SubmitBody) -> None:

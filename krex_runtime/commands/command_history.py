@@ -13,7 +13,7 @@ import logging
 from collections import deque
 
 from krex_runtime.commands.job import Job
-from krex_runtime.wire.protocol import ErrorCode, ProtocolError
+from krex_runtime.wire.protocol.envelope import ErrorCode, ProtocolError
 
 log = logging.getLogger("krex.dispatcher")
 

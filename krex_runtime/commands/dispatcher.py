@@ -45,10 +45,10 @@ from krex_runtime.node.config import Config
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.node.sink import EventSink
 from krex_runtime.tenant.pooled_entry import EntryError, parse_entry
-from krex_runtime.wire import events
-from krex_runtime.wire.bodies import SubmitBody
-from krex_runtime.wire.command_states import ended_state
-from krex_runtime.wire.protocol import ErrorCode, ProtocolError
+from krex_runtime.wire.protocol.bodies import SubmitBody
+from krex_runtime.wire.protocol.envelope import ErrorCode, ProtocolError
+from krex_runtime.wire.state import events
+from krex_runtime.wire.state.command_states import ended_state
 
 log = logging.getLogger("krex.dispatcher")
 

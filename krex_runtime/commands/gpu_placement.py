@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
-from krex_runtime.wire.bodies import SubmitBody
-from krex_runtime.wire.protocol import ErrorCode, ProtocolError
+from krex_runtime.wire.protocol.bodies import SubmitBody
+from krex_runtime.wire.protocol.envelope import ErrorCode, ProtocolError
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from krex_runtime.commands.output import OutputLoss
 from krex_runtime.host.identities import Identity
 from krex_runtime.node.config import environment_problem
 from krex_runtime.node.gpus import Gpu
-from krex_runtime.wire.bodies import SubmitBody
-from krex_runtime.wire.protocol import ErrorCode, ProtocolError
+from krex_runtime.wire.protocol.bodies import SubmitBody
+from krex_runtime.wire.protocol.envelope import ErrorCode, ProtocolError
 
 
 class RunningCommand(Protocol):

@@ -31,7 +31,7 @@ from krex_runtime.commands.process.command_process import CommandProcess
 from krex_runtime.host import cgroups
 from krex_runtime.node.config import Config
 from krex_runtime.node.gpus import Gpu
-from krex_runtime.wire import events
+from krex_runtime.wire.state import events
 
 EnvEdit = Callable[[dict[str, str]], dict[str, str]]
 

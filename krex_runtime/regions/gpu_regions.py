@@ -42,7 +42,7 @@ from krex_runtime.regions.region_settings import RegionSettings
 from krex_runtime.regions.region_shares import RegionShares
 from krex_runtime.regions.region_stats import ExitStats
 from krex_runtime.regions.requests import Entry, RegionRefused, Request
-from krex_runtime.wire import events
+from krex_runtime.wire.state import events
 
 log = logging.getLogger("krex.regions")
 

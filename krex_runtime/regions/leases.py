@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from krex_runtime.regions.region_manager import RegionManager
 from krex_runtime.regions.requests import OPERATOR, RegionRefused, Request
-from krex_runtime.wire.protocol import ErrorCode, ProtocolError
+from krex_runtime.wire.protocol.envelope import ErrorCode, ProtocolError
 
 
 class LeasedCommand(Protocol):

@@ -2,7 +2,7 @@
 into the `region_granted` / `region_released` events' fields only where the
 event is made (gpu_regions.py), so the trace keeps its names and values.
 
-Each field is one of the event's (krex_runtime/wire/events.py says what it
+Each field is one of the event's (krex_runtime/wire/state/events.py says what it
 means); a default is the event's own default, so a step that did not run, or
 a clock that could not be read, writes what the event would have written
 without it.

@@ -13,10 +13,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from krex_runtime.wire import events, protocol
-from krex_runtime.wire import state as node_state
-from krex_runtime.wire.model import NodeState
-from krex_runtime.wire.trace import TraceWriter
+from krex_runtime.wire.protocol import envelope as protocol
+from krex_runtime.wire.state import apply as node_state
+from krex_runtime.wire.state import events
+from krex_runtime.wire.state.model import NodeState
+from krex_runtime.wire.trace.jsonl import TraceWriter
 
 Publish = Callable[[bytes, Any], None]
 Observer = Callable[[dict[str, Any]], None]

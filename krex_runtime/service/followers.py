@@ -15,8 +15,8 @@ from krex_runtime.commands.job import Job
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.service.server import ControlServer, Peer
 from krex_runtime.telemetry.monitor import CANARY_RESTART_S, Telemetry
-from krex_runtime.wire import protocol
-from krex_runtime.wire.model import NodeState
+from krex_runtime.wire.protocol import envelope as protocol
+from krex_runtime.wire.state.model import NodeState
 
 log = logging.getLogger("krex.runtime")
 

@@ -1,7 +1,7 @@
 """The runtime's handler of each verb of the control protocol.
 
 The verbs themselves (body, whether they change state, CLI wording) are
-defined once in krex_runtime/wire/verbs.py; this module gives each its
+defined once in krex_runtime/wire/protocol/verbs.py; this module gives each its
 handler, and the server refuses to start unless every verb has exactly one.
 Refusals (read-only socket, tenants) happen before a handler runs
 (service/server.py); handlers refuse what the node cannot do.
@@ -26,9 +26,10 @@ from krex_runtime.service.event_log import EventLog
 from krex_runtime.service.followers import result_record
 from krex_runtime.service.node import Node
 from krex_runtime.service.server import Handler, Peer
-from krex_runtime.wire import endpoints, history, protocol, verbs
-from krex_runtime.wire.model import CommandInfo, GpuState
-from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request
+from krex_runtime.wire.protocol import endpoints, history, verbs
+from krex_runtime.wire.protocol import envelope as protocol
+from krex_runtime.wire.protocol.envelope import ErrorCode, ProtocolError, Request
+from krex_runtime.wire.state.model import CommandInfo, GpuState
 
 
 @dataclass

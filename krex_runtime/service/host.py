@@ -26,7 +26,7 @@ from krex_runtime.node.locks import Claim, ClaimError, claim
 from krex_runtime.regions import machinery
 from krex_runtime.service import curve
 from krex_runtime.sim import device_file
-from krex_runtime.wire import endpoints
+from krex_runtime.wire.protocol import endpoints
 
 log = logging.getLogger("krex.runtime")
 

@@ -46,7 +46,7 @@ from krex_runtime.sim import layout as sim_layout
 from krex_runtime.telemetry import gpu_processes, sources
 from krex_runtime.telemetry.clocks import Clocks
 from krex_runtime.telemetry.monitor import Telemetry
-from krex_runtime.wire import endpoints
+from krex_runtime.wire.protocol import endpoints
 
 REGION_SOCKET = "region.sock"
 

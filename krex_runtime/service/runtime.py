@@ -37,8 +37,9 @@ from krex_runtime.service.node import Node
 from krex_runtime.service.notify import Notifier
 from krex_runtime.service.server import ControlServer
 from krex_runtime.service.watchdog import Watchdog
-from krex_runtime.wire import endpoints, events
-from krex_runtime.wire.trace import TraceWriter, check_trace_path
+from krex_runtime.wire.protocol import endpoints
+from krex_runtime.wire.state import events
+from krex_runtime.wire.trace.jsonl import TraceWriter, check_trace_path
 
 if TYPE_CHECKING:
     from krex_runtime.telemetry.prometheus import MetricsServer

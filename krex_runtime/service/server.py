@@ -41,9 +41,10 @@ from krex_runtime.node.config import Config
 from krex_runtime.service import curve
 from krex_runtime.service.event_log import Encoded
 from krex_runtime.service.host import StartupError
-from krex_runtime.wire import endpoints, peers, protocol, serving, verbs
-from krex_runtime.wire.peers import Credentials
-from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request
+from krex_runtime.wire.protocol import endpoints, peers, serving, verbs
+from krex_runtime.wire.protocol import envelope as protocol
+from krex_runtime.wire.protocol.envelope import ErrorCode, ProtocolError, Request
+from krex_runtime.wire.protocol.peers import Credentials
 
 log = logging.getLogger("krex.runtime")
 

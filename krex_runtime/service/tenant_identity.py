@@ -18,8 +18,8 @@ from krex_runtime.host.cgroups import CgroupSlice
 from krex_runtime.node.access import TenantUser
 from krex_runtime.regions.channel import TenantIdentity
 from krex_runtime.service.server import Peer
-from krex_runtime.wire import peers
-from krex_runtime.wire.protocol import ErrorCode, ProtocolError
+from krex_runtime.wire.protocol import peers
+from krex_runtime.wire.protocol.envelope import ErrorCode, ProtocolError
 
 
 class Tenancy:

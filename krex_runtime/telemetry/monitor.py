@@ -26,7 +26,7 @@ from krex_runtime.node.sink import EventSink
 from krex_runtime.regions.gate.core import Gate
 from krex_runtime.telemetry import gpu_metrics
 from krex_runtime.telemetry.clocks import Clocks
-from krex_runtime.wire import events
+from krex_runtime.wire.state import events
 
 log = logging.getLogger("krex.telemetry")
 

@@ -30,8 +30,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from krex_runtime.wire.model import GpuState, NodeState
-from krex_runtime.wire.reducer import POOL_STATES
+from krex_runtime.wire.state.model import GpuState, NodeState
+from krex_runtime.wire.state.reducer import POOL_STATES
 from krex_runtime.wire.version import krex_version
 
 log = logging.getLogger("krex.metrics")

@@ -28,7 +28,7 @@ from krex_runtime.telemetry.amd_smi import AmdSmiProcesses, AmdSmiSampler
 from krex_runtime.telemetry.clocks import Clocks
 from krex_runtime.telemetry.gpu_metrics import METRICS, UnavailableSampler, sample_all
 from krex_runtime.testing.local_runtime import wait_until
-from krex_runtime.wire import state as node_state
+from krex_runtime.wire.state import apply as node_state
 
 FAKES = REPO / "tests" / "fakes"
 UUID = "GPU-5fc4a1b2-0000-1000-8000-00000000a0a1"

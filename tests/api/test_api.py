@@ -217,8 +217,8 @@ def test_package_stays_cheap_until_the_api_is_named() -> None:
 def test_command_regions_are_folded_kept_bounded_and_counted() -> None:
     """The result's regions come from the one reducer: grant and release of
     each, the first REGIONS_KEPT kept, all counted."""
-    from krex_runtime.wire import state as node_state
-    from krex_runtime.wire.model import REGIONS_KEPT
+    from krex_runtime.wire.state import apply as node_state
+    from krex_runtime.wire.state.model import REGIONS_KEPT
 
     s = node_state.NodeState()
     seq = iter(range(1, 10_000))

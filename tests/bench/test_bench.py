@@ -346,7 +346,7 @@ def test_a_suite_in_kernelbench_format_is_a_workload_read_where_it_is(tmp_path: 
 
 def test_the_regions_integrity_is_counted_per_setup(tmp_path: Path) -> None:
     from krex_bench.runner import integrity_findings
-    from krex_runtime.wire.trace import TraceWriter
+    from krex_runtime.wire.trace.jsonl import TraceWriter
 
     writer = TraceWriter(tmp_path / "trace.jsonl", {"node": "n"})
     writer.write({"seq": 1, "t": 1.0, "type": "runtime_started", "node": "n", "policy": "krex", "pid": 1, "gpus": [

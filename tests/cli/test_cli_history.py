@@ -17,7 +17,7 @@ from runtime_helpers import PY, module_runtime
 
 from krex_runtime.host.fair_share import key_of_user
 from krex_runtime.testing.local_runtime import Runtime, command
-from krex_runtime.wire import history
+from krex_runtime.wire.protocol import history
 
 
 @pytest.fixture(scope="module")

@@ -156,7 +156,7 @@ TENANT = """
 import asyncio
 import sys
 from krex_console import actions
-from krex_runtime.wire import verbs
+from krex_runtime.wire.protocol import verbs
 plan = actions.on_node(actions.plan(verbs.PAUSE, "Pause admission on", "GPU 0", {"gpu": 0}), sys.argv[2])
 print(asyncio.run(actions.perform(sys.argv[1], plan)).message)
 """

@@ -24,9 +24,9 @@ from krex_console.main import build_parser, make_app
 from krex_console.views.gpu_detail import GpuDetailScreen
 from krex_console.views.overview import OverviewTable
 from krex_console.views.table_sync import select_key
-from krex_runtime.wire import state as node_state
-from krex_runtime.wire.cluster_trace import read_cluster_trace
-from krex_runtime.wire.trace import replay
+from krex_runtime.wire.state import apply as node_state
+from krex_runtime.wire.trace.cluster import read_cluster_trace
+from krex_runtime.wire.trace.jsonl import replay
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 LONG = "gpu-node-with-a-rather-long-name-0042"

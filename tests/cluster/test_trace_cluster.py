@@ -15,8 +15,8 @@ import pytest
 from krex_cluster.trace import collect
 from krex_console.main import main as console_main
 from krex_runtime.testing.local_runtime import command, wait_until
-from krex_runtime.wire.cluster_trace import ClusterTraceError, read_cluster_trace
-from krex_runtime.wire.trace import TraceError, read_trace, replay
+from krex_runtime.wire.trace.cluster import ClusterTraceError, read_cluster_trace
+from krex_runtime.wire.trace.jsonl import TraceError, read_trace, replay
 
 FIXTURE = Path(__file__).resolve().parents[1] / "console" / "data" / "small-trace.jsonl"
 

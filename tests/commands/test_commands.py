@@ -13,7 +13,7 @@ import pytest
 from runtime_helpers import all_gone, tenant_processes, tree_pids
 
 from krex_runtime.testing.local_runtime import Runtime, wait_until
-from krex_runtime.wire.trace import read_trace
+from krex_runtime.wire.trace.jsonl import read_trace
 
 PY = sys.executable
 

@@ -18,7 +18,7 @@ from runtime_helpers import PY, TENANTS, krex_runtime, trace_events, wait_ready
 from krex_runtime.host.fair_share import AdmissionOrder, effective_key
 from krex_runtime.regions.region_shares import RegionShares
 from krex_runtime.testing.local_runtime import wait_until
-from krex_runtime.wire.trace import read_trace
+from krex_runtime.wire.trace.jsonl import read_trace
 
 
 def submit(rt: Any, share: str, go: Path, regions: int) -> str:

@@ -19,7 +19,7 @@ from runtime_helpers import TENANTS, tenant_processes
 from krex_runtime.api import Client, RequestFailed
 from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import Runtime, wait_until
-from krex_runtime.wire.trace import read_trace
+from krex_runtime.wire.trace.jsonl import read_trace
 
 PY = sys.executable
 SIZE = 4

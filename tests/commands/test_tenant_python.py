@@ -83,6 +83,6 @@ def test_any_python_a_command_runs_imports_the_region_client(make_runtime: Any, 
 
     # 3. The runtime's own Python (the project installed): every part still imports.
     seen = run_json(rt, sys.executable, "-c",
-                    "import json, krex_runtime, krex_runtime.wire.protocol, krex_runtime.client as c; "
+                    "import json, krex_runtime, krex_runtime.wire.protocol.envelope, krex_runtime.client as c; "
                     "print(json.dumps({'doc': bool(krex_runtime.__doc__), 'init': krex_runtime.__file__}))")
     assert seen["doc"] and seen["init"].endswith("krex_runtime/__init__.py"), seen

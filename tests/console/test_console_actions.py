@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from krex_console import actions
-from krex_runtime.wire import verbs
-from krex_runtime.wire.trace import read_trace, replay
+from krex_runtime.wire.protocol import verbs
+from krex_runtime.wire.trace.jsonl import read_trace, replay
 
 TRACE = Path(__file__).parent / "data" / "small-trace.jsonl"
 

@@ -33,8 +33,8 @@ from krex_console.feed import LiveFeed
 from krex_console.views import command_list, table_sync
 from krex_console.views.command_list import CommandsTable, matches
 from krex_console.widgets import FilterInput
-from krex_runtime.wire import protocol
-from krex_runtime.wire import state as node_state
+from krex_runtime.wire.protocol import envelope as protocol
+from krex_runtime.wire.state import apply as node_state
 
 SEED = 19
 STEPS = 50

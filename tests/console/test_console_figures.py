@@ -9,7 +9,7 @@ from pathlib import Path
 from krex_console.model import ConsoleModel, MetricHistory, gpu_figures
 from krex_console.views.gpu_detail import summarize_gpu
 from krex_console.views.overview import gpu_row
-from krex_runtime.wire.trace import read_trace, replay
+from krex_runtime.wire.trace.jsonl import read_trace, replay
 
 TRACE = Path(__file__).parent / "data" / "small-trace.jsonl"
 

@@ -1,7 +1,7 @@
 """The GPU view's line on forked mode's zygote and the pool's replacements."""
 
 from krex_console.views.gpu_detail import isolation_text
-from krex_runtime.wire.state import GpuState
+from krex_runtime.wire.state.apply import GpuState
 
 
 def gpu(**fields: object) -> GpuState:

@@ -32,7 +32,7 @@ from krex_console.views.events import EventsTable
 from krex_console.views.gpu_detail import GpuDetailScreen, RegionsTable, TenantsTable
 from krex_console.views.overview import OverviewTable
 from krex_console.views.table_sync import FittedTable
-from krex_runtime.wire.trace import Trace
+from krex_runtime.wire.trace.jsonl import Trace
 
 SIZES = [(80, 24), (120, 40)]
 # The overview's columns each size must show (by priority), whatever the values.

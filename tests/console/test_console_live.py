@@ -33,7 +33,7 @@ from krex_console.views.gpu_detail import GpuDetailScreen
 from krex_console.views.overview import OverviewTable
 from krex_console.views.table_sync import select_key, selected_key
 from krex_runtime.testing.local_runtime import Runtime
-from krex_runtime.wire import state as node_state
+from krex_runtime.wire.state import apply as node_state
 
 TALKER = ["sh", "-c", "echo hello-from-tenant; echo oops >&2; exec sleep 3600"]  # ends when killed
 

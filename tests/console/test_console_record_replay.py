@@ -13,7 +13,7 @@ from krex_console.app import KrexConsole
 from krex_console.feed import FeedStatus, ReplayFeed
 from krex_console.views.overview import OverviewTable
 from krex_runtime.testing.local_runtime import Runtime
-from krex_runtime.wire.trace import read_trace
+from krex_runtime.wire.trace.jsonl import read_trace
 
 WORKLOAD = [sys.executable, "-m", "krex_runtime.demo.candidate", "--import-s", "0.2", "--compile-s", "0.05",
             "--repeats", "60", "--kernel-us", "5000"]

@@ -21,8 +21,8 @@ from krex_console.feed import ReplayFeed
 from krex_console.main import build_parser, endpoints_for, make_app
 from krex_console.model import gpu_figures
 from krex_console.views.gpu_detail import GpuDetailScreen
-from krex_runtime.wire import state as node_state
-from krex_runtime.wire.trace import TraceWriter, read_trace, replay
+from krex_runtime.wire.state import apply as node_state
+from krex_runtime.wire.trace.jsonl import TraceWriter, read_trace, replay
 
 TRACE = Path(__file__).parent / "data" / "small-trace.jsonl"
 

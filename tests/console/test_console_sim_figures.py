@@ -24,7 +24,7 @@ from krex_console.views.events import EventsTable
 from krex_console.views.gpu_detail import GpuDetailScreen
 from krex_runtime.sim import layout as sim_layout
 from krex_runtime.testing.local_runtime import Runtime
-from krex_runtime.wire.trace import read_trace
+from krex_runtime.wire.trace.jsonl import read_trace
 
 PY = sys.executable
 SIZE = (80, 24)

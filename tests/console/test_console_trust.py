@@ -5,7 +5,7 @@ each share key's part of its region time (GPU detail)."""
 from __future__ import annotations
 
 from krex_console.views.command_list import command_row
-from krex_runtime.wire.model import CommandInfo
+from krex_runtime.wire.state.model import CommandInfo
 
 
 def test_unprotected_timings_show_in_the_exit_cell() -> None:
@@ -17,7 +17,7 @@ def test_unprotected_timings_show_in_the_exit_cell() -> None:
 
 def test_the_gpu_detail_counts_verified_regions() -> None:
     from krex_console.views.gpu_detail import verdict_text
-    from krex_runtime.wire.model import GpuState
+    from krex_runtime.wire.state.model import GpuState
 
     gpu = GpuState(index=0, uuid="GPU-0", name="sim", memory_total=1, simulated=True, slots=1)
     assert verdict_text(gpu) == ""
@@ -30,7 +30,7 @@ def test_the_gpu_detail_counts_verified_regions() -> None:
 
 def test_the_gpu_detail_shows_each_share_keys_region_time() -> None:
     from krex_console.views.gpu_detail import share_text
-    from krex_runtime.wire.model import GpuState
+    from krex_runtime.wire.state.model import GpuState
 
     gpu = GpuState(index=0, uuid="GPU-0", name="sim", memory_total=1, simulated=True, slots=1)
     assert share_text(gpu) == ""

@@ -23,9 +23,10 @@ from runtime_helpers import stop_and_check
 
 from krex_runtime.service import handlers
 from krex_runtime.testing.local_runtime import Runtime, wait_until
-from krex_runtime.wire import protocol, verbs
-from krex_runtime.wire.protocol import FINAL_STATES, REQUESTS, ErrorCode, ProtocolError, Request
-from krex_runtime.wire.trace import read_trace
+from krex_runtime.wire.protocol import envelope as protocol
+from krex_runtime.wire.protocol import verbs
+from krex_runtime.wire.protocol.envelope import FINAL_STATES, REQUESTS, ErrorCode, ProtocolError, Request
+from krex_runtime.wire.trace.jsonl import read_trace
 
 MAX_BYTES = 1 << 20  # runtime.max_message_bytes, the default
 CODES = {v for k, v in vars(ErrorCode).items() if not k.startswith("_")}

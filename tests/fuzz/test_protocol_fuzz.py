@@ -10,8 +10,8 @@ from fuzz_helpers import JUNK, TEXT, budget, mangled_fields, valid_fields
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from krex_runtime.wire import protocol
-from krex_runtime.wire.protocol import REQUESTS, ErrorCode, ProtocolError, Request
+from krex_runtime.wire.protocol import envelope as protocol
+from krex_runtime.wire.protocol.envelope import REQUESTS, ErrorCode, ProtocolError, Request
 from krex_runtime.wire.typed import to_dict
 
 MAX_BYTES = 4096

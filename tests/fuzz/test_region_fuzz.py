@@ -31,7 +31,7 @@ from region_checks import check_nothing_left
 from runtime_helpers import REPO, stop_and_check
 
 from krex_runtime.testing.local_runtime import Runtime, wait_until
-from krex_runtime.wire.trace import read_trace
+from krex_runtime.wire.trace.jsonl import read_trace
 
 PY = sys.executable
 DONOR = REPO / "tests" / "tenants" / "region_donor.py"

@@ -21,10 +21,10 @@ from krex_console.feed import EventLog, ReplayFeed
 from krex_console.model import gpu_figures
 from krex_console.views.events import detail, subject
 from krex_runtime.testing.local_runtime import command
-from krex_runtime.wire import events, reducer
-from krex_runtime.wire.event_check import SHAPES
-from krex_runtime.wire.trace import FORMAT, FORMAT_VERSION, TraceError, read_trace, replay
-from krex_runtime.wire.trace_summary import summarize
+from krex_runtime.wire.state import events, reducer
+from krex_runtime.wire.state.event_check import SHAPES
+from krex_runtime.wire.trace.jsonl import FORMAT, FORMAT_VERSION, TraceError, read_trace, replay
+from krex_runtime.wire.trace.summary import summarize
 
 HERE = Path(__file__).resolve().parent
 # Two real recorded traces: the console's fixture, and one with every kind of event.

@@ -15,7 +15,7 @@ import pytest
 from runtime_helpers import Answer, push, reply
 
 from krex_runtime.api import AsyncClient, Client, ProtocolError, RuntimeUnavailable, aio
-from krex_runtime.wire.verbs import LEASE_WAIT_S
+from krex_runtime.wire.protocol.verbs import LEASE_WAIT_S
 
 RESULT = {"id": "c-1", "state": "finished", "exit_code": 0, "signal": None, "reason": "", "gpu": 0, "label": "",
           "mode": "process", "submitted_at": 1.0, "started_at": 1.0, "finished_at": 2.0, "queue_s": 0.0,

@@ -21,8 +21,9 @@ from runtime_helpers import PY, TENANTS, busy, cgroup_root, finish, frozen_cgrou
 
 from krex_runtime.regions.gate.core import Gate, GateError
 from krex_runtime.testing.local_runtime import wait_until
-from krex_runtime.wire import endpoints, protocol
-from krex_runtime.wire.trace import read_trace
+from krex_runtime.wire.protocol import endpoints
+from krex_runtime.wire.protocol import envelope as protocol
+from krex_runtime.wire.trace.jsonl import read_trace
 
 STALE_AFTER_S = 3.0
 # Bounds of the flood; it is stopped as soon as what it must not delay has happened.

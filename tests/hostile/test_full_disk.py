@@ -18,7 +18,7 @@ import pytest
 from runtime_helpers import PY
 
 from krex_runtime.testing.local_runtime import Runtime, wait_until
-from krex_runtime.wire.trace import read_trace
+from krex_runtime.wire.trace.jsonl import read_trace
 
 BYTES = 300_000  # more than a pipe holds: a writer that nobody drains blocks
 # Writes, says so by a file (its argument) once the pipe took all but the last pipeful, then hangs.

@@ -18,7 +18,8 @@ from control_flood import Flood
 from zmq.utils.monitor import recv_monitor_message
 
 from krex_runtime.testing.local_runtime import wait_until
-from krex_runtime.wire import endpoints, protocol
+from krex_runtime.wire.protocol import endpoints
+from krex_runtime.wire.protocol import envelope as protocol
 
 LIMIT = 65536  # runtime.max_message_bytes of these runtimes
 

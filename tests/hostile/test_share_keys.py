@@ -27,7 +27,7 @@ from krex_runtime.api import Client
 from krex_runtime.service.curve import create_key_pair
 from krex_runtime.testing.local_runtime import Runtime, wait_until
 from krex_runtime.transport.keys import CLIENT_KEY_ENV, SERVER_KEY_ENV
-from krex_runtime.wire.trace import read_trace
+from krex_runtime.wire.trace.jsonl import read_trace
 
 GAMER, STEADY = 62300, 62301  # submitters' uids, no account: their share keys are "uid62300"...
 GROUP = "users"  # runtime.access_group: its members reach the control socket

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from krex_runtime.wire.trace import TraceWriter, read_trace, replay, segments
+from krex_runtime.wire.trace.jsonl import TraceWriter, read_trace, replay, segments
 
 
 def _types(path: Path) -> list[str]:

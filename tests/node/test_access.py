@@ -28,7 +28,8 @@ from krex_runtime.node import access
 from krex_runtime.node.config import Config, RuntimeSection
 from krex_runtime.testing.local_runtime import Runtime, command
 from krex_runtime.transport.keys import CLIENT_KEY_ENV, SERVER_KEY_ENV, use_curve
-from krex_runtime.wire import endpoints, protocol
+from krex_runtime.wire.protocol import endpoints
+from krex_runtime.wire.protocol import envelope as protocol
 
 KREX = command("krex")
 

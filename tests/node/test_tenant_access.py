@@ -19,8 +19,9 @@ from runtime_helpers import REPO, start_refused
 
 from krex_runtime.node.config import Config
 from krex_runtime.testing.local_runtime import Runtime, command, wait_until
-from krex_runtime.wire import endpoints, protocol
-from krex_runtime.wire.trace import read_trace
+from krex_runtime.wire.protocol import endpoints
+from krex_runtime.wire.protocol import envelope as protocol
+from krex_runtime.wire.trace.jsonl import read_trace
 
 KREX = command("krex")
 

@@ -20,7 +20,7 @@ from krex_runtime.commands import auto_regions
 from krex_runtime.node.config import Config, ConfigError, RegionSection, validate
 from krex_runtime.sim.execution_log import read_execution_log
 from krex_runtime.testing.local_runtime import Runtime, command, wait_until
-from krex_runtime.wire.bodies import SubmitBody
+from krex_runtime.wire.protocol.bodies import SubmitBody
 
 HARNESS = TENANTS / "harness"
 CANDIDATE = str(TENANTS / "auto_candidate.py")

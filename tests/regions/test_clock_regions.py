@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from krex_runtime.regions.entry.settle import settle
-from krex_runtime.wire import state as node_state
-from krex_runtime.wire.trace import read_trace
+from krex_runtime.wire.state import apply as node_state
+from krex_runtime.wire.trace.jsonl import read_trace
 
 PY = sys.executable
 BOUND_S = 1.0
@@ -117,7 +117,7 @@ def test_off_clock_regions_settle_to_the_bound_and_say_so(make_runtime, tmp_path
     assert short["settle_max_s"] == 0.2 and short["settle_s"] >= 0.2 and short["on_clock"] is False
     assert second["settle_max_s"] == BOUND_S
     # `krex trace` counts the regions that waited and the GPU time it cost.
-    from krex_runtime.wire.trace_summary import summarize
+    from krex_runtime.wire.trace.summary import summarize
 
     waits = [e["settle_s"] for e in granted.values() if e["settle_s"]]
     gpu = summarize(read_trace(rt.trace_path))["regions_per_gpu"]["0"]

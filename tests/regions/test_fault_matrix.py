@@ -42,7 +42,7 @@ from krex_runtime.host.cgroups import CgroupSlice
 from krex_runtime.regions.freezer import CgroupV2Freezer, Target
 from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import Runtime, wait_until
-from krex_runtime.wire.trace import read_trace
+from krex_runtime.wire.trace.jsonl import read_trace
 
 # fault -> the tests that provoke it and check its outcome (paths under tests/).
 MATRIX = {

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from krex_runtime.regions.region_stats import EntryStats, ExitStats
-from krex_runtime.wire import events
-from krex_runtime.wire.event_base import to_wire
+from krex_runtime.wire.state import events
+from krex_runtime.wire.state.event_base import to_wire
 
 FULL_CLOCK = {
     "sm_clock_mhz": 1980.0, "throttle": ["sw_power_cap"], "power_w": 512.5, "temp_c": 61.0,

@@ -9,8 +9,8 @@ import pytest
 from runtime_helpers import REPO, busy, wait_ready
 
 from krex_runtime.testing.local_runtime import Runtime, wait_until
-from krex_runtime.wire import state as node_state
-from krex_runtime.wire.trace import read_trace
+from krex_runtime.wire.state import apply as node_state
+from krex_runtime.wire.trace.jsonl import read_trace
 
 PY = sys.executable
 TENANTS = REPO / "tests" / "tenants"

@@ -8,9 +8,9 @@ import time
 import zmq
 
 from krex_runtime.testing.local_runtime import Runtime
-from krex_runtime.wire import protocol
-from krex_runtime.wire import state as node_state
-from krex_runtime.wire.trace import read_trace, replay
+from krex_runtime.wire.protocol import envelope as protocol
+from krex_runtime.wire.state import apply as node_state
+from krex_runtime.wire.trace.jsonl import read_trace, replay
 
 
 def _comparable(state: node_state.NodeState) -> dict:

@@ -1,4 +1,4 @@
-"""The event registry (krex_runtime/wire/events.py): every event has a reducer,
+"""The event registry (krex_runtime/wire/state/events.py): every event has a reducer,
 the docs' table is the registry's, recorded traces have the classes' shapes,
 and a trace's events are checked against their classes."""
 
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from krex_runtime.wire import events
-from krex_runtime.wire.event_check import SHAPES, EventError, UnknownEvent, check_event
+from krex_runtime.wire.state import events
+from krex_runtime.wire.state.event_check import SHAPES, EventError, UnknownEvent, check_event
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = [ROOT / "tests" / "console" / "data" / "small-trace.jsonl", ROOT / "tests" / "fuzz" / "data" /
             "rich-trace.jsonl"]
-TABLE_START = "<!-- events table: printed by `python -m krex_runtime.wire.events --markdown`"
+TABLE_START = "<!-- events table: printed by `python -m krex_runtime.wire.state.events --markdown`"
 TABLE_END = "<!-- end of events table -->"
 
 
@@ -34,15 +34,15 @@ def test_the_docs_table_is_the_registrys() -> None:
     start = doc.index("\n", doc.index(TABLE_START)) + 1
     assert doc[start:doc.index(TABLE_END)] == events.markdown_table(), (
         "docs/trace-format.md's event table is stale: "
-        "paste `python -m krex_runtime.wire.events --markdown` between its markers"
+        "paste `python -m krex_runtime.wire.state.events --markdown` between its markers"
     )
-    printed = subprocess.run([sys.executable, "-m", "krex_runtime.wire.events", "--markdown"], cwd=ROOT,
+    printed = subprocess.run([sys.executable, "-m", "krex_runtime.wire.state.events", "--markdown"], cwd=ROOT,
                              capture_output=True, text=True, check=True)
     assert printed.stdout == events.markdown_table() and printed.stderr == ""
 
 
 def test_importing_the_registry_prints_nothing() -> None:
-    done = subprocess.run([sys.executable, "-c", "import krex_runtime.wire.events"], cwd=ROOT, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", "import krex_runtime.wire.state.events"], cwd=ROOT, capture_output=True,
                           text=True)
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
@@ -96,7 +96,7 @@ def test_check_event_is_as_strict_as_the_reducer_needs() -> None:
 def test_a_restart_in_a_trace_ends_what_the_earlier_run_left() -> None:
     """Replaying a restarted runtime's trace: the earlier run's queued and
     running commands ended with it, instead of showing as running forever."""
-    from krex_runtime.wire import state as node_state
+    from krex_runtime.wire.state import apply as node_state
 
     s = node_state.NodeState()
     seq = iter(range(1, 100))
@@ -119,7 +119,7 @@ def test_a_restart_in_a_trace_ends_what_the_earlier_run_left() -> None:
 def test_an_id_a_restarted_runtime_gives_again_does_not_age_out_its_new_command() -> None:
     """A trace with a restart whose ids repeat the earlier run's: the earlier
     command's place in the ageing order must not drop the new, queued one."""
-    from krex_runtime.wire import state as node_state
+    from krex_runtime.wire.state import apply as node_state
 
     s = node_state.NodeState()
     seq = iter(range(1, 100))

@@ -9,7 +9,7 @@ import pytest
 
 from krex_runtime.api import Client
 from krex_runtime.testing.local_runtime import Runtime
-from krex_runtime.wire import protocol
+from krex_runtime.wire.protocol import envelope as protocol
 
 
 def _reply_to_raw(client: Client, frame: bytes) -> dict:
@@ -120,12 +120,12 @@ def test_read_only_socket_refuses_changes(runtime: Runtime) -> None:
 
 
 def test_the_protocol_doc_lists_every_verb_as_the_verb_table_defines_it() -> None:
-    """docs/protocol.md's request table names each verb of wire/verbs.py, with
+    """docs/protocol.md's request table names each verb of wire/protocol/verbs.py, with
     'refused' on the read-only socket exactly for the verbs that change state."""
     import re
     from pathlib import Path
 
-    from krex_runtime.wire import verbs
+    from krex_runtime.wire.protocol import verbs
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
     rows: dict[str, str] = {}

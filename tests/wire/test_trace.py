@@ -13,7 +13,7 @@ import pytest
 from runtime_helpers import REPO
 
 from krex_runtime.testing.local_runtime import Runtime, command, wait_until
-from krex_runtime.wire.trace import FORMAT, FORMAT_VERSION, GAP, read_trace, replay
+from krex_runtime.wire.trace.jsonl import FORMAT, FORMAT_VERSION, GAP, read_trace, replay
 
 
 def test_header_and_events(runtime: Runtime) -> None:

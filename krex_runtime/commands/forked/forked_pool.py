@@ -40,7 +40,7 @@ from krex_runtime.node.config import PoolSection
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.node.sink import EventSink
 from krex_runtime.tenant.worker_link import ZYGOTE_MESSAGES, LinkError, Verifier, hello, new_key
-from krex_runtime.wire import events
+from krex_runtime.wire.state import events
 
 log = logging.getLogger("krex.zygote")
 

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from krex_runtime.node.config.sections import Config
-from krex_runtime.wire.endpoints import client_run_dir, default_run_dir
+from krex_runtime.wire.protocol.endpoints import client_run_dir, default_run_dir
 
 
 def resolve_run_dir(config: Config) -> Path:

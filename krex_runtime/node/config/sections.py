@@ -10,7 +10,7 @@ import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from krex_runtime.wire.bodies import Mode
+from krex_runtime.wire.protocol.bodies import Mode
 
 Policy = Literal["command", "ungated", "krex"]
 POLICIES: tuple[str, ...] = ("command", "ungated", "krex")

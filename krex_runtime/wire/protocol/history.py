@@ -10,8 +10,8 @@ import time
 from datetime import datetime
 from typing import Any
 
-from krex_runtime.wire.command_states import ended_state
 from krex_runtime.wire.printable import printable
+from krex_runtime.wire.state.command_states import ended_state
 
 FINAL_STATES = ("finished", "failed", "cancelled", "timeout")
 STATE_GROUPS = {"active": ("queued", "running"), "ended": FINAL_STATES}

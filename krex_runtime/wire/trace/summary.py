@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from krex_runtime.wire import state as node_state
-from krex_runtime.wire.model import NodeState
-from krex_runtime.wire.trace import Trace
+from krex_runtime.wire.state import apply as node_state
+from krex_runtime.wire.state.model import NodeState
+from krex_runtime.wire.trace.jsonl import Trace
 
 
 def summarize(trace: Trace) -> dict[str, Any]:

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from krex_runtime.wire.trace import Trace, TraceError, read_trace
-from krex_runtime.wire.trace_summary import summarize
+from krex_runtime.wire.trace.jsonl import Trace, TraceError, read_trace
+from krex_runtime.wire.trace.summary import summarize
 
 SUFFIX = ".jsonl"
 NODE_TRACE = "trace.jsonl"  # inside a node's folder

@@ -2,10 +2,10 @@
 
 An emitter builds the dataclass (`emit(events.CommandQueued(id=..., ...))`); the
 runtime turns it into its wire dict (`to_wire`), adds `seq` and `t`, folds it
-(wire/reducer.py), traces and publishes it. `EVENTS` maps each wire type name to
-its class (the registry's machinery is wire/event_base.py); wire/event_check.py
+(wire/state/reducer.py), traces and publishes it. `EVENTS` maps each wire type name to
+its class (the registry's machinery is wire/state/event_base.py); wire/state/event_check.py
 derives from the classes what a trace's events must hold, and docs/trace-format.md's table is printed from them (`python -m
-krex_runtime.wire.events --markdown`; a test keeps the two the same). Field order
+krex_runtime.wire.state.events --markdown`; a test keeps the two the same). Field order
 is the order of the keys on the wire; a new event type or field bumps the trace
 format version.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # The registry's machinery, re-exported: emitters and readers use `events.X`.
-from krex_runtime.wire.event_base import EVENTS, Event, event, markdown_table, note, to_wire, unread
+from krex_runtime.wire.state.event_base import EVENTS, Event, event, markdown_table, note, to_wire, unread
 
 __all__ = ["EVENTS", "Event", "event", "markdown_table", "note", "to_wire", "unread"]
 
@@ -395,5 +395,5 @@ class TraceGap(Event):
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--markdown"]:
-        sys.exit("usage: python -m krex_runtime.wire.events --markdown")
+        sys.exit("usage: python -m krex_runtime.wire.state.events --markdown")
     sys.stdout.write(markdown_table())

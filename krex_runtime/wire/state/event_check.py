@@ -1,5 +1,5 @@
 """Checking an event that comes from outside (a trace file) against its class
-in wire/events.py before the reducer folds it.
+in wire/state/events.py before the reducer folds it.
 
 Only the fields the reducer reads are checked (a field made with
 `events.unread` passes as it is), as are unknown extra fields: a trace must
@@ -12,7 +12,7 @@ import types
 import typing
 from typing import Any
 
-from krex_runtime.wire.events import EVENTS, Event, RuntimeStarted, TraceGap
+from krex_runtime.wire.state.events import EVENTS, Event, RuntimeStarted, TraceGap
 
 
 class EventError(ValueError):

@@ -17,8 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from krex_runtime.wire import history, replies
-from krex_runtime.wire.bodies import (
+from krex_runtime.wire.printable import printable
+from krex_runtime.wire.protocol import history, replies
+from krex_runtime.wire.protocol.bodies import (
     CommandRef,
     EmptyBody,
     GpuRef,
@@ -32,7 +33,6 @@ from krex_runtime.wire.bodies import (
     SubmitBody,
     WaitBody,
 )
-from krex_runtime.wire.printable import printable
 from krex_runtime.wire.typed import from_dict, to_dict
 
 
@@ -60,7 +60,7 @@ class Verb:
     confirm: str = ""  # what the console's confirm dialog explains; "" when the console does not offer it
     wait_s: float = REPLY_WAIT_S  # how long a client waits for the reply
     aliases: tuple[str, ...] = ()  # other names of its `krex` subcommand
-    reply: type | None = None  # the shape of its reply that `krex` reads (wire/replies.py)
+    reply: type | None = None  # the shape of its reply that `krex` reads (wire/protocol/replies.py)
 
     @property
     def on_cli(self) -> bool:

@@ -3,8 +3,8 @@ dict, as the trace and the PUB socket carry it) into a NodeState.
 
 The runtime folds every event it emits to build its snapshots, the console
 the events it receives, replay a trace's events: all through
-`krex_runtime.wire.state.apply`, which looks the function up here. Every
-event class of wire/events.py has one (a test checks).
+`krex_runtime.wire.state.apply.apply`, which looks the function up here. Every
+event class of wire/state/events.py has one (a test checks).
 
 A reducer updates the state in place: with hundreds of thousands of
 commands a day, copying the whole state per event would cost more than the
@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from krex_runtime.wire import events
-from krex_runtime.wire.command_states import ended_state
-from krex_runtime.wire.event_check import EventError, describe
-from krex_runtime.wire.events import DEFAULT_KEEP_FINISHED
-from krex_runtime.wire.model import REGIONS_KEPT, CommandInfo, GpuState, NodeState
+from krex_runtime.wire.state import events
+from krex_runtime.wire.state.command_states import ended_state
+from krex_runtime.wire.state.event_check import EventError, describe
+from krex_runtime.wire.state.events import DEFAULT_KEEP_FINISHED
+from krex_runtime.wire.state.model import REGIONS_KEPT, CommandInfo, GpuState, NodeState
 
 Reducer = Callable[[NodeState, dict[str, Any]], None]
 # What runtime_started says of each GPU that the state keeps as it is.

@@ -24,7 +24,7 @@ class CommandStateReply:
 
 @dataclass(frozen=True)
 class ListedCommand:
-    """One row of `ls` (wire/history.py, `row`)."""
+    """One row of `ls` (wire/protocol/history.py, `row`)."""
 
     id: str
     state: str | None = None

@@ -1,6 +1,6 @@
 """The shape of a node's state: its GPUs, its commands and the node itself.
 
-wire/reducer.py folds events into it; wire/state.py gathers what readers use
+wire/state/reducer.py folds events into it; wire/state/apply.py gathers what readers use
 (these classes, `apply`, snapshots).
 """
 
@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from krex_runtime.wire.events import DEFAULT_KEEP_FINISHED
+from krex_runtime.wire.state.events import DEFAULT_KEEP_FINISHED
 
 # Regions kept per command: a timing loop that enters a region per iteration
 # must not grow the node state (and every snapshot) without bound.

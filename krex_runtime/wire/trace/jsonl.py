@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from krex_runtime.wire import events
-from krex_runtime.wire import state as node_state
-from krex_runtime.wire.event_check import EventError, check_event, check_fields
-from krex_runtime.wire.model import NodeState
-from krex_runtime.wire.trace_segments import move_aside, segments
+from krex_runtime.wire.state import apply as node_state
+from krex_runtime.wire.state import events
+from krex_runtime.wire.state.event_check import EventError, check_event, check_fields
+from krex_runtime.wire.state.model import NodeState
+from krex_runtime.wire.trace.segments import move_aside, segments
 
 FORMAT = "krex-trace"
 FORMAT_VERSION = 5

@@ -1,4 +1,4 @@
-"""The machinery of the event registry (wire/events.py holds the events):
+"""The machinery of the event registry (wire/state/events.py holds the events):
 the `Event` base, the `@event` decorator that registers a class in `EVENTS`,
 the field notes the docs' table prints, the wire form of an event and that
 table. Kept apart so that events.py is the list of events and nothing else.

@@ -16,8 +16,9 @@ import logging
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Any
 
-from krex_runtime.wire import protocol, verbs
-from krex_runtime.wire.protocol import ErrorCode, ProtocolError, Request
+from krex_runtime.wire.protocol import envelope as protocol
+from krex_runtime.wire.protocol import verbs
+from krex_runtime.wire.protocol.envelope import ErrorCode, ProtocolError, Request
 
 # A refused request's id is read only from a message this small (parsing a
 # large one would cost what the refusal saves).

@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from krex_runtime.wire.protocol.verbs import VERBS
 from krex_runtime.wire.typed import ShapeError, from_dict, to_dict
-from krex_runtime.wire.verbs import VERBS
 
 VERSION = 1
 

@@ -3,8 +3,8 @@
 The runtime applies every event it emits here to build its snapshots; the
 console applies the events it receives, and replay applies a trace's events,
 with this same function. Events arrive as plain dicts (they are JSON lines in
-the trace); wire/events.py defines them, wire/reducer.py folds each type, and
-wire/model.py holds the state's classes, which this module gathers for readers.
+the trace); wire/state/events.py defines them, wire/state/reducer.py folds each type, and
+wire/state/model.py holds the state's classes, which this module gathers for readers.
 
 `apply` updates the state in place and returns it; `clone` makes the deep copy
 a caller that needs an older state keeps.
@@ -16,10 +16,10 @@ import copy
 from collections import deque
 from typing import Any
 
-from krex_runtime.wire.event_check import UnknownEvent
-from krex_runtime.wire.events import EVENTS
-from krex_runtime.wire.model import CommandInfo, GpuState, NodeState
-from krex_runtime.wire.reducer import REDUCERS
+from krex_runtime.wire.state.event_check import UnknownEvent
+from krex_runtime.wire.state.events import EVENTS
+from krex_runtime.wire.state.model import CommandInfo, GpuState, NodeState
+from krex_runtime.wire.state.reducer import REDUCERS
 
 
 def apply(state: NodeState, event: dict[str, Any]) -> NodeState:
