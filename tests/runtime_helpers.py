@@ -7,6 +7,7 @@ import functools
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from typing import Any
 
 import psutil
 import zmq
-from region_checks import is_frozen
+from region_checks import check_nothing_left, is_frozen
 
 from krex_runtime.host.cgroups import CgroupSlice
 from krex_runtime.regions.freezer import is_stopped
@@ -58,6 +59,33 @@ def pool_and_zygote_ready(rt: Runtime, idle: int) -> bool:
     with rt.client() as c:
         gpu = c.call("snapshot")["state"]["gpus"][0]
     return gpu["pool"]["idle"] == idle and gpu["zygote"].get("state") == "ready"
+
+
+def served_once_the_pool_is_ready(rt: Runtime, idle: int) -> Iterator[Runtime]:
+    """For a module's fixture (`yield from`): the started runtime `rt`, once
+    GPU 0's pool has `idle` idle processes and its zygote is ready; stopped
+    and checked after the module."""
+    try:
+        wait_until(lambda: pool_and_zygote_ready(rt, idle), 60, "the pool and the zygote to be ready")
+        yield rt
+    finally:
+        stop_and_check(rt)
+
+
+def check_hold_limit_outcome(rt: Runtime, done: subprocess.CompletedProcess[str], holder: str, action: str,
+                             others: list[str]) -> None:
+    """A holder past the hold limit: revoked, its command finishes (exit 0) with
+    ETIMEDOUT from its region; killed, it is cancelled. Either way nothing is
+    left, nothing frozen; then the others are finished."""
+    if action == "revoke":
+        result = json.loads(done.stdout)
+        assert result["state"] == "finished" and result["exit_code"] == 0, result
+        assert region_results(output(rt, holder))[0]["error"] == "ETIMEDOUT"
+    else:
+        assert json.loads(done.stdout)["state"] == "cancelled"
+    check_nothing_left(rt.run_dir)
+    assert frozen_cgroups(cgroup_root(rt)) == []
+    finish(rt, *others)
 
 
 def stop_and_check(rt: Runtime) -> None:
@@ -275,6 +303,19 @@ def module_runtime(folder: Path, **settings: object) -> Iterator[Runtime]:
 # Fault tests state their bound: everything is thawed and reopened within this
 # long of the fault (the heartbeat bound the tests use is 1 s).
 RECOVERY_BOUND_S = 10.0
+
+
+def killed_for_the_watchdog(rt: Runtime, base: Any, bound_s: float) -> list[str]:
+    """SIGKILLs the runtime and waits for its watchdog to thaw and reopen, then
+    to end its commands and remove what it left (`base`: hygiene.baseline()
+    before it started). Returns what the watchdog said it did, one line each."""
+    assert rt.proc is not None
+    pid = rt.proc.pid
+    rt.stop(signal.SIGKILL)
+    wait_until(lambda: hygiene.held_back(rt.run_dir) == [], bound_s, "the watchdog to thaw and reopen")
+    wait_until(lambda: hygiene.leftovers(rt.run_dir, rt.lock_dir, base) == [], bound_s,
+               "the watchdog to end the dead runtime's commands and remove its slice, gates and sockets")
+    return re.findall(rf"^krex-runtime watchdog: runtime pid {pid} died: (.*)$", rt.log_path.read_text(), re.M)
 
 
 def stop_the_first(rt: Runtime, others: list[str]) -> int:

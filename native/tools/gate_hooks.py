@@ -35,3 +35,20 @@ def hooks(prefix: str, ok: str, sync_all: tuple[str, ...]) -> dict[str, tuple[st
     device (API-neutral, as the keys above)."""
     named = dict(_HOOKS) | {name: _SYNC_ALL for name in sync_all}
     return {prefix + name: (before.format(ok=ok), after.format(ok=ok)) for name, (before, after) in named.items()}
+
+
+def gated_call(i: int, tracked: bool, before: str, after: str, result: str, call: str) -> list[str]:
+    """The body of a gated entry point from the gate onwards, for either
+    vendor: enter the gate (or the tracker), the hooks around the real call
+    (`outer` tells them the call is not nested in another gated one), leave,
+    return. `result`: the vendor's result type; `call`: the real call."""
+    out = [f"    int token = krex_track_enter({i});" if tracked else f"    int token = krex_gate_enter({i});"]
+    if before or after:
+        out.append("    int outer = token != KREX_TOKEN_NESTED;")
+    if before:
+        out.append(f"    {before}")
+    out.append(f"    {result} r = {call};")
+    if after:
+        out.append(f"    {after}")
+    out += ["    krex_track_leave(token);" if tracked else f"    krex_gate_leave({i}, token);", "    return r;", "}", ""]
+    return out

@@ -33,7 +33,7 @@ import sys
 from dataclasses import dataclass
 
 from cuda_header import PROTOTYPE, base_name, cuda_version, param_name, preprocess, split_params
-from gate_hooks import hooks
+from gate_hooks import gated_call, hooks
 from generated_file import write_or_check
 
 # (class, base-name pattern). First match wins; order matters (host functions
@@ -221,22 +221,7 @@ def render(variants: list[Variant], version: str) -> str:
         if function:
             # Before the gate: the load is a module-class call of its own.
             out.append(f"    krex_load_before_launch({function});")
-        out += [
-            f"    int token = krex_track_enter({i});" if tracked else f"    int token = krex_gate_enter({i});",
-        ]
-        if before or after:
-            out.append("    int outer = token != KREX_TOKEN_NESTED;")
-        if before:
-            out.append(f"    {before}")
-        out.append(f"    CUresult r = real({call_args});")
-        if after:
-            out.append(f"    {after}")
-        out += [
-            "    krex_track_leave(token);" if tracked else f"    krex_gate_leave({i}, token);",
-            "    return r;",
-            "}",
-            "",
-        ]
+        out += gated_call(i, tracked, before, after, "CUresult", f"real({call_args})")
     out.append(f"const unsigned krex_gated_count = {len(variants)};")
     out.append("")
     out.append("const struct krex_gated_fn krex_gated_fns[] = {")

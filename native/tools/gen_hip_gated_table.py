@@ -32,7 +32,7 @@ import tempfile
 from dataclasses import dataclass
 
 from cuda_header import param_name, split_params
-from gate_hooks import hooks
+from gate_hooks import gated_call, hooks
 from generated_file import write_or_check
 
 PLATFORM = "-D__HIP_PLATFORM_AMD__"
@@ -210,16 +210,7 @@ def render(variants: list[Variant], version: str) -> str:
         if v.klass != "KREX_CLASS_CONTEXT":
             # HIP initialises itself inside its first call: make that a context-class call.
             out.append("    krex_hip_init_before_call();")
-        out.append(f"    int token = krex_track_enter({i});" if tracked else f"    int token = krex_gate_enter({i});")
-        if before or after:
-            out.append("    int outer = token != KREX_TOKEN_NESTED;")
-        if before:
-            out.append(f"    {before}")
-        out.append(f"    hipError_t r = real({', '.join(v.args)});")
-        if after:
-            out.append(f"    {after}")
-        out += ["    krex_track_leave(token);" if tracked else f"    krex_gate_leave({i}, token);",
-                "    return r;", "}", ""]
+        out += gated_call(i, tracked, before, after, "hipError_t", f"real({', '.join(v.args)})")
     out += [f"const unsigned krex_gated_count = {len(variants)};", "",
             "const struct krex_gated_fn krex_gated_fns[] = {"]
     for v in variants:

@@ -78,12 +78,19 @@ def run(rt: Runtime, mode: str, *argv: str, timeout_s: float | None = None) -> d
     return result
 
 
-def test_a_c_tenant_gets_the_same_results_as_in_process_mode(rt: Runtime, tools: Path) -> None:
-    process = run(rt, "process", str(tools / "forward_tenant"), "work")
-    forwarded = run(rt, "forwarded", str(tools / "forward_tenant"), "work")
+def same_as_in_process_mode(rt: Runtime, program: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`program work` run in process mode and forwarded: both finish, with the
+    same output. Returns both runs' results."""
+    process = run(rt, "process", str(program), "work")
+    forwarded = run(rt, "forwarded", str(program), "work")
     assert process["state"] == "finished", process
     assert forwarded["state"] == "finished", forwarded
     assert forwarded["stdout"] == process["stdout"]
+    return process, forwarded
+
+
+def test_a_c_tenant_gets_the_same_results_as_in_process_mode(rt: Runtime, tools: Path) -> None:
+    _, forwarded = same_as_in_process_mode(rt, tools / "forward_tenant")
     assert "kernels counted 26" in forwarded["stdout"]
     assert "async copy intact" in forwarded["stdout"] and "event timing covers the kernel" in forwarded["stdout"]
     assert "krex forward" not in forwarded["stderr"]
@@ -104,11 +111,7 @@ def test_a_cuda_runtime_program_gets_the_same_results_as_in_process_mode(rt: Run
     # Process mode: forwarded mode's libcudart over the simulated driver
     # (the toolkit's cudart needs the driver's private tables, which the
     # simulator does not have); forwarded: the same library over the client.
-    process = run(rt, "process", str(tools / "cudart_tenant"), "work")
-    forwarded = run(rt, "forwarded", str(tools / "cudart_tenant"), "work")
-    assert process["state"] == "finished", process
-    assert forwarded["state"] == "finished", forwarded
-    assert forwarded["stdout"] == process["stdout"]
+    process, forwarded = same_as_in_process_mode(rt, tools / "cudart_tenant")
     out = forwarded["stdout"]
     assert "devices 1, device 0, runtime " in out and "memory yes, a name yes" in out
     assert "kernels counted 21" in out and "async copy intact" in out and "event timing covers the kernel" in out

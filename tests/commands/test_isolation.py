@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_helpers import PY, TENANTS, pool_and_zygote_ready, stop_and_check, trace_events
+from runtime_helpers import PY, TENANTS, served_once_the_pool_is_ready, trace_events
 
 from krex_runtime.api import Client
-from krex_runtime.testing.local_runtime import Runtime, wait_until
+from krex_runtime.testing.local_runtime import Runtime
 
 try:
     import numpy  # noqa: F401
@@ -77,11 +77,7 @@ def rt(tmp_path_factory: pytest.TempPathFactory, native_built: Path) -> Iterator
     runtime = Runtime(
         tmp_path_factory.mktemp("isolation") / "rt", sim=1, extra_config=pool, runtime_env={"PYTHONPATH": path}
     ).start()
-    try:
-        wait_until(lambda: pool_and_zygote_ready(runtime, 1), 60, "the pool and the zygote to be ready")
-        yield runtime
-    finally:
-        stop_and_check(runtime)
+    yield from served_once_the_pool_is_ready(runtime, 1)
 
 
 def run(c: Client, mode: str, code: str) -> tuple[dict[str, Any], str]:

@@ -21,9 +21,8 @@ from runtime_helpers import (
     PY,
     TENANTS,
     all_gone,
-    pool_and_zygote_ready,
     regions_config,
-    stop_and_check,
+    served_once_the_pool_is_ready,
     trace_events,
     tree_pids,
 )
@@ -39,11 +38,7 @@ def rt(tmp_path_factory: pytest.TempPathFactory, native_built: Path) -> Iterator
     runtime = Runtime(
         tmp_path_factory.mktemp("modes") / "rt", sim=1, policy="krex", slots=4, extra_config=regions_config() + pool
     ).start()
-    try:
-        wait_until(lambda: pool_and_zygote_ready(runtime, 2), 60, "the pool and the zygote to be ready")
-        yield runtime
-    finally:
-        stop_and_check(runtime)
+    yield from served_once_the_pool_is_ready(runtime, 2)
 
 
 def run_json(rt: Runtime, mode: str, *argv: str, options: tuple[str, ...] = ()) -> tuple[Any, dict[str, Any]]:

@@ -200,36 +200,38 @@ def test_a_uid_range_that_cannot_work_is_one_line(tmp_path: Path, tenants: str, 
     assert line in done.stderr
 
 
+# What a tenant tries against `other` (and itself), each try's errno name or "ok".
+TRIES = r"""
+def attempts(found, tries):
+    for name, fn in tries:
+        try:
+            fn()
+            found[name] = "ok"
+        except OSError as exc:
+            found[name] = errno.errorcode[exc.errno]
+    print(json.dumps(found))
+"""
+
 POOLED = r"""
 import errno, json, os, signal, sys
+""" + TRIES + r"""
 pids = [int(p) for p in sys.argv[1:]]
 own = os.getpid() if os.getpid() in pids else os.getppid()  # the context process it runs in
 other = next(p for p in pids if p != own)
-found = {"uid": os.getuid(), "worker_uid": os.stat(f"/proc/{own}").st_uid}
-for name, fn in (("environ", lambda: open(f"/proc/{other}/environ", "rb").read()),
-                 ("signal", lambda: os.kill(other, signal.SIGSTOP))):
-    try:
-        fn()
-        found[name] = "ok"
-    except OSError as exc:
-        found[name] = errno.errorcode[exc.errno]
-print(json.dumps(found))
+attempts({"uid": os.getuid(), "worker_uid": os.stat(f"/proc/{own}").st_uid},
+         (("environ", lambda: open(f"/proc/{other}/environ", "rb").read()),
+          ("signal", lambda: os.kill(other, signal.SIGSTOP))))
 """
 
 
 FORKED = r"""
 import errno, json, os, signal, sys
+""" + TRIES + r"""
 other = int(sys.argv[1])
-found = {"uid": os.getuid(), "zygote_uid": os.stat(f"/proc/{os.getppid()}").st_uid}
-for name, fn in (("own_environ", lambda: open("/proc/self/environ", "rb").read()),
-                 ("environ", lambda: open(f"/proc/{other}/environ", "rb").read()),
-                 ("signal", lambda: os.kill(other, signal.SIGSTOP))):
-    try:
-        fn()
-        found[name] = "ok"
-    except OSError as exc:
-        found[name] = errno.errorcode[exc.errno]
-print(json.dumps(found))
+attempts({"uid": os.getuid(), "zygote_uid": os.stat(f"/proc/{os.getppid()}").st_uid},
+         (("own_environ", lambda: open("/proc/self/environ", "rb").read()),
+          ("environ", lambda: open(f"/proc/{other}/environ", "rb").read()),
+          ("signal", lambda: os.kill(other, signal.SIGSTOP))))
 """
 
 

@@ -7,11 +7,20 @@ runtime's log."""
 
 from __future__ import annotations
 
-import re
-import signal
 from typing import Any
 
-from runtime_helpers import PY, TENANTS, busy, cgroup_root, frozen_cgroups, gpu_state, krex_runtime, submit, wait_ready
+from runtime_helpers import (
+    PY,
+    TENANTS,
+    busy,
+    cgroup_root,
+    frozen_cgroups,
+    gpu_state,
+    killed_for_the_watchdog,
+    krex_runtime,
+    submit,
+    wait_ready,
+)
 
 from krex_runtime.testing import hygiene
 from krex_runtime.testing.local_runtime import wait_until
@@ -29,15 +38,8 @@ def test_the_watchdog_thaws_and_cleans_up_after_a_sigkilled_runtime(make_runtime
     assert root is not None
     wait_until(lambda: gpu_state(rt)["region_holder"] is not None and len(frozen_cgroups(root)) == 2, 60,
                "the region held with the others frozen")
-    assert rt.proc is not None
-    pid = rt.proc.pid
-    rt.stop(signal.SIGKILL)
-    wait_until(lambda: hygiene.held_back(rt.run_dir) == [], WATCHDOG_BOUND_S, "the watchdog to thaw and reopen")
-    wait_until(lambda: hygiene.leftovers(rt.run_dir, rt.lock_dir, base) == [], WATCHDOG_BOUND_S,
-               "the watchdog to end the dead runtime's commands and remove its slice, gates and sockets")
-    log = rt.log_path.read_text()
-    said = re.findall(rf"^krex-runtime watchdog: runtime pid {pid} died: (.*)$", log, re.M)
-    assert "reopened gpu0.gate" in said, log
+    said = killed_for_the_watchdog(rt, base, WATCHDOG_BOUND_S)
+    assert "reopened gpu0.gate" in said, rt.log_path.read_text()
     assert sorted(line for line in said if line.startswith("thawed ")) == sorted(
         f"thawed cmd-{c}" for c in (*others, holder)), said
     # Thawed, a tenant whose output pipe went with the runtime may end on its own

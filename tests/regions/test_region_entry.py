@@ -126,19 +126,25 @@ def test_a_tenant_let_run_is_frozen_once_its_call_returns(make_runtime, tmp_path
     check_exclusive(events, held, rt.root / "sim.log")
 
 
-@pytest.mark.parametrize("backend", ["preload", "driver-lock"])
-def test_entry_lets_a_context_creation_in_progress_finish_first_while_gpu_work_goes_on(
-        make_runtime, backend, tmp_path) -> None:
-    rt = krex_runtime(make_runtime, backend, protection="gpu-only", host_side_wait_s=30)
-    busy = submit(rt, PY, str(TENANTS / "busy.py"), "2000", "4")
-    wait_until(lambda: "ready" in output(rt, busy), 60, "the busy tenant")
+def region_over_a_context_creation(rt, tmp_path) -> tuple[str, dict]:
+    """A tenant enters a slow context creation; then a region is taken and
+    released. Returns the tenant's command id and the region's grant event."""
     holder = HeldRegions(rt, tmp_path / "control", "sleep")
     creating = submit(rt, PY, str(TENANTS / "startup.py"), "--warm", "--ctx-ms", str(SLOW_MS))
     wait_until(lambda: "creating" in output(rt, creating), 60, "the tenant to enter its context creation")
     holder.go(0)
     holder.granted(0)
     holder.release(0)
-    granted = trace_events(rt, "region_granted")[-1]
+    return creating, trace_events(rt, "region_granted")[-1]
+
+
+@pytest.mark.parametrize("backend", ["preload", "driver-lock"])
+def test_entry_lets_a_context_creation_in_progress_finish_first_while_gpu_work_goes_on(
+        make_runtime, backend, tmp_path) -> None:
+    rt = krex_runtime(make_runtime, backend, protection="gpu-only", host_side_wait_s=30)
+    busy = submit(rt, PY, str(TENANTS / "busy.py"), "2000", "4")
+    wait_until(lambda: "ready" in output(rt, busy), 60, "the busy tenant")
+    creating, granted = region_over_a_context_creation(rt, tmp_path)
     # The gate saw the creation return before it closed: nobody inside a host-side call in the region.
     assert granted["host_side_s"] > 0 and granted["host_side_left"] == 0, granted
     assert granted["deferred"] == {} and granted["inside_at_close"] == {}, granted
@@ -160,13 +166,7 @@ def test_entry_lets_a_context_creation_in_progress_finish_first_while_gpu_work_g
 
 def test_entry_waits_for_every_call_when_told(make_runtime, tmp_path) -> None:
     rt = krex_runtime(make_runtime, entry_waits_for="all", host_side_wait_s=0)
-    holder = HeldRegions(rt, tmp_path / "control", "sleep")
-    creating = submit(rt, PY, str(TENANTS / "startup.py"), "--warm", "--ctx-ms", str(SLOW_MS))
-    wait_until(lambda: "creating" in output(rt, creating), 60, "the tenant to enter its context creation")
-    holder.go(0)
-    holder.granted(0)
-    holder.release(0)
-    granted = trace_events(rt, "region_granted")[-1]
+    creating, granted = region_over_a_context_creation(rt, tmp_path)
     assert granted["waited_for"] == {"context": 1} and granted["deferred"] == {}, granted
     assert len(granted["frozen"]) == 1  # out of its call by then, so frozen at entry
     # Granted only once the call had returned.

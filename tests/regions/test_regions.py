@@ -34,13 +34,13 @@ from runtime_helpers import (
     VENDORS,
     busy,
     cgroup_root,
+    check_hold_limit_outcome,
     check_vendor,
     command_pid,
     finish,
     frozen_cgroups,
     gpu_state,
     krex_runtime,
-    output,
     region_results,
     regions_config,
     snapshot,
@@ -216,15 +216,7 @@ def test_holder_over_the_hold_limit(make_runtime, action: str, vendor: str) -> N
     done = rt.krex("wait", "--json", holder)
     released = trace_events(rt, "region_released")[-1]
     assert "limit" in released["reason"]
-    if action == "revoke":
-        result = json.loads(done.stdout)
-        assert result["state"] == "finished" and result["exit_code"] == 0
-        assert region_results(output(rt, holder))[0]["error"] == "ETIMEDOUT"
-    else:
-        assert json.loads(done.stdout)["state"] == "cancelled"
-    check_nothing_left(rt.run_dir)
-    assert frozen_cgroups(cgroup_root(rt)) == []
-    finish(rt, *others)
+    check_hold_limit_outcome(rt, done, holder, action, others)
 
 
 def _active(device: str) -> int:
