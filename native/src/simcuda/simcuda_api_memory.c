@@ -29,16 +29,9 @@ struct sim_alloc {
     int phys;
 };
 
-struct sim_arena {
-    uintptr_t base;    /* 0 until the first allocation on the device */
-    uint64_t reserved; /* bytes of addresses */
-    uint64_t mapped;   /* bytes from base readable and writable; only grows */
-};
-
 static pthread_mutex_t alloc_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct sim_alloc *allocs; /* sorted by ptr */
 static size_t alloc_count, alloc_cap;
-static struct sim_arena arenas[KREX_SIM_MAX_DEVICES];
 
 #define SIM_ALLOC_ALIGN 256
 #define SIM_PAGE (2ull << 20)         /* mapped in 2 MiB pages, as GPUs map device memory */
@@ -49,24 +42,10 @@ static uint64_t round_up(uint64_t n, uint64_t to)
     return (n + to - 1) / to * to;
 }
 
-bool sim_device_range_mapped(uint64_t addr, uint64_t bytes)
-{
-    for (int i = 0; i < KREX_SIM_MAX_DEVICES; i++) {
-        uint64_t mapped = __atomic_load_n(&arenas[i].mapped, __ATOMIC_ACQUIRE);
-        uint64_t base = __atomic_load_n(&arenas[i].base, __ATOMIC_ACQUIRE);
-        if (mapped == 0 || addr < base)
-            continue;
-        uint64_t at = addr - base;
-        if (at <= mapped && bytes <= mapped - at)
-            return true;
-    }
-    return false;
-}
-
 /* Where `span` bytes fit first in `phys`'s arena (0: nowhere); alloc_mu held. */
 static uint64_t first_fit(int phys, uint64_t span, size_t *index)
 {
-    struct sim_arena *a = &arenas[phys];
+    struct sim_arena *a = &sim_arenas[phys];
     uint64_t at = a->base;
     size_t i = 0;
     for (; i < alloc_count; i++) {
@@ -90,7 +69,7 @@ static uint64_t first_fit(int phys, uint64_t span, size_t *index)
 /* alloc_mu held. */
 static bool arena_reserve(int phys, uint64_t total)
 {
-    struct sim_arena *a = &arenas[phys];
+    struct sim_arena *a = &sim_arenas[phys];
     if (a->base != 0)
         return true;
     uint64_t size = round_up(total < SIM_ARENA_MAX ? total : SIM_ARENA_MAX, SIM_PAGE);
@@ -105,7 +84,7 @@ static bool arena_reserve(int phys, uint64_t total)
 /* Maps the arena up to `end` (an address in it); alloc_mu held. */
 static bool arena_map_to(int phys, uint64_t end)
 {
-    struct sim_arena *a = &arenas[phys];
+    struct sim_arena *a = &sim_arenas[phys];
     uint64_t want = round_up(end - a->base, SIM_PAGE);
     if (want > a->reserved)
         want = a->reserved;

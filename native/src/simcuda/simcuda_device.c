@@ -24,8 +24,6 @@
 #include <time.h>
 #include <unistd.h>
 
-struct sim_process sim_proc;
-
 static pthread_mutex_t attach_mu = PTHREAD_MUTEX_INITIALIZER;
 static bool initialized;   /* cuInit succeeded in this process */
 static bool forked_child;  /* we are a fork of an initialised process */
@@ -79,66 +77,6 @@ void sim_futex_wait(uint32_t *word, uint32_t expected, uint64_t timeout_ns)
 void sim_futex_wake_all(uint32_t *word)
 {
     syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-}
-
-/* ---- process identity ----------------------------------------------------- */
-
-/* Reads state and start time (field 22) of /proc/<pid>/stat. Returns false if
- * the file cannot be read (the process is gone). */
-static bool read_proc_stat(int pid, char *state, uint64_t *start_time)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
-    /* The command name may contain spaces and parentheses: parse after the last ')'. */
-    char *p = strrchr(buf, ')');
-    if (!p || p[1] != ' ')
-        return false;
-    p += 2;
-    *state = *p;
-    /* state is field 3; start time is field 22, i.e. 19 fields further on. */
-    for (int field = 3; field < 22; field++) {
-        p = strchr(p, ' ');
-        if (!p)
-            return false;
-        p++;
-    }
-    *start_time = strtoull(p, NULL, 10);
-    return true;
-}
-
-static bool pid_alive(int pid, uint64_t start_time)
-{
-    if (pid <= 0)
-        return false;
-    if (kill(pid, 0) != 0 && errno == ESRCH)
-        return false;
-    char state = '?';
-    uint64_t now_start = 0;
-    if (!read_proc_stat(pid, &state, &now_start))
-        return kill(pid, 0) == 0 || errno != ESRCH; /* no /proc: trust kill() */
-    if (state == 'Z' || state == 'X')
-        return false; /* exited, not yet waited for: its work is gone */
-    if (start_time && now_start && now_start != start_time)
-        return false; /* the pid was reused by another process */
-    return true;
-}
-
-bool sim_pid_alive(int pid)
-{
-    return pid_alive(pid, 0);
-}
-
-bool sim_slot_alive(const struct krex_sim_proc_slot *slot, int pid)
-{
-    return pid_alive(pid, __atomic_load_n(&slot->start_time, __ATOMIC_ACQUIRE));
 }
 
 /* A slot's counters start from zero for each owner: a new owner must not
@@ -506,7 +444,7 @@ static CUresult claim_slot(void)
 {
     uint64_t start_time = 0;
     char state;
-    read_proc_stat(sim_proc.pid, &state, &start_time);
+    sim_read_proc_stat(sim_proc.pid, &state, &start_time);
     for (int attempt = 0; attempt < 2; attempt++) {
         for (int i = 0; i < KREX_SIM_MAX_PROCS; i++) {
             struct krex_sim_proc_slot *slot = &sim_proc.shm->procs[i];

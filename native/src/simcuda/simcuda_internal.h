@@ -64,6 +64,8 @@ struct sim_process {
     uint64_t copy_ns_per_mb;            /* simulated ns per 1e6 bytes */
 };
 extern struct sim_process sim_proc;
+/* /proc/<pid>/stat's state and start time; false if the process is gone. */
+bool sim_read_proc_stat(int pid, char *state, uint64_t *start_time);
 
 /* Maps the shared device named by KREX_SIM_DEVICE (creating it race-free if
  * needed). Idempotent, thread-safe. Does not claim a slot. */
@@ -103,6 +105,14 @@ void sim_heat_enable_from_env(struct krex_sim_shm *shm);
 /* ---- device memory (simcuda_api_memory.c) --------------------------------- */
 /* True when [addr, addr + bytes) lies in mapped device memory of this process
  * (any device), allocated now or not: what a GPU's MMU would let through. */
+/* Each device's range of addresses (simcuda_address_space.c); alloc_mu of
+ * simcuda_api_memory.c guards changes, readers load atomically. */
+struct sim_arena {
+    uintptr_t base;    /* 0 until the first allocation on the device */
+    uint64_t reserved; /* bytes of addresses */
+    uint64_t mapped;   /* bytes from base readable and writable; only grows */
+};
+extern struct sim_arena sim_arenas[KREX_SIM_MAX_DEVICES];
 bool sim_device_range_mapped(uint64_t addr, uint64_t bytes);
 
 /* futex helpers on shared memory (not FUTEX_PRIVATE: other processes wait too) */
