@@ -197,7 +197,7 @@ def verified_share(run: dict[str, Any]) -> float:
 
 
 UNSTEADY_SPREAD = 0.01  # placement medians of a >=1 ms kernel this far apart: something changed mid-measurement
-# The runtime's settle waits on the same reasons (regions/settle.py); krex_bench
+# The runtime's settle waits on the same reasons (regions/entry/settle.py); krex_bench
 # keeps to its public surface (an import-linter contract), so not imported.
 POWER_STATES = frozenset({"sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"})
 

@@ -4,12 +4,12 @@ One gate file per GPU, its path passed to every tenant of that GPU
 (KREX_GATE_PATH, with KREX_TENANT_ID). It holds the header alone, which
 only the runtime writes; each tenant's process entries are in a file of
 their own that the runtime makes before the tenant starts (add_tenant) and
-removes after it (remove_tenant), see gate_files. The interception library
+removes after it (remove_tenant), see files.py. The interception library
 preloaded into each tenant maps the header read-only and its entries
 read-write, registers its process and checks the gate before every GPU
 submission. This module creates, closes, reopens and inspects the gate,
 stamps the heartbeat and runs the drain handshake; the layout is in
-gate_layout, futex and /proc calls in gate_kernel. Standard library only.
+header_layout.py, futex and /proc calls in kernel.py. Standard library only.
 
 Giving the GPU to tenant H (see krex_gate.h for the library's half):
 
