@@ -118,7 +118,10 @@ def make_runtime(tmp_path: Path, native_built: Path) -> Iterator[Any]:
     problems = []
     for rt in started:
         if rt.proc is not None and rt.proc.poll() is None and rt.proc.pid in fds:
-            problems += [f"{rt.root.name}: {line}" for line in _idle_hygiene(rt, fds[rt.proc.pid])]
+            try:
+                problems += [f"{rt.root.name}: {line}" for line in _idle_hygiene(rt, fds[rt.proc.pid])]
+            except Exception as exc:  # a check that cannot run must still let the runtime be stopped
+                problems.append(f"{rt.root.name}: its idle state could not be checked: {exc!r}")
         if rt.proc is not None and rt.proc.poll() is None and rt.stop() != 0:
             problems.append(f"{rt.root.name}: runtime did not stop cleanly:\n{rt.log_path.read_text()}")
         orphans = tenant_processes(rt.run_dir)

@@ -8,9 +8,11 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -86,6 +88,17 @@ def check_hold_limit_outcome(rt: Runtime, done: subprocess.CompletedProcess[str]
     check_nothing_left(rt.run_dir)
     assert frozen_cgroups(cgroup_root(rt)) == []
     finish(rt, *others)
+
+
+def open_folder(prefix: str) -> Iterator[Path]:
+    """For a fixture (`yield from`): a folder in /tmp other uids (tenants',
+    submitters') may pass through, which a test's tmp_path (root's alone) is
+    not; removed after. Ask for the fixture before make_runtime, so that it
+    outlives the runtimes in it."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def stop_and_check(rt: Runtime) -> None:

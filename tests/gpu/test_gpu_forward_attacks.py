@@ -20,8 +20,6 @@ driver behind the server instead of the simulated one. Skipped without a GPU
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,7 +41,7 @@ from forward_hostile import (
     run,
     said,
 )
-from runtime_helpers import regions_config
+from runtime_helpers import open_folder, regions_config
 
 from krex_runtime.testing.local_runtime import Runtime
 
@@ -59,17 +57,21 @@ def hostile(native_built: Path) -> Path:
 
 
 @pytest.fixture
-def rt(make_runtime: Any, hostile: Path) -> Iterator[Runtime]:
+def open_root() -> Iterator[Path]:
+    """The tenants' uids pass through to the run folder. Asked before
+    make_runtime, it outlives the runtime, whose checks after the test read it."""
+    yield from open_folder("krex-gpu-fwd-")
+
+
+@pytest.fixture
+def rt(open_root: Path, make_runtime: Any, hostile: Path) -> Iterator[Runtime]:
     """A runtime on GPU 0 with one context server, so that one command follows
     another on it; with root, each command a uid of its own."""
-    folder = Path(tempfile.mkdtemp(prefix="krex-gpu-fwd-", dir="/tmp"))
-    folder.chmod(0o755)  # the tenants' uids pass through to the run folder
-    runtime = make_runtime(parent=folder, policy="krex", sim=0, visible=(0,), slots=4,
+    runtime = make_runtime(parent=open_root, policy="krex", sim=0, visible=(0,), slots=4,
                            tenants_extra=UID_RANGE if AS_ROOT else "",
                            extra_config=regions_config("preload") + forward_config(clean_timeout_s=30))
     one_server(runtime, 120)
     yield runtime
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_f2_no_command_reads_an_earlier_ones_device_memory(rt: Runtime, hostile: Path) -> None:

@@ -6,12 +6,12 @@ import os
 import pwd
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from real_accounts import Account, Accounts
+from runtime_helpers import open_folder
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +50,5 @@ def accounts() -> Iterator[Accounts]:
 
 @pytest.fixture
 def open_root() -> Iterator[Path]:
-    """A folder every user may pass through (the test's own tmp_path is root's alone).
-    Ask for it before make_runtime, so it outlives the runtimes in it."""
-    path = Path(tempfile.mkdtemp(prefix="krex-access-", dir="/tmp"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    """A folder every user may pass through (the test's own tmp_path is root's alone)."""
+    yield from open_folder("krex-access-")
