@@ -12,7 +12,7 @@ exclusive baseline), `ungated` and `krex` allow `slots_per_gpu`.
 
 A pooled, forked or forwarded command also waits for a worker of the node's
 pools (pools.py: an idle context process or context server, a ready zygote),
-told by the node when one is ready; it never waits longer than its own
+whose readiness their one event signals; it never waits longer than its own
 time limit: still queued when the limit runs out, it ends as `timeout` with
 a reason that says what it waited for.
 """
@@ -91,7 +91,7 @@ class Dispatcher:
         self._nonce = secrets.token_hex(2)
         self._ids = itertools.count(1)
         self.fair = fair_share.AdmissionOrder(config.dispatcher.share_weights)  # across submitters, then their keys
-        self._pools = pools  # their workers serve pooled, forked, forwarded commands; the node has `pump` told of a ready one
+        self._pools = pools  # their workers serve pooled, forked, forwarded commands (follow_pools hears a ready one)
         self._launch = Launchers(config, setup, watcher.output, sink.emit, pools)
 
     # --- requests ---------------------------------------------------------
@@ -109,7 +109,7 @@ class Dispatcher:
         if body.lease and self._leases is None:
             raise ProtocolError(ErrorCode.REFUSED, "leases need policy 'krex'")
         # A set of GPUs runs in process mode (gpu_placement.py): its default too.
-        mode = body.mode or ("process" if gpu_placement.set_size(body) > 1 else self._default_mode(body.argv))
+        mode = body.mode or ("process" if gpu_placement.set_size(body) > 1 else self._pools.default_mode(body.argv))
         ask = gpu_placement.ask_of(body, {i: g.vendor for i, g in self.gpus.items()}, mode)  # a set of GPUs, or None
         entry = None
         refused = self._pools.refusal(mode, gpu)
@@ -155,16 +155,6 @@ class Dispatcher:
             self._queue_deadlines[job.id] = loop.call_later(job.timeout_s, self._queued_too_long, job)
         self.pump()
         return job
-
-    def _default_mode(self, argv: list[str]) -> str:
-        """The configured mode; with forward.native_default, a command that is
-        not a Python entry point runs forwarded."""
-        if self.config.forward.native_default and self._pools.forwarded is not None:
-            try:
-                parse_entry(list(argv))
-            except EntryError:
-                return "forwarded"
-        return self.config.dispatcher.default_mode
 
     def find(self, command_id: str) -> Job:
         return self._history.find(command_id)
@@ -423,6 +413,14 @@ class Dispatcher:
         self._watcher.finished(job)
         self._history.ended(job)
         self.pump()
+
+    async def follow_pools(self) -> None:
+        """While the runtime serves: place again whenever the pools signal a worker
+        ready, or a zygote refused (its queued forked commands fail)."""
+        while True:
+            await self._pools.ready.wait()
+            self._pools.ready.clear()
+            self.pump()
 
     # --- shutdown -----------------------------------------------------------
 

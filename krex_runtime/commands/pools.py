@@ -3,16 +3,16 @@
 The node builds them from its config (pooled mode's context processes,
 forked mode's zygotes, forwarded mode's context servers) and owns their life:
 start, stop replacing, shut down. The dispatcher is handed them to place
-commands; it hears that a worker became ready (or that a zygote refused)
-through the one listener the node sets, never by a pool calling it. Which
+commands; that a worker became ready (or that a zygote refused) it learns by
+one signal, the event `ready`, which it awaits: no pool calls it. Which
 command a process of a pool acts for, and whether a process is one a pool
 started, is asked here, of all the pools at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from krex_runtime.node import native_build
 from krex_runtime.node.config import Config
 from krex_runtime.node.gpus import Gpu
 from krex_runtime.node.sink import EventSink
+from krex_runtime.tenant.pooled_entry import EntryError, parse_entry
 
 log = logging.getLogger("krex.runtime")
 
@@ -33,7 +34,8 @@ log = logging.getLogger("krex.runtime")
 class NodePools:
     def __init__(self, config: Config, gpus: list[Gpu], sink: EventSink, setup: TenantSetup, log_dir: Path) -> None:
         self._config = config
-        self._listener: Callable[[], None] | None = None
+        # Set when a worker became ready or a zygote refused: a queued command may start, or fail.
+        self.ready = asyncio.Event()
         self.pooled: PooledPool | None = (
             PooledPool(config.pool, config.dispatcher.kill_grace_s, gpus, sink, setup, log_dir, self._ready)
             if config.pool.size_per_gpu > 0
@@ -50,19 +52,23 @@ class NodePools:
             else None
         )
 
-    def when_ready(self, listener: Callable[[], None]) -> None:
-        """The one listener told that a worker became ready (or a zygote refused):
-        queued commands may start, or fail."""
-        self._listener = listener
-
     def _ready(self) -> None:
-        if self._listener is not None:
-            self._listener()
+        self.ready.set()
 
     def _running(self) -> list[WorkerPool[Any]]:
         return [pool for pool in (self.pooled, self.forked, self.forwarded) if pool is not None]
 
     # --- what each mode waits for --------------------------------------------------
+
+    def default_mode(self, argv: list[str]) -> str:
+        """The configured mode; with forward.native_default, a command that is
+        not a Python entry point runs forwarded (where context servers serve)."""
+        if self._config.forward.native_default and self.forwarded is not None:
+            try:
+                parse_entry(list(argv))
+            except EntryError:
+                return "forwarded"
+        return self._config.dispatcher.default_mode
 
     def refusal(self, mode: str, gpu: int | None) -> str:
         """Why a command of `mode` for `gpu` (None: any GPU) is refused at submission ("" when it is not)."""

@@ -125,7 +125,6 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventLog, server: C
         leases=CommandLeases(regions.manager) if regions is not None else None,
         certificates=regions.manager if regions is not None else None,
     )
-    pools.when_ready(dispatcher.pump)  # a ready worker may let a queued command start (or fail)
     tenancy = Tenancy(dispatcher, pools, host.cgroup_slice, host.tenant_user)
     witnesses = sources.open_processes(gpus, config.gpus.simulated_device)  # who uses each GPU
     leases = channel = None

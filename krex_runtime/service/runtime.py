@@ -156,6 +156,7 @@ class RuntimeService:
             if node.canaries is not None:
                 node.canaries.start(node.dispatcher)
             self._log_started(host, node)
+            tasks.append(asyncio.create_task(node.dispatcher.follow_pools()))
             node.pools.start()
             self.notifier.ready(f"serving {len(self.gpus)} GPU(s) under policy {self.config.runtime.policy}")
             await self._stop.wait()

@@ -1,11 +1,13 @@
 """The node's pools asked together (commands/pools.py), without starting any
-worker: what each mode is refused for, the one listener told of readiness,
+worker: what each mode is refused for, the one event that signals readiness,
 and which command a process acts for."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from krex_runtime.commands.pools import NodePools
@@ -39,14 +41,15 @@ def test_a_mode_without_its_pool_is_refused_with_what_to_configure(tmp_path: Pat
     assert pools.has_ready("process", 0) and not pools.has_ready("forked", 0) and not pools.has_ready("pooled", 0)
 
 
-def test_the_one_listener_hears_every_pool(tmp_path: Path) -> None:
-    pools = node_pools(forked_only(), tmp_path)
-    heard: list[str] = []
-    assert pools.forked is not None
-    pools.forked._ready()  # before the node sets its listener: nobody to tell
-    pools.when_ready(lambda: heard.append("ready"))
-    pools.forked._ready()
-    assert heard == ["ready"]
+def test_every_pool_signals_readiness_by_the_one_event(tmp_path: Path) -> None:
+    config = forked_only()
+    pools = node_pools(replace(config, pool=replace(config.pool, size_per_gpu=1)), tmp_path)
+    assert pools.pooled is not None and pools.forked is not None
+    for pool in (pools.pooled, pools.forked):  # forwarded mode's the same base class, WorkerPool
+        assert not pools.ready.is_set()
+        pool._ready()
+        assert pools.ready.is_set()
+        pools.ready.clear()
 
 
 def test_a_process_no_pool_started_acts_for_the_command_it_names(tmp_path: Path) -> None:
@@ -57,3 +60,14 @@ def test_a_process_no_pool_started_acts_for_the_command_it_names(tmp_path: Path)
     zygote_id = pools.forked._new_id(0)  # what a forked child's environment names
     assert pools.started(4321, zygote_id)
     assert pools.command_of(4321, zygote_id) == ""  # no forked command's tree holds it
+
+
+def test_with_native_default_a_command_that_is_no_python_entry_point_runs_forwarded(tmp_path: Path) -> None:
+    config = Config()
+    config = replace(config, forward=replace(config.forward, servers_per_gpu=1, native_default=True))
+    gpus = [Gpu(index=0, uuid="GPU-0", name="sim", memory_total=0, cpus=(), simulated=True)]
+    setup: Any = SimpleNamespace(env=SimpleNamespace(run_dir=tmp_path))  # enough to name the segments; none starts
+    pools = NodePools(config, gpus, NoSink(), setup, tmp_path)
+    assert pools.default_mode(["./gemm_benchmark", "--n", "4096"]) == "forwarded"
+    assert pools.default_mode([sys.executable, "candidate.py"]) == config.dispatcher.default_mode
+    assert node_pools(Config(), tmp_path).default_mode(["./gemm_benchmark"]) == Config().dispatcher.default_mode
