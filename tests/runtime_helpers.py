@@ -63,17 +63,6 @@ def pool_and_zygote_ready(rt: Runtime, idle: int) -> bool:
     return gpu["pool"]["idle"] == idle and gpu["zygote"].get("state") == "ready"
 
 
-def served_once_the_pool_is_ready(rt: Runtime, idle: int) -> Iterator[Runtime]:
-    """For a module's fixture (`yield from`): the started runtime `rt`, once
-    GPU 0's pool has `idle` idle processes and its zygote is ready; stopped
-    and checked after the module."""
-    try:
-        wait_until(lambda: pool_and_zygote_ready(rt, idle), 60, "the pool and the zygote to be ready")
-        yield rt
-    finally:
-        stop_and_check(rt)
-
-
 def check_hold_limit_outcome(rt: Runtime, done: subprocess.CompletedProcess[str], holder: str, action: str,
                              others: list[str]) -> None:
     """A holder past the hold limit: revoked, its command finishes (exit 0) with

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_helpers import PY, TENANTS, served_once_the_pool_is_ready, trace_events
+from runtime_helpers import PY, TENANTS, module_runtime, pool_and_zygote_ready, trace_events
 
 from krex_runtime.api import Client
-from krex_runtime.testing.local_runtime import Runtime
+from krex_runtime.testing.local_runtime import Runtime, wait_until
 
 try:
     import numpy  # noqa: F401
@@ -74,10 +74,10 @@ PUT_BACK = {"rng", "stateful.fast_math"}  # changes a context process undoes and
 def rt(tmp_path_factory: pytest.TempPathFactory, native_built: Path) -> Iterator[Runtime]:
     pool = f"\n[pool]\nsize_per_gpu = 1\npreload = {json.dumps(PRELOAD)}\nzygote = true\nmax_commands = 1000\n"
     path = os.pathsep.join([str(TENANTS / "preloaded"), os.environ.get("PYTHONPATH", "")])
-    runtime = Runtime(
-        tmp_path_factory.mktemp("isolation") / "rt", sim=1, extra_config=pool, runtime_env={"PYTHONPATH": path}
-    ).start()
-    yield from served_once_the_pool_is_ready(runtime, 1)
+    for runtime in module_runtime(tmp_path_factory.mktemp("isolation") / "rt", sim=1, extra_config=pool,
+                                  runtime_env={"PYTHONPATH": path}):
+        wait_until(lambda rt=runtime: pool_and_zygote_ready(rt, 1), 60, "the pool and the zygote to be ready")
+        yield runtime
 
 
 def run(c: Client, mode: str, code: str) -> tuple[dict[str, Any], str]:

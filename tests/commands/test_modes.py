@@ -21,8 +21,9 @@ from runtime_helpers import (
     PY,
     TENANTS,
     all_gone,
+    module_runtime,
+    pool_and_zygote_ready,
     regions_config,
-    served_once_the_pool_is_ready,
     trace_events,
     tree_pids,
 )
@@ -35,10 +36,10 @@ MODES = ("process", "forked", "pooled")
 @pytest.fixture(scope="module")
 def rt(tmp_path_factory: pytest.TempPathFactory, native_built: Path) -> Iterator[Runtime]:
     pool = '\n[pool]\nsize_per_gpu = 2\npreload = ["krex_runtime.sim.simcuda"]\nzygote = true\n'
-    runtime = Runtime(
-        tmp_path_factory.mktemp("modes") / "rt", sim=1, policy="krex", slots=4, extra_config=regions_config() + pool
-    ).start()
-    yield from served_once_the_pool_is_ready(runtime, 2)
+    for runtime in module_runtime(tmp_path_factory.mktemp("modes") / "rt", sim=1, policy="krex", slots=4,
+                                  extra_config=regions_config() + pool):
+        wait_until(lambda rt=runtime: pool_and_zygote_ready(rt, 2), 60, "the pool and the zygote to be ready")
+        yield runtime
 
 
 def run_json(rt: Runtime, mode: str, *argv: str, options: tuple[str, ...] = ()) -> tuple[Any, dict[str, Any]]:
