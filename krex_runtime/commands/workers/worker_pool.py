@@ -183,7 +183,7 @@ class WorkerPool(ABC, Generic[W]):
         runtime_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         if first_line:
             runtime_end.sendall(first_line)
-        log_file = (self._log_dir / f"{worker_id}.log").open("ab")
+        log_file = self._log_of(worker_id).open("ab")
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=worker_end.fileno(), stdout=log_file, stderr=log_file, cwd="/", env=env,
