@@ -1,5 +1,5 @@
 """`krex`'s command line: one subcommand per verb of the table (wire/protocol/verbs.py)
-plus the client-side ones (run, trace, keys, config, check-config, completion,
+plus the client-side ones (run, eval, trace, keys, config, check-config, completion,
 bench), every one with `--json`.
 
 A usage error exits 125 like every other KREX failure (argparse's own 2
@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from krex_runtime.cli import eval_command
 from krex_runtime.transport.keys import CLIENT_KEY_ENV, SERVER_KEY_ENV
 from krex_runtime.wire.protocol import verbs
 from krex_runtime.wire.protocol.bodies import submit_modes
@@ -103,6 +104,7 @@ def build_parser(version: Callable[[], str]) -> Parser:
     for verb in verbs.VERBS.values():
         if verb.on_cli or verb.args:
             _verb_parser(sub, js, verb)
+    eval_command.add_parser(sub, js)  # a command per candidate (cli/eval_command.py)
     _client_side_parsers(sub, js)
     return p
 
