@@ -134,8 +134,8 @@ def report_of(data: Any) -> HarnessReport:
     try:
         # Keys a later harness adds are left out; a key of schema 1 must have its type. The objects that
         # may be null are read apart, so that an error names the field inside them ("check.passed").
-        parts = {key: None if data.get(key) is None else from_dict(cls, data[key], key, ignore_unknown=True)
-                 for key, cls in _NULLABLE.items()}
+        parts: dict[str, Any] = {key: None if data.get(key) is None else from_dict(cls, data[key], key, ignore_unknown=True)
+                                 for key, cls in _NULLABLE.items()}
         report = from_dict(HarnessReport, {k: v for k, v in data.items() if k not in _NULLABLE}, ignore_unknown=True)
     except ShapeError as exc:
         raise EvaluationError(f"the result line is malformed: {exc}".replace("failure.kind:", "failure.class:")) from None
