@@ -72,7 +72,7 @@ def add_parser(sub: Any, js: list[argparse.ArgumentParser]) -> None:
     harness.add_argument("--harness", metavar="CMD",
                          help="a command that runs a harness of your own in place of PY -m krex_runtime.eval.harness")
     where = sp.add_argument_group("where it runs")
-    where.add_argument("--gpu", type=int, help="run on this GPU index (default: the least-loaded)")
+    where.add_argument("--gpu", type=int, metavar="N", help="run on this GPU index (default: the least-loaded)")
     where.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
                        help=f"each evaluation's wall-time limit (default {DEFAULT_TIMEOUT_S:g}; then failure timeout)")
     where.add_argument("--mode", choices=submit_modes(), default=None, help="how it runs (default: the runtime's)")

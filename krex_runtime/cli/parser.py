@@ -24,7 +24,7 @@ COMPLETION_SHELLS = ("bash", "zsh", "fish", "tcsh", "powershell")
 # `krex`'s exit status, the one table (README and docs/api.md show it; a test keeps them in step).
 EXIT_STATUS_TABLE: tuple[tuple[str, str], ...] = (
     ("0", "the command exited 0; any other subcommand did what it was asked"),
-    ("1-123", "the command's own exit code (`run`, `wait`)"),
+    ("1-123", "the command's own exit code (`run`, `wait`); 1 from `krex eval`: the candidate is not correct, or its result not trusted"),
     (str(EXIT_TIMEOUT), "the command ran past its time limit (`--timeout`) and was ended"),
     (str(EXIT_KREX_ERROR), "KREX failed: no runtime, a refused request, a usage error, a trace that does not read"),
     ("126, 127", "the program may not be executed, or was not found (as in a shell)"),

@@ -288,7 +288,7 @@ def test_a_correct_candidate_through_the_runtime(rt: Runtime, files: Any) -> Non
     with rt.client() as client:
         e = client.evaluate(problem, candidate("correct"), harness=FAKE, trials=20, batch="t", timeout=60)
     assert e.correct and e.failure_class is None and e.label == "eval:t/19_ReLU/19_ReLU"
-    assert e.speedup is not None and e.speedup > 1.5 and e.phases_s["queue"] >= 0
+    assert e.speedup is not None and e.speedup > 1 and e.phases_s["queue"] >= 0
     assert [(r.role, r.verdict) for r in e.regions] == [("reference", "verified"), ("candidate", "verified")]
     assert all(r.integrity and r.integrity["clean"] and r.integrity["windows"] == 20 for r in e.regions)
     if e.times_from == "below":  # a runtime that records the windows' times from below

@@ -2,7 +2,7 @@
 the harness's command line, and does what the candidate file's first line
 asks (`# fake: WHAT`), on the simulated driver:
 
-  correct     times the reference (200 us kernels) and the candidate (100 us),
+  correct     times the reference (1 ms kernels) and the candidate (100 us),
               each in its own region, `--trials` windows each; a good line
   no_region   the same times, taken outside any region (TIMES.region null)
   liar        as correct, but reports a candidate median four times too fast
@@ -82,7 +82,7 @@ line = {"schema": 1, "problem": problem.name, "candidate": candidate.name, "prob
 
 if what in ("correct", "no_region", "liar"):
     cuda = SimCuda()
-    reference = times(*timed(cuda, 200_000, what != "no_region"))
+    reference = times(*timed(cuda, 1_000_000, what != "no_region"))
     candidate_times = times(*timed(cuda, 100_000, what != "no_region"))
     if what == "liar":
         candidate_times["median_ms"] /= 4
