@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from krex_runtime.api.options import Command
+from krex_runtime.api.options import Command, takes_options
 from krex_runtime.api.results import Result
 from krex_runtime.wire.evaluation import FLAG_SPEEDUP, Evaluation, EvaluationError, Pair, evaluation_of
 
@@ -86,6 +86,7 @@ def harness_argv(pair: Pair, options: EvalOptions, python: str, harness: Sequenc
     return runs + ["--problem", pair.problem, "--candidate", pair.candidate] + options.argv()
 
 
+@takes_options
 async def evaluate(
     client: _Maps, problem: PathLike, candidate: PathLike, *, inputs: int = 5, atol: float = 1e-2,
     rtol: float = 1e-2, dtype: str = "float32", trials: int = 100, warmup: int = 10, seed: int = 42,
@@ -108,6 +109,7 @@ async def evaluate(
     raise RuntimeError("the evaluation's command gave no result")  # map yields one per command
 
 
+@takes_options
 async def evaluate_many(
     client: _Maps, pairs: Iterable[tuple[PathLike, PathLike]], *, max_in_flight: int = 8, inputs: int = 5,
     atol: float = 1e-2, rtol: float = 1e-2, dtype: str = "float32", trials: int = 100, warmup: int = 10,
