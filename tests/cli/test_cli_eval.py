@@ -7,6 +7,8 @@ resume, Ctrl-C in a batch, and command lines that name no work."""
 from __future__ import annotations
 
 import json
+import os
+import pty
 import shutil
 import signal
 import subprocess
@@ -103,6 +105,32 @@ def test_a_batch_writes_each_result_and_resumes(rt: Runtime, suite: tuple[Path, 
     # Without --resume an existing results file is not touched.
     one_line_125(rt.krex(*batch), "exists: --resume to go on with it")
     assert len(out.read_text().splitlines()) == 7
+
+
+def test_on_a_terminal_a_progress_bar(rt: Runtime, suite: tuple[Path, Path]) -> None:
+    problems, candidates = suite
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([*command("krex"), "eval", "--suite", str(problems), "--candidates", str(candidates),
+                             *HARNESS], env=rt.env | {"COLUMNS": "120"}, stdout=subprocess.PIPE, stderr=slave, text=True)
+    os.close(slave)
+    seen = b""
+    try:
+        while True:  # until krex ends and the terminal's other end closes
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the terminal's other end closed: krex has ended
+                break
+            if not chunk:
+                break
+            seen += chunk
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        os.close(master)
+    shown = seen.decode(errors="replace")
+    assert proc.returncode == 0, shown
+    assert "evaluating" in shown and "3/3" in shown and "Traceback" not in shown
+    assert "19_ReLU/19_ReLU.v2.py: incorrect" in shown
+    assert "fast_1.5" in out  # the summary on stdout, a pipe here
 
 
 def test_ctrl_c_cancels_what_runs_and_leaves_the_file_whole(rt: Runtime, tmp_path: Path) -> None:
