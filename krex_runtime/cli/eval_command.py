@@ -25,8 +25,8 @@ from typing import Any
 from krex_runtime.api.evaluate import EvalOptions
 from krex_runtime.api.sync import Client
 from krex_runtime.cli import eval_suite
-from krex_runtime.cli.subcommands import UsageError, emit_json
-from krex_runtime.wire.evaluation import FLAG_SPEEDUP, Evaluation, summarize
+from krex_runtime.cli.subcommands import UsageError, emit_json, fail
+from krex_runtime.wire.evaluation import FLAG_SPEEDUP, Evaluation, EvaluationError, summarize
 from krex_runtime.wire.printable import printable
 from krex_runtime.wire.protocol.bodies import submit_modes
 from krex_runtime.wire.protocol.envelope import EXIT_SIGNAL_BASE
@@ -127,6 +127,8 @@ def eval_command(client: Client, args: argparse.Namespace) -> int:
         if args.suite is None:
             return _single(client, args)
         return _batch(client, args)
+    except EvaluationError as exc:  # one pair's harness printed a line that is not one
+        return fail(args, "bad_result", str(exc))
     except KeyboardInterrupt:
         print("\nkrex: interrupted: the evaluations in flight were cancelled", file=sys.stderr)
         return EXIT_SIGNAL_BASE + signal.SIGINT

@@ -122,7 +122,9 @@ def evaluation_of(record: Mapping[str, Any], stdout: str | None, flag_speedup: f
     stdout (None: the record's own `evaluation`, the line the runtime kept).
     EvaluationError when its result line is malformed."""
     rec = _Reader(record, "result")
-    report = parse_line(stdout) if stdout is not None else _kept(record)
+    report = parse_line(stdout) if stdout is not None else None
+    if report is None:  # the line the runtime read of the whole output file (a client may have missed some)
+        report = _kept(record, strict=stdout is None)
     regions = _region_checks(rec, report)
     failure = _failure(rec, report, regions, stderr)
     correct = report.correct if report is not None else None
@@ -296,12 +298,17 @@ def _names_of(label: str, report: HarnessReport | None, pair: Pair | None) -> tu
     if pair is not None:
         return pair.problem.rsplit("/", 1)[-1], pair.candidate.rsplit("/", 1)[-1]
     parts = label.removeprefix("eval:").split("/")  # eval:<batch>/<problem>/<candidate>
-    return (parts[1], parts[2]) if label.startswith("eval:") and len(parts) == 3 else ("", "")
+    return (f"{parts[1]}.py", f"{parts[2]}.py") if label.startswith("eval:") and len(parts) == 3 else ("", "")
 
 
-def _kept(record: Mapping[str, Any]) -> HarnessReport | None:
+def _kept(record: Mapping[str, Any], strict: bool) -> HarnessReport | None:
     kept = record.get("evaluation")
-    return report_of(kept) if kept is not None else None
+    try:
+        return report_of(kept) if kept is not None else None
+    except EvaluationError:
+        if strict:
+            raise
+        return None
 
 
 def _tail(text: str) -> str:

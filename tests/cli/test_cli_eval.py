@@ -73,6 +73,9 @@ def test_one_pair_prints_its_result_and_exits_by_it(rt: Runtime, suite: tuple[Pa
     assert e["candidate_path"] == str(candidates / "19_ReLU.v2.py") and e["check"]["failed_set"] == 2
     broken = rt.krex("eval", str(problems / "20_LeakyReLU.py"), str(candidates / "20_LeakyReLU" / "tiled.py"), *HARNESS)
     assert broken.returncode == 1 and "failure  compile_error: load_inline failed" in broken.stdout
+    malformed = rt.krex("eval", str(problems / "19_ReLU.py"), str(write(candidates / "x" / "19_ReLU.py", "malformed")),
+                        *HARNESS)
+    one_line_125(malformed, "the result line is malformed: check.passed: expected an integer")
 
 
 def test_a_batch_writes_each_result_and_resumes(rt: Runtime, suite: tuple[Path, Path], tmp_path: Path) -> None:

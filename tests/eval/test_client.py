@@ -219,7 +219,7 @@ def test_failure_classes_from_the_command_state() -> None:
                             stderr="\n".join(f"line {i}" for i in range(40)))
     assert crashed.failure_class == "runtime_error" and crashed.failure_message == "the harness exited with 3"
     assert crashed.failure_detail.splitlines() == [f"line {i}" for i in range(20, 40)]
-    assert crashed.problem == "19_ReLU" and crashed.candidate == "19_ReLU.v2"  # from the label
+    assert crashed.problem == "19_ReLU.py" and crashed.candidate == "19_ReLU.v2.py"  # from the label
     killed = evaluation_of(good_record() | {"exit_code": None, "signal": 9}, "")
     assert killed.failure_message == "the harness killed by signal 9"
     silent = evaluation_of(good_record(), "")
@@ -237,6 +237,12 @@ def test_a_record_of_the_wrong_shape_is_an_error_not_a_key_error() -> None:
 def test_the_line_the_runtime_kept_in_the_record() -> None:
     e = evaluation_of(good_record() | {"evaluation": good_line()}, None)
     assert e.trusted and e.candidate == "19_ReLU.v2.py"
+    # Output the client missed: the runtime's line stands in for it.
+    assert evaluation_of(good_record() | {"evaluation": good_line()}, "partial\n").trusted
+    bad = good_record() | {"evaluation": {"schema": 1}}
+    with pytest.raises(EvaluationError, match="required key is missing"):
+        evaluation_of(bad, None)
+    assert evaluation_of(bad, "no line\n").failure_class == "runtime_error"
 
 
 def test_summary_counts_each_problem_by_its_best_correct_candidate() -> None:
