@@ -161,6 +161,24 @@ def test_ctrl_c_cancels_what_runs_and_leaves_the_file_whole(rt: Runtime, tmp_pat
     assert [json.loads(line)["candidate"] for line in out.read_text().splitlines()] == ["1_Add.py"]
     shown = json.loads(rt.krex("show", "--json", slow).stdout)
     assert shown["state"] == "cancelled"
+    # One pair: the same.
+    one = subprocess.Popen([*command("krex"), "eval", str(problems / "1_Add.py"), str(candidates / "1_Add.slow.py"),
+                            "--batch", "single", *HARNESS], env=rt.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        def running() -> list[dict]:
+            rows = json.loads(rt.krex("ls", "--json", "--label", "eval:single/1_Add/1_Add.slow").stdout)["commands"]
+            return [r for r in rows if r["state"] == "running"]
+
+        wait_until(running, 60, "the evaluation to run")
+        single = running()[0]["id"]
+        one.send_signal(signal.SIGINT)
+        _, err = one.communicate(timeout=60)
+    finally:
+        if one.poll() is None:
+            one.kill()
+    assert one.returncode == 128 + signal.SIGINT and "Traceback" not in err, err
+    assert json.loads(rt.krex("show", "--json", single).stdout)["state"] == "cancelled"
 
 
 def test_command_lines_that_name_no_work(rt: Runtime, suite: tuple[Path, Path], tmp_path: Path) -> None:
