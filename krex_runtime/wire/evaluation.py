@@ -130,6 +130,9 @@ def evaluation_of(record: Mapping[str, Any], stdout: str | None, flag_speedup: f
     correct = report.correct if report is not None else None
     times = _times(report, regions)
     reasons = untrusted_reasons(report, regions, pair)
+    if failure is not None and failure.kind != "integrity_flagged" and report is not None and report.correct:
+        # A good line from a command that then failed (ran past its limit at exit): the failure is the result.
+        reasons.append(f"failed: {failure.kind}")
     speedup = times[2]
     review = speedup is not None and speedup > flag_speedup
     names = _names_of(rec.text("label"), report, pair)

@@ -228,6 +228,11 @@ def test_failure_classes_from_the_command_state() -> None:
     assert cancelled.failure_class == "runtime_error" and "was cancelled" in cancelled.failure_message
 
 
+def test_a_good_line_from_a_command_that_ran_past_its_limit_is_not_trusted() -> None:
+    e = evaluation(record=good_record() | {"state": "timeout", "exit_code": None, "signal": 9})
+    assert e.failure_class == "timeout" and e.correct and codes(e) == ["failed"]
+
+
 def test_a_record_of_the_wrong_shape_is_an_error_not_a_key_error() -> None:
     for record in ({"id": 5}, {"regions": "none"}, {"regions": [{"region": 7, "integrity": "clean"}]}, [1]):
         with pytest.raises(EvaluationError):
