@@ -99,6 +99,8 @@ def check_usage(args: argparse.Namespace) -> None:
             raise UsageError("--resume goes on with a results file: give it with --out FILE")
         if args.out and not args.resume and Path(args.out).exists():
             raise UsageError(f"--out {args.out} exists: --resume to go on with it, or name another file")
+        if args.out and not Path(args.out).absolute().parent.is_dir():
+            raise UsageError(f"--out {args.out}: no such folder")
         if args.max_in_flight < 1:
             raise UsageError("--max-in-flight must be at least 1")
         try:
@@ -181,9 +183,9 @@ def _region_text(role: str, region: int | None, verdict: str | None, integrity: 
 
 def _batch(client: Client, args: argparse.Namespace) -> int:
     pairs: list[eval_suite.SuitePair] = args.pairs
-    keys = {id(p): p.key(args.options) for p in pairs}
+    keys = {p: p.key(args.options) for p in pairs}
     seen = eval_suite.done_keys(args.rows)
-    todo = [p for p in pairs if eval_suite.key_text(keys[id(p)]) not in seen]
+    todo = [p for p in pairs if eval_suite.key_text(keys[p]) not in seen]
     by_paths = {(str(p.problem.absolute()), str(p.candidate.absolute())): p for p in todo}
     batch = args.batch or Path(args.candidates).resolve().name
     out = open(args.out, "a") if args.out else None  # noqa: SIM115 (closed below, after Ctrl-C too)
@@ -196,14 +198,17 @@ def _batch(client: Client, args: argparse.Namespace) -> int:
             for evaluation in found:
                 pair = by_paths[(evaluation.problem_path, evaluation.candidate_path)]
                 if out is not None:
-                    out.write(eval_suite.row_of(evaluation, keys[id(pair)]))
+                    out.write(eval_suite.row_of(evaluation, keys[pair]))
                     out.flush()
                 finished.append(evaluation)
                 progress.advance(f"{pair.problem.stem}/{pair.name}", evaluation)
     finally:
         if out is not None:
             out.close()
-    everything = eval_suite.evaluations_of(args.rows) + finished
+    # The pairs as they are now: a result the file keeps for another content or other options is not theirs.
+    current = {eval_suite.key_text(k) for k in keys.values()}
+    kept = [row for row in args.rows if eval_suite.key_text(row["key"]) in current]
+    everything = eval_suite.evaluations_of(list({eval_suite.key_text(r["key"]): r for r in kept}.values())) + finished
     _print_summary(summarize(everything), args.json, len(todo), len(pairs) - len(todo))
     return 0
 

@@ -100,7 +100,9 @@ def test_a_batch_writes_each_result_and_resumes(rt: Runtime, suite: tuple[Path, 
     # A changed candidate is evaluated again; the rest is not.
     write(candidates / "19_ReLU.v2.py", "correct")
     changed = rt.krex(*batch, "--resume", "--json")
-    assert json.loads(changed.stdout)["ran"] == 1 and len(out.read_text().splitlines()) == 4
+    summary = json.loads(changed.stdout)
+    assert (summary["ran"], summary["skipped"], summary["evaluations"]) == (1, 2, 3)
+    assert summary["failures"] == {"compile_error": 1} and len(out.read_text().splitlines()) == 4
     # Other options are another evaluation of every pair; the plain summary is a table.
     reseeded = rt.krex(*batch, "--resume", "--seed", "7", "--batch", "again")
     assert reseeded.returncode == 0 and len(out.read_text().splitlines()) == 7
@@ -198,6 +200,8 @@ def test_command_lines_that_name_no_work(rt: Runtime, suite: tuple[Path, Path], 
     one_line_125(rt.krex("eval", "--suite", str(problems), "--candidates", str(candidates), "--resume"),
                  "--resume goes on with a results file")
     one_line_125(rt.krex("eval", p, c, "--trials", "0"), "trials must be at least 1")
+    one_line_125(rt.krex("eval", "--suite", str(problems), "--candidates", str(candidates), "--out",
+                         str(tmp_path / "nowhere" / "r.jsonl")), "no such folder")
     one_line_125(rt.krex("eval", p, c, "--out", str(tmp_path / "r.jsonl")), "--out and --resume are a batch's")
     stray = write(candidates / "99_Conv.py", "correct")
     one_line_125(rt.krex("eval", "--suite", str(problems), "--candidates", str(candidates)),
