@@ -305,8 +305,13 @@ def _names_of(label: str, report: HarnessReport | None, pair: Pair | None) -> tu
 
 
 def _kept(record: Mapping[str, Any], strict: bool) -> HarnessReport | None:
+    """The record's `evaluation` when it is the whole line; a runtime that keeps
+    only a summary of it (no `schema`) leaves the line to be read from stdout."""
     kept = record.get("evaluation")
     try:
+        if isinstance(kept, Mapping) and "schema" not in kept:
+            raise EvaluationError("the record keeps a summary of the result line, not the line: "
+                                  "read the command's stdout")
         return report_of(kept) if kept is not None else None
     except EvaluationError:
         if strict:

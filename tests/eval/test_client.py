@@ -248,6 +248,10 @@ def test_the_line_the_runtime_kept_in_the_record() -> None:
     with pytest.raises(EvaluationError, match="required key is missing"):
         evaluation_of(bad, None)
     assert evaluation_of(bad, "no line\n").failure_class == "runtime_error"
+    summary = good_record() | {"evaluation": {"problem": "19_ReLU.py", "correct": True, "speedup": 2.0}}
+    with pytest.raises(EvaluationError, match="a summary of the result line"):
+        evaluation_of(summary, None)
+    assert evaluation_of(summary, printed(good_line())).trusted  # the stdout's line is read
 
 
 def test_summary_counts_each_problem_by_its_best_correct_candidate() -> None:
