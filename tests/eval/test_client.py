@@ -318,8 +318,9 @@ def test_the_line_is_read_against_the_record(rt: Runtime, files: Any) -> None:
         outside = client.evaluate(problem, candidate("no_region"), harness=FAKE, trials=5, timeout=60)
         assert outside.correct and not outside.trusted and codes(outside)[:2] == ["region_missing"] * 2
         liar = client.evaluate(problem, candidate("liar"), harness=FAKE, trials=5, timeout=60)
-        if liar.times_from == "below":
-            assert "timer_mismatch" in codes(liar) and liar.speedup is not None and liar.speedup < 4
+        if liar.times_from == "below":  # the speedup reported is below's, not the one the harness claims
+            claimed = liar.harness_timing["reference"]["median_ms"] / liar.harness_timing["candidate"]["median_ms"]
+            assert "timer_mismatch" in codes(liar) and liar.speedup is not None and liar.speedup < claimed / 2
         wrong = client.evaluate(problem, candidate("incorrect"), harness=FAKE, timeout=60)
         assert wrong.failure_class == "incorrect" and wrong.correct is False and wrong.check is not None
         broken = client.evaluate(problem, candidate("compile"), harness=FAKE, timeout=60)
