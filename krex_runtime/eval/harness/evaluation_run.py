@@ -220,8 +220,10 @@ def _fresh(run: _Run, inputs: list[Any], trials: Trials) -> None:
     run.checking = True
     fresh: dict[str, Any] = {"passed": False, "max_abs_error": None, "max_rel_error": None, "message": ""}
     run.report.fresh_check = fresh
-    steps = (("the output of the last timed trial", lambda: (inputs, trials.last_output)),
-             ("a fresh input set", lambda: _fresh_call(run)))
+    steps: list[tuple[str, Callable[[], tuple[list[Any], Any]]]] = [
+        ("the output of the last timed trial", lambda: (inputs, trials.last_output)),
+        ("a fresh input set", lambda: _fresh_call(run)),
+    ]
     for what, produce in steps:
         inputs_now, out = produce()
         ref = _forward(run, run.reference, inputs_now, "reference")

@@ -43,16 +43,27 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from torch import cuda
 from torch import _random as _rng
-from torch._tensor import (  # noqa: F401  (torch's names)
-    FLOATING, NUMPY, VALUE_LIMIT, Tensor, bfloat16, device, elementwise_ns, float16, float32, float64, int32, int64,
-    matmul_ns, numel,
-)
+from torch import cuda, nn  # noqa: F401  (import torch gives torch.cuda and torch.nn, as in torch)
 from torch._ops import allclose, matmul, relu, softmax  # noqa: F401
-from torch import nn  # noqa: E402,F401  (import torch gives torch.nn, as in torch)
+from torch._tensor import (  # noqa: F401  (torch's names)
+    FLOATING,
+    NUMPY,
+    VALUE_LIMIT,
+    Tensor,
+    bfloat16,
+    device,
+    elementwise_ns,
+    float16,
+    float32,
+    float64,
+    int32,
+    int64,
+    matmul_ns,
+    numel,
+)
 
-float, half, double, long, int = float32, float16, float64, int64, int32  # noqa: A001
+float, half, double, long, int = float32, float16, float64, int64, int32
 Size = tuple
 MATMUL_NS = 20_000  # the longest simulated matmul
 
@@ -151,13 +162,13 @@ def bmm(a: Tensor, b: Tensor) -> Tensor:
     return matmul(a, b)
 
 
-def abs(t: Tensor) -> Tensor:  # noqa: A001
+def abs(t: Tensor) -> Tensor:
     return t.abs()
 
 
-def max(t: Tensor) -> Tensor:  # noqa: A001
+def max(t: Tensor) -> Tensor:
     return t.max()
 
 
-def sum(t: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A001
+def sum(t: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     return t.sum(dim, keepdim)

@@ -12,7 +12,7 @@ from typing import Any
 
 from torch import _random
 from torch._tensor import NUMPY, Tensor
-from torch.nn import functional  # noqa: F401
+from torch.nn import functional
 
 
 def Parameter(t: Tensor, requires_grad: bool = True) -> Tensor:
