@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 import time
+import types
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from typing import Any
 import pytest
 from runtime_helpers import REPO, TENANTS, module_runtime, regions_config
 
-from krex_runtime.eval.harness import arguments, failures, module_files, result_line, stats
+from krex_runtime.eval.harness import arguments, failures, framework_watch, module_files, result_line, stats
 from krex_runtime.eval.harness.compile_slot import ENV as SLOTS_ENV
 from krex_runtime.eval.harness.compile_slot import CompileSlot
 from krex_runtime.sim import device_file, layout
@@ -295,6 +296,31 @@ def test_a_compile_waits_for_a_slot_another_holds(tmp_path: Path, sim_env: dict[
     assert result["timing"]["reference"]["region"] is None  # outside a runtime a region is a no-op
 
 
+def _standalone(env: dict[str, str], candidate: str) -> dict[str, Any]:
+    done = subprocess.run(harness_argv("relu_add", candidate), env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return parse(done.stdout)
+
+
+def test_load_inline_builds_in_the_extensions_folder_once(tmp_path: Path, sim_env: dict[str, str]) -> None:
+    """The stand-in's load_inline really compiles, where TORCH_EXTENSIONS_DIR
+    says, and a second evaluation of the same sources reuses the library."""
+    first = _standalone(sim_env, "relu_add__inline")
+    folder = Path(sim_env["TORCH_EXTENSIONS_DIR"]) / "relu_add_fused"
+    libraries = list(folder.glob("relu_add_fused_*.so"))
+    assert first["correct"] is True and len(libraries) == 1 and (folder / "relu_add_fused.c").exists()
+    built = libraries[0].stat().st_mtime_ns
+    second = _standalone(sim_env, "relu_add__inline")
+    assert second["correct"] is True and list(folder.glob("relu_add_fused_*.so")) == libraries
+    assert libraries[0].stat().st_mtime_ns == built
+
+
+def test_a_candidate_that_exits_still_gets_its_result_line(sim_env: dict[str, str]) -> None:
+    result = _standalone(sim_env, "relu_add__exits")
+    assert result["failure"]["class"] == "runtime_error" and "exit(0)" in result["failure"]["message"]
+    assert result["compiled"] is True and result["correct"] is None
+
+
 def test_bad_arguments_are_refused_in_one_line_with_status_2(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     argv = harness_argv("relu_add", "no_such_candidate")
@@ -396,6 +422,26 @@ def test_compile_slots_without_blocking_first(tmp_path: Path) -> None:
     empty.mkdir()
     with pytest.raises(OSError, match="holds no slot file"):
         CompileSlot(str(empty)).acquire()
+
+
+def test_a_replaced_timing_function_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Watched by name in whatever modules are loaded: replaced, appeared or the same."""
+    cuda = types.ModuleType("torch.cuda")
+    cuda.Event = type("Event", (), {"record": lambda self: None, "elapsed_time": lambda self, end: 1.0})
+    cuda.synchronize = lambda: None
+    torch = types.ModuleType("torch")
+    torch.cuda = cuda
+    for name, module in (("torch", torch), ("torch.cuda", cuda), ("triton", None), ("triton.testing", None)):
+        monkeypatch.setitem(sys.modules, name, module)
+    before = framework_watch.snapshot()
+    assert framework_watch.replaced(before) == []
+    monkeypatch.setattr(cuda.Event, "elapsed_time", lambda self, end: 0.5)
+    monkeypatch.setattr(cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch, "allclose", lambda *a, **k: True, raising=False)  # absent before: appeared
+    assert framework_watch.replaced(before) == ["torch.cuda.Event.elapsed_time", "torch.cuda.synchronize",
+                                                "torch.allclose"]
+    monkeypatch.setattr(cuda, "Event", type("Event", (cuda.Event,), {}))  # a subclass inherits the methods
+    assert "torch.cuda.Event" in framework_watch.replaced(before)
 
 
 def test_a_non_finite_figure_is_null_on_the_line() -> None:

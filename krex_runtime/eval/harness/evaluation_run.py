@@ -25,12 +25,13 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
+import traceback
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from krex_runtime.eval.harness import framework_watch, module_files, stats
+from krex_runtime.eval.harness import failures, framework_watch, module_files, stats
 from krex_runtime.eval.harness.arguments import Arguments
 from krex_runtime.eval.harness.compile_slot import CompileSlot
 from krex_runtime.eval.harness.failures import COMPILE_ERROR, INCORRECT, RUNTIME_ERROR, Failure, Stop, classify
@@ -263,6 +264,10 @@ def evaluate(args: Arguments, problem_src: SourceFile, candidate_src: SourceFile
         _steps(run)
     except Stop as stop:
         report.failure = stop.failure
+        report.correct = False if run.checking else None
+    except SystemExit as exc:  # the candidate's (or the problem's) code asked the process to end
+        report.failure = Failure(RUNTIME_ERROR, f"the evaluated code called exit({exc.code!r})",
+                                 failures.tail("".join(traceback.format_exception(exc))))
         report.correct = False if run.checking else None
     if run.watched is not None:
         report.harness_patched = framework_watch.replaced(run.watched)

@@ -1,8 +1,9 @@
 """Input sets and timed trials.
 
 An input set is the problem's `get_inputs()` after `torch.manual_seed(s)`,
-its tensors moved to the device (floating ones cast to the evaluation's
-dtype), as KernelBench makes them. Seeds: construction `seed`, check set i
+made with the device as torch's default device (its tensors are made on the
+GPU; any made elsewhere are moved there) and floating ones cast to the
+evaluation's dtype. Seeds: construction `seed`, check set i
 `seed + i`, the warm-up `seed + TRIAL_SEEDS - 1`, timed trial k
 `seed + TRIAL_SEEDS + k` (the same for both models), the fresh set one drawn
 at random (a candidate cannot know it).
@@ -19,6 +20,7 @@ addresses sees the same addresses every trial: the fresh check catches it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -36,10 +38,21 @@ class Trials:
     stream: int
 
 
+def _on_device(torch: Any, device: str) -> Any:
+    """torch.device as a context manager (torch >= 2.0): the problem's
+    factory calls (`torch.randn(...)`) make their tensors on the GPU, with its
+    generator, instead of on the host and copied: a trial's fresh inputs
+    cost a kernel, not seconds of host random numbers."""
+    where = torch.device(device)
+    return where if hasattr(where, "__enter__") else contextlib.nullcontext()
+
+
 def make_inputs(torch: Any, get_inputs: Callable[[], Any], seed: int, device: str, dtype: Any) -> list[Any]:
     torch.manual_seed(seed)
     made = []
-    for x in get_inputs():
+    with _on_device(torch, device):
+        inputs = list(get_inputs())
+    for x in inputs:
         if isinstance(x, torch.Tensor):
             x = x.to(device)
             if x.is_floating_point() and x.dtype != dtype:

@@ -30,7 +30,8 @@ right or wrong; `manual_seed` makes `randn`/`rand` repeatable (numpy's
 numbers, not torch's). The computing is done on the host when the operator is
 called, whatever the simulated kernel's timing: stream order is the driver's
 business here, values are not. Large or bfloat16 tensors are shape-only.
-Memory: GPU tensors' bytes count against the simulated device's memory, and
+`with torch.device("cuda"):` makes the factory functions inside make GPU
+tensors, as in torch 2. Memory: GPU tensors' bytes count against the simulated device's memory, and
 one that does not fit raises torch.cuda.OutOfMemoryError.
 `torch.nn` (Module, Linear, ReLU) and `torch.utils.cpp_extension.load_inline`
 (a real C compile, its own docstring says the convention) are beside it.
@@ -47,6 +48,7 @@ from torch import _random as _rng
 from torch import cuda, nn  # noqa: F401  (import torch gives torch.cuda and torch.nn, as in torch)
 from torch._ops import allclose, matmul, relu, softmax  # noqa: F401
 from torch._tensor import (  # noqa: F401  (torch's names)
+    DEFAULT_DEVICE,
     FLOATING,
     NUMPY,
     VALUE_LIMIT,
@@ -92,7 +94,7 @@ def _shape(shape: tuple) -> tuple[int, ...]:
 def _make(shape: tuple[int, ...], dtype: str | None, device_: Any, values: Any, launch: bool = True) -> Tensor:
     """A new tensor; `values(shape, numpy dtype)` gives its values when it has any."""
     dtype = dtype or float32
-    where = device(device_ if device_ is not None else "cpu")
+    where = device(device_ if device_ is not None else DEFAULT_DEVICE[-1] if DEFAULT_DEVICE else "cpu")
     np_type = NUMPY.get(dtype)
     data = values(shape, np_type) if np_type is not None and numel(shape) <= VALUE_LIMIT else None
     t = Tensor(shape, dtype, where, data)

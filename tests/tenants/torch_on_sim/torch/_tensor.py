@@ -75,6 +75,17 @@ class device:
     def __hash__(self) -> int:
         return hash(str(self))
 
+    # As a context manager (torch >= 2.0): the default device of the factory functions inside.
+    def __enter__(self) -> device:
+        DEFAULT_DEVICE.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        DEFAULT_DEVICE.pop()
+
+
+DEFAULT_DEVICE: list[device] = []  # the innermost `with torch.device(...)` last
+
 
 def _numpy_dtype(dtype: str) -> Any:
     return NUMPY.get(dtype)
