@@ -28,7 +28,7 @@ import time
 import traceback
 import types
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from krex_runtime.eval.harness import failures, framework_watch, module_files, stats
@@ -55,7 +55,6 @@ class _Run:
     candidate: Any = None
     watched: framework_watch.Snapshot | None = None
     checking: bool = False  # in the check or the fresh check: a failure there means "not correct"
-    errors: list[Comparison] = field(default_factory=list)
 
     def inputs(self, seed: int) -> list[Any]:
         assert self.problem is not None
@@ -106,7 +105,10 @@ def _load(run: _Run) -> None:
         raise Stop(replace(classify(exc, "import torch"), kind=RUNTIME_ERROR)) from exc
     run.torch = torch
     run.device, run.dtype = f"cuda:{run.args.device_index}", getattr(torch, run.args.dtype)
-    torch.cuda.set_device(run.args.device_index)
+    try:
+        torch.cuda.set_device(run.args.device_index)
+    except Exception as exc:
+        raise Stop(replace(classify(exc, f"GPU {run.args.device_index}"), kind=RUNTIME_ERROR)) from exc
     framework_watch.import_triton_testing()
     run.watched = framework_watch.snapshot()
     try:
