@@ -212,9 +212,8 @@ def _get_inputs(run: _Run) -> Callable[[], Any]:
 def _timed(run: _Run) -> tuple[list[Any], Trials]:
     inputs = run.inputs(run.args.seed + run.args.inputs)
     reference, _ = _times(run, run.reference, inputs, "reference")
-    run.report.timing = {"reference": reference, "candidate": None}
     candidate, trials = _times(run, run.candidate, inputs, "candidate")
-    run.report.timing["candidate"] = candidate
+    run.report.timing = {"reference": reference, "candidate": candidate}  # both or none (schema 1)
     return inputs, trials
 
 
