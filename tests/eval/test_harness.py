@@ -175,7 +175,8 @@ def test_an_honest_candidate_is_correct_with_both_times_in_their_own_regions(
         assert times["stream"] == "0", why  # the legacy default stream: torch's current one
         record = regions[times["region"]].get("integrity") or {}
         assert record.get("windows") == TRIALS, f"{record}; {why}"  # one judged window per trial, nothing else
-        if candidate not in JUDGED_UNFAIRLY or times is timing["reference"]:
+        # A replaced torch timer is the integrity record's to flag or not (docs/integrity.md), not this test's.
+        if candidate not in (*JUDGED_UNFAIRLY, "relu_add__patched_timer") or times is timing["reference"]:
             assert record.get("clean") is True, f"{record}; {why}"
     expected = ["torch.cuda.Event.elapsed_time"] if candidate == "relu_add__patched_timer" else []
     assert result["harness_patched"] == expected, why
