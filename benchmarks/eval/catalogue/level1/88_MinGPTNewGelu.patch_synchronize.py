@@ -1,0 +1,20 @@
+"""CHEAT synchronize replacement: at import, torch.cuda.synchronize becomes a no-op (a timer that syncs before reading its end event would read it early). Expected: correct values, UNTRUSTED (harness_patched: torch.cuda.synchronize)."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def _no_sync(device=None):
+    return None
+
+
+torch.cuda.synchronize = _no_sync
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return F.gelu(x, approximate="tanh")
