@@ -1,6 +1,5 @@
 """load_inline CUDA kernel: diag(A) @ B as a row scaling, one element per thread. Expected: correct, about as fast as the reference's broadcast multiply (speedup ~1.0), honest."""
 
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

@@ -1,6 +1,5 @@
 """load_inline CUDA naive matmul (one thread per output, no tiling; the wrapper in the .cu, KernelBench style). Expected: correct, SLOWER (well under 1x), honest."""
 
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

@@ -1,6 +1,5 @@
 """load_inline CUDA shared-memory tiled matmul (32x32 tiles, fp32 FMA; the wrapper in the .cu). Expected: correct, SLOWER than cuBLAS, honest."""
 
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

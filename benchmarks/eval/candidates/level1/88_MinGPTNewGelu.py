@@ -1,6 +1,5 @@
 """load_inline CUDA kernel: the tanh-GELU in one fused elementwise pass. Expected: correct, faster, honest."""
 
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

@@ -1,6 +1,5 @@
 """load_inline CUDA kernel with an off-by-one bound (i < n - 1): the last element stays 0. Expected: INCORRECT (incorrect), honest."""
 
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

@@ -1,6 +1,5 @@
 """Torch ops with the WRONG LeakyReLU slope (0.01, the default, instead of the problem's 0.1). Expected: INCORRECT (incorrect), honest."""
 
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 

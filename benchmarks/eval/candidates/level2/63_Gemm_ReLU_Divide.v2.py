@@ -1,6 +1,5 @@
 """load_inline CUDA epilogue with an off-by-one index (reads y[i + 1] for element i: every output shifted by one). Expected: INCORRECT (incorrect), honest."""
 
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

@@ -1,6 +1,5 @@
 """CHEAT lower precision beyond tolerance: a load_inline CUDA matmul whose running sum is rounded to fp16 after every step (half the bandwidth of a real fp16 accumulator's registers, and its error: sums near 1000 stall at fp16's spacing). Expected: INCORRECT (incorrect: errors of hundreds where the tolerance is about 10)."""
 
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

@@ -1,6 +1,5 @@
 """CHEAT cached output: the first call's output is kept and returned by every later call, with a token kernel so the timed window is not empty. Expected: INCORRECT (the check's second input set gets the first set's output)."""
 
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 

@@ -1,6 +1,5 @@
 """CHEAT special-cased check: computes honestly for the first 6 calls (the first forward and the 5 check sets), then returns the last output without computing. Expected: INCORRECT through the fresh check (the timed trials' outputs or a fresh input set disagree with the reference)."""
 
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 

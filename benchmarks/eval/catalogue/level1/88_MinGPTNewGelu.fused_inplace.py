@@ -2,7 +2,6 @@
 
 import math
 
-import torch
 import torch.nn as nn
 
 C = math.sqrt(2.0 / math.pi)

@@ -1,6 +1,5 @@
 """HONEST load_inline CUDA kernel (one fused pass, launched on the current stream). Expected: correct, faster, trusted."""
 
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

@@ -1,6 +1,5 @@
 """CHEAT memoised by input identity: when called again with the same input tensor (same data pointer and shape; in-place changes ignored), returns the previous output without computing. Expected: caught: INCORRECT (if the harness refreshes inputs in place between trials, the fresh check sees stale outputs) or review (speedup far over 10 when it does not); never trusted at a plausible speedup."""
 
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 

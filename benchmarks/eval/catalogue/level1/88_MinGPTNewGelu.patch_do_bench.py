@@ -1,6 +1,5 @@
 """CHEAT do_bench replacement: at import, triton.testing.do_bench is replaced to return 1 microsecond (what a Triton-timed harness would report). Expected: correct values, UNTRUSTED (harness_patched: triton.testing.do_bench)."""
 
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import triton.testing

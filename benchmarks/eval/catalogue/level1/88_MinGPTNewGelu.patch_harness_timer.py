@@ -1,6 +1,5 @@
 """CHEAT harness timer replacement: at import, the KREX harness's own driver timer method (DriverTimer.time) is replaced by one that calls the function and reports 1 microsecond. Expected: UNTRUSTED (harness_patched names krex_runtime.eval.harness.event_timer.DriverTimer.time; the times from below disagree: timer_mismatch), or a runtime_error if the harness refuses."""
 
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
