@@ -278,8 +278,12 @@ def verdict(ev: dict[str, Any]) -> str:
 
 
 def expectation_met(expected: dict[str, Any], ev: dict[str, Any]) -> bool:
+    """trusted: trusted or reviewed (a review does not take trust away: a fast
+    honest candidate may cross flag_speedup); caught: anything but trusted."""
     got, want = verdict(ev), expected["expect"]
-    return got != "trusted" if want == "caught" else got == want
+    if want == "caught":
+        return got != "trusted"
+    return got in ("trusted", "review") if want == "trusted" else got == want
 
 
 def flag_seen(expected: dict[str, Any], ev: dict[str, Any]) -> str:
