@@ -13,6 +13,10 @@
 #   LIMIT_S default 570: the whole call's time limit; a set cut short keeps
 #           the evaluations that ended. Split SETUPS over calls to stay inside
 #           a call's limit: the report reads every setup file of OUT.
+# TRIALS (default 30) and WARMUP (default 5): timed trials and warm-up calls
+# per model. Fewer than the harness's 100/10: each trial refreshes its inputs
+# from the CPU inside the region, about 35 ms for an 8M-element input, so the
+# trials, not the GPU, set how long a region is held.
 # Needs the KernelBench problems at .kb/KernelBench/{level1,level2} (or
 # .kb/KernelBench/KernelBench/...).
 set -uo pipefail
@@ -27,6 +31,7 @@ for set in ${sets//,/ }; do
   left=$(( limit - ($(date +%s) - start) - 15 ))  # 15 s kept for the report
   if [ "$left" -le 30 ]; then echo "$set: no time left"; continue; fi
   timeout "$left" python3 benchmarks/eval_bench.py --set "$set" --setups "$what" --out "$out" \
+    --trials "${TRIALS:-30}" --warmup "${WARMUP:-5}" \
     > "$out/bench-$set.txt" 2> "$out/progress-$set.txt"
   echo "$set ($what) exit $?"
   tail -3 "$out/progress-$set.txt"
