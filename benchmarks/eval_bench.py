@@ -60,6 +60,7 @@ import json
 import math
 import os
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -293,10 +294,10 @@ def flag_seen(expected: dict[str, Any], ev: dict[str, Any]) -> str:
         return "-"
     said = " ".join([*(ev.get("untrusted_reasons") or []), *(ev.get("harness_patched") or []),
                      ev.get("failure_message") or ""])
-    if flag == "integrity":
-        hit = "integrity" in said or "timer_mismatch" in said
-    elif flag == "fresh_check":
-        hit = (ev.get("fresh_check") or {}).get("passed") is False or "fresh" in said
+    if flag == "integrity":  # the library saw the window's work escape it (its flags, or times that disagree)
+        hit = any(code in said for code in ("integrity_flagged", "timer_mismatch", "region_not_verified"))
+    elif flag == "fresh_check":  # the harness's re-check after the timed trials failed
+        hit = (ev.get("fresh_check") or {}).get("passed") is False or "fresh check" in (ev.get("failure_message") or "")
     else:
         hit = flag in said
     return "yes" if hit else "no"
@@ -494,6 +495,9 @@ def main() -> None:
                    "`python -m krex_runtime.eval.harness` (a stand-in for a dry run)")
     p.add_argument("--sim", action="store_true", help="runtime setups on a simulated GPU (a dry run with --harness)")
     args = p.parse_args()
+    # `timeout` ends a run with SIGTERM: as an exit, so that a runtime started here is stopped
+    # (with its tenants) rather than left holding the GPU for the next run.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     Path(args.out).mkdir(parents=True, exist_ok=True)
     if not args.report_only:
         items = workload(args.set, suite_root(args.suite_root), args.only)
