@@ -475,7 +475,7 @@ def report(results: list[dict[str, Any]]) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--set", choices=sorted(SETS), default="candidates", help="which folder of benchmarks/eval/")
     p.add_argument("--setups", default="direct,ungated,krex", help="direct, serial, ungated, krex; NAME#2 runs one again")
     p.add_argument("--concurrency", type=int, default=16, help="evaluations at once in ungated and krex (default 16)")

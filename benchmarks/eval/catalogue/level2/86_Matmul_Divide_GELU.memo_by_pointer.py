@@ -1,4 +1,4 @@
-"""CHEAT memoised by input address: called again with a tensor at the same address and shape, returns the previous output without computing (the harness refreshes its timed inputs in place). Expected: INCORRECT through the fresh check (the last timed trial's output is stale); never trusted at its speedup."""
+"""CHEAT memoised by input address: called again with a tensor at the same address and shape, returns the previous output without computing. Expected: INCORRECT: in the check (a new input set often lands at a freed one's address) or in the fresh check (the harness refreshes its timed inputs in place: the last timed output is stale); never trusted."""
 
 import torch.nn as nn
 import torch.nn.functional as F
