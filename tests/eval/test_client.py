@@ -359,3 +359,22 @@ def test_evaluate_many_yields_each_as_it_ends_and_goes_on_past_a_bad_line(rt: Ru
     assert found["19_ReLU.v2.py"].failure_class == "runtime_error"
     assert "malformed" in found["19_ReLU.v2.py"].failure_message
     assert found["19_ReLU.v3.py"].failure_class == "incorrect"
+
+
+def test_the_harness_itself_through_the_runtime(rt: Runtime) -> None:
+    """The real harness (krex_runtime.eval.harness) on the CI problem files,
+    with the torch stand-in of tests/tenants/torch_on_sim."""
+    ci = TENANTS / "eval"
+    env = dict(rt.env, PYTHONPATH=str(TENANTS / "torch_on_sim"))
+    with rt.client(timeout_s=60) as client:
+        honest = client.evaluate(ci / "relu_add.py", ci / "relu_add__torch.py", env=env, trials=10, timeout=120)
+        assert honest.correct and honest.failure_class is None, (honest.failure_message, honest.failure_detail)
+        assert [r.verdict for r in honest.regions] == ["verified", "verified"] and honest.speedup is not None
+        if honest.times_from == "below":
+            assert honest.trusted, honest.untrusted_reasons
+        else:
+            assert codes(honest) == ["timing_missing", "timing_missing"]
+        cached = client.evaluate(ci / "relu_add.py", ci / "relu_add__cached.py", env=env, trials=10, timeout=120)
+        assert cached.failure_class == "incorrect" and "fresh_check_failed" in codes(cached)
+        broken = client.evaluate(ci / "relu_add.py", ci / "relu_add__compile_error.py", env=env, timeout=120)
+        assert broken.failure_class == "compile_error" and broken.compiled is False and broken.failure_detail
