@@ -21,7 +21,7 @@ FWD_SRC_DIR := src/forward
 FWD_DIR := $(BUILD)/forward
 FWD_LIB := $(FWD_DIR)/libcuda.so.1
 FWD_SERVER := $(BUILD)/krex-ctxd
-FWD_CLIENT_SRCS := $(FWD_SRC_DIR)/client.c $(FWD_SRC_DIR)/client_api.c $(FWD_SRC_DIR)/client_ops_gen.c $(FWD_SRC_DIR)/client_local.c $(FWD_SRC_DIR)/client_context.c \
+FWD_CLIENT_SRCS := $(FWD_SRC_DIR)/client.c $(FWD_SRC_DIR)/client_api.c $(FWD_SRC_DIR)/client_ops_gen.c $(FWD_SRC_DIR)/client_local.c $(FWD_SRC_DIR)/client_pinned.c $(FWD_SRC_DIR)/client_context.c \
 	$(FWD_SRC_DIR)/client_procaddr.c
 FWD_SERVER_SRCS := $(FWD_SRC_DIR)/server.c $(FWD_SRC_DIR)/server_exec.c
 FWD_HDRS := include/krex_forward.h include/krex_simcuda.h $(wildcard $(FWD_SRC_DIR)/*.h) $(FWD_SRC_DIR)/server_ops_gen.inc forward.mk

@@ -303,11 +303,19 @@ CUresult fwd_unknown(const char *name)
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+static unsigned long long staged_copies; /* this process's own count: the segment's is the command's to rewrite */
+
 void fwd_count_staged_pinned(void)
 {
+    __atomic_fetch_add(&staged_copies, 1, __ATOMIC_RELAXED);
     pthread_once(&attach_once, attach);
     if (attach_result == CUDA_SUCCESS)
         __atomic_fetch_add(&seg.h->staged_pinned_copies, 1, __ATOMIC_RELAXED);
+}
+
+FWD_EXPORT unsigned long long krex_forward_staged_copies(void)
+{
+    return __atomic_load_n(&staged_copies, __ATOMIC_RELAXED);
 }
 
 /* The same for forwarded mode's CUDA runtime (libcudart.so.N, src/cudart),
