@@ -17,6 +17,8 @@
  *   forward_pinned bad-offset  (forwarded only) raw requests into its own ring:
  *                              pinned copies at offsets outside what the server
  *                              registered, then a range outside the arena
+ *   forward_pinned truncate    (forwarded only) truncates its pinned arena under
+ *                              its server, then copies from it
  */
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -204,6 +206,22 @@ static int bad_offset(CUcontext ctx)
     return 0;
 }
 
+static int truncate_arena(void)
+{
+    uint8_t *p;
+    CHECK(cuMemAllocHost((void **)&p, N));
+    CUdeviceptr d;
+    CHECK(cuMemAlloc(&d, N));
+    const char *path = getenv(KREX_FWD_ENV_PINNED);
+    int fd = path != NULL ? open(path, O_RDWR) : -1;
+    if (fd < 0 || ftruncate(fd, 0) != 0)
+        return 2;
+    CUresult copy = cuMemcpyHtoD(d, p, N);
+    CUresult next = cuCtxSynchronize();
+    printf("copy %d, next %d\n", (int)copy, (int)next);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -220,5 +238,7 @@ int main(int argc, char **argv)
         return hold();
     if (strcmp(argv[1], "bad-offset") == 0)
         return bad_offset(ctx);
+    if (strcmp(argv[1], "truncate") == 0)
+        return truncate_arena();
     return 2;
 }

@@ -123,6 +123,15 @@ def test_a_copy_outside_the_registered_ranges_is_refused_and_a_range_outside_the
     check_nothing_left(rt.run_dir)
 
 
+def test_an_arena_truncated_under_its_server_fails_the_command_not_the_server(rt: Runtime, program: Path) -> None:
+    result = run(rt, "forwarded", str(program), "truncate")
+    assert result["state"] == "failed", result
+    assert "its pinned arena was truncated under it" in result["reason"], result
+    assert result["stdout"].endswith("next 46\n"), result  # CUDA_ERROR_DEVICE_UNAVAILABLE from then on
+    wait_until(lambda: len(_servers(rt)) == SERVERS, 30, "the server to be replaced")
+    check_nothing_left(rt.run_dir)
+
+
 def test_a_killed_tenant_leaves_no_arena_and_its_server_serves_the_next(rt: Runtime, program: Path) -> None:
     done = rt.krex("submit", "--mode", "forwarded", "--timeout", "60", "--", str(program), "hold")
     command_id = done.stdout.strip()

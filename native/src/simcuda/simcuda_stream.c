@@ -300,9 +300,14 @@ static int start_worker(struct CUstream_st *s)
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 1u << 20);
-    /* Signals belong to the application's threads, never to ours. */
+    /* Signals belong to the application's threads, never to ours; but a fault
+     * of a copy (a bus error on a host mapping its file lost) is raised in the
+     * thread that copies, where blocking it would kill the process before the
+     * application's handler could run. */
     sigset_t all, old;
     sigfillset(&all);
+    sigdelset(&all, SIGBUS);
+    sigdelset(&all, SIGSEGV);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     pthread_t tid;
     int err = pthread_create(&tid, &attr, stream_worker, s);
