@@ -152,3 +152,20 @@ def test_a_killed_tenant_leaves_no_arena_and_its_server_serves_the_next(rt: Runt
     again = run(rt, "forwarded", str(program), "data")
     assert again["state"] == "finished", again
     check_nothing_left(rt.run_dir)
+
+
+def test_without_an_arena_pinned_allocations_are_staged_and_flagged(make_runtime: Any, program: Path) -> None:
+    forward = '\n[forward]\nservers_per_gpu = 1\nfallback = "fail"\nclean_timeout_s = 5\npinned_mib = 0\n'
+    rt = make_runtime(policy="krex", sim=1, slots=2, extra_config=regions_config() + forward)
+    wait_until(lambda: len(_servers(rt)) == 1, 60, "the context server to be ready")
+    assert not list(forward_ring.SHM_DIR.glob(forward_ring.segment_prefix(rt.run_dir) + "*"))
+    data = run(rt, "forwarded", str(program), "data")
+    # The data is right, but a staged copy to the host waits for its stream: the host was blocked.
+    assert data["state"] == "finished", data
+    assert data["stdout"].startswith("pinned intact: sync, offsets, async (stream busy at return: no)"), data
+    costs = run(rt, "forwarded", str(program), "costs")
+    assert costs["state"] == "finished", costs
+    # The allocation is ordinary memory now: its copy is staged too, beside the registered one's.
+    assert costs["reason"].startswith("2 copies from or to page-locked host memory") and STAGED_NOTE in costs["reason"]
+    forwarded_copy = _copies(rt, (PINNED,))[PINNED][-1]
+    assert forwarded_copy.name == "memcpy pageable", forwarded_copy

@@ -792,7 +792,17 @@ static CUresult exec_pinned_register(struct request *q)
             return CUDA_ERROR_OUT_OF_MEMORY;
         pinned.v = v, pinned.cap = cap;
     }
-    CUresult r = CALL(p_cuMemHostRegister_v2, arena + off, (size_t)n, CU_MEMHOSTREGISTER_PORTABLE);
+    /* In the server's primary context, which outlives every context of the
+     * command's: a registration goes with the context it was made in. */
+    CUcontext was = current;
+    CUresult r = make_current(primary);
+    if (r == CUDA_SUCCESS)
+        r = CALL(p_cuMemHostRegister_v2, arena + off, (size_t)n, CU_MEMHOSTREGISTER_PORTABLE);
+    CUresult back = make_current(was);
+    if (r == CUDA_SUCCESS && back != CUDA_SUCCESS) {
+        CALL(p_cuMemHostUnregister, arena + off);
+        r = back;
+    }
     if (r == CUDA_SUCCESS) {
         pinned.v[pinned.n].off = off;
         pinned.v[pinned.n++].size = n;
@@ -800,11 +810,16 @@ static CUresult exec_pinned_register(struct request *q)
     return r;
 }
 
+/* In the primary context, where it was registered. */
 static CUresult unregister_range(size_t i)
 {
-    CUresult r = CALL(p_cuMemHostUnregister, arena + pinned.v[i].off);
+    CUcontext was = current;
+    CUresult r = make_current(primary);
+    if (r == CUDA_SUCCESS)
+        r = CALL(p_cuMemHostUnregister, arena + pinned.v[i].off);
     pinned.v[i] = pinned.v[--pinned.n];
-    return r;
+    CUresult back = make_current(was);
+    return r != CUDA_SUCCESS ? r : back;
 }
 
 /* As the driver's cuMemFreeHost: after the work queued before it. */
