@@ -111,20 +111,20 @@ static void *arena_alloc(size_t bytesize)
     if (slot < 0)
         return NULL;
     /* Its pages are allocated first (a full /dev/shm is an error here, not a
-     * bus error at the first touch) and zeroed, as the range may have been
-     * handed out before; both put them in this command's memory, not in its
-     * server's. */
+     * bus error at the first touch), so they are this command's memory, not
+     * its server's; registered; then zeroed, as the range may have been
+     * handed out before (only once registered: a process that is not the
+     * server's client, a child, never writes into the arena). */
     struct fwd_reply r = {0};
-    bool ok = posix_fallocate(arena_fd, (off_t)off, (off_t)n) == 0;
-    if (ok)
-        memset(arena + off, 0, n);
-    if (!ok || fwd_call(KREX_FWD_OP_PINNED_REGISTER, 0, ARGS((uint64_t)off, (uint64_t)n), NULL, 0, NULL, 0, &r) !=
-                   CUDA_SUCCESS) {
+    if (posix_fallocate(arena_fd, (off_t)off, (off_t)n) != 0 ||
+        fwd_call(KREX_FWD_OP_PINNED_REGISTER, 0, ARGS((uint64_t)off, (uint64_t)n), NULL, 0, NULL, 0, &r) !=
+            CUDA_SUCCESS) {
         pthread_mutex_lock(&pinned_lock);
         pinned[slot].kind = PINNED_FREE;
         pthread_mutex_unlock(&pinned_lock);
         return NULL;
     }
+    memset(arena + off, 0, n);
     return arena + off;
 }
 
