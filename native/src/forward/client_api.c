@@ -6,9 +6,10 @@
  *
  * - Copies between host and device carry bytes, unless the host side lies in
  *   the pinned arena (client_pinned.c: then only its offset travels). Those
- *   from the host travel in the requests (an asynchronous one is sent without waiting: the bytes
- *   are copied into the ring when the call is made, as the driver stages
- *   pageable memory), those to the host come back through the staging area.
+ *   from the host travel in the requests (an asynchronous one is sent
+ *   without waiting: the bytes are copied into the ring when the call is
+ *   made, as the driver stages pageable memory), those to the host come back
+ *   through the staging area.
  *   Copies larger than what one request or reply carries go in chunks.
  * - A device's name and UUID come back as bytes in the staging area.
  * - Modules carry an image (read here from a file, or measured in memory)
