@@ -9,7 +9,9 @@ memory and twice that from pageable memory (native/include/krex_simcuda.h)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -169,3 +171,16 @@ def test_without_an_arena_pinned_allocations_are_staged_and_flagged(make_runtime
     assert costs["reason"].startswith("2 copies from or to page-locked host memory") and STAGED_NOTE in costs["reason"]
     forwarded_copy = _copies(rt, (PINNED,))[PINNED][-1]
     assert forwarded_copy.name == "memcpy pageable", forwarded_copy
+
+
+def test_the_benchmark_of_pinned_copies_runs_on_the_simulator(native_built: Path) -> None:
+    # benchmarks/forward_pinned.py --sim, tiny: its rows, not its figures.
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "forward_pinned.py"), "--sim", "--mib", "1",
+                           "--copies", "3", "--commands", "1"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines[2:4]] == ["pinned", "registered"], done.stdout
+    assert lines[2].endswith("the one asked for (pinned arena)") and lines[3].endswith("staged (registered by the "
+                                                                                       "program)"), done.stdout
+    assert set(json.loads(lines[-1])["results"]) == {"process", "forwarded"}
