@@ -192,6 +192,11 @@ static CUresult wait_reply(uint32_t before, struct fwd_reply *reply)
         fwd_spin_then_park(&h->reply_seq, before, PARK_NS);
         __atomic_store_n(&h->client_parked, 0, __ATOMIC_RELAXED);
     }
+    /* A server that stopped serving bumps the word to wake us: that is no
+     * reply (the reply words still hold the previous request's). */
+    uint32_t state = __atomic_load_n(&h->server_state, __ATOMIC_ACQUIRE);
+    if ((state == KREX_FWD_STATE_FAILED || state == KREX_FWD_STATE_ENDED) && !server_alive())
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
     CUresult r = (CUresult)h->reply_result;
     memcpy(reply->out, h->reply_out, sizeof reply->out);
     uint64_t len = h->reply_len;
