@@ -4,7 +4,8 @@ The command runs as a process command does (its own process tree, cgroup,
 gate entries, region token, output), with two differences in its
 environment: forwarded mode's libcuda.so.1 comes first on its library path
 (every driver call it makes, by symbol, dlsym or cuGetProcAddress, reaches
-the client), and KREX_FORWARD_RING names its segment. The interception
+the client), KREX_FORWARD_RING names its segment and KREX_FORWARD_PINNED its
+pinned arena (empty with `forward.pinned_mib = 0`). The interception
 library stays preloaded in front of the client, so the command's gate,
 drain, event timing and integrity work as in process mode; a drain's
 cuCtxSynchronize goes through the ring behind whatever the command sent.
