@@ -45,7 +45,7 @@ def build(out: Path) -> Path:
 
 
 @pytest.fixture
-def rt(make_runtime: Any) -> Iterator[Runtime]:
+def rt(make_runtime: Any, native_built: Path) -> Iterator[Runtime]:
     forward = '\n[forward]\nservers_per_gpu = 1\nfallback = "fail"\nclean_timeout_s = 30\n'
     runtime = make_runtime(policy="krex", sim=0, visible=(0,), slots=2,
                            extra_config=regions_config("preload") + forward)
