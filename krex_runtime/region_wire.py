@@ -31,7 +31,8 @@ def hello(tenant_id: str, pid: str, token: str) -> str:
 HELLO_USAGE = hello("<tenant_id>", "<pid>", "<token>")
 
 # EXIT's integrity words: `integrity=<windows>,<escaped>,<other_thread>,<empty>,<stream_mismatch>`
-# (from `krex_region_integrity` in libkrex.so) and `harness=<name>` once per replaced harness.
+# (from `krex_region_integrity` in libkrex.so), `harness=<name>` once per replaced harness, and
+# `staged=<n>`: forwarded mode's staged copies of page-locked memory inside the region (flag `staged_copy`).
 COUNTS = ("windows", "escaped", "other_thread", "empty", "stream_mismatch")
 FLAGS = ("escaped", "other_thread", "empty", "stream_mismatch", "patched_harness")
 REASONS = {
@@ -42,6 +43,9 @@ REASONS = {
              "or elsewhere)",
     "stream_mismatch": "the events were recorded on a stream no launch of the window used",
     "patched_harness": "the timing harness called is not the module's original (replaced after import)",
+    "staged_copy": "copies from or to page-locked host memory inside the region went through forwarded mode's "
+                   "staging (memory the program registered, or beyond its pinned arena), not the one DMA asked "
+                   "for: event timings around them measure the staging",
 }
 MAX_COUNT = 1 << 62
 MAX_HARNESS_NAME = 48
@@ -57,6 +61,15 @@ def parse_counts(text: str) -> dict[str, int] | None:
     return dict(zip(COUNTS, values, strict=True))
 
 
+def parse_staged(arg: str) -> int:
+    """`staged=<n>` of an EXIT line (forwarded mode's staged copies inside the region); 0 when absent."""
+    for word in arg.split():
+        key, _, value = word.partition("=")
+        if key == "staged" and value.isascii() and value.isdigit() and len(value) <= 19:
+            return min(int(value), MAX_COUNT)
+    return 0
+
+
 def parse_exit(arg: str) -> tuple[dict[str, int] | None, list[str]]:
     """The integrity words of an EXIT line: (counts or None, patched harness names)."""
     counts: dict[str, int] | None = None
@@ -70,11 +83,11 @@ def parse_exit(arg: str) -> tuple[dict[str, int] | None, list[str]]:
     return counts, patched
 
 
-def record(counts: dict[str, int] | None, patched: list[str] | None = None) -> dict[str, Any] | None:
+def record(counts: dict[str, int] | None, patched: list[str] | None = None, staged: int = 0) -> dict[str, Any] | None:
     """The record the certificate carries; None when the tenant said nothing
     (an older client, a process without the library, a withdrawn region)."""
     patched = patched or []
-    if counts is None and not patched:
+    if counts is None and not patched and not staged:
         return None
     counts = counts or dict.fromkeys(COUNTS, 0)
     windows = counts["windows"]
@@ -85,6 +98,9 @@ def record(counts: dict[str, int] | None, patched: list[str] | None = None) -> d
     if patched:
         flags["patched_harness"] = {"count": len(patched),
                                     "reason": f"{', '.join(patched)}: {REASONS['patched_harness']}"}
+    if staged:
+        flags["staged_copy"] = {"count": staged, "reason": f"{staged} cop{'y' if staged == 1 else 'ies'}: "
+                                                           f"{REASONS['staged_copy']}"}
     return {"windows": windows, "clean": not flags, "summary": summary_of(windows, flags), "flags": flags}
 
 
@@ -102,7 +118,8 @@ def lines(rec: dict[str, Any] | None) -> list[str]:
     return [rec["summary"]] + [f"{name}: {f['reason']}" for name, f in rec.get("flags", {}).items()]
 
 
-def words(counts: str | None, patched: list[str]) -> str:
+def words(counts: str | None, patched: list[str], staged: int = 0) -> str:
     """The integrity words a client appends to EXIT."""
     out = [f"integrity={counts}"] if counts else []
-    return " ".join(out + [f"harness={name[:MAX_HARNESS_NAME]}" for name in patched[:MAX_HARNESSES]])
+    out += [f"harness={name[:MAX_HARNESS_NAME]}" for name in patched[:MAX_HARNESSES]]
+    return " ".join(out + ([f"staged={staged}"] if staged else []))

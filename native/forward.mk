@@ -21,7 +21,7 @@ FWD_SRC_DIR := src/forward
 FWD_DIR := $(BUILD)/forward
 FWD_LIB := $(FWD_DIR)/libcuda.so.1
 FWD_SERVER := $(BUILD)/krex-ctxd
-FWD_CLIENT_SRCS := $(FWD_SRC_DIR)/client.c $(FWD_SRC_DIR)/client_api.c $(FWD_SRC_DIR)/client_ops_gen.c $(FWD_SRC_DIR)/client_local.c $(FWD_SRC_DIR)/client_context.c \
+FWD_CLIENT_SRCS := $(FWD_SRC_DIR)/client.c $(FWD_SRC_DIR)/client_api.c $(FWD_SRC_DIR)/client_ops_gen.c $(FWD_SRC_DIR)/client_local.c $(FWD_SRC_DIR)/client_pinned.c $(FWD_SRC_DIR)/client_context.c \
 	$(FWD_SRC_DIR)/client_procaddr.c
 FWD_SERVER_SRCS := $(FWD_SRC_DIR)/server.c $(FWD_SRC_DIR)/server_exec.c
 FWD_HDRS := include/krex_forward.h include/krex_simcuda.h $(wildcard $(FWD_SRC_DIR)/*.h) $(FWD_SRC_DIR)/server_ops_gen.inc forward.mk
@@ -79,7 +79,8 @@ $(FWD_SERVER): $(FWD_SERVER_OBJS)
 # The tenant run in process and forwarded mode alike, a hostile client
 # that writes malformed and oversized requests into its segment, and hostile
 # commands that go for other tenants' memory and the server's own.
-forward-tests: $(BUILD)/tests/forward_tenant $(BUILD)/tests/forward_garbage $(BUILD)/tests/forward_hostile
+forward-tests: $(BUILD)/tests/forward_tenant $(BUILD)/tests/forward_garbage $(BUILD)/tests/forward_hostile \
+	$(BUILD)/tests/forward_pinned
 $(BUILD)/tests/forward_tenant: tests/forward_tenant.c $(BUILD)/sim/libcuda.so.1
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(CUDA_INCLUDE) -o $@ $< -L$(BUILD)/sim -l:libcuda.so.1 -Wl,-rpath,'$$ORIGIN/../sim'
@@ -91,3 +92,11 @@ $(BUILD)/tests/forward_garbage: tests/forward_garbage.c include/krex_forward.h
 $(BUILD)/tests/forward_hostile: tests/forward_hostile.c include/krex_forward.h $(BUILD)/sim/libcuda.so.1
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(CUDA_INCLUDE) -o $@ $< -L$(BUILD)/sim -l:libcuda.so.1 -Wl,-rpath,'$$ORIGIN/../sim'
+
+# Page-locked memory in both modes: data, costs, a region's staged copies, a
+# tenant killed holding pinned memory, raw requests at bad offsets.
+$(BUILD)/tests/forward_pinned: tests/forward_pinned.c tests/corpus/corpus_driver.h include/krex_forward.h include/krex.h \
+		$(BUILD)/sim/libcuda.so.1 $(BUILD)/libkrex.so
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I$(CUDA_INCLUDE) -Itests -o $@ $< -L$(BUILD)/sim -l:libcuda.so.1 -L$(BUILD) -l:libkrex.so \
+		-Wl,-rpath,'$$ORIGIN/../sim' -Wl,-rpath,'$$ORIGIN/..'

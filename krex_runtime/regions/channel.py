@@ -300,10 +300,12 @@ class RegionChannel:
         # What the tenant's library saw of its timed windows (docs/integrity.md),
         # into the certificate the release makes.
         counts, patched = region_wire.parse_exit(arg)
+        staged = region_wire.parse_staged(arg)  # forwarded mode's staged copies inside the region
         said = ""  # the words the record was made of, echoed in RELEASED
         if req.kind == "region":  # inside a lease a region is a no-op: the lease's record stays none
-            req.integrity = region_wire.record(counts, patched)
-            said = region_wire.words(",".join(str(counts[k]) for k in region_wire.COUNTS) if counts else None, patched)
+            req.integrity = region_wire.record(counts, patched, staged)
+            said = region_wire.words(",".join(str(counts[k]) for k in region_wire.COUNTS) if counts else None, patched,
+                                     staged)
         if req.kind == "region":
             self.manager.release(req, "released")
         if req.revoked:

@@ -21,6 +21,15 @@
  * private: the other side is another process). A side that parks bounds its
  * sleep, so it notices a peer that died without waking it.
  *
+ * A second file per command, the pinned arena (its path in KREX_FORWARD_PINNED,
+ * its descriptor passed to the server with the segment, its size the
+ * runtime's), holds the command's page-locked host memory: cuMemAllocHost and
+ * cuMemHostAlloc hand out page-aligned ranges of it, and the server registers
+ * each range of its own mapping with the driver (PINNED_REGISTER). A copy
+ * whose host side lies in a registered range travels as an offset into the
+ * arena (HTOD_PINNED, DTOH_PINNED): the server issues one copy from or to its
+ * mapping of the same pages, on the command's stream.
+ *
  * This header is a contract: krex_runtime/commands/forwarded/forward_ring.py makes the
  * segment and reads its state with the struct module; a test compares them.
  * Change the layout only together with KREX_FWD_VERSION.
@@ -37,6 +46,8 @@
 /* The client's environment. */
 #define KREX_FWD_ENV_RING "KREX_FORWARD_RING"         /* path of the command's segment */
 #define KREX_FWD_ENV_FALLBACK "KREX_FORWARD_FALLBACK" /* "process": a call not forwarded ends the command */
+/* Path of the command's pinned arena (below); unset or empty: none. */
+#define KREX_FWD_ENV_PINNED "KREX_FORWARD_PINNED"
 /* Exit status of a command ended by a call the forwarder does not know, when
  * KREX_FORWARD_FALLBACK=process (the runtime then runs it again in process mode). */
 #define KREX_FWD_EXIT_UNKNOWN_CALL 86
@@ -106,6 +117,7 @@ struct krex_fwd_msg {
 #define KREX_FWD_WANT_REPLY 1u
 #define KREX_FWD_PER_THREAD 2u /* a _ptsz/_ptds entry point: the per-thread default stream */
 #define KREX_FWD_PAD 0xffffu   /* op of the filler that ends the ring before a wrap */
+#define KREX_FWD_PINNED_ALIGN 4096u /* arena ranges start and end on pages */
 
 /* The operations. Each names the driver entry point the server calls. */
 #define KREX_FWD_OPS(X)                                                                                     \
@@ -159,7 +171,11 @@ struct krex_fwd_msg {
     X(LOADING_MODE, "cuModuleGetLoadingMode")                                                               \
     X(OCC_ACTIVE, "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags")                                    \
     X(OCC_BLOCK_SIZE, "cuOccupancyMaxPotentialBlockSizeWithFlags")                                          \
-    X(OCC_DYN_SMEM, "cuOccupancyAvailableDynamicSMemPerBlock")
+    X(OCC_DYN_SMEM, "cuOccupancyAvailableDynamicSMemPerBlock")                                              \
+    X(PINNED_REGISTER, "cuMemHostRegister_v2")                                                              \
+    X(PINNED_UNREGISTER, "cuMemHostUnregister")                                                             \
+    X(HTOD_PINNED, "cuMemcpyHtoDAsync_v2")                                                                  \
+    X(DTOH_PINNED, "cuMemcpyDtoHAsync_v2")
 
 #define KREX_FWD_ENUM(name, fn) KREX_FWD_OP_##name,
 enum krex_fwd_op { KREX_FWD_OP_NONE = 0, KREX_FWD_OPS(KREX_FWD_ENUM) KREX_FWD_OP_COUNT };

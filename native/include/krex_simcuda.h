@@ -82,6 +82,11 @@ void krex_sim_set_tenant(int32_t tenant_id);
 #define KREX_SIM_DEFAULT_DEVICE_NAME "default"
 #define KREX_SIM_DEFAULT_MEM_MB 81920u    /* 80 GiB */
 #define KREX_SIM_DEFAULT_COPY_MBPS 1000u  /* 1 GB/s: 1 byte costs 1 ns of solo time */
+/* A copy between the device and pageable host memory (not allocated with
+ * cuMemAllocHost/cuMemHostAlloc, not registered with cuMemHostRegister) costs
+ * this many times a copy of page-locked memory, as the driver stages it; its
+ * log record is named "memcpy pageable", the others "memcpy". */
+#define KREX_SIM_PAGEABLE_COPY_FACTOR 2u
 
 /* The shared device lives in POSIX shared memory: shm_open(KREX_SIM_SHM_PREFIX
  * name), i.e. the file /dev/shm/krex-sim-<name> on Linux. */

@@ -194,4 +194,10 @@ BY_HAND: dict[str, str] = {
     "FUNC_PARAMS": "the layout comes back through the staging area and is kept per function by the client",
     "OCC_BLOCK_SIZE": "the program's callback is evaluated by the client into a table the server picks from",
     "LAUNCH": "the kernel parameters and launch attributes travel as a blob, checked by the server",
+    "PINNED_REGISTER": "a range of the command's pinned arena (an offset, not a pointer), registered on the "
+                       "server's own mapping of it and kept in the server's table of the command's pinned ranges",
+    "PINNED_UNREGISTER": "the range leaves the server's table once the command's work that may use it has run",
+    "HTOD_PINNED": "an offset into a registered range of the pinned arena, checked by the server, copied from its "
+                   "own mapping (the synchronous form waits for the reply, the asynchronous one is sent without)",
+    "DTOH_PINNED": "as HTOD_PINNED, to the host: the bytes land in the arena, no staging area involved",
 }

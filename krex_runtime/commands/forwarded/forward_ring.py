@@ -12,6 +12,14 @@ runtime reads and writes it with pread and pwrite, never through a mapping
 (touching a mapped page of a truncated file is a SIGBUS), and tells the
 server the sizes it made it with (the server never takes them from the
 header).
+
+Beside it the runtime makes the command's pinned arena (`pinned_size`
+bytes, 0: none), a second file of the same name and owner with
+PINNED_SUFFIX: the command's page-locked allocations come from it, and its
+server maps it and registers the ranges handed out with the driver, so a
+copy from them is one DMA (native/src/forward/client_pinned.c). It is sparse
+until the command allocates; made new for each command and removed with
+the segment, so nothing of one command's pinned memory reaches another.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ VERSION = 1
 HEADER_SIZE = 4096
 ENV_RING = "KREX_FORWARD_RING"
 ENV_FALLBACK = "KREX_FORWARD_FALLBACK"
+ENV_PINNED = "KREX_FORWARD_PINNED"  # the pinned arena's path (KREX_FWD_ENV_PINNED)
+PINNED_SUFFIX = "-pinned"
 EXIT_UNKNOWN_CALL = 86  # KREX_FWD_EXIT_UNKNOWN_CALL
 
 STATE_NEW, STATE_SERVING, STATE_ENDED, STATE_FAILED = 0, 1, 2, 3
@@ -62,7 +72,7 @@ class SegmentState:
     calls_done: int
     client_pid: int
     after_region: bool = False  # unknown_call came after the command had held a region
-    staged_pinned_copies: int = 0  # asynchronous copies from or to page-locked memory that were staged
+    staged_pinned_copies: int = 0  # copies from or to page-locked memory that were staged
 
 
 def _text(raw: bytes) -> str:
@@ -92,23 +102,25 @@ def remove_left(run_dir: Path) -> list[str]:
 class Segment:
     """One command's segment: made at construction, removed by `remove`."""
 
-    def __init__(self, prefix: str, tag: str, ring_size: int, staging_size: int, owner: tuple[int, int] | None) -> None:
+    def __init__(self, prefix: str, tag: str, ring_size: int, staging_size: int, owner: tuple[int, int] | None,
+                 pinned_size: int = 0) -> None:
         if ring_size < 4096 or ring_size & (ring_size - 1):
             raise ValueError(f"the ring size must be a power of two of at least 4096 bytes, not {ring_size}")
+        if pinned_size < 0 or pinned_size % 4096:
+            raise ValueError(f"the pinned arena must be whole pages, not {pinned_size} bytes")
         self.path = SHM_DIR / f"{prefix}{tag}-{secrets.token_hex(6)}"
         self.ring_size, self.staging_size = ring_size, staging_size  # what the server is told, never the header
-        size = HEADER_SIZE + ring_size + staging_size
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        try:
-            os.ftruncate(fd, size)
-            os.pwrite(fd, struct.pack("<QIIQQ", MAGIC, VERSION, HEADER_SIZE, ring_size, staging_size), 0)
-            if owner is not None:  # the command's uid: only it (and the runtime) may open it
-                os.fchown(fd, owner[0], owner[1])
-        except BaseException:
-            os.close(fd)
-            self.path.unlink(missing_ok=True)
-            raise
-        self.fd = fd  # passed to the context server
+        self.pinned_size = pinned_size
+        self.pinned_path = self.path.with_name(self.path.name + PINNED_SUFFIX)
+        header = struct.pack("<QIIQQ", MAGIC, VERSION, HEADER_SIZE, ring_size, staging_size)
+        self.fd = _make(self.path, HEADER_SIZE + ring_size + staging_size, header, owner)  # passed to the server
+        self.pinned_fd = -1
+        if pinned_size:
+            try:
+                self.pinned_fd = _make(self.pinned_path, pinned_size, b"", owner)
+            except BaseException:
+                self.remove()
+                raise
 
     def state(self) -> SegmentState:
         m = os.pread(self.fd, HEADER_SIZE, 0)
@@ -135,7 +147,26 @@ class Segment:
         os.pwrite(self.fd, struct.pack("<I", STATE_FAILED), OFFSETS["server_state"])
 
     def remove(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        for fd in (self.fd, self.pinned_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.fd = self.pinned_fd = -1
         self.path.unlink(missing_ok=True)
+        self.pinned_path.unlink(missing_ok=True)
+
+
+def _make(path: Path, size: int, head: bytes, owner: tuple[int, int] | None) -> int:
+    """A new file of `size` bytes starting with `head`, for the command's user
+    only (and the runtime); its descriptor."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        os.ftruncate(fd, size)
+        if head:
+            os.pwrite(fd, head, 0)
+        if owner is not None:  # the command's uid: only it (and the runtime) may open it
+            os.fchown(fd, owner[0], owner[1])
+    except BaseException:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+        raise
+    return fd

@@ -12,7 +12,8 @@ nothing reaches it.
 
 Life of a server: started with its control socket as stdin, it creates its
 context and says `ready`; per command the pool sends `serve <tenant> <ring
-bytes> <staging bytes>` with the segment's descriptor (`serving` back), then `end` once the command's
+bytes> <staging bytes> <pinned bytes>` with the segment's descriptor and its
+pinned arena's (`serving` back), then `end` once the command's
 processes have ended; the server frees what the command left and answers
 `clean ok` or `clean retire <reason>`. It is replaced when it retires, when
 it refuses a request (`failed`: a malformed or oversized request), when it
@@ -125,8 +126,9 @@ class ForwardedPool(WorkerPool[ForwardedWorker]):
     async def serve(self, server: ForwardedWorker, segment: Segment, tenant_id: int) -> str:
         """Hand the command's segment to its server; "" once it serves, else why not."""
         try:
-            request = f"serve {tenant_id} {segment.ring_size} {segment.staging_size}\n"
-            socket.send_fds(server.sock, [request.encode()], [segment.fd])
+            request = f"serve {tenant_id} {segment.ring_size} {segment.staging_size} {segment.pinned_size}\n"
+            fds = [segment.fd] + ([segment.pinned_fd] if segment.pinned_fd >= 0 else [])
+            socket.send_fds(server.sock, [request.encode()], fds)
         except OSError as exc:
             self._retire(server, f"unreachable: {exc}")
             return f"its context server is unreachable: {exc}"

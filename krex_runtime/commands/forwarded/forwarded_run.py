@@ -4,7 +4,8 @@ The command runs as a process command does (its own process tree, cgroup,
 gate entries, region token, output), with two differences in its
 environment: forwarded mode's libcuda.so.1 comes first on its library path
 (every driver call it makes, by symbol, dlsym or cuGetProcAddress, reaches
-the client), and KREX_FORWARD_RING names its segment. The interception
+the client), KREX_FORWARD_RING names its segment and KREX_FORWARD_PINNED its
+pinned arena (empty with `forward.pinned_mib = 0`). The interception
 library stays preloaded in front of the client, so the command's gate,
 drain, event timing and integrity work as in process mode; a drain's
 cuCtxSynchronize goes through the ring behind whatever the command sent.
@@ -21,6 +22,7 @@ import dataclasses
 
 from krex_runtime.commands.forwarded.forward_ring import (
     ENV_FALLBACK,
+    ENV_PINNED,
     ENV_RING,
     EXIT_UNKNOWN_CALL,
     STATE_FAILED,
@@ -47,14 +49,14 @@ class ForwardedRun:
         self.segment: Segment | None = None
         self.unknown_call = ""  # the first call its client did not forward
         self.after_region = False  # ...made after the command had held a region
-        self.staged_pinned_copies = 0  # asynchronous copies from or to page-locked memory, staged
+        self.staged_pinned_copies = 0  # copies from or to page-locked memory, staged
 
     async def begin(self, job: Job) -> Outcome | None:
         """Its segment, served by its server; an Outcome when it cannot start."""
         assert job.tenant_id is not None
         try:
             self.segment = Segment(self._pool.segment_prefix, job.id, self._settings.ring_kib * 1024,
-                                   self._settings.staging_kib * 1024, self._owner)
+                                   self._settings.staging_kib * 1024, self._owner, self._settings.pinned_mib << 20)
         except OSError as exc:
             return Outcome("failed", None, None, f"cannot start: cannot make its forwarding segment: {exc}")
         why = await self._pool.serve(self._server, self.segment, job.tenant_id)
@@ -74,6 +76,7 @@ class ForwardedRun:
         assert self.segment is not None
         client = str(native_build.forwarding_client_dir())
         env[ENV_RING] = str(self.segment.path)
+        env[ENV_PINNED] = str(self.segment.pinned_path) if self.segment.pinned_fd >= 0 else ""
         env[ENV_FALLBACK] = self._settings.fallback
         env["LD_LIBRARY_PATH"] = ":".join(p for p in (client, env.get("LD_LIBRARY_PATH", "")) if p)
         return env
@@ -129,9 +132,10 @@ class ForwardedRun:
 
 
 def staged_note(copies: int) -> str:
-    """A forwarded asynchronous copy from page-locked memory is not one DMA from
-    the program's pages: its bytes cross the segment (docs/modes.md)."""
-    return (f"{copies} asynchronous cop{'y' if copies == 1 else 'ies'} from or to page-locked host memory went "
-            f"through the forwarding segment (a staged copy, not the copy asked for): event timings around "
-            f"them measure the staging")
+    """A forwarded copy from page-locked memory the server cannot map (registered
+    by the program, or beyond the pinned arena) is not one DMA from the
+    program's pages: its bytes cross the segment (docs/modes.md)."""
+    return (f"{copies} cop{'y' if copies == 1 else 'ies'} from or to page-locked host memory (registered by the "
+            f"program, or beyond forward.pinned_mib) went through the forwarding segment (a staged copy, not the "
+            f"copy asked for): event timings around them measure the staging")
 

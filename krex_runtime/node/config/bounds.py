@@ -77,6 +77,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "forward.servers_per_gpu": (0, 256),
     "forward.ring_kib": (64, 1 << 20),
     "forward.staging_kib": (64, 1 << 20),
+    "forward.pinned_mib": (0, 1 << 20),
     "forward.max_commands": (1, 10_000_000),
     "forward.start_timeout_s": (0.1, DAY),
     "forward.clean_timeout_s": (0.1, DAY),

@@ -176,6 +176,7 @@ class ForwardSection:
     fallback: Literal["fail", "process"] = "process"
     ring_kib: int = 1024  # each command's request ring (a power of two)
     staging_kib: int = 1024  # each command's reply staging area (copies to the host, in chunks of it)
+    pinned_mib: int = 1024  # each command's pinned arena: its page-locked allocations (0: none, all staged)
     max_commands: int = 1000  # a server is replaced after this many commands
     # Who the context servers run as: "" the runtime's own user, else an account
     # or a bare uid, never one a tenant can be given (node/access.server_run_as).

@@ -207,7 +207,7 @@ class RegionReleased(Event):
                                       "tenants; version 5)", factory=list)
     integrity: dict[str, Any] | None = note(
         "measurement integrity of the holder's timed windows (docs/integrity.md): `windows`, `clean`, `summary`, "
-        "`flags` {name: {count, reason}} for escaped, other_thread, empty, stream_mismatch, patched_harness; "
+        "`flags` {name: {count, reason}} for escaped, other_thread, empty, stream_mismatch, patched_harness, staged_copy; "
         "None: the holder reported none", None)
     share: str = note("the holder's effective fair-share key", "default")
     gpus: list[int] | None = note("a region over a set of GPUs: the set; `verdict` is this GPU's, the set's is the "

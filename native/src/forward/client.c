@@ -192,6 +192,11 @@ static CUresult wait_reply(uint32_t before, struct fwd_reply *reply)
         fwd_spin_then_park(&h->reply_seq, before, PARK_NS);
         __atomic_store_n(&h->client_parked, 0, __ATOMIC_RELAXED);
     }
+    /* A server that stopped serving bumps the word to wake us: that is no
+     * reply (the reply words still hold the previous request's). */
+    uint32_t state = __atomic_load_n(&h->server_state, __ATOMIC_ACQUIRE);
+    if ((state == KREX_FWD_STATE_FAILED || state == KREX_FWD_STATE_ENDED) && !server_alive())
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
     CUresult r = (CUresult)h->reply_result;
     memcpy(reply->out, h->reply_out, sizeof reply->out);
     uint64_t len = h->reply_len;
@@ -303,11 +308,19 @@ CUresult fwd_unknown(const char *name)
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+static unsigned long long staged_copies; /* this process's own count: the segment's is the command's to rewrite */
+
 void fwd_count_staged_pinned(void)
 {
+    __atomic_fetch_add(&staged_copies, 1, __ATOMIC_RELAXED);
     pthread_once(&attach_once, attach);
     if (attach_result == CUDA_SUCCESS)
         __atomic_fetch_add(&seg.h->staged_pinned_copies, 1, __ATOMIC_RELAXED);
+}
+
+FWD_EXPORT unsigned long long krex_forward_staged_copies(void)
+{
+    return __atomic_load_n(&staged_copies, __ATOMIC_RELAXED);
 }
 
 /* The same for forwarded mode's CUDA runtime (libcudart.so.N, src/cudart),

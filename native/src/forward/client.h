@@ -7,7 +7,9 @@
  *   client_api.c       the forwarded entry points that carry bytes or
  *                      need more than packing their arguments
  *   client_local.c     what never leaves the process: current contexts,
- *                      error strings, page-locked host memory
+ *                      error strings
+ *   client_pinned.c    page-locked host memory: ranges of the pinned arena,
+ *                      and what stays ordinary memory (staged copies)
  *   client_procaddr.c  cuGetProcAddress over this library's own entry points
  *   (generated)        _v2/_ptsz aliases and a stub for every other entry
  *                      point of cuda.h, which reports the call as not forwarded
@@ -42,13 +44,22 @@ size_t fwd_staging_size(void);
 /* An entry point this library does not forward: says which, remembers it for
  * the runtime and, under KREX_FORWARD_FALLBACK=process, ends the command. */
 CUresult fwd_unknown(const char *name);
-/* An asynchronous copy from or to page-locked host memory went through the
- * ring and the staging area: counted in the segment for the runtime, which
- * says so in the command's result (it is not the one DMA the program asked for). */
+/* A copy from or to page-locked host memory went through the ring and the
+ * staging area: counted in the segment for the runtime, which says so in the
+ * command's result (it is not the one DMA the program asked for), and for
+ * the region the process holds (krex_forward_staged_copies). */
 void fwd_count_staged_pinned(void);
-/* client_local.c: is [p, p+n) inside page-locked host memory of the process
- * (cuMemAllocHost, cuMemHostAlloc, cuMemHostRegister). */
+/* client_pinned.c: is [p, p+n) inside page-locked host memory of the process
+ * that is ordinary memory here (cuMemHostRegister, an allocation the arena
+ * had no room for): its copies are staged. */
 bool fwd_page_locked(const void *p, size_t n);
+/* Is [p, p+n) inside one range of the pinned arena the server registered;
+ * *off is then its offset in the arena. */
+bool fwd_pinned_offset(const void *p, size_t n, uint64_t *off);
+/* Staged copies of page-locked memory so far in this process, found by name
+ * by the interception library, which notes those made inside a region in
+ * the region's integrity record (staged=N in its EXIT). */
+unsigned long long krex_forward_staged_copies(void) __attribute__((visibility("default")));
 /* fwd_unknown, exported for forwarded mode's CUDA runtime (src/cudart), which
  * calls it for the runtime entry points it does not implement. */
 CUresult krex_forward_unknown_call(const char *name) __attribute__((visibility("default")));

@@ -4,10 +4,12 @@
  * arguments into a request (krex_forward.h) and, where the program needs an
  * answer, waits for it. What makes these special:
  *
- * - Copies between host and device carry bytes: those from the host travel
- *   in the requests (an asynchronous one is sent without waiting: the bytes
- *   are copied into the ring when the call is made, as the driver stages
- *   pageable memory), those to the host come back through the staging area.
+ * - Copies between host and device carry bytes, unless the host side lies in
+ *   the pinned arena (client_pinned.c: then only its offset travels). Those
+ *   from the host travel in the requests (an asynchronous one is sent
+ *   without waiting: the bytes are copied into the ring when the call is
+ *   made, as the driver stages pageable memory), those to the host come back
+ *   through the staging area.
  *   Copies larger than what one request or reply carries go in chunks.
  * - A device's name and UUID come back as bytes in the staging area.
  * - Modules carry an image (read here from a file, or measured in memory)
@@ -67,6 +69,19 @@ FWD_EXPORT CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 
 /* ---- memory -------------------------------------------------------------------------- */
 
+/* A copy whose host side is a registered range of the pinned arena: one
+ * request with its offset, and the server copies from or to its own mapping
+ * of the same pages. The synchronous form waits for the copy; the
+ * asynchronous one returns at once, ordered on its stream like the driver's
+ * (the program synchronises before it reads what a copy to the host wrote). */
+static CUresult pinned_copy(unsigned op, CUdeviceptr dev, uint64_t off, size_t n, CUstream stream, bool async,
+                            unsigned flags)
+{
+    struct fwd_reply r = {0};
+    return fwd_call(op, flags, ARGS((uint64_t)dev, off, (uint64_t)n, U(stream), async ? 1u : 0u), NULL, 0, NULL, 0,
+                    async ? NULL : &r);
+}
+
 /* Host to device: the bytes travel in the requests. A synchronous copy
  * waits for its last chunk (earlier chunks' errors come back with it). */
 static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream stream, bool async, unsigned flags)
@@ -74,9 +89,12 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream stream
     NEED_INIT();
     if (src == NULL && n > 0)
         return CUDA_ERROR_INVALID_VALUE;
+    uint64_t off;
+    if (n > 0 && fwd_pinned_offset(src, n, &off))
+        return pinned_copy(KREX_FWD_OP_HTOD_PINNED, dst, off, n, stream, async, flags);
     size_t chunk = fwd_max_blob();
     unsigned op = async ? KREX_FWD_OP_HTOD_ASYNC : KREX_FWD_OP_HTOD;
-    if (async && fwd_page_locked(src, n))
+    if (fwd_page_locked(src, n))
         fwd_count_staged_pinned();
     size_t done = 0;
     do {
@@ -97,11 +115,14 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream stream
  * memory once the stream has reached the copy; here they are at return). */
 static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream stream, bool async, unsigned flags)
 {
-    if (async && dst != NULL && fwd_page_locked(dst, n))
-        fwd_count_staged_pinned();
     NEED_INIT();
     if (dst == NULL && n > 0)
         return CUDA_ERROR_INVALID_VALUE;
+    uint64_t off;
+    if (n > 0 && fwd_pinned_offset(dst, n, &off))
+        return pinned_copy(KREX_FWD_OP_DTOH_PINNED, src, off, n, stream, async, flags);
+    if (fwd_page_locked(dst, n))
+        fwd_count_staged_pinned();
     size_t chunk = fwd_staging_size();
     unsigned op = async ? KREX_FWD_OP_DTOH_ASYNC : KREX_FWD_OP_DTOH;
     size_t done = 0;

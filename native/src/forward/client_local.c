@@ -6,14 +6,11 @@
  * one with every request (the server makes it current before it executes the
  * request). A handle is checked by the server where it is used, not here.
  *
- * Page-locked host memory is ordinary memory of the command: the GPU never
- * reads it directly, every copy passes through the segment.
+ * Page-locked host memory has its own file (client_pinned.c).
  */
 #include "client.h"
 
 #include <pthread.h>
-
-#include <stdlib.h>
 #include <string.h>
 
 FWD_EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx)
@@ -91,110 +88,6 @@ FWD_EXPORT CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
     const struct fwd_error *e = find_error(error);
     *pStr = e ? e->text : NULL;
     return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-}
-
-/* ---- page-locked host memory: ordinary memory here ---------------------------- */
-
-/* What the program pinned, remembered so that an asynchronous copy from or to
- * it can be counted as staged (fwd_count_staged_pinned): in forwarded mode its
- * bytes travel through the segment, not in one DMA from the pinned pages. */
-#define PINNED_SLOTS 1024
-static struct {
-    uintptr_t base;
-    size_t size;
-    bool allocated; /* ours to free (cuMemAllocHost), not registered */
-} pinned[PINNED_SLOTS];
-static pthread_mutex_t pinned_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void pin(void *p, size_t n, bool allocated)
-{
-    pthread_mutex_lock(&pinned_lock);
-    for (size_t i = 0; i < PINNED_SLOTS; i++)
-        if (pinned[i].base == 0) {
-            pinned[i].base = (uintptr_t)p, pinned[i].size = n, pinned[i].allocated = allocated;
-            break;
-        }
-    pthread_mutex_unlock(&pinned_lock);
-}
-
-/* Forgets [p...]; false when p starts nothing pinned. */
-static bool unpin(void *p, bool allocated)
-{
-    bool found = false;
-    pthread_mutex_lock(&pinned_lock);
-    for (size_t i = 0; i < PINNED_SLOTS; i++)
-        if (pinned[i].base == (uintptr_t)p && pinned[i].allocated == allocated) {
-            pinned[i].base = 0, found = true;
-            break;
-        }
-    pthread_mutex_unlock(&pinned_lock);
-    return found;
-}
-
-bool fwd_page_locked(const void *p, size_t n)
-{
-    uintptr_t a = (uintptr_t)p;
-    bool inside = false;
-    pthread_mutex_lock(&pinned_lock);
-    for (size_t i = 0; i < PINNED_SLOTS && !inside; i++)
-        inside = pinned[i].base != 0 && a >= pinned[i].base && a - pinned[i].base + n <= pinned[i].size;
-    pthread_mutex_unlock(&pinned_lock);
-    return inside;
-}
-
-static CUresult host_alloc(void **pp, size_t bytesize)
-{
-    if (pp == NULL || bytesize == 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!fwd_initialised())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (posix_memalign(pp, 4096, bytesize) != 0)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    pin(*pp, bytesize, true);
-    return CUDA_SUCCESS;
-}
-
-FWD_EXPORT CUresult CUDAAPI cuMemAllocHost_v2(void **pp, size_t bytesize)
-{
-    return host_alloc(pp, bytesize);
-}
-
-FWD_EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
-{
-    if (Flags & CU_MEMHOSTALLOC_DEVICEMAP)
-        return fwd_unknown("cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP)");
-    return host_alloc(pp, bytesize);
-}
-
-FWD_EXPORT CUresult CUDAAPI cuMemFreeHost(void *p)
-{
-    unpin(p, true);
-    free(p);
-    return CUDA_SUCCESS;
-}
-
-/* Registering pins nothing here (the server cannot reach the program's
- * pages); mapped registrations need a device address of host memory, which
- * forwarded mode cannot give. */
-FWD_EXPORT CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
-{
-    if (Flags & (CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_IOMEMORY))
-        return fwd_unknown("cuMemHostRegister(CU_MEMHOSTREGISTER_DEVICEMAP)");
-    if (p == NULL || bytesize == 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!fwd_initialised())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (fwd_page_locked(p, 1))
-        return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
-    pin(p, bytesize, false);
-    return CUDA_SUCCESS;
-}
-
-FWD_EXPORT CUresult CUDAAPI cuMemHostUnregister(void *p)
-{
-    if (!fwd_initialised())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    return unpin(p, false) ? CUDA_SUCCESS : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
 }
 
 /* Stream capture is not forwarded, so no stream of this process is ever

@@ -8,7 +8,8 @@
  * driver on its library path. It creates its context, says `ready`, then
  * serves one command at a time:
  *
- *   runtime -> server   serve <tenant id> <ring bytes> <staging bytes>\n   (+ the segment's descriptor)
+ *   runtime -> server   serve <tenant id> <ring bytes> <staging bytes> <pinned bytes>\n
+ *                       (+ the segment's descriptor, and the pinned arena's when it has one)
  *   server -> runtime   serving\n
  *   runtime -> server   end\n                 (the command's processes have ended)
  *   server -> runtime   clean ok <ms> <what>\n | clean retire <reason>\n
@@ -38,6 +39,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define CONTROL 0
@@ -64,14 +66,17 @@ static void say(const char *fmt, ...)
     (void)w;
 }
 
-/* Reads one control line (and a descriptor passed with it); -1 at EOF. */
-static int read_control(char *line, size_t cap, int *fd)
+/* Reads one control line and the descriptors passed with it (at most
+ * MAX_FDS, -1 for those not passed; any beyond are closed); -1 at EOF. */
+#define MAX_FDS 2
+static int read_control(char *line, size_t cap, int fds[MAX_FDS])
 {
-    *fd = -1;
+    for (int i = 0; i < MAX_FDS; i++)
+        fds[i] = -1;
     size_t got = 0;
     while (got + 1 < cap) {
         char c;
-        char ctl[CMSG_SPACE(sizeof(int))];
+        char ctl[CMSG_SPACE(4 * sizeof(int))];
         struct iovec iov = {&c, 1};
         struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl};
         ssize_t n = recvmsg(CONTROL, &msg, MSG_CMSG_CLOEXEC);
@@ -79,18 +84,32 @@ static int read_control(char *line, size_t cap, int *fd)
             continue;
         if (n <= 0)
             return -1;
-        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm != NULL; cm = CMSG_NXTHDR(&msg, cm))
-            if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-                if (*fd >= 0)
-                    close(*fd);
-                memcpy(fd, CMSG_DATA(cm), sizeof(int));
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm != NULL; cm = CMSG_NXTHDR(&msg, cm)) {
+            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                continue;
+            size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < k; i++) {
+                int fd;
+                memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+                if (i < MAX_FDS && fds[i] < 0)
+                    fds[i] = fd;
+                else
+                    close(fd);
             }
+        }
         if (c == '\n')
             break;
         line[got++] = c;
     }
     line[got] = '\0';
     return 0;
+}
+
+static void close_fds(int fds[MAX_FDS])
+{
+    for (int i = 0; i < MAX_FDS; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
 }
 
 static bool control_has_line(void)
@@ -101,33 +120,65 @@ static bool control_has_line(void)
 
 /* ---- a segment truncated under the server ------------------------------------------- */
 
-static uint8_t *guard_base; /* the mapped segment, NULL when none */
-static size_t guard_size;
-static volatile sig_atomic_t segment_lost;
+/* Two guarded mappings: [0] the segment, [1] the pinned arena. The
+ * server's own CPU touches the arena only where the driver copies through
+ * it (the simulator does); a real driver's DMA reaches pages it pinned. */
+static uint8_t *guard_base[2]; /* NULL when none */
+static size_t guard_size[2];
+static volatile sig_atomic_t segment_lost, arena_lost;
 
 static void on_sigbus(int sig, siginfo_t *si, void *context)
 {
     (void)context;
     uint8_t *at = si->si_addr;
-    uint8_t *base = __atomic_load_n(&guard_base, __ATOMIC_ACQUIRE);
-    if (base != NULL && at >= base && at < base + guard_size &&
-        mmap(base, guard_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
-        segment_lost = 1; /* the access is retried, on memory nobody else sees */
-        return;
+    for (int i = 0; i < 2; i++) {
+        uint8_t *base = __atomic_load_n(&guard_base[i], __ATOMIC_ACQUIRE);
+        if (base != NULL && at >= base && at < base + guard_size[i] &&
+            mmap(base, guard_size[i], PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) !=
+                MAP_FAILED) {
+            *(i == 0 ? &segment_lost : &arena_lost) = 1; /* the access is retried, on memory nobody else sees */
+            return;
+        }
     }
     signal(sig, SIG_DFL); /* a bus error of something else: die of it when the access is retried */
 }
 
-static void guard(const struct fwd_segment *seg)
+static void guard(int which, void *base, size_t size)
 {
-    segment_lost = 0;
-    guard_size = seg->map_size;
-    __atomic_store_n(&guard_base, (uint8_t *)seg->h, __ATOMIC_RELEASE);
+    if (which == 0)
+        segment_lost = 0;
+    else
+        arena_lost = 0;
+    guard_size[which] = size;
+    __atomic_store_n(&guard_base[which], (uint8_t *)base, __ATOMIC_RELEASE);
 }
 
 static void unguard(void)
 {
-    __atomic_store_n(&guard_base, NULL, __ATOMIC_RELEASE);
+    __atomic_store_n(&guard_base[0], NULL, __ATOMIC_RELEASE);
+    __atomic_store_n(&guard_base[1], NULL, __ATOMIC_RELEASE);
+}
+
+/* The command's pinned arena: a regular file of exactly the runtime's size
+ * (the command may resize it later: the guard above), mapped shared. */
+static void *map_arena(int fd, uint64_t size, char *err, size_t errlen)
+{
+    struct stat st;
+    if (size == 0 || size % KREX_FWD_PINNED_ALIGN != 0 || size > (1ull << 40)) {
+        snprintf(err, errlen, "a pinned arena of %llu bytes (whole pages, at most 1 TiB)", (unsigned long long)size);
+        return NULL;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != size) {
+        snprintf(err, errlen, "the pinned arena is not the file the runtime made (%llu bytes)",
+                 (unsigned long long)size);
+        return NULL;
+    }
+    void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        snprintf(err, errlen, "cannot map the pinned arena: %s", strerror(errno));
+        return NULL;
+    }
+    return p;
 }
 
 static void fail_segment(struct fwd_segment *seg, const char *why)
@@ -160,8 +211,9 @@ static bool serve(struct fwd_segment *seg, char *why, size_t whylen, bool *contr
     __atomic_store_n(&h->server_state, KREX_FWD_STATE_SERVING, __ATOMIC_RELEASE);
     bool ok = true;
     for (;;) {
-        if (segment_lost) {
-            snprintf(why, whylen, "its segment was truncated under it (by the command): the server stopped serving it");
+        if (segment_lost || arena_lost) {
+            snprintf(why, whylen, "its %s was truncated under it (by the command): the server stopped serving it",
+                     segment_lost ? "segment" : "pinned arena");
             ok = false;
             break;
         }
@@ -169,13 +221,12 @@ static bool serve(struct fwd_segment *seg, char *why, size_t whylen, bool *contr
         if (head == tail) {
             if (control_has_line()) {
                 char line[128];
-                int fd;
-                if (read_control(line, sizeof line, &fd) != 0) {
+                int fds[MAX_FDS];
+                if (read_control(line, sizeof line, fds) != 0) {
                     *control_closed = true;
                     break;
                 }
-                if (fd >= 0)
-                    close(fd);
+                close_fds(fds);
                 if (strcmp(line, "end") == 0)
                     break;
                 snprintf(why, whylen, "an unexpected control line while serving: %.60s", line);
@@ -279,25 +330,33 @@ int main(void)
     say("ready %.1f", (double)(fwd_now_ns() - t0) / 1e6);
     for (;;) {
         char line[128];
-        int fd;
-        if (read_control(line, sizeof line, &fd) != 0)
+        int fds[MAX_FDS];
+        if (read_control(line, sizeof line, fds) != 0)
             return 0; /* the runtime closed the channel */
         int tenant = 0;
-        unsigned long long ring = 0, staging = 0;
-        if (sscanf(line, "serve %d %llu %llu", &tenant, &ring, &staging) != 3 || fd < 0) {
-            if (fd >= 0)
-                close(fd);
+        unsigned long long ring = 0, staging = 0, pinned = 0;
+        int fields = sscanf(line, "serve %d %llu %llu %llu", &tenant, &ring, &staging, &pinned);
+        if (fields < 3 || fds[0] < 0 || (pinned > 0) != (fds[1] >= 0)) {
+            close_fds(fds);
             say("failed an unexpected control line: %.60s", line);
             return 1;
         }
         struct fwd_segment seg;
-        if (fwd_attach(fd, ring, staging, &seg, err, sizeof err) != 0) {
-            close(fd);
+        if (fwd_attach(fds[0], ring, staging, &seg, err, sizeof err) != 0) {
+            close_fds(fds);
             say("failed the command's segment: %s", err);
             return 1;
         }
-        close(fd);
-        guard(&seg);
+        void *arena = pinned > 0 ? map_arena(fds[1], pinned, err, sizeof err) : NULL;
+        close_fds(fds);
+        if (pinned > 0 && arena == NULL) {
+            fwd_unmap(&seg);
+            say("failed the command's pinned arena: %s", err);
+            return 1;
+        }
+        guard(0, seg.h, seg.map_size);
+        guard(1, arena, (size_t)pinned);
+        srv_set_arena(arena, pinned);
         srv_set_tenant(tenant);
         say("serving");
         bool control_closed = false;
@@ -309,11 +368,10 @@ int main(void)
             /* The command goes on (its calls fail from now on) until it ends. */
             while (!control_closed) {
                 char end[128];
-                int extra;
-                if (read_control(end, sizeof end, &extra) != 0)
+                int extra[MAX_FDS];
+                if (read_control(end, sizeof end, extra) != 0)
                     control_closed = true;
-                if (extra >= 0)
-                    close(extra);
+                close_fds(extra);
                 if (strcmp(end, "end") == 0)
                     break;
             }
@@ -325,8 +383,11 @@ int main(void)
         char cleaned[300];
         bool clean = srv_reset(cleaned, sizeof cleaned);
         srv_set_tenant(0);
+        srv_set_arena(NULL, 0);
         unguard();
         fwd_unmap(&seg);
+        if (arena != NULL)
+            munmap(arena, (size_t)pinned);
         if (control_closed)
             return 0;
         if (!served) {

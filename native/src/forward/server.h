@@ -3,8 +3,9 @@
  * pool, owning a live context, executing one command's forwarded calls at a
  * time. Files:
  *   server.c       its life: the driver, the control channel, serving a segment
- *   server_exec.c  executing one request; what the command created, and
- *                  putting the context back after it
+ *   server_exec.c  executing one request; what the command created (its
+ *                  pinned arena's registered ranges too), and putting the
+ *                  context back after it
  */
 #ifndef KREX_FWD_SERVER_H
 #define KREX_FWD_SERVER_H
@@ -26,6 +27,9 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
 /* After a command: frees what it left, checks the context. False (with the
  * reason) when this process must retire. */
 bool srv_reset(char *why, size_t whylen);
+/* The command's pinned arena as mapped by server.c (NULL, 0: none); its
+ * registered ranges are unregistered by srv_reset, before it is unmapped. */
+void srv_set_arena(uint8_t *base, uint64_t size);
 /* The simulator's attribution of work to a tenant, when the driver is the simulator. */
 void srv_set_tenant(int tenant_id);
 

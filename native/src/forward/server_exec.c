@@ -57,7 +57,7 @@
     X(cuEventDestroy_v2) X(cuEventRecordWithFlags) X(cuEventRecordWithFlags_ptsz) X(cuEventSynchronize)    \
     X(cuEventQuery) X(cuEventElapsedTime_v2) X(cuModuleGetLoadingMode) X(cuGetErrorName)                 \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) X(cuOccupancyMaxPotentialBlockSizeWithFlags)    \
-    X(cuOccupancyAvailableDynamicSMemPerBlock)
+    X(cuOccupancyAvailableDynamicSMemPerBlock) X(cuMemHostRegister_v2) X(cuMemHostUnregister)
 
 #define DECLARE(name) static __typeof__(&name) p_##name;
 FNS(DECLARE)
@@ -726,6 +726,140 @@ static CUresult exec_memset(struct request *q)
     }
 }
 
+/* ---- the pinned arena: ranges registered on the server's mapping ---------------- */
+
+/* The command's arena as this server mapped it (server.c: the runtime's
+ * size, fstat-checked), and the ranges of it registered with the driver.
+ * Offsets and sizes come from the command: each is checked against these,
+ * never against anything in the segment. */
+static uint8_t *arena;
+static uint64_t arena_size;
+static struct {
+    struct {
+        uint64_t off, size;
+    } *v;
+    size_t n, cap;
+} pinned;
+
+void srv_set_arena(uint8_t *base, uint64_t size)
+{
+    arena = base;
+    arena_size = size;
+}
+
+/* The registered range that holds [off, off + n), or -1. */
+static long pinned_range(uint64_t off, uint64_t n)
+{
+    for (size_t i = 0; i < pinned.n; i++)
+        if (off >= pinned.v[i].off && off - pinned.v[i].off <= pinned.v[i].size &&
+            n <= pinned.v[i].size - (off - pinned.v[i].off))
+            return (long)i;
+    return -1;
+}
+
+/* Every context the command used has run what it was given (the primary
+ * first, then its own): nothing queued can still reach a range. */
+static CUresult sync_contexts(void)
+{
+    CUcontext was = current;
+    CUresult r = CUDA_SUCCESS;
+    for (size_t i = 0; i <= contexts.n && r == CUDA_SUCCESS; i++) {
+        r = make_current(i == 0 ? primary : (CUcontext)(uintptr_t)contexts.v[i - 1]);
+        if (r == CUDA_SUCCESS)
+            r = p_cuCtxSynchronize();
+    }
+    CUresult back = make_current(was);
+    return r != CUDA_SUCCESS ? r : back;
+}
+
+/* Registered portable: a copy in any context of the command's may use it. */
+static CUresult exec_pinned_register(struct request *q)
+{
+    uint64_t off = q->a[0], n = q->a[1];
+    if (arena == NULL)
+        return CUDA_ERROR_NOT_SUPPORTED; /* no arena: the client keeps ordinary memory */
+    if (n == 0 || off % KREX_FWD_PINNED_ALIGN != 0 || n % KREX_FWD_PINNED_ALIGN != 0 || off > arena_size ||
+        n > arena_size - off)
+        MALFORMED("a pinned range of %llu bytes at %llu (the arena holds %llu bytes, in pages)",
+                  (unsigned long long)n, (unsigned long long)off, (unsigned long long)arena_size);
+    for (size_t i = 0; i < pinned.n; i++)
+        if (off < pinned.v[i].off + pinned.v[i].size && pinned.v[i].off < off + n)
+            return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    if (pinned.n == pinned.cap) {
+        size_t cap = pinned.cap ? 2 * pinned.cap : 64;
+        __typeof__(pinned.v) v = realloc(pinned.v, cap * sizeof *v);
+        if (v == NULL)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        pinned.v = v, pinned.cap = cap;
+    }
+    /* In the server's primary context, which outlives every context of the
+     * command's: a registration goes with the context it was made in. */
+    CUcontext was = current;
+    CUresult r = make_current(primary);
+    if (r == CUDA_SUCCESS)
+        r = CALL(p_cuMemHostRegister_v2, arena + off, (size_t)n, CU_MEMHOSTREGISTER_PORTABLE);
+    CUresult back = make_current(was);
+    if (r == CUDA_SUCCESS && back != CUDA_SUCCESS) {
+        CALL(p_cuMemHostUnregister, arena + off);
+        r = back;
+    }
+    if (r == CUDA_SUCCESS) {
+        pinned.v[pinned.n].off = off;
+        pinned.v[pinned.n++].size = n;
+    }
+    return r;
+}
+
+/* In the primary context, where it was registered. */
+static CUresult unregister_range(size_t i)
+{
+    CUcontext was = current;
+    CUresult r = make_current(primary);
+    if (r == CUDA_SUCCESS)
+        r = CALL(p_cuMemHostUnregister, arena + pinned.v[i].off);
+    pinned.v[i] = pinned.v[--pinned.n];
+    CUresult back = make_current(was);
+    return r != CUDA_SUCCESS ? r : back;
+}
+
+/* As the driver's cuMemFreeHost: after the work queued before it. */
+static CUresult exec_pinned_unregister(struct request *q)
+{
+    long i = -1;
+    for (size_t k = 0; k < pinned.n && i < 0; k++)
+        if (pinned.v[k].off == q->a[0])
+            i = (long)k;
+    if (i < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = sync_contexts();
+    return r == CUDA_SUCCESS ? unregister_range((size_t)i) : r;
+}
+
+/* One copy between the command's device memory and a registered range of
+ * its arena, from this server's mapping of the same pages, on the command's
+ * stream: a[0] the device pointer, a[1] the offset, a[2] the size, a[3] the
+ * stream, a[4] 1 for the asynchronous form. */
+static CUresult exec_pinned_copy(struct request *q)
+{
+    const uint64_t *a = q->a;
+    bool to_device = q->m->op == KREX_FWD_OP_HTOD_PINNED, async = a[4] != 0;
+    if (a[4] > 1)
+        MALFORMED("a pinned copy with mode %llu", (unsigned long long)a[4]);
+    if (pinned_range(a[1], a[2]) < 0 || !owned(a[0], a[2]))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (async && !known_stream(a[3]))
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUdeviceptr d = (CUdeviceptr)a[0];
+    uint8_t *h = arena + a[1];
+    size_t n = (size_t)a[2];
+    CUstream s = (CUstream)(uintptr_t)a[3];
+    if (to_device)
+        return async ? CALL(PICK(q->pt, p_cuMemcpyHtoDAsync_v2, p_cuMemcpyHtoDAsync_v2_ptsz), d, h, n, s)
+                     : CALL(PICK(q->pt, p_cuMemcpyHtoD_v2, p_cuMemcpyHtoD_v2_ptds), d, h, n);
+    return async ? CALL(PICK(q->pt, p_cuMemcpyDtoHAsync_v2, p_cuMemcpyDtoHAsync_v2_ptsz), h, d, n, s)
+                 : CALL(PICK(q->pt, p_cuMemcpyDtoH_v2, p_cuMemcpyDtoH_v2_ptds), h, d, n);
+}
+
 /* ---- modules and functions: images and names travel as blobs ------------------- */
 
 static CUresult exec_module_load(struct request *q)
@@ -881,6 +1015,10 @@ static const request_op operations[KREX_FWD_OP_COUNT] = {
     [KREX_FWD_OP_FUNC_PARAMS] = exec_func_params,
     [KREX_FWD_OP_OCC_BLOCK_SIZE] = exec_occ_block_size,
     [KREX_FWD_OP_LAUNCH] = exec_launch,
+    [KREX_FWD_OP_PINNED_REGISTER] = exec_pinned_register,
+    [KREX_FWD_OP_PINNED_UNREGISTER] = exec_pinned_unregister,
+    [KREX_FWD_OP_HTOD_PINNED] = exec_pinned_copy,
+    [KREX_FWD_OP_DTOH_PINNED] = exec_pinned_copy,
 };
 
 bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const uint8_t *blob, char *err,
@@ -940,6 +1078,12 @@ bool srv_reset(char *why, size_t whylen)
             return false;
         }
     }
+    /* Its arena's ranges are unregistered now that nothing queued can reach
+     * them; the arena itself is unmapped by the caller and removed by the
+     * runtime (a new file for each command: nothing of it is reused). */
+    size_t n_pinned = pinned.n;
+    while (pinned.n > 0)
+        CLEAN(unregister_range(pinned.n - 1));
     /* Nothing the command wrote reaches the next one: its memory is zeroed,
      * then freed (module globals go with their modules). */
     while (regions.n > 0)
@@ -965,6 +1109,7 @@ bool srv_reset(char *why, size_t whylen)
      * the command made went through this server and was freed above.) */
     CLEAN(p_cuCtxSynchronize());
     if (ok && why != NULL && whylen > 0)
-        snprintf(why, whylen, "zeroed and freed %zu handle(s) the command left", n_left);
+        snprintf(why, whylen, "zeroed and freed %zu handle(s) the command left, unregistered %zu pinned range(s)",
+                 n_left, n_pinned);
     return ok;
 }

@@ -7,13 +7,16 @@
  *   client: HELLO 2 <tenant_id> <pid> <token>  server: OK | ERROR <code> <reason>
  *           (2: KREX_REGION_PROTOCOL, region_protocol.h, generated from the Python constant)
  *   client: ENTER <tid>                        server: GRANTED <seq> | ERROR <code> <reason>
- *   client: EXIT [integrity=<counts>]          server: RELEASED <seq> | ERROR <code> <reason>
+ *   client: EXIT [integrity=<counts>] [staged=<n>]  server: RELEASED <seq> | ERROR <code> <reason>
  * EXIT carries this process's measurement integrity for the region
- * (krex_region_integrity, intercept_integrity.c), for its certificate.
+ * (krex_region_integrity, intercept_integrity.c), for its certificate, and
+ * how many copies of page-locked memory forwarded mode's client staged
+ * inside it (krex_forward_staged_copies: not the copies the program timed).
  * The token is the tenant's secret from KREX_REGION_TOKEN; it goes nowhere
  * but the HELLO line. Closing the connection withdraws a queued request and
  * releases a held region, so a crashed tenant never keeps the GPU.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -37,6 +40,7 @@ static int region_fd = -1;
 static unsigned regions_entered; /* regions granted to this process, ever */
 static pid_t region_pid;   /* the process that owns region_fd (fork check) */
 static bool holding;
+static unsigned long long staged_at_enter; /* forwarded mode's staged copies when the region was granted */
 static char inbuf[512];
 static size_t inlen;
 
@@ -178,6 +182,20 @@ static int connect_channel(const char *path)
     return rc;
 }
 
+/* Copies of page-locked memory that forwarded mode's client staged so far in
+ * this process (not the one DMA the program asked for); 0 when the driver
+ * loaded is not that client. */
+static unsigned long long forward_staged_copies(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
+    if (h == NULL)
+        return 0;
+    unsigned long long (*staged)(void) = (unsigned long long (*)(void))dlsym(h, "krex_forward_staged_copies");
+    unsigned long long n = staged != NULL ? staged() : 0;
+    dlclose(h);
+    return n;
+}
+
 KREX_EXPORT int krex_region_enter(void)
 {
     const char *path = getenv(KREX_ENV_REGION_SOCKET);
@@ -192,8 +210,10 @@ KREX_EXPORT int krex_region_enter(void)
         snprintf(request, sizeof request, "ENTER %ld\n", (long)syscall(SYS_gettid));
         rc = transact(request, "GRANTED", reply, sizeof reply);
         holding = rc == 0;
-        if (holding)
+        if (holding) {
             __atomic_fetch_add(&regions_entered, 1, __ATOMIC_RELEASE);
+            staged_at_enter = forward_staged_copies();
+        }
     }
     pthread_mutex_unlock(&region_lock);
     return rc;
@@ -214,11 +234,17 @@ KREX_EXPORT int krex_region_exit(void)
     if (region_fd < 0 || region_pid != getpid() || !holding) {
         rc = -EINVAL;
     } else {
-        char reply[REPLY_MAX + 1], counts[128], request[160] = "EXIT\n";
+        char reply[REPLY_MAX + 1], counts[128] = "", request[200];
         /* Only while the gate says the region is ours: without a gate there
          * are no timed windows to speak of (and a plain EXIT is what was always sent). */
-        if (krex_current_region() != 0 && krex_region_integrity(counts, sizeof counts) > 0)
-            snprintf(request, sizeof request, "EXIT integrity=%s\n", counts);
+        bool judged = krex_current_region() != 0 && krex_region_integrity(counts, sizeof counts) > 0;
+        /* Staged copies inside the region are not the copies the program timed. */
+        unsigned long long staged = forward_staged_copies() - staged_at_enter;
+        char staged_word[40] = "";
+        if (staged > 0)
+            snprintf(staged_word, sizeof staged_word, " staged=%llu", staged);
+        snprintf(request, sizeof request, "EXIT%s%s%s\n", judged ? " integrity=" : "", judged ? counts : "",
+                 staged_word);
         rc = transact(request, "RELEASED", reply, sizeof reply);
         holding = false; /* whatever the answer, the server no longer counts us as holder */
     }

@@ -195,15 +195,15 @@ CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize
     SIM_GATED(available_dynamic_smem(dynamicSmemSize, func, numBlocks, blockSize));
 }
 
-/* Registered host memory is ordinary host memory here, as page-locked memory
- * is: registering checks the arguments and pins nothing. */
+/* Registering remembers the range as page-locked (simcuda_host_memory.c):
+ * copies from or to it then cost what a DMA costs. */
 static CUresult host_register(void *p, size_t n, unsigned flags)
 {
     CHECK_INIT();
     (void)flags;
     if (!p || n == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    return sim_ctx_current() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+    return sim_ctx_current() ? sim_host_pin(p, n) : CUDA_ERROR_INVALID_CONTEXT;
 }
 
 CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
@@ -214,7 +214,9 @@ CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Fla
 static CUresult host_unregister(void *p)
 {
     CHECK_INIT();
-    return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    return sim_host_unpin(p) ? CUDA_SUCCESS : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
 }
 
 CUresult CUDAAPI cuMemHostUnregister(void *p)

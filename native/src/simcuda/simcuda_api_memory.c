@@ -206,7 +206,8 @@ CUresult CUDAAPI cuMemGetInfo(unsigned int *free, unsigned int *total)
     SIM_GATED(mem_get_info_v1(free, total));
 }
 
-/* Page-locked host memory is ordinary host memory here. */
+/* Page-locked host memory: ordinary memory the process remembers as pinned
+ * (simcuda_host_memory.c), so that copies from or to it cost what a DMA costs. */
 static CUresult mem_alloc_host(void **pp, size_t bytesize)
 {
     CHECK_INIT();
@@ -214,7 +215,14 @@ static CUresult mem_alloc_host(void **pp, size_t bytesize)
         return CUDA_ERROR_INVALID_VALUE;
     if (!sim_ctx_current())
         return CUDA_ERROR_INVALID_CONTEXT;
-    return posix_memalign(pp, SIM_ALLOC_ALIGN, bytesize) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    if (posix_memalign(pp, SIM_ALLOC_ALIGN, bytesize) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = sim_host_pin(*pp, bytesize);
+    if (rc != CUDA_SUCCESS) {
+        free(*pp);
+        *pp = NULL;
+    }
+    return rc;
 }
 
 CUresult CUDAAPI cuMemAllocHost_v2(void **pp, size_t bytesize)
@@ -236,6 +244,8 @@ CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 static CUresult mem_free_host(void *p)
 {
     CHECK_INIT();
+    if (p != NULL && !sim_host_unpin(p))
+        return CUDA_ERROR_INVALID_VALUE; /* not an allocation of cuMemAllocHost's */
     free(p);
     return CUDA_SUCCESS;
 }
@@ -265,7 +275,8 @@ static CUresult copy_async(void *dst, const void *src, size_t bytes, CUstream st
     CUresult rc = sim_stream_resolve(stream, &s);
     if (rc != CUDA_SUCCESS || bytes == 0)
         return rc;
-    return sim_enqueue_copy(s, dst, src, bytes, kind);
+    const void *host = !(device & SIM_SRC_DEVICE) ? src : !(device & SIM_DST_DEVICE) ? dst : NULL;
+    return sim_enqueue_copy(s, dst, src, bytes, kind, host != NULL && !sim_host_pinned(host, bytes));
 }
 
 static CUresult copy_sync(void *dst, const void *src, size_t bytes, uint16_t kind, unsigned device)

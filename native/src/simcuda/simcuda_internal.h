@@ -92,6 +92,14 @@ uint64_t sim_device_mem_used(int phys);
 void sim_device_run(int phys, uint64_t solo_ns, bool at_sm_clock);
 uint64_t sim_copy_solo_ns(uint64_t bytes);
 
+/* ---- page-locked host memory (simcuda_host_memory.c) ------------------------ */
+/* [p, p + n) becomes page-locked (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+ * when it overlaps a range that is); unpin forgets the range starting at p
+ * (false: none); pinned says whether [p, p + n) lies inside one. */
+CUresult sim_host_pin(const void *p, size_t n);
+bool sim_host_unpin(const void *p);
+bool sim_host_pinned(const void *p, size_t n);
+
 /* ---- heat and the SM clock (simcuda_heat.c) -------------------------------- */
 /* Adds an item's share of a quantum to the device's busy time. */
 void sim_heat_busy(int phys, uint64_t ns);
@@ -252,7 +260,9 @@ CUresult sim_stream_synchronize(struct CUstream_st *s);
 CUresult sim_stream_query(struct CUstream_st *s);
 
 CUresult sim_enqueue_kernel(struct CUstream_st *s, const struct sim_kernel_args *args);
-CUresult sim_enqueue_copy(struct CUstream_st *s, void *dst, const void *src, uint64_t bytes, uint16_t kind);
+/* pageable: the host side is not page-locked (it costs KREX_SIM_PAGEABLE_COPY_FACTOR times as much). */
+CUresult sim_enqueue_copy(struct CUstream_st *s, void *dst, const void *src, uint64_t bytes, uint16_t kind,
+                          bool pageable);
 CUresult sim_enqueue_memset(struct CUstream_st *s, void *dst, uint32_t value, unsigned int elem_size, uint64_t count);
 CUresult sim_enqueue_host_func(struct CUstream_st *s, CUhostFn fn, void *user_data);
 CUresult sim_enqueue_callback(struct CUstream_st *s, CUstreamCallback fn, void *user_data);

@@ -32,6 +32,7 @@ struct sim_item {
             const void *src;
             uint64_t bytes;
             uint16_t log_kind;
+            bool pageable;
         } copy;
         struct {
             void *dst;
@@ -220,10 +221,11 @@ static void run_item(struct CUstream_st *s, struct sim_item *it)
         break;
     }
     case ITEM_COPY: {
-        uint64_t solo = sim_copy_solo_ns(it->u.copy.bytes);
+        uint64_t solo = sim_copy_solo_ns(it->u.copy.bytes) * (it->u.copy.pageable ? KREX_SIM_PAGEABLE_COPY_FACTOR : 1);
         memmove(it->u.copy.dst, it->u.copy.src, it->u.copy.bytes);
         sim_device_run(phys, solo, false);
-        log_item(s, it->u.copy.log_kind, "memcpy", start, sim_now_ns(), solo, it->u.copy.bytes, NULL, NULL);
+        log_item(s, it->u.copy.log_kind, it->u.copy.pageable ? "memcpy pageable" : "memcpy", start, sim_now_ns(), solo,
+                 it->u.copy.bytes, NULL, NULL);
         break;
     }
     case ITEM_MEMSET: {
@@ -298,9 +300,14 @@ static int start_worker(struct CUstream_st *s)
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 1u << 20);
-    /* Signals belong to the application's threads, never to ours. */
+    /* Signals belong to the application's threads, never to ours; but a fault
+     * of a copy (a bus error on a host mapping its file lost) is raised in the
+     * thread that copies, where blocking it would kill the process before the
+     * application's handler could run. */
     sigset_t all, old;
     sigfillset(&all);
+    sigdelset(&all, SIGBUS);
+    sigdelset(&all, SIGSEGV);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     pthread_t tid;
     int err = pthread_create(&tid, &attr, stream_worker, s);
@@ -353,7 +360,8 @@ CUresult sim_enqueue_kernel(struct CUstream_st *s, const struct sim_kernel_args 
     return enqueue(s, it);
 }
 
-CUresult sim_enqueue_copy(struct CUstream_st *s, void *dst, const void *src, uint64_t bytes, uint16_t kind)
+CUresult sim_enqueue_copy(struct CUstream_st *s, void *dst, const void *src, uint64_t bytes, uint16_t kind,
+                          bool pageable)
 {
     struct sim_item *it = new_item(ITEM_COPY);
     if (!it)
@@ -362,6 +370,7 @@ CUresult sim_enqueue_copy(struct CUstream_st *s, void *dst, const void *src, uin
     it->u.copy.src = src;
     it->u.copy.bytes = bytes;
     it->u.copy.log_kind = kind;
+    it->u.copy.pageable = pageable;
     return enqueue(s, it);
 }
 
