@@ -35,23 +35,35 @@ def patched_now() -> list[str]:
     return list(patched_harnesses)
 
 
-_library: list[Any] = []  # [krex_region_integrity or None], looked up once per process
+_library: dict[str, Any] = {}  # name -> the function of libkrex.so or None, looked up once per process
+
+
+def _ask(name: str) -> str | None:
+    """The line `name` (a `krex_region_*(char *, size_t)` of libkrex.so,
+    preloaded by the runtime) writes, or None without the library, without
+    a gate (nothing was judged) or when it has nothing to say."""
+    import ctypes  # here: a candidate that never releases a region does not pay for it
+
+    if name not in _library:
+        try:
+            fn = getattr(ctypes.CDLL(None), name)
+            fn.argtypes, fn.restype = [ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int
+        except (AttributeError, OSError):
+            fn = None  # no library, or one from before this function
+        _library[name] = fn
+    if _library[name] is None:
+        return None
+    buf = ctypes.create_string_buffer(256)
+    n = _library[name](buf, len(buf))
+    return buf.value.decode("ascii") if n > 0 else None
 
 
 def library_counts() -> str | None:
-    """This process's counts from libkrex.so (preloaded by the runtime), or
-    None without it or without a gate (nothing was judged)."""
-    import ctypes  # here: a candidate that never releases a region does not pay for it
+    """This process's integrity counts for the region (krex_region_integrity)."""
+    return _ask("krex_region_integrity")
 
-    if not _library:
-        try:
-            fn = ctypes.CDLL(None).krex_region_integrity
-            fn.argtypes, fn.restype = [ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int
-        except (AttributeError, OSError):
-            fn = None
-        _library.append(fn)
-    if _library[0] is None:
-        return None
-    buf = ctypes.create_string_buffer(128)
-    n = _library[0](buf, len(buf))
-    return buf.value.decode("ascii") if n > 0 else None
+
+def library_timing() -> str | None:
+    """The driver's elapsed times of the region's judged windows, summarised
+    (krex_region_timing); None when none was judged."""
+    return _ask("krex_region_timing")

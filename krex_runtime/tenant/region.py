@@ -144,10 +144,10 @@ class _Channel:
                 raise RegionError("EINVAL", "this process does not hold its region")
             self.holding = False
             self.integrity = None
-            sent = region_wire.words(integrity.library_counts(), integrity.patched_now())
+            sent = region_wire.words(integrity.library_counts(), integrity.patched_now(), integrity.library_timing())
             released = self._transact(f"EXIT {sent}".rstrip(), "RELEASED").split()
-            # RELEASED <seq> [<exit flags>] [integrity=... harness=...]: the words the record was made of
-            said = [w for w in released[1:] if w.startswith(("integrity=", "harness="))]
+            # RELEASED <seq> [<exit flags>] [integrity=... timing=... harness=...]: the words the record was made of
+            said = [w for w in released[1:] if w.startswith(("integrity=", "timing=", "harness="))]
             flags = [w for w in released[1:2] if w not in said]
             self.exit_flags = flags[0].split(",") if flags else []
             self.integrity = region_wire.record(*region_wire.parse_exit(" ".join(said))) if said else None

@@ -7,9 +7,12 @@
  *   client: HELLO 2 <tenant_id> <pid> <token>  server: OK | ERROR <code> <reason>
  *           (2: KREX_REGION_PROTOCOL, region_protocol.h, generated from the Python constant)
  *   client: ENTER <tid>                        server: GRANTED <seq> | ERROR <code> <reason>
- *   client: EXIT [integrity=<counts>]          server: RELEASED <seq> | ERROR <code> <reason>
+ *   client: EXIT [integrity=<counts> [timing=<summary>]]
+ *                                              server: RELEASED <seq> | ERROR <code> <reason>
  * EXIT carries this process's measurement integrity for the region
- * (krex_region_integrity, intercept_integrity.c), for its certificate.
+ * (krex_region_integrity, intercept_integrity.c) and the driver's elapsed
+ * times of its judged windows (krex_region_timing, intercept_timing.c), for
+ * its certificate.
  * The token is the tenant's secret from KREX_REGION_TOKEN; it goes nowhere
  * but the HELLO line. Closing the connection withdraws a queued request and
  * releases a held region, so a crashed tenant never keeps the GPU.
@@ -30,7 +33,7 @@
 #include "region_protocol.h"
 
 /* The longest line the server sends, without its newline. */
-#define REPLY_MAX 256
+#define REPLY_MAX 768 /* region_wire.MAX_LINE */
 
 static pthread_mutex_t region_lock = PTHREAD_MUTEX_INITIALIZER;
 static int region_fd = -1;
@@ -214,11 +217,15 @@ KREX_EXPORT int krex_region_exit(void)
     if (region_fd < 0 || region_pid != getpid() || !holding) {
         rc = -EINVAL;
     } else {
-        char reply[REPLY_MAX + 1], counts[128], request[160] = "EXIT\n";
+        char reply[REPLY_MAX + 1], counts[128], timing[256], request[448] = "EXIT\n";
         /* Only while the gate says the region is ours: without a gate there
          * are no timed windows to speak of (and a plain EXIT is what was always sent). */
-        if (krex_current_region() != 0 && krex_region_integrity(counts, sizeof counts) > 0)
-            snprintf(request, sizeof request, "EXIT integrity=%s\n", counts);
+        if (krex_current_region() != 0 && krex_region_integrity(counts, sizeof counts) > 0) {
+            if (krex_region_timing(timing, sizeof timing) > 0)
+                snprintf(request, sizeof request, "EXIT integrity=%s timing=%s\n", counts, timing);
+            else
+                snprintf(request, sizeof request, "EXIT integrity=%s\n", counts);
+        }
         rc = transact(request, "RELEASED", reply, sizeof reply);
         holding = false; /* whatever the answer, the server no longer counts us as holder */
     }
