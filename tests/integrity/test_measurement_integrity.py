@@ -30,6 +30,10 @@ EXPECTED = {
     "legacy": set(),
     "graph": set(),
     "graph_side": {"escaped"},
+    "side_only": set(),
+    "two_sides": set(),
+    "start_fork": set(),
+    "side_unjoined": {"escaped", "stream_mismatch"},
 }
 
 
@@ -56,7 +60,7 @@ def test_each_hack_is_flagged_and_honest_timings_are_clean(make_runtime: Any) ->
 
     released = [e for e in trace_events(rt, "region_released") if e.get("kind") == "region"]
     assert [set((e["integrity"] or {}).get("flags", {})) for e in released[-len(EXPECTED):]] == list(EXPECTED.values())
-    assert f"krex: warning: {result['id']}: integrity: flagged in 5 of 10 region(s)" in done.stderr
+    assert f"krex: warning: {result['id']}: integrity: flagged in 6 of 14 region(s)" in done.stderr
 
 
 def summary_of(times: list[float]) -> dict[str, float]:
