@@ -1,9 +1,11 @@
 """Measurement integrity of a region, as this tenant process knows it: the
 counts the interception library (native/src/intercept/intercept_integrity.c)
-kept of each CUDA-event timing taken inside it, and the timing harnesses
-auto-regions found replaced after import. The region client sends both with
-EXIT, in the words krex_runtime/region_wire.py defines; the runtime makes
-the region's record of them there too. docs/integrity.md says what each flag
+kept of each CUDA-event timing taken inside it, the driver's elapsed times of
+those windows (intercept_timing.c), and the timing harnesses and framework
+timers found replaced (by auto-regions, tenant/auto_region.py, and the check
+of tenant/framework_timers.py). The region client sends them with EXIT, in
+the words krex_runtime/region_wire.py defines; the runtime makes the
+region's record of them there too. docs/integrity.md says what each flag
 means. Standard library only.
 """
 
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from krex_runtime.tenant import framework_timers
 
 # Harnesses auto-regions found replaced in this process (tenant/auto_region.py
 # adds them; a replaced harness taints every region after it): the region
@@ -26,13 +30,23 @@ def note_patched(name: str) -> None:
 
 
 def patched_now() -> list[str]:
-    """The harnesses found replaced so far, the release checks run first."""
-    for check in list(release_checks):
+    """The harnesses found replaced so far, the release checks (and the
+    framework timers' check) run first."""
+    for check in [*release_checks, look_at_timers]:
         try:
             check()
         except Exception:  # a check must never make a release fail
             pass
     return list(patched_harnesses)
+
+
+def look_at_timers() -> None:
+    """The framework timers (tenant/framework_timers.py) as they are now: the
+    first look at each remembers it, a replaced one is noted. The region
+    client looks at each entry too, so a replacement between an entry and
+    its release is told from the original."""
+    for name in framework_timers.replaced():
+        note_patched(name)
 
 
 _library: dict[str, Any] = {}  # name -> the function of libkrex.so or None, looked up once per process

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from typing import Any
 
+from integrity_catalogue import timing_summary
 from runtime_helpers import REPO, TENANTS, krex_runtime, trace_events
 
 from krex_runtime import region_wire
@@ -63,21 +64,6 @@ def test_each_hack_is_flagged_and_honest_timings_are_clean(make_runtime: Any) ->
     assert f"krex: warning: {result['id']}: integrity: flagged in 6 of 14 region(s)" in done.stderr
 
 
-def summary_of(times: list[float]) -> dict[str, float]:
-    """What intercept_timing.c computes: the median of an even count the mean
-    of the middle two, p10/p90 linear between the closest ranks, in doubles."""
-    v, n = sorted(times), len(times)
-
-    def quantile(p: float) -> float:
-        h = p * (n - 1)
-        lo = int(h)
-        return v[-1] if lo + 1 >= n else v[lo] + (h - lo) * (v[lo + 1] - v[lo])
-
-    median = v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
-    return {"median_ms": median, "min_ms": v[0], "p10_ms": quantile(0.1), "p90_ms": quantile(0.9),
-            "max_ms": v[-1], "mean_ms": sum(v) / n}
-
-
 def test_the_record_carries_the_drivers_times_of_its_windows(make_runtime: Any) -> None:
     subprocess.run(["make", "-s", "-C", str(REPO / "native"), "build/tests/integrity_timing"], check=True)
     rt = krex_runtime(make_runtime)
@@ -91,7 +77,7 @@ def test_the_record_carries_the_drivers_times_of_its_windows(make_runtime: Any) 
     # Nine windows, each asked once more at the end: kept once, the driver's own floats.
     assert first["windows"] == 9 and first["clean"], first
     timing = first["timing"]
-    assert timing == {"windows": 9, "dropped": 0, **summary_of(times)}, (timing, times)
+    assert timing == {"windows": 9, "dropped": 0, **timing_summary(times)}, (timing, times)
     # Each simulated kernel ran its duration inside its window (a floor, not a timing).
     assert timing["min_ms"] >= 0.02 and timing["max_ms"] >= 0.18, timing
     # What the tenant asked of the library inside the region is what the record says.
