@@ -40,7 +40,7 @@ static int region_fd = -1;
 static unsigned regions_entered; /* regions granted to this process, ever */
 static pid_t region_pid;   /* the process that owns region_fd (fork check) */
 static bool holding;
-static char inbuf[512];
+static char inbuf[REPLY_MAX + 256]; /* a whole reply line and its newline, with room to spare */
 static size_t inlen;
 
 static void disconnect(void)
