@@ -118,7 +118,9 @@ class Region:
     settle_s: float | None = None  # the entry's wait for the SM clock (regions.settle_max_s)
     on_clock: bool | None = None  # the SM clock at the grant was near the GPU's top clock (or above); None: unknown
     # Measurement integrity of its timed windows (docs/integrity.md): windows, clean, summary,
-    # flags {name: {count, reason}}; None: the holder reported none (or an older runtime)
+    # flags {name: {count, reason}}, timing (the driver's elapsed times of the judged windows:
+    # windows, median_ms, min_ms, p10_ms, p90_ms, max_ms, mean_ms, dropped; None when none);
+    # None: the holder reported none (or an older runtime)
     integrity: Mapping[str, Any] | None = None
     # A region over a set of GPUs: the set (it has a Region per GPU, each with this one
     # `region` id; the set's verdict is the worst of theirs); (): one GPU.

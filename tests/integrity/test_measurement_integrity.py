@@ -11,6 +11,7 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
 from integrity_catalogue import timing_summary
 from runtime_helpers import REPO, TENANTS, krex_runtime, trace_events
 
@@ -62,6 +63,26 @@ def test_each_hack_is_flagged_and_honest_timings_are_clean(make_runtime: Any) ->
     released = [e for e in trace_events(rt, "region_released") if e.get("kind") == "region"]
     assert [set((e["integrity"] or {}).get("flags", {})) for e in released[-len(EXPECTED):]] == list(EXPECTED.values())
     assert f"krex: warning: {result['id']}: integrity: flagged in 6 of 14 region(s)" in done.stderr
+
+
+def test_the_apis_region_keeps_the_timing_typed() -> None:
+    from krex_runtime.api.results import Region
+    from krex_runtime.wire.protocol.envelope import ProtocolError
+
+    timing = {"windows": 2, "median_ms": 1, "min_ms": 0.5, "p10_ms": 0.6, "p90_ms": 1.4, "max_ms": 1.5,
+              "mean_ms": 1.0, "dropped": 0}
+    record = {"windows": 2, "clean": True, "summary": "integrity: clean (2 timed windows)", "flags": {}}
+    got = Region.from_record({"region": 1, "integrity": {**record, "timing": timing}}).integrity
+    assert got is not None and got["timing"] == {**timing, "median_ms": 1.0}
+    assert isinstance(got["timing"]["median_ms"], float)
+    # A runtime from before the timing: none.
+    assert Region.from_record({"region": 1, "integrity": record}).integrity["timing"] is None  # type: ignore[index]
+    for bad in ({**timing, "median_ms": "fast"}, {**timing, "windows": 2.5}, "1,2,3"):
+        with pytest.raises(ProtocolError, match="timing"):
+            Region.from_record({"region": 1, "integrity": {**record, "timing": bad}})
+    no_median = {k: v for k, v in timing.items() if k != "median_ms"}
+    with pytest.raises(ProtocolError, match="median_ms"):
+        Region.from_record({"region": 1, "integrity": {**record, "timing": no_median}})
 
 
 def test_the_record_carries_the_drivers_times_of_its_windows(make_runtime: Any) -> None:
