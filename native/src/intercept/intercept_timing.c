@@ -76,7 +76,10 @@ static double quantile(const float *v, uint32_t n, double p)
     uint32_t lo = (uint32_t)h; /* h >= 0: the floor */
     if (lo + 1 >= n)
         return v[n - 1];
-    return (double)v[lo] + (h - (double)lo) * ((double)v[lo + 1] - (double)v[lo]);
+    /* Rounded apart from the sum (no fused multiply-add, which compilers
+     * contract to on some machines): the same double numpy or Python gets. */
+    volatile double step = (h - (double)lo) * ((double)v[lo + 1] - (double)v[lo]);
+    return (double)v[lo] + step;
 }
 
 /* One number, whatever LC_NUMERIC the program chose: a decimal comma would
