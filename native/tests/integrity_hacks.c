@@ -27,6 +27,8 @@
  *                  itself, work on S, S synchronised on the host  clean
  *   side_unjoined  nothing on T: S forked, work on S, never
  *                  joined                                         escaped, stream_mismatch
+ *   many_events    nothing on T: 300 events recorded on T that no
+ *                  stream waits on, then S forked, work, joined   clean
  *
  * (other_stream: the work on S never waited for anything of E, so it may
  * run before the start event fires, while E is still busy.)
@@ -50,6 +52,7 @@ static CUcontext ctx;
 static CUstream timed, side, other, blocking;
 static CUevent start, end, fork_ev, join_ev;
 static CUgraphExec graph;
+static CUevent unwaited[300]; /* many_events' events, alive through its window */
 
 /* A graph of two kernel nodes (the simulator replays them in order). */
 static void make_graph(void)
@@ -218,6 +221,18 @@ int main(void)
     fork_from_timed(side);
     launch(side);
     finish(timed);
+
+    begin("many_events", timed);
+    for (unsigned i = 0; i < 300; i++) { /* recorded after the start, never waited on */
+        CHECK(cuEventCreate(&unwaited[i], CU_EVENT_DISABLE_TIMING));
+        CHECK(cuEventRecord(unwaited[i], timed));
+    }
+    fork_from_timed(side);
+    launch(side);
+    join_to_timed(side);
+    finish(timed);
+    for (unsigned i = 0; i < 300; i++)
+        CHECK(cuEventDestroy(unwaited[i]));
 
     return 0;
 }

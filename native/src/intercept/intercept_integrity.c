@@ -63,6 +63,7 @@
 #define LOG_SLOTS 8192u /* power of two */
 #define REGIONS 8u
 #define JOIN_MAX 64u    /* streams and pending events one analysis tracks */
+#define CARRIERS 256u   /* events that carry a window's start, one analysis */
 
 enum op_kind { OP_NONE, OP_LAUNCH, OP_RECORD, OP_WAIT, OP_SYNC_STREAM, OP_SYNC_ALL, OP_SYNC_EVENT };
 
@@ -274,8 +275,10 @@ struct fork_state {
     uintptr_t start_stream;
     uintptr_t streams[JOIN_MAX]; /* ordered after the start record from here on */
     unsigned nstreams;
-    uintptr_t carriers[JOIN_MAX]; /* events recorded after the start on an ordered stream */
-    unsigned ncarriers;
+    /* Events recorded after the start on an ordered stream; when full the
+     * oldest makes room (a fork waits on an event just recorded). */
+    uintptr_t carriers[CARRIERS];
+    unsigned ncarriers, oldest;
     bool all; /* the host waited for the start: all work queued since is after it */
 };
 
@@ -293,13 +296,26 @@ static void add_to(uintptr_t *set, unsigned *n, uintptr_t x)
         set[(*n)++] = x;
 }
 
-static void drop_from(uintptr_t *set, unsigned *n, uintptr_t x)
+static void drop_carrier(struct fork_state *f, uintptr_t event)
 {
-    for (unsigned i = 0; i < *n; i++)
-        if (set[i] == x) {
-            set[i] = set[--*n];
+    for (unsigned i = 0; i < f->ncarriers; i++)
+        if (f->carriers[i] == event) {
+            f->carriers[i] = f->carriers[--f->ncarriers];
+            f->oldest = 0; /* no longer full: the next ones go at the end */
             return;
         }
+}
+
+static void add_carrier(struct fork_state *f, uintptr_t event)
+{
+    if (listed(f->carriers, f->ncarriers, event))
+        return;
+    if (f->ncarriers < CARRIERS) {
+        f->carriers[f->ncarriers++] = event;
+    } else {
+        f->carriers[f->oldest] = event;
+        f->oldest = (f->oldest + 1) % CARRIERS;
+    }
 }
 
 static bool forked(const struct fork_state *f, uintptr_t key)
@@ -316,16 +332,16 @@ static bool started_early(const struct krex_window *w)
     add_to(f.streams, &f.nstreams, w->start_stream);
     struct op_slot op;
     if (read_op(w->start_seq, &op))
-        add_to(f.carriers, &f.ncarriers, op.event); /* a stream may wait on the start event itself */
+        add_carrier(&f, op.event); /* a stream may wait on the start event itself */
     for (uint64_t q = w->start_seq + 1; q < w->end_seq; q++) {
         if (!read_op(q, &op))
             return false;
         switch (op.kind) {
         case OP_RECORD:
             if (forked(&f, op.stream))
-                add_to(f.carriers, &f.ncarriers, op.event);
+                add_carrier(&f, op.event);
             else
-                drop_from(f.carriers, &f.ncarriers, op.event); /* recorded anew before the start's order */
+                drop_carrier(&f, op.event); /* recorded anew, not after the start */
             break;
         case OP_WAIT:
             if (listed(f.carriers, f.ncarriers, op.event))
