@@ -55,7 +55,8 @@ def _lookup(name: str) -> Any:
         return _ABSENT
     *classes, attr = path.split(".")
     for cls in classes:
-        owner = getattr(owner, cls, None)
+        # What the namespace holds, not getattr: a module's lazy __getattr__ would import.
+        owner = vars(owner).get(cls) if not isinstance(owner, type) else getattr(owner, cls, None)
         if not isinstance(owner, type):
             return _ABSENT
     if isinstance(owner, type):
