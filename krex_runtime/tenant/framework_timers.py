@@ -43,16 +43,22 @@ TIMERS = (
 _WRAPPED_BY_AUTO_REGION = "__krex_auto_region__"  # tenant/auto_region.py's mark
 _ABSENT = object()
 
-_originals: dict[str, Any] = {}  # timer -> what it was when first seen
+# timer -> (its module then, what it was when first seen). A module imported
+# anew (a pooled context process forgets the modules a command imported) is
+# looked at afresh: its functions are new objects.
+_originals: dict[str, tuple[Any, Any]] = {}
 
 
-def _lookup(name: str) -> Any:
-    """What the timer's module or class holds now (unwrapped), _ABSENT when
-    its module is not imported or it has no such attribute."""
+def _lookup(name: str) -> tuple[Any, Any]:
+    """(the timer's module, what its module or class holds now, unwrapped);
+    the value is _ABSENT when the module is not imported or has no such attribute."""
     module_name, _, path = name.partition(":")
-    owner: Any = sys.modules.get(module_name)
-    if owner is None:
-        return _ABSENT
+    module: Any = sys.modules.get(module_name)
+    return module, (_ABSENT if module is None else _held(module, path))
+
+
+def _held(owner: Any, path: str) -> Any:
+    """What `Class.attr` or `attr` of module `owner` is now, auto-regions' wrapper unwrapped."""
     *classes, attr = path.split(".")
     for cls in classes:
         # What the namespace holds, not getattr: a module's lazy __getattr__ would import.
@@ -86,10 +92,11 @@ def replaced() -> list[str]:
     later checks, those seen for the first time)."""
     found = []
     for name in TIMERS:
-        value = _lookup(name)
+        module, value = _lookup(name)
         if value is _ABSENT:
             continue
-        first = _originals.setdefault(name, value)
-        if value is not first or not _looks_original(name, value):
+        if name not in _originals or _originals[name][0] is not module:
+            _originals[name] = (module, value)
+        if value is not _originals[name][1] or not _looks_original(name, value):
             found.append(name)
     return found

@@ -65,6 +65,19 @@ def test_a_replacement_is_flagged_before_or_after_the_first_look(monkeypatch: py
     assert framework_timers.replaced() == ["torch.cuda:synchronize", "torch.cuda:Stream.wait_stream"]
 
 
+def test_a_module_imported_anew_is_looked_at_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A pooled context process forgets the modules a command imported: the
+    # next command's torch has new function objects, torch's own all the same.
+    fake_torch(monkeypatch)
+    assert framework_timers.replaced() == []
+    first_looks = dict(framework_timers._originals)
+    again = fake_torch(monkeypatch)
+    monkeypatch.setattr(framework_timers, "_originals", first_looks)  # the first looks kept, of the old module
+    assert framework_timers.replaced() == []
+    again.synchronize = lambda: None
+    assert framework_timers.replaced() == ["torch.cuda:synchronize"]
+
+
 def test_every_release_after_a_replacement_carries_it(monkeypatch: pytest.MonkeyPatch) -> None:
     cuda = fake_torch(monkeypatch)
     monkeypatch.setattr(integrity, "patched_harnesses", [])
