@@ -17,10 +17,15 @@ candidate imports it, and it stands below both ends.
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 PROTOCOL = 2
-MAX_LINE = 256  # bytes before the newline, both ways; the longest valid line is about 110
+# Bytes before the newline, both ways. The longest valid line: an EXIT with
+# the counts, the timing summary and MAX_HARNESSES names, about 530, or its
+# RELEASED echo with the exit flags.
+MAX_LINE = 768
 
 
 def hello(tenant_id: str, pid: str, token: str) -> str:
@@ -31,9 +36,13 @@ def hello(tenant_id: str, pid: str, token: str) -> str:
 HELLO_USAGE = hello("<tenant_id>", "<pid>", "<token>")
 
 # EXIT's integrity words: `integrity=<windows>,<escaped>,<other_thread>,<empty>,<stream_mismatch>`
-# (from `krex_region_integrity` in libkrex.so), `harness=<name>` once per replaced harness, and
+# (from `krex_region_integrity` in libkrex.so), `timing=<windows>,<median>,<min>,<p10>,<p90>,<max>,<mean>,<dropped>`
+# (the driver's elapsed times of the judged windows, in ms, from `krex_region_timing`; a
+# client before it sends none), `harness=<name>` once per replaced harness, and
 # `staged=<n>`: forwarded mode's staged copies of page-locked memory inside the region (flag `staged_copy`).
 COUNTS = ("windows", "escaped", "other_thread", "empty", "stream_mismatch")
+TIMING = ("windows", "median_ms", "min_ms", "p10_ms", "p90_ms", "max_ms", "mean_ms", "dropped")
+MAX_TIMED_WINDOWS = 4096  # the library keeps this many times per region (intercept_timing.c)
 FLAGS = ("escaped", "other_thread", "empty", "stream_mismatch", "patched_harness")
 REASONS = {
     "escaped": "work launched in the window on a stream the end event's stream never waited on "
@@ -41,7 +50,9 @@ REASONS = {
     "other_thread": "launches from another thread of the process during the window",
     "empty": "a timed window that holds no kernel or graph launch (the work was queued after the end record, "
              "or elsewhere)",
-    "stream_mismatch": "the events were recorded on a stream no launch of the window used",
+    "stream_mismatch": "the events were recorded on a stream no launch of the window used, and that work was "
+                       "not forked from the start record and joined before the end record: it may run outside "
+                       "the window",
     "patched_harness": "the timing harness called is not the module's original (replaced after import)",
     "staged_copy": "copies from or to page-locked host memory inside the region went through forwarded mode's "
                    "staging (memory the program registered, or beyond its pinned arena), not the one DMA asked "
@@ -70,22 +81,57 @@ def parse_staged(arg: str) -> int:
     return 0
 
 
-def parse_exit(arg: str) -> tuple[dict[str, int] | None, list[str]]:
-    """The integrity words of an EXIT line: (counts or None, patched harness names)."""
+_MS = re.compile(r"[0-9]{1,20}(\.[0-9]{1,20})?([eE][+-]?[0-9]{1,3})?")  # ASCII digits only
+
+
+def parse_timing(text: str) -> dict[str, Any] | None:
+    """`N,median,min,p10,p90,max,mean,dropped` as sent in EXIT (N windows
+    summarised, 1 to MAX_TIMED_WINDOWS; times in ms, finite, min <= each of
+    median, p10, p90 <= max); None when it is not that."""
+    parts = text.split(",")
+    if len(parts) != len(TIMING):
+        return None
+    first, *times, last = parts
+    if not (first.isascii() and first.isdigit() and last.isascii() and last.isdigit() and len(last) <= 19):
+        return None
+    if not all(_MS.fullmatch(t) for t in times) or not 1 <= int(first) <= MAX_TIMED_WINDOWS:
+        return None
+    ms = [float(t) for t in times]
+    median, low, p10, p90, high, _mean = ms
+    if not all(math.isfinite(x) for x in ms) or not all(low <= x <= high for x in (median, p10, p90)):
+        return None
+    return dict(zip(TIMING, [int(first), *ms, min(int(last), MAX_COUNT)], strict=True))
+
+
+def timing_text(timing: dict[str, Any]) -> str:
+    """The `timing=` value of a parsed summary (RELEASED echoes it): repr()
+    gives back the very floats that were parsed."""
+    return ",".join(str(timing[k]) if k in ("windows", "dropped") else repr(float(timing[k])) for k in TIMING)
+
+
+def parse_exit(arg: str) -> tuple[dict[str, int] | None, list[str], dict[str, Any] | None]:
+    """The integrity words of an EXIT line: (counts or None, patched harness
+    names, timing summary or None: taken only beside the counts)."""
     counts: dict[str, int] | None = None
+    timing: dict[str, Any] | None = None
     patched: list[str] = []
     for word in arg.split():
         key, _, value = word.partition("=")
         if key == "integrity":
             counts = parse_counts(value) or counts
+        elif key == "timing":
+            timing = parse_timing(value) or timing
         elif key == "harness" and value and len(patched) < MAX_HARNESSES:
             patched.append("".join(c for c in value[:MAX_HARNESS_NAME] if c.isalnum() or c in "._:-"))
-    return counts, patched
+    return counts, patched, timing if counts is not None else None
 
 
-def record(counts: dict[str, int] | None, patched: list[str] | None = None, staged: int = 0) -> dict[str, Any] | None:
+def record(counts: dict[str, int] | None, patched: list[str] | None = None,
+           timing: dict[str, Any] | None = None, staged: int = 0) -> dict[str, Any] | None:
     """The record the certificate carries; None when the tenant said nothing
-    (an older client, a process without the library, a withdrawn region)."""
+    (an older client, a process without the library, a withdrawn region).
+    `timing` is the driver's elapsed times of the judged windows (None: none
+    judged, or a client that does not send them)."""
     patched = patched or []
     if counts is None and not patched and not staged:
         return None
@@ -101,7 +147,8 @@ def record(counts: dict[str, int] | None, patched: list[str] | None = None, stag
     if staged:
         flags["staged_copy"] = {"count": staged, "reason": f"{staged} cop{'y' if staged == 1 else 'ies'}: "
                                                            f"{REASONS['staged_copy']}"}
-    return {"windows": windows, "clean": not flags, "summary": summary_of(windows, flags), "flags": flags}
+    return {"windows": windows, "clean": not flags, "summary": summary_of(windows, flags), "flags": flags,
+            "timing": dict(timing) if timing else None}
 
 
 def summary_of(windows: int, flags: dict[str, dict[str, Any]]) -> str:
@@ -118,8 +165,9 @@ def lines(rec: dict[str, Any] | None) -> list[str]:
     return [rec["summary"]] + [f"{name}: {f['reason']}" for name, f in rec.get("flags", {}).items()]
 
 
-def words(counts: str | None, patched: list[str], staged: int = 0) -> str:
-    """The integrity words a client appends to EXIT."""
+def words(counts: str | None, patched: list[str], timing: str | None = None, staged: int = 0) -> str:
+    """The integrity words a client appends to EXIT (the timing only beside the counts)."""
     out = [f"integrity={counts}"] if counts else []
+    out += [f"timing={timing}"] if counts and timing else []
     out += [f"harness={name[:MAX_HARNESS_NAME]}" for name in patched[:MAX_HARNESSES]]
     return " ".join(out + ([f"staged={staged}"] if staged else []))

@@ -18,7 +18,7 @@ CXX ?= c++
 HIP_CFLAGS_EXTRA = -D__HIP_PLATFORM_AMD__ $(if $(HIP_INCLUDE),-I$(HIP_INCLUDE))
 
 # The vendor-neutral part of src/intercept, as compiled for libkrex.so.
-KREX_SHARED_NAMES := drain gate gate_attach gate_futex intercept intercept_events intercept_integrity \
+KREX_SHARED_NAMES := drain gate gate_attach gate_futex intercept intercept_events intercept_integrity intercept_timing \
 	intercept_log intercept_stats region_api
 KREX_SHARED_OBJS := $(patsubst %,$(KREX_OBJDIR)/%.o,$(KREX_SHARED_NAMES))
 

@@ -49,7 +49,8 @@ check-region-protocol:
 KREX_TEST_DIR := $(BUILD)/tests
 KREX_TEST_CFLAGS = $(CFLAGS) -I$(CUDA_INCLUDE)
 intercept-tests: $(KREX_TEST_DIR)/gate_layout $(KREX_TEST_DIR)/linked_tenant $(KREX_TEST_DIR)/resolver_probe $(KREX_TEST_DIR)/region_client \
-	$(KREX_TEST_DIR)/event_timing $(KREX_TEST_DIR)/event_table $(KREX_TEST_DIR)/integrity_hacks
+	$(KREX_TEST_DIR)/event_timing $(KREX_TEST_DIR)/event_table $(KREX_TEST_DIR)/integrity_hacks \
+	$(KREX_TEST_DIR)/integrity_timing
 
 $(KREX_TEST_DIR)/gate_layout: tests/gate_layout.c include/krex_gate.h
 	@mkdir -p $(dir $@)
@@ -75,6 +76,12 @@ $(KREX_TEST_DIR)/event_timing: tests/event_timing.c tests/tenant_check.h include
 
 # Many live events at once (a do_bench-like harness): the event table's capacity.
 $(KREX_TEST_DIR)/event_table: tests/event_table.c tests/tenant_check.h include/krex.h $(BUILD)/sim/libcuda.so.1 $(BUILD)/libkrex.so
+	@mkdir -p $(dir $@)
+	$(CC) $(KREX_TEST_CFLAGS) -o $@ $< -L$(BUILD)/sim -l:libcuda.so.1 -L$(BUILD) -l:libkrex.so \
+		-Wl,-rpath,'$$ORIGIN/../sim' -Wl,-rpath,'$$ORIGIN/..'
+
+# Times from below: the driver's elapsed times in a region's integrity record.
+$(KREX_TEST_DIR)/integrity_timing: tests/integrity_timing.c tests/tenant_check.h include/krex.h $(BUILD)/sim/libcuda.so.1 $(BUILD)/libkrex.so
 	@mkdir -p $(dir $@)
 	$(CC) $(KREX_TEST_CFLAGS) -o $@ $< -L$(BUILD)/sim -l:libcuda.so.1 -L$(BUILD) -l:libkrex.so \
 		-Wl,-rpath,'$$ORIGIN/../sim' -Wl,-rpath,'$$ORIGIN/..'

@@ -44,11 +44,16 @@ EXPECTED = {
     "graph_side_stream": Expect("torch", hack("escaped")),
     "patched_do_bench": Expect("triton", ((DO_BENCH, frozenset()), (WINDOWS, frozenset({"patched_harness"}))),
                                auto_region=True),
+    # A clean region, then two after the replacement: no window asked of the driver, each flagged.
+    "replaced_timer": Expect("torch", ((WINDOWS, frozenset()), (0, frozenset({"patched_harness"})),
+                                       (0, frozenset({"patched_harness"})))),
     "honest_torch": Expect("torch", HONEST),
     "honest_cublas": Expect("torch", HONEST),
     "honest_triton": Expect("triton", HONEST),
     "honest_graph": Expect("torch", HONEST),
     "honest_fork_join": Expect("torch", HONEST),
+    "honest_side_only": Expect("torch", HONEST),
+    "honest_two_sides": Expect("torch", HONEST),
 }
 
 
@@ -102,6 +107,46 @@ def run_all(rt: Runtime, names: list[str], *krex_args: str, env: dict[str, str] 
     return done
 
 
+def timing_summary(times: list[float]) -> dict[str, float]:
+    """What the interception library summarises of a region's elapsed times
+    (native/src/intercept/intercept_timing.c): the median of an even count
+    the mean of the middle two, p10/p90 linear between the closest ranks,
+    in doubles, over the sorted times."""
+    v, n = sorted(times), len(times)
+
+    def quantile(p: float) -> float:
+        h = p * (n - 1)
+        lo = int(h)
+        return v[-1] if lo + 1 >= n else v[lo] + (h - lo) * (v[lo + 1] - v[lo])
+
+    median = v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+    return {"median_ms": median, "min_ms": v[0], "p10_ms": quantile(0.1), "p90_ms": quantile(0.9),
+            "max_ms": v[-1], "mean_ms": sum(v) / n}
+
+
+def check_timing(rec: dict, why: str) -> None:
+    """The record's times from below: one per judged window, none without one."""
+    timing = rec.get("timing")
+    if not rec["windows"]:
+        assert timing is None, why
+        return
+    assert timing is not None and timing["windows"] == rec["windows"] and timing["dropped"] == 0, why
+    assert 0 <= timing["min_ms"] <= timing["median_ms"] <= timing["max_ms"], why
+
+
+def measured(o: Outcome) -> list[dict]:
+    """The candidate's own lines of its regions (_candidate.measure): the times it read, its record."""
+    out = []
+    for line in o.result.get("stdout", "").splitlines():
+        try:
+            seen = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(seen, dict) and "times_ms" in seen:
+            out.append(seen)
+    return out
+
+
 def check(name: str, o: Outcome) -> None:
     """The candidate's regions carry exactly the flags EXPECTED names, in every window."""
     expect, why = EXPECTED[name], f"{name}:\n{o.diagnosis()}"
@@ -120,6 +165,13 @@ def check(name: str, o: Outcome) -> None:
             # A window's hack is in each of its windows; a patched harness counts the harnesses replaced.
             assert body["count"] == (1 if flag == "patched_harness" else rec["windows"]), why
             assert body["reason"], why
+        check_timing(rec, why)
+    # What torch's events read is the driver's float: where every window the
+    # candidate read through the driver was judged, the record's times are its.
+    for seen in measured(o):
+        rec = seen["integrity"] or {}
+        if rec.get("timing") and rec["windows"] == len(seen["times_ms"]):
+            assert rec["timing"] == {"windows": rec["windows"], "dropped": 0, **timing_summary(seen["times_ms"])}, why
     assert o.result.get("unprotected_timings") == 0, why
     if expect.auto_region:
         assert "triton.testing:do_bench" in o.result.get("auto_regions", []), why

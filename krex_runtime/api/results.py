@@ -118,7 +118,9 @@ class Region:
     settle_s: float | None = None  # the entry's wait for the SM clock (regions.settle_max_s)
     on_clock: bool | None = None  # the SM clock at the grant was near the GPU's top clock (or above); None: unknown
     # Measurement integrity of its timed windows (docs/integrity.md): windows, clean, summary,
-    # flags {name: {count, reason}}; None: the holder reported none (or an older runtime)
+    # flags {name: {count, reason}}, timing (the driver's elapsed times of the judged windows:
+    # windows, median_ms, min_ms, p10_ms, p90_ms, max_ms, mean_ms, dropped; None when none);
+    # None: the holder reported none (or an older runtime)
     integrity: Mapping[str, Any] | None = None
     # A region over a set of GPUs: the set (it has a Region per GPU, each with this one
     # `region` id; the set's verdict is the worst of theirs); (): one GPU.
@@ -159,7 +161,21 @@ def _integrity(v: Mapping[str, Any] | None) -> dict[str, Any] | None:
             "summary": f.get("summary", _is_str, ""),
             "flags": {name: {"count": Fields(x, f"region.integrity.flags.{name}").get("count", _is_int, 0),
                              "reason": Fields(x, f"region.integrity.flags.{name}").get("reason", _is_str, "")}
-                      for name, x in flags.items()}}
+                      for name, x in flags.items()},
+            "timing": _timing(f.get("timing", _is_object))}
+
+
+_TIMES_MS = ("median_ms", "min_ms", "p10_ms", "p90_ms", "max_ms", "mean_ms")
+
+
+def _timing(v: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The driver's elapsed times of a region's judged windows (docs/integrity.md);
+    None from a runtime or client that sends none."""
+    if v is None:
+        return None
+    f = Fields(v, "region.integrity.timing")
+    return {"windows": f.need("windows", _is_int), **{k: float(f.need(k, _is_number)) for k in _TIMES_MS},
+            "dropped": f.get("dropped", _is_int, 0)}
 
 
 @dataclass(frozen=True)

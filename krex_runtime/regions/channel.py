@@ -8,7 +8,7 @@ version they name its PROTOCOL):
     HELLO <version> <tenant_id> <pid> <token>
                                        ->  OK | ERROR <errno name> <reason>
     ENTER <tid> [<settle_ms>]          ->  GRANTED <seq> [<flags>] | ERROR ...
-    EXIT [integrity=<counts>] [harness=<name>]...
+    EXIT [integrity=<counts> [timing=<summary>]] [harness=<name>]...
                                        ->  RELEASED <seq> [<exit flags>] [<integrity words>] | ERROR ...
     VERDICT                            ->  VERDICT <seq> <verdict> <reason> | <reason>... | ERROR ...
 
@@ -299,13 +299,13 @@ class RegionChannel:
             conn.in_lease = False
         # What the tenant's library saw of its timed windows (docs/integrity.md),
         # into the certificate the release makes.
-        counts, patched = region_wire.parse_exit(arg)
+        counts, patched, timing = region_wire.parse_exit(arg)
         staged = region_wire.parse_staged(arg)  # forwarded mode's staged copies inside the region
         said = ""  # the words the record was made of, echoed in RELEASED
         if req.kind == "region":  # inside a lease a region is a no-op: the lease's record stays none
-            req.integrity = region_wire.record(counts, patched, staged)
+            req.integrity = region_wire.record(counts, patched, timing, staged)
             said = region_wire.words(",".join(str(counts[k]) for k in region_wire.COUNTS) if counts else None, patched,
-                                     staged)
+                                     region_wire.timing_text(timing) if timing else None, staged)
         if req.kind == "region":
             self.manager.release(req, "released")
         if req.revoked:

@@ -56,6 +56,7 @@ class _Channel:
         self.holding = False
         self.depth = 0  # regions entered and not yet exited; only the outermost talks to the runtime
         self.region_seq: int | None = None
+        self._staged_at_grant = 0  # forwarded mode's staged copies when the region was granted
         self.flags: list[str] = []
         self.exit_flags: list[str] = []  # of the clock at the last release (RELEASED <seq> <flags>)
         self.integrity: dict[str, Any] | None = None  # the runtime's integrity record of the last release
@@ -117,10 +118,15 @@ class _Channel:
                 # region: the process already holds its GPU.
                 self.depth += 1
                 return
+            try:
+                integrity.look_at_timers()  # what the framework's timers are as the region begins
+            except Exception:  # a check must never make an entry fail
+                pass
             self._connect(path)
             settle = "" if settle_s is None else f" {round(settle_s * 1000)}"
             granted = self._transact(f"ENTER {threading.get_native_id()}{settle}", "GRANTED").split()
             self.holding, self.depth = True, 1
+            self._staged_at_grant = integrity.staged_copies()
             self.region_seq = int(granted[0]) if granted and granted[0].isdigit() else None
             self.flags = granted[1].split(",") if len(granted) > 1 else []
 
@@ -144,13 +150,16 @@ class _Channel:
                 raise RegionError("EINVAL", "this process does not hold its region")
             self.holding = False
             self.integrity = None
-            sent = region_wire.words(integrity.library_counts(), integrity.patched_now())
+            sent = region_wire.words(integrity.library_counts(), integrity.patched_now(), integrity.library_timing(),
+                                     staged=max(0, integrity.staged_copies() - self._staged_at_grant))
             released = self._transact(f"EXIT {sent}".rstrip(), "RELEASED").split()
-            # RELEASED <seq> [<exit flags>] [integrity=... harness=...]: the words the record was made of
-            said = [w for w in released[1:] if w.startswith(("integrity=", "harness="))]
+            # RELEASED <seq> [<exit flags>] [integrity=... timing=... harness=... staged=...]: the words the record was made of
+            said = [w for w in released[1:] if w.startswith(("integrity=", "timing=", "harness=", "staged="))]
             flags = [w for w in released[1:2] if w not in said]
             self.exit_flags = flags[0].split(",") if flags else []
-            self.integrity = region_wire.record(*region_wire.parse_exit(" ".join(said))) if said else None
+            echoed = " ".join(said)
+            self.integrity = (region_wire.record(*region_wire.parse_exit(echoed), staged=region_wire.parse_staged(echoed))
+                              if said else None)
             return True
 
 

@@ -48,6 +48,18 @@ int krex_regions_entered(void);
  * -EINVAL / -ENOSPC. */
 int krex_region_integrity(char *buf, size_t size);
 
+/* The elapsed times the driver returned for the timed windows judged in the
+ * region this process holds (else in the last one it held), summarised:
+ * "<windows>,<median>,<min>,<p10>,<p90>,<max>,<mean>,<dropped>", times in
+ * milliseconds with 17 significant digits (exact), over the first 4096 windows of the
+ * region (<dropped>: judged windows after those, not summarised); the median
+ * of an even count is the mean of the middle two, p10 and p90 interpolate
+ * linearly between the closest ranks. krex_region_exit sends it with the
+ * counts; the runtime puts it in the region's integrity record as `timing`
+ * (docs/integrity.md). Returns the length written, 0 (an empty line) when no
+ * window was judged in that region, or the errors of krex_region_integrity. */
+int krex_region_timing(char *buf, size_t size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -19,6 +19,19 @@
  *                  blocking stream B (implicitly joined)          clean
  *   graph          a graph of two kernels replayed on T           clean
  *   graph_side     the same graph replayed on S, never joined     escaped
+ *   side_only      nothing on T: S forked from T after the start,
+ *                  all the work on S, S joined back to T          clean
+ *   two_sides      nothing on T: S and O forked from T, work on
+ *                  both, both joined back                         clean
+ *   start_fork     nothing on T: S waits on the start event
+ *                  itself, work on S, S synchronised on the host  clean
+ *   side_unjoined  nothing on T: S forked, work on S, never
+ *                  joined                                         escaped, stream_mismatch
+ *   many_events    nothing on T: 300 events recorded on T that no
+ *                  stream waits on, then S forked, work, joined   clean
+ *
+ * (other_stream: the work on S never waited for anything of E, so it may
+ * run before the start event fires, while E is still busy.)
  *
  * Prints each scenario's name as it runs and exits 0.
  */
@@ -39,6 +52,7 @@ static CUcontext ctx;
 static CUstream timed, side, other, blocking;
 static CUevent start, end, fork_ev, join_ev;
 static CUgraphExec graph;
+static CUevent unwaited[300]; /* many_events' events, alive through its window */
 
 /* A graph of two kernel nodes (the simulator replays them in order). */
 static void make_graph(void)
@@ -76,6 +90,26 @@ static void begin(const char *name, CUstream stream)
     fflush(stdout);
     REGION(krex_region_enter());
     CHECK(cuEventRecord(start, stream));
+}
+
+/* torch's `side.wait_stream(timed)`: an event recorded on the timed stream, waited on by `side`. */
+static void fork_from_timed(CUstream side_stream)
+{
+    CUevent ev;
+    CHECK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+    CHECK(cuEventRecord(ev, timed));
+    CHECK(cuStreamWaitEvent(side_stream, ev, 0));
+    CHECK(cuEventDestroy(ev));
+}
+
+/* torch's `timed.wait_stream(side)`. */
+static void join_to_timed(CUstream side_stream)
+{
+    CUevent ev;
+    CHECK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+    CHECK(cuEventRecord(ev, side_stream));
+    CHECK(cuStreamWaitEvent(timed, ev, 0));
+    CHECK(cuEventDestroy(ev));
 }
 
 static void finish(CUstream stream)
@@ -161,6 +195,44 @@ int main(void)
     launch(timed);
     finish(timed);
     CHECK(cuGraphExecDestroy(graph));
+
+    begin("side_only", timed);
+    fork_from_timed(side);
+    launch(side);
+    join_to_timed(side);
+    finish(timed);
+
+    begin("two_sides", timed);
+    fork_from_timed(side);
+    fork_from_timed(other);
+    launch(side);
+    launch(other);
+    join_to_timed(side);
+    join_to_timed(other);
+    finish(timed);
+
+    begin("start_fork", timed);
+    CHECK(cuStreamWaitEvent(side, start, 0));
+    launch(side);
+    CHECK(cuStreamSynchronize(side));
+    finish(timed);
+
+    begin("side_unjoined", timed);
+    fork_from_timed(side);
+    launch(side);
+    finish(timed);
+
+    begin("many_events", timed);
+    for (unsigned i = 0; i < 300; i++) { /* recorded after the start, never waited on */
+        CHECK(cuEventCreate(&unwaited[i], CU_EVENT_DISABLE_TIMING));
+        CHECK(cuEventRecord(unwaited[i], timed));
+    }
+    fork_from_timed(side);
+    launch(side);
+    join_to_timed(side);
+    finish(timed);
+    for (unsigned i = 0; i < 300; i++)
+        CHECK(cuEventDestroy(unwaited[i]));
 
     return 0;
 }

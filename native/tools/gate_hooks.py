@@ -17,7 +17,7 @@ from __future__ import annotations
 _HOOKS: dict[str, tuple[str, str]] = {
     "EventRecord": ("", "if (r == {ok} && outer) krex_event_recorded({{a[0]}}, {{a[1]}}, {{pt}});"),
     "EventRecordWithFlags": ("", "if (r == {ok} && outer) krex_event_recorded({{a[0]}}, {{a[1]}}, {{pt}});"),
-    "EventElapsedTime": ("", "if (r == {ok} && outer) krex_event_elapsed({{a[1]}}, {{a[2]}});"),
+    "EventElapsedTime": ("", "if (r == {ok} && outer) krex_event_elapsed({{a[0]}}, {{a[1]}}, {{a[2]}});"),
     # Before: once destroyed, the driver may hand the same handle out again.
     "EventDestroy": ("if (outer) krex_event_destroyed({{a[0]}});", ""),
     "StreamWaitEvent": ("", "if (r == {ok} && outer) krex_integrity_wait({{a[0]}}, {{a[1]}}, {{pt}});"),

@@ -94,10 +94,9 @@ HONEST = {
     "small_matmul__torch": "small_matmul", "row_sum__torch": "row_sum",
 }
 CHEATS = ("relu_add__cached", "relu_add__special_cased")
-# Honest, yet the interception library's judge flags their timed windows today:
-# all the work on a side stream forked from and joined back to the timed one,
-# no launch on the timed stream itself (stream_mismatch).
-JUDGED_UNFAIRLY = ("relu_add__side_stream",)
+# Honest: all the work on a side stream forked from and joined back to the
+# timed one, no launch on the timed stream itself (clean: docs/integrity.md).
+JOINED_SIDE_STREAMS = ("relu_add__side_stream",)
 
 
 @pytest.fixture(scope="module")
@@ -175,15 +174,15 @@ def test_an_honest_candidate_is_correct_with_both_times_in_their_own_regions(
         assert times["stream"] == "0", why  # the legacy default stream: torch's current one
         record = regions[times["region"]].get("integrity") or {}
         assert record.get("windows") == TRIALS, f"{record}; {why}"  # one judged window per trial, nothing else
-        # A replaced torch timer is the integrity record's to flag or not (docs/integrity.md), not this test's.
-        if candidate not in (*JUDGED_UNFAIRLY, "relu_add__patched_timer") or times is timing["reference"]:
+        if candidate != "relu_add__patched_timer":
             assert record.get("clean") is True, f"{record}; {why}"
+        else:  # replaced at the candidate's import, before both timings: every region after it is flagged
+            assert set(record.get("flags") or {}) == {"patched_harness"}, f"{record}; {why}"
     expected = ["torch.cuda.Event.elapsed_time"] if candidate == "relu_add__patched_timer" else []
     assert result["harness_patched"] == expected, why
 
 
-@pytest.mark.xfail(strict=True, reason="the judge wants a launch on the events' stream in every window")
-@pytest.mark.parametrize("candidate", JUDGED_UNFAIRLY)
+@pytest.mark.parametrize("candidate", JOINED_SIDE_STREAMS)
 def test_honest_side_stream_work_joined_back_is_judged_clean(candidate: str, evaluated: dict[str, Evaluated]) -> None:
     e = evaluated[candidate]
     region = e.result["timing"]["candidate"]["region"]

@@ -2,9 +2,11 @@
 Triton catalogue of timing hacks (tests/gpu/integrity_candidates; what each
 does is in its docstring, what it must raise in tests/integrity_catalogue.py),
 each a real tenant of a real runtime (policy krex) on GPU 0 timing inside a
-region, each raising exactly its flag; and honest candidates (eager torch,
-cuBLAS, Triton, a CUDA graph on the timed stream, fork-join across streams)
-raising none.
+region, each raising exactly its flag (a replaced framework timer included); and
+honest candidates (eager torch, cuBLAS, Triton, a CUDA graph on the timed
+stream, fork-joins across streams, with or without work on the timed
+stream) raising none. Each region's `timing` must be the driver's elapsed
+times of its windows, exactly what the candidate read through torch.
 
 The candidates run together, as one batch of `krex run --json` commands under
 one runtime (their regions take turns on the GPU); each test checks one

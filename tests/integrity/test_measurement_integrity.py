@@ -11,11 +11,15 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+from integrity_catalogue import timing_summary
 from runtime_helpers import REPO, TENANTS, krex_runtime, trace_events
 
+from krex_runtime import region_wire
 from krex_runtime.testing.local_runtime import command
 
 HACKS = REPO / "native" / "build" / "tests" / "integrity_hacks"
+TIMING = REPO / "native" / "build" / "tests" / "integrity_timing"
 # scenario -> the flags its region's record must carry (none: clean)
 EXPECTED = {
     "honest": set(),
@@ -28,6 +32,11 @@ EXPECTED = {
     "legacy": set(),
     "graph": set(),
     "graph_side": {"escaped"},
+    "side_only": set(),
+    "two_sides": set(),
+    "start_fork": set(),
+    "side_unjoined": {"escaped", "stream_mismatch"},
+    "many_events": set(),
 }
 
 
@@ -54,7 +63,55 @@ def test_each_hack_is_flagged_and_honest_timings_are_clean(make_runtime: Any) ->
 
     released = [e for e in trace_events(rt, "region_released") if e.get("kind") == "region"]
     assert [set((e["integrity"] or {}).get("flags", {})) for e in released[-len(EXPECTED):]] == list(EXPECTED.values())
-    assert f"krex: warning: {result['id']}: integrity: flagged in 5 of 10 region(s)" in done.stderr
+    assert f"krex: warning: {result['id']}: integrity: flagged in 6 of 15 region(s)" in done.stderr
+
+
+def test_the_apis_region_keeps_the_timing_typed() -> None:
+    from krex_runtime.api.results import Region
+    from krex_runtime.wire.protocol.envelope import ProtocolError
+
+    timing = {"windows": 2, "median_ms": 1, "min_ms": 0.5, "p10_ms": 0.6, "p90_ms": 1.4, "max_ms": 1.5,
+              "mean_ms": 1.0, "dropped": 0}
+    record = {"windows": 2, "clean": True, "summary": "integrity: clean (2 timed windows)", "flags": {}}
+    got = Region.from_record({"region": 1, "integrity": {**record, "timing": timing}}).integrity
+    assert got is not None and got["timing"] == {**timing, "median_ms": 1.0}
+    assert isinstance(got["timing"]["median_ms"], float)
+    # A runtime from before the timing: none.
+    assert Region.from_record({"region": 1, "integrity": record}).integrity["timing"] is None  # type: ignore[index]
+    for bad in ({**timing, "median_ms": "fast"}, {**timing, "windows": 2.5}, "1,2,3"):
+        with pytest.raises(ProtocolError, match="timing"):
+            Region.from_record({"region": 1, "integrity": {**record, "timing": bad}})
+    no_median = {k: v for k, v in timing.items() if k != "median_ms"}
+    with pytest.raises(ProtocolError, match="median_ms"):
+        Region.from_record({"region": 1, "integrity": {**record, "timing": no_median}})
+
+
+def test_the_record_carries_the_drivers_times_of_its_windows(make_runtime: Any) -> None:
+    subprocess.run(["make", "-s", "-C", str(REPO / "native"), "build/tests/integrity_timing"], check=True)
+    rt = krex_runtime(make_runtime)
+    done = subprocess.run([*command("krex"), "run", "--json", "--", str(TIMING)], env=rt.env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    lines = dict(line.split(" ", 1) for line in result["stdout"].splitlines())
+    times = [float(t) for t in lines["times"].split()]
+    first, nothing, many = (r["integrity"] for r in result["regions"])
+    # Nine windows, each asked once more at the end: kept once, the driver's own floats.
+    assert first["windows"] == 9 and first["clean"], first
+    timing = first["timing"]
+    assert timing == {"windows": 9, "dropped": 0, **timing_summary(times)}, (timing, times)
+    # Each simulated kernel ran its duration inside its window (a floor, not a timing).
+    assert timing["min_ms"] >= 0.02 and timing["max_ms"] >= 0.18, timing
+    # What the tenant asked of the library inside the region is what the record says.
+    asked = region_wire.parse_timing(lines["summary"])
+    assert asked is not None and timing == asked
+    # No window judged: no timing, the record says so.
+    assert nothing is not None and nothing["windows"] == 0 and nothing["timing"] is None, nothing
+    # Past the cap: the first 4096 kept, the rest counted as dropped; every window still judged.
+    assert many["windows"] == 4100 and many["timing"]["windows"] == 4096 and many["timing"]["dropped"] == 4, many
+    assert many["timing"] == region_wire.parse_timing(lines["kept"])
+    released = [e for e in trace_events(rt, "region_released") if e.get("kind") == "region"]
+    assert [e["integrity"] for e in released[-3:]] == [first, nothing, many]
 
 
 def test_a_harness_patched_after_import_is_flagged(make_runtime: Any) -> None:
@@ -74,23 +131,46 @@ def test_a_harness_patched_after_import_is_flagged(make_runtime: Any) -> None:
 
 
 def test_exit_words_from_a_tenant_are_read_strictly() -> None:
-    from krex_runtime import region_wire
-
-    assert region_wire.parse_exit("") == (None, [])
+    assert region_wire.parse_exit("") == (None, [], None)
     assert region_wire.parse_exit("integrity=3,1,0,0,0") == (
-        {"windows": 3, "escaped": 1, "other_thread": 0, "empty": 0, "stream_mismatch": 0}, [])
+        {"windows": 3, "escaped": 1, "other_thread": 0, "empty": 0, "stream_mismatch": 0}, [], None)
     for bad in ("integrity=1,2,3", "integrity=a,0,0,0,0", "integrity=-1,0,0,0,0", "integrity=1,0,0,0,0,0",
                 "integrity=" + "9" * 30 + ",0,0,0,0", "integrity=\uff11,0,0,0,0"):
-        assert region_wire.parse_exit(bad) == (None, []), bad
-    counts, patched = region_wire.parse_exit("harness=a.b:c harness=x<y>;rm harness=1 harness=2 harness=3 harness=4")
+        assert region_wire.parse_exit(bad) == (None, [], None), bad
+    counts, patched, _ = region_wire.parse_exit("harness=a.b:c harness=x<y>;rm harness=1 harness=2 harness=3 harness=4")
     assert counts is None and patched == ["a.b:c", "xyrm", "1", "2"]  # odd characters dropped, at most 4
     assert region_wire.record(None, []) is None
     rec = region_wire.record(region_wire.parse_counts("0,0,0,0,0"))
-    assert rec == {"windows": 0, "clean": True, "summary": "integrity: clean (0 timed windows)", "flags": {}}
+    assert rec == {"windows": 0, "clean": True, "summary": "integrity: clean (0 timed windows)", "flags": {},
+                   "timing": None}
     rec = region_wire.record(region_wire.parse_counts("5,2,0,1,0"), ["triton.testing:do_bench"])
     assert rec is not None and not rec["clean"]
     assert rec["summary"] == "integrity: flagged (escaped 2, empty 1, patched_harness 1; 5 timed windows)"
     assert region_wire.lines(rec)[1].startswith("escaped: 2 of 5 window(s): work launched")
+
+
+def test_timing_words_are_read_strictly_and_echoed_exactly() -> None:
+    line = "integrity=3,0,0,0,0 timing=3,0.125,0.100000001,0.105000001,0.144999996,0.150000006,0.125,0"
+    counts, patched, timing = region_wire.parse_exit(line)
+    assert counts is not None and timing == {"windows": 3, "median_ms": 0.125, "min_ms": 0.100000001,
+                                             "p10_ms": 0.105000001, "p90_ms": 0.144999996,
+                                             "max_ms": 0.150000006, "mean_ms": 0.125, "dropped": 0}
+    rec = region_wire.record(counts, patched, timing)
+    assert rec is not None and rec["timing"] == timing and rec["clean"]
+    # RELEASED echoes the very floats: the client's record is the runtime's.
+    echoed = region_wire.words("3,0,0,0,0", [], region_wire.timing_text(timing))
+    assert region_wire.record(*region_wire.parse_exit(echoed)) == rec
+    # An older client's EXIT (no timing) still makes a record; a timing without counts is ignored.
+    assert region_wire.record(*region_wire.parse_exit("integrity=3,0,0,0,0"))["timing"] is None  # type: ignore[index]
+    assert region_wire.parse_exit("timing=1,1,1,1,1,1,1,0") == (None, [], None)
+    for bad in ("1,1,1,1,1", "0,1,1,1,1,1,1,0", "4097,1,1,1,1,1,1,0", "1,nan,1,1,1,1,1,0", "1,inf,1,1,1,1,1,0",
+                "1,1_0,1,1,1,1,1,0", "1,-1,-1,-1,-1,-1,-1,0", "2,5,1,1,1,2,1,0", "1,1e999,1,1,1,1e999,1,0",
+                "1,1,1,1,1,1,1,-1", "1,1,1,1,1,1,1,x", "1,\uff11,1,1,1,1,1,0"):
+        assert region_wire.parse_exit(f"integrity=1,0,0,0,0 timing={bad}")[2] is None, bad
+    # The longest EXIT a client may send fits a line.
+    longest = "EXIT " + region_wire.words(",".join(["9" * 19] * 5), ["x" * 60] * 9,
+                                          ",".join(["4096", *["1.2345678901234567e-300"] * 6, "9" * 19]))
+    assert len(longest) <= region_wire.MAX_LINE - len("RELEASED 18446744073709551615 ") - 64
 
 
 def many_windows(rt: Any, windows: int, launches: int, **env: str) -> tuple[dict, Any]:

@@ -150,8 +150,8 @@ def test_token_from_the_environment_and_a_refused_hello(lib_build: Build, tmp_pa
     finally:
         server.close()
 
-    def accept(line: str) -> str:  # the refusal as long as the server ever sends: 256 bytes
-        return "OK" if line.startswith("HELLO ") else "ERROR EMSGSIZE line longer than 256 bytes".ljust(256, ".")
+    def accept(line: str) -> str:  # the refusal as long as the server ever sends: 768 bytes
+        return "OK" if line.startswith("HELLO ") else "ERROR EMSGSIZE line longer than 768 bytes".ljust(768, ".")
 
     assert enter_against(lib_build, tmp_path / "m.sock", accept) == ["enter %d" % -errno.EMSGSIZE]
 

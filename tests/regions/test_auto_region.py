@@ -131,6 +131,33 @@ def test_a_patched_harness_taints_only_its_own_pooled_command(rt: Runtime) -> No
     assert [r["integrity"]["flags"] for r in after["regions"]] == [{}], (patched["worker"], after["worker"])
 
 
+REPLACES_DO_BENCH = """
+import json, triton.testing
+from krex_runtime.client import region
+from krex_runtime.sim.simcuda import SimCuda
+cuda = SimCuda()
+real = triton.testing.do_bench
+triton.testing.do_bench = lambda fn, **kwargs: 0.001
+with region() as r:
+    cuda.launch(1000, name="timed")
+triton.testing.do_bench = real  # put back before the command ends
+print(json.dumps(r.integrity))
+"""
+
+
+def test_a_framework_timer_replaced_without_auto_regions_taints_only_its_own_pooled_command(rt: Runtime) -> None:
+    """The framework timers' check (tenant/framework_timers.py) runs in every
+    region, auto-regions or not; what one pooled command found does not follow
+    the context process into the next."""
+    patched, seen = run(rt, "--mode", "pooled", "--", "python", "-c", REPLACES_DO_BENCH)
+    assert set(seen["flags"]) == {"patched_harness"}, seen
+    assert "triton.testing:do_bench" in seen["flags"]["patched_harness"]["reason"]
+    honest = REPLACES_DO_BENCH.replace("triton.testing.do_bench = lambda fn, **kwargs: 0.001", "")
+    after, seen = run(rt, "--mode", "pooled", "--", "python", "-c", honest)
+    assert after["worker"] == patched["worker"]
+    assert seen is not None and seen["flags"] == {}, seen
+
+
 def test_forked_commands_get_auto_regions_per_command(rt: Runtime) -> None:
     wait_until(lambda: rt.client().call("status")["gpus"][0]["zygote"].get("state") == "ready", 60, "the zygote")
     result, seen = run(rt, "--mode", "forked", "--auto-region", "--", "python", CANDIDATE, "do_bench", "timeit")

@@ -206,7 +206,7 @@ def test_every_abuse_gets_a_clear_error_and_leaves_nothing_held(make_runtime, ve
             "ERROR EAGAIN rate limit of 5 messages/s exceeded again: disconnecting",
             "<closed>",
         ]),
-        "a line too long": ([*HOLD, [0, "EXIT" + " " * 300 + "\n", "all"]], ["ERROR EMSGSIZE line longer than 256 bytes", "<closed>"]),
+        "a line too long": ([*HOLD, [0, "EXIT" + " " * 800 + "\n", "all"]], ["ERROR EMSGSIZE line longer than 768 bytes", "<closed>"]),
         "invalid UTF-8": ([*HOLD, [0, "EXIT \u00ff\u00fe\n", "all"]], ["ERROR EPROTO a line is not ASCII text", "<closed>"]),
         "a NUL byte": ([*HOLD, [0, "EXIT\u0000\n", "all"]], ["ERROR EPROTO NUL byte in a line", "<closed>"]),
         # An empty line is only an error: the connection stays, and releases its region itself.
@@ -234,7 +234,7 @@ def test_every_abuse_gets_a_clear_error_and_leaves_nothing_held(make_runtime, ve
             "use the client (libkrex.so, krex_runtime.client) of the same KREX version",
             "<closed>",
         ]),
-        "a line too long": ([[0, "HELLO " + "9" * 300 + "\n", "all"]], ["ERROR EMSGSIZE line longer than 256 bytes", "<closed>"]),
+        "a line too long": ([[0, "HELLO " + "9" * 800 + "\n", "all"]], ["ERROR EMSGSIZE line longer than 768 bytes", "<closed>"]),
         "invalid UTF-8": ([[0, "\u00ff" * 10 + "\n", "all"]], ["ERROR EPROTO a line is not ASCII text", "<closed>"]),
         "a NUL byte": ([[0, "HELLO\u0000 2\n", "all"]], ["ERROR EPROTO NUL byte in a line", "<closed>"]),
         "an empty line": ([[0, "\n", "all"]], ["ERROR EPROTO expected HELLO 2 <tenant_id> <pid> <token>", "<closed>"]),

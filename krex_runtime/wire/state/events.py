@@ -207,7 +207,9 @@ class RegionReleased(Event):
                                       "tenants; version 5)", factory=list)
     integrity: dict[str, Any] | None = note(
         "measurement integrity of the holder's timed windows (docs/integrity.md): `windows`, `clean`, `summary`, "
-        "`flags` {name: {count, reason}} for escaped, other_thread, empty, stream_mismatch, patched_harness, staged_copy; "
+        "`flags` {name: {count, reason}} for escaped, other_thread, empty, stream_mismatch, patched_harness, "
+        "staged_copy; `timing` (the driver's elapsed times of the judged windows: windows, median_ms, min_ms, "
+        "p10_ms, p90_ms, max_ms, mean_ms, dropped; None when none was judged or the holder sent none); "
         "None: the holder reported none", None)
     share: str = note("the holder's effective fair-share key", "default")
     gpus: list[int] | None = note("a region over a set of GPUs: the set; `verdict` is this GPU's, the set's is the "

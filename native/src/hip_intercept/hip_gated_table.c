@@ -135,7 +135,7 @@ hipError_t hipEventElapsedTime(float* ms, hipEvent_t start, hipEvent_t stop)
     int token = krex_track_enter(8);
     int outer = token != KREX_TOKEN_NESTED;
     hipError_t r = real(ms, start, stop);
-    if (r == hipSuccess && outer) krex_event_elapsed(start, stop);
+    if (r == hipSuccess && outer) krex_event_elapsed(ms, start, stop);
     krex_track_leave(token);
     return r;
 }

@@ -233,7 +233,7 @@ static uint64_t region_of(const struct event_slot *s, uintptr_t key)
     return was_dropped(key) ? UNTRACKED : OUTSIDE;
 }
 
-void krex_event_elapsed(const void *start, const void *end)
+void krex_event_elapsed(const float *ms, const void *start, const void *end)
 {
     if (krex_gate_header() == NULL)
         return;
@@ -256,7 +256,7 @@ void krex_event_elapsed(const void *start, const void *end)
         /* A window asked for twice (a harness that re-reads its times) is judged once. */
         uint64_t key = w.end_seq ^ (w.start_seq << 32);
         if (__atomic_exchange_n(&b->analysed, key, __ATOMIC_RELAXED) != key)
-            krex_integrity_window(ra, &w);
+            krex_integrity_window(ra, &w, ms != NULL ? *ms : 0.0f);
         return;
     }
     krex_stats_note("unprotected");

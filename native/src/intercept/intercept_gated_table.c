@@ -145,7 +145,7 @@ CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUeven
     int token = krex_track_enter(9);
     int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(pMilliseconds, hStart, hEnd);
-    if (r == CUDA_SUCCESS && outer) krex_event_elapsed(hStart, hEnd);
+    if (r == CUDA_SUCCESS && outer) krex_event_elapsed(pMilliseconds, hStart, hEnd);
     krex_track_leave(token);
     return r;
 }
@@ -160,7 +160,7 @@ CUresult CUDAAPI cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUe
     int token = krex_track_enter(10);
     int outer = token != KREX_TOKEN_NESTED;
     CUresult r = real(pMilliseconds, hStart, hEnd);
-    if (r == CUDA_SUCCESS && outer) krex_event_elapsed(hStart, hEnd);
+    if (r == CUDA_SUCCESS && outer) krex_event_elapsed(pMilliseconds, hStart, hEnd);
     krex_track_leave(token);
     return r;
 }

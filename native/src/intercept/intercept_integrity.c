@@ -14,7 +14,17 @@
  *                    that recorded the end event;
  *   empty            no launch at all between the two records;
  *   stream_mismatch  launches in the window, none on the stream of either
- *                    event.
+ *                    event, and not all of them forked from the start and
+ *                    joined to the end: some launch is on a stream never
+ *                    ordered after the start record (no wait on an event
+ *                    recorded after it on an ordered stream, no implicit
+ *                    legacy-stream ordering, no host wait for the start), so
+ *                    it may run before the start event fires, or it escaped.
+ *                    Work that runs only on side streams forked from and
+ *                    joined back to the events' stream is timed whole: clean.
+ *
+ * The elapsed time the driver returned for each judged window is kept for
+ * its region (intercept_timing.c).
  *
  * KREX_INTEGRITY=0 in the environment turns the log off: no window is judged
  * and krex_region_integrity reports nothing (EXIT carries no counts, the
@@ -53,6 +63,7 @@
 #define LOG_SLOTS 8192u /* power of two */
 #define REGIONS 8u
 #define JOIN_MAX 64u    /* streams and pending events one analysis tracks */
+#define CARRIERS 256u   /* events that carry a window's start, one analysis */
 
 enum op_kind { OP_NONE, OP_LAUNCH, OP_RECORD, OP_WAIT, OP_SYNC_STREAM, OP_SYNC_ALL, OP_SYNC_EVENT };
 
@@ -117,6 +128,11 @@ static bool integrity_on(void)
         __atomic_store_n(&enabled, e, __ATOMIC_RELAXED);
     }
     return e == 1;
+}
+
+bool krex_integrity_enabled(void)
+{
+    return integrity_on();
 }
 
 /* Appends one operation; 0 when the tenant holds no region (nothing logged). */
@@ -253,6 +269,104 @@ static bool legacy_joined(uintptr_t launch, uintptr_t end)
     return blocking(launch == LEGACY_KEY ? end : launch);
 }
 
+/* ---- the start side: work that may run before the start event ------------ */
+
+struct fork_state {
+    uintptr_t start_stream;
+    uintptr_t streams[JOIN_MAX]; /* ordered after the start record from here on */
+    unsigned nstreams;
+    /* Events recorded after the start on an ordered stream; when full the
+     * oldest makes room (a fork waits on an event just recorded). */
+    uintptr_t carriers[CARRIERS];
+    unsigned ncarriers, oldest;
+    bool all; /* the host waited for the start: all work queued since is after it */
+};
+
+static bool listed(const uintptr_t *set, unsigned n, uintptr_t x)
+{
+    for (unsigned i = 0; i < n; i++)
+        if (set[i] == x)
+            return true;
+    return false;
+}
+
+static void add_to(uintptr_t *set, unsigned *n, uintptr_t x)
+{
+    if (!listed(set, *n, x) && *n < JOIN_MAX)
+        set[(*n)++] = x;
+}
+
+static void drop_carrier(struct fork_state *f, uintptr_t event)
+{
+    for (unsigned i = 0; i < f->ncarriers; i++)
+        if (f->carriers[i] == event) {
+            f->carriers[i] = f->carriers[--f->ncarriers];
+            f->oldest = 0; /* no longer full: the next ones go at the end */
+            return;
+        }
+}
+
+static void add_carrier(struct fork_state *f, uintptr_t event)
+{
+    if (listed(f->carriers, f->ncarriers, event))
+        return;
+    if (f->ncarriers < CARRIERS) {
+        f->carriers[f->ncarriers++] = event;
+    } else {
+        f->carriers[f->oldest] = event;
+        f->oldest = (f->oldest + 1) % CARRIERS;
+    }
+}
+
+static bool forked(const struct fork_state *f, uintptr_t key)
+{
+    return f->all || listed(f->streams, f->nstreams, key) || legacy_joined(key, f->start_stream);
+}
+
+/* Whether a launch of the window is on a stream not ordered after the start
+ * record, walking the window forwards (it must be whole in the log: a part
+ * overwritten is no evidence, and says no). */
+static bool started_early(const struct krex_window *w)
+{
+    struct fork_state f = {.start_stream = w->start_stream};
+    add_to(f.streams, &f.nstreams, w->start_stream);
+    struct op_slot op;
+    if (read_op(w->start_seq, &op))
+        add_carrier(&f, op.event); /* a stream may wait on the start event itself */
+    for (uint64_t q = w->start_seq + 1; q < w->end_seq; q++) {
+        if (!read_op(q, &op))
+            return false;
+        switch (op.kind) {
+        case OP_RECORD:
+            if (forked(&f, op.stream))
+                add_carrier(&f, op.event);
+            else
+                drop_carrier(&f, op.event); /* recorded anew, not after the start */
+            break;
+        case OP_WAIT:
+            if (listed(f.carriers, f.ncarriers, op.event))
+                add_to(f.streams, &f.nstreams, op.stream);
+            break;
+        case OP_SYNC_STREAM:
+            f.all = f.all || forked(&f, op.stream);
+            break;
+        case OP_SYNC_EVENT:
+            f.all = f.all || listed(f.carriers, f.ncarriers, op.event);
+            break;
+        case OP_SYNC_ALL:
+            f.all = true;
+            break;
+        case OP_LAUNCH:
+            if (!forked(&f, op.stream))
+                return true;
+            break;
+        default:
+            break;
+        }
+    }
+    return false;
+}
+
 static struct region_counts *counts_of(uint64_t region)
 {
     struct region_counts *oldest = &regions[0];
@@ -266,7 +380,7 @@ static struct region_counts *counts_of(uint64_t region)
     return oldest;
 }
 
-void krex_integrity_window(uint64_t region, const struct krex_window *w)
+void krex_integrity_window(uint64_t region, const struct krex_window *w, float ms)
 {
     if (region == 0 || w->start_seq == 0 || w->end_seq == 0)
         return; /* a record the log did not take (outside a region) */
@@ -331,7 +445,8 @@ void krex_integrity_window(uint64_t region, const struct krex_window *w)
     }
     if (launches == 0 && !partial)
         flags = 1u << KREX_INTEGRITY_EMPTY;
-    else if (launches != 0 && !on_event_stream && !partial)
+    else if (launches != 0 && !on_event_stream && !partial &&
+             ((flags & (1u << KREX_INTEGRITY_ESCAPED)) || started_early(w)))
         flags |= 1u << KREX_INTEGRITY_STREAM_MISMATCH;
     struct region_counts *c = counts_of(region);
     c->counts[KREX_INTEGRITY_WINDOWS]++;
@@ -339,6 +454,7 @@ void krex_integrity_window(uint64_t region, const struct krex_window *w)
         if (flags & (1u << f))
             c->counts[f]++;
     last_region = region;
+    krex_timing_note(region, ms);
     pthread_mutex_unlock(&analysis_lock);
     if (flags)
         krex_stats_note("integrity_flagged");

@@ -140,7 +140,8 @@ int krex_track_enter(unsigned i);
 void krex_track_leave(int token);
 /* Events are opaque pointers here (CUevent is a pointer type). */
 void krex_event_recorded(const void *event, const void *stream, int per_thread);
-void krex_event_elapsed(const void *start, const void *end);
+/* After a successful elapsed-time query: `ms`, what the real driver returned. */
+void krex_event_elapsed(const float *ms, const void *start, const void *end);
 void krex_event_destroyed(const void *event);
 /* The gate's generation while this tenant holds its GPU (a region or a
  * lease), else 0 (also when not under a gate). */
@@ -173,8 +174,15 @@ void krex_integrity_sync_event(const void *event);
 /* An event record: its log position (0: not logged), stream key and thread. */
 uint64_t krex_integrity_record(const void *event, const void *stream, int per_thread, uintptr_t *key,
                                uint32_t *thread);
-/* Analyses a window whose two events were recorded in `region`. */
-void krex_integrity_window(uint64_t region, const struct krex_window *w);
+/* Analyses a window whose two events were recorded in `region`; `ms` is the
+ * elapsed time the driver returned for it, kept once the window is judged. */
+void krex_integrity_window(uint64_t region, const struct krex_window *w, float ms);
+/* KREX_INTEGRITY=0 not set: windows are judged (read once per process). */
+bool krex_integrity_enabled(void);
+
+/* ---- intercept_timing.c --------------------------------------------------- */
+/* Keeps the elapsed time of a judged window of `region` (krex_region_timing). */
+void krex_timing_note(uint64_t region, float ms);
 
 /* ---- gate_futex.c --------------------------------------------------------- */
 uint64_t krex_now_ns(void); /* CLOCK_MONOTONIC */

@@ -7,11 +7,14 @@
  *   client: HELLO 2 <tenant_id> <pid> <token>  server: OK | ERROR <code> <reason>
  *           (2: KREX_REGION_PROTOCOL, region_protocol.h, generated from the Python constant)
  *   client: ENTER <tid>                        server: GRANTED <seq> | ERROR <code> <reason>
- *   client: EXIT [integrity=<counts>] [staged=<n>]  server: RELEASED <seq> | ERROR <code> <reason>
+ *   client: EXIT [integrity=<counts> [timing=<summary>]] [staged=<n>]
+ *                                              server: RELEASED <seq> | ERROR <code> <reason>
  * EXIT carries this process's measurement integrity for the region
- * (krex_region_integrity, intercept_integrity.c), for its certificate, and
- * how many copies of page-locked memory forwarded mode's client staged
- * inside it (krex_forward_staged_copies: not the copies the program timed).
+ * (krex_region_integrity, intercept_integrity.c) and the driver's elapsed
+ * times of its judged windows (krex_region_timing, intercept_timing.c), for
+ * its certificate, and how many copies of page-locked memory forwarded
+ * mode's client staged inside it (krex_forward_staged_copies: not the copies
+ * the program timed).
  * The token is the tenant's secret from KREX_REGION_TOKEN; it goes nowhere
  * but the HELLO line. Closing the connection withdraws a queued request and
  * releases a held region, so a crashed tenant never keeps the GPU.
@@ -33,7 +36,7 @@
 #include "region_protocol.h"
 
 /* The longest line the server sends, without its newline. */
-#define REPLY_MAX 256
+#define REPLY_MAX 768 /* region_wire.MAX_LINE */
 
 static pthread_mutex_t region_lock = PTHREAD_MUTEX_INITIALIZER;
 static int region_fd = -1;
@@ -41,7 +44,7 @@ static unsigned regions_entered; /* regions granted to this process, ever */
 static pid_t region_pid;   /* the process that owns region_fd (fork check) */
 static bool holding;
 static unsigned long long staged_at_enter; /* forwarded mode's staged copies when the region was granted */
-static char inbuf[512];
+static char inbuf[REPLY_MAX + 256]; /* a whole reply line and its newline, with room to spare */
 static size_t inlen;
 
 static void disconnect(void)
@@ -234,17 +237,18 @@ KREX_EXPORT int krex_region_exit(void)
     if (region_fd < 0 || region_pid != getpid() || !holding) {
         rc = -EINVAL;
     } else {
-        char reply[REPLY_MAX + 1], counts[128] = "", request[200];
+        char reply[REPLY_MAX + 1], counts[128] = "", timing[256] = "", request[480];
         /* Only while the gate says the region is ours: without a gate there
          * are no timed windows to speak of (and a plain EXIT is what was always sent). */
         bool judged = krex_current_region() != 0 && krex_region_integrity(counts, sizeof counts) > 0;
+        bool timed = judged && krex_region_timing(timing, sizeof timing) > 0;
         /* Staged copies inside the region are not the copies the program timed. */
         unsigned long long staged = forward_staged_copies() - staged_at_enter;
         char staged_word[40] = "";
         if (staged > 0)
             snprintf(staged_word, sizeof staged_word, " staged=%llu", staged);
-        snprintf(request, sizeof request, "EXIT%s%s%s\n", judged ? " integrity=" : "", judged ? counts : "",
-                 staged_word);
+        snprintf(request, sizeof request, "EXIT%s%s%s%s%s\n", judged ? " integrity=" : "", judged ? counts : "",
+                 timed ? " timing=" : "", timed ? timing : "", staged_word);
         rc = transact(request, "RELEASED", reply, sizeof reply);
         holding = false; /* whatever the answer, the server no longer counts us as holder */
     }
