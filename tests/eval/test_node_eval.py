@@ -260,3 +260,29 @@ def test_bad_and_huge_result_lines_are_no_evaluation(make_runtime: Any) -> None:
 def test_parse_line_refuses(line: str) -> None:
     with pytest.raises(ValueError):
         parse_line(line)
+
+
+# --- the config --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, says", [
+    ("[eval]\nmax_compiles = 5000\n", "eval.max_compiles must be between 0 and 4096"),
+    ("[eval]\ncompile_jobs = 0\n", "eval.compile_jobs must be between 1 and 1024"),
+    ("[eval]\nfresh_builds = 'yes'\n", "eval.fresh_builds: expected a boolean, got a string"),
+    ("[eval]\nbuild_dir = 'relative'\n", "eval.build_dir must be an absolute path"),
+])
+def test_a_bad_eval_section_is_one_line(tmp_path: Path, text: str, says: str) -> None:
+    path = tmp_path / "krex.toml"
+    path.write_text(text)
+    for program, args in (("krex-runtime", ("--check-config",)), ("krex", ("check-config",))):
+        done = subprocess.run([*command(program), *args, str(path)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 125 and done.stdout == "", done
+        assert done.stderr.startswith(f"{program}: {path}: {says}") and len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_the_compile_count_follows_the_tenant_cores() -> None:
+    from krex_runtime.node.config import EvalSection
+
+    assert EvalSection().compiles_for(14) == 3  # 16 cores, one GPU, a reserved core and its sibling
+    assert EvalSection().compiles_for(1) == 1 and EvalSection(compile_jobs=1).compiles_for(112) == 56
+    assert EvalSection(max_compiles=7).compiles_for(1) == 7
