@@ -268,7 +268,7 @@ def test_parse_line_refuses(line: str) -> None:
 @pytest.mark.parametrize("text, says", [
     ("[eval]\nmax_compiles = 5000\n", "eval.max_compiles must be between 0 and 4096"),
     ("[eval]\ncompile_jobs = 0\n", "eval.compile_jobs must be between 1 and 1024"),
-    ("[eval]\nfresh_builds = 'yes'\n", "eval.fresh_builds: expected a boolean, got a string"),
+    ("[eval]\nfresh_builds = 'yes'\n", "eval.fresh_builds: expected true or false, got a string"),
     ("[eval]\nbuild_dir = 'relative'\n", "eval.build_dir must be an absolute path"),
 ])
 def test_a_bad_eval_section_is_one_line(tmp_path: Path, text: str, says: str) -> None:
