@@ -115,8 +115,14 @@ class BuildFolders:
             pass
         fd = os.open(path, _DIR_FLAGS)
         try:
-            if self._owner.get(path) != uid:
-                _hand_over(fd, uid, gid, set(self._tenant_uids) - {uid}, 0)
+            last = self._owner.get(path)
+            if last != uid:
+                # The last holder's entries become this one's; any other tenant's (one the last
+                # holder let in, this uid's under an earlier holder included) go. Unknown (a new
+                # run): every other tenant uid's are handed over.
+                tenants = set(self._tenant_uids)
+                _hand_over(fd, (uid, gid), {last} if last is not None else tenants - {uid},
+                           tenants - {last} if last is not None else set(), 0)
                 self._owner[path] = uid
             for sub in ("torch_extensions", "triton"):
                 try:
@@ -156,28 +162,37 @@ def _chown_at(fd: int, name: str, uid: int, gid: int) -> None:
         os.chown(name, uid, gid, dir_fd=fd, follow_symlinks=False)
 
 
-def _hand_over(fd: int, uid: int, gid: int, from_uids: set[int], depth: int) -> None:
-    """Make what `from_uids` own under the folder `fd` `uid`'s: folders and
-    singly linked files; links are left as they are, never followed."""
-    if os.getuid() != 0 or not from_uids or depth > MAX_DEPTH:
+def _hand_over(fd: int, owner: tuple[int, int], from_uids: set[int], strangers: set[int], depth: int) -> None:
+    """Under the folder `fd`: make what `from_uids` own `owner`'s (folders, and
+    files of one link: another link could be to someone else's file, and that
+    name goes instead), and remove what `strangers` own. Links are never followed."""
+    if os.getuid() != 0 or not (from_uids or strangers) or depth > MAX_DEPTH:
         return
     for name in os.listdir(fd):
         try:
             st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-        except OSError:
-            continue
-        if st.st_uid not in from_uids or stat.S_ISLNK(st.st_mode):
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            try:
-                sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
-            except OSError:
+            if st.st_uid in strangers:
+                _remove_at(fd, name, st)
+            elif st.st_uid not in from_uids or stat.S_ISLNK(st.st_mode):
                 continue
-            try:
-                if (os.fstat(sub).st_dev, os.fstat(sub).st_ino) == (st.st_dev, st.st_ino):
-                    _hand_over(sub, uid, gid, from_uids, depth + 1)
-                    os.fchown(sub, uid, gid)
-            finally:
-                os.close(sub)
-        elif st.st_nlink == 1:
-            os.chown(name, uid, gid, dir_fd=fd, follow_symlinks=False)
+            elif stat.S_ISDIR(st.st_mode):
+                sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                try:
+                    if (os.fstat(sub).st_dev, os.fstat(sub).st_ino) == (st.st_dev, st.st_ino):
+                        _hand_over(sub, owner, from_uids, strangers, depth + 1)
+                        os.fchown(sub, *owner)
+                finally:
+                    os.close(sub)
+            elif st.st_nlink == 1:
+                os.chown(name, *owner, dir_fd=fd, follow_symlinks=False)
+            else:
+                os.unlink(name, dir_fd=fd)
+        except OSError as exc:  # one entry that changed under the walk: the rest are still handed over
+            log.warning("build folder entry %s: %s", name, exc.strerror)
+
+
+def _remove_at(fd: int, name: str, st: os.stat_result) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(name, dir_fd=fd)  # by descriptors, never following a link
+    else:
+        os.unlink(name, dir_fd=fd)

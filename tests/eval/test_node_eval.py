@@ -115,6 +115,17 @@ def test_a_command_own_build_env_wins_when_the_operator_allows_it(make_runtime: 
     assert mine["TRITON_CACHE_DIR"].endswith("/triton")
 
 
+WRITE_AND_LIST = ("import json, os; torch = os.environ['TORCH_EXTENSIONS_DIR']; seen = sorted(os.listdir(torch)); "
+                  "open(os.path.join(torch, 'built'), 'w').close(); print(json.dumps(seen))")
+
+
+@pytest.mark.parametrize("fresh, second", [(False, ["built"]), (True, [])], ids=["kept", "fresh"])
+def test_a_cache_outlives_its_command_unless_fresh_builds(make_runtime: Any, fresh: bool, second: list[str]) -> None:
+    rt = make_runtime(sim=1, extra_config=eval_config(fresh_builds=fresh))
+    assert json.loads(_stdout(rt, "--", PY, "-c", WRITE_AND_LIST)) == []
+    assert json.loads(_stdout(rt, "--", PY, "-c", WRITE_AND_LIST)) == second
+
+
 def test_slots_are_made_afresh(tmp_path: Path) -> None:
     """A smaller count leaves no stale slot; a link in the folder's place is not followed."""
     target = tmp_path / "target"
@@ -188,6 +199,39 @@ def test_build_folders_of_tenants_with_uids_of_their_own(open_root: Path, make_r
     assert again["cached"] == [f"built-by-{alice['uid']}"]
     handed = Path(again["torch"]) / f"built-by-{alice['uid']}"
     assert handed.stat().st_uid == again["uid"]
+    wait_until(lambda: not any(processes_of(u) for u in range(FIRST_UID, FIRST_UID + UIDS)), 30, "the tenants gone")
+
+
+# Opens its build folder to everyone, then waits until another tenant has put a file in it.
+CARELESS = r"""
+import os, sys, time
+torch = os.environ["TORCH_EXTENSIONS_DIR"]
+os.chmod(os.path.dirname(torch), 0o777)
+os.chmod(torch, 0o777)
+open(os.path.join(torch, "mine"), "w").close()
+print(torch, flush=True)
+deadline = time.monotonic() + 60
+while not os.path.exists(os.path.join(torch, "planted")) and time.monotonic() < deadline:
+    time.sleep(0.05)
+"""
+PLANT = "import os, sys; open(os.path.join(sys.argv[1], 'planted'), 'w').close(); print('planted')"
+
+
+@AS_ROOT
+def test_what_another_tenant_put_in_an_opened_folder_goes(open_root: Path, make_runtime: Any) -> None:
+    """A tenant that opens its folder lets others in: at its key's next command
+    their entries are gone, its own are the new command's."""
+    rt = make_runtime(parent=open_root, policy="krex", sim=1, runtime_extra='read_only_group = "*"',
+                      tenants_extra=f'uid_range = [{FIRST_UID}, {UIDS}]\ngroup = "{GROUP}"\n')
+    careless = rt.krex("submit", "--share", "alice", "--", SYSTEM_PY, "-c", CARELESS).stdout.strip()
+    out = rt.run_dir / "output" / f"{careless}.stdout"
+    wait_until(lambda: out.exists() and out.read_text().strip(), 60, "the careless tenant's folder")
+    torch = out.read_text().strip()
+    assert _stdout(rt, "--share", "mallory", "--", SYSTEM_PY, "-c", PLANT, torch) == "planted"
+    rt.krex("wait", careless)
+    again = json.loads(_stdout(rt, "--share", "alice", "--", SYSTEM_PY, "-c", TENANT))
+    assert again["torch"] == torch and again["cached"] == ["mine"]
+    assert Path(torch, "mine").stat().st_uid == again["uid"]
     wait_until(lambda: not any(processes_of(u) for u in range(FIRST_UID, FIRST_UID + UIDS)), 30, "the tenants gone")
 
 
