@@ -20,9 +20,11 @@ from krex_runtime.api.refused import RequestFailed
 from krex_runtime.api.results import CommandStatus, Event, GpuStatus, NodeStatus, Region, Result
 from krex_runtime.api.sync import Client, Handle
 from krex_runtime.transport import RuntimeUnavailable
+from krex_runtime.wire.evaluation import Evaluation, EvaluationError
 from krex_runtime.wire.protocol.envelope import ProtocolError
 
 __all__ = [
-    "AsyncClient", "AsyncHandle", "Client", "Command", "CommandStatus", "Event", "GpuStatus", "Handle",
+    "AsyncClient", "AsyncHandle", "Client", "Command", "CommandStatus", "Evaluation", "EvaluationError", "Event",
+    "GpuStatus", "Handle",
     "NodeStatus", "ProtocolError", "Region", "RequestFailed", "Result", "RuntimeUnavailable", "SubmitOptions",
 ]

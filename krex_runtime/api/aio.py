@@ -20,6 +20,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from krex_runtime.api import evaluate as evaluating
 from krex_runtime.api.inbox import Follow, Inbox, reply_body, state_of
 from krex_runtime.api.options import Command, OutputCallback, SubmitOptions, split, takes_options
 from krex_runtime.api.refused import RequestFailed
@@ -204,6 +205,10 @@ class AsyncClient:
         finally:
             # Together: each reply waits for its command's end. Best effort: the runtime may be gone.
             await asyncio.gather(*(h.cancel() for h in in_flight if not h.done()), return_exceptions=True)
+
+    # Candidate kernels against their problems, one command each (api/evaluate.py).
+    evaluate = evaluating.evaluate
+    evaluate_many = evaluating.evaluate_many
 
     async def cancel(self, command_id: str) -> str:
         """Cancel a queued or running command; its state after the cancel."""

@@ -21,6 +21,7 @@ from krex_runtime.api.aio import AsyncClient, AsyncHandle
 from krex_runtime.api.options import Command, OutputCallback
 from krex_runtime.api.refused import RequestFailed
 from krex_runtime.api.results import Event, NodeStatus, Result
+from krex_runtime.wire.evaluation import Evaluation
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -212,6 +213,17 @@ class Client:
         """`AsyncClient.map`'s Results, as its commands end; leaving the loop
         early cancels the commands still in flight."""
         return self._iterate(self._async.map(commands, **options))
+
+    @_blocking(AsyncClient.evaluate)
+    def evaluate(self, problem: Any, candidate: Any, **options: Any) -> Evaluation:
+        """Evaluate one candidate against its problem (one command): its Evaluation."""
+        return self._loop.run(self._async.evaluate(problem, candidate, **options))
+
+    @_blocking(AsyncClient.evaluate_many)
+    def evaluate_many(self, pairs: Iterable[Any], **options: Any) -> Iterator[Evaluation]:
+        """`AsyncClient.evaluate_many`'s Evaluations, as their commands end; leaving
+        the loop early cancels the commands still in flight."""
+        return self._iterate(self._async.evaluate_many(pairs, **options))
 
     def cancel(self, command_id: str) -> str:
         """Cancel a queued or running command; its state after the cancel."""

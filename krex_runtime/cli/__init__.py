@@ -18,7 +18,7 @@ import signal
 import sys
 
 from krex_runtime.api import Client, RequestFailed, RuntimeUnavailable
-from krex_runtime.cli import cancel, external
+from krex_runtime.cli import cancel, eval_command, external
 from krex_runtime.cli.parser import build_parser
 from krex_runtime.cli.subcommands import (
     WITH_RUNTIME,
@@ -118,14 +118,16 @@ def subcommand_parser(parser: argparse.ArgumentParser, verb: str) -> argparse.Ar
     return parser
 
 
-# Subcommands that talk to a runtime: the plain verbs' and those of subcommands.py, and cancel's own module.
-RUNTIME_COMMANDS = {**WITH_RUNTIME, "cancel": cancel.cancel_command}
+# Subcommands that talk to a runtime: the plain verbs' and those of subcommands.py, and cancel's and eval's own modules.
+RUNTIME_COMMANDS = {**WITH_RUNTIME, "cancel": cancel.cancel_command, "eval": eval_command.eval_command}
 
 
 def _with_runtime(args: argparse.Namespace) -> int:
     check_usage(args)
     if args.verb == "cancel":
         cancel.check_usage(args)
+    if args.verb == "eval":
+        eval_command.check_usage(args)
     try:
         endpoint = args.cluster or args.endpoint
         with Client(endpoint, curve_client_key=args.curve_client_key, curve_server_key=args.curve_server_key) as client:

@@ -1,5 +1,5 @@
 """`krex`'s command line: one subcommand per verb of the table (wire/protocol/verbs.py)
-plus the client-side ones (run, trace, keys, config, check-config, completion,
+plus the client-side ones (run, eval, trace, keys, config, check-config, completion,
 bench), every one with `--json`.
 
 A usage error exits 125 like every other KREX failure (argparse's own 2
@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from krex_runtime.cli import eval_command
 from krex_runtime.transport.keys import CLIENT_KEY_ENV, SERVER_KEY_ENV
 from krex_runtime.wire.protocol import verbs
 from krex_runtime.wire.protocol.bodies import submit_modes
@@ -23,7 +24,7 @@ COMPLETION_SHELLS = ("bash", "zsh", "fish", "tcsh", "powershell")
 # `krex`'s exit status, the one table (README and docs/api.md show it; a test keeps them in step).
 EXIT_STATUS_TABLE: tuple[tuple[str, str], ...] = (
     ("0", "the command exited 0; any other subcommand did what it was asked"),
-    ("1-123", "the command's own exit code (`run`, `wait`)"),
+    ("1-123", "the command's own exit code (`run`, `wait`); 1 from `krex eval`: the candidate is not correct, or its result not trusted"),
     (str(EXIT_TIMEOUT), "the command ran past its time limit (`--timeout`) and was ended"),
     (str(EXIT_KREX_ERROR), "KREX failed: no runtime, a refused request, a usage error, a trace that does not read"),
     ("126, 127", "the program may not be executed, or was not found (as in a shell)"),
@@ -103,6 +104,7 @@ def build_parser(version: Callable[[], str]) -> Parser:
     for verb in verbs.VERBS.values():
         if verb.on_cli or verb.args:
             _verb_parser(sub, js, verb)
+    eval_command.add_parser(sub, js)  # a command per candidate (cli/eval_command.py)
     _client_side_parsers(sub, js)
     return p
 

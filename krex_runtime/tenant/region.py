@@ -191,6 +191,7 @@ class region(contextlib.ContextDecorator):
     """
 
     _released = False  # this object's exit released the region (it was the outermost)
+    _id: int | None = None
     _certificate: tuple[str, list[str]] | None = None
     integrity: dict[str, Any] | None = None
     """After the region: the runtime's integrity record of its timed windows
@@ -203,6 +204,13 @@ class region(contextlib.ContextDecorator):
             raise ValueError(f"settle_s must be within [0, 10] seconds, got {settle_s!r}")
         self.settle_s = settle_s
         self.flags: list[str] = []  # e.g. "throttled:hw_thermal", "exit:clock:1500MHz-below-top-1980MHz"
+
+    @property
+    def id(self) -> int | None:
+        """The region's id (its sequence number in the runtime's records and
+        events), from the grant; None outside the runtime. A region nested in
+        one already held carries the outer one's id."""
+        return self._id
 
     @property
     def verdict(self) -> str:
@@ -232,6 +240,7 @@ class region(contextlib.ContextDecorator):
         if path:
             _channel.enter(path, self.settle_s)
             self.flags = list(_channel.flags)
+            self._id = _channel.region_seq
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,13 +1,17 @@
-"""Stand-in for the part of PyTorch that the GPU integrity candidates use
-(tests/gpu/integrity_candidates), on the simulated driver, so that the same
-candidate scripts run in CI (tests/integrity/test_integrity_catalogue.py). It is not
-torch: no arithmetic happens. It makes the driver calls that the
-interception library sees of torch, as torch makes them:
+"""Stand-in for the part of PyTorch that the GPU integrity candidates
+(tests/gpu/integrity_candidates) and the evaluation harness's CI problems
+and candidates (tests/tenants/eval) use, on the simulated driver, so that the
+same scripts run in CI (tests/integrity/test_integrity_catalogue.py,
+tests/eval/test_harness.py). It is not torch. It makes the driver calls that
+the interception library sees of torch, as torch makes them:
 
-- each operator is one kernel launch (`cuLaunchKernel`) on the calling
-  thread's current stream; `randn` and `zeros` launch one, `empty_like` none;
+- each operator on a GPU tensor is one kernel launch (`cuLaunchKernel`) on
+  the calling thread's current stream, its simulated duration scaled by the
+  work (torch/_tensor.py); creating a GPU tensor with values (`randn`,
+  `zeros`) launches one, `empty`/`empty_like` none; CPU tensors launch nothing;
 - the current stream is per thread: the legacy default stream (NULL) unless
-  `torch.cuda.stream(s)` says otherwise;
+  `torch.cuda.stream(s)` says otherwise; `current_stream().cuda_stream` is
+  its raw handle (0 for the legacy default stream);
 - `torch.cuda.Stream()` is non-blocking (torch's stream pool creates its
   streams with cudaStreamNonBlocking), so it never joins the default stream
   implicitly;
@@ -19,94 +23,154 @@ interception library sees of torch, as torch makes them:
 - `torch.cuda.graph(g)` captures the kernels it would launch (nothing runs);
   `g.replay()` is one `cuGraphLaunch` on the current stream.
 
+Values: a tensor small enough and of a dtype numpy has carries a numpy
+array, and the operators compute on it (matmul, elementwise arithmetic,
+relu, softmax, reductions, allclose...), so that a candidate's output can be
+right or wrong; `manual_seed` makes `randn`/`rand` repeatable (numpy's
+numbers, not torch's). The computing is done on the host when the operator is
+called, whatever the simulated kernel's timing: stream order is the driver's
+business here, values are not. Large or bfloat16 tensors are shape-only.
+`with torch.device("cuda"):` makes the factory functions inside make GPU
+tensors, as in torch 2. Memory: GPU tensors' bytes count against the simulated device's memory, and
+one that does not fit raises torch.cuda.OutOfMemoryError.
+`torch.nn` (Module, Linear, ReLU) and `torch.utils.cpp_extension.load_inline`
+(a real C compile, its own docstring says the convention) are beside it.
+
 What holds on a real GPU is checked there by tests/gpu/test_gpu_integrity.py.
 """
 
 from __future__ import annotations
 
-import itertools
+import contextlib
+from typing import Any
 
-from torch import cuda
+from torch import _random as _rng
+from torch import cuda, nn  # noqa: F401  (import torch gives torch.cuda and torch.nn, as in torch)
+from torch._ops import allclose, matmul, relu, softmax  # noqa: F401
+from torch._tensor import (  # noqa: F401  (torch's names)
+    DEFAULT_DEVICE,
+    FLOATING,
+    NUMPY,
+    VALUE_LIMIT,
+    Tensor,
+    bfloat16,
+    device,
+    elementwise_ns,
+    float16,
+    float32,
+    float64,
+    int32,
+    int64,
+    matmul_ns,
+    numel,
+)
 
-bfloat16, float16, float32 = "bfloat16", "float16", "float32"
-_ptrs = itertools.count(1 << 32, 1 << 20)
-
-MATMUL_NS = 20_000  # simulated kernel durations
-
-
-def _elementwise_ns(shape: tuple[int, ...]) -> int:
-    """An elementwise kernel's: 1 ns per thousand elements, at least 2 us
-    (do_bench's 256 MB cache clear takes about 60 us, as on an H200)."""
-    n = 1
-    for d in shape:
-        n *= d
-    return max(2_000, n // 1_000)
+float, half, double, long, int = float32, float16, float64, int64, int32
+Size = tuple
+MATMUL_NS = 20_000  # the longest simulated matmul
 
 
-class Tensor:
-    def __init__(self, shape: tuple[int, ...], dtype: str | None = None) -> None:
-        self.shape, self.dtype = tuple(shape), dtype or float32
-        self._ptr = next(_ptrs)
+def manual_seed(seed: Any) -> None:
+    _rng.manual_seed(seed)
 
-    def data_ptr(self) -> int:
-        return self._ptr
 
-    def __matmul__(self, other: Tensor) -> Tensor:
-        return mm(self, other)
+class no_grad(contextlib.ContextDecorator):
+    """Nothing is recorded for autograd in the stand-in: a no-op, usable as torch's."""
 
-    def sum(self) -> Tensor:
-        cuda._launch(_elementwise_ns(self.shape))
-        return Tensor((), self.dtype)
-
-    def add_(self, *_: object) -> Tensor:
-        cuda._launch(_elementwise_ns(self.shape))
+    def __enter__(self) -> no_grad:
         return self
 
-    def mul_(self, *_: object) -> Tensor:
-        cuda._launch(_elementwise_ns(self.shape))
-        return self
+    def __exit__(self, *exc: object) -> None:
+        return None
 
-    def zero_(self) -> Tensor:
-        cuda._launch(_elementwise_ns(self.shape))
-        return self
+
+inference_mode = no_grad
 
 
 def _shape(shape: tuple) -> tuple[int, ...]:
-    return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple) else tuple(shape)
+    return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple | list) else tuple(shape)
 
 
-def randn(*shape: int, device: str | None = None, dtype: str | None = None) -> Tensor:
-    cuda._launch(_elementwise_ns(_shape(shape)))
-    return Tensor(_shape(shape), dtype)
+def _make(shape: tuple[int, ...], dtype: str | None, device_: Any, values: Any, launch: bool = True) -> Tensor:
+    """A new tensor; `values(shape, numpy dtype)` gives its values when it has any."""
+    dtype = dtype or float32
+    where = device(device_ if device_ is not None else DEFAULT_DEVICE[-1] if DEFAULT_DEVICE else "cpu")
+    np_type = NUMPY.get(dtype)
+    data = values(shape, np_type) if np_type is not None and numel(shape) <= VALUE_LIMIT else None
+    t = Tensor(shape, dtype, where, data)
+    if launch:
+        t._launch(elementwise_ns(shape))
+    return t
 
 
-def zeros(*shape: int, device: str | None = None, dtype: str | None = None) -> Tensor:
-    cuda._launch(_elementwise_ns(_shape(shape)))
-    return Tensor(_shape(shape), dtype)
+def randn(*shape: Any, device: Any = None, dtype: str | None = None, **_: Any) -> Tensor:
+    return _make(_shape(shape), dtype, device, _rng.normal)
 
 
-def empty(*shape: int, device: str | None = None, dtype: str | None = None) -> Tensor:
-    return Tensor(_shape(shape), dtype)
+def rand(*shape: Any, device: Any = None, dtype: str | None = None, **_: Any) -> Tensor:
+    return _make(_shape(shape), dtype, device, _rng.uniform)
 
 
-def empty_like(t: Tensor) -> Tensor:
-    return Tensor(t.shape, t.dtype)
+def zeros(*shape: Any, device: Any = None, dtype: str | None = None, **_: Any) -> Tensor:
+    import numpy as np
+    return _make(_shape(shape), dtype, device, np.zeros)
+
+
+def ones(*shape: Any, device: Any = None, dtype: str | None = None, **_: Any) -> Tensor:
+    import numpy as np
+    return _make(_shape(shape), dtype, device, np.ones)
+
+
+def empty(*shape: Any, device: Any = None, dtype: str | None = None, **_: Any) -> Tensor:
+    import numpy as np
+    return _make(_shape(shape), dtype, device, np.zeros, launch=False)
+
+
+def _like(t: Tensor, maker: Any, dtype: str | None, device_: Any) -> Tensor:
+    return maker(t.shape, dtype=dtype or t.dtype, device=device_ if device_ is not None else t.device)
+
+
+def empty_like(t: Tensor, dtype: str | None = None, device: Any = None) -> Tensor:
+    return _like(t, empty, dtype, device)
+
+
+def zeros_like(t: Tensor, dtype: str | None = None, device: Any = None) -> Tensor:
+    return _like(t, zeros, dtype, device)
+
+
+def randn_like(t: Tensor, dtype: str | None = None, device: Any = None) -> Tensor:
+    return _like(t, randn, dtype, device)
+
+
+def tensor(values: Any, dtype: str | None = None, device: Any = None) -> Tensor:
+    import numpy as np
+    data = np.asarray(values, dtype=NUMPY[dtype or float32])
+    return _make(data.shape, dtype, device, lambda shape, np_type: data.astype(np_type))
 
 
 def mm(a: Tensor, b: Tensor, out: Tensor | None = None) -> Tensor:
-    cuda._launch(MATMUL_NS)
-    return out if out is not None else Tensor((a.shape[0], b.shape[-1]), a.dtype)
+    return matmul(a, b, out=out)
 
 
 def addmm(bias: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    return mm(a, b)
+    """One kernel, as cuBLAS's fused bias: a @ b + bias."""
+    out = matmul(a, b)
+    if out.valued and bias.valued:
+        out._data = out._data + bias._data
+    return out
 
 
 def bmm(a: Tensor, b: Tensor) -> Tensor:
-    cuda._launch(MATMUL_NS)
-    return Tensor((a.shape[0], a.shape[1], b.shape[2]), a.dtype)
+    return matmul(a, b)
 
 
-def relu(t: Tensor) -> Tensor:
-    cuda._launch(_elementwise_ns(t.shape))
-    return Tensor(t.shape, t.dtype)
+def abs(t: Tensor) -> Tensor:
+    return t.abs()
+
+
+def max(t: Tensor) -> Tensor:
+    return t.max()
+
+
+def sum(t: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    return t.sum(dim, keepdim)

@@ -1,9 +1,13 @@
-"""Stand-in for torch.cuda on the simulated driver (see torch/__init__.py)."""
+"""Stand-in for torch.cuda on the simulated driver (see torch/__init__.py),
+with the device memory GPU tensors are counted against (`_memory`: the
+simulated device's total, from the driver; KREX_SIM_TORCH_MEMORY, in bytes,
+sets a smaller one)."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import threading
 from collections.abc import Iterator
 
@@ -24,9 +28,75 @@ def _driver() -> SimCuda:
     return _sim[0]
 
 
+class OutOfMemoryError(RuntimeError):
+    """torch.cuda.OutOfMemoryError (a RuntimeError, as torch's)."""
+
+
+class _Memory:
+    """The bytes of live GPU tensors, against the device's capacity."""
+
+    def __init__(self) -> None:
+        self.used = 0
+        self._total: int | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def total(self) -> int:
+        if self._total is None:
+            limit = os.environ.get("KREX_SIM_TORCH_MEMORY")
+            self._total = int(limit) if limit else _driver().mem_info()[1]
+        return self._total
+
+    def allocate(self, nbytes: int) -> None:
+        with self._lock:
+            free = self.total - self.used
+            if nbytes > free:
+                gib = 1 << 30
+                raise OutOfMemoryError(
+                    f"CUDA out of memory. Tried to allocate {nbytes / gib:.2f} GiB. GPU 0 has a total capacity of "
+                    f"{self.total / gib:.2f} GiB of which {free / gib:.2f} GiB is free.")
+            self.used += nbytes
+
+    def free(self, nbytes: int) -> None:
+        with self._lock:
+            self.used -= nbytes
+
+
+_memory = _Memory()
+
+
+def is_available() -> bool:
+    return _driver().device_count() > 0
+
+
+def device_count() -> int:
+    return _driver().device_count()
+
+
+def set_device(index: object) -> None:
+    _driver()  # the simulated tenant sees one device: its context is made current here
+
+
+def current_device() -> int:
+    return 0
+
+
+def memory_allocated(device: object = None) -> int:
+    return _memory.used
+
+
 class Stream:
     def __init__(self, handle: object = None) -> None:
         self.handle = _driver().stream(CU_STREAM_NON_BLOCKING) if handle is None else handle
+
+    @property
+    def cuda_stream(self) -> int:
+        """The raw CUstream, as an integer (0: the legacy default stream)."""
+        value = getattr(self.handle, "value", self.handle)
+        return int(value or 0)
+
+    def synchronize(self) -> None:
+        _driver().stream_synchronize(self.handle)
 
     def wait_stream(self, other: Stream) -> None:
         e = Event()

@@ -16,7 +16,7 @@ def do_bench(fn: Callable[[], object], warmup: int = 25, rep: int = 100, grad_to
              quantiles: object = None, return_mode: str = "mean") -> float:
     fn()
     torch.cuda.synchronize()
-    cache = torch.empty(int(256e6 // 4), dtype=torch.float32)
+    cache = torch.empty(int(256e6 // 4), dtype=torch.float32, device="cuda")
     start_event, end_event = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start_event.record()
     for _ in range(5):

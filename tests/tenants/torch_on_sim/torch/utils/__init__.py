@@ -1,0 +1,1 @@
+"""Stand-in for torch.utils: cpp_extension (load_inline) only."""
