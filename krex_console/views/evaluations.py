@@ -4,7 +4,7 @@ can be trusted.
 
 A command is part of batch B when its label is `eval:B/<problem>/<candidate>`
 (the evaluator labels them so); its outcome is the `evaluation` its result
-line gave the runtime (wire/evaluation_line.py). The trust shown here is
+line gave the runtime (wire/evaluation_record.py). The trust shown here is
 what the node state holds: the verdict and integrity record of each region
 the harness named, the harness's own patch list and fresh check. (The
 client's `trusted` rule, `krex eval`, also compares the times from below;
@@ -30,7 +30,7 @@ from krex_console.model import ConsoleModel
 from krex_console.views.columns import Column, Row
 from krex_console.views.table_sync import FittedTable, selected_key
 from krex_console.widgets import KeysFooter, StatusBar
-from krex_runtime.wire.evaluation_line import outcome
+from krex_runtime.wire.evaluation_record import outcome
 from krex_runtime.wire.printable import printable
 from krex_runtime.wire.state.model import CommandInfo, NodeState
 

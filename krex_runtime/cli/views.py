@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from krex_runtime.api.results import NodeStatus, Result
-from krex_runtime.wire.evaluation_line import outcome
+from krex_runtime.wire.evaluation_record import outcome
 from krex_runtime.wire.printable import printable
 
 NA = "-"

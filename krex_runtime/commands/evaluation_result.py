@@ -18,7 +18,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from krex_runtime.wire.evaluation_line import MARKER, compact, parse_line
+from krex_runtime.wire.eval_line import MARKER
+from krex_runtime.wire.evaluation import parse_line
+from krex_runtime.wire.evaluation_record import compact
 
 log = logging.getLogger("krex.dispatcher")
 
@@ -33,7 +35,8 @@ def evaluation_of(stdout_path: Path | None, lost_stdout: int = 0) -> dict[str, A
     if line is None or not line.startswith(MARKER):
         return None
     try:
-        return compact(parse_line(line))
+        report = parse_line(line)
+        return compact(report.to_dict()) if report is not None else None
     except (ValueError, TypeError, KeyError, RecursionError) as exc:
         log.info("%s: its last line is not a result of schema 1: %s", stdout_path.name, str(exc)[:200])
         return None

@@ -10,7 +10,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from krex_runtime.wire.evaluation_line import outcome
+from krex_runtime.wire.evaluation_record import outcome
 from krex_runtime.wire.printable import printable
 from krex_runtime.wire.state.command_states import ended_state
 

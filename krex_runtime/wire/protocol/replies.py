@@ -42,7 +42,7 @@ class ListedCommand:
     reason: str = ""
     argv: list[str] = field(default_factory=list)
     node: str | None = None  # a cluster gateway's rows: the node it ran on
-    evaluation: dict[str, Any] | None = None  # what its KREX-EVAL-RESULT line said (wire/evaluation_line.py)
+    evaluation: dict[str, Any] | None = None  # what its KREX-EVAL-RESULT line said (wire/evaluation_record.py)
 
 
 @dataclass(frozen=True)
