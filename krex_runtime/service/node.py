@@ -43,7 +43,7 @@ from krex_runtime.regions.machinery import RegionMachinery
 from krex_runtime.regions.tokens import RegionTokens
 from krex_runtime.service.event_log import EventLog
 from krex_runtime.service.followers import Attachments, CanaryKeeper, Followers
-from krex_runtime.service.host import Host
+from krex_runtime.service.host import Host, StartupError
 from krex_runtime.service.server import ControlServer
 from krex_runtime.service.tenant_identity import Tenancy
 from krex_runtime.sim import layout as sim_layout
@@ -106,7 +106,7 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventLog, server: C
     telemetry = Telemetry(config, gpus, sink, regions.gates if regions is not None else {}, clocks)
     tenants_gid = host.tenant_user.gid if host.tenant_user is not None else None
     cores = {g.index: regions.cpus.tenant_cores(g.index) for g in gpus} if regions is not None else {}
-    slots = compile_slots.make_slots(host.run_dir, config.eval.compiles_for(compile_slots.tenant_core_count(cores)))
+    slots, builds = compile_places(config, host, cores)
     setup = TenantSetup(
         env=tenant_environment(config, gpus, host, region_access, slots),
         cgroups=host.cgroup_slice,
@@ -115,7 +115,7 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventLog, server: C
         gates=machinery.GateEntries(regions.gates, tenants_gid) if regions is not None else None,
         identities=host.identities,
         server_run_as=host.server_run_as,
-        builds=build_folders(config, host),
+        builds=builds,
     )
     attachments = Attachments(server, sink.state)  # results carry the regions the state folded
     canaries = CanaryKeeper(telemetry, gpus) if config.telemetry.canary else None
@@ -178,13 +178,20 @@ def _is_tenant(tenancy: Tenancy, pid: int) -> bool:
         return True  # cannot tell: not called foreign
 
 
-def build_folders(config: Config, host: Host) -> BuildFolders:
-    """Each tenant's compile caches (commands/build_folders.py): whose entries
-    in them may be handed to the next command, the uids tenants run as."""
+def compile_places(config: Config, host: Host, cores: dict[int, tuple[int, ...]]) -> tuple[Path, BuildFolders]:
+    """The node's compile slots (commands/compile_slots.py) and each tenant's
+    compile caches (commands/build_folders.py: whose entries in them may be
+    handed to the next command, the uids tenants run as)."""
     root = Path(config.eval.build_dir) if config.eval.build_dir else host.run_dir / BUILDS_FOLDER
     user = host.tenant_user
     uids = range(user.uids[0], sum(user.uids)) if user is not None and user.uids else range(0)
-    return BuildFolders(root, uids, config.eval.compile_jobs, config.eval.fresh_builds, config.eval.command_build_env)
+    try:
+        slots = compile_slots.make_slots(host.run_dir, config.eval.compiles_for(compile_slots.tenant_core_count(cores)))
+        ec = config.eval
+        return slots, BuildFolders(root, uids, ec.compile_jobs, ec.fresh_builds, ec.command_build_env)
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise StartupError(f"cannot make the compile slots or build folders: {where}{exc.strerror or exc}") from None
 
 
 def tenant_environment(config: Config, gpus: list[Gpu], host: Host, regions: RegionAccess | None,

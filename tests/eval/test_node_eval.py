@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_helpers import TENANTS, open_folder, regions_config, snapshot, trace_events
+from runtime_helpers import TENANTS, open_folder, regions_config, snapshot, start_refused, trace_events
 
 from krex_runtime.commands.compile_slots import make_slots
 from krex_runtime.commands.finished_record import RECORD_FILE
@@ -125,6 +125,14 @@ def test_a_cache_outlives_its_command_unless_fresh_builds(make_runtime: Any, fre
     rt = make_runtime(sim=1, extra_config=eval_config(fresh_builds=fresh))
     assert json.loads(_stdout(rt, "--", PY, "-c", WRITE_AND_LIST)) == []
     assert json.loads(_stdout(rt, "--", PY, "-c", WRITE_AND_LIST)) == second
+
+
+def test_a_build_folder_that_cannot_be_made_stops_the_start_in_one_line(tmp_path: Path) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    rt = Runtime(tmp_path / "rt", sim=1, extra_config=eval_config(build_dir=str(blocked / "builds")))
+    line = start_refused(rt)
+    assert "cannot make the compile slots or build folders" in line and str(blocked) in line, line
 
 
 def test_slots_are_made_afresh(tmp_path: Path) -> None:
