@@ -13,7 +13,7 @@ handed to another submitter's command after it.
                         its uid's while a command holds it, the runtime's after
 
 A command takes the lowest folder of its key that no running command holds
-(`take`) and gives it back when it ends (`give_back`). Taking makes the
+(`reserve`, then `prepare`) and gives it back when it ends (`give_back`). Taking makes the
 folder and what a tenant uid owns in it the command's uid's; giving back
 makes the folder itself the runtime's again, so the uid's next holder (any
 submitter's command) cannot enter it and the sweep of that uid's leftovers
@@ -67,20 +67,19 @@ class BuildFolders:
         root.parent.mkdir(parents=True, exist_ok=True)
         _own_folder(root)
 
-    def take(self, key: str, uid: int, gid: int) -> BuildFolder:
-        """The key's lowest free folder, made `uid`'s (blocking: call it off the loop)."""
+    def reserve(self, key: str) -> BuildFolder:
+        """The key's lowest folder no running command holds, held from now on
+        (on the runtime's loop: two commands of one key never get the same)."""
         held = self._held.setdefault(key, set())
         index = next(i for i in range(len(held) + 1) if i not in held)
         held.add(index)
-        try:
-            keyed = self.root / _name_of(key)
-            _own_folder(keyed)
-            folder = BuildFolder(key, index, keyed / str(index))
-            self._prepare(folder.path, uid, gid)
-        except BaseException:
-            held.discard(index)
-            raise
-        return folder
+        return BuildFolder(key, index, self.root / _name_of(key) / str(index))
+
+    def prepare(self, folder: BuildFolder, uid: int, gid: int) -> None:
+        """Make the reserved folder `uid`'s (blocking: call it off the loop);
+        OSError when it cannot be, the folder still to be given back."""
+        _own_folder(folder.path.parent)
+        self._prepare(folder.path, uid, gid)
 
     def give_back(self, folder: BuildFolder) -> None:
         """After its command: the folder is the runtime's, closed to every tenant."""

@@ -59,12 +59,14 @@ class Launchers:
         """Run the command in its mode to its end, with its build folder held throughout."""
         builds = self._setup.builds
         if builds is not None and not job.internal:
-            try:
-                job.build_folder = await asyncio.to_thread(builds.take, job.share, *self._setup.owner_of(job.identity))
-            except OSError as exc:
-                return Ended(Outcome("failed", None, None, f"cannot start: its build folder: {exc.strerror or exc}"),
-                             False)
+            job.build_folder = builds.reserve(job.share)
         try:
+            if builds is not None and job.build_folder is not None:
+                try:
+                    await asyncio.to_thread(builds.prepare, job.build_folder, *self._setup.owner_of(job.identity))
+                except OSError as exc:
+                    why = f"cannot start: its build folder: {exc.strerror or exc}"
+                    return Ended(Outcome("failed", None, None, why), False)
             if worker is not None:
                 return await self.run_pooled(job, gpu, worker)
             if server is not None:
