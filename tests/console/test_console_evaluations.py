@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from console_helpers import run_async, settled_screen, wait_for
+from console_helpers import live_app, rendered, run_async, settled_screen, submit, wait_for
 
 from krex_console.app import KrexConsole
 from krex_console.views.command_list import CommandDetailScreen
@@ -145,3 +145,41 @@ async def test_no_evaluations_says_so() -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, EvaluationsScreen), what="the view")
         text = await settled_screen(pilot)
         assert "no evaluations: commands labelled eval:<batch>/<problem>/<candidate>" in text, text
+
+
+RESULT = ("import json, sys; print('KREX-EVAL-RESULT ' + json.dumps({'schema': 1, 'problem': 'relu.py', "
+          "'candidate': 'fast.py', 'problem_sha256': 'a', 'candidate_sha256': 'b', 'compiled': True, "
+          "'correct': False, 'failure': {'class': 'incorrect', 'message': 'input set 0: max abs error 3', "
+          "'detail': ''}, 'check': None, 'fresh_check': None, 'timing': None, 'phases_s': {}, "
+          "'harness_patched': []}))")
+
+
+@run_async
+async def test_a_live_batch_as_its_commands_end(make_runtime: Any) -> None:
+    """A real runtime's commands labelled as a batch: the view counts them as
+    they run and end, and shows the result line the runtime kept."""
+    import sys
+
+    rt = make_runtime(sim=1)
+    app = live_app(rt)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.model.state.node, what="the live feed")
+        waiting = submit(rt, ["sleep", "60"], label="eval:live/relu.py/slow.py")
+        ended = submit(rt, [sys.executable, "-c", RESULT], label="eval:live/relu.py/fast.py")
+        await wait_for(pilot, lambda: (c := app.model.state.commands.get(ended)) is not None and c.evaluation,
+                       what="the evaluation in the console's state")
+        await pilot.press("e")
+        screen = await wait_for(pilot, lambda: isinstance(app.screen, EvaluationsScreen) and app.screen, what="the view")
+        await wait_for(pilot, lambda: screen.query_one(PairsTable).row_count == 2, what="the pairs")
+        await pilot.press("tab")
+        await rendered(pilot)
+        text = await settled_screen(pilot)
+        assert next(row for row in text.splitlines() if "live" in row).split() == ["live", "1/2", "1", "0", "0", "0/2",
+                                                                                   "0"], text
+        assert "incorrect: input set 0: max abs error 3" in text, text  # fast.py sorts first
+        with rt.client() as client:
+            client.call("cancel", {"id": waiting})
+        await wait_for(pilot, lambda: app.model.state.commands[waiting].state == "cancelled", what="the cancel")
+        await rendered(pilot)
+        text = await settled_screen(pilot)
+        assert next(row for row in text.splitlines() if "live" in row).split()[1] == "2/2", text
