@@ -6,6 +6,7 @@ as a process. One cluster for the whole module; the tests run in order
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -144,6 +145,40 @@ def test_a_thousand_commands_from_several_submitters_each_result_once(cluster: K
     assert status["results_dropped"] == 0 and not status["commands"]
     for rt in cluster.runtimes.values():
         assert hygiene.held_back(rt.run_dir) == []
+
+
+def test_an_evaluation_batch_runs_through_the_gateway_across_nodes(cluster: KrexCluster) -> None:
+    """`evaluate_many` through the gateway as through one runtime: each pair is
+    one command placed on some node, its regions' verdicts and integrity come
+    back with it, and the trusted rule reads them. The CI problem files with
+    the torch stand-in (every node shares this machine's filesystem, as the
+    nodes of a real cluster share the folders they evaluate)."""
+    tenants = Path(__file__).resolve().parents[1] / "tenants"
+    ci = tenants / "eval"
+    pairs = [(ci / "relu_add.py", ci / "relu_add__torch.py"), (ci / "relu_add.py", ci / "relu_add__cached.py"),
+             (ci / "relu_add.py", ci / "relu_add__incorrect.py"), (ci / "row_sum.py", ci / "row_sum__torch.py"),
+             (ci / "small_matmul.py", ci / "small_matmul__torch.py"), (ci / "row_sum.py", ci / "row_sum__wrong_shape.py")]
+    env = {**os.environ, "PYTHONPATH": str(tenants / "torch_on_sim")}
+    with cluster.client(timeout=60) as c:
+        found = list(c.evaluate_many(pairs * 2, max_in_flight=6, env=env, trials=5, timeout=180))
+        node_of = {e.command_id: c.show(e.command_id).record.get("node") for e in found}
+    assert len(found) == 12 and len(node_of) == 12
+    assert len(set(node_of.values()) - {None}) >= 2, node_of  # spread over the nodes
+    by_name: dict[str, list[Any]] = {}
+    for e in found:
+        by_name.setdefault(Path(e.candidate_path).name, []).append(e)
+    for name in ("relu_add__torch.py", "row_sum__torch.py", "small_matmul__torch.py"):
+        for e in by_name[name]:
+            assert e.correct and e.failure_class is None and e.speedup is not None, (e.failure_message, e.failure_detail)
+            # n3 runs policy krex: its regions are held and certified; the other nodes' runtimes
+            # are ungated, so no region of theirs is verified and nothing from them is trusted.
+            verified = node_of[e.command_id] == "n3"
+            assert [r.verdict == "verified" for r in e.regions] == [verified, verified], (node_of[e.command_id], e.regions)
+            assert not verified or e.trusted or all(r.startswith("timing_missing") for r in e.untrusted_reasons), e.untrusted_reasons
+            assert verified or not e.trusted
+    assert all(e.failure_class == "incorrect" for e in by_name["relu_add__cached.py"] + by_name["relu_add__incorrect.py"])
+    assert all(e.failure_class == "wrong_shape" for e in by_name["row_sum__wrong_shape.py"])
+    assert not any(e.trusted for n in ("relu_add__cached.py", "relu_add__incorrect.py") for e in by_name[n])
 
 
 def test_operators_steer_a_node_and_tenants_are_refused(cluster: KrexCluster) -> None:
