@@ -35,6 +35,7 @@ from krex_console.feed import FeedStatus, FeedStatusChanged, LiveFeed, ReplayFee
 from krex_console.messages import GpuHighlighted, OpenCommand, OpenGpu, RequestAction
 from krex_console.model import ConsoleModel, gpu_by_uuid, tenants_of
 from krex_console.views.command_list import CommandDetailScreen, CommandsTable
+from krex_console.views.evaluations import EvaluationsScreen
 from krex_console.views.events import EventsTable
 from krex_console.views.gpu_detail import GpuDetailScreen, summarize_gpu
 from krex_console.views.overview import OverviewTable
@@ -60,6 +61,7 @@ class KrexConsole(App[None]):
         Binding("1", "show_tab('overview')", "Overview", show=False),
         Binding("2", "show_tab('commands')", "Commands", show=False),
         Binding("3", "show_tab('events')", "Events", show=False),
+        Binding("e", "evaluations", "Evals", show=False),
         Binding("slash", "filter", "Filter"),
         Binding("question_mark", "help", "Help"),
         Binding("escape", "back", "Back", show=False),
@@ -171,7 +173,7 @@ class KrexConsole(App[None]):
         for bar in self.screen.query(StatusBar):
             bar.update(self.status_text())
         screen = self.screen
-        if isinstance(screen, (GpuDetailScreen, CommandDetailScreen)):
+        if isinstance(screen, (GpuDetailScreen, CommandDetailScreen, EvaluationsScreen)):
             screen.refresh_from(self.model)
             return
         if screen is not self.screen_stack[0]:
@@ -254,6 +256,10 @@ class KrexConsole(App[None]):
     def on_open_command(self, message: OpenCommand) -> None:
         self.push_screen(CommandDetailScreen(message.command_id, self.model, gate=self,
                                              endpoint=self.control_endpoint, status=self.status_text()))
+
+    def action_evaluations(self) -> None:
+        if self.screen is self.screen_stack[0]:
+            self.push_screen(EvaluationsScreen(self.model, status=self.status_text()))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
@@ -415,6 +421,7 @@ class KrexConsole(App[None]):
         yield SystemCommand("Overview", "The node overview: a row per GPU", lambda: self.action_show_tab("overview"))
         yield SystemCommand("Commands", "Commands, filterable and sortable", lambda: self.action_show_tab("commands"))
         yield SystemCommand("Events", "The audit log of events", lambda: self.action_show_tab("events"))
+        yield SystemCommand("Evaluations", "krex eval's batches and pairs", self.action_evaluations)
         if self.replay is not None:
             yield SystemCommand("Replay: play / pause", "Play or pause the trace", self.action_toggle_play)
             yield SystemCommand("Replay: step", "Apply one more event", self.action_step)

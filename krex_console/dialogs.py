@@ -90,6 +90,7 @@ class SeekDialog(EscCancels["float | None"]):
 # border and padding), so no phrase wraps and nothing is cut.
 HELP_TEXT = """\
 [b]Views[/b]  1 node overview   2 commands   3 events (audit log)
+  e  evaluations: batches, their pairs (tab), a pair's detail
   0  a cluster's nodes (enter: that node's views; esc: all nodes)
   enter  open the selected GPU / command       esc  back
   j / k  down / up     /  filter (commands, events)     ctrl+p  palette

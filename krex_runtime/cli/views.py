@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from krex_runtime.api.results import NodeStatus, Result
+from krex_runtime.wire.evaluation_record import outcome
 from krex_runtime.wire.printable import printable
 
 NA = "-"
@@ -240,12 +241,28 @@ def command_view(result: Result, now: float | None = None) -> RenderableType:
         ("run", f"{max(0.0, ran_until - started):.1f}s" if started is not None else NA),
     ]
     lines += [(name, value) for name, value in (("reason", result.reason), ("share", result.share)) if value]
+    if isinstance(result.record.get("evaluation"), dict):
+        lines.append(("evaluation", evaluation_summary(result.record["evaluation"])))
     fields = Table(box=None, pad_edge=False, show_header=False)
     fields.add_column(style="bold", no_wrap=True)
     fields.add_column()
     for name, value in lines:
         fields.add_row(*_cells(name, value))
     return Group(fields, _regions_of(result))
+
+
+def evaluation_summary(evaluation: dict[str, Any]) -> str:
+    """`krex show`'s evaluation line: outcome, the pair, medians, regions, what failed."""
+    parts = [outcome(evaluation), f"{evaluation.get('problem')} / {evaluation.get('candidate')}"]
+    ref, cand = evaluation.get("reference_ms"), evaluation.get("candidate_ms")
+    if isinstance(ref, (int, float)) and isinstance(cand, (int, float)):
+        parts.append(f"reference {ref:.4g} ms, candidate {cand:.4g} ms")
+    regions = [str(r) for r in evaluation.get("regions") or [] if r is not None]
+    if regions:
+        parts.append("regions " + ",".join(regions))
+    if evaluation.get("message"):
+        parts.append(str(evaluation["message"]))
+    return printable("; ".join(str(p) for p in parts))
 
 
 def _regions_of(result: Result) -> RenderableType:

@@ -31,10 +31,11 @@ from pathlib import Path
 from krex_runtime.commands import auto_regions, gpu_placement, tenant_reports, unprotected
 from krex_runtime.commands.command_history import CommandHistory
 from krex_runtime.commands.environment import AdmitError, TenantSetup
+from krex_runtime.commands.evaluation_result import evaluation_of
 from krex_runtime.commands.forwarded.forwarded_pool import ForwardedWorker
 from krex_runtime.commands.job import Job, check_spawnable
 from krex_runtime.commands.launch import Outcome
-from krex_runtime.commands.launchers import Ended, Launchers
+from krex_runtime.commands.launchers import Launchers
 from krex_runtime.commands.pooled.pooled_worker import PooledWorker
 from krex_runtime.commands.pools import NodePools
 from krex_runtime.commands.seams import CERTIFICATE_WAIT_S, CommandLeases, CommandWatcher, RegionCertificates
@@ -348,7 +349,7 @@ class Dispatcher:
                     return
                 admitted = True
                 self._open_reports(job, job.identity)
-            ended = await self._launched(job, gpu, worker, server)
+            ended = await self._launch.run(job, gpu, worker, server)
             self._finish(job, ended.outcome, ended.outcome.state, started=ended.started)
         finally:
             if admitted:  # its processes have ended: its uid and gate entries go back
@@ -357,15 +358,6 @@ class Dispatcher:
                 release_lease()
                 self.leased_gpus.discard(gpu.index)
                 self.pump()
-
-    async def _launched(self, job: Job, gpu: Gpu, worker: PooledWorker | None, server: ForwardedWorker | None) -> Ended:
-        """Run the command in its mode to its end."""
-        if worker is not None:
-            return await self._launch.run_pooled(job, gpu, worker)
-        if server is not None:
-            return await self._launch.run_forwarded(job, gpu, server)
-        run = self._launch.run_forked if job.mode == "forked" else self._launch.run_process
-        return await run(job, gpu)
 
     def _open_reports(self, job: Job, identity: Identity | None) -> None:
         """As it starts: the command's reports, for its uid's group to write."""
@@ -398,6 +390,7 @@ class Dispatcher:
         # Read to their end, and gone: nothing a tenant wrote stays in the run folder.
         job.auto_regions = auto_regions.wrapped(self.reports.close(job.auto_region_report))
         unprotected.counted(job, self.reports.close(job.unprotected_path))
+        job.evaluation = evaluation_of(job.stdout_path, job.output_loss.stdout)  # the harness's last line, if any
         if job.gpu is not None:
             for index in [g.index for g in job.gpu_set] or [job.gpu]:
                 self._tenants.discard(index, job.id)
@@ -406,7 +399,7 @@ class Dispatcher:
                 id=job.id, state=state, exit_code=outcome.exit_code, signal=outcome.signal, reason=outcome.reason,
                 gpu=job.gpu, auto_regions=job.auto_regions, unprotected_timings=job.unprotected_timings,
                 untracked_timings=job.untracked_timings,
-                output_lost=job.output_loss.record() if job.output_loss.total else None,
+                output_lost=job.output_loss.record() if job.output_loss.total else None, evaluation=job.evaluation,
             )
         )
         job.done.set()

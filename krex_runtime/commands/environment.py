@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from krex_runtime.commands.build_folders import BuildFolders
 from krex_runtime.host.cgroups import CgroupSlice
 from krex_runtime.host.identities import Identities, Identity
 from krex_runtime.node.access import RunAs, TenantUser
@@ -69,7 +70,8 @@ class TenantEnvironment:
     regions: RegionAccess | None
     simulator: dict[str, str]  # simulated GPUs: the simulator's settings (empty on real GPUs)
     simulator_dir: Path | None
-    python_dir: Path = field(init=False)  # tenant/python_path.py: on every tenant's PYTHONPATH
+    python_dir: Path = field(init=False)
+    compile_slots: Path | None = None  # commands/compile_slots.py  # tenant/python_path.py: on every tenant's PYTHONPATH
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "python_dir", python_path.prepare(self.run_dir))
@@ -103,6 +105,8 @@ class TenantEnvironment:
                 names.RUN_DIR: str(self.run_dir),
             }
         )
+        if self.compile_slots is not None:
+            env[names.COMPILE_SLOTS] = str(self.compile_slots)
         if more:
             env[names.GPUS] = ",".join(str(g.index) for g in (gpu, *more))
         env.update(self.user_env)
@@ -149,6 +153,7 @@ class TenantSetup:
     # Forwarded mode's context servers, which serve one tenant after another:
     # never a tenant's uid (None: the runtime's own user; node/access.server_run_as).
     server_run_as: RunAs | None = None
+    builds: BuildFolders | None = None  # each tenant's build folders (commands/build_folders.py)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def new_tenant_id(self) -> int:
@@ -191,6 +196,13 @@ class TenantSetup:
             return self.run_as
         user = TenantUser(f"tenant{identity.uid}", identity.uid, identity.gid, str(identity.home))
         return RunAs(user, self.run_as.umask, (identity.group,))
+
+    def owner_of(self, identity: Identity | None) -> tuple[int, int]:
+        """The uid and gid a tenant runs as: its own, the tenants' user's, or the runtime's."""
+        run_as = self.run_as_for(identity)
+        if run_as is None or run_as.user is None:
+            return os.getuid(), os.getgid()
+        return run_as.user.uid, run_as.user.gid
 
     def cores_of(self, gpu: int) -> tuple[int, ...]:
         return self.cores.get(gpu, ())

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from krex_runtime.commands.build_folders import BuildFolder
 from krex_runtime.commands.gpu_placement import GpuAsk
 from krex_runtime.commands.launch import Outcome
 from krex_runtime.commands.output import OutputLoss
@@ -64,6 +65,8 @@ class Job:
     output_loss: OutputLoss = field(default_factory=OutputLoss)  # output its files did not get (a full disk)
     identity: Identity | None = None  # tenants.uid_range: the uid it runs as (pooled: its context process's)
     submitter_uid: int | None = None  # who submitted it, by the kernel's word (None: unknown, tcp)
+    build_folder: BuildFolder | None = None  # while it runs: its compile caches (commands/build_folders.py)
+    evaluation: dict[str, Any] | None = None  # the evaluation its last stdout line reported (commands/evaluation_result.py)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     ending: bool = False  # it has ended; its result waits for a region's certificate (Dispatcher._finish)
 
@@ -108,6 +111,7 @@ class Job:
             "share": self.share,
             "output_lost": self.output_loss.record(),
             "output_error": self.output_loss.error,
+            **({"evaluation": self.evaluation} if self.evaluation is not None else {}),
         }
 
 

@@ -55,8 +55,30 @@ class Launchers:
         self._emit = emit
         self._pools = pools
 
+    async def run(self, job: Job, gpu: Gpu, worker: PooledWorker | None, server: ForwardedWorker | None) -> Ended:
+        """Run the command in its mode to its end, with its build folder held throughout."""
+        builds = self._setup.builds
+        if builds is not None and not job.internal:
+            job.build_folder = builds.reserve(job.share)
+        try:
+            if builds is not None and job.build_folder is not None:
+                try:
+                    await asyncio.to_thread(builds.prepare, job.build_folder, *self._setup.owner_of(job.identity))
+                except OSError as exc:
+                    why = f"cannot start: its build folder: {exc.strerror or exc}"
+                    return Ended(Outcome("failed", None, None, why), False)
+            if worker is not None:
+                return await self.run_pooled(job, gpu, worker)
+            if server is not None:
+                return await self.run_forwarded(job, gpu, server)
+            return await (self.run_forked if job.mode == "forked" else self.run_process)(job, gpu)
+        finally:
+            if builds is not None and job.build_folder is not None:
+                builds.give_back(job.build_folder)
+
     def env_of(self, job: Job, gpu: Gpu) -> dict[str, str]:
-        return self._setup.env.build(job.id, job.tenant_id, job.env, gpu, job.identity, job.gpu_set[1:])
+        env = self._setup.env.build(job.id, job.tenant_id, job.env, gpu, job.identity, job.gpu_set[1:])
+        return self._setup.builds.apply(env, job.env, job.build_folder) if self._setup.builds is not None else env
 
     def _spec(self, job: Job, gpu: Gpu, cgroup: Path | None, edit_env: EnvEdit | None = None) -> LaunchSpec:
         assert job.stdout_path is not None and job.stderr_path is not None

@@ -21,8 +21,12 @@ Order, and why:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from krex_runtime.commands import compile_slots
+from krex_runtime.commands.build_folders import FOLDER as BUILDS_FOLDER
+from krex_runtime.commands.build_folders import BuildFolders
 from krex_runtime.commands.dispatcher import Dispatcher
 from krex_runtime.commands.environment import RegionAccess, TenantEnvironment, TenantSetup
 from krex_runtime.commands.pools import NodePools
@@ -39,7 +43,7 @@ from krex_runtime.regions.machinery import RegionMachinery
 from krex_runtime.regions.tokens import RegionTokens
 from krex_runtime.service.event_log import EventLog
 from krex_runtime.service.followers import Attachments, CanaryKeeper, Followers
-from krex_runtime.service.host import Host
+from krex_runtime.service.host import Host, StartupError
 from krex_runtime.service.server import ControlServer
 from krex_runtime.service.tenant_identity import Tenancy
 from krex_runtime.sim import layout as sim_layout
@@ -101,14 +105,17 @@ def build(config: Config, gpus: list[Gpu], host: Host, sink: EventLog, server: C
         region_access = RegionAccess(gates, host.run_dir / REGION_SOCKET, tokens)
     telemetry = Telemetry(config, gpus, sink, regions.gates if regions is not None else {}, clocks)
     tenants_gid = host.tenant_user.gid if host.tenant_user is not None else None
+    cores = {g.index: regions.cpus.tenant_cores(g.index) for g in gpus} if regions is not None else {}
+    slots, builds = compile_places(config, host, cores)
     setup = TenantSetup(
-        env=tenant_environment(config, gpus, host, region_access),
+        env=tenant_environment(config, gpus, host, region_access, slots),
         cgroups=host.cgroup_slice,
-        cores={g.index: regions.cpus.tenant_cores(g.index) for g in gpus} if regions is not None else {},
+        cores=cores,
         run_as=host.run_as,
         gates=machinery.GateEntries(regions.gates, tenants_gid) if regions is not None else None,
         identities=host.identities,
         server_run_as=host.server_run_as,
+        builds=builds,
     )
     attachments = Attachments(server, sink.state)  # results carry the regions the state folded
     canaries = CanaryKeeper(telemetry, gpus) if config.telemetry.canary else None
@@ -171,7 +178,24 @@ def _is_tenant(tenancy: Tenancy, pid: int) -> bool:
         return True  # cannot tell: not called foreign
 
 
-def tenant_environment(config: Config, gpus: list[Gpu], host: Host, regions: RegionAccess | None) -> TenantEnvironment:
+def compile_places(config: Config, host: Host, cores: dict[int, tuple[int, ...]]) -> tuple[Path, BuildFolders]:
+    """The node's compile slots (commands/compile_slots.py) and each tenant's
+    compile caches (commands/build_folders.py: whose entries in them may be
+    handed to the next command, the uids tenants run as)."""
+    root = Path(config.eval.build_dir) if config.eval.build_dir else host.run_dir / BUILDS_FOLDER
+    user = host.tenant_user
+    uids = range(user.uids[0], sum(user.uids)) if user is not None and user.uids else range(0)
+    try:
+        slots = compile_slots.make_slots(host.run_dir, config.eval.compiles_for(compile_slots.tenant_core_count(cores)))
+        ec = config.eval
+        return slots, BuildFolders(root, uids, ec.compile_jobs, ec.fresh_builds, ec.command_build_env)
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise StartupError(f"cannot make the compile slots or build folders: {where}{exc.strerror or exc}") from None
+
+
+def tenant_environment(config: Config, gpus: list[Gpu], host: Host, regions: RegionAccess | None,
+                       slots: Path | None = None) -> TenantEnvironment:
     simulator: dict[str, str] = {}
     if gpus and gpus[0].simulated:
         simulator = {sim_layout.ENV_DEVICE: config.gpus.simulated_device, sim_layout.ENV_GPUS: str(len(gpus))}
@@ -189,6 +213,7 @@ def tenant_environment(config: Config, gpus: list[Gpu], host: Host, regions: Reg
         regions=regions,
         simulator=simulator,
         simulator_dir=native_build.simulated_driver_dir() if simulator else None,
+        compile_slots=slots,
     )
 
 

@@ -21,4 +21,5 @@ AUTO_REGION = "KREX_AUTO_REGION"  # "1": timing harnesses run in regions (tenant
 AUTO_REGION_ENTRIES = "KREX_AUTO_REGION_ENTRIES"  # more entry points than the built-in ones, comma-separated
 AUTO_REGION_REPORT = "KREX_AUTO_REGION_REPORT"  # the file the tenant lists what it wrapped in
 UNPROTECTED_TIMINGS = "KREX_UNPROTECTED_TIMINGS"  # policy krex: the file the interception library counts them in
+COMPILE_SLOTS = "KREX_COMPILE_SLOTS"  # the node's compile slots folder: lock one of its files around a compile
 # The simulator's own settings are named with its bindings (krex_runtime/sim/layout.py).

@@ -81,6 +81,12 @@ AMD_NEEDS_PRELOAD = 'regions.gate_backend = "driver-lock" is NVIDIA\'s checkpoin
         ("[regions]\ngate_backend = 'driver-lock'\n[gpus]\nsimulated_amd = 1\n", AMD_NEEDS_PRELOAD),
         ("[dispatcher]\ndefault_mode = 'fork'\n", "dispatcher.default_mode: expected one of 'process', 'forked', 'pooled'"),
         ("runtime = 3\n", "runtime: expected a table, got an integer"),
+        ("[eval]\nmax_compiles = -1\n", "eval.max_compiles must be between 0 and 4096"),
+        ("[eval]\ncompile_jobs = 0\n", "eval.compile_jobs must be between 1 and 1024"),
+        ("[eval]\ncompile_jobs = 'many'\n", "eval.compile_jobs: expected an integer, got a string"),
+        ("[eval]\nmax_compile = 2\n", "eval.max_compile: unknown key (did you mean 'max_compiles'?)"),
+        ("[eval]\nbuild_dir = 'builds'\n", "eval.build_dir must be an absolute path"),
+        ("[eval]\nbuild_dir = '/proc/builds'\n", "eval.build_dir = '/proc/builds' is in /proc"),
         ("[runtime\n", "not valid TOML"),
     ],
 )

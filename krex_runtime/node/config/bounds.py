@@ -81,6 +81,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "forward.max_commands": (1, 10_000_000),
     "forward.start_timeout_s": (0.1, DAY),
     "forward.clean_timeout_s": (0.1, DAY),
+    "eval.max_compiles": (0, 4096),  # 0: from the cores
+    "eval.compile_jobs": (1, 1024),
 }
 
 

@@ -22,7 +22,7 @@ KEPT_UNDER_DEV = "/dev/shm"
 def kernel_path_problems(config: Config) -> list[str | None]:
     """Why a folder the runtime keeps files in cannot be where it is set (None: it can)."""
     folders = (("runtime.run_dir", config.runtime.run_dir), ("runtime.lock_dir", config.runtime.lock_dir),
-               ("tenants.output_dir", config.tenants.output_dir))
+               ("tenants.output_dir", config.tenants.output_dir), ("eval.build_dir", config.eval.build_dir))
     return [_kernel_path_problem(key, value) for key, value in folders if value]
 
 

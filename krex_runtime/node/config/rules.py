@@ -6,6 +6,8 @@ group). `validate` applies them all and names the first one broken.
 
 from __future__ import annotations
 
+import os
+
 from krex_runtime.node.config.bounds import MAX_TENANT_UIDS, range_problem
 from krex_runtime.node.config.problems import (
     auto_region_entry_problem,
@@ -73,6 +75,8 @@ def _service_checks(config: Config) -> list[tuple[bool, str]]:
             "runtime.trace_rotate_bytes must be 0 (never rotate) or at least 4096",
         ),
         (all(m and not m.startswith(".") for m in config.pool.preload), "pool.preload holds absolute module names"),
+        (not config.eval.build_dir or os.path.isabs(config.eval.build_dir),
+         "eval.build_dir must be an absolute path (or \"\" for <run_dir>/tenant-builds)"),
     ]
 
 

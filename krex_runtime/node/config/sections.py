@@ -186,6 +186,34 @@ class ForwardSection:
 
 
 @dataclass(frozen=True)
+class EvalSection:
+    """Evaluations (`krex eval`): what the node gives the compiles of the
+    candidates it runs (docs/configuration.md, "[eval]")."""
+
+    # Compiles at once, node-wide (0: from the cores, EvalSection.compiles_for).
+    max_compiles: int = 0
+    compile_jobs: int = 2  # MAX_JOBS of each command: ninja's parallelism within one compile
+    # Where each tenant's build folders live ("": <run_dir>/tenant-builds).
+    build_dir: str = ""
+    fresh_builds: bool = False  # empty a build folder each time a command takes it (no cache kept)
+    # A command's own TORCH_EXTENSIONS_DIR, TRITON_CACHE_DIR or MAX_JOBS wins over
+    # KREX's. Off by default: an evaluation's folders are the node's to choose.
+    command_build_env: bool = False
+
+    def compiles_for(self, tenant_cores: int) -> int:
+        """How many compiles may run at once on `tenant_cores` cores (the cores
+        left to tenants once the region holders' reserved cores are set aside:
+        compiles never run on those). Half of those cores go to compiles, each
+        `compile_jobs` wide: the other half stays with the commands that have
+        compiled and are feeding their GPU (Python, launches, correctness
+        checks), so the GPU does not idle behind a wall of ninja jobs, and a
+        batch still keeps compiles in flight while others measure."""
+        if self.max_compiles:
+            return self.max_compiles
+        return max(1, (tenant_cores // 2) // max(1, self.compile_jobs))
+
+
+@dataclass(frozen=True)
 class Config:
     runtime: RuntimeSection = field(default_factory=RuntimeSection)
     gpus: GpuSection = field(default_factory=GpuSection)
@@ -195,6 +223,7 @@ class Config:
     telemetry: TelemetrySection = field(default_factory=TelemetrySection)
     pool: PoolSection = field(default_factory=PoolSection)
     forward: ForwardSection = field(default_factory=ForwardSection)
+    eval: EvalSection = field(default_factory=EvalSection)
     # Where the config came from: set by load_config, never read from a file.
     source: str = field(default="(built-in defaults)", metadata={"internal": True})
 

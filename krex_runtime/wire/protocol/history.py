@@ -10,6 +10,7 @@ import time
 from datetime import datetime
 from typing import Any
 
+from krex_runtime.wire.evaluation_record import outcome
 from krex_runtime.wire.printable import printable
 from krex_runtime.wire.state.command_states import ended_state
 
@@ -78,6 +79,7 @@ def row(record: dict[str, Any], argv: list[str]) -> dict[str, Any]:
         "submitted_at": record.get("submitted_at"), "started_at": record.get("started_at"),
         "finished_at": record.get("finished_at"), "exit_code": record.get("exit_code"),
         "signal": record.get("signal"), "reason": record.get("reason") or "", "argv": list(argv),
+        **({"evaluation": record["evaluation"]} if isinstance(record.get("evaluation"), dict) else {}),
     }
 
 
@@ -110,8 +112,15 @@ def listed_table(reply: dict[str, Any]) -> str:
         return "no commands match"
     head = ("ID", "STATE", "EXIT", "GPU", "USER", "LABEL", "SUBMITTED", "WAIT", "RUN", "COMMAND")
     lines = [head] + [_cells(r) for r in rows]
+    if any(isinstance(r.get("evaluation"), dict) for r in rows):  # evaluations: their outcome after the exit
+        lines = [(*line[:3], "EVAL" if i == 0 else _outcome(rows[i - 1]), *line[3:]) for i, line in enumerate(lines)]
     widths = [max(len(line[i]) for line in lines) for i in range(len(head) - 1)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=False)) + "  " + line[-1] for line in lines).rstrip()
+
+
+def _outcome(r: dict[str, Any]) -> str:
+    evaluation = r.get("evaluation")
+    return printable(outcome(evaluation))[:20] if isinstance(evaluation, dict) else "-"
 
 
 def _cells(r: dict[str, Any]) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ parts a client relies on.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class ListedCommand:
     reason: str = ""
     argv: list[str] = field(default_factory=list)
     node: str | None = None  # a cluster gateway's rows: the node it ran on
+    evaluation: dict[str, Any] | None = None  # what its KREX-EVAL-RESULT line said (wire/evaluation_record.py)
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,9 @@ class CommandFinished(Event):
                                   "from older traces)", 0)
     output_lost: dict[str, int] | None = unread("bytes of `stdout` and `stderr` its output files did not get (a full "
                                                 "disk; attached clients got them); absent when none", None, omit_none=True)
+    evaluation: dict[str, Any] | None = note("the evaluation its last stdout line reported (`KREX-EVAL-RESULT`, "
+                                             "docs/protocol.md, \"Evaluations\"); absent when none", None,
+                                             omit_none=True)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -89,6 +89,7 @@ class CommandInfo:
     auto_regions: list[str] = field(default_factory=list)  # what auto-regions wrapped
     unprotected_timings: int = 0  # CUDA-event timings no region covered (policy krex)
     untracked_timings: int = 0  # CUDA-event timings the library could not track: known neither way
+    evaluation: dict[str, Any] | None = None  # what its KREX-EVAL-RESULT line said (wire/evaluation_record.py)
 
 
 @dataclass

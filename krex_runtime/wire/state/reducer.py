@@ -103,7 +103,7 @@ def _command_finished(s: NodeState, e: dict[str, Any]) -> None:
     cmd.exit_code, cmd.signal, cmd.reason = e.get("exit_code"), e.get("signal"), e.get("reason", "")
     cmd.state, cmd.finished_at = ended_state(e["state"], cmd.exit_code, cmd.signal), e["t"]
     cmd.auto_regions, cmd.unprotected_timings = list(e.get("auto_regions", [])), e.get("unprotected_timings", 0)
-    cmd.untracked_timings = e.get("untracked_timings", 0)
+    cmd.untracked_timings, cmd.evaluation = e.get("untracked_timings", 0), e.get("evaluation")
     _count(s, cmd.state)
     s.finished_order.append(cmd.id)
     while len(s.finished_order) > s.keep_finished:
