@@ -170,12 +170,13 @@ def test_an_evaluation_batch_runs_through_the_gateway_across_nodes(cluster: Krex
     for name in ("relu_add__torch.py", "row_sum__torch.py", "small_matmul__torch.py"):
         for e in by_name[name]:
             assert e.correct and e.failure_class is None and e.speedup is not None, (e.failure_message, e.failure_detail)
-            # n3 runs policy krex: its regions are held and certified; the other nodes' runtimes
-            # are ungated, so no region of theirs is verified and nothing from them is trusted.
-            verified = node_of[e.command_id] == "n3"
-            assert [r.verdict == "verified" for r in e.regions] == [verified, verified], (node_of[e.command_id], e.regions)
-            assert not verified or e.trusted or all(r.startswith("timing_missing") for r in e.untrusted_reasons), e.untrusted_reasons
-            assert verified or not e.trusted
+            # n3 runs policy krex: its regions are held and certified (verified, or perturbed on a
+            # crowded test machine); the other nodes' runtimes are ungated, so no region of theirs has
+            # a verdict and nothing from them is trusted.
+            certified = node_of[e.command_id] == "n3"
+            assert [r.verdict is not None for r in e.regions] == [certified, certified], (node_of[e.command_id], e.regions)
+            assert not e.trusted or all(r.verdict == "verified" for r in e.regions), e.regions
+            assert certified or not e.trusted
     assert all(e.failure_class == "incorrect" for e in by_name["relu_add__cached.py"] + by_name["relu_add__incorrect.py"])
     assert all(e.failure_class == "wrong_shape" for e in by_name["row_sum__wrong_shape.py"])
     assert not any(e.trusted for n in ("relu_add__cached.py", "relu_add__incorrect.py") for e in by_name[n])
