@@ -41,7 +41,10 @@ HELLO_USAGE = hello("<tenant_id>", "<pid>", "<token>")
 # client before it sends none), `harness=<name>` once per replaced harness, and
 # `staged=<n>`: forwarded mode's staged copies of page-locked memory inside the region (flag `staged_copy`).
 COUNTS = ("windows", "escaped", "other_thread", "empty", "stream_mismatch")
-TIMING = ("windows", "median_ms", "min_ms", "p10_ms", "p90_ms", "max_ms", "mean_ms", "dropped")
+TIMING = ("windows", "median_ms", "min_ms", "p10_ms", "p90_ms", "max_ms", "mean_ms", "dropped", "host_paced")
+# host_paced: the judged windows whose host-side span (start record to end record) was at least
+# 80% of their GPU time: the host paced the GPU there (launch issue, or host waits in the window),
+# so the host's load moves that time (docs/integrity.md, "Times from below").
 MAX_TIMED_WINDOWS = 4096  # the library keeps this many times per region (intercept_timing.c)
 FLAGS = ("escaped", "other_thread", "empty", "stream_mismatch", "patched_harness")
 REASONS = {
@@ -85,14 +88,18 @@ _MS = re.compile(r"[0-9]{1,20}(\.[0-9]{1,20})?([eE][+-]?[0-9]{1,3})?")  # ASCII 
 
 
 def parse_timing(text: str) -> dict[str, Any] | None:
-    """`N,median,min,p10,p90,max,mean,dropped` as sent in EXIT (N windows
-    summarised, 1 to MAX_TIMED_WINDOWS; times in ms, finite, min <= each of
-    median, p10, p90 <= max); None when it is not that."""
+    """`N,median,min,p10,p90,max,mean,dropped,host_paced` as sent in EXIT (N
+    windows summarised, 1 to MAX_TIMED_WINDOWS; times in ms, finite, min <=
+    each of median, p10, p90 <= max; a library before host_paced sends eight
+    fields: host_paced None); None when it is not that."""
     parts = text.split(",")
+    if len(parts) == len(TIMING) - 1:
+        parts.append("")
     if len(parts) != len(TIMING):
         return None
-    first, *times, last = parts
-    if not (first.isascii() and first.isdigit() and last.isascii() and last.isdigit() and len(last) <= 19):
+    first, *times, last, paced = parts
+    counts = [first, last] + ([paced] if paced else [])
+    if not all(c.isascii() and c.isdigit() and len(c) <= 19 for c in counts):
         return None
     if not all(_MS.fullmatch(t) for t in times) or not 1 <= int(first) <= MAX_TIMED_WINDOWS:
         return None
@@ -100,13 +107,16 @@ def parse_timing(text: str) -> dict[str, Any] | None:
     median, low, p10, p90, high, _mean = ms
     if not all(math.isfinite(x) for x in ms) or not all(low <= x <= high for x in (median, p10, p90)):
         return None
-    return dict(zip(TIMING, [int(first), *ms, min(int(last), MAX_COUNT)], strict=True))
+    return dict(zip(TIMING, [int(first), *ms, min(int(last), MAX_COUNT),
+                             min(int(paced), MAX_COUNT) if paced else None], strict=True))
 
 
 def timing_text(timing: dict[str, Any]) -> str:
     """The `timing=` value of a parsed summary (RELEASED echoes it): repr()
     gives back the very floats that were parsed."""
-    return ",".join(str(timing[k]) if k in ("windows", "dropped") else repr(float(timing[k])) for k in TIMING)
+    fields = [k for k in TIMING if k != "host_paced" or timing.get(k) is not None]
+    return ",".join(str(timing[k]) if k in ("windows", "dropped", "host_paced") else repr(float(timing[k]))
+                    for k in fields)
 
 
 def parse_exit(arg: str) -> tuple[dict[str, int] | None, list[str], dict[str, Any] | None]:

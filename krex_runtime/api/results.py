@@ -119,7 +119,8 @@ class Region:
     on_clock: bool | None = None  # the SM clock at the grant was near the GPU's top clock (or above); None: unknown
     # Measurement integrity of its timed windows (docs/integrity.md): windows, clean, summary,
     # flags {name: {count, reason}}, timing (the driver's elapsed times of the judged windows:
-    # windows, median_ms, min_ms, p10_ms, p90_ms, max_ms, mean_ms, dropped; None when none);
+    # windows, median_ms, min_ms, p10_ms, p90_ms, max_ms, mean_ms, dropped, host_paced: windows the
+    # host paced, None from a library before it; None when none);
     # None: the holder reported none (or an older runtime)
     integrity: Mapping[str, Any] | None = None
     # A region over a set of GPUs: the set (it has a Region per GPU, each with this one
@@ -175,7 +176,7 @@ def _timing(v: Mapping[str, Any] | None) -> dict[str, Any] | None:
         return None
     f = Fields(v, "region.integrity.timing")
     return {"windows": f.need("windows", _is_int), **{k: float(f.need(k, _is_number)) for k in _TIMES_MS},
-            "dropped": f.get("dropped", _is_int, 0)}
+            "dropped": f.get("dropped", _is_int, 0), "host_paced": f.get("host_paced", _is_int)}
 
 
 @dataclass(frozen=True)

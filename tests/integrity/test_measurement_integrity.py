@@ -74,7 +74,9 @@ def test_the_apis_region_keeps_the_timing_typed() -> None:
               "mean_ms": 1.0, "dropped": 0}
     record = {"windows": 2, "clean": True, "summary": "integrity: clean (2 timed windows)", "flags": {}}
     got = Region.from_record({"region": 1, "integrity": {**record, "timing": timing}}).integrity
-    assert got is not None and got["timing"] == {**timing, "median_ms": 1.0}
+    assert got is not None and got["timing"] == {**timing, "median_ms": 1.0, "host_paced": None}
+    paced = Region.from_record({"region": 1, "integrity": {**record, "timing": {**timing, "host_paced": 2}}}).integrity
+    assert paced is not None and paced["timing"]["host_paced"] == 2
     assert isinstance(got["timing"]["median_ms"], float)
     # A runtime from before the timing: none.
     assert Region.from_record({"region": 1, "integrity": record}).integrity["timing"] is None  # type: ignore[index]
@@ -99,7 +101,10 @@ def test_the_record_carries_the_drivers_times_of_its_windows(make_runtime: Any) 
     # Nine windows, each asked once more at the end: kept once, the driver's own floats.
     assert first["windows"] == 9 and first["clean"], first
     timing = first["timing"]
-    assert timing == {"windows": 9, "dropped": 0, **timing_summary(times)}, (timing, times)
+    assert {k: v for k, v in timing.items() if k != "host_paced"} == {"windows": 9, "dropped": 0,
+                                                                      **timing_summary(times)}, (timing, times)
+    # Whether the host paced a window depends on how far ahead it issued: a count, not a figure.
+    assert 0 <= timing["host_paced"] <= 9, timing
     # Each simulated kernel ran its duration inside its window (a floor, not a timing).
     assert timing["min_ms"] >= 0.02 and timing["max_ms"] >= 0.18, timing
     # What the tenant asked of the library inside the region is what the record says.
@@ -154,7 +159,8 @@ def test_timing_words_are_read_strictly_and_echoed_exactly() -> None:
     counts, patched, timing = region_wire.parse_exit(line)
     assert counts is not None and timing == {"windows": 3, "median_ms": 0.125, "min_ms": 0.100000001,
                                              "p10_ms": 0.105000001, "p90_ms": 0.144999996,
-                                             "max_ms": 0.150000006, "mean_ms": 0.125, "dropped": 0}
+                                             "max_ms": 0.150000006, "mean_ms": 0.125, "dropped": 0,
+                                             "host_paced": None}  # a library before host_paced
     rec = region_wire.record(counts, patched, timing)
     assert rec is not None and rec["timing"] == timing and rec["clean"]
     # RELEASED echoes the very floats: the client's record is the runtime's.
@@ -163,6 +169,13 @@ def test_timing_words_are_read_strictly_and_echoed_exactly() -> None:
     # An older client's EXIT (no timing) still makes a record; a timing without counts is ignored.
     assert region_wire.record(*region_wire.parse_exit("integrity=3,0,0,0,0"))["timing"] is None  # type: ignore[index]
     assert region_wire.parse_exit("timing=1,1,1,1,1,1,1,0") == (None, [], None)
+    # With the host-paced count: read, and echoed back to the same record.
+    _, _, paced = region_wire.parse_exit(line + ",2")
+    assert paced is not None and paced["host_paced"] == 2
+    again = region_wire.parse_timing(region_wire.timing_text(paced))
+    assert again == paced
+    for bad in ("3,1,1,1,1,1,1,0,-1", "3,1,1,1,1,1,1,0,x", "3,1,1,1,1,1,1,0,2,9"):
+        assert region_wire.parse_timing(bad) is None, bad
     for bad in ("1,1,1,1,1", "0,1,1,1,1,1,1,0", "4097,1,1,1,1,1,1,0", "1,nan,1,1,1,1,1,0", "1,inf,1,1,1,1,1,0",
                 "1,1_0,1,1,1,1,1,0", "1,-1,-1,-1,-1,-1,-1,0", "2,5,1,1,1,2,1,0", "1,1e999,1,1,1,1e999,1,0",
                 "1,1,1,1,1,1,1,-1", "1,1,1,1,1,1,1,x", "1,\uff11,1,1,1,1,1,0"):

@@ -67,6 +67,7 @@ struct event_slot {
     uintptr_t stream;
     uint32_t thread;
     uint64_t analysed; /* the end record whose window was analysed last (one verdict per window) */
+    uint64_t host_ns;  /* CLOCK_MONOTONIC at the record call: a window's host-side span */
 };
 static struct event_slot first_segment[FIRST_SLOTS];
 /* Segment i (0: the static one); a segment, once there, stays until exit. */
@@ -197,6 +198,7 @@ void krex_event_recorded(const void *event, const void *stream, int per_thread)
     __atomic_store_n(&s->seq, seq, __ATOMIC_RELAXED);
     __atomic_store_n(&s->stream, skey, __ATOMIC_RELAXED);
     __atomic_store_n(&s->thread, thread, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->host_ns, region != OUTSIDE ? krex_now_ns() : 0, __ATOMIC_RELAXED);
     __atomic_store_n(&s->region, region, __ATOMIC_RELEASE);
 }
 
@@ -253,6 +255,8 @@ void krex_event_elapsed(const float *ms, const void *start, const void *end)
             .end_stream = __atomic_load_n(&b->stream, __ATOMIC_RELAXED),
             .end_thread = __atomic_load_n(&b->thread, __ATOMIC_RELAXED),
         };
+        uint64_t t0 = __atomic_load_n(&a->host_ns, __ATOMIC_RELAXED), t1 = __atomic_load_n(&b->host_ns, __ATOMIC_RELAXED);
+        w.host_ms = t0 != 0 && t1 > t0 ? (double)(t1 - t0) / 1e6 : 0.0;
         /* A window asked for twice (a harness that re-reads its times) is judged once. */
         uint64_t key = w.end_seq ^ (w.start_seq << 32);
         if (__atomic_exchange_n(&b->analysed, key, __ATOMIC_RELAXED) != key)

@@ -454,7 +454,7 @@ void krex_integrity_window(uint64_t region, const struct krex_window *w, float m
         if (flags & (1u << f))
             c->counts[f]++;
     last_region = region;
-    krex_timing_note(region, ms);
+    krex_timing_note(region, ms, w->host_ms);
     pthread_mutex_unlock(&analysis_lock);
     if (flags)
         krex_stats_note("integrity_flagged");

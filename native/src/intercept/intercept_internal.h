@@ -162,6 +162,7 @@ struct krex_window {
     uint64_t start_seq, end_seq; /* 0: not logged */
     uintptr_t start_stream, end_stream;
     uint32_t end_thread;
+    double host_ms; /* the host's span from the start record call to the end record call (0: unknown) */
 };
 /* Hooks of the wrappers (streams and events are opaque pointers here);
  * per_thread: the call was a _ptsz/_ptds variant. Each logs only while the
@@ -181,8 +182,9 @@ void krex_integrity_window(uint64_t region, const struct krex_window *w, float m
 bool krex_integrity_enabled(void);
 
 /* ---- intercept_timing.c --------------------------------------------------- */
-/* Keeps the elapsed time of a judged window of `region` (krex_region_timing). */
-void krex_timing_note(uint64_t region, float ms);
+/* Keeps the elapsed time of a judged window of `region` (krex_region_timing),
+ * and whether the host paced it (host_ms: its host-side span, 0 unknown). */
+void krex_timing_note(uint64_t region, float ms, double host_ms);
 
 /* ---- gate_futex.c --------------------------------------------------------- */
 uint64_t krex_now_ns(void); /* CLOCK_MONOTONIC */

@@ -11,7 +11,14 @@
  * off the timed path): "<windows>,<median>,<min>,<p10>,<p90>,<max>,<mean>,<dropped>",
  * milliseconds printed with 17 significant digits (the double, and so the
  * driver's float, read back exactly), the median of an even count the mean of the middle two,
- * p10/p90 linearly interpolated between the closest ranks (numpy's default).
+ * p10/p90 linearly interpolated between the closest ranks (numpy's default),
+ * then ",<host_paced>": the windows whose host-side span (the start record
+ * call to the end record call) was at least HOST_PACED of the GPU's elapsed
+ * time. In such a window the GPU's time is paced by the host: it waited for
+ * launches the host had not issued yet, or the host waited on the GPU inside
+ * the window. Its time then moves with the host's speed (other processes'
+ * load on the CPU, its caches and memory), which no GPU-side witness sees;
+ * in a window the host issued well ahead of the GPU it does not.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -24,11 +31,13 @@
 
 #define TIMING_REGIONS 8u /* as many regions back as the counts keep */
 #define TIMES_MAX 4096u
+#define HOST_PACED 0.8 /* host span / GPU time at or over which a window counts as host-paced */
 
 struct region_times {
     uint64_t region;
     uint32_t kept;
     uint64_t dropped;
+    uint64_t host_paced; /* every judged window counts, kept or dropped */
     float ms[TIMES_MAX];
 };
 static struct region_times store[TIMING_REGIONS];
@@ -48,13 +57,16 @@ static struct region_times *times_of(uint64_t region)
     oldest->region = region;
     oldest->kept = 0;
     oldest->dropped = 0;
+    oldest->host_paced = 0;
     return oldest;
 }
 
-void krex_timing_note(uint64_t region, float ms)
+void krex_timing_note(uint64_t region, float ms, double host_ms)
 {
     pthread_mutex_lock(&times_lock);
     struct region_times *t = times_of(region);
+    if (ms > 0 && host_ms >= HOST_PACED * (double)ms)
+        t->host_paced++;
     if (t->kept < TIMES_MAX)
         t->ms[t->kept++] = ms;
     else
@@ -102,7 +114,7 @@ KREX_EXPORT int krex_region_timing(char *buf, size_t size)
         return -ENOTSUP;
     uint64_t region = krex_current_region();
     uint32_t n = 0;
-    uint64_t dropped = 0;
+    uint64_t dropped = 0, host_paced = 0;
     pthread_mutex_lock(&times_lock);
     if (region == 0)
         region = last_region;
@@ -110,6 +122,7 @@ KREX_EXPORT int krex_region_timing(char *buf, size_t size)
         if (store[i].region == region) {
             n = store[i].kept;
             dropped = store[i].dropped;
+            host_paced = store[i].host_paced;
             memcpy(sorted, store[i].ms, n * sizeof sorted[0]);
         }
     buf[0] = '\0';
@@ -128,7 +141,7 @@ KREX_EXPORT int krex_region_timing(char *buf, size_t size)
     char text[6][32];
     for (unsigned i = 0; i < 6; i++)
         number(text[i], sizeof text[i], values[i]);
-    int w = snprintf(buf, size, "%u,%s,%s,%s,%s,%s,%s,%llu", n, text[0], text[1], text[2], text[3], text[4],
-                     text[5], (unsigned long long)dropped);
+    int w = snprintf(buf, size, "%u,%s,%s,%s,%s,%s,%s,%llu,%llu", n, text[0], text[1], text[2], text[3], text[4],
+                     text[5], (unsigned long long)dropped, (unsigned long long)host_paced);
     return w < 0 || (size_t)w >= size ? -ENOSPC : w;
 }
