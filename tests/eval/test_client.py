@@ -378,3 +378,19 @@ def test_the_harness_itself_through_the_runtime(rt: Runtime) -> None:
         assert cached.failure_class == "incorrect" and "fresh_check_failed" in codes(cached)
         broken = client.evaluate(ci / "relu_add.py", ci / "relu_add__compile_error.py", env=env, timeout=120)
         assert broken.failure_class == "compile_error" and broken.compiled is False and broken.failure_detail
+
+
+def test_a_flagged_record_and_a_time_limit_from_real_candidate_files(rt: Runtime) -> None:
+    """The two failure classes the harness never prints, each from a real
+    candidate through the runtime: `integrity_flagged` (right values, its work
+    on a side stream never joined: the region's record says `escaped`) and
+    `timeout` (a forward that never returns: the command's time limit)."""
+    ci = TENANTS / "eval"
+    env = dict(rt.env, PYTHONPATH=str(TENANTS / "torch_on_sim"))
+    with rt.client(timeout_s=60) as client:
+        flagged = client.evaluate(ci / "relu_add.py", ci / "relu_add__unjoined.py", env=env, trials=5, timeout=120)
+        assert flagged.correct and flagged.failure_class == "integrity_flagged", (flagged.failure_message,
+                                                                                  flagged.failure_detail)
+        assert "escaped" in flagged.failure_message and not flagged.trusted
+        hung = client.evaluate(ci / "relu_add.py", ci / "relu_add__hangs.py", env=env, trials=5, timeout=15)
+        assert hung.failure_class == "timeout" and not hung.trusted, (hung.failure_message, hung.failure_detail)
