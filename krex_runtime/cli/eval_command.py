@@ -163,10 +163,25 @@ def evaluation_lines(e: Evaluation) -> list[str]:
         lines.append("regions  " + " · ".join(_region_text(r.role, r.region, r.verdict, r.integrity) for r in e.regions))
     if e.failure_class:
         lines.append(f"failure  {e.failure_class}: {e.failure_message}")
+    if e.phases_s:
+        lines.append("time     " + _phases_text(e.phases_s))
     lines.append("trusted  yes" if e.trusted else f"trusted  no: {'; '.join(e.untrusted_reasons)}")
     if e.review:
         lines.append(f"review   {e.review_reason}")
     return lines
+
+
+# Where a command's time went, in the order it goes: its wait for a slot, the
+# harness's load, the wait for a compile slot, the compile, the checks, the
+# timed regions (docs/evaluation.md, "Where the time goes").
+_PHASES = (("queue", "queued"), ("load", "load"), ("compile_wait", "compile slot"), ("compile", "compile"),
+           ("check", "check"), ("timed", "timed"))
+
+
+def _phases_text(phases: Any) -> str:
+    shown = [f"{name} {phases[key]:.2f} s" for key, name in _PHASES if isinstance(phases.get(key), (int, float))]
+    run = phases.get("run")
+    return " · ".join(shown) + (f"   (ran {run:.2f} s)" if isinstance(run, (int, float)) else "")
 
 
 def _yes(value: bool | None) -> str:

@@ -394,3 +394,13 @@ def test_a_flagged_record_and_a_time_limit_from_real_candidate_files(rt: Runtime
         assert "escaped" in flagged.failure_message and not flagged.trusted
         hung = client.evaluate(ci / "relu_add.py", ci / "relu_add__hangs.py", env=env, trials=5, timeout=15)
         assert hung.failure_class == "timeout" and not hung.trusted, (hung.failure_message, hung.failure_detail)
+
+
+def test_krex_eval_says_where_the_time_went() -> None:
+    from krex_runtime.cli.eval_command import evaluation_lines
+
+    e = evaluation(record=good_record() | {"queue_s": 1.5, "run_s": 9.25})
+    time_line = next(line for line in evaluation_lines(e) if line.startswith("time"))
+    assert time_line.startswith("time     queued 1.50 s · load ") and time_line.endswith("(ran 9.25 s)"), time_line
+    for name in ("compile slot", "compile", "check", "timed"):
+        assert f" {name} " in time_line, time_line
