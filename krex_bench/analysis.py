@@ -98,6 +98,17 @@ def throttled_at_grant(result: dict[str, Any]) -> bool:
     return any(f.startswith("throttled:") for f in result.get("region_flags") or [])
 
 
+def host_paced(result: dict[str, Any]) -> bool | None:
+    """Whether the host paced most of the measurement's timed windows (its
+    region's `integrity.timing.host_paced`, docs/integrity.md): the GPU
+    waited on the host there, so host load moves the figure while the region
+    stays exclusive on the GPU. None: the region's record has no such count."""
+    paced, windows = result.get("host_paced"), result.get("timed_windows")
+    if not isinstance(paced, int) or not isinstance(windows, int) or windows <= 0:
+        return None
+    return paced * 2 >= windows
+
+
 def throughput_per_min(run: dict[str, Any]) -> float:
     """Commands per minute: every measurement counts, each repeat a command."""
     wall = run.get("wall_s")
@@ -324,6 +335,13 @@ def summarize(data: dict[str, Any], clock_tolerance: float = CLOCK_MATCH, resamp
             "inflation_matched": inflation(medians(matched), native, resamples),
             "clock_matched": {"n": len(matched), "of": len(lines)},
             "inflation_unthrottled": inflation(medians(unthrottled), native, resamples),
+            # Split by what paced the timed windows: the host's share of an inflation shows
+            # as a gap between the two (host-paced measurements inflated, the others not).
+            "inflation_host_paced": inflation(medians([r for r in lines if host_paced(r) is True]), native, resamples),
+            "inflation_issued_ahead": inflation(medians([r for r in lines if host_paced(r) is False]), native,
+                                                resamples),
+            "host_paced": {"n": sum(1 for r in lines if host_paced(r) is True),
+                           "known": sum(1 for r in lines if host_paced(r) is not None), "of": len(lines)},
             "unthrottled": {"n": len(unthrottled), "of": len(lines)},
             "off_clock": sum(1 for r in run["results"] if _off_clock(r.get("region_flags") or [])),
             "unsteady": unsteady(run, native),

@@ -273,6 +273,16 @@ def _inflation(summary: dict[str, Any]) -> list[str]:
     out += ["", "Unthrottled at the grant: " + ", ".join(
         f"{r['label']} {r['unthrottled']['n']}/{r['unthrottled']['of']}" for r in rows if r["setup"]["kind"] == "krex"
     )]  # fmt: skip
+    if any(r.get("host_paced", {}).get("known") for r in rows):
+        out += ["", "By what paced the timed windows (the region's `integrity.timing.host_paced`, docs/integrity.md): "
+                "host-paced, the measurements whose windows the host paced for the most part (the GPU waited on its "
+                "launches, so host load moves them), then issued ahead, the rest:", ""]
+        out += _inflation_table(rows, "inflation_host_paced")
+        out += [""]
+        out += _inflation_table(rows, "inflation_issued_ahead")
+        out += ["", "Host-paced measurements: " + ", ".join(
+            f"{r['label']} {r['host_paced']['n']}/{r['host_paced']['known']}" for r in rows if r["host_paced"]["known"]
+        )]  # fmt: skip
     out += ["", "Clock-matched measurements (and regions whose own flags say off-clock, at the grant or the "
             "release): " + ", ".join(
         f"{r['label']} {r['clock_matched']['n']}/{r['clock_matched']['of']} ({r.get('off_clock', 0)})"

@@ -126,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         sm_clock_mhz=clock,
         sm_clock_start_mhz=clock_start,
         region_flags=list(held.flags),
+        # The runtime's record of the region's timed windows: how many the host paced
+        # (docs/integrity.md, "Times from below"), to read inflation against.
+        host_paced=((held.integrity or {}).get("timing") or {}).get("host_paced"),
+        timed_windows=((held.integrity or {}).get("timing") or {}).get("windows"),
         phases_s=phases(STARTED, imported, built, checked, entered, timed),
         started=STARTED,
         ended=time.time(),

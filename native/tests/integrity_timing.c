@@ -13,6 +13,12 @@
  * region 2  an event recorded, no elapsed time asked: no timing
  * region 3  4100 windows of a short kernel: 4096 times kept, 4 dropped;
  *           prints `kept <krex_region_timing's line>`
+ * region 4  five windows the host paces: a 20 us kernel, 2 ms of host sleep,
+ *           another 20 us kernel (the GPU waits for the second launch):
+ *           every one host-paced
+ * region 5  five windows the host issues ahead: one 20 ms kernel between
+ *           two records made microseconds apart (the launch is queued, not
+ *           run, by the call)
  *
  * Exits 0 (tenant_check.h: a failed driver call exits 2, a region call 3).
  */
@@ -20,6 +26,7 @@
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "krex.h"
 
@@ -40,6 +47,21 @@ static float window(unsigned long long ns)
     CHECK(cuEventSynchronize(end));
     CHECK(cuEventElapsedTime_v2(&ms, start, end));
     return ms;
+}
+
+/* A window whose GPU time the host sets: the GPU idles between the two
+ * kernels until the host, back from its sleep, launches the second. */
+static void paced_window(void)
+{
+    float ms = 0;
+    CHECK(cuEventRecord(start, timed));
+    sim_launch(kernel, timed, 20000);
+    struct timespec nap = {.tv_sec = 0, .tv_nsec = 2000000};
+    nanosleep(&nap, NULL);
+    sim_launch(kernel, timed, 20000);
+    CHECK(cuEventRecord(end, timed));
+    CHECK(cuEventSynchronize(end));
+    CHECK(cuEventElapsedTime_v2(&ms, start, end));
 }
 
 static void print_summary(const char *tag)
@@ -83,6 +105,16 @@ int main(void)
     for (unsigned i = 0; i < 4100; i++)
         window(1000);
     print_summary("kept");
+    REGION(krex_region_exit());
+
+    REGION(krex_region_enter());
+    for (unsigned i = 0; i < 5; i++)
+        paced_window();
+    REGION(krex_region_exit());
+
+    REGION(krex_region_enter());
+    for (unsigned i = 0; i < 5; i++)
+        window(20000000ull);
     REGION(krex_region_exit());
     fflush(stdout);
     return 0;
