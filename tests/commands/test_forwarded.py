@@ -123,6 +123,16 @@ def test_a_cuda_runtime_program_gets_the_same_results_as_in_process_mode(rt: Run
     assert forwarded["unprotected_timings"] == process["unprotected_timings"] > 0
 
 
+def test_a_graph_captured_through_the_cuda_runtime_runs_forwarded_as_in_process_mode(rt: Runtime,
+                                                                                    tools: Path) -> None:
+    process = run(rt, "process", str(tools / "cudart_tenant"), "capture")
+    forwarded = run(rt, "forwarded", str(tools / "cudart_tenant"), "capture")
+    assert process["state"] == forwarded["state"] == "finished", (process, forwarded)
+    assert forwarded["stdout"] == process["stdout"]
+    assert forwarded["stdout"].endswith("replayed 3 times: counted 6, copy and memset intact\n")
+    assert "krex" not in forwarded["stderr"] and "process mode" not in forwarded["reason"], forwarded
+
+
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
 
 
