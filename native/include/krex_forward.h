@@ -175,7 +175,14 @@ struct krex_fwd_msg {
     X(PINNED_REGISTER, "cuMemHostRegister_v2")                                                              \
     X(PINNED_UNREGISTER, "cuMemHostUnregister")                                                             \
     X(HTOD_PINNED, "cuMemcpyHtoDAsync_v2")                                                                  \
-    X(DTOH_PINNED, "cuMemcpyDtoHAsync_v2")
+    X(DTOH_PINNED, "cuMemcpyDtoHAsync_v2")                                                                  \
+    X(STREAM_BEGIN_CAPTURE, "cuStreamBeginCapture_v2")                                                      \
+    X(STREAM_END_CAPTURE, "cuStreamEndCapture")                                                             \
+    X(STREAM_IS_CAPTURING, "cuStreamIsCapturing")                                                           \
+    X(GRAPH_INSTANTIATE, "cuGraphInstantiateWithFlags")                                                     \
+    X(GRAPH_LAUNCH, "cuGraphLaunch")                                                                        \
+    X(GRAPH_EXEC_DESTROY, "cuGraphExecDestroy")                                                             \
+    X(GRAPH_DESTROY, "cuGraphDestroy")
 
 #define KREX_FWD_ENUM(name, fn) KREX_FWD_OP_##name,
 enum krex_fwd_op { KREX_FWD_OP_NONE = 0, KREX_FWD_OPS(KREX_FWD_ENUM) KREX_FWD_OP_COUNT };

@@ -15,6 +15,8 @@
  *                            N regions, each timing KERNEL_US kernels REPEATS times
  *                            with events; NOISE kernels queued on another stream
  *                            before each; one JSON line per region (tests/tenants/regions.py's)
+ *   cudart_tenant capture    captures kernels, a copy and a memset from a stream into a
+ *                            graph, replays it REPLAYS times; prints what it read back
  *   cudart_tenant unknown    calls cudaMallocManaged, which forwarded mode's runtime
  *                            does not implement; exits 3 when it fails
  */
@@ -243,8 +245,58 @@ static int regions(int n, unsigned long long kernel_us, int repeats, int noise)
     return 0;
 }
 
+#define REPLAYS 3
+
+static int capture(void)
+{
+    CHECK(cudaSetDevice(0));
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    unsigned long long *counter;
+    unsigned char *src, *dst;
+    static unsigned char data[8192], back[8192];
+    for (size_t i = 0; i < sizeof data; i++)
+        data[i] = (unsigned char)(i * 7 + 1);
+    CHECK(cudaMalloc((void **)&counter, sizeof *counter));
+    CHECK(cudaMalloc((void **)&src, sizeof data));
+    CHECK(cudaMalloc((void **)&dst, sizeof data));
+    CHECK(cudaMemset(counter, 0, sizeof *counter));
+    CHECK(cudaMemset(dst, 0, sizeof data));
+    CHECK(cudaMemcpy(src, data, sizeof data, cudaMemcpyHostToDevice));
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    enum cudaStreamCaptureStatus status;
+    CHECK(cudaStreamIsCapturing(s, &status));
+    COUNT(count_stub_cuda12, 2, 64, s, 20000ull, counter);
+    CHECK(cudaMemcpyAsync(dst, src, sizeof data, cudaMemcpyDeviceToDevice, s));
+    CHECK(cudaMemsetAsync(dst, 0xab, 16, s));
+    COUNT(count_stub_cuda13, 2, 64, s, 20000ull, counter);
+    CHECK(cudaGetLastError());
+    cudaGraph_t graph;
+    CHECK(cudaStreamEndCapture(s, &graph));
+    unsigned long long before = 1;
+    CHECK(cudaMemcpy(&before, counter, sizeof before, cudaMemcpyDeviceToHost));
+    printf("capturing %s, counted %llu before the replays\n", status == cudaStreamCaptureStatusActive ? "yes" : "no",
+           before);
+    cudaGraphExec_t exec;
+    CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int i = 0; i < REPLAYS; i++)
+        CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    unsigned long long after = 0;
+    CHECK(cudaMemcpy(&after, counter, sizeof after, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(back, dst, sizeof back, cudaMemcpyDeviceToHost));
+    int intact = memcmp(back + 16, data + 16, sizeof data - 16) == 0 && back[0] == 0xab && back[15] == 0xab;
+    printf("replayed %d times: counted %llu, copy and memset %s\n", REPLAYS, after, intact ? "intact" : "wrong");
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(graph));
+    CHECK(cudaStreamDestroy(s));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && strcmp(argv[1], "capture") == 0)
+        return capture();
     if (argc >= 2 && strcmp(argv[1], "work") == 0)
         return work();
     if (argc >= 6 && strcmp(argv[1], "regions") == 0)
@@ -256,6 +308,6 @@ int main(int argc, char **argv)
         printf("cudaMallocManaged: %s\n", cudaGetErrorName(e));
         return e == cudaSuccess ? 0 : 3;
     }
-    fprintf(stderr, "usage: cudart_tenant work | regions N KERNEL_US REPEATS NOISE | unknown\n");
+    fprintf(stderr, "usage: cudart_tenant work | regions N KERNEL_US REPEATS NOISE | capture | unknown\n");
     return 2;
 }

@@ -10,6 +10,10 @@
  *                              (prints "waiting" first: a test kills a side meanwhile)
  *   forward_tenant unknown     calls cuMemAllocManaged, which forwarded mode does
  *                              not forward; exits 3 when it fails
+ *   forward_tenant capture     (forwarded mode only) what the server refuses of a
+ *                              stream capture: a copy from the program's memory
+ *                              captured, graph handles it never gave; then leaves
+ *                              a capture open at exit, which the server ends
  *   forward_tenant export-table
  *                              asks for the driver's private tables, as a CUDA
  *                              runtime linked into the program does first; exits 3
@@ -112,10 +116,43 @@ static int work(void)
     return 0;
 }
 
+static const char *error_name(CUresult r)
+{
+    const char *name = NULL;
+    cuGetErrorName(r, &name);
+    return name ? name : "?";
+}
+
+static int capture(void)
+{
+    CUstream s, open_at_exit;
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CHECK(cuStreamCreate(&open_at_exit, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr d;
+    CHECK(cuMemAlloc_v2(&d, 4096));
+    static unsigned char host[4096];
+    CHECK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    launch(1000, d, s);
+    CUresult copy = cuMemcpyHtoDAsync_v2(d, host, sizeof host, s);
+    CUgraph g = NULL;
+    CUresult end = cuStreamEndCapture(s, &g);
+    printf("a host copy captured: %s, the capture ends: %s, graph %s\n", error_name(copy), error_name(end),
+           g == NULL ? "none" : "made");
+    CUgraphExec exec;
+    printf("instantiate a graph not given: %s\n", error_name(cuGraphInstantiateWithFlags(&exec, (CUgraph)d, 0)));
+    printf("destroy an executable graph not given: %s\n", error_name(cuGraphExecDestroy((CUgraphExec)d)));
+    CUresult sent = cuGraphLaunch((CUgraphExec)d, s);
+    printf("launch one: %s, then %s\n", error_name(sent), error_name(cuStreamSynchronize(s)));
+    CHECK(cuStreamBeginCapture_v2(open_at_exit, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    launch(1000, d, open_at_exit);
+    printf("done\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: forward_tenant work|wait MS|unknown|export-table\n");
+        fprintf(stderr, "usage: forward_tenant work|wait MS|capture|unknown|export-table\n");
         return 2;
     }
     CHECK(cuInit(0));
@@ -135,6 +172,8 @@ int main(int argc, char **argv)
     CHECK(cuModuleGetFunction(&kernel, mod, "count"));
     if (strcmp(argv[1], "work") == 0)
         return work();
+    if (strcmp(argv[1], "capture") == 0)
+        return capture();
     if (strcmp(argv[1], "wait") == 0 && argc > 2) {
         launch(strtoull(argv[2], NULL, 10) * 1000000ull, 0, NULL);
         printf("waiting\n");

@@ -12,8 +12,8 @@ code (src/forward/client_api.c, server_exec.c), each for the reason given;
 every operation of include/krex_forward.h is in one of the two.
 
 What the server checks follows from a parameter's type: a CUfunction,
-CUstream, CUevent or CUmodule must be one the server gave the command (or a
-default stream), else CUDA_ERROR_INVALID_HANDLE; `ranges` name device ranges
+CUstream, CUevent, CUmodule, CUgraph or CUgraphExec must be one the server
+gave the command (or a default stream), else CUDA_ERROR_INVALID_HANDLE; `ranges` name device ranges
 that must lie inside the command's memory, else CUDA_ERROR_INVALID_VALUE.
 """
 
@@ -177,6 +177,29 @@ OPS: tuple[Op, ...] = (
        slots=("hStart", "hEnd"), outs=("pMilliseconds",), server="cuEventElapsedTime_v2"),
     Op("LOADING_MODE", (entry("cuModuleGetLoadingMode", "CUmoduleLoadingMode *mode"),), outs=("mode",),
        server="cuModuleGetLoadingMode"),
+    # Stream capture runs in the server, on the command's stream: the work the
+    # command then sends there becomes the graph's nodes (each checked as it
+    # comes, as when it runs; copies from or to host memory are refused while
+    # the stream captures, server_exec.c). Graphs and executable graphs are
+    # the command's handles, destroyed with what it left.
+    Op("STREAM_BEGIN_CAPTURE", (entry("cuStreamBeginCapture_v2", "CUstream hStream", "CUstreamCaptureMode mode"),),
+       slots=("hStream", "mode"), per_thread="_ptsz", server="cuStreamBeginCapture_v2"),
+    Op("STREAM_END_CAPTURE", (entry("cuStreamEndCapture", "CUstream hStream", "CUgraph *phGraph"),),
+       slots=("hStream",), outs=("phGraph",), per_thread="_ptsz", server="cuStreamEndCapture",
+       creates=("graphs", "cuGraphDestroy")),
+    Op("STREAM_IS_CAPTURING", (entry("cuStreamIsCapturing", "CUstream hStream",
+                                     "CUstreamCaptureStatus *captureStatus"),),
+       slots=("hStream",), outs=("captureStatus",), per_thread="_ptsz", server="cuStreamIsCapturing"),
+    Op("GRAPH_INSTANTIATE", (entry("cuGraphInstantiateWithFlags", "CUgraphExec *phGraphExec", "CUgraph hGraph",
+                                   "unsigned long long flags"),),
+       slots=("hGraph", "flags"), outs=("phGraphExec",), server="cuGraphInstantiateWithFlags",
+       creates=("graph_execs", "cuGraphExecDestroy")),
+    Op("GRAPH_LAUNCH", (entry("cuGraphLaunch", "CUgraphExec hGraphExec", "CUstream hStream"),),
+       slots=("hGraphExec", "hStream"), reply=False, per_thread="_ptsz", server="cuGraphLaunch"),
+    Op("GRAPH_EXEC_DESTROY", (entry("cuGraphExecDestroy", "CUgraphExec hGraphExec"),), slots=("hGraphExec",),
+       server="cuGraphExecDestroy", forgets="graph_execs"),
+    Op("GRAPH_DESTROY", (entry("cuGraphDestroy", "CUgraph hGraph"),), slots=("hGraph",), server="cuGraphDestroy",
+       forgets="graphs"),
 )
 
 # The operations whose both sides are written by hand, and why.

@@ -46,6 +46,8 @@ HANDLE_CHECKS = {
     "CUstream": "known_stream({})",
     "CUevent": "known(&events, {})",
     "CUmodule": "known(&modules, {})",
+    "CUgraph": "known(&graphs, {})",
+    "CUgraphExec": "known(&graph_execs, {})",
 }
 HANDLES = set(HANDLE_CHECKS) | {"CUcontext"}
 

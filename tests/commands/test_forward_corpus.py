@@ -27,7 +27,7 @@ CORPUS = native_build.native_dir() / "tests" / "corpus"
 FORWARDED = {
     "device_query": 0, "occupancy_query": 0, "pinned_copy": 0, "host_register": 2,
     "multi_stream_copies": 0, "events_stream_wait": 0, "memset_widths": 0, "threaded_launches": 0,
-    "region_timing": 0, "runtime_benchmark": 1,
+    "region_timing": 0, "runtime_benchmark": 1, "graph_capture": 0,
 }
 # Run again in process mode, at the call named.
 FELL_BACK = {

@@ -123,6 +123,16 @@ def test_a_cuda_runtime_program_gets_the_same_results_as_in_process_mode(rt: Run
     assert forwarded["unprotected_timings"] == process["unprotected_timings"] > 0
 
 
+def test_a_graph_captured_through_the_cuda_runtime_runs_forwarded_as_in_process_mode(rt: Runtime,
+                                                                                    tools: Path) -> None:
+    process = run(rt, "process", str(tools / "cudart_tenant"), "capture")
+    forwarded = run(rt, "forwarded", str(tools / "cudart_tenant"), "capture")
+    assert process["state"] == forwarded["state"] == "finished", (process, forwarded)
+    assert forwarded["stdout"] == process["stdout"]
+    assert forwarded["stdout"].endswith("replayed 3 times: counted 6, copy and memset intact\n")
+    assert "krex" not in forwarded["stderr"] and "process mode" not in forwarded["reason"], forwarded
+
+
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
 
 
@@ -280,6 +290,26 @@ def test_a_call_that_is_not_forwarded_is_named(rt: Runtime, tools: Path) -> None
     assert result["state"] == "failed" and result["exit_code"] == 3, result
     assert "cuMemAllocManaged is not forwarded" in result["stderr"]
     assert "it called cuMemAllocManaged, which forwarded mode does not forward" in result["reason"], result
+
+
+def test_a_capture_refuses_host_copies_and_graphs_not_given_and_one_left_open_is_ended(rt: Runtime,
+                                                                                     tools: Path) -> None:
+    wait_until(lambda: _idle_servers(rt) == SERVERS, 30, "the context servers to be idle")
+    before = {p.pid for p in _servers(rt)}
+    result = run(rt, "forwarded", str(tools / "forward_tenant"), "capture")
+    assert result["state"] == "finished", result
+    assert result["stdout"] == (
+        "a host copy captured: CUDA_SUCCESS, the capture ends: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, graph none\n"
+        "instantiate a graph not given: CUDA_ERROR_INVALID_HANDLE\n"
+        "destroy an executable graph not given: CUDA_ERROR_INVALID_HANDLE\n"
+        "launch one: CUDA_SUCCESS, then CUDA_ERROR_INVALID_HANDLE\n"
+        "done\n"), result
+    # The copy was sent without waiting: its refusal is told with the next reply.
+    assert "failed on the context server with error 900" in result["stderr"], result
+    # The server ended the capture left open, cleaned and serves on: none was retired.
+    wait_until(lambda: _idle_servers(rt) == SERVERS, 30, "the context servers to be idle")
+    assert {p.pid for p in _servers(rt)} == before
+    check_nothing_left(rt.run_dir)
 
 
 def test_a_cuda_runtime_call_forwarded_mode_does_not_implement_is_named(rt: Runtime, tools: Path) -> None:

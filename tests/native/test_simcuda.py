@@ -633,6 +633,10 @@ def test_get_proc_address_returns_working_simulator_functions(sim: Sim):
             ("cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2"),
             ("cuGetProcAddress", 11030, 0, "cuGetProcAddress"),
             ("cuCheckpointProcessLock", 12080, 0, "cuCheckpointProcessLock"),
+            ("cuStreamBeginCapture", 12000, 0, "cuStreamBeginCapture_v2"),
+            ("cuStreamBeginCapture", 12000, PT, "cuStreamBeginCapture_v2_ptsz"),
+            ("cuStreamGetCaptureInfo", 12030, 0, "cuStreamGetCaptureInfo_v3"),
+            ("cuStreamGetCaptureInfo", 11030, PT, "cuStreamGetCaptureInfo_v2_ptsz"),
         ]
         for name, version, flags, symbol in expect:
             got = s.proc_address(name, version, flags)
@@ -657,8 +661,8 @@ def test_get_proc_address_returns_working_simulator_functions(sim: Sim):
         assert ctx_sync_v2(s.ctx) == 0 and s.read_u64(c) == 1
 
         # unsupported and private entry points answer cleanly
-        assert lib.cuStreamEndCapture(None, None) == layout.CUDA_ERROR_NOT_SUPPORTED
-        assert lib.cuGraphLaunch(None, None) == layout.CUDA_ERROR_INVALID_HANDLE  # graphs of kernels are simulated
+        assert lib.cuMemFreeAsync(ctypes.c_uint64(0), None) == layout.CUDA_ERROR_NOT_SUPPORTED
+        assert lib.cuGraphLaunch(None, None) == layout.CUDA_ERROR_INVALID_HANDLE  # graphs are simulated
         table = ctypes.c_void_p(1)
         assert lib.cuGetExportTable(ctypes.byref(table), None) == layout.CUDA_ERROR_NOT_SUPPORTED and not table.value
         text = ctypes.c_char_p()

@@ -15,6 +15,7 @@
  *   cudart_device.c   devices, versions, synchronisation, reset
  *   cudart_memory.c   allocations, copies, memsets, symbols
  *   cudart_stream.c   streams and events
+ *   cudart_graph.c    stream capture and graphs
  *   cudart_launch.c   nvcc's registration of fatbinaries and kernels, launches
  *   (generated)       cudart_errors.inc (driver_types.h's cudaError enum) and a
  *                     stub for every other entry point of cuda_runtime_api.h

@@ -592,3 +592,112 @@ FWD_EXPORT CUresult CUDAAPI cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
     }
     return rc;
 }
+
+FWD_EXPORT CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
+{
+    NEED_INIT();
+    struct fwd_reply r = {0};
+    CUresult rc = fwd_call(KREX_FWD_OP_STREAM_BEGIN_CAPTURE, 0, ARGS((uint64_t)(uintptr_t)hStream, (uint64_t)mode), NULL, 0, NULL, 0, &r);
+    return rc;
+}
+
+FWD_EXPORT CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
+{
+    NEED_INIT();
+    struct fwd_reply r = {0};
+    CUresult rc = fwd_call(KREX_FWD_OP_STREAM_BEGIN_CAPTURE, KREX_FWD_PER_THREAD, ARGS((uint64_t)(uintptr_t)hStream, (uint64_t)mode), NULL, 0, NULL, 0, &r);
+    return rc;
+}
+
+FWD_EXPORT CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+{
+    NEED_INIT();
+    if (phGraph == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fwd_reply r = {0};
+    CUresult rc = fwd_call(KREX_FWD_OP_STREAM_END_CAPTURE, 0, ARGS((uint64_t)(uintptr_t)hStream), NULL, 0, NULL, 0, &r);
+    if (rc == CUDA_SUCCESS) {
+        *phGraph = (CUgraph)(uintptr_t)r.out[0];
+    }
+    return rc;
+}
+
+FWD_EXPORT CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
+{
+    NEED_INIT();
+    if (phGraph == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fwd_reply r = {0};
+    CUresult rc = fwd_call(KREX_FWD_OP_STREAM_END_CAPTURE, KREX_FWD_PER_THREAD, ARGS((uint64_t)(uintptr_t)hStream), NULL, 0, NULL, 0, &r);
+    if (rc == CUDA_SUCCESS) {
+        *phGraph = (CUgraph)(uintptr_t)r.out[0];
+    }
+    return rc;
+}
+
+FWD_EXPORT CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+    NEED_INIT();
+    if (captureStatus == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fwd_reply r = {0};
+    CUresult rc = fwd_call(KREX_FWD_OP_STREAM_IS_CAPTURING, 0, ARGS((uint64_t)(uintptr_t)hStream), NULL, 0, NULL, 0, &r);
+    if (rc == CUDA_SUCCESS) {
+        *captureStatus = (CUstreamCaptureStatus)r.out[0];
+    }
+    return rc;
+}
+
+FWD_EXPORT CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+    NEED_INIT();
+    if (captureStatus == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fwd_reply r = {0};
+    CUresult rc = fwd_call(KREX_FWD_OP_STREAM_IS_CAPTURING, KREX_FWD_PER_THREAD, ARGS((uint64_t)(uintptr_t)hStream), NULL, 0, NULL, 0, &r);
+    if (rc == CUDA_SUCCESS) {
+        *captureStatus = (CUstreamCaptureStatus)r.out[0];
+    }
+    return rc;
+}
+
+FWD_EXPORT CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
+{
+    NEED_INIT();
+    if (phGraphExec == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fwd_reply r = {0};
+    CUresult rc = fwd_call(KREX_FWD_OP_GRAPH_INSTANTIATE, 0, ARGS((uint64_t)(uintptr_t)hGraph, (uint64_t)flags), NULL, 0, NULL, 0, &r);
+    if (rc == CUDA_SUCCESS) {
+        *phGraphExec = (CUgraphExec)(uintptr_t)r.out[0];
+    }
+    return rc;
+}
+
+FWD_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+    NEED_INIT();
+    return fwd_call(KREX_FWD_OP_GRAPH_LAUNCH, 0, ARGS((uint64_t)(uintptr_t)hGraphExec, (uint64_t)(uintptr_t)hStream), NULL, 0, NULL, 0, NULL);
+}
+
+FWD_EXPORT CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+    NEED_INIT();
+    return fwd_call(KREX_FWD_OP_GRAPH_LAUNCH, KREX_FWD_PER_THREAD, ARGS((uint64_t)(uintptr_t)hGraphExec, (uint64_t)(uintptr_t)hStream), NULL, 0, NULL, 0, NULL);
+}
+
+FWD_EXPORT CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
+{
+    NEED_INIT();
+    struct fwd_reply r = {0};
+    CUresult rc = fwd_call(KREX_FWD_OP_GRAPH_EXEC_DESTROY, 0, ARGS((uint64_t)(uintptr_t)hGraphExec), NULL, 0, NULL, 0, &r);
+    return rc;
+}
+
+FWD_EXPORT CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph)
+{
+    NEED_INIT();
+    struct fwd_reply r = {0};
+    CUresult rc = fwd_call(KREX_FWD_OP_GRAPH_DESTROY, 0, ARGS((uint64_t)(uintptr_t)hGraph), NULL, 0, NULL, 0, &r);
+    return rc;
+}

@@ -8,7 +8,8 @@
  * the command's segment), and what the command's memory held is zeroed
  * before the next command could be given it.
  *
- * - Handles (contexts, modules, functions, streams, events) are used only if
+ * - Handles (contexts, modules, functions, streams, events, graphs and
+ *   executable graphs) are used only if
  *   the server gave them to this command (streams: or a default stream);
  *   another is CUDA_ERROR_INVALID_HANDLE (a context: the segment fails).
  * - Device memory: each allocation (base, size) and each module global the
@@ -57,7 +58,11 @@
     X(cuEventDestroy_v2) X(cuEventRecordWithFlags) X(cuEventRecordWithFlags_ptsz) X(cuEventSynchronize)    \
     X(cuEventQuery) X(cuEventElapsedTime_v2) X(cuModuleGetLoadingMode) X(cuGetErrorName)                 \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) X(cuOccupancyMaxPotentialBlockSizeWithFlags)    \
-    X(cuOccupancyAvailableDynamicSMemPerBlock) X(cuMemHostRegister_v2) X(cuMemHostUnregister)
+    X(cuOccupancyAvailableDynamicSMemPerBlock) X(cuMemHostRegister_v2) X(cuMemHostUnregister)             \
+    X(cuStreamBeginCapture_v2) X(cuStreamBeginCapture_v2_ptsz) X(cuStreamEndCapture)                       \
+    X(cuStreamEndCapture_ptsz) X(cuStreamIsCapturing) X(cuStreamIsCapturing_ptsz)                           \
+    X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphLaunch_ptsz) X(cuGraphExecDestroy)             \
+    X(cuGraphDestroy)
 
 #define DECLARE(name) static __typeof__(&name) p_##name;
 FNS(DECLARE)
@@ -79,7 +84,7 @@ struct handles {
     CUcontext *ctx; /* the context each was made in (current then) */
     size_t n, cap;
 };
-static struct handles modules, streams, events, contexts;
+static struct handles modules, streams, events, contexts, graphs, graph_execs;
 static long primary_retains; /* the command's retains minus its releases */
 static CUcontext current;    /* the server thread's current context */
 
@@ -297,6 +302,9 @@ static void forget_context(CUcontext c)
     for (size_t i = events.n; i-- > 0;)
         if (events.ctx[i] == c)
             drop(&events, i);
+    for (size_t i = graph_execs.n; i-- > 0;)
+        if (graph_execs.ctx[i] == c)
+            drop(&graph_execs, i);
 }
 
 static bool known_context(uint64_t c)
@@ -647,6 +655,26 @@ static CUresult exec_mem_free(struct request *q)
     return zero_region((size_t)i, true);
 }
 
+/* A copy from or to the command's host memory cannot be a node of a graph:
+ * the bytes the server holds for it are gone when the graph runs again.
+ * While the stream captures, the server asks for what the driver refuses
+ * during a capture, the stream's synchronisation: the capture is
+ * invalidated and the copy fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+ * as a call the driver cannot capture does. (Copies from or to the pinned
+ * arena are captured: the server's mapping of it outlives the command's
+ * graphs.) */
+static bool refused_while_capturing(CUstream s, bool pt, CUresult *r)
+{
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (CALL(PICK(pt, p_cuStreamIsCapturing, p_cuStreamIsCapturing_ptsz), s, &status) != CUDA_SUCCESS ||
+        status == CU_STREAM_CAPTURE_STATUS_NONE)
+        return false;
+    *r = CALL(PICK(pt, p_cuStreamSynchronize, p_cuStreamSynchronize_ptsz), s);
+    if (*r == CUDA_SUCCESS)
+        *r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    return true;
+}
+
 /* The bytes came with the request. The asynchronous form's copy may run
  * after the ring has moved on: it reads a copy of them that a host function
  * frees once the stream has passed it. */
@@ -662,12 +690,15 @@ static CUresult exec_htod(struct request *q)
                     (size_t)a[1]);
     if (!known_stream(a[2]))
         return CUDA_ERROR_INVALID_HANDLE;
+    CUstream s = (CUstream)(uintptr_t)a[2];
+    CUresult r;
+    if (refused_while_capturing(s, q->pt, &r))
+        return r;
     void *copy = malloc(a[1] ? a[1] : 1);
     if (copy == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
     memcpy(copy, q->blob, a[1]);
-    CUstream s = (CUstream)(uintptr_t)a[2];
-    CUresult r = CALL(PICK(q->pt, p_cuMemcpyHtoDAsync_v2, p_cuMemcpyHtoDAsync_v2_ptsz), (CUdeviceptr)a[0], copy,
+    r = CALL(PICK(q->pt, p_cuMemcpyHtoDAsync_v2, p_cuMemcpyHtoDAsync_v2_ptsz), (CUdeviceptr)a[0], copy,
                       (size_t)a[1], s);
     if (r == CUDA_SUCCESS)
         return CALL(PICK(q->pt, p_cuLaunchHostFunc, p_cuLaunchHostFunc_ptsz), s, free_host_copy, copy);
@@ -693,7 +724,10 @@ static CUresult exec_dtoh(struct request *q)
         return CALL(PICK(q->pt, p_cuMemcpyDtoH_v2, p_cuMemcpyDtoH_v2_ptds), q->seg->staging, (CUdeviceptr)a[0],
                     (size_t)a[1]);
     CUstream s = (CUstream)(uintptr_t)a[2];
-    CUresult r = CALL(PICK(q->pt, p_cuMemcpyDtoHAsync_v2, p_cuMemcpyDtoHAsync_v2_ptsz), q->seg->staging,
+    CUresult r;
+    if (refused_while_capturing(s, q->pt, &r))
+        return r;
+    r = CALL(PICK(q->pt, p_cuMemcpyDtoHAsync_v2, p_cuMemcpyDtoHAsync_v2_ptsz), q->seg->staging,
                       (CUdeviceptr)a[0], (size_t)a[1], s);
     return r == CUDA_SUCCESS ? CALL(PICK(q->pt, p_cuStreamSynchronize, p_cuStreamSynchronize_ptsz), s) : r;
 }
@@ -1065,7 +1099,18 @@ bool srv_execute(struct fwd_segment *seg, const struct krex_fwd_msg *m, const ui
 bool srv_reset(char *why, size_t whylen)
 {
     bool ok = true;
-    size_t n_left = regions.n + modules.n + streams.n + events.n + contexts.n;
+    size_t n_left = regions.n + modules.n + streams.n + events.n + contexts.n + graphs.n + graph_execs.n;
+    /* A capture the command left open ends first: its work never runs, and a
+     * driver refuses to synchronise a context while one of its streams
+     * captures. */
+    for (size_t i = 0; i < streams.n; i++) {
+        CUstream s = (CUstream)(uintptr_t)streams.v[i];
+        CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+        CUgraph left = NULL;
+        if (CALL(p_cuStreamIsCapturing, s, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE &&
+            CALL(p_cuStreamEndCapture, s, &left) == CUDA_SUCCESS && left != NULL)
+            CLEAN(CALL(p_cuGraphDestroy, left));
+    }
     /* Everything the command sent has run (a kernel still writing would undo
      * the zeroing below); a context in an error state retires the process. */
     for (size_t i = 0; i <= contexts.n; i++) {
@@ -1078,6 +1123,13 @@ bool srv_reset(char *why, size_t whylen)
             return false;
         }
     }
+    /* Its graphs go before their contexts (an executable graph is made in
+     * one); nothing of theirs is queued now. */
+    for (size_t i = 0; i < graph_execs.n; i++)
+        CLEAN(CALL(p_cuGraphExecDestroy, (CUgraphExec)(uintptr_t)graph_execs.v[i]));
+    for (size_t i = 0; i < graphs.n; i++)
+        CLEAN(CALL(p_cuGraphDestroy, (CUgraph)(uintptr_t)graphs.v[i]));
+    graph_execs.n = graphs.n = 0;
     /* Its arena's ranges are unregistered now that nothing queued can reach
      * them; the arena itself is unmapped by the caller and removed by the
      * runtime (a new file for each command: nothing of it is reused). */

@@ -1,5 +1,5 @@
 /*
- * Driver entry points: modules, kernel launches, host functions, graphs of kernels.
+ * Driver entry points: modules, kernel launches, host functions.
  */
 #include "simcuda_internal.h"
 
@@ -138,7 +138,7 @@ CUresult CUDAAPI cuModuleUnload(CUmodule hmod)
 
 /* ---- launches ---------------------------------------------------------------------- */
 
-static bool valid_function(CUfunction f)
+bool sim_valid_function(CUfunction f)
 {
     return f && __atomic_load_n(&f->magic, __ATOMIC_ACQUIRE) == SIM_MAGIC_FUNC;
 }
@@ -157,7 +157,7 @@ static CUresult func_is_loaded(CUfunctionLoadingState *state, CUfunction f)
     CHECK_INIT();
     if (!state)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!valid_function(f))
+    if (!sim_valid_function(f))
         return CUDA_ERROR_INVALID_HANDLE;
     *state = __atomic_load_n(&f->loaded, __ATOMIC_ACQUIRE) ? CU_FUNCTION_LOADING_STATE_LOADED
                                                             : CU_FUNCTION_LOADING_STATE_UNLOADED;
@@ -172,7 +172,7 @@ CUresult CUDAAPI cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction functi
 static CUresult func_load(CUfunction f)
 {
     CHECK_INIT();
-    if (!valid_function(f))
+    if (!sim_valid_function(f))
         return CUDA_ERROR_INVALID_HANDLE;
     function_load(f);
     return CUDA_SUCCESS;
@@ -187,7 +187,7 @@ CUresult CUDAAPI cuFuncLoad(CUfunction function)
 static CUresult func_param_info(CUfunction f, size_t index, size_t *offset, size_t *size)
 {
     CHECK_INIT();
-    if (!valid_function(f))
+    if (!sim_valid_function(f))
         return CUDA_ERROR_INVALID_HANDLE;
     if (index >= KREX_SIM_PARAM_COUNT)
         return CUDA_ERROR_INVALID_VALUE;
@@ -205,7 +205,7 @@ CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *
 
 /* Reads the two simulated kernel arguments (see krex_simcuda.h) from either
  * kernelParams or the `extra` packed-buffer form. */
-static CUresult read_kernel_args(void **params, void **extra, struct sim_kernel_args *k)
+CUresult sim_read_kernel_args(void **params, void **extra, struct sim_kernel_args *k)
 {
     if (params && extra)
         return CUDA_ERROR_INVALID_VALUE;
@@ -239,7 +239,7 @@ static CUresult launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned 
                        unsigned int by, unsigned int bz, CUstream stream, void **params, void **extra)
 {
     CHECK_INIT();
-    if (!valid_function(f))
+    if (!sim_valid_function(f))
         return CUDA_ERROR_INVALID_HANDLE;
     if (!gx || !gy || !gz || !bx || !by || !bz)
         return CUDA_ERROR_INVALID_VALUE;
@@ -253,7 +253,7 @@ static CUresult launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned 
     k.block[0] = bx;
     k.block[1] = by;
     k.block[2] = bz;
-    CUresult rc = read_kernel_args(params, extra, &k);
+    CUresult rc = sim_read_kernel_args(params, extra, &k);
     if (rc != CUDA_SUCCESS)
         return rc;
     struct CUstream_st *s;
@@ -321,137 +321,4 @@ static CUresult stream_add_callback(CUstream stream, CUstreamCallback fn, void *
 CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
     SIM_GATED(stream_add_callback(hStream, callback, userData, flags));
-}
-
-/* ---- graphs: kernel nodes only, replayed in the order they were added ------------ */
-
-/* Enough for the graphs tests build by hand; no stream capture. Dependencies
- * are accepted and ignored: nodes run one after another on the launch's
- * stream, which is one valid order of any dependency graph. */
-#define SIM_GRAPH_NODES 64
-
-struct CUgraphNode_st {
-    unsigned index;
-};
-
-struct CUgraph_st {
-    unsigned n;
-    struct sim_kernel_args nodes[SIM_GRAPH_NODES];
-    struct CUgraphNode_st handles[SIM_GRAPH_NODES];
-};
-
-struct CUgraphExec_st {
-    unsigned n;
-    struct sim_kernel_args nodes[SIM_GRAPH_NODES];
-};
-
-static CUresult graph_create(CUgraph *graph, unsigned int flags)
-{
-    CHECK_INIT();
-    if (!graph || flags != 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    *graph = calloc(1, sizeof **graph);
-    return *graph ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-}
-
-CUresult CUDAAPI cuGraphCreate(CUgraph *phGraph, unsigned int flags)
-{
-    return graph_create(phGraph, flags);
-}
-
-static CUresult graph_add_kernel(CUgraphNode *node, CUgraph graph, CUfunction f, const unsigned int grid[3],
-                                 const unsigned int block[3], void **params, void **extra)
-{
-    CHECK_INIT();
-    if (!node || !graph || !valid_function(f))
-        return !node || !graph ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
-    if (graph->n == SIM_GRAPH_NODES)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    struct sim_kernel_args *k = &graph->nodes[graph->n];
-    memset(k, 0, sizeof *k);
-    snprintf(k->name, sizeof k->name, "%s", f->name);
-    for (int i = 0; i < 3; i++) {
-        if (!grid[i] || !block[i])
-            return CUDA_ERROR_INVALID_VALUE;
-        k->grid[i] = grid[i];
-        k->block[i] = block[i];
-    }
-    CUresult rc = read_kernel_args(params, extra, k); /* the values now, as CUDA copies them */
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    graph->handles[graph->n].index = graph->n;
-    *node = &graph->handles[graph->n++];
-    return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
-                                         size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
-{
-    (void)dependencies, (void)numDependencies;
-    if (!nodeParams)
-        return CUDA_ERROR_INVALID_VALUE;
-    const CUDA_KERNEL_NODE_PARAMS *p = nodeParams;
-    const unsigned int grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ};
-    const unsigned int block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
-    return graph_add_kernel(phGraphNode, hGraph, p->func, grid, block, p->kernelParams, p->extra);
-}
-
-CUresult CUDAAPI cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
-                                      size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams)
-{
-    (void)dependencies, (void)numDependencies;
-    if (!nodeParams)
-        return CUDA_ERROR_INVALID_VALUE;
-    const CUDA_KERNEL_NODE_PARAMS_v1 *p = nodeParams;
-    const unsigned int grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ};
-    const unsigned int block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
-    return graph_add_kernel(phGraphNode, hGraph, p->func, grid, block, p->kernelParams, p->extra);
-}
-
-static CUresult graph_instantiate(CUgraphExec *exec, CUgraph graph)
-{
-    CHECK_INIT();
-    if (!exec || !graph)
-        return CUDA_ERROR_INVALID_VALUE;
-    *exec = malloc(sizeof **exec);
-    if (!*exec)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    (*exec)->n = graph->n;
-    memcpy((*exec)->nodes, graph->nodes, sizeof graph->nodes);
-    return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
-{
-    (void)flags;
-    return graph_instantiate(phGraphExec, hGraph);
-}
-
-static CUresult graph_launch(CUgraphExec exec, CUstream stream)
-{
-    CHECK_INIT();
-    if (!exec)
-        return CUDA_ERROR_INVALID_HANDLE;
-    struct CUstream_st *s;
-    CUresult rc = sim_stream_resolve(stream, &s);
-    for (unsigned i = 0; rc == CUDA_SUCCESS && i < exec->n; i++)
-        rc = sim_enqueue_kernel(s, &exec->nodes[i]);
-    return rc;
-}
-
-CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
-{
-    SIM_GATED(graph_launch(hGraphExec, hStream));
-}
-
-CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
-{
-    free(hGraphExec);
-    return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph)
-{
-    free(hGraph);
-    return CUDA_SUCCESS;
 }

@@ -129,8 +129,8 @@ CUresult CUDAAPI cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx
     SIM_GATED(pCtx ? stream_get(hStream, NULL, NULL, NULL, pCtx) : CUDA_ERROR_INVALID_VALUE);
 }
 
-/* Stream capture does not exist on the simulator: no stream is ever capturing.
- * The per-thread mode is still kept, as callers save and restore it. */
+/* The per-thread capture mode is kept, as callers save and restore it; no
+ * call of the simulator is refused for it (see docs/simulator.md). */
 static _Thread_local CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
 static CUresult exchange_capture_mode(CUstreamCaptureMode *mode)
@@ -147,23 +147,6 @@ static CUresult exchange_capture_mode(CUstreamCaptureMode *mode)
 CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
     SIM_GATED(exchange_capture_mode(mode));
-}
-
-static CUresult stream_is_capturing(CUstream stream, CUstreamCaptureStatus *status)
-{
-    CHECK_INIT();
-    if (!status)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct CUstream_st *s;
-    CUresult rc = sim_stream_resolve(stream, &s);
-    if (rc == CUDA_SUCCESS)
-        *status = CU_STREAM_CAPTURE_STATUS_NONE;
-    return rc;
-}
-
-CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
-{
-    SIM_GATED(stream_is_capturing(hStream, captureStatus));
 }
 
 /* ---- events ------------------------------------------------------------------------- */

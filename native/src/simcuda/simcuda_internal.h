@@ -16,6 +16,8 @@
  *   simcuda_api_memory.c  entry points: allocations, copies, memsets
  *   simcuda_api_launch.c  entry points: modules, launches, host functions
  *   simcuda_api_stream.c  entry points: streams, events
+ *   simcuda_api_graph.c   entry points: graphs (built by hand or captured from
+ *                         a stream), stream capture
  *   simcuda_procaddr.c    cuGetProcAddress
  *   simcuda_entry_points.txt  the entry points not written by hand: aliases (the
  *                         same function under a _v2/_ptsz/_ptds name) and those
@@ -168,6 +170,8 @@ static inline bool sim_valid_ordinal(CUdevice dev)
 #define SIM_MAGIC_EVENT 0x4b45564eu
 #define SIM_MAGIC_MODULE 0x4b4d4f44u
 #define SIM_MAGIC_FUNC 0x4b46554eu
+#define SIM_MAGIC_GRAPH 0x4b475248u
+#define SIM_MAGIC_GRAPH_EXEC 0x4b474558u
 #define SIM_MAGIC_DEAD 0xdeadbeefu
 
 struct CUctx_st {
@@ -198,6 +202,7 @@ struct CUstream_st {
     uint64_t pending;           /* queued + executing */
     bool worker_started;
     bool destroyed;
+    struct sim_capture *capture; /* non-NULL from cuStreamBeginCapture to cuStreamEndCapture */
 };
 
 struct CUevent_st {
@@ -250,6 +255,55 @@ CUresult sim_ctx_fault_of(struct CUctx_st *ctx);
 void sim_ctx_pending_add(struct CUctx_st *ctx);
 void sim_ctx_pending_done(struct CUctx_st *ctx);
 
+/* One piece of stream work: what a stream queues, and what a graph holds
+ * (kernels, copies, memsets, host functions) to queue at each launch. */
+enum sim_work_kind {
+    SIM_WORK_KERNEL,
+    SIM_WORK_COPY,
+    SIM_WORK_MEMSET,
+    SIM_WORK_EVENT_RECORD,
+    SIM_WORK_EVENT_WAIT,
+    SIM_WORK_HOST_FUNC,
+    SIM_WORK_CALLBACK,
+};
+
+struct sim_work {
+    enum sim_work_kind kind;
+    union {
+        struct sim_kernel_args kernel;
+        struct {
+            void *dst;
+            const void *src;
+            uint64_t bytes;
+            uint16_t log_kind;
+            bool pageable;
+        } copy;
+        struct {
+            void *dst;
+            uint32_t value;
+            unsigned int elem_size;
+            uint64_t count;
+        } memset;
+        struct {
+            struct CUevent_st *ev;
+            uint64_t seq;
+        } event;
+        struct {
+            CUhostFn fn;
+            void *data;
+        } host;
+        struct {
+            CUstreamCallback fn;
+            void *data;
+        } callback;
+    } u;
+};
+
+/* simcuda_api_launch.c: a launch's two arguments (kernelParams or extra), and
+ * whether a handle is a live function */
+CUresult sim_read_kernel_args(void **params, void **extra, struct sim_kernel_args *k);
+bool sim_valid_function(CUfunction f);
+
 /* simcuda_stream.c */
 /* Resolves NULL / CU_STREAM_LEGACY / CU_STREAM_PER_THREAD to the default stream
  * of the current context; validates real handles. */
@@ -266,6 +320,8 @@ CUresult sim_enqueue_copy(struct CUstream_st *s, void *dst, const void *src, uin
 CUresult sim_enqueue_memset(struct CUstream_st *s, void *dst, uint32_t value, unsigned int elem_size, uint64_t count);
 CUresult sim_enqueue_host_func(struct CUstream_st *s, CUhostFn fn, void *user_data);
 CUresult sim_enqueue_callback(struct CUstream_st *s, CUstreamCallback fn, void *user_data);
+/* A graph's node, queued again at each launch (a copy of it). */
+CUresult sim_enqueue_work(struct CUstream_st *s, const struct sim_work *w);
 
 CUresult sim_event_create(unsigned int flags, CUevent *out);
 CUresult sim_event_destroy(CUevent ev);
@@ -274,5 +330,16 @@ CUresult sim_event_query(CUevent ev);
 CUresult sim_event_synchronize(CUevent ev);
 CUresult sim_event_elapsed(float *ms, CUevent start, CUevent end);
 CUresult sim_stream_wait_event(struct CUstream_st *s, CUevent ev);
+
+/* simcuda_api_graph.c: a stream's capture, its fields guarded by the
+ * stream's mu. Work queued on a capturing stream becomes a node of the
+ * capture's graph instead of running (`w` is copied): CUDA_SUCCESS, or the
+ * error the work's call returns (the capture is then invalidated). */
+CUresult sim_capture_record(struct sim_capture *c, const struct sim_work *w);
+/* A call the capture cannot hold (a synchronisation, say): the capture is
+ * invalidated and the call returns CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED. */
+CUresult sim_capture_refuse(struct sim_capture *c);
+/* The stream is destroyed while capturing: its capture and graph go. */
+void sim_capture_free(struct sim_capture *c);
 
 #endif /* KREX_SIMCUDA_INTERNAL_H */

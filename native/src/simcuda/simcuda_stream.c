@@ -12,47 +12,9 @@
 #include <string.h>
 #include <sys/prctl.h>
 
-enum sim_item_kind {
-    ITEM_KERNEL,
-    ITEM_COPY,
-    ITEM_MEMSET,
-    ITEM_EVENT_RECORD,
-    ITEM_EVENT_WAIT,
-    ITEM_HOST_FUNC,
-    ITEM_CALLBACK,
-};
-
 struct sim_item {
     struct sim_item *next;
-    enum sim_item_kind kind;
-    union {
-        struct sim_kernel_args kernel;
-        struct {
-            void *dst;
-            const void *src;
-            uint64_t bytes;
-            uint16_t log_kind;
-            bool pageable;
-        } copy;
-        struct {
-            void *dst;
-            uint32_t value;
-            unsigned int elem_size;
-            uint64_t count;
-        } memset;
-        struct {
-            struct CUevent_st *ev;
-            uint64_t seq;
-        } event;
-        struct {
-            CUhostFn fn;
-            void *data;
-        } host;
-        struct {
-            CUstreamCallback fn;
-            void *data;
-        } callback;
-    } u;
+    struct sim_work w;
 };
 
 /* Events are few and cheap: one lock and one condition for all of them. */
@@ -145,12 +107,12 @@ CUresult sim_event_elapsed(float *ms, CUevent start, CUevent end)
 
 static void run_event_record(struct sim_item *it)
 {
-    struct CUevent_st *ev = it->u.event.ev;
+    struct CUevent_st *ev = it->w.u.event.ev;
     uint64_t now = sim_now_ns();
     pthread_mutex_lock(&ev_mu);
-    if (it->u.event.seq > ev->completed_seq) {
-        ev->completed_seq = it->u.event.seq;
-        if (it->u.event.seq == ev->recorded_seq)
+    if (it->w.u.event.seq > ev->completed_seq) {
+        ev->completed_seq = it->w.u.event.seq;
+        if (it->w.u.event.seq == ev->recorded_seq)
             ev->time_ns = now;
     }
     event_unref_locked(ev);
@@ -160,9 +122,9 @@ static void run_event_record(struct sim_item *it)
 
 static void run_event_wait(struct sim_item *it)
 {
-    struct CUevent_st *ev = it->u.event.ev;
+    struct CUevent_st *ev = it->w.u.event.ev;
     pthread_mutex_lock(&ev_mu);
-    while (ev->completed_seq < it->u.event.seq)
+    while (ev->completed_seq < it->w.u.event.seq)
         pthread_cond_wait(&ev_cv, &ev_mu);
     event_unref_locked(ev);
     pthread_mutex_unlock(&ev_mu);
@@ -209,9 +171,9 @@ static void run_item(struct CUstream_st *s, struct sim_item *it)
 {
     int phys = s->ctx->phys;
     uint64_t start = sim_now_ns();
-    switch (it->kind) {
-    case ITEM_KERNEL: {
-        struct sim_kernel_args *k = &it->u.kernel;
+    switch (it->w.kind) {
+    case SIM_WORK_KERNEL: {
+        struct sim_kernel_args *k = &it->w.u.kernel;
         sim_device_run(phys, k->solo_ns, true);
         if (k->counter && !sim_device_range_mapped((uintptr_t)k->counter, sizeof *k->counter))
             sim_ctx_fault(s->ctx, CUDA_ERROR_ILLEGAL_ADDRESS); /* what the GPU's MMU would say */
@@ -220,34 +182,34 @@ static void run_item(struct CUstream_st *s, struct sim_item *it)
         log_item(s, KREX_SIM_LOG_KERNEL, k->name, start, sim_now_ns(), k->solo_ns, 0, k->grid, k->block);
         break;
     }
-    case ITEM_COPY: {
-        uint64_t solo = sim_copy_solo_ns(it->u.copy.bytes) * (it->u.copy.pageable ? KREX_SIM_PAGEABLE_COPY_FACTOR : 1);
-        memmove(it->u.copy.dst, it->u.copy.src, it->u.copy.bytes);
+    case SIM_WORK_COPY: {
+        uint64_t solo = sim_copy_solo_ns(it->w.u.copy.bytes) * (it->w.u.copy.pageable ? KREX_SIM_PAGEABLE_COPY_FACTOR : 1);
+        memmove(it->w.u.copy.dst, it->w.u.copy.src, it->w.u.copy.bytes);
         sim_device_run(phys, solo, false);
-        log_item(s, it->u.copy.log_kind, it->u.copy.pageable ? "memcpy pageable" : "memcpy", start, sim_now_ns(), solo,
-                 it->u.copy.bytes, NULL, NULL);
+        log_item(s, it->w.u.copy.log_kind, it->w.u.copy.pageable ? "memcpy pageable" : "memcpy", start, sim_now_ns(), solo,
+                 it->w.u.copy.bytes, NULL, NULL);
         break;
     }
-    case ITEM_MEMSET: {
-        uint64_t bytes = it->u.memset.count * it->u.memset.elem_size;
+    case SIM_WORK_MEMSET: {
+        uint64_t bytes = it->w.u.memset.count * it->w.u.memset.elem_size;
         uint64_t solo = sim_copy_solo_ns(bytes);
-        fill_memset(it->u.memset.dst, it->u.memset.value, it->u.memset.elem_size, it->u.memset.count);
+        fill_memset(it->w.u.memset.dst, it->w.u.memset.value, it->w.u.memset.elem_size, it->w.u.memset.count);
         sim_device_run(phys, solo, false);
         log_item(s, KREX_SIM_LOG_MEMSET, "memset", start, sim_now_ns(), solo, bytes, NULL, NULL);
         break;
     }
-    case ITEM_EVENT_RECORD:
+    case SIM_WORK_EVENT_RECORD:
         run_event_record(it);
         break;
-    case ITEM_EVENT_WAIT:
+    case SIM_WORK_EVENT_WAIT:
         run_event_wait(it);
         break;
-    case ITEM_HOST_FUNC:
-        it->u.host.fn(it->u.host.data);
+    case SIM_WORK_HOST_FUNC:
+        it->w.u.host.fn(it->w.u.host.data);
         log_item(s, KREX_SIM_LOG_HOST_FUNC, "host_func", start, sim_now_ns(), 0, 0, NULL, NULL);
         break;
-    case ITEM_CALLBACK:
-        it->u.callback.fn(s, CUDA_SUCCESS, it->u.callback.data);
+    case SIM_WORK_CALLBACK:
+        it->w.u.callback.fn(s, CUDA_SUCCESS, it->w.u.callback.data);
         log_item(s, KREX_SIM_LOG_HOST_FUNC, "callback", start, sim_now_ns(), 0, 0, NULL, NULL);
         break;
     }
@@ -316,8 +278,24 @@ static int start_worker(struct CUstream_st *s)
     return err;
 }
 
+/* A capturing stream records the work into its capture's graph instead. */
+static bool captured(struct CUstream_st *s, struct sim_item *it, CUresult *rc)
+{
+    pthread_mutex_lock(&s->mu);
+    bool capturing = s->capture != NULL;
+    if (capturing)
+        *rc = sim_capture_record(s->capture, &it->w);
+    pthread_mutex_unlock(&s->mu);
+    if (capturing)
+        free(it);
+    return capturing;
+}
+
 static CUresult enqueue(struct CUstream_st *s, struct sim_item *it)
 {
+    CUresult captured_rc;
+    if (captured(s, it, &captured_rc))
+        return captured_rc;
     it->next = NULL;
     sim_ctx_pending_add(s->ctx);
     sim_inflight_add();
@@ -343,66 +321,75 @@ static CUresult enqueue(struct CUstream_st *s, struct sim_item *it)
     return CUDA_SUCCESS;
 }
 
-static struct sim_item *new_item(enum sim_item_kind kind)
+static struct sim_item *new_item(enum sim_work_kind kind)
 {
     struct sim_item *it = calloc(1, sizeof *it);
     if (it)
-        it->kind = kind;
+        it->w.kind = kind;
     return it;
 }
 
 CUresult sim_enqueue_kernel(struct CUstream_st *s, const struct sim_kernel_args *args)
 {
-    struct sim_item *it = new_item(ITEM_KERNEL);
+    struct sim_item *it = new_item(SIM_WORK_KERNEL);
     if (!it)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    it->u.kernel = *args;
+    it->w.u.kernel = *args;
     return enqueue(s, it);
 }
 
 CUresult sim_enqueue_copy(struct CUstream_st *s, void *dst, const void *src, uint64_t bytes, uint16_t kind,
                           bool pageable)
 {
-    struct sim_item *it = new_item(ITEM_COPY);
+    struct sim_item *it = new_item(SIM_WORK_COPY);
     if (!it)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    it->u.copy.dst = dst;
-    it->u.copy.src = src;
-    it->u.copy.bytes = bytes;
-    it->u.copy.log_kind = kind;
-    it->u.copy.pageable = pageable;
+    it->w.u.copy.dst = dst;
+    it->w.u.copy.src = src;
+    it->w.u.copy.bytes = bytes;
+    it->w.u.copy.log_kind = kind;
+    it->w.u.copy.pageable = pageable;
     return enqueue(s, it);
 }
 
 CUresult sim_enqueue_memset(struct CUstream_st *s, void *dst, uint32_t value, unsigned int elem_size, uint64_t count)
 {
-    struct sim_item *it = new_item(ITEM_MEMSET);
+    struct sim_item *it = new_item(SIM_WORK_MEMSET);
     if (!it)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    it->u.memset.dst = dst;
-    it->u.memset.value = value;
-    it->u.memset.elem_size = elem_size;
-    it->u.memset.count = count;
+    it->w.u.memset.dst = dst;
+    it->w.u.memset.value = value;
+    it->w.u.memset.elem_size = elem_size;
+    it->w.u.memset.count = count;
+    return enqueue(s, it);
+}
+
+CUresult sim_enqueue_work(struct CUstream_st *s, const struct sim_work *w)
+{
+    struct sim_item *it = new_item(w->kind);
+    if (!it)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    it->w = *w;
     return enqueue(s, it);
 }
 
 CUresult sim_enqueue_host_func(struct CUstream_st *s, CUhostFn fn, void *user_data)
 {
-    struct sim_item *it = new_item(ITEM_HOST_FUNC);
+    struct sim_item *it = new_item(SIM_WORK_HOST_FUNC);
     if (!it)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    it->u.host.fn = fn;
-    it->u.host.data = user_data;
+    it->w.u.host.fn = fn;
+    it->w.u.host.data = user_data;
     return enqueue(s, it);
 }
 
 CUresult sim_enqueue_callback(struct CUstream_st *s, CUstreamCallback fn, void *user_data)
 {
-    struct sim_item *it = new_item(ITEM_CALLBACK);
+    struct sim_item *it = new_item(SIM_WORK_CALLBACK);
     if (!it)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    it->u.callback.fn = fn;
-    it->u.callback.data = user_data;
+    it->w.u.callback.fn = fn;
+    it->w.u.callback.data = user_data;
     return enqueue(s, it);
 }
 
@@ -410,12 +397,12 @@ CUresult sim_event_record(CUevent ev, struct CUstream_st *s)
 {
     if (!valid_event(ev))
         return CUDA_ERROR_INVALID_HANDLE;
-    struct sim_item *it = new_item(ITEM_EVENT_RECORD);
+    struct sim_item *it = new_item(SIM_WORK_EVENT_RECORD);
     if (!it)
         return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&ev_mu);
-    it->u.event.ev = ev;
-    it->u.event.seq = ++ev->recorded_seq;
+    it->w.u.event.ev = ev;
+    it->w.u.event.seq = ++ev->recorded_seq;
     ev->refs++;
     pthread_mutex_unlock(&ev_mu);
     CUresult rc = enqueue(s, it);
@@ -443,15 +430,15 @@ CUresult sim_stream_wait_event(struct CUstream_st *s, CUevent ev)
     pthread_mutex_unlock(&ev_mu);
     if (done)
         return CUDA_SUCCESS; /* nothing to wait for: completed or never recorded */
-    struct sim_item *it = new_item(ITEM_EVENT_WAIT);
+    struct sim_item *it = new_item(SIM_WORK_EVENT_WAIT);
     if (!it) {
         pthread_mutex_lock(&ev_mu);
         event_unref_locked(ev);
         pthread_mutex_unlock(&ev_mu);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    it->u.event.ev = ev;
-    it->u.event.seq = target;
+    it->w.u.event.ev = ev;
+    it->w.u.event.seq = target;
     CUresult rc = enqueue(s, it);
     if (rc != CUDA_SUCCESS) {
         pthread_mutex_lock(&ev_mu);
@@ -506,6 +493,8 @@ CUresult sim_stream_destroy(CUstream s)
      * worker frees the stream. */
     __atomic_store_n(&s->magic, SIM_MAGIC_DEAD, __ATOMIC_RELEASE);
     s->destroyed = true;
+    sim_capture_free(s->capture); /* a capture never ended goes with its stream */
+    s->capture = NULL;
     bool free_now = !s->worker_started;
     pthread_cond_broadcast(&s->changed);
     pthread_mutex_unlock(&s->mu);
@@ -535,9 +524,24 @@ CUresult sim_stream_resolve(CUstream in, struct CUstream_st **out)
     return *out ? sim_ctx_fault_of(ctx) : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
+/* Waiting for a capturing stream would wait for work that never runs: the
+ * driver refuses it and invalidates the capture. */
+static bool refused_while_capturing(struct CUstream_st *s, CUresult *rc)
+{
+    bool capturing = s->capture != NULL;
+    if (capturing)
+        *rc = sim_capture_refuse(s->capture);
+    return capturing;
+}
+
 CUresult sim_stream_synchronize(struct CUstream_st *s)
 {
+    CUresult refused;
     pthread_mutex_lock(&s->mu);
+    if (refused_while_capturing(s, &refused)) {
+        pthread_mutex_unlock(&s->mu);
+        return refused;
+    }
     while (s->pending)
         pthread_cond_wait(&s->changed, &s->mu);
     pthread_mutex_unlock(&s->mu);
@@ -546,7 +550,12 @@ CUresult sim_stream_synchronize(struct CUstream_st *s)
 
 CUresult sim_stream_query(struct CUstream_st *s)
 {
+    CUresult refused;
     pthread_mutex_lock(&s->mu);
+    if (refused_while_capturing(s, &refused)) {
+        pthread_mutex_unlock(&s->mu);
+        return refused;
+    }
     bool idle = s->pending == 0;
     pthread_mutex_unlock(&s->mu);
     return idle ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;

@@ -1,5 +1,6 @@
 /* A graph of kernel nodes, instantiated once and launched ten times (graphs
- * are not forwarded: the command runs in process mode). */
+ * built node by node are not forwarded: the command runs in process mode;
+ * graph_capture.c's captured one is). */
 #include "corpus_driver.h"
 
 int main(void)
