@@ -233,6 +233,31 @@ def test_the_slow_placements_of_an_unsteady_measurement_are_told_apart_by_what_t
     assert "What the clock watch saw over the slow placements" in text
 
 
+def test_inflation_read_apart_by_what_paced_the_timed_windows() -> None:
+    """Ten 1-10 ms candidates: the krex run's first four measured with most
+    windows host-paced (the GPU waited on the host's launches) and 3% slow,
+    the six issued ahead at native's time; one measurement's region sent no
+    count. The split shows the host's share as the gap between the two."""
+    native = [bench_result("mm", f"c{i}", 2.0, 1980) for i in range(10)]
+    krex = [bench_result("mm", f"c{i}", 2.0 * (1.03 if i < 4 else 1.0), 1980) for i in range(10)]
+    for i, r in enumerate(krex):
+        r.update(host_paced=(9 if i < 4 else 1), timed_windows=10)
+    del krex[9]["host_paced"]
+    data = {"runs": [_run("native", native), _run("krex c4", krex)]}
+    row = {r["label"]: r for r in analysis.summarize(data, resamples=50)["rows"]}["krex c4"]
+    assert row["host_paced"] == {"n": 4, "known": 9, "of": 10}
+    assert row["inflation_host_paced"]["1-10 ms"]["p50"] == pytest.approx(0.03)
+    assert row["inflation_issued_ahead"]["1-10 ms"]["p50"] == pytest.approx(0.0)
+    assert analysis.host_paced({"host_paced": 5, "timed_windows": 10}) is True
+    assert analysis.host_paced({"host_paced": 0, "timed_windows": 0}) is None
+
+    from krex_bench import report
+
+    header = {"date": "d", "simulated": False, "machine": {}, "workload": [], "scale": 1, "argv": ["krex"]}
+    text = report.markdown({**header, **data}, analysis.summarize(data, resamples=50))
+    assert "By what paced the timed windows" in text and "krex c4 4/9" in text
+
+
 def _run(label: str, results: list[dict], **more: object) -> dict:
     kind = label.split()[0]
     return {"setup": {"kind": kind, "label": label, "concurrency": 4}, "results": results, "failures": [], **more}
