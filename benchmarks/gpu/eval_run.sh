@@ -14,9 +14,10 @@
 #           the evaluations that ended. Split SETUPS over calls to stay inside
 #           a call's limit: the report reads every setup file of OUT.
 # TRIALS (default 30) and WARMUP (default 5): timed trials and warm-up calls
-# per model. Fewer than the harness's 100/10: each trial refreshes its inputs
-# from the CPU inside the region, about 35 ms for an 8M-element input, so the
-# trials, not the GPU, set how long a region is held.
+# per model. Fewer than the harness's 100/10 to keep a whole set inside one
+# device call: each trial also refreshes its inputs in place (made on the GPU
+# by torch's generator) and flushes the L2 before its window, inside the
+# region, so a region is held for several times its timed windows.
 # Needs the KernelBench problems at .kb/KernelBench/{level1,level2} (or
 # .kb/KernelBench/KernelBench/...).
 set -uo pipefail
