@@ -30,13 +30,13 @@ from krex_console.model import ConsoleModel
 from krex_console.views.columns import Column, Row
 from krex_console.views.table_sync import FittedTable, selected_key
 from krex_console.widgets import KeysFooter, StatusBar
+from krex_runtime.wire.evaluation import TIMER_TOLERANCE  # the client's trusted rule's: one tolerance
 from krex_runtime.wire.evaluation_record import outcome
 from krex_runtime.wire.printable import printable
 from krex_runtime.wire.state.model import CommandInfo, NodeState
 
 PREFIX = "eval:"
 ENDED = ("finished", "failed", "cancelled", "timeout")
-TIMER_TOLERANCE = 0.02  # the harness's median and the one from below may differ this much
 
 
 def label_parts(label: str) -> tuple[str, str, str] | None:
