@@ -59,7 +59,7 @@ def leftovers(run_dir: Path, lock_dir: Path, base: Baseline) -> list[str]:
     if run_dir.is_dir():
         found += [f"socket {p}" for p in sorted(run_dir.iterdir()) if p.is_socket()]
     for lock in [run_dir / "runtime.lock", *sorted(lock_dir.glob("*.lock"))]:
-        if _lock_held(lock):
+        if lock_held(lock):
             found.append(f"lock {lock} still held")
     mine = forward_ring.segment_prefix(run_dir)  # another runtime's segments are not this one's leftovers
     found += [f"shared memory {SHM_DIR}/{name}" for name in sorted(set(_shm_entries()) - base.shm)
@@ -183,7 +183,8 @@ def _describe(proc: psutil.Process) -> str:
         return "gone"
 
 
-def _lock_held(path: Path) -> bool:
+def lock_held(path: Path) -> bool:
+    """Whether some process holds an exclusive flock on `path` (asked without blocking; False: no such file)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:

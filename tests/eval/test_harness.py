@@ -18,7 +18,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import types
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +32,8 @@ from krex_runtime.eval.harness import arguments, failures, framework_watch, modu
 from krex_runtime.eval.harness.compile_slot import ENV as SLOTS_ENV
 from krex_runtime.eval.harness.compile_slot import CompileSlot
 from krex_runtime.sim import device_file, layout
-from krex_runtime.testing.local_runtime import Runtime, command
+from krex_runtime.testing.hygiene import lock_held
+from krex_runtime.testing.local_runtime import Runtime, command, wait_until
 
 EVAL = TENANTS / "eval"
 STAND_INS = TENANTS / "torch_on_sim"
@@ -224,25 +224,6 @@ def _slots(tmp_path: Path, count: int) -> Path:
     return folder
 
 
-def _held(path: Path) -> bool:
-    """Whether some process holds an exclusive flock on `path` (asked as a tenant would, without blocking)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-
-
-def _wait_for(predicate: Any, what: str, bound_s: float = 60.0) -> None:
-    deadline = time.monotonic() + bound_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"not within {bound_s} s: {what}"
-        time.sleep(0.02)
-
-
 def _harness(env: dict[str, str], slots: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(harness_argv("relu_add", "relu_add__slow_build"), env={**env, SLOTS_ENV: str(slots)},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -252,10 +233,10 @@ def test_the_compile_slot_is_held_while_the_candidate_compiles(tmp_path: Path, s
     slots = _slots(tmp_path, 1)
     proc = _harness(sim_env, slots)
     try:
-        _wait_for(lambda: Path(sim_env["EVAL_TEST_BUILD_STARTED"]).exists() or proc.poll() is not None,
-                  "the candidate's import began")
+        wait_until(lambda: Path(sim_env["EVAL_TEST_BUILD_STARTED"]).exists() or proc.poll() is not None,
+                   60.0, "the candidate's import began")
         assert proc.poll() is None, proc.communicate()
-        assert _held(slots / "0")  # the import runs in the slot
+        assert lock_held(slots / "0")  # the import runs in the slot
         Path(sim_env["EVAL_TEST_BUILD_RELEASE"]).touch()
         out, err = proc.communicate(timeout=120)
     finally:
@@ -264,7 +245,7 @@ def test_the_compile_slot_is_held_while_the_candidate_compiles(tmp_path: Path, s
     result = parse(out)
     assert result["correct"] is True and result["compiled"] is True, err
     assert result["phases_s"]["compile_wait"] >= 0 and result["phases_s"]["compile"] > 0, result["phases_s"]
-    assert not _held(slots / "0")  # and given back
+    assert not lock_held(slots / "0")  # and given back
 
 
 def _blocked_on(pid: int) -> bool:
@@ -280,7 +261,7 @@ def test_a_compile_waits_for_a_slot_another_holds(tmp_path: Path, sim_env: dict[
     fcntl.flock(holder, fcntl.LOCK_EX)  # another command compiling
     proc = _harness(sim_env, slots)
     try:
-        _wait_for(lambda: _blocked_on(proc.pid) or proc.poll() is not None, "the harness waits for the slot")
+        wait_until(lambda: _blocked_on(proc.pid) or proc.poll() is not None, 60.0, "the harness waits for the slot")
         assert not Path(sim_env["EVAL_TEST_BUILD_STARTED"]).exists()  # nothing of the candidate ran yet
         os.close(holder)
         holder = -1
@@ -412,8 +393,8 @@ def test_compile_slots_without_blocking_first(tmp_path: Path) -> None:
     fcntl.flock(holder, fcntl.LOCK_EX)
     try:
         with CompileSlot(str(slots)) as slot:
-            assert slot.path == str(slots / "1") and _held(slots / "1")
-        assert not _held(slots / "1")
+            assert slot.path == str(slots / "1") and lock_held(slots / "1")
+        assert not lock_held(slots / "1")
     finally:
         os.close(holder)
     with CompileSlot("") as free:  # no variable: no limit
